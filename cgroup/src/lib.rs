@@ -1,8 +1,10 @@
-//! Device access for a container's cgroups (work in progress): device rules, errors and the
-//! eBPF allow prefix.
+//! Device access for a container's cgroups (work in progress): device rules, errors, the
+//! eBPF allow prefix and device program handles.
 
 mod error;
 mod rule;
+#[allow(unsafe_code)]
+mod sys;
 
 pub mod ebpf;
 
