@@ -49,6 +49,15 @@ for p in "$@"; do
 done
 "#;
 
+/// The container command that probes `nodes` and `libs`.
+pub fn probe_args(nodes: &[&str], libs: &[&str]) -> Vec<String> {
+    let mut v = vec!["/bin/sh".to_owned(), "/probe.sh".to_owned()];
+    v.extend(nodes.iter().map(|s| s.to_string()));
+    v.push("--".into());
+    v.extend(libs.iter().map(|s| s.to_string()));
+    v
+}
+
 /// One `node` report line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeReport {

@@ -13,11 +13,17 @@ pub const LDCONFIG: &str = "/sbin/ldconfig";
 /// Builds a busybox rootfs at `dir`: /bin with every applet linked to busybox, /sbin/ldconfig,
 /// /etc with passwd and group, empty /dev /proc /sys /tmp, and the probe script at /probe.sh.
 pub fn busybox(dir: &Path) -> Result<()> {
-    for d in ["bin", "sbin", "etc", "dev", "proc", "sys", "tmp", "usr/lib", "usr/bin", "root"] {
+    for d in [
+        "bin", "sbin", "etc", "dev", "proc", "sys", "tmp", "usr/lib", "usr/bin", "root",
+    ] {
         std::fs::create_dir_all(dir.join(d)).with_context(|| format!("mkdir {d}"))?;
     }
-    std::fs::copy(BUSYBOX, dir.join("bin/busybox")).context("copy busybox (apt-get install busybox-static)")?;
-    let list = Command::new(BUSYBOX).arg("--list").output().context("busybox --list")?;
+    std::fs::copy(BUSYBOX, dir.join("bin/busybox"))
+        .context("copy busybox (apt-get install busybox-static)")?;
+    let list = Command::new(BUSYBOX)
+        .arg("--list")
+        .output()
+        .context("busybox --list")?;
     if !list.status.success() {
         bail!("busybox --list failed");
     }

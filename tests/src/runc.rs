@@ -22,7 +22,11 @@ pub struct Bundle {
 /// A unique container id for this process.
 pub fn container_id(prefix: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
-    format!("{prefix}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 impl Bundle {
@@ -79,7 +83,10 @@ impl Bundle {
         if self.spec.get("hooks").is_none() {
             self.spec["hooks"] = json!({});
         }
-        let list = self.spec["hooks"][stage].as_array().cloned().unwrap_or_default();
+        let list = self.spec["hooks"][stage]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         let mut list = list;
         list.push(entry);
         self.spec["hooks"][stage] = json!(list);
@@ -103,7 +110,9 @@ impl Bundle {
 
     /// Gives the container a user namespace mapping container root to host `host_uid`.
     pub fn user_namespace(&mut self, host_uid: u32, size: u32) -> &mut Self {
-        let ns = self.spec["linux"]["namespaces"].as_array_mut().expect("namespaces");
+        let ns = self.spec["linux"]["namespaces"]
+            .as_array_mut()
+            .expect("namespaces");
         ns.push(json!({"type": "user"}));
         let map = json!([{"containerID": 0, "hostID": host_uid, "size": size}]);
         self.spec["linux"]["uidMappings"] = map.clone();
@@ -122,9 +131,16 @@ impl Bundle {
 
     /// Writes the spec and runs the container to completion with `runc run`.
     pub fn run(&self, id: &str) -> Result<Output> {
+        self.run_with(&[RUNC], id)
+    }
+
+    /// Like [`Bundle::run`], but through `runtime` (a command and its leading arguments, e.g. the
+    /// shim with `--config`), which must accept runc's arguments.
+    pub fn run_with(&self, runtime: &[&str], id: &str) -> Result<Output> {
         self.write()?;
         let state = self.dir.join("runc-state");
-        let out = Command::new(RUNC)
+        let out = Command::new(runtime[0])
+            .args(&runtime[1..])
             .arg("--root")
             .arg(&state)
             .args(["run", "--bundle"])

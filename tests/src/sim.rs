@@ -85,7 +85,10 @@ pub fn demo_host(dir: &Path, profiles: &[&str]) -> Result<SimHost> {
     }
     std::os::unix::fs::symlink("libdemo.so.1.0.0", lib.join("libdemo.so.1"))?;
     let smi = bin.join("demo-smi");
-    std::fs::write(&smi, "#!/bin/sh\necho \"demo-smi: devices: $(ls /dev/demo | tr '\\n' ' ')\"\n")?;
+    std::fs::write(
+        &smi,
+        "#!/bin/sh\necho \"demo-smi: devices: $(ls /dev/demo | tr '\\n' ' ')\"\n",
+    )?;
     std::fs::set_permissions(&smi, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
     for p in profiles {
         std::fs::copy(
@@ -95,7 +98,14 @@ pub fn demo_host(dir: &Path, profiles: &[&str]) -> Result<SimHost> {
         .with_context(|| format!("copy profile {p}"))?;
     }
     let config = dir.join("config.toml");
-    write_config(&config, &profiles_dir, &dev_root, &driver_root, &dir.join("sys"), "")?;
+    write_config(
+        &config,
+        &profiles_dir,
+        &dev_root,
+        &driver_root,
+        &dir.join("sys"),
+        "",
+    )?;
     Ok(SimHost {
         dir: dir.to_owned(),
         dev_root,
@@ -120,4 +130,53 @@ pub fn write_config(
     );
     std::fs::write(path, text)?;
     Ok(())
+}
+
+/// Where the demo library lands in a busybox rootfs.
+pub const LIB: &str = "/usr/lib/libdemo.so.1.0.0";
+/// Its soname link.
+pub const SONAME: &str = "/usr/lib/libdemo.so.1";
+
+/// The probe command for every demo node and the demo library.
+pub fn demo_probe_args() -> Vec<String> {
+    let nodes: Vec<String> = ACCELS
+        .iter()
+        .chain(std::iter::once(&CTL))
+        .map(|(n, _, _)| format!("/dev/demo/{n}"))
+        .collect();
+    let node_refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    crate::probe::probe_args(&node_refs, &[LIB, SONAME])
+}
+
+/// Asserts what a container granted demo devices 0 and 1 must see, with `accel2` bind-mounted
+/// but not granted: the granted nodes and the control node with the host's numbers and mode,
+/// opening; accel2 denied by the cgroup; accel3 absent; the library read-only and cached.
+pub fn assert_demo_granted_0_1(report: &crate::probe::Report, out: &std::process::Output) {
+    let ctx = crate::runc::describe(out);
+    for (name, ma, mi) in [ACCELS[0], ACCELS[1], CTL] {
+        let n = report.node(&format!("/dev/demo/{name}"));
+        assert_eq!(
+            (n.kind.as_str(), n.major, n.minor),
+            ("c", ma, mi),
+            "{name}: {ctx}"
+        );
+        assert_eq!(n.mode, "666", "{name}: {ctx}");
+        assert_eq!(n.open, "ok", "{name} must open: {ctx}");
+    }
+    let denied = report.node("/dev/demo/accel2");
+    assert_eq!(denied.kind, "c", "{ctx}");
+    assert_eq!(
+        denied.open, "EPERM",
+        "un-granted accel2 must be denied: {ctx}"
+    );
+    assert_eq!(report.node("/dev/demo/accel3").kind, "missing", "{ctx}");
+    let lib = report.lib(LIB);
+    assert!(
+        lib.present && lib.read_only,
+        "library must be there read-only: {ctx}"
+    );
+    assert!(
+        report.lib(SONAME).in_ldcache,
+        "soname must be in ld.so.cache: {ctx}"
+    );
 }

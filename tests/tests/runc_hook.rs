@@ -5,27 +5,26 @@
 use std::path::Path;
 
 use devinject_tests::bins::bin;
-use devinject_tests::probe::Report;
+use devinject_tests::probe::{probe_args, Report};
 use devinject_tests::runc::{container_id, describe, Bundle};
-use devinject_tests::sim::{demo_host, write_config, ACCELS, CTL};
+use devinject_tests::sim::{
+    assert_demo_granted_0_1, demo_host, demo_probe_args, write_config, LIB, SONAME,
+};
 use devinject_tests::skip::{require_binary, require_root};
 
 fn ready() -> bool {
-    require_root() && require_binary("runc") && require_binary("/bin/busybox") && require_binary("gcc")
+    require_root()
+        && require_binary("runc")
+        && require_binary("/bin/busybox")
+        && require_binary("gcc")
 }
 
-const LIB: &str = "/usr/lib/libdemo.so.1.0.0";
-const SONAME: &str = "/usr/lib/libdemo.so.1";
-
-fn probe_args(nodes: &[&str], libs: &[&str]) -> Vec<String> {
-    let mut v = vec!["/bin/sh".to_owned(), "/probe.sh".to_owned()];
-    v.extend(nodes.iter().map(|s| s.to_string()));
-    v.push("--".into());
-    v.extend(libs.iter().map(|s| s.to_string()));
-    v
-}
-
-fn demo_bundle(dir: &Path, request: &str, stage: &str, extra_config: &str) -> (Bundle, Report, std::process::Output) {
+fn demo_bundle(
+    dir: &Path,
+    request: &str,
+    stage: &str,
+    extra_config: &str,
+) -> (Bundle, Report, std::process::Output) {
     let host = demo_host(&dir.join("host"), &["demo"]).unwrap();
     if !extra_config.is_empty() {
         write_config(
@@ -38,13 +37,7 @@ fn demo_bundle(dir: &Path, request: &str, stage: &str, extra_config: &str) -> (B
         )
         .unwrap();
     }
-    let nodes: Vec<String> = ACCELS
-        .iter()
-        .chain(std::iter::once(&CTL))
-        .map(|(n, _, _)| format!("/dev/demo/{n}"))
-        .collect();
-    let node_refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
-    let args = probe_args(&node_refs, &[LIB, SONAME]);
+    let args = demo_probe_args();
     let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut b = Bundle::new(&dir.join("bundle"), &arg_refs).unwrap();
     b.env(&format!("DEMO_VISIBLE_DEVICES={request}"))
@@ -56,23 +49,6 @@ fn demo_bundle(dir: &Path, request: &str, stage: &str, extra_config: &str) -> (B
     (b, report, out)
 }
 
-fn assert_demo_0_1(report: &Report, out: &std::process::Output) {
-    let ctx = describe(out);
-    for (name, ma, mi) in [ACCELS[0], ACCELS[1], CTL] {
-        let n = report.node(&format!("/dev/demo/{name}"));
-        assert_eq!((n.kind.as_str(), n.major, n.minor), ("c", ma, mi), "{name}: {ctx}");
-        assert_eq!(n.mode, "666", "{name}: {ctx}");
-        assert_eq!(n.open, "ok", "{name} must open: {ctx}");
-    }
-    let denied = report.node("/dev/demo/accel2");
-    assert_eq!(denied.kind, "c", "{ctx}");
-    assert_eq!(denied.open, "EPERM", "un-granted accel2 must be denied: {ctx}");
-    assert_eq!(report.node("/dev/demo/accel3").kind, "missing", "{ctx}");
-    let lib = report.lib(LIB);
-    assert!(lib.present && lib.read_only, "library must be there read-only: {ctx}");
-    assert!(report.lib(SONAME).in_ldcache, "soname must be in ld.so.cache: {ctx}");
-}
-
 #[test]
 fn demo_two_devices_create_runtime() {
     if !ready() {
@@ -81,7 +57,7 @@ fn demo_two_devices_create_runtime() {
     let t = tempfile::tempdir().unwrap();
     let (_, report, out) = demo_bundle(t.path(), "0,1", "createRuntime", "");
     assert!(out.status.success(), "{}", describe(&out));
-    assert_demo_0_1(&report, &out);
+    assert_demo_granted_0_1(&report, &out);
 }
 
 #[test]
@@ -92,7 +68,7 @@ fn demo_two_devices_prestart_classic_mounts() {
     let t = tempfile::tempdir().unwrap();
     let (_, report, out) = demo_bundle(t.path(), "1,0", "prestart", "mount_api = \"classic\"");
     assert!(out.status.success(), "{}", describe(&out));
-    assert_demo_0_1(&report, &out);
+    assert_demo_granted_0_1(&report, &out);
 }
 
 #[test]
@@ -126,7 +102,8 @@ fn unknown_device_fails_the_start_with_a_clear_message() {
 
 #[test]
 fn real_kvm_is_injected_and_fuse_is_not() {
-    if !ready() || !devinject_tests::skip::require(Path::new("/dev/kvm").exists(), "needs /dev/kvm") {
+    if !ready() || !devinject_tests::skip::require(Path::new("/dev/kvm").exists(), "needs /dev/kvm")
+    {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -140,7 +117,15 @@ fn real_kvm_is_injected_and_fuse_is_not() {
         .unwrap();
     }
     let config = t.path().join("config.toml");
-    write_config(&config, &profiles, Path::new("/dev"), Path::new("/"), Path::new("/sys"), "").unwrap();
+    write_config(
+        &config,
+        &profiles,
+        Path::new("/dev"),
+        Path::new("/"),
+        Path::new("/sys"),
+        "",
+    )
+    .unwrap();
     let args = probe_args(&["/dev/kvm", "/dev/fuse"], &[]);
     let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut b = Bundle::new(&t.path().join("bundle"), &arg_refs).unwrap();
@@ -150,7 +135,12 @@ fn real_kvm_is_injected_and_fuse_is_not() {
     assert!(out.status.success(), "{}", describe(&out));
     let r = Report::parse(&String::from_utf8_lossy(&out.stdout));
     let kvm = r.node("/dev/kvm");
-    assert_eq!((kvm.kind.as_str(), kvm.major, kvm.minor), ("c", 10, 232), "{}", describe(&out));
+    assert_eq!(
+        (kvm.kind.as_str(), kvm.major, kvm.minor),
+        ("c", 10, 232),
+        "{}",
+        describe(&out)
+    );
     assert_eq!(kvm.open, "ok", "{}", describe(&out));
     assert_eq!(r.node("/dev/fuse").kind, "missing", "{}", describe(&out));
 }

@@ -22,15 +22,23 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<bool> {
-    let hook = std::env::args().nth(1).map(std::path::PathBuf::from).unwrap_or_else(|| {
-        std::env::current_exe()
-            .expect("exe")
-            .with_file_name("devinject-hook")
-    });
-    let tmp = tempfile::Builder::new().prefix("devinject-demo-").tempdir()?;
+    let hook = std::env::args()
+        .nth(1)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::current_exe()
+                .expect("exe")
+                .with_file_name("devinject-hook")
+        });
+    let tmp = tempfile::Builder::new()
+        .prefix("devinject-demo-")
+        .tempdir()?;
     let host = demo_host(&tmp.path().join("host"), &["demo"]).context("simulated host")?;
     let lib = "/usr/lib/libdemo.so.1.0.0";
-    let mut nodes: Vec<String> = ACCELS.iter().map(|(n, _, _)| format!("/dev/demo/{n}")).collect();
+    let mut nodes: Vec<String> = ACCELS
+        .iter()
+        .map(|(n, _, _)| format!("/dev/demo/{n}"))
+        .collect();
     nodes.push(format!("/dev/demo/{}", CTL.0));
     let script = format!(
         "/bin/sh /probe.sh {} -- {lib}; echo '--- ldconfig -p | grep libdemo'; ldconfig -p | grep libdemo; echo '--- demo-smi (injected binary)'; demo-smi",
@@ -42,7 +50,10 @@ fn run() -> Result<bool> {
         .hook("createRuntime", &hook, &host.config)
         .bind_node(&host.dev_root.join("demo/accel2"), "/dev/demo/accel2");
     println!("devinject demo: runc container with DEMO_VISIBLE_DEVICES=0,1 (hook: createRuntime)");
-    println!("  simulated host: {} (4 accelerators + control node, libdemo.so.1)", host.dir.display());
+    println!(
+        "  simulated host: {} (4 accelerators + control node, libdemo.so.1)",
+        host.dir.display()
+    );
     let out = bundle.run(&container_id("demo"))?;
     if !out.status.success() {
         println!("{}", describe(&out));
@@ -71,7 +82,11 @@ fn run() -> Result<bool> {
                 n.mode,
                 n.open
             );
-            ok &= if role.starts_with("NOT") { n.open == "EPERM" } else { n.open == "ok" };
+            ok &= if role.starts_with("NOT") {
+                n.open == "EPERM"
+            } else {
+                n.open == "ok"
+            };
         }
     }
     if let Some(l) = report.libs.get(lib) {
@@ -88,7 +103,12 @@ fn run() -> Result<bool> {
     for l in &tail {
         println!("  {l}");
     }
-    ok &= tail.iter().any(|l| l.contains("libdemo.so.1 ") && l.contains("=>"));
-    println!("\nresult: {}", if ok { "OK" } else { "UNEXPECTED (see above)" });
+    ok &= tail
+        .iter()
+        .any(|l| l.contains("libdemo.so.1 ") && l.contains("=>"));
+    println!(
+        "\nresult: {}",
+        if ok { "OK" } else { "UNEXPECTED (see above)" }
+    );
     Ok(ok)
 }
