@@ -8,7 +8,7 @@ use devinject_tests::bins::bin;
 use devinject_tests::probe::{probe_args, Report};
 use devinject_tests::runc::{container_id, describe, Bundle};
 use devinject_tests::sim::{
-    assert_demo_granted_0_1, demo_host, demo_probe_args, write_config, LIB, SONAME,
+    assert_demo_granted_0_1, demo_host, demo_probe_args, write_config, LIB,
 };
 use devinject_tests::skip::{require_binary, require_root};
 
