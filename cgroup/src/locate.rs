@@ -242,9 +242,13 @@ mod tests {
     #[test]
     fn hybrid_host_with_cgroupfs_paths_finds_both() {
         let tree = Tree::new(
-            "12:devices:/docker/abc\n3:cpu,cpuacct:/docker/abc\n1:name=systemd:/docker/abc\n0::/docker/abc\n",
+            "12:devices:/docker/abc\n3:cpu,cpuacct:/docker/abc\n\
+             1:name=systemd:/docker/abc\n0::/docker/abc\n",
             HYBRID_MOUNTS,
-            &["sys/fs/cgroup/devices/docker/abc", "sys/fs/cgroup/unified/docker/abc"],
+            &[
+                "sys/fs/cgroup/devices/docker/abc",
+                "sys/fs/cgroup/unified/docker/abc",
+            ],
         );
         let found = container_cgroups(&tree.proc(), 42).expect("located");
         assert_eq!(
