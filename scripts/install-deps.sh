@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the host packages devinject's demo and tests use, only those missing.
-# Usage: scripts/install-deps.sh [demo|test]   (default: test)
+# Usage: scripts/install-deps.sh [demo|bench|test]   (default: test; demo and bench need the same)
 set -euo pipefail
 want=(runc busybox-static gcc)
 if [ "${1:-test}" = test ]; then

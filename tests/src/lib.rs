@@ -8,7 +8,9 @@
 //!   `libdemo.so.1` under a driver root.
 //! - [`runc`]: OCI bundles with the hook wired in, run by the real `runc`.
 //! - [`probe`]: the in-container probe and the parser for its report.
+//! - [`bench`]: the benchmark run by `devinject-bench` (scripts/bench.sh), built on the above.
 
+pub mod bench;
 pub mod bins;
 pub mod probe;
 pub mod rootfs;

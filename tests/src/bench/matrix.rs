@@ -1,0 +1,240 @@
+//! Rows 1 and 2: container start with N devices and L libraries, natively, through the hook and
+//! through the shim; and the shim in front of a container that asks for nothing.
+//!
+//! The variants of one row are started in turn (native, hook, shim, hook timed, shim alone, then
+//! again), so a slow spell on a shared machine hits them all alike, after a few untimed warm-up
+//! rounds. Before any timing, each variant is started once with the probe as its process, which
+//! checks that every device node and library really is there: a benchmark of a broken injection
+//! would be meaningless.
+
+use std::path::Path;
+
+use anyhow::{bail, ensure, Result};
+
+use super::host::{BenchHost, HostFactory};
+use super::start::{Binaries, Case, Variant};
+use super::stats::{Kib, Samples};
+use super::timer::read_records;
+use super::Options;
+use crate::probe::{probe_args, Report};
+use crate::runc::{container_id, Bundle};
+
+/// The figures of one (N, L) row.
+#[derive(Debug, Clone)]
+pub struct MatrixRow {
+    /// Devices injected.
+    pub devices: usize,
+    /// Libraries injected.
+    pub libraries: usize,
+    /// `runc run` with everything in `config.json`.
+    pub native: Samples,
+    /// `runc run` with the hook.
+    pub hook: Samples,
+    /// The shim in front of `runc run`.
+    pub shim: Samples,
+    /// The hook's own wall time.
+    pub hook_own: Samples,
+    /// The hook's peak RSS.
+    pub hook_rss: Kib,
+    /// The shim's own wall time (planning and the `config.json` rewrite, then exec).
+    pub shim_own: Samples,
+    /// The shim's peak RSS.
+    pub shim_rss: Kib,
+}
+
+/// Row 2: the shim in front of a container that asks for nothing.
+#[derive(Debug, Clone)]
+pub struct PassThrough {
+    /// Plain `runc run`.
+    pub runc: Samples,
+    /// The same through the shim.
+    pub shim: Samples,
+}
+
+/// Runs row 1 for every (N, L) in `opts`.
+pub fn measure(
+    opts: &Options,
+    dir: &Path,
+    template: &Bundle,
+    bins: &Binaries,
+    factory: &HostFactory,
+) -> Result<Vec<MatrixRow>> {
+    let mut rows = Vec::new();
+    for &n in &opts.devices {
+        for &l in &opts.libraries {
+            let host = factory.host(n, l)?;
+            eprintln!("bench: {n} devices, {l} libraries");
+            rows.push(row(
+                opts,
+                &dir.join(format!("{n}-{l}")),
+                template,
+                bins,
+                &host,
+            )?);
+        }
+    }
+    Ok(rows)
+}
+
+fn row(
+    opts: &Options,
+    dir: &Path,
+    template: &Bundle,
+    bins: &Binaries,
+    host: &BenchHost,
+) -> Result<MatrixRow> {
+    let order = [
+        Variant::Native,
+        Variant::Hook,
+        Variant::Shim,
+        Variant::HookTimed,
+        Variant::ShimOnly,
+    ];
+    let cases = order
+        .iter()
+        .map(|&v| {
+            Case::new(
+                v,
+                &dir.join(v.name().replace(' ', "-")),
+                template,
+                host,
+                bins,
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for c in &cases {
+        if c.variant != Variant::ShimOnly {
+            verify(c, host)?;
+        }
+        if let Some(r) = &c.record {
+            // Only timed starts count.
+            let _ = std::fs::remove_file(r);
+        }
+    }
+    let mut samples = vec![Samples::default(); cases.len()];
+    for round in 0..opts.warmup + opts.runs {
+        for (c, s) in cases.iter().zip(samples.iter_mut()) {
+            let t = c.start(&container_id("bench"))?;
+            if round >= opts.warmup {
+                s.push(t);
+            }
+        }
+    }
+    let own = |v: Variant| -> Result<(Samples, Kib)> {
+        let c = cases.iter().find(|c| c.variant == v).expect("case");
+        let recs = read_records(c.record.as_deref().expect("timed case has a record"))?;
+        ensure!(
+            recs.len() == opts.warmup + opts.runs,
+            "{}: {} timing records for {} starts",
+            v.name(),
+            recs.len(),
+            opts.warmup + opts.runs
+        );
+        let (mut wall, mut rss) = (Samples::default(), Kib::default());
+        for r in recs.iter().skip(opts.warmup) {
+            ensure!(r.code == 0, "{} exited with {}", v.name(), r.code);
+            wall.push(r.wall);
+            rss.push(r.max_rss_kib);
+        }
+        Ok((wall, rss))
+    };
+    let (hook_own, hook_rss) = own(Variant::HookTimed)?;
+    let (shim_own, shim_rss) = own(Variant::ShimOnly)?;
+    let mut it = samples.into_iter();
+    let mut next = || it.next().expect("one sample set per case");
+    Ok(MatrixRow {
+        devices: host.nodes.len(),
+        libraries: host.libs.len(),
+        native: next(),
+        hook: next(),
+        shim: next(),
+        hook_own,
+        hook_rss,
+        shim_own,
+        shim_rss,
+    })
+}
+
+/// Starts `case` once with the probe and checks every node and library (and, for the hook and
+/// the shim, the linker cache).
+fn verify(case: &Case, host: &BenchHost) -> Result<()> {
+    let nodes: Vec<&str> = host
+        .nodes
+        .iter()
+        .map(|n| n.container_path.as_str())
+        .collect();
+    let mut libs: Vec<String> = Vec::new();
+    for l in &host.libs {
+        libs.push(format!("/usr/lib/{}", l.file_name));
+        libs.push(format!("/usr/lib/{}", l.soname));
+    }
+    let lib_refs: Vec<&str> = libs.iter().map(String::as_str).collect();
+    let out = case.run_args(&container_id("verify"), &probe_args(&nodes, &lib_refs))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!(
+            "{}: probe container failed: {}",
+            case.variant.name(),
+            crate::runc::describe(&out)
+        );
+    }
+    let report = Report::parse(&text);
+    for n in &host.nodes {
+        let r = report.nodes.get(&n.container_path);
+        ensure!(
+            r.is_some_and(|r| r.kind == "c" && r.major == super::host::MAJOR && r.minor == n.minor),
+            "{}: node {} wrong or missing: {r:?}",
+            case.variant.name(),
+            n.container_path
+        );
+    }
+    let injected = case.variant != Variant::Native;
+    for l in &host.libs {
+        let file = report.libs.get(&format!("/usr/lib/{}", l.file_name));
+        ensure!(
+            file.is_some_and(|r| r.present && r.read_only),
+            "{}: library {} not mounted read-only: {file:?}",
+            case.variant.name(),
+            l.file_name
+        );
+        if injected {
+            let link = report.libs.get(&format!("/usr/lib/{}", l.soname));
+            ensure!(
+                link.is_some_and(|r| r.present && r.in_ldcache),
+                "{}: soname {} not linked or not in the linker cache: {link:?}",
+                case.variant.name(),
+                l.soname
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Runs row 2 on `host` (its profiles are installed; the container asks for none).
+pub fn pass_through(
+    opts: &Options,
+    dir: &Path,
+    template: &Bundle,
+    bins: &Binaries,
+    host: &BenchHost,
+) -> Result<PassThrough> {
+    eprintln!("bench: shim pass-through");
+    let runc = Case::new(Variant::Plain, &dir.join("plain"), template, host, bins)?;
+    let shim = Case::new(
+        Variant::ShimNothing,
+        &dir.join("shim-nothing"),
+        template,
+        host,
+        bins,
+    )?;
+    let (mut a, mut b) = (Samples::default(), Samples::default());
+    for round in 0..opts.warmup + opts.runs {
+        let ta = runc.start(&container_id("bench"))?;
+        let tb = shim.start(&container_id("bench"))?;
+        if round >= opts.warmup {
+            a.push(ta);
+            b.push(tb);
+        }
+    }
+    Ok(PassThrough { runc: a, shim: b })
+}
