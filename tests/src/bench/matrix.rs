@@ -12,12 +12,12 @@ use std::path::Path;
 use anyhow::{bail, ensure, Result};
 
 use super::host::{BenchHost, HostFactory};
-use super::start::{Binaries, Case, Variant};
+use super::start::{Case, Setup, Variant};
 use super::stats::{Kib, Samples};
 use super::timer::read_records;
 use super::Options;
 use crate::probe::{probe_args, Report};
-use crate::runc::{container_id, Bundle};
+use crate::runc::container_id;
 
 /// The figures of one (N, L) row.
 #[derive(Debug, Clone)]
@@ -55,8 +55,7 @@ pub struct PassThrough {
 pub fn measure(
     opts: &Options,
     dir: &Path,
-    template: &Bundle,
-    bins: &Binaries,
+    setup: &Setup,
     factory: &HostFactory,
 ) -> Result<Vec<MatrixRow>> {
     let mut rows = Vec::new();
@@ -64,25 +63,13 @@ pub fn measure(
         for &l in &opts.libraries {
             let host = factory.host(n, l)?;
             eprintln!("bench: {n} devices, {l} libraries");
-            rows.push(row(
-                opts,
-                &dir.join(format!("{n}-{l}")),
-                template,
-                bins,
-                &host,
-            )?);
+            rows.push(row(opts, &dir.join(format!("{n}-{l}")), setup, &host)?);
         }
     }
     Ok(rows)
 }
 
-fn row(
-    opts: &Options,
-    dir: &Path,
-    template: &Bundle,
-    bins: &Binaries,
-    host: &BenchHost,
-) -> Result<MatrixRow> {
+fn row(opts: &Options, dir: &Path, setup: &Setup, host: &BenchHost) -> Result<MatrixRow> {
     let order = [
         Variant::Native,
         Variant::Hook,
@@ -92,15 +79,7 @@ fn row(
     ];
     let cases = order
         .iter()
-        .map(|&v| {
-            Case::new(
-                v,
-                &dir.join(v.name().replace(' ', "-")),
-                template,
-                host,
-                bins,
-            )
-        })
+        .map(|&v| Case::new(v, &dir.join(v.slug()), setup, host))
         .collect::<Result<Vec<_>>>()?;
     for c in &cases {
         if c.variant != Variant::ShimOnly {
@@ -214,18 +193,21 @@ fn verify(case: &Case, host: &BenchHost) -> Result<()> {
 pub fn pass_through(
     opts: &Options,
     dir: &Path,
-    template: &Bundle,
-    bins: &Binaries,
+    setup: &Setup,
     host: &BenchHost,
 ) -> Result<PassThrough> {
     eprintln!("bench: shim pass-through");
-    let runc = Case::new(Variant::Plain, &dir.join("plain"), template, host, bins)?;
+    let runc = Case::new(
+        Variant::Plain,
+        &dir.join(Variant::Plain.slug()),
+        setup,
+        host,
+    )?;
     let shim = Case::new(
         Variant::ShimNothing,
-        &dir.join("shim-nothing"),
-        template,
+        &dir.join(Variant::ShimNothing.slug()),
+        setup,
         host,
-        bins,
     )?;
     let (mut a, mut b) = (Samples::default(), Samples::default());
     for round in 0..opts.warmup + opts.runs {

@@ -3,7 +3,8 @@
 //!
 //! - [`host`]: simulated hosts with N mknod'ed devices and L gcc-built libraries, and a profiles
 //!   dir with the `bench` profile and every shipped one.
-//! - [`overlay`]: a fresh overlay rootfs per start, as an engine gives each container.
+//! - [`overlay`]: a fresh overlay rootfs per start, as an engine gives each container, on the
+//!   [`scratch`] filesystems.
 //! - [`start`]: one way of starting a container (native, hook, shim ...), timed.
 //! - [`timer`]: `devinject-bench time`, which times the hook or the shim by itself.
 //! - [`matrix`]: rows 1 and 2 (the N × L matrix, and the shim pass-through).
@@ -20,6 +21,7 @@ pub mod host;
 pub mod matrix;
 pub mod overlay;
 pub mod report;
+pub mod scratch;
 pub mod start;
 pub mod stats;
 pub mod timer;
@@ -33,7 +35,8 @@ use crate::runc::Bundle;
 use crate::skip::which;
 use host::HostFactory;
 use report::{Environment, Report};
-use start::Binaries;
+use scratch::{LayerFs, Scratch};
+use start::{Binaries, Setup};
 
 /// The parts of the benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +68,8 @@ pub struct Options {
     pub discovery_libraries: usize,
     /// The parts to run.
     pub parts: Vec<Part>,
+    /// The filesystem of the containers' upper layers.
+    pub layer_fs: LayerFs,
     /// Work directory (kept); a temporary one (removed) when unset.
     pub work_dir: Option<PathBuf>,
     /// Directory of the built binaries.
@@ -102,18 +107,21 @@ pub fn run(opts: &Options) -> Result<Report> {
         env: environment(opts)?,
         ..Report::default()
     };
-    let template = Bundle::new(&dir.join("template"), &["/bin/true"])?;
+    let setup = Setup {
+        template: Bundle::new(&dir.join("template"), &["/bin/true"])?,
+        bins,
+        scratch: Scratch::create(&dir.join("scratch"), opts.layer_fs)?,
+    };
     let factory = HostFactory::new(&dir.join("hosts"))?;
     if opts.parts.contains(&Part::Start) {
-        report.matrix = matrix::measure(opts, &dir.join("start"), &template, &bins, &factory)?;
+        report.matrix = matrix::measure(opts, &dir.join("start"), &setup, &factory)?;
     }
     if opts.parts.contains(&Part::PassThrough) {
         let host = factory.host(1, 0)?;
         report.pass_through = Some(matrix::pass_through(
             opts,
             &dir.join("pass"),
-            &template,
-            &bins,
+            &setup,
             &host,
         )?);
     }
@@ -155,6 +163,7 @@ fn environment(opts: &Options) -> Result<Environment> {
         load_before: load_average(),
         load_after: String::new(),
         command: opts.command.clone(),
+        layers: opts.layer_fs.describe().to_owned(),
         runs: opts.runs,
         warmup: opts.warmup,
     })

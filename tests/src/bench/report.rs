@@ -22,6 +22,8 @@ pub struct Environment {
     pub load_after: String,
     /// The command line.
     pub command: String,
+    /// The filesystem of the upper layers.
+    pub layers: String,
     /// Timed runs per figure.
     pub runs: usize,
     /// Untimed warm-up runs per figure.
@@ -89,6 +91,11 @@ impl Report {
             o,
             "- load average (1, 5, 15 min) at start: {}; at end: {}",
             e.load_before, e.load_after
+        );
+        let _ = writeln!(
+            o,
+            "- each start on a fresh overlay rootfs, upper layer on {}; runc state on tmpfs",
+            e.layers
         );
         let _ = writeln!(
             o,

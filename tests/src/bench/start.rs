@@ -1,8 +1,8 @@
 //! One way of starting a container (natively, through the hook, through the shim ...), timed.
 //!
 //! A [`Case`] is an OCI bundle plus the command that runs it. Every start mounts a fresh rootfs
-//! ([`FreshRootfs`]) and, for the shim, rewrites the pristine `config.json` (the shim edits it in
-//! place); neither is timed. The timed part is `runc run` (or the shim in front of it) from spawn
+//! ([`FreshRootfs`], its upper layer on the [`Scratch`] filesystem) and, for the shim, rewrites
+//! the pristine `config.json` (the shim edits it in place); neither is timed. The timed part is `runc run` (or the shim in front of it) from spawn
 //! to exit: create, hooks, start of `/bin/true`, its exit and runc's clean-up.
 
 use std::ffi::OsString;
@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use super::host::{BenchHost, MAJOR, REQUEST_ENV};
 use super::overlay::FreshRootfs;
+use super::scratch::Scratch;
 use crate::runc::{describe, Bundle};
 
 /// How the container gets its devices.
@@ -39,6 +40,19 @@ pub enum Variant {
 }
 
 impl Variant {
+    /// Directory name for its bundle.
+    pub fn slug(self) -> &'static str {
+        match self {
+            Self::Native => "native",
+            Self::Hook => "hook",
+            Self::HookTimed => "hook-timed",
+            Self::Shim => "shim",
+            Self::ShimOnly => "shim-only",
+            Self::Plain => "runc",
+            Self::ShimNothing => "shim-nothing",
+        }
+    }
+
     /// Short name for tables.
     pub fn name(self) -> &'static str {
         match self {
@@ -66,6 +80,17 @@ pub struct Binaries {
     pub bench: PathBuf,
 }
 
+/// What every case of one benchmark run shares.
+#[derive(Debug)]
+pub struct Setup {
+    /// The bundle every case starts from; its rootfs is the pristine lower layer.
+    pub template: Bundle,
+    /// The binaries.
+    pub bins: Binaries,
+    /// Where upper layers and runc's state go.
+    pub scratch: Scratch,
+}
+
 /// A bundle and how to start it.
 #[derive(Debug)]
 pub struct Case {
@@ -73,6 +98,8 @@ pub struct Case {
     pub variant: Variant,
     bundle: Bundle,
     lower: PathBuf,
+    layers: PathBuf,
+    runc_root: PathBuf,
     runtime: Vec<OsString>,
     rewrite: bool,
     /// The file `devinject-bench time` appends to ([`Variant::HookTimed`], [`Variant::ShimOnly`]).
@@ -80,15 +107,9 @@ pub struct Case {
 }
 
 impl Case {
-    /// Sets up `variant` for `host` in `dir`, from the `template` bundle (whose rootfs is the
-    /// pristine lower layer).
-    pub fn new(
-        variant: Variant,
-        dir: &Path,
-        template: &Bundle,
-        host: &BenchHost,
-        bins: &Binaries,
-    ) -> Result<Self> {
+    /// Sets up `variant` for `host` in `dir`.
+    pub fn new(variant: Variant, dir: &Path, setup: &Setup, host: &BenchHost) -> Result<Self> {
+        let (template, bins) = (&setup.template, &setup.bins);
         std::fs::create_dir_all(dir)?;
         let mut bundle = Bundle {
             dir: dir.to_owned(),
@@ -163,6 +184,8 @@ impl Case {
             variant,
             bundle,
             lower: template.dir.join("rootfs"),
+            layers: setup.scratch.layers.clone(),
+            runc_root: setup.scratch.runc_root.clone(),
             runtime,
             rewrite,
             record: matches!(variant, Variant::HookTimed | Variant::ShimOnly).then_some(record),
@@ -197,13 +220,13 @@ impl Case {
         let rootfs = FreshRootfs::mount(
             &self.lower,
             &self.bundle.dir.join("rootfs"),
-            &self.bundle.dir.join("scratch"),
+            &self.layers.join(id),
         )?;
-        let state = self.bundle.dir.join("runc-state");
+        let state = &self.runc_root;
         let mut cmd = Command::new(&self.runtime[0]);
         cmd.args(&self.runtime[1..])
             .arg("--root")
-            .arg(&state)
+            .arg(state)
             .args(["run", "--bundle"])
             .arg(&self.bundle.dir)
             .arg(id)
@@ -215,7 +238,7 @@ impl Case {
             // Leave nothing behind if runc failed half-way.
             let _ = Command::new(&self.runtime[0])
                 .arg("--root")
-                .arg(&state)
+                .arg(state)
                 .args(["delete", "--force", id])
                 .output();
         }

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use devinject_tests::bench::scratch::LayerFs;
 use devinject_tests::bench::{self, Options, Part};
 
 #[derive(Parser, Debug)]
@@ -52,6 +53,9 @@ struct RunArgs {
         default_value = "start,pass-through,docker,discovery"
     )]
     only: Vec<PartArg>,
+    /// Filesystem of the containers' writable layers.
+    #[arg(long, value_enum, default_value = "ext4")]
+    layers: LayersArg,
     /// Keep the work files in this directory (default: a temporary directory, removed).
     #[arg(long)]
     work_dir: Option<PathBuf>,
@@ -75,6 +79,26 @@ impl From<PartArg> for Part {
             PartArg::PassThrough => Part::PassThrough,
             PartArg::Docker => Part::Docker,
             PartArg::Discovery => Part::Discovery,
+        }
+    }
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+enum LayersArg {
+    /// A fresh ext4 filesystem on a loop device.
+    Ext4,
+    /// A tmpfs.
+    Tmpfs,
+    /// The work dir's own filesystem.
+    Dir,
+}
+
+impl From<LayersArg> for LayerFs {
+    fn from(l: LayersArg) -> Self {
+        match l {
+            LayersArg::Ext4 => LayerFs::Ext4,
+            LayersArg::Tmpfs => LayerFs::Tmpfs,
+            LayersArg::Dir => LayerFs::Dir,
         }
     }
 }
@@ -119,6 +143,7 @@ fn main() -> ExitCode {
         discovery_devices: a.discovery_devices,
         discovery_libraries: a.discovery_libraries,
         parts: a.only.into_iter().map(Part::from).collect(),
+        layer_fs: a.layers.into(),
         work_dir: a.work_dir,
         bin_dir,
         command: command_line(),
