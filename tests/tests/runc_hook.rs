@@ -107,25 +107,7 @@ fn real_kvm_is_injected_and_fuse_is_not() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
-    let profiles = t.path().join("profiles");
-    std::fs::create_dir_all(&profiles).unwrap();
-    for p in ["kvm", "fuse"] {
-        std::fs::copy(
-            devinject_tests::sim::shipped_profiles().join(format!("{p}.toml")),
-            profiles.join(format!("{p}.toml")),
-        )
-        .unwrap();
-    }
-    let config = t.path().join("config.toml");
-    write_config(
-        &config,
-        &profiles,
-        Path::new("/dev"),
-        Path::new("/"),
-        Path::new("/sys"),
-        "",
-    )
-    .unwrap();
+    let config = devinject_tests::sim::real_host_config(t.path(), &["kvm", "fuse"]).unwrap();
     let args = probe_args(&["/dev/kvm", "/dev/fuse"], &[]);
     let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut b = Bundle::new(&t.path().join("bundle"), &arg_refs).unwrap();
