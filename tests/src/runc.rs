@@ -129,6 +129,50 @@ impl Bundle {
         Ok(())
     }
 
+    /// The `runc --root` this bundle's containers use.
+    pub fn state_root(&self) -> PathBuf {
+        self.dir.join("runc-state")
+    }
+
+    /// Runs `runc --root <state root> <args>`.
+    pub fn runc(&self, args: &[&str]) -> Result<Output> {
+        Command::new(RUNC)
+            .arg("--root")
+            .arg(self.state_root())
+            .args(args)
+            .output()
+            .with_context(|| format!("runc {args:?}"))
+    }
+
+    /// Writes the spec and starts the container in the background (`runc run --detach`); the
+    /// returned handle deletes it when dropped. The container's stdout and stderr, and runc's,
+    /// go to `<bundle>/<id>.log`: a pipe would keep this call waiting for the container to exit.
+    pub fn start_detached(&self, id: &str) -> Result<Detached<'_>> {
+        self.write()?;
+        let log_path = self.dir.join(format!("{id}.log"));
+        let log = std::fs::File::create(&log_path).context("create the container log")?;
+        let status = Command::new(RUNC)
+            .arg("--root")
+            .arg(self.state_root())
+            .args(["run", "--detach", "--bundle"])
+            .arg(&self.dir)
+            .arg(id)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .status()
+            .context("runc run --detach")?;
+        let running = Detached {
+            bundle: self,
+            id: id.to_owned(),
+        };
+        if !status.success() {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            bail!("runc run --detach {id}: {status}\n{log}");
+        }
+        Ok(running)
+    }
+
     /// Writes the spec and runs the container to completion with `runc run`.
     pub fn run(&self, id: &str) -> Result<Output> {
         self.run_with(&[RUNC], id)
@@ -138,7 +182,7 @@ impl Bundle {
     /// shim with `--config`), which must accept runc's arguments.
     pub fn run_with(&self, runtime: &[&str], id: &str) -> Result<Output> {
         self.write()?;
-        let state = self.dir.join("runc-state");
+        let state = self.state_root();
         let out = Command::new(runtime[0])
             .args(&runtime[1..])
             .arg("--root")
@@ -155,6 +199,41 @@ impl Bundle {
             .args(["delete", "--force", id])
             .output();
         Ok(out)
+    }
+}
+
+/// A container started by [`Bundle::start_detached`]; force-deleted on drop.
+#[derive(Debug)]
+pub struct Detached<'a> {
+    bundle: &'a Bundle,
+    id: String,
+}
+
+impl Detached<'_> {
+    /// The container id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Runs `args` in the container with `runc exec`.
+    pub fn exec(&self, args: &[&str]) -> Result<Output> {
+        let mut a = vec!["exec", self.id.as_str()];
+        a.extend_from_slice(args);
+        self.bundle.runc(&a)
+    }
+
+    /// Runs `runc update <flags> <id>`.
+    pub fn update(&self, flags: &[&str]) -> Result<Output> {
+        let mut a = vec!["update"];
+        a.extend_from_slice(flags);
+        a.push(&self.id);
+        self.bundle.runc(&a)
+    }
+}
+
+impl Drop for Detached<'_> {
+    fn drop(&mut self) {
+        let _ = self.bundle.runc(&["delete", "--force", &self.id]);
     }
 }
 
