@@ -237,6 +237,33 @@ impl Drop for Detached<'_> {
     }
 }
 
+/// Shell run by [`cgroup_v2`]: a private mount namespace with cgroup2 mounted over
+/// `/sys/fs/cgroup`, so runc takes its cgroup v2 path (an eBPF device filter) on a hybrid host.
+const V2_SHELL: &str =
+    "mount --make-rprivate / && mount -t cgroup2 none /sys/fs/cgroup && exec \"$@\"";
+
+/// A command prefix for [`Bundle::run_with`] that runs `runtime` (plus its leading args) on
+/// cgroup v2: `unshare -m` + a cgroup2 mount over `/sys/fs/cgroup`.
+pub fn cgroup_v2(runtime: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = ["unshare", "-m", "--", "/bin/sh", "-c", V2_SHELL, "sh"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    v.extend(runtime.iter().map(|s| s.to_string()));
+    v
+}
+
+/// Runs a shell script inside the cgroup v2 namespace of [`cgroup_v2`] (for multi-step runc
+/// sequences such as run -d, exec, update).
+pub fn sh_in_cgroup_v2(script: &str) -> Result<Output> {
+    let full =
+        format!("mount --make-rprivate / && mount -t cgroup2 none /sys/fs/cgroup && {script}");
+    Command::new("unshare")
+        .args(["-m", "--", "/bin/sh", "-c", &full])
+        .output()
+        .context("unshare")
+}
+
 /// Formats a process output for assertion messages.
 pub fn describe(out: &Output) -> String {
     format!(
