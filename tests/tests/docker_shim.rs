@@ -2,8 +2,8 @@
 //! `devinject_tests::docker`): the runtime shim `devinject-runtime` writes the granted devices into
 //! the container's spec, so the container sees them and nothing else; a request that cannot be
 //! granted fails `docker run` with our message; a container that asks for nothing starts exactly
-//! as with plain runc; and the grant survives `docker update` / `runc update`, which re-apply the
-//! device cgroup from the spec.
+//! as with plain runc; and the grant, held in the spec, survives `docker update` / `runc update`
+//! on a running container.
 //!
 //! The same updates are run with the hook-only path (`devinject-hook` added as a `createRuntime`
 //! hook by a wrapper runtime, the way legacy runtime wrappers do it, and with plain runc). On
@@ -345,10 +345,10 @@ fn needs_cpu_v1() -> bool {
     )
 }
 
-/// The shim puts the grant in the spec (`linux.resources.devices`), which is what `docker
-/// update` and `runc update` re-apply, so the devices stay usable on every cgroup setup.
-/// Regression test for the class of NVIDIA's "Failed to initialize NVML: Unknown Error" after
-/// `docker update` / `systemctl daemon-reload`.
+/// The shim puts the grant in the spec (`linux.resources.devices`), the list that every manager
+/// re-applies (runc at create; systemd's DeviceAllow= on `daemon-reload` with the systemd
+/// driver), so re-application cannot take the devices away. Here: the rules are in the spec and
+/// the devices still open after `docker update` and `runc update` on the running container.
 #[test]
 fn shim_grant_survives_docker_update_and_runc_update() {
     if !ready() || !needs_cpu_v1() {
@@ -402,18 +402,18 @@ fn v1_cgroupfs(engine: &Engine) -> bool {
 /// wrapper runtime. The grant lives only in the cgroup (the spec does not hold it).
 ///
 /// Measured here (cgroup v1, cgroupfs driver; runc 1.1.5, containerd 1.6.20, dockerd 20.10.24):
-/// the grant SURVIVES both `docker update --cpu-shares` and `runc update --cpu-share`; the
-/// container's devices.list still holds the hook's `c 10:237 rwm` and `c 10:234 rwm`. Why: the
-/// update re-applies the resources saved at create time, and runc's v1 devices controller writes
-/// only the transition from the current devices.list to the spec's rules; when both are allow
-/// lists (deny-all default) that transition only adds missing allow rules and never denies extra
-/// ones (libcontainer/cgroups/devices/emulator.go, `Transition`). The wipe that makes the shim
-/// necessary happens on the other setups: with the systemd cgroup driver, systemd rewrites the
-/// devices cgroup from the unit's DeviceAllow= list (deny-all first) on `systemctl
-/// daemon-reload` and on every runc update, and on cgroup v2 runc replaces the device eBPF
-/// program with one built from the spec. Neither exists on this host, so this test pins the v1 /
-/// cgroupfs measurement and refuses to guess elsewhere (skipped locally, a failure under CI, so
-/// a new setup gets measured and recorded here).
+/// the grant SURVIVES both `docker update --cpu-shares` and `runc update --cpu-share`, and the
+/// container's devices.list still holds the hook's `c 10:237 rwm` and `c 10:234 rwm`. Why:
+/// `docker update` reaches `runc update`, and since runc 1.0 `runc update` sets `SkipDevices`
+/// and leaves the device cgroup alone, precisely so that grants made outside the spec survive
+/// (opencontainers/runc#2994, `update.go`). What does wipe a hook-only grant is a re-application
+/// from the spec by another manager: with the systemd cgroup driver, `systemctl daemon-reload`
+/// makes systemd rewrite the device cgroup (v1 rules, or its own v2 program) from the unit's
+/// DeviceAllow= list, which only holds the spec's devices; that is NVIDIA's "Failed to
+/// initialize NVML: Unknown Error". This host has no systemd, so that case cannot run here; the
+/// shim test above shows why the shim is immune to it (the rules are in the spec). This test
+/// pins the v1 / cgroupfs measurement and refuses to guess elsewhere (skipped locally, a failure
+/// under CI, so a new setup gets measured and recorded here).
 #[test]
 fn hook_only_grant_survives_updates_on_cgroup_v1_cgroupfs() {
     if !ready() || !needs_cpu_v1() {
@@ -462,8 +462,8 @@ fn hook_only_grant_survives_updates_on_cgroup_v1_cgroupfs() {
 }
 
 /// The hook-only path with plain runc (no docker), the way `runc` invoked directly uses it: the
-/// same measurement as [`hook_only_grant_survives_updates_on_cgroup_v1_cgroupfs`], by `runc
-/// update` alone.
+/// same measurement as `hook_only_grant_survives_updates_on_cgroup_v1_cgroupfs`, by `runc
+/// update` alone (runc's own cgroupfs driver).
 #[test]
 fn hook_only_grant_survives_runc_update_on_cgroup_v1() {
     if !ready() || !needs_cpu_v1() {
