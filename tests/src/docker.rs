@@ -8,8 +8,10 @@
 //! wait, SIGKILL), kills any runc shim still serving our containerd (by pid), lazily unmounts
 //! everything left under the temp dir, and removes it. Measured here, containerd is up in
 //! ~0.05 s and dockerd answers `docker info` ~1 s after it starts, so a shared engine would save
-//! little and would need a `static`, which Rust never drops (a killed or panicking test binary
-//! would leave daemons behind). Independent engines also let the tests run in parallel.
+//! little and would need a `static`, which Rust never drops: its daemons would outlive the test
+//! binary. Independent engines also let the tests run in parallel. Only a test binary killed by
+//! a signal skips `Drop`; its engines are then the `/tmp/dkXXXXXX` dirs (dockerd's pid is in
+//! `docker.pid` there).
 //!
 //! # What is still shared with the host
 //! Two paths are hard-coded in containerd 1.6 and dockerd 20.10 and cannot be moved; both only
@@ -45,8 +47,9 @@ const START_DEADLINE: Duration = Duration::from_secs(60);
 const STOP_DEADLINE: Duration = Duration::from_secs(30);
 const CLI_DEADLINE: Duration = Duration::from_secs(60);
 
-/// An entry of daemon.json's `runtimes`: docker runs `path runtimeArgs... <runc args>` (dockerd
-/// 20.10 writes a wrapper script under `<data-root>/runtimes/` when there are arguments).
+/// An entry of daemon.json's `runtimes`: docker runs `path runtimeArgs... <runc args>`. dockerd
+/// 20.10 does that with a wrapper script under `<data-root>/runtimes/` that expands the arguments
+/// unquoted, so neither the path nor the arguments may contain spaces.
 #[derive(Debug, Clone)]
 pub struct RuntimeEntry {
     /// The name given to `docker run --runtime=<name>`.
