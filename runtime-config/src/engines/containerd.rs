@@ -194,13 +194,23 @@ impl Containerd {
                     )
                 })?
                 .compile_matcher();
+            let mut names = Vec::new();
+            // The drop-in counts as matched even before it exists: once written, the pattern
+            // imports it, and an explicit entry would import it twice.
+            if self.dropin.parent() == Some(parent)
+                && self
+                    .dropin
+                    .file_name()
+                    .is_some_and(|n| matcher.is_match(Path::new(n)))
+            {
+                names.push(self.dropin.clone());
+            }
             let parent_access = self.paths.access(parent);
-            let entries = match std::fs::read_dir(&parent_access) {
-                Ok(e) => e,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            let entries: Vec<_> = match std::fs::read_dir(&parent_access) {
+                Ok(e) => e.collect(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
                 Err(e) => return Err(RuntimeConfigError::io("list", parent_access, e)),
             };
-            let mut names = Vec::new();
             for e in entries {
                 let e = e.map_err(|err| RuntimeConfigError::io("list", &parent_access, err))?;
                 let name = e.file_name();
@@ -209,6 +219,7 @@ impl Containerd {
                 }
             }
             names.sort();
+            names.dedup();
             out.extend(names);
         }
         Ok(out)
