@@ -105,7 +105,8 @@ impl Common {
     }
 }
 
-fn print_report(report: &ChangeReport, reloaded: bool) {
+/// Prints what changed (or, for a dry run, the diff) and what the engine needs next.
+fn print_report(report: &ChangeReport, will_reload: bool) {
     if report.dry_run {
         print!("{}", report.diff());
         if report.changed() {
@@ -122,22 +123,23 @@ fn print_report(report: &ChangeReport, reloaded: bool) {
     for note in &report.notes {
         println!("note: {note}");
     }
-    if report.changed() {
-        if reloaded {
-            println!("reloaded dockerd (SIGHUP)");
-        } else if let Some(instruction) = report.activation.instruction() {
+    if report.changed() && !will_reload {
+        if let Some(instruction) = report.activation.instruction() {
             println!("{instruction}");
         }
     }
 }
 
+/// Says that dockerd was told to reload.
+fn print_reloaded() {
+    println!("reloaded dockerd (SIGHUP)");
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let (report, reloaded) = match cli.command {
-        Command::Runtime(RuntimeCommand::Configure(args)) => runtime_configure::run(&args)?,
-        Command::Runtime(RuntimeCommand::Unconfigure(args)) => runtime_unconfigure::run(&args)?,
-    };
-    print_report(&report, reloaded);
-    Ok(())
+    match cli.command {
+        Command::Runtime(RuntimeCommand::Configure(args)) => runtime_configure::run(&args),
+        Command::Runtime(RuntimeCommand::Unconfigure(args)) => runtime_unconfigure::run(&args),
+    }
 }
 
 fn main() -> std::process::ExitCode {

@@ -48,8 +48,8 @@ pub struct ConfigureArgs {
     ctr: PathBuf,
 }
 
-/// Runs the subcommand; returns the report and whether dockerd was reloaded.
-pub fn run(args: &ConfigureArgs) -> anyhow::Result<(ChangeReport, bool)> {
+/// Runs the subcommand and prints its report.
+pub fn run(args: &ConfigureArgs) -> anyhow::Result<()> {
     let engine = Engine::from(args.common.runtime);
     check_reload(&args.common, engine)?;
     let mut req = ConfigureRequest::new(engine);
@@ -66,8 +66,7 @@ pub fn run(args: &ConfigureArgs) -> anyhow::Result<(ChangeReport, bool)> {
     req.base_spec = args.base_spec.clone();
     req.ctr_path = args.ctr.clone();
     let report = configure(&req)?;
-    let reloaded = reload_if_asked(&args.common, engine, &report, &req.paths)?;
-    Ok((report, reloaded))
+    finish(&args.common, engine, &report, &req.paths)
 }
 
 /// Refuses `--reload` for engines that cannot reload, before anything is written.
@@ -83,17 +82,19 @@ pub fn check_reload(common: &Common, engine: Engine) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Sends SIGHUP to dockerd when asked and something changed.
-pub fn reload_if_asked(
+/// Prints the report, then sends SIGHUP to dockerd when asked and something changed.
+pub fn finish(
     common: &Common,
     engine: Engine,
     report: &ChangeReport,
     paths: &devinject_runtime_config::HostPaths,
-) -> anyhow::Result<bool> {
-    if !common.reload || report.dry_run || !report.changed() {
-        return Ok(false);
+) -> anyhow::Result<()> {
+    let reload = common.reload && !report.dry_run && report.changed();
+    crate::print_report(report, reload);
+    if reload {
+        check_reload(common, engine)?;
+        reload::reload_dockerd(&paths.access(&common.docker_pidfile))?;
+        crate::print_reloaded();
     }
-    check_reload(common, engine)?;
-    reload::reload_dockerd(&paths.access(&common.docker_pidfile))?;
-    Ok(true)
+    Ok(())
 }

@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 use devinject_runtime_config::request::{DEFAULT_HOOK_PATH, DEFAULT_RUNTIME_NAME};
-use devinject_runtime_config::{unconfigure, ChangeReport, Engine, UnconfigureRequest};
+use devinject_runtime_config::{unconfigure, Engine, UnconfigureRequest};
 
-use crate::runtime_configure::{check_reload, reload_if_asked};
+use crate::runtime_configure::{check_reload, finish};
 use crate::Common;
 
 /// Arguments of `runtime unconfigure`.
@@ -22,8 +22,8 @@ pub struct UnconfigureArgs {
     hook_path: PathBuf,
 }
 
-/// Runs the subcommand; returns the report and whether dockerd was reloaded.
-pub fn run(args: &UnconfigureArgs) -> anyhow::Result<(ChangeReport, bool)> {
+/// Runs the subcommand and prints its report.
+pub fn run(args: &UnconfigureArgs) -> anyhow::Result<()> {
     let engine = Engine::from(args.common.runtime);
     check_reload(&args.common, engine)?;
     let mut req = UnconfigureRequest::new(engine);
@@ -32,6 +32,5 @@ pub fn run(args: &UnconfigureArgs) -> anyhow::Result<(ChangeReport, bool)> {
     req.runtime_name = args.runtime_name.clone();
     req.hook_path = args.hook_path.clone();
     let report = unconfigure(&req)?;
-    let reloaded = reload_if_asked(&args.common, engine, &report, &req.paths)?;
-    Ok((report, reloaded))
+    finish(&args.common, engine, &report, &req.paths)
 }
