@@ -1,1 +1,17 @@
-//! Placeholder; see the crate description.
+//! Test harness for devinject's integration tests against real runtimes.
+//!
+//! - [`skip`]: tests that need root or a daemon skip with a printed reason locally, and fail under
+//!   `CI=true`.
+//! - [`bins`]: where the built devinject binaries are.
+//! - [`rootfs`]: a busybox rootfs (plus the host's static `ldconfig` so `ldconfig -p` works).
+//! - [`sim`]: a simulated `demo` accelerator host: mknod'ed nodes under a dev root and a real
+//!   `libdemo.so.1` under a driver root.
+//! - [`runc`]: OCI bundles with the hook wired in, run by the real `runc`.
+//! - [`probe`]: the in-container probe and the parser for its report.
+
+pub mod bins;
+pub mod probe;
+pub mod rootfs;
+pub mod runc;
+pub mod sim;
+pub mod skip;

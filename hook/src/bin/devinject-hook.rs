@@ -1,0 +1,97 @@
+//! `devinject-hook`: the OCI prestart / createRuntime hook.
+//!
+//! Usage, with the OCI state on stdin:
+//! - `devinject-hook [--config FILE]`: inject what the container asked for (hook-only mode);
+//! - `devinject-hook [--config FILE] finish [--link PATH=TARGET]... [--ldcache-dir DIR]...`:
+//!   the step the runtime shim wires in for soname links and the linker cache.
+//!
+//! Exit codes are documented in `devinject_hook::exit::ExitCode` and docs/hook.md.
+
+use std::path::PathBuf;
+use std::process::ExitCode as ProcessExit;
+
+use devinject_hook::config::HostConfig;
+use devinject_hook::exit::{describe, ExitCode};
+use devinject_hook::finish::FinishArgs;
+
+const USAGE: &str = "usage: devinject-hook [--config FILE] [finish [--link PATH=TARGET]... [--ldcache-dir DIR]...]   (OCI state on stdin)";
+
+fn exit(code: ExitCode) -> ProcessExit {
+    ProcessExit::from(code.code())
+}
+
+fn main() -> ProcessExit {
+    // Parsed by hand: the hook runs for every container and must start fast and small.
+    let args: Vec<String> = match std::env::args_os()
+        .skip(1)
+        .map(|a| a.into_string())
+        .collect()
+    {
+        Ok(a) => a,
+        Err(_) => {
+            eprintln!("devinject: arguments must be UTF-8\n{USAGE}");
+            return exit(ExitCode::Usage);
+        }
+    };
+    let mut config_path: Option<PathBuf> = None;
+    let mut rest = args.as_slice();
+    loop {
+        match rest {
+            [flag, value, tail @ ..] if flag == "--config" => {
+                config_path = Some(PathBuf::from(value));
+                rest = tail;
+            }
+            [flag] if flag == "--version" => {
+                println!("devinject-hook {}", env!("CARGO_PKG_VERSION"));
+                return ProcessExit::SUCCESS;
+            }
+            _ => break,
+        }
+    }
+    let finish = match rest {
+        [] => None,
+        [cmd, tail @ ..] if cmd == "finish" => match FinishArgs::parse(tail) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!("devinject: {e}\n{USAGE}");
+                return exit(ExitCode::Usage);
+            }
+        },
+        _ => {
+            eprintln!("{USAGE}");
+            return exit(ExitCode::Usage);
+        }
+    };
+    let config = match HostConfig::load(config_path.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("devinject: {e}");
+            return exit(ExitCode::Config);
+        }
+    };
+    init_logging(&config.log_level);
+    let stdin = std::io::stdin().lock();
+    let result = match &finish {
+        Some(f) => devinject_hook::finish::finish(&config, f, stdin).map(drop),
+        None => devinject_hook::run::run(&config, stdin).map(drop),
+    };
+    match result {
+        Ok(()) => ProcessExit::SUCCESS,
+        Err(e) => {
+            eprintln!("devinject: {}", describe(&e));
+            exit(e.exit_code())
+        }
+    }
+}
+
+fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // A plain writer on stderr: no background thread (the hook forks and joins namespaces).
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .init();
+}
