@@ -285,8 +285,8 @@ fn containerd_hook_mode_runs_ctr_for_the_default_spec() {
             .expect("spec");
     assert_eq!(spec["root"]["path"], "rootfs");
     assert_eq!(
-        spec["hooks"]["createRuntime"][0]["args"][1],
-        "createRuntime"
+        spec["hooks"]["createRuntime"][0]["args"],
+        serde_json::json!(["devinject-hook"])
     );
 
     // A failing ctr is reported as such, and nothing is written.
