@@ -21,6 +21,7 @@
 //! the diffs. See `docs/runtime-config.md` for the resulting configuration of each engine.
 
 pub mod atomic_write;
+pub mod cdi;
 pub mod diff;
 pub mod engines;
 pub mod error;
