@@ -28,6 +28,7 @@ pub mod diff;
 pub mod engines;
 pub mod error;
 pub mod load;
+pub mod lock;
 pub mod reload;
 pub mod report;
 pub mod request;
