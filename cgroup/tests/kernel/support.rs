@@ -31,7 +31,7 @@ pub fn skip(test: &str, reason: &str) -> bool {
     false
 }
 
-fn unique(prefix: &str) -> String {
+pub fn unique(prefix: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     format!(
         "{prefix}-{}-{}",
@@ -57,31 +57,37 @@ pub fn private_mount_namespace() {
 
 /// A file system mounted in the private namespace, unmounted on drop.
 pub struct Mounted {
-    dir: tempfile::TempDir,
+    path: PathBuf,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Mounted {
+    /// Mounts on a new temporary directory.
     pub fn new(fstype: &str, data: Option<&str>) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        mount(
-            Some(fstype),
-            dir.path(),
-            Some(fstype),
-            MsFlags::empty(),
-            data,
-        )
-        .unwrap_or_else(|e| panic!("mount -t {fstype} at {}: {e}", dir.path().display()));
-        Self { dir }
+        let mut mounted = Self::at(dir.path(), fstype, data);
+        mounted._dir = Some(dir);
+        mounted
+    }
+
+    /// Mounts over `path`.
+    pub fn at(path: &Path, fstype: &str, data: Option<&str>) -> Self {
+        mount(Some(fstype), path, Some(fstype), MsFlags::empty(), data)
+            .unwrap_or_else(|e| panic!("mount -t {fstype} at {}: {e}", path.display()));
+        Self {
+            path: path.to_owned(),
+            _dir: None,
+        }
     }
 
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        &self.path
     }
 }
 
 impl Drop for Mounted {
     fn drop(&mut self) {
-        let _ = umount2(self.dir.path(), MntFlags::MNT_DETACH);
+        let _ = umount2(&self.path, MntFlags::MNT_DETACH);
     }
 }
 
