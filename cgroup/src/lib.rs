@@ -123,6 +123,15 @@ fn grant_with<K: Kernel>(
         info!(cgroup = %dir.display(), rules = rules.len(), "devices.allow written");
     }
     let v2 = match &found.v2 {
+        Some(dir) if found.v2_is_root => {
+            info!(
+                cgroup = %dir.display(),
+                "process is in the root cgroup v2; device programs there are not changed"
+            );
+            V2Outcome::RootCgroup {
+                cgroup: dir.clone(),
+            }
+        }
         Some(dir) => v2::grant(kernel, dir, rules)?,
         None => V2Outcome::NotMounted,
     };
@@ -228,6 +237,32 @@ mod tests {
         assert!(report.v1.is_some());
         assert!(matches!(report.v2, V2Outcome::NoProgramAttached { .. }));
         assert!(k.attached.is_empty());
+    }
+
+    #[test]
+    fn root_cgroup_v2_programs_are_never_changed() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let opts = proc_tree(tmp.path(), true, true);
+        fs::write(
+            tmp.path().join("proc/42/cgroup"),
+            "11:devices:/system.slice/docker-abc.scope\n0::/\n",
+        )
+        .expect("write");
+        let mut k = FakeKernel::new().with_program(7, runtime_program(), true);
+        let report = grant_with(&mut k, 42, &rules(&["c 1:9 rw"]), &opts).expect("ok");
+        assert_eq!(
+            report.v2,
+            V2Outcome::RootCgroup {
+                cgroup: tmp.path().join("unified")
+            }
+        );
+        assert!(report.v1.is_some());
+        assert!(
+            !k.calls.iter().any(|c| !matches!(c, Call::AllowV1(..))),
+            "{:?}",
+            k.calls
+        );
+        assert_eq!(k.attached, vec![7]);
     }
 
     #[test]
