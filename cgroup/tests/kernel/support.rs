@@ -148,9 +148,14 @@ impl TestCgroup {
 
     /// Loads a runc-shaped program allowing `rules` and attaches it like runc does.
     pub fn attach_runtime_program(&self, rules: &[DeviceRule]) -> u32 {
+        self.attach_runtime_program_with_flags(rules, F_ALLOW_MULTI)
+    }
+
+    /// Loads a runc-shaped program allowing `rules` and attaches it with `flags`.
+    pub fn attach_runtime_program_with_flags(&self, rules: &[DeviceRule], flags: u32) -> u32 {
         let program = DeviceProgram::load(&runc_like(rules), "runc_like").expect("load");
         let cgroup = CgroupDir::open(&self.dir).expect("open cgroup");
-        program.attach(&cgroup, F_ALLOW_MULTI).expect("attach");
+        program.attach(&cgroup, flags).expect("attach");
         program.id()
     }
 }
