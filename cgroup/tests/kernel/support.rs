@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use devinject_cgroup::ebpf::program::F_ALLOW_MULTI;
 use devinject_cgroup::ebpf::{CgroupDir, DeviceProgram, Insn, Reg};
-use devinject_cgroup::locate::container_cgroups;
 use devinject_cgroup::{CgroupOptions, DeviceRule};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sched::{unshare, CloneFlags};
@@ -172,10 +171,29 @@ impl Drop for TestCgroup {
     }
 }
 
-/// The v1 devices cgroup directory of this process, if the hierarchy is mounted.
+/// The v1 devices cgroup directory of this process, if the hierarchy is mounted. (Not via
+/// the library's `locate`, which by design ignores the root devices cgroup.)
 pub fn own_v1_devices_dir() -> Option<PathBuf> {
-    let pid = i32::try_from(std::process::id()).expect("pid fits i32");
-    container_cgroups(Path::new("/proc"), pid).ok()?.v1_devices
+    let cgroups = fs::read_to_string("/proc/self/cgroup").expect("read /proc/self/cgroup");
+    let path = cgroups.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        controllers
+            .split(',')
+            .any(|c| c == "devices")
+            .then(|| path.to_owned())
+    })?;
+    let mounts = fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
+    mounts.lines().rev().find_map(|line| {
+        let (before, after) = line.split_once(" - ")?;
+        let before: Vec<&str> = before.split(' ').collect();
+        let after: Vec<&str> = after.split(' ').collect();
+        let is_devices =
+            after.first() == Some(&"cgroup") && after.get(2)?.split(',').any(|o| o == "devices");
+        let relative = Path::new(&path).strip_prefix(before.get(3)?).ok()?;
+        let dir = Path::new(before.get(4)?).join(relative);
+        (is_devices && dir.is_dir()).then_some(dir)
+    })
 }
 
 /// A cgroup2 mount in the private namespace and this thread's cgroup inside it.
