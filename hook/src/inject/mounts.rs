@@ -171,6 +171,6 @@ pub fn attach(
     }
 }
 
-fn fd_path(fd: &OwnedFd) -> PathBuf {
+pub(crate) fn fd_path(fd: &OwnedFd) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
