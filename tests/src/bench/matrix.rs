@@ -134,22 +134,26 @@ fn row(opts: &Options, dir: &Path, setup: &Setup, host: &BenchHost) -> Result<Ma
     })
 }
 
-/// Starts `case` once with the probe and checks every node and library (and, for the hook and
-/// the shim, the linker cache).
+/// The library paths the probe checks: each library file and its soname link.
+pub fn probe_libs(host: &BenchHost) -> Vec<String> {
+    let mut libs = Vec::new();
+    for l in &host.libs {
+        libs.push(format!("/usr/lib/{}", l.file_name));
+        libs.push(format!("/usr/lib/{}", l.soname));
+    }
+    libs
+}
+
+/// Starts `case` once with the probe and checks what it reports.
 fn verify(case: &Case, host: &BenchHost) -> Result<()> {
     let nodes: Vec<&str> = host
         .nodes
         .iter()
         .map(|n| n.container_path.as_str())
         .collect();
-    let mut libs: Vec<String> = Vec::new();
-    for l in &host.libs {
-        libs.push(format!("/usr/lib/{}", l.file_name));
-        libs.push(format!("/usr/lib/{}", l.soname));
-    }
+    let libs = probe_libs(host);
     let lib_refs: Vec<&str> = libs.iter().map(String::as_str).collect();
     let out = case.run_args(&container_id("verify"), &probe_args(&nodes, &lib_refs))?;
-    let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         bail!(
             "{}: probe container failed: {}",
@@ -157,31 +161,39 @@ fn verify(case: &Case, host: &BenchHost) -> Result<()> {
             crate::runc::describe(&out)
         );
     }
-    let report = Report::parse(&text);
+    let injected = case.variant != Variant::Native;
+    check_probe(
+        case.variant.name(),
+        &String::from_utf8_lossy(&out.stdout),
+        host,
+        injected,
+    )
+}
+
+/// Checks a probe report: every node with its numbers, every library mounted read-only, and
+/// when devinject `injected` them, every soname linked and in the linker cache.
+pub fn check_probe(name: &str, stdout: &str, host: &BenchHost, injected: bool) -> Result<()> {
+    let report = Report::parse(stdout);
     for n in &host.nodes {
         let r = report.nodes.get(&n.container_path);
         ensure!(
             r.is_some_and(|r| r.kind == "c" && r.major == super::host::MAJOR && r.minor == n.minor),
-            "{}: node {} wrong or missing: {r:?}",
-            case.variant.name(),
+            "{name}: node {} wrong or missing: {r:?}",
             n.container_path
         );
     }
-    let injected = case.variant != Variant::Native;
     for l in &host.libs {
         let file = report.libs.get(&format!("/usr/lib/{}", l.file_name));
         ensure!(
             file.is_some_and(|r| r.present && r.read_only),
-            "{}: library {} not mounted read-only: {file:?}",
-            case.variant.name(),
+            "{name}: library {} not mounted read-only: {file:?}",
             l.file_name
         );
         if injected {
             let link = report.libs.get(&format!("/usr/lib/{}", l.soname));
             ensure!(
                 link.is_some_and(|r| r.present && r.in_ldcache),
-                "{}: soname {} not linked or not in the linker cache: {link:?}",
-                case.variant.name(),
+                "{name}: soname {} not linked or not in the linker cache: {link:?}",
                 l.soname
             );
         }

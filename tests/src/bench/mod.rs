@@ -62,6 +62,10 @@ pub struct Options {
     pub devices: Vec<usize>,
     /// Library counts of row 1.
     pub libraries: Vec<usize>,
+    /// Devices in the docker row.
+    pub docker_devices: usize,
+    /// Libraries in the docker row.
+    pub docker_libraries: usize,
     /// Devices on the discovery host.
     pub discovery_devices: usize,
     /// Libraries on the discovery host.
@@ -102,6 +106,8 @@ pub fn run(opts: &Options) -> Result<Report> {
         hook: existing(opts.bin_dir.join("devinject-hook"))?,
         shim: existing(opts.bin_dir.join("devinject-runtime"))?,
         bench: std::env::current_exe().context("current exe")?,
+        hook_only_runtime: Some(opts.bin_dir.join("devinject-hook-only-runtime"))
+            .filter(|p| p.is_file()),
     };
     let mut report = Report {
         env: environment(opts)?,
@@ -114,7 +120,8 @@ pub fn run(opts: &Options) -> Result<Report> {
     };
     let factory = HostFactory::new(&dir.join("hosts"))?;
     if opts.parts.contains(&Part::Start) {
-        report.matrix = matrix::measure(opts, &dir.join("start"), &setup, &factory)?;
+        let dir = setup.scratch.bundles.join("start");
+        report.matrix = matrix::measure(opts, &dir, &setup, &factory)?;
     }
     if opts.parts.contains(&Part::PassThrough) {
         let host = factory.host(1, 0)?;
@@ -126,7 +133,8 @@ pub fn run(opts: &Options) -> Result<Report> {
         )?);
     }
     if opts.parts.contains(&Part::Docker) {
-        report.docker = Some(docker::measure());
+        let host = factory.host(opts.docker_devices, opts.docker_libraries)?;
+        report.docker = Some(docker::measure(opts, &host, &setup.bins));
     }
     if opts.parts.contains(&Part::Discovery) {
         let host = factory.host(opts.discovery_devices, opts.discovery_libraries)?;

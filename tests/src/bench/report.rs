@@ -94,7 +94,7 @@ impl Report {
         );
         let _ = writeln!(
             o,
-            "- each start on a fresh overlay rootfs, upper layer on {}; runc state on tmpfs",
+            "- each start on a fresh overlay rootfs, upper layer on {}; bundles and runc state on tmpfs",
             e.layers
         );
         let _ = writeln!(
@@ -142,10 +142,33 @@ impl Report {
             );
         }
         if let Some(d) = &self.docker {
-            let _ = writeln!(o, "### 3. `docker run`\n");
+            let _ = writeln!(
+                o,
+                "### 3. `docker run --rm` of `/bin/true` (private dockerd)\n"
+            );
             match d {
                 DockerRow::NotMeasured(why) => {
                     let _ = writeln!(o, "{why}\n");
+                }
+                DockerRow::Measured(f) => {
+                    let _ = writeln!(
+                        o,
+                        "| N | L | --device + -v :ro | --runtime=devinject | shim/native | hook-only runtime | hook/native |"
+                    );
+                    let _ = writeln!(o, "|---|---|---|---|---|---|---|");
+                    let (hook, hook_ratio) = match &f.hook {
+                        Some(h) => (h.ms().to_string(), ratio(h.ratio_to(&f.native))),
+                        None => ("not built".into(), "–".into()),
+                    };
+                    let _ = writeln!(
+                        o,
+                        "| {} | {} | {} | {} | {} | {hook} | {hook_ratio} |\n",
+                        f.devices,
+                        f.libraries,
+                        f.native.ms(),
+                        f.shim.ms(),
+                        ratio(f.shim.ratio_to(&f.native)),
+                    );
                 }
             }
         }

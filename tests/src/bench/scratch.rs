@@ -1,12 +1,13 @@
-//! Where containers' writable layers and runc's state live during the benchmark.
+//! Where containers' writable layers, bundles and runc's state live during the benchmark.
 //!
-//! On a node, runc's state is on a tmpfs (`/run`) and overlay upper layers are on the engine's
-//! disk. The benchmark mounts both afresh for each run, so that what else the machine's root
+//! On a node, bundles and runc's state are on a tmpfs (`/run/containerd/io.containerd.runtime.v2.task`,
+//! `/run/docker/runtime-runc`; CRI-O's `/run/containers`) and overlay upper layers are on the
+//! engine's disk. The benchmark mounts both afresh for each run, so that what else the machine's root
 //! filesystem is going through (other builds creating and deleting files) does not show up in
 //! the figures: ext4 skips recently deleted inodes when it allocates, and with heavy churn that
 //! made each created file cost ~0.4 ms of kernel time (perf: `recently_deleted` under
 //! `find_inode_bit`).
-//! - runc state: a small tmpfs.
+//! - bundles and runc state: a small tmpfs.
 //! - layers: by default a new ext4 filesystem on a sparse loop image (real journal, real
 //!   `fsync`), or a tmpfs, or a plain directory of the work dir.
 
@@ -45,6 +46,8 @@ pub struct Scratch {
     pub layers: PathBuf,
     /// runc's `--root`.
     pub runc_root: PathBuf,
+    /// Where bundles go.
+    pub bundles: PathBuf,
     mounts: Vec<PathBuf>,
     image: Option<PathBuf>,
 }
@@ -52,16 +55,20 @@ pub struct Scratch {
 impl Scratch {
     /// Mounts the scratch filesystems under `dir`.
     pub fn create(dir: &Path, fs: LayerFs) -> Result<Self> {
+        let run_dir = dir.join("run");
         let mut s = Self {
             layers: dir.join("layers"),
-            runc_root: dir.join("runc"),
+            runc_root: run_dir.join("runc"),
+            bundles: run_dir.join("bundles"),
             mounts: Vec::new(),
             image: None,
         };
         std::fs::create_dir_all(&s.layers)?;
+        std::fs::create_dir_all(&run_dir)?;
+        tmpfs(&run_dir, "size=256m")?;
+        s.mounts.push(run_dir);
         std::fs::create_dir_all(&s.runc_root)?;
-        tmpfs(&s.runc_root, "size=64m")?;
-        s.mounts.push(s.runc_root.clone());
+        std::fs::create_dir_all(&s.bundles)?;
         match fs {
             LayerFs::Dir => {}
             LayerFs::Tmpfs => {

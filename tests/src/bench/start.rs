@@ -78,6 +78,8 @@ pub struct Binaries {
     pub shim: PathBuf,
     /// This benchmark binary, for `time`.
     pub bench: PathBuf,
+    /// The hook-only wrapper runtime (a test fixture), when built.
+    pub hook_only_runtime: Option<PathBuf>,
 }
 
 /// What every case of one benchmark run shares.

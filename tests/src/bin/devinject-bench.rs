@@ -40,6 +40,12 @@ struct RunArgs {
     /// Library counts for row 1.
     #[arg(long, value_delimiter = ',', default_value = "0,16,64")]
     libraries: Vec<usize>,
+    /// Devices in the docker row.
+    #[arg(long, default_value_t = 8)]
+    docker_devices: usize,
+    /// Libraries in the docker row.
+    #[arg(long, default_value_t = 64)]
+    docker_libraries: usize,
     /// Devices on the host of the discovery row.
     #[arg(long, default_value_t = 256)]
     discovery_devices: usize,
@@ -140,6 +146,8 @@ fn main() -> ExitCode {
         warmup: a.warmup,
         devices: a.devices,
         libraries: a.libraries,
+        docker_devices: a.docker_devices,
+        docker_libraries: a.docker_libraries,
         discovery_devices: a.discovery_devices,
         discovery_libraries: a.discovery_libraries,
         parts: a.only.into_iter().map(Part::from).collect(),
