@@ -5,8 +5,11 @@
 # benchmark when it is part of the build. Run it on a quiet machine: figures are wall times.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh bench
+scripts/install-deps.sh test
 cargo build --release --workspace --bins --quiet
+case " $* " in
+  *" --help "* | *" -h "*) exec target/release/devinject-bench "$@" ;;
+esac
 echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs" >&2
 target/release/devinject-bench "$@"
 

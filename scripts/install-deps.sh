@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the host packages devinject's demo and tests use, only those missing.
-# Usage: scripts/install-deps.sh [demo|bench|test]   (default: test; demo and bench need the same)
+# Usage: scripts/install-deps.sh [demo|test]   (default: test; the benchmark needs the test set)
 set -euo pipefail
-want=(runc busybox-static gcc)
+want=(runc busybox-static gcc e2fsprogs)
 if [ "${1:-test}" = test ]; then
   want+=(containerd docker.io crun protobuf-compiler iproute2)
 fi
