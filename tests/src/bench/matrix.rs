@@ -49,6 +49,9 @@ pub struct PassThrough {
     pub runc: Samples,
     /// The same through the shim.
     pub shim: Samples,
+    /// Plain `runc run` again, from a second bundle: the A/A ratio shows what difference the
+    /// machine's noise alone makes.
+    pub runc_again: Samples,
 }
 
 /// Runs row 1 for every (N, L) in `opts`.
@@ -221,14 +224,22 @@ pub fn pass_through(
         setup,
         host,
     )?;
-    let (mut a, mut b) = (Samples::default(), Samples::default());
+    let again = Case::new(Variant::Plain, &dir.join("runc-again"), setup, host)?;
+    let cases = [&runc, &shim, &again];
+    let mut samples = vec![Samples::default(); cases.len()];
     for round in 0..opts.warmup + opts.runs {
-        let ta = runc.start(&container_id("bench"))?;
-        let tb = shim.start(&container_id("bench"))?;
-        if round >= opts.warmup {
-            a.push(ta);
-            b.push(tb);
+        for (c, s) in cases.iter().zip(samples.iter_mut()) {
+            let t = c.start(&container_id("bench"))?;
+            if round >= opts.warmup {
+                s.push(t);
+            }
         }
     }
-    Ok(PassThrough { runc: a, shim: b })
+    let mut it = samples.into_iter();
+    let mut next = || it.next().expect("one sample set per case");
+    Ok(PassThrough {
+        runc: next(),
+        shim: next(),
+        runc_again: next(),
+    })
 }

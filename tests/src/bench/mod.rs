@@ -174,7 +174,18 @@ fn environment(opts: &Options) -> Result<Environment> {
         layers: opts.layer_fs.describe().to_owned(),
         runs: opts.runs,
         warmup: opts.warmup,
+        nice: nice(),
     })
+}
+
+/// This process's nice value (field 19 of `/proc/self/stat`).
+fn nice() -> i32 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The command name, field 2, may hold spaces: count fields after its closing parenthesis.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(16))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The first three fields of `/proc/loadavg`.

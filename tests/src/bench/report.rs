@@ -28,6 +28,8 @@ pub struct Environment {
     pub runs: usize,
     /// Untimed warm-up runs per figure.
     pub warmup: usize,
+    /// The benchmark's nice value (its children inherit it).
+    pub nice: i32,
 }
 
 /// Everything one benchmark run measured.
@@ -84,8 +86,8 @@ impl Report {
         let _ = writeln!(o, "- command: `{}`", e.command);
         let _ = writeln!(
             o,
-            "- kernel {}, {}, {} CPUs; {} timed runs per figure after {} warm-up runs",
-            e.kernel, e.runc, e.cpus, e.runs, e.warmup
+            "- kernel {}, {}, {} CPUs; {} timed runs per figure after {} warm-up runs; nice {}",
+            e.kernel, e.runc, e.cpus, e.runs, e.warmup, e.nice
         );
         let _ = writeln!(
             o,
@@ -132,13 +134,18 @@ impl Report {
         }
         if let Some(p) = &self.pass_through {
             let _ = writeln!(o, "### 2. The shim on a container that asks for nothing\n");
-            let _ = writeln!(o, "| runc | shim | shim/runc |\n|---|---|---|");
             let _ = writeln!(
                 o,
-                "| {} | {} | {} |\n",
+                "| runc | shim | shim/runc | runc again (A/A) | A/A ratio |\n|---|---|---|---|---|"
+            );
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} | {} |\n",
                 p.runc.ms(),
                 p.shim.ms(),
-                ratio(p.shim.ratio_to(&p.runc))
+                ratio(p.shim.ratio_to(&p.runc)),
+                p.runc_again.ms(),
+                ratio(p.runc_again.ratio_to(&p.runc)),
             );
         }
         if let Some(d) = &self.docker {
