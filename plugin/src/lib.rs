@@ -1,1 +1,3 @@
-//! Placeholder; see the crate description.
+//! Kubernetes device plugin driven by devinject profiles.
+
+pub mod api;
