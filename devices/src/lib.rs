@@ -1,1 +1,41 @@
-//! Placeholder; see the crate description.
+//! Device profiles, discovery, request parsing and the injection planner.
+//!
+//! Everything devinject does starts from a [`profile::Profile`]: one TOML file per device kind
+//! that says how to find the devices on a host and what a container needs to use them. The parts
+//! connect like this:
+//!
+//! 1. [`profile`] loads and validates profiles (strict TOML, every mistake names file and key);
+//!    [`profile_set`] loads a directory of them.
+//! 2. [`discovery`] finds the profile's devices under a [`roots::HostRoots`] (device nodes from
+//!    globs under the dev root, stable ids and NUMA nodes from sysfs) and its control nodes.
+//! 3. [`host_files`] resolves the profile's libraries, binaries and other files on the host.
+//! 4. [`request`] parses what a container asked for (`all`, `none`, `void`, a list of ids or
+//!    indices) and selects devices from the inventory.
+//! 5. [`planner`] turns all of that into a [`plan::Plan`]: a list of container edits in the shape
+//!    of a CDI spec (device nodes, mounts, env, cgroup rules, hooks). The planner is pure.
+//!
+//! The hook applies a plan inside the container's mount namespace, the runtime shim writes it into
+//! `config.json`, and the CDI exporter writes it as a CDI spec.
+
+pub mod discovery;
+mod elf_soname;
+pub mod host_files;
+pub mod names;
+pub mod node;
+pub mod plan;
+pub mod planner;
+pub mod profile;
+pub mod profile_set;
+pub mod request;
+pub mod roots;
+
+pub use discovery::{discover, Device, DiscoveryError, Inventory};
+pub use host_files::{resolve_host_files, HostFiles, ResolveError};
+pub use names::{DeviceId, NameError, ProfileName, ResourceName};
+pub use node::{DeviceNode, NodeKind};
+pub use plan::{CgroupRule, ContainerEdits, HookAction, Mount, Plan, Symlink};
+pub use planner::{plan, ContainerLayout, PlanError, PlanInput};
+pub use profile::{AllocateMode, Profile, ProfileError};
+pub use profile_set::ProfileSet;
+pub use request::{Request, RequestError, Selection};
+pub use roots::HostRoots;

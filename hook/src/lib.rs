@@ -1,1 +1,21 @@
-//! Placeholder; see the crate description.
+//! The OCI hook (namespace applier) and the runtime shim (spec applier).
+//!
+//! - [`config`]: the host configuration (`/etc/devinject/config.toml`).
+//! - [`oci`]: the OCI state and the parts of `config.json` we read, size-bounded.
+//! - [`prepare`]: a container's requests → one merged plan (shared by hook and shim).
+//! - [`inject`]: applying a plan inside the container's mount namespace, safely against a hostile
+//!   rootfs ([`inject::rootfs`]), then [`cgroup_rules`] for the device cgroup.
+//! - [`run`]: one hook invocation; [`error`] and [`exit`] map failures to documented exit codes.
+//!
+//! All unsafe code is in the private `sys` module.
+
+pub mod cgroup_rules;
+pub mod config;
+pub mod error;
+pub mod exit;
+pub mod inject;
+pub mod oci;
+pub mod prepare;
+pub mod run;
+#[allow(unsafe_code)]
+mod sys;

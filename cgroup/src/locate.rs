@@ -1,0 +1,404 @@
+//! Finding a process's device cgroups from `/proc`.
+//!
+//! `/proc/<pid>/cgroup` names the cgroup per hierarchy (`5:devices:/docker/<id>` for the v1
+//! devices controller, `0::/system.slice/docker-<id>.scope` for cgroup v2), relative to the
+//! reader's cgroup namespace. `/proc/self/mountinfo` says where each hierarchy is mounted
+//! in the reader's mount namespace and which subtree of it (the root field). The directory
+//! is `<mount point>/<cgroup path minus mount root>`; the last matching mount wins (later
+//! mounts shadow earlier ones), and it must exist. cgroupfs-style (`/docker/<id>`) and
+//! systemd-style (`/system.slice/docker-<id>.scope`) paths arrive already resolved, so both
+//! need no special handling.
+
+use std::fs;
+use std::path::{Component, Path, PathBuf};
+
+use crate::error::{CgroupError, Result};
+
+/// The device cgroup directories of one process, as seen from this process.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ContainerCgroups {
+    /// The v1 `devices` controller directory, when the process is in such a hierarchy.
+    pub v1_devices: Option<PathBuf>,
+    /// The cgroup v2 directory, when a cgroup2 file system is mounted.
+    pub v2: Option<PathBuf>,
+}
+
+/// Locates the device cgroups of `pid`, reading `<proc_root>/<pid>/cgroup` and
+/// `<proc_root>/self/mountinfo`.
+pub fn container_cgroups(proc_root: &Path, pid: i32) -> Result<ContainerCgroups> {
+    if pid <= 0 {
+        return Err(CgroupError::InvalidPid { pid });
+    }
+    let cgroup_file = proc_root.join(pid.to_string()).join("cgroup");
+    let mountinfo_file = proc_root.join("self").join("mountinfo");
+    let entries = parse_proc_cgroup(&cgroup_file, &read(&cgroup_file)?)?;
+    let mounts = parse_mountinfo(&mountinfo_file, &read(&mountinfo_file)?)?;
+
+    let unreachable = |hierarchy, cgroup: &str| CgroupError::Unreachable {
+        pid,
+        hierarchy,
+        cgroup: cgroup.to_owned(),
+        mountinfo: mountinfo_file.clone(),
+    };
+
+    let mut found = ContainerCgroups::default();
+
+    if let Some(entry) = entries
+        .iter()
+        .find(|e| e.hierarchy != 0 && e.controllers.iter().any(|c| c == "devices"))
+    {
+        let dir = resolve(&mounts, &entry.path, |m| {
+            m.fstype == "cgroup" && m.super_options.split(',').any(|o| o == "devices")
+        })
+        .ok_or_else(|| unreachable("devices (cgroup v1)", &entry.path))?;
+        found.v1_devices = Some(dir);
+    }
+
+    let v2_mounted = mounts.iter().any(|m| m.fstype == "cgroup2");
+    if let Some(entry) = entries
+        .iter()
+        .find(|e| e.hierarchy == 0 && e.controllers.is_empty())
+    {
+        if v2_mounted {
+            let dir = resolve(&mounts, &entry.path, |m| m.fstype == "cgroup2")
+                .ok_or_else(|| unreachable("cgroup v2", &entry.path))?;
+            found.v2 = Some(dir);
+        }
+    }
+    Ok(found)
+}
+
+fn read(path: &Path) -> Result<String> {
+    fs::read_to_string(path).map_err(|source| CgroupError::ReadProc {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// One line of `/proc/<pid>/cgroup`: `hierarchy-ID:controller-list:cgroup-path`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct CgroupEntry {
+    hierarchy: u32,
+    controllers: Vec<String>,
+    path: String,
+}
+
+fn parse_proc_cgroup(file: &Path, text: &str) -> Result<Vec<CgroupEntry>> {
+    let mut entries = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        let malformed = || CgroupError::MalformedProc {
+            path: file.to_owned(),
+            line: i + 1,
+            text: line.to_owned(),
+        };
+        // The path may itself contain ':', so split only twice.
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(malformed());
+        };
+        let hierarchy = id.parse().map_err(|_| malformed())?;
+        let controllers = controllers
+            .split(',')
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned)
+            .collect();
+        entries.push(CgroupEntry {
+            hierarchy,
+            controllers,
+            path: path.to_owned(),
+        });
+    }
+    Ok(entries)
+}
+
+/// The fields of one mountinfo line that matter here (proc(5)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Mount {
+    root: String,
+    mount_point: PathBuf,
+    fstype: String,
+    super_options: String,
+}
+
+fn parse_mountinfo(file: &Path, text: &str) -> Result<Vec<Mount>> {
+    let mut mounts = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        let malformed = || CgroupError::MalformedProc {
+            path: file.to_owned(),
+            line: i + 1,
+            text: line.to_owned(),
+        };
+        // 36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
+        let (before, after) = line.split_once(" - ").ok_or_else(malformed)?;
+        let before: Vec<&str> = before.split(' ').collect();
+        let after: Vec<&str> = after.split(' ').collect();
+        if before.len() < 6 || after.len() < 3 {
+            return Err(malformed());
+        }
+        mounts.push(Mount {
+            root: unescape(before[3]),
+            mount_point: PathBuf::from(unescape(before[4])),
+            fstype: after[0].to_owned(),
+            super_options: after[2].to_owned(),
+        });
+    }
+    Ok(mounts)
+}
+
+/// Undoes mountinfo's octal escapes (`\040` space, `\011` tab, `\012` newline, `\134` `\`).
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        if let (b'\\', Some(digits)) = (bytes[i], octal) {
+            let value = digits
+                .iter()
+                .fold(0u32, |acc, b| acc * 8 + u32::from(b - b'0'));
+            if let Ok(byte) = u8::try_from(value) {
+                out.push(byte);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The directory for `cgroup` under the last mount that `matches`, contains it and exists.
+fn resolve(mounts: &[Mount], cgroup: &str, matches: impl Fn(&Mount) -> bool) -> Option<PathBuf> {
+    let cgroup = Path::new(cgroup);
+    // A path with `..` lies outside our cgroup namespace: no mount of ours reaches it.
+    if !cgroup.is_absolute() || cgroup.components().any(|c| c == Component::ParentDir) {
+        return None;
+    }
+    mounts.iter().rev().filter(|m| matches(m)).find_map(|m| {
+        let relative = cgroup.strip_prefix(&m.root).ok()?;
+        let dir = if relative.as_os_str().is_empty() {
+            m.mount_point.clone()
+        } else {
+            m.mount_point.join(relative)
+        };
+        dir.is_dir().then_some(dir)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID_MOUNTS: &str = "\
+22 1 254:1 / / rw,relatime shared:1 - ext4 /dev/vda rw
+31 23 0:28 / {ROOT}/sys/fs/cgroup ro,nosuid shared:9 - tmpfs tmpfs ro,mode=755
+36 31 0:33 / {ROOT}/sys/fs/cgroup/devices rw,nosuid shared:14 - cgroup cgroup rw,devices
+37 31 0:34 / {ROOT}/sys/fs/cgroup/cpu,cpuacct rw shared:15 - cgroup cgroup rw,cpu,cpuacct
+41 31 0:38 / {ROOT}/sys/fs/cgroup/unified rw,nosuid shared:19 - cgroup2 cgroup2 rw,nsdelegate
+";
+
+    /// A fake proc tree plus cgroup directories under one temp dir.
+    struct Tree {
+        dir: tempfile::TempDir,
+    }
+
+    impl Tree {
+        fn new(cgroup: &str, mountinfo: &str, dirs: &[&str]) -> Self {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let root = dir.path().to_str().expect("utf-8 temp path").to_owned();
+            fs::create_dir_all(dir.path().join("proc/42")).expect("mkdir");
+            fs::create_dir_all(dir.path().join("proc/self")).expect("mkdir");
+            fs::write(dir.path().join("proc/42/cgroup"), cgroup).expect("write");
+            fs::write(
+                dir.path().join("proc/self/mountinfo"),
+                mountinfo.replace("{ROOT}", &root),
+            )
+            .expect("write");
+            for d in dirs {
+                fs::create_dir_all(dir.path().join(d)).expect("mkdir");
+            }
+            Self { dir }
+        }
+
+        fn proc(&self) -> PathBuf {
+            self.dir.path().join("proc")
+        }
+
+        fn path(&self, rel: &str) -> PathBuf {
+            self.dir.path().join(rel)
+        }
+    }
+
+    #[test]
+    fn hybrid_host_with_cgroupfs_paths_finds_both() {
+        let tree = Tree::new(
+            "12:devices:/docker/abc\n3:cpu,cpuacct:/docker/abc\n1:name=systemd:/docker/abc\n0::/docker/abc\n",
+            HYBRID_MOUNTS,
+            &["sys/fs/cgroup/devices/docker/abc", "sys/fs/cgroup/unified/docker/abc"],
+        );
+        let found = container_cgroups(&tree.proc(), 42).expect("located");
+        assert_eq!(
+            found,
+            ContainerCgroups {
+                v1_devices: Some(tree.path("sys/fs/cgroup/devices/docker/abc")),
+                v2: Some(tree.path("sys/fs/cgroup/unified/docker/abc")),
+            }
+        );
+    }
+
+    #[test]
+    fn unified_host_with_systemd_slice() {
+        let path = "/system.slice/docker-0123abcd.scope";
+        let tree = Tree::new(
+            &format!("0::{path}\n"),
+            "30 1 0:26 / {ROOT}/sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n",
+            &["sys/fs/cgroup/system.slice/docker-0123abcd.scope"],
+        );
+        let found = container_cgroups(&tree.proc(), 42).expect("located");
+        assert_eq!(found.v1_devices, None);
+        assert_eq!(
+            found.v2,
+            Some(tree.path("sys/fs/cgroup/system.slice/docker-0123abcd.scope"))
+        );
+    }
+
+    #[test]
+    fn kubepods_path_with_colons_in_the_cgroup_path() {
+        let path = "/kubepods.slice/kubepods-pod1.slice/cri-containerd:abc.scope";
+        let tree = Tree::new(
+            &format!("0::{path}\n"),
+            "30 1 0:26 / {ROOT}/sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+            &["sys/fs/cgroup/kubepods.slice/kubepods-pod1.slice/cri-containerd:abc.scope"],
+        );
+        let found = container_cgroups(&tree.proc(), 42).expect("located");
+        assert!(found.v2.expect("v2").ends_with("cri-containerd:abc.scope"));
+    }
+
+    #[test]
+    fn pure_v1_host_reports_v2_not_mounted() {
+        let mounts: String = HYBRID_MOUNTS
+            .lines()
+            .filter(|l| !l.contains("cgroup2"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let tree = Tree::new(
+            "12:devices:/docker/abc\n0::/\n",
+            &mounts,
+            &["sys/fs/cgroup/devices/docker/abc"],
+        );
+        let found = container_cgroups(&tree.proc(), 42).expect("located");
+        assert!(found.v1_devices.is_some());
+        assert_eq!(found.v2, None);
+    }
+
+    #[test]
+    fn last_mount_wins_and_its_root_is_stripped() {
+        // A nested setup: the host hierarchy is mounted, then a bind of the container's
+        // subtree (root field /docker/abc) over another place.
+        let mounts = "\
+30 1 0:26 / {ROOT}/host rw - cgroup2 cgroup2 rw
+50 1 0:26 /docker/abc {ROOT}/inner rw - cgroup2 cgroup2 rw
+";
+        let tree = Tree::new(
+            "0::/docker/abc/sub\n",
+            mounts,
+            &["host/docker/abc/sub", "inner/sub"],
+        );
+        let found = container_cgroups(&tree.proc(), 42).expect("located");
+        assert_eq!(found.v2, Some(tree.path("inner/sub")));
+    }
+
+    #[test]
+    fn falls_back_to_an_earlier_mount_when_the_last_does_not_contain_the_cgroup() {
+        let mounts = "\
+30 1 0:26 / {ROOT}/host rw - cgroup2 cgroup2 rw
+50 1 0:26 /other {ROOT}/inner rw - cgroup2 cgroup2 rw
+";
+        let tree = Tree::new("0::/docker/abc\n", mounts, &["host/docker/abc", "inner"]);
+        let found = container_cgroups(&tree.proc(), 42).expect("located");
+        assert_eq!(found.v2, Some(tree.path("host/docker/abc")));
+    }
+
+    #[test]
+    fn root_prefix_matches_whole_components_only() {
+        let mounts = "50 1 0:26 /dock {ROOT}/inner rw - cgroup2 cgroup2 rw\n";
+        let tree = Tree::new("0::/docker/abc\n", mounts, &["inner/er/abc"]);
+        let err = container_cgroups(&tree.proc(), 42).expect_err("unreachable");
+        assert!(matches!(err, CgroupError::Unreachable { .. }), "{err}");
+    }
+
+    #[test]
+    fn missing_directory_is_an_error_naming_pid_and_cgroup() {
+        let tree = Tree::new("12:devices:/docker/gone\n0::/\n", HYBRID_MOUNTS, &[]);
+        let err = container_cgroups(&tree.proc(), 42)
+            .expect_err("dir missing")
+            .to_string();
+        assert!(
+            err.contains("pid 42") && err.contains("/docker/gone"),
+            "{err}"
+        );
+        assert!(err.contains("devices"), "{err}");
+    }
+
+    #[test]
+    fn parent_dir_components_are_outside_our_namespace() {
+        let tree = Tree::new(
+            "0::/../../escape\n",
+            "30 1 0:26 / {ROOT}/cg rw - cgroup2 cgroup2 rw\n",
+            &["cg", "escape"],
+        );
+        assert!(container_cgroups(&tree.proc(), 42).is_err());
+    }
+
+    #[test]
+    fn escaped_mount_points_are_decoded() {
+        assert_eq!(unescape(r"/mnt/with\040space"), "/mnt/with space");
+        assert_eq!(unescape(r"/a\134b\011c"), "/a\\b\tc");
+        assert_eq!(unescape(r"/trailing\04"), r"/trailing\04");
+        let tree = Tree::new(
+            "0::/c\n",
+            "30 1 0:26 / {ROOT}/cg\\040root rw - cgroup2 cgroup2 rw\n",
+            &["cg root/c"],
+        );
+        let found = container_cgroups(&tree.proc(), 42).expect("located");
+        assert_eq!(found.v2, Some(tree.path("cg root/c")));
+    }
+
+    #[test]
+    fn malformed_files_name_file_and_line() {
+        let tree = Tree::new("0::/\nnot a cgroup line\n", HYBRID_MOUNTS, &[]);
+        let err = container_cgroups(&tree.proc(), 42)
+            .expect_err("malformed")
+            .to_string();
+        assert!(err.contains("line 2") && err.contains("42/cgroup"), "{err}");
+
+        let tree = Tree::new("0::/\n", "1 2 3\n", &[]);
+        let err = container_cgroups(&tree.proc(), 42)
+            .expect_err("malformed")
+            .to_string();
+        assert!(err.contains("mountinfo"), "{err}");
+    }
+
+    #[test]
+    fn missing_process_and_bad_pid() {
+        let tree = Tree::new("0::/\n", HYBRID_MOUNTS, &[]);
+        let err = container_cgroups(&tree.proc(), 7)
+            .expect_err("no such pid")
+            .to_string();
+        assert!(err.contains("/7/cgroup"), "{err}");
+        assert!(matches!(
+            container_cgroups(&tree.proc(), 0),
+            Err(CgroupError::InvalidPid { pid: 0 })
+        ));
+    }
+}

@@ -1,0 +1,317 @@
+//! Device rules: which device (type, major, minor) may be used how (read, write, mknod).
+//!
+//! The text form is the cgroup v1 `devices.allow` line, `c 1:3 rwm`, which is also how
+//! rules appear in logs and errors. Wildcards (`*`, `a`) are deliberately not supported: a
+//! hook grants exactly the nodes it was asked for and never a whole class of devices.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::CgroupError;
+
+/// Largest major number the kernel encodes in a `dev_t` (12 bits).
+pub const MAX_MAJOR: u32 = (1 << 12) - 1;
+/// Largest minor number the kernel encodes in a `dev_t` (20 bits, `MINORBITS`).
+pub const MAX_MINOR: u32 = (1 << 20) - 1;
+
+/// Character or block device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeviceKind {
+    /// Character device, `c`.
+    Char,
+    /// Block device, `b`.
+    Block,
+}
+
+impl DeviceKind {
+    /// The letter used by `devices.allow` and `ls -l`.
+    pub fn letter(self) -> char {
+        match self {
+            DeviceKind::Char => 'c',
+            DeviceKind::Block => 'b',
+        }
+    }
+
+    /// The type code in `bpf_cgroup_dev_ctx.access_type` (`BPF_DEVCG_DEV_BLOCK` = 1,
+    /// `BPF_DEVCG_DEV_CHAR` = 2).
+    pub fn bpf_type(self) -> u32 {
+        match self {
+            DeviceKind::Block => 1,
+            DeviceKind::Char => 2,
+        }
+    }
+}
+
+impl fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.letter())
+    }
+}
+
+/// Access to a device: any combination of read, write and mknod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Access {
+    /// Open for reading, `r`.
+    pub read: bool,
+    /// Open for writing, `w`.
+    pub write: bool,
+    /// Create a node with mknod(2), `m`.
+    pub mknod: bool,
+}
+
+impl Access {
+    /// `rwm`.
+    pub const RWM: Access = Access::new(true, true, true);
+    /// `rw`.
+    pub const RW: Access = Access::new(true, true, false);
+    /// `r`.
+    pub const R: Access = Access::new(true, false, false);
+
+    /// Builds an access set.
+    pub const fn new(read: bool, write: bool, mknod: bool) -> Self {
+        Self { read, write, mknod }
+    }
+
+    /// True when nothing is allowed.
+    pub fn is_empty(self) -> bool {
+        !(self.read || self.write || self.mknod)
+    }
+
+    /// True when every access in `other` is also in `self`.
+    pub fn contains(self, other: Access) -> bool {
+        self.bpf_mask() & other.bpf_mask() == other.bpf_mask()
+    }
+
+    /// The access bits in `bpf_cgroup_dev_ctx.access_type >> 16` (`BPF_DEVCG_ACC_MKNOD` = 1,
+    /// `BPF_DEVCG_ACC_READ` = 2, `BPF_DEVCG_ACC_WRITE` = 4).
+    pub fn bpf_mask(self) -> u32 {
+        u32::from(self.mknod) | u32::from(self.read) << 1 | u32::from(self.write) << 2
+    }
+
+    /// The inverse of [`Access::bpf_mask`]; unknown bits are ignored.
+    pub fn from_bpf_mask(mask: u32) -> Self {
+        Self::new(mask & 2 != 0, mask & 4 != 0, mask & 1 != 0)
+    }
+}
+
+impl fmt::Display for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (on, letter) in [(self.read, 'r'), (self.write, 'w'), (self.mknod, 'm')] {
+            if on {
+                write!(f, "{letter}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for Access {
+    type Err = CgroupError;
+
+    /// Parses letters from `rwm` in any order, each at most once, at least one.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |reason: &str| CgroupError::ParseRule {
+            input: s.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if s.is_empty() {
+            return Err(err("empty access, expected letters from \"rwm\""));
+        }
+        let mut access = Access::default();
+        for c in s.chars() {
+            let slot = match c {
+                'r' => &mut access.read,
+                'w' => &mut access.write,
+                'm' => &mut access.mknod,
+                _ => return Err(err("unknown access letter, expected letters from \"rwm\"")),
+            };
+            if *slot {
+                return Err(err("access letter repeated"));
+            }
+            *slot = true;
+        }
+        Ok(access)
+    }
+}
+
+/// One device the container may use, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DeviceRule {
+    /// Character or block.
+    pub kind: DeviceKind,
+    /// Major number, at most [`MAX_MAJOR`].
+    pub major: u32,
+    /// Minor number, at most [`MAX_MINOR`].
+    pub minor: u32,
+    /// Allowed access; never empty.
+    pub access: Access,
+}
+
+impl DeviceRule {
+    /// Builds a rule (checked by [`DeviceRule::validate`] when used).
+    pub const fn new(kind: DeviceKind, major: u32, minor: u32, access: Access) -> Self {
+        Self {
+            kind,
+            major,
+            minor,
+            access,
+        }
+    }
+
+    /// Checks the numbers fit a `dev_t` and that the rule grants something.
+    pub fn validate(&self) -> Result<(), CgroupError> {
+        let reason = if self.major > MAX_MAJOR {
+            "major number above 4095"
+        } else if self.minor > MAX_MINOR {
+            "minor number above 1048575"
+        } else if self.access.is_empty() {
+            "no access granted"
+        } else {
+            return Ok(());
+        };
+        Err(CgroupError::InvalidRule {
+            rule: format!(
+                "{} {}:{} {}",
+                self.kind, self.major, self.minor, self.access
+            ),
+            reason,
+        })
+    }
+
+    /// True when this rule allows `access` to the device `kind major:minor`.
+    pub fn allows(&self, kind: DeviceKind, major: u32, minor: u32, access: Access) -> bool {
+        self.kind == kind
+            && self.major == major
+            && self.minor == minor
+            && self.access.contains(access)
+    }
+}
+
+impl fmt::Display for DeviceRule {
+    /// The `devices.allow` line, e.g. `c 1:3 rwm`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {}:{} {}",
+            self.kind, self.major, self.minor, self.access
+        )
+    }
+}
+
+impl FromStr for DeviceRule {
+    type Err = CgroupError;
+
+    /// Parses `c 1:3 rwm` / `b 8:0 r` (no wildcards).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |reason: &str| CgroupError::ParseRule {
+            input: s.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let mut fields = s.split_whitespace();
+        let (Some(kind), Some(numbers), Some(access), None) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            return Err(err("expected \"<c|b> <major>:<minor> <rwm>\""));
+        };
+        let kind = match kind {
+            "c" => DeviceKind::Char,
+            "b" => DeviceKind::Block,
+            _ => return Err(err("device type must be \"c\" or \"b\"")),
+        };
+        let (major, minor) = numbers
+            .split_once(':')
+            .ok_or_else(|| err("expected <major>:<minor>"))?;
+        let number = |n: &str| {
+            n.parse::<u32>()
+                .map_err(|_| err("major and minor must be decimal numbers (no wildcards)"))
+        };
+        let rule = DeviceRule::new(kind, number(major)?, number(minor)?, access.parse()?);
+        rule.validate()?;
+        Ok(rule)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rule_text_round_trips() {
+        for text in ["c 1:3 rwm", "b 8:0 r", "c 10:200 rw", "c 4095:1048575 m"] {
+            let rule: DeviceRule = text.parse().expect("valid rule");
+            assert_eq!(rule.to_string(), text);
+        }
+    }
+
+    #[test]
+    fn access_letters_in_any_order_print_canonically() {
+        let a: Access = "mwr".parse().expect("valid access");
+        assert_eq!(a, Access::RWM);
+        assert_eq!(a.to_string(), "rwm");
+        assert_eq!("wr".parse::<Access>().expect("valid").to_string(), "rw");
+    }
+
+    #[test]
+    fn bad_rules_are_rejected_with_the_input_named() {
+        for bad in [
+            "",
+            "c 1:3",
+            "x 1:3 rw",
+            "c *:* rwm",
+            "a",
+            "c 1 rw",
+            "c 1:3 rwx",
+            "c 1:3 rr",
+            "c 4096:0 r",
+            "c 1:1048576 r",
+            "c 1:3 rw extra",
+            "c -1:3 rw",
+        ] {
+            let err = bad.parse::<DeviceRule>().expect_err(bad).to_string();
+            assert!(
+                err.contains(&format!("{bad:?}")) || err.contains("device rule"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn validate_rejects_empty_access_and_oversized_numbers() {
+        let empty = DeviceRule::new(DeviceKind::Char, 1, 3, Access::default());
+        assert!(empty.validate().is_err());
+        let big = DeviceRule::new(DeviceKind::Block, MAX_MAJOR + 1, 0, Access::R);
+        assert!(big
+            .validate()
+            .expect_err("too big")
+            .to_string()
+            .contains("4095"));
+        assert!(
+            DeviceRule::new(DeviceKind::Char, MAX_MAJOR, MAX_MINOR, Access::R)
+                .validate()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn bpf_encodings_match_linux_bpf_h() {
+        assert_eq!(DeviceKind::Block.bpf_type(), 1);
+        assert_eq!(DeviceKind::Char.bpf_type(), 2);
+        assert_eq!(Access::new(false, false, true).bpf_mask(), 1);
+        assert_eq!(Access::R.bpf_mask(), 2);
+        assert_eq!(Access::new(false, true, false).bpf_mask(), 4);
+        assert_eq!(Access::RWM.bpf_mask(), 7);
+        for mask in 0..8 {
+            assert_eq!(Access::from_bpf_mask(mask).bpf_mask(), mask);
+        }
+    }
+
+    #[test]
+    fn allows_is_a_subset_test() {
+        let rule: DeviceRule = "c 1:9 rw".parse().expect("valid");
+        assert!(rule.allows(DeviceKind::Char, 1, 9, Access::R));
+        assert!(rule.allows(DeviceKind::Char, 1, 9, Access::RW));
+        assert!(!rule.allows(DeviceKind::Char, 1, 9, Access::RWM));
+        assert!(!rule.allows(DeviceKind::Block, 1, 9, Access::R));
+        assert!(!rule.allows(DeviceKind::Char, 1, 8, Access::R));
+    }
+}

@@ -1,0 +1,326 @@
+//! Finding a profile's devices and control nodes on the host.
+//!
+//! Each char/block node matching one of `discovery.nodes` (globs under the dev root) is one
+//! device. Devices are ordered by glob, then naturally by name (`accel2` before `accel10`), and
+//! that order gives indices. Ids come from the index, the node name or a sysfs attribute.
+
+use std::path::{Path, PathBuf};
+
+use crate::names::DeviceId;
+use crate::node::{DeviceNode, NodeError};
+use crate::profile::{IdSource, NodeSpec, Profile};
+use crate::roots::HostRoots;
+
+/// Why discovery failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    /// A glob could not be walked.
+    #[error("profile {profile}: cannot list {pattern}: {message}")]
+    Glob {
+        /// The profile.
+        profile: String,
+        /// The full pattern.
+        pattern: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A node exists but could not be used.
+    #[error("profile {profile}: {source}")]
+    Node {
+        /// The profile.
+        profile: String,
+        /// The node problem.
+        source: NodeError,
+    },
+    /// A required node of a device or of the kind is missing.
+    #[error("profile {profile}: required node {path} is missing: load the driver or mark the node optional in the profile")]
+    Missing {
+        /// The profile.
+        profile: String,
+        /// The missing node.
+        path: PathBuf,
+    },
+    /// A device's id could not be read or is not a valid id.
+    #[error("profile {profile}: device {node}: {problem}")]
+    Id {
+        /// The profile.
+        profile: String,
+        /// The device's node.
+        node: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Two devices ended up with the same id.
+    #[error("profile {profile}: devices {first} and {second} both have id {id:?}: choose an id source that is unique")]
+    DuplicateId {
+        /// The profile.
+        profile: String,
+        /// The id.
+        id: String,
+        /// The first device's node.
+        first: PathBuf,
+        /// The second device's node.
+        second: PathBuf,
+    },
+}
+
+/// One discovered device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Device {
+    /// Stable id, advertised to the kubelet and accepted in requests.
+    pub id: DeviceId,
+    /// Position in discovery order; requests may name it.
+    pub index: usize,
+    /// The matched node's file name, e.g. `accel0`.
+    pub name: String,
+    /// The device's own nodes: the matched node first, then the profile's `device_nodes`.
+    pub nodes: Vec<DeviceNode>,
+    /// NUMA node, when sysfs tells one.
+    pub numa_node: Option<i64>,
+    /// Health from the profile's sysfs attribute (true when none is configured).
+    pub healthy: bool,
+}
+
+/// Everything discovery found for one profile.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inventory {
+    /// The devices, in index order.
+    pub devices: Vec<Device>,
+    /// The kind's control nodes, injected with any device.
+    pub control_nodes: Vec<DeviceNode>,
+}
+
+impl Inventory {
+    /// The device with id `id`.
+    pub fn by_id(&self, id: &str) -> Option<&Device> {
+        self.devices.iter().find(|d| d.id.as_str() == id)
+    }
+}
+
+/// Finds the profile's devices and control nodes under `roots`.
+pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, DiscoveryError> {
+    let pname = profile.name.to_string();
+    let mut matched: Vec<PathBuf> = Vec::new();
+    for g in &profile.discovery.nodes {
+        let mut found = glob_under(&roots.dev_root, g, &pname)?;
+        found.sort_by(|a, b| natural_cmp(&file_name(a), &file_name(b)));
+        for p in found {
+            if !matched.contains(&p) {
+                matched.push(p);
+            }
+        }
+    }
+    let node_err = |source| DiscoveryError::Node {
+        profile: pname.clone(),
+        source,
+    };
+    let mut devices: Vec<Device> = Vec::new();
+    for path in matched {
+        let node = match DeviceNode::from_host(&path, &roots.dev_root) {
+            Ok(n) => n,
+            // A glob may also match helper files (e.g. a sysfs-like README); only nodes count.
+            Err(NodeError::NotDevice { .. }) => {
+                tracing::debug!(profile = %pname, path = %path.display(), "skipping non-device match");
+                continue;
+            }
+            Err(e) => return Err(node_err(e)),
+        };
+        let name = file_name(&path);
+        let n = trailing_number(&name);
+        let index = devices.len();
+        let subst = |t: &str| substitute(t, &name, n);
+        let wanted = profile.discovery.require_sysfs.iter().all(|(attr, want)| {
+            read_attr(&roots.in_sys_root(&subst(attr))).as_deref() == Some(want.as_str())
+        });
+        if !wanted {
+            tracing::debug!(profile = %pname, node = %name, "sysfs attributes do not match the profile");
+            continue;
+        }
+        let id_text = match profile.discovery.id {
+            IdSource::Index => index.to_string(),
+            IdSource::Name => name.clone(),
+            IdSource::Sysfs => {
+                let attr = profile.discovery.id_sysfs.as_deref().unwrap_or_default();
+                let at = roots.in_sys_root(&subst(attr));
+                read_attr(&at).ok_or_else(|| DiscoveryError::Id {
+                    profile: pname.clone(),
+                    node: path.clone(),
+                    problem: format!("cannot read id attribute {}", at.display()),
+                })?
+            }
+        };
+        let id = DeviceId::new(&id_text).map_err(|e| DiscoveryError::Id {
+            profile: pname.clone(),
+            node: path.clone(),
+            problem: e.to_string(),
+        })?;
+        if let Some(other) = devices.iter().find(|d| d.id == id) {
+            return Err(DiscoveryError::DuplicateId {
+                profile: pname.clone(),
+                id: id_text,
+                first: other.nodes[0].host_path.clone(),
+                second: path,
+            });
+        }
+        let mut nodes = vec![node];
+        nodes.extend(nodes_from_specs(
+            &profile.device_nodes,
+            roots,
+            &pname,
+            &|t| subst(t),
+        )?);
+        let numa_node = profile
+            .discovery
+            .numa_sysfs
+            .as_deref()
+            .and_then(|a| read_attr(&roots.in_sys_root(&subst(a))))
+            .and_then(|s| s.parse::<i64>().ok())
+            .filter(|&v| v >= 0);
+        let healthy = profile
+            .discovery
+            .health_sysfs
+            .as_deref()
+            .map(|a| health_from_attr(&roots.in_sys_root(&subst(a))))
+            .unwrap_or(true);
+        devices.push(Device {
+            id,
+            index,
+            name,
+            nodes,
+            numa_node,
+            healthy,
+        });
+    }
+    let control_nodes = nodes_from_specs(&profile.control_nodes, roots, &pname, &|t| t.to_owned())?;
+    Ok(Inventory {
+        devices,
+        control_nodes,
+    })
+}
+
+fn nodes_from_specs(
+    specs: &[NodeSpec],
+    roots: &HostRoots,
+    profile: &str,
+    subst: &dyn Fn(&str) -> String,
+) -> Result<Vec<DeviceNode>, DiscoveryError> {
+    let mut out = Vec::new();
+    for spec in specs {
+        let path = roots.dev_root.join(subst(&spec.path));
+        match DeviceNode::from_host(&path, &roots.dev_root) {
+            Ok(n) => out.push(n),
+            Err(NodeError::Stat { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound && spec.optional => {}
+            Err(NodeError::Stat { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                return Err(DiscoveryError::Missing {
+                    profile: profile.to_owned(),
+                    path,
+                })
+            }
+            Err(source) => {
+                return Err(DiscoveryError::Node {
+                    profile: profile.to_owned(),
+                    source,
+                })
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn glob_under(root: &Path, pattern: &str, profile: &str) -> Result<Vec<PathBuf>, DiscoveryError> {
+    let full = format!(
+        "{}/{}",
+        glob::Pattern::escape(&root.to_string_lossy()),
+        pattern
+    );
+    let err = |message: String| DiscoveryError::Glob {
+        profile: profile.to_owned(),
+        pattern: full.clone(),
+        message,
+    };
+    let paths = glob::glob(&full).map_err(|e| err(e.to_string()))?;
+    let mut out = Vec::new();
+    for p in paths {
+        match p {
+            Ok(p) => out.push(p),
+            // Unreadable directory entries are not devices we could inject anyway.
+            Err(e) => tracing::debug!(profile, error = %e, "skipping unreadable glob entry"),
+        }
+    }
+    Ok(out)
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The number at the end of a node name (`accel12` → 12).
+fn trailing_number(name: &str) -> Option<u64> {
+    let digits: String = name
+        .chars()
+        .rev()
+        .take_while(char::is_ascii_digit)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    digits.parse().ok()
+}
+
+fn substitute(template: &str, name: &str, n: Option<u64>) -> String {
+    let n = n.map(|n| n.to_string()).unwrap_or_default();
+    template.replace("{name}", name).replace("{n}", &n)
+}
+
+/// Orders `a2` before `a10`: compares the text before the trailing number, then the number.
+fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    let split = |s: &str| {
+        let n = trailing_number(s);
+        let digits = n.map(|_| s.chars().rev().take_while(char::is_ascii_digit).count());
+        (s[..s.len() - digits.unwrap_or(0)].to_owned(), n)
+    };
+    split(a).cmp(&split(b)).then_with(|| a.cmp(b))
+}
+
+fn read_attr(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let line = text.lines().next()?.trim().to_owned();
+    (!line.is_empty()).then_some(line)
+}
+
+fn health_from_attr(path: &Path) -> bool {
+    match read_attr(path) {
+        Some(v) => !matches!(
+            v.to_ascii_lowercase().as_str(),
+            "0" | "bad" | "unhealthy" | "error" | "failed" | "dead"
+        ),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn natural_order() {
+        let mut v = vec!["accel10", "accel2", "accel1", "accelx"];
+        v.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(v, ["accel1", "accel2", "accel10", "accelx"]);
+    }
+
+    #[test]
+    fn templates() {
+        assert_eq!(trailing_number("apex_12"), Some(12));
+        assert_eq!(trailing_number("kvm"), None);
+        assert_eq!(
+            substitute("class/apex/{name}/n{n}", "apex_3", Some(3)),
+            "class/apex/apex_3/n3"
+        );
+    }
+}

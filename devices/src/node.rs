@@ -1,0 +1,166 @@
+//! A device node as found on the host and as it should appear in a container.
+
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+/// Character or block device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum NodeKind {
+    /// A character device (`c`).
+    Char,
+    /// A block device (`b`).
+    Block,
+}
+
+impl NodeKind {
+    /// The letter used by cgroup v1, the OCI spec and `mknod`: `c` or `b`.
+    pub fn letter(self) -> char {
+        match self {
+            Self::Char => 'c',
+            Self::Block => 'b',
+        }
+    }
+}
+
+/// One device node: where it is on the host, where it goes in the container, and what it is.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct DeviceNode {
+    /// The node on the host (under the dev root).
+    pub host_path: PathBuf,
+    /// Where the node appears in the container, always under `/dev`.
+    pub container_path: PathBuf,
+    /// Character or block.
+    pub kind: NodeKind,
+    /// Major number.
+    pub major: u32,
+    /// Minor number.
+    pub minor: u32,
+    /// Permission bits (`0o666`).
+    pub mode: u32,
+    /// Owner uid on the host.
+    pub uid: u32,
+    /// Owner gid on the host.
+    pub gid: u32,
+}
+
+/// Why a path is not a usable device node.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// `stat` failed.
+    #[error("cannot stat device node {path}: {source}")]
+    Stat {
+        /// The node.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The path exists but is not a device.
+    #[error("{path} is not a character or block device")]
+    NotDevice {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The path is not under the dev root.
+    #[error("{path} is not under the dev root {dev_root}")]
+    OutsideDevRoot {
+        /// The path.
+        path: PathBuf,
+        /// The dev root.
+        dev_root: PathBuf,
+    },
+}
+
+impl DeviceNode {
+    /// Reads a node's type, numbers and mode from the host (following symlinks, as the host's
+    /// `/dev` is trusted), and maps its path under `dev_root` to `/dev/...` in the container.
+    pub fn from_host(host_path: &Path, dev_root: &Path) -> Result<Self, NodeError> {
+        let meta = std::fs::metadata(host_path).map_err(|source| NodeError::Stat {
+            path: host_path.to_owned(),
+            source,
+        })?;
+        let ft = meta.file_type();
+        let kind = if ft.is_char_device() {
+            NodeKind::Char
+        } else if ft.is_block_device() {
+            NodeKind::Block
+        } else {
+            return Err(NodeError::NotDevice {
+                path: host_path.to_owned(),
+            });
+        };
+        let rel = host_path
+            .strip_prefix(dev_root)
+            .map_err(|_| NodeError::OutsideDevRoot {
+                path: host_path.to_owned(),
+                dev_root: dev_root.to_owned(),
+            })?;
+        let rdev = meta.rdev();
+        Ok(Self {
+            host_path: host_path.to_owned(),
+            container_path: Path::new("/dev").join(rel),
+            kind,
+            major: major(rdev),
+            minor: minor(rdev),
+            mode: meta.mode() & 0o7777,
+            uid: meta.uid(),
+            gid: meta.gid(),
+        })
+    }
+}
+
+/// The major number of a Linux `dev_t` (glibc's encoding).
+pub fn major(dev: u64) -> u32 {
+    (((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0x0000_0fff)) as u32
+}
+
+/// The minor number of a Linux `dev_t` (glibc's encoding).
+pub fn minor(dev: u64) -> u32 {
+    (((dev >> 12) & 0xffff_ff00) | (dev & 0x0000_00ff)) as u32
+}
+
+/// Encodes major and minor into a Linux `dev_t` (glibc's encoding).
+pub fn makedev(major: u32, minor: u32) -> u64 {
+    let (ma, mi) = (u64::from(major), u64::from(minor));
+    ((ma & 0xffff_f000) << 32)
+        | ((ma & 0x0000_0fff) << 8)
+        | ((mi & 0xffff_ff00) << 12)
+        | (mi & 0xff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dev_t_round_trips() {
+        for (ma, mi) in [(1, 3), (10, 232), (195, 255), (511, 1_048_575), (4095, 256)] {
+            let d = makedev(ma, mi);
+            assert_eq!((major(d), minor(d)), (ma, mi));
+        }
+        assert_eq!(makedev(1, 3), 0x103);
+    }
+
+    #[test]
+    fn reads_a_real_node() {
+        let n = DeviceNode::from_host(Path::new("/dev/null"), Path::new("/dev")).unwrap();
+        assert_eq!((n.kind, n.major, n.minor), (NodeKind::Char, 1, 3));
+        assert_eq!(n.container_path, PathBuf::from("/dev/null"));
+    }
+
+    #[test]
+    fn rejects_regular_files_and_outside_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("f");
+        std::fs::write(&f, "").unwrap();
+        assert!(matches!(
+            DeviceNode::from_host(&f, dir.path()),
+            Err(NodeError::NotDevice { .. })
+        ));
+        assert!(matches!(
+            DeviceNode::from_host(Path::new("/dev/null"), dir.path()),
+            Err(NodeError::OutsideDevRoot { .. })
+        ));
+    }
+}

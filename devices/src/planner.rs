@@ -1,0 +1,327 @@
+//! The planner: (profile, discovered devices, request, host files, container layout) → plan.
+//!
+//! Pure: all I/O (discovery, host file resolution, looking at the rootfs) happens before, so the
+//! decisions are unit-tested on plain values. Nothing beyond the request is ever planned: the
+//! granted devices' own nodes, the kind's control nodes (only with at least one device), and the
+//! kind's libraries, binaries and files (with any request but `void`).
+
+use std::path::PathBuf;
+
+use crate::discovery::Inventory;
+use crate::host_files::HostFiles;
+use crate::plan::{CgroupRule, ContainerEdits, HookAction, Mount, MountKind, Plan, Symlink};
+use crate::profile::Profile;
+use crate::request::{Request, RequestError};
+
+/// Where files go in this container's image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerLayout {
+    /// The directory libraries are mounted into, e.g. `/usr/lib/x86_64-linux-gnu` on Debian
+    /// images, `/usr/lib64` on RHEL-style ones.
+    pub lib_dir: PathBuf,
+}
+
+impl Default for ContainerLayout {
+    fn default() -> Self {
+        Self {
+            lib_dir: PathBuf::from("/usr/lib"),
+        }
+    }
+}
+
+/// Why a plan could not be made.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PlanError {
+    /// The request is invalid for this profile.
+    #[error("profile {profile} ({env}): {source}")]
+    Request {
+        /// The profile.
+        profile: String,
+        /// The request variable, so the user knows what to fix.
+        env: String,
+        /// The problem.
+        source: RequestError,
+    },
+}
+
+/// Everything the planner looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanInput<'a> {
+    /// The device kind.
+    pub profile: &'a Profile,
+    /// What discovery found.
+    pub inventory: &'a Inventory,
+    /// What the container asked for.
+    pub request: &'a Request,
+    /// The kind's files on the host.
+    pub host_files: &'a HostFiles,
+    /// Where files go in this image.
+    pub layout: &'a ContainerLayout,
+}
+
+/// Plans one profile's edits. `Ok(None)` when the container asked for nothing of this kind.
+pub fn plan(input: PlanInput<'_>) -> Result<Option<Plan>, PlanError> {
+    let PlanInput {
+        profile,
+        inventory,
+        request,
+        host_files,
+        layout,
+    } = input;
+    if !request.wants_anything() {
+        return Ok(None);
+    }
+    let selection = request
+        .select(&inventory.devices, profile.replicas)
+        .map_err(|source| PlanError::Request {
+            profile: profile.name.to_string(),
+            env: profile.request_env.clone(),
+            source,
+        })?;
+    let mut edits = ContainerEdits::default();
+    let devices: Vec<_> = selection
+        .indices
+        .iter()
+        .map(|&i| &inventory.devices[i])
+        .collect();
+    for d in &devices {
+        edits.device_nodes.extend(d.nodes.iter().cloned());
+    }
+    if !devices.is_empty() {
+        for n in &inventory.control_nodes {
+            if !edits
+                .device_nodes
+                .iter()
+                .any(|m| m.container_path == n.container_path)
+            {
+                edits.device_nodes.push(n.clone());
+            }
+        }
+    }
+    edits.cgroup_rules = edits
+        .device_nodes
+        .iter()
+        .map(CgroupRule::for_node)
+        .collect();
+    edits.cgroup_rules.dedup();
+
+    let mut links = Vec::new();
+    for lib in &host_files.libraries {
+        let dest = layout.lib_dir.join(&lib.file_name);
+        edits.mounts.push(Mount {
+            host_path: lib.path.clone(),
+            container_path: dest,
+            kind: MountKind::Library,
+        });
+        if let Some(soname) = &lib.soname {
+            links.push(Symlink {
+                link: layout.lib_dir.join(soname),
+                target: lib.file_name.clone(),
+            });
+        }
+    }
+    for (list, kind) in [
+        (&host_files.binaries, MountKind::Binary),
+        (&host_files.files, MountKind::File),
+    ] {
+        for f in list {
+            edits.mounts.push(Mount {
+                host_path: f.path.clone(),
+                container_path: f.container_path.clone(),
+                kind,
+            });
+        }
+    }
+    if !links.is_empty() {
+        edits.hooks.push(HookAction::CreateSymlinks(links));
+    }
+    if !host_files.libraries.is_empty() {
+        edits.hooks.push(HookAction::UpdateLdcache {
+            dirs: vec![layout.lib_dir.clone()],
+        });
+    }
+
+    let ids: Vec<_> = devices.iter().map(|d| d.id.clone()).collect();
+    let granted = if ids.is_empty() {
+        "none".to_owned()
+    } else {
+        ids.iter().map(|i| i.as_str()).collect::<Vec<_>>().join(",")
+    };
+    edits.env.push(format!("{}={granted}", profile.request_env));
+    edits
+        .env
+        .extend(profile.env.iter().map(|(k, v)| format!("{k}={v}")));
+    Ok(Some(Plan {
+        profile: profile.name.to_string(),
+        devices: ids,
+        edits,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::discovery::Device;
+    use crate::host_files::{HostFile, HostLibrary};
+    use crate::names::DeviceId;
+    use crate::node::{DeviceNode, NodeKind};
+
+    fn node(path: &str, minor: u32) -> DeviceNode {
+        DeviceNode {
+            host_path: PathBuf::from(format!("/host{path}")),
+            container_path: PathBuf::from(path),
+            kind: NodeKind::Char,
+            major: 240,
+            minor,
+            mode: 0o666,
+            uid: 0,
+            gid: 0,
+        }
+    }
+
+    fn fixture() -> (Profile, Inventory, HostFiles) {
+        let profile = Profile::parse(
+            "name = \"demo\"\nresource = \"devinject.io/demo\"\n[discovery]\nnodes = [\"demo/accel*\"]\n[env]\nDEMO_DRIVER = \"1\"\n",
+            Path::new("demo.toml"),
+        )
+        .unwrap();
+        let devices = (0..3)
+            .map(|i| Device {
+                id: DeviceId::new(&i.to_string()).unwrap(),
+                index: i,
+                name: format!("accel{i}"),
+                nodes: vec![node(&format!("/dev/demo/accel{i}"), i as u32)],
+                numa_node: None,
+                healthy: true,
+            })
+            .collect();
+        let inventory = Inventory {
+            devices,
+            control_nodes: vec![node("/dev/demo/ctl", 99)],
+        };
+        let files = HostFiles {
+            libraries: vec![HostLibrary {
+                path: PathBuf::from("/opt/demo/lib/libdemo.so.1.0.0"),
+                file_name: "libdemo.so.1.0.0".into(),
+                soname: Some("libdemo.so.1".into()),
+            }],
+            binaries: vec![HostFile {
+                path: PathBuf::from("/opt/demo/bin/demo-smi"),
+                container_path: PathBuf::from("/usr/bin/demo-smi"),
+            }],
+            files: vec![],
+        };
+        (profile, inventory, files)
+    }
+
+    fn run(req: &str) -> Result<Option<Plan>, PlanError> {
+        let (profile, inventory, files) = fixture();
+        let request = Request::parse(Some(req)).unwrap();
+        let layout = ContainerLayout {
+            lib_dir: PathBuf::from("/usr/lib/x86_64-linux-gnu"),
+        };
+        plan(PlanInput {
+            profile: &profile,
+            inventory: &inventory,
+            request: &request,
+            host_files: &files,
+            layout: &layout,
+        })
+    }
+
+    #[test]
+    fn void_plans_nothing() {
+        assert_eq!(run("void").unwrap(), None);
+        assert_eq!(run("").unwrap(), None);
+    }
+
+    #[test]
+    fn two_devices_get_their_nodes_control_node_files_and_rules() {
+        let p = run("2,0").unwrap().unwrap();
+        assert_eq!(
+            p.devices.iter().map(|d| d.as_str()).collect::<Vec<_>>(),
+            ["2", "0"]
+        );
+        let paths: Vec<_> = p
+            .edits
+            .device_nodes
+            .iter()
+            .map(|n| n.container_path.clone())
+            .collect();
+        assert_eq!(
+            paths,
+            ["/dev/demo/accel2", "/dev/demo/accel0", "/dev/demo/ctl"].map(PathBuf::from)
+        );
+        let rules: Vec<_> = p.edits.cgroup_rules.iter().map(|r| r.v1_line()).collect();
+        assert_eq!(rules, ["c 240:2 rwm", "c 240:0 rwm", "c 240:99 rwm"]);
+        assert_eq!(
+            p.edits.mounts[0].container_path,
+            PathBuf::from("/usr/lib/x86_64-linux-gnu/libdemo.so.1.0.0")
+        );
+        assert_eq!(
+            p.edits.mounts[1].container_path,
+            PathBuf::from("/usr/bin/demo-smi")
+        );
+        assert_eq!(
+            p.edits.symlinks(),
+            [Symlink {
+                link: PathBuf::from("/usr/lib/x86_64-linux-gnu/libdemo.so.1"),
+                target: "libdemo.so.1.0.0".into()
+            }]
+        );
+        assert_eq!(
+            p.edits.ldcache_dirs(),
+            [PathBuf::from("/usr/lib/x86_64-linux-gnu")]
+        );
+        assert_eq!(p.edits.env, ["DEMO_VISIBLE_DEVICES=2,0", "DEMO_DRIVER=1"]);
+    }
+
+    #[test]
+    fn ungranted_devices_never_appear() {
+        let p = run("1").unwrap().unwrap();
+        assert!(p
+            .edits
+            .device_nodes
+            .iter()
+            .all(|n| n.container_path != Path::new("/dev/demo/accel0")
+                && n.container_path != Path::new("/dev/demo/accel2")));
+        assert_eq!(p.edits.cgroup_rules.len(), 2);
+    }
+
+    #[test]
+    fn none_brings_files_but_no_nodes() {
+        let p = run("none").unwrap().unwrap();
+        assert!(p.edits.device_nodes.is_empty());
+        assert!(p.edits.cgroup_rules.is_empty());
+        assert_eq!(p.edits.mounts.len(), 2);
+        assert_eq!(p.edits.env[0], "DEMO_VISIBLE_DEVICES=none");
+    }
+
+    #[test]
+    fn all_selects_every_device() {
+        let p = run("all").unwrap().unwrap();
+        assert_eq!(p.devices.len(), 3);
+    }
+
+    #[test]
+    fn bad_requests_name_profile_and_variable() {
+        let err = run("0,5").unwrap_err().to_string();
+        assert!(
+            err.contains("demo") && err.contains("DEMO_VISIBLE_DEVICES") && err.contains("\"5\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn merge_dedups_shared_parts() {
+        let mut a = run("0").unwrap().unwrap().edits;
+        let b = run("1").unwrap().unwrap().edits;
+        a.merge(b);
+        assert_eq!(a.device_nodes.len(), 3, "accel0, ctl, accel1");
+        assert_eq!(a.mounts.len(), 2);
+        assert_eq!(a.symlinks().len(), 1);
+        assert_eq!(a.ldcache_dirs().len(), 1);
+    }
+}

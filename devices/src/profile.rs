@@ -1,0 +1,529 @@
+//! The device profile: one strict TOML file per device kind.
+//!
+//! The file format is documented with a worked example in `docs/profiles.md`. Parsing rejects
+//! unknown keys (so a typo is an error naming the file, line and key), and [`Profile::validate`]
+//! checks what serde cannot: names, relative globs under the dev root, absolute host paths without
+//! `..`, and exactly one of `soname`/`glob` per library.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::names::{NameError, ProfileName, ResourceName};
+
+/// Why a profile could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// The file could not be read.
+    #[error("cannot read profile {path}: {source}")]
+    Read {
+        /// The profile file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid profile TOML (syntax, unknown key, wrong type).
+    #[error("profile {path} is not valid: {message}")]
+    Parse {
+        /// The profile file.
+        path: PathBuf,
+        /// The parser's message, which carries the line, column and key.
+        message: String,
+    },
+    /// A value is well-formed TOML but not acceptable.
+    #[error("profile {path}: key `{key}` {problem}")]
+    Invalid {
+        /// The profile file.
+        path: PathBuf,
+        /// The offending key, dotted (`libraries[2].glob`).
+        key: String,
+        /// What is wrong and how to fix it.
+        problem: String,
+    },
+    /// The file name does not match the profile's `name`.
+    #[error("profile {path} declares name {name:?}: rename the file to {name}.toml or fix `name`")]
+    FileName {
+        /// The profile file.
+        path: PathBuf,
+        /// The declared name.
+        name: String,
+    },
+}
+
+/// How the device plugin answers `Allocate` for this profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum AllocateMode {
+    /// `<NAME>_VISIBLE_DEVICES=<ids>` plus our annotations (the default).
+    #[default]
+    Envvar,
+    /// CDI device names in `cdi.k8s.io/...` annotations.
+    CdiAnnotations,
+    /// CDI device names in the CRI `CDIDevices` field.
+    CdiCri,
+}
+
+/// How a device's stable id is derived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum IdSource {
+    /// The device's position in discovery order: `0`, `1`, ...
+    #[default]
+    Index,
+    /// The matched node's file name, e.g. `apex_0`.
+    Name,
+    /// The first line of the sysfs attribute named by `discovery.id_sysfs`.
+    Sysfs,
+}
+
+/// How devices are found.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct DiscoverySpec {
+    /// Globs relative to the dev root; every matching char or block node is one device.
+    #[serde(default)]
+    pub nodes: Vec<String>,
+    /// Where each device's id comes from.
+    #[serde(default)]
+    pub id: IdSource,
+    /// sysfs attribute (relative to the sys root) holding a stable id; `{name}` is the node's
+    /// file name, `{n}` its trailing number.
+    pub id_sysfs: Option<String>,
+    /// sysfs attribute holding the device's NUMA node (`-1` means none).
+    pub numa_sysfs: Option<String>,
+    /// sysfs attribute whose content, when present, tells health: `0`/`bad`/`unhealthy` mean
+    /// unhealthy, anything else healthy.
+    pub health_sysfs: Option<String>,
+    /// sysfs attributes a matched node must have, with their expected first line; other nodes are
+    /// not devices of this kind (e.g. `"class/drm/{name}/device/vendor" = "0x1002"` keeps AMD
+    /// render nodes only).
+    #[serde(default)]
+    pub require_sysfs: BTreeMap<String, String>,
+}
+
+/// One extra node per device, or a control node shared by all devices of the kind.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSpec {
+    /// Path relative to the dev root; for per-device nodes `{n}` and `{name}` are substituted.
+    pub path: String,
+    /// A missing optional node is skipped instead of failing.
+    #[serde(default)]
+    pub optional: bool,
+}
+
+/// A library to inject: by soname (searched in `library_dirs`) or by glob.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LibrarySpec {
+    /// A soname such as `libcuda.so.1`, looked up in the profile's `library_dirs`.
+    pub soname: Option<String>,
+    /// An absolute host glob such as `/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*`.
+    pub glob: Option<String>,
+    /// A missing optional library is skipped instead of failing.
+    #[serde(default)]
+    pub optional: bool,
+}
+
+/// A binary or other file to inject.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSpec {
+    /// Absolute host path; may be a glob.
+    pub path: String,
+    /// Where it goes in the container; binaries default to `/usr/bin/<name>`, files to their
+    /// host path.
+    pub container_path: Option<String>,
+    /// A missing optional file is skipped instead of failing.
+    #[serde(default)]
+    pub optional: bool,
+}
+
+/// The raw file layout, as deserialized.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProfile {
+    name: String,
+    resource: String,
+    #[serde(default)]
+    description: String,
+    request_env: Option<String>,
+    #[serde(default = "one")]
+    replicas: u32,
+    #[serde(default)]
+    allocate_mode: AllocateMode,
+    #[serde(default)]
+    discovery: DiscoverySpec,
+    #[serde(default)]
+    device_nodes: Vec<NodeSpec>,
+    #[serde(default)]
+    control_nodes: Vec<NodeSpec>,
+    #[serde(default = "default_library_dirs")]
+    library_dirs: Vec<String>,
+    #[serde(default)]
+    libraries: Vec<LibrarySpec>,
+    #[serde(default)]
+    binaries: Vec<FileSpec>,
+    #[serde(default)]
+    files: Vec<FileSpec>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Where sonames are searched when a profile does not say.
+pub fn default_library_dirs() -> Vec<String> {
+    [
+        "/usr/lib/x86_64-linux-gnu",
+        "/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/lib/aarch64-linux-gnu",
+        "/usr/lib64",
+        "/lib64",
+        "/usr/lib",
+        "/lib",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// The most devices one physical device may be shared as.
+pub const MAX_REPLICAS: u32 = 1024;
+
+/// A validated device profile.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    /// The kind, e.g. `demo`.
+    pub name: ProfileName,
+    /// The Kubernetes extended resource, e.g. `devinject.io/demo`.
+    pub resource: ResourceName,
+    /// Free text for humans.
+    pub description: String,
+    /// The env variable a container sets to ask for devices.
+    pub request_env: String,
+    /// How many ids each physical device is advertised as (sharing).
+    pub replicas: u32,
+    /// How the device plugin answers `Allocate`.
+    pub allocate_mode: AllocateMode,
+    /// How devices are found.
+    pub discovery: DiscoverySpec,
+    /// Extra nodes each device brings.
+    pub device_nodes: Vec<NodeSpec>,
+    /// Nodes every device of the kind needs.
+    pub control_nodes: Vec<NodeSpec>,
+    /// Where sonames are searched (absolute, under the driver root).
+    pub library_dirs: Vec<String>,
+    /// Libraries to inject.
+    pub libraries: Vec<LibrarySpec>,
+    /// Binaries to inject into `/usr/bin` unless placed elsewhere.
+    pub binaries: Vec<FileSpec>,
+    /// Other files to inject.
+    pub files: Vec<FileSpec>,
+    /// Env the container gets with any device of the kind.
+    pub env: BTreeMap<String, String>,
+}
+
+impl Profile {
+    /// Reads, parses and validates a profile file.
+    pub fn load(path: &Path) -> Result<Self, ProfileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let profile = Self::parse(&text, path)?;
+        if path.file_stem().and_then(|s| s.to_str()) != Some(profile.name.as_str()) {
+            return Err(ProfileError::FileName {
+                path: path.to_owned(),
+                name: profile.name.to_string(),
+            });
+        }
+        Ok(profile)
+    }
+
+    /// Parses and validates profile text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ProfileError> {
+        let raw: RawProfile = toml::from_str(text).map_err(|e| ProfileError::Parse {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().replace('\n', " | "),
+        })?;
+        Self::validate(raw, path)
+    }
+
+    /// The Kubernetes resource name.
+    pub fn resource_name(&self) -> &str {
+        self.resource.as_str()
+    }
+
+    /// The env variable a container sets to ask for devices.
+    pub fn request_env(&self) -> &str {
+        &self.request_env
+    }
+
+    /// The annotation the device plugin writes with the granted ids; the hook reads it too.
+    pub fn request_annotation(&self) -> String {
+        format!("{}{}.devices", crate::plan::ANNOTATION_PREFIX, self.name)
+    }
+
+    fn validate(raw: RawProfile, path: &Path) -> Result<Self, ProfileError> {
+        let invalid = |key: &str, problem: String| ProfileError::Invalid {
+            path: path.to_owned(),
+            key: key.to_owned(),
+            problem,
+        };
+        let name_err = |key: &str, e: NameError| invalid(key, e.to_string());
+        let name = ProfileName::new(&raw.name).map_err(|e| name_err("name", e))?;
+        let resource = ResourceName::new(&raw.resource).map_err(|e| name_err("resource", e))?;
+        let request_env = raw
+            .request_env
+            .clone()
+            .unwrap_or_else(|| name.default_request_env());
+        if !is_env_name(&request_env) {
+            return Err(invalid(
+                "request_env",
+                format!("{request_env:?} is not an env variable name: use A-Z, 0-9 and '_'"),
+            ));
+        }
+        if raw.replicas == 0 || raw.replicas > MAX_REPLICAS {
+            return Err(invalid(
+                "replicas",
+                format!("is {}: use 1 to {MAX_REPLICAS}", raw.replicas),
+            ));
+        }
+        if raw.discovery.nodes.is_empty() {
+            return Err(invalid(
+                "discovery.nodes",
+                "is empty: list at least one glob under the dev root, e.g. [\"kvm\"]".into(),
+            ));
+        }
+        for (i, g) in raw.discovery.nodes.iter().enumerate() {
+            check_relative(g).map_err(|p| invalid(&format!("discovery.nodes[{i}]"), p))?;
+            glob::Pattern::new(g)
+                .map_err(|e| invalid(&format!("discovery.nodes[{i}]"), format!("bad glob: {e}")))?;
+        }
+        if raw.discovery.id == IdSource::Sysfs && raw.discovery.id_sysfs.is_none() {
+            return Err(invalid(
+                "discovery.id",
+                "is \"sysfs\" but discovery.id_sysfs is not set: name the attribute".into(),
+            ));
+        }
+        for (key, attr) in [
+            ("discovery.id_sysfs", &raw.discovery.id_sysfs),
+            ("discovery.numa_sysfs", &raw.discovery.numa_sysfs),
+            ("discovery.health_sysfs", &raw.discovery.health_sysfs),
+        ] {
+            if let Some(a) = attr {
+                check_relative(a).map_err(|p| invalid(key, p))?;
+            }
+        }
+        for a in raw.discovery.require_sysfs.keys() {
+            check_relative(a).map_err(|p| invalid(&format!("discovery.require_sysfs.{a}"), p))?;
+        }
+        for (list, key) in [
+            (&raw.device_nodes, "device_nodes"),
+            (&raw.control_nodes, "control_nodes"),
+        ] {
+            for (i, n) in list.iter().enumerate() {
+                check_relative(&n.path).map_err(|p| invalid(&format!("{key}[{i}].path"), p))?;
+            }
+        }
+        for (i, d) in raw.library_dirs.iter().enumerate() {
+            check_absolute(d).map_err(|p| invalid(&format!("library_dirs[{i}]"), p))?;
+        }
+        for (i, lib) in raw.libraries.iter().enumerate() {
+            let key = format!("libraries[{i}]");
+            match (&lib.soname, &lib.glob) {
+                (Some(s), None) => {
+                    if s.is_empty() || s.contains('/') || !s.contains(".so") {
+                        return Err(invalid(
+                            &format!("{key}.soname"),
+                            format!("{s:?} is not a soname: use a file name like libfoo.so.1"),
+                        ));
+                    }
+                }
+                (None, Some(g)) => {
+                    check_absolute(g).map_err(|p| invalid(&format!("{key}.glob"), p))?;
+                }
+                _ => {
+                    return Err(invalid(
+                        &key,
+                        "must set exactly one of `soname` and `glob`".into(),
+                    ))
+                }
+            }
+        }
+        for (list, key) in [(&raw.binaries, "binaries"), (&raw.files, "files")] {
+            for (i, f) in list.iter().enumerate() {
+                check_absolute(&f.path).map_err(|p| invalid(&format!("{key}[{i}].path"), p))?;
+                if let Some(c) = &f.container_path {
+                    check_absolute(c)
+                        .map_err(|p| invalid(&format!("{key}[{i}].container_path"), p))?;
+                }
+            }
+        }
+        for k in raw.env.keys() {
+            if !is_env_name(k) {
+                return Err(invalid(
+                    &format!("env.{k}"),
+                    "is not an env variable name: use A-Z, a-z, 0-9 and '_'".into(),
+                ));
+            }
+        }
+        Ok(Self {
+            name,
+            resource,
+            description: raw.description,
+            request_env,
+            replicas: raw.replicas,
+            allocate_mode: raw.allocate_mode,
+            discovery: raw.discovery,
+            device_nodes: raw.device_nodes,
+            control_nodes: raw.control_nodes,
+            library_dirs: raw.library_dirs,
+            libraries: raw.libraries,
+            binaries: raw.binaries,
+            files: raw.files,
+            env: raw.env,
+        })
+    }
+}
+
+/// True for a POSIX-style env variable name.
+pub fn is_env_name(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn check_relative(p: &str) -> Result<(), String> {
+    let path = Path::new(p);
+    if p.is_empty() || path.is_absolute() {
+        return Err(format!(
+            "{p:?} must be a relative path (it is joined to a root)"
+        ));
+    }
+    if path.components().any(|c| matches!(c, Component::ParentDir)) {
+        return Err(format!("{p:?} must not contain `..`"));
+    }
+    Ok(())
+}
+
+fn check_absolute(p: &str) -> Result<(), String> {
+    let path = Path::new(p);
+    if !path.is_absolute() {
+        return Err(format!("{p:?} must be an absolute path"));
+    }
+    if path.components().any(|c| matches!(c, Component::ParentDir)) {
+        return Err(format!("{p:?} must not contain `..`"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEMO: &str = r#"
+name = "demo"
+resource = "devinject.io/demo"
+[discovery]
+nodes = ["demo/accel*"]
+[[control_nodes]]
+path = "demo/ctl"
+[[libraries]]
+glob = "/opt/demo/lib/libdemo.so.*"
+[env]
+DEMO_DRIVER = "1"
+"#;
+
+    fn parse(text: &str) -> Result<Profile, ProfileError> {
+        Profile::parse(text, Path::new("/p/demo.toml"))
+    }
+
+    #[test]
+    fn parses_demo_with_defaults() {
+        let p = parse(DEMO).unwrap();
+        assert_eq!(p.name.as_str(), "demo");
+        assert_eq!(p.request_env(), "DEMO_VISIBLE_DEVICES");
+        assert_eq!(p.replicas, 1);
+        assert_eq!(p.allocate_mode, AllocateMode::Envvar);
+        assert_eq!(p.discovery.id, IdSource::Index);
+        assert_eq!(p.library_dirs, default_library_dirs());
+        assert_eq!(p.request_annotation(), "devinject.io/demo.devices");
+    }
+
+    #[test]
+    fn unknown_key_names_file_line_and_key() {
+        let err = parse(&DEMO.replace("[env]", "libraryz = 1\n[env]"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("/p/demo.toml"), "{err}");
+        assert!(err.contains("libraryz"), "{err}");
+        assert!(err.contains("line"), "{err}");
+    }
+
+    #[test]
+    fn unknown_nested_key_is_rejected() {
+        let err = parse(&DEMO.replace("path = \"demo/ctl\"", "path = \"demo/ctl\"\nopt = true"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("opt"), "{err}");
+    }
+
+    #[test]
+    fn validation_errors_name_the_key() {
+        let cases = [
+            (
+                DEMO.replace("demo/accel*", "/dev/accel*"),
+                "discovery.nodes[0]",
+            ),
+            (
+                DEMO.replace("demo/accel*", "../accel*"),
+                "discovery.nodes[0]",
+            ),
+            (
+                DEMO.replace("glob = \"/opt", "glob = \"opt"),
+                "libraries[0].glob",
+            ),
+            (
+                DEMO.replace("glob = \"/opt/demo/lib/libdemo.so.*\"", "optional = true"),
+                "libraries[0]",
+            ),
+            (DEMO.replace("devinject.io/demo", "demo"), "resource"),
+            (DEMO.replace("name = \"demo\"", "name = \"Demo\""), "name"),
+            (format!("replicas = 0\n{DEMO}"), "replicas"),
+            (format!("request_env = \"9X\"\n{DEMO}"), "request_env"),
+            (DEMO.replace("DEMO_DRIVER", "\"A-B\""), "env.A-B"),
+            (
+                DEMO.replace("nodes = [\"demo/accel*\"]", "nodes = []"),
+                "discovery.nodes",
+            ),
+            (
+                DEMO.replace(
+                    "nodes = [\"demo/accel*\"]",
+                    "nodes = [\"x\"]\nid = \"sysfs\"",
+                ),
+                "discovery.id",
+            ),
+        ];
+        for (text, key) in cases {
+            let err = parse(&text).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("`{key}`")),
+                "expected key {key}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn file_name_must_match() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("other.toml");
+        std::fs::write(&path, DEMO).unwrap();
+        let err = Profile::load(&path).unwrap_err().to_string();
+        assert!(err.contains("demo.toml"), "{err}");
+    }
+}

@@ -1,0 +1,63 @@
+//! The host roots every lookup is made under, so tests and installers can point elsewhere.
+
+use std::path::{Path, PathBuf};
+
+/// Where the host's device nodes, sysfs and driver files live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostRoots {
+    /// Device nodes (`/dev`). Node globs are relative to it; a node's container path is its path
+    /// relative to this root, under `/dev`.
+    pub dev_root: PathBuf,
+    /// sysfs (`/sys`).
+    pub sys_root: PathBuf,
+    /// Where driver libraries, binaries and files are (`/`, or e.g. `/run/nvidia/driver`).
+    pub driver_root: PathBuf,
+}
+
+impl Default for HostRoots {
+    fn default() -> Self {
+        Self {
+            dev_root: PathBuf::from("/dev"),
+            sys_root: PathBuf::from("/sys"),
+            driver_root: PathBuf::from("/"),
+        }
+    }
+}
+
+impl HostRoots {
+    /// `path` (absolute, as written in a profile) under the driver root.
+    pub fn in_driver_root(&self, path: &str) -> PathBuf {
+        join_under(&self.driver_root, path)
+    }
+
+    /// `path` (relative, as written in a profile) under the sys root.
+    pub fn in_sys_root(&self, path: &str) -> PathBuf {
+        join_under(&self.sys_root, path)
+    }
+}
+
+/// Joins a profile path under a root, treating a leading `/` as the root itself.
+pub fn join_under(root: &Path, path: &str) -> PathBuf {
+    root.join(path.trim_start_matches('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn joins_absolute_paths_under_the_root() {
+        let r = HostRoots {
+            driver_root: PathBuf::from("/run/nvidia/driver"),
+            ..HostRoots::default()
+        };
+        assert_eq!(
+            r.in_driver_root("/usr/lib/libcuda.so.1"),
+            PathBuf::from("/run/nvidia/driver/usr/lib/libcuda.so.1")
+        );
+        assert_eq!(
+            HostRoots::default().in_driver_root("/usr/bin/x"),
+            PathBuf::from("/usr/bin/x")
+        );
+    }
+}

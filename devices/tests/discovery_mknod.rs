@@ -1,0 +1,105 @@
+//! Discovery against simulated nodes made with mknod in a temp dev root (needs root).
+
+use std::path::Path;
+
+use devinject_devices::{discover, HostRoots, Profile};
+
+fn is_root() -> bool {
+    std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false)
+}
+
+fn mknod_char(path: &Path, major: u32, minor: u32) {
+    let out = std::process::Command::new("mknod")
+        .arg(path)
+        .arg("c")
+        .arg(major.to_string())
+        .arg(minor.to_string())
+        .status()
+        .unwrap();
+    assert!(out.success(), "mknod {}", path.display());
+}
+
+#[test]
+fn finds_sim_devices_ids_numa_and_control_nodes() {
+    if !is_root() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "root needed under CI"
+        );
+        eprintln!("skipping: mknod needs root");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let dev = t.path().join("dev");
+    let sys = t.path().join("sys");
+    std::fs::create_dir_all(dev.join("sim")).unwrap();
+    for i in [0u32, 1, 2, 10] {
+        mknod_char(&dev.join(format!("sim/accel{i}")), 1, 3);
+        let d = sys.join(format!("class/sim/accel{i}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("serial"), format!("SN-{i}\n")).unwrap();
+        std::fs::write(d.join("numa_node"), if i == 10 { "-1\n" } else { "1\n" }).unwrap();
+        std::fs::write(
+            d.join("vendor"),
+            if i == 2 { "0xdead\n" } else { "0x1234\n" },
+        )
+        .unwrap();
+    }
+    std::fs::write(dev.join("sim/accel-readme"), "not a node").unwrap();
+    mknod_char(&dev.join("sim/ctl"), 1, 5);
+    let profile = Profile::parse(
+        r#"
+name = "sim"
+resource = "devinject.io/sim"
+[discovery]
+nodes = ["sim/accel*"]
+id = "sysfs"
+id_sysfs = "class/sim/{name}/serial"
+numa_sysfs = "class/sim/{name}/numa_node"
+[discovery.require_sysfs]
+"class/sim/{name}/vendor" = "0x1234"
+[[control_nodes]]
+path = "sim/ctl"
+[[control_nodes]]
+path = "sim/optional"
+optional = true
+"#,
+        Path::new("sim.toml"),
+    )
+    .unwrap();
+    let roots = HostRoots {
+        dev_root: dev.clone(),
+        sys_root: sys,
+        driver_root: "/".into(),
+    };
+    let inv = discover(&profile, &roots).unwrap();
+    let ids: Vec<_> = inv.devices.iter().map(|d| d.id.to_string()).collect();
+    assert_eq!(
+        ids,
+        ["SN-0", "SN-1", "SN-10"],
+        "natural order, vendor filter, readme skipped"
+    );
+    assert_eq!(inv.devices[0].numa_node, Some(1));
+    assert_eq!(inv.devices[2].numa_node, None);
+    assert_eq!(inv.devices[2].index, 2);
+    assert_eq!(inv.control_nodes.len(), 1);
+    assert_eq!(
+        inv.control_nodes[0].container_path,
+        Path::new("/dev/sim/ctl")
+    );
+    assert_eq!(
+        (inv.control_nodes[0].major, inv.control_nodes[0].minor),
+        (1, 5)
+    );
+
+    // A required control node that is missing names itself.
+    let strict = Profile::parse(
+        "name = \"sim\"\nresource = \"devinject.io/sim\"\n[discovery]\nnodes = [\"sim/accel*\"]\n[[control_nodes]]\npath = \"sim/gone\"\n",
+        Path::new("sim.toml"),
+    )
+    .unwrap();
+    let err = discover(&strict, &roots).unwrap_err().to_string();
+    assert!(err.contains("sim/gone") && err.contains("missing"), "{err}");
+}

@@ -1,0 +1,144 @@
+//! The host configuration file, `/etc/devinject/config.toml`.
+//!
+//! Every key is optional; a missing file means all defaults. Unknown keys are errors so a typo
+//! cannot silently change behaviour on a node.
+
+use std::path::{Path, PathBuf};
+
+use devinject_devices::HostRoots;
+use serde::Deserialize;
+
+/// Where the hook and shim read their configuration unless told otherwise.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/devinject/config.toml";
+
+/// Why the host configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file exists but could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid.
+    #[error("config {path} is not valid: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message with line and key.
+        message: String,
+    },
+}
+
+/// How injected files are mounted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum MountApi {
+    /// The new mount API (`open_tree` + `mount_setattr` + `move_mount`, Linux 5.12+) where the
+    /// kernel has it, else the classic bind + remount.
+    #[default]
+    Auto,
+    /// Always the classic `mount(MS_BIND)` then `MS_REMOUNT|MS_RDONLY`.
+    Classic,
+}
+
+/// The host configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HostConfig {
+    /// Directory of device profiles.
+    pub profiles_dir: PathBuf,
+    /// Root of the host's device nodes.
+    pub dev_root: PathBuf,
+    /// Root of sysfs.
+    pub sys_root: PathBuf,
+    /// Root under which driver libraries, binaries and files are found.
+    pub driver_root: PathBuf,
+    /// The host's `ldconfig`, run chrooted in the container to refresh its linker cache. It must
+    /// be statically linked (Debian's and Fedora's are).
+    pub ldconfig: PathBuf,
+    /// Mount API choice.
+    pub mount_api: MountApi,
+    /// Log filter for the hook's stderr (`warn`, `info`, `debug`, or a tracing filter).
+    pub log_level: String,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        Self {
+            profiles_dir: PathBuf::from("/etc/devinject/profiles"),
+            dev_root: PathBuf::from("/dev"),
+            sys_root: PathBuf::from("/sys"),
+            driver_root: PathBuf::from("/"),
+            ldconfig: PathBuf::from("/sbin/ldconfig"),
+            mount_api: MountApi::Auto,
+            log_level: "warn".into(),
+        }
+    }
+}
+
+impl HostConfig {
+    /// Loads `path`. A missing file at the default path means defaults; a missing file that was
+    /// named explicitly is an error.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let explicit = path.is_some();
+        let path = path.unwrap_or(Path::new(DEFAULT_CONFIG_PATH));
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
+                return Ok(Self::default())
+            }
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })
+            }
+        };
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().replace('\n', " | "),
+        })
+    }
+
+    /// The host roots discovery and resolution use.
+    pub fn roots(&self) -> HostRoots {
+        HostRoots {
+            dev_root: self.dev_root.clone(),
+            sys_root: self.sys_root.clone(),
+            driver_root: self.driver_root.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_partial_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.toml");
+        std::fs::write(&p, "dev_root = \"/tmp/dev\"\n").unwrap();
+        let c = HostConfig::load(Some(&p)).unwrap();
+        assert_eq!(c.dev_root, PathBuf::from("/tmp/dev"));
+        assert_eq!(c.profiles_dir, PathBuf::from("/etc/devinject/profiles"));
+        assert_eq!(c.mount_api, MountApi::Auto);
+    }
+
+    #[test]
+    fn typos_and_missing_explicit_files_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.toml");
+        std::fs::write(&p, "dev_rot = \"/tmp/dev\"\n").unwrap();
+        let err = HostConfig::load(Some(&p)).unwrap_err().to_string();
+        assert!(
+            err.contains("dev_rot") && err.contains("config.toml"),
+            "{err}"
+        );
+        let err = HostConfig::load(Some(&dir.path().join("nope.toml"))).unwrap_err();
+        assert!(err.to_string().contains("nope.toml"));
+    }
+}

@@ -1,0 +1,63 @@
+//! The hook's error type and its mapping to exit codes.
+
+use crate::config::ConfigError;
+use crate::exit::ExitCode;
+use crate::inject::InjectError;
+use crate::oci::OciError;
+use crate::prepare::PrepareError;
+use devinject_devices::ProfileError;
+
+/// Everything that can make the hook fail.
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    /// The host config is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A profile is invalid.
+    #[error(transparent)]
+    Profiles(#[from] ProfileError),
+    /// The state or spec is malformed.
+    #[error(transparent)]
+    Input(#[from] OciError),
+    /// The hook was configured at a stage where it cannot work.
+    #[error("the hook ran with container status {status:?}: configure devinject-hook as a prestart or createRuntime hook")]
+    Stage {
+        /// The status in the state.
+        status: String,
+    },
+    /// The request could not be planned.
+    #[error(transparent)]
+    Prepare(#[from] PrepareError),
+    /// Injection into the container failed.
+    #[error("injecting into container {id} failed: {source}")]
+    Inject {
+        /// The container id.
+        id: String,
+        /// The cause.
+        source: InjectError,
+    },
+    /// Device cgroup rules could not be set.
+    #[error("device cgroup rules for container {id} could not be set: {source}")]
+    Cgroup {
+        /// The container id.
+        id: String,
+        /// The cause.
+        source: devinject_cgroup::CgroupError,
+    },
+}
+
+impl HookError {
+    /// The exit code for this error.
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            Self::Config(_) | Self::Profiles(_) => ExitCode::Config,
+            Self::Input(_) | Self::Stage { .. } => ExitCode::Input,
+            Self::Prepare(PrepareError::Request { .. } | PrepareError::Plan(_)) => {
+                ExitCode::Request
+            }
+            Self::Prepare(PrepareError::Discovery(_) | PrepareError::Resolve(_)) => ExitCode::Host,
+            Self::Inject { .. } => ExitCode::Inject,
+            Self::Cgroup { .. } => ExitCode::Cgroup,
+        }
+    }
+}

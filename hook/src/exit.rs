@@ -1,0 +1,37 @@
+//! The documented exit codes of `devinject-hook` and `devinject-runtime`.
+//!
+//! A runtime shows a failing hook's stderr to the user; the code lets scripts and tests tell the
+//! classes apart. Keep `docs/hook.md` in step with this enum.
+
+/// Why the hook or shim exited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ExitCode {
+    /// Done (or nothing to do).
+    Success = 0,
+    /// A bug or an unexpected failure.
+    Internal = 1,
+    /// Bad command line.
+    Usage = 2,
+    /// The host config or a profile is invalid.
+    Config = 3,
+    /// The OCI state or `config.json` is malformed, or the hook runs at the wrong stage.
+    Input = 4,
+    /// The container's request is invalid (unknown or duplicate id, malformed list).
+    Request = 5,
+    /// The host lacks a device or driver file the request needs.
+    Host = 6,
+    /// Creating nodes, mounts or links in the container failed.
+    Inject = 7,
+    /// Device cgroup rules could not be set.
+    Cgroup = 8,
+    /// The request is not allowed by the host policy.
+    Policy = 9,
+}
+
+impl ExitCode {
+    /// The numeric code.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+}

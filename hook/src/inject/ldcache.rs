@@ -1,0 +1,105 @@
+//! Refreshing the container's linker cache.
+//!
+//! The host's static `ldconfig` is opened in the host namespace, then run in a forked child that
+//! joins the container's mount namespace, makes its mounts private, chroots into the rootfs and
+//! `fexecve`s it with an empty environment: nothing from the image's env (LD_PRELOAD,
+//! LD_LIBRARY_PATH, PATH) reaches it (CVE-2025-23266 class), no binary from the image runs, and
+//! whatever links the image holds resolve inside the chroot (CVE-2025-23267 class). `-X` leaves
+//! links alone: we made the soname links ourselves.
+
+use std::ffi::CString;
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::OFlag;
+use nix::mount::MsFlags;
+use nix::sched::CloneFlags;
+use nix::sys::stat::Mode;
+use nix::sys::wait::{waitpid, WaitStatus};
+
+use super::InjectError;
+use crate::sys;
+
+/// Opens the host's ldconfig for a later `fexecve`.
+pub fn open_ldconfig(path: &Path) -> Result<OwnedFd, InjectError> {
+    nix::fcntl::open(path, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty()).map_err(|errno| {
+        InjectError::Source {
+            path: path.to_owned(),
+            errno,
+        }
+    })
+}
+
+/// Runs ldconfig for `dirs` inside the container. Failures are returned with ldconfig's output;
+/// the caller decides whether they are fatal (a read-only rootfs cannot take a new cache).
+pub fn refresh(
+    mnt_ns: &OwnedFd,
+    rootfs: &Path,
+    ldconfig: &OwnedFd,
+    dirs: &[PathBuf],
+) -> Result<(), InjectError> {
+    let (rd, wr) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(InjectError::Fork)?;
+    let mut argv = vec![
+        c"ldconfig".to_owned(),
+        c"-X".to_owned(),
+        c"-C".to_owned(),
+        c"/etc/ld.so.cache".to_owned(),
+        c"-f".to_owned(),
+        c"/etc/ld.so.conf".to_owned(),
+    ];
+    for d in dirs {
+        argv.push(CString::new(d.as_os_str().as_encoded_bytes()).map_err(|_| {
+            InjectError::Ldconfig {
+                output: format!("directory {} contains NUL", d.display()),
+            }
+        })?);
+    }
+    let rootfs_c = rootfs.to_owned();
+    let child = sys::fork_run(|| {
+        // Only ldconfig's output goes to the pipe; a failure before exec says which step.
+        let _ = nix::unistd::dup2_stdout(&wr);
+        let _ = nix::unistd::dup2_stderr(&wr);
+        let step = (|| -> Result<(), String> {
+            nix::sched::setns(mnt_ns.as_fd(), CloneFlags::CLONE_NEWNS)
+                .map_err(|e| format!("setns: {e}"))?;
+            nix::sched::unshare(CloneFlags::CLONE_NEWNS).map_err(|e| format!("unshare: {e}"))?;
+            nix::mount::mount(
+                None::<&str>,
+                "/",
+                None::<&str>,
+                MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+                None::<&str>,
+            )
+            .map_err(|e| format!("make mounts private: {e}"))?;
+            nix::unistd::chroot(&rootfs_c).map_err(|e| format!("chroot: {e}"))?;
+            nix::unistd::chdir("/").map_err(|e| format!("chdir: {e}"))?;
+            let env: [CString; 0] = [];
+            let e = nix::unistd::fexecve(ldconfig.as_fd(), &argv, &env).unwrap_err();
+            Err(format!("exec: {e}"))
+        })();
+        if let Err(msg) = step {
+            let line = format!("ldconfig setup failed: {msg}\n");
+            let _ = nix::unistd::write(&wr, line.as_bytes());
+        }
+        127
+    })
+    .map_err(InjectError::Fork)?;
+    drop(wr);
+    let mut output = String::new();
+    let _ = std::fs::File::from(rd)
+        .take(64 * 1024)
+        .read_to_string(&mut output);
+    match waitpid(child, None) {
+        Ok(WaitStatus::Exited(_, 0)) => {
+            if !output.trim().is_empty() {
+                tracing::debug!(output = %output.trim(), "ldconfig said");
+            }
+            Ok(())
+        }
+        Ok(status) => Err(InjectError::Ldconfig {
+            output: format!("{status:?}: {}", output.trim()),
+        }),
+        Err(errno) => Err(InjectError::Fork(errno)),
+    }
+}

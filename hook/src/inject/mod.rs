@@ -1,0 +1,245 @@
+//! The namespace applier: applies a plan's edits inside a creating container.
+//!
+//! Runs from a `prestart`/`createRuntime` hook, while the container's init waits before
+//! `pivot_root`. Host-side preparation happens in this (single-threaded) process: the container's
+//! mount namespace fd, detached mount trees for every source, the ldconfig binary. Then a forked
+//! child joins the container's mount namespace (`setns` needs a single-threaded caller, hence the
+//! fork) and creates nodes, mounts and links through [`rootfs::Rootfs`]; it reports failures
+//! through a pipe. Mounts made there die with the container's namespace and never propagate to
+//! the host.
+
+pub mod layout;
+pub mod ldcache;
+pub mod mounts;
+pub mod nodes;
+pub mod rootfs;
+pub mod symlinks;
+
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use devinject_devices::ContainerEdits;
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sched::CloneFlags;
+use nix::sys::stat::Mode;
+use nix::sys::wait::{waitpid, WaitStatus};
+
+use crate::config::MountApi;
+use crate::sys;
+use mounts::{MountAttrs, Source};
+use rootfs::{Rootfs, RootfsError};
+
+/// Why injection failed.
+#[derive(Debug, thiserror::Error)]
+pub enum InjectError {
+    /// The container's mount namespace could not be opened.
+    #[error("cannot open mount namespace of container pid {pid}: {errno} (is the hook a prestart or createRuntime hook?)")]
+    Namespace {
+        /// The container's init pid.
+        pid: i32,
+        /// The error.
+        errno: Errno,
+    },
+    /// A host source could not be opened or cloned.
+    #[error("cannot prepare host file {path}: {errno}")]
+    Source {
+        /// The host path.
+        path: PathBuf,
+        /// The error.
+        errno: Errno,
+    },
+    /// A path inside the rootfs could not be used.
+    #[error(transparent)]
+    Rootfs(#[from] RootfsError),
+    /// A mount failed.
+    #[error("cannot mount onto {path} in the container: {errno}")]
+    Mount {
+        /// The container path.
+        path: PathBuf,
+        /// The error.
+        errno: Errno,
+    },
+    /// fork, pipe or wait failed.
+    #[error("cannot run the injection child: {0}")]
+    Fork(Errno),
+    /// The child failed; its message.
+    #[error("{0}")]
+    Child(String),
+    /// ldconfig failed.
+    #[error("ldconfig failed in the container: {output}")]
+    Ldconfig {
+        /// Its output and exit status.
+        output: String,
+    },
+}
+
+/// The container being injected.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Its init pid in the host pid namespace.
+    pub pid: i32,
+    /// Its rootfs (host path, also valid in its mount namespace before `pivot_root`).
+    pub rootfs: PathBuf,
+    /// Nodes must be bind-mounted (user namespace or rootless).
+    pub bind_nodes: bool,
+    /// The rootfs is read-only: a failed linker cache refresh is only a warning.
+    pub readonly_rootfs: bool,
+}
+
+/// What was done, for logs and tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Nodes created or bound.
+    pub nodes: usize,
+    /// Files mounted.
+    pub mounts: usize,
+    /// Links made.
+    pub links: usize,
+    /// Whether the linker cache was refreshed.
+    pub ldcache: bool,
+    /// Whether the new mount API was used.
+    pub new_mount_api: bool,
+}
+
+/// Applies `edits` to `target`. Env edits are ignored here (a hook cannot change the process
+/// env; the shim writes them into the spec).
+pub fn apply(
+    target: &Target,
+    edits: &ContainerEdits,
+    mount_api: MountApi,
+    ldconfig: &Path,
+) -> Result<Report, InjectError> {
+    let mut report = Report::default();
+    if edits.device_nodes.is_empty() && edits.mounts.is_empty() && edits.hooks.is_empty() {
+        return Ok(report);
+    }
+    let ns_path = format!("/proc/{}/ns/mnt", target.pid);
+    let mnt_ns = nix::fcntl::open(
+        ns_path.as_str(),
+        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|errno| InjectError::Namespace {
+        pid: target.pid,
+        errno,
+    })?;
+
+    // Host side: every source becomes a detached, already read-only tree when the kernel can.
+    let mut node_sources: Vec<Option<Source>> = Vec::new();
+    let mut file_sources: Vec<Source> = Vec::new();
+    let mut new_api = mount_api == MountApi::Auto;
+    if new_api {
+        'prep: {
+            for n in &edits.device_nodes {
+                if !target.bind_nodes {
+                    node_sources.push(None);
+                    continue;
+                }
+                match mounts::prepare_tree(&n.host_path, MountAttrs::Device)? {
+                    Some(s) => node_sources.push(Some(s)),
+                    None => {
+                        new_api = false;
+                        break 'prep;
+                    }
+                }
+            }
+            for m in &edits.mounts {
+                match mounts::prepare_tree(&m.host_path, MountAttrs::File)? {
+                    Some(s) => file_sources.push(s),
+                    None => {
+                        new_api = false;
+                        break 'prep;
+                    }
+                }
+            }
+        }
+    }
+    if !new_api {
+        node_sources = edits
+            .device_nodes
+            .iter()
+            .map(|n| target.bind_nodes.then(|| Source::Path(n.host_path.clone())))
+            .collect();
+        file_sources = edits
+            .mounts
+            .iter()
+            .map(|m| Source::Path(m.host_path.clone()))
+            .collect();
+    }
+    report.new_mount_api = new_api;
+
+    let needs_etc = !edits.ldcache_dirs().is_empty();
+    run_in_namespace(&mnt_ns, |_| {
+        nix::sys::stat::umask(Mode::empty());
+        let root = Rootfs::open(&target.rootfs)?;
+        for (node, source) in edits.device_nodes.iter().zip(node_sources) {
+            nodes::create(&root, node, source)?;
+        }
+        for (m, source) in edits.mounts.iter().zip(file_sources) {
+            let attrs = MountAttrs::File;
+            mounts::attach(&root, &m.container_path, source, attrs)?;
+        }
+        for l in edits.symlinks() {
+            symlinks::create(&root, l)?;
+        }
+        if needs_etc {
+            root.mkdir_all(Path::new("/etc"))?;
+        }
+        Ok(())
+    })?;
+    report.nodes = edits.device_nodes.len();
+    report.mounts = edits.mounts.len();
+    report.links = edits.symlinks().len();
+
+    let dirs = edits.ldcache_dirs();
+    if !dirs.is_empty() {
+        let fd = ldcache::open_ldconfig(ldconfig)?;
+        match ldcache::refresh(&mnt_ns, &target.rootfs, &fd, dirs) {
+            Ok(()) => report.ldcache = true,
+            Err(e) if target.readonly_rootfs => {
+                tracing::warn!(error = %e, "read-only rootfs: linker cache not refreshed; soname links are in place")
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(report)
+}
+
+/// Runs `work` in a forked child that has joined `mnt_ns`; its error comes back as text.
+fn run_in_namespace(
+    mnt_ns: &OwnedFd,
+    work: impl FnOnce(&OwnedFd) -> Result<(), InjectError>,
+) -> Result<(), InjectError> {
+    let (rd, wr) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(InjectError::Fork)?;
+    let child = sys::fork_run(|| {
+        let result = nix::sched::setns(mnt_ns.as_fd(), CloneFlags::CLONE_NEWNS)
+            .map_err(|errno| {
+                InjectError::Child(format!(
+                    "cannot join the container's mount namespace: {errno}"
+                ))
+            })
+            .and_then(|()| work(mnt_ns));
+        match result {
+            Ok(()) => 0,
+            Err(e) => {
+                let _ = nix::unistd::write(&wr, e.to_string().as_bytes());
+                1
+            }
+        }
+    })
+    .map_err(InjectError::Fork)?;
+    drop(wr);
+    let mut msg = String::new();
+    let _ = std::fs::File::from(rd)
+        .take(16 * 1024)
+        .read_to_string(&mut msg);
+    match waitpid(child, None).map_err(InjectError::Fork)? {
+        WaitStatus::Exited(_, 0) => Ok(()),
+        other if msg.is_empty() => Err(InjectError::Child(format!(
+            "injection child ended abnormally: {other:?}"
+        ))),
+        _ => Err(InjectError::Child(msg)),
+    }
+}

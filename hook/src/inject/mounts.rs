@@ -1,0 +1,173 @@
+//! Read-only bind mounts of host files (and, in user namespaces, device nodes) into the rootfs.
+//!
+//! Sources are prepared in the host mount namespace: with the new mount API each becomes a
+//! detached tree (`open_tree(OPEN_TREE_CLONE)`) that is made read-only, nosuid and nodev before it
+//! is ever attached, then moved onto the target fd with `move_mount`: the file is never visible
+//! writable, and the target is the fd we resolved, not a path the image could swap. Kernels
+//! without that API (before 5.2, or `mount_api = "classic"`) get `mount(MS_BIND)` through
+//! `/proc/self/fd` and a remount.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, OFlag};
+use nix::mount::MsFlags;
+use nix::sys::stat::{fstat, Mode, SFlag};
+use nix::unistd::{unlinkat, UnlinkatFlags};
+
+use super::rootfs::{entry_at, open_nofollow, split, Entry, Rootfs, RootfsError};
+use super::InjectError;
+use crate::sys;
+
+/// Mount attributes a source gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MountAttrs {
+    /// Files: read-only, nosuid, nodev.
+    File,
+    /// Device nodes bound in user namespaces: nosuid, noexec (a read-only mount does not stop
+    /// writes to a device, and nodev would stop it working).
+    Device,
+}
+
+impl MountAttrs {
+    fn new_api(self) -> u64 {
+        match self {
+            Self::File => {
+                libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV
+            }
+            Self::Device => libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NOEXEC,
+        }
+    }
+
+    fn classic(self) -> MsFlags {
+        match self {
+            Self::File => MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Self::Device => MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        }
+    }
+}
+
+/// A mount source, ready to be attached in the container's namespace.
+#[derive(Debug)]
+pub enum Source {
+    /// A detached tree with its attributes already set.
+    Tree(OwnedFd),
+    /// A host path, bound classically in the container's namespace (visible there before
+    /// `pivot_root`, as the namespace is a copy of the host's).
+    Path(PathBuf),
+}
+
+/// Prepares `host_path` in the host namespace. `Ok(None)` when the kernel lacks the new mount API,
+/// meaning the caller should use [`Source::Path`] for everything.
+pub fn prepare_tree(host_path: &Path, attrs: MountAttrs) -> Result<Option<Source>, InjectError> {
+    let src_err = |errno| InjectError::Source {
+        path: host_path.to_owned(),
+        errno,
+    };
+    let fd = nix::fcntl::open(host_path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
+        .map_err(src_err)?;
+    let tree = match sys::open_tree_clone(&fd) {
+        Ok(t) => t,
+        Err(Errno::ENOSYS) => return Ok(None),
+        Err(errno) => return Err(src_err(errno)),
+    };
+    match sys::mount_setattr(&tree, attrs.new_api()) {
+        Ok(()) => Ok(Some(Source::Tree(tree))),
+        Err(Errno::ENOSYS) => Ok(None),
+        Err(errno) => Err(src_err(errno)),
+    }
+}
+
+/// Makes sure a non-directory placeholder exists at `container_path` and returns an `O_PATH` fd
+/// to it. An image's symlink, FIFO or socket at that name is replaced (inside the rootfs only); a
+/// directory is an error.
+pub fn placeholder(root: &Rootfs, container_path: &Path) -> Result<OwnedFd, InjectError> {
+    let (parent, name) = split(container_path)?;
+    let dir = root.mkdir_all(&parent)?;
+    let rerr = |op, errno| {
+        InjectError::Rootfs(RootfsError {
+            op,
+            path: container_path.to_owned(),
+            errno,
+        })
+    };
+    match entry_at(&dir, name, container_path)? {
+        Entry::File | Entry::Device { .. } => {}
+        Entry::Dir => return Err(rerr("mount a file over a directory at", Errno::EISDIR)),
+        Entry::Symlink | Entry::Other => {
+            unlinkat(&dir, name, UnlinkatFlags::NoRemoveDir).map_err(|e| rerr("replace", e))?;
+            create_file(&dir, name).map_err(|e| rerr("create", e))?;
+        }
+        Entry::Missing => create_file(&dir, name).map_err(|e| rerr("create", e))?,
+    }
+    let target = open_nofollow(&dir, name, container_path)?;
+    // Between the checks above and this open the image cannot run, but a volume shared with
+    // another container could be raced: check what we actually opened.
+    let st = fstat(&target).map_err(|e| rerr("stat", e))?;
+    let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
+    if !matches!(kind, SFlag::S_IFREG | SFlag::S_IFCHR | SFlag::S_IFBLK) {
+        return Err(rerr("mount onto (changed under us)", Errno::ELOOP));
+    }
+    Ok(target)
+}
+
+fn create_file(dir: impl AsFd, name: &std::ffi::OsStr) -> nix::Result<()> {
+    match openat(
+        dir,
+        name,
+        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o644),
+    ) {
+        Ok(_) | Err(Errno::EEXIST) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Attaches `source` at `container_path` inside `root` (called in the container's namespace).
+pub fn attach(
+    root: &Rootfs,
+    container_path: &Path,
+    source: Source,
+    attrs: MountAttrs,
+) -> Result<(), InjectError> {
+    let target = placeholder(root, container_path)?;
+    let merr = |errno| InjectError::Mount {
+        path: container_path.to_owned(),
+        errno,
+    };
+    match source {
+        Source::Tree(tree) => sys::move_mount(&tree, &target).map_err(merr),
+        Source::Path(host) => {
+            let src = nix::fcntl::open(&host, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
+                .map_err(|errno| InjectError::Source {
+                    path: host.clone(),
+                    errno,
+                })?;
+            nix::mount::mount(
+                Some(&fd_path(&src)),
+                &fd_path(&target),
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .map_err(merr)?;
+            // The fd still names the placeholder underneath; reopen to reach the new mount.
+            let (parent, name) = split(container_path)?;
+            let dir = root.resolve(&parent, OFlag::O_PATH | OFlag::O_DIRECTORY)?;
+            let mounted = open_nofollow(&dir, name, container_path)?;
+            nix::mount::mount(
+                None::<&str>,
+                &fd_path(&mounted),
+                None::<&str>,
+                MsFlags::MS_BIND | MsFlags::MS_REMOUNT | attrs.classic(),
+                None::<&str>,
+            )
+            .map_err(merr)
+        }
+    }
+}
+
+fn fd_path(fd: &OwnedFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}

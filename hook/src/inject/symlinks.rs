@@ -1,0 +1,49 @@
+//! Soname links next to injected libraries (`libcuda.so.1 -> libcuda.so.580.95`).
+//!
+//! Made with `symlinkat` in the parent directory fd, so they work for images without a
+//! glibc `ldconfig` (musl, distroless) too. An image's own file or link at that name is replaced,
+//! as `ldconfig` would; a directory there is an error.
+
+use nix::errno::Errno;
+use nix::fcntl::readlinkat;
+use nix::unistd::{symlinkat, unlinkat, UnlinkatFlags};
+
+use devinject_devices::Symlink;
+
+use super::rootfs::{entry_at, split, Entry, Rootfs, RootfsError};
+use super::InjectError;
+
+/// Creates `link` in the rootfs.
+pub fn create(root: &Rootfs, link: &Symlink) -> Result<(), InjectError> {
+    let (parent, name) = split(&link.link)?;
+    let dir = root.mkdir_all(&parent)?;
+    let rerr = |op, errno| {
+        InjectError::Rootfs(RootfsError {
+            op,
+            path: link.link.clone(),
+            errno,
+        })
+    };
+    if link.target.contains('/') {
+        return Err(rerr("link outside its directory from", Errno::EINVAL));
+    }
+    match entry_at(&dir, name, &link.link)? {
+        Entry::Missing => {}
+        Entry::Symlink => {
+            if readlinkat(&dir, name).is_ok_and(|t| t == *link.target) {
+                return Ok(());
+            }
+            unlinkat(&dir, name, UnlinkatFlags::NoRemoveDir).map_err(|e| rerr("replace", e))?;
+        }
+        Entry::Dir => {
+            return Err(rerr(
+                "create soname link (a directory exists)",
+                Errno::EISDIR,
+            ))
+        }
+        Entry::File | Entry::Device { .. } | Entry::Other => {
+            unlinkat(&dir, name, UnlinkatFlags::NoRemoveDir).map_err(|e| rerr("replace", e))?;
+        }
+    }
+    symlinkat(link.target.as_str(), &dir, name).map_err(|e| rerr("symlink", e))
+}

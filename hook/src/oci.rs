@@ -1,0 +1,282 @@
+//! The parts of the OCI state and runtime spec the hook reads.
+//!
+//! Only the fields we use are parsed, and unknown fields are ignored, so a newer runtime spec
+//! does not break the hook. Inputs are size-bounded before parsing: the state comes from the
+//! runtime, but `config.json` carries user-controlled env and annotations.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The largest OCI state accepted on stdin.
+pub const MAX_STATE_BYTES: u64 = 1 << 20;
+/// The largest `config.json` accepted.
+pub const MAX_SPEC_BYTES: u64 = 16 << 20;
+
+/// Why the state or spec could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum OciError {
+    /// Reading stdin or the file failed.
+    #[error("cannot read {what}: {source}")]
+    Read {
+        /// What was being read.
+        what: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The input is larger than we accept.
+    #[error("{what} is larger than {limit} bytes")]
+    TooLarge {
+        /// What was being read.
+        what: String,
+        /// The limit.
+        limit: u64,
+    },
+    /// The JSON is malformed or misses required fields.
+    #[error("{what} is not valid: {message}")]
+    Parse {
+        /// What was being parsed.
+        what: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// A field has an unusable value.
+    #[error("{what}: {problem}")]
+    Invalid {
+        /// What was being checked.
+        what: String,
+        /// The problem.
+        problem: String,
+    },
+}
+
+/// The OCI state a runtime passes to hooks on stdin.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct State {
+    /// Runtime spec version.
+    pub oci_version: String,
+    /// Container id.
+    pub id: String,
+    /// `creating`, `created`, `running` or `stopped`.
+    pub status: String,
+    /// The container's init pid (host pid namespace in prestart/createRuntime).
+    #[serde(default)]
+    pub pid: i32,
+    /// Absolute path of the bundle.
+    pub bundle: PathBuf,
+    /// Annotations.
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The parts of `config.json` we read.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct Spec {
+    /// `ociVersion`.
+    #[serde(rename = "ociVersion", default)]
+    pub oci_version: String,
+    /// `root`.
+    pub root: Option<Root>,
+    /// `process`.
+    pub process: Option<Process>,
+    /// `annotations`.
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    /// `linux`.
+    pub linux: Option<Linux>,
+}
+
+/// `root`.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct Root {
+    /// Rootfs path, absolute or relative to the bundle.
+    pub path: PathBuf,
+    /// Read-only rootfs.
+    #[serde(default)]
+    pub readonly: bool,
+}
+
+/// `process`.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct Process {
+    /// `KEY=value` entries.
+    #[serde(default)]
+    pub env: Vec<String>,
+}
+
+/// `linux`.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct Linux {
+    /// Namespaces.
+    #[serde(default)]
+    pub namespaces: Vec<Namespace>,
+}
+
+/// One `linux.namespaces` entry.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct Namespace {
+    /// `pid`, `mount`, `user`, ...
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// Reads at most `limit` bytes from `r`; more is an error, not a truncation.
+pub fn read_bounded(r: impl Read, limit: u64, what: &str) -> Result<Vec<u8>, OciError> {
+    let mut buf = Vec::new();
+    r.take(limit + 1)
+        .read_to_end(&mut buf)
+        .map_err(|source| OciError::Read {
+            what: what.to_owned(),
+            source,
+        })?;
+    if buf.len() as u64 > limit {
+        return Err(OciError::TooLarge {
+            what: what.to_owned(),
+            limit,
+        });
+    }
+    Ok(buf)
+}
+
+impl State {
+    /// Parses and checks the state a hook got on stdin.
+    pub fn parse(bytes: &[u8]) -> Result<Self, OciError> {
+        let what = "OCI state on stdin";
+        let state: State = serde_json::from_slice(bytes).map_err(|e| OciError::Parse {
+            what: what.into(),
+            message: e.to_string(),
+        })?;
+        check_oci_version(&state.oci_version, what)?;
+        if !state.bundle.is_absolute() {
+            return Err(OciError::Invalid {
+                what: what.into(),
+                problem: format!("bundle {} is not an absolute path", state.bundle.display()),
+            });
+        }
+        Ok(state)
+    }
+}
+
+impl Spec {
+    /// Reads and parses `<bundle>/config.json`.
+    pub fn load(bundle: &Path) -> Result<Self, OciError> {
+        let path = bundle.join("config.json");
+        let what = path.display().to_string();
+        let file = std::fs::File::open(&path).map_err(|source| OciError::Read {
+            what: what.clone(),
+            source,
+        })?;
+        let bytes = read_bounded(file, MAX_SPEC_BYTES, &what)?;
+        Self::parse(&bytes, &what)
+    }
+
+    /// Parses spec bytes; `what` names the source in messages.
+    pub fn parse(bytes: &[u8], what: &str) -> Result<Self, OciError> {
+        let spec: Spec = serde_json::from_slice(bytes).map_err(|e| OciError::Parse {
+            what: what.into(),
+            message: e.to_string(),
+        })?;
+        check_oci_version(&spec.oci_version, what)?;
+        Ok(spec)
+    }
+
+    /// The rootfs path, made absolute against the bundle.
+    pub fn rootfs(&self, bundle: &Path) -> Result<PathBuf, OciError> {
+        let root = self.root.as_ref().ok_or_else(|| OciError::Invalid {
+            what: "config.json".into(),
+            problem: "has no root.path".into(),
+        })?;
+        Ok(if root.path.is_absolute() {
+            root.path.clone()
+        } else {
+            bundle.join(&root.path)
+        })
+    }
+
+    /// The value of env variable `name` in `process.env` (the last one wins, as in execve).
+    pub fn env(&self, name: &str) -> Option<&str> {
+        self.process
+            .as_ref()?
+            .env
+            .iter()
+            .rev()
+            .find_map(|e| e.strip_prefix(name)?.strip_prefix('='))
+    }
+
+    /// True when the container gets its own user namespace.
+    pub fn has_user_namespace(&self) -> bool {
+        self.linux
+            .as_ref()
+            .is_some_and(|l| l.namespaces.iter().any(|n| n.kind == "user"))
+    }
+}
+
+/// Accepts runtime-spec 1.x; anything else is refused rather than guessed at.
+fn check_oci_version(v: &str, what: &str) -> Result<(), OciError> {
+    if v.starts_with("1.") {
+        Ok(())
+    } else {
+        Err(OciError::Invalid {
+            what: what.into(),
+            problem: format!("ociVersion {v:?} is not supported: devinject understands 1.x"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_runc_state() {
+        let s = State::parse(
+            br#"{"ociVersion":"1.0.2-dev","id":"c1","status":"creating","pid":42,"bundle":"/b","annotations":{"a":"b"}}"#,
+        )
+        .unwrap();
+        assert_eq!((s.pid, s.status.as_str()), (42, "creating"));
+    }
+
+    #[test]
+    fn malformed_state_is_an_error() {
+        for bad in [
+            &b"{"[..],
+            b"",
+            b"garbage",
+            br#"{"ociVersion":"1.0.0","id":"c","status":"creating","bundle":"rel"}"#,
+            br#"{"ociVersion":"2.0.0","id":"c","status":"creating","bundle":"/b"}"#,
+            br#"{"ociVersion":"1.0.0","id":"c","status":"creating"}"#,
+        ] {
+            assert!(
+                State::parse(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn bounded_reads_refuse_oversize_input() {
+        let big = [b' '; 100];
+        assert!(read_bounded(&big[..], 99, "x").is_err());
+        assert_eq!(read_bounded(&big[..], 100, "x").unwrap().len(), 100);
+    }
+
+    #[test]
+    fn spec_env_rootfs_and_userns() {
+        let s = Spec::parse(
+            br#"{"ociVersion":"1.1.0","root":{"path":"rootfs"},"process":{"env":["A=1","DEMO_VISIBLE_DEVICES=0","DEMO_VISIBLE_DEVICES=1,2"]},"linux":{"namespaces":[{"type":"user"}]},"newField":{"x":1}}"#,
+            "t",
+        )
+        .unwrap();
+        assert_eq!(s.env("DEMO_VISIBLE_DEVICES"), Some("1,2"));
+        assert_eq!(s.env("DEMO"), None);
+        assert_eq!(
+            s.rootfs(Path::new("/b")).unwrap(),
+            PathBuf::from("/b/rootfs")
+        );
+        assert!(s.has_user_namespace());
+    }
+}

@@ -1,0 +1,138 @@
+//! From a container's requests to one merged set of edits, shared by the hook and the shim.
+//!
+//! For each profile, the request comes from our annotation (`devinject.io/<profile>.devices`,
+//! written by the device plugin) or else from the profile's request variable in `process.env`.
+//! Profiles nobody asked for cost nothing: no discovery, no file resolution.
+
+use std::collections::BTreeMap;
+
+use devinject_devices::{
+    discover, plan, resolve_host_files, ContainerEdits, ContainerLayout, DiscoveryError, Plan,
+    PlanError, PlanInput, ProfileSet, Request, RequestError, ResolveError,
+};
+
+use crate::config::HostConfig;
+
+/// Why a container's plan could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// A request value is malformed.
+    #[error("profile {profile}: {source} (from {origin})")]
+    Request {
+        /// The profile.
+        profile: String,
+        /// Where the value came from (env variable or annotation).
+        origin: String,
+        /// The problem.
+        source: RequestError,
+    },
+    /// The request names devices that do not exist.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// Devices could not be discovered.
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
+    /// Driver files could not be resolved.
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+}
+
+/// Where a container's request for one profile came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestSource {
+    /// The profile.
+    pub profile: String,
+    /// `env NAME` or `annotation KEY`.
+    pub origin: String,
+    /// The raw value.
+    pub value: String,
+}
+
+/// What the container asked for, per profile, before any device lookup.
+pub fn find_requests<'a>(
+    profiles: &ProfileSet,
+    env: impl Fn(&str) -> Option<&'a str>,
+    annotations: &BTreeMap<String, String>,
+) -> Vec<RequestSource> {
+    let mut out = Vec::new();
+    for p in profiles.iter() {
+        let key = p.request_annotation();
+        let found = match annotations.get(&key) {
+            Some(v) => Some((format!("annotation {key}"), v.clone())),
+            None => {
+                env(p.request_env()).map(|v| (format!("env {}", p.request_env()), v.to_owned()))
+            }
+        };
+        if let Some((origin, value)) = found {
+            out.push(RequestSource {
+                profile: p.name.to_string(),
+                origin,
+                value,
+            });
+        }
+    }
+    out
+}
+
+/// Every profile's plan and the merged edits.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerPlan {
+    /// One plan per profile that was asked for.
+    pub plans: Vec<Plan>,
+    /// All edits merged.
+    pub edits: ContainerEdits,
+}
+
+/// Plans the container. `layout` is called at most once, and only when a profile injects files.
+/// `Ok(None)` when nothing was asked for.
+pub fn plan_container(
+    config: &HostConfig,
+    profiles: &ProfileSet,
+    requests: &[RequestSource],
+    layout: impl FnOnce() -> ContainerLayout,
+) -> Result<Option<ContainerPlan>, PrepareError> {
+    // Parse every request before touching the host, so a bad value fails fast and cheaply.
+    let mut parsed = Vec::new();
+    for r in requests {
+        let request = Request::parse(Some(&r.value)).map_err(|source| PrepareError::Request {
+            profile: r.profile.clone(),
+            origin: r.origin.clone(),
+            source,
+        })?;
+        if request.wants_anything() {
+            parsed.push((r, request));
+        }
+    }
+    if parsed.is_empty() {
+        return Ok(None);
+    }
+    let roots = config.roots();
+    let mut layout = Some(layout);
+    let mut layout_value: Option<ContainerLayout> = None;
+    let mut out = ContainerPlan::default();
+    for (source, request) in parsed {
+        let Some(profile) = profiles.get(&source.profile) else {
+            continue;
+        };
+        let inventory = discover(profile, &roots)?;
+        let host_files = resolve_host_files(profile, &roots)?;
+        let needs_layout = !host_files.libraries.is_empty();
+        if needs_layout && layout_value.is_none() {
+            layout_value = layout.take().map(|f| f());
+        }
+        let default_layout = ContainerLayout::default();
+        let l = layout_value.as_ref().unwrap_or(&default_layout);
+        if let Some(p) = plan(PlanInput {
+            profile,
+            inventory: &inventory,
+            request: &request,
+            host_files: &host_files,
+            layout: l,
+        })? {
+            tracing::info!(profile = %p.profile, devices = ?p.devices, origin = %source.origin, "planned");
+            out.edits.merge(p.edits.clone());
+            out.plans.push(p);
+        }
+    }
+    Ok(Some(out))
+}

@@ -1,0 +1,97 @@
+//! One hook invocation, start to end.
+//!
+//! 1. Read the OCI state (bounded) and the bundle's `config.json`.
+//! 2. Find the container's requests (our annotation, else the profile's env variable).
+//! 3. Plan: discovery and file resolution only for profiles that were asked for.
+//! 4. Apply in the container's mount namespace, then set device cgroup rules.
+//!
+//! Nothing is injected unless every step up to the plan succeeded: a bad request fails the
+//! container before anything is touched.
+
+use std::io::Read;
+
+use devinject_devices::ProfileSet;
+
+use crate::cgroup_rules;
+use crate::config::HostConfig;
+use crate::error::HookError;
+use crate::inject::{self, layout, rootfs::Rootfs, Target};
+use crate::oci::{read_bounded, Spec, State, MAX_STATE_BYTES};
+use crate::prepare::{find_requests, plan_container};
+
+/// What the hook did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The container asked for nothing.
+    Nothing,
+    /// Devices and files were injected.
+    Injected {
+        /// Profile and device ids, for logs.
+        devices: Vec<String>,
+        /// What the applier did.
+        report: inject::Report,
+    },
+}
+
+/// Runs the hook with the state read from `stdin`.
+pub fn run(config: &HostConfig, stdin: impl Read) -> Result<Outcome, HookError> {
+    let bytes = read_bounded(stdin, MAX_STATE_BYTES, "OCI state on stdin")?;
+    let state = State::parse(&bytes)?;
+    let spec = Spec::load(&state.bundle)?;
+    let mut annotations = spec.annotations.clone();
+    annotations.extend(state.annotations.clone());
+
+    let profiles = ProfileSet::load_dir(&config.profiles_dir)?;
+    let requests = find_requests(&profiles, |name| spec.env(name), &annotations);
+    if requests.is_empty() {
+        return Ok(Outcome::Nothing);
+    }
+    if state.status != "creating" || state.pid <= 0 {
+        return Err(HookError::Stage {
+            status: state.status,
+        });
+    }
+    let rootfs_path = spec.rootfs(&state.bundle)?;
+    let span = tracing::info_span!("hook", container = %state.id);
+    let _guard = span.enter();
+
+    let plan = plan_container(config, &profiles, &requests, || {
+        Rootfs::open(&rootfs_path)
+            .map(|r| layout::detect(&r))
+            .unwrap_or_default()
+    })?;
+    let Some(plan) = plan else {
+        return Ok(Outcome::Nothing);
+    };
+    let rootless = !nix::unistd::geteuid().is_root();
+    let target = Target {
+        pid: state.pid,
+        rootfs: rootfs_path,
+        bind_nodes: rootless || spec.has_user_namespace(),
+        readonly_rootfs: spec.root.as_ref().is_some_and(|r| r.readonly),
+    };
+    let report = inject::apply(&target, &plan.edits, config.mount_api, &config.ldconfig).map_err(
+        |source| HookError::Inject {
+            id: state.id.clone(),
+            source,
+        },
+    )?;
+    cgroup_rules::grant(state.pid, &plan.edits.cgroup_rules, rootless).map_err(|source| {
+        HookError::Cgroup {
+            id: state.id.clone(),
+            source,
+        }
+    })?;
+    let devices = plan
+        .plans
+        .iter()
+        .flat_map(|p| p.devices.iter().map(move |d| format!("{}:{d}", p.profile)))
+        .collect();
+    tracing::info!(
+        ?devices,
+        nodes = report.nodes,
+        mounts = report.mounts,
+        "injected"
+    );
+    Ok(Outcome::Injected { devices, report })
+}

@@ -1,0 +1,92 @@
+//! The hook's only unsafe code: `fork` and the new mount API syscalls that nix does not wrap.
+//!
+//! Each function is a thin, checked wrapper; callers get `nix::Result` and owned fds.
+
+use std::ffi::CStr;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+
+use nix::errno::Errno;
+use nix::unistd::Pid;
+
+/// `open_tree(fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH)`: a detached copy of
+/// the mount of the file `fd` refers to, which can later be attached in another mount namespace.
+pub fn open_tree_clone(fd: impl AsFd) -> nix::Result<OwnedFd> {
+    let empty: &CStr = c"";
+    let flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | libc::AT_EMPTY_PATH as u32;
+    // SAFETY: open_tree(2) takes a dirfd, a NUL-terminated path and flags; `empty` is a valid
+    // C string that outlives the call, and the fd is borrowed for the duration of the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            fd.as_fd().as_raw_fd(),
+            empty.as_ptr(),
+            flags,
+        )
+    };
+    let raw = Errno::result(ret)?;
+    // SAFETY: on success open_tree(2) returns a new file descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw as i32) })
+}
+
+/// `mount_setattr(fd, "", AT_EMPTY_PATH, {attr_set})` on a detached tree.
+pub fn mount_setattr(fd: impl AsFd, attr_set: u64) -> nix::Result<()> {
+    let empty: &CStr = c"";
+    let mut attr = libc::mount_attr {
+        attr_set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: mount_setattr(2) reads `size` bytes of a `struct mount_attr`; we pass a pointer to
+    // a fully initialised one and its exact size. The path is a valid empty C string.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd.as_fd().as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH as u32,
+            &mut attr as *mut libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    Errno::result(ret).map(drop)
+}
+
+/// `move_mount(from, "", to, "", F_EMPTY_PATH | T_EMPTY_PATH)`: attaches the detached tree
+/// `from` on top of the file `to` refers to.
+pub fn move_mount(from: impl AsFd, to: impl AsFd) -> nix::Result<()> {
+    let empty: &CStr = c"";
+    let flags = libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH;
+    // SAFETY: move_mount(2) takes two dirfd/path pairs and flags; both fds are borrowed for the
+    // call and both paths are the same valid empty C string.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            from.as_fd().as_raw_fd(),
+            empty.as_ptr(),
+            to.as_fd().as_raw_fd(),
+            empty.as_ptr(),
+            flags,
+        )
+    };
+    Errno::result(ret).map(drop)
+}
+
+/// Forks; the child runs `child` and exits with its return value without unwinding or running
+/// the parent's atexit handlers. Returns the child's pid to the parent.
+///
+/// The hook is single-threaded (no async runtime, no logging threads), which is what makes
+/// `fork` sound here and what `setns(CLONE_NEWNS)` in the child requires.
+pub fn fork_run(child: impl FnOnce() -> i32) -> nix::Result<Pid> {
+    // SAFETY: fork(2) in a single-threaded process: the child gets a consistent copy of the
+    // address space (no other thread can hold a lock), and it leaves only through _exit below.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Parent { child } => Ok(child),
+        nix::unistd::ForkResult::Child => {
+            let code = child();
+            // SAFETY: _exit(2) ends the child at once; it never returns and runs no destructors
+            // that could touch state shared with the parent (buffered stdio, temp files).
+            unsafe { libc::_exit(code) }
+        }
+    }
+}
