@@ -175,7 +175,10 @@ pub enum CgroupError {
     },
 
     /// Atomic replacement with `BPF_F_REPLACE` failed.
-    #[error("replace device program {old_id} with {new_id} on {path} (BPF_PROG_ATTACH with BPF_F_REPLACE)")]
+    #[error(
+        "replace device program {old_id} with {new_id} on {path} \
+         (BPF_PROG_ATTACH with BPF_F_REPLACE)"
+    )]
     ReplaceProgram {
         /// The cgroup directory.
         path: PathBuf,

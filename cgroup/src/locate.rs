@@ -17,7 +17,10 @@ use crate::error::{CgroupError, Result};
 /// The device cgroup directories of one process, as seen from this process.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ContainerCgroups {
-    /// The v1 `devices` controller directory, when the process is in such a hierarchy.
+    /// The v1 `devices` controller directory, when the process is in a devices cgroup
+    /// below the root. The root devices cgroup allows every device, so a process there (for
+    /// example a container whose runtime uses cgroup v2 on a hybrid host) has no v1
+    /// restriction to lift.
     pub v1_devices: Option<PathBuf>,
     /// The cgroup v2 directory, when a cgroup2 file system is mounted.
     pub v2: Option<PathBuf>,
@@ -45,7 +48,7 @@ pub fn container_cgroups(proc_root: &Path, pid: i32) -> Result<ContainerCgroups>
 
     if let Some(entry) = entries
         .iter()
-        .find(|e| e.hierarchy != 0 && e.controllers.iter().any(|c| c == "devices"))
+        .find(|e| e.hierarchy != 0 && e.controllers.iter().any(|c| c == "devices") && e.path != "/")
     {
         let dir = resolve(&mounts, &entry.path, |m| {
             m.fstype == "cgroup" && m.super_options.split(',').any(|o| o == "devices")
@@ -242,9 +245,13 @@ mod tests {
     #[test]
     fn hybrid_host_with_cgroupfs_paths_finds_both() {
         let tree = Tree::new(
-            "12:devices:/docker/abc\n3:cpu,cpuacct:/docker/abc\n1:name=systemd:/docker/abc\n0::/docker/abc\n",
+            "12:devices:/docker/abc\n3:cpu,cpuacct:/docker/abc\n\
+             1:name=systemd:/docker/abc\n0::/docker/abc\n",
             HYBRID_MOUNTS,
-            &["sys/fs/cgroup/devices/docker/abc", "sys/fs/cgroup/unified/docker/abc"],
+            &[
+                "sys/fs/cgroup/devices/docker/abc",
+                "sys/fs/cgroup/unified/docker/abc",
+            ],
         );
         let found = container_cgroups(&tree.proc(), 42).expect("located");
         assert_eq!(
@@ -299,6 +306,20 @@ mod tests {
         let found = container_cgroups(&tree.proc(), 42).expect("located");
         assert!(found.v1_devices.is_some());
         assert_eq!(found.v2, None);
+    }
+
+    #[test]
+    fn root_devices_cgroup_is_not_a_restriction() {
+        // runc in cgroup v2 mode on a hybrid host: the v1 devices line stays at the root, and
+        // the v1 hierarchy may be shadowed by a cgroup2 mount on /sys/fs/cgroup.
+        let mounts = "\
+36 31 0:33 / {ROOT}/sys/fs/cgroup/devices rw - cgroup cgroup rw,devices
+60 1 0:38 / {ROOT}/sys/fs/cgroup rw - cgroup2 cgroup2 rw
+";
+        let tree = Tree::new("5:devices:/\n0::/ctr\n", mounts, &["sys/fs/cgroup/ctr"]);
+        let found = container_cgroups(&tree.proc(), 42).expect("located");
+        assert_eq!(found.v1_devices, None);
+        assert_eq!(found.v2, Some(tree.path("sys/fs/cgroup/ctr")));
     }
 
     #[test]

@@ -125,7 +125,11 @@ pub(crate) fn grant<K: Kernel>(
     let mut unreadable = Vec::new();
     for &id in &attached.ids {
         let Some(old) = kernel.open_program(id)? else {
-            warn!(cgroup = %dir.display(), program = id, "device program cannot be opened (permission denied); leaving it as it is");
+            warn!(
+                cgroup = %dir.display(),
+                program = id,
+                "device program cannot be opened (permission denied); it stays as it is"
+            );
             unreadable.push(id);
             continue;
         };
@@ -163,7 +167,11 @@ pub(crate) fn grant<K: Kernel>(
             kernel.attach(&cgroup, new, attached.flags)?;
         } else if fell_back || kernel.replace(&cgroup, new, old)? == ReplaceOutcome::Unsupported {
             if !fell_back {
-                warn!(cgroup = %dir.display(), "kernel lacks BPF_F_REPLACE; attaching the extended program, then detaching the old one");
+                warn!(
+                    cgroup = %dir.display(),
+                    "kernel lacks BPF_F_REPLACE; attaching the extended program, then \
+                     detaching the old one"
+                );
             }
             fell_back = true;
             kernel.attach(&cgroup, new, F_ALLOW_MULTI)?;

@@ -1,7 +1,7 @@
 //! The device profile: one strict TOML file per device kind.
 //!
 //! The file format is documented with a worked example in `docs/profiles.md`. Parsing rejects
-//! unknown keys (so a typo is an error naming the file, line and key), and [`Profile::validate`]
+//! unknown keys (so a typo is an error naming the file, line and key), and validation
 //! checks what serde cannot: names, relative globs under the dev root, absolute host paths without
 //! `..`, and exactly one of `soname`/`glob` per library.
 

@@ -63,7 +63,21 @@ pub struct HostConfig {
     pub mount_api: MountApi,
     /// Log filter for the hook's stderr (`warn`, `info`, `debug`, or a tracing filter).
     pub log_level: String,
+    /// The real OCI runtime the shim hands over to. Unset: the first of
+    /// [`RUNTIME_CANDIDATES`] that exists (found by path, never through `PATH`).
+    pub runtime: Option<PathBuf>,
+    /// The hook binary the shim wires in for soname links and the linker cache. Unset:
+    /// `devinject-hook` next to the shim.
+    pub hook: Option<PathBuf>,
 }
+
+/// Where the shim looks for runc when `runtime` is not set.
+pub const RUNTIME_CANDIDATES: [&str; 4] = [
+    "/usr/bin/runc",
+    "/usr/sbin/runc",
+    "/usr/local/bin/runc",
+    "/usr/local/sbin/runc",
+];
 
 impl Default for HostConfig {
     fn default() -> Self {
@@ -75,6 +89,8 @@ impl Default for HostConfig {
             ldconfig: PathBuf::from("/sbin/ldconfig"),
             mount_api: MountApi::Auto,
             log_level: "warn".into(),
+            runtime: None,
+            hook: None,
         }
     }
 }

@@ -35,3 +35,18 @@ impl ExitCode {
         self as u8
     }
 }
+
+/// An error and its causes on one line, each cause once (the first line a user sees).
+pub fn describe(err: &dyn std::error::Error) -> String {
+    let mut msg = err.to_string();
+    let mut src = err.source();
+    while let Some(s) = src {
+        let text = s.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+        src = s.source();
+    }
+    msg
+}

@@ -7,15 +7,23 @@
 //!   rootfs ([`inject::rootfs`]), then [`cgroup_rules`] for the device cgroup.
 //! - [`run`]: one hook invocation; [`error`] and [`exit`] map failures to documented exit codes.
 //!
+//! - [`shim`]: the runtime shim `devinject-runtime`, which writes the plan into `config.json`
+//!   and execs runc or crun.
+//!
 //! All unsafe code is in the private `sys` module.
 
 pub mod cgroup_rules;
 pub mod config;
 pub mod error;
 pub mod exit;
+pub mod finish;
 pub mod inject;
 pub mod oci;
 pub mod prepare;
 pub mod run;
+pub mod shim;
 #[allow(unsafe_code)]
 mod sys;
+
+/// Prefix of the annotations devinject reads.
+pub const ANNOTATION_PREFIX: &str = devinject_devices::plan::ANNOTATION_PREFIX;

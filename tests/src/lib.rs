@@ -1,9 +1,22 @@
-//! Integration tests against real runtimes (runc, docker, containerd) and the kubelet protocol.
+//! Test harness for devinject's integration tests against real runtimes and the kubelet.
 //!
+//! - [`skip`]: tests that need root or a daemon skip with a printed reason locally, and fail under
+//!   `CI=true`.
+//! - [`bins`]: where the built devinject binaries are.
+//! - [`rootfs`]: a busybox rootfs (plus the host's static `ldconfig` so `ldconfig -p` works).
+//! - [`sim`]: a simulated `demo` accelerator host: mknod'ed nodes under a dev root and a real
+//!   `libdemo.so.1` under a driver root.
+//! - [`runc`]: OCI bundles with the hook wired in, run by the real `runc`.
+//! - [`probe`]: the in-container probe and the parser for its report.
 //! - [`kubelet`]: a test kubelet that speaks the device plugin API v1beta1 (a `Registration`
-//!   server that dials plugins back like the kubelet), plus helpers that build simulated hosts
-//!   (device nodes made with mknod, sysfs attributes, profiles) and run the real
-//!   `devinject-device-plugin` binary against them. Used by `tests/device_plugin.rs` and by the
-//!   `device-plugin-bench` binary.
+//!   server that dials plugins back like the kubelet), simulated hosts for the plugin, and the
+//!   real `devinject-device-plugin` binary run against them. Used by `tests/device_plugin.rs`
+//!   and by the `device-plugin-bench` binary.
 
+pub mod bins;
 pub mod kubelet;
+pub mod probe;
+pub mod rootfs;
+pub mod runc;
+pub mod sim;
+pub mod skip;

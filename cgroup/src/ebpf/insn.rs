@@ -53,7 +53,8 @@ pub enum Reg {
     R10,
 }
 
-/// One eBPF instruction, as `struct bpf_insn { u8 code; u8 dst_reg:4, src_reg:4; s16 off; s32 imm; }`.
+/// One eBPF instruction, as
+/// `struct bpf_insn { u8 code; u8 dst_reg:4, src_reg:4; s16 off; s32 imm; }`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Insn {
     /// Opcode: class, size/mode or operation, source flag.

@@ -179,7 +179,8 @@ mod tests {
                         let got = run(program, kind, major, minor, access);
                         assert_eq!(
                             got, expected,
-                            "{kind} {major}:{minor} {access:?}: program says {got}, rules say {expected}"
+                            "{kind} {major}:{minor} {access:?}: \
+                             program says {got}, rules say {expected}"
                         );
                         checked += 1;
                     }

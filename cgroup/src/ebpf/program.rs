@@ -1,6 +1,6 @@
 //! Safe handles for cgroup v2 device programs: load, open by id, read instructions, query,
-//! attach, replace, detach. Thin typed wrappers over [`crate::sys`] that turn errno values
-//! into [`CgroupError`]s naming the program, the cgroup and the bpf(2) command.
+//! attach, replace, detach. Thin typed wrappers over the crate's `sys` module that turn
+//! errno values into [`CgroupError`]s naming the program, the cgroup and the bpf(2) command.
 
 use std::fs::{File, OpenOptions};
 use std::io;

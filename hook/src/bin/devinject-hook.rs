@@ -1,58 +1,85 @@
 //! `devinject-hook`: the OCI prestart / createRuntime hook.
 //!
-//! Usage: `devinject-hook [--config FILE]`, with the OCI state on stdin. Exit codes are
-//! documented in `devinject_hook::exit::ExitCode` and docs/hook.md.
+//! Usage, with the OCI state on stdin:
+//! - `devinject-hook [--config FILE]`: inject what the container asked for (hook-only mode);
+//! - `devinject-hook [--config FILE] finish [--link PATH=TARGET]... [--ldcache-dir DIR]...`:
+//!   the step the runtime shim wires in for soname links and the linker cache.
+//!
+//! Exit codes are documented in `devinject_hook::exit::ExitCode` and docs/hook.md.
 
 use std::path::PathBuf;
 use std::process::ExitCode as ProcessExit;
 
 use devinject_hook::config::HostConfig;
-use devinject_hook::exit::ExitCode;
+use devinject_hook::exit::{describe, ExitCode};
+use devinject_hook::finish::FinishArgs;
 
-fn usage() -> ProcessExit {
-    eprintln!("usage: devinject-hook [--config FILE]   (OCI state on stdin)");
-    ProcessExit::from(ExitCode::Usage.code())
+const USAGE: &str = "usage: devinject-hook [--config FILE] [finish [--link PATH=TARGET]... [--ldcache-dir DIR]...]   (OCI state on stdin)";
+
+fn exit(code: ExitCode) -> ProcessExit {
+    ProcessExit::from(code.code())
 }
 
 fn main() -> ProcessExit {
-    // Argument parsing by hand keeps the hook small and fast to start (it runs per container).
-    let mut args = std::env::args_os().skip(1);
+    // Parsed by hand: the hook runs for every container and must start fast and small.
+    let args: Vec<String> = match std::env::args_os()
+        .skip(1)
+        .map(|a| a.into_string())
+        .collect()
+    {
+        Ok(a) => a,
+        Err(_) => {
+            eprintln!("devinject: arguments must be UTF-8\n{USAGE}");
+            return exit(ExitCode::Usage);
+        }
+    };
     let mut config_path: Option<PathBuf> = None;
-    while let Some(a) = args.next() {
-        match a.to_str() {
-            Some("--config") => match args.next() {
-                Some(p) => config_path = Some(PathBuf::from(p)),
-                None => return usage(),
-            },
-            Some("--version") => {
+    let mut rest = args.as_slice();
+    loop {
+        match rest {
+            [flag, value, tail @ ..] if flag == "--config" => {
+                config_path = Some(PathBuf::from(value));
+                rest = tail;
+            }
+            [flag] if flag == "--version" => {
                 println!("devinject-hook {}", env!("CARGO_PKG_VERSION"));
                 return ProcessExit::SUCCESS;
             }
-            _ => return usage(),
+            _ => break,
         }
     }
+    let finish = match rest {
+        [] => None,
+        [cmd, tail @ ..] if cmd == "finish" => match FinishArgs::parse(tail) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!("devinject: {e}\n{USAGE}");
+                return exit(ExitCode::Usage);
+            }
+        },
+        _ => {
+            eprintln!("{USAGE}");
+            return exit(ExitCode::Usage);
+        }
+    };
     let config = match HostConfig::load(config_path.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("devinject: {e}");
-            return ProcessExit::from(ExitCode::Config.code());
+            return exit(ExitCode::Config);
         }
     };
     init_logging(&config.log_level);
-    match devinject_hook::run::run(&config, std::io::stdin().lock()) {
-        Ok(_) => ProcessExit::SUCCESS,
+    let stdin = std::io::stdin().lock();
+    let result = match &finish {
+        Some(f) => devinject_hook::finish::finish(&config, f, stdin).map(drop),
+        None => devinject_hook::run::run(&config, stdin).map(drop),
+    };
+    match result {
+        Ok(()) => ProcessExit::SUCCESS,
         Err(e) => {
-            let mut msg = format!("devinject: {e}");
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                let s_text = s.to_string();
-                if !msg.contains(&s_text) {
-                    msg.push_str(&format!(": {s_text}"));
-                }
-                src = s.source();
-            }
-            eprintln!("{msg}");
-            ProcessExit::from(e.exit_code().code())
+            eprintln!("devinject: {}", describe(&e));
+            exit(e.exit_code())
         }
     }
 }

@@ -1,0 +1,324 @@
+//! Fixtures: privilege checks, throw-away cgroups, a private cgroup2 mount, probe processes
+//! that open device nodes from inside a cgroup, and a runc-shaped device program.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use devinject_cgroup::ebpf::program::F_ALLOW_MULTI;
+use devinject_cgroup::ebpf::{CgroupDir, DeviceProgram, Insn, Reg};
+use devinject_cgroup::locate::container_cgroups;
+use devinject_cgroup::{CgroupOptions, DeviceRule};
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sched::{unshare, CloneFlags};
+
+/// True when the test may run; otherwise prints why it is skipped, or panics under CI=true.
+pub fn privileged(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    skip(test, "needs root for bpf(2), mounts and cgroup writes")
+}
+
+/// Skips with a reason printed past the test harness's capture, or fails under CI=true.
+pub fn skip(test: &str, reason: &str) -> bool {
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{test}: {reason}; CI=true does not allow skipping");
+    }
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {reason}");
+    false
+}
+
+fn unique(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Gives the calling thread its own mount namespace with nothing propagating out.
+pub fn private_mount_namespace() {
+    // unshare(CLONE_NEWNS) also unshares this thread's fs_struct, which works in a
+    // multi-threaded process (unlike setns).
+    unshare(CloneFlags::CLONE_NEWNS).expect("unshare(CLONE_NEWNS)");
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .expect("mount --make-rprivate /");
+}
+
+/// A file system mounted in the private namespace, unmounted on drop.
+pub struct Mounted {
+    dir: tempfile::TempDir,
+}
+
+impl Mounted {
+    pub fn new(fstype: &str, data: Option<&str>) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        mount(
+            Some(fstype),
+            dir.path(),
+            Some(fstype),
+            MsFlags::empty(),
+            data,
+        )
+        .unwrap_or_else(|e| panic!("mount -t {fstype} at {}: {e}", dir.path().display()));
+        Self { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = umount2(self.dir.path(), MntFlags::MNT_DETACH);
+    }
+}
+
+/// A proc root for the library whose `self` is this thread (the test thread has its own
+/// mount namespace, which `/proc/self` of the process would not show).
+pub struct ProcView {
+    dir: tempfile::TempDir,
+}
+
+impl ProcView {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::os::unix::fs::symlink("/proc/thread-self", dir.path().join("self")).expect("symlink");
+        Self { dir }
+    }
+
+    /// Options pointing `grant` at this view, with `pid` visible.
+    pub fn options_for(&self, pid: u32) -> CgroupOptions {
+        let link = self.dir.path().join(pid.to_string());
+        if !link.exists() {
+            std::os::unix::fs::symlink(format!("/proc/{pid}"), link).expect("symlink");
+        }
+        CgroupOptions {
+            proc_root: self.dir.path().to_owned(),
+            ..CgroupOptions::default()
+        }
+    }
+}
+
+/// A cgroup directory created for one test, removed (after its processes) on drop.
+pub struct TestCgroup {
+    pub dir: PathBuf,
+}
+
+impl TestCgroup {
+    pub fn create_under(parent: &Path) -> Self {
+        let dir = parent.join(unique("devinject-test"));
+        fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+        Self { dir }
+    }
+
+    pub fn procs(&self) -> PathBuf {
+        self.dir.join("cgroup.procs")
+    }
+
+    pub fn add(&self, pid: u32) {
+        fs::write(self.procs(), pid.to_string())
+            .unwrap_or_else(|e| panic!("move {pid} into {}: {e}", self.dir.display()));
+    }
+
+    /// Ids of the device programs attached to this (v2) cgroup.
+    pub fn programs(&self) -> Vec<u32> {
+        CgroupDir::open(&self.dir)
+            .and_then(|c| c.device_programs())
+            .expect("query device programs")
+            .ids
+    }
+
+    /// Loads a runc-shaped program allowing `rules` and attaches it like runc does.
+    pub fn attach_runtime_program(&self, rules: &[DeviceRule]) -> u32 {
+        let program = DeviceProgram::load(&runc_like(rules), "runc_like").expect("load");
+        let cgroup = CgroupDir::open(&self.dir).expect("open cgroup");
+        program.attach(&cgroup, F_ALLOW_MULTI).expect("attach");
+        program.id()
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        if let Err(e) = fs::remove_dir(&self.dir) {
+            let _ = writeln!(
+                std::io::stderr(),
+                "cannot remove {}: {e}",
+                self.dir.display()
+            );
+        }
+    }
+}
+
+/// The v1 devices cgroup directory of this process, if the hierarchy is mounted.
+pub fn own_v1_devices_dir() -> Option<PathBuf> {
+    let pid = i32::try_from(std::process::id()).expect("pid fits i32");
+    container_cgroups(Path::new("/proc"), pid).ok()?.v1_devices
+}
+
+/// A cgroup2 mount in the private namespace and this thread's cgroup inside it.
+pub struct Cgroup2 {
+    /// Kept mounted for as long as the test uses `own`.
+    _mount: Mounted,
+    pub own: PathBuf,
+}
+
+impl Cgroup2 {
+    pub fn mount() -> Self {
+        let mount = Mounted::new("cgroup2", None);
+        let text = fs::read_to_string("/proc/thread-self/cgroup").expect("read own cgroup");
+        let path = text
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .expect("a cgroup v2 line");
+        let own = mount.path().join(path.trim_start_matches('/'));
+        Self { _mount: mount, own }
+    }
+}
+
+/// A long-running process placed in cgroups: the container stand-in whose pid `grant` gets.
+pub struct Resident {
+    child: Child,
+}
+
+impl Resident {
+    pub fn start_in(cgroups: &[&TestCgroup]) -> Self {
+        let child = Command::new("sleep")
+            .arg("infinity")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn sleep");
+        for cgroup in cgroups {
+            cgroup.add(child.id());
+        }
+        Self { child }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn pid_i32(&self) -> i32 {
+        i32::try_from(self.child.id()).expect("pid fits i32")
+    }
+}
+
+impl Drop for Resident {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// How a probe uses a path.
+#[derive(Debug, Clone, Copy)]
+pub enum Use {
+    Read,
+    Write,
+    ReadWrite,
+    /// mknod(2) of a character device `major:minor` at the path.
+    Mknod(u32, u32),
+}
+
+/// Runs a shell that first moves itself into `cgroups`, then opens (or mknods) `path`.
+/// `Ok` on success, `Err(message)` with the shell's error text otherwise.
+pub fn probe(cgroups: &[&TestCgroup], path: &Path, how: Use) -> Result<(), String> {
+    let action = match how {
+        Use::Read => "exec 3<\"$path\"".to_owned(),
+        Use::Write => "exec 3>\"$path\"".to_owned(),
+        Use::ReadWrite => "exec 3<>\"$path\"".to_owned(),
+        Use::Mknod(major, minor) => format!("exec mknod \"$path\" c {major} {minor}"),
+    };
+    let script = format!(
+        "path=$1; shift; for procs in \"$@\"; do echo $$ > \"$procs\" || exit 10; done; {action}"
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg("probe")
+        .arg(path)
+        .args(cgroups.iter().map(|c| c.procs()))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run probe shell");
+    let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+    match out.status.code() {
+        Some(0) => Ok(()),
+        Some(10) => panic!("probe could not join its cgroups: {stderr}"),
+        _ => Err(stderr),
+    }
+}
+
+/// Asserts the probe was denied by the device cgroup (EPERM).
+pub fn assert_denied(result: Result<(), String>, what: &str) {
+    match result {
+        Err(msg) if msg.contains("Operation not permitted") => {}
+        other => panic!("{what}: expected EPERM, got {other:?}"),
+    }
+}
+
+/// Asserts the cgroup let the probe through: success, or ENXIO from a node without a driver.
+pub fn assert_passed(result: Result<(), String>, what: &str) {
+    match result {
+        Ok(()) => {}
+        Err(msg) if msg.contains("No such device or address") => {}
+        Err(msg) => panic!("{what}: expected the device cgroup to allow, got {msg:?}"),
+    }
+}
+
+/// A program shaped like runc's generated filter (libcontainer/cgroups/devices): decode the
+/// context into R2-R5, then per rule compare type, access (with R1 as scratch), major and
+/// minor; default deny.
+pub fn runc_like(rules: &[DeviceRule]) -> Vec<Insn> {
+    let mut p = vec![
+        Insn::load_u32(Reg::R2, Reg::R1, 0),
+        Insn::and32_imm(Reg::R2, 0xffff),
+        Insn::load_u32(Reg::R3, Reg::R1, 0),
+        Insn::rsh32_imm(Reg::R3, 16),
+        Insn::load_u32(Reg::R4, Reg::R1, 4),
+        Insn::load_u32(Reg::R5, Reg::R1, 8),
+    ];
+    for rule in rules {
+        let mask = rule.access.bpf_mask() as i32;
+        let mut block = vec![Insn::jne_imm(Reg::R2, rule.kind.bpf_type() as i32, 0)];
+        if mask != 7 {
+            block.push(Insn::mov32_reg(Reg::R1, Reg::R3));
+            block.push(Insn::and32_imm(Reg::R1, mask));
+            block.push(Insn::jne_reg(Reg::R1, Reg::R3, 0));
+        }
+        block.push(Insn::jne_imm(Reg::R4, rule.major as i32, 0));
+        block.push(Insn::jne_imm(Reg::R5, rule.minor as i32, 0));
+        block.push(Insn::mov32_imm(Reg::R0, 1));
+        block.push(Insn::exit());
+        let len = block.len();
+        for (i, insn) in block.iter_mut().enumerate() {
+            if insn.code & 0x07 == 0x05 && *insn != Insn::exit() {
+                insn.off = (len - i - 1) as i16;
+            }
+        }
+        p.extend(block);
+    }
+    p.push(Insn::mov32_imm(Reg::R0, 0));
+    p.push(Insn::exit());
+    p
+}
+
+/// Parses rule texts.
+pub fn rules(text: &[&str]) -> Vec<DeviceRule> {
+    text.iter()
+        .map(|t| t.parse().expect("valid rule"))
+        .collect()
+}

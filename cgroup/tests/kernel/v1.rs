@@ -1,0 +1,120 @@
+//! cgroup v1 and hybrid: `devices.allow` is written, and on hybrid hosts both the v1
+//! controller and the v2 program must allow.
+
+use std::fs;
+use std::path::Path;
+
+use devinject_cgroup::{grant, CgroupOptions, V2Outcome};
+use serial_test::serial;
+
+use crate::support::{
+    assert_denied, assert_passed, own_v1_devices_dir, private_mount_namespace, privileged, probe,
+    rules, skip, Cgroup2, ProcView, Resident, TestCgroup, Use,
+};
+
+const NULL: &str = "/dev/null";
+const URANDOM: &str = "/dev/urandom";
+
+/// A v1 devices cgroup that denies everything but /dev/null, like a runtime's.
+fn v1_runtime_cgroup(parent: &Path) -> TestCgroup {
+    let cg = TestCgroup::create_under(parent);
+    fs::write(cg.dir.join("devices.deny"), "a").expect("devices.deny a");
+    fs::write(cg.dir.join("devices.allow"), "c 1:3 rwm").expect("devices.allow null");
+    cg
+}
+
+#[test]
+#[serial]
+fn v1_devices_allow_is_written() {
+    if !privileged("v1_devices_allow_is_written") {
+        return;
+    }
+    let Some(parent) = own_v1_devices_dir() else {
+        skip(
+            "v1_devices_allow_is_written",
+            "no cgroup v1 devices hierarchy mounted",
+        );
+        return;
+    };
+    let cg = v1_runtime_cgroup(&parent);
+    let resident = Resident::start_in(&[&cg]);
+    assert_denied(
+        probe(&[&cg], Path::new(URANDOM), Use::Read),
+        "urandom before",
+    );
+    assert_passed(
+        probe(&[&cg], Path::new(NULL), Use::ReadWrite),
+        "null before",
+    );
+
+    let pid = resident.pid_i32();
+    let report = grant(pid, &rules(&["c 1:9 rw"]), &CgroupOptions::default()).expect("grant");
+    assert_eq!(report.v1.as_deref(), Some(cg.dir.as_path()));
+
+    let list = fs::read_to_string(cg.dir.join("devices.list")).expect("devices.list");
+    assert!(list.lines().any(|l| l == "c 1:9 rw"), "{list}");
+    assert_passed(
+        probe(&[&cg], Path::new(URANDOM), Use::ReadWrite),
+        "urandom after",
+    );
+    assert_denied(
+        probe(&[&cg], Path::new("/dev/full"), Use::Read),
+        "full never allowed",
+    );
+    drop(resident);
+}
+
+#[test]
+#[serial]
+fn hybrid_host_needs_both_and_gets_both() {
+    if !privileged("hybrid_host_needs_both_and_gets_both") {
+        return;
+    }
+    let Some(parent) = own_v1_devices_dir() else {
+        skip(
+            "hybrid_host_needs_both_and_gets_both",
+            "no cgroup v1 devices hierarchy mounted",
+        );
+        return;
+    };
+    private_mount_namespace();
+    let v2 = Cgroup2::mount();
+    let v1_cg = v1_runtime_cgroup(&parent);
+    let v2_cg = TestCgroup::create_under(&v2.own);
+    // The v2 program already allows urandom; the v1 controller alone denies it.
+    let old_id = v2_cg.attach_runtime_program(&rules(&["c 1:3 rwm", "c 1:9 rwm"]));
+    let resident = Resident::start_in(&[&v1_cg, &v2_cg]);
+    let both = [&v1_cg, &v2_cg];
+    assert_denied(
+        probe(&both, Path::new(URANDOM), Use::Read),
+        "urandom: v2 allows, v1 denies",
+    );
+
+    let view = ProcView::new();
+    let report = grant(
+        resident.pid_i32(),
+        &rules(&["c 1:9 rw", "c 1:8 r"]),
+        &view.options_for(resident.pid()),
+    )
+    .expect("grant");
+    assert_eq!(report.v1.as_deref(), Some(v1_cg.dir.as_path()));
+    let V2Outcome::Replaced { programs, .. } = &report.v2 else {
+        panic!("expected a v2 replacement, got {:?}", report.v2);
+    };
+    assert_eq!(programs[0].old_id, old_id);
+
+    assert_passed(
+        probe(&both, Path::new(URANDOM), Use::ReadWrite),
+        "urandom after",
+    );
+    // /dev/random: newly allowed on both.
+    assert_passed(
+        probe(&both, Path::new("/dev/random"), Use::Read),
+        "random after",
+    );
+    assert_denied(
+        probe(&both, Path::new("/dev/random"), Use::Write),
+        "random w not granted",
+    );
+    drop(resident);
+}

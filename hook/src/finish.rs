@@ -1,0 +1,118 @@
+//! `devinject-hook finish`: the createRuntime hook the shim adds for what a spec cannot say.
+//!
+//! The shim already put nodes, cgroup rules and read-only mounts into `config.json`; this makes
+//! the soname links and refreshes the linker cache, from explicit arguments (no profile lookup,
+//! no request parsing: the shim did that once).
+
+use std::io::Read;
+use std::path::PathBuf;
+
+use devinject_devices::{ContainerEdits, HookAction, Symlink};
+
+use crate::config::HostConfig;
+use crate::error::HookError;
+use crate::inject::{self, Target};
+use crate::oci::{read_bounded, OciError, Spec, State, MAX_STATE_BYTES};
+
+/// What to finish.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FinishArgs {
+    /// Soname links to create.
+    pub links: Vec<Symlink>,
+    /// Directories for the linker cache.
+    pub ldcache_dirs: Vec<PathBuf>,
+}
+
+impl FinishArgs {
+    /// Parses `--link PATH=TARGET` and `--ldcache-dir DIR`, repeatable.
+    pub fn parse(args: &[String]) -> Result<Self, String> {
+        let mut out = Self::default();
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            match a.as_str() {
+                "--link" => {
+                    let v = it.next().ok_or("--link needs PATH=TARGET")?;
+                    let (link, target) = v.split_once('=').ok_or("--link needs PATH=TARGET")?;
+                    out.links.push(Symlink {
+                        link: PathBuf::from(link),
+                        target: target.to_owned(),
+                    });
+                }
+                "--ldcache-dir" => {
+                    out.ldcache_dirs.push(PathBuf::from(
+                        it.next().ok_or("--ldcache-dir needs a directory")?,
+                    ));
+                }
+                other => return Err(format!("unknown finish argument {other:?}")),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Runs the finish step for the container described by the state on `stdin`.
+pub fn finish(
+    config: &HostConfig,
+    args: &FinishArgs,
+    stdin: impl Read,
+) -> Result<inject::Report, HookError> {
+    let bytes = read_bounded(stdin, MAX_STATE_BYTES, "OCI state on stdin")?;
+    let state = State::parse(&bytes)?;
+    if state.status != "creating" || state.pid <= 0 {
+        return Err(HookError::Stage {
+            status: state.status,
+        });
+    }
+    let spec = Spec::load(&state.bundle)?;
+    for l in &args.links {
+        if !l.link.is_absolute() {
+            return Err(HookError::Input(OciError::Invalid {
+                what: "finish --link".into(),
+                problem: format!("{} is not absolute", l.link.display()),
+            }));
+        }
+    }
+    let mut edits = ContainerEdits::default();
+    if !args.links.is_empty() {
+        edits
+            .hooks
+            .push(HookAction::CreateSymlinks(args.links.clone()));
+    }
+    if !args.ldcache_dirs.is_empty() {
+        edits.hooks.push(HookAction::UpdateLdcache {
+            dirs: args.ldcache_dirs.clone(),
+        });
+    }
+    let target = Target {
+        pid: state.pid,
+        rootfs: spec.rootfs(&state.bundle)?,
+        bind_nodes: true,
+        readonly_rootfs: spec.root.as_ref().is_some_and(|r| r.readonly),
+    };
+    inject::apply(&target, &edits, config.mount_api, &config.ldconfig).map_err(|source| {
+        HookError::Inject {
+            id: state.id,
+            source,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_links_and_dirs() {
+        let a = FinishArgs::parse(&[
+            "--link".into(),
+            "/usr/lib/libx.so.1=libx.so.1.2".into(),
+            "--ldcache-dir".into(),
+            "/usr/lib".into(),
+        ])
+        .unwrap();
+        assert_eq!(a.links[0].target, "libx.so.1.2");
+        assert_eq!(a.ldcache_dirs, [PathBuf::from("/usr/lib")]);
+        assert!(FinishArgs::parse(&["--link".into(), "nolink".into()]).is_err());
+        assert!(FinishArgs::parse(&["--bogus".into()]).is_err());
+    }
+}

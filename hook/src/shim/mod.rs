@@ -1,0 +1,225 @@
+//! The runtime shim `devinject-runtime`: the spec applier in front of runc or crun.
+//!
+//! On `create` and `run` it plans the container's requests and writes the plan into the bundle's
+//! `config.json` ([`spec_edit`]), then execs the real runtime with the arguments it was given.
+//! Every other command is exec'd at once. A container that asks for nothing has its bundle left
+//! byte-for-byte untouched.
+
+pub mod args;
+pub mod runtime_log;
+pub mod spec_edit;
+
+use std::ffi::CString;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use devinject_devices::{ProfileError, ProfileSet};
+
+use crate::config::{ConfigError, HostConfig, RUNTIME_CANDIDATES};
+use crate::exit::ExitCode;
+use crate::inject::{layout, rootfs::Rootfs};
+use crate::oci::{read_bounded, OciError, Spec, MAX_SPEC_BYTES};
+use crate::prepare::{find_requests, plan_container, PrepareError};
+use args::ShimArgs;
+use spec_edit::SpecEditError;
+
+/// Why the shim failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ShimError {
+    /// Bad command line.
+    #[error(transparent)]
+    Args(#[from] args::ArgsError),
+    /// The host config is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A profile is invalid.
+    #[error(transparent)]
+    Profiles(#[from] ProfileError),
+    /// `config.json` is unreadable or malformed.
+    #[error(transparent)]
+    Input(#[from] OciError),
+    /// The request could not be planned.
+    #[error(transparent)]
+    Prepare(#[from] PrepareError),
+    /// The plan could not be written into the spec.
+    #[error(transparent)]
+    SpecEdit(#[from] SpecEditError),
+    /// Writing `config.json` failed.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// No runtime to hand over to.
+    #[error("no OCI runtime found at {candidates}: install runc or set `runtime` in the devinject config")]
+    NoRuntime {
+        /// Where we looked.
+        candidates: String,
+    },
+    /// exec of the runtime failed.
+    #[error("cannot exec the runtime {path}: {errno}")]
+    Exec {
+        /// The runtime.
+        path: PathBuf,
+        /// The error.
+        errno: nix::errno::Errno,
+    },
+}
+
+impl ShimError {
+    /// The documented exit code.
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            Self::Args(_) => ExitCode::Usage,
+            Self::Config(_) | Self::Profiles(_) | Self::NoRuntime { .. } => ExitCode::Config,
+            Self::Input(_) | Self::SpecEdit(_) | Self::Write { .. } => ExitCode::Input,
+            Self::Prepare(PrepareError::Request { .. } | PrepareError::Plan(_)) => {
+                ExitCode::Request
+            }
+            Self::Prepare(_) => ExitCode::Host,
+            Self::Exec { .. } => ExitCode::Internal,
+        }
+    }
+}
+
+/// What the shim did to the bundle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BundleEdit {
+    /// Not a create/run, or nothing asked: untouched.
+    Untouched,
+    /// `config.json` was rewritten with these profile:device grants.
+    Edited(Vec<String>),
+}
+
+/// Runs the shim: edits the bundle when needed, then execs the runtime. Returns only on error,
+/// which the caller reports with [`runtime_log::report`].
+pub fn run(args: &ShimArgs, config: &HostConfig) -> ShimError {
+    let runtime = match resolve_runtime(args, config) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    if args.edits_bundle() {
+        let bundle = args
+            .bundle
+            .clone()
+            .unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")));
+        if let Err(e) = edit_bundle(&bundle, config, args.config.as_deref()) {
+            return e;
+        }
+    }
+    exec(&runtime, args)
+}
+
+/// The runtime to exec: `--runtime`, else the config's `runtime`, else the first candidate path
+/// that exists.
+pub fn resolve_runtime(args: &ShimArgs, config: &HostConfig) -> Result<PathBuf, ShimError> {
+    if let Some(r) = args.runtime.clone().or_else(|| config.runtime.clone()) {
+        return Ok(r);
+    }
+    RUNTIME_CANDIDATES
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .ok_or_else(|| ShimError::NoRuntime {
+            candidates: RUNTIME_CANDIDATES.join(", "),
+        })
+}
+
+/// Plans the bundle's container and rewrites its `config.json` (atomically) when it asked for
+/// devices. `config_path` is passed on to the finish hook.
+pub fn edit_bundle(
+    bundle: &Path,
+    config: &HostConfig,
+    config_path: Option<&Path>,
+) -> Result<BundleEdit, ShimError> {
+    let path = bundle.join("config.json");
+    let what = path.display().to_string();
+    let file = std::fs::File::open(&path).map_err(|source| OciError::Read {
+        what: what.clone(),
+        source,
+    })?;
+    let bytes = read_bounded(file, MAX_SPEC_BYTES, &what)?;
+    let profiles = ProfileSet::load_dir(&config.profiles_dir)?;
+    // Cheap pre-check: a spec that names no request variable and no annotation of ours asked
+    // for nothing, and is not even parsed.
+    let mentions = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
+    if !mentions(crate::ANNOTATION_PREFIX) && !profiles.iter().any(|p| mentions(p.request_env())) {
+        return Ok(BundleEdit::Untouched);
+    }
+    let spec = Spec::parse(&bytes, &what)?;
+    let requests = find_requests(&profiles, |n| spec.env(n), &spec.annotations);
+    if requests.is_empty() {
+        return Ok(BundleEdit::Untouched);
+    }
+    let rootfs = spec.rootfs(bundle)?;
+    let plan = plan_container(config, &profiles, &requests, || {
+        Rootfs::open(&rootfs)
+            .map(|r| layout::detect(&r))
+            .unwrap_or_default()
+    })?;
+    let Some(plan) = plan else {
+        return Ok(BundleEdit::Untouched);
+    };
+    let mut value: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| OciError::Parse {
+            what: what.clone(),
+            message: e.to_string(),
+        })?;
+    let hook = config.hook.clone().unwrap_or_else(default_hook_path);
+    let request_envs: Vec<&str> = profiles.iter().map(|p| p.request_env()).collect();
+    let finish = spec_edit::finish_hook(&hook, config_path, &plan.edits);
+    spec_edit::apply(&mut value, &plan.edits, &request_envs, finish)?;
+    let out = serde_json::to_vec(&value).map_err(|e| OciError::Parse {
+        what: what.clone(),
+        message: e.to_string(),
+    })?;
+    write_atomic(&path, &out)?;
+    let grants = plan
+        .plans
+        .iter()
+        .flat_map(|p| p.devices.iter().map(move |d| format!("{}:{d}", p.profile)))
+        .collect();
+    Ok(BundleEdit::Edited(grants))
+}
+
+/// `devinject-hook` next to the running shim.
+fn default_hook_path() -> PathBuf {
+    std::env::current_exe()
+        .map(|e| e.with_file_name("devinject-hook"))
+        .unwrap_or_else(|_| PathBuf::from("/opt/devinject/bin/devinject-hook"))
+}
+
+/// Writes `bytes` to `path` through a temp file in the same directory, keeping the mode.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ShimError> {
+    let werr = |source| ShimError::Write {
+        path: path.to_owned(),
+        source,
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let perms = std::fs::metadata(path)
+        .map(|m| m.permissions())
+        .map_err(werr)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(werr)?;
+    tmp.write_all(bytes).map_err(werr)?;
+    tmp.as_file().sync_all().map_err(werr)?;
+    std::fs::set_permissions(tmp.path(), perms).map_err(werr)?;
+    tmp.persist(path).map_err(|e| werr(e.error))?;
+    Ok(())
+}
+
+fn exec(runtime: &Path, args: &ShimArgs) -> ShimError {
+    let cstr = |b: &[u8]| CString::new(b).unwrap_or_default();
+    let mut argv = vec![cstr(runtime.as_os_str().as_bytes())];
+    argv.extend(args.runtime_args.iter().map(|a| cstr(a.as_bytes())));
+    let prog = cstr(runtime.as_os_str().as_bytes());
+    match nix::unistd::execv(&prog, &argv) {
+        Err(errno) => ShimError::Exec {
+            path: runtime.to_owned(),
+            errno,
+        },
+        Ok(never) => match never {},
+    }
+}

@@ -1,0 +1,169 @@
+//! OCI bundles run by the real runc, with the devinject hook wired in.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+/// The runc binary.
+pub const RUNC: &str = "runc";
+
+/// An OCI bundle: `config.json` plus a busybox rootfs.
+#[derive(Debug)]
+pub struct Bundle {
+    /// The bundle directory.
+    pub dir: PathBuf,
+    /// The spec being built.
+    pub spec: Value,
+}
+
+/// A unique container id for this process.
+pub fn container_id(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+impl Bundle {
+    /// Creates a bundle in `dir` with a busybox rootfs and runc's default spec, not a terminal,
+    /// running `args`.
+    pub fn new(dir: &Path, args: &[&str]) -> Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        crate::rootfs::busybox(&dir.join("rootfs"))?;
+        let out = Command::new(RUNC)
+            .arg("spec")
+            .current_dir(dir)
+            .output()
+            .context("runc spec (apt-get install runc)")?;
+        if !out.status.success() {
+            bail!("runc spec: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let spec: Value = serde_json::from_slice(&std::fs::read(dir.join("config.json"))?)?;
+        let mut b = Self {
+            dir: dir.to_owned(),
+            spec,
+        };
+        b.spec["process"]["terminal"] = json!(false);
+        b.spec["process"]["args"] = json!(args);
+        b.spec["root"]["readonly"] = json!(false);
+        Ok(b)
+    }
+
+    /// Adds `KEY=value` to the process env.
+    pub fn env(&mut self, kv: &str) -> &mut Self {
+        self.spec["process"]["env"]
+            .as_array_mut()
+            .expect("env array")
+            .push(json!(kv));
+        self
+    }
+
+    /// Adds an annotation.
+    pub fn annotation(&mut self, key: &str, value: &str) -> &mut Self {
+        if self.spec.get("annotations").is_none() {
+            self.spec["annotations"] = json!({});
+        }
+        self.spec["annotations"][key] = json!(value);
+        self
+    }
+
+    /// Wires `hook` in at `stage` (`prestart` or `createRuntime`) with `--config config`.
+    pub fn hook(&mut self, stage: &str, hook: &Path, config: &Path) -> &mut Self {
+        let entry = json!({
+            "path": hook,
+            "args": ["devinject-hook", "--config", config],
+            "env": [],
+            "timeout": 30,
+        });
+        if self.spec.get("hooks").is_none() {
+            self.spec["hooks"] = json!({});
+        }
+        let list = self.spec["hooks"][stage]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let mut list = list;
+        list.push(entry);
+        self.spec["hooks"][stage] = json!(list);
+        self
+    }
+
+    /// Bind-mounts a host device node into the container without granting it in the cgroup:
+    /// the probe must then see it denied.
+    pub fn bind_node(&mut self, host: &Path, container: &str) -> &mut Self {
+        self.spec["mounts"]
+            .as_array_mut()
+            .expect("mounts array")
+            .push(json!({
+                "destination": container,
+                "type": "bind",
+                "source": host,
+                "options": ["bind"],
+            }));
+        self
+    }
+
+    /// Gives the container a user namespace mapping container root to host `host_uid`.
+    pub fn user_namespace(&mut self, host_uid: u32, size: u32) -> &mut Self {
+        let ns = self.spec["linux"]["namespaces"]
+            .as_array_mut()
+            .expect("namespaces");
+        ns.push(json!({"type": "user"}));
+        let map = json!([{"containerID": 0, "hostID": host_uid, "size": size}]);
+        self.spec["linux"]["uidMappings"] = map.clone();
+        self.spec["linux"]["gidMappings"] = map;
+        self
+    }
+
+    /// Writes `config.json`.
+    pub fn write(&self) -> Result<()> {
+        std::fs::write(
+            self.dir.join("config.json"),
+            serde_json::to_vec_pretty(&self.spec)?,
+        )?;
+        Ok(())
+    }
+
+    /// Writes the spec and runs the container to completion with `runc run`.
+    pub fn run(&self, id: &str) -> Result<Output> {
+        self.run_with(&[RUNC], id)
+    }
+
+    /// Like [`Bundle::run`], but through `runtime` (a command and its leading arguments, e.g. the
+    /// shim with `--config`), which must accept runc's arguments.
+    pub fn run_with(&self, runtime: &[&str], id: &str) -> Result<Output> {
+        self.write()?;
+        let state = self.dir.join("runc-state");
+        let out = Command::new(runtime[0])
+            .args(&runtime[1..])
+            .arg("--root")
+            .arg(&state)
+            .args(["run", "--bundle"])
+            .arg(&self.dir)
+            .arg(id)
+            .output()
+            .context("runc run")?;
+        // Leave nothing behind if runc failed half-way.
+        let _ = Command::new(RUNC)
+            .arg("--root")
+            .arg(&state)
+            .args(["delete", "--force", id])
+            .output();
+        Ok(out)
+    }
+}
+
+/// Formats a process output for assertion messages.
+pub fn describe(out: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}

@@ -1,0 +1,182 @@
+//! A simulated accelerator host for the `demo` profile.
+//!
+//! Nodes are made with mknod under a private dev root, each with the numbers of a harmless real
+//! kernel device that runc does not allow by default, so that "granted opens, un-granted is
+//! denied" is a real cgroup decision. The driver root holds a real shared library built with gcc
+//! (`libdemo.so.1.0.0`, soname `libdemo.so.1`) and a `demo-smi` tool.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+/// The demo accelerators: name, major, minor. loop-control, btrfs-control, autofs and fuse: they open
+/// without side effects and none is in runc's default device allow list.
+pub const ACCELS: [(&str, u32, u32); 4] = [
+    ("accel0", 10, 237),
+    ("accel1", 10, 234),
+    ("accel2", 10, 235),
+    ("accel3", 10, 229),
+];
+/// The demo control node (the numbers of /dev/net/tun).
+pub const CTL: (&str, u32, u32) = ("ctl", 10, 200);
+
+/// A prepared simulated host.
+#[derive(Debug, Clone)]
+pub struct SimHost {
+    /// Root of everything below.
+    pub dir: PathBuf,
+    /// The dev root holding `demo/accelN` and `demo/ctl`.
+    pub dev_root: PathBuf,
+    /// The driver root holding `/opt/devinject-demo/...`.
+    pub driver_root: PathBuf,
+    /// A profiles dir holding the shipped `demo.toml`.
+    pub profiles_dir: PathBuf,
+    /// The host config file pointing at all of the above.
+    pub config: PathBuf,
+}
+
+/// The repository's `profiles/` directory.
+pub fn shipped_profiles() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles")
+}
+
+/// Makes a char device node.
+pub fn mknod(path: &Path, major: u32, minor: u32, mode: &str) -> Result<()> {
+    let st = Command::new("mknod")
+        .args(["-m", mode])
+        .arg(path)
+        .arg("c")
+        .arg(major.to_string())
+        .arg(minor.to_string())
+        .status()
+        .context("run mknod")?;
+    if !st.success() {
+        bail!("mknod {} failed", path.display());
+    }
+    Ok(())
+}
+
+/// Builds the simulated host under `dir` with the given profiles copied in (from `profiles/`).
+pub fn demo_host(dir: &Path, profiles: &[&str]) -> Result<SimHost> {
+    let dev_root = dir.join("dev");
+    let driver_root = dir.join("driver");
+    let profiles_dir = dir.join("profiles");
+    std::fs::create_dir_all(dev_root.join("demo"))?;
+    std::fs::create_dir_all(dir.join("sys"))?;
+    std::fs::create_dir_all(&profiles_dir)?;
+    for (name, ma, mi) in ACCELS.iter().chain(std::iter::once(&CTL)) {
+        mknod(&dev_root.join("demo").join(name), *ma, *mi, "0666")?;
+    }
+    let lib = driver_root.join("opt/devinject-demo/lib");
+    let bin = driver_root.join("opt/devinject-demo/bin");
+    std::fs::create_dir_all(&lib)?;
+    std::fs::create_dir_all(&bin)?;
+    let src = dir.join("libdemo.c");
+    std::fs::write(&src, "int demo_version(void) { return 1; }\n")?;
+    let out = Command::new("gcc")
+        .args(["-shared", "-fPIC", "-Wl,-soname,libdemo.so.1", "-o"])
+        .arg(lib.join("libdemo.so.1.0.0"))
+        .arg(&src)
+        .output()
+        .context("run gcc to build libdemo.so")?;
+    if !out.status.success() {
+        bail!("gcc failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    std::os::unix::fs::symlink("libdemo.so.1.0.0", lib.join("libdemo.so.1"))?;
+    let smi = bin.join("demo-smi");
+    std::fs::write(
+        &smi,
+        "#!/bin/sh\necho \"demo-smi: devices: $(ls /dev/demo | tr '\\n' ' ')\"\n",
+    )?;
+    std::fs::set_permissions(&smi, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    for p in profiles {
+        std::fs::copy(
+            shipped_profiles().join(format!("{p}.toml")),
+            profiles_dir.join(format!("{p}.toml")),
+        )
+        .with_context(|| format!("copy profile {p}"))?;
+    }
+    let config = dir.join("config.toml");
+    write_config(
+        &config,
+        &profiles_dir,
+        &dev_root,
+        &driver_root,
+        &dir.join("sys"),
+        "",
+    )?;
+    Ok(SimHost {
+        dir: dir.to_owned(),
+        dev_root,
+        driver_root,
+        profiles_dir,
+        config,
+    })
+}
+
+/// Writes a host config file; `extra` is appended verbatim (e.g. `mount_api = "classic"`).
+pub fn write_config(
+    path: &Path,
+    profiles_dir: &Path,
+    dev_root: &Path,
+    driver_root: &Path,
+    sys_root: &Path,
+    extra: &str,
+) -> Result<()> {
+    let text = format!(
+        "profiles_dir = {:?}\ndev_root = {:?}\ndriver_root = {:?}\nsys_root = {:?}\nlog_level = \"info\"\n{extra}\n",
+        profiles_dir, dev_root, driver_root, sys_root
+    );
+    std::fs::write(path, text)?;
+    Ok(())
+}
+
+/// Where the demo library lands in a busybox rootfs.
+pub const LIB: &str = "/usr/lib/libdemo.so.1.0.0";
+/// Its soname link.
+pub const SONAME: &str = "/usr/lib/libdemo.so.1";
+
+/// The probe command for every demo node and the demo library.
+pub fn demo_probe_args() -> Vec<String> {
+    let nodes: Vec<String> = ACCELS
+        .iter()
+        .chain(std::iter::once(&CTL))
+        .map(|(n, _, _)| format!("/dev/demo/{n}"))
+        .collect();
+    let node_refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    crate::probe::probe_args(&node_refs, &[LIB, SONAME])
+}
+
+/// Asserts what a container granted demo devices 0 and 1 must see, with `accel2` bind-mounted
+/// but not granted: the granted nodes and the control node with the host's numbers and mode,
+/// opening; accel2 denied by the cgroup; accel3 absent; the library read-only and cached.
+pub fn assert_demo_granted_0_1(report: &crate::probe::Report, out: &std::process::Output) {
+    let ctx = crate::runc::describe(out);
+    for (name, ma, mi) in [ACCELS[0], ACCELS[1], CTL] {
+        let n = report.node(&format!("/dev/demo/{name}"));
+        assert_eq!(
+            (n.kind.as_str(), n.major, n.minor),
+            ("c", ma, mi),
+            "{name}: {ctx}"
+        );
+        assert_eq!(n.mode, "666", "{name}: {ctx}");
+        assert_eq!(n.open, "ok", "{name} must open: {ctx}");
+    }
+    let denied = report.node("/dev/demo/accel2");
+    assert_eq!(denied.kind, "c", "{ctx}");
+    assert_eq!(
+        denied.open, "EPERM",
+        "un-granted accel2 must be denied: {ctx}"
+    );
+    assert_eq!(report.node("/dev/demo/accel3").kind, "missing", "{ctx}");
+    let lib = report.lib(LIB);
+    assert!(
+        lib.present && lib.read_only,
+        "library must be there read-only: {ctx}"
+    );
+    assert!(
+        report.lib(SONAME).in_ldcache,
+        "soname must be in ld.so.cache: {ctx}"
+    );
+}

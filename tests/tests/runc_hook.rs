@@ -1,0 +1,146 @@
+//! The hook with the real runc on this host's cgroup setup (v1 devices controller here):
+//! granted nodes exist with the host's type, numbers and mode and open; an un-granted node that is
+//! present (bind-mounted) is denied by the cgroup; libraries are read-only and in the linker cache.
+
+use std::path::Path;
+
+use devinject_tests::bins::bin;
+use devinject_tests::probe::{probe_args, Report};
+use devinject_tests::runc::{container_id, describe, Bundle};
+use devinject_tests::sim::{
+    assert_demo_granted_0_1, demo_host, demo_probe_args, write_config, LIB,
+};
+use devinject_tests::skip::{require_binary, require_root};
+
+fn ready() -> bool {
+    require_root()
+        && require_binary("runc")
+        && require_binary("/bin/busybox")
+        && require_binary("gcc")
+}
+
+fn demo_bundle(
+    dir: &Path,
+    request: &str,
+    stage: &str,
+    extra_config: &str,
+) -> (Bundle, Report, std::process::Output) {
+    let host = demo_host(&dir.join("host"), &["demo"]).unwrap();
+    if !extra_config.is_empty() {
+        write_config(
+            &host.config,
+            &host.profiles_dir,
+            &host.dev_root,
+            &host.driver_root,
+            &host.dir.join("sys"),
+            extra_config,
+        )
+        .unwrap();
+    }
+    let args = demo_probe_args();
+    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut b = Bundle::new(&dir.join("bundle"), &arg_refs).unwrap();
+    b.env(&format!("DEMO_VISIBLE_DEVICES={request}"))
+        .hook(stage, &bin("devinject-hook"), &host.config)
+        // accel2 is present in the container but never granted.
+        .bind_node(&host.dev_root.join("demo/accel2"), "/dev/demo/accel2");
+    let out = b.run(&container_id("hook")).unwrap();
+    let report = Report::parse(&String::from_utf8_lossy(&out.stdout));
+    (b, report, out)
+}
+
+#[test]
+fn demo_two_devices_create_runtime() {
+    if !ready() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (_, report, out) = demo_bundle(t.path(), "0,1", "createRuntime", "");
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_demo_granted_0_1(&report, &out);
+}
+
+#[test]
+fn demo_two_devices_prestart_classic_mounts() {
+    if !ready() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (_, report, out) = demo_bundle(t.path(), "1,0", "prestart", "mount_api = \"classic\"");
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_demo_granted_0_1(&report, &out);
+}
+
+#[test]
+fn void_request_injects_nothing() {
+    if !ready() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (_, report, out) = demo_bundle(t.path(), "void", "createRuntime", "");
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(report.node("/dev/demo/accel0").kind, "missing");
+    assert!(!report.lib(LIB).present);
+}
+
+#[test]
+fn unknown_device_fails_the_start_with_a_clear_message() {
+    if !ready() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (_, report, out) = demo_bundle(t.path(), "0,9", "createRuntime", "");
+    assert!(!out.status.success(), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unknown device \\\"9\\\"") || err.contains("unknown device \"9\""),
+        "{err}"
+    );
+    assert!(err.contains("DEMO_VISIBLE_DEVICES"), "{err}");
+    assert!(report.nodes.is_empty(), "the container must not have run");
+}
+
+#[test]
+fn real_kvm_is_injected_and_fuse_is_not() {
+    if !ready() || !devinject_tests::skip::require(Path::new("/dev/kvm").exists(), "needs /dev/kvm")
+    {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let profiles = t.path().join("profiles");
+    std::fs::create_dir_all(&profiles).unwrap();
+    for p in ["kvm", "fuse"] {
+        std::fs::copy(
+            devinject_tests::sim::shipped_profiles().join(format!("{p}.toml")),
+            profiles.join(format!("{p}.toml")),
+        )
+        .unwrap();
+    }
+    let config = t.path().join("config.toml");
+    write_config(
+        &config,
+        &profiles,
+        Path::new("/dev"),
+        Path::new("/"),
+        Path::new("/sys"),
+        "",
+    )
+    .unwrap();
+    let args = probe_args(&["/dev/kvm", "/dev/fuse"], &[]);
+    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut b = Bundle::new(&t.path().join("bundle"), &arg_refs).unwrap();
+    b.env("KVM_VISIBLE_DEVICES=all")
+        .hook("createRuntime", &bin("devinject-hook"), &config);
+    let out = b.run(&container_id("kvm")).unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let r = Report::parse(&String::from_utf8_lossy(&out.stdout));
+    let kvm = r.node("/dev/kvm");
+    assert_eq!(
+        (kvm.kind.as_str(), kvm.major, kvm.minor),
+        ("c", 10, 232),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(kvm.open, "ok", "{}", describe(&out));
+    assert_eq!(r.node("/dev/fuse").kind, "missing", "{}", describe(&out));
+}
