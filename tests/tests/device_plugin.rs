@@ -13,7 +13,7 @@ use devinject_device_plugin::api::v1beta1::{
 use devinject_tests::kubelet::fake_kubelet::{health, string_map, FakeKubelet, Registration};
 use devinject_tests::kubelet::host::TestHost;
 use devinject_tests::kubelet::plugin_process::PluginProcess;
-use devinject_tests::kubelet::require;
+use devinject_tests::skip::require_root;
 use nix::sys::signal::Signal;
 
 /// Generous limit for things that involve process start-up on a loaded machine.
@@ -46,7 +46,7 @@ fn allocate_request(ids: &[&str]) -> AllocateRequest {
 
 #[tokio::test]
 async fn registers_and_lists_devices_with_topology() {
-    if !require::root("registers_and_lists_devices_with_topology") {
+    if !require_root() {
         return;
     }
     let host = demo_host("", 3);
@@ -76,7 +76,7 @@ async fn registers_and_lists_devices_with_topology() {
 
 #[tokio::test]
 async fn node_removed_and_recreated_turns_unhealthy_then_healthy_within_100ms() {
-    if !require::root("node_removed_and_recreated_turns_unhealthy_then_healthy_within_100ms") {
+    if !require_root() {
         return;
     }
     let host = demo_host("", 2);
@@ -115,7 +115,7 @@ async fn node_removed_and_recreated_turns_unhealthy_then_healthy_within_100ms() 
 
 #[tokio::test]
 async fn sysfs_health_attribute_turns_a_device_unhealthy() {
-    if !require::root("sysfs_health_attribute_turns_a_device_unhealthy") {
+    if !require_root() {
         return;
     }
     let host = demo_host("", 2);
@@ -135,7 +135,7 @@ async fn sysfs_health_attribute_turns_a_device_unhealthy() {
 
 #[tokio::test]
 async fn hot_plugged_node_appears() {
-    if !require::root("hot_plugged_node_appears") {
+    if !require_root() {
         return;
     }
     let host = demo_host("", 1);
@@ -156,7 +156,7 @@ async fn hot_plugged_node_appears() {
 
 #[tokio::test]
 async fn kubelet_restart_re_registers_on_a_new_socket() {
-    if !require::root("kubelet_restart_re_registers_on_a_new_socket") {
+    if !require_root() {
         return;
     }
     let host = demo_host("", 2);
@@ -194,7 +194,7 @@ async fn kubelet_restart_re_registers_on_a_new_socket() {
 
 #[tokio::test]
 async fn kubelet_restart_while_connected_re_registers() {
-    if !require::root("kubelet_restart_while_connected_re_registers") {
+    if !require_root() {
         return;
     }
     let host = demo_host("", 1);
@@ -211,7 +211,7 @@ async fn kubelet_restart_while_connected_re_registers() {
 
 #[tokio::test]
 async fn removed_socket_re_registers() {
-    if !require::root("removed_socket_re_registers") {
+    if !require_root() {
         return;
     }
     let host = demo_host("", 1);
@@ -227,7 +227,7 @@ async fn removed_socket_re_registers() {
 
 #[tokio::test]
 async fn lost_stream_re_registers() {
-    if !require::root("lost_stream_re_registers") {
+    if !require_root() {
         return;
     }
     let host = demo_host("", 1);
@@ -246,7 +246,7 @@ async fn lost_stream_re_registers() {
 
 #[tokio::test]
 async fn sigterm_withdraws_devices_and_removes_the_socket() {
-    if !require::root("sigterm_withdraws_devices_and_removes_the_socket") {
+    if !require_root() {
         return;
     }
     let host = demo_host("", 2);
@@ -267,7 +267,7 @@ async fn sigterm_withdraws_devices_and_removes_the_socket() {
 
 #[tokio::test]
 async fn allocate_envvar_mode() {
-    if !require::root("allocate_envvar_mode") {
+    if !require_root() {
         return;
     }
     let host = demo_host("", 3);
@@ -305,7 +305,7 @@ async fn allocate_envvar_mode() {
 
 #[tokio::test]
 async fn allocate_cdi_annotations_mode() {
-    if !require::root("allocate_cdi_annotations_mode") {
+    if !require_root() {
         return;
     }
     let host = demo_host("allocate_mode = \"cdi-annotations\"", 2);
@@ -329,7 +329,7 @@ async fn allocate_cdi_annotations_mode() {
 
 #[tokio::test]
 async fn allocate_cdi_cri_mode_with_replicas() {
-    if !require::root("allocate_cdi_cri_mode_with_replicas") {
+    if !require_root() {
         return;
     }
     let host = demo_host("allocate_mode = \"cdi-cri\"\nreplicas = 2", 2);
@@ -363,7 +363,7 @@ type PreferredCase = (
 
 #[tokio::test]
 async fn preferred_allocation_keeps_a_numa_node_whole() {
-    if !require::root("preferred_allocation_keeps_a_numa_node_whole") {
+    if !require_root() {
         return;
     }
     // accel0, accel1 on NUMA 0; accel2, accel3 on NUMA 1.
@@ -414,7 +414,7 @@ async fn preferred_allocation_keeps_a_numa_node_whole() {
 
 #[tokio::test]
 async fn serves_several_profiles_each_on_its_own_socket() {
-    if !require::root("serves_several_profiles_each_on_its_own_socket") {
+    if !require_root() {
         return;
     }
     let host = demo_host("", 1);
@@ -438,7 +438,7 @@ async fn serves_several_profiles_each_on_its_own_socket() {
 
 #[tokio::test]
 async fn named_profile_is_served_before_its_devices_appear() {
-    if !require::root("named_profile_is_served_before_its_devices_appear") {
+    if !require_root() {
         return;
     }
     let host = TestHost::new();
@@ -457,7 +457,7 @@ async fn named_profile_is_served_before_its_devices_appear() {
 
 #[tokio::test]
 async fn registers_when_the_kubelet_starts_after_the_plugin() {
-    if !require::root("registers_when_the_kubelet_starts_after_the_plugin") {
+    if !require_root() {
         return;
     }
     let host = demo_host("", 1);
@@ -471,7 +471,7 @@ async fn registers_when_the_kubelet_starts_after_the_plugin() {
 
 #[tokio::test]
 async fn json_logs() {
-    if !require::root("json_logs") {
+    if !require_root() {
         return;
     }
     let host = demo_host("", 1);

@@ -5,8 +5,9 @@
 //!   kubelet does, and hands the connection to the test;
 //! - [`host`]: a temp directory holding a dev root (nodes made with mknod), a sys root, the
 //!   device-plugins directory and a profiles directory;
-//! - [`plugin_process`]: builds and runs the real `devinject-device-plugin` binary;
-//! - [`require`]: the skip policy for tests that need root.
+//! - [`plugin_process`]: builds and runs the real `devinject-device-plugin` binary.
+//!
+//! Tests that need root use [`crate::skip`].
 
 use std::future::Future;
 use std::time::Duration;
@@ -14,7 +15,6 @@ use std::time::Duration;
 pub mod fake_kubelet;
 pub mod host;
 pub mod plugin_process;
-pub mod require;
 
 /// Awaits `future`, panicking with `what` if it takes longer than `limit`. Tests wait for
 /// readiness this way instead of sleeping.

@@ -3,7 +3,8 @@
 //! The binary lives in another package, so `CARGO_BIN_EXE_*` does not reach it. It is built
 //! once per test process with `cargo build` (same profile as the tests, same target directory,
 //! cheap when up to date), and located through cargo's JSON artifact messages, so it works with
-//! any `CARGO_TARGET_DIR`. `DEVINJECT_DEVICE_PLUGIN` names a prebuilt binary instead.
+//! any `CARGO_TARGET_DIR`. `DEVINJECT_DEVICE_PLUGIN` names a prebuilt binary instead, and
+//! `DEVINJECT_BIN_DIR` a directory of prebuilt binaries (as for [`crate::bins`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -24,6 +25,9 @@ pub fn binary() -> &'static Path {
     BINARY.get_or_init(|| {
         if let Some(path) = std::env::var_os("DEVINJECT_DEVICE_PLUGIN") {
             return PathBuf::from(path);
+        }
+        if let Some(dir) = std::env::var_os("DEVINJECT_BIN_DIR") {
+            return PathBuf::from(dir).join("devinject-device-plugin");
         }
         build()
     })
@@ -80,22 +84,46 @@ impl PluginProcess {
     /// Starts the plugin against `host`, serving the profiles in `profiles` (every profile with
     /// devices when empty), with `extra` arguments.
     pub fn spawn(host: &TestHost, profiles: &[&str], extra: &[&str]) -> Self {
+        let mut args: Vec<&str> = Vec::new();
+        for profile in profiles {
+            args.extend(["--profile", profile]);
+        }
+        args.extend(extra);
+        Self::spawn_with(
+            &host.kubelet_dir(),
+            &host.profiles_dir(),
+            &host.dev_root(),
+            &host.sys_root(),
+            &args,
+        )
+    }
+
+    /// Starts the plugin with explicit directories and `extra` arguments; its log goes next to
+    /// the device-plugins directory.
+    pub fn spawn_with(
+        kubelet_dir: &Path,
+        profiles_dir: &Path,
+        dev_root: &Path,
+        sys_root: &Path,
+        extra: &[&str],
+    ) -> Self {
         static RUNS: AtomicUsize = AtomicUsize::new(0);
-        let log = host.path(&format!(
-            "plugin-{}.log",
+        let log = kubelet_dir.with_file_name(format!(
+            "plugin-{}-{}.log",
+            std::process::id(),
             RUNS.fetch_add(1, Ordering::Relaxed)
         ));
         let log_file = std::fs::File::create(&log).expect("create plugin log");
         let mut command = Command::new(binary());
         command
             .arg("--kubelet-dir")
-            .arg(host.kubelet_dir())
+            .arg(kubelet_dir)
             .arg("--profiles-dir")
-            .arg(host.profiles_dir())
+            .arg(profiles_dir)
             .arg("--dev-root")
-            .arg(host.dev_root())
+            .arg(dev_root)
             .arg("--sys-root")
-            .arg(host.sys_root())
+            .arg(sys_root)
             .args(extra)
             .env(
                 "RUST_LOG",
@@ -105,9 +133,6 @@ impl PluginProcess {
             .stdout(Stdio::null())
             .stderr(log_file)
             .kill_on_drop(true);
-        for profile in profiles {
-            command.args(["--profile", profile]);
-        }
         let started = Instant::now();
         let child = command.spawn().expect("start devinject-device-plugin");
         Self {
