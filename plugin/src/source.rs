@@ -44,7 +44,17 @@ impl DeviceSource for ProfileSource {
     type Error = DiscoveryError;
 
     fn scan(&self) -> Result<Vec<ScannedDevice>, DiscoveryError> {
-        let inventory = discover(&self.profile, &self.roots)?;
+        let inventory = match discover(&self.profile, &self.roots) {
+            Ok(inventory) => inventory,
+            // A required control or per-device node is gone: no container of this kind could
+            // start (the hook fails the same discovery), so every device is unhealthy until it
+            // is back. Other errors may be transient and keep the last list.
+            Err(err @ DiscoveryError::Missing { .. }) => {
+                tracing::warn!(profile = %self.profile.name, error = %err, "devices unusable");
+                return Ok(Vec::new());
+            }
+            Err(err) => return Err(err),
+        };
         if let Some(template) = &self.profile.discovery.health_sysfs {
             let paths = inventory
                 .devices
