@@ -134,6 +134,26 @@ async fn sysfs_health_attribute_turns_a_device_unhealthy() {
 }
 
 #[tokio::test]
+async fn missing_control_node_marks_every_device_unhealthy() {
+    if !require_root() {
+        return;
+    }
+    let host = demo_host("", 2);
+    let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
+    reg.next_list(SLOW).await.expect("first list");
+    host.remove_node("demo/ctl");
+    reg.wait_list(HEALTH_BUDGET, "every device unhealthy", |l| {
+        health(l) == [("accel0", "Unhealthy"), ("accel1", "Unhealthy")]
+    })
+    .await;
+    host.mknod("demo/ctl", 1, 3);
+    reg.wait_list(HEALTH_BUDGET, "every device healthy", |l| {
+        health(l) == [("accel0", "Healthy"), ("accel1", "Healthy")]
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn hot_plugged_node_appears() {
     if !require_root() {
         return;
@@ -490,6 +510,16 @@ async fn json_logs() {
         );
     }
     assert!(log.contains("\"message\":\"serving\""), "{log}");
+}
+
+#[tokio::test]
+async fn unknown_profile_exits_with_code_3() {
+    let host = TestHost::new();
+    host.write_profile("demo", &devinject_tests::kubelet::host::profile("demo", ""));
+    let mut plugin = PluginProcess::spawn(&host, &["nope"], &[]);
+    let status = plugin.wait(SLOW).await;
+    assert_eq!(status.code(), Some(3), "{}", plugin.log());
+    assert!(plugin.log().contains("\"nope\""), "{}", plugin.log());
 }
 
 #[tokio::test]
