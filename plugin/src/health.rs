@@ -11,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use inotify::{Inotify, WatchMask, Watches};
 use tokio::sync::watch;
@@ -40,6 +41,9 @@ pub enum HealthError {
         resource: String,
     },
 }
+
+/// At most this many queued events are folded into one rescan.
+const MAX_COALESCED: usize = 1024;
 
 /// Events that may change what a scan finds.
 fn mask() -> WatchMask {
@@ -126,6 +130,16 @@ impl<S: DeviceSource> HealthMonitor<S> {
         while let Some(event) = events.next().await {
             let event = event.map_err(err("read"))?;
             debug!(resource = %self.resource, name = ?event.name, mask = ?event.mask, "inotify event");
+            // One rescan for a burst: take the events that are already queued (a zero timeout
+            // polls once and never waits), e.g. the many creations of a driver loading.
+            for _ in 0..MAX_COALESCED {
+                match tokio::time::timeout(Duration::ZERO, events.next()).await {
+                    Ok(Some(event)) => {
+                        event.map_err(err("read"))?;
+                    }
+                    Ok(None) | Err(_) => break,
+                }
+            }
             // Watch first, then scan: whatever appears after the new watches raises an event,
             // whatever appeared before is seen by the scan.
             self.add_watches(&mut watches);
@@ -159,7 +173,6 @@ fn nearest_existing(path: &Path) -> Option<PathBuf> {
 mod tests {
     use std::convert::Infallible;
     use std::sync::Mutex;
-    use std::time::Duration;
 
     use super::*;
     use crate::advertisement::ScannedDevice;

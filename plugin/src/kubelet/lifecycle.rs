@@ -166,6 +166,10 @@ impl Lifecycle {
                 _ = inc.server.join_next() => return Ok(Outcome::Restart("gRPC server stopped")),
                 result = register => match result {
                     Ok(()) => break,
+                    // The kubelet answered and said no: a real problem, say so every time.
+                    Err(err @ registration::RegistrationError::Refused { .. }) => {
+                        warn!(resource = %self.resource.resource_name, error = %err, "registration refused");
+                    }
                     Err(err) if attempt == 0 => {
                         info!(resource = %self.resource.resource_name, error = %err, "kubelet not ready");
                     }

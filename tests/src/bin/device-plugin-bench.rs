@@ -10,7 +10,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use devinject_device_plugin::advertisement::{Advertisement, ScannedDevice};
+use devinject_device_plugin::allocate::container_response;
 use devinject_device_plugin::api::v1beta1::{AllocateRequest, ContainerAllocateRequest};
+use devinject_device_plugin::resource::{AllocateMode, ResourceConfig};
 use devinject_tests::kubelet::fake_kubelet::{health, FakeKubelet, Registration};
 use devinject_tests::kubelet::host::TestHost;
 use devinject_tests::kubelet::plugin_process::PluginProcess;
@@ -125,6 +128,37 @@ async fn bench() {
         recreation.push(start.elapsed());
     }
 
+    // The handler's own work, without transport: the pure Allocate function in this process.
+    let resource = ResourceConfig {
+        profile: "alpha".into(),
+        resource_name: "devinject.io/alpha".into(),
+        request_env: "ALPHA_VISIBLE_DEVICES".into(),
+        request_annotation: "devinject.io/alpha.devices".into(),
+        replicas: 1,
+        mode: AllocateMode::Envvar,
+    };
+    let scan: Vec<ScannedDevice> = (0..32)
+        .map(|i| ScannedDevice {
+            id: format!("accel{i}"),
+            numa_node: Some(i / 16),
+            healthy: true,
+        })
+        .collect();
+    let advertisement = Advertisement::new(1).with_scan(&scan);
+    let mut handler = Vec::with_capacity(ALLOCATE_CALLS);
+    for request in &requests {
+        let start = Instant::now();
+        let answer = container_response(
+            &resource,
+            &advertisement,
+            &request.container_requests[0].devices_ids,
+            0,
+        )
+        .expect("allocate in process");
+        handler.push(start.elapsed());
+        std::hint::black_box(answer);
+    }
+
     let rss = plugin.rss_kib();
     let status =
         std::fs::read_to_string(format!("/proc/{}/status", plugin.pid())).unwrap_or_default();
@@ -142,6 +176,8 @@ async fn bench() {
         allocate_total
     );
     print_stats(&mut allocate);
+    println!("Allocate handler alone, in process (same requests, no gRPC):");
+    print_stats(&mut handler);
     println!("health, node removed -> Unhealthy in ListAndWatch ({HEALTH_ROUNDS} rounds):");
     print_stats(&mut removal);
     println!("health, node re-created -> Healthy in ListAndWatch ({HEALTH_ROUNDS} rounds):");
