@@ -7,6 +7,7 @@
 //! - [`sim`]: a simulated `demo` accelerator host: mknod'ed nodes under a dev root and a real
 //!   `libdemo.so.1` under a driver root.
 //! - [`runc`]: OCI bundles with the hook wired in, run by the real `runc`.
+//! - [`docker`]: a private containerd + dockerd per test, with devinject's runtimes registered.
 //! - [`probe`]: the in-container probe and the parser for its report.
 //! - [`kubelet`]: a test kubelet that speaks the device plugin API v1beta1 (a `Registration`
 //!   server that dials plugins back like the kubelet), simulated hosts for the plugin, and the
@@ -14,6 +15,7 @@
 //!   and by the `device-plugin-bench` binary.
 
 pub mod bins;
+pub mod docker;
 pub mod kubelet;
 pub mod probe;
 pub mod rootfs;
