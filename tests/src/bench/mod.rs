@@ -101,12 +101,16 @@ pub fn run(opts: &Options) -> Result<Report> {
         }
     };
     std::fs::create_dir_all(&dir)?;
+    // runc runs hooks from the bundle dir: every path the bundles hold must be absolute.
+    let dir = std::fs::canonicalize(&dir).with_context(|| format!("{}", dir.display()))?;
+    let bin_dir = std::fs::canonicalize(&opts.bin_dir)
+        .with_context(|| format!("binaries dir {}", opts.bin_dir.display()))?;
     let bins = Binaries {
         runc: which("runc").context("runc")?,
-        hook: existing(opts.bin_dir.join("devinject-hook"))?,
-        shim: existing(opts.bin_dir.join("devinject-runtime"))?,
+        hook: existing(bin_dir.join("devinject-hook"))?,
+        shim: existing(bin_dir.join("devinject-runtime"))?,
         bench: std::env::current_exe().context("current exe")?,
-        hook_only_runtime: Some(opts.bin_dir.join("devinject-hook-only-runtime"))
+        hook_only_runtime: Some(bin_dir.join("devinject-hook-only-runtime"))
             .filter(|p| p.is_file()),
     };
     let mut report = Report {
