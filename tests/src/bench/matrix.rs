@@ -34,10 +34,14 @@ pub struct MatrixRow {
     pub shim: Samples,
     /// The hook's own wall time.
     pub hook_own: Samples,
+    /// The hook's own CPU time (with its children).
+    pub hook_cpu: Samples,
     /// The hook's peak RSS.
     pub hook_rss: Kib,
     /// The shim's own wall time (planning and the `config.json` rewrite, then exec).
     pub shim_own: Samples,
+    /// The shim's own CPU time.
+    pub shim_cpu: Samples,
     /// The shim's peak RSS.
     pub shim_rss: Kib,
 }
@@ -102,7 +106,7 @@ fn row(opts: &Options, dir: &Path, setup: &Setup, host: &BenchHost) -> Result<Ma
             }
         }
     }
-    let own = |v: Variant| -> Result<(Samples, Kib)> {
+    let own = |v: Variant| -> Result<(Samples, Samples, Kib)> {
         let c = cases.iter().find(|c| c.variant == v).expect("case");
         let recs = read_records(c.record.as_deref().expect("timed case has a record"))?;
         ensure!(
@@ -112,16 +116,17 @@ fn row(opts: &Options, dir: &Path, setup: &Setup, host: &BenchHost) -> Result<Ma
             recs.len(),
             opts.warmup + opts.runs
         );
-        let (mut wall, mut rss) = (Samples::default(), Kib::default());
+        let (mut wall, mut cpu, mut rss) = (Samples::default(), Samples::default(), Kib::default());
         for r in recs.iter().skip(opts.warmup) {
             ensure!(r.code == 0, "{} exited with {}", v.name(), r.code);
             wall.push(r.wall);
+            cpu.push(r.cpu);
             rss.push(r.max_rss_kib);
         }
-        Ok((wall, rss))
+        Ok((wall, cpu, rss))
     };
-    let (hook_own, hook_rss) = own(Variant::HookTimed)?;
-    let (shim_own, shim_rss) = own(Variant::ShimOnly)?;
+    let (hook_own, hook_cpu, hook_rss) = own(Variant::HookTimed)?;
+    let (shim_own, shim_cpu, shim_rss) = own(Variant::ShimOnly)?;
     let mut it = samples.into_iter();
     let mut next = || it.next().expect("one sample set per case");
     Ok(MatrixRow {
@@ -131,8 +136,10 @@ fn row(opts: &Options, dir: &Path, setup: &Setup, host: &BenchHost) -> Result<Ma
         hook: next(),
         shim: next(),
         hook_own,
+        hook_cpu,
         hook_rss,
         shim_own,
+        shim_cpu,
         shim_rss,
     })
 }

@@ -110,13 +110,13 @@ impl Report {
             );
             let _ = writeln!(
                 o,
-                "| N | L | native | hook | shim | hook/native | shim/native | hook alone | hook peak RSS MiB | shim alone | shim peak RSS MiB |"
+                "| N | L | native | hook | shim | hook/native | shim/native | hook alone | hook CPU | hook peak RSS MiB | shim alone | shim CPU | shim peak RSS MiB |"
             );
-            let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|");
+            let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
             for r in &self.matrix {
                 let _ = writeln!(
                     o,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     r.devices,
                     r.libraries,
                     r.native.ms(),
@@ -125,8 +125,10 @@ impl Report {
                     ratio(r.hook.ratio_to(&r.native)),
                     ratio(r.shim.ratio_to(&r.native)),
                     r.hook_own.ms(),
+                    short(ms(&r.hook_cpu)),
                     r.hook_rss,
                     r.shim_own.ms(),
+                    short(ms(&r.shim_cpu)),
                     r.shim_rss,
                 );
             }
@@ -207,9 +209,9 @@ impl Report {
 
     fn targets(&self) -> String {
         let mut o = String::from("### Targets\n\n");
-        let mut line = |ok: bool, text: String| {
+        fn line(o: &mut String, ok: bool, text: String) {
             let _ = writeln!(o, "- {} {text}", if ok { "met:" } else { "MISSED:" });
-        };
+        }
         if let Some(r) = self
             .matrix
             .iter()
@@ -217,6 +219,7 @@ impl Report {
         {
             let q = r.hook.ratio_to(&r.native);
             line(
+                &mut o,
                 q <= targets::HOOK_RATIO,
                 format!(
                     "hook/native at 8 devices + 64 libraries {q:.3} (target ≤ {})",
@@ -224,21 +227,38 @@ impl Report {
                 ),
             );
         }
-        if let Some(worst) = self
+        for r in self
             .matrix
             .iter()
-            .map(|r| (ms(&r.hook_own), r.devices, r.libraries))
-            .max_by(|a, b| a.0.total_cmp(&b.0))
+            .filter(|r| r.devices == 8 && r.libraries == 64)
         {
             line(
-                worst.0 < targets::HOOK_OWN_MS,
+                &mut o,
+                ms(&r.hook_own) < targets::HOOK_OWN_MS,
                 format!(
-                    "hook's own wall time, worst median {} ms at N={} L={} (target < {} ms)",
-                    short(worst.0),
-                    worst.1,
-                    worst.2,
+                    "hook's own wall time at 8 devices + 64 libraries {} ms, CPU {} ms (target < {} ms)",
+                    short(ms(&r.hook_own)),
+                    short(ms(&r.hook_cpu)),
                     targets::HOOK_OWN_MS
                 ),
+            );
+        }
+        let within: Vec<String> = self
+            .matrix
+            .iter()
+            .filter(|r| ms(&r.hook_own) < targets::HOOK_OWN_MS)
+            .map(|r| format!("N={} L={}", r.devices, r.libraries))
+            .collect();
+        if !self.matrix.is_empty() {
+            let _ = writeln!(
+                o,
+                "- hook's own wall time under {} ms at: {}",
+                targets::HOOK_OWN_MS,
+                if within.is_empty() {
+                    "none".to_owned()
+                } else {
+                    within.join(", ")
+                }
             );
             let rss = self
                 .matrix
@@ -248,6 +268,7 @@ impl Report {
                 .unwrap_or(0) as f64
                 / 1024.0;
             line(
+                &mut o,
                 rss < targets::HOOK_RSS_MIB,
                 format!(
                     "hook peak RSS, largest seen {rss:.2} MiB (target < {} MiB)",
@@ -258,6 +279,7 @@ impl Report {
         if let Some(p) = &self.pass_through {
             let q = p.shim.ratio_to(&p.runc);
             line(
+                &mut o,
                 q <= targets::SHIM_PASS_RATIO,
                 format!(
                     "shim pass-through {q:.3} (target ≤ {})",

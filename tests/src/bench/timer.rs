@@ -3,9 +3,10 @@
 //! For the hook's own figures the createRuntime hook entry points at `devinject-bench time`,
 //! which spawns the real hook with the same stdin (runc's OCI state) and the same empty
 //! environment, waits for it, and appends one record: wall time from spawn to exit (fork, exec,
-//! dynamic loading and everything the hook does, including its own children) and the peak RSS
-//! that `getrusage(RUSAGE_CHILDREN)` reports (the largest of the hook and anything it waited for,
-//! such as ldconfig). The shim is timed the same way in front of `/bin/true`. The wrapper's own
+//! dynamic loading and everything the hook does, including its own children), and from
+//! `getrusage(RUSAGE_CHILDREN)` the CPU time (user + system) of the hook and everything it waited
+//! for, such as ldconfig, and the largest peak RSS among them. On a busy machine wall time also
+//! counts waiting for a CPU; CPU time does not. The shim is timed the same way in front of `/bin/true`. The wrapper's own
 //! start-up is outside the figure, and these runs are not used for the end-to-end columns.
 
 use std::ffi::OsString;
@@ -22,6 +23,8 @@ use nix::sys::resource::{getrusage, UsageWho};
 pub struct Record {
     /// Spawn to exit.
     pub wall: Duration,
+    /// User + system CPU time of the process and its waited-for children.
+    pub cpu: Duration,
     /// Peak RSS in KiB.
     pub max_rss_kib: u64,
     /// The exit code (-1 when killed by a signal).
@@ -31,10 +34,11 @@ pub struct Record {
 impl Record {
     fn line(&self) -> String {
         format!(
-            "{} {} {}\n",
+            "{} {} {} {}\n",
             self.wall.as_nanos(),
             self.max_rss_kib,
-            self.code
+            self.code,
+            self.cpu.as_nanos()
         )
     }
 
@@ -43,8 +47,10 @@ impl Record {
         let wall = Duration::from_nanos(it.next()?.parse().ok()?);
         let max_rss_kib = it.next()?.parse().ok()?;
         let code = it.next()?.parse().ok()?;
+        let cpu = Duration::from_nanos(it.next()?.parse().ok()?);
         Some(Self {
             wall,
+            cpu,
             max_rss_kib,
             code,
         })
@@ -64,8 +70,13 @@ pub fn time_command(record: &Path, command: &[OsString]) -> Result<i32> {
         .with_context(|| format!("run {}", program.to_string_lossy()))?;
     let wall = start.elapsed();
     let usage = getrusage(UsageWho::RUSAGE_CHILDREN).context("getrusage")?;
+    let tv = |t: nix::sys::time::TimeVal| {
+        Duration::from_secs(u64::try_from(t.tv_sec()).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(t.tv_usec()).unwrap_or(0))
+    };
     let rec = Record {
         wall,
+        cpu: tv(usage.user_time()) + tv(usage.system_time()),
         max_rss_kib: u64::try_from(usage.max_rss()).unwrap_or(0),
         code: status.code().unwrap_or(-1),
     };
