@@ -5,6 +5,7 @@
 //! de-duplicated by their real file, so a glob matching both `libfoo.so.1` and `libfoo.so.1.2`
 //! injects one file plus its soname link.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use crate::elf_soname::read_soname;
@@ -89,6 +90,7 @@ pub struct HostFiles {
 pub fn resolve_host_files(profile: &Profile, roots: &HostRoots) -> Result<HostFiles, ResolveError> {
     let pname = profile.name.to_string();
     let mut real_paths = RealPaths::new(&roots.driver_root, &pname);
+    let mut known: HashSet<PathBuf> = HashSet::new();
     let mut out = HostFiles::default();
     for lib in &profile.libraries {
         let (what, candidates) = match (&lib.soname, &lib.glob) {
@@ -115,8 +117,13 @@ pub fn resolve_host_files(profile: &Profile, roots: &HostRoots) -> Result<HostFi
             });
         }
         for c in candidates {
+            // A glob finds a library twice, as its soname link and as the file: once the link
+            // led to the file, the file itself (a real path already checked) needs no lookup.
+            if known.contains(&c) {
+                continue;
+            }
             let real = real_paths.resolve(&c)?;
-            if out.libraries.iter().any(|l| l.path == real) {
+            if !known.insert(real.clone()) {
                 continue;
             }
             let file_name = file_name(&real);
