@@ -136,10 +136,13 @@ pub fn edit_bundle(
     config_path: Option<&Path>,
 ) -> Result<BundleEdit, ShimError> {
     let (path, what, bytes) = read_spec_bytes(bundle)?;
-    let profiles = ProfileSet::load_dir(&config.profiles_dir)?;
-    // Cheap pre-check: a spec that names no request variable and no annotation of ours asked
-    // for nothing, and is not even parsed.
+    // Cheap pre-checks: a spec that names no request variable and no annotation of ours asked
+    // for nothing, and is not even parsed; nor are the profiles when it cannot be asking.
     let mentions = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
+    if !ProfileSet::may_be_requested(&config.profiles_dir, mentions)? {
+        return Ok(BundleEdit::Untouched);
+    }
+    let profiles = ProfileSet::load_dir(&config.profiles_dir)?;
     if !mentions(crate::ANNOTATION_PREFIX) && !profiles.iter().any(|p| mentions(p.request_env())) {
         return Ok(BundleEdit::Untouched);
     }
