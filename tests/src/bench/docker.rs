@@ -12,7 +12,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 
 use super::host::{BenchHost, REQUEST_ENV};
-use super::matrix::check_probe;
+use super::matrix::{check_probe, in_turn};
 use super::start::Binaries;
 use super::stats::Samples;
 use super::Options;
@@ -152,7 +152,8 @@ fn run(opts: &Options, host: &BenchHost, bins: &Binaries) -> Result<DockerFigure
 
     let mut samples = vec![Samples::default(); variants.len()];
     for round in 0..opts.warmup + opts.runs {
-        for ((name, args, _), s) in variants.iter().zip(samples.iter_mut()) {
+        for i in in_turn(variants.len(), round) {
+            let ((name, args, _), s) = (&variants[i], &mut samples[i]);
             let mut a: Vec<&str> = args.iter().map(String::as_str).collect();
             a.extend([IMAGE, "/bin/true"]);
             let start = Instant::now();

@@ -2,8 +2,8 @@
 //! through the shim; and the shim in front of a container that asks for nothing.
 //!
 //! The variants of one row are started in turn (native, hook, shim, hook timed, shim alone, then
-//! again), so a slow spell on a shared machine hits them all alike, after a few untimed warm-up
-//! rounds. Before any timing, each variant is started once with the probe as its process, which
+//! again, each round starting one further: [`in_turn`]), so a slow spell on a shared machine hits
+//! them all alike, after a few untimed warm-up rounds. Before any timing, each variant is started once with the probe as its process, which
 //! checks that every device node and library really is there: a benchmark of a broken injection
 //! would be meaningless.
 
@@ -58,6 +58,14 @@ pub struct PassThrough {
     pub runc_again: Samples,
 }
 
+/// The order of the variants in round `round`: each round starts one further, so that every
+/// variant runs in every position equally often. (With a fixed order, whatever the previous
+/// start left for the kernel to finish landed on the first variant of the next round: the A/A
+/// pair of row 2 differed by 7% at 40 runs.)
+pub fn in_turn(len: usize, round: usize) -> impl Iterator<Item = usize> {
+    (0..len).map(move |i| (i + round) % len)
+}
+
 /// Runs row 1 for every (N, L) in `opts`.
 pub fn measure(
     opts: &Options,
@@ -99,10 +107,10 @@ fn row(opts: &Options, dir: &Path, setup: &Setup, host: &BenchHost) -> Result<Ma
     }
     let mut samples = vec![Samples::default(); cases.len()];
     for round in 0..opts.warmup + opts.runs {
-        for (c, s) in cases.iter().zip(samples.iter_mut()) {
-            let t = c.start(&container_id("bench"))?;
+        for i in in_turn(cases.len(), round) {
+            let t = cases[i].start(&container_id("bench"))?;
             if round >= opts.warmup {
-                s.push(t);
+                samples[i].push(t);
             }
         }
     }
@@ -235,10 +243,10 @@ pub fn pass_through(
     let cases = [&runc, &shim, &again];
     let mut samples = vec![Samples::default(); cases.len()];
     for round in 0..opts.warmup + opts.runs {
-        for (c, s) in cases.iter().zip(samples.iter_mut()) {
-            let t = c.start(&container_id("bench"))?;
+        for i in in_turn(cases.len(), round) {
+            let t = cases[i].start(&container_id("bench"))?;
             if round >= opts.warmup {
-                s.push(t);
+                samples[i].push(t);
             }
         }
     }
@@ -249,4 +257,15 @@ pub fn pass_through(
         shim: next(),
         runc_again: next(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_variant_takes_every_position_in_turn() {
+        let rounds: Vec<Vec<usize>> = (0..3).map(|r| in_turn(3, r).collect()).collect();
+        assert_eq!(rounds, [[0, 1, 2], [1, 2, 0], [2, 0, 1]]);
+    }
 }
