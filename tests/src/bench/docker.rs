@@ -25,6 +25,9 @@ use crate::skip::which;
 const SHIM: &str = "devinject";
 /// The hook-only wrapper's runtime name.
 const HOOK_ONLY: &str = "devinject-hook-only";
+/// runc itself, registered with an argument: dockerd 20.10 then runs it through the same
+/// generated wrapper script as the runtimes above, which the default runtime does without.
+const RUNC_WITH_ARGS: &str = "runc-with-args";
 
 /// Row 3's figures.
 #[derive(Debug, Clone)]
@@ -35,6 +38,9 @@ pub struct DockerFigures {
     pub libraries: usize,
     /// `--device` and `-v ...:ro` flags.
     pub native: Samples,
+    /// The same flags, with runc registered with an argument (`--debug=false`), so that dockerd
+    /// starts it through its wrapper script as it does the shim: isolates that script's cost.
+    pub native_wrapped: Samples,
     /// `--runtime=devinject -e ...`.
     pub shim: Samples,
     /// The hook-only wrapper runtime, when built.
@@ -86,11 +92,10 @@ fn arg(p: &Path) -> String {
 fn run(opts: &Options, host: &BenchHost, bins: &Binaries) -> Result<DockerFigures> {
     let runc = arg(&bins.runc);
     let config = arg(&host.config);
-    let mut runtimes = vec![RuntimeEntry::new(
-        SHIM,
-        &bins.shim,
-        &["--config", &config, "--runtime", &runc],
-    )];
+    let mut runtimes = vec![
+        RuntimeEntry::new(SHIM, &bins.shim, &["--config", &config, "--runtime", &runc]),
+        RuntimeEntry::new(RUNC_WITH_ARGS, &bins.runc, &["--debug=false"]),
+    ];
     if let Some(wrapper) = &bins.hook_only_runtime {
         let hook = arg(&bins.hook);
         runtimes.push(RuntimeEntry::new(
@@ -127,7 +132,13 @@ fn run(opts: &Options, host: &BenchHost, bins: &Binaries) -> Result<DockerFigure
         .map(str::to_owned)
         .to_vec()
     };
-    let mut variants = vec![("native", native, false), ("shim", injected(SHIM), true)];
+    let mut wrapped = native.clone();
+    wrapped.insert(2, format!("--runtime={RUNC_WITH_ARGS}"));
+    let mut variants = vec![
+        ("native", native, false),
+        ("native, wrapped", wrapped, false),
+        ("shim", injected(SHIM), true),
+    ];
     if bins.hook_only_runtime.is_some() {
         variants.push(("hook", injected(HOOK_ONLY), true));
     }
@@ -172,6 +183,7 @@ fn run(opts: &Options, host: &BenchHost, bins: &Binaries) -> Result<DockerFigure
         devices: host.nodes.len(),
         libraries: host.libs.len(),
         native: it.next().context("native samples")?,
+        native_wrapped: it.next().context("wrapped native samples")?,
         shim: it.next().context("shim samples")?,
         hook: it.next(),
     })
