@@ -13,7 +13,7 @@
 //!   server that dials plugins back like the kubelet), simulated hosts for the plugin, and the
 //!   real `devinject-device-plugin` binary run against them. Used by `tests/device_plugin.rs`
 //!   and by the `device-plugin-bench` binary.
-//! - [`bench`]: the benchmark run by `devinject-bench` (scripts/bench.sh), built on the above.
+//! - [`mod@bench`]: the benchmark run by `devinject-bench` (scripts/bench.sh), built on the above.
 
 pub mod bench;
 pub mod bins;
