@@ -332,8 +332,8 @@ pub struct Recorder {
     pub calls: Vec<String>,
     /// Units that `systemctl is-active` reports as active.
     pub active_units: Vec<String>,
-    /// Whether other systemctl calls succeed.
-    pub systemctl_fails: bool,
+    /// How many of the next systemctl calls (other than `is-active`) fail.
+    pub systemctl_failures: usize,
     /// The pid [`HostControl::socket_owner`] reports.
     pub socket_pid: Option<i32>,
 }
@@ -346,7 +346,11 @@ impl HostControl for Recorder {
                 .last()
                 .is_some_and(|u| self.active_units.iter().any(|a| a == u)));
         }
-        Ok(!self.systemctl_fails)
+        if self.systemctl_failures > 0 {
+            self.systemctl_failures -= 1;
+            return Ok(false);
+        }
+        Ok(true)
     }
 
     fn signal(&mut self, pid: i32, signal: Signal) -> Result<()> {
@@ -423,7 +427,7 @@ mod tests {
     fn systemd_failure_is_an_error_naming_the_unit() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut r = Recorder {
-            systemctl_fails: true,
+            systemctl_failures: 1,
             ..Recorder::default()
         };
         let t = Target::new(Engine::Crio, Flavour::Plain, None);

@@ -212,8 +212,8 @@ pub fn uninstall(
         report.left.push((p, why_kept()));
     }
 
-    // 4. The record and the directories, when nothing is left.
-    if !opts.dry_run && report.left.is_empty() {
+    // 4. The record and the directories, when nothing is left (else only empty directories).
+    if !opts.dry_run {
         finish(opts, &store, &record, had_record).map_err(|e| {
             Box::new(Failure {
                 report: report.clone(),
@@ -372,8 +372,8 @@ fn unconfigure_engine(
     Ok(())
 }
 
-/// Removes the install record, the state directory and the directories the install created
-/// (each only when empty).
+/// Removes the install record and the state directory when no installed file is left, and the
+/// directories the install created when they are empty.
 fn finish(
     opts: &UninstallOptions,
     store: &RecordStore,
@@ -400,11 +400,13 @@ fn finish(
             }
         }
     };
-    remove_file(&store.path())?;
-    let state = layout.state_dir();
-    remove_dir(&state.join("originals"));
-    remove_dir(&state.join("journal"));
-    remove_dir(&state);
+    if record.files.is_empty() {
+        remove_file(&store.path())?;
+        let state = layout.state_dir();
+        remove_dir(&state.join("originals"));
+        remove_dir(&state.join("journal"));
+        remove_dir(&state);
+    }
     if had_record {
         for d in record.created_dirs.iter().rev() {
             remove_dir(d);
