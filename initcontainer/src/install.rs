@@ -81,7 +81,14 @@ pub fn install(
         Ok(r) => r.unwrap_or_default(),
         Err(e) => return Err(steps::early(&report, e)),
     };
-    record.add_dirs(pre_created);
+    if !pre_created.is_empty() {
+        // Remember at once that the prefix and state directory are ours, so that an uninstall
+        // after a kill in the first step still removes them.
+        record.add_dirs(pre_created);
+        if let Err(e) = store.save_now(&record) {
+            return Err(steps::early(&report, e));
+        }
+    }
 
     let fault = opts.fault.as_ref();
     let run = |report: &mut Report,

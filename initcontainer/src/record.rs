@@ -148,6 +148,21 @@ impl RecordStore {
         tx.write(&self.path(), &bytes, 0o600)
     }
 
+    /// Writes `record` outside any step (atomically). Used once, to remember the directories
+    /// the installer created for its own state before the first step.
+    pub fn save_now(&self, record: &Record) -> Result<()> {
+        let access = self.host.access(&self.path());
+        devinject_runtime_config::atomic_write::write_atomic(
+            &access,
+            &Self::render(record),
+            Some(0o600),
+        )
+        .map_err(|e| InstallError::State {
+            path: access.clone(),
+            message: e.to_string(),
+        })
+    }
+
     /// Removes the record within the step `tx`.
     pub fn remove(&self, tx: &mut Tx<'_>) -> Result<()> {
         tx.remove(&self.path())
