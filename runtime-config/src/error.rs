@@ -85,6 +85,14 @@ pub enum RuntimeConfigError {
         message: String,
     },
 
+    /// A device profile could not be loaded, or its devices or files could not be found (the
+    /// message names the profile and the file).
+    #[error("{message}")]
+    Devices {
+        /// The devices crate's message.
+        message: String,
+    },
+
     /// Telling a daemon to reload its configuration failed.
     #[error("cannot reload {daemon} (pid file {}): {message}", pidfile.display())]
     Reload {
@@ -119,6 +127,7 @@ impl RuntimeConfigError {
                 | RuntimeConfigError::Unsupported { .. }
                 | RuntimeConfigError::NotOurs { .. }
                 | RuntimeConfigError::State { .. }
+                | RuntimeConfigError::Devices { .. }
         )
     }
 }

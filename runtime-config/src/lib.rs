@@ -1,5 +1,5 @@
-//! Configure containerd, CRI-O, docker and podman to run containers through devinject, and undo
-//! it exactly.
+//! Configure containerd, CRI-O, docker and podman to run containers through devinject, undo it
+//! exactly, and export CDI specs.
 //!
 //! The parts:
 //! - [`request`]: what to configure ([`ConfigureRequest`], [`UnconfigureRequest`]) and where
@@ -13,6 +13,8 @@
 //!   ([`diff`]), record the prior state ([`state`]), write atomically ([`atomic_write`]).
 //! - [`report`]: what changed and whether the engine must be restarted or reloaded.
 //! - [`reload`]: SIGHUP for dockerd.
+//! - [`cdi`]: `cdi generate`, a CDI spec per device profile from the devices crate's planner,
+//!   for engines that inject CDI devices natively.
 //!
 //! Guarantees: a second configure with the same request changes nothing and says so;
 //! unconfigure restores every file byte for byte (including an earlier default runtime) when
@@ -21,10 +23,12 @@
 //! the diffs. See `docs/runtime-config.md` for the resulting configuration of each engine.
 
 pub mod atomic_write;
+pub mod cdi;
 pub mod diff;
 pub mod engines;
 pub mod error;
 pub mod load;
+pub mod lock;
 pub mod reload;
 pub mod report;
 pub mod request;

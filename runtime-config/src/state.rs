@@ -82,7 +82,7 @@ pub struct Prior {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct State {
-    /// [`FORMAT`].
+    /// Version of the state file format (currently 1).
     pub format: u32,
     /// The engine.
     pub engine: Engine,

@@ -63,6 +63,57 @@ pub fn array_of(values: &[String]) -> Array {
     values.iter().map(String::as_str).collect()
 }
 
+/// Appends `value` to `array` in the array's own layout: on its own line, indented like the last
+/// element, when the array is written one element per line (a comment after the last element
+/// stays with that element).
+pub fn push_like_last(array: &mut Array, value: &str) {
+    let last_prefix = array
+        .iter()
+        .last()
+        .and_then(|v| v.decor().prefix())
+        .and_then(|p| p.as_str())
+        .map(str::to_string);
+    match last_prefix {
+        Some(prefix) if prefix.contains('\n') => {
+            let trailing = array.trailing().as_str().unwrap_or("").to_string();
+            let (comment, rest) = match trailing.rfind('\n') {
+                Some(i) => trailing.split_at(i),
+                None => (trailing.as_str(), ""),
+            };
+            let mut v = Value::from(value);
+            v.decor_mut().set_prefix(format!("{comment}{prefix}"));
+            v.decor_mut().set_suffix("");
+            array.push_formatted(v);
+            array.set_trailing(rest.to_string());
+        }
+        _ => array.push(value),
+    }
+}
+
+/// Removes the string `value` from `array`, moving a comment written after it back to where it
+/// was before [`push_like_last`]. Returns whether it was there.
+pub fn remove_keeping_comments(array: &mut Array, value: &str) -> bool {
+    let Some(index) = array.iter().position(|v| v.as_str() == Some(value)) else {
+        return false;
+    };
+    let removed = array.remove(index);
+    let prefix = removed
+        .decor()
+        .prefix()
+        .and_then(|p| p.as_str())
+        .unwrap_or("");
+    if index == array.len() {
+        if let Some(i) = prefix.rfind('\n') {
+            let comment = &prefix[..i];
+            if !comment.trim().is_empty() {
+                let trailing = array.trailing().as_str().unwrap_or("").to_string();
+                array.set_trailing(format!("{comment}{trailing}"));
+            }
+        }
+    }
+    true
+}
+
 /// Deep-merges `from` into `into`: tables merge key by key, everything else is replaced. This is
 /// containerd 2.x's merge of imported plugin sections (containerd#9982).
 pub fn deep_merge(into: &mut Table, from: &Table) {
@@ -152,6 +203,34 @@ mod tests {
         let err =
             table_mut(d.as_table_mut(), &["a", "b"], Path::new("/f"), text).expect_err("scalar");
         assert_eq!(err.to_string(), "/f:2: `a` is not a table; make it a table, as the engine's documentation shows (the file was not changed)");
+    }
+
+    #[test]
+    fn push_and_remove_keep_a_multi_line_array_layout() {
+        let text = "imports = [\n  \"/a.toml\", # first\n]\n";
+        let mut d = doc(text);
+        let a = d
+            .get_mut("imports")
+            .and_then(Item::as_array_mut)
+            .expect("array");
+        push_like_last(a, "/b.toml");
+        assert_eq!(
+            d.to_string(),
+            "imports = [\n  \"/a.toml\", # first\n  \"/b.toml\",\n]\n"
+        );
+        let a = d
+            .get_mut("imports")
+            .and_then(Item::as_array_mut)
+            .expect("array");
+        assert!(remove_keeping_comments(a, "/b.toml"));
+        assert_eq!(d.to_string(), text);
+        let mut d = doc("imports = [\"/a.toml\"]\n");
+        let a = d
+            .get_mut("imports")
+            .and_then(Item::as_array_mut)
+            .expect("array");
+        push_like_last(a, "/b.toml");
+        assert_eq!(d.to_string(), "imports = [\"/a.toml\", \"/b.toml\"]\n");
     }
 
     #[test]

@@ -12,6 +12,7 @@ use crate::diff;
 use crate::engines::{self, Candidate, EngineEditor};
 use crate::error::{Result, RuntimeConfigError};
 use crate::load;
+use crate::lock::DirLock;
 use crate::report::{Action, Activation, ChangeReport, FileChange};
 use crate::request::{ConfigureRequest, Engine, HostPaths, Mode, UnconfigureRequest};
 use crate::state::{self, FileKind, FileRecord, Prior, State};
@@ -98,6 +99,7 @@ pub fn configure(req: &ConfigureRequest) -> Result<ChangeReport> {
     let editor = engines::editor(req.engine, paths);
     let state_host = state::state_path(editor.config());
     let state_access = paths.access(&state_host);
+    let _lock = DirLock::acquire(&state_access)?;
     let old = State::load(&state_access, req.engine)?;
     let old_prior = old.as_ref().map(|s| s.prior.clone()).unwrap_or_default();
 
@@ -274,13 +276,14 @@ fn apply(paths: &HostPaths, steps: &[Step]) -> Result<()> {
         if step.current == step.target {
             continue;
         }
-        let access = paths.access(&step.path);
         match &step.target {
             Some(text) => {
+                let access = paths.access(&step.path);
                 atomic_write::write_atomic(&access, text.as_bytes(), step.mode)?;
                 info!(path = %step.path.display(), "wrote");
             }
             None => {
+                let access = paths.access(&step.path);
                 if access.exists() {
                     atomic_write::remove(&access)?;
                     info!(path = %step.path.display(), "removed");
@@ -305,6 +308,7 @@ pub fn unconfigure(req: &UnconfigureRequest) -> Result<ChangeReport> {
     let editor = engines::editor(req.engine, paths);
     let state_host = state::state_path(editor.config());
     let state_access = paths.access(&state_host);
+    let _lock = DirLock::acquire(&state_access)?;
     let old = State::load(&state_access, req.engine)?;
     let mut notes = Vec::new();
     let mut steps = Vec::new();

@@ -285,8 +285,8 @@ fn containerd_hook_mode_runs_ctr_for_the_default_spec() {
             .expect("spec");
     assert_eq!(spec["root"]["path"], "rootfs");
     assert_eq!(
-        spec["hooks"]["createRuntime"][0]["args"][1],
-        "createRuntime"
+        spec["hooks"]["createRuntime"][0]["args"],
+        serde_json::json!(["devinject-hook"])
     );
 
     // A failing ctr is reported as such, and nothing is written.
@@ -441,4 +441,30 @@ fn not_configured_unconfigure_is_a_no_op() {
         report.notes
     );
     assert_eq!(read(tmp.path(), "etc/docker/daemon.json"), DAEMON_JSON);
+}
+
+#[test]
+fn a_symlinked_config_file_stays_a_symlink() {
+    // e.g. daemon.json kept with other node configuration and linked into /etc/docker.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    write(tmp.path(), "srv/node/daemon.json", DAEMON_JSON);
+    fs::create_dir_all(tmp.path().join("etc/docker")).expect("mkdir");
+    std::os::unix::fs::symlink(
+        "/srv/node/daemon.json",
+        tmp.path().join("etc/docker/daemon.json"),
+    )
+    .expect("symlink");
+    configure(&req(Engine::Docker, tmp.path())).expect("configure");
+    let link = tmp.path().join("etc/docker/daemon.json");
+    assert!(fs::symlink_metadata(&link)
+        .expect("lstat")
+        .file_type()
+        .is_symlink());
+    assert!(read(tmp.path(), "srv/node/daemon.json").contains("devinject"));
+    unconfigure(&unreq(Engine::Docker, tmp.path())).expect("unconfigure");
+    assert!(fs::symlink_metadata(&link)
+        .expect("lstat")
+        .file_type()
+        .is_symlink());
+    assert_eq!(read(tmp.path(), "srv/node/daemon.json"), DAEMON_JSON);
 }

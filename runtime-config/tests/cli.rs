@@ -186,3 +186,22 @@ fn reload_with_a_bad_pidfile_exits_5() {
         stderr(&out)
     );
 }
+
+#[test]
+fn cdi_generate_with_a_broken_profile_exits_3() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = root_arg(tmp.path());
+    let profiles = tmp.path().join("etc/devinject/profiles");
+    std::fs::create_dir_all(&profiles).expect("mkdir");
+    let out = ctl(&["cdi", "generate", "--root", &root]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("up to date"), "{}", stdout(&out));
+    std::fs::write(
+        profiles.join("bad.toml"),
+        "name = \"bad\"\nresourse = \"x\"\n",
+    )
+    .expect("write");
+    let out = ctl(&["cdi", "generate", "--root", &root]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("bad.toml"), "{}", stderr(&out));
+}

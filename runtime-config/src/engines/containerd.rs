@@ -534,7 +534,7 @@ impl EngineEditor for Containerd {
                             "write it as imports = [\"/path.toml\"]",
                         )
                     })?;
-                    array.push(ours);
+                    toml_tree::push_like_last(array, &ours);
                 }
                 None => {
                     prior.created_imports_key = true;
@@ -571,9 +571,7 @@ impl EngineEditor for Containerd {
         let Some(array) = doc.get_mut("imports").and_then(Item::as_array_mut) else {
             return Ok(text.to_string());
         };
-        let before = array.len();
-        array.retain(|v| v.as_str() != Some(ours.as_str()));
-        if array.len() == before {
+        if !toml_tree::remove_keeping_comments(array, &ours) {
             return Ok(text.to_string());
         }
         if array.is_empty() && prior.created_imports_key {

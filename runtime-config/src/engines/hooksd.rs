@@ -6,7 +6,7 @@
 //! ```json
 //! {
 //!     "version": "1.0.0",
-//!     "hook": { "path": "/usr/local/bin/devinject-hook", "args": ["devinject-hook", "createRuntime"] },
+//!     "hook": { "path": "/usr/local/bin/devinject-hook", "args": ["devinject-hook"] },
 //!     "when": { "always": true },
 //!     "stages": ["createRuntime"]
 //! }
@@ -41,13 +41,15 @@ pub const USR_HOOKS_DIR: &str = "/usr/share/containers/oci/hooks.d";
 /// The administrator's hooks directory.
 pub const ETC_HOOKS_DIR: &str = "/etc/containers/oci/hooks.d";
 
-/// The argv the hook is run with: its name, then the stage.
+/// The argv the hook is run with: just its name. `devinject-hook` with no subcommand is the
+/// namespace applier (docs/hook.md); it reads the OCI state on stdin and its configuration from
+/// `/etc/devinject/config.toml`, and works at `prestart` and `createRuntime` alike.
 pub fn hook_args(hook_path: &Path) -> Vec<String> {
     let name = hook_path.file_name().map_or_else(
         || "devinject-hook".to_string(),
         |n| n.to_string_lossy().into_owned(),
     );
-    vec![name, HOOK_STAGE.to_string()]
+    vec![name]
 }
 
 /// The hooks.d JSON document for `hook_path`.
@@ -132,10 +134,7 @@ mod tests {
         let text = hook_json(Path::new("/opt/bin/devinject-hook"));
         let v: serde_json::Value = serde_json::from_str(&text).expect("json");
         assert_eq!(v["version"], "1.0.0");
-        assert_eq!(
-            v["hook"]["args"],
-            json!(["devinject-hook", "createRuntime"])
-        );
+        assert_eq!(v["hook"]["args"], json!(["devinject-hook"]));
         assert_eq!(v["when"]["always"], true);
         assert_eq!(v["stages"], json!(["createRuntime"]));
         assert!(is_our_hook(&text, Path::new("/opt/bin/devinject-hook")));

@@ -1,6 +1,6 @@
 //! One module per engine. Each turns a request into a [`Plan`]: the exact content every file it
 //! owns or edits must have. Reading the current files, diffing, recording the prior state and
-//! writing happen once, in [`crate::transaction`], for all engines.
+//! writing happen once, in the crate's `transaction` module, for all engines.
 
 pub mod containerd;
 pub mod crio;

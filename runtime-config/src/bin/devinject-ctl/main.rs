@@ -5,6 +5,7 @@
 //! ours (nothing was written), 4 filesystem or permission error, 5 a helper command or the daemon
 //! reload failed.
 
+mod cdi_generate;
 mod exit_code;
 mod runtime_configure;
 mod runtime_unconfigure;
@@ -12,6 +13,7 @@ mod runtime_unconfigure;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use devinject_runtime_config::cdi::CdiReport;
 use devinject_runtime_config::{ChangeReport, Engine, HostPaths};
 
 use exit_code::ExitCode;
@@ -30,6 +32,15 @@ enum Command {
     /// Configure or unconfigure a container engine.
     #[command(subcommand)]
     Runtime(RuntimeCommand),
+    /// Container Device Interface specs.
+    #[command(subcommand)]
+    Cdi(CdiCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum CdiCommand {
+    /// Write a CDI spec per profile for the devices found on this host.
+    Generate(cdi_generate::GenerateArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -130,6 +141,39 @@ fn print_report(report: &ChangeReport, will_reload: bool) {
     }
 }
 
+/// Prints the CDI export: one line per profile, then the changed files (or the diff).
+fn print_cdi_report(report: &CdiReport) {
+    for p in &report.profiles {
+        match (&p.file, &p.cdi_version) {
+            (Some(file), Some(version)) => println!(
+                "{}: {} device(s) -> {} (cdiVersion {version})",
+                p.profile,
+                p.devices,
+                file.display()
+            ),
+            _ => println!("{}: no devices found, no spec", p.profile),
+        }
+    }
+    if report.dry_run {
+        for c in &report.changes {
+            print!("{}", c.diff);
+        }
+        if !report.changes.is_empty() {
+            println!(
+                "dry run: {} file(s) would change; nothing was written",
+                report.changes.len()
+            );
+        }
+    } else {
+        for c in &report.changes {
+            println!("{:<6} {}", c.action, c.path.display());
+        }
+        if report.changes.is_empty() {
+            println!("CDI specs are up to date; nothing changed");
+        }
+    }
+}
+
 /// Says that dockerd was told to reload.
 fn print_reloaded() {
     println!("reloaded dockerd (SIGHUP)");
@@ -139,6 +183,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Runtime(RuntimeCommand::Configure(args)) => runtime_configure::run(&args),
         Command::Runtime(RuntimeCommand::Unconfigure(args)) => runtime_unconfigure::run(&args),
+        Command::Cdi(CdiCommand::Generate(args)) => cdi_generate::run(&args),
     }
 }
 
