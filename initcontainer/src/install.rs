@@ -182,6 +182,23 @@ pub fn install(
             FileRole::HostConfig,
         )?;
         note_put(&mut cx, put, &host, opts.dry_run);
+        if let crate::options::Policy::Kubernetes {
+            pod_resources_socket,
+        } = &opts.host_config.policy
+        {
+            if !layout.host.resolve(pod_resources_socket).exists() {
+                cx.report.notes.push(format!(
+                    "the kubelet's pod-resources socket {} is not there: the kubernetes policy \
+                     honours no device request until it is (is /var/lib/kubelet/pod-resources \
+                     mounted at {}?)",
+                    pod_resources_socket.display(),
+                    layout
+                        .host
+                        .access(Path::new("/var/lib/kubelet/pod-resources"))
+                        .display()
+                ));
+            }
+        }
         save_record(cx.tx, &store, &mut record)
     })?;
 
@@ -375,9 +392,7 @@ fn configure_engine(
     let mut touched: Vec<PathBuf> = preview.changes.iter().map(|c| c.path.clone()).collect();
     touched.push(preview.state_file.clone());
     for path in &touched {
-        let dirs = steps::missing_dirs(layout, path);
-        tx.expect_dirs(&dirs)?;
-        tx.protect(path)?;
+        steps::protect_engine_file(tx, layout, path)?;
     }
     let done = configure(&req).map_err(InstallError::runtime(engine))?;
     for c in &done.changes {

@@ -163,6 +163,23 @@ pub fn lock(layout: &Layout) -> Result<(Flock<File>, Vec<PathBuf>)> {
     Ok((lock, created))
 }
 
+/// Saves, within `tx`, an engine file the runtime-config library is about to write: the file
+/// itself and, when it is a symlink, the file it points to (the library writes through a final
+/// symlink so that a linked configuration stays linked), with the directories that may be
+/// created for them.
+pub fn protect_engine_file(tx: &mut Tx<'_>, layout: &Layout, host: &Path) -> Result<()> {
+    let paths = devinject_runtime_config::HostPaths {
+        root: layout.host.root().to_path_buf(),
+        ..Default::default()
+    };
+    let target = layout.host.host_of(&paths.access(host));
+    for p in [host.to_path_buf(), target] {
+        tx.expect_dirs(&missing_dirs(layout, &p))?;
+        tx.protect(&p)?;
+    }
+    Ok(())
+}
+
 /// The ancestors of host path `path` that do not exist yet (outermost first).
 pub fn missing_dirs(layout: &Layout, path: &Path) -> Vec<PathBuf> {
     let mut missing = Vec::new();

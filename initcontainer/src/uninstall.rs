@@ -343,7 +343,7 @@ fn unconfigure_engine(
     let mut touched: Vec<PathBuf> = preview.changes.iter().map(|c| c.path.clone()).collect();
     touched.push(preview.state_file.clone());
     for path in &touched {
-        tx.protect(path)?;
+        steps::protect_engine_file(tx, layout, path)?;
     }
     let done = unconfigure(&req).map_err(InstallError::runtime(engine))?;
     for c in &done.changes {

@@ -488,3 +488,46 @@ fn the_kubernetes_policy_is_written_when_the_hook_knows_it() {
         }
     }
 }
+
+#[test]
+fn a_symlinked_engine_config_stays_linked_and_is_restored_through_the_link() {
+    let golden = support::golden_before("docker-nvidia-default").join("etc/docker/daemon.json");
+    let original = std::fs::read_to_string(&golden).expect("golden");
+    let setup = || {
+        let h = FakeHost::new(None);
+        h.write("/srv/node/daemon.json", &original);
+        std::fs::create_dir_all(h.path("/etc/docker")).expect("mkdir");
+        std::os::unix::fs::symlink("/srv/node/daemon.json", h.path("/etc/docker/daemon.json"))
+            .expect("symlink");
+        h
+    };
+    // A failure right after the engine was configured puts the linked file back.
+    let h = setup();
+    let before = h.snapshot();
+    let mut opts = options(&h, EngineChoice::Auto);
+    opts.fault = Some(Fault {
+        step: "runtime-docker".into(),
+        after: 1,
+        action: FaultAction::Fail,
+    });
+    let mut ctl = Recorder::default();
+    install(&opts, &mut ctl).expect_err("injected");
+    assert_eq!(h.read("/srv/node/daemon.json"), original);
+    // Install and uninstall: the link stays a link, the file it points to comes back.
+    let h = setup();
+    ok(install(&options(&h, EngineChoice::Auto), &mut ctl));
+    assert!(std::fs::symlink_metadata(h.path("/etc/docker/daemon.json"))
+        .expect("lstat")
+        .file_type()
+        .is_symlink());
+    assert!(h
+        .read("/srv/node/daemon.json")
+        .contains("devinject-runtime"));
+    ok(uninstall(&un_options(&h), &mut ctl));
+    let mut now = h.snapshot();
+    let mut was = before;
+    // Only the host's own directories differ between the two fresh hosts: none.
+    now.retain(|p, _| !p.starts_with("opt/devinject"));
+    was.retain(|p, _| !p.starts_with("opt/devinject"));
+    assert_same(&now, &was, "linked daemon.json");
+}

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod engine;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
