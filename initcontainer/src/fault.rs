@@ -24,7 +24,8 @@ pub enum FaultAction {
 /// A fault to inject.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fault {
-    /// The step's name (see [`crate::journal::StepName`]).
+    /// The step's name: `payload`, `profiles`, `host-config`, `runtime-<engine>`,
+    /// `unconfigure-<engine>`, `host-files`.
     pub step: String,
     /// After how many changes within the step.
     pub after: usize,

@@ -40,12 +40,17 @@ pub fn render(settings: &HostConfigSettings, layout: &Layout, targets: &[Target]
     if let Some(r) = settings.oci_runtime.as_deref().or(bundled) {
         doc.insert("runtime", path(r));
     }
-    if let Policy::Kubernetes {
-        pod_resources_socket,
-    } = &settings.policy
-    {
-        doc.insert("policy", value("kubernetes"));
-        doc.insert("pod_resources_socket", path(pod_resources_socket));
+    match &settings.policy {
+        Policy::Kubernetes {
+            pod_resources_socket,
+        } => {
+            doc.insert("policy", value("kubernetes"));
+            doc.insert("pod_resources_socket", path(pod_resources_socket));
+        }
+        Policy::Env => {
+            doc.insert("policy", value("env"));
+        }
+        Policy::HookDefault => {}
     }
     format!(
         "{MARKER} `devinject-installer` rewrites this file on every install and\n\
@@ -112,6 +117,13 @@ mod tests {
         let text = render(&settings, &layout, &[]);
         assert!(text.contains("runtime = \"/usr/bin/crun\""), "{text}");
         assert!(!text.contains("policy"), "{text}");
+        let env = HostConfigSettings {
+            policy: Policy::Env,
+            ..HostConfigSettings::default()
+        };
+        let text = render(&env, &layout, &[]);
+        assert!(text.contains("policy = \"env\""), "{text}");
+        assert!(!text.contains("pod_resources_socket"), "{text}");
     }
 
     #[test]

@@ -39,8 +39,12 @@ pub enum Policy {
         /// The pod-resources socket.
         pod_resources_socket: PathBuf,
     },
-    /// Write no policy key: the hook's built-in default (for plain docker hosts, where whoever
-    /// runs `docker run` is trusted already).
+    /// Every request is honoured (`policy = "env"`): hosts where whoever starts a container is
+    /// trusted already (plain docker, podman).
+    Env,
+    /// Write no policy key: the hook's built-in default. Hooks with request policies default to
+    /// `kubernetes`, which honours the requests of containers that are not Kubernetes
+    /// containers; older hooks know no policy key at all.
     HookDefault,
 }
 

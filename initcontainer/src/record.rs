@@ -61,7 +61,7 @@ pub struct EngineRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Record {
-    /// [`FORMAT`].
+    /// The format version of the record (currently 1).
     pub format: u32,
     /// Files installed, in the order they were first installed.
     pub files: Vec<InstalledFile>,

@@ -21,9 +21,12 @@ pub enum ModeArg {
 /// Which request policy the hook applies.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum PolicyArg {
-    /// Only requests the device plugin granted (checked with the kubelet's pod-resources API).
+    /// Kubernetes containers get only what the device plugin granted (checked with the
+    /// kubelet's pod-resources API); other containers' requests are honoured.
     Kubernetes,
-    /// No policy key: the hook's default, for plain docker hosts.
+    /// Every request is honoured (hosts where whoever starts a container is trusted).
+    Env,
+    /// No policy key: the hook's built-in default.
     HookDefault,
 }
 
@@ -90,6 +93,7 @@ impl InstallArgs {
                 PolicyArg::Kubernetes => Policy::Kubernetes {
                     pod_resources_socket: self.pod_resources_socket.clone(),
                 },
+                PolicyArg::Env => Policy::Env,
                 PolicyArg::HookDefault => Policy::HookDefault,
             },
             dev_root: self.dev_root.clone(),
