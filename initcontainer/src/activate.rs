@@ -246,9 +246,10 @@ impl System {
     }
 }
 
-impl HostControl for System {
-    fn systemctl(&mut self, args: &[&str]) -> Result<bool> {
-        let program = self.systemctl_path()?;
+impl System {
+    /// Runs `program` (a path on the host) with `args` in the mount, UTS, IPC and network
+    /// namespaces of pid 1 in `proc_root`, with an empty environment but a standard `PATH`.
+    pub fn run_in_host(&self, program: &Path, args: &[&str]) -> Result<std::process::Output> {
         let mut namespaces = Vec::new();
         for (name, kind) in [
             ("ipc", CloneFlags::CLONE_NEWIPC),
@@ -260,7 +261,7 @@ impl HostControl for System {
             let fd = File::open(&path).map_err(|e| InstallError::io("open", &path, e))?;
             namespaces.push((fd.into(), kind));
         }
-        let mut cmd = Command::new(&program);
+        let mut cmd = Command::new(program);
         cmd.args(args)
             .env_clear()
             .env(
@@ -269,16 +270,24 @@ impl HostControl for System {
             )
             .stdin(Stdio::null());
         crate::sys::enter_before_exec(&mut cmd, namespaces);
-        let shown = format!("systemctl {}", args.join(" "));
-        let out = cmd.output().map_err(|e| {
+        cmd.output().map_err(|e| {
             InstallError::InvalidRequest(format!(
-                "cannot run `{shown}` in the host's namespaces: {e}; the pod must be privileged \
-                 with hostPID: true"
+                "cannot run `{} {}` in the host's namespaces: {e}; the pod must be privileged \
+                 with hostPID: true",
+                program.display(),
+                args.join(" ")
             ))
-        })?;
+        })
+    }
+}
+
+impl HostControl for System {
+    fn systemctl(&mut self, args: &[&str]) -> Result<bool> {
+        let program = self.systemctl_path()?;
+        let out = self.run_in_host(&program, args)?;
         if !out.status.success() {
             tracing::warn!(
-                command = %shown,
+                command = %format!("systemctl {}", args.join(" ")),
                 status = %out.status,
                 stderr = %String::from_utf8_lossy(&out.stderr).trim(),
                 "systemctl failed"

@@ -292,18 +292,21 @@ pub fn targets(layout: &Layout, choice: &EngineChoice) -> Result<Vec<(Target, St
             .map(|e| (*e, evidence.flavour_of(*e), "asked for".to_string()))
             .collect(),
     };
-    if layout.engine_config.is_some() && list.len() > 1 {
+    if (layout.engine_config.is_some() || layout.engine_socket.is_some()) && list.len() > 1 {
         return Err(InstallError::InvalidRequest(
-            "--runtime-config names one file, but more than one engine is configured".into(),
+            "--runtime-config and --runtime-socket name one engine's file, but more than one \
+             engine is configured"
+                .into(),
         ));
     }
     Ok(list
         .into_iter()
         .map(|(engine, flavour, why)| {
-            (
-                Target::new(engine, flavour, layout.engine_config.clone()),
-                why,
-            )
+            let mut t = Target::new(engine, flavour, layout.engine_config.clone());
+            if let Some(s) = &layout.engine_socket {
+                t.socket = Some(s.clone());
+            }
+            (t, why)
         })
         .collect())
 }

@@ -109,6 +109,8 @@ pub struct Layout {
     pub config_dir: PathBuf,
     /// Override of the engine's main configuration file (host path); only with one engine.
     pub engine_config: Option<PathBuf>,
+    /// Override of the engine's API socket (host path), for signal mode; only with one engine.
+    pub engine_socket: Option<PathBuf>,
     /// dockerd's pid file (host path) for signal mode; `None`: `/run/docker.pid`, then
     /// `/var/run/docker.pid`.
     pub docker_pidfile: Option<PathBuf>,
@@ -125,6 +127,7 @@ impl Layout {
             prefix: PathBuf::from(DEFAULT_PREFIX),
             config_dir: PathBuf::from(DEFAULT_CONFIG_DIR),
             engine_config: None,
+            engine_socket: None,
             docker_pidfile: None,
             restart_unit: None,
         }

@@ -103,6 +103,9 @@ pub struct HostArgs {
     /// The engine's main configuration file on the host, instead of its usual one.
     #[arg(long, value_name = "PATH")]
     runtime_config: Option<PathBuf>,
+    /// The engine's API socket on the host, instead of its usual one (for --restart-mode signal).
+    #[arg(long, value_name = "PATH")]
+    runtime_socket: Option<PathBuf>,
     /// The runtime entry / CRI-O handler name (the RuntimeClass handler).
     #[arg(long, value_name = "NAME", default_value = devinject_runtime_config::request::DEFAULT_RUNTIME_NAME)]
     runtime_name: String,
@@ -127,6 +130,7 @@ impl HostArgs {
         l.prefix = self.prefix.clone();
         l.config_dir = self.config_dir.clone();
         l.engine_config = self.runtime_config.clone();
+        l.engine_socket = self.runtime_socket.clone();
         l.docker_pidfile = self.docker_pidfile.clone();
         l.restart_unit = self.restart_unit.clone();
         Ok(l)
