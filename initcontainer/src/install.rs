@@ -68,7 +68,7 @@ pub fn install(
             Ok(Some(rec)) => {
                 let notes = steps::reactivate(ctl, layout, &rec.activate, opts.restart);
                 for n in notes {
-                    tracing::warn!("{n}");
+                    tracing::warn!(note = %n, "after undoing an interrupted step");
                 }
                 report.recovered = Some(rec);
             }

@@ -62,7 +62,7 @@ pub fn uninstall(
         match journal.recover() {
             Ok(Some(rec)) => {
                 for n in steps::reactivate(ctl, layout, &rec.activate, opts.restart) {
-                    tracing::warn!("{n}");
+                    tracing::warn!(note = %n, "after undoing an interrupted step");
                 }
                 report.recovered = Some(rec);
             }
