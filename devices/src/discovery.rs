@@ -137,7 +137,9 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
             continue;
         }
         let id_text = match profile.discovery.id {
-            IdSource::Index => index.to_string(),
+            // The node's own number (`accel2` → `2`, `nvidia1` → `1`) rather than its position,
+            // so removing one device does not renumber the others under the kubelet's feet.
+            IdSource::Index => n.map_or_else(|| index.to_string(), |n| n.to_string()),
             IdSource::Name => name.clone(),
             IdSource::Sysfs => {
                 let attr = profile.discovery.id_sysfs.as_deref().unwrap_or_default();

@@ -68,7 +68,8 @@ pub enum AllocateMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum IdSource {
-    /// The device's position in discovery order: `0`, `1`, ...
+    /// The number at the end of the node's name (`accel2` → `2`), or the device's position in
+    /// discovery order when the name has none (`kvm` → `0`). Stable when another device goes.
     #[default]
     Index,
     /// The matched node's file name, e.g. `apex_0`.

@@ -103,3 +103,38 @@ optional = true
     let err = discover(&strict, &roots).unwrap_err().to_string();
     assert!(err.contains("sim/gone") && err.contains("missing"), "{err}");
 }
+
+/// Regression: with `id = "index"`, removing a middle node renumbered the devices after it, so
+/// the plugin marked the wrong id unhealthy and the hook picked the wrong device.
+#[test]
+fn index_ids_survive_removal_of_a_middle_device() {
+    if !is_root() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "root needed under CI"
+        );
+        eprintln!("skipping: mknod needs root");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let dev = t.path().join("dev");
+    std::fs::create_dir_all(dev.join("sim")).unwrap();
+    for i in 0..3u32 {
+        mknod_char(&dev.join(format!("sim/accel{i}")), 240, i);
+    }
+    let profile = Profile::parse(
+        "name = \"sim\"\nresource = \"devinject.io/sim\"\n[discovery]\nnodes = [\"sim/accel*\"]\n",
+        Path::new("sim.toml"),
+    )
+    .unwrap();
+    let roots = HostRoots {
+        dev_root: dev.clone(),
+        sys_root: t.path().join("sys"),
+        driver_root: "/".into(),
+    };
+    std::fs::remove_file(dev.join("sim/accel1")).unwrap();
+    let inv = discover(&profile, &roots).unwrap();
+    let ids: Vec<_> = inv.devices.iter().map(|d| d.id.to_string()).collect();
+    assert_eq!(ids, ["0", "2"]);
+    assert_eq!(inv.devices[1].nodes[0].minor, 2, "id 2 is still accel2");
+}

@@ -1,1 +1,34 @@
-//! Placeholder; see the crate description.
+//! Kubernetes device plugin driven by devinject profiles.
+//!
+//! One daemon serves every selected profile as one extended resource, each on its own Unix
+//! socket in the kubelet's device-plugins directory, speaking the kubelet's v1beta1 API
+//! ([`api`]). How the parts connect:
+//!
+//! - [`daemon`] loads the profiles, starts the tasks below for each resource, supervises them and
+//!   handles SIGTERM/SIGINT;
+//! - [`source`] finds a profile's devices (`devinject_devices::discover`) and says which paths to
+//!   watch; [`health`] watches them with inotify and publishes an [`advertisement::Advertisement`]
+//!   (devices, health, NUMA node, replica ids) on a `tokio::sync::watch` channel on every change;
+//! - [`kubelet`] serves the [`service`] on a fresh socket, registers, and registers again when the
+//!   kubelet restarts, the socket is removed or the `ListAndWatch` stream is lost;
+//! - [`service`] answers the kubelet: `ListAndWatch` from the channel, `Allocate` with
+//!   [`allocate`] (env and annotations only, stateless), `GetPreferredAllocation` with
+//!   [`preferred`] (topology-aware, pure);
+//! - [`error`] maps every refusal to a gRPC status in one place.
+//!
+//! The crate never sleeps to poll: devices, health and kubelet restarts all arrive as inotify
+//! events, and `ListAndWatch` sends only when the advertisement changes.
+
+pub mod advertisement;
+pub mod allocate;
+pub mod api;
+pub mod daemon;
+pub mod error;
+pub mod health;
+pub mod kubelet;
+pub mod preferred;
+pub mod resource;
+pub mod service;
+pub mod source;
+
+pub use daemon::{run, DaemonConfig, DaemonError};

@@ -1,4 +1,4 @@
-//! Test harness for devinject's integration tests against real runtimes.
+//! Test harness for devinject's integration tests against real runtimes and the kubelet.
 //!
 //! - [`skip`]: tests that need root or a daemon skip with a printed reason locally, and fail under
 //!   `CI=true`.
@@ -9,9 +9,14 @@
 //! - [`runc`]: OCI bundles with the hook wired in, run by the real `runc`.
 //! - [`docker`]: a private containerd + dockerd per test, with devinject's runtimes registered.
 //! - [`probe`]: the in-container probe and the parser for its report.
+//! - [`kubelet`]: a test kubelet that speaks the device plugin API v1beta1 (a `Registration`
+//!   server that dials plugins back like the kubelet), simulated hosts for the plugin, and the
+//!   real `devinject-device-plugin` binary run against them. Used by `tests/device_plugin.rs`
+//!   and by the `device-plugin-bench` binary.
 
 pub mod bins;
 pub mod docker;
+pub mod kubelet;
 pub mod probe;
 pub mod rootfs;
 pub mod runc;

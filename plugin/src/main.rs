@@ -1,0 +1,101 @@
+//! `devinject-device-plugin`: the kubelet device plugin for devinject profiles.
+//!
+//! Exit codes: 0 after SIGTERM/SIGINT, 1 on a failure at run time, 2 on bad arguments, 3 on a
+//! configuration mistake (invalid profile, unknown `--profile`, nothing to serve).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+use devinject_device_plugin::DaemonConfig;
+use devinject_devices::HostRoots;
+use tracing_subscriber::EnvFilter;
+
+/// The documented exit codes.
+#[derive(Debug, Clone, Copy)]
+#[repr(u8)]
+enum Exit {
+    Success = 0,
+    Failure = 1,
+    Configuration = 3,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Serve devinject device profiles to the kubelet as extended resources.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// The kubelet's device-plugins directory (holds kubelet.sock).
+    #[arg(long, default_value = "/var/lib/kubelet/device-plugins")]
+    kubelet_dir: PathBuf,
+    /// The directory of device profiles (*.toml).
+    #[arg(long, default_value = "/etc/devinject/profiles")]
+    profiles_dir: PathBuf,
+    /// Where device nodes are.
+    #[arg(long, default_value = "/dev")]
+    dev_root: PathBuf,
+    /// Where sysfs is.
+    #[arg(long, default_value = "/sys")]
+    sys_root: PathBuf,
+    /// A profile to serve, even before its devices appear (repeatable). Default: every profile
+    /// that finds devices at start.
+    #[arg(long = "profile", value_name = "NAME")]
+    profiles: Vec<String>,
+    /// Log format on stderr. The level comes from RUST_LOG (default: info).
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Text => subscriber.init(),
+        LogFormat::Json => subscriber.json().init(),
+    }
+    let config = DaemonConfig {
+        kubelet_dir: args.kubelet_dir,
+        profiles_dir: args.profiles_dir,
+        roots: HostRoots {
+            dev_root: args.dev_root,
+            sys_root: args.sys_root,
+            ..HostRoots::default()
+        },
+        profiles: args.profiles,
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("devinject-device-plugin: cannot start the async runtime: {err}");
+            return code(Exit::Failure);
+        }
+    };
+    match runtime.block_on(devinject_device_plugin::run(config)) {
+        Ok(()) => code(Exit::Success),
+        Err(err) => {
+            // Every message already carries its causes (path, resource, system error), so the
+            // top-level message is the whole chain.
+            eprintln!("devinject-device-plugin: {err}");
+            code(if err.is_configuration() {
+                Exit::Configuration
+            } else {
+                Exit::Failure
+            })
+        }
+    }
+}
+
+fn code(exit: Exit) -> ExitCode {
+    ExitCode::from(exit as u8)
+}

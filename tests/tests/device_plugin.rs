@@ -1,0 +1,533 @@
+//! The real `devinject-device-plugin` binary against a test kubelet speaking v1beta1.
+//!
+//! Each test builds a simulated host (nodes made with mknod, sysfs attributes, a profile), runs
+//! the plugin on it and plays the kubelet. Needs root for mknod: skipped with a reason locally,
+//! a failure under `CI=true`.
+
+use std::time::{Duration, Instant};
+
+use devinject_device_plugin::api::v1beta1::{
+    AllocateRequest, ContainerAllocateRequest, ContainerPreferredAllocationRequest,
+    PreferredAllocationRequest,
+};
+use devinject_tests::kubelet::fake_kubelet::{health, string_map, FakeKubelet, Registration};
+use devinject_tests::kubelet::host::TestHost;
+use devinject_tests::kubelet::plugin_process::PluginProcess;
+use devinject_tests::skip::require_root;
+use nix::sys::signal::Signal;
+
+/// Generous limit for things that involve process start-up on a loaded machine.
+const SLOW: Duration = Duration::from_secs(20);
+/// The health-change budget from the issue.
+const HEALTH_BUDGET: Duration = Duration::from_millis(100);
+
+/// A host with kind `demo` (`extra` profile lines), `count` devices, NUMA node `i / 2`.
+fn demo_host(extra: &str, count: usize) -> TestHost {
+    let host = TestHost::new();
+    host.add_kind("demo", extra, count, |i| (i / 2) as i64);
+    host
+}
+
+/// Starts the kubelet and the plugin and returns the first registration.
+async fn start(host: &TestHost, args: &[&str]) -> (FakeKubelet, PluginProcess, Registration) {
+    let mut kubelet = FakeKubelet::start(&host.kubelet_dir());
+    let plugin = PluginProcess::spawn(host, &[], args);
+    let registration = kubelet.next_registration(SLOW).await;
+    (kubelet, plugin, registration)
+}
+
+fn allocate_request(ids: &[&str]) -> AllocateRequest {
+    AllocateRequest {
+        container_requests: vec![ContainerAllocateRequest {
+            devices_ids: ids.iter().map(|s| (*s).to_owned()).collect(),
+        }],
+    }
+}
+
+#[tokio::test]
+async fn registers_and_lists_devices_with_topology() {
+    if !require_root() {
+        return;
+    }
+    let host = demo_host("", 3);
+    let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
+    assert_eq!(reg.request.version, "v1beta1");
+    assert_eq!(reg.request.resource_name, "devinject.io/demo");
+    let endpoint = &reg.request.endpoint;
+    assert!(
+        endpoint.starts_with("devinject-demo-") && endpoint.ends_with(".sock"),
+        "{endpoint}"
+    );
+    assert_eq!(host.plugin_sockets(), std::slice::from_ref(endpoint));
+    let options = reg.request.options.expect("options sent with Register");
+    assert!(options.get_preferred_allocation_available);
+    assert!(!options.pre_start_required);
+    assert_eq!(reg.options, options);
+    let list = reg.next_list(SLOW).await.expect("first list");
+    assert_eq!(
+        list,
+        [
+            ("accel0".to_owned(), "Healthy".to_owned(), vec![0]),
+            ("accel1".to_owned(), "Healthy".to_owned(), vec![0]),
+            ("accel2".to_owned(), "Healthy".to_owned(), vec![1]),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn node_removed_and_recreated_turns_unhealthy_then_healthy_within_100ms() {
+    if !require_root() {
+        return;
+    }
+    let host = demo_host("", 2);
+    let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
+    reg.next_list(SLOW).await.expect("first list");
+
+    let removed = Instant::now();
+    host.remove_node("demo/accel1");
+    let list = reg
+        .wait_list(HEALTH_BUDGET, "accel1 unhealthy", |l| {
+            health(l).contains(&("accel1", "Unhealthy"))
+        })
+        .await;
+    let unhealthy_after = removed.elapsed();
+    assert_eq!(
+        health(&list),
+        [("accel0", "Healthy"), ("accel1", "Unhealthy")]
+    );
+
+    let recreated = Instant::now();
+    host.mknod("demo/accel1", 1, 3);
+    let list = reg
+        .wait_list(HEALTH_BUDGET, "accel1 healthy again", |l| {
+            health(l).contains(&("accel1", "Healthy"))
+        })
+        .await;
+    assert_eq!(
+        health(&list),
+        [("accel0", "Healthy"), ("accel1", "Healthy")]
+    );
+    eprintln!(
+        "health latency: removal {unhealthy_after:?}, re-creation {:?}",
+        recreated.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn sysfs_health_attribute_turns_a_device_unhealthy() {
+    if !require_root() {
+        return;
+    }
+    let host = demo_host("", 2);
+    let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
+    reg.next_list(SLOW).await.expect("first list");
+    host.write_sys("class/demo/accel0/device/health", "unhealthy\n");
+    reg.wait_list(HEALTH_BUDGET, "accel0 unhealthy", |l| {
+        health(l) == [("accel0", "Unhealthy"), ("accel1", "Healthy")]
+    })
+    .await;
+    host.write_sys("class/demo/accel0/device/health", "ok\n");
+    reg.wait_list(HEALTH_BUDGET, "accel0 healthy", |l| {
+        health(l) == [("accel0", "Healthy"), ("accel1", "Healthy")]
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn missing_control_node_marks_every_device_unhealthy() {
+    if !require_root() {
+        return;
+    }
+    let host = demo_host("", 2);
+    let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
+    reg.next_list(SLOW).await.expect("first list");
+    host.remove_node("demo/ctl");
+    reg.wait_list(HEALTH_BUDGET, "every device unhealthy", |l| {
+        health(l) == [("accel0", "Unhealthy"), ("accel1", "Unhealthy")]
+    })
+    .await;
+    host.mknod("demo/ctl", 1, 3);
+    reg.wait_list(HEALTH_BUDGET, "every device healthy", |l| {
+        health(l) == [("accel0", "Healthy"), ("accel1", "Healthy")]
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn hot_plugged_node_appears() {
+    if !require_root() {
+        return;
+    }
+    let host = demo_host("", 1);
+    let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
+    reg.next_list(SLOW).await.expect("first list");
+    host.add_device("demo", 7, 1);
+    let list = reg
+        .wait_list(HEALTH_BUDGET, "accel7 listed", |l| l.len() == 2)
+        .await;
+    assert_eq!(
+        list,
+        [
+            ("accel0".to_owned(), "Healthy".to_owned(), vec![0]),
+            ("accel7".to_owned(), "Healthy".to_owned(), vec![1]),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn kubelet_restart_re_registers_on_a_new_socket() {
+    if !require_root() {
+        return;
+    }
+    let host = demo_host("", 2);
+    let (mut kubelet, _plugin, reg) = start(&host, &[]).await;
+    let old = reg.request.endpoint.clone();
+    // The kubelet process dies, its connections with it: the plugin loses its stream, starts a
+    // new socket and keeps trying to register against the dead kubelet.sock.
+    kubelet.stop();
+    drop(reg);
+    let waiting = host
+        .wait_plugin_socket(std::slice::from_ref(&old), SLOW)
+        .await;
+    // The new kubelet wipes every socket (the waiting one too) and serves kubelet.sock again.
+    kubelet.restart();
+    let mut reg = kubelet.next_registration_not_on(&old, SLOW).await;
+    assert_ne!(
+        reg.request.endpoint, waiting,
+        "registered on a socket the kubelet deleted"
+    );
+    let list = reg.next_list(SLOW).await.expect("list after restart");
+    assert_eq!(
+        health(&list),
+        [("accel0", "Healthy"), ("accel1", "Healthy")]
+    );
+    // The plugin serves exactly one socket, the registered one.
+    assert_eq!(host.plugin_sockets(), [reg.request.endpoint.clone()]);
+    // And the new registration works.
+    let response = reg
+        .client
+        .allocate(allocate_request(&["accel1"]))
+        .await
+        .expect("Allocate after restart");
+    assert_eq!(response.into_inner().container_responses.len(), 1);
+}
+
+#[tokio::test]
+async fn kubelet_restart_while_connected_re_registers() {
+    if !require_root() {
+        return;
+    }
+    let host = demo_host("", 1);
+    let (mut kubelet, _plugin, mut reg) = start(&host, &[]).await;
+    reg.next_list(SLOW).await.expect("first list");
+    let old = reg.request.endpoint.clone();
+    // The stream stays open: only the re-created kubelet.sock and the wiped socket tell.
+    kubelet.restart();
+    let mut new = kubelet.next_registration_not_on(&old, SLOW).await;
+    new.next_list(SLOW).await.expect("list after restart");
+    assert_eq!(host.plugin_sockets(), [new.request.endpoint.clone()]);
+    drop(reg);
+}
+
+#[tokio::test]
+async fn removed_socket_re_registers() {
+    if !require_root() {
+        return;
+    }
+    let host = demo_host("", 1);
+    let (mut kubelet, _plugin, reg) = start(&host, &[]).await;
+    let old = reg.request.endpoint.clone();
+    std::fs::remove_file(host.kubelet_dir().join(&old)).expect("remove plugin socket");
+    let mut reg = kubelet.next_registration_not_on(&old, SLOW).await;
+    reg.next_list(SLOW)
+        .await
+        .expect("list after re-registration");
+    assert_eq!(host.plugin_sockets(), [reg.request.endpoint.clone()]);
+}
+
+#[tokio::test]
+async fn lost_stream_re_registers() {
+    if !require_root() {
+        return;
+    }
+    let host = demo_host("", 1);
+    let (mut kubelet, _plugin, mut reg) = start(&host, &[]).await;
+    reg.next_list(SLOW).await.expect("first list");
+    let old = reg.request.endpoint.clone();
+    // The kubelet's end of the stream goes away; it would never dial back by itself.
+    drop(reg);
+    let mut reg = kubelet.next_registration_not_on(&old, SLOW).await;
+    reg.next_list(SLOW)
+        .await
+        .expect("list after re-registration");
+    assert_eq!(host.plugin_sockets(), [reg.request.endpoint.clone()]);
+    assert!(kubelet.pending().is_empty(), "registered more than once");
+}
+
+#[tokio::test]
+async fn sigterm_withdraws_devices_and_removes_the_socket() {
+    if !require_root() {
+        return;
+    }
+    let host = demo_host("", 2);
+    let (_kubelet, mut plugin, mut reg) = start(&host, &[]).await;
+    assert_eq!(reg.next_list(SLOW).await.expect("first list").len(), 2);
+    plugin.signal(Signal::SIGTERM);
+    let last = reg.next_list(SLOW).await.expect("a list after SIGTERM");
+    assert!(last.is_empty(), "expected an empty list, got {last:?}");
+    assert!(reg.next_list(SLOW).await.is_none(), "stream should end");
+    let status = plugin.wait(SLOW).await;
+    assert!(status.success(), "exit status {status}");
+    assert!(
+        host.plugin_sockets().is_empty(),
+        "{:?}",
+        host.plugin_sockets()
+    );
+}
+
+#[tokio::test]
+async fn allocate_envvar_mode() {
+    if !require_root() {
+        return;
+    }
+    let host = demo_host("", 3);
+    let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
+    let response = reg
+        .client
+        .allocate(allocate_request(&["accel2", "accel0"]))
+        .await
+        .expect("Allocate")
+        .into_inner();
+    let container = &response.container_responses[0];
+    assert_eq!(
+        container.envs,
+        string_map(&[("DEMO_VISIBLE_DEVICES", "accel0,accel2")])
+    );
+    assert_eq!(
+        container.annotations,
+        string_map(&[("devinject.io/demo.devices", "accel0,accel2")])
+    );
+    assert!(container.devices.is_empty() && container.mounts.is_empty());
+    assert!(container.cdi_devices.is_empty());
+
+    let refused = reg
+        .client
+        .allocate(allocate_request(&["accel0", "accel9"]))
+        .await
+        .expect_err("unknown id must be refused");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(
+        refused.message().contains("accel9"),
+        "{}",
+        refused.message()
+    );
+}
+
+#[tokio::test]
+async fn allocate_cdi_annotations_mode() {
+    if !require_root() {
+        return;
+    }
+    let host = demo_host("allocate_mode = \"cdi-annotations\"", 2);
+    let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
+    let response = reg
+        .client
+        .allocate(allocate_request(&["accel1", "accel0"]))
+        .await
+        .expect("Allocate")
+        .into_inner();
+    let container = &response.container_responses[0];
+    assert_eq!(
+        container.annotations,
+        string_map(&[(
+            "cdi.k8s.io/devinject_demo",
+            "devinject.io/demo=accel0,devinject.io/demo=accel1"
+        )])
+    );
+    assert!(container.envs.is_empty() && container.cdi_devices.is_empty());
+}
+
+#[tokio::test]
+async fn allocate_cdi_cri_mode_with_replicas() {
+    if !require_root() {
+        return;
+    }
+    let host = demo_host("allocate_mode = \"cdi-cri\"\nreplicas = 2", 2);
+    let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
+    let list = reg.next_list(SLOW).await.expect("first list");
+    let ids: Vec<&str> = list.iter().map(|(id, _, _)| id.as_str()).collect();
+    assert_eq!(ids, ["accel0::0", "accel0::1", "accel1::0", "accel1::1"]);
+    let response = reg
+        .client
+        .allocate(allocate_request(&["accel1::1", "accel1::0"]))
+        .await
+        .expect("Allocate")
+        .into_inner();
+    let container = &response.container_responses[0];
+    let names: Vec<&str> = container
+        .cdi_devices
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect();
+    assert_eq!(names, ["devinject.io/demo=accel1"]);
+    assert!(container.envs.is_empty() && container.annotations.is_empty());
+}
+
+/// Available ids, must-include ids, size, expected answer.
+type PreferredCase = (
+    &'static [&'static str],
+    &'static [&'static str],
+    i32,
+    &'static [&'static str],
+);
+
+#[tokio::test]
+async fn preferred_allocation_keeps_a_numa_node_whole() {
+    if !require_root() {
+        return;
+    }
+    // accel0, accel1 on NUMA 0; accel2, accel3 on NUMA 1.
+    let host = demo_host("", 4);
+    let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
+    let ask = |available: &[&str], must: &[&str], size| PreferredAllocationRequest {
+        container_requests: vec![ContainerPreferredAllocationRequest {
+            available_device_i_ds: available.iter().map(|s| (*s).to_owned()).collect(),
+            must_include_device_i_ds: must.iter().map(|s| (*s).to_owned()).collect(),
+            allocation_size: size,
+        }],
+    };
+    let cases: [PreferredCase; 3] = [
+        // accel0 is taken: the single device goes to NUMA 0, keeping NUMA 1 whole.
+        (&["accel3", "accel2", "accel1"], &[], 1, &["accel1"]),
+        (
+            &["accel1", "accel2", "accel3"],
+            &[],
+            2,
+            &["accel2", "accel3"],
+        ),
+        (
+            &["accel0", "accel1", "accel2", "accel3"],
+            &["accel2"],
+            2,
+            &["accel2", "accel3"],
+        ),
+    ];
+    for (available, must, size, expected) in cases {
+        let response = reg
+            .client
+            .get_preferred_allocation(ask(available, must, size))
+            .await
+            .expect("GetPreferredAllocation")
+            .into_inner();
+        assert_eq!(
+            response.container_responses[0].device_i_ds, expected,
+            "available {available:?}, must {must:?}, size {size}"
+        );
+    }
+    let refused = reg
+        .client
+        .get_preferred_allocation(ask(&["accel0", "nope"], &[], 1))
+        .await
+        .expect_err("unknown id");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn serves_several_profiles_each_on_its_own_socket() {
+    if !require_root() {
+        return;
+    }
+    let host = demo_host("", 1);
+    host.add_kind("other", "", 2, |_| 0);
+    // A profile without devices is not served unless named.
+    host.write_profile(
+        "absent",
+        &devinject_tests::kubelet::host::profile("absent", ""),
+    );
+    let (mut kubelet, _plugin, first) = start(&host, &[]).await;
+    let second = kubelet.next_registration(SLOW).await;
+    let mut resources = [
+        first.request.resource_name.clone(),
+        second.request.resource_name.clone(),
+    ];
+    resources.sort();
+    assert_eq!(resources, ["devinject.io/demo", "devinject.io/other"]);
+    assert_ne!(first.request.endpoint, second.request.endpoint);
+    assert_eq!(host.plugin_sockets().len(), 2);
+}
+
+#[tokio::test]
+async fn named_profile_is_served_before_its_devices_appear() {
+    if !require_root() {
+        return;
+    }
+    let host = TestHost::new();
+    host.write_profile("demo", &devinject_tests::kubelet::host::profile("demo", ""));
+    let mut kubelet = FakeKubelet::start(&host.kubelet_dir());
+    let _plugin = PluginProcess::spawn(&host, &["demo"], &[]);
+    let mut reg = kubelet.next_registration(SLOW).await;
+    assert!(reg.next_list(SLOW).await.expect("first list").is_empty());
+    host.mknod("demo/ctl", 1, 3);
+    host.add_device("demo", 0, 0);
+    reg.wait_list(SLOW, "accel0 appears", |l| {
+        health(l) == [("accel0", "Healthy")]
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn registers_when_the_kubelet_starts_after_the_plugin() {
+    if !require_root() {
+        return;
+    }
+    let host = demo_host("", 1);
+    let _plugin = PluginProcess::spawn(&host, &[], &[]);
+    // The plugin serves its socket, finds no kubelet, and waits for kubelet.sock.
+    host.wait_plugin_socket(&[], SLOW).await;
+    let mut kubelet = FakeKubelet::start(&host.kubelet_dir());
+    let mut reg = kubelet.next_registration(SLOW).await;
+    reg.next_list(SLOW).await.expect("first list");
+}
+
+#[tokio::test]
+async fn json_logs() {
+    if !require_root() {
+        return;
+    }
+    let host = demo_host("", 1);
+    let (_kubelet, mut plugin, _reg) = start(&host, &["--log-format", "json"]).await;
+    plugin.signal(Signal::SIGTERM);
+    assert!(plugin.wait(SLOW).await.success());
+    let log = plugin.log();
+    let lines: Vec<&str> = log.lines().collect();
+    assert!(!lines.is_empty());
+    for line in lines {
+        let value: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(
+            value["level"].is_string() && value["fields"].is_object(),
+            "{line}"
+        );
+    }
+    assert!(log.contains("\"message\":\"serving\""), "{log}");
+}
+
+#[tokio::test]
+async fn unknown_profile_exits_with_code_3() {
+    let host = TestHost::new();
+    host.write_profile("demo", &devinject_tests::kubelet::host::profile("demo", ""));
+    let mut plugin = PluginProcess::spawn(&host, &["nope"], &[]);
+    let status = plugin.wait(SLOW).await;
+    assert_eq!(status.code(), Some(3), "{}", plugin.log());
+    assert!(plugin.log().contains("\"nope\""), "{}", plugin.log());
+}
+
+#[tokio::test]
+async fn configuration_errors_exit_with_code_3() {
+    let host = TestHost::new();
+    host.write_profile("demo", "name = \"demo\"\nresourze = \"x\"\n");
+    let mut plugin = PluginProcess::spawn(&host, &[], &[]);
+    let status = plugin.wait(SLOW).await;
+    assert_eq!(status.code(), Some(3), "{}", plugin.log());
+    assert!(plugin.log().contains("resourze"), "{}", plugin.log());
+}

@@ -1,0 +1,115 @@
+//! Allocate → hook round trip: the env and annotations the real plugin returns from `Allocate`,
+//! placed in a runc `config.json`, make the hook inject exactly the granted devices (real runc,
+//! the simulated demo host with real device numbers, the cgroup deciding what opens).
+
+use std::path::Path;
+use std::time::Duration;
+
+use devinject_device_plugin::api::v1beta1::{
+    AllocateRequest, ContainerAllocateRequest, ContainerAllocateResponse,
+};
+use devinject_tests::bins::bin;
+use devinject_tests::kubelet::fake_kubelet::FakeKubelet;
+use devinject_tests::kubelet::plugin_process::PluginProcess;
+use devinject_tests::probe::Report;
+use devinject_tests::runc::{container_id, describe, Bundle};
+use devinject_tests::sim::{assert_demo_granted_0_1, demo_host, demo_probe_args, SimHost};
+use devinject_tests::skip::{require_binary, require_root};
+
+const SLOW: Duration = Duration::from_secs(20);
+
+fn ready() -> bool {
+    require_root()
+        && require_binary("runc")
+        && require_binary("/bin/busybox")
+        && require_binary("gcc")
+}
+
+/// Runs the plugin on `host`, registers it with a test kubelet and allocates `ids`.
+async fn allocate(host: &SimHost, kubelet_dir: &Path, ids: &[&str]) -> ContainerAllocateResponse {
+    std::fs::create_dir_all(kubelet_dir).expect("kubelet dir");
+    let mut kubelet = FakeKubelet::start(kubelet_dir);
+    let _plugin = PluginProcess::spawn_with(
+        kubelet_dir,
+        &host.profiles_dir,
+        &host.dev_root,
+        &host.dir.join("sys"),
+        &[],
+    );
+    let mut reg = kubelet.next_registration(SLOW).await;
+    let request = AllocateRequest {
+        container_requests: vec![ContainerAllocateRequest {
+            devices_ids: ids.iter().map(|s| (*s).to_owned()).collect(),
+        }],
+    };
+    let mut response = reg
+        .client
+        .allocate(request)
+        .await
+        .expect("Allocate")
+        .into_inner();
+    response.container_responses.remove(0)
+}
+
+/// Puts the Allocate answer into a runc bundle with the hook, runs the probe and checks that
+/// devices 0 and 1 (and nothing else) were injected.
+fn run_with_answer(dir: &Path, host: &SimHost, answer: &ContainerAllocateResponse) {
+    let args = demo_probe_args();
+    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut bundle = Bundle::new(&dir.join("bundle"), &arg_refs).expect("bundle");
+    for (key, value) in &answer.envs {
+        bundle.env(&format!("{key}={value}"));
+    }
+    for (key, value) in &answer.annotations {
+        bundle.annotation(key, value);
+    }
+    bundle
+        .hook("createRuntime", &bin("devinject-hook"), &host.config)
+        // accel2 is present in the container but not granted.
+        .bind_node(&host.dev_root.join("demo/accel2"), "/dev/demo/accel2");
+    let out = bundle.run(&container_id("plugin")).expect("run runc");
+    assert!(out.status.success(), "{}", describe(&out));
+    let report = Report::parse(&String::from_utf8_lossy(&out.stdout));
+    assert_demo_granted_0_1(&report, &out);
+}
+
+#[tokio::test]
+async fn allocate_answer_makes_the_hook_inject_exactly_those_devices() {
+    if !ready() {
+        return;
+    }
+    let t = tempfile::tempdir().expect("tempdir");
+    let host = demo_host(&t.path().join("host"), &["demo"]).expect("demo host");
+    let answer = allocate(&host, &t.path().join("kubelet"), &["1", "0"]).await;
+    assert_eq!(
+        answer.envs.get("DEMO_VISIBLE_DEVICES").map(String::as_str),
+        Some("0,1")
+    );
+    assert_eq!(
+        answer
+            .annotations
+            .get("devinject.io/demo.devices")
+            .map(String::as_str),
+        Some("0,1")
+    );
+    run_with_answer(t.path(), &host, &answer);
+}
+
+#[tokio::test]
+async fn allocated_replica_ids_map_back_to_their_devices() {
+    if !ready() {
+        return;
+    }
+    let t = tempfile::tempdir().expect("tempdir");
+    let host = demo_host(&t.path().join("host"), &["demo"]).expect("demo host");
+    let profile = host.profiles_dir.join("demo.toml");
+    let text = std::fs::read_to_string(&profile).expect("read demo profile");
+    let shared = text.replacen("[discovery]", "replicas = 2\n[discovery]", 1);
+    std::fs::write(&profile, shared).expect("write shared demo profile");
+    let answer = allocate(&host, &t.path().join("kubelet"), &["1::1", "0::0"]).await;
+    assert_eq!(
+        answer.envs.get("DEMO_VISIBLE_DEVICES").map(String::as_str),
+        Some("0::0,1::1")
+    );
+    run_with_answer(t.path(), &host, &answer);
+}
