@@ -4,8 +4,9 @@
 //!    re-installs without a change, and uninstalls back to the identical tree;
 //! 2. against the live private dockerd it runs on: it configures that dockerd (SIGHUP), after
 //!    which `docker run --runtime=devinject -e DEMO_VISIBLE_DEVICES=0` gets simulated demo
-//!    device 0 (right type, numbers and mode, opening) and its library, and not device 1; its
-//!    uninstall gives daemon.json back byte for byte and the runtime disappears.
+//!    device 0 (right type, numbers and mode, opening) and its library, and not device 1; the
+//!    image's device plugin serves the installed demo profile and the installer's probe sees
+//!    it; the uninstall gives daemon.json back byte for byte and the runtime disappears.
 //!
 //! Needs root, containerd, ctr, dockerd, docker, unshare, nsenter, gcc, busybox and mknod, and
 //! builds the release binaries (minutes, the first time); skipped with a reason otherwise, and a
@@ -232,6 +233,61 @@ fn the_image_installs_on_a_host_root_and_on_a_live_dockerd() {
         probe::Report::parse(&out).node("/dev/demo/accel0").kind,
         "missing"
     );
+
+    // The device plugin from the same image serves the installed demo profile, and the
+    // installer's probe (the DaemonSet's liveness/readiness check) sees it; once the plugin
+    // stops, its socket is gone and the probe fails.
+    let kubelet_dir = dir.join("kubelet");
+    std::fs::create_dir_all(&kubelet_dir).expect("mkdir");
+    let id = e
+        .docker_ok(&[
+            "run",
+            "-d",
+            "--network",
+            "none",
+            "-v",
+            &format!("{}:/var/lib/kubelet/device-plugins", kubelet_dir.display()),
+            "-v",
+            &format!("{}/etc/devinject:/etc/devinject:ro", live_root.display()),
+            "-v",
+            &format!("{dev_root}:/dev-sim:ro"),
+            "--entrypoint",
+            "/usr/bin/devinject-device-plugin",
+            TAG,
+            "--dev-root",
+            "/dev-sim",
+            "--profile",
+            "demo",
+        ])
+        .unwrap_or_else(|err| panic!("{err}\n{}", e.logs()));
+    let id = id.trim().to_string();
+    let plugin_log = dir.join("e/dockerd.log");
+    e.wait("the plugin's probe to pass", &plugin_log, |e| {
+        let out = e.docker(&["exec", &id, "/usr/bin/devinject-installer", "probe"]);
+        if !out.status.success() {
+            let state = e
+                .docker_ok(&["inspect", "--format", "{{.State.Status}}", &id])
+                .unwrap_or_default();
+            assert!(
+                state.trim() == "running",
+                "the plugin exited: {}",
+                e.docker_ok(&["logs", &id]).unwrap_or_else(|x| x)
+            );
+        }
+        out.status.success().then_some(())
+    });
+    let live = devinject_installer::probe::live_sockets(&kubelet_dir).expect("list");
+    assert!(
+        live.iter().any(|p| p
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("devinject-demo-"))),
+        "{live:?}"
+    );
+    e.docker_ok(&["stop", &id]).expect("stop the plugin");
+    assert!(devinject_installer::probe::live_sockets(&kubelet_dir)
+        .expect("list")
+        .is_empty());
+    let _ = e.docker(&["rm", &id]);
 
     // Uninstall from the image: daemon.json byte-identical, the runtime gone.
     let mut un = vec!["--uninstall"];
