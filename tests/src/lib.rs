@@ -8,8 +8,15 @@
 //!   `libdemo.so.1` under a driver root.
 //! - [`runc`]: OCI bundles with the hook wired in, run by the real `runc`.
 //! - [`probe`]: the in-container probe and the parser for its report.
+//! - [`canary`]: a host canary tree and fingerprints proving the host unchanged.
+//! - [`hostile`]: booby-trapping a rootfs (links out, FIFOs, files for dirs) and a swapper thread.
+//! - [`cprog`]: small C programs built with gcc (a marker-leaving preload library, a recording
+//!   stand-in for ldconfig).
 
 pub mod bins;
+pub mod canary;
+pub mod cprog;
+pub mod hostile;
 pub mod probe;
 pub mod rootfs;
 pub mod runc;

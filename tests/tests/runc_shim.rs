@@ -3,9 +3,8 @@
 
 use std::path::Path;
 
-use devinject_tests::bins::bin;
 use devinject_tests::probe::Report;
-use devinject_tests::runc::{container_id, describe, Bundle};
+use devinject_tests::runc::{container_id, describe, runc_path, shim_command, Bundle};
 use devinject_tests::sim::{assert_demo_granted_0_1, demo_host, demo_probe_args, SimHost};
 use devinject_tests::skip::{require_binary, require_root};
 
@@ -14,13 +13,6 @@ fn ready() -> bool {
         && require_binary("runc")
         && require_binary("/bin/busybox")
         && require_binary("gcc")
-}
-
-fn runc_path() -> String {
-    devinject_tests::skip::which("runc")
-        .expect("runc on PATH")
-        .to_string_lossy()
-        .into_owned()
 }
 
 fn bundle(dir: &Path, host: &SimHost, request: Option<&str>) -> Bundle {
@@ -35,13 +27,7 @@ fn bundle(dir: &Path, host: &SimHost, request: Option<&str>) -> Bundle {
 }
 
 fn shim_cmd(host: &SimHost, runc: &str) -> Vec<String> {
-    vec![
-        bin("devinject-runtime").to_string_lossy().into_owned(),
-        "--config".into(),
-        host.config.to_string_lossy().into_owned(),
-        "--runtime".into(),
-        runc.to_owned(),
-    ]
+    shim_command(&host.config, runc)
 }
 
 #[test]
