@@ -4,10 +4,19 @@
 //! with `preserve_order` keeps key order), so a newer runtime spec is not broken. Devices go into
 //! both `linux.devices` and `linux.resources.devices`: the runtime then creates and allows them
 //! itself, and re-applying the cgroup (`docker update`, `runc update`, systemd reloads) keeps them.
+//!
+//! Files (libraries, tools) are not spec mounts: their destinations are in directories the image
+//! controls (`/usr/lib`, `/usr/bin`), and a runtime resolving them by path can be raced into
+//! creating files on the host (runc before 1.1.14 creates a missing bind-mount target with
+//! `os.MkdirAll` + `O_CREAT` on a path it resolved earlier: CVE-2024-45310; our
+//! `hostile_race` test reproduces it with runc 1.1.5). The finish hook mounts them instead, with
+//! the same fd-based applier as the hook (`openat2(RESOLVE_IN_ROOT)`, `move_mount` onto the fd),
+//! together with the soname links and the linker cache. Device nodes stay in the spec: the
+//! runtime creates them in its own `/dev` tmpfs, which the image cannot reach into.
 
 use std::path::Path;
 
-use devinject_devices::{ContainerEdits, Mount, NodeKind};
+use devinject_devices::{ContainerEdits, NodeKind};
 use serde_json::{json, Map, Value};
 
 /// Why the spec could not be edited.
@@ -131,16 +140,6 @@ pub fn apply(
         }
     }
     {
-        let root = spec.as_object_mut().ok_or(SpecEditError::Shape {
-            field: "(root)",
-            expected: "an object",
-        })?;
-        let mounts = array(root, "mounts", "mounts")?;
-        for m in &edits.mounts {
-            push_mount(mounts, m);
-        }
-    }
-    {
         let process = object(spec, "process", "process")?;
         let env = array(process, "env", "process.env")?;
         for kv in &edits.env {
@@ -166,27 +165,11 @@ pub fn apply(
     Ok(())
 }
 
-fn push_mount(mounts: &mut Vec<Value>, m: &Mount) {
-    let dest = m.container_path.to_string_lossy().into_owned();
-    if mounts
-        .iter()
-        .any(|x| x.get("destination").and_then(Value::as_str) == Some(&dest))
-    {
-        tracing::warn!(destination = %dest, "the container already mounts something there; keeping it");
-        return;
-    }
-    mounts.push(json!({
-        "destination": dest,
-        "type": "bind",
-        "source": m.host_path,
-        "options": Mount::OPTIONS,
-    }));
-}
-
-/// The createRuntime hook entry that makes soname links and refreshes the linker cache, or `None`
-/// when the plan needs neither. It gets an explicit empty env: nothing of the container's.
+/// The createRuntime hook entry that mounts the plan's files read-only, makes soname links and
+/// refreshes the linker cache, or `None` when the plan has none of these. It gets an explicit
+/// empty env: nothing of the container's (CVE-2025-23266 class).
 pub fn finish_hook(hook: &Path, config: Option<&Path>, edits: &ContainerEdits) -> Option<Value> {
-    if edits.symlinks().is_empty() && edits.ldcache_dirs().is_empty() {
+    if edits.mounts.is_empty() && edits.symlinks().is_empty() && edits.ldcache_dirs().is_empty() {
         return None;
     }
     let mut args = vec![json!("devinject-hook")];
@@ -195,6 +178,11 @@ pub fn finish_hook(hook: &Path, config: Option<&Path>, edits: &ContainerEdits) -
         args.push(json!(c));
     }
     args.push(json!("finish"));
+    for m in &edits.mounts {
+        args.push(json!("--mount"));
+        args.push(json!(m.host_path));
+        args.push(json!(m.container_path));
+    }
     for l in edits.symlinks() {
         args.push(json!("--link"));
         args.push(json!(format!("{}={}", l.link.display(), l.target)));
@@ -211,7 +199,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use devinject_devices::{CgroupRule, DeviceNode, HookAction, MountKind, Symlink};
+    use devinject_devices::{CgroupRule, DeviceNode, HookAction, Mount, MountKind, Symlink};
 
     fn edits() -> ContainerEdits {
         let node = DeviceNode {
@@ -252,7 +240,7 @@ mod tests {
     const SPEC: &str = r#"{"ociVersion":"1.0.2","zzz":{"future":true},"process":{"env":["PATH=/bin","DEMO_VISIBLE_DEVICES= 0","KEEP=user"]},"root":{"path":"rootfs"},"mounts":[{"destination":"/proc","type":"proc"}],"linux":{"resources":{"devices":[{"allow":false,"access":"rwm"}]},"namespaces":[]}}"#;
 
     #[test]
-    fn applies_devices_rules_mounts_env_and_hook() {
+    fn applies_devices_rules_env_and_the_finish_hook_with_the_files() {
         let mut spec: Value = serde_json::from_str(SPEC).unwrap();
         let e = edits();
         let hook = finish_hook(Path::new("/opt/devinject/bin/devinject-hook"), None, &e);
@@ -268,8 +256,9 @@ mod tests {
             "the runtime's deny-all stays first"
         );
         assert_eq!(
-            spec["mounts"][1]["options"],
-            json!(["ro", "nosuid", "nodev", "rbind", "rprivate"])
+            spec["mounts"],
+            json!([{"destination":"/proc","type":"proc"}]),
+            "files are mounted by the finish hook, never by the runtime"
         );
         let env: Vec<&str> = spec["process"]["env"]
             .as_array()
@@ -288,7 +277,15 @@ mod tests {
         );
         let args = &spec["hooks"]["createRuntime"][0]["args"];
         assert_eq!(args[1], "finish");
-        assert_eq!(args[3], "/usr/lib/libdemo.so.1=libdemo.so.1.0.0");
+        assert_eq!(
+            args.as_array().unwrap()[2..5],
+            [
+                json!("--mount"),
+                json!("/h/lib/libdemo.so.1.0.0"),
+                json!("/usr/lib/libdemo.so.1.0.0")
+            ]
+        );
+        assert_eq!(args[6], "/usr/lib/libdemo.so.1=libdemo.so.1.0.0");
         assert_eq!(spec["hooks"]["createRuntime"][0]["env"], json!([]));
         // Unknown fields and key order survive.
         let text = serde_json::to_string(&spec).unwrap();
@@ -318,12 +315,12 @@ mod tests {
         let err = apply(&mut spec, &edits(), &[], None).unwrap_err();
         assert!(matches!(err, SpecEditError::DeviceConflict { .. }), "{err}");
         let mut spec: Value =
-            serde_json::from_str(r#"{"ociVersion":"1.0.2","mounts":{}}"#).unwrap();
+            serde_json::from_str(r#"{"ociVersion":"1.0.2","process":{"env":{}}}"#).unwrap();
         let err = apply(&mut spec, &edits(), &[], None).unwrap_err();
         assert_eq!(
             err,
             SpecEditError::Shape {
-                field: "mounts",
+                field: "process.env",
                 expected: "an array"
             }
         );
