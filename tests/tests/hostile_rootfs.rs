@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use devinject_tests::bins::bin;
-use devinject_tests::canary::{Canary, HostGuard};
+use devinject_tests::canary::{Canary, HostGuard, MARK};
 use devinject_tests::hostile::{self, char_node, climb, dir, fifo, file, link, mirror};
 use devinject_tests::probe::Report;
 use devinject_tests::runc::{
@@ -587,6 +587,52 @@ fn ld_so_conf_is_a_link_to_host() {
             dev_tmpfs: true,
             runtime_writes: false,
             trap: |r, k| link(r, "/etc/ld.so.conf", via_proc(&c(k, "etc/ld.so.conf"))).unwrap(),
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+/// Regression: ldconfig, chrooted into the rootfs, followed the container's `/proc/1/root` (runc
+/// init's root, the host's `/`) to the directories `ld.so.conf` listed, and put host libraries
+/// into the container's cache.
+#[test]
+fn ldconfig_chroot_escape_via_proc_reads_host_libraries() {
+    run(
+        "ldconfig_chroot_escape_via_proc_reads_host_libraries",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, k| {
+                let conf = format!("{}\n", via_proc(&c(k, "usr/lib")));
+                file(r, "/etc/ld.so.conf", &conf).unwrap();
+            },
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: Some(|r, _, out| {
+                let cache = std::fs::read(r.join("etc/ld.so.cache")).unwrap();
+                let text = String::from_utf8_lossy(&cache);
+                assert!(
+                    !text.contains(MARK),
+                    "the container's linker cache lists a host library: {}",
+                    describe(out)
+                );
+            }),
+        },
+    );
+}
+
+/// Regression: ldconfig, chrooted into the rootfs, followed `/var/cache -> /proc/1/root/<dir>` out
+/// of the chroot and created `<dir>/ldconfig/aux-cache` on the host.
+#[test]
+fn ldconfig_chroot_escape_via_proc_writes_host_aux_cache() {
+    run(
+        "ldconfig_chroot_escape_via_proc_writes_host_aux_cache",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, k| link(r, "/var/cache", via_proc(&c(k, "var/cache"))).unwrap(),
             hook: Expect::Inject,
             shim: Expect::Inject,
             check: None,

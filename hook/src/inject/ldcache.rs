@@ -6,14 +6,23 @@
 //! LD_LIBRARY_PATH, PATH) reaches it (CVE-2025-23266 class), no binary from the image runs, and
 //! whatever links the image holds resolve inside the chroot (CVE-2025-23267 class). `-X` leaves
 //! links alone: we made the soname links ourselves.
+//!
+//! A chroot alone does not contain a process that can reach a procfs: before `pivot_root` the
+//! container's `/proc/1/root` is runc init's root, the host's `/`, and an image linking
+//! `/var/cache -> /proc/1/root/<dir>` had ldconfig create `<dir>/ldconfig/aux-cache` on the host
+//! (it always writes its aux cache there), or listing `/proc/1/root/usr/lib` in `ld.so.conf` had
+//! it put host libraries into the container's cache. So the child detaches every procfs mount
+//! under the rootfs from its private copy of the namespace before it chroots
+//! ([`super::mountinfo`]); ldconfig needs no `/proc`.
 
 use std::ffi::CString;
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use nix::errno::Errno;
 use nix::fcntl::OFlag;
-use nix::mount::MsFlags;
+use nix::mount::{umount2, MntFlags, MsFlags};
 use nix::sched::CloneFlags;
 use nix::sys::stat::Mode;
 use nix::sys::wait::{waitpid, WaitStatus};
@@ -72,6 +81,7 @@ pub fn refresh(
                 None::<&str>,
             )
             .map_err(|e| format!("make mounts private: {e}"))?;
+            detach_procfs(&rootfs_c)?;
             nix::unistd::chroot(&rootfs_c).map_err(|e| format!("chroot: {e}"))?;
             nix::unistd::chdir("/").map_err(|e| format!("chdir: {e}"))?;
             let env: [CString; 0] = [];
@@ -102,4 +112,22 @@ pub fn refresh(
         }),
         Err(errno) => Err(InjectError::Fork(errno)),
     }
+}
+
+/// Detaches every procfs mount at or below `rootfs` in the caller's (private) mount namespace, so
+/// that nothing chrooted there can follow a `/proc/<pid>/root` or `/proc/<pid>/cwd` magic link
+/// out of it.
+fn detach_procfs(rootfs: &Path) -> Result<(), String> {
+    let root = std::fs::canonicalize(rootfs)
+        .map_err(|e| format!("resolve the rootfs {}: {e}", rootfs.display()))?;
+    let text = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| format!("read /proc/self/mountinfo: {e}"))?;
+    for point in super::mountinfo::procfs_under(&text, &root) {
+        match umount2(&point, MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW) {
+            // EINVAL: no longer a mount point (went with a detached parent).
+            Ok(()) | Err(Errno::EINVAL) | Err(Errno::ENOENT) => {}
+            Err(e) => return Err(format!("detach {}: {e}", point.display())),
+        }
+    }
+    Ok(())
 }

@@ -10,6 +10,7 @@
 
 pub mod layout;
 pub mod ldcache;
+pub mod mountinfo;
 pub mod mounts;
 pub mod nodes;
 pub mod rootfs;
