@@ -180,3 +180,27 @@ pub fn assert_demo_granted_0_1(report: &crate::probe::Report, out: &std::process
         "soname must be in ld.so.cache: {ctx}"
     );
 }
+
+/// Sets `key = value` (`value` in TOML syntax, e.g. `"\"warn\""` or `"2"`) in the host config at
+/// `config`, replacing the key's line or appending one.
+pub fn set_config(config: &Path, key: &str, value: &str) -> Result<()> {
+    let text = std::fs::read_to_string(config)?;
+    let line = format!("{key} = {value}");
+    let mut found = false;
+    let mut out: Vec<String> = text
+        .lines()
+        .map(|l| {
+            if l.split('=').next().map(str::trim) == Some(key) {
+                found = true;
+                line.clone()
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect();
+    if !found {
+        out.push(line);
+    }
+    std::fs::write(config, out.join("\n") + "\n")?;
+    Ok(())
+}
