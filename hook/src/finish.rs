@@ -115,11 +115,15 @@ pub fn finish(
         bind_nodes: true,
         readonly_rootfs: spec.root.as_ref().is_some_and(|r| r.readonly),
     };
-    inject::apply(&target, &edits, config.mount_api, &config.ldconfig).map_err(|source| {
-        HookError::Inject {
-            id: state.id,
-            source,
-        }
+    inject::apply(
+        &target,
+        &edits,
+        config.mount_api,
+        &config.ldconfig_command(),
+    )
+    .map_err(|source| HookError::Inject {
+        id: state.id,
+        source,
     })
 }
 

@@ -20,7 +20,7 @@ use devinject_tests::probe::Report;
 use devinject_tests::runc::{
     container_id, describe, hook_failure, runc_path, shim_command, Bundle,
 };
-use devinject_tests::sim::{demo_host, demo_probe_args, SimHost, LIB, SONAME};
+use devinject_tests::sim::{demo_host, demo_probe_args, set_config, SimHost, LIB, SONAME};
 use devinject_tests::skip::{require_binary, require_root};
 
 fn ready() -> bool {
@@ -63,11 +63,19 @@ struct Rig {
 }
 
 const CANARY_LIB: &str = "libdevinject-canary.so.1";
+const LDCONFIG_TIMEOUT: u32 = 3;
 
 fn rig() -> Rig {
     let t = tempfile::tempdir().unwrap();
     let dir = t.path().to_owned();
     let host = demo_host(&dir.join("host"), &["demo"]).unwrap();
+    // Short, so the cases that make ldconfig wait on a FIFO end quickly.
+    set_config(
+        &host.config,
+        "ldconfig_timeout",
+        &LDCONFIG_TIMEOUT.to_string(),
+    )
+    .unwrap();
     let canary = Canary::new(&dir.join("canary")).unwrap();
     devinject_tests::cprog::shared_lib(&canary.path("usr/lib"), CANARY_LIB, CANARY_LIB).unwrap();
     Rig {
@@ -633,6 +641,58 @@ fn ldconfig_chroot_escape_via_proc_writes_host_aux_cache() {
             dev_tmpfs: true,
             runtime_writes: false,
             trap: |r, k| link(r, "/var/cache", via_proc(&c(k, "var/cache"))).unwrap(),
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+/// Regression: ldconfig opened the image's FIFO `ld.so.conf` and waited forever, holding the
+/// container start until the runtime's hook timeout (and then staying behind: see
+/// `hostile_input`). It is now killed after `ldconfig_timeout` and the start fails with our
+/// message.
+#[test]
+fn ldconfig_blocked_forever_on_a_fifo_ld_so_conf() {
+    run(
+        "ldconfig_blocked_forever_on_a_fifo_ld_so_conf",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, _| fifo(r, "/etc/ld.so.conf").unwrap(),
+            hook: Expect::Fail(7, "did not finish within 3 s"),
+            shim: Expect::Fail(7, "did not finish within 3 s"),
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn ld_so_conf_includes_a_fifo() {
+    run(
+        "ld_so_conf_includes_a_fifo",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, _| {
+                file(r, "/etc/ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n").unwrap();
+                fifo(r, "/etc/ld.so.conf.d/trap.conf").unwrap();
+            },
+            hook: Expect::Fail(7, "did not finish within 3 s"),
+            shim: Expect::Fail(7, "did not finish within 3 s"),
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn ldconfig_aux_cache_is_a_fifo() {
+    run(
+        "ldconfig_aux_cache_is_a_fifo",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, _| fifo(r, "/var/cache/ldconfig/aux-cache").unwrap(),
             hook: Expect::Inject,
             shim: Expect::Inject,
             check: None,

@@ -24,11 +24,21 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::mount::{umount2, MntFlags, MsFlags};
 use nix::sched::CloneFlags;
+use nix::sys::signal::Signal;
 use nix::sys::stat::Mode;
 use nix::sys::wait::{waitpid, WaitStatus};
 
 use super::InjectError;
 use crate::sys;
+
+/// The host's ldconfig and how long it may run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ldconfig {
+    /// A static ldconfig on the host.
+    pub path: PathBuf,
+    /// Seconds before it is killed (`SIGALRM`, armed before `exec`); 0: no limit.
+    pub timeout_secs: u32,
+}
 
 /// Opens the host's ldconfig for a later `fexecve`.
 pub fn open_ldconfig(path: &Path) -> Result<OwnedFd, InjectError> {
@@ -40,12 +50,19 @@ pub fn open_ldconfig(path: &Path) -> Result<OwnedFd, InjectError> {
     })
 }
 
-/// Runs ldconfig for `dirs` inside the container. Failures are returned with ldconfig's output;
-/// the caller decides whether they are fatal (a read-only rootfs cannot take a new cache).
+/// Runs ldconfig for `dirs` inside the container, killed after `timeout_secs` (0: never).
+/// Failures are returned with ldconfig's output; the caller decides whether they are fatal (a
+/// read-only rootfs cannot take a new cache).
+///
+/// The image decides what ldconfig reads: a FIFO as `/etc/ld.so.conf`, as a file it includes or
+/// as `/var/cache/ldconfig/aux-cache` blocks it in `open` forever. An alarm armed before `exec`
+/// (it survives `exec`) bounds that; and the child dies with the hook (`PR_SET_PDEATHSIG`, see
+/// `sys::fork_run`) when the runtime kills the hook on its own timeout.
 pub fn refresh(
     mnt_ns: &OwnedFd,
     rootfs: &Path,
     ldconfig: &OwnedFd,
+    timeout_secs: u32,
     dirs: &[PathBuf],
 ) -> Result<(), InjectError> {
     let (rd, wr) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(InjectError::Fork)?;
@@ -85,6 +102,9 @@ pub fn refresh(
             nix::unistd::chroot(&rootfs_c).map_err(|e| format!("chroot: {e}"))?;
             nix::unistd::chdir("/").map_err(|e| format!("chdir: {e}"))?;
             let env: [CString; 0] = [];
+            if timeout_secs > 0 {
+                nix::unistd::alarm::set(timeout_secs);
+            }
             let e = nix::unistd::fexecve(ldconfig.as_fd(), &argv, &env).unwrap_err();
             Err(format!("exec: {e}"))
         })();
@@ -106,6 +126,9 @@ pub fn refresh(
                 tracing::debug!(output = %output.trim(), "ldconfig said");
             }
             Ok(())
+        }
+        Ok(WaitStatus::Signaled(_, Signal::SIGALRM, _)) => {
+            Err(InjectError::LdconfigTimeout { secs: timeout_secs })
         }
         Ok(status) => Err(InjectError::Ldconfig {
             output: format!("{status:?}: {}", output.trim()),
