@@ -27,8 +27,9 @@ fn gcc(dir: &Path, name: &str, source: &str, args: &[&str], out: &Path) -> Resul
     Ok(())
 }
 
-/// File names of the markers the preload library leaves: `preload-marker-<pid>`.
-pub const PRELOAD_MARKER_PREFIX: &str = "preload-marker-";
+/// Prefix of every marker file: the preload library leaves `devinject-marker-preload-<pid>`;
+/// tests' trap scripts use the same prefix.
+pub const MARKER_PREFIX: &str = "devinject-marker-";
 
 const PRELOAD_C: &str = r#"
 #include <fcntl.h>
@@ -37,14 +38,15 @@ const PRELOAD_C: &str = r#"
 #include <unistd.h>
 
 /* Leaves a marker naming the process that loaded this library: in MARKER_DIR when that exists
-   (a process on the host), else at / (a process in a chroot or container: its root). */
+   (a process on the host), else at / (a process in a chroot or container: its root). Also
+   usable as a stand-in for any library an ld.so search path would find. */
 __attribute__((constructor)) static void leave_marker(void) {
     char exe[512] = "?", path[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) exe[n] = 0;
     const char *dirs[2] = { MARKER_DIR, "" };
     for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof path, "%s/preload-marker-%d", dirs[i], (int)getpid());
+        snprintf(path, sizeof path, "%s/devinject-marker-preload-%d", dirs[i], (int)getpid());
         int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
         if (fd >= 0) {
             dprintf(fd, "loaded into %s\n", exe);
@@ -55,7 +57,7 @@ __attribute__((constructor)) static void leave_marker(void) {
 }
 "#;
 
-/// Builds `out`, a shared library whose constructor writes `preload-marker-<pid>` into
+/// Builds `out`, a shared library whose constructor writes `devinject-marker-preload-<pid>` into
 /// `marker_dir` (a host path) when it can, else into `/` of whatever root the process has.
 pub fn preload_marker(out: &Path, marker_dir: &Path) -> Result<()> {
     let define = format!("-DMARKER_DIR={:?}", marker_dir.to_string_lossy());
@@ -69,17 +71,13 @@ pub fn preload_marker(out: &Path, marker_dir: &Path) -> Result<()> {
     )
 }
 
-/// The markers under `dir` (not recursive), as `name: content`.
+/// The markers ([`MARKER_PREFIX`]) directly in `dir`, as `path: content`.
 pub fn markers_in(dir: &Path) -> Vec<String> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
     rd.filter_map(|e| e.ok())
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with(PRELOAD_MARKER_PREFIX)
-        })
+        .filter(|e| e.file_name().to_string_lossy().starts_with(MARKER_PREFIX))
         .map(|e| {
             let text = std::fs::read_to_string(e.path()).unwrap_or_default();
             format!("{}: {}", e.path().display(), text.trim())
