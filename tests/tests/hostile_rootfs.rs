@@ -44,8 +44,8 @@ enum Via {
 enum Expect {
     /// The container starts and sees device 0 and the library, read-only and cached.
     Inject,
-    /// Our hook fails the start with this exit code and a message containing this text.
-    Fail(i32, &'static str),
+    /// Our hook fails the start with this exit code and a message containing these texts.
+    Fail(i32, &'static [&'static str]),
     /// runc refuses by its own checks, with a message containing this text.
     Runtime(&'static str),
     /// The container starts, but the image's own entry stays where device 0 belongs: runc keeps
@@ -85,6 +85,11 @@ fn rig() -> Rig {
         canary,
     }
 }
+
+/// The hints our messages give for what in the image to fix.
+const NOWHERE: &str = "leads nowhere inside the rootfs: fix the image";
+const THROUGH_PROC: &str = "loops or leads through /proc: fix the image";
+const FILE_FOR_DIR: &str = "a file where a directory belongs: fix the image";
 
 type Trap = fn(&Path, &Canary);
 type Check = fn(&Path, &Canary, &std::process::Output);
@@ -174,14 +179,16 @@ fn run_one(rig: &Rig, name: &str, case: &Case, via: Via, baseline: Option<&BTree
             assert!(lib.present && lib.read_only, "library: {full}");
             assert!(report.lib(SONAME).in_ldcache, "soname cached: {full}");
         }
-        Expect::Fail(code, text) => {
+        Expect::Fail(code, texts) => {
             assert!(!out.status.success(), "must not start: {full}");
             let f = hook_failure(&out).unwrap_or_else(|| panic!("no hook failure: {full}"));
             assert_eq!(f.code, code, "exit code: {full}");
             let line = f
                 .line("devinject: ")
                 .unwrap_or_else(|| panic!("no message of ours: {full}"));
-            assert!(line.contains(text), "want {text:?} in {line:?}: {full}");
+            for text in texts {
+                assert!(line.contains(text), "want {text:?} in {line:?}: {full}");
+            }
             assert!(report.nodes.is_empty(), "the container ran: {full}");
         }
         Expect::Kept => {
@@ -237,8 +244,8 @@ fn libdir_absolute_link_to_host() {
             dev_tmpfs: true,
             runtime_writes: false,
             trap: |r, k| link(r, "/usr/lib", c(k, "usr/lib")).unwrap(),
-            hook: Expect::Fail(7, "/usr/lib"),
-            shim: Expect::Fail(7, "/usr/lib"),
+            hook: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
+            shim: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
             check: None,
         },
     );
@@ -252,8 +259,8 @@ fn libdir_climbing_link_to_host() {
             dev_tmpfs: true,
             runtime_writes: false,
             trap: |r, k| link(r, "/usr/lib", climb("/usr/lib", &c(k, "usr/lib"))).unwrap(),
-            hook: Expect::Fail(7, "/usr/lib"),
-            shim: Expect::Fail(7, "/usr/lib"),
+            hook: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
+            shim: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
             check: None,
         },
     );
@@ -271,8 +278,8 @@ fn libdir_chain_of_links_to_host() {
                 link(r, "/hop1", "usr/../hop2").unwrap();
                 link(r, "/hop2", climb("/hop2", &c(k, "usr/lib"))).unwrap();
             },
-            hook: Expect::Fail(7, "/usr/lib"),
-            shim: Expect::Fail(7, "/usr/lib"),
+            hook: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
+            shim: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
             check: None,
         },
     );
@@ -286,8 +293,8 @@ fn libdir_dangling_link() {
             dev_tmpfs: true,
             runtime_writes: false,
             trap: |r, _| link(r, "/usr/lib", "/devinject-canary-dangling/lib").unwrap(),
-            hook: Expect::Fail(7, "/usr/lib"),
-            shim: Expect::Fail(7, "/usr/lib"),
+            hook: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
+            shim: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
             check: Some(|_, _, _| {
                 assert!(!Path::new("/devinject-canary-dangling").exists());
             }),
@@ -345,8 +352,14 @@ fn libdir_through_proc_magic_link() {
             dev_tmpfs: true,
             runtime_writes: false,
             trap: |r, k| link(r, "/usr/lib", via_proc(&c(k, "usr/lib"))).unwrap(),
-            hook: Expect::Fail(7, "/usr/lib"),
-            shim: Expect::Fail(7, "/usr/lib"),
+            hook: Expect::Fail(
+                7,
+                &["/usr/lib in the container rootfs: ELOOP", THROUGH_PROC],
+            ),
+            shim: Expect::Fail(
+                7,
+                &["/usr/lib in the container rootfs: ELOOP", THROUGH_PROC],
+            ),
             check: None,
         },
     );
@@ -360,8 +373,8 @@ fn libdir_is_a_file() {
             dev_tmpfs: true,
             runtime_writes: false,
             trap: |r, _| file(r, "/usr/lib", "not a directory").unwrap(),
-            hook: Expect::Fail(7, "Not a directory"),
-            shim: Expect::Fail(7, "Not a directory"),
+            hook: Expect::Fail(7, &["Not a directory", FILE_FOR_DIR]),
+            shim: Expect::Fail(7, &["Not a directory", FILE_FOR_DIR]),
             check: None,
         },
     );
@@ -375,8 +388,8 @@ fn bindir_link_to_host() {
             dev_tmpfs: true,
             runtime_writes: false,
             trap: |r, k| link(r, "/usr/bin", c(k, "usr/bin")).unwrap(),
-            hook: Expect::Fail(7, "/usr/bin"),
-            shim: Expect::Fail(7, "/usr/bin"),
+            hook: Expect::Fail(7, &["/usr/bin in the container rootfs: ENOENT", NOWHERE]),
+            shim: Expect::Fail(7, &["/usr/bin in the container rootfs: ENOENT", NOWHERE]),
             check: None,
         },
     );
@@ -485,8 +498,8 @@ fn library_is_a_directory() {
             dev_tmpfs: true,
             runtime_writes: false,
             trap: |r, _| dir(r, LIB).unwrap(),
-            hook: Expect::Fail(7, "directory"),
-            shim: Expect::Fail(7, "directory"),
+            hook: Expect::Fail(7, &["directory"]),
+            shim: Expect::Fail(7, &["directory"]),
             check: None,
         },
     );
@@ -500,8 +513,8 @@ fn soname_is_a_directory() {
             dev_tmpfs: true,
             runtime_writes: false,
             trap: |r, _| dir(r, SONAME).unwrap(),
-            hook: Expect::Fail(7, "directory"),
-            shim: Expect::Fail(7, "directory"),
+            hook: Expect::Fail(7, &["directory"]),
+            shim: Expect::Fail(7, &["directory"]),
             check: None,
         },
     );
@@ -517,8 +530,8 @@ fn etc_absolute_link_to_host() {
             dev_tmpfs: true,
             runtime_writes: false,
             trap: |r, k| link(r, "/etc", c(k, "etc")).unwrap(),
-            hook: Expect::Fail(7, "/etc"),
-            shim: Expect::Fail(7, "/etc"),
+            hook: Expect::Fail(7, &["/etc in the container rootfs: ENOENT", NOWHERE]),
+            shim: Expect::Fail(7, &["/etc in the container rootfs: ENOENT", NOWHERE]),
             check: None,
         },
     );
@@ -550,8 +563,8 @@ fn etc_through_proc_magic_link() {
             dev_tmpfs: true,
             runtime_writes: false,
             trap: |r, k| link(r, "/etc", via_proc(&c(k, "etc"))).unwrap(),
-            hook: Expect::Fail(7, "/etc"),
-            shim: Expect::Fail(7, "/etc"),
+            hook: Expect::Fail(7, &["/etc in the container rootfs: ELOOP", THROUGH_PROC]),
+            shim: Expect::Fail(7, &["/etc in the container rootfs: ELOOP", THROUGH_PROC]),
             check: None,
         },
     );
@@ -580,8 +593,8 @@ fn ld_so_cache_temp_file_is_a_link_to_host() {
             dev_tmpfs: true,
             runtime_writes: false,
             trap: |r, k| link(r, "/etc/ld.so.cache~", via_proc(&c(k, "etc/ld.so.cache"))).unwrap(),
-            hook: Expect::Fail(7, "ld.so.cache~"),
-            shim: Expect::Fail(7, "ld.so.cache~"),
+            hook: Expect::Fail(7, &["ld.so.cache~"]),
+            shim: Expect::Fail(7, &["ld.so.cache~"]),
             check: None,
         },
     );
@@ -660,8 +673,8 @@ fn ldconfig_blocked_forever_on_a_fifo_ld_so_conf() {
             dev_tmpfs: true,
             runtime_writes: false,
             trap: |r, _| fifo(r, "/etc/ld.so.conf").unwrap(),
-            hook: Expect::Fail(7, "did not finish within 3 s"),
-            shim: Expect::Fail(7, "did not finish within 3 s"),
+            hook: Expect::Fail(7, &["did not finish within 3 s"]),
+            shim: Expect::Fail(7, &["did not finish within 3 s"]),
             check: None,
         },
     );
@@ -678,8 +691,8 @@ fn ld_so_conf_includes_a_fifo() {
                 file(r, "/etc/ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n").unwrap();
                 fifo(r, "/etc/ld.so.conf.d/trap.conf").unwrap();
             },
-            hook: Expect::Fail(7, "did not finish within 3 s"),
-            shim: Expect::Fail(7, "did not finish within 3 s"),
+            hook: Expect::Fail(7, &["did not finish within 3 s"]),
+            shim: Expect::Fail(7, &["did not finish within 3 s"]),
             check: None,
         },
     );
@@ -744,7 +757,7 @@ fn dev_subdir_absolute_link_to_host() {
             dev_tmpfs: false,
             runtime_writes: false,
             trap: |r, k| link(r, "/dev/demo", c(k, "dev")).unwrap(),
-            hook: Expect::Fail(7, "/dev/demo"),
+            hook: Expect::Fail(7, &["/dev/demo in the container rootfs: ENOENT", NOWHERE]),
             shim: Expect::Inject,
             check: None,
         },
@@ -759,7 +772,7 @@ fn dev_subdir_climbing_link_to_host() {
             dev_tmpfs: false,
             runtime_writes: false,
             trap: |r, k| link(r, "/dev/demo", climb("/dev/demo", &c(k, "dev"))).unwrap(),
-            hook: Expect::Fail(7, "/dev/demo"),
+            hook: Expect::Fail(7, &["/dev/demo in the container rootfs: ENOENT", NOWHERE]),
             shim: Expect::Inject,
             check: None,
         },
@@ -774,7 +787,7 @@ fn dev_subdir_is_a_file() {
             dev_tmpfs: false,
             runtime_writes: false,
             trap: |r, _| file(r, "/dev/demo", "not a directory").unwrap(),
-            hook: Expect::Fail(7, "Not a directory"),
+            hook: Expect::Fail(7, &["Not a directory", FILE_FOR_DIR]),
             shim: Expect::Runtime("not a directory"),
             check: None,
         },
