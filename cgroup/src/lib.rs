@@ -24,10 +24,15 @@
 //!
 //! Everything is synchronous and single-threaded: it runs inside a short-lived OCI hook.
 //!
-//! Caveat: a program patched here lives only until the runtime or systemd re-applies its
-//! own rules (`systemctl daemon-reload` with the systemd driver re-attaches systemd's
-//! program; see NVIDIA/nvidia-container-toolkit#48). Devices listed in the container spec
-//! survive that; this crate is the fallback for runtimes that only run hooks.
+//! On v2 nothing is ever attached where no device program was (the container is not
+//! device-restricted there), and programs of the root cgroup or of ancestors, which filter
+//! other processes too, are never changed.
+//!
+//! Caveat: an extended program lives until something attaches a new one to the cgroup.
+//! Measured with runc 1.1.5 (`tests/kernel/runc.rs`): `runc update` with empty resources
+//! keeps it. `systemctl daemon-reload` with the systemd cgroup driver re-attaches systemd's
+//! own program without our rules (NVIDIA/nvidia-container-toolkit#48). Devices listed in the
+//! container spec survive that; this crate is the fallback for runtimes that only run hooks.
 
 use std::path::PathBuf;
 
@@ -123,6 +128,15 @@ fn grant_with<K: Kernel>(
         info!(cgroup = %dir.display(), rules = rules.len(), "devices.allow written");
     }
     let v2 = match &found.v2 {
+        Some(dir) if found.v2_is_root => {
+            info!(
+                cgroup = %dir.display(),
+                "process is in the root cgroup v2; device programs there are not changed"
+            );
+            V2Outcome::RootCgroup {
+                cgroup: dir.clone(),
+            }
+        }
         Some(dir) => v2::grant(kernel, dir, rules)?,
         None => V2Outcome::NotMounted,
     };
@@ -228,6 +242,32 @@ mod tests {
         assert!(report.v1.is_some());
         assert!(matches!(report.v2, V2Outcome::NoProgramAttached { .. }));
         assert!(k.attached.is_empty());
+    }
+
+    #[test]
+    fn root_cgroup_v2_programs_are_never_changed() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let opts = proc_tree(tmp.path(), true, true);
+        fs::write(
+            tmp.path().join("proc/42/cgroup"),
+            "11:devices:/system.slice/docker-abc.scope\n0::/\n",
+        )
+        .expect("write");
+        let mut k = FakeKernel::new().with_program(7, runtime_program(), true);
+        let report = grant_with(&mut k, 42, &rules(&["c 1:9 rw"]), &opts).expect("ok");
+        assert_eq!(
+            report.v2,
+            V2Outcome::RootCgroup {
+                cgroup: tmp.path().join("unified")
+            }
+        );
+        assert!(report.v1.is_some());
+        assert!(
+            !k.calls.iter().any(|c| !matches!(c, Call::AllowV1(..))),
+            "{:?}",
+            k.calls
+        );
+        assert_eq!(k.attached, vec![7]);
     }
 
     #[test]

@@ -24,6 +24,9 @@ pub struct ContainerCgroups {
     pub v1_devices: Option<PathBuf>,
     /// The cgroup v2 directory, when a cgroup2 file system is mounted.
     pub v2: Option<PathBuf>,
+    /// True when the process is in the root cgroup v2 (of the reader's cgroup namespace).
+    /// Programs there apply to every process below, so they are never the container's own.
+    pub v2_is_root: bool,
 }
 
 /// Locates the device cgroups of `pid`, reading `<proc_root>/<pid>/cgroup` and
@@ -66,6 +69,7 @@ pub fn container_cgroups(proc_root: &Path, pid: i32) -> Result<ContainerCgroups>
             let dir = resolve(&mounts, &entry.path, |m| m.fstype == "cgroup2")
                 .ok_or_else(|| unreachable("cgroup v2", &entry.path))?;
             found.v2 = Some(dir);
+            found.v2_is_root = entry.path == "/";
         }
     }
     Ok(found)
@@ -259,6 +263,7 @@ mod tests {
             ContainerCgroups {
                 v1_devices: Some(tree.path("sys/fs/cgroup/devices/docker/abc")),
                 v2: Some(tree.path("sys/fs/cgroup/unified/docker/abc")),
+                v2_is_root: false,
             }
         );
     }
@@ -306,6 +311,7 @@ mod tests {
         let found = container_cgroups(&tree.proc(), 42).expect("located");
         assert!(found.v1_devices.is_some());
         assert_eq!(found.v2, None);
+        assert!(!found.v2_is_root);
     }
 
     #[test]
@@ -320,6 +326,14 @@ mod tests {
         let found = container_cgroups(&tree.proc(), 42).expect("located");
         assert_eq!(found.v1_devices, None);
         assert_eq!(found.v2, Some(tree.path("sys/fs/cgroup/ctr")));
+    }
+
+    #[test]
+    fn v2_root_cgroup_is_flagged() {
+        let tree = Tree::new("0::/\n", HYBRID_MOUNTS, &["sys/fs/cgroup/unified"]);
+        let found = container_cgroups(&tree.proc(), 42).expect("located");
+        assert_eq!(found.v2, Some(tree.path("sys/fs/cgroup/unified")));
+        assert!(found.v2_is_root);
     }
 
     #[test]

@@ -50,6 +50,12 @@ pub struct ProgramSwap {
 pub enum V2Outcome {
     /// No cgroup2 file system is mounted here: nothing to do.
     NotMounted,
+    /// The process is in the root cgroup v2. Device programs there (if any) filter every
+    /// process on the host, so they are left alone and nothing is attached.
+    RootCgroup {
+        /// The root cgroup v2 directory.
+        cgroup: PathBuf,
+    },
     /// The container's cgroup has no device program: it is not device-restricted on v2, and
     /// nothing was attached.
     NoProgramAttached {
@@ -101,17 +107,24 @@ pub(crate) fn grant<K: Kernel>(
 ) -> Result<V2Outcome> {
     let cgroup = kernel.open_cgroup(dir)?;
     let attached = kernel.attached(&cgroup)?;
-    let effective = kernel.effective(&cgroup)?;
-    let inherited: Vec<u32> = effective
-        .into_iter()
-        .filter(|id| !attached.ids.contains(id))
-        .collect();
-    if !inherited.is_empty() {
-        warn!(
-            cgroup = %dir.display(),
-            programs = ?inherited,
-            "device programs attached to ancestor cgroups also apply and are not extended"
-        );
+    // Only for the log: ancestors' programs also filter this cgroup but are not ours.
+    match kernel.effective(&cgroup) {
+        Ok(effective) => {
+            let inherited: Vec<u32> = effective
+                .into_iter()
+                .filter(|id| !attached.ids.contains(id))
+                .collect();
+            if !inherited.is_empty() {
+                warn!(
+                    cgroup = %dir.display(),
+                    programs = ?inherited,
+                    "device programs attached to ancestor cgroups also apply and are not extended"
+                );
+            }
+        }
+        Err(error) => {
+            debug!(cgroup = %dir.display(), %error, "cannot list effective device programs")
+        }
     }
     if attached.ids.is_empty() {
         info!(cgroup = %dir.display(), "no device program attached; nothing to extend");

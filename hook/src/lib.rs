@@ -18,6 +18,7 @@ pub mod error;
 pub mod exit;
 pub mod finish;
 pub mod inject;
+pub mod logging;
 pub mod oci;
 pub mod prepare;
 pub mod run;

@@ -160,16 +160,22 @@ impl State {
     }
 }
 
+/// Reads `<bundle>/config.json` (bounded); returns its path, a name for messages and its bytes.
+pub fn read_spec_bytes(bundle: &Path) -> Result<(PathBuf, String, Vec<u8>), OciError> {
+    let path = bundle.join("config.json");
+    let what = path.display().to_string();
+    let file = std::fs::File::open(&path).map_err(|source| OciError::Read {
+        what: what.clone(),
+        source,
+    })?;
+    let bytes = read_bounded(file, MAX_SPEC_BYTES, &what)?;
+    Ok((path, what, bytes))
+}
+
 impl Spec {
     /// Reads and parses `<bundle>/config.json`.
     pub fn load(bundle: &Path) -> Result<Self, OciError> {
-        let path = bundle.join("config.json");
-        let what = path.display().to_string();
-        let file = std::fs::File::open(&path).map_err(|source| OciError::Read {
-            what: what.clone(),
-            source,
-        })?;
-        let bytes = read_bounded(file, MAX_SPEC_BYTES, &what)?;
+        let (_, what, bytes) = read_spec_bytes(bundle)?;
         Self::parse(&bytes, &what)
     }
 

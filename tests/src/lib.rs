@@ -7,6 +7,7 @@
 //! - [`sim`]: a simulated `demo` accelerator host: mknod'ed nodes under a dev root and a real
 //!   `libdemo.so.1` under a driver root.
 //! - [`runc`]: OCI bundles with the hook wired in, run by the real `runc`.
+//! - [`docker`]: a private containerd + dockerd per test, with devinject's runtimes registered.
 //! - [`probe`]: the in-container probe and the parser for its report.
 //! - [`canary`]: a host canary tree and fingerprints proving the host unchanged.
 //! - [`hostile`]: booby-trapping a rootfs (links out, FIFOs, files for dirs) and a swapper thread.
@@ -16,6 +17,7 @@
 pub mod bins;
 pub mod canary;
 pub mod cprog;
+pub mod docker;
 pub mod hostile;
 pub mod probe;
 pub mod rootfs;

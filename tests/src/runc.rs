@@ -149,6 +149,50 @@ impl Bundle {
         Ok(())
     }
 
+    /// The `runc --root` this bundle's containers use.
+    pub fn state_root(&self) -> PathBuf {
+        self.dir.join("runc-state")
+    }
+
+    /// Runs `runc --root <state root> <args>`.
+    pub fn runc(&self, args: &[&str]) -> Result<Output> {
+        Command::new(RUNC)
+            .arg("--root")
+            .arg(self.state_root())
+            .args(args)
+            .output()
+            .with_context(|| format!("runc {args:?}"))
+    }
+
+    /// Writes the spec and starts the container in the background (`runc run --detach`); the
+    /// returned handle deletes it when dropped. The container's stdout and stderr, and runc's,
+    /// go to `<bundle>/<id>.log`: a pipe would keep this call waiting for the container to exit.
+    pub fn start_detached(&self, id: &str) -> Result<Detached<'_>> {
+        self.write()?;
+        let log_path = self.dir.join(format!("{id}.log"));
+        let log = std::fs::File::create(&log_path).context("create the container log")?;
+        let status = Command::new(RUNC)
+            .arg("--root")
+            .arg(self.state_root())
+            .args(["run", "--detach", "--bundle"])
+            .arg(&self.dir)
+            .arg(id)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .status()
+            .context("runc run --detach")?;
+        let running = Detached {
+            bundle: self,
+            id: id.to_owned(),
+        };
+        if !status.success() {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            bail!("runc run --detach {id}: {status}\n{log}");
+        }
+        Ok(running)
+    }
+
     /// Writes the spec and runs the container to completion with `runc run`.
     pub fn run(&self, id: &str) -> Result<Output> {
         self.run_with(&[RUNC], id)
@@ -158,7 +202,7 @@ impl Bundle {
     /// shim with `--config`), which must accept runc's arguments.
     pub fn run_with(&self, runtime: &[&str], id: &str) -> Result<Output> {
         self.write()?;
-        let state = self.dir.join("runc-state");
+        let state = self.state_root();
         let out = Command::new(runtime[0])
             .args(&runtime[1..])
             .arg("--root")
@@ -239,6 +283,68 @@ pub fn hook_failure(out: &Output) -> Option<HookFailure> {
         code: digits.parse().ok()?,
         stderr,
     })
+}
+
+/// A container started by [`Bundle::start_detached`]; force-deleted on drop.
+#[derive(Debug)]
+pub struct Detached<'a> {
+    bundle: &'a Bundle,
+    id: String,
+}
+
+impl Detached<'_> {
+    /// The container id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Runs `args` in the container with `runc exec`.
+    pub fn exec(&self, args: &[&str]) -> Result<Output> {
+        let mut a = vec!["exec", self.id.as_str()];
+        a.extend_from_slice(args);
+        self.bundle.runc(&a)
+    }
+
+    /// Runs `runc update <flags> <id>`.
+    pub fn update(&self, flags: &[&str]) -> Result<Output> {
+        let mut a = vec!["update"];
+        a.extend_from_slice(flags);
+        a.push(&self.id);
+        self.bundle.runc(&a)
+    }
+}
+
+impl Drop for Detached<'_> {
+    fn drop(&mut self) {
+        let _ = self.bundle.runc(&["delete", "--force", &self.id]);
+    }
+}
+
+/// Shell run by [`cgroup_v2`]: a private mount namespace with cgroup2 mounted over
+/// `/sys/fs/cgroup`, so runc takes its cgroup v2 path (an eBPF device filter) on a hybrid host.
+const V2_SHELL: &str =
+    "mount --make-rprivate / && mount -t cgroup2 none /sys/fs/cgroup && exec \"$@\"";
+
+/// A command prefix for [`Bundle::run_with`] that runs `runtime` (plus its leading args) on
+/// cgroup v2: `unshare -m` + a cgroup2 mount over `/sys/fs/cgroup`.
+pub fn cgroup_v2(runtime: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = ["unshare", "-m", "--", "/bin/sh", "-c", V2_SHELL, "sh"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    v.extend(runtime.iter().map(|s| s.to_string()));
+    v
+}
+
+/// Runs a shell script inside the cgroup v2 namespace of [`cgroup_v2`] (for multi-step runc
+/// sequences such as run -d, exec, update).
+pub fn sh_in_cgroup_v2(script: &str) -> Result<Output> {
+    let full =
+        format!("mount --make-rprivate / && mount -t cgroup2 none /sys/fs/cgroup && {script}");
+    Command::new("unshare")
+        .args(["-m", "--", "/bin/sh", "-c", &full])
+        .output()
+        .context("unshare")
 }
 
 /// Formats a process output for assertion messages.

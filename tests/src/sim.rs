@@ -120,6 +120,25 @@ pub fn demo_host(dir: &Path, profiles: &[&str]) -> Result<SimHost> {
     })
 }
 
+/// Writes a host config for the real host's devices (dev root `/dev`, driver root `/`, sys root
+/// `/sys`) into `dir`, with only the shipped `profiles` copied into `dir/profiles`; returns its
+/// path.
+pub fn real_host_config(dir: &Path, profiles: &[&str]) -> Result<PathBuf> {
+    let profiles_dir = dir.join("profiles");
+    std::fs::create_dir_all(&profiles_dir)?;
+    for p in profiles {
+        std::fs::copy(
+            shipped_profiles().join(format!("{p}.toml")),
+            profiles_dir.join(format!("{p}.toml")),
+        )
+        .with_context(|| format!("copy profile {p}"))?;
+    }
+    let config = dir.join("config.toml");
+    let (dev, driver, sys) = (Path::new("/dev"), Path::new("/"), Path::new("/sys"));
+    write_config(&config, &profiles_dir, dev, driver, sys, "")?;
+    Ok(config)
+}
+
 /// Writes a host config file; `extra` is appended verbatim (e.g. `mount_api = "classic"`).
 pub fn write_config(
     path: &Path,

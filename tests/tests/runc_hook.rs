@@ -107,25 +107,7 @@ fn real_kvm_is_injected_and_fuse_is_not() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
-    let profiles = t.path().join("profiles");
-    std::fs::create_dir_all(&profiles).unwrap();
-    for p in ["kvm", "fuse"] {
-        std::fs::copy(
-            devinject_tests::sim::shipped_profiles().join(format!("{p}.toml")),
-            profiles.join(format!("{p}.toml")),
-        )
-        .unwrap();
-    }
-    let config = t.path().join("config.toml");
-    write_config(
-        &config,
-        &profiles,
-        Path::new("/dev"),
-        Path::new("/"),
-        Path::new("/sys"),
-        "",
-    )
-    .unwrap();
+    let config = devinject_tests::sim::real_host_config(t.path(), &["kvm", "fuse"]).unwrap();
     let args = probe_args(&["/dev/kvm", "/dev/fuse"], &[]);
     let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut b = Bundle::new(&t.path().join("bundle"), &arg_refs).unwrap();
@@ -143,4 +125,32 @@ fn real_kvm_is_injected_and_fuse_is_not() {
     );
     assert_eq!(kvm.open, "ok", "{}", describe(&out));
     assert_eq!(r.node("/dev/fuse").kind, "missing", "{}", describe(&out));
+}
+
+/// In a user namespace mknod is refused and a node on the namespace's tmpfs would not work: the
+/// hook bind-mounts the host nodes instead.
+#[test]
+fn user_namespace_gets_devices_by_bind_mount() {
+    if !ready() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    // The mapped root must be able to walk into the bundle.
+    std::fs::set_permissions(
+        t.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let host = demo_host(&t.path().join("host"), &["demo"]).unwrap();
+    let args = demo_probe_args();
+    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut b = Bundle::new(&t.path().join("bundle"), &arg_refs).unwrap();
+    b.env("DEMO_VISIBLE_DEVICES=0,1")
+        .hook("createRuntime", &bin("devinject-hook"), &host.config)
+        .bind_node(&host.dev_root.join("demo/accel2"), "/dev/demo/accel2")
+        .user_namespace(100_000, 65_536);
+    let out = b.run(&container_id("userns")).unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let report = Report::parse(&String::from_utf8_lossy(&out.stdout));
+    assert_demo_granted_0_1(&report, &out);
 }

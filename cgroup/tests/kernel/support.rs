@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use devinject_cgroup::ebpf::program::F_ALLOW_MULTI;
 use devinject_cgroup::ebpf::{CgroupDir, DeviceProgram, Insn, Reg};
-use devinject_cgroup::locate::container_cgroups;
 use devinject_cgroup::{CgroupOptions, DeviceRule};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sched::{unshare, CloneFlags};
@@ -31,7 +30,7 @@ pub fn skip(test: &str, reason: &str) -> bool {
     false
 }
 
-fn unique(prefix: &str) -> String {
+pub fn unique(prefix: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     format!(
         "{prefix}-{}-{}",
@@ -57,31 +56,37 @@ pub fn private_mount_namespace() {
 
 /// A file system mounted in the private namespace, unmounted on drop.
 pub struct Mounted {
-    dir: tempfile::TempDir,
+    path: PathBuf,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Mounted {
+    /// Mounts on a new temporary directory.
     pub fn new(fstype: &str, data: Option<&str>) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        mount(
-            Some(fstype),
-            dir.path(),
-            Some(fstype),
-            MsFlags::empty(),
-            data,
-        )
-        .unwrap_or_else(|e| panic!("mount -t {fstype} at {}: {e}", dir.path().display()));
-        Self { dir }
+        let mut mounted = Self::at(dir.path(), fstype, data);
+        mounted._dir = Some(dir);
+        mounted
+    }
+
+    /// Mounts over `path`.
+    pub fn at(path: &Path, fstype: &str, data: Option<&str>) -> Self {
+        mount(Some(fstype), path, Some(fstype), MsFlags::empty(), data)
+            .unwrap_or_else(|e| panic!("mount -t {fstype} at {}: {e}", path.display()));
+        Self {
+            path: path.to_owned(),
+            _dir: None,
+        }
     }
 
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        &self.path
     }
 }
 
 impl Drop for Mounted {
     fn drop(&mut self) {
-        let _ = umount2(self.dir.path(), MntFlags::MNT_DETACH);
+        let _ = umount2(&self.path, MntFlags::MNT_DETACH);
     }
 }
 
@@ -142,9 +147,14 @@ impl TestCgroup {
 
     /// Loads a runc-shaped program allowing `rules` and attaches it like runc does.
     pub fn attach_runtime_program(&self, rules: &[DeviceRule]) -> u32 {
+        self.attach_runtime_program_with_flags(rules, F_ALLOW_MULTI)
+    }
+
+    /// Loads a runc-shaped program allowing `rules` and attaches it with `flags`.
+    pub fn attach_runtime_program_with_flags(&self, rules: &[DeviceRule], flags: u32) -> u32 {
         let program = DeviceProgram::load(&runc_like(rules), "runc_like").expect("load");
         let cgroup = CgroupDir::open(&self.dir).expect("open cgroup");
-        program.attach(&cgroup, F_ALLOW_MULTI).expect("attach");
+        program.attach(&cgroup, flags).expect("attach");
         program.id()
     }
 }
@@ -161,10 +171,29 @@ impl Drop for TestCgroup {
     }
 }
 
-/// The v1 devices cgroup directory of this process, if the hierarchy is mounted.
+/// The v1 devices cgroup directory of this process, if the hierarchy is mounted. (Not via
+/// the library's `locate`, which by design ignores the root devices cgroup.)
 pub fn own_v1_devices_dir() -> Option<PathBuf> {
-    let pid = i32::try_from(std::process::id()).expect("pid fits i32");
-    container_cgroups(Path::new("/proc"), pid).ok()?.v1_devices
+    let cgroups = fs::read_to_string("/proc/self/cgroup").expect("read /proc/self/cgroup");
+    let path = cgroups.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        controllers
+            .split(',')
+            .any(|c| c == "devices")
+            .then(|| path.to_owned())
+    })?;
+    let mounts = fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
+    mounts.lines().rev().find_map(|line| {
+        let (before, after) = line.split_once(" - ")?;
+        let before: Vec<&str> = before.split(' ').collect();
+        let after: Vec<&str> = after.split(' ').collect();
+        let is_devices =
+            after.first() == Some(&"cgroup") && after.get(2)?.split(',').any(|o| o == "devices");
+        let relative = Path::new(&path).strip_prefix(before.get(3)?).ok()?;
+        let dir = Path::new(before.get(4)?).join(relative);
+        (is_devices && dir.is_dir()).then_some(dir)
+    })
 }
 
 /// A cgroup2 mount in the private namespace and this thread's cgroup inside it.

@@ -312,6 +312,50 @@ fn every_attached_program_is_extended() {
 
 #[test]
 #[serial]
+fn single_program_mode_is_swapped_too() {
+    if !privileged("single_program_mode_is_swapped_too") {
+        return;
+    }
+    private_mount_namespace();
+    let v2 = Cgroup2::mount();
+    let cg = TestCgroup::create_under(&v2.own);
+    // Attached without BPF_F_ALLOW_MULTI, as older runtimes did: the cgroup holds one program.
+    let old_id = cg.attach_runtime_program_with_flags(&runtime_rules(), 0);
+    let resident = Resident::start_in(&[&cg]);
+    assert_denied(
+        probe(&[&cg], Path::new(URANDOM), Use::Read),
+        "urandom before",
+    );
+
+    let view = ProcView::new();
+    let report = grant(
+        resident.pid_i32(),
+        &rules(&["c 1:9 rw"]),
+        &view.options_for(resident.pid()),
+    )
+    .expect("grant");
+    let swaps = report.v2.swaps();
+    assert!(
+        matches!(report.v2, V2Outcome::Replaced { .. }),
+        "{:?}",
+        report.v2
+    );
+    assert_eq!(swaps.len(), 1);
+    assert_eq!(swaps[0].old_id, old_id);
+    let cgroup = CgroupDir::open(&cg.dir).expect("open");
+    let attached = cgroup.device_programs().expect("query");
+    assert_eq!(attached.ids, vec![swaps[0].new_id]);
+    assert_eq!(attached.flags, 0, "attach mode unchanged");
+    assert_passed(
+        probe(&[&cg], Path::new(URANDOM), Use::Read),
+        "urandom after",
+    );
+    assert_passed(probe(&[&cg], Path::new(NULL), Use::ReadWrite), "null after");
+    drop(resident);
+}
+
+#[test]
+#[serial]
 fn dumped_instructions_are_the_loaded_ones() {
     if !privileged("dumped_instructions_are_the_loaded_ones") {
         return;

@@ -70,7 +70,7 @@ fn main() -> ProcessExit {
             return exit(ExitCode::Config);
         }
     };
-    init_logging(&config.log_level);
+    devinject_hook::logging::init(&config.log_level);
     let stdin = std::io::stdin().lock();
     let result = match &finish {
         Some(f) => devinject_hook::finish::finish(&config, f, stdin).map(drop),
@@ -83,16 +83,4 @@ fn main() -> ProcessExit {
             exit(e.exit_code())
         }
     }
-}
-
-fn init_logging(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    // A plain writer on stderr: no background thread (the hook forks and joins namespaces).
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .without_time()
-        .init();
 }

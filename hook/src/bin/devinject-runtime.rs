@@ -25,15 +25,7 @@ fn main() -> ProcessExit {
             return ProcessExit::from(ExitCode::Config.code());
         }
     };
-    // Logs go to stderr, which runtimes pass on; keep it quiet unless asked.
-    let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .without_time()
-        .init();
+    devinject_hook::logging::init(&config.log_level);
     let err = shim::run(&args, &config);
     runtime_log::report(&args, &format!("devinject: {}", describe(&err)));
     ProcessExit::from(err.exit_code().code())

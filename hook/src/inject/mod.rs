@@ -95,6 +95,27 @@ pub struct Target {
     pub readonly_rootfs: bool,
 }
 
+impl Target {
+    /// Host uid and gid of the container's root when it has a user namespace (read from
+    /// `/proc/<pid>/{uid,gid}_map`), else `None`.
+    pub fn userns_owner(&self) -> Option<(u32, u32)> {
+        if !self.bind_nodes {
+            return None;
+        }
+        let host_id_of_root = |file: &str| -> Option<u32> {
+            let text = std::fs::read_to_string(format!("/proc/{}/{file}", self.pid)).ok()?;
+            text.lines().find_map(|l| {
+                let f: Vec<u32> = l
+                    .split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect();
+                (f.len() == 3 && f[0] == 0 && f[2] > 0).then_some(f[1])
+            })
+        };
+        Some((host_id_of_root("uid_map")?, host_id_of_root("gid_map")?))
+    }
+}
+
 /// What was done, for logs and tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Report {
@@ -178,9 +199,10 @@ pub fn apply(
     report.new_mount_api = new_api;
 
     let needs_etc = !edits.ldcache_dirs().is_empty();
+    let owner = target.userns_owner();
     run_in_namespace(&mnt_ns, |_| {
         nix::sys::stat::umask(Mode::empty());
-        let root = Rootfs::open(&target.rootfs)?;
+        let root = Rootfs::open(&target.rootfs)?.with_userns_owner(owner);
         for (node, source) in edits.device_nodes.iter().zip(node_sources) {
             nodes::create(&root, node, source)?;
         }

@@ -97,9 +97,12 @@ pub fn placeholder(root: &Rootfs, container_path: &Path) -> Result<OwnedFd, Inje
         Entry::Dir => return Err(rerr("mount a file over a directory at", Errno::EISDIR)),
         Entry::Symlink | Entry::Other => {
             unlinkat(&dir, name, UnlinkatFlags::NoRemoveDir).map_err(|e| rerr("replace", e))?;
-            create_file(&dir, name).map_err(|e| rerr("create", e))?;
+            root.create(|| create_file(&dir, name))
+                .map_err(|e| rerr("create", e))?;
         }
-        Entry::Missing => create_file(&dir, name).map_err(|e| rerr("create", e))?,
+        Entry::Missing => root
+            .create(|| create_file(&dir, name))
+            .map_err(|e| rerr("create", e))?,
     }
     let target = open_nofollow(&dir, name, container_path)?;
     // Between the checks above and this open the image cannot run, but a volume shared with

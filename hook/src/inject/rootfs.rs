@@ -69,6 +69,10 @@ pub enum Entry {
 pub struct Rootfs {
     fd: OwnedFd,
     path: PathBuf,
+    /// Host uid and gid of the container's root in a user namespace: files created on a
+    /// filesystem mounted inside that namespace (the runtime's `/dev` tmpfs) must belong to an
+    /// id mapped there, or the kernel refuses with EOVERFLOW.
+    userns_owner: Option<(u32, u32)>,
 }
 
 impl Rootfs {
@@ -87,7 +91,30 @@ impl Rootfs {
         Ok(Self {
             fd,
             path: path.to_owned(),
+            userns_owner: None,
         })
+    }
+
+    /// Sets the owner used for creations that the kernel refuses to root (see the field).
+    pub fn with_userns_owner(mut self, owner: Option<(u32, u32)>) -> Self {
+        self.userns_owner = owner;
+        self
+    }
+
+    /// Runs a creating `*at` call; on EOVERFLOW (a filesystem mounted in the container's user
+    /// namespace, where host root is unmapped) retries it as the container's root.
+    pub fn create<T>(&self, f: impl Fn() -> nix::Result<T>) -> nix::Result<T> {
+        match (f(), self.userns_owner) {
+            (Err(Errno::EOVERFLOW), Some((uid, gid))) => {
+                let old_gid = nix::unistd::setfsgid(nix::unistd::Gid::from_raw(gid));
+                let old_uid = nix::unistd::setfsuid(nix::unistd::Uid::from_raw(uid));
+                let r = f();
+                nix::unistd::setfsuid(old_uid);
+                nix::unistd::setfsgid(old_gid);
+                r
+            }
+            (r, _) => r,
+        }
     }
 
     /// The rootfs's host path.
@@ -124,7 +151,8 @@ impl Rootfs {
             match self.resolve(&cur, flags) {
                 Ok(next) => fd = next,
                 Err(e) if e.errno == Errno::ENOENT => {
-                    match mkdirat(fd.as_fd(), comp, Mode::from_bits_truncate(0o755)) {
+                    match self.create(|| mkdirat(fd.as_fd(), comp, Mode::from_bits_truncate(0o755)))
+                    {
                         Ok(()) | Err(Errno::EEXIST) => {}
                         Err(errno) => {
                             return Err(RootfsError {
@@ -267,7 +295,7 @@ mod tests {
     }
 
     #[test]
-    fn dangling_and_magic_links_are_errors_that_say_so() {
+    fn dangling_links_are_errors_that_say_so() {
         let t = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(t.path().join("usr")).unwrap();
         symlink("/nowhere/lib", t.path().join("usr/lib")).unwrap();

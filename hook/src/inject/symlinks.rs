@@ -45,5 +45,6 @@ pub fn create(root: &Rootfs, link: &Symlink) -> Result<(), InjectError> {
             unlinkat(&dir, name, UnlinkatFlags::NoRemoveDir).map_err(|e| rerr("replace", e))?;
         }
     }
-    symlinkat(link.target.as_str(), &dir, name).map_err(|e| rerr("symlink", e))
+    root.create(|| symlinkat(link.target.as_str(), &dir, name))
+        .map_err(|e| rerr("symlink", e))
 }

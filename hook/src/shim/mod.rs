@@ -19,7 +19,7 @@ use devinject_devices::{ProfileError, ProfileSet};
 use crate::config::{ConfigError, HostConfig, RUNTIME_CANDIDATES};
 use crate::exit::ExitCode;
 use crate::inject::{layout, rootfs::Rootfs};
-use crate::oci::{read_bounded, OciError, Spec, MAX_SPEC_BYTES};
+use crate::oci::{read_spec_bytes, OciError, Spec};
 use crate::prepare::{find_requests, plan_container, PrepareError};
 use args::ShimArgs;
 use spec_edit::SpecEditError;
@@ -135,13 +135,7 @@ pub fn edit_bundle(
     config: &HostConfig,
     config_path: Option<&Path>,
 ) -> Result<BundleEdit, ShimError> {
-    let path = bundle.join("config.json");
-    let what = path.display().to_string();
-    let file = std::fs::File::open(&path).map_err(|source| OciError::Read {
-        what: what.clone(),
-        source,
-    })?;
-    let bytes = read_bounded(file, MAX_SPEC_BYTES, &what)?;
+    let (path, what, bytes) = read_spec_bytes(bundle)?;
     let profiles = ProfileSet::load_dir(&config.profiles_dir)?;
     // Cheap pre-check: a spec that names no request variable and no annotation of ours asked
     // for nothing, and is not even parsed.

@@ -1,0 +1,42 @@
+//! The documented exit codes of devinject-ctl.
+
+use devinject_runtime_config::RuntimeConfigError;
+
+/// Exit status of `devinject-ctl`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitCode {
+    /// Done (also when there was nothing to change).
+    Success = 0,
+    /// An unexpected failure.
+    Failure = 1,
+    /// Bad command line or a request the engine cannot carry out (clap also exits with 2).
+    Usage = 2,
+    /// A host configuration file is broken, unsupported or not ours; nothing was written.
+    BadInput = 3,
+    /// A filesystem or permission error.
+    Io = 4,
+    /// A helper command (`ctr oci spec`) or the daemon reload failed.
+    External = 5,
+}
+
+impl ExitCode {
+    /// The code for an error chain, from the library error at its root when there is one.
+    pub fn of(err: &anyhow::Error) -> Self {
+        match err.downcast_ref::<RuntimeConfigError>() {
+            Some(e) if e.is_bad_input() => ExitCode::BadInput,
+            Some(RuntimeConfigError::Io { .. }) => ExitCode::Io,
+            Some(RuntimeConfigError::InvalidRequest(_)) => ExitCode::Usage,
+            Some(RuntimeConfigError::Command { .. } | RuntimeConfigError::Reload { .. }) => {
+                ExitCode::External
+            }
+            _ if err.downcast_ref::<std::io::Error>().is_some() => ExitCode::Io,
+            _ => ExitCode::Failure,
+        }
+    }
+}
+
+impl From<ExitCode> for std::process::ExitCode {
+    fn from(code: ExitCode) -> Self {
+        std::process::ExitCode::from(code as u8)
+    }
+}

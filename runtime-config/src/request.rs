@@ -1,0 +1,267 @@
+//! What the caller asks for: which engine, which mode, which paths.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Default install path of the runtime shim (`devinject-runtime`).
+pub const DEFAULT_SHIM_PATH: &str = "/usr/local/bin/devinject-runtime";
+/// Default install path of the OCI hook (`devinject-hook`).
+pub const DEFAULT_HOOK_PATH: &str = "/usr/local/bin/devinject-hook";
+/// Default name of the runtime entry / handler / RuntimeClass handler.
+pub const DEFAULT_RUNTIME_NAME: &str = "devinject";
+/// Annotation pattern containerd must pass through to the OCI spec, so that the hook and shim
+/// see what the device plugin wrote (containerd drops other annotations).
+pub const ANNOTATION_PATTERN: &str = "devinject.io/*";
+/// Default hooks.d directory for CRI-O and podman hook files: the administrator's override
+/// directory of oci-hooks(5), not the package-owned `/usr/share/containers/oci/hooks.d`.
+pub const DEFAULT_HOOKS_DIR: &str = "/etc/containers/oci/hooks.d";
+
+/// A container engine whose configuration devinject-ctl edits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// containerd 1.6/1.7 (config version 2) and 2.x (config version 3), through its CRI plugin.
+    Containerd,
+    /// CRI-O.
+    Crio,
+    /// dockerd.
+    Docker,
+    /// podman (root).
+    Podman,
+}
+
+impl Engine {
+    /// All engines, for help texts and loops.
+    pub const ALL: [Engine; 4] = [
+        Engine::Containerd,
+        Engine::Crio,
+        Engine::Docker,
+        Engine::Podman,
+    ];
+
+    /// The engine's name as used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Containerd => "containerd",
+            Engine::Crio => "crio",
+            Engine::Docker => "docker",
+            Engine::Podman => "podman",
+        }
+    }
+
+    /// The engine's main configuration file, as a host path.
+    pub fn default_config(self) -> &'static str {
+        match self {
+            Engine::Containerd => "/etc/containerd/config.toml",
+            Engine::Crio => "/etc/crio/crio.conf",
+            Engine::Docker => "/etc/docker/daemon.json",
+            Engine::Podman => "/etc/containers/containers.conf",
+        }
+    }
+
+    /// The mode used when none is asked for: the runtime shim, which puts devices into the spec
+    /// where later cgroup updates cannot remove them, except for podman, whose natural extension
+    /// point is hooks.d.
+    pub fn default_mode(self) -> Mode {
+        match self {
+            Engine::Podman => Mode::Hook,
+            _ => Mode::Shim,
+        }
+    }
+}
+
+impl fmt::Display for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How devinject is plugged into the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// A runtime entry whose binary is `devinject-runtime`, which edits `config.json` on
+    /// `create` and then runs runc.
+    Shim,
+    /// An OCI `createRuntime` hook running `devinject-hook`.
+    Hook,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Shim => "shim",
+            Mode::Hook => "hook",
+        })
+    }
+}
+
+/// Where the host's files are.
+///
+/// Paths written *into* configuration files are host paths (what the daemon sees); files are
+/// read and written at `root` joined with the host path, so an installer running in a container
+/// with the host's `/` mounted at `/host` passes `root = "/host"`, and tests pass a temp dir.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPaths {
+    /// Prefix under which the host's filesystem is reachable; `/` on the host itself.
+    pub root: PathBuf,
+    /// The engine's main configuration file (host path); `None` for the engine's default.
+    pub config: Option<PathBuf>,
+    /// The hooks.d directory for CRI-O/podman hook files (host path); `None` for
+    /// [`DEFAULT_HOOKS_DIR`].
+    pub hooks_dir: Option<PathBuf>,
+}
+
+impl Default for HostPaths {
+    fn default() -> Self {
+        HostPaths {
+            root: PathBuf::from("/"),
+            config: None,
+            hooks_dir: None,
+        }
+    }
+}
+
+impl HostPaths {
+    /// Where the host path `host` can be read and written by this process.
+    ///
+    /// A symlink at the end of the path is followed (up to 8 hops), with absolute targets taken
+    /// as host paths below the root: a configuration file kept elsewhere and linked into place
+    /// (`/etc/docker/daemon.json -> /srv/node/daemon.json`) is read and replaced where it lives,
+    /// and stays linked. Symlinked directories in the middle of the path are left to the kernel,
+    /// which resolves absolute targets against this process's `/`, not the root.
+    pub fn access(&self, host: &Path) -> PathBuf {
+        let mut path = self.join(host);
+        for _ in 0..8 {
+            let Ok(target) = std::fs::read_link(&path) else {
+                break;
+            };
+            path = if target.is_absolute() {
+                self.join(&target)
+            } else {
+                path.parent().unwrap_or(Path::new("/")).join(target)
+            };
+        }
+        path
+    }
+
+    fn join(&self, host: &Path) -> PathBuf {
+        self.root.join(host.strip_prefix("/").unwrap_or(host))
+    }
+
+    /// The engine's main configuration file (host path).
+    pub fn config_for(&self, engine: Engine) -> PathBuf {
+        self.config
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(engine.default_config()))
+    }
+
+    /// The hooks.d directory (host path).
+    pub fn hooks_dir(&self) -> PathBuf {
+        self.hooks_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_HOOKS_DIR))
+    }
+}
+
+/// A request to configure one engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigureRequest {
+    /// The engine to configure.
+    pub engine: Engine,
+    /// Shim or hook; `None` for [`Engine::default_mode`].
+    pub mode: Option<Mode>,
+    /// Make devinject the engine's default runtime (the old default is restored by
+    /// [`crate::unconfigure`]).
+    pub set_as_default: bool,
+    /// Compute and report the changes (with diffs) but write nothing.
+    pub dry_run: bool,
+    /// Host paths.
+    pub paths: HostPaths,
+    /// Host path of `devinject-runtime`.
+    pub shim_path: PathBuf,
+    /// Host path of `devinject-hook`.
+    pub hook_path: PathBuf,
+    /// Name of the runtime entry (containerd runtime, CRI-O handler, docker runtime).
+    pub runtime_name: String,
+    /// containerd hook mode: an OCI spec (host path) to start the base spec from. `None`: the
+    /// copied runtime's own `base_runtime_spec`, else the output of `ctr oci spec`.
+    pub base_spec: Option<PathBuf>,
+    /// containerd hook mode: the `ctr` binary used to print containerd's default spec.
+    pub ctr_path: PathBuf,
+}
+
+impl ConfigureRequest {
+    /// A request with the default paths, mode and names for `engine`.
+    pub fn new(engine: Engine) -> Self {
+        ConfigureRequest {
+            engine,
+            mode: None,
+            set_as_default: false,
+            dry_run: false,
+            paths: HostPaths::default(),
+            shim_path: PathBuf::from(DEFAULT_SHIM_PATH),
+            hook_path: PathBuf::from(DEFAULT_HOOK_PATH),
+            runtime_name: DEFAULT_RUNTIME_NAME.to_string(),
+            base_spec: None,
+            ctr_path: PathBuf::from("ctr"),
+        }
+    }
+
+    /// The effective mode.
+    pub fn mode(&self) -> Mode {
+        self.mode.unwrap_or_else(|| self.engine.default_mode())
+    }
+}
+
+/// A request to undo [`crate::configure`] for one engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnconfigureRequest {
+    /// The engine.
+    pub engine: Engine,
+    /// Report (with diffs) but write nothing.
+    pub dry_run: bool,
+    /// Host paths; must be the same as when configuring.
+    pub paths: HostPaths,
+    /// Name of the runtime entry, used only when no state file exists.
+    pub runtime_name: String,
+    /// Host path of `devinject-hook`, used only when no state file exists (to recognise our
+    /// hooks.d file).
+    pub hook_path: PathBuf,
+}
+
+impl UnconfigureRequest {
+    /// A request with the default paths for `engine`.
+    pub fn new(engine: Engine) -> Self {
+        UnconfigureRequest {
+            engine,
+            dry_run: false,
+            paths: HostPaths::default(),
+            runtime_name: DEFAULT_RUNTIME_NAME.to_string(),
+            hook_path: PathBuf::from(DEFAULT_HOOK_PATH),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_joins_root_and_host_path() {
+        let p = HostPaths {
+            root: PathBuf::from("/host"),
+            ..HostPaths::default()
+        };
+        assert_eq!(
+            p.access(Path::new("/etc/containerd/config.toml")),
+            PathBuf::from("/host/etc/containerd/config.toml")
+        );
+        assert_eq!(
+            HostPaths::default().access(Path::new("/etc/x")),
+            PathBuf::from("/etc/x")
+        );
+    }
+}

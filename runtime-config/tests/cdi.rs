@@ -1,0 +1,222 @@
+//! `cdi generate` on a simulated host: a dev root with demo nodes made by mknod, a driver root
+//! with a real shared library built by gcc, the shipped demo and kvm profiles. The output is
+//! compared with `tests/golden-cdi/devinject.io-demo.json` (the host paths are host paths
+//! because the simulated host is reached through the root prefix, as an installer would).
+//! Needs root (mknod) and gcc; skipped otherwise (fails under `CI=true`).
+//! `UPDATE_GOLDEN=1` rewrites the expected file.
+
+mod support;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use devinject_runtime_config::cdi::{self, CdiRequest};
+use devinject_runtime_config::Action;
+use support::daemons;
+
+fn sim_host(root: &Path) {
+    fs::create_dir_all(root.join("dev/demo")).expect("mkdir dev");
+    fs::create_dir_all(root.join("sys")).expect("mkdir sys");
+    for (name, minor) in [("accel0", 237), ("accel1", 234), ("ctl", 200)] {
+        daemons::output(
+            Command::new("mknod")
+                .args(["-m", "0666"])
+                .arg(root.join("dev/demo").join(name))
+                .args(["c", "10", &minor.to_string()]),
+        )
+        .expect("mknod");
+    }
+    let lib = root.join("opt/devinject-demo/lib");
+    fs::create_dir_all(&lib).expect("mkdir lib");
+    let src = root.join("libdemo.c");
+    fs::write(&src, "int demo_version(void) { return 1; }\n").expect("write c");
+    daemons::output(
+        Command::new("gcc")
+            .args(["-shared", "-fPIC", "-Wl,-soname,libdemo.so.1", "-o"])
+            .arg(lib.join("libdemo.so.1.0.0"))
+            .arg(&src),
+    )
+    .expect("gcc");
+    let profiles = root.join("etc/devinject/profiles");
+    fs::create_dir_all(&profiles).expect("mkdir profiles");
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
+    for p in ["demo", "kvm"] {
+        fs::copy(
+            shipped.join(format!("{p}.toml")),
+            profiles.join(format!("{p}.toml")),
+        )
+        .expect("copy profile");
+    }
+}
+
+fn request(root: &Path) -> CdiRequest {
+    CdiRequest {
+        root: root.to_path_buf(),
+        ..CdiRequest::default()
+    }
+}
+
+#[test]
+fn cdi_generate_writes_a_minimal_valid_spec_and_removes_stale_ones() {
+    if !daemons::prerequisites(&["mknod", "gcc"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    sim_host(root);
+    let out = root.join("etc/cdi/devinject.io-demo.json");
+
+    // Dry run: the diff, nothing written.
+    let mut req = request(root);
+    req.dry_run = true;
+    let dry = cdi::generate(&req).expect("dry run");
+    assert_eq!(dry.changes.len(), 1);
+    assert!(!out.exists());
+
+    req.dry_run = false;
+    let report = cdi::generate(&req).expect("generate");
+    assert_eq!(report.changes.len(), 1, "{:?}", report.changes);
+    assert_eq!(report.changes[0].action, Action::Create);
+    let kvm = report
+        .profiles
+        .iter()
+        .find(|p| p.profile == "kvm")
+        .expect("kvm");
+    assert!(
+        kvm.file.is_none(),
+        "no kvm nodes under the simulated dev root"
+    );
+    let text = fs::read_to_string(&out).expect("spec");
+    let golden =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden-cdi/devinject.io-demo.json");
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        fs::create_dir_all(golden.parent().expect("dir")).expect("mkdir");
+        fs::write(&golden, &text).expect("update golden");
+    }
+    assert_eq!(text, fs::read_to_string(&golden).expect("golden"));
+
+    // Structure as CDI reads it.
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["cdiVersion"], "0.5.0", "device names start with a digit");
+    assert_eq!(v["kind"], "devinject.io/demo");
+    let names: Vec<_> = v["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .map(|d| d["name"].clone())
+        .collect();
+    assert_eq!(names, ["0", "1", "all"]);
+    assert!(v["containerEdits"]["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .all(|e| !e
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("DEMO_VISIBLE_DEVICES=")));
+
+    // Again: nothing changes.
+    assert!(cdi::generate(&request(root))
+        .expect("again")
+        .changes
+        .is_empty());
+
+    // The devices go away: the spec goes too.
+    for n in ["accel0", "accel1"] {
+        fs::remove_file(root.join("dev/demo").join(n)).expect("rm node");
+    }
+    let gone = cdi::generate(&request(root)).expect("generate without devices");
+    assert_eq!(gone.changes.len(), 1);
+    assert_eq!(gone.changes[0].action, Action::Remove);
+    assert!(!out.exists());
+}
+
+#[test]
+fn cdi_spec_from_plain_values_maps_host_paths_and_wires_the_finish_hook() {
+    use devinject_devices::host_files::HostLibrary;
+    use devinject_devices::{
+        Device, DeviceId, DeviceNode, HostFiles, Inventory, NodeKind, Profile,
+    };
+    let profile = Profile::parse(
+        "name = \"demo\"\nresource = \"devinject.io/demo\"\n[discovery]\nnodes = [\"demo/accel*\"]\n[env]\nDEMO_DRIVER = \"1\"\n",
+        Path::new("demo.toml"),
+    )
+    .expect("profile");
+    let node = |name: &str, minor| DeviceNode {
+        host_path: PathBuf::from(format!("/host/dev/demo/{name}")),
+        container_path: PathBuf::from(format!("/dev/demo/{name}")),
+        kind: NodeKind::Char,
+        major: 10,
+        minor,
+        mode: 0o660,
+        uid: 0,
+        gid: 44,
+    };
+    let inventory = Inventory {
+        devices: vec![Device {
+            id: DeviceId::new("gpu-a").expect("id"),
+            index: 0,
+            name: "accel0".into(),
+            nodes: vec![node("accel0", 1)],
+            numa_node: None,
+            healthy: true,
+        }],
+        control_nodes: vec![node("ctl", 2)],
+    };
+    let files = HostFiles {
+        libraries: vec![HostLibrary {
+            path: PathBuf::from("/host/usr/lib/libdemo.so.1.0.0"),
+            file_name: "libdemo.so.1.0.0".into(),
+            soname: Some("libdemo.so.1".into()),
+        }],
+        binaries: Vec::new(),
+        files: Vec::new(),
+    };
+    let req = CdiRequest {
+        root: PathBuf::from("/host"),
+        hook_config: Some(PathBuf::from("/etc/devinject/alt.toml")),
+        lib_dir: PathBuf::from("/usr/lib64"),
+        ..CdiRequest::default()
+    };
+    let spec = cdi::build_spec(&req, &profile, &inventory, &files)
+        .expect("build")
+        .expect("a spec");
+    // Host paths are the host's, without the root prefix; equal to the container path, so no
+    // hostPath and no need for 0.5.0; the device name starts with a letter.
+    assert_eq!(spec.cdi_version, "0.3.0");
+    let dev = &spec.devices[0].container_edits.device_nodes[0];
+    assert_eq!(
+        (dev.path.as_str(), dev.host_path.as_deref()),
+        ("/dev/demo/accel0", None)
+    );
+    assert_eq!((dev.file_mode, dev.gid), (0o660, 44));
+    assert_eq!(spec.devices[1].name, "all");
+    assert_eq!(spec.container_edits.device_nodes[0].path, "/dev/demo/ctl");
+    assert_eq!(
+        spec.container_edits.mounts[0].host_path,
+        "/usr/lib/libdemo.so.1.0.0"
+    );
+    assert_eq!(
+        spec.container_edits.mounts[0].container_path,
+        "/usr/lib64/libdemo.so.1.0.0"
+    );
+    assert_eq!(spec.container_edits.env, ["DEMO_DRIVER=1"]);
+    let hook = &spec.container_edits.hooks[0];
+    assert_eq!(hook.hook_name, "createRuntime");
+    assert_eq!(
+        hook.args,
+        [
+            "devinject-hook",
+            "--config",
+            "/etc/devinject/alt.toml",
+            "finish",
+            "--link",
+            "/usr/lib64/libdemo.so.1=libdemo.so.1.0.0",
+            "--ldcache-dir",
+            "/usr/lib64",
+        ]
+    );
+    assert!(hook.env.is_empty());
+    cdi::validate(&spec).expect("valid");
+}
