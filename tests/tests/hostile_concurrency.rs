@@ -1,7 +1,8 @@
 //! Concurrency: 50 containers started at once with the real runc, each asking for a different
 //! subset of 8 simulated accelerators (real device numbers, char and block, that open without
-//! capabilities and are not in runc's default allow list), through the hook, then through the
-//! shim.
+//! capabilities and are not in runc's default allow list): through the hook on this host's
+//! cgroup v1, through the hook on cgroup v2 (where it replaces each container's eBPF device
+//! program that runc attached), and through the shim.
 //!
 //! Every container must see exactly its grant: its own nodes with the right type and numbers,
 //! opening, and, for all 8 host nodes bind-mounted into every container, the cgroup allowing
@@ -16,7 +17,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use devinject_tests::bins::bin;
 use devinject_tests::canary::{HostGuard, HOST_PATHS_AT_RISK};
 use devinject_tests::probe::{probe_args, Report};
-use devinject_tests::runc::{container_id, describe, runc_path, shim_command, Bundle};
+use devinject_tests::runc::{cgroup_v2, container_id, describe, runc_path, shim_command, Bundle};
 use devinject_tests::sim::{big_demo_host, DeviceNumbers, CTL, LIB, SONAME};
 use devinject_tests::skip::{require_binary, require_root};
 
@@ -31,7 +32,7 @@ fn ready() -> bool {
         && require_binary("setpriv")
 }
 
-/// The two tests start 50 containers each; one batch at a time is plenty for a small machine.
+/// The batch tests start 50 containers each; one batch at a time is plenty for a small machine.
 static ONE_BATCH: Mutex<()> = Mutex::new(());
 
 /// Container `i`'s device indices: 50 distinct non-empty subsets of 0..8 (37 is coprime with
@@ -49,6 +50,14 @@ fn probe_paths() -> (Vec<String>, Vec<String>) {
     (nodes, vec![LIB.to_owned(), SONAME.to_owned()])
 }
 
+/// Which applier, on which cgroup version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Hook,
+    HookCgroupV2,
+    Shim,
+}
+
 struct Run {
     id: String,
     grant: Vec<usize>,
@@ -56,7 +65,7 @@ struct Run {
     out: std::process::Output,
 }
 
-fn batch(shim: bool) {
+fn batch(mode: Mode) {
     if !ready() {
         return;
     }
@@ -67,10 +76,10 @@ fn batch(shim: bool) {
     let mut roots = vec![host.dir.clone()];
     roots.extend(HOST_PATHS_AT_RISK.iter().map(PathBuf::from));
     let guard = HostGuard::new(roots);
-    let runtime: Vec<String> = if shim {
-        shim_command(&host.config, &runc_path())
-    } else {
-        vec![devinject_tests::runc::RUNC.to_owned()]
+    let runtime: Vec<String> = match mode {
+        Mode::Shim => shim_command(&host.config, &runc_path()),
+        Mode::Hook => vec![devinject_tests::runc::RUNC.to_owned()],
+        Mode::HookCgroupV2 => cgroup_v2(&[devinject_tests::runc::RUNC]),
     };
     let (nodes, libs) = probe_paths();
     let args = probe_args(
@@ -95,7 +104,7 @@ fn batch(shim: bool) {
                     let node = host.dev_root.join(format!("demo/accel{k}"));
                     b.bind_node(&node, &format!("/dev/sim/accel{k}"));
                 }
-                if !shim {
+                if mode != Mode::Shim {
                     b.hook("createRuntime", &bin("devinject-hook"), &host.config);
                 }
                 let id = container_id("conc");
@@ -114,7 +123,7 @@ fn batch(shim: bool) {
     let runs: Vec<Run> = handles.into_iter().map(|h| h.join().unwrap()).collect();
 
     for r in &runs {
-        check(r, &numbers, shim);
+        check(r, &numbers, mode == Mode::Shim);
     }
     let ids: BTreeSet<&str> = runs.iter().map(|r| r.id.as_str()).collect();
     let left = cgroups_named(Path::new("/sys/fs/cgroup"), &ids, 4);
@@ -222,12 +231,20 @@ fn cgroups_named(root: &Path, ids: &BTreeSet<&str>, depth: usize) -> Vec<PathBuf
 
 #[test]
 fn fifty_parallel_starts_through_the_hook() {
-    batch(false);
+    batch(Mode::Hook);
+}
+
+#[test]
+fn fifty_parallel_starts_through_the_hook_on_cgroup_v2() {
+    if !require_binary("unshare") {
+        return;
+    }
+    batch(Mode::HookCgroupV2);
 }
 
 #[test]
 fn fifty_parallel_starts_through_the_shim() {
-    batch(true);
+    batch(Mode::Shim);
 }
 
 #[test]
