@@ -18,10 +18,11 @@ use std::path::Path;
 use devinject_tests::bins::bin;
 use devinject_tests::canary::Canary;
 use devinject_tests::hostile::{link, Swapper};
+use devinject_tests::probe::{probe_args, Report};
 use devinject_tests::runc::{
     container_id, describe, hook_failure, runc_path, shim_command, Bundle,
 };
-use devinject_tests::sim::demo_host;
+use devinject_tests::sim::{demo_host, set_config, LIB};
 use devinject_tests::skip::{require_binary, require_root};
 
 fn ready() -> bool {
@@ -42,17 +43,25 @@ fn iterations() -> usize {
 #[derive(Debug, Default)]
 struct Tally {
     started: usize,
+    /// Starts where the container saw the library (its lib dir was not swapped out just then).
+    saw_library: usize,
     refused: usize,
 }
 
-fn race(shim: bool) {
+fn race(shim: bool, extra_config: Option<(&str, &str)>) {
     if !ready() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
     let host = demo_host(&t.path().join("host"), &["demo"]).unwrap();
+    if let Some((key, value)) = extra_config {
+        set_config(&host.config, key, value).unwrap();
+    }
     let canary = Canary::new(&t.path().join("canary")).unwrap();
-    let mut b = Bundle::new(&t.path().join("bundle"), &["/bin/true"]).unwrap();
+    // The container looks at the library: wherever it sees it, it must be read-only.
+    let args = probe_args(&[], &[LIB]);
+    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut b = Bundle::new(&t.path().join("bundle"), &arg_refs).unwrap();
     b.env("DEMO_VISIBLE_DEVICES=0");
     let runtime: Vec<String> = if shim {
         shim_command(&host.config, &runc_path())
@@ -78,7 +87,16 @@ fn race(shim: bool) {
             describe(&out)
         );
         if out.status.success() {
+            let lib = Report::parse(&String::from_utf8_lossy(&out.stdout))
+                .lib(LIB)
+                .clone();
+            assert!(
+                !lib.present || lib.read_only,
+                "iteration {i}: the library is writable: {}",
+                describe(&out)
+            );
             tally.started += 1;
+            tally.saw_library += usize::from(lib.present);
         } else {
             let f = hook_failure(&out)
                 .unwrap_or_else(|| panic!("iteration {i}: not our failure: {}", describe(&out)));
@@ -102,11 +120,18 @@ fn race(shim: bool) {
 
 #[test]
 fn hook_races_a_libdir_swapped_for_a_host_link() {
-    race(false);
+    race(false, None);
+}
+
+/// The classic mount path (kernels without the new mount API): bind through `/proc/self/fd`,
+/// then a remount that re-resolves the path.
+#[test]
+fn hook_with_classic_mounts_races_a_libdir_swapped_for_a_host_link() {
+    race(false, Some(("mount_api", "\"classic\"")));
 }
 
 /// Regression: the shim's spec mounts let runc create empty files on the host under this race.
 #[test]
 fn shim_spec_mounts_let_runc_create_host_files_in_a_libdir_race() {
-    race(true);
+    race(true, None);
 }

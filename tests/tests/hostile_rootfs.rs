@@ -795,6 +795,21 @@ fn dev_subdir_is_a_file() {
 }
 
 #[test]
+fn dev_node_is_a_directory() {
+    run(
+        "dev_node_is_a_directory",
+        Case {
+            dev_tmpfs: false,
+            runtime_writes: false,
+            trap: |r, _| dir(r, "/dev/demo/accel0").unwrap(),
+            hook: Expect::Fail(7, &["/dev/demo/accel0", "a file or directory exists"]),
+            shim: Expect::Kept,
+            check: None,
+        },
+    );
+}
+
+#[test]
 fn dev_node_is_a_fifo() {
     run(
         "dev_node_is_a_fifo",
