@@ -89,6 +89,8 @@ pub fn apply(
     request_envs: &[&str],
     finish: Option<Value>,
 ) -> Result<(), SpecEditError> {
+    let userns = has_user_namespace(spec);
+    let mut node_binds = Vec::new();
     {
         let linux = object(spec, "linux", "linux")?;
         let devices = array(linux, "devices", "linux.devices")?;
@@ -109,6 +111,12 @@ pub fn apply(
                     existing: format!("{} {}:{}", d["type"], d["major"], d["minor"]),
                     wanted: format!("{} {}:{}", n.kind.letter(), n.major, n.minor),
                 });
+            }
+            if userns && n.host_path != n.container_path {
+                // In a user namespace the runtime bind-mounts a `linux.devices` node from the
+                // host path equal to its container path; ours lives elsewhere (dev_root).
+                node_binds.push(n);
+                continue;
             }
             devices.push(json!({
                 "path": path,
@@ -139,6 +147,27 @@ pub fn apply(
             }
         }
     }
+    if !node_binds.is_empty() {
+        let root = spec.as_object_mut().ok_or(SpecEditError::Shape {
+            field: "(root)",
+            expected: "an object",
+        })?;
+        let mounts = array(root, "mounts", "mounts")?;
+        for n in node_binds {
+            let dest = n.container_path.to_string_lossy().into_owned();
+            if !mounts
+                .iter()
+                .any(|m| m.get("destination").and_then(Value::as_str) == Some(&dest))
+            {
+                mounts.push(json!({
+                    "destination": dest,
+                    "type": "bind",
+                    "source": n.host_path,
+                    "options": ["bind", "nosuid", "noexec"],
+                }));
+            }
+        }
+    }
     {
         let process = object(spec, "process", "process")?;
         let env = array(process, "env", "process.env")?;
@@ -163,6 +192,12 @@ pub fn apply(
         }
     }
     Ok(())
+}
+
+fn has_user_namespace(spec: &Value) -> bool {
+    spec.pointer("/linux/namespaces")
+        .and_then(Value::as_array)
+        .is_some_and(|ns| ns.iter().any(|n| n.get("type") == Some(&json!("user"))))
 }
 
 /// The createRuntime hook entry that mounts the plan's files read-only, makes soname links and
@@ -293,6 +328,33 @@ mod tests {
             text.starts_with(r#"{"ociVersion":"1.0.2","zzz":{"future":true},"process""#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn user_namespaces_get_nodes_from_elsewhere_as_bind_mounts() {
+        let mut spec: Value = serde_json::from_str(
+            r#"{"ociVersion":"1.0.2","mounts":[],"linux":{"namespaces":[{"type":"user"}]}}"#,
+        )
+        .unwrap();
+        let mut e = edits();
+        let mut same_path = e.device_nodes[0].clone();
+        same_path.host_path = PathBuf::from("/dev/demo/ctl");
+        same_path.container_path = PathBuf::from("/dev/demo/ctl");
+        e.device_nodes.push(same_path);
+        apply(&mut spec, &e, &[], None).unwrap();
+        assert_eq!(
+            spec["mounts"],
+            json!([{
+                "destination": "/dev/demo/accel0",
+                "type": "bind",
+                "source": "/h/dev/demo/accel0",
+                "options": ["bind", "nosuid", "noexec"],
+            }])
+        );
+        let devices = spec["linux"]["devices"].as_array().unwrap();
+        assert_eq!(devices.len(), 1, "{devices:?}");
+        assert_eq!(devices[0]["path"], "/dev/demo/ctl");
+        assert_eq!(spec["linux"]["resources"]["devices"][0]["minor"], 237);
     }
 
     #[test]
