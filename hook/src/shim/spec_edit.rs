@@ -174,11 +174,18 @@ pub fn apply(
         for kv in &edits.env {
             let key = kv.split_once('=').map_or(kv.as_str(), |(k, _)| k);
             let prefix = format!("{key}=");
-            match env
-                .iter()
-                .position(|e| e.as_str().is_some_and(|s| s.starts_with(&prefix)))
-            {
-                Some(i) if request_envs.contains(&key) => env[i] = json!(kv),
+            let has_key = |e: &Value| e.as_str().is_some_and(|s| s.starts_with(&prefix));
+            match env.iter().position(has_key) {
+                Some(i) if request_envs.contains(&key) => {
+                    // The granted list replaces every copy the user set: the process would see
+                    // the last one (runc sets them in order), and the planner read that one.
+                    env[i] = json!(kv);
+                    let mut seen = 0;
+                    env.retain(|e| {
+                        seen += usize::from(has_key(e));
+                        !has_key(e) || seen == 1
+                    });
+                }
                 Some(_) => {}
                 None => env.push(json!(kv)),
             }
@@ -355,6 +362,26 @@ mod tests {
         assert_eq!(devices.len(), 1, "{devices:?}");
         assert_eq!(devices[0]["path"], "/dev/demo/ctl");
         assert_eq!(spec["linux"]["resources"]["devices"][0]["minor"], 237);
+    }
+
+    /// Regression: only the first copy of a request variable was rewritten to the granted list;
+    /// a later copy, the one the process sees, kept what the user wrote.
+    #[test]
+    fn duplicate_request_variables_kept_the_users_last_copy() {
+        let mut spec: Value = serde_json::from_str(
+            r#"{"ociVersion":"1.0.2","process":{"env":["DEMO_VISIBLE_DEVICES=0","A=1","DEMO_VISIBLE_DEVICES=all","DEMO_VISIBLE_DEVICES=1"]}}"#,
+        )
+        .unwrap();
+        apply(&mut spec, &edits(), &["DEMO_VISIBLE_DEVICES"], None).unwrap();
+        assert_eq!(
+            spec["process"]["env"],
+            json!([
+                "DEMO_VISIBLE_DEVICES=0",
+                "A=1",
+                "DEMO_DRIVER_VERSION=1.0",
+                "KEEP=ours"
+            ])
+        );
     }
 
     #[test]
