@@ -131,7 +131,7 @@ pub fn refresh(
             Err(InjectError::LdconfigTimeout { secs: timeout_secs })
         }
         Ok(status) => Err(InjectError::Ldconfig {
-            output: format!("{status:?}: {}", output.trim()),
+            output: describe_failure(status, &output),
         }),
         Err(errno) => Err(InjectError::Fork(errno)),
     }
@@ -153,4 +153,45 @@ fn detach_procfs(rootfs: &Path) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// ldconfig's exit and output on one line: the hook's first stderr line is what users see.
+fn describe_failure(status: WaitStatus, output: &str) -> String {
+    let how = match status {
+        WaitStatus::Exited(_, code) => format!("exit status {code}"),
+        WaitStatus::Signaled(_, sig, _) => format!("killed by {sig}"),
+        other => format!("{other:?}"),
+    };
+    let said: Vec<&str> = output
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if said.is_empty() {
+        how
+    } else {
+        format!("{how}: {}", said.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::unistd::Pid;
+
+    #[test]
+    fn failures_fit_on_one_line() {
+        let pid = Pid::from_raw(7);
+        assert_eq!(
+            describe_failure(
+                WaitStatus::Exited(pid, 1),
+                "ldconfig: Can't create temporary cache file /etc/ld.so.cache~: Too many levels of symbolic links\n\nmore\n"
+            ),
+            "exit status 1: ldconfig: Can't create temporary cache file /etc/ld.so.cache~: Too many levels of symbolic links; more"
+        );
+        assert_eq!(
+            describe_failure(WaitStatus::Signaled(pid, Signal::SIGSEGV, false), ""),
+            "killed by SIGSEGV"
+        );
+    }
 }
