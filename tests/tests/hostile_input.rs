@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use devinject_tests::bins::bin;
-use devinject_tests::canary::HostGuard;
+use devinject_tests::canary::{HostGuard, HOST_PATHS_AT_RISK};
 use devinject_tests::hostile::fifo;
 use devinject_tests::runc::{container_id, describe, runc_path, shim_command, Bundle};
 use devinject_tests::sim::{demo_host, set_config, SimHost};
@@ -411,6 +411,7 @@ fn hook_killed_on_runc_timeout_left_ldconfig_blocked_on_a_fifo() {
     );
     fifo(&b.rootfs(), "/etc/ld.so.conf").unwrap();
     let _release = FifoRelease(b.rootfs().join("etc/ld.so.conf"));
+    let host_paths = HostGuard::new(HOST_PATHS_AT_RISK.iter().map(PathBuf::from).collect());
     let out = b.run(&container_id("timeout")).unwrap();
     assert!(!out.status.success(), "{}", describe(&out));
     assert!(
@@ -439,4 +440,5 @@ fn hook_killed_on_runc_timeout_left_ldconfig_blocked_on_a_fifo() {
             ),
         }
     }
+    host_paths.assert_unchanged("a hook killed on runc's timeout");
 }
