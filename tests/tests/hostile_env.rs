@@ -18,7 +18,7 @@ use devinject_tests::cprog::{ldconfig_recorder, markers_in, preload_marker, RECO
 use devinject_tests::probe::Report;
 use devinject_tests::runc::{container_id, describe, runc_path, shim_command, Bundle};
 use devinject_tests::sim::{demo_host, demo_probe_args, set_config, SimHost, LIB, SONAME};
-use devinject_tests::skip::{require_binary, require_root};
+use devinject_tests::skip::{require, require_binary, require_root};
 use serde_json::json;
 
 fn ready() -> bool {
@@ -27,6 +27,10 @@ fn ready() -> bool {
         && require_binary("/bin/busybox")
         && require_binary("gcc")
         && require_binary("/bin/true")
+        && require(
+            Path::new("/usr/include/stdio.h").exists(),
+            "needs libc6-dev (headers and the static libc for the C helpers)",
+        )
 }
 
 struct Rig {
