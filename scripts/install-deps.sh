@@ -4,7 +4,8 @@
 set -euo pipefail
 want=(runc busybox-static gcc)
 if [ "${1:-test}" = test ]; then
-  want+=(containerd docker.io crun protobuf-compiler iproute2)
+  # libc6-dev: headers and the static libc for the hostile tests' C helpers (tests/src/cprog.rs)
+  want+=(containerd docker.io crun protobuf-compiler iproute2 libc6-dev)
 fi
 missing=()
 for p in "${want[@]}"; do

@@ -13,9 +13,16 @@
 //!   server that dials plugins back like the kubelet), simulated hosts for the plugin, and the
 //!   real `devinject-device-plugin` binary run against them. Used by `tests/device_plugin.rs`
 //!   and by the `device-plugin-bench` binary.
+//! - [`canary`]: a host canary tree and fingerprints proving the host unchanged.
+//! - [`hostile`]: booby-trapping a rootfs (links out, FIFOs, files for dirs) and a swapper thread.
+//! - [`cprog`]: small C programs built with gcc (a marker-leaving preload library, a recording
+//!   stand-in for ldconfig).
 
 pub mod bins;
+pub mod canary;
+pub mod cprog;
 pub mod docker;
+pub mod hostile;
 pub mod kubelet;
 pub mod probe;
 pub mod rootfs;
