@@ -7,10 +7,13 @@
 //! - [`sim`]: a simulated `demo` accelerator host: mknod'ed nodes under a dev root and a real
 //!   `libdemo.so.1` under a driver root.
 //! - [`runc`]: OCI bundles with the hook wired in, run by the real `runc`.
+//! - [`daemons`]: private containerd (with or without CRI) and dockerd instances, torn down on
+//!   drop; every test that needs a daemon starts it here.
 //! - [`docker`]: a private containerd + dockerd per test, with devinject's runtimes registered.
 //! - [`probe`]: the in-container probe and the parser for its report.
 
 pub mod bins;
+pub mod daemons;
 pub mod docker;
 pub mod probe;
 pub mod rootfs;
