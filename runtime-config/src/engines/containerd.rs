@@ -312,7 +312,13 @@ impl Containerd {
     }
 
     /// The hook-mode base spec: `source` (an OCI spec in JSON) plus our createRuntime hook.
-    fn spec_with_hook(&self, source: &str, source_path: &str, hook_path: &Path) -> Result<String> {
+    fn spec_with_hook(
+        &self,
+        source: &str,
+        source_path: &str,
+        hook_path: &Path,
+        hook_config: Option<&Path>,
+    ) -> Result<String> {
         let mut spec: Json =
             serde_json::from_str(source).map_err(|e| RuntimeConfigError::Syntax {
                 path: PathBuf::from(source_path),
@@ -343,7 +349,7 @@ impl Containerd {
             .ok_or_else(|| not_object("`hooks.createRuntime`"))?;
         let ours = hook_path.display().to_string();
         stage.retain(|h| h.get("path").and_then(Json::as_str) != Some(ours.as_str()));
-        stage.push(json!({ "path": ours, "args": hooksd::hook_args(hook_path) }));
+        stage.push(json!({ "path": ours, "args": hooksd::hook_args(hook_path, hook_config) }));
         Ok(render_json(&spec, Some(source)))
     }
 
@@ -451,7 +457,12 @@ impl EngineEditor for Containerd {
                 files.push(PlannedFile {
                     path: self.spec.clone(),
                     kind: FileKind::Owned,
-                    content: self.spec_with_hook(&text, &from, &req.hook_path)?,
+                    content: self.spec_with_hook(
+                        &text,
+                        &from,
+                        &req.hook_path,
+                        req.hook_config.as_deref(),
+                    )?,
                     marker: None,
                 });
                 entry.insert("base_runtime_spec", value(self.spec.display().to_string()));

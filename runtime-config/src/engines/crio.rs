@@ -112,7 +112,7 @@ impl EngineEditor for Crio {
                 files.push(PlannedFile {
                     path: self.hook_file.clone(),
                     kind: FileKind::Owned,
-                    content: hooksd::hook_json(&req.hook_path),
+                    content: hooksd::hook_json(&req.hook_path, req.hook_config.as_deref()),
                     marker: None,
                 });
                 let mut dirs = self.effective_hooks_dirs()?;

@@ -92,7 +92,7 @@ impl EngineEditor for Podman {
                 files.push(PlannedFile {
                     path: self.hook_file.clone(),
                     kind: FileKind::Owned,
-                    content: hooksd::hook_json(&req.hook_path),
+                    content: hooksd::hook_json(&req.hook_path, req.hook_config.as_deref()),
                     marker: None,
                 });
                 let mut sources = vec![PathBuf::from(VENDOR_CONFIG), self.config.clone()];
