@@ -4,6 +4,7 @@
 
 pub mod containerd;
 pub mod crio;
+pub mod detection;
 pub mod docker;
 pub mod hooksd;
 pub mod podman;
@@ -99,6 +100,10 @@ pub trait EngineEditor {
 
     /// What the engine needs after the files `changed` (host paths) changed.
     fn activation(&self, changed: &[&Path]) -> Activation;
+
+    /// Where the engine's configuration, read the way the engine reads it (imports, drop-ins,
+    /// hooks directories), runs devinject's shim or hook; whoever wrote it.
+    fn detect(&self) -> Result<Vec<detection::Integration>>;
 }
 
 /// The editor for `engine` with the host's paths.
