@@ -37,7 +37,7 @@ use std::process::Command;
 use serde_json::{json, Value as Json};
 use toml_edit::{value, DocumentMut, Item, Table};
 
-use crate::engines::detection::{self, Integration};
+use crate::engines::detection::{self, CgroupDriver, Integration};
 use crate::engines::{
     docker::render_json, dropin_header, hooksd, BaseReader, Candidate, EngineEditor, Plan,
     PlannedFile, MARKER,
@@ -620,6 +620,25 @@ impl EngineEditor for Containerd {
         Activation::Restart {
             service: "containerd",
         }
+    }
+
+    fn cgroup_driver(&self) -> Result<Option<CgroupDriver>> {
+        let text = load::read_optional(&self.access)?.unwrap_or_default();
+        let doc = load::parse_toml(&self.access, &text)?;
+        let version = self.version(&text, &doc)?;
+        let (effective, _) = self.effective_plugin(&doc, &text, version, true)?;
+        let (_, entry) = Self::source_entry(effective.as_ref(), "");
+        let systemd = entry
+            .get("options")
+            .and_then(Item::as_table_like)
+            .and_then(|o| o.get("SystemdCgroup"))
+            .and_then(Item::as_bool)
+            .unwrap_or(false);
+        Ok(Some(if systemd {
+            CgroupDriver::Systemd
+        } else {
+            CgroupDriver::Cgroupfs
+        }))
     }
 
     fn detect(&self) -> Result<Vec<Integration>> {

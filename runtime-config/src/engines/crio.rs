@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 use toml_edit::{value, DocumentMut, Item};
 
-use crate::engines::detection::{self, Integration};
+use crate::engines::detection::{self, CgroupDriver, Integration};
 use crate::engines::{
     dropin_header, hooksd, BaseReader, Candidate, EngineEditor, Plan, PlannedFile, MARKER,
 };
@@ -176,6 +176,26 @@ impl EngineEditor for Crio {
         } else {
             Activation::NextContainer
         }
+    }
+
+    fn cgroup_driver(&self) -> Result<Option<CgroupDriver>> {
+        let mut files = vec![self.config.clone()];
+        files.extend(hooksd::dropins(
+            &self.paths,
+            &self.dropin_dir,
+            Path::new(""),
+        )?);
+        // CRI-O's default is systemd.
+        let mut driver = CgroupDriver::Systemd;
+        for (_, doc) in detection::read_tomls(&self.paths, &files)? {
+            if let Some(d) = toml_tree::get(doc.as_table(), &["crio", "runtime", "cgroup_manager"])
+                .and_then(Item::as_str)
+                .and_then(CgroupDriver::parse)
+            {
+                driver = d;
+            }
+        }
+        Ok(Some(driver))
     }
 
     fn detect(&self) -> Result<Vec<Integration>> {

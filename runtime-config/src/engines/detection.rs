@@ -37,6 +37,36 @@ pub struct Integration {
     pub problems: Vec<String>,
 }
 
+/// The cgroup driver an engine is configured with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupDriver {
+    /// systemd creates the containers' cgroups (as transient scopes) and owns their settings.
+    Systemd,
+    /// The runtime writes the cgroup files itself.
+    Cgroupfs,
+}
+
+impl std::fmt::Display for CgroupDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CgroupDriver::Systemd => "systemd",
+            CgroupDriver::Cgroupfs => "cgroupfs",
+        })
+    }
+}
+
+impl CgroupDriver {
+    /// Parses `systemd` / `cgroupfs`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "systemd" => Some(CgroupDriver::Systemd),
+            "cgroupfs" => Some(CgroupDriver::Cgroupfs),
+            _ => None,
+        }
+    }
+}
+
 /// Whether `path` names one of devinject's binaries (or a wrapper around one).
 pub fn is_devinject_binary(path: &str) -> bool {
     Path::new(path)

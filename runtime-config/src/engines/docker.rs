@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::engines::detection::{self, Integration};
+use crate::engines::detection::{self, CgroupDriver, Integration};
 use crate::engines::{BaseReader, Candidate, EngineEditor, Plan, PlannedFile};
 use crate::error::{Result, RuntimeConfigError};
 use crate::load;
@@ -197,6 +197,22 @@ impl EngineEditor for Docker {
 
     fn activation(&self, _changed: &[&Path]) -> Activation {
         Activation::Reload { service: "docker" }
+    }
+
+    fn cgroup_driver(&self) -> Result<Option<CgroupDriver>> {
+        let Some(text) = load::read_optional(&self.access)? else {
+            return Ok(None);
+        };
+        let doc = load::parse_json(&self.access, &text)?;
+        Ok(doc
+            .get("exec-opts")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .filter_map(|o| o.strip_prefix("native.cgroupdriver="))
+            .filter_map(CgroupDriver::parse)
+            .next_back())
     }
 
     fn detect(&self) -> Result<Vec<Integration>> {

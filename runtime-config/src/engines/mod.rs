@@ -104,6 +104,10 @@ pub trait EngineEditor {
     /// Where the engine's configuration, read the way the engine reads it (imports, drop-ins,
     /// hooks directories), runs devinject's shim or hook; whoever wrote it.
     fn detect(&self) -> Result<Vec<detection::Integration>>;
+
+    /// The cgroup driver the engine's configuration selects; `None` when the engine decides at
+    /// run time (docker, podman without a setting).
+    fn cgroup_driver(&self) -> Result<Option<detection::CgroupDriver>>;
 }
 
 /// The editor for `engine` with the host's paths.

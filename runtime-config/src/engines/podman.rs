@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use toml_edit::{value, DocumentMut, Item};
 
-use crate::engines::detection::{self, Integration};
+use crate::engines::detection::{self, CgroupDriver, Integration};
 use crate::engines::{
     dropin_header, hooksd, BaseReader, Candidate, EngineEditor, Plan, PlannedFile, MARKER,
 };
@@ -167,6 +167,25 @@ impl EngineEditor for Podman {
 
     fn activation(&self, _changed: &[&Path]) -> Activation {
         Activation::NextContainer
+    }
+
+    fn cgroup_driver(&self) -> Result<Option<CgroupDriver>> {
+        let mut files = vec![PathBuf::from(VENDOR_CONFIG), self.config.clone()];
+        files.extend(hooksd::dropins(
+            &self.paths,
+            &self.dropin_dir,
+            Path::new(""),
+        )?);
+        let mut driver = None;
+        for (_, doc) in detection::read_tomls(&self.paths, &files)? {
+            if let Some(d) = toml_tree::get(doc.as_table(), &["engine", "cgroup_manager"])
+                .and_then(Item::as_str)
+                .and_then(CgroupDriver::parse)
+            {
+                driver = Some(d);
+            }
+        }
+        Ok(driver)
     }
 
     fn detect(&self) -> Result<Vec<Integration>> {
