@@ -10,11 +10,16 @@
 //! - [`daemons`]: private containerd (with or without CRI) and dockerd instances, torn down on
 //!   drop; every test that needs a daemon starts it here.
 //! - [`docker`]: a private containerd + dockerd per test, with devinject's runtimes registered.
+//! - [`image`]: container images built from a rootfs as `docker save` archives, for
+//!   `ctr images import`.
+//! - [`cri`]: the kubelet's side of the CRI (`k8s-cri` over a unix socket), blocking.
 //! - [`probe`]: the in-container probe and the parser for its report.
 
 pub mod bins;
+pub mod cri;
 pub mod daemons;
 pub mod docker;
+pub mod image;
 pub mod probe;
 pub mod rootfs;
 pub mod runc;
