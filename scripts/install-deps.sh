@@ -4,7 +4,7 @@
 set -euo pipefail
 want=(runc busybox-static gcc)
 if [ "${1:-test}" = test ]; then
-  want+=(containerd docker.io crun protobuf-compiler iproute2)
+  want+=(containerd docker.io crun protobuf-compiler iproute2 podman conmon)
 fi
 missing=()
 for p in "${want[@]}"; do

@@ -240,8 +240,9 @@ impl Drop for Cri {
     }
 }
 
-/// A cgroup parent for a test's pods (`/<name>` in every hierarchy), removed when dropped.
-/// Without one, containerd puts pods under `/k8s.io`, which outlives the test.
+/// A cgroup parent for a test's pods or containers (`/<name>` in every hierarchy), removed with
+/// what the engine left below it (podman's `conmon` group) when dropped. Without one, containerd
+/// puts pods under `/k8s.io` and podman under `/libpod_parent`, which outlive the test.
 #[derive(Debug)]
 pub struct CgroupParent {
     name: String,
@@ -269,10 +270,22 @@ impl Drop for CgroupParent {
             dirs.extend(entries.flatten().map(|e| e.path().join(&self.name)));
         }
         for d in dirs.iter().filter(|d| d.is_dir()) {
-            if let Err(e) = std::fs::remove_dir(d) {
-                eprintln!("warning: cannot remove cgroup {}: {e}", d.display());
+            remove_cgroup(d);
+        }
+    }
+}
+
+/// Removes the (empty) cgroup `dir` and the groups below it, deepest first.
+fn remove_cgroup(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_cgroup(&e.path());
             }
         }
+    }
+    if let Err(e) = std::fs::remove_dir(dir) {
+        eprintln!("warning: cannot remove cgroup {}: {e}", dir.display());
     }
 }
 

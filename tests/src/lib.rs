@@ -13,6 +13,7 @@
 //! - [`image`]: container images built from a rootfs as `docker save` archives, for
 //!   `ctr images import`.
 //! - [`cri`]: the kubelet's side of the CRI (`k8s-cri` over a unix socket), blocking.
+//! - [`podman`]: a private podman (own storage, locks and containers.conf) for hooks.d tests.
 //! - [`probe`]: the in-container probe and the parser for its report.
 
 pub mod bins;
@@ -20,6 +21,7 @@ pub mod cri;
 pub mod daemons;
 pub mod docker;
 pub mod image;
+pub mod podman;
 pub mod probe;
 pub mod rootfs;
 pub mod runc;
