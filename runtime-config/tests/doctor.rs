@@ -117,7 +117,7 @@ fn configured_containerd_host_passes_with_warnings_and_fails_strict() {
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("ok     containerd: runtime \"devinject\" runs the shim /usr/local/bin/devinject-runtime, in /etc/containerd/conf.d/99-devinject.toml"),
+        text.contains("ok     containerd (/usr/bin/containerd, cgroupfs cgroup driver): runtime \"devinject\" runs the shim /usr/local/bin/devinject-runtime, in /etc/containerd/conf.d/99-devinject.toml"),
         "{text}"
     );
     assert!(

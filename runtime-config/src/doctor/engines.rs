@@ -86,6 +86,9 @@ pub fn check(
         if let Some(s) = &state.socket {
             where_.push(format!("socket {}", s.display()));
         }
+        if let Some(d) = state.driver {
+            where_.push(format!("{d} cgroup driver"));
+        }
         let installed = where_.join(", ");
         match detected {
             Err(e) => report.add(
@@ -119,7 +122,7 @@ pub fn check(
             }
             Ok(list) => {
                 for i in &list {
-                    check_integration(req, engine, &state, i, report);
+                    check_integration(req, engine, &state, &installed, i, report);
                 }
             }
         }
@@ -154,6 +157,7 @@ fn check_integration(
     req: &DoctorRequest,
     engine: Engine,
     state: &EngineState,
+    installed: &str,
     i: &Integration,
     report: &mut DoctorReport,
 ) {
@@ -247,7 +251,7 @@ fn check_integration(
             Section::Engines,
             name,
             Severity::Ok,
-            format!("{name}: {summary}"),
+            format!("{name} ({installed}): {summary}"),
             None,
         );
     }
