@@ -250,7 +250,8 @@ fn nothing_configured_and_systemd_driver_without_systemd_are_errors() {
 
 #[test]
 fn kubelet_sockets_and_cgroup_driver() {
-    let tmp = tempfile::tempdir().expect("tempdir");
+    // Short: a unix socket path has at most 108 bytes.
+    let tmp = devinject_tests::daemons::short_tempdir("doc").expect("tempdir");
     let root = tmp.path();
     configured_host(root);
     let kubelet = root.join("var/lib/kubelet");
