@@ -5,7 +5,7 @@ set -euo pipefail
 want=(runc busybox-static gcc)
 if [ "${1:-test}" = test ]; then
   # libc6-dev: headers and the static libc for the hostile tests' C helpers (tests/src/cprog.rs)
-  want+=(containerd docker.io crun protobuf-compiler iproute2 libc6-dev)
+  want+=(containerd docker.io crun protobuf-compiler iproute2 libc6-dev podman conmon)
 fi
 missing=()
 for p in "${want[@]}"; do

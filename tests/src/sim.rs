@@ -176,7 +176,11 @@ pub fn demo_probe_args() -> Vec<String> {
 /// but not granted: the granted nodes and the control node with the host's numbers and mode,
 /// opening; accel2 denied by the cgroup; accel3 absent; the library read-only and cached.
 pub fn assert_demo_granted_0_1(report: &crate::probe::Report, out: &std::process::Output) {
-    let ctx = crate::runc::describe(out);
+    assert_demo_granted_0_1_in(report, &crate::runc::describe(out));
+}
+
+/// [`assert_demo_granted_0_1`] with `ctx` (the container's output, logs) shown on failure.
+pub fn assert_demo_granted_0_1_in(report: &crate::probe::Report, ctx: &str) {
     for (name, ma, mi) in [ACCELS[0], ACCELS[1], CTL] {
         let n = report.node(&format!("/dev/demo/{name}"));
         assert_eq!(
