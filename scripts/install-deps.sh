@@ -4,10 +4,11 @@
 set -euo pipefail
 want=(runc busybox-static gcc)
 if [ "${1:-test}" = test ]; then
-  # python3-venv for the manifest check's kubernetes-validate (below). Its kustomize render
+  # libc6-dev: headers and the static libc for the hostile tests' C helpers (tests/src/cprog.rs)
+  # python3-venv: for the manifest check's kubernetes-validate (below). Its kustomize render
   # needs kubectl >= 1.24 (kustomize v4+), which Debian 12 does not package (its
   # kubernetes-client is 1.20); without one the check validates the files only and says so.
-  want+=(containerd docker.io crun protobuf-compiler iproute2 python3-venv)
+  want+=(containerd docker.io crun protobuf-compiler iproute2 libc6-dev podman conmon python3-venv)
 fi
 missing=()
 for p in "${want[@]}"; do

@@ -59,6 +59,10 @@ pub struct HostConfig {
     /// The host's `ldconfig`, run chrooted in the container to refresh its linker cache. It must
     /// be statically linked (Debian's and Fedora's are).
     pub ldconfig: PathBuf,
+    /// Seconds ldconfig may run before it is killed and the container start fails. An image can
+    /// make it wait forever (a FIFO as its `ld.so.conf`); keep this below the hook's `timeout`
+    /// in the runtime so the user sees our message rather than the runtime's.
+    pub ldconfig_timeout: u32,
     /// Mount API choice.
     pub mount_api: MountApi,
     /// Log filter for the hook's stderr (`warn`, `info`, `debug`, or a tracing filter).
@@ -87,6 +91,7 @@ impl Default for HostConfig {
             sys_root: PathBuf::from("/sys"),
             driver_root: PathBuf::from("/"),
             ldconfig: PathBuf::from("/sbin/ldconfig"),
+            ldconfig_timeout: 10,
             mount_api: MountApi::Auto,
             log_level: "warn".into(),
             runtime: None,
@@ -117,6 +122,14 @@ impl HostConfig {
             path: path.to_owned(),
             message: e.to_string().trim_end().replace('\n', " | "),
         })
+    }
+
+    /// The ldconfig to run and its time limit.
+    pub fn ldconfig_command(&self) -> crate::inject::ldcache::Ldconfig {
+        crate::inject::ldcache::Ldconfig {
+            path: self.ldconfig.clone(),
+            timeout_secs: self.ldconfig_timeout,
+        }
     }
 
     /// The host roots discovery and resolution use.

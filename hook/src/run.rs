@@ -70,12 +70,16 @@ pub fn run(config: &HostConfig, stdin: impl Read) -> Result<Outcome, HookError> 
         bind_nodes: rootless || spec.has_user_namespace(),
         readonly_rootfs: spec.root.as_ref().is_some_and(|r| r.readonly),
     };
-    let report = inject::apply(&target, &plan.edits, config.mount_api, &config.ldconfig).map_err(
-        |source| HookError::Inject {
-            id: state.id.clone(),
-            source,
-        },
-    )?;
+    let report = inject::apply(
+        &target,
+        &plan.edits,
+        config.mount_api,
+        &config.ldconfig_command(),
+    )
+    .map_err(|source| HookError::Inject {
+        id: state.id.clone(),
+        source,
+    })?;
     cgroup_rules::grant(state.pid, &plan.edits.cgroup_rules, rootless).map_err(|source| {
         HookError::Cgroup {
             id: state.id.clone(),

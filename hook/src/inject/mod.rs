@@ -10,6 +10,7 @@
 
 pub mod layout;
 pub mod ldcache;
+pub mod mountinfo;
 pub mod mounts;
 pub mod nodes;
 pub mod rootfs;
@@ -73,6 +74,12 @@ pub enum InjectError {
         /// Its output and exit status.
         output: String,
     },
+    /// ldconfig ran past its time limit and was killed.
+    #[error("ldconfig did not finish within {secs} s in the container and was killed: the image's /etc/ld.so.conf, a file it includes, or /var/cache/ldconfig/aux-cache may be a FIFO or device (raise ldconfig_timeout in the devinject config if the image is just large)")]
+    LdconfigTimeout {
+        /// The limit.
+        secs: u32,
+    },
 }
 
 /// The container being injected.
@@ -130,7 +137,7 @@ pub fn apply(
     target: &Target,
     edits: &ContainerEdits,
     mount_api: MountApi,
-    ldconfig: &Path,
+    ldconfig: &ldcache::Ldconfig,
 ) -> Result<Report, InjectError> {
     let mut report = Report::default();
     if edits.device_nodes.is_empty() && edits.mounts.is_empty() && edits.hooks.is_empty() {
@@ -217,8 +224,8 @@ pub fn apply(
 
     let dirs = edits.ldcache_dirs();
     if !dirs.is_empty() {
-        let fd = ldcache::open_ldconfig(ldconfig)?;
-        match ldcache::refresh(&mnt_ns, &target.rootfs, &fd, dirs) {
+        let fd = ldcache::open_ldconfig(&ldconfig.path)?;
+        match ldcache::refresh(&mnt_ns, &target.rootfs, &fd, ldconfig.timeout_secs, dirs) {
             Ok(()) => report.ldcache = true,
             Err(e) if target.readonly_rootfs => {
                 tracing::warn!(error = %e, "read-only rootfs: linker cache not refreshed; soname links are in place")
