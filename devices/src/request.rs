@@ -205,7 +205,10 @@ impl Request {
     }
 }
 
-fn split_replica(item: &str) -> Result<(&str, Option<u32>), RequestError> {
+/// Splits `id::N` into the physical device id and the replica number; a plain id has none.
+/// The device plugin advertises replica N of a shared device as `id::N`; the kubelet's
+/// pod-resources API reports those ids, and the hook's policy maps them back with this.
+pub fn split_replica(item: &str) -> Result<(&str, Option<u32>), RequestError> {
     match item.rsplit_once("::") {
         None => Ok((item, None)),
         Some((base, n)) => {

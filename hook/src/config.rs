@@ -4,9 +4,13 @@
 //! cannot silently change behaviour on a node.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use devinject_devices::HostRoots;
+use devinject_podresources::PodResourcesClient;
 use serde::Deserialize;
+
+use crate::policy::{NonKubernetes, OnDenied, PolicySettings, RequestPolicy};
 
 /// Where the hook and shim read their configuration unless told otherwise.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/devinject/config.toml";
@@ -69,7 +73,20 @@ pub struct HostConfig {
     /// The hook binary the shim wires in for soname links and the linker cache. Unset:
     /// `devinject-hook` next to the shim.
     pub hook: Option<PathBuf>,
+    /// Which container requests are honoured (see docs/policy.md).
+    pub policy: RequestPolicy,
+    /// The kubelet's pod-resources socket, asked under the `kubernetes` policy.
+    pub pod_resources_socket: PathBuf,
+    /// How long the kubelet may take to answer, in milliseconds.
+    pub pod_resources_timeout_ms: u64,
+    /// Under the `kubernetes` policy: containers without CRI annotations.
+    pub non_kubernetes: NonKubernetes,
+    /// Under the `kubernetes` policy: requests the kubelet did not grant.
+    pub on_denied: OnDenied,
 }
+
+/// The default for `pod_resources_timeout_ms`: container creation waits at most this long.
+pub const DEFAULT_POD_RESOURCES_TIMEOUT_MS: u64 = 2000;
 
 /// Where the shim looks for runc when `runtime` is not set.
 pub const RUNTIME_CANDIDATES: [&str; 4] = [
@@ -91,6 +108,11 @@ impl Default for HostConfig {
             log_level: "warn".into(),
             runtime: None,
             hook: None,
+            policy: RequestPolicy::Kubernetes,
+            pod_resources_socket: PathBuf::from(devinject_podresources::DEFAULT_SOCKET),
+            pod_resources_timeout_ms: DEFAULT_POD_RESOURCES_TIMEOUT_MS,
+            non_kubernetes: NonKubernetes::Env,
+            on_denied: OnDenied::Fail,
         }
     }
 }
@@ -113,10 +135,39 @@ impl HostConfig {
                 })
             }
         };
-        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        Self::parse(&text, path)
+    }
+
+    /// Parses config text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let config: Self = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
             message: e.to_string().trim_end().replace('\n', " | "),
-        })
+        })?;
+        if config.pod_resources_timeout_ms == 0 {
+            return Err(ConfigError::Parse {
+                path: path.to_owned(),
+                message: "pod_resources_timeout_ms is 0: give the kubelet at least 1 ms (the default is 2000)".into(),
+            });
+        }
+        Ok(config)
+    }
+
+    /// The request policy settings.
+    pub fn policy_settings(&self) -> PolicySettings {
+        PolicySettings {
+            policy: self.policy,
+            non_kubernetes: self.non_kubernetes,
+            on_denied: self.on_denied,
+        }
+    }
+
+    /// A client for the kubelet's pod-resources API with the configured socket and timeout.
+    pub fn pod_resources(&self) -> PodResourcesClient {
+        PodResourcesClient::new(
+            &self.pod_resources_socket,
+            Duration::from_millis(self.pod_resources_timeout_ms),
+        )
     }
 
     /// The host roots discovery and resolution use.
@@ -156,5 +207,35 @@ mod tests {
         );
         let err = HostConfig::load(Some(&dir.path().join("nope.toml"))).unwrap_err();
         assert!(err.to_string().contains("nope.toml"));
+    }
+
+    #[test]
+    fn policy_keys() {
+        let p = Path::new("/c.toml");
+        let c = HostConfig::parse("", p).unwrap();
+        assert_eq!(c.policy, RequestPolicy::Kubernetes, "secure by default");
+        assert_eq!(
+            c.pod_resources_socket,
+            PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock")
+        );
+        assert_eq!(c.non_kubernetes, NonKubernetes::Env);
+        assert_eq!(c.on_denied, OnDenied::Fail);
+        let c = HostConfig::parse(
+            "policy = \"env\"\npod_resources_socket = \"/k/pr.sock\"\npod_resources_timeout_ms = 50\nnon_kubernetes = \"refuse\"\non_denied = \"ignore\"\n",
+            p,
+        )
+        .unwrap();
+        assert_eq!(c.policy, RequestPolicy::Env);
+        assert_eq!(c.pod_resources().socket(), Path::new("/k/pr.sock"));
+        assert_eq!(c.non_kubernetes, NonKubernetes::Refuse);
+        assert_eq!(c.on_denied, OnDenied::Ignore);
+        let err = HostConfig::parse("policy = \"kube\"\n", p)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("kube") && err.contains("policy"), "{err}");
+        let err = HostConfig::parse("pod_resources_timeout_ms = 0\n", p)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("pod_resources_timeout_ms"), "{err}");
     }
 }

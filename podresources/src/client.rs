@@ -280,7 +280,10 @@ where
     loop {
         match call().await {
             Err(status) if status.code() == Code::ResourceExhausted => {
-                tracing::debug!(wait_ms = wait.as_millis() as u64, "pod-resources call rate-limited");
+                tracing::debug!(
+                    wait_ms = wait.as_millis() as u64,
+                    "pod-resources call rate-limited"
+                );
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_millis(200));
             }

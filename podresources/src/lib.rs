@@ -124,10 +124,7 @@ mod tests {
             cpu_ids: vec![1],
             memory: vec![ContainerMemory::default()],
         };
-        assert_eq!(
-            response.encode_to_vec(),
-            [0x0a, 0, 0x12, 1, 1, 0x1a, 0]
-        );
+        assert_eq!(response.encode_to_vec(), [0x0a, 0, 0x12, 1, 1, 0x1a, 0]);
     }
 
     #[test]
