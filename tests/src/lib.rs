@@ -8,8 +8,11 @@
 //!   `libdemo.so.1` under a driver root.
 //! - [`runc`]: OCI bundles with the hook wired in, run by the real `runc`.
 //! - [`probe`]: the in-container probe and the parser for its report.
+//! - [`podresources`]: a test kubelet serving the pod-resources v1 API on a Unix socket, for the
+//!   request policy tests.
 
 pub mod bins;
+pub mod podresources;
 pub mod probe;
 pub mod rootfs;
 pub mod runc;
