@@ -239,3 +239,144 @@ mod tests {
         assert!(err.contains("pod_resources_timeout_ms"), "{err}");
     }
 }
+
+#[cfg(test)]
+mod props {
+    //! Property tests (`PROPTEST_CASES` sets the number of cases; 256 by default).
+
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const PATH: &str = "/etc/devinject/config.toml";
+
+    const KNOWN: [&str; 14] = [
+        "profiles_dir",
+        "dev_root",
+        "sys_root",
+        "driver_root",
+        "ldconfig",
+        "mount_api",
+        "log_level",
+        "runtime",
+        "hook",
+        "policy",
+        "pod_resources_socket",
+        "pod_resources_timeout_ms",
+        "non_kubernetes",
+        "on_denied",
+    ];
+
+    fn quoted(s: &str) -> String {
+        toml::Value::String(s.to_owned()).to_string()
+    }
+
+    /// `key = value` lines from the real keys with mostly right, sometimes wrong values.
+    fn line() -> impl Strategy<Value = (&'static str, String)> {
+        let path = prop_oneof!["/[a-z/]{0,16}", ".{0,10}"].prop_map(|s| quoted(&s));
+        let word = prop_oneof![
+            Just("\"auto\""),
+            Just("\"classic\""),
+            Just("\"kubernetes\""),
+            Just("\"env\""),
+            Just("\"refuse\""),
+            Just("\"fail\""),
+            Just("\"ignore\""),
+            Just("\"\""),
+            Just("1"),
+        ]
+        .prop_map(str::to_owned);
+        let number = prop_oneof![
+            any::<i64>().prop_map(|n| n.to_string()),
+            Just("\"2000\"".to_owned())
+        ];
+        prop_oneof![
+            path.clone().prop_map(|v| ("profiles_dir", v)),
+            path.clone().prop_map(|v| ("dev_root", v)),
+            path.clone().prop_map(|v| ("sys_root", v)),
+            path.clone().prop_map(|v| ("driver_root", v)),
+            path.clone().prop_map(|v| ("ldconfig", v)),
+            path.clone().prop_map(|v| ("runtime", v)),
+            path.clone().prop_map(|v| ("hook", v)),
+            path.prop_map(|v| ("pod_resources_socket", v)),
+            word.clone().prop_map(|v| ("mount_api", v)),
+            word.clone().prop_map(|v| ("policy", v)),
+            word.clone().prop_map(|v| ("non_kubernetes", v)),
+            word.clone().prop_map(|v| ("on_denied", v)),
+            word.prop_map(|v| ("log_level", v)),
+            number.prop_map(|v| ("pod_resources_timeout_ms", v)),
+            "[a-z_]{1,10}"
+                .prop_filter("not a real key", |k| !KNOWN.contains(&k.as_str()))
+                .prop_map(|v| ("unknown", format!("{v} = 1"))),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_text_never_panics(text in any::<String>()) {
+            let _ = HostConfig::parse(&text, Path::new(PATH));
+        }
+
+        #[test]
+        fn assembled_files_never_panic_and_errors_name_file_and_key(lines in vec(line(), 0..10)) {
+            let mut text = String::new();
+            let mut seen = std::collections::BTreeSet::new();
+            let mut unknown = false;
+            for (k, v) in &lines {
+                if *k == "unknown" {
+                    unknown = true;
+                    text.push_str(v);
+                    text.push('\n');
+                } else if seen.insert(*k) {
+                    text.push_str(&format!("{k} = {v}\n"));
+                }
+            }
+            match HostConfig::parse(&text, Path::new(PATH)) {
+                Ok(c) => {
+                    prop_assert!(!unknown, "an unknown key was accepted: {}", text);
+                    prop_assert!(c.pod_resources_timeout_ms > 0);
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    prop_assert!(msg.contains(PATH), "{}", msg);
+                    // The parser's message names the key (or the line) it stopped at.
+                    prop_assert!(msg.contains("line") || msg.contains("pod_resources_timeout_ms"), "{}", msg);
+                }
+            }
+        }
+
+        #[test]
+        fn valid_files_keep_their_values(
+            dev in "/[a-z]{1,8}",
+            socket in "/[a-z]{1,8}/kubelet\\.sock",
+            timeout in 1u64..100_000,
+            policy in prop_oneof![Just("kubernetes"), Just("env")],
+            non_k8s in prop_oneof![Just("env"), Just("refuse")],
+            on_denied in prop_oneof![Just("fail"), Just("ignore")],
+        ) {
+            let text = format!(
+                "dev_root = {}\npod_resources_socket = {}\npod_resources_timeout_ms = {timeout}\npolicy = \"{policy}\"\nnon_kubernetes = \"{non_k8s}\"\non_denied = \"{on_denied}\"\n",
+                quoted(&dev),
+                quoted(&socket),
+            );
+            let c = HostConfig::parse(&text, Path::new(PATH)).unwrap();
+            prop_assert_eq!(c.dev_root, PathBuf::from(&dev));
+            prop_assert_eq!(c.pod_resources_socket, PathBuf::from(&socket));
+            prop_assert_eq!(c.pod_resources_timeout_ms, timeout);
+            prop_assert_eq!(c.policy == RequestPolicy::Env, policy == "env");
+            prop_assert_eq!(c.non_kubernetes == NonKubernetes::Refuse, non_k8s == "refuse");
+            prop_assert_eq!(c.on_denied == OnDenied::Ignore, on_denied == "ignore");
+            prop_assert_eq!(c.profiles_dir, HostConfig::default().profiles_dir);
+        }
+
+        #[test]
+        fn unknown_keys_are_named(key in "[a-z][a-z_]{2,16}") {
+            prop_assume!(!KNOWN.contains(&key.as_str()));
+            let err = HostConfig::parse(&format!("{key} = \"x\"\n"), Path::new(PATH))
+                .unwrap_err()
+                .to_string();
+            prop_assert!(err.contains(&key) && err.contains(PATH), "{}", err);
+        }
+    }
+}

@@ -231,3 +231,36 @@ mod tests {
         assert_eq!(describe(&set(&["b", "a"])), "a, b");
     }
 }
+
+#[cfg(test)]
+mod props {
+    //! Property tests (`PROPTEST_CASES` sets the number of cases; 256 by default).
+
+    use proptest::collection::{btree_set, vec};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn id() -> impl Strategy<Value = String> {
+        ("[0-3]", proptest::option::of(0u32..3)).prop_map(|(id, r)| match r {
+            Some(r) => format!("{id}::{r}"),
+            None => id,
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn a_request_passes_exactly_when_it_names_the_granted_devices(
+            granted in btree_set(id(), 0..4),
+            asked in vec(id(), 1..5),
+        ) {
+            let granted_physical: BTreeSet<String> = granted.iter().map(|g| physical(g).to_owned()).collect();
+            let asked_physical: BTreeSet<String> = asked.iter().map(|a| physical(a).to_owned()).collect();
+            let request = Request::parse(Some(&asked.join(","))).unwrap();
+            let ok = check(&request, &granted_physical).is_ok();
+            prop_assert_eq!(ok, asked_physical == granted_physical);
+            prop_assert!(check(&Request::All, &granted_physical).is_err());
+            prop_assert!(check(&Request::None, &granted_physical).is_err());
+        }
+    }
+}

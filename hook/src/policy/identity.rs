@@ -357,3 +357,66 @@ mod tests {
         assert_eq!(full.to_string(), "ns/p (uid u)");
     }
 }
+
+#[cfg(test)]
+mod props {
+    //! Property tests (`PROPTEST_CASES` sets the number of cases; 256 by default).
+
+    use proptest::collection::btree_map;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn key() -> impl Strategy<Value = String> {
+        let keys: Vec<&'static str> = [CONTAINERD, CRIO]
+            .iter()
+            .flat_map(|k| [k.kind, k.uid, k.name, k.namespace, k.container])
+            .chain([
+                "io.kubernetes.cri.sandbox-id",
+                "devinject.io/demo.devices",
+                "other",
+            ])
+            .collect();
+        proptest::sample::select(keys).prop_map(str::to_owned)
+    }
+
+    proptest! {
+        #[test]
+        fn identity_never_contradicts_an_annotation(
+            annotations in btree_map(key(), prop_oneof![Just(""), Just("a"), Just("b"), Just("sandbox"), Just("container")].prop_map(str::to_owned), 0..12),
+        ) {
+            match identify(&annotations) {
+                Ok(Identity::NotKubernetes) => {
+                    prop_assert!(annotations.keys().all(|k| k == "devinject.io/demo.devices" || k == "other"));
+                }
+                Ok(Identity::Container { pod, container }) => {
+                    for keys in [CONTAINERD, CRIO] {
+                        for (k, v) in [
+                            (keys.namespace, &pod.namespace),
+                            (keys.name, &pod.name),
+                            (keys.container, &container),
+                        ] {
+                            if let Some(a) = annotations.get(k) {
+                                prop_assert_eq!(a, v, "{} contradicts the identity", k);
+                            }
+                        }
+                        if let Some(a) = annotations.get(keys.uid) {
+                            prop_assert!(a.is_empty() || pod.uid.as_ref() == Some(a));
+                        }
+                        prop_assert_ne!(annotations.get(keys.kind).map(String::as_str), Some("sandbox"));
+                    }
+                    prop_assert!(!pod.namespace.is_empty() && !pod.name.is_empty() && !container.is_empty());
+                }
+                Ok(Identity::Sandbox { .. }) => {
+                    prop_assert!([CONTAINERD, CRIO].iter().any(|k| annotations.get(k.kind).map(String::as_str) == Some("sandbox")));
+                }
+                Err(IdentityError::Conflict { first_key, first_value, second_key, second_value }) => {
+                    prop_assert_ne!(&first_value, &second_value);
+                    prop_assert_eq!(annotations.get(first_key), Some(&first_value));
+                    prop_assert_eq!(annotations.get(second_key), Some(&second_value));
+                }
+                Err(IdentityError::Incomplete { .. }) => {}
+            }
+        }
+    }
+}
