@@ -386,6 +386,21 @@ fn non_kubernetes_container(via: Via) {
     assert_demo_granted_0_1(&report, &out);
     assert!(c.calls().is_empty(), "{:?}", c.calls());
 
+    // podman writes a few of CRI-O's keys, but no pod identity: not a Kubernetes container.
+    let mut c = case("policy = \"kubernetes\"\n", Some(vec![]));
+    for (k, v) in [
+        ("io.container.manager", "libpod"),
+        ("io.kubernetes.cri-o.Created", "2026-01-01T00:00:00Z"),
+        ("io.kubernetes.cri-o.TTY", "false"),
+    ] {
+        c.bundle.annotation(k, v);
+    }
+    c.bundle.env("DEMO_VISIBLE_DEVICES=0,1");
+    let (out, report) = c.run(via);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_demo_granted_0_1(&report, &out);
+    assert!(c.calls().is_empty(), "{:?}", c.calls());
+
     // ... unless told to refuse them.
     let mut c = case(
         "policy = \"kubernetes\"\nnon_kubernetes = \"refuse\"\n",

@@ -15,9 +15,13 @@
 //! must have them agree: a disagreement means one set was written by the pod, and the container
 //! is refused rather than trusting either.
 //!
-//! Any `io.kubernetes.cri.` or `io.kubernetes.cri-o.` key, or one of the CRI-O identity keys,
-//! marks a CRI container: it must then name its pod and container completely. Only a spec with
-//! none of them is a non-Kubernetes container (`docker run`, `ctr run`, `runc` by hand).
+//! Any `io.kubernetes.cri.` key, or one of the CRI-O identity keys (pod UID, name, namespace,
+//! container name), marks a CRI container: it must then name its pod and container completely.
+//! A pod can add annotations but not remove the runtime's, so a kubelet container cannot pass
+//! for anything else. Only a spec with none of them is a non-Kubernetes container (`docker
+//! run`, `ctr run`, podman, `runc` by hand). CRI-O's own `io.kubernetes.cri-o.` keys are not a
+//! mark: podman writes some of them too (`io.kubernetes.cri-o.Created`, `.TTY`, and
+//! `.ContainerType` for its pods' infra containers), and CRI-O always writes the identity keys.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -59,8 +63,8 @@ pub const CRIO: CriKeys = CriKeys {
     container: "io.kubernetes.container.name",
 };
 
-/// Key prefixes only a CRI runtime writes.
-const CRI_PREFIXES: [&str; 2] = ["io.kubernetes.cri.", "io.kubernetes.cri-o."];
+/// The key prefix only containerd's CRI plugin writes.
+const CONTAINERD_PREFIX: &str = "io.kubernetes.cri.";
 
 /// A pod, as the annotations name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,24 +133,18 @@ pub enum IdentityError {
 
 /// Reads the identity from a spec's annotations.
 pub fn identify(annotations: &BTreeMap<String, String>) -> Result<Identity, IdentityError> {
+    // The container type alone does not mark a family: podman writes CRI-O's for its pods.
     let present = |keys: &CriKeys| {
-        [
-            keys.kind,
-            keys.uid,
-            keys.name,
-            keys.namespace,
-            keys.container,
-        ]
-        .iter()
-        .any(|k| annotations.contains_key(*k))
+        [keys.uid, keys.name, keys.namespace, keys.container]
+            .iter()
+            .any(|k| annotations.contains_key(*k))
+            || (keys == &CONTAINERD && annotations.contains_key(keys.kind))
     };
     let families: Vec<&CriKeys> = [&CONTAINERD, &CRIO]
         .into_iter()
         .filter(|k| present(k))
         .collect();
-    let marked = annotations
-        .keys()
-        .any(|k| CRI_PREFIXES.iter().any(|p| k.starts_with(p)));
+    let marked = annotations.keys().any(|k| k.starts_with(CONTAINERD_PREFIX));
     if families.is_empty() {
         if marked {
             return Err(IdentityError::Incomplete {
@@ -296,6 +294,28 @@ mod tests {
     }
 
     #[test]
+    fn podman_containers_are_not_kubernetes() {
+        // What podman 4 writes into a container's and a pod infra container's spec.
+        let container = map(&[
+            ("io.container.manager", "libpod"),
+            (
+                "io.kubernetes.cri-o.Created",
+                "2024-07-29T11:36:40.51830451+05:30",
+            ),
+            ("io.kubernetes.cri-o.TTY", "true"),
+            ("io.podman.annotations.autoremove", "TRUE"),
+            ("io.podman.annotations.privileged", "FALSE"),
+        ]);
+        assert_eq!(identify(&container), Ok(Identity::NotKubernetes));
+        let infra = map(&[
+            ("io.kubernetes.cri-o.ContainerType", "sandbox"),
+            ("io.kubernetes.cri-o.TTY", "false"),
+            ("io.podman.annotations.init", "FALSE"),
+        ]);
+        assert_eq!(identify(&infra), Ok(Identity::NotKubernetes));
+    }
+
+    #[test]
     fn sandboxes() {
         let mut a: BTreeMap<_, _> = containerd("ns", "p", "u1", "").into_iter().collect();
         a.insert(CONTAINERD.kind.into(), "sandbox".into());
@@ -387,7 +407,10 @@ mod props {
         ) {
             match identify(&annotations) {
                 Ok(Identity::NotKubernetes) => {
-                    prop_assert!(annotations.keys().all(|k| k == "devinject.io/demo.devices" || k == "other"));
+                    // Only keys that mark no CRI container: ours, others, CRI-O's type.
+                    let unmarked =
+                        |k: &String| k == "devinject.io/demo.devices" || k == "other" || k == CRIO.kind;
+                    prop_assert!(annotations.keys().all(unmarked));
                 }
                 Ok(Identity::Container { pod, container }) => {
                     for keys in [CONTAINERD, CRIO] {
@@ -403,7 +426,13 @@ mod props {
                         if let Some(a) = annotations.get(keys.uid) {
                             prop_assert!(a.is_empty() || pod.uid.as_ref() == Some(a));
                         }
-                        prop_assert_ne!(annotations.get(keys.kind).map(String::as_str), Some("sandbox"));
+                        // CRI-O's type counts only with its identity keys (podman writes it).
+                        let marks = [keys.uid, keys.name, keys.namespace, keys.container]
+                            .iter()
+                            .any(|k| annotations.contains_key(*k));
+                        if marks || keys == CONTAINERD {
+                            prop_assert_ne!(annotations.get(keys.kind).map(String::as_str), Some("sandbox"));
+                        }
                     }
                     prop_assert!(!pod.namespace.is_empty() && !pod.name.is_empty() && !container.is_empty());
                 }
