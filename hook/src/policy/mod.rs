@@ -300,7 +300,7 @@ fn check_all(
         let source = &requests[*i];
         let verdict = check_one(profiles, source, request, &pod, &container, &lookup);
         if verdict.is_ok() {
-            tracing::info!(%pod, %container, profile = %source.profile, "request matches the kubelet's grant");
+            tracing::debug!(%pod, %container, profile = %source.profile, "request matches the kubelet's grant");
         }
         out.push(verdict);
     }
