@@ -23,6 +23,8 @@
 //! - [`hostile`]: booby-trapping a rootfs (links out, FIFOs, files for dirs) and a swapper thread.
 //! - [`cprog`]: small C programs built with gcc (a marker-leaving preload library, a recording
 //!   stand-in for ldconfig).
+//! - [`podresources`]: a test kubelet serving the pod-resources v1 API on a Unix socket, for the
+//!   request policy tests.
 
 pub mod bins;
 pub mod canary;
@@ -34,6 +36,7 @@ pub mod hostile;
 pub mod image;
 pub mod kubelet;
 pub mod podman;
+pub mod podresources;
 pub mod probe;
 pub mod rootfs;
 pub mod runc;

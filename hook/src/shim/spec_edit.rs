@@ -108,7 +108,12 @@ pub fn apply(
                 }
                 return Err(SpecEditError::DeviceConflict {
                     path,
-                    existing: format!("{} {}:{}", d["type"], d["major"], d["minor"]),
+                    existing: format!(
+                        "{} {}:{}",
+                        d.get("type").and_then(Value::as_str).unwrap_or("?"),
+                        d["major"],
+                        d["minor"]
+                    ),
                     wanted: format!("{} {}:{}", n.kind.letter(), n.major, n.minor),
                 });
             }
@@ -243,7 +248,7 @@ mod tests {
     use super::*;
     use devinject_devices::{CgroupRule, DeviceNode, HookAction, Mount, MountKind, Symlink};
 
-    fn edits() -> ContainerEdits {
+    pub(super) fn edits() -> ContainerEdits {
         let node = DeviceNode {
             host_path: PathBuf::from("/h/dev/demo/accel0"),
             container_path: PathBuf::from("/dev/demo/accel0"),
@@ -396,6 +401,22 @@ mod tests {
     }
 
     #[test]
+    fn device_conflict_message_shows_the_type_unquoted() {
+        // Found by the property tests: the existing type was printed as JSON, `"c" 1:3`.
+        let mut spec: Value = serde_json::from_str(
+            r#"{"ociVersion":"1.0.2","linux":{"devices":[{"path":"/dev/demo/accel0","type":"c","major":1,"minor":3}]}}"#,
+        )
+        .unwrap();
+        let err = apply(&mut spec, &edits(), &[], None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("as c 1:3, but the request needs c 10:237"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn conflicting_device_and_bad_shapes_are_errors() {
         let mut spec: Value = serde_json::from_str(
             r#"{"ociVersion":"1.0.2","linux":{"devices":[{"path":"/dev/demo/accel0","type":"c","major":1,"minor":3}]}}"#,
@@ -413,5 +434,304 @@ mod tests {
                 expected: "an array"
             }
         );
+    }
+}
+
+#[cfg(test)]
+mod props {
+    //! Property tests (`PROPTEST_CASES` sets the number of cases; 256 by default): for any
+    //! spec and any plan, `apply` never panics; when it succeeds, applying again changes
+    //! nothing, every field it does not own is kept as it was, the arrays it extends keep
+    //! their old entries in front, and every edit is in the result.
+
+    use std::path::PathBuf;
+
+    use proptest::collection::{btree_map, vec};
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+
+    use super::*;
+    use devinject_devices::{CgroupRule, DeviceNode, HookAction, Mount, MountKind, Symlink};
+
+    const REQUEST_ENV: &str = "DEMO_VISIBLE_DEVICES";
+
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            "[a-z/=]{0,8}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 16, 3, |inner| {
+            prop_oneof![
+                vec(inner.clone(), 0..3).prop_map(Value::Array),
+                btree_map("[a-z]{1,6}", inner, 0..3)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// `good` most of the time, any JSON (often the wrong type) otherwise, or absent.
+    fn slot(good: BoxedStrategy<Value>) -> impl Strategy<Value = Option<Value>> {
+        proptest::option::weighted(0.8, prop_oneof![6 => good, 1 => any_json()])
+    }
+
+    fn object(pairs: Vec<(&str, Option<Value>)>, extra: Vec<(String, Value)>) -> Value {
+        let mut m = serde_json::Map::new();
+        for (k, v) in extra {
+            m.insert(k, v);
+        }
+        for (k, v) in pairs {
+            if let Some(v) = v {
+                m.insert(k.to_owned(), v);
+            }
+        }
+        Value::Object(m)
+    }
+
+    fn device_entry() -> impl Strategy<Value = Value> {
+        ("/dev/x[0-3]", prop_oneof![Just("c"), Just("b")], 0u32..3, 0u32..3).prop_map(
+            |(path, t, major, minor)| json!({"path": path, "type": t, "major": major, "minor": minor}),
+        )
+    }
+
+    fn extras() -> impl Strategy<Value = Vec<(String, Value)>> {
+        vec(("z[a-z]{0,5}", any_json()), 0..3)
+    }
+
+    /// A runtime spec: the fields `apply` touches, mostly well-formed, plus unknown fields.
+    fn spec() -> impl Strategy<Value = Value> {
+        let env = vec(
+            prop_oneof![
+                "(DEMO_VISIBLE_DEVICES|KEEP|A)=[a-z0-9,]{0,4}".prop_map(|s| json!(s)),
+                any_json(),
+            ],
+            0..4,
+        )
+        .prop_map(Value::Array)
+        .boxed();
+        let process = (slot(env), extras())
+            .prop_map(|(env, extra)| object(vec![("env", env)], extra))
+            .boxed();
+        let rules = vec(prop_oneof![device_entry(), any_json()], 0..3)
+            .prop_map(Value::Array)
+            .boxed();
+        let resources = (slot(rules), extras())
+            .prop_map(|(d, extra)| object(vec![("devices", d)], extra))
+            .boxed();
+        let devices = vec(prop_oneof![device_entry(), any_json()], 0..3)
+            .prop_map(Value::Array)
+            .boxed();
+        let linux = (slot(devices), slot(resources), extras())
+            .prop_map(|(d, r, extra)| object(vec![("devices", d), ("resources", r)], extra))
+            .boxed();
+        let mounts = vec(
+            prop_oneof![
+                "/usr/lib/m[0-3]".prop_map(|d| json!({"destination": d, "type": "bind"})),
+                any_json(),
+            ],
+            0..3,
+        )
+        .prop_map(Value::Array)
+        .boxed();
+        let hooks = (
+            slot(vec(any_json(), 0..2).prop_map(Value::Array).boxed()),
+            extras(),
+        )
+            .prop_map(|(c, extra)| object(vec![("createRuntime", c)], extra))
+            .boxed();
+        (
+            slot(process),
+            slot(linux),
+            slot(mounts),
+            slot(hooks),
+            extras(),
+        )
+            .prop_map(|(process, linux, mounts, hooks, extra)| {
+                let mut extra = extra;
+                extra.push(("ociVersion".into(), json!("1.0.2")));
+                object(
+                    vec![
+                        ("process", process),
+                        ("linux", linux),
+                        ("mounts", mounts),
+                        ("hooks", hooks),
+                    ],
+                    extra,
+                )
+            })
+    }
+
+    fn edits() -> impl Strategy<Value = ContainerEdits> {
+        let node = ("/dev/x[0-3]", any::<bool>(), 0u32..3, 0u32..3).prop_map(
+            |(path, char, major, minor)| DeviceNode {
+                host_path: PathBuf::from(format!("/host{path}")),
+                container_path: PathBuf::from(path),
+                kind: if char {
+                    NodeKind::Char
+                } else {
+                    NodeKind::Block
+                },
+                major,
+                minor,
+                mode: 0o666,
+                uid: 0,
+                gid: 0,
+            },
+        );
+        let mount = "/usr/lib/m[0-3]".prop_map(|d| Mount {
+            host_path: PathBuf::from(format!("/host{d}")),
+            container_path: PathBuf::from(d),
+            kind: MountKind::Library,
+        });
+        (
+            vec("(DEMO_VISIBLE_DEVICES|KEEP|NEW)=[a-z0-9,]{0,4}", 0..4),
+            vec(node, 0..4),
+            vec(mount, 0..3),
+            any::<bool>(),
+        )
+            .prop_map(|(env, device_nodes, mounts, links)| ContainerEdits {
+                env,
+                cgroup_rules: device_nodes.iter().map(CgroupRule::for_node).collect(),
+                device_nodes,
+                mounts,
+                hooks: if links {
+                    vec![
+                        HookAction::CreateSymlinks(vec![Symlink {
+                            link: PathBuf::from("/usr/lib/libx.so.1"),
+                            target: "libx.so.1.0".into(),
+                        }]),
+                        HookAction::UpdateLdcache {
+                            dirs: vec![PathBuf::from("/usr/lib")],
+                        },
+                    ]
+                } else {
+                    vec![]
+                },
+            })
+    }
+
+    /// `new` keeps `old`'s entries in front.
+    fn keeps_prefix(old: &Value, new: &Value) -> bool {
+        match (old.as_array(), new.as_array()) {
+            (Some(o), Some(n)) => n.starts_with(o),
+            _ => old == new || old.is_null(),
+        }
+    }
+
+    /// Every key of `old` except `owned` is unchanged in `new`.
+    fn keeps_others(old: &Value, new: &Value, owned: &[&str]) -> Result<(), String> {
+        let (Some(o), Some(n)) = (old.as_object(), new.as_object()) else {
+            // Untouched, or a null that became the object the edits needed.
+            return if old == new || old.is_null() {
+                Ok(())
+            } else {
+                Err(format!("{old} became {new}"))
+            };
+        };
+        for (k, v) in o {
+            if !owned.contains(&k.as_str()) && n.get(k) != Some(v) {
+                return Err(format!("{k}: {v} became {:?}", n.get(k)));
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn apply_is_safe_idempotent_and_keeps_what_it_does_not_own(
+            original in spec(),
+            e in edits(),
+        ) {
+            let hook = finish_hook(Path::new("/opt/devinject/bin/devinject-hook"), None, &e);
+            let mut once = original.clone();
+            if apply(&mut once, &e, &[REQUEST_ENV], hook.clone()).is_err() {
+                return Ok(());
+            }
+            // Idempotent.
+            let mut twice = once.clone();
+            apply(&mut twice, &e, &[REQUEST_ENV], hook.clone()).unwrap();
+            prop_assert_eq!(&twice, &once);
+
+            // Unknown and unowned fields kept, owned arrays only grow at the end.
+            let null = Value::Null;
+            let at = |v: &Value, path: &[&str]| -> Value {
+                path.iter().fold(v, |v, k| v.get(*k).unwrap_or(&null)).clone()
+            };
+            keeps_others(&original, &once, &["linux", "mounts", "process", "hooks"]).map_err(TestCaseError::fail)?;
+            keeps_others(&at(&original, &["linux"]), &at(&once, &["linux"]), &["devices", "resources"]).map_err(TestCaseError::fail)?;
+            keeps_others(&at(&original, &["linux", "resources"]), &at(&once, &["linux", "resources"]), &["devices"]).map_err(TestCaseError::fail)?;
+            keeps_others(&at(&original, &["process"]), &at(&once, &["process"]), &["env"]).map_err(TestCaseError::fail)?;
+            keeps_others(&at(&original, &["hooks"]), &at(&once, &["hooks"]), &["createRuntime"]).map_err(TestCaseError::fail)?;
+            for path in [
+                &["linux", "devices"][..],
+                &["linux", "resources", "devices"],
+                &["mounts"],
+                &["hooks", "createRuntime"],
+            ] {
+                prop_assert!(keeps_prefix(&at(&original, path), &at(&once, path)), "{:?}", path);
+            }
+            // process.env: old entries stay in place; only the request variable may change.
+            let old_env = at(&original, &["process", "env"]);
+            let new_env = at(&once, &["process", "env"]);
+            if let Some(old_env) = old_env.as_array() {
+                let new_env = new_env.as_array().unwrap();
+                prop_assert!(new_env.len() >= old_env.len());
+                for (o, n) in old_env.iter().zip(new_env) {
+                    let request = o.as_str().is_some_and(|s| s.starts_with("DEMO_VISIBLE_DEVICES="));
+                    prop_assert!(o == n || request, "{} became {}", o, n);
+                }
+            }
+
+            // Every edit is there.
+            let devices = at(&once, &["linux", "devices"]);
+            for n in &e.device_nodes {
+                let path = n.container_path.to_str().unwrap();
+                prop_assert!(devices.as_array().unwrap().iter().any(|d| d["path"] == path
+                    && d["major"] == n.major
+                    && d["minor"] == n.minor));
+            }
+            let rules = at(&once, &["linux", "resources", "devices"]);
+            for r in &e.cgroup_rules {
+                prop_assert!(rules.as_array().unwrap().iter().any(|x| x["allow"] == true
+                    && x["major"] == r.major
+                    && x["minor"] == r.minor));
+            }
+            // Files are mounted by the finish hook (fd-based, not runc's path-based spec mounts).
+            for m in &e.mounts {
+                let dest = json!(m.container_path);
+                let args = hook.as_ref().map(|h| h["args"].clone()).unwrap_or(Value::Null);
+                prop_assert!(args.as_array().is_some_and(|a| a.contains(&dest)), "{:?} not in {}", dest, args);
+            }
+            let env = at(&once, &["process", "env"]);
+            for kv in &e.env {
+                let key = format!("{}=", kv.split_once('=').unwrap().0);
+                prop_assert!(env.as_array().unwrap().iter().any(|x| x.as_str().is_some_and(|s| s.starts_with(&key))));
+            }
+            if let Some(h) = hook {
+                prop_assert!(at(&once, &["hooks", "createRuntime"]).as_array().unwrap().contains(&h));
+            }
+        }
+
+        #[test]
+        fn shape_errors_name_the_field(
+            bad in prop_oneof![Just(json!(1)), Just(json!("x")), Just(json!({"a": 1})), Just(json!(true))],
+            at in 0usize..4,
+        ) {
+            // An object is what `linux` should be. (`mounts` is only extended for device binds
+            // in user namespaces: files go through the finish hook.)
+            prop_assume!(at != 3 || !bad.is_object());
+            let (mut spec, field) = match at {
+                0 => (json!({"linux": {"devices": bad}}), "linux.devices"),
+                1 => (json!({"linux": {"resources": {"devices": bad}}}), "linux.resources.devices"),
+                2 => (json!({"process": {"env": bad}}), "process.env"),
+                _ => (json!({"linux": bad}), "linux"),
+            };
+            let err = apply(&mut spec, &super::tests::edits(), &[], None).unwrap_err();
+            prop_assert!(
+                err.to_string().contains(&format!("field {field} is not")),
+                "{}", err
+            );
+        }
     }
 }
