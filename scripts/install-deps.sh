@@ -4,7 +4,11 @@
 set -euo pipefail
 want=(runc busybox-static gcc e2fsprogs)
 if [ "${1:-test}" = test ]; then
-  want+=(containerd docker.io crun protobuf-compiler iproute2)
+  # libc6-dev: headers and the static libc for the hostile tests' C helpers (tests/src/cprog.rs)
+  # python3-venv: for the manifest check's kubernetes-validate (below). Its kustomize render
+  # needs kubectl >= 1.24 (kustomize v4+), which Debian 12 does not package (its
+  # kubernetes-client is 1.20); without one the check validates the files only and says so.
+  want+=(containerd docker.io crun protobuf-compiler iproute2 libc6-dev podman conmon python3-venv)
 fi
 missing=()
 for p in "${want[@]}"; do
@@ -19,4 +23,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The manifest check (scripts/check-manifests.py) validates deploy/ against the Kubernetes
+# OpenAPI schemas with kubernetes-validate, which ships them (no network needed at check time).
+# It lives in a virtualenv so the system Python stays untouched.
+if [ "${1:-test}" = test ]; then
+  venv=${DEVINJECT_PY_VENV:-$(cd "$(dirname "$0")/.." && pwd)/target/manifest-venv}
+  if ! "$venv/bin/python" -c 'import kubernetes_validate, yaml' 2>/dev/null; then
+    echo "install-deps: installing kubernetes-validate into $venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check 'kubernetes-validate==1.37.0' 'PyYAML>=6'
+  fi
 fi

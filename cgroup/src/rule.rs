@@ -225,7 +225,12 @@ impl FromStr for DeviceRule {
             n.parse::<u32>()
                 .map_err(|_| err("major and minor must be decimal numbers (no wildcards)"))
         };
-        let rule = DeviceRule::new(kind, number(major)?, number(minor)?, access.parse()?);
+        // Name the whole rule, not only its access part, when the letters are wrong.
+        let access = access.parse().map_err(|e| match e {
+            CgroupError::ParseRule { reason, .. } => err(&format!("access {access:?}: {reason}")),
+            other => other,
+        })?;
+        let rule = DeviceRule::new(kind, number(major)?, number(minor)?, access);
         rule.validate()?;
         Ok(rule)
     }
@@ -272,6 +277,15 @@ mod tests {
                 err.contains(&format!("{bad:?}")) || err.contains("device rule"),
                 "{err}"
             );
+        }
+    }
+
+    #[test]
+    fn bad_access_letters_name_the_whole_rule() {
+        // Found by the property tests: the error named only "rr", not the rule it came from.
+        for bad in ["c 1:3 rr", "b 8:0 rwx"] {
+            let err = bad.parse::<DeviceRule>().expect_err(bad).to_string();
+            assert!(err.contains(&format!("{bad:?}")), "{err}");
         }
     }
 

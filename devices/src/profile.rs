@@ -528,3 +528,236 @@ DEMO_DRIVER = "1"
         assert!(err.contains("demo.toml"), "{err}");
     }
 }
+
+#[cfg(test)]
+mod props {
+    //! Property tests (`PROPTEST_CASES` sets the number of cases; 256 by default).
+
+    use proptest::collection::{btree_map, vec};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn parse(text: &str) -> Result<Profile, ProfileError> {
+        Profile::parse(text, Path::new("/p/x.toml"))
+    }
+
+    /// A TOML string value, escaped.
+    fn quoted(s: &str) -> String {
+        toml::Value::String(s.to_owned()).to_string()
+    }
+
+    /// Values that are sometimes right and often wrong, for any string key.
+    fn any_str() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z][a-z0-9-]{0,10}",
+            "[a-z]{1,5}\\.io/[a-z]{1,5}",
+            "/[a-z0-9/*._-]{0,20}",
+            "[a-z0-9/*._-]{0,20}",
+            "\\.\\./[a-z]{1,5}",
+            any::<String>(),
+        ]
+    }
+
+    /// Mostly `good`, sometimes anything.
+    fn mostly(good: &'static str) -> impl Strategy<Value = String> {
+        prop_oneof![9 => good.prop_map(|s: String| s), 1 => any_str()]
+    }
+
+    fn toml_list(items: &[String]) -> String {
+        let quoted: Vec<String> = items.iter().map(|s| quoted(s)).collect();
+        format!("[{}]", quoted.join(", "))
+    }
+
+    /// A profile document: every key with mostly valid, sometimes arbitrary values, optional
+    /// keys present or not, the odd unknown key or wrongly typed value.
+    fn document() -> impl Strategy<Value = String> {
+        let head = (
+            mostly("[a-z][a-z0-9]{0,8}"),
+            mostly("[a-z]{1,5}\\.io/[a-z]{1,5}"),
+            proptest::option::of(mostly("[A-Z][A-Z0-9_]{0,8}")),
+            proptest::option::of(prop_oneof![
+                4 => (1u32..=MAX_REPLICAS).prop_map(|n| n.to_string()),
+                1 => any::<i64>().prop_map(|n| n.to_string()),
+                1 => any_str().prop_map(|s| quoted(&s)),
+            ]),
+            proptest::option::of(prop_oneof![
+                Just("\"envvar\""),
+                Just("\"cdi-annotations\""),
+                Just("\"cdi-cri\""),
+                Just("\"cdi\""),
+                Just("3"),
+            ]),
+            proptest::option::of(vec(mostly("/[a-z]{1,6}(/[a-z0-9_-]{1,6})?"), 0..3)),
+            proptest::option::of(("[a-z_]{1,8}", any::<i32>())),
+        );
+        let discovery = (
+            vec(mostly("[a-z]{1,6}(/[a-z]{1,6})?[*]?"), 0..3),
+            prop_oneof![4 => Just("index"), 2 => Just("name"), 2 => Just("sysfs"), 1 => Just("uuid")],
+            proptest::option::of(mostly("class/[a-z]{1,6}/\\{name\\}/[a-z]{1,6}")),
+            proptest::option::of(mostly("class/[a-z]{1,6}/\\{n\\}/numa_node")),
+            btree_map(
+                mostly("class/[a-z]{1,6}/\\{name\\}/vendor"),
+                any_str(),
+                0..2,
+            ),
+        );
+        let node = mostly("[a-z]{1,6}(/[a-z0-9{}]{1,6})?")
+            .prop_map(|p| format!("path = {}\n", quoted(&p)))
+            .boxed();
+        let library = prop_oneof![
+            3 => mostly("lib[a-z]{1,6}\\.so\\.[0-9]").prop_map(|s| format!("soname = {}\n", quoted(&s))),
+            3 => mostly("/usr/lib/[a-z]{1,6}\\.so\\.\\*").prop_map(|g| format!("glob = {}\n", quoted(&g))),
+            1 => Just("soname = \"libx.so.1\"\nglob = \"/x\"\n".to_owned()),
+            1 => Just("optional = true\n".to_owned()),
+        ];
+        let file = (
+            mostly("/opt/[a-z]{1,6}/[a-z]{1,6}"),
+            proptest::option::of(mostly("/usr/bin/[a-z]{1,6}")),
+        )
+            .prop_map(|(p, c)| {
+                let mut t = format!("path = {}\n", quoted(&p));
+                if let Some(c) = c {
+                    t.push_str(&format!("container_path = {}\n", quoted(&c)));
+                }
+                t
+            })
+            .boxed();
+        let tables = (
+            vec(node.clone(), 0..3),
+            vec(node, 0..2),
+            vec(library, 0..3),
+            vec(file.clone(), 0..2),
+            vec(file, 0..2),
+        );
+        let env = btree_map(mostly("[A-Z_][A-Z0-9_]{0,8}"), any_str(), 0..3);
+        (head, discovery, tables, env).prop_map(|(head, discovery, tables, env)| {
+            let (name, resource, request_env, replicas, mode, dirs, unknown) = head;
+            let mut doc = format!(
+                "name = {}\nresource = {}\n",
+                quoted(&name),
+                quoted(&resource)
+            );
+            if let Some(v) = request_env {
+                doc.push_str(&format!("request_env = {}\n", quoted(&v)));
+            }
+            if let Some(v) = replicas {
+                doc.push_str(&format!("replicas = {v}\n"));
+            }
+            if let Some(v) = mode {
+                doc.push_str(&format!("allocate_mode = {v}\n"));
+            }
+            if let Some(v) = dirs {
+                doc.push_str(&format!("library_dirs = {}\n", toml_list(&v)));
+            }
+            if let Some((k, v)) = unknown {
+                doc.push_str(&format!("{k} = {v}\n"));
+            }
+            let (nodes, id, id_sysfs, numa, require) = discovery;
+            doc.push_str(&format!(
+                "[discovery]\nnodes = {}\nid = {}\n",
+                toml_list(&nodes),
+                quoted(id)
+            ));
+            if let Some(v) = id_sysfs {
+                doc.push_str(&format!("id_sysfs = {}\n", quoted(&v)));
+            }
+            if let Some(v) = numa {
+                doc.push_str(&format!("numa_sysfs = {}\n", quoted(&v)));
+            }
+            doc.push_str("[discovery.require_sysfs]\n");
+            for (k, v) in require {
+                doc.push_str(&format!("{} = {}\n", quoted(&k), quoted(&v)));
+            }
+            let (device_nodes, control_nodes, libraries, binaries, files) = tables;
+            for (table, entries) in [
+                ("device_nodes", device_nodes),
+                ("control_nodes", control_nodes),
+                ("libraries", libraries),
+                ("binaries", binaries),
+                ("files", files),
+            ] {
+                for e in entries {
+                    doc.push_str(&format!("[[{table}]]\n{e}"));
+                }
+            }
+            doc.push_str("[env]\n");
+            for (k, v) in env {
+                doc.push_str(&format!("{} = {}\n", quoted(&k), quoted(&v)));
+            }
+            doc
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_text_never_panics(s in any::<String>()) {
+            let _ = parse(&s);
+        }
+
+        #[test]
+        fn assembled_documents_never_panic_and_errors_name_the_file(doc in document()) {
+            match parse(&doc) {
+                Err(e) => prop_assert!(e.to_string().contains("/p/x.toml"), "{}", e),
+                // Whatever passed validation is usable: names and paths as checked.
+                Ok(p) => {
+                    prop_assert!(ProfileName::new(p.name.as_str()).is_ok());
+                    prop_assert!(p.discovery.nodes.iter().all(|n| check_relative(n).is_ok()));
+                    prop_assert!(p.library_dirs.iter().all(|d| check_absolute(d).is_ok()));
+                    prop_assert!(is_env_name(p.request_env()));
+                }
+            }
+        }
+
+        #[test]
+        fn valid_profiles_keep_their_values(
+            name in "[a-z][a-z0-9]{0,10}",
+            domain in "[a-z]{1,8}\\.(io|com|org)",
+            replicas in 1u32..=MAX_REPLICAS,
+            nodes in vec("[a-z]{1,6}(/[a-z]{1,6})?[*]?", 1..4),
+            env in btree_map("[A-Z][A-Z0-9_]{0,8}", "[ -~]{0,12}", 0..4),
+        ) {
+            let nodes_toml: Vec<String> = nodes.iter().map(|n| quoted(n)).collect();
+            let mut doc = format!(
+                "name = {}\nresource = {}\nreplicas = {replicas}\n[discovery]\nnodes = [{}]\n[env]\n",
+                quoted(&name),
+                quoted(&format!("{domain}/{name}")),
+                nodes_toml.join(", "),
+            );
+            for (k, v) in &env {
+                doc.push_str(&format!("{k} = {}\n", quoted(v)));
+            }
+            let p = parse(&doc).unwrap();
+            prop_assert_eq!(p.name.as_str(), name.as_str());
+            prop_assert_eq!(p.resource_name(), format!("{domain}/{name}"));
+            prop_assert_eq!(p.replicas, replicas);
+            prop_assert_eq!(&p.discovery.nodes, &nodes);
+            prop_assert_eq!(&p.env, &env);
+            prop_assert_eq!(p.request_env(), format!("{}_VISIBLE_DEVICES", name.to_ascii_uppercase()));
+        }
+
+        #[test]
+        fn unknown_keys_are_named(key in "[a-z][a-z_]{2,12}") {
+            let known = [
+                "name", "resource", "description", "request_env", "replicas", "allocate_mode",
+                "discovery", "device_nodes", "control_nodes", "library_dirs", "libraries",
+                "binaries", "files", "env",
+            ];
+            prop_assume!(!known.contains(&key.as_str()));
+            let doc = format!("{key} = 1\nname = \"x\"\nresource = \"a.io/x\"\n[discovery]\nnodes = [\"x\"]\n");
+            let err = parse(&doc).unwrap_err().to_string();
+            prop_assert!(err.contains(&key) && err.contains("/p/x.toml"), "{}", err);
+        }
+
+        #[test]
+        fn bad_paths_name_their_key(bad in prop_oneof!["\\.\\./[a-z]{1,5}", "[a-z]{1,5}/\\.\\./[a-z]{1,5}", "/[a-z]{1,5}"], which in 0usize..3) {
+            let (key, doc) = match which {
+                0 => ("discovery.nodes[0]", format!("name = \"x\"\nresource = \"a.io/x\"\n[discovery]\nnodes = [{}]\n", quoted(&bad))),
+                1 => ("control_nodes[0].path", format!("name = \"x\"\nresource = \"a.io/x\"\n[discovery]\nnodes = [\"x\"]\n[[control_nodes]]\npath = {}\n", quoted(&bad))),
+                _ => ("discovery.id_sysfs", format!("name = \"x\"\nresource = \"a.io/x\"\n[discovery]\nnodes = [\"x\"]\nid_sysfs = {}\n", quoted(&bad))),
+            };
+            let err = parse(&doc).unwrap_err().to_string();
+            prop_assert!(err.contains(&format!("`{key}`")) && err.contains(&format!("{bad:?}")), "{}", err);
+        }
+    }
+}

@@ -205,7 +205,10 @@ impl Request {
     }
 }
 
-fn split_replica(item: &str) -> Result<(&str, Option<u32>), RequestError> {
+/// Splits `id::N` into the physical device id and the replica number; a plain id has none.
+/// The device plugin advertises replica N of a shared device as `id::N`; the kubelet's
+/// pod-resources API reports those ids, and the hook's policy maps them back with this.
+pub fn split_replica(item: &str) -> Result<(&str, Option<u32>), RequestError> {
     match item.rsplit_once("::") {
         None => Ok((item, None)),
         Some((base, n)) => {
@@ -351,5 +354,143 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, RequestError::Duplicate { .. }));
         assert_eq!(replica_id("GPU-a", 3), "GPU-a::3");
+    }
+}
+
+#[cfg(test)]
+mod props {
+    //! Property tests (`PROPTEST_CASES` sets the number of cases; 256 by default).
+
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::names::DeviceId;
+
+    /// A valid request item: an id, optionally with a replica suffix.
+    fn item() -> impl Strategy<Value = String> {
+        ("[A-Za-z0-9._-]{1,12}", proptest::option::of(0u32..2000))
+            .prop_filter("keywords are not ids", |(id, _)| {
+                !matches!(id.as_str(), "all" | "none" | "void")
+            })
+            .prop_map(|(id, r)| match r {
+                Some(n) => format!("{id}::{n}"),
+                None => id,
+            })
+    }
+
+    fn devices(ids: &[String]) -> Vec<Device> {
+        ids.iter()
+            .enumerate()
+            .map(|(index, id)| Device {
+                id: DeviceId::new(id).expect("generated ids are valid"),
+                index,
+                name: format!("accel{index}"),
+                nodes: vec![],
+                numa_node: None,
+                healthy: true,
+            })
+            .collect()
+    }
+
+    proptest! {
+        #[test]
+        fn parse_never_panics(s in any::<String>()) {
+            let _ = Request::parse(Some(&s));
+        }
+
+        #[test]
+        fn parse_never_panics_on_near_misses(s in "[a-z0-9 ,:._;/-]{0,80}") {
+            if let Ok(Request::List(items)) = Request::parse(Some(&s)) {
+                prop_assert!(!items.is_empty());
+                for i in &items {
+                    prop_assert!(s.contains(i.as_str()));
+                    prop_assert!(split_replica(i).is_ok());
+                }
+            }
+        }
+
+        #[test]
+        fn lists_round_trip(items in vec(item(), 1..40), pad in vec(" {0,2}", 80)) {
+            let value: Vec<String> = items
+                .iter()
+                .enumerate()
+                .map(|(i, it)| format!("{}{it}{}", pad[2 * i], pad[2 * i + 1]))
+                .collect();
+            let parsed = Request::parse(Some(&value.join(","))).unwrap();
+            prop_assert_eq!(&parsed, &Request::List(items.clone()));
+            let again = Request::parse(Some(&items.join(","))).unwrap();
+            prop_assert_eq!(again, parsed);
+        }
+
+        #[test]
+        fn errors_name_the_offending_item(
+            good in vec(item(), 0..5),
+            bad in "[A-Za-z0-9]{1,4}[;/ $\"'\\\\\u{e9}][A-Za-z0-9]{1,4}",
+            at in 0usize..5,
+        ) {
+            let mut items = good;
+            let at = at.min(items.len());
+            items.insert(at, bad.clone());
+            let value = items.join(",");
+            let err = Request::parse(Some(&value)).unwrap_err().to_string();
+            prop_assert!(err.contains(&format!("{:?}", bad.trim())), "{} does not name {:?}", err, bad);
+        }
+
+        #[test]
+        fn selections_are_sound(
+            ids in proptest::collection::btree_set("[A-Za-z0-9._-]{1,6}", 0..8),
+            picks in vec((0usize..12, proptest::option::of(0u32..4), any::<bool>()), 1..10),
+            replicas in 1u32..5,
+        ) {
+            let ids: Vec<String> = ids.into_iter().collect();
+            let devs = devices(&ids);
+            // Items: by id, by index, or unknown.
+            let items: Vec<String> = picks
+                .iter()
+                .map(|(n, r, by_id)| {
+                    let base = match (ids.get(*n), by_id) {
+                        (Some(id), true) => id.clone(),
+                        _ => n.to_string(),
+                    };
+                    r.map_or(base.clone(), |r| format!("{base}::{r}"))
+                })
+                .collect();
+            let request = match Request::parse(Some(&items.join(","))) {
+                Ok(r) => r,
+                Err(e) => {
+                    // Only a generated id that is a keyword can fail here.
+                    prop_assert!(matches!(e, RequestError::KeywordInList { .. }), "{}", e);
+                    return Ok(());
+                }
+            };
+            match request.select(&devs, replicas) {
+                Ok(sel) => {
+                    let mut seen = std::collections::BTreeSet::new();
+                    for &i in &sel.indices {
+                        prop_assert!(i < devs.len());
+                        prop_assert!(seen.insert(i), "index {} selected twice", i);
+                        let named = items.iter().any(|it| {
+                            let base = split_replica(it).unwrap().0;
+                            base == devs[i].id.as_str() || base == i.to_string()
+                        });
+                        prop_assert!(named, "device {} selected but not named", i);
+                    }
+                    prop_assert!(sel.indices.len() <= items.len());
+                }
+                Err(RequestError::Unknown { item, .. }) => {
+                    prop_assert!(items.contains(&item));
+                    let base = split_replica(&item).unwrap().0;
+                    prop_assert!(!ids.iter().any(|id| id == base));
+                }
+                Err(RequestError::Duplicate { item, first }) => {
+                    prop_assert!(items.contains(&item) && items.contains(&first));
+                }
+                Err(RequestError::Replica { item, replica, .. }) => {
+                    prop_assert!(replica >= replicas && items.contains(&item));
+                }
+                Err(other) => prop_assert!(false, "unexpected {}", other),
+            }
+        }
     }
 }

@@ -4,9 +4,13 @@
 //! cannot silently change behaviour on a node.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use devinject_devices::HostRoots;
+use devinject_podresources::PodResourcesClient;
 use serde::Deserialize;
+
+use crate::policy::{NonKubernetes, OnDenied, PolicySettings, RequestPolicy};
 
 /// Where the hook and shim read their configuration unless told otherwise.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/devinject/config.toml";
@@ -59,6 +63,10 @@ pub struct HostConfig {
     /// The host's `ldconfig`, run chrooted in the container to refresh its linker cache. It must
     /// be statically linked (Debian's and Fedora's are).
     pub ldconfig: PathBuf,
+    /// Seconds ldconfig may run before it is killed and the container start fails. An image can
+    /// make it wait forever (a FIFO as its `ld.so.conf`); keep this below the hook's `timeout`
+    /// in the runtime so the user sees our message rather than the runtime's.
+    pub ldconfig_timeout: u32,
     /// Mount API choice.
     pub mount_api: MountApi,
     /// Log filter for the hook's stderr (`warn`, `info`, `debug`, or a tracing filter).
@@ -69,7 +77,20 @@ pub struct HostConfig {
     /// The hook binary the shim wires in for soname links and the linker cache. Unset:
     /// `devinject-hook` next to the shim.
     pub hook: Option<PathBuf>,
+    /// Which container requests are honoured (see docs/policy.md).
+    pub policy: RequestPolicy,
+    /// The kubelet's pod-resources socket, asked under the `kubernetes` policy.
+    pub pod_resources_socket: PathBuf,
+    /// How long the kubelet may take to answer, in milliseconds.
+    pub pod_resources_timeout_ms: u64,
+    /// Under the `kubernetes` policy: containers without CRI annotations.
+    pub non_kubernetes: NonKubernetes,
+    /// Under the `kubernetes` policy: requests the kubelet did not grant.
+    pub on_denied: OnDenied,
 }
+
+/// The default for `pod_resources_timeout_ms`: container creation waits at most this long.
+pub const DEFAULT_POD_RESOURCES_TIMEOUT_MS: u64 = 2000;
 
 /// Where the shim looks for runc when `runtime` is not set.
 pub const RUNTIME_CANDIDATES: [&str; 4] = [
@@ -87,10 +108,16 @@ impl Default for HostConfig {
             sys_root: PathBuf::from("/sys"),
             driver_root: PathBuf::from("/"),
             ldconfig: PathBuf::from("/sbin/ldconfig"),
+            ldconfig_timeout: 10,
             mount_api: MountApi::Auto,
             log_level: "warn".into(),
             runtime: None,
             hook: None,
+            policy: RequestPolicy::Kubernetes,
+            pod_resources_socket: PathBuf::from(devinject_podresources::DEFAULT_SOCKET),
+            pod_resources_timeout_ms: DEFAULT_POD_RESOURCES_TIMEOUT_MS,
+            non_kubernetes: NonKubernetes::Env,
+            on_denied: OnDenied::Fail,
         }
     }
 }
@@ -113,10 +140,47 @@ impl HostConfig {
                 })
             }
         };
-        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        Self::parse(&text, path)
+    }
+
+    /// Parses config text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let config: Self = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
             message: e.to_string().trim_end().replace('\n', " | "),
-        })
+        })?;
+        if config.pod_resources_timeout_ms == 0 {
+            return Err(ConfigError::Parse {
+                path: path.to_owned(),
+                message: "pod_resources_timeout_ms is 0: give the kubelet at least 1 ms (the default is 2000)".into(),
+            });
+        }
+        Ok(config)
+    }
+
+    /// The request policy settings.
+    pub fn policy_settings(&self) -> PolicySettings {
+        PolicySettings {
+            policy: self.policy,
+            non_kubernetes: self.non_kubernetes,
+            on_denied: self.on_denied,
+        }
+    }
+
+    /// A client for the kubelet's pod-resources API with the configured socket and timeout.
+    pub fn pod_resources(&self) -> PodResourcesClient {
+        PodResourcesClient::new(
+            &self.pod_resources_socket,
+            Duration::from_millis(self.pod_resources_timeout_ms),
+        )
+    }
+
+    /// The ldconfig to run and its time limit.
+    pub fn ldconfig_command(&self) -> crate::inject::ldcache::Ldconfig {
+        crate::inject::ldcache::Ldconfig {
+            path: self.ldconfig.clone(),
+            timeout_secs: self.ldconfig_timeout,
+        }
     }
 
     /// The host roots discovery and resolution use.
@@ -156,5 +220,176 @@ mod tests {
         );
         let err = HostConfig::load(Some(&dir.path().join("nope.toml"))).unwrap_err();
         assert!(err.to_string().contains("nope.toml"));
+    }
+
+    #[test]
+    fn policy_keys() {
+        let p = Path::new("/c.toml");
+        let c = HostConfig::parse("", p).unwrap();
+        assert_eq!(c.policy, RequestPolicy::Kubernetes, "secure by default");
+        assert_eq!(
+            c.pod_resources_socket,
+            PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock")
+        );
+        assert_eq!(c.non_kubernetes, NonKubernetes::Env);
+        assert_eq!(c.on_denied, OnDenied::Fail);
+        let c = HostConfig::parse(
+            "policy = \"env\"\npod_resources_socket = \"/k/pr.sock\"\npod_resources_timeout_ms = 50\nnon_kubernetes = \"refuse\"\non_denied = \"ignore\"\n",
+            p,
+        )
+        .unwrap();
+        assert_eq!(c.policy, RequestPolicy::Env);
+        assert_eq!(c.pod_resources().socket(), Path::new("/k/pr.sock"));
+        assert_eq!(c.non_kubernetes, NonKubernetes::Refuse);
+        assert_eq!(c.on_denied, OnDenied::Ignore);
+        let err = HostConfig::parse("policy = \"kube\"\n", p)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("kube") && err.contains("policy"), "{err}");
+        let err = HostConfig::parse("pod_resources_timeout_ms = 0\n", p)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("pod_resources_timeout_ms"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod props {
+    //! Property tests (`PROPTEST_CASES` sets the number of cases; 256 by default).
+
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const PATH: &str = "/etc/devinject/config.toml";
+
+    const KNOWN: [&str; 14] = [
+        "profiles_dir",
+        "dev_root",
+        "sys_root",
+        "driver_root",
+        "ldconfig",
+        "mount_api",
+        "log_level",
+        "runtime",
+        "hook",
+        "policy",
+        "pod_resources_socket",
+        "pod_resources_timeout_ms",
+        "non_kubernetes",
+        "on_denied",
+    ];
+
+    fn quoted(s: &str) -> String {
+        toml::Value::String(s.to_owned()).to_string()
+    }
+
+    /// `key = value` lines from the real keys with mostly right, sometimes wrong values.
+    fn line() -> impl Strategy<Value = (&'static str, String)> {
+        let path = prop_oneof!["/[a-z/]{0,16}", ".{0,10}"].prop_map(|s| quoted(&s));
+        let word = prop_oneof![
+            Just("\"auto\""),
+            Just("\"classic\""),
+            Just("\"kubernetes\""),
+            Just("\"env\""),
+            Just("\"refuse\""),
+            Just("\"fail\""),
+            Just("\"ignore\""),
+            Just("\"\""),
+            Just("1"),
+        ]
+        .prop_map(str::to_owned);
+        let number = prop_oneof![
+            any::<i64>().prop_map(|n| n.to_string()),
+            Just("\"2000\"".to_owned())
+        ];
+        prop_oneof![
+            path.clone().prop_map(|v| ("profiles_dir", v)),
+            path.clone().prop_map(|v| ("dev_root", v)),
+            path.clone().prop_map(|v| ("sys_root", v)),
+            path.clone().prop_map(|v| ("driver_root", v)),
+            path.clone().prop_map(|v| ("ldconfig", v)),
+            path.clone().prop_map(|v| ("runtime", v)),
+            path.clone().prop_map(|v| ("hook", v)),
+            path.prop_map(|v| ("pod_resources_socket", v)),
+            word.clone().prop_map(|v| ("mount_api", v)),
+            word.clone().prop_map(|v| ("policy", v)),
+            word.clone().prop_map(|v| ("non_kubernetes", v)),
+            word.clone().prop_map(|v| ("on_denied", v)),
+            word.prop_map(|v| ("log_level", v)),
+            number.prop_map(|v| ("pod_resources_timeout_ms", v)),
+            "[a-z_]{1,10}"
+                .prop_filter("not a real key", |k| !KNOWN.contains(&k.as_str()))
+                .prop_map(|v| ("unknown", format!("{v} = 1"))),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_text_never_panics(text in any::<String>()) {
+            let _ = HostConfig::parse(&text, Path::new(PATH));
+        }
+
+        #[test]
+        fn assembled_files_never_panic_and_errors_name_file_and_key(lines in vec(line(), 0..10)) {
+            let mut text = String::new();
+            let mut seen = std::collections::BTreeSet::new();
+            let mut unknown = false;
+            for (k, v) in &lines {
+                if *k == "unknown" {
+                    unknown = true;
+                    text.push_str(v);
+                    text.push('\n');
+                } else if seen.insert(*k) {
+                    text.push_str(&format!("{k} = {v}\n"));
+                }
+            }
+            match HostConfig::parse(&text, Path::new(PATH)) {
+                Ok(c) => {
+                    prop_assert!(!unknown, "an unknown key was accepted: {}", text);
+                    prop_assert!(c.pod_resources_timeout_ms > 0);
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    prop_assert!(msg.contains(PATH), "{}", msg);
+                    // The parser's message names the key (or the line) it stopped at.
+                    prop_assert!(msg.contains("line") || msg.contains("pod_resources_timeout_ms"), "{}", msg);
+                }
+            }
+        }
+
+        #[test]
+        fn valid_files_keep_their_values(
+            dev in "/[a-z]{1,8}",
+            socket in "/[a-z]{1,8}/kubelet\\.sock",
+            timeout in 1u64..100_000,
+            policy in prop_oneof![Just("kubernetes"), Just("env")],
+            non_k8s in prop_oneof![Just("env"), Just("refuse")],
+            on_denied in prop_oneof![Just("fail"), Just("ignore")],
+        ) {
+            let text = format!(
+                "dev_root = {}\npod_resources_socket = {}\npod_resources_timeout_ms = {timeout}\npolicy = \"{policy}\"\nnon_kubernetes = \"{non_k8s}\"\non_denied = \"{on_denied}\"\n",
+                quoted(&dev),
+                quoted(&socket),
+            );
+            let c = HostConfig::parse(&text, Path::new(PATH)).unwrap();
+            prop_assert_eq!(c.dev_root, PathBuf::from(&dev));
+            prop_assert_eq!(c.pod_resources_socket, PathBuf::from(&socket));
+            prop_assert_eq!(c.pod_resources_timeout_ms, timeout);
+            prop_assert_eq!(c.policy == RequestPolicy::Env, policy == "env");
+            prop_assert_eq!(c.non_kubernetes == NonKubernetes::Refuse, non_k8s == "refuse");
+            prop_assert_eq!(c.on_denied == OnDenied::Ignore, on_denied == "ignore");
+            prop_assert_eq!(c.profiles_dir, HostConfig::default().profiles_dir);
+        }
+
+        #[test]
+        fn unknown_keys_are_named(key in "[a-z][a-z_]{2,16}") {
+            prop_assume!(!KNOWN.contains(&key.as_str()));
+            let err = HostConfig::parse(&format!("{key} = \"x\"\n"), Path::new(PATH))
+                .unwrap_err()
+                .to_string();
+            prop_assert!(err.contains(&key) && err.contains(PATH), "{}", err);
+        }
     }
 }

@@ -4,6 +4,7 @@ use crate::config::ConfigError;
 use crate::exit::ExitCode;
 use crate::inject::InjectError;
 use crate::oci::OciError;
+use crate::policy::PolicyError;
 use crate::prepare::PrepareError;
 use devinject_devices::ProfileError;
 
@@ -25,6 +26,9 @@ pub enum HookError {
         /// The status in the state.
         status: String,
     },
+    /// The request is not allowed by the host policy.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
     /// The request could not be planned.
     #[error(transparent)]
     Prepare(#[from] PrepareError),
@@ -52,6 +56,7 @@ impl HookError {
         match self {
             Self::Config(_) | Self::Profiles(_) => ExitCode::Config,
             Self::Input(_) | Self::Stage { .. } => ExitCode::Input,
+            Self::Policy(_) => ExitCode::Policy,
             Self::Prepare(PrepareError::Request { .. } | PrepareError::Plan(_)) => {
                 ExitCode::Request
             }

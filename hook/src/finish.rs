@@ -1,13 +1,14 @@
-//! `devinject-hook finish`: the createRuntime hook the shim adds for what a spec cannot say.
+//! `devinject-hook finish`: the createRuntime hook the shim adds for what it keeps out of the spec.
 //!
-//! The shim already put nodes, cgroup rules and read-only mounts into `config.json`; this makes
-//! the soname links and refreshes the linker cache, from explicit arguments (no profile lookup,
-//! no request parsing: the shim did that once).
+//! The shim already put nodes and cgroup rules into `config.json`; this mounts the files
+//! read-only (through the same fd-based applier as the hook, so a hostile or raced rootfs cannot
+//! redirect them), makes the soname links and refreshes the linker cache, from explicit arguments
+//! (no profile lookup, no request parsing: the shim did that once).
 
 use std::io::Read;
 use std::path::PathBuf;
 
-use devinject_devices::{ContainerEdits, HookAction, Symlink};
+use devinject_devices::{ContainerEdits, HookAction, Mount, MountKind, Symlink};
 
 use crate::config::HostConfig;
 use crate::error::HookError;
@@ -17,6 +18,8 @@ use crate::oci::{read_bounded, OciError, Spec, State, MAX_STATE_BYTES};
 /// What to finish.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FinishArgs {
+    /// Host files to mount read-only.
+    pub mounts: Vec<Mount>,
     /// Soname links to create.
     pub links: Vec<Symlink>,
     /// Directories for the linker cache.
@@ -24,12 +27,22 @@ pub struct FinishArgs {
 }
 
 impl FinishArgs {
-    /// Parses `--link PATH=TARGET` and `--ldcache-dir DIR`, repeatable.
+    /// Parses `--mount HOST CONTAINER`, `--link PATH=TARGET` and `--ldcache-dir DIR`, repeatable.
     pub fn parse(args: &[String]) -> Result<Self, String> {
         let mut out = Self::default();
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
+                "--mount" => {
+                    let (Some(host), Some(container)) = (it.next(), it.next()) else {
+                        return Err("--mount needs HOST CONTAINER".into());
+                    };
+                    out.mounts.push(Mount {
+                        host_path: PathBuf::from(host),
+                        container_path: PathBuf::from(container),
+                        kind: MountKind::File,
+                    });
+                }
                 "--link" => {
                     let v = it.next().ok_or("--link needs PATH=TARGET")?;
                     let (link, target) = v.split_once('=').ok_or("--link needs PATH=TARGET")?;
@@ -64,15 +77,28 @@ pub fn finish(
         });
     }
     let spec = Spec::load(&state.bundle)?;
-    for l in &args.links {
-        if !l.link.is_absolute() {
+    let paths =
+        args.links
+            .iter()
+            .map(|l| ("finish --link", &l.link))
+            .chain(args.mounts.iter().flat_map(|m| {
+                [
+                    ("finish --mount", &m.host_path),
+                    ("finish --mount", &m.container_path),
+                ]
+            }));
+    for (what, p) in paths {
+        if !p.is_absolute() {
             return Err(HookError::Input(OciError::Invalid {
-                what: "finish --link".into(),
-                problem: format!("{} is not absolute", l.link.display()),
+                what: what.into(),
+                problem: format!("{} is not absolute", p.display()),
             }));
         }
     }
-    let mut edits = ContainerEdits::default();
+    let mut edits = ContainerEdits {
+        mounts: args.mounts.clone(),
+        ..ContainerEdits::default()
+    };
     if !args.links.is_empty() {
         edits
             .hooks
@@ -89,11 +115,15 @@ pub fn finish(
         bind_nodes: true,
         readonly_rootfs: spec.root.as_ref().is_some_and(|r| r.readonly),
     };
-    inject::apply(&target, &edits, config.mount_api, &config.ldconfig).map_err(|source| {
-        HookError::Inject {
-            id: state.id,
-            source,
-        }
+    inject::apply(
+        &target,
+        &edits,
+        config.mount_api,
+        &config.ldconfig_command(),
+    )
+    .map_err(|source| HookError::Inject {
+        id: state.id,
+        source,
     })
 }
 
@@ -104,13 +134,22 @@ mod tests {
     #[test]
     fn parses_links_and_dirs() {
         let a = FinishArgs::parse(&[
+            "--mount".into(),
+            "/h/libx.so.1.2".into(),
+            "/usr/lib/libx.so.1.2".into(),
             "--link".into(),
             "/usr/lib/libx.so.1=libx.so.1.2".into(),
             "--ldcache-dir".into(),
             "/usr/lib".into(),
         ])
         .unwrap();
+        assert_eq!(a.mounts[0].host_path, PathBuf::from("/h/libx.so.1.2"));
+        assert_eq!(
+            a.mounts[0].container_path,
+            PathBuf::from("/usr/lib/libx.so.1.2")
+        );
         assert_eq!(a.links[0].target, "libx.so.1.2");
+        assert!(FinishArgs::parse(&["--mount".into(), "/only-one".into()]).is_err());
         assert_eq!(a.ldcache_dirs, [PathBuf::from("/usr/lib")]);
         assert!(FinishArgs::parse(&["--link".into(), "nolink".into()]).is_err());
         assert!(FinishArgs::parse(&["--bogus".into()]).is_err());

@@ -3,6 +3,8 @@
 //! - [`config`]: the host configuration (`/etc/devinject/config.toml`).
 //! - [`oci`]: the OCI state and the parts of `config.json` we read, size-bounded.
 //! - [`prepare`]: a container's requests → one merged plan (shared by hook and shim).
+//! - [`policy`]: which requests are honoured; in Kubernetes only what the kubelet's
+//!   pod-resources API says the device plugin granted (shared by hook and shim).
 //! - [`inject`]: applying a plan inside the container's mount namespace, safely against a hostile
 //!   rootfs ([`inject::rootfs`]), then [`cgroup_rules`] for the device cgroup.
 //! - [`run`]: one hook invocation; [`error`] and [`exit`] map failures to documented exit codes.
@@ -20,6 +22,7 @@ pub mod finish;
 pub mod inject;
 pub mod logging;
 pub mod oci;
+pub mod policy;
 pub mod prepare;
 pub mod run;
 pub mod shim;

@@ -286,3 +286,171 @@ mod tests {
         assert!(s.has_user_namespace());
     }
 }
+
+#[cfg(test)]
+mod props {
+    //! Property tests (`PROPTEST_CASES` sets the number of cases; 256 by default).
+
+    use proptest::collection::{btree_map, vec};
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+
+    use super::*;
+
+    /// A JSON value of any shape, small.
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            any::<f64>().prop_map(|f| json!(f)),
+            ".{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                vec(inner.clone(), 0..4).prop_map(Value::Array),
+                btree_map("[a-zA-Z]{1,8}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// A value for `field`: usually the right type, sometimes anything.
+    fn field(good: BoxedStrategy<Value>) -> impl Strategy<Value = Option<Value>> {
+        proptest::option::weighted(0.9, prop_oneof![8 => good, 1 => any_json()])
+    }
+
+    fn state_json() -> impl Strategy<Value = Value> {
+        (
+            field(
+                prop_oneof!["1\\.[0-9]\\.[0-9]", "[0-9.a-z-]{0,8}"]
+                    .prop_map(Value::String)
+                    .boxed(),
+            ),
+            field(".{0,20}".prop_map(Value::String).boxed()),
+            field(
+                prop_oneof![Just("creating"), Just("created"), Just("running")]
+                    .prop_map(|s| json!(s))
+                    .boxed(),
+            ),
+            field(any::<i64>().prop_map(|n| json!(n)).boxed()),
+            field(
+                prop_oneof!["/[a-z/]{0,20}", "[a-z/.]{0,20}"]
+                    .prop_map(Value::String)
+                    .boxed(),
+            ),
+            field(
+                btree_map(".{0,10}", ".{0,10}", 0..4)
+                    .prop_map(|m| json!(m))
+                    .boxed(),
+            ),
+            btree_map("[a-z]{1,8}", any_json(), 0..3),
+        )
+            .prop_map(|(v, id, status, pid, bundle, ann, extra)| {
+                let mut o = serde_json::Map::new();
+                for (k, val) in [
+                    ("ociVersion", v),
+                    ("id", id),
+                    ("status", status),
+                    ("pid", pid),
+                    ("bundle", bundle),
+                    ("annotations", ann),
+                ] {
+                    if let Some(val) = val {
+                        o.insert(k.into(), val);
+                    }
+                }
+                for (k, val) in extra {
+                    o.entry(k).or_insert(val);
+                }
+                Value::Object(o)
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn state_parser_never_panics_on_bytes(bytes in vec(any::<u8>(), 0..256)) {
+            let _ = State::parse(&bytes);
+        }
+
+        #[test]
+        fn state_parser_checks_what_it_accepts(state in state_json()) {
+            let bytes = serde_json::to_vec(&state).unwrap();
+            match State::parse(&bytes) {
+                Ok(s) => {
+                    prop_assert!(s.oci_version.starts_with("1."));
+                    prop_assert!(s.bundle.is_absolute());
+                    prop_assert_eq!(json!(s.id), state["id"].clone());
+                    prop_assert_eq!(json!(s.bundle), state["bundle"].clone());
+                    if let Some(pid) = state.get("pid") {
+                        prop_assert_eq!(json!(s.pid), pid.clone());
+                    }
+                }
+                Err(OciError::Invalid { problem, .. }) => {
+                    // The offending value is named.
+                    let version = state["ociVersion"].as_str().unwrap_or_default();
+                    let bundle = state["bundle"].as_str().unwrap_or_default();
+                    prop_assert!(
+                        problem.contains(&format!("{version:?}")) || problem.contains(bundle),
+                        "{}", problem
+                    );
+                }
+                Err(e) => prop_assert!(matches!(e, OciError::Parse { .. }), "{}", e),
+            }
+        }
+
+        #[test]
+        fn spec_parser_never_panics(bytes in vec(any::<u8>(), 0..256), spec in any_json()) {
+            let _ = Spec::parse(&bytes, "t");
+            let mut wrapped = json!({"ociVersion": "1.0.2"});
+            if let Value::Object(m) = spec {
+                for (k, v) in m {
+                    wrapped[k] = v;
+                }
+            }
+            if let Ok(s) = Spec::parse(&serde_json::to_vec(&wrapped).unwrap(), "t") {
+                let _ = s.rootfs(Path::new("/b"));
+                let _ = s.has_user_namespace();
+                let _ = s.env("DEMO_VISIBLE_DEVICES");
+            }
+        }
+
+        #[test]
+        fn spec_env_is_the_last_exact_entry(
+            env in vec(("(A|AB|A_B|B)", proptest::option::of("[a-z=]{0,4}")), 0..8),
+            name in "(A|AB|A_B|B)",
+        ) {
+            let entries: Vec<String> = env
+                .iter()
+                .map(|(k, v)| v.as_ref().map_or(k.clone(), |v| format!("{k}={v}")))
+                .collect();
+            let spec = Spec::parse(
+                &serde_json::to_vec(&json!({"ociVersion": "1.1.0", "process": {"env": entries}})).unwrap(),
+                "t",
+            )
+            .unwrap();
+            let expected = env
+                .iter()
+                .rev()
+                .find(|(k, v)| k == &name && v.is_some())
+                .and_then(|(_, v)| v.as_deref());
+            prop_assert_eq!(spec.env(&name), expected);
+        }
+
+        #[test]
+        fn rootfs_is_inside_the_bundle_when_relative(path in "[a-z]{1,8}(/[a-z]{1,8})?", abs in any::<bool>()) {
+            let p = if abs { format!("/{path}") } else { path.clone() };
+            let spec = Spec::parse(
+                &serde_json::to_vec(&json!({"ociVersion": "1.1.0", "root": {"path": p}})).unwrap(),
+                "t",
+            )
+            .unwrap();
+            let root = spec.rootfs(Path::new("/bundle")).unwrap();
+            if abs {
+                prop_assert_eq!(root, PathBuf::from(format!("/{path}")));
+            } else {
+                prop_assert_eq!(root, Path::new("/bundle").join(&path));
+            }
+        }
+    }
+}

@@ -2,8 +2,11 @@
 //!
 //! 1. Read the OCI state (bounded) and the bundle's `config.json`.
 //! 2. Find the container's requests (our annotation, else the profile's env variable).
-//! 3. Plan: discovery and file resolution only for profiles that were asked for.
-//! 4. Apply in the container's mount namespace, then set device cgroup rules.
+//! 3. Check them against the request policy ([`crate::policy`]): in Kubernetes, what the
+//!    kubelet granted. The kubelet call, when there is one, finishes on a runtime that is gone
+//!    before anything forks.
+//! 4. Plan: discovery and file resolution only for profiles that were asked for.
+//! 5. Apply in the container's mount namespace, then set device cgroup rules.
 //!
 //! Nothing is injected unless every step up to the plan succeeded: a bad request fails the
 //! container before anything is touched.
@@ -17,6 +20,7 @@ use crate::config::HostConfig;
 use crate::error::HookError;
 use crate::inject::{self, layout, rootfs::Rootfs, Target};
 use crate::oci::{read_bounded, Spec, State, MAX_STATE_BYTES};
+use crate::policy;
 use crate::prepare::{find_requests, plan_container};
 
 /// What the hook did.
@@ -67,6 +71,13 @@ pub fn run(config: &HostConfig, stdin: impl Read) -> Result<Outcome, HookError> 
     let rootfs_path = spec.rootfs(&state.bundle)?;
     let span = tracing::info_span!("hook", container = %state.id);
     let _guard = span.enter();
+    let requests = policy::authorize(
+        config.policy_settings(),
+        &profiles,
+        requests,
+        &annotations,
+        &config.pod_resources(),
+    )?;
 
     let plan = plan_container(config, &profiles, &requests, || {
         Rootfs::open(&rootfs_path)
@@ -83,12 +94,16 @@ pub fn run(config: &HostConfig, stdin: impl Read) -> Result<Outcome, HookError> 
         bind_nodes: rootless || spec.has_user_namespace(),
         readonly_rootfs: spec.root.as_ref().is_some_and(|r| r.readonly),
     };
-    let report = inject::apply(&target, &plan.edits, config.mount_api, &config.ldconfig).map_err(
-        |source| HookError::Inject {
-            id: state.id.clone(),
-            source,
-        },
-    )?;
+    let report = inject::apply(
+        &target,
+        &plan.edits,
+        config.mount_api,
+        &config.ldconfig_command(),
+    )
+    .map_err(|source| HookError::Inject {
+        id: state.id.clone(),
+        source,
+    })?;
     cgroup_rules::grant(state.pid, &plan.edits.cgroup_rules, rootless).map_err(|source| {
         HookError::Cgroup {
             id: state.id.clone(),

@@ -75,15 +75,26 @@ pub fn move_mount(from: impl AsFd, to: impl AsFd) -> nix::Result<()> {
 /// Forks; the child runs `child` and exits with its return value without unwinding or running
 /// the parent's atexit handlers. Returns the child's pid to the parent.
 ///
+/// The child is killed when the parent dies (`PR_SET_PDEATHSIG`, kept across `exec`): a runtime
+/// enforcing a hook timeout kills only the hook, and a child left waiting (ldconfig on an image's
+/// FIFO) would otherwise stay on the host holding the container's mount namespace.
+///
 /// The hook is single-threaded (no async runtime, no logging threads), which is what makes
 /// `fork` sound here and what `setns(CLONE_NEWNS)` in the child requires.
 pub fn fork_run(child: impl FnOnce() -> i32) -> nix::Result<Pid> {
+    let parent = nix::unistd::getpid();
     // SAFETY: fork(2) in a single-threaded process: the child gets a consistent copy of the
     // address space (no other thread can hold a lock), and it leaves only through _exit below.
     match unsafe { nix::unistd::fork() }? {
         nix::unistd::ForkResult::Parent { child } => Ok(child),
         nix::unistd::ForkResult::Child => {
-            let code = child();
+            // If the parent died before the death signal was armed, nothing would deliver it.
+            let armed = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+            let code = if armed.is_ok() && nix::unistd::getppid() == parent {
+                child()
+            } else {
+                1
+            };
             // SAFETY: _exit(2) ends the child at once; it never returns and runs no destructors
             // that could touch state shared with the parent (buffered stdio, temp files).
             unsafe { libc::_exit(code) }

@@ -15,6 +15,10 @@
 //! - [`reload`]: SIGHUP for dockerd.
 //! - [`cdi`]: `cdi generate`, a CDI spec per device profile from the devices crate's planner,
 //!   for engines that inject CDI devices natively.
+//! - [`doctor`]: `doctor`, what is wrong on this host (cgroups, runtimes, engines and their
+//!   devinject configuration read back with each engine's `detect`, the host configuration,
+//!   profiles, devices, driver files, ldconfig, the kubelet's sockets).
+//! - [`device_list`]: `devices list`, the devices each profile finds on this host.
 //!
 //! Guarantees: a second configure with the same request changes nothing and says so;
 //! unconfigure restores every file byte for byte (including an earlier default runtime) when
@@ -24,7 +28,9 @@
 
 pub mod atomic_write;
 pub mod cdi;
+pub mod device_list;
 pub mod diff;
+pub mod doctor;
 pub mod engines;
 pub mod error;
 pub mod load;

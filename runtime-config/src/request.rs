@@ -184,6 +184,9 @@ pub struct ConfigureRequest {
     pub shim_path: PathBuf,
     /// Host path of `devinject-hook`.
     pub hook_path: PathBuf,
+    /// Hook mode: the host configuration file the hook is run with (`--config`), when not
+    /// `/etc/devinject/config.toml`.
+    pub hook_config: Option<PathBuf>,
     /// Name of the runtime entry (containerd runtime, CRI-O handler, docker runtime).
     pub runtime_name: String,
     /// containerd hook mode: an OCI spec (host path) to start the base spec from. `None`: the
@@ -204,6 +207,7 @@ impl ConfigureRequest {
             paths: HostPaths::default(),
             shim_path: PathBuf::from(DEFAULT_SHIM_PATH),
             hook_path: PathBuf::from(DEFAULT_HOOK_PATH),
+            hook_config: None,
             runtime_name: DEFAULT_RUNTIME_NAME.to_string(),
             base_spec: None,
             ctr_path: PathBuf::from("ctr"),

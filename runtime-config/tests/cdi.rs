@@ -5,39 +5,32 @@
 //! Needs root (mknod) and gcc; skipped otherwise (fails under `CI=true`).
 //! `UPDATE_GOLDEN=1` rewrites the expected file.
 
-mod support;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use devinject_runtime_config::cdi::{self, CdiRequest};
 use devinject_runtime_config::Action;
-use support::daemons;
+use devinject_tests::sim::mknod;
+use devinject_tests::skip::{require_binary, require_root};
 
 fn sim_host(root: &Path) {
     fs::create_dir_all(root.join("dev/demo")).expect("mkdir dev");
     fs::create_dir_all(root.join("sys")).expect("mkdir sys");
     for (name, minor) in [("accel0", 237), ("accel1", 234), ("ctl", 200)] {
-        daemons::output(
-            Command::new("mknod")
-                .args(["-m", "0666"])
-                .arg(root.join("dev/demo").join(name))
-                .args(["c", "10", &minor.to_string()]),
-        )
-        .expect("mknod");
+        mknod(&root.join("dev/demo").join(name), 10, minor, "0666").expect("mknod");
     }
     let lib = root.join("opt/devinject-demo/lib");
     fs::create_dir_all(&lib).expect("mkdir lib");
     let src = root.join("libdemo.c");
     fs::write(&src, "int demo_version(void) { return 1; }\n").expect("write c");
-    daemons::output(
-        Command::new("gcc")
-            .args(["-shared", "-fPIC", "-Wl,-soname,libdemo.so.1", "-o"])
-            .arg(lib.join("libdemo.so.1.0.0"))
-            .arg(&src),
-    )
-    .expect("gcc");
+    let status = Command::new("gcc")
+        .args(["-shared", "-fPIC", "-Wl,-soname,libdemo.so.1", "-o"])
+        .arg(lib.join("libdemo.so.1.0.0"))
+        .arg(&src)
+        .status()
+        .expect("run gcc");
+    assert!(status.success(), "gcc failed");
     let profiles = root.join("etc/devinject/profiles");
     fs::create_dir_all(&profiles).expect("mkdir profiles");
     let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
@@ -59,7 +52,7 @@ fn request(root: &Path) -> CdiRequest {
 
 #[test]
 fn cdi_generate_writes_a_minimal_valid_spec_and_removes_stale_ones() {
-    if !daemons::prerequisites(&["mknod", "gcc"]) {
+    if !(require_root() && require_binary("mknod") && require_binary("gcc")) {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");

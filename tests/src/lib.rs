@@ -7,18 +7,38 @@
 //! - [`sim`]: a simulated `demo` accelerator host: mknod'ed nodes under a dev root and a real
 //!   `libdemo.so.1` under a driver root.
 //! - [`runc`]: OCI bundles with the hook wired in, run by the real `runc`.
+//! - [`daemons`]: private containerd (with or without CRI) and dockerd instances, torn down on
+//!   drop; every test that needs a daemon starts it here.
 //! - [`docker`]: a private containerd + dockerd per test, with devinject's runtimes registered.
+//! - [`image`]: container images built from a rootfs as `docker save` archives, for
+//!   `ctr images import`.
+//! - [`cri`]: the kubelet's side of the CRI (`k8s-cri` over a unix socket), blocking.
+//! - [`podman`]: a private podman (own storage, locks and containers.conf) for hooks.d tests.
 //! - [`probe`]: the in-container probe and the parser for its report.
 //! - [`kubelet`]: a test kubelet that speaks the device plugin API v1beta1 (a `Registration`
 //!   server that dials plugins back like the kubelet), simulated hosts for the plugin, and the
 //!   real `devinject-device-plugin` binary run against them. Used by `tests/device_plugin.rs`
 //!   and by the `device-plugin-bench` binary.
+//! - [`canary`]: a host canary tree and fingerprints proving the host unchanged.
+//! - [`hostile`]: booby-trapping a rootfs (links out, FIFOs, files for dirs) and a swapper thread.
+//! - [`cprog`]: small C programs built with gcc (a marker-leaving preload library, a recording
+//!   stand-in for ldconfig).
+//! - [`podresources`]: a test kubelet serving the pod-resources v1 API on a Unix socket, for the
+//!   request policy tests.
 //! - [`mod@bench`]: the benchmark run by `devinject-bench` (scripts/bench.sh), built on the above.
 
 pub mod bench;
 pub mod bins;
+pub mod canary;
+pub mod cprog;
+pub mod cri;
+pub mod daemons;
 pub mod docker;
+pub mod hostile;
+pub mod image;
 pub mod kubelet;
+pub mod podman;
+pub mod podresources;
 pub mod probe;
 pub mod rootfs;
 pub mod runc;

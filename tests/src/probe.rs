@@ -3,7 +3,8 @@
 //! read-only and known to the linker cache.
 //!
 //! Report lines:
-//! - `node <path> <type> <major>:<minor> <mode> open=<ok|EPERM|ENOENT|other text>`
+//! - `node <path> <type> <major>:<minor> <mode> open=<ok|EPERM|ENOENT|notdev|other text>`
+//!   (`notdev`: not a device node, so not opened)
 //! - `lib <path> present=<yes|no> ro=<yes|no> ldcache=<yes|no>`
 
 use std::collections::BTreeMap;
@@ -25,13 +26,17 @@ for p in "$@"; do
         *character*) ty=c; maj=$1; min=$2;;
         *block*) ty=b; maj=$1; min=$2;;
       esac
-      err=$( (exec 3< "$p") 2>&1 )
-      case "$err" in
-        "") res=ok;;
-        *"not permitted"*) res=EPERM;;
-        *"No such file"*) res=ENOENT;;
-        *) res=$(echo "$err" | tr ' ' '_');;
-      esac
+      # Only device nodes are opened: opening a FIFO an image left there would block.
+      res=notdev
+      if [ "$ty" != other ]; then
+        err=$( (exec 3< "$p") 2>&1 )
+        case "$err" in
+          "") res=ok;;
+          *"not permitted"*) res=EPERM;;
+          *"No such file"*) res=ENOENT;;
+          *) res=$(echo "$err" | tr ' ' '_');;
+        esac
+      fi
       echo "node $p $ty $((0x$maj)):$((0x$min)) $md open=$res"
     else
       echo "node $p missing 0:0 0 open=ENOENT"
@@ -69,7 +74,7 @@ pub struct NodeReport {
     pub minor: u32,
     /// Octal mode text, e.g. `666`.
     pub mode: String,
-    /// `ok`, `EPERM`, `ENOENT` or the shell's message.
+    /// `ok`, `EPERM`, `ENOENT`, `notdev` (not a device node, not opened) or the shell's message.
     pub open: String,
 }
 

@@ -74,22 +74,42 @@ impl Bundle {
 
     /// Wires `hook` in at `stage` (`prestart` or `createRuntime`) with `--config config`.
     pub fn hook(&mut self, stage: &str, hook: &Path, config: &Path) -> &mut Self {
-        let entry = json!({
-            "path": hook,
-            "args": ["devinject-hook", "--config", config],
-            "env": [],
-            "timeout": 30,
-        });
+        self.push_hook(
+            stage,
+            json!({
+                "path": hook,
+                "args": ["devinject-hook", "--config", config],
+                "env": [],
+                "timeout": 30,
+            }),
+        )
+    }
+
+    /// Appends a raw hook `entry` (`path`, `args`, `env`, `timeout`) at `stage`.
+    pub fn push_hook(&mut self, stage: &str, entry: Value) -> &mut Self {
         if self.spec.get("hooks").is_none() {
             self.spec["hooks"] = json!({});
         }
-        let list = self.spec["hooks"][stage]
+        let mut list = self.spec["hooks"][stage]
             .as_array()
             .cloned()
             .unwrap_or_default();
-        let mut list = list;
         list.push(entry);
         self.spec["hooks"][stage] = json!(list);
+        self
+    }
+
+    /// The rootfs directory.
+    pub fn rootfs(&self) -> PathBuf {
+        self.dir.join("rootfs")
+    }
+
+    /// Drops the spec's mount at `destination` (e.g. `/dev`, so the image's own /dev is used).
+    pub fn remove_mount(&mut self, destination: &str) -> &mut Self {
+        self.spec["mounts"]
+            .as_array_mut()
+            .expect("mounts array")
+            .retain(|m| m["destination"] != destination);
         self
     }
 
@@ -200,6 +220,69 @@ impl Bundle {
             .output();
         Ok(out)
     }
+}
+
+/// The absolute path of runc on `PATH` (the shim is given it with `--runtime`).
+pub fn runc_path() -> String {
+    crate::skip::which(RUNC)
+        .expect("runc on PATH")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The command line of the shim `devinject-runtime` with host config `config`, handing over to
+/// `runtime`; pass it to [`Bundle::run_with`].
+pub fn shim_command(config: &Path, runtime: &str) -> Vec<String> {
+    vec![
+        crate::bins::bin("devinject-runtime")
+            .to_string_lossy()
+            .into_owned(),
+        "--config".into(),
+        config.to_string_lossy().into_owned(),
+        "--runtime".into(),
+        runtime.to_owned(),
+    ]
+}
+
+/// A failed hook as runc reports it: `error running hook #N: exit status CODE, stdout: ...,
+/// stderr: ...`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookFailure {
+    /// The hook's exit status.
+    pub code: i32,
+    /// The hook's stderr as runc quoted it (with `\n` and `\"` escapes).
+    pub stderr: String,
+}
+
+impl HookFailure {
+    /// The line of the hook's stderr that starts with `prefix` (e.g. `devinject: `), unquoted.
+    pub fn line(&self, prefix: &str) -> Option<String> {
+        self.stderr
+            .split("\\n")
+            .map(|l| l.trim_start())
+            .find(|l| l.starts_with(prefix))
+            .map(|l| l.trim_end_matches(['"', '\n']).replace("\\\"", "\""))
+    }
+}
+
+/// The failed hook in runc's output, if a hook failed.
+pub fn hook_failure(out: &Output) -> Option<HookFailure> {
+    let text = String::from_utf8_lossy(&out.stderr);
+    let at = text.find("error running hook")?;
+    let rest = &text[at..];
+    let status = rest.find("exit status ")? + "exit status ".len();
+    let digits: String = rest[status..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let stderr = rest
+        .find("stderr: ")
+        .map(|i| rest[i + "stderr: ".len()..].to_owned())
+        .unwrap_or_default();
+    Some(HookFailure {
+        code: digits.parse().ok()?,
+        stderr,
+    })
 }
 
 /// A container started by [`Bundle::start_detached`]; force-deleted on drop.

@@ -43,10 +43,15 @@ pub fn shipped_profiles() -> PathBuf {
 
 /// Makes a char device node.
 pub fn mknod(path: &Path, major: u32, minor: u32, mode: &str) -> Result<()> {
+    mknod_kind(path, 'c', major, minor, mode)
+}
+
+/// Makes a device node of `kind` (`c` or `b`).
+pub fn mknod_kind(path: &Path, kind: char, major: u32, minor: u32, mode: &str) -> Result<()> {
     let st = Command::new("mknod")
         .args(["-m", mode])
         .arg(path)
-        .arg("c")
+        .arg(kind.to_string())
         .arg(major.to_string())
         .arg(minor.to_string())
         .status()
@@ -171,7 +176,11 @@ pub fn demo_probe_args() -> Vec<String> {
 /// but not granted: the granted nodes and the control node with the host's numbers and mode,
 /// opening; accel2 denied by the cgroup; accel3 absent; the library read-only and cached.
 pub fn assert_demo_granted_0_1(report: &crate::probe::Report, out: &std::process::Output) {
-    let ctx = crate::runc::describe(out);
+    assert_demo_granted_0_1_in(report, &crate::runc::describe(out));
+}
+
+/// [`assert_demo_granted_0_1`] with `ctx` (the container's output, logs) shown on failure.
+pub fn assert_demo_granted_0_1_in(report: &crate::probe::Report, ctx: &str) {
     for (name, ma, mi) in [ACCELS[0], ACCELS[1], CTL] {
         let n = report.node(&format!("/dev/demo/{name}"));
         assert_eq!(
@@ -198,4 +207,117 @@ pub fn assert_demo_granted_0_1(report: &crate::probe::Report, out: &std::process
         report.lib(SONAME).in_ldcache,
         "soname must be in ld.so.cache: {ctx}"
     );
+}
+
+/// Sets `key = value` (`value` in TOML syntax, e.g. `"\"warn\""` or `"2"`) in the host config at
+/// `config`, replacing the key's line or appending one.
+pub fn set_config(config: &Path, key: &str, value: &str) -> Result<()> {
+    let text = std::fs::read_to_string(config)?;
+    let line = format!("{key} = {value}");
+    let mut found = false;
+    let mut out: Vec<String> = text
+        .lines()
+        .map(|l| {
+            if l.split('=').next().map(str::trim) == Some(key) {
+                found = true;
+                line.clone()
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect();
+    if !found {
+        out.push(line);
+    }
+    std::fs::write(config, out.join("\n") + "\n")?;
+    Ok(())
+}
+
+/// A node's kind (`c` or `b`), major and minor.
+pub type DeviceNumbers = (char, u32, u32);
+
+/// Real device numbers a simulated accelerator can borrow: static kernel minors that open
+/// without capabilities and with no side effect, none in runc's default allow list
+/// (loop-control, btrfs-control, autofs, fuse, hw_random, kvm; vcs/vcsu/vcsa 0 and 1; unbound
+/// loop block devices). Which of them work on a host is checked at run time by
+/// [`opens_without_capabilities`]: a kernel may lack a driver (`ENODEV`) or a console (`ENXIO`).
+pub const BORROWED_DEVICES: [DeviceNumbers; 20] = [
+    ('c', 10, 237),
+    ('b', 7, 0),
+    ('c', 10, 234),
+    ('b', 7, 1),
+    ('c', 10, 235),
+    ('c', 10, 229),
+    ('c', 10, 183),
+    ('c', 7, 0),
+    ('c', 7, 1),
+    ('c', 7, 64),
+    ('c', 7, 65),
+    ('c', 7, 128),
+    ('c', 7, 129),
+    ('c', 10, 232),
+    ('b', 7, 2),
+    ('b', 7, 3),
+    ('b', 7, 4),
+    ('b', 7, 5),
+    ('b', 7, 6),
+    ('b', 7, 7),
+];
+
+/// True when a node `kind major:minor` made at `scratch` can be opened for reading by a process
+/// without any capability (`setpriv` drops them all), as a container process would open it.
+pub fn opens_without_capabilities(
+    scratch: &Path,
+    kind: char,
+    major: u32,
+    minor: u32,
+) -> Result<bool> {
+    let _ = std::fs::remove_file(scratch);
+    mknod_kind(scratch, kind, major, minor, "0666")?;
+    let out = Command::new("setpriv")
+        .args([
+            "--inh-caps=-all",
+            "--ambient-caps=-all",
+            "--bounding-set=-all",
+            crate::rootfs::BUSYBOX,
+            "sh",
+            "-c",
+            "exec 3< \"$0\"",
+        ])
+        .arg(scratch)
+        .output()
+        .context("run setpriv (util-linux)")?;
+    std::fs::remove_file(scratch)?;
+    Ok(out.status.success())
+}
+
+/// Like [`demo_host`], but with `count` accelerators `demo/accel0..` borrowing the numbers of
+/// the first `count` usable [`BORROWED_DEVICES`] (char and block); returns the host and the
+/// `(kind, major, minor)` of each accelerator in index order.
+pub fn big_demo_host(dir: &Path, count: usize) -> Result<(SimHost, Vec<DeviceNumbers>)> {
+    let host = demo_host(dir, &["demo"])?;
+    for (name, _, _) in ACCELS {
+        std::fs::remove_file(host.dev_root.join("demo").join(name))?;
+    }
+    let scratch = dir.join("probe-node");
+    let mut chosen = Vec::new();
+    for &(kind, major, minor) in &BORROWED_DEVICES {
+        if chosen.len() == count {
+            break;
+        }
+        if opens_without_capabilities(&scratch, kind, major, minor)? {
+            chosen.push((kind, major, minor));
+        }
+    }
+    if chosen.len() < count {
+        bail!(
+            "only {} of the borrowed device numbers open here, {count} needed: {chosen:?}",
+            chosen.len()
+        );
+    }
+    for (i, &(kind, major, minor)) in chosen.iter().enumerate() {
+        let node = host.dev_root.join(format!("demo/accel{i}"));
+        mknod_kind(&node, kind, major, minor, "0666")?;
+    }
+    Ok((host, chosen))
 }

@@ -3,9 +3,8 @@
 
 use std::path::Path;
 
-use devinject_tests::bins::bin;
 use devinject_tests::probe::Report;
-use devinject_tests::runc::{container_id, describe, Bundle};
+use devinject_tests::runc::{container_id, describe, runc_path, shim_command, Bundle};
 use devinject_tests::sim::{assert_demo_granted_0_1, demo_host, demo_probe_args, SimHost};
 use devinject_tests::skip::{require_binary, require_root};
 
@@ -14,13 +13,6 @@ fn ready() -> bool {
         && require_binary("runc")
         && require_binary("/bin/busybox")
         && require_binary("gcc")
-}
-
-fn runc_path() -> String {
-    devinject_tests::skip::which("runc")
-        .expect("runc on PATH")
-        .to_string_lossy()
-        .into_owned()
 }
 
 fn bundle(dir: &Path, host: &SimHost, request: Option<&str>) -> Bundle {
@@ -35,13 +27,7 @@ fn bundle(dir: &Path, host: &SimHost, request: Option<&str>) -> Bundle {
 }
 
 fn shim_cmd(host: &SimHost, runc: &str) -> Vec<String> {
-    vec![
-        bin("devinject-runtime").to_string_lossy().into_owned(),
-        "--config".into(),
-        host.config.to_string_lossy().into_owned(),
-        "--runtime".into(),
-        runc.to_owned(),
-    ]
+    shim_command(&host.config, runc)
 }
 
 #[test]
@@ -158,4 +144,31 @@ fn missing_runtime_is_a_clear_error() {
         "{}",
         describe(&out)
     );
+}
+
+/// Regression: in a user namespace runc binds a `linux.devices` node from the host path equal to
+/// its container path, so nodes from a dev root other than /dev failed the start. Such nodes are
+/// now bind mounts in the spec; the finish hook mounts the files into the mount namespace the
+/// user namespace owns.
+#[test]
+fn user_namespace_nodes_were_bound_from_the_container_path() {
+    if !ready() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    // The mapped root must be able to walk into the bundle.
+    std::fs::set_permissions(
+        t.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let host = demo_host(&t.path().join("host"), &["demo"]).unwrap();
+    let mut b = bundle(t.path(), &host, Some("0,1"));
+    b.user_namespace(100_000, 65_536);
+    let cmd = shim_cmd(&host, &runc_path());
+    let cmd_refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    let out = b.run_with(&cmd_refs, &container_id("userns")).unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let report = Report::parse(&String::from_utf8_lossy(&out.stdout));
+    assert_demo_granted_0_1(&report, &out);
 }

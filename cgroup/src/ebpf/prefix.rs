@@ -297,3 +297,133 @@ mod tests {
         assert!(check_extendable(&[const64, second, Insn::exit()]).is_ok());
     }
 }
+
+#[cfg(test)]
+mod props {
+    //! Property tests (`PROPTEST_CASES` sets the number of cases; 256 by default): for random
+    //! rule lists and random device requests, the prefix run in the rbpf interpreter allows
+    //! exactly what the rule list allows, and hands everything else to the original program
+    //! untouched.
+
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::ebpf::testing::{echo_major, run, run_raw, runc_like};
+    use crate::error::CgroupError;
+    use crate::rule::{Access, DeviceKind, MAX_MAJOR, MAX_MINOR};
+
+    fn kind() -> impl Strategy<Value = DeviceKind> {
+        prop_oneof![Just(DeviceKind::Char), Just(DeviceKind::Block)]
+    }
+
+    fn number(max: u32) -> impl Strategy<Value = u32> {
+        prop_oneof![3 => 0u32..8, 1 => Just(max), 1 => 0..=max]
+    }
+
+    fn rule() -> impl Strategy<Value = DeviceRule> {
+        (kind(), number(MAX_MAJOR), number(MAX_MINOR), 1u32..8)
+            .prop_map(|(k, ma, mi, acc)| DeviceRule::new(k, ma, mi, Access::from_bpf_mask(acc)))
+    }
+
+    /// One device request: type, major, minor, access.
+    type Req = (DeviceKind, u32, u32, Access);
+
+    /// The rules with requests near them (same numbers or off by one) or anywhere.
+    fn request(rules: Vec<DeviceRule>) -> impl Strategy<Value = (Vec<DeviceRule>, Vec<Req>)> {
+        let n = rules.len().max(1);
+        let one = (
+            0..n,
+            kind(),
+            0u32..3,
+            0u32..3,
+            0u32..8,
+            any::<bool>(),
+            number(MAX_MAJOR),
+            number(MAX_MINOR),
+        );
+        (Just(rules), vec(one, 1..24)).prop_map(|(rules, picks)| {
+            let reqs = picks
+                .into_iter()
+                .map(|(i, k, dma, dmi, acc, near, ma, mi)| {
+                    let access = Access::from_bpf_mask(acc);
+                    match rules.get(i) {
+                        Some(r) if near => (
+                            if dma == 2 { k } else { r.kind },
+                            (r.major + dma).saturating_sub(1).min(MAX_MAJOR),
+                            (r.minor + dmi).saturating_sub(1).min(MAX_MINOR),
+                            access,
+                        ),
+                        _ => (k, ma, mi, access),
+                    }
+                })
+                .collect();
+            (rules, reqs)
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn prefix_allows_exactly_the_rules_and_falls_through_otherwise(
+            (granted, requests) in vec(rule(), 0..12).prop_flat_map(request),
+        ) {
+            let program = extend(&granted, &echo_major()).unwrap();
+            for (kind, major, minor, access) in requests {
+                let allowed = granted.iter().any(|r| r.allows(kind, major, minor, access));
+                let got = run_raw(&program, kind, major, minor, access);
+                if allowed {
+                    prop_assert_eq!(got, 1, "{} {}:{} {:?} must be allowed", kind, major, minor, access);
+                } else {
+                    prop_assert_eq!(
+                        got,
+                        u64::from(major) + 0x10000,
+                        "{} {}:{} {:?} must reach the original program with R1 intact", kind, major, minor, access
+                    );
+                }
+            }
+        }
+
+        #[test]
+        fn prefix_over_a_runc_program_allows_the_union(
+            (granted, requests) in vec(rule(), 0..8).prop_flat_map(request),
+            runtime in vec(rule(), 0..8),
+        ) {
+            let program = extend(&granted, &runc_like(&runtime)).unwrap();
+            for (kind, major, minor, access) in requests {
+                let expected = granted.iter().chain(&runtime).any(|r| r.allows(kind, major, minor, access));
+                prop_assert_eq!(run(&program, kind, major, minor, access), expected, "{} {}:{} {:?}", kind, major, minor, access);
+            }
+        }
+
+        #[test]
+        fn rule_text_round_trips(r in rule()) {
+            let text = r.to_string();
+            prop_assert_eq!(text.parse::<DeviceRule>().unwrap(), r);
+        }
+
+        #[test]
+        fn rule_parser_never_panics_and_names_the_input(
+            s in prop_oneof![
+                "[cb*a ]{0,2}[0-9:*]{0,12} ?[rwm]{0,4}",
+                "[cba*] 0{0,2}[0-9*]{1,8}:0{0,2}[0-9*]{1,8} [rwmx]{0,4}",
+                any::<String>(),
+            ],
+        ) {
+            match s.parse::<DeviceRule>() {
+                Ok(r) => prop_assert!(r.validate().is_ok()),
+                Err(CgroupError::ParseRule { input, .. }) => prop_assert_eq!(input, s),
+                // Well-formed but out of range: named in canonical form.
+                Err(CgroupError::InvalidRule { rule, .. }) => {
+                    let canonical: DeviceRule = DeviceRule::new(
+                        if s.starts_with('b') { DeviceKind::Block } else { DeviceKind::Char },
+                        0,
+                        0,
+                        Access::R,
+                    );
+                    prop_assert!(rule.starts_with(canonical.kind.letter()), "{}", rule);
+                }
+                Err(e) => prop_assert!(false, "unexpected {}", e),
+            }
+        }
+    }
+}

@@ -11,17 +11,36 @@ pub(crate) fn run(
     minor: u32,
     access: Access,
 ) -> bool {
+    match run_raw(program, kind, major, minor, access) {
+        0 => false,
+        1 => true,
+        other => panic!("device program returned {other}"),
+    }
+}
+
+/// Runs `program` on one device request and returns R0 as it is at `exit`.
+pub(crate) fn run_raw(
+    program: &[Insn],
+    kind: DeviceKind,
+    major: u32,
+    minor: u32,
+    access: Access,
+) -> u64 {
     let code = Insn::encode(program);
     let vm = rbpf::EbpfVmRaw::new(Some(&code)).expect("rbpf accepts the program");
     let mut ctx = Vec::with_capacity(12);
     ctx.extend_from_slice(&(access.bpf_mask() << 16 | kind.bpf_type()).to_le_bytes());
     ctx.extend_from_slice(&major.to_le_bytes());
     ctx.extend_from_slice(&minor.to_le_bytes());
-    match vm.execute_program(&mut ctx).expect("program runs") {
-        0 => false,
-        1 => true,
-        other => panic!("device program returned {other}"),
-    }
+    vm.execute_program(&mut ctx).expect("program runs")
+}
+
+/// A stand-in for a runtime's program that returns `major + 0x10000`, read through R1: what
+/// a request that falls through the prefix gets, proving R1 still points at the context.
+pub(crate) fn echo_major() -> Vec<Insn> {
+    // BPF_ALU | BPF_ADD | BPF_K on r0 with imm 0x10000.
+    let add = Insn::from_bytes([0x04, 0x00, 0, 0, 0x00, 0x00, 0x01, 0x00]);
+    vec![Insn::load_u32(Reg::R0, Reg::R1, 4), add, Insn::exit()]
 }
 
 /// `r0 = 0; exit`.

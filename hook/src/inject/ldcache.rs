@@ -7,6 +7,14 @@
 //! whatever links the image holds resolve inside the chroot (CVE-2025-23267 class). `-X` leaves
 //! links alone: we made the soname links ourselves.
 //!
+//! A chroot alone does not contain a process that can reach a procfs: before `pivot_root` the
+//! container's `/proc/1/root` is runc init's root, the host's `/`, and an image linking
+//! `/var/cache -> /proc/1/root/<dir>` had ldconfig create `<dir>/ldconfig/aux-cache` on the host
+//! (it always writes its aux cache there), or listing `/proc/1/root/usr/lib` in `ld.so.conf` had
+//! it put host libraries into the container's cache. So the child detaches every procfs mount
+//! under the rootfs from its private copy of the namespace before it chroots
+//! ([`super::mountinfo`]); ldconfig needs no `/proc`.
+//!
 //! Two things keep it cheap:
 //! - When the container's cache already points every injected soname at the injected file (a
 //!   container started again on its old rootfs), ldconfig does not run at all
@@ -28,8 +36,9 @@ use std::path::{Path, PathBuf};
 use devinject_devices::{ContainerEdits, MountKind};
 use nix::errno::Errno;
 use nix::fcntl::{renameat, OFlag};
-use nix::mount::MsFlags;
+use nix::mount::{umount2, MntFlags, MsFlags};
 use nix::sched::CloneFlags;
+use nix::sys::signal::Signal;
 use nix::sys::stat::Mode;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{unlinkat, UnlinkatFlags};
@@ -50,6 +59,17 @@ const TEMP_NAME: &str = "ld.so.cache~devinject";
 const MAX_CACHE_BYTES: u64 = 64 << 20;
 /// The child's exit code when the cache was already current.
 const ALREADY_CURRENT: i32 = 100;
+/// The child's exit code when ldconfig ran out of time.
+const TIMED_OUT: i32 = 101;
+
+/// The host's ldconfig and how long it may run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ldconfig {
+    /// A static ldconfig on the host.
+    pub path: PathBuf,
+    /// Seconds before it is killed (`SIGALRM`, armed before `exec`); 0: no limit.
+    pub timeout_secs: u32,
+}
 
 /// What a refresh did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,13 +119,20 @@ pub fn expected_entries(edits: &ContainerEdits) -> Option<Vec<Expected>> {
     Some(out)
 }
 
-/// Runs ldconfig for `dirs` inside the container, unless `expected` is given and the cache
-/// already lists it. Failures are returned with ldconfig's output; the caller decides whether
-/// they are fatal (a read-only rootfs cannot take a new cache).
+/// Runs ldconfig for `dirs` inside the container, killed after `timeout_secs` (0: never),
+/// unless `expected` is given and the cache already lists it. Failures are returned with
+/// ldconfig's output; the caller decides whether they are fatal (a read-only rootfs cannot take
+/// a new cache).
+///
+/// The image decides what ldconfig reads: a FIFO as `/etc/ld.so.conf`, as a file it includes or
+/// as `/var/cache/ldconfig/aux-cache` blocks it in `open` forever. An alarm armed before `exec`
+/// (it survives `exec`) bounds that; and the children die with the hook (`PR_SET_PDEATHSIG`, see
+/// `sys::fork_run`) when the runtime kills the hook on its own timeout.
 pub fn refresh(
     mnt_ns: &OwnedFd,
     rootfs: &Path,
     ldconfig: &OwnedFd,
+    timeout_secs: u32,
     dirs: &[PathBuf],
     expected: Option<&[Expected]>,
 ) -> Result<Refresh, InjectError> {
@@ -122,7 +149,7 @@ pub fn refresh(
         // Only ldconfig's output goes to the pipe; a failure before exec says which step.
         let _ = nix::unistd::dup2_stdout(&wr);
         let _ = nix::unistd::dup2_stderr(&wr);
-        match in_container(mnt_ns, rootfs, ldconfig, &dir_args, expected) {
+        match in_container(mnt_ns, rootfs, ldconfig, timeout_secs, &dir_args, expected) {
             Ok(code) => code,
             Err(msg) => {
                 let line = format!("ldconfig setup failed: {msg}\n");
@@ -145,20 +172,24 @@ pub fn refresh(
             Ok(Refresh::Ran)
         }
         Ok(WaitStatus::Exited(_, ALREADY_CURRENT)) => Ok(Refresh::AlreadyCurrent),
+        Ok(WaitStatus::Exited(_, TIMED_OUT) | WaitStatus::Signaled(_, Signal::SIGALRM, _)) => {
+            Err(InjectError::LdconfigTimeout { secs: timeout_secs })
+        }
         Ok(status) => Err(InjectError::Ldconfig {
-            output: format!("{status:?}: {}", output.trim()),
+            output: describe_failure(status, &output),
         }),
         Err(errno) => Err(InjectError::Fork(errno)),
     }
 }
 
-/// The child: joins the container's mount namespace in a private copy, and unless the cache is
-/// current runs ldconfig (staged on a tmpfs when it can) and installs its cache. Returns the exit
-/// code for the parent.
+/// The child: joins the container's mount namespace in a private copy without its procfs, and
+/// unless the cache is current runs ldconfig (staged on a tmpfs when it can) and installs its
+/// cache. Returns the exit code for the parent.
 fn in_container(
     mnt_ns: &OwnedFd,
     rootfs: &Path,
     ldconfig: &OwnedFd,
+    timeout_secs: u32,
     dirs: &[CString],
     expected: Option<&[Expected]>,
 ) -> Result<i32, String> {
@@ -173,6 +204,7 @@ fn in_container(
         None::<&str>,
     )
     .map_err(|e| format!("make mounts private: {e}"))?;
+    detach_procfs(rootfs)?;
     let root = Rootfs::open(rootfs).map_err(|e| e.to_string())?;
     if let Some(expected) = expected {
         if read(&root, CACHE).is_some_and(|c| ld_so_cache::lists_all(&c, expected)) {
@@ -193,6 +225,9 @@ fn in_container(
         let step = (|| -> Result<(), String> {
             nix::unistd::chroot(rootfs).map_err(|e| format!("chroot: {e}"))?;
             nix::unistd::chdir("/").map_err(|e| format!("chdir: {e}"))?;
+            if timeout_secs > 0 {
+                nix::unistd::alarm::set(timeout_secs);
+            }
             let env: [CString; 0] = [];
             let e = nix::unistd::fexecve(ldconfig.as_fd(), &argv, &env).unwrap_err();
             Err(format!("exec: {e}"))
@@ -205,7 +240,13 @@ fn in_container(
     .map_err(|e| format!("fork: {e}"))?;
     match waitpid(run, None).map_err(|e| format!("wait: {e}"))? {
         WaitStatus::Exited(_, 0) => {}
-        WaitStatus::Exited(_, code) => return Ok(if code == ALREADY_CURRENT { 1 } else { code }),
+        // ldconfig's own failure, passed on (its output is already in the pipe).
+        WaitStatus::Exited(_, code) if code == ALREADY_CURRENT || code == TIMED_OUT => {
+            return Ok(1)
+        }
+        WaitStatus::Exited(_, code) => return Ok(code),
+        WaitStatus::Signaled(_, Signal::SIGALRM, _) => return Ok(TIMED_OUT),
+        WaitStatus::Signaled(_, sig, _) => return Err(format!("ldconfig killed by {sig}")),
         other => return Err(format!("ldconfig ended abnormally: {other:?}")),
     }
     if staged {
@@ -214,11 +255,23 @@ fn in_container(
     Ok(0)
 }
 
-/// Mounts a private tmpfs over the rootfs's `/dev` (in this child's own namespace only).
+/// Mounts a private tmpfs over the rootfs's `/dev` (in this child's own namespace only). Not
+/// when the image makes `/dev` resolve to its root or its `/etc`: the tmpfs would hide what
+/// ldconfig reads.
 fn stage(root: &Rootfs) -> bool {
-    let Ok(dev) = root.resolve(Path::new("/dev"), OFlag::O_PATH | OFlag::O_DIRECTORY) else {
+    let dir = |p: &str| root.resolve(Path::new(p), OFlag::O_PATH | OFlag::O_DIRECTORY);
+    let id = |fd: &OwnedFd| nix::sys::stat::fstat(fd).map(|st| (st.st_dev, st.st_ino));
+    let Ok(dev) = dir("/dev") else {
         return false;
     };
+    let Ok(dev_id) = id(&dev) else {
+        return false;
+    };
+    for other in ["/", "/etc"] {
+        if dir(other).is_ok_and(|fd| id(&fd).is_ok_and(|o| o == dev_id)) {
+            return false;
+        }
+    }
     nix::mount::mount(
         Some("tmpfs"),
         &fd_path(&dev),
@@ -243,7 +296,11 @@ fn read(root: &Rootfs, path: &str) -> Option<Vec<u8>> {
 /// Copies the staged cache to `/etc/ld.so.cache`: a temp file in `/etc`, then a rename, both on
 /// the `/etc` fd resolved in-root. No `fsync` (see the module docs).
 fn install(root: &Rootfs) -> Result<(), Errno> {
-    let cache = read(root, STAGED).ok_or(Errno::EIO)?;
+    // ldconfig always writes its cache; a stand-in that did not leaves the old one, as before.
+    let Some(cache) = read(root, STAGED) else {
+        tracing::debug!("ldconfig left no cache to install");
+        return Ok(());
+    };
     let etc = root
         .resolve(Path::new("/etc"), OFlag::O_PATH | OFlag::O_DIRECTORY)
         .map_err(|e| e.errno)?;
@@ -270,10 +327,48 @@ fn install(root: &Rootfs) -> Result<(), Errno> {
     renameat(&etc, TEMP_NAME, &etc, "ld.so.cache")
 }
 
+/// Detaches every procfs mount at or below `rootfs` in the caller's (private) mount namespace, so
+/// that nothing chrooted there can follow a `/proc/<pid>/root` or `/proc/<pid>/cwd` magic link
+/// out of it.
+fn detach_procfs(rootfs: &Path) -> Result<(), String> {
+    let root = std::fs::canonicalize(rootfs)
+        .map_err(|e| format!("resolve the rootfs {}: {e}", rootfs.display()))?;
+    let text = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| format!("read /proc/self/mountinfo: {e}"))?;
+    for point in super::mountinfo::procfs_under(&text, &root) {
+        match umount2(&point, MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW) {
+            // EINVAL: no longer a mount point (went with a detached parent).
+            Ok(()) | Err(Errno::EINVAL) | Err(Errno::ENOENT) => {}
+            Err(e) => return Err(format!("detach {}: {e}", point.display())),
+        }
+    }
+    Ok(())
+}
+
+/// ldconfig's exit and output on one line: the hook's first stderr line is what users see.
+fn describe_failure(status: WaitStatus, output: &str) -> String {
+    let how = match status {
+        WaitStatus::Exited(_, code) => format!("exit status {code}"),
+        WaitStatus::Signaled(_, sig, _) => format!("killed by {sig}"),
+        other => format!("{other:?}"),
+    };
+    let said: Vec<&str> = output
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if said.is_empty() {
+        how
+    } else {
+        format!("{how}: {}", said.join("; "))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use devinject_devices::{HookAction, Mount, Symlink};
+    use nix::unistd::Pid;
 
     fn lib(path: &str) -> Mount {
         Mount {
@@ -317,5 +412,21 @@ mod tests {
         // Links only (the finish step): the library set is unknown.
         edits.mounts.clear();
         assert_eq!(expected_entries(&edits), None);
+    }
+
+    #[test]
+    fn failures_fit_on_one_line() {
+        let pid = Pid::from_raw(7);
+        assert_eq!(
+            describe_failure(
+                WaitStatus::Exited(pid, 1),
+                "ldconfig: Can't create temporary cache file /etc/ld.so.cache~: Too many levels of symbolic links\n\nmore\n"
+            ),
+            "exit status 1: ldconfig: Can't create temporary cache file /etc/ld.so.cache~: Too many levels of symbolic links; more"
+        );
+        assert_eq!(
+            describe_failure(WaitStatus::Signaled(pid, Signal::SIGSEGV, false), ""),
+            "killed by SIGSEGV"
+        );
     }
 }

@@ -11,6 +11,7 @@
 pub mod layout;
 pub mod ld_so_cache;
 pub mod ldcache;
+pub mod mountinfo;
 pub mod mounts;
 pub mod nodes;
 pub mod rootfs;
@@ -74,6 +75,12 @@ pub enum InjectError {
         /// Its output and exit status.
         output: String,
     },
+    /// ldconfig ran past its time limit and was killed.
+    #[error("ldconfig did not finish within {secs} s in the container and was killed: the image's /etc/ld.so.conf, a file it includes, or /var/cache/ldconfig/aux-cache may be a FIFO or device (raise ldconfig_timeout in the devinject config if the image is just large)")]
+    LdconfigTimeout {
+        /// The limit.
+        secs: u32,
+    },
 }
 
 /// The container being injected.
@@ -133,7 +140,7 @@ pub fn apply(
     target: &Target,
     edits: &ContainerEdits,
     mount_api: MountApi,
-    ldconfig: &Path,
+    ldconfig: &ldcache::Ldconfig,
 ) -> Result<Report, InjectError> {
     let mut report = Report::default();
     if edits.device_nodes.is_empty() && edits.mounts.is_empty() && edits.hooks.is_empty() {
@@ -220,9 +227,16 @@ pub fn apply(
 
     let dirs = edits.ldcache_dirs();
     if !dirs.is_empty() {
-        let fd = ldcache::open_ldconfig(ldconfig)?;
+        let fd = ldcache::open_ldconfig(&ldconfig.path)?;
         let expected = ldcache::expected_entries(edits);
-        match ldcache::refresh(&mnt_ns, &target.rootfs, &fd, dirs, expected.as_deref()) {
+        match ldcache::refresh(
+            &mnt_ns,
+            &target.rootfs,
+            &fd,
+            ldconfig.timeout_secs,
+            dirs,
+            expected.as_deref(),
+        ) {
             Ok(r) => {
                 report.ldcache = true;
                 report.ldcache_was_current = r == ldcache::Refresh::AlreadyCurrent;

@@ -17,9 +17,10 @@ use nix::fcntl::AtFlags;
 use nix::fcntl::{openat, openat2, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::{fstatat, mkdirat, Mode, SFlag};
 
-/// An error on a path inside the rootfs.
+/// An error on a path inside the rootfs. Resolution errors say what in the image likely caused
+/// them, since that is what the user has to fix.
 #[derive(Debug, thiserror::Error)]
-#[error("{op} {path} in the container rootfs: {errno}")]
+#[error("{op} {path} in the container rootfs: {errno}{}", hint(op, *errno))]
 pub struct RootfsError {
     /// What was being done.
     pub op: &'static str,
@@ -27,6 +28,19 @@ pub struct RootfsError {
     pub path: PathBuf,
     /// The kernel's answer.
     pub errno: Errno,
+}
+
+fn hint(op: &str, errno: Errno) -> &'static str {
+    match (op, errno) {
+        ("resolve", Errno::ELOOP) => {
+            " (a symlink in the image on this path loops or leads through /proc: fix the image)"
+        }
+        ("resolve", Errno::ENOENT) => {
+            " (a symlink in the image on this path leads nowhere inside the rootfs: fix the image)"
+        }
+        (_, Errno::ENOTDIR) => " (the image has a file where a directory belongs: fix the image)",
+        _ => "",
+    }
 }
 
 /// What is at a name inside a directory.
@@ -337,6 +351,25 @@ mod tests {
         let r = Rootfs::open(t.path()).unwrap();
         let err = r.mkdir_all(Path::new("/usr/lib/x")).unwrap_err();
         assert_eq!(err.errno, Errno::ENOTDIR);
+        assert!(
+            err.to_string().contains("a file where a directory belongs"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn dangling_links_are_errors_that_say_so() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("usr")).unwrap();
+        symlink("/nowhere/lib", t.path().join("usr/lib")).unwrap();
+        let r = Rootfs::open(t.path()).unwrap();
+        let err = r.mkdir_all(Path::new("/usr/lib")).unwrap_err();
+        assert_eq!(err.errno, Errno::ENOENT);
+        assert!(
+            err.to_string().contains("leads nowhere inside the rootfs"),
+            "{err}"
+        );
+        assert!(!Path::new("/nowhere").exists());
     }
 
     #[test]

@@ -206,3 +206,117 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod props {
+    //! Property tests (`PROPTEST_CASES` sets the number of cases; 256 by default).
+
+    use std::os::unix::ffi::OsStringExt;
+
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Arguments that are often flags, sometimes not UTF-8.
+    fn arg() -> impl Strategy<Value = OsString> {
+        prop_oneof![
+            3 => prop_oneof![
+                Just("--root"), Just("--log"), Just("--log-format"), Just("-log"), Just("--debug"),
+                Just("--systemd-cgroup"), Just("create"), Just("run"), Just("start"),
+                Just("--bundle"), Just("-b"), Just("--pid-file"), Just("--config"), Just("--runtime"),
+            ]
+            .prop_map(OsString::from),
+            2 => "[-a-z=/.]{0,12}".prop_map(OsString::from),
+            1 => vec(any::<u8>(), 0..8).prop_map(OsString::from_vec),
+        ]
+    }
+
+    /// A runc-style command line: global flags, a command, its flags, an id.
+    fn runc_line() -> impl Strategy<Value = (Vec<String>, String, Option<String>, Option<String>)> {
+        (
+            vec(
+                prop_oneof![
+                    "/[a-z]{1,6}".prop_map(|v| vec!["--root".to_owned(), v]),
+                    "/[a-z]{1,6}\\.json".prop_map(|v| vec![format!("--log={v}")]),
+                    Just(vec!["--log-format".to_owned(), "json".to_owned()]),
+                    Just(vec!["--systemd-cgroup".to_owned()]),
+                    Just(vec!["--debug".to_owned()]),
+                ],
+                0..4,
+            ),
+            prop_oneof![
+                Just("create"),
+                Just("run"),
+                Just("start"),
+                Just("delete"),
+                Just("state")
+            ],
+            proptest::option::of("/[a-z]{1,8}"),
+            proptest::option::of(prop_oneof![Just("--bundle"), Just("-b"), Just("--bundle=")]),
+        )
+            .prop_map(|(globals, cmd, bundle, style)| {
+                let mut line: Vec<String> = globals.concat();
+                line.push(cmd.to_owned());
+                let mut expect_bundle = None;
+                if let (Some(b), Some(style)) = (bundle, style) {
+                    if style.ends_with('=') {
+                        line.push(format!("{style}{b}"));
+                    } else {
+                        line.push(style.to_owned());
+                        line.push(b.clone());
+                    }
+                    expect_bundle = Some(b);
+                }
+                line.push("--pid-file".into());
+                line.push("/run/p.pid".into());
+                line.push("ctr-id".into());
+                // As with Go's flag package, the last one wins.
+                let log = line
+                    .iter()
+                    .rev()
+                    .find_map(|a| a.strip_prefix("--log=").map(str::to_owned));
+                (line, cmd.to_owned(), expect_bundle, log)
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics_and_passes_the_rest_through(args in vec(arg(), 0..12)) {
+            if let Ok(a) = ShimArgs::parse(args.clone()) {
+                // Only our leading flags are removed; the runtime gets the rest verbatim.
+                prop_assert!(args.ends_with(&a.runtime_args));
+                let removed = args.len() - a.runtime_args.len();
+                prop_assert!(removed % 2 == 0, "our flags take one value each");
+                if removed == 0 {
+                    prop_assert!(a.config.is_none() && a.runtime.is_none());
+                }
+                if a.bundle.is_some() {
+                    prop_assert!(a.edits_bundle());
+                }
+            }
+        }
+
+        #[test]
+        fn runc_lines_are_understood((line, cmd, bundle, log) in runc_line(), ours in any::<bool>()) {
+            let mut args = Vec::new();
+            if ours {
+                args.extend(["--config", "/etc/devinject/config.toml"].map(String::from));
+            }
+            args.extend(line.iter().cloned());
+            let a = ShimArgs::parse(args.iter().map(OsString::from)).unwrap();
+            prop_assert_eq!(a.config.is_some(), ours);
+            let line_os: Vec<OsString> = line.iter().map(OsString::from).collect();
+            prop_assert_eq!(&a.runtime_args, &line_os);
+            prop_assert_eq!(a.command.as_deref(), Some(cmd.as_str()));
+            let edits = matches!(cmd.as_str(), "create" | "run");
+            prop_assert_eq!(a.edits_bundle(), edits);
+            if edits {
+                prop_assert_eq!(a.bundle, bundle.map(PathBuf::from));
+            } else {
+                prop_assert_eq!(a.bundle, None);
+            }
+            prop_assert_eq!(a.log, log.map(PathBuf::from));
+        }
+    }
+}

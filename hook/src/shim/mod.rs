@@ -20,6 +20,7 @@ use crate::config::{ConfigError, HostConfig, RUNTIME_CANDIDATES};
 use crate::exit::ExitCode;
 use crate::inject::{layout, rootfs::Rootfs};
 use crate::oci::{read_spec_bytes, OciError, Spec};
+use crate::policy::{self, PolicyError};
 use crate::prepare::{find_requests, plan_container, PrepareError};
 use args::ShimArgs;
 use spec_edit::SpecEditError;
@@ -39,6 +40,9 @@ pub enum ShimError {
     /// `config.json` is unreadable or malformed.
     #[error(transparent)]
     Input(#[from] OciError),
+    /// The request is not allowed by the host policy.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
     /// The request could not be planned.
     #[error(transparent)]
     Prepare(#[from] PrepareError),
@@ -76,6 +80,7 @@ impl ShimError {
             Self::Args(_) => ExitCode::Usage,
             Self::Config(_) | Self::Profiles(_) | Self::NoRuntime { .. } => ExitCode::Config,
             Self::Input(_) | Self::SpecEdit(_) | Self::Write { .. } => ExitCode::Input,
+            Self::Policy(_) => ExitCode::Policy,
             Self::Prepare(PrepareError::Request { .. } | PrepareError::Plan(_)) => {
                 ExitCode::Request
             }
@@ -151,6 +156,13 @@ pub fn edit_bundle(
     if requests.is_empty() {
         return Ok(BundleEdit::Untouched);
     }
+    let requests = policy::authorize(
+        config.policy_settings(),
+        &profiles,
+        requests,
+        &spec.annotations,
+        &config.pod_resources(),
+    )?;
     let rootfs = spec.rootfs(bundle)?;
     let plan = plan_container(config, &profiles, &requests, || {
         Rootfs::open(&rootfs)

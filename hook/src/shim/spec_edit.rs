@@ -4,10 +4,19 @@
 //! with `preserve_order` keeps key order), so a newer runtime spec is not broken. Devices go into
 //! both `linux.devices` and `linux.resources.devices`: the runtime then creates and allows them
 //! itself, and re-applying the cgroup (`docker update`, `runc update`, systemd reloads) keeps them.
+//!
+//! Files (libraries, tools) are not spec mounts: their destinations are in directories the image
+//! controls (`/usr/lib`, `/usr/bin`), and a runtime resolving them by path can be raced into
+//! creating files on the host (runc before 1.1.14 creates a missing bind-mount target with
+//! `os.MkdirAll` + `O_CREAT` on a path it resolved earlier: CVE-2024-45310; our
+//! `hostile_race` test reproduces it with runc 1.1.5). The finish hook mounts them instead, with
+//! the same fd-based applier as the hook (`openat2(RESOLVE_IN_ROOT)`, `move_mount` onto the fd),
+//! together with the soname links and the linker cache. Device nodes stay in the spec: the
+//! runtime creates them in its own `/dev` tmpfs, which the image cannot reach into.
 
 use std::path::Path;
 
-use devinject_devices::{ContainerEdits, Mount, NodeKind};
+use devinject_devices::{ContainerEdits, NodeKind};
 use serde_json::{json, Map, Value};
 
 /// Why the spec could not be edited.
@@ -80,6 +89,8 @@ pub fn apply(
     request_envs: &[&str],
     finish: Option<Value>,
 ) -> Result<(), SpecEditError> {
+    let userns = has_user_namespace(spec);
+    let mut node_binds = Vec::new();
     {
         let linux = object(spec, "linux", "linux")?;
         let devices = array(linux, "devices", "linux.devices")?;
@@ -97,9 +108,20 @@ pub fn apply(
                 }
                 return Err(SpecEditError::DeviceConflict {
                     path,
-                    existing: format!("{} {}:{}", d["type"], d["major"], d["minor"]),
+                    existing: format!(
+                        "{} {}:{}",
+                        d.get("type").and_then(Value::as_str).unwrap_or("?"),
+                        d["major"],
+                        d["minor"]
+                    ),
                     wanted: format!("{} {}:{}", n.kind.letter(), n.major, n.minor),
                 });
+            }
+            if userns && n.host_path != n.container_path {
+                // In a user namespace the runtime bind-mounts a `linux.devices` node from the
+                // host path equal to its container path; ours lives elsewhere (dev_root).
+                node_binds.push(n);
+                continue;
             }
             devices.push(json!({
                 "path": path,
@@ -130,14 +152,25 @@ pub fn apply(
             }
         }
     }
-    {
+    if !node_binds.is_empty() {
         let root = spec.as_object_mut().ok_or(SpecEditError::Shape {
             field: "(root)",
             expected: "an object",
         })?;
         let mounts = array(root, "mounts", "mounts")?;
-        for m in &edits.mounts {
-            push_mount(mounts, m);
+        for n in node_binds {
+            let dest = n.container_path.to_string_lossy().into_owned();
+            if !mounts
+                .iter()
+                .any(|m| m.get("destination").and_then(Value::as_str) == Some(&dest))
+            {
+                mounts.push(json!({
+                    "destination": dest,
+                    "type": "bind",
+                    "source": n.host_path,
+                    "options": ["bind", "nosuid", "noexec"],
+                }));
+            }
         }
     }
     {
@@ -146,11 +179,18 @@ pub fn apply(
         for kv in &edits.env {
             let key = kv.split_once('=').map_or(kv.as_str(), |(k, _)| k);
             let prefix = format!("{key}=");
-            match env
-                .iter()
-                .position(|e| e.as_str().is_some_and(|s| s.starts_with(&prefix)))
-            {
-                Some(i) if request_envs.contains(&key) => env[i] = json!(kv),
+            let has_key = |e: &Value| e.as_str().is_some_and(|s| s.starts_with(&prefix));
+            match env.iter().position(has_key) {
+                Some(i) if request_envs.contains(&key) => {
+                    // The granted list replaces every copy the user set: the process would see
+                    // the last one (runc sets them in order), and the planner read that one.
+                    env[i] = json!(kv);
+                    let mut seen = 0;
+                    env.retain(|e| {
+                        seen += usize::from(has_key(e));
+                        !has_key(e) || seen == 1
+                    });
+                }
                 Some(_) => {}
                 None => env.push(json!(kv)),
             }
@@ -166,27 +206,17 @@ pub fn apply(
     Ok(())
 }
 
-fn push_mount(mounts: &mut Vec<Value>, m: &Mount) {
-    let dest = m.container_path.to_string_lossy().into_owned();
-    if mounts
-        .iter()
-        .any(|x| x.get("destination").and_then(Value::as_str) == Some(&dest))
-    {
-        tracing::warn!(destination = %dest, "the container already mounts something there; keeping it");
-        return;
-    }
-    mounts.push(json!({
-        "destination": dest,
-        "type": "bind",
-        "source": m.host_path,
-        "options": Mount::OPTIONS,
-    }));
+fn has_user_namespace(spec: &Value) -> bool {
+    spec.pointer("/linux/namespaces")
+        .and_then(Value::as_array)
+        .is_some_and(|ns| ns.iter().any(|n| n.get("type") == Some(&json!("user"))))
 }
 
-/// The createRuntime hook entry that makes soname links and refreshes the linker cache, or `None`
-/// when the plan needs neither. It gets an explicit empty env: nothing of the container's.
+/// The createRuntime hook entry that mounts the plan's files read-only, makes soname links and
+/// refreshes the linker cache, or `None` when the plan has none of these. It gets an explicit
+/// empty env: nothing of the container's (CVE-2025-23266 class).
 pub fn finish_hook(hook: &Path, config: Option<&Path>, edits: &ContainerEdits) -> Option<Value> {
-    if edits.symlinks().is_empty() && edits.ldcache_dirs().is_empty() {
+    if edits.mounts.is_empty() && edits.symlinks().is_empty() && edits.ldcache_dirs().is_empty() {
         return None;
     }
     let mut args = vec![json!("devinject-hook")];
@@ -195,6 +225,11 @@ pub fn finish_hook(hook: &Path, config: Option<&Path>, edits: &ContainerEdits) -
         args.push(json!(c));
     }
     args.push(json!("finish"));
+    for m in &edits.mounts {
+        args.push(json!("--mount"));
+        args.push(json!(m.host_path));
+        args.push(json!(m.container_path));
+    }
     for l in edits.symlinks() {
         args.push(json!("--link"));
         args.push(json!(format!("{}={}", l.link.display(), l.target)));
@@ -211,9 +246,9 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use devinject_devices::{CgroupRule, DeviceNode, HookAction, MountKind, Symlink};
+    use devinject_devices::{CgroupRule, DeviceNode, HookAction, Mount, MountKind, Symlink};
 
-    fn edits() -> ContainerEdits {
+    pub(super) fn edits() -> ContainerEdits {
         let node = DeviceNode {
             host_path: PathBuf::from("/h/dev/demo/accel0"),
             container_path: PathBuf::from("/dev/demo/accel0"),
@@ -252,7 +287,7 @@ mod tests {
     const SPEC: &str = r#"{"ociVersion":"1.0.2","zzz":{"future":true},"process":{"env":["PATH=/bin","DEMO_VISIBLE_DEVICES= 0","KEEP=user"]},"root":{"path":"rootfs"},"mounts":[{"destination":"/proc","type":"proc"}],"linux":{"resources":{"devices":[{"allow":false,"access":"rwm"}]},"namespaces":[]}}"#;
 
     #[test]
-    fn applies_devices_rules_mounts_env_and_hook() {
+    fn applies_devices_rules_env_and_the_finish_hook_with_the_files() {
         let mut spec: Value = serde_json::from_str(SPEC).unwrap();
         let e = edits();
         let hook = finish_hook(Path::new("/opt/devinject/bin/devinject-hook"), None, &e);
@@ -268,8 +303,9 @@ mod tests {
             "the runtime's deny-all stays first"
         );
         assert_eq!(
-            spec["mounts"][1]["options"],
-            json!(["ro", "nosuid", "nodev", "rbind", "rprivate"])
+            spec["mounts"],
+            json!([{"destination":"/proc","type":"proc"}]),
+            "files are mounted by the finish hook, never by the runtime"
         );
         let env: Vec<&str> = spec["process"]["env"]
             .as_array()
@@ -288,13 +324,68 @@ mod tests {
         );
         let args = &spec["hooks"]["createRuntime"][0]["args"];
         assert_eq!(args[1], "finish");
-        assert_eq!(args[3], "/usr/lib/libdemo.so.1=libdemo.so.1.0.0");
+        assert_eq!(
+            args.as_array().unwrap()[2..5],
+            [
+                json!("--mount"),
+                json!("/h/lib/libdemo.so.1.0.0"),
+                json!("/usr/lib/libdemo.so.1.0.0")
+            ]
+        );
+        assert_eq!(args[6], "/usr/lib/libdemo.so.1=libdemo.so.1.0.0");
         assert_eq!(spec["hooks"]["createRuntime"][0]["env"], json!([]));
         // Unknown fields and key order survive.
         let text = serde_json::to_string(&spec).unwrap();
         assert!(
             text.starts_with(r#"{"ociVersion":"1.0.2","zzz":{"future":true},"process""#),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn user_namespaces_get_nodes_from_elsewhere_as_bind_mounts() {
+        let mut spec: Value = serde_json::from_str(
+            r#"{"ociVersion":"1.0.2","mounts":[],"linux":{"namespaces":[{"type":"user"}]}}"#,
+        )
+        .unwrap();
+        let mut e = edits();
+        let mut same_path = e.device_nodes[0].clone();
+        same_path.host_path = PathBuf::from("/dev/demo/ctl");
+        same_path.container_path = PathBuf::from("/dev/demo/ctl");
+        e.device_nodes.push(same_path);
+        apply(&mut spec, &e, &[], None).unwrap();
+        assert_eq!(
+            spec["mounts"],
+            json!([{
+                "destination": "/dev/demo/accel0",
+                "type": "bind",
+                "source": "/h/dev/demo/accel0",
+                "options": ["bind", "nosuid", "noexec"],
+            }])
+        );
+        let devices = spec["linux"]["devices"].as_array().unwrap();
+        assert_eq!(devices.len(), 1, "{devices:?}");
+        assert_eq!(devices[0]["path"], "/dev/demo/ctl");
+        assert_eq!(spec["linux"]["resources"]["devices"][0]["minor"], 237);
+    }
+
+    /// Regression: only the first copy of a request variable was rewritten to the granted list;
+    /// a later copy, the one the process sees, kept what the user wrote.
+    #[test]
+    fn duplicate_request_variables_kept_the_users_last_copy() {
+        let mut spec: Value = serde_json::from_str(
+            r#"{"ociVersion":"1.0.2","process":{"env":["DEMO_VISIBLE_DEVICES=0","A=1","DEMO_VISIBLE_DEVICES=all","DEMO_VISIBLE_DEVICES=1"]}}"#,
+        )
+        .unwrap();
+        apply(&mut spec, &edits(), &["DEMO_VISIBLE_DEVICES"], None).unwrap();
+        assert_eq!(
+            spec["process"]["env"],
+            json!([
+                "DEMO_VISIBLE_DEVICES=0",
+                "A=1",
+                "DEMO_DRIVER_VERSION=1.0",
+                "KEEP=ours"
+            ])
         );
     }
 
@@ -310,6 +401,22 @@ mod tests {
     }
 
     #[test]
+    fn device_conflict_message_shows_the_type_unquoted() {
+        // Found by the property tests: the existing type was printed as JSON, `"c" 1:3`.
+        let mut spec: Value = serde_json::from_str(
+            r#"{"ociVersion":"1.0.2","linux":{"devices":[{"path":"/dev/demo/accel0","type":"c","major":1,"minor":3}]}}"#,
+        )
+        .unwrap();
+        let err = apply(&mut spec, &edits(), &[], None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("as c 1:3, but the request needs c 10:237"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn conflicting_device_and_bad_shapes_are_errors() {
         let mut spec: Value = serde_json::from_str(
             r#"{"ociVersion":"1.0.2","linux":{"devices":[{"path":"/dev/demo/accel0","type":"c","major":1,"minor":3}]}}"#,
@@ -318,14 +425,313 @@ mod tests {
         let err = apply(&mut spec, &edits(), &[], None).unwrap_err();
         assert!(matches!(err, SpecEditError::DeviceConflict { .. }), "{err}");
         let mut spec: Value =
-            serde_json::from_str(r#"{"ociVersion":"1.0.2","mounts":{}}"#).unwrap();
+            serde_json::from_str(r#"{"ociVersion":"1.0.2","process":{"env":{}}}"#).unwrap();
         let err = apply(&mut spec, &edits(), &[], None).unwrap_err();
         assert_eq!(
             err,
             SpecEditError::Shape {
-                field: "mounts",
+                field: "process.env",
                 expected: "an array"
             }
         );
+    }
+}
+
+#[cfg(test)]
+mod props {
+    //! Property tests (`PROPTEST_CASES` sets the number of cases; 256 by default): for any
+    //! spec and any plan, `apply` never panics; when it succeeds, applying again changes
+    //! nothing, every field it does not own is kept as it was, the arrays it extends keep
+    //! their old entries in front, and every edit is in the result.
+
+    use std::path::PathBuf;
+
+    use proptest::collection::{btree_map, vec};
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+
+    use super::*;
+    use devinject_devices::{CgroupRule, DeviceNode, HookAction, Mount, MountKind, Symlink};
+
+    const REQUEST_ENV: &str = "DEMO_VISIBLE_DEVICES";
+
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            "[a-z/=]{0,8}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 16, 3, |inner| {
+            prop_oneof![
+                vec(inner.clone(), 0..3).prop_map(Value::Array),
+                btree_map("[a-z]{1,6}", inner, 0..3)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// `good` most of the time, any JSON (often the wrong type) otherwise, or absent.
+    fn slot(good: BoxedStrategy<Value>) -> impl Strategy<Value = Option<Value>> {
+        proptest::option::weighted(0.8, prop_oneof![6 => good, 1 => any_json()])
+    }
+
+    fn object(pairs: Vec<(&str, Option<Value>)>, extra: Vec<(String, Value)>) -> Value {
+        let mut m = serde_json::Map::new();
+        for (k, v) in extra {
+            m.insert(k, v);
+        }
+        for (k, v) in pairs {
+            if let Some(v) = v {
+                m.insert(k.to_owned(), v);
+            }
+        }
+        Value::Object(m)
+    }
+
+    fn device_entry() -> impl Strategy<Value = Value> {
+        ("/dev/x[0-3]", prop_oneof![Just("c"), Just("b")], 0u32..3, 0u32..3).prop_map(
+            |(path, t, major, minor)| json!({"path": path, "type": t, "major": major, "minor": minor}),
+        )
+    }
+
+    fn extras() -> impl Strategy<Value = Vec<(String, Value)>> {
+        vec(("z[a-z]{0,5}", any_json()), 0..3)
+    }
+
+    /// A runtime spec: the fields `apply` touches, mostly well-formed, plus unknown fields.
+    fn spec() -> impl Strategy<Value = Value> {
+        let env = vec(
+            prop_oneof![
+                "(DEMO_VISIBLE_DEVICES|KEEP|A)=[a-z0-9,]{0,4}".prop_map(|s| json!(s)),
+                any_json(),
+            ],
+            0..4,
+        )
+        .prop_map(Value::Array)
+        .boxed();
+        let process = (slot(env), extras())
+            .prop_map(|(env, extra)| object(vec![("env", env)], extra))
+            .boxed();
+        let rules = vec(prop_oneof![device_entry(), any_json()], 0..3)
+            .prop_map(Value::Array)
+            .boxed();
+        let resources = (slot(rules), extras())
+            .prop_map(|(d, extra)| object(vec![("devices", d)], extra))
+            .boxed();
+        let devices = vec(prop_oneof![device_entry(), any_json()], 0..3)
+            .prop_map(Value::Array)
+            .boxed();
+        let linux = (slot(devices), slot(resources), extras())
+            .prop_map(|(d, r, extra)| object(vec![("devices", d), ("resources", r)], extra))
+            .boxed();
+        let mounts = vec(
+            prop_oneof![
+                "/usr/lib/m[0-3]".prop_map(|d| json!({"destination": d, "type": "bind"})),
+                any_json(),
+            ],
+            0..3,
+        )
+        .prop_map(Value::Array)
+        .boxed();
+        let hooks = (
+            slot(vec(any_json(), 0..2).prop_map(Value::Array).boxed()),
+            extras(),
+        )
+            .prop_map(|(c, extra)| object(vec![("createRuntime", c)], extra))
+            .boxed();
+        (
+            slot(process),
+            slot(linux),
+            slot(mounts),
+            slot(hooks),
+            extras(),
+        )
+            .prop_map(|(process, linux, mounts, hooks, extra)| {
+                let mut extra = extra;
+                extra.push(("ociVersion".into(), json!("1.0.2")));
+                object(
+                    vec![
+                        ("process", process),
+                        ("linux", linux),
+                        ("mounts", mounts),
+                        ("hooks", hooks),
+                    ],
+                    extra,
+                )
+            })
+    }
+
+    fn edits() -> impl Strategy<Value = ContainerEdits> {
+        let node = ("/dev/x[0-3]", any::<bool>(), 0u32..3, 0u32..3).prop_map(
+            |(path, char, major, minor)| DeviceNode {
+                host_path: PathBuf::from(format!("/host{path}")),
+                container_path: PathBuf::from(path),
+                kind: if char {
+                    NodeKind::Char
+                } else {
+                    NodeKind::Block
+                },
+                major,
+                minor,
+                mode: 0o666,
+                uid: 0,
+                gid: 0,
+            },
+        );
+        let mount = "/usr/lib/m[0-3]".prop_map(|d| Mount {
+            host_path: PathBuf::from(format!("/host{d}")),
+            container_path: PathBuf::from(d),
+            kind: MountKind::Library,
+        });
+        (
+            vec("(DEMO_VISIBLE_DEVICES|KEEP|NEW)=[a-z0-9,]{0,4}", 0..4),
+            vec(node, 0..4),
+            vec(mount, 0..3),
+            any::<bool>(),
+        )
+            .prop_map(|(env, device_nodes, mounts, links)| ContainerEdits {
+                env,
+                cgroup_rules: device_nodes.iter().map(CgroupRule::for_node).collect(),
+                device_nodes,
+                mounts,
+                hooks: if links {
+                    vec![
+                        HookAction::CreateSymlinks(vec![Symlink {
+                            link: PathBuf::from("/usr/lib/libx.so.1"),
+                            target: "libx.so.1.0".into(),
+                        }]),
+                        HookAction::UpdateLdcache {
+                            dirs: vec![PathBuf::from("/usr/lib")],
+                        },
+                    ]
+                } else {
+                    vec![]
+                },
+            })
+    }
+
+    /// `new` keeps `old`'s entries in front.
+    fn keeps_prefix(old: &Value, new: &Value) -> bool {
+        match (old.as_array(), new.as_array()) {
+            (Some(o), Some(n)) => n.starts_with(o),
+            _ => old == new || old.is_null(),
+        }
+    }
+
+    /// Every key of `old` except `owned` is unchanged in `new`.
+    fn keeps_others(old: &Value, new: &Value, owned: &[&str]) -> Result<(), String> {
+        let (Some(o), Some(n)) = (old.as_object(), new.as_object()) else {
+            // Untouched, or a null that became the object the edits needed.
+            return if old == new || old.is_null() {
+                Ok(())
+            } else {
+                Err(format!("{old} became {new}"))
+            };
+        };
+        for (k, v) in o {
+            if !owned.contains(&k.as_str()) && n.get(k) != Some(v) {
+                return Err(format!("{k}: {v} became {:?}", n.get(k)));
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn apply_is_safe_idempotent_and_keeps_what_it_does_not_own(
+            original in spec(),
+            e in edits(),
+        ) {
+            let hook = finish_hook(Path::new("/opt/devinject/bin/devinject-hook"), None, &e);
+            let mut once = original.clone();
+            if apply(&mut once, &e, &[REQUEST_ENV], hook.clone()).is_err() {
+                return Ok(());
+            }
+            // Idempotent.
+            let mut twice = once.clone();
+            apply(&mut twice, &e, &[REQUEST_ENV], hook.clone()).unwrap();
+            prop_assert_eq!(&twice, &once);
+
+            // Unknown and unowned fields kept, owned arrays only grow at the end.
+            let null = Value::Null;
+            let at = |v: &Value, path: &[&str]| -> Value {
+                path.iter().fold(v, |v, k| v.get(*k).unwrap_or(&null)).clone()
+            };
+            keeps_others(&original, &once, &["linux", "mounts", "process", "hooks"]).map_err(TestCaseError::fail)?;
+            keeps_others(&at(&original, &["linux"]), &at(&once, &["linux"]), &["devices", "resources"]).map_err(TestCaseError::fail)?;
+            keeps_others(&at(&original, &["linux", "resources"]), &at(&once, &["linux", "resources"]), &["devices"]).map_err(TestCaseError::fail)?;
+            keeps_others(&at(&original, &["process"]), &at(&once, &["process"]), &["env"]).map_err(TestCaseError::fail)?;
+            keeps_others(&at(&original, &["hooks"]), &at(&once, &["hooks"]), &["createRuntime"]).map_err(TestCaseError::fail)?;
+            for path in [
+                &["linux", "devices"][..],
+                &["linux", "resources", "devices"],
+                &["mounts"],
+                &["hooks", "createRuntime"],
+            ] {
+                prop_assert!(keeps_prefix(&at(&original, path), &at(&once, path)), "{:?}", path);
+            }
+            // process.env: old entries stay in place; only the request variable may change.
+            let old_env = at(&original, &["process", "env"]);
+            let new_env = at(&once, &["process", "env"]);
+            if let Some(old_env) = old_env.as_array() {
+                let new_env = new_env.as_array().unwrap();
+                prop_assert!(new_env.len() >= old_env.len());
+                for (o, n) in old_env.iter().zip(new_env) {
+                    let request = o.as_str().is_some_and(|s| s.starts_with("DEMO_VISIBLE_DEVICES="));
+                    prop_assert!(o == n || request, "{} became {}", o, n);
+                }
+            }
+
+            // Every edit is there.
+            let devices = at(&once, &["linux", "devices"]);
+            for n in &e.device_nodes {
+                let path = n.container_path.to_str().unwrap();
+                prop_assert!(devices.as_array().unwrap().iter().any(|d| d["path"] == path
+                    && d["major"] == n.major
+                    && d["minor"] == n.minor));
+            }
+            let rules = at(&once, &["linux", "resources", "devices"]);
+            for r in &e.cgroup_rules {
+                prop_assert!(rules.as_array().unwrap().iter().any(|x| x["allow"] == true
+                    && x["major"] == r.major
+                    && x["minor"] == r.minor));
+            }
+            // Files are mounted by the finish hook (fd-based, not runc's path-based spec mounts).
+            for m in &e.mounts {
+                let dest = json!(m.container_path);
+                let args = hook.as_ref().map(|h| h["args"].clone()).unwrap_or(Value::Null);
+                prop_assert!(args.as_array().is_some_and(|a| a.contains(&dest)), "{:?} not in {}", dest, args);
+            }
+            let env = at(&once, &["process", "env"]);
+            for kv in &e.env {
+                let key = format!("{}=", kv.split_once('=').unwrap().0);
+                prop_assert!(env.as_array().unwrap().iter().any(|x| x.as_str().is_some_and(|s| s.starts_with(&key))));
+            }
+            if let Some(h) = hook {
+                prop_assert!(at(&once, &["hooks", "createRuntime"]).as_array().unwrap().contains(&h));
+            }
+        }
+
+        #[test]
+        fn shape_errors_name_the_field(
+            bad in prop_oneof![Just(json!(1)), Just(json!("x")), Just(json!({"a": 1})), Just(json!(true))],
+            at in 0usize..4,
+        ) {
+            // An object is what `linux` should be. (`mounts` is only extended for device binds
+            // in user namespaces: files go through the finish hook.)
+            prop_assume!(at != 3 || !bad.is_object());
+            let (mut spec, field) = match at {
+                0 => (json!({"linux": {"devices": bad}}), "linux.devices"),
+                1 => (json!({"linux": {"resources": {"devices": bad}}}), "linux.resources.devices"),
+                2 => (json!({"process": {"env": bad}}), "process.env"),
+                _ => (json!({"linux": bad}), "linux"),
+            };
+            let err = apply(&mut spec, &super::tests::edits(), &[], None).unwrap_err();
+            prop_assert!(
+                err.to_string().contains(&format!("field {field} is not")),
+                "{}", err
+            );
+        }
     }
 }

@@ -37,6 +37,7 @@ use std::process::Command;
 use serde_json::{json, Value as Json};
 use toml_edit::{value, DocumentMut, Item, Table};
 
+use crate::engines::detection::{self, CgroupDriver, Integration};
 use crate::engines::{
     docker::render_json, dropin_header, hooksd, BaseReader, Candidate, EngineEditor, Plan,
     PlannedFile, MARKER,
@@ -226,12 +227,13 @@ impl Containerd {
     }
 
     /// The runtime plugin's section as containerd builds it from the main file and its imports
-    /// (ours excluded), and whether the imports already include our drop-in.
+    /// (our drop-in only when `with_ours`), and whether the imports include our drop-in.
     fn effective_plugin(
         &self,
         doc: &DocumentMut,
         text: &str,
         version: Version,
+        with_ours: bool,
     ) -> Result<(Option<Table>, bool)> {
         let plugin = version.runtime_plugin();
         let section = |d: &DocumentMut, path: &Path, t: &str| -> Result<Option<Table>> {
@@ -254,7 +256,9 @@ impl Containerd {
         while let Some(file) = pending.pop_front() {
             if file == self.dropin {
                 has_dropin = true;
-                continue;
+                if !with_ours {
+                    continue;
+                }
             }
             if !loaded.insert(file.clone()) {
                 continue;
@@ -312,7 +316,13 @@ impl Containerd {
     }
 
     /// The hook-mode base spec: `source` (an OCI spec in JSON) plus our createRuntime hook.
-    fn spec_with_hook(&self, source: &str, source_path: &str, hook_path: &Path) -> Result<String> {
+    fn spec_with_hook(
+        &self,
+        source: &str,
+        source_path: &str,
+        hook_path: &Path,
+        hook_config: Option<&Path>,
+    ) -> Result<String> {
         let mut spec: Json =
             serde_json::from_str(source).map_err(|e| RuntimeConfigError::Syntax {
                 path: PathBuf::from(source_path),
@@ -343,7 +353,7 @@ impl Containerd {
             .ok_or_else(|| not_object("`hooks.createRuntime`"))?;
         let ours = hook_path.display().to_string();
         stage.retain(|h| h.get("path").and_then(Json::as_str) != Some(ours.as_str()));
-        stage.push(json!({ "path": ours, "args": hooksd::hook_args(hook_path) }));
+        stage.push(json!({ "path": ours, "args": hooksd::hook_args(hook_path, hook_config) }));
         Ok(render_json(&spec, Some(source)))
     }
 
@@ -407,7 +417,7 @@ impl EngineEditor for Containerd {
         let main_text = base(&self.config)?.unwrap_or_default();
         let mut main = load::parse_toml(&self.access, &main_text)?;
         let version = self.version(&main_text, &main)?;
-        let (effective, imported) = self.effective_plugin(&main, &main_text, version)?;
+        let (effective, imported) = self.effective_plugin(&main, &main_text, version, false)?;
         let (source_name, source) = Self::source_entry(effective.as_ref(), &req.runtime_name);
         let mut notes = Vec::new();
         match &source_name {
@@ -451,7 +461,12 @@ impl EngineEditor for Containerd {
                 files.push(PlannedFile {
                     path: self.spec.clone(),
                     kind: FileKind::Owned,
-                    content: self.spec_with_hook(&text, &from, &req.hook_path)?,
+                    content: self.spec_with_hook(
+                        &text,
+                        &from,
+                        &req.hook_path,
+                        req.hook_config.as_deref(),
+                    )?,
                     marker: None,
                 });
                 entry.insert("base_runtime_spec", value(self.spec.display().to_string()));
@@ -605,5 +620,134 @@ impl EngineEditor for Containerd {
         Activation::Restart {
             service: "containerd",
         }
+    }
+
+    fn cgroup_driver(&self) -> Result<Option<CgroupDriver>> {
+        let text = load::read_optional(&self.access)?.unwrap_or_default();
+        let doc = load::parse_toml(&self.access, &text)?;
+        let version = self.version(&text, &doc)?;
+        let (effective, _) = self.effective_plugin(&doc, &text, version, true)?;
+        let (_, entry) = Self::source_entry(effective.as_ref(), "");
+        let systemd = entry
+            .get("options")
+            .and_then(Item::as_table_like)
+            .and_then(|o| o.get("SystemdCgroup"))
+            .and_then(Item::as_bool)
+            .unwrap_or(false);
+        Ok(Some(if systemd {
+            CgroupDriver::Systemd
+        } else {
+            CgroupDriver::Cgroupfs
+        }))
+    }
+
+    fn detect(&self) -> Result<Vec<Integration>> {
+        let Some(text) = load::read_optional(&self.access)? else {
+            return Ok(Vec::new());
+        };
+        let doc = load::parse_toml(&self.access, &text)?;
+        let version = self.version(&text, &doc)?;
+        let (Some(plugin), imported) = self.effective_plugin(&doc, &text, version, true)? else {
+            return Ok(Vec::new());
+        };
+        let file = if imported {
+            self.dropin.clone()
+        } else {
+            self.config.clone()
+        };
+        let ctd = plugin.get("containerd").and_then(Item::as_table_like);
+        let default = ctd
+            .and_then(|c| c.get("default_runtime_name"))
+            .and_then(Item::as_str)
+            .unwrap_or("runc");
+        let Some(runtimes) = ctd
+            .and_then(|c| c.get("runtimes"))
+            .and_then(Item::as_table_like)
+        else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for (name, entry) in runtimes.iter() {
+            let Some(entry) = entry.as_table_like() else {
+                continue;
+            };
+            let mut problems = Vec::new();
+            let annotations = entry
+                .get("container_annotations")
+                .and_then(toml_tree::string_array)
+                .unwrap_or_default();
+            if !annotations
+                .iter()
+                .any(|a| a == ANNOTATION_PATTERN || a == "*" || a == "devinject.io/*")
+            {
+                problems.push(format!(
+                    "container_annotations lacks {ANNOTATION_PATTERN:?}, so containerd drops the \
+                     device plugin's annotations before they reach devinject"
+                ));
+            }
+            let runtime_type = entry
+                .get("runtime_type")
+                .and_then(Item::as_str)
+                .unwrap_or_default();
+            let binary = entry
+                .get("options")
+                .and_then(Item::as_table_like)
+                .and_then(|o| o.get("BinaryName"))
+                .and_then(Item::as_str)
+                .filter(|b| detection::is_devinject_binary(b));
+            if let Some(binary) = binary {
+                let mut problems = problems.clone();
+                if runtime_type != RUNC_V2 {
+                    problems.push(format!(
+                        "runtime_type is {runtime_type:?}; BinaryName only applies to {RUNC_V2:?}"
+                    ));
+                }
+                out.push(Integration {
+                    mode: Mode::Shim,
+                    name: name.to_string(),
+                    file: file.clone(),
+                    binary: PathBuf::from(binary),
+                    config: None,
+                    default: name == default,
+                    problems,
+                });
+            }
+            let Some(spec_path) = entry
+                .get("base_runtime_spec")
+                .and_then(Item::as_str)
+                .filter(|p| !p.is_empty())
+            else {
+                continue;
+            };
+            let spec_access = self.paths.access(Path::new(spec_path));
+            let Some(spec_text) = load::read_optional(&spec_access)? else {
+                continue;
+            };
+            let spec: Json =
+                serde_json::from_str(&spec_text).map_err(|e| RuntimeConfigError::Syntax {
+                    path: spec_access.clone(),
+                    line: e.line(),
+                    column: e.column(),
+                    message: e.to_string(),
+                })?;
+            for (stage, path, args) in detection::spec_hooks(&spec) {
+                let mut problems = problems.clone();
+                if !detection::INJECTING_STAGES.contains(&stage.as_str()) {
+                    problems.push(format!(
+                        "the hook runs at {stage}, where it cannot inject; use createRuntime"
+                    ));
+                }
+                out.push(Integration {
+                    mode: Mode::Hook,
+                    name: name.to_string(),
+                    file: PathBuf::from(spec_path),
+                    binary: PathBuf::from(path),
+                    config: detection::config_arg(&args),
+                    default: name == default,
+                    problems,
+                });
+            }
+        }
+        Ok(out)
     }
 }

@@ -21,10 +21,12 @@
 //! effective `hooks_dir` lacks our directory the drop-in sets it to the effective list plus ours
 //! (a drop-in replaces the whole list, so it must repeat the others).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use toml_edit::{value, DocumentMut};
+use toml_edit::{value, DocumentMut, Item};
 
+use crate::engines::detection::{self, CgroupDriver, Integration};
 use crate::engines::{
     dropin_header, hooksd, BaseReader, Candidate, EngineEditor, Plan, PlannedFile, MARKER,
 };
@@ -112,7 +114,7 @@ impl EngineEditor for Crio {
                 files.push(PlannedFile {
                     path: self.hook_file.clone(),
                     kind: FileKind::Owned,
-                    content: hooksd::hook_json(&req.hook_path),
+                    content: hooksd::hook_json(&req.hook_path, req.hook_config.as_deref()),
                     marker: None,
                 });
                 let mut dirs = self.effective_hooks_dirs()?;
@@ -174,5 +176,84 @@ impl EngineEditor for Crio {
         } else {
             Activation::NextContainer
         }
+    }
+
+    fn cgroup_driver(&self) -> Result<Option<CgroupDriver>> {
+        let mut files = vec![self.config.clone()];
+        files.extend(hooksd::dropins(
+            &self.paths,
+            &self.dropin_dir,
+            Path::new(""),
+        )?);
+        // CRI-O's default is systemd.
+        let mut driver = CgroupDriver::Systemd;
+        for (_, doc) in detection::read_tomls(&self.paths, &files)? {
+            if let Some(d) = toml_tree::get(doc.as_table(), &["crio", "runtime", "cgroup_manager"])
+                .and_then(Item::as_str)
+                .and_then(CgroupDriver::parse)
+            {
+                driver = d;
+            }
+        }
+        Ok(Some(driver))
+    }
+
+    fn detect(&self) -> Result<Vec<Integration>> {
+        let mut files = vec![self.config.clone()];
+        files.extend(hooksd::dropins(
+            &self.paths,
+            &self.dropin_dir,
+            Path::new(""),
+        )?);
+        let mut default = None;
+        let mut hooks_dirs = vec![hooksd::USR_HOOKS_DIR.to_string()];
+        // Handlers add to the map and later files override their keys.
+        let mut runtimes: BTreeMap<String, (String, PathBuf)> = BTreeMap::new();
+        for (file, doc) in detection::read_tomls(&self.paths, &files)? {
+            let runtime = toml_tree::get(doc.as_table(), &["crio", "runtime"]);
+            let runtime = runtime.and_then(Item::as_table_like);
+            if let Some(d) = runtime
+                .and_then(|r| r.get("default_runtime"))
+                .and_then(Item::as_str)
+            {
+                default = Some(d.to_string());
+            }
+            if let Some(dirs) = runtime
+                .and_then(|r| r.get("hooks_dir"))
+                .and_then(toml_tree::string_array)
+            {
+                hooks_dirs = dirs;
+            }
+            let Some(handlers) = runtime
+                .and_then(|r| r.get("runtimes"))
+                .and_then(Item::as_table_like)
+            else {
+                continue;
+            };
+            for (name, entry) in handlers.iter() {
+                if let Some(path) = entry
+                    .as_table_like()
+                    .and_then(|t| t.get("runtime_path"))
+                    .and_then(Item::as_str)
+                {
+                    runtimes.insert(name.to_string(), (path.to_string(), file.clone()));
+                }
+            }
+        }
+        let mut out: Vec<Integration> = runtimes
+            .into_iter()
+            .filter(|(_, (path, _))| detection::is_devinject_binary(path))
+            .map(|(name, (path, file))| Integration {
+                mode: Mode::Shim,
+                default: default.as_deref() == Some(name.as_str()),
+                name,
+                file,
+                binary: PathBuf::from(path),
+                config: None,
+                problems: Vec::new(),
+            })
+            .collect();
+        out.extend(detection::hooksd_integrations(&self.paths, &hooks_dirs)?);
+        Ok(out)
     }
 }

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use crate::engines::detection::{self, CgroupDriver, Integration};
 use crate::engines::{BaseReader, Candidate, EngineEditor, Plan, PlannedFile};
 use crate::error::{Result, RuntimeConfigError};
 use crate::load;
@@ -196,6 +197,64 @@ impl EngineEditor for Docker {
 
     fn activation(&self, _changed: &[&Path]) -> Activation {
         Activation::Reload { service: "docker" }
+    }
+
+    fn cgroup_driver(&self) -> Result<Option<CgroupDriver>> {
+        let Some(text) = load::read_optional(&self.access)? else {
+            return Ok(None);
+        };
+        let doc = load::parse_json(&self.access, &text)?;
+        Ok(doc
+            .get("exec-opts")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .filter_map(|o| o.strip_prefix("native.cgroupdriver="))
+            .filter_map(CgroupDriver::parse)
+            .next_back())
+    }
+
+    fn detect(&self) -> Result<Vec<Integration>> {
+        let Some(text) = load::read_optional(&self.access)? else {
+            return Ok(Vec::new());
+        };
+        let doc = load::parse_json(&self.access, &text)?;
+        let default = doc
+            .get("default-runtime")
+            .and_then(Value::as_str)
+            .unwrap_or("runc");
+        let Some(runtimes) = doc.get("runtimes").and_then(Value::as_object) else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for (name, entry) in runtimes {
+            let Some(path) = entry.get("path").and_then(Value::as_str) else {
+                continue;
+            };
+            if !detection::is_devinject_binary(path) {
+                continue;
+            }
+            let args: Vec<String> = entry
+                .get("runtimeArgs")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            out.push(Integration {
+                mode: crate::request::Mode::Shim,
+                name: name.clone(),
+                file: self.config.clone(),
+                binary: PathBuf::from(path),
+                config: detection::config_arg(&args),
+                default: name == default,
+                problems: Vec::new(),
+            });
+        }
+        Ok(out)
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub mod containerd;
 pub mod crio;
+pub mod detection;
 pub mod docker;
 pub mod hooksd;
 pub mod podman;
@@ -99,6 +100,14 @@ pub trait EngineEditor {
 
     /// What the engine needs after the files `changed` (host paths) changed.
     fn activation(&self, changed: &[&Path]) -> Activation;
+
+    /// Where the engine's configuration, read the way the engine reads it (imports, drop-ins,
+    /// hooks directories), runs devinject's shim or hook; whoever wrote it.
+    fn detect(&self) -> Result<Vec<detection::Integration>>;
+
+    /// The cgroup driver the engine's configuration selects; `None` when the engine decides at
+    /// run time (docker, podman without a setting).
+    fn cgroup_driver(&self) -> Result<Option<detection::CgroupDriver>>;
 }
 
 /// The editor for `engine` with the host's paths.

@@ -20,10 +20,12 @@
 //! podman reads its configuration on every command: nothing to restart (except a running
 //! `podman system service`).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use toml_edit::{value, DocumentMut};
+use toml_edit::{value, DocumentMut, Item};
 
+use crate::engines::detection::{self, CgroupDriver, Integration};
 use crate::engines::{
     dropin_header, hooksd, BaseReader, Candidate, EngineEditor, Plan, PlannedFile, MARKER,
 };
@@ -92,7 +94,7 @@ impl EngineEditor for Podman {
                 files.push(PlannedFile {
                     path: self.hook_file.clone(),
                     kind: FileKind::Owned,
-                    content: hooksd::hook_json(&req.hook_path),
+                    content: hooksd::hook_json(&req.hook_path, req.hook_config.as_deref()),
                     marker: None,
                 });
                 let mut sources = vec![PathBuf::from(VENDOR_CONFIG), self.config.clone()];
@@ -165,5 +167,81 @@ impl EngineEditor for Podman {
 
     fn activation(&self, _changed: &[&Path]) -> Activation {
         Activation::NextContainer
+    }
+
+    fn cgroup_driver(&self) -> Result<Option<CgroupDriver>> {
+        let mut files = vec![PathBuf::from(VENDOR_CONFIG), self.config.clone()];
+        files.extend(hooksd::dropins(
+            &self.paths,
+            &self.dropin_dir,
+            Path::new(""),
+        )?);
+        let mut driver = None;
+        for (_, doc) in detection::read_tomls(&self.paths, &files)? {
+            if let Some(d) = toml_tree::get(doc.as_table(), &["engine", "cgroup_manager"])
+                .and_then(Item::as_str)
+                .and_then(CgroupDriver::parse)
+            {
+                driver = Some(d);
+            }
+        }
+        Ok(driver)
+    }
+
+    fn detect(&self) -> Result<Vec<Integration>> {
+        let mut files = vec![PathBuf::from(VENDOR_CONFIG), self.config.clone()];
+        files.extend(hooksd::dropins(
+            &self.paths,
+            &self.dropin_dir,
+            Path::new(""),
+        )?);
+        let mut default = None;
+        // Root podman without `hooks_dir` reads both directories.
+        let mut hooks_dirs = vec![
+            hooksd::USR_HOOKS_DIR.to_string(),
+            hooksd::ETC_HOOKS_DIR.to_string(),
+        ];
+        let mut runtimes: BTreeMap<String, (Vec<String>, PathBuf)> = BTreeMap::new();
+        for (file, doc) in detection::read_tomls(&self.paths, &files)? {
+            let engine = doc.get("engine").and_then(Item::as_table_like);
+            if let Some(d) = engine.and_then(|e| e.get("runtime")).and_then(Item::as_str) {
+                default = Some(d.to_string());
+            }
+            if let Some(dirs) = engine
+                .and_then(|e| e.get("hooks_dir"))
+                .and_then(toml_tree::string_array)
+            {
+                hooks_dirs = dirs;
+            }
+            let Some(table) = engine
+                .and_then(|e| e.get("runtimes"))
+                .and_then(Item::as_table_like)
+            else {
+                continue;
+            };
+            for (name, paths) in table.iter() {
+                if let Some(list) = toml_tree::string_array(paths) {
+                    runtimes.insert(name.to_string(), (list, file.clone()));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (name, (list, file)) in runtimes {
+            // podman runs the first path of the list that exists.
+            let Some(path) = list.iter().find(|p| detection::is_devinject_binary(p)) else {
+                continue;
+            };
+            out.push(Integration {
+                mode: Mode::Shim,
+                default: default.as_deref() == Some(name.as_str()),
+                name,
+                file,
+                binary: PathBuf::from(path),
+                config: None,
+                problems: Vec::new(),
+            });
+        }
+        out.extend(detection::hooksd_integrations(&self.paths, &hooks_dirs)?);
+        Ok(out)
     }
 }

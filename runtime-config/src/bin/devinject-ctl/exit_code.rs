@@ -17,6 +17,8 @@ pub enum ExitCode {
     Io = 4,
     /// A helper command (`ctr oci spec`) or the daemon reload failed.
     External = 5,
+    /// `doctor` found at least one error (with `--strict`, a warning).
+    Broken = 6,
 }
 
 impl ExitCode {

@@ -1,11 +1,14 @@
-//! `devinject-ctl`: configure container engines for devinject.
+//! `devinject-ctl`: configure container engines for devinject, export CDI specs, list devices and
+//! tell what is wrong on a host.
 //!
 //! Exit codes (see [`exit_code::ExitCode`]): 0 success (including "nothing to change"), 1
-//! unexpected failure, 2 usage error, 3 a host configuration file is broken, unsupported or not
-//! ours (nothing was written), 4 filesystem or permission error, 5 a helper command or the daemon
-//! reload failed.
+//! unexpected failure, 2 usage error, 3 a host configuration file or profile is broken,
+//! unsupported or not ours (nothing was written), 4 filesystem or permission error, 5 a helper
+//! command or the daemon reload failed, 6 `doctor` found an error.
 
 mod cdi_generate;
+mod devices_list;
+mod doctor;
 mod exit_code;
 mod runtime_configure;
 mod runtime_unconfigure;
@@ -35,6 +38,18 @@ enum Command {
     /// Container Device Interface specs.
     #[command(subcommand)]
     Cdi(CdiCommand),
+    /// The devices each profile finds on this host.
+    #[command(subcommand)]
+    Devices(DevicesCommand),
+    /// Tell what is wrong on this host: cgroups, runtimes, engine configuration, profiles,
+    /// devices, driver files, ldconfig, kubelet sockets. Exits 6 when something is broken.
+    Doctor(doctor::DoctorArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum DevicesCommand {
+    /// List profiles' devices: id, index, nodes, NUMA node, health.
+    List(devices_list::ListArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -174,16 +189,31 @@ fn print_cdi_report(report: &CdiReport) {
     }
 }
 
+/// Writes `text` to stdout; a reader that went away (`| head`) is not an error.
+fn write_stdout(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
 /// Says that dockerd was told to reload.
 fn print_reloaded() {
     println!("reloaded dockerd (SIGHUP)");
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let done = |r: anyhow::Result<()>| r.map(|()| ExitCode::Success);
     match cli.command {
-        Command::Runtime(RuntimeCommand::Configure(args)) => runtime_configure::run(&args),
-        Command::Runtime(RuntimeCommand::Unconfigure(args)) => runtime_unconfigure::run(&args),
-        Command::Cdi(CdiCommand::Generate(args)) => cdi_generate::run(&args),
+        Command::Runtime(RuntimeCommand::Configure(args)) => done(runtime_configure::run(&args)),
+        Command::Runtime(RuntimeCommand::Unconfigure(args)) => {
+            done(runtime_unconfigure::run(&args))
+        }
+        Command::Cdi(CdiCommand::Generate(args)) => done(cdi_generate::run(&args)),
+        Command::Devices(DevicesCommand::List(args)) => done(devices_list::run(&args)),
+        Command::Doctor(args) => doctor::run(&args),
     }
 }
 
@@ -197,7 +227,7 @@ fn main() -> std::process::ExitCode {
         )
         .init();
     match run(cli) {
-        Ok(()) => ExitCode::Success.into(),
+        Ok(code) => code.into(),
         Err(err) => {
             eprintln!("devinject-ctl: {err:#}");
             ExitCode::of(&err).into()

@@ -36,6 +36,9 @@ pub struct ConfigureArgs {
     /// Host path of devinject-hook.
     #[arg(long, value_name = "PATH", default_value = DEFAULT_HOOK_PATH)]
     hook_path: PathBuf,
+    /// Hook mode: host configuration file the hook reads (default: /etc/devinject/config.toml).
+    #[arg(long, value_name = "PATH")]
+    hook_config: Option<PathBuf>,
     /// Name of the runtime entry (RuntimeClass handler).
     #[arg(long, value_name = "NAME", default_value = DEFAULT_RUNTIME_NAME)]
     runtime_name: String,
@@ -62,6 +65,7 @@ pub fn run(args: &ConfigureArgs) -> anyhow::Result<()> {
     req.paths = args.common.paths()?;
     req.shim_path = args.shim_path.clone();
     req.hook_path = args.hook_path.clone();
+    req.hook_config = args.hook_config.clone();
     req.runtime_name = args.runtime_name.clone();
     req.base_spec = args.base_spec.clone();
     req.ctr_path = args.ctr.clone();

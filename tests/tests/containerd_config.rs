@@ -1,18 +1,18 @@
 //! The configuration devinject-ctl writes, loaded by a real containerd (1.6 here): the drop-in
 //! plus `imports` must give the CRI plugin a `devinject` runtime with the shim as `BinaryName`
 //! and runc's options copied, without losing the main file's CRI settings (containerd#5837);
-//! hook mode's base spec must load. A private containerd runs in a temp dir; the system daemon
-//! is never touched. Needs root, `containerd` and `ctr`; skipped otherwise (fails under
-//! `CI=true`).
-
-mod support;
+//! hook mode's base spec must load. A private containerd ([`devinject_tests::daemons`]) runs in a
+//! temp dir; the system daemon is never touched. Needs root, `containerd` and `ctr`; skipped
+//! otherwise (fails under `CI=true`). Containers started through this configuration over the CRI
+//! API are in `containerd_cri.rs`.
 
 use std::path::{Path, PathBuf};
 
 use devinject_runtime_config::{
     configure, unconfigure, ConfigureRequest, Engine, HostPaths, Mode, UnconfigureRequest,
 };
-use support::daemons::{self, containerd_config_dump, Containerd};
+use devinject_tests::daemons::{self, containerd_config_dump, short_tempdir, Containerd};
+use devinject_tests::skip::{require_binary, require_root, which};
 use toml_edit::Item;
 
 const CRI: &str = "io.containerd.grpc.v1.cri";
@@ -25,7 +25,7 @@ fn main_config(dir: &Path) -> String {
          [plugins.\"{CRI}\".containerd.runtimes.runc]\n      runtime_type = \"io.containerd.runc.v2\"\n      \
          [plugins.\"{CRI}\".containerd.runtimes.runc.options]\n        SystemdCgroup = true\n        \
          Root = \"{d}/runc-root\"\n",
-        daemons::containerd_private_settings(dir),
+        Containerd::private_settings(dir),
         d = dir.display()
     )
 }
@@ -53,25 +53,37 @@ fn request(dir: &Path, mode: Mode) -> ConfigureRequest {
     req
 }
 
+fn ready() -> bool {
+    require_root() && require_binary("containerd") && require_binary("ctr")
+}
+
+fn start(dir: &Path) -> Containerd {
+    Containerd::start(dir, &dir.join("config.toml")).expect("start containerd")
+}
+
+fn effective_config(ctd: &Containerd) -> toml_edit::DocumentMut {
+    containerd_config_dump(ctd.config()).expect("containerd config dump")
+}
+
 fn assert_cri_ok(ctd: &Containerd) {
-    let plugins = ctd.plugins();
+    let plugins = ctd.plugins().expect("ctr plugins ls");
     let line = plugins
         .lines()
         .find(|l| l.starts_with("io.containerd.grpc.v1") && l.contains(" cri "))
         .unwrap_or_else(|| panic!("no cri plugin in:\n{plugins}"));
     assert!(
         line.trim_end().ends_with("ok"),
-        "CRI plugin did not load: {line}\n--- log\n{}",
-        daemons::tail(&ctd.daemon.log)
+        "CRI plugin did not load: {line}\n{}",
+        ctd.log_tail()
     );
 }
 
 #[test]
 fn containerd_loads_the_shim_dropin_through_imports() {
-    if !daemons::prerequisites(&["containerd", "ctr"]) {
+    if !ready() {
         return;
     }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let tmp = short_tempdir("ctdcfg").expect("tempdir");
     let dir = tmp.path();
     let original = main_config(dir);
     std::fs::write(dir.join("config.toml"), &original).expect("write config");
@@ -79,9 +91,9 @@ fn containerd_loads_the_shim_dropin_through_imports() {
     let report = configure(&request(dir, Mode::Shim)).expect("configure");
     assert!(report.changed());
 
-    let ctd = Containerd::start(dir);
+    let ctd = start(dir);
     assert_cri_ok(&ctd);
-    let dump = containerd_config_dump(&ctd.config);
+    let dump = effective_config(&ctd);
     let s = |i: Option<&Item>| i.and_then(Item::as_str).map(str::to_string);
     assert_eq!(
         s(runtime(&dump, "devinject", &["options", "BinaryName"])).as_deref(),
@@ -131,9 +143,9 @@ fn containerd_loads_the_shim_dropin_through_imports() {
         std::fs::read_to_string(dir.join("config.toml")).expect("read"),
         original
     );
-    let ctd = Containerd::start(dir);
+    let ctd = start(dir);
     assert_cri_ok(&ctd);
-    let dump = containerd_config_dump(&ctd.config);
+    let dump = effective_config(&ctd);
     assert!(runtime(&dump, "devinject", &[]).is_none());
     assert_eq!(
         s(get(
@@ -147,20 +159,20 @@ fn containerd_loads_the_shim_dropin_through_imports() {
 
 #[test]
 fn containerd_loads_the_hook_mode_base_spec() {
-    if !daemons::prerequisites(&["containerd", "ctr"]) {
+    if !ready() {
         return;
     }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let tmp = short_tempdir("ctdcfg").expect("tempdir");
     let dir = tmp.path();
     std::fs::write(dir.join("config.toml"), main_config(dir)).expect("write config");
     let mut req = request(dir, Mode::Hook);
-    req.ctr_path = daemons::which("ctr").expect("ctr");
+    req.ctr_path = which("ctr").expect("ctr");
     configure(&req).expect("configure");
 
     // containerd reads every base_runtime_spec when the CRI plugin starts; a bad one fails it.
-    let ctd = Containerd::start(dir);
+    let ctd = start(dir);
     assert_cri_ok(&ctd);
-    let dump = containerd_config_dump(&ctd.config);
+    let dump = effective_config(&ctd);
     let spec_path = dir.join("devinject-base-spec.json");
     assert_eq!(
         runtime(&dump, "devinject", &["base_runtime_spec"]).and_then(Item::as_str),
@@ -174,12 +186,11 @@ fn containerd_loads_the_hook_mode_base_spec() {
     );
     // The rest is containerd's own default spec.
     let default: serde_json::Value = serde_json::from_str(
-        &daemons::output(std::process::Command::new("ctr").args([
-            "--namespace",
-            "k8s.io",
-            "oci",
-            "spec",
-        ]))
+        &daemons::run_ok({
+            let mut cmd = std::process::Command::new("ctr");
+            cmd.args(["--namespace", "k8s.io", "oci", "spec"]);
+            cmd
+        })
         .expect("ctr oci spec"),
     )
     .expect("json");

@@ -1,0 +1,585 @@
+//! The step journal: every change to the host is undoable until its step commits, also across
+//! a kill.
+//!
+//! Before a step touches a host file, the file's current state (its bytes and mode, a symlink's
+//! target, or that it did not exist) is saved under `<state dir>/journal/` and listed in
+//! `<state dir>/journal.json`; both are synced before the change is made. Directories the step
+//! creates are listed too. When the step ends:
+//! - it commits: the journal is deleted;
+//! - it fails: [`Tx::rollback`] puts every saved file back (atomically, in reverse order) and
+//!   removes the directories it created when they are empty again; the host is as it was
+//!   before the step;
+//! - the process is killed: the journal stays, and the next run starts with
+//!   [`Journal::recover`], which does the same rollback before doing anything else.
+//!
+//! A step that restarts a daemon after changing its configuration records that in the journal
+//! ([`Tx::activate_on_undo`]), so that undoing the step also tells the daemon, and it does not
+//! keep running with a configuration that is no longer on disk.
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use devinject_runtime_config::atomic_write;
+use serde::{Deserialize, Serialize};
+use tracing::{debug, info, warn};
+
+use crate::detect::Target;
+use crate::error::{InstallError, Result};
+use crate::fault::Fault;
+use crate::host::HostRoot;
+
+/// Version of the journal format.
+const FORMAT: u32 = 1;
+
+/// What a path was before the step changed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "kind")]
+enum Before {
+    /// It did not exist.
+    Absent,
+    /// A regular file, saved as `journal/<backup>`.
+    File {
+        /// File name of the saved copy.
+        backup: String,
+        /// Permission bits.
+        mode: u32,
+        /// Owner.
+        uid: u32,
+        /// Group.
+        gid: u32,
+    },
+    /// A symlink.
+    Symlink {
+        /// Its target.
+        target: PathBuf,
+    },
+}
+
+/// One saved path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    /// Host path.
+    path: PathBuf,
+    /// Its state before the step.
+    before: Before,
+}
+
+/// The journal file's content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JournalFile {
+    format: u32,
+    /// The step being carried out.
+    step: String,
+    /// Saved paths, in the order they were saved.
+    entries: Vec<Entry>,
+    /// Directories the step created (host paths, outermost first).
+    created_dirs: Vec<PathBuf>,
+    /// Engines to restart or reload after undoing the step.
+    activate_on_undo: Vec<Target>,
+}
+
+/// What [`Journal::recover`] undid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    /// The step that was interrupted.
+    pub step: String,
+    /// The paths put back (host paths).
+    pub restored: Vec<PathBuf>,
+    /// Engines whose configuration went back and that must be told.
+    pub activate: Vec<Target>,
+}
+
+/// The journal of one host's installer state directory.
+#[derive(Debug, Clone)]
+pub struct Journal {
+    host: HostRoot,
+    /// `<state dir>` as a host path.
+    state_dir: PathBuf,
+}
+
+impl Journal {
+    /// The journal kept in `state_dir` (a host path) of `host`.
+    pub fn new(host: &HostRoot, state_dir: &Path) -> Self {
+        Journal {
+            host: host.clone(),
+            state_dir: state_dir.to_path_buf(),
+        }
+    }
+
+    fn file(&self) -> PathBuf {
+        self.host.access(&self.state_dir.join("journal.json"))
+    }
+
+    fn backups(&self) -> PathBuf {
+        self.host.access(&self.state_dir.join("journal"))
+    }
+
+    fn load(&self) -> Result<Option<JournalFile>> {
+        let path = self.file();
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(InstallError::io("read", path, e)),
+        };
+        let damaged = |message: String| InstallError::State {
+            path: path.clone(),
+            message,
+        };
+        let j: JournalFile = serde_json::from_str(&text).map_err(|e| damaged(e.to_string()))?;
+        if j.format != FORMAT {
+            return Err(damaged(format!("format {} is not {FORMAT}", j.format)));
+        }
+        Ok(Some(j))
+    }
+
+    fn save(&self, j: &JournalFile) -> Result<()> {
+        let state_dir = self.host.access(&self.state_dir);
+        atomic_write::create_dirs(&state_dir).map_err(|e| InstallError::State {
+            path: state_dir.clone(),
+            message: e.to_string(),
+        })?;
+        let mut text = serde_json::to_string_pretty(j).map_err(|e| InstallError::State {
+            path: self.file(),
+            message: e.to_string(),
+        })?;
+        text.push('\n');
+        write(&self.file(), text.as_bytes(), Some(0o600))
+    }
+
+    /// Whether an interrupted step left its journal.
+    pub fn pending(&self) -> Result<Option<String>> {
+        Ok(self.load()?.map(|j| j.step))
+    }
+
+    /// Undoes the step an earlier run left unfinished, if any.
+    pub fn recover(&self) -> Result<Option<Recovery>> {
+        let Some(j) = self.load()? else {
+            return Ok(None);
+        };
+        warn!(step = %j.step, "an earlier run was interrupted; undoing its last step");
+        let restored = self.undo(&j)?;
+        Ok(Some(Recovery {
+            step: j.step,
+            restored,
+            activate: j.activate_on_undo,
+        }))
+    }
+
+    /// Starts a step. Fails when an earlier step's journal is still there (call
+    /// [`Journal::recover`] first).
+    pub fn begin<'a>(&'a self, step: &str, fault: Option<&'a Fault>) -> Result<Tx<'a>> {
+        if let Some(old) = self.load()? {
+            return Err(InstallError::State {
+                path: self.file(),
+                message: format!("step {} was not finished or undone", old.step),
+            });
+        }
+        let tx = Tx {
+            journal: self,
+            file: JournalFile {
+                format: FORMAT,
+                step: step.to_string(),
+                entries: Vec::new(),
+                created_dirs: Vec::new(),
+                activate_on_undo: Vec::new(),
+            },
+            changes: 0,
+            fault,
+            saved: false,
+        };
+        Fault::check(fault, step, 0)?;
+        Ok(tx)
+    }
+
+    /// Puts back what `j` saved, removes what it created, then deletes the journal.
+    fn undo(&self, j: &JournalFile) -> Result<Vec<PathBuf>> {
+        let mut restored = Vec::new();
+        for entry in j.entries.iter().rev() {
+            let access = self.host.access(&entry.path);
+            let current = fs::symlink_metadata(&access).ok();
+            match &entry.before {
+                Before::Absent => {
+                    if current.is_some() {
+                        remove(&access)?;
+                        restored.push(entry.path.clone());
+                    }
+                }
+                Before::File {
+                    backup,
+                    mode,
+                    uid,
+                    gid,
+                } => {
+                    let saved = self.backups().join(backup);
+                    let bytes =
+                        fs::read(&saved).map_err(|e| InstallError::io("read backup", &saved, e))?;
+                    if current.as_ref().is_some_and(|m| m.file_type().is_symlink()) {
+                        remove(&access)?;
+                    }
+                    let unchanged = current.as_ref().is_some_and(|m| {
+                        m.is_file() && m.mode() & 0o7777 == *mode && m.uid() == *uid
+                    }) && fs::read(&access).is_ok_and(|b| b == bytes);
+                    if !unchanged {
+                        write(&access, &bytes, Some(*mode))?;
+                        // Owner: root can give the file back; in tests we are its owner anyway.
+                        let _ = std::os::unix::fs::chown(&access, Some(*uid), Some(*gid));
+                        restored.push(entry.path.clone());
+                    }
+                }
+                Before::Symlink { target } => {
+                    let same = fs::read_link(&access).is_ok_and(|t| &t == target);
+                    if !same {
+                        if current.is_some() {
+                            remove(&access)?;
+                        }
+                        std::os::unix::fs::symlink(target, &access)
+                            .map_err(|e| InstallError::io("restore symlink", &access, e))?;
+                        restored.push(entry.path.clone());
+                    }
+                }
+            }
+        }
+        for dir in j.created_dirs.iter().rev() {
+            let access = self.host.access(dir);
+            match fs::remove_dir(&access) {
+                Ok(()) => debug!(dir = %dir.display(), "removed directory"),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => warn!(dir = %dir.display(), error = %e, "directory left in place"),
+            }
+        }
+        self.discard()?;
+        if !restored.is_empty() {
+            info!(step = %j.step, files = restored.len(), "undone");
+        }
+        Ok(restored)
+    }
+
+    /// Deletes the journal and its backups.
+    fn discard(&self) -> Result<()> {
+        let file = self.file();
+        match fs::remove_file(&file) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(InstallError::io("remove", file, e)),
+        }
+        let backups = self.backups();
+        match fs::remove_dir_all(&backups) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(InstallError::io("remove", backups, e)),
+        }
+    }
+}
+
+/// One step in progress.
+#[derive(Debug)]
+pub struct Tx<'a> {
+    journal: &'a Journal,
+    file: JournalFile,
+    changes: usize,
+    fault: Option<&'a Fault>,
+    /// Whether the journal file was written (a step that changed nothing leaves no journal).
+    saved: bool,
+}
+
+impl Tx<'_> {
+    /// The step's name.
+    pub fn step(&self) -> &str {
+        &self.file.step
+    }
+
+    /// How many changes the step made so far.
+    pub fn changes(&self) -> usize {
+        self.changes
+    }
+
+    fn persist(&mut self) -> Result<()> {
+        self.journal.save(&self.file)?;
+        self.saved = true;
+        Ok(())
+    }
+
+    /// Saves the current state of `host` (a host path) so the step can undo changes to it.
+    /// Saving a path twice keeps the first state.
+    pub fn protect(&mut self, host: &Path) -> Result<()> {
+        if self.file.entries.iter().any(|e| e.path == host) {
+            return Ok(());
+        }
+        let access = self.journal.host.access(host);
+        let before = match fs::symlink_metadata(&access) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Before::Absent,
+            Err(e) => return Err(InstallError::io("stat", access, e)),
+            Ok(m) if m.file_type().is_symlink() => Before::Symlink {
+                target: fs::read_link(&access)
+                    .map_err(|e| InstallError::io("read link", &access, e))?,
+            },
+            Ok(m) if m.is_file() => {
+                let backup = format!("{}", self.file.entries.len());
+                let bytes = fs::read(&access).map_err(|e| InstallError::io("read", &access, e))?;
+                let dir = self.journal.backups();
+                atomic_write::create_dirs(&dir).map_err(|e| InstallError::State {
+                    path: dir.clone(),
+                    message: e.to_string(),
+                })?;
+                write(&dir.join(&backup), &bytes, Some(0o600))?;
+                Before::File {
+                    backup,
+                    mode: m.mode() & 0o7777,
+                    uid: m.uid(),
+                    gid: m.gid(),
+                }
+            }
+            Ok(_) => {
+                return Err(InstallError::InvalidRequest(format!(
+                    "{} is not a regular file; move it away and run again",
+                    access.display()
+                )))
+            }
+        };
+        self.file.entries.push(Entry {
+            path: host.to_path_buf(),
+            before,
+        });
+        self.persist()
+    }
+
+    /// Creates the directory `host` and its missing parents (mode 0755), remembering them so
+    /// that undoing the step removes them. Returns the directories created (host paths,
+    /// outermost first).
+    pub fn ensure_dir(&mut self, host: &Path) -> Result<Vec<PathBuf>> {
+        let mut missing = Vec::new();
+        let mut cur = Some(host);
+        while let Some(d) = cur {
+            if d.as_os_str().is_empty() || self.journal.host.access(d).exists() {
+                break;
+            }
+            missing.push(d.to_path_buf());
+            cur = d.parent();
+        }
+        missing.reverse();
+        if missing.is_empty() {
+            return Ok(missing);
+        }
+        // Journal first, so that a kill between mkdir and the journal cannot leak them.
+        self.file.created_dirs.extend(missing.iter().cloned());
+        self.persist()?;
+        for d in &missing {
+            let access = self.journal.host.access(d);
+            // The journal's own directory may have just been made by `persist`.
+            match fs::create_dir(&access) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && access.is_dir() => {}
+                Err(e) => return Err(InstallError::io("create directory", &access, e)),
+            }
+            fs::set_permissions(&access, fs::Permissions::from_mode(0o755))
+                .map_err(|e| InstallError::io("set the mode of", &access, e))?;
+        }
+        Ok(missing)
+    }
+
+    /// Remembers that someone else (the runtime configuration library) may create the
+    /// directories `dirs` (host paths, outermost first, none existing yet) during this step, so
+    /// that undoing the step removes them when they are empty.
+    pub fn expect_dirs(&mut self, dirs: &[PathBuf]) -> Result<()> {
+        let new: Vec<PathBuf> = dirs
+            .iter()
+            .filter(|d| !self.file.created_dirs.contains(d))
+            .cloned()
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        self.file.created_dirs.extend(new);
+        self.persist()
+    }
+
+    /// The directories this step created so far (host paths, outermost first).
+    pub fn created_dirs(&self) -> &[PathBuf] {
+        &self.file.created_dirs
+    }
+
+    /// Writes `bytes` to `host` atomically with `mode`, saving what was there first.
+    pub fn write(&mut self, host: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+        if let Some(parent) = host.parent() {
+            self.ensure_dir(parent)?;
+        }
+        self.protect(host)?;
+        let access = self.journal.host.access(host);
+        if fs::symlink_metadata(&access).is_ok_and(|m| m.file_type().is_symlink()) {
+            remove(&access)?;
+        }
+        write(&access, bytes, Some(mode))?;
+        debug!(path = %host.display(), "wrote");
+        self.changed()
+    }
+
+    /// Removes `host`, saving it first. Missing files are fine.
+    pub fn remove(&mut self, host: &Path) -> Result<()> {
+        let access = self.journal.host.access(host);
+        if fs::symlink_metadata(&access).is_err() {
+            return Ok(());
+        }
+        self.protect(host)?;
+        remove(&access)?;
+        debug!(path = %host.display(), "removed");
+        self.changed()
+    }
+
+    /// Counts a change made by the step (and triggers a fault injected after it).
+    pub fn changed(&mut self) -> Result<()> {
+        self.changes += 1;
+        Fault::check(self.fault, &self.file.step, self.changes)
+    }
+
+    /// Undoing this step must also restart or reload `target` (its configuration was
+    /// activated).
+    pub fn activate_on_undo(&mut self, target: &Target) -> Result<()> {
+        if !self.file.activate_on_undo.contains(target) {
+            self.file.activate_on_undo.push(target.clone());
+            self.persist()?;
+        }
+        Ok(())
+    }
+
+    /// Ends the step: its changes stay.
+    pub fn commit(self) -> Result<()> {
+        if self.saved {
+            self.journal.discard()?;
+        }
+        Ok(())
+    }
+
+    /// Undoes the step. Returns the paths put back and the engines to tell.
+    pub fn rollback(self) -> Result<(Vec<PathBuf>, Vec<Target>)> {
+        if !self.saved {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let restored = self.journal.undo(&self.file)?;
+        Ok((restored, self.file.activate_on_undo))
+    }
+}
+
+fn write(path: &Path, bytes: &[u8], mode: Option<u32>) -> Result<()> {
+    atomic_write::write_atomic(path, bytes, mode).map_err(|e| match e {
+        devinject_runtime_config::RuntimeConfigError::Io { op, path, source } => {
+            InstallError::Io { op, path, source }
+        }
+        other => InstallError::State {
+            path: path.to_path_buf(),
+            message: other.to_string(),
+        },
+    })
+}
+
+fn remove(path: &Path) -> Result<()> {
+    fs::remove_file(path).map_err(|e| InstallError::io("remove", path, e))?;
+    if let Some(dir) = path.parent() {
+        if let Ok(d) = fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> (tempfile::TempDir, HostRoot, Journal) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = HostRoot::new(dir.path());
+        let j = Journal::new(&host, Path::new("/opt/devinject/.installer"));
+        (dir, host, j)
+    }
+
+    #[test]
+    fn rollback_restores_files_modes_and_removes_created_ones() {
+        let (dir, host, j) = setup();
+        let etc = dir.path().join("etc");
+        fs::create_dir_all(&etc).expect("mkdir");
+        fs::write(etc.join("a"), "old").expect("write");
+        fs::set_permissions(etc.join("a"), fs::Permissions::from_mode(0o640)).expect("chmod");
+        let mut tx = j.begin("step", None).expect("begin");
+        tx.write(Path::new("/etc/a"), b"new", 0o644).expect("write");
+        tx.write(Path::new("/etc/new/dir/b"), b"b", 0o644)
+            .expect("write");
+        tx.remove(Path::new("/etc/a")).expect("remove again");
+        assert!(j.pending().expect("pending").is_some());
+        let (restored, _) = tx.rollback().expect("rollback");
+        assert_eq!(restored.len(), 2);
+        assert_eq!(fs::read_to_string(etc.join("a")).expect("read"), "old");
+        assert_eq!(
+            fs::metadata(etc.join("a")).expect("stat").mode() & 0o7777,
+            0o640
+        );
+        assert!(!etc.join("new").exists(), "created dirs are removed");
+        assert!(j.pending().expect("pending").is_none());
+        assert!(!host
+            .access(Path::new("/opt/devinject/.installer/journal"))
+            .exists());
+    }
+
+    #[test]
+    fn commit_keeps_changes_and_drops_the_journal() {
+        let (dir, _host, j) = setup();
+        let mut tx = j.begin("step", None).expect("begin");
+        tx.write(Path::new("/x/y"), b"y", 0o600).expect("write");
+        tx.commit().expect("commit");
+        assert_eq!(fs::read(dir.path().join("x/y")).expect("read"), b"y");
+        assert!(j.pending().expect("pending").is_none());
+    }
+
+    #[test]
+    fn recover_undoes_a_step_left_by_a_killed_run() {
+        let (dir, _host, j) = setup();
+        fs::write(dir.path().join("f"), "orig").expect("write");
+        std::os::unix::fs::symlink("/somewhere", dir.path().join("l")).expect("symlink");
+        let mut tx = j.begin("payload", None).expect("begin");
+        tx.write(Path::new("/f"), b"changed", 0o644).expect("write");
+        tx.write(Path::new("/l"), b"file now", 0o644)
+            .expect("write");
+        // Simulate a kill: the transaction is never finished.
+        std::mem::forget(tx);
+        assert_eq!(j.pending().expect("pending").as_deref(), Some("payload"));
+        assert!(
+            j.begin("other", None).is_err(),
+            "a pending journal blocks new steps"
+        );
+        let rec = j.recover().expect("recover").expect("something to recover");
+        assert_eq!(rec.step, "payload");
+        assert_eq!(
+            fs::read_to_string(dir.path().join("f")).expect("read"),
+            "orig"
+        );
+        assert_eq!(
+            fs::read_link(dir.path().join("l")).expect("link"),
+            PathBuf::from("/somewhere")
+        );
+        assert!(j.recover().expect("again").is_none());
+    }
+
+    #[test]
+    fn a_step_without_changes_leaves_no_journal() {
+        let (_dir, _host, j) = setup();
+        let tx = j.begin("noop", None).expect("begin");
+        assert!(j.pending().expect("pending").is_none());
+        tx.commit().expect("commit");
+    }
+
+    #[test]
+    fn injected_faults_fire_at_their_change_count() {
+        let (dir, _host, j) = setup();
+        let f = Fault::parse("s:2").expect("fault");
+        let mut tx = j.begin("s", Some(&f)).expect("begin");
+        tx.write(Path::new("/a"), b"a", 0o644).expect("first");
+        let err = tx
+            .write(Path::new("/b"), b"b", 0o644)
+            .expect_err("second fails");
+        assert!(matches!(err, InstallError::Injected(_)), "{err}");
+        tx.rollback().expect("rollback");
+        assert!(!dir.path().join("a").exists() && !dir.path().join("b").exists());
+    }
+}

@@ -1,0 +1,196 @@
+//! Running a step inside a journal transaction, shared by install and uninstall.
+//!
+//! A step either commits or is rolled back whole; a rolled-back step that had restarted an
+//! engine restarts it again, so the daemon runs with the configuration that is back on disk.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use devinject_runtime_config::{atomic_write, Activation, Engine};
+use nix::fcntl::{Flock, FlockArg};
+
+use crate::activate::{self, HostControl, Outcome};
+use crate::detect::Target;
+use crate::error::{InstallError, Result};
+use crate::fault::Fault;
+use crate::journal::{Journal, Tx};
+use crate::options::{Layout, RestartMode};
+use crate::report::{describe, Failure, Report, StepReport};
+
+/// What a step's body gets.
+pub struct StepCtx<'t, 'j> {
+    /// The transaction; `None` for a dry run.
+    pub tx: Option<&'t mut Tx<'j>>,
+    /// The step's report, filled by the body.
+    pub report: &'t mut StepReport,
+    /// Host control for restarts.
+    pub ctl: &'t mut dyn HostControl,
+}
+
+/// Runs a step: commits it when `body` succeeds, rolls it back (and restarts engines it had
+/// restarted) when it fails. The step's report is appended to `report` either way.
+#[allow(clippy::too_many_arguments)]
+pub fn run(
+    journal: &Journal,
+    fault: Option<&Fault>,
+    dry_run: bool,
+    layout: &Layout,
+    restart: RestartMode,
+    ctl: &mut dyn HostControl,
+    report: &mut Report,
+    name: &str,
+    body: impl FnOnce(StepCtx<'_, '_>) -> Result<()>,
+) -> std::result::Result<(), Box<Failure>> {
+    let mut sr = StepReport::new(name);
+    if dry_run {
+        let r = body(StepCtx {
+            tx: None,
+            report: &mut sr,
+            ctl,
+        });
+        report.steps.push(sr);
+        return r.map_err(|error| failure(report, name, error, Ok(Vec::new()), Vec::new()));
+    }
+    let mut tx = match journal.begin(name, fault) {
+        Ok(tx) => tx,
+        Err(error) => return Err(failure(report, name, error, Ok(Vec::new()), Vec::new())),
+    };
+    let result = body(StepCtx {
+        tx: Some(&mut tx),
+        report: &mut sr,
+        ctl: &mut *ctl,
+    });
+    match result {
+        Ok(()) => {
+            report.steps.push(sr);
+            tx.commit().map_err(|error| {
+                failure(
+                    report,
+                    name,
+                    error,
+                    Err("the step was done but its journal could not be removed".into()),
+                    Vec::new(),
+                )
+            })
+        }
+        Err(error) => {
+            tracing::error!(step = name, error = %describe(&error), "step failed; undoing it");
+            let (undone, notes) = match tx.rollback() {
+                Ok((paths, targets)) => {
+                    let notes = reactivate(ctl, layout, &targets, restart);
+                    (Ok(paths), notes)
+                }
+                Err(e) => (Err(describe(&e)), Vec::new()),
+            };
+            Err(failure(report, name, error, undone, notes))
+        }
+    }
+}
+
+fn failure(
+    report: &Report,
+    step: &str,
+    error: InstallError,
+    undone: std::result::Result<Vec<PathBuf>, String>,
+    notes: Vec<String>,
+) -> Box<Failure> {
+    Box::new(Failure {
+        report: report.clone(),
+        step: step.to_string(),
+        error,
+        undone,
+        notes,
+    })
+}
+
+/// A failure before any step ran: nothing was changed.
+pub fn early(report: &Report, error: InstallError) -> Box<Failure> {
+    failure(report, "prepare", error, Ok(Vec::new()), Vec::new())
+}
+
+/// The activation an engine needs after its configuration files changed.
+pub fn activation_for(engine: Engine) -> Activation {
+    match engine {
+        Engine::Docker => Activation::Reload { service: "docker" },
+        Engine::Podman => Activation::NextContainer,
+        Engine::Containerd => Activation::Restart {
+            service: "containerd",
+        },
+        Engine::Crio => Activation::Restart { service: "crio" },
+    }
+}
+
+/// Restarts or reloads `targets` after their configuration went back; returns notes.
+pub fn reactivate(
+    ctl: &mut dyn HostControl,
+    layout: &Layout,
+    targets: &[Target],
+    restart: RestartMode,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    for t in targets {
+        match activate::activate(ctl, layout, t, activation_for(t.engine), restart) {
+            Ok(Outcome::Done(what)) => notes.push(format!(
+                "{} was told to use its previous configuration again: {what}",
+                t.describe()
+            )),
+            Ok(Outcome::Needed(what)) => notes.push(what),
+            Ok(Outcome::NotNeeded) => {}
+            Err(e) => notes.push(format!(
+                "{} still runs with the configuration that was undone: {}",
+                t.describe(),
+                describe(&e)
+            )),
+        }
+    }
+    notes
+}
+
+/// Creates the state directory if needed and locks it (flock), so two installers never run on
+/// one host at once; waits for another one to finish. Returns the lock and the directories
+/// created (host paths, outermost first).
+pub fn lock(layout: &Layout) -> Result<(Flock<File>, Vec<PathBuf>)> {
+    let dir = layout.access(&layout.state_dir());
+    let created = atomic_write::create_dirs(&dir).map_err(|e| InstallError::State {
+        path: dir.clone(),
+        message: e.to_string(),
+    })?;
+    let file = File::open(&dir).map_err(|e| InstallError::io("open", &dir, e))?;
+    let lock = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| {
+        InstallError::io("lock", &dir, std::io::Error::from_raw_os_error(e as i32))
+    })?;
+    let created = created.iter().map(|d| layout.host.host_of(d)).collect();
+    Ok((lock, created))
+}
+
+/// Saves, within `tx`, an engine file the runtime-config library is about to write: the file
+/// itself and, when it is a symlink, the file it points to (the library writes through a final
+/// symlink so that a linked configuration stays linked), with the directories that may be
+/// created for them.
+pub fn protect_engine_file(tx: &mut Tx<'_>, layout: &Layout, host: &Path) -> Result<()> {
+    let paths = devinject_runtime_config::HostPaths {
+        root: layout.host.root().to_path_buf(),
+        ..Default::default()
+    };
+    let target = layout.host.host_of(&paths.access(host));
+    for p in [host.to_path_buf(), target] {
+        tx.expect_dirs(&missing_dirs(layout, &p))?;
+        tx.protect(&p)?;
+    }
+    Ok(())
+}
+
+/// The ancestors of host path `path` that do not exist yet (outermost first).
+pub fn missing_dirs(layout: &Layout, path: &Path) -> Vec<PathBuf> {
+    let mut missing = Vec::new();
+    let mut cur = path.parent();
+    while let Some(d) = cur {
+        if d.as_os_str().is_empty() || layout.access(d).exists() {
+            break;
+        }
+        missing.push(d.to_path_buf());
+        cur = d.parent();
+    }
+    missing.reverse();
+    missing
+}

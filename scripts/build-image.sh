@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Builds the devinject image: static binaries in a FROM scratch image (initcontainer/Dockerfile).
+#
+# Usage: scripts/build-image.sh [TAG]          (default: devinject:<workspace version>)
+#
+# The binaries are linked statically against glibc (`-C target-feature=+crt-static` on the
+# x86_64-unknown-linux-gnu target), which needs no musl toolchain. Environment:
+#   DOCKER      the docker command, e.g. "docker -H unix:///run/other.sock" (default: docker)
+#   PROFILE     cargo profile: release (default) or dev (faster to build, bigger binaries)
+#   TARGET_DIR  cargo target directory (default: target/image, apart from normal builds
+#               because RUSTFLAGS differ)
+#   NO_BUILD=1  only stage and `docker build` what TARGET_DIR already holds
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+tag=${1:-devinject:${version}}
+docker_cmd=${DOCKER:-docker}
+profile=${PROFILE:-release}
+target=x86_64-unknown-linux-gnu
+target_dir=${TARGET_DIR:-target/image}
+case "$profile" in
+  dev) out="$target_dir/$target/debug" ;;
+  *) out="$target_dir/$target/$profile" ;;
+esac
+
+packages=(-p devinject-installer -p devinject-hook -p devinject-runtime-config)
+bins=(devinject-installer devinject-hook devinject-runtime devinject-ctl)
+# The device plugin binary lives on its own branch until merged; ship it when it is here.
+if [ -f plugin/src/main.rs ]; then
+  packages+=(-p devinject-device-plugin)
+  bins+=(devinject-device-plugin)
+fi
+
+if [ "${NO_BUILD:-0}" != 1 ]; then
+  RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
+    cargo build --locked --profile "$profile" --target "$target" --target-dir "$target_dir" \
+    --bins "${packages[@]}"
+fi
+
+stage="$target_dir/stage"
+rm -rf "$stage"
+mkdir -p "$stage/usr/bin" "$stage/usr/share/devinject/bin" "$stage/usr/share/devinject/profiles"
+for b in "${bins[@]}"; do
+  f="$out/$b"
+  [ -x "$f" ] || { echo "build-image: $f is missing" >&2; exit 1; }
+  # A FROM scratch image has no dynamic loader: refuse anything that asks for one.
+  if head -c 4096 "$f" | grep -aq 'ld-linux'; then
+    echo "build-image: $f is dynamically linked" >&2
+    exit 1
+  fi
+  case "$b" in
+    devinject-installer|devinject-device-plugin) install -m 0755 "$f" "$stage/usr/bin/$b" ;;
+    *) install -m 0755 "$f" "$stage/usr/share/devinject/bin/$b" ;;
+  esac
+done
+install -m 0644 profiles/*.toml "$stage/usr/share/devinject/profiles/"
+
+# A context without BuildKit features: the legacy builder and BuildKit both build it.
+$docker_cmd build --quiet -f initcontainer/Dockerfile -t "$tag" "$stage" >/dev/null
+echo "$tag"

@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""Checks deploy/: every manifest against the Kubernetes OpenAPI schemas, the kustomizations
+render, and the manifests agree with the profiles and the installer.
+
+- Kubernetes objects (base resources, examples, the uninstall DaemonSet, the rendered base and
+  overlays) are validated strictly (unknown fields are errors) with kubernetes-validate, which
+  carries the upstream schemas and needs no network, for each version in K8S_VERSIONS.
+- KubeSchedulerConfiguration has no published OpenAPI schema: its fields are checked here
+  against the kubescheduler.config.k8s.io/v1 types (profiles, pluginConfig, NodeResourcesFitArgs
+  scoringStrategy), and its resources against the profiles.
+- Kustomizations: with kubectl (kustomize built in) every one is rendered, and deploy/devinject.yaml
+  must equal the render of deploy/base. Without kubectl, every file a kustomization names must
+  exist and parse, and the render is reported as skipped.
+- deploy/base/profiles/ holds exactly the repository's profiles/, every profile has an example
+  pod asking for its resource, and the RuntimeClass handler is the installer's runtime name.
+
+Usage: scripts/check-manifests.py [--require-kubectl]      Exit 0 when everything holds.
+"""
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tomllib
+
+import kubernetes_validate
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+K8S_VERSIONS = ["1.29.0", "1.33.0"]
+RUNTIME_NAME = "devinject"
+SCHEDULER_NAME = "devinject-binpack"
+
+failures = []
+
+
+def fail(msg):
+    failures.append(msg)
+    print(f"FAIL {msg}")
+
+
+def docs_of(path):
+    with open(path) as f:
+        return [d for d in yaml.safe_load_all(f) if d is not None]
+
+
+def validate_objects(label, docs):
+    for doc in docs:
+        kind = doc.get("kind")
+        name = doc.get("metadata", {}).get("name", "?")
+        if kind == "KubeSchedulerConfiguration":
+            check_scheduler_config(f"{label}: {kind}/{name}", doc)
+            continue
+        for version in K8S_VERSIONS:
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except kubernetes_validate.ValidationError as e:
+                fail(f"{label}: {kind}/{name} against {version}: {e.message} at {list(e.path)}")
+            except kubernetes_validate.SchemaNotFoundError:
+                fail(f"{label}: {kind}/{name}: no schema for {doc.get('apiVersion')} in {version}")
+    print(f"ok   {label}: {len(docs)} object(s)")
+
+
+def profiles():
+    out = {}
+    for p in sorted((ROOT / "profiles").glob("*.toml")):
+        data = tomllib.loads(p.read_text())
+        out[p.name] = data
+    return out
+
+
+def check_scheduler_config(label, doc):
+    """The kubescheduler.config.k8s.io/v1 fields this repository uses, by the upstream types."""
+    known_top = {"apiVersion", "kind", "clientConnection", "leaderElection", "profiles",
+                 "parallelism", "percentageOfNodesToScore", "podInitialBackoffSeconds",
+                 "podMaxBackoffSeconds", "extenders", "delayCacheUntilActive",
+                 "enableProfiling", "enableContentionProfiling", "featureGates"}
+    if doc.get("apiVersion") != "kubescheduler.config.k8s.io/v1":
+        fail(f"{label}: apiVersion must be kubescheduler.config.k8s.io/v1")
+    for k in doc:
+        if k not in known_top:
+            fail(f"{label}: unknown field {k}")
+    found = False
+    for prof in doc.get("profiles", []):
+        for k in prof:
+            if k not in {"schedulerName", "plugins", "pluginConfig", "percentageOfNodesToScore"}:
+                fail(f"{label}: unknown profile field {k}")
+        if prof.get("schedulerName") != SCHEDULER_NAME:
+            continue
+        found = True
+        for pc in prof.get("pluginConfig", []):
+            if set(pc) - {"name", "args"}:
+                fail(f"{label}: unknown pluginConfig field in {pc}")
+            if pc.get("name") != "NodeResourcesFit":
+                continue
+            args = pc.get("args", {})
+            if args.get("kind", "NodeResourcesFitArgs") != "NodeResourcesFitArgs":
+                fail(f"{label}: NodeResourcesFit args kind {args.get('kind')}")
+            strategy = args.get("scoringStrategy", {})
+            if strategy.get("type") != "MostAllocated":
+                fail(f"{label}: scoringStrategy.type is {strategy.get('type')}, not MostAllocated")
+            names = set()
+            for r in strategy.get("resources", []):
+                if set(r) - {"name", "weight"}:
+                    fail(f"{label}: unknown resource field in {r}")
+                w = r.get("weight")
+                if not isinstance(w, int) or not 1 <= w <= 100:
+                    fail(f"{label}: weight of {r.get('name')} must be 1..100")
+                names.add(r.get("name"))
+            wanted = {p["resource"] for p in profiles().values()}
+            missing = wanted - names
+            if missing:
+                fail(f"{label}: no MostAllocated weight for {sorted(missing)}")
+    if not found:
+        fail(f"{label}: no profile named {SCHEDULER_NAME}")
+    print(f"ok   {label}")
+
+
+def kustomization_files(kdir):
+    k = yaml.safe_load((kdir / "kustomization.yaml").read_text())
+    files = list(k.get("resources", []))
+    files += [p["path"] for p in k.get("patches", []) if "path" in p]
+    for g in k.get("configMapGenerator", []):
+        files += [f.split("=", 1)[-1] for f in g.get("files", [])]
+    return k, files
+
+
+def check_kustomizations(kubectl):
+    kdirs = sorted(p.parent for p in DEPLOY.rglob("kustomization.yaml"))
+    for kdir in kdirs:
+        label = str(kdir.relative_to(ROOT))
+        _, files = kustomization_files(kdir)
+        for f in files:
+            target = (kdir / f).resolve()
+            if not target.exists():
+                fail(f"{label}: names {f}, which does not exist")
+            elif target.is_file() and target.suffix in (".yaml", ".yml"):
+                docs_of(target)
+            elif target.is_file() and target.suffix == ".toml":
+                tomllib.loads(target.read_text())
+        if kubectl is None:
+            print(f"skip {label}: kustomize render (no kubectl); referenced files exist and parse")
+            continue
+        out = subprocess.run([kubectl, "kustomize", str(kdir)], capture_output=True, text=True)
+        if out.returncode != 0:
+            fail(f"{label}: kubectl kustomize failed: {out.stderr.strip()}")
+            continue
+        rendered = [d for d in yaml.safe_load_all(out.stdout) if d is not None]
+        validate_objects(f"{label} (rendered)", rendered)
+        if kdir == DEPLOY / "base":
+            plain = DEPLOY / "devinject.yaml"
+            text = plain.read_text() if plain.exists() else ""
+            body = "\n".join(l for l in text.splitlines() if not l.startswith("#")).strip()
+            if body != out.stdout.strip():
+                fail("deploy/devinject.yaml is not the render of deploy/base: "
+                     "run scripts/render-manifests.sh")
+            else:
+                print("ok   deploy/devinject.yaml is the render of deploy/base")
+            check_rendered_base(rendered)
+
+
+def check_rendered_base(rendered):
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in rendered}
+    for want in [("Namespace", "devinject-system"), ("ServiceAccount", "devinject"),
+                 ("RuntimeClass", "devinject"), ("DaemonSet", "devinject")]:
+        if want not in kinds:
+            fail(f"the base has no {want[0]}/{want[1]}")
+    for d in rendered:
+        if d["kind"] == "RuntimeClass" and "namespace" in d["metadata"]:
+            fail("RuntimeClass is cluster-scoped but got a namespace")
+        if d["kind"] == "DaemonSet":
+            spec = d["spec"]["template"]["spec"]
+            if spec.get("priorityClassName") != "system-node-critical":
+                fail("DaemonSet: priorityClassName must be system-node-critical")
+            if not spec.get("tolerations"):
+                fail("DaemonSet: no tolerations")
+            plugin = spec["containers"][0]
+            if "readinessProbe" not in plugin or "livenessProbe" not in plugin:
+                fail("DaemonSet: the plugin needs readiness and liveness probes")
+            if plugin.get("securityContext", {}).get("privileged"):
+                fail("DaemonSet: the plugin must not be privileged")
+            paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+            for p in ["/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources",
+                      "/dev", "/sys", "/opt/devinject", "/etc/devinject", "/etc/containerd"]:
+                if p not in paths:
+                    fail(f"DaemonSet: no hostPath volume for {p}")
+
+
+def check_profiles_and_examples():
+    shipped = profiles()
+    copies = {p.name: p.read_bytes() for p in (DEPLOY / "base/profiles").glob("*.toml")}
+    for name in sorted(set(shipped) | set(copies)):
+        src = ROOT / "profiles" / name
+        if name not in copies:
+            fail(f"deploy/base/profiles/{name} is missing (copy profiles/{name})")
+        elif not src.exists():
+            fail(f"deploy/base/profiles/{name} has no profiles/{name}")
+        elif copies[name] != src.read_bytes():
+            fail(f"deploy/base/profiles/{name} differs from profiles/{name}")
+    k = yaml.safe_load((DEPLOY / "base/kustomization.yaml").read_text())
+    listed = {pathlib.Path(f).name for g in k.get("configMapGenerator", []) for f in g["files"]}
+    if listed != set(shipped):
+        fail(f"the profiles ConfigMap lists {sorted(listed)}, profiles/ has {sorted(shipped)}")
+    for fname, data in shipped.items():
+        ex = DEPLOY / "examples" / f"{data['name']}.yaml"
+        if not ex.exists():
+            fail(f"no example pod deploy/examples/{ex.name} for profile {data['name']}")
+            continue
+        pods = docs_of(ex)
+        validate_objects(str(ex.relative_to(ROOT)), pods)
+        pod = pods[0]
+        limits = pod["spec"]["containers"][0].get("resources", {}).get("limits", {})
+        if data["resource"] not in limits:
+            fail(f"{ex.name}: does not ask for {data['resource']}")
+        if pod["spec"].get("runtimeClassName") != RUNTIME_NAME:
+            fail(f"{ex.name}: runtimeClassName is not {RUNTIME_NAME}")
+    rc = docs_of(DEPLOY / "base/runtimeclass.yaml")[0]
+    if rc.get("handler") != RUNTIME_NAME:
+        fail(f"RuntimeClass handler {rc.get('handler')} is not {RUNTIME_NAME}")
+
+
+def find_kubectl():
+    """kubectl with a kustomize that knows `patches` (v4+, kubectl 1.24+), or None."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        return None
+    out = subprocess.run([kubectl, "version", "--client", "-o", "json"],
+                         capture_output=True, text=True)
+    try:
+        import json
+        version = json.loads(out.stdout).get("kustomizeVersion", "")
+    except ValueError:
+        version = ""
+    major = version.lstrip("v").split(".")[0]
+    if not major.isdigit() or int(major) < 4:
+        print(f"note {kubectl} has kustomize {version or 'unknown'}; v4+ is needed to render")
+        return None
+    return kubectl
+
+
+def main():
+    kubectl = find_kubectl()
+    if "--require-kubectl" in sys.argv and kubectl is None:
+        print("kubectl 1.24+ (kustomize v4+) is required for --require-kubectl")
+        return 1
+    for f in sorted((DEPLOY / "base").glob("*.yaml")):
+        if f.name != "kustomization.yaml":
+            validate_objects(str(f.relative_to(ROOT)), docs_of(f))
+    for f in sorted((DEPLOY / "uninstall").glob("*.yaml")):
+        validate_objects(str(f.relative_to(ROOT)), docs_of(f))
+    for f in [DEPLOY / "scheduler/kube-scheduler-config.yaml",
+              DEPLOY / "scheduler/second-scheduler/config.yaml"]:
+        validate_objects(str(f.relative_to(ROOT)), docs_of(f))
+    for f in ["rbac.yaml", "deployment.yaml"]:
+        p = DEPLOY / "scheduler/second-scheduler" / f
+        validate_objects(str(p.relative_to(ROOT)), docs_of(p))
+    check_kustomizations(kubectl)
+    check_profiles_and_examples()
+    if failures:
+        print(f"{len(failures)} problem(s)")
+        return 1
+    print("all manifests check out")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

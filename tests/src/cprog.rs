@@ -1,0 +1,137 @@
+//! Tiny C programs the tests build with gcc: a preload library that leaves a marker wherever it
+//! is loaded, a static "ldconfig" that records how it was run, and plain shared libraries.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+/// Runs gcc on `source` (written to `dir/<name>.c`) with `args`, producing `out`.
+fn gcc(dir: &Path, name: &str, source: &str, args: &[&str], out: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source)?;
+    if let Some(parent) = out.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let o = Command::new("gcc")
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .arg(&src)
+        .output()
+        .context("run gcc")?;
+    if !o.status.success() {
+        bail!("gcc {name}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    Ok(())
+}
+
+/// Prefix of every marker file: the preload library leaves `devinject-marker-preload-<pid>`;
+/// tests' trap scripts use the same prefix.
+pub const MARKER_PREFIX: &str = "devinject-marker-";
+
+const PRELOAD_C: &str = r#"
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Leaves a marker naming the process that loaded this library: in MARKER_DIR when that exists
+   (a process on the host), else at / (a process in a chroot or container: its root). Also
+   usable as a stand-in for any library an ld.so search path would find. */
+__attribute__((constructor)) static void leave_marker(void) {
+    char exe[512] = "?", path[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) exe[n] = 0;
+    const char *dirs[2] = { MARKER_DIR, "" };
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/devinject-marker-preload-%d", dirs[i], (int)getpid());
+        int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            dprintf(fd, "loaded into %s\n", exe);
+            close(fd);
+            return;
+        }
+    }
+}
+"#;
+
+/// Builds `out`, a shared library whose constructor writes `devinject-marker-preload-<pid>` into
+/// `marker_dir` (a host path) when it can, else into `/` of whatever root the process has.
+pub fn preload_marker(out: &Path, marker_dir: &Path) -> Result<()> {
+    let define = format!("-DMARKER_DIR={:?}", marker_dir.to_string_lossy());
+    let dir = out.parent().unwrap_or(Path::new("."));
+    gcc(
+        dir,
+        "preload-marker",
+        PRELOAD_C,
+        &["-shared", "-fPIC", &define],
+        out,
+    )
+}
+
+/// The markers ([`MARKER_PREFIX`]) directly in `dir`, as `path: content`.
+pub fn markers_in(dir: &Path) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(MARKER_PREFIX))
+        .map(|e| {
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            format!("{}: {}", e.path().display(), text.trim())
+        })
+        .collect()
+}
+
+/// Where the recorder writes, relative to its root.
+pub const RECORD: &str = "/ldconfig-record";
+
+const RECORDER_C: &str = r#"
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+/* Stands in for ldconfig: records its arguments, environment, working directory and whether
+   its root is the test rootfs (which holds /probe.sh), then succeeds. */
+int main(int argc, char **argv, char **envp) {
+    int fd = open("/ldconfig-record", O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    if (fd < 0) return 1;
+    for (int i = 0; i < argc; i++) dprintf(fd, "arg %s\n", argv[i]);
+    for (char **e = envp; *e; e++) dprintf(fd, "env %s\n", *e);
+    char cwd[4096];
+    dprintf(fd, "cwd %s\n", getcwd(cwd, sizeof cwd) ? cwd : "?");
+    dprintf(fd, "rootfs %s\n", access("/probe.sh", F_OK) == 0 ? "yes" : "no");
+    dprintf(fd, "end\n");
+    close(fd);
+    return 0;
+}
+"#;
+
+/// Builds `out`, a static program that stands in for ldconfig and writes [`RECORD`] (its
+/// arguments `arg ...`, environment `env ...`, `cwd ...`, `rootfs yes|no`, `end`).
+pub fn ldconfig_recorder(out: &Path) -> Result<()> {
+    let dir = out.parent().unwrap_or(Path::new("."));
+    gcc(
+        dir,
+        "ldconfig-recorder",
+        RECORDER_C,
+        &["-static", "-O2"],
+        out,
+    )
+}
+
+/// Builds `dir/<file>`, a shared library with soname `soname`.
+pub fn shared_lib(dir: &Path, file: &str, soname: &str) -> Result<PathBuf> {
+    let out = dir.join(file);
+    let soname_flag = format!("-Wl,-soname,{soname}");
+    gcc(
+        dir,
+        file,
+        "int canary_function(void) { return 42; }\n",
+        &["-shared", "-fPIC", &soname_flag],
+        &out,
+    )?;
+    Ok(out)
+}

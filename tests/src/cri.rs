@@ -1,0 +1,413 @@
+//! A CRI client for tests: the kubelet's side of the Container Runtime Interface (`runtime.v1`,
+//! from the `k8s-cri` crate), over a unix socket, behind a blocking facade.
+//!
+//! [`Cri`] remembers the pod sandboxes it ran and stops and removes them when dropped, also when
+//! a test fails; drop it before the containerd it talks to.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use hyper_util::rt::TokioIo;
+use k8s_cri::v1::image_service_client::ImageServiceClient;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use k8s_cri::v1::{
+    ContainerConfig, ContainerMetadata, ContainerState, ContainerStatus, ContainerStatusRequest,
+    CreateContainerRequest, ImageSpec, ImageStatusRequest, KeyValue, LinuxPodSandboxConfig,
+    LinuxSandboxSecurityContext, Mount, NamespaceMode, NamespaceOption, PodSandboxConfig,
+    PodSandboxMetadata, RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest,
+    StartContainerRequest, StopPodSandboxRequest, VersionRequest, VersionResponse,
+};
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use crate::daemons::{poll, CLI_DEADLINE, START_DEADLINE};
+
+/// A connection to a CRI runtime.
+pub struct Cri {
+    rt: tokio::runtime::Runtime,
+    runtime: RuntimeServiceClient<Channel>,
+    images: ImageServiceClient<Channel>,
+    pods: Vec<String>,
+}
+
+impl std::fmt::Debug for Cri {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cri").field("pods", &self.pods).finish()
+    }
+}
+
+impl Cri {
+    /// Connects to the CRI socket `socket` (containerd's gRPC socket).
+    pub fn connect(socket: &Path) -> Result<Self> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("build a tokio runtime")?;
+        let path = socket.to_owned();
+        let channel = rt.block_on(async move {
+            // The URI is required by tonic but unused: the connector dials the socket.
+            Endpoint::try_from("http://[::]:50051")?
+                .connect_with_connector(tower::service_fn(move |_: Uri| {
+                    let path = path.clone();
+                    async move {
+                        Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?))
+                    }
+                }))
+                .await
+        });
+        let channel =
+            channel.with_context(|| format!("connect to the CRI socket {}", socket.display()))?;
+        Ok(Self {
+            rt,
+            runtime: RuntimeServiceClient::new(channel.clone()),
+            images: ImageServiceClient::new(channel),
+            pods: Vec::new(),
+        })
+    }
+
+    /// Runs one call with a deadline.
+    fn call<T, F>(&self, what: &str, f: F) -> Result<T>
+    where
+        F: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        // The timer must be made inside the runtime.
+        match self
+            .rt
+            .block_on(async { tokio::time::timeout(CLI_DEADLINE, f).await })
+        {
+            Ok(Ok(r)) => Ok(r.into_inner()),
+            Ok(Err(status)) => bail!("CRI {what}: {}: {}", status.code(), status.message()),
+            Err(_) => bail!("CRI {what} did not answer within {CLI_DEADLINE:?}"),
+        }
+    }
+
+    /// `Version`.
+    pub fn version(&mut self) -> Result<VersionResponse> {
+        let mut c = self.runtime.clone();
+        self.call("Version", async move {
+            c.version(VersionRequest {
+                version: "v1".into(),
+            })
+            .await
+        })
+    }
+
+    /// Waits until the runtime answers `Version` (the CRI plugin starts after containerd's
+    /// socket is up).
+    pub fn wait_ready(&mut self) -> Result<VersionResponse> {
+        poll("the CRI service to answer Version", START_DEADLINE, || {
+            Ok(self.version().ok())
+        })
+    }
+
+    /// Waits until the runtime knows the image `image` (an import is seen through events).
+    pub fn wait_image(&mut self, image: &str) -> Result<()> {
+        poll(
+            &format!("the CRI image store to list {image}"),
+            START_DEADLINE,
+            || {
+                let mut c = self.images.clone();
+                let req = ImageStatusRequest {
+                    image: Some(ImageSpec {
+                        image: image.into(),
+                        ..Default::default()
+                    }),
+                    verbose: false,
+                };
+                let status = self.call("ImageStatus", async move { c.image_status(req).await })?;
+                Ok(status.image.map(drop))
+            },
+        )
+    }
+
+    /// `RunPodSandbox` with `handler` (the RuntimeClass handler, e.g. `devinject`); the pod is
+    /// stopped and removed when `self` is dropped.
+    pub fn run_pod_sandbox(&mut self, config: &PodSandboxConfig, handler: &str) -> Result<String> {
+        let mut c = self.runtime.clone();
+        let req = RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: handler.into(),
+        };
+        let id = self
+            .call("RunPodSandbox", async move { c.run_pod_sandbox(req).await })?
+            .pod_sandbox_id;
+        self.pods.push(id.clone());
+        Ok(id)
+    }
+
+    /// `CreateContainer` in pod `pod`.
+    pub fn create_container(
+        &mut self,
+        pod: &str,
+        config: &ContainerConfig,
+        sandbox: &PodSandboxConfig,
+    ) -> Result<String> {
+        let mut c = self.runtime.clone();
+        let req = CreateContainerRequest {
+            pod_sandbox_id: pod.into(),
+            config: Some(config.clone()),
+            sandbox_config: Some(sandbox.clone()),
+        };
+        Ok(self
+            .call(
+                "CreateContainer",
+                async move { c.create_container(req).await },
+            )?
+            .container_id)
+    }
+
+    /// `StartContainer`.
+    pub fn start_container(&mut self, id: &str) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = StartContainerRequest {
+            container_id: id.into(),
+        };
+        self.call(
+            "StartContainer",
+            async move { c.start_container(req).await },
+        )
+        .map(drop)
+    }
+
+    /// `ContainerStatus`.
+    pub fn container_status(&mut self, id: &str) -> Result<ContainerStatus> {
+        let mut c = self.runtime.clone();
+        let req = ContainerStatusRequest {
+            container_id: id.into(),
+            verbose: false,
+        };
+        self.call(
+            "ContainerStatus",
+            async move { c.container_status(req).await },
+        )?
+        .status
+        .context("ContainerStatus without a status")
+    }
+
+    /// Polls `ContainerStatus` until the container has exited.
+    pub fn wait_exited(&mut self, id: &str, deadline: Duration) -> Result<ContainerStatus> {
+        poll(&format!("container {id} to exit"), deadline, || {
+            let s = self.container_status(id)?;
+            Ok((s.state == ContainerState::ContainerExited as i32).then_some(s))
+        })
+    }
+
+    /// `RemoveContainer`.
+    pub fn remove_container(&mut self, id: &str) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = RemoveContainerRequest {
+            container_id: id.into(),
+        };
+        self.call(
+            "RemoveContainer",
+            async move { c.remove_container(req).await },
+        )
+        .map(drop)
+    }
+
+    /// `StopPodSandbox` then `RemovePodSandbox`.
+    pub fn remove_pod(&mut self, id: &str) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let stop = StopPodSandboxRequest {
+            pod_sandbox_id: id.into(),
+        };
+        self.call(
+            "StopPodSandbox",
+            async move { c.stop_pod_sandbox(stop).await },
+        )?;
+        let mut c = self.runtime.clone();
+        let remove = RemovePodSandboxRequest {
+            pod_sandbox_id: id.into(),
+        };
+        self.call("RemovePodSandbox", async move {
+            c.remove_pod_sandbox(remove).await
+        })?;
+        self.pods.retain(|p| p != id);
+        Ok(())
+    }
+}
+
+impl Drop for Cri {
+    fn drop(&mut self) {
+        for id in self.pods.clone() {
+            if let Err(e) = self.remove_pod(&id) {
+                eprintln!("warning: cannot remove pod sandbox {id}: {e:#}");
+            }
+        }
+    }
+}
+
+/// A cgroup parent for a test's pods or containers (`/<name>` in every hierarchy), removed with
+/// what the engine left below it (podman's `conmon` group) when dropped. Without one, containerd
+/// puts pods under `/k8s.io` and podman under `/libpod_parent`, which outlive the test.
+#[derive(Debug)]
+pub struct CgroupParent {
+    name: String,
+}
+
+impl CgroupParent {
+    /// The parent `/<name>`; `name` must be unique to the test (e.g. its temp dir's name).
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+        }
+    }
+
+    /// The value for `LinuxPodSandboxConfig.cgroup_parent`.
+    pub fn path(&self) -> String {
+        format!("/{}", self.name)
+    }
+}
+
+impl Drop for CgroupParent {
+    fn drop(&mut self) {
+        let base = Path::new("/sys/fs/cgroup");
+        let mut dirs = vec![base.join(&self.name)];
+        if let Ok(entries) = std::fs::read_dir(base) {
+            dirs.extend(entries.flatten().map(|e| e.path().join(&self.name)));
+        }
+        for d in dirs.iter().filter(|d| d.is_dir()) {
+            remove_cgroup(d);
+        }
+    }
+}
+
+/// Removes the (empty) cgroup `dir` and the groups below it, deepest first.
+fn remove_cgroup(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_cgroup(&e.path());
+            }
+        }
+    }
+    if let Err(e) = std::fs::remove_dir(dir) {
+        eprintln!("warning: cannot remove cgroup {}: {e}", dir.display());
+    }
+}
+
+/// A pod sandbox in the node's network namespace (no CNI), logging to `log_dir`, with its
+/// cgroups below `cgroup_parent`, like a `hostNetwork: true` pod.
+pub fn host_network_pod(
+    name: &str,
+    uid: &str,
+    log_dir: &Path,
+    cgroup_parent: &CgroupParent,
+) -> PodSandboxConfig {
+    PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: name.into(),
+            uid: uid.into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        log_directory: log_dir.display().to_string(),
+        linux: Some(LinuxPodSandboxConfig {
+            cgroup_parent: cgroup_parent.path(),
+            security_context: Some(LinuxSandboxSecurityContext {
+                namespace_options: Some(NamespaceOption {
+                    network: NamespaceMode::Node as i32,
+                    pid: NamespaceMode::Container as i32,
+                    ipc: NamespaceMode::Pod as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// What a test container runs and is given.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerSpec {
+    /// Its name in the pod.
+    pub name: String,
+    /// The image reference.
+    pub image: String,
+    /// The command (replacing the image's entrypoint).
+    pub command: Vec<String>,
+    /// `KEY=value` pairs.
+    pub env: Vec<(String, String)>,
+    /// Annotations.
+    pub annotations: HashMap<String, String>,
+    /// Bind mounts `(host path, container path)`.
+    pub mounts: Vec<(PathBuf, PathBuf)>,
+    /// Log file, relative to the pod's log directory.
+    pub log_path: String,
+}
+
+impl ContainerSpec {
+    /// The CRI container config.
+    pub fn config(&self) -> ContainerConfig {
+        ContainerConfig {
+            metadata: Some(ContainerMetadata {
+                name: self.name.clone(),
+                attempt: 0,
+            }),
+            image: Some(ImageSpec {
+                image: self.image.clone(),
+                ..Default::default()
+            }),
+            command: self.command.clone(),
+            envs: self
+                .env
+                .iter()
+                .map(|(k, v)| KeyValue {
+                    key: k.clone(),
+                    value: v.clone(),
+                })
+                .collect(),
+            annotations: self.annotations.clone(),
+            mounts: self
+                .mounts
+                .iter()
+                .map(|(h, c)| Mount {
+                    host_path: h.display().to_string(),
+                    container_path: c.display().to_string(),
+                    ..Default::default()
+                })
+                .collect(),
+            log_path: self.log_path.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+/// The text a container wrote, from a CRI log file (`<time> <stream> <P|F> <text>` per line;
+/// `P` marks a partial line continued by the next).
+pub fn read_log(path: &Path) -> Result<String> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+    Ok(parse_log(&text))
+}
+
+/// See [`read_log`].
+pub fn parse_log(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let mut f = line.splitn(4, ' ');
+        let (Some(_time), Some(_stream), Some(tag)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        out.push_str(f.next().unwrap_or_default());
+        if tag != "P" {
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn joins_partial_lines() {
+        let log = "2024-01-01T00:00:00Z stdout P node /dev/a \n2024-01-01T00:00:00Z stdout F c 1:3\n2024-01-01T00:00:01Z stderr F oops\n";
+        assert_eq!(parse_log(log), "node /dev/a c 1:3\noops\n");
+    }
+}

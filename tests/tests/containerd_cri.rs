@@ -1,0 +1,283 @@
+//! The path the kubelet takes: a real containerd (1.6 here) configured by
+//! `devinject-ctl runtime configure --runtime containerd`, driven through its CRI API
+//! (RunPodSandbox with the `devinject` handler, CreateContainer, StartContainer), once with the
+//! runtime shim (`--mode shim`, the real `devinject-runtime`) and once with the hook
+//! (`--mode hook`, the real `devinject-hook` in the base spec). Each pod runs two probe
+//! containers, one asking with `DEMO_VISIBLE_DEVICES=0,1`, one with the device plugin's
+//! annotation `devinject.io/demo.devices: 0,1` (which reaches the spec only because the runtime
+//! lists `devinject.io/*` in `container_annotations`). Each container must see exactly the
+//! granted simulated devices, with the un-granted `accel2` (bind-mounted in) denied by the
+//! cgroup, and the demo library read-only and in the linker cache.
+//!
+//! Everything is private ([`devinject_tests::daemons`]): containerd's root, state, socket and
+//! runc root live in a temp dir. Pods use the node's network namespace (no CNI). The CRI plugin
+//! runs with `restrict_oom_score_adj = true`, since the pod sandbox asks for -998 and lowering a
+//! score needs a privilege this machine does not grant. Images come from tars: a busybox rootfs
+//! with the probe, and the same rootfs as the pause image, with `/bin/sleep infinity` as its
+//! entrypoint. The shim takes its host configuration from `--config`, which containerd's
+//! `BinaryName` cannot pass, so the shim path given to devinject-ctl is a two-line script that
+//! execs the real binary with it.
+//!
+//! Needs root, containerd, ctr, runc, tar, sha256sum, busybox, gcc and the built binaries
+//! (`cargo build --workspace --bins`); skipped otherwise (fails under `CI=true`).
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use devinject_tests::bins::bin;
+use devinject_tests::cri::{self, CgroupParent, ContainerSpec, Cri};
+use devinject_tests::daemons::{run_ok, short_tempdir, Containerd};
+use devinject_tests::image::{docker_archive, ImageConfig};
+use devinject_tests::probe::Report;
+use devinject_tests::sim::{self, assert_demo_granted_0_1_in, demo_host, demo_probe_args, SimHost};
+use devinject_tests::skip::{require_binary, require_root, which};
+
+const CRI: &str = "io.containerd.grpc.v1.cri";
+const BUSYBOX: &str = "devinject.test/busybox:1";
+const PAUSE: &str = "devinject.test/pause:1";
+const HANDLER: &str = "devinject";
+const K8S_NAMESPACE: &str = "k8s.io";
+
+fn ready() -> bool {
+    require_root()
+        && require_binary("containerd")
+        && require_binary("containerd-shim-runc-v2")
+        && require_binary("ctr")
+        && require_binary("runc")
+        && require_binary("tar")
+        && require_binary("sha256sum")
+        && require_binary("/bin/busybox")
+        && require_binary("gcc")
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// containerd's main configuration: private paths, the CRI settings this machine needs, and a
+/// plain runc runtime for devinject-ctl to copy.
+fn containerd_config(dir: &Path) -> String {
+    format!(
+        "version = 2\n{private}\n\
+         [plugins.\"{CRI}\"]\n  sandbox_image = \"{PAUSE}\"\n  restrict_oom_score_adj = true\n  \
+         stream_server_address = \"127.0.0.1\"\n  stream_server_port = \"0\"\n  \
+         [plugins.\"{CRI}\".cni]\n    bin_dir = \"{d}/cni/bin\"\n    conf_dir = \"{d}/cni/conf\"\n  \
+         [plugins.\"{CRI}\".containerd]\n    default_runtime_name = \"runc\"\n    \
+         [plugins.\"{CRI}\".containerd.runtimes.runc]\n      runtime_type = \"io.containerd.runc.v2\"\n      \
+         [plugins.\"{CRI}\".containerd.runtimes.runc.options]\n        Root = \"{d}/runc\"\n",
+        private = Containerd::private_settings(dir),
+        d = dir.display(),
+    )
+}
+
+/// A private containerd with the CRI plugin, configured by devinject-ctl, images imported, and
+/// a CRI client. Fields drop in order: pods first, then containerd, the pods' cgroup parent,
+/// then the files.
+struct Rig {
+    cri: Cri,
+    containerd: Containerd,
+    cgroups: CgroupParent,
+    host: SimHost,
+    logs: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Rig {
+    fn start(mode: &str) -> Rig {
+        let dir = short_tempdir("cri").expect("temp dir");
+        let root = dir.path().to_owned();
+        let host = demo_host(&root.join("sim"), &["demo"]).expect("simulated host");
+        // The shim needs runc by path and the hook for the linker-cache step.
+        let runc = which("runc").expect("runc");
+        sim::write_config(
+            &host.config,
+            &host.profiles_dir,
+            &host.dev_root,
+            &host.driver_root,
+            &root.join("sim/sys"),
+            &format!(
+                "runtime = {:?}\nhook = {:?}",
+                path_str(&runc),
+                path_str(&bin("devinject-hook"))
+            ),
+        )
+        .expect("host config");
+
+        let ctd_dir = root.join("ctd");
+        std::fs::create_dir_all(&ctd_dir).expect("mkdir");
+        let config = ctd_dir.join("config.toml");
+        std::fs::write(&config, containerd_config(&ctd_dir)).expect("containerd config");
+        configure(&root, &config, &host, mode);
+
+        let containerd = Containerd::start(&ctd_dir, &config).expect("start containerd");
+        let mut cri = Cri::connect(&containerd.socket()).expect("CRI client");
+        cri.wait_ready()
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", containerd.log_tail()));
+        import_images(&root, &containerd, &mut cri);
+        let logs = root.join("logs");
+        std::fs::create_dir_all(&logs).expect("mkdir logs");
+        let name = root.file_name().expect("temp dir name").to_string_lossy();
+        Rig {
+            cri,
+            containerd,
+            cgroups: CgroupParent::new(&name),
+            host,
+            logs,
+            _dir: dir,
+        }
+    }
+
+    /// Runs the probe in a new container of `pod`, asking for devices 0 and 1 by env or
+    /// annotation, with accel2 bind-mounted but not granted; returns the probe's report.
+    fn probe(&mut self, pod: &str, pod_config: &k8s_cri::v1::PodSandboxConfig, by: &str) -> Report {
+        let mut spec = ContainerSpec {
+            name: format!("probe-{by}"),
+            image: BUSYBOX.into(),
+            command: demo_probe_args(),
+            mounts: vec![(
+                self.host.dev_root.join("demo/accel2"),
+                PathBuf::from("/dev/demo/accel2"),
+            )],
+            log_path: format!("probe-{by}.log"),
+            ..ContainerSpec::default()
+        };
+        match by {
+            "env" => spec.env.push(("DEMO_VISIBLE_DEVICES".into(), "0,1".into())),
+            _ => {
+                spec.annotations =
+                    HashMap::from([("devinject.io/demo.devices".into(), "0,1".into())]);
+            }
+        }
+        let id = self
+            .cri
+            .create_container(pod, &spec.config(), pod_config)
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", self.containerd.log_tail()));
+        self.cri
+            .start_container(&id)
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", self.containerd.log_tail()));
+        let status = self
+            .cri
+            .wait_exited(&id, Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", self.containerd.log_tail()));
+        let log = pod_config.log_directory.clone();
+        let output = cri::read_log(&Path::new(&log).join(&spec.log_path)).expect("container log");
+        assert_eq!(
+            status.exit_code, 0,
+            "probe ({by}) exited {}: {}\n--- output\n{output}",
+            status.exit_code, status.message
+        );
+        self.cri.remove_container(&id).expect("remove container");
+        let report = Report::parse(&output);
+        assert_demo_granted_0_1_in(&report, &format!("request by {by}\n--- output\n{output}"));
+        report
+    }
+
+    fn pod(&mut self, name: &str) -> (String, k8s_cri::v1::PodSandboxConfig) {
+        let log_dir = self.logs.join(name);
+        std::fs::create_dir_all(&log_dir).expect("mkdir");
+        let config = cri::host_network_pod(name, &format!("uid-{name}"), &log_dir, &self.cgroups);
+        let id = self
+            .cri
+            .run_pod_sandbox(&config, HANDLER)
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", self.containerd.log_tail()));
+        (id, config)
+    }
+}
+
+/// `devinject-ctl runtime configure --runtime containerd --mode <mode>` on `config`.
+fn configure(root: &Path, config: &Path, host: &SimHost, mode: &str) {
+    let mut cmd = Command::new(bin("devinject-ctl"));
+    cmd.args([
+        "runtime",
+        "configure",
+        "--runtime",
+        "containerd",
+        "--mode",
+        mode,
+    ])
+    .arg("--config")
+    .arg(config);
+    match mode {
+        "shim" => {
+            // containerd's BinaryName takes no arguments: wrap the real shim to pass --config.
+            let wrapper = root.join("bin/devinject-runtime");
+            std::fs::create_dir_all(wrapper.parent().expect("parent")).expect("mkdir");
+            std::fs::write(
+                &wrapper,
+                format!(
+                    "#!/bin/sh\nexec '{}' --config '{}' \"$@\"\n",
+                    path_str(&bin("devinject-runtime")),
+                    path_str(&host.config)
+                ),
+            )
+            .expect("write wrapper");
+            std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))
+                .expect("chmod");
+            cmd.arg("--shim-path").arg(&wrapper);
+        }
+        _ => {
+            cmd.arg("--hook-path")
+                .arg(bin("devinject-hook"))
+                .arg("--hook-config")
+                .arg(&host.config)
+                .arg("--ctr")
+                .arg(which("ctr").expect("ctr"));
+        }
+    }
+    let out = run_ok(cmd).expect("devinject-ctl runtime configure");
+    assert!(out.contains("create"), "{out}");
+}
+
+/// Builds the busybox and pause images from one rootfs and imports them for the CRI plugin.
+fn import_images(root: &Path, containerd: &Containerd, cri: &mut Cri) {
+    let rootfs = root.join("image-rootfs");
+    devinject_tests::rootfs::busybox(&rootfs).expect("busybox rootfs");
+    let images = [
+        (
+            BUSYBOX,
+            ImageConfig {
+                entrypoint: &[],
+                cmd: &["/bin/sh"],
+            },
+        ),
+        (
+            PAUSE,
+            ImageConfig {
+                entrypoint: &["/bin/sleep", "infinity"],
+                cmd: &[],
+            },
+        ),
+    ];
+    for (i, (tag, config)) in images.iter().enumerate() {
+        let archive = root.join(format!("image{i}.tar"));
+        docker_archive(&rootfs, tag, config, &archive).expect("image archive");
+        containerd
+            .import(K8S_NAMESPACE, &archive)
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", containerd.log_tail()));
+        cri.wait_image(tag).expect("image visible to CRI");
+    }
+}
+
+fn run_both_forms(mode: &str) {
+    if !ready() {
+        return;
+    }
+    let mut rig = Rig::start(mode);
+    let (pod, config) = rig.pod(&format!("devinject-{mode}"));
+    rig.probe(&pod, &config, "env");
+    rig.probe(&pod, &config, "annotation");
+    rig.cri.remove_pod(&pod).expect("remove pod");
+}
+
+#[test]
+fn cri_pod_with_the_shim_sees_exactly_its_devices() {
+    run_both_forms("shim");
+}
+
+#[test]
+fn cri_pod_with_the_hook_sees_exactly_its_devices() {
+    run_both_forms("hook");
+}

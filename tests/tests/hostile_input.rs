@@ -1,0 +1,444 @@
+//! Malformed input: the hook binary fed states and bundles directly on stdin, the shim given
+//! broken bundles, and a hook that runc kills on its timeout.
+//!
+//! Each must fail with a first stderr line saying what is wrong, the documented exit code
+//! (`hook/src/exit.rs`, docs/hook.md), and nothing touched: the bundle (its `config.json` and
+//! rootfs) is fingerprinted before and compared after, and the shim never hands over to runc.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use devinject_tests::bins::bin;
+use devinject_tests::canary::{HostGuard, HOST_PATHS_AT_RISK};
+use devinject_tests::hostile::fifo;
+use devinject_tests::runc::{container_id, describe, runc_path, shim_command, Bundle};
+use devinject_tests::sim::{demo_host, set_config, SimHost};
+use devinject_tests::skip::{require_binary, require_root};
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::Pid;
+use serde_json::json;
+
+fn ready() -> bool {
+    require_root()
+        && require_binary("runc")
+        && require_binary("/bin/busybox")
+        && require_binary("gcc")
+}
+
+/// The documented exit codes these tests expect.
+const INPUT: i32 = 4;
+const REQUEST: i32 = 5;
+
+struct Rig {
+    _t: tempfile::TempDir,
+    host: SimHost,
+    bundle: Bundle,
+}
+
+/// A demo host logging at the default level (so our error is the first line) and a valid bundle
+/// asking for device 0 (written, not run).
+fn rig() -> Rig {
+    let t = tempfile::tempdir().unwrap();
+    let host = demo_host(&t.path().join("host"), &["demo"]).unwrap();
+    set_config(&host.config, "log_level", "\"warn\"").unwrap();
+    let mut bundle = Bundle::new(&t.path().join("bundle"), &["/bin/true"]).unwrap();
+    bundle.env("DEMO_VISIBLE_DEVICES=0");
+    bundle.write().unwrap();
+    Rig {
+        _t: t,
+        host,
+        bundle,
+    }
+}
+
+/// A well-formed state for `bundle` at the createRuntime stage (pid: this test process, which
+/// the hook must never get as far as touching).
+fn state(bundle: &Path) -> serde_json::Value {
+    json!({
+        "ociVersion": "1.0.2-dev",
+        "id": "malformed",
+        "status": "creating",
+        "pid": std::process::id(),
+        "bundle": bundle,
+    })
+}
+
+/// Runs the hook with `stdin`; the write may be cut short when the hook stops reading.
+fn hook(config: &Path, stdin: &[u8]) -> Output {
+    let mut child = Command::new(bin("devinject-hook"))
+        .arg("--config")
+        .arg(config)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let bytes = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(&bytes);
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    out
+}
+
+/// Asserts a clean refusal: exit `code`, first stderr line ours and containing `text`.
+fn refused(out: &Output, code: i32, text: &str, ctx: &str) {
+    let full = format!("{ctx}: {}", describe(out));
+    assert_eq!(out.status.code(), Some(code), "{full}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let first = err.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("devinject: ") && first.contains(text),
+        "first line {first:?} must say {text:?}: {full}"
+    );
+}
+
+fn guard(bundle: &Bundle) -> HostGuard {
+    HostGuard::new(vec![bundle.dir.clone()])
+}
+
+#[test]
+fn hook_refuses_malformed_states() {
+    if !ready() {
+        return;
+    }
+    let r = rig();
+    let good = serde_json::to_vec(&state(&r.bundle.dir)).unwrap();
+    let mut oversize = vec![b' '; (1 << 20) + 1];
+    oversize.extend_from_slice(&good);
+    let with = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut s = state(&r.bundle.dir);
+        f(&mut s);
+        serde_json::to_vec(&s).unwrap()
+    };
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty", Vec::new(), "OCI state on stdin is not valid"),
+        (
+            "truncated",
+            good[..good.len() / 2].to_vec(),
+            "OCI state on stdin is not valid",
+        ),
+        (
+            "garbage",
+            b"\x00\xff\xfe{{{not json\x07".to_vec(),
+            "OCI state on stdin is not valid",
+        ),
+        ("oversize", oversize, "larger than 1048576 bytes"),
+        (
+            "a JSON array",
+            b"[1,2,3]".to_vec(),
+            "OCI state on stdin is not valid",
+        ),
+        (
+            "unknown ociVersion",
+            with(&|s| s["ociVersion"] = json!("2.0.0")),
+            "ociVersion \"2.0.0\" is not supported",
+        ),
+        (
+            "no bundle",
+            with(&|s| {
+                s.as_object_mut().unwrap().remove("bundle");
+            }),
+            "missing field `bundle`",
+        ),
+        (
+            "relative bundle",
+            with(&|s| s["bundle"] = json!("bundle")),
+            "is not an absolute path",
+        ),
+        (
+            "pid of the wrong type",
+            with(&|s| s["pid"] = json!("1")),
+            "OCI state on stdin is not valid",
+        ),
+        (
+            "wrong stage",
+            with(&|s| s["status"] = json!("running")),
+            "configure devinject-hook as a prestart or createRuntime hook",
+        ),
+    ];
+    for (name, stdin, text) in cases {
+        let g = guard(&r.bundle);
+        let out = hook(&r.host.config, &stdin);
+        refused(&out, INPUT, text, name);
+        g.assert_unchanged(name);
+    }
+}
+
+#[test]
+fn hook_refuses_missing_and_malformed_bundles() {
+    if !ready() {
+        return;
+    }
+    let r = rig();
+    let config_json = r.bundle.dir.join("config.json");
+    let good = std::fs::read(&config_json).unwrap();
+    let spec = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut v: serde_json::Value = serde_json::from_slice(&good).unwrap();
+        f(&mut v);
+        serde_json::to_vec(&v).unwrap()
+    };
+    let mut oversize = good.clone();
+    oversize.extend(std::iter::repeat_n(b' ', 16 << 20));
+    let cases: Vec<(&str, Option<Vec<u8>>, &str)> = vec![
+        ("missing config.json", None, "cannot read"),
+        ("empty config.json", Some(Vec::new()), "is not valid"),
+        (
+            "truncated config.json",
+            Some(good[..good.len() / 3].to_vec()),
+            "is not valid",
+        ),
+        (
+            "garbage config.json",
+            Some(b"DEMO_VISIBLE_DEVICES=0 \xff\xfe".to_vec()),
+            "is not valid",
+        ),
+        (
+            "oversize config.json",
+            Some(oversize),
+            "is larger than 16777216 bytes",
+        ),
+        (
+            "unknown ociVersion",
+            Some(spec(&|v| v["ociVersion"] = json!("0.9.0"))),
+            "ociVersion \"0.9.0\" is not supported",
+        ),
+        (
+            "env of the wrong type",
+            Some(spec(&|v| {
+                v["process"]["env"] = json!("DEMO_VISIBLE_DEVICES=0")
+            })),
+            "is not valid",
+        ),
+        (
+            "no root",
+            Some(spec(&|v| {
+                v.as_object_mut().unwrap().remove("root");
+            })),
+            "has no root.path",
+        ),
+    ];
+    for (name, bytes, text) in cases {
+        match &bytes {
+            Some(b) => std::fs::write(&config_json, b).unwrap(),
+            None => std::fs::remove_file(&config_json).unwrap(),
+        }
+        let g = guard(&r.bundle);
+        let stdin = serde_json::to_vec(&state(&r.bundle.dir)).unwrap();
+        let out = hook(&r.host.config, &stdin);
+        refused(&out, INPUT, text, name);
+        g.assert_unchanged(name);
+    }
+    // A bundle directory that does not exist at all.
+    let stdin = serde_json::to_vec(&state(Path::new("/nonexistent/devinject-bundle"))).unwrap();
+    let out = hook(&r.host.config, &stdin);
+    refused(
+        &out,
+        INPUT,
+        "cannot read /nonexistent/devinject-bundle/config.json",
+        "missing bundle",
+    );
+}
+
+#[test]
+fn hook_refuses_oversize_and_malformed_requests() {
+    if !ready() {
+        return;
+    }
+    let r = rig();
+    let config_json = r.bundle.dir.join("config.json");
+    let good: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config_json).unwrap()).unwrap();
+    for (name, value, text) in [
+        ("oversize", "0,".repeat(3000), "over the limit"),
+        (
+            "control characters",
+            "0\n1".to_owned(),
+            "DEMO_VISIBLE_DEVICES",
+        ),
+        ("duplicate ids", "0,0".to_owned(), "DEMO_VISIBLE_DEVICES"),
+    ] {
+        let mut v = good.clone();
+        v["process"]["env"] = json!([format!("DEMO_VISIBLE_DEVICES={value}")]);
+        std::fs::write(&config_json, serde_json::to_vec(&v).unwrap()).unwrap();
+        let g = guard(&r.bundle);
+        let stdin = serde_json::to_vec(&state(&r.bundle.dir)).unwrap();
+        let out = hook(&r.host.config, &stdin);
+        refused(&out, REQUEST, text, name);
+        g.assert_unchanged(name);
+    }
+}
+
+/// The shim refuses broken bundles before runc runs: no container state appears.
+#[test]
+fn shim_refuses_missing_and_malformed_bundles() {
+    if !ready() {
+        return;
+    }
+    let r = rig();
+    let config_json = r.bundle.dir.join("config.json");
+    let good = std::fs::read(&config_json).unwrap();
+    let spec = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut v: serde_json::Value = serde_json::from_slice(&good).unwrap();
+        f(&mut v);
+        serde_json::to_vec(&v).unwrap()
+    };
+    let mut oversize = good.clone();
+    oversize.extend(std::iter::repeat_n(b' ', 16 << 20));
+    let cases: Vec<(&str, Option<Vec<u8>>, &str)> = vec![
+        ("missing config.json", None, "cannot read"),
+        (
+            "truncated config.json",
+            Some(good[..good.len() / 2].to_vec()),
+            "is not valid",
+        ),
+        (
+            "garbage config.json naming the request variable",
+            Some(b"DEMO_VISIBLE_DEVICES=0 \xff\xfe".to_vec()),
+            "is not valid",
+        ),
+        (
+            "oversize config.json",
+            Some(oversize),
+            "is larger than 16777216 bytes",
+        ),
+        (
+            "unknown ociVersion",
+            Some(spec(&|v| v["ociVersion"] = json!("2.0.0"))),
+            "ociVersion \"2.0.0\" is not supported",
+        ),
+        (
+            "devices of the wrong type",
+            Some(spec(&|v| v["linux"]["devices"] = json!({"a": 1}))),
+            "linux.devices is not an array",
+        ),
+    ];
+    let state_root = r.bundle.dir.join("runc-state");
+    let shim = shim_command(&r.host.config, &runc_path());
+    for (name, bytes, text) in cases {
+        match &bytes {
+            Some(b) => std::fs::write(&config_json, b).unwrap(),
+            None => std::fs::remove_file(&config_json).unwrap(),
+        }
+        let g = guard(&r.bundle);
+        let out = Command::new(&shim[0])
+            .args(&shim[1..])
+            .arg("--root")
+            .arg(&state_root)
+            .args(["create", "--bundle"])
+            .arg(&r.bundle.dir)
+            .arg(container_id("malformed"))
+            .output()
+            .unwrap();
+        refused(&out, INPUT, text, name);
+        g.assert_unchanged(name);
+        assert!(!state_root.exists(), "{name}: runc ran: {}", describe(&out));
+    }
+    let out = Command::new(&shim[0])
+        .args(&shim[1..])
+        .arg("--root")
+        .arg(&state_root)
+        .args(["create", "--bundle", "/nonexistent/devinject-bundle", "x"])
+        .output()
+        .unwrap();
+    refused(
+        &out,
+        INPUT,
+        "cannot read /nonexistent/devinject-bundle/config.json",
+        "missing bundle",
+    );
+    assert!(!state_root.exists(), "runc ran: {}", describe(&out));
+}
+
+/// Releases whatever still waits on the FIFO at the end of the test, pass or fail: opening it
+/// for writing lets a blocked reader's open return, and closing it gives that reader EOF.
+struct FifoRelease(PathBuf);
+
+impl Drop for FifoRelease {
+    fn drop(&mut self) {
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+            .open(&self.0);
+    }
+}
+
+/// Children of this process: with it a child subreaper, a hook's orphaned children are
+/// reparented here when runc kills the hook.
+fn children() -> Vec<Pid> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        out.extend(
+            list.split_whitespace()
+                .map(|p| Pid::from_raw(p.parse().unwrap())),
+        );
+    }
+    out
+}
+
+/// Regression: an image whose `ld.so.conf` is a FIFO kept ldconfig waiting forever; runc killed
+/// the hook on its timeout but not the hook's ldconfig child, which stayed behind on the host
+/// holding the container's mount namespace.
+///
+/// Here the hook's timeout in the spec is shorter than the hook's own ldconfig limit, so runc
+/// kills the hook: the start fails with runc's timeout message, and every child of the hook must
+/// be gone with it (this test process is made a child subreaper so the orphans come to it).
+#[test]
+fn hook_killed_on_runc_timeout_left_ldconfig_blocked_on_a_fifo() {
+    if !ready() {
+        return;
+    }
+    nix::sys::prctl::set_child_subreaper(true).unwrap();
+    let r = rig();
+    let mut b = Bundle::new(&r.bundle.dir.with_file_name("timeout"), &["/bin/true"]).unwrap();
+    b.env("DEMO_VISIBLE_DEVICES=0");
+    b.push_hook(
+        "createRuntime",
+        json!({
+            "path": bin("devinject-hook"),
+            "args": ["devinject-hook", "--config", r.host.config],
+            "env": [],
+            "timeout": 1,
+        }),
+    );
+    fifo(&b.rootfs(), "/etc/ld.so.conf").unwrap();
+    let _release = FifoRelease(b.rootfs().join("etc/ld.so.conf"));
+    let host_paths = HostGuard::new(HOST_PATHS_AT_RISK.iter().map(PathBuf::from).collect());
+    let out = b.run(&container_id("timeout")).unwrap();
+    assert!(!out.status.success(), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("hook ran past specified timeout of 1.0s"),
+        "{}",
+        describe(&out)
+    );
+    // The hook got as far as ldconfig: the soname link, made just before, is in the rootfs.
+    assert!(
+        b.rootfs().join("usr/lib/libdemo.so.1").is_symlink(),
+        "the hook was killed before it started ldconfig: {}",
+        describe(&out)
+    );
+    let orphans = children();
+    assert!(!orphans.is_empty(), "ldconfig was not reparented here");
+    for pid in orphans {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(waitpid(pid, None)));
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(status) => assert!(
+                matches!(status, Ok(WaitStatus::Signaled(_, Signal::SIGKILL, _))),
+                "orphan {pid} ended with {status:?}"
+            ),
+            Err(_) => panic!(
+                "orphan {pid} (ldconfig) still waits on the image's FIFO after runc killed the hook"
+            ),
+        }
+    }
+    host_paths.assert_unchanged("a hook killed on runc's timeout");
+}

@@ -1,0 +1,867 @@
+//! Hostile images against the real runc, through both appliers: the hook as a createRuntime hook,
+//! and the shim (devices in the spec, then our finish hook for files, links and the linker
+//! cache). Each image is the harness's busybox rootfs booby-trapped one way: the lib dir, a
+//! /dev subdir, /etc or a soname link pointing at a host canary (absolute, climbing with `..`,
+//! chained, dangling, through a procfs magic link), a FIFO or device where a file belongs, a
+//! file or directory where the other belongs.
+//!
+//! Every case has a pinned outcome per applier: either the container starts and sees device 0 and
+//! the demo library inside its own rootfs, or the start fails with our documented exit code and a
+//! message naming the path (or runc refuses by its own checks). After every case the canary and
+//! the host paths an escape would write are unchanged.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use devinject_tests::bins::bin;
+use devinject_tests::canary::{Canary, HostGuard, MARK};
+use devinject_tests::hostile::{self, char_node, climb, dir, fifo, file, link, mirror};
+use devinject_tests::probe::Report;
+use devinject_tests::runc::{
+    container_id, describe, hook_failure, runc_path, shim_command, Bundle,
+};
+use devinject_tests::sim::{demo_host, demo_probe_args, set_config, SimHost, LIB, SONAME};
+use devinject_tests::skip::{require_binary, require_root};
+
+fn ready() -> bool {
+    require_root()
+        && require_binary("runc")
+        && require_binary("/bin/busybox")
+        && require_binary("gcc")
+}
+
+/// Which applier runs the case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    Hook,
+    Shim,
+    /// Plain runc, no devinject: the baseline for what runc itself does.
+    Plain,
+}
+
+/// What a case must end in.
+#[derive(Debug, Clone, Copy)]
+enum Expect {
+    /// The container starts and sees device 0 and the library, read-only and cached.
+    Inject,
+    /// Our hook fails the start with this exit code and a message containing these texts.
+    Fail(i32, &'static [&'static str]),
+    /// runc refuses by its own checks, with a message containing this text.
+    Runtime(&'static str),
+    /// The container starts, but the image's own entry stays where device 0 belongs: runc keeps
+    /// whatever exists at a `linux.devices` path. The image only harms itself.
+    Kept,
+}
+
+/// A prepared host: the simulated demo devices, a canary, and a real library in the canary whose
+/// soname carries [`MARK`], for the cases that try to read host directories.
+struct Rig {
+    _t: tempfile::TempDir,
+    dir: std::path::PathBuf,
+    host: SimHost,
+    canary: Canary,
+}
+
+const CANARY_LIB: &str = "libdevinject-canary.so.1";
+const LDCONFIG_TIMEOUT: u32 = 3;
+
+fn rig() -> Rig {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().to_owned();
+    let host = demo_host(&dir.join("host"), &["demo"]).unwrap();
+    // Short, so the cases that make ldconfig wait on a FIFO end quickly.
+    set_config(
+        &host.config,
+        "ldconfig_timeout",
+        &LDCONFIG_TIMEOUT.to_string(),
+    )
+    .unwrap();
+    let canary = Canary::new(&dir.join("canary")).unwrap();
+    devinject_tests::cprog::shared_lib(&canary.path("usr/lib"), CANARY_LIB, CANARY_LIB).unwrap();
+    Rig {
+        _t: t,
+        dir,
+        host,
+        canary,
+    }
+}
+
+/// The hints our messages give for what in the image to fix.
+const NOWHERE: &str = "leads nowhere inside the rootfs: fix the image";
+const THROUGH_PROC: &str = "loops or leads through /proc: fix the image";
+const FILE_FOR_DIR: &str = "a file where a directory belongs: fix the image";
+
+type Trap = fn(&Path, &Canary);
+type Check = fn(&Path, &Canary, &std::process::Output);
+
+struct Case {
+    dev_tmpfs: bool,
+    /// runc itself writes through this trap (see `dev_link_to_host_under_the_runtime_tmpfs`):
+    /// the host may change exactly as it does for the same image run by plain runc, no more.
+    runtime_writes: bool,
+    trap: Trap,
+    hook: Expect,
+    shim: Expect,
+    check: Option<Check>,
+}
+
+fn run(name: &str, case: Case) {
+    if !ready() {
+        return;
+    }
+    // What plain runc does to the host with this image, when it writes at all.
+    let baseline = case.runtime_writes.then(|| {
+        let rig = rig();
+        let (b, guard) = prepare(&rig, &case, Via::Plain);
+        let out = b.run(&container_id("plain")).unwrap();
+        assert!(
+            out.status.success(),
+            "{name} with plain runc: {}",
+            describe(&out)
+        );
+        guard.changed_paths(&rig.canary.dir)
+    });
+    for via in [Via::Hook, Via::Shim] {
+        let rig = rig();
+        run_one(&rig, name, &case, via, baseline.as_ref());
+    }
+}
+
+/// The bundle with the trap set, and a guard fingerprinted after the trap (which only touches the
+/// rootfs) and before any runtime runs.
+fn prepare(rig: &Rig, case: &Case, via: Via) -> (Bundle, HostGuard) {
+    let args = demo_probe_args();
+    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut b = Bundle::new(&rig.dir.join(format!("bundle-{via:?}")), &arg_refs).unwrap();
+    if via != Via::Plain {
+        b.env("DEMO_VISIBLE_DEVICES=0");
+    }
+    if !case.dev_tmpfs {
+        b.remove_mount("/dev");
+    }
+    (case.trap)(&b.rootfs(), &rig.canary);
+    let guard = rig.canary.guard();
+    (b, guard)
+}
+
+fn run_one(rig: &Rig, name: &str, case: &Case, via: Via, baseline: Option<&BTreeSet<PathBuf>>) {
+    let ctx = format!("{name} via {via:?}");
+    let (mut b, guard) = prepare(rig, case, via);
+    let id = container_id("hostile");
+    let out = match via {
+        Via::Plain => unreachable!("plain runs are baselines"),
+        Via::Hook => {
+            b.hook("createRuntime", &bin("devinject-hook"), &rig.host.config);
+            b.run(&id).unwrap()
+        }
+        Via::Shim => {
+            let cmd = shim_command(&rig.host.config, &runc_path());
+            let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+            b.run_with(&refs, &id).unwrap()
+        }
+    };
+    let expect = match via {
+        Via::Hook | Via::Plain => case.hook,
+        Via::Shim => case.shim,
+    };
+    let report = Report::parse(&String::from_utf8_lossy(&out.stdout));
+    let full = format!("{ctx}: {}", describe(&out));
+    match expect {
+        Expect::Inject => {
+            assert!(out.status.success(), "must start: {full}");
+            let n = report.node("/dev/demo/accel0");
+            assert_eq!(
+                (n.kind.as_str(), n.major, n.minor, n.open.as_str()),
+                ("c", 10, 237, "ok"),
+                "{full}"
+            );
+            let lib = report.lib(LIB);
+            assert!(lib.present && lib.read_only, "library: {full}");
+            assert!(report.lib(SONAME).in_ldcache, "soname cached: {full}");
+        }
+        Expect::Fail(code, texts) => {
+            assert!(!out.status.success(), "must not start: {full}");
+            let f = hook_failure(&out).unwrap_or_else(|| panic!("no hook failure: {full}"));
+            assert_eq!(f.code, code, "exit code: {full}");
+            let line = f
+                .line("devinject: ")
+                .unwrap_or_else(|| panic!("no message of ours: {full}"));
+            for text in texts {
+                assert!(line.contains(text), "want {text:?} in {line:?}: {full}");
+            }
+            assert!(report.nodes.is_empty(), "the container ran: {full}");
+        }
+        Expect::Kept => {
+            assert!(out.status.success(), "must start: {full}");
+            let n = report.node("/dev/demo/accel0");
+            assert_eq!(
+                (n.kind.as_str(), n.open.as_str()),
+                ("other", "notdev"),
+                "{full}"
+            );
+        }
+        Expect::Runtime(text) => {
+            assert!(!out.status.success(), "must not start: {full}");
+            assert!(hook_failure(&out).is_none(), "not a hook failure: {full}");
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains(text),
+                "want {text:?}: {full}"
+            );
+        }
+    }
+    if let Some(check) = case.check {
+        check(&b.rootfs(), &rig.canary, &out);
+    }
+    match baseline {
+        None => guard.assert_unchanged(&ctx),
+        Some(base) => {
+            let changed = guard.changed_paths(&rig.canary.dir);
+            assert!(
+                changed.is_subset(base),
+                "{ctx}: the host changed beyond what plain runc changes: {changed:?} vs {base:?}"
+            );
+        }
+    }
+}
+
+fn c(canary: &Canary, rel: &str) -> std::path::PathBuf {
+    canary.path(rel)
+}
+
+/// A link through the container's procfs to the host path `p`: `/proc/1/root` is runc init's
+/// root, the host's `/`, until `pivot_root`.
+fn via_proc(p: &Path) -> String {
+    format!("/proc/1/root{}", p.display())
+}
+
+// The lib dir.
+
+#[test]
+fn libdir_absolute_link_to_host() {
+    run(
+        "libdir_absolute_link_to_host",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, k| link(r, "/usr/lib", c(k, "usr/lib")).unwrap(),
+            hook: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
+            shim: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn libdir_climbing_link_to_host() {
+    run(
+        "libdir_climbing_link_to_host",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, k| link(r, "/usr/lib", climb("/usr/lib", &c(k, "usr/lib"))).unwrap(),
+            hook: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
+            shim: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn libdir_chain_of_links_to_host() {
+    run(
+        "libdir_chain_of_links_to_host",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, k| {
+                link(r, "/usr/lib", "/hop1").unwrap();
+                link(r, "/hop1", "usr/../hop2").unwrap();
+                link(r, "/hop2", climb("/hop2", &c(k, "usr/lib"))).unwrap();
+            },
+            hook: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
+            shim: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn libdir_dangling_link() {
+    run(
+        "libdir_dangling_link",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, _| link(r, "/usr/lib", "/devinject-canary-dangling/lib").unwrap(),
+            hook: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
+            shim: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
+            check: Some(|_, _, _| {
+                assert!(!Path::new("/devinject-canary-dangling").exists());
+            }),
+        },
+    );
+}
+
+#[test]
+fn libdir_link_resolving_inside_the_rootfs() {
+    run(
+        "libdir_link_resolving_inside_the_rootfs",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, k| {
+                link(r, "/usr/lib", c(k, "usr/lib")).unwrap();
+                mirror(r, &c(k, "usr/lib")).unwrap();
+            },
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: Some(|r, k, _| {
+                // The library landed in the rootfs's copy of the canary path.
+                let inside = hostile::host(r, &c(k, "usr/lib/libdemo.so.1.0.0").to_string_lossy());
+                assert!(inside.exists(), "{}", inside.display());
+            }),
+        },
+    );
+}
+
+#[test]
+fn libdir_chain_resolving_inside_the_rootfs() {
+    run(
+        "libdir_chain_resolving_inside_the_rootfs",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, k| {
+                link(r, "/usr/lib", "/hop1").unwrap();
+                link(r, "/hop1", "../../../../hop2").unwrap();
+                link(r, "/hop2", climb("/hop2", &c(k, "usr/lib"))).unwrap();
+                mirror(r, &c(k, "usr/lib")).unwrap();
+            },
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn libdir_through_proc_magic_link() {
+    run(
+        "libdir_through_proc_magic_link",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, k| link(r, "/usr/lib", via_proc(&c(k, "usr/lib"))).unwrap(),
+            hook: Expect::Fail(
+                7,
+                &["/usr/lib in the container rootfs: ELOOP", THROUGH_PROC],
+            ),
+            shim: Expect::Fail(
+                7,
+                &["/usr/lib in the container rootfs: ELOOP", THROUGH_PROC],
+            ),
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn libdir_is_a_file() {
+    run(
+        "libdir_is_a_file",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, _| file(r, "/usr/lib", "not a directory").unwrap(),
+            hook: Expect::Fail(7, &["Not a directory", FILE_FOR_DIR]),
+            shim: Expect::Fail(7, &["Not a directory", FILE_FOR_DIR]),
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn bindir_link_to_host() {
+    run(
+        "bindir_link_to_host",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, k| link(r, "/usr/bin", c(k, "usr/bin")).unwrap(),
+            hook: Expect::Fail(7, &["/usr/bin in the container rootfs: ENOENT", NOWHERE]),
+            shim: Expect::Fail(7, &["/usr/bin in the container rootfs: ENOENT", NOWHERE]),
+            check: None,
+        },
+    );
+}
+
+// The files we put in place.
+
+#[test]
+fn library_is_a_link_to_a_host_file() {
+    run(
+        "library_is_a_link_to_a_host_file",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, k| link(r, LIB, c(k, "etc/passwd")).unwrap(),
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn tool_is_a_climbing_link_to_a_host_file() {
+    run(
+        "tool_is_a_climbing_link_to_a_host_file",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, k| {
+                let at = "/usr/bin/demo-smi";
+                link(r, at, climb(at, &c(k, "usr/bin/tool"))).unwrap()
+            },
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn soname_link_points_at_a_host_file() {
+    run(
+        "soname_link_points_at_a_host_file",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, k| link(r, SONAME, c(k, "usr/lib/libc.so.6")).unwrap(),
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn soname_link_climbs_to_a_host_file() {
+    run(
+        "soname_link_climbs_to_a_host_file",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, k| link(r, SONAME, climb(SONAME, &c(k, "usr/lib/libc.so.6"))).unwrap(),
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn library_is_a_fifo() {
+    run(
+        "library_is_a_fifo",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, _| fifo(r, LIB).unwrap(),
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn library_is_a_device_node() {
+    run(
+        "library_is_a_device_node",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, _| char_node(r, LIB, 1, 3).unwrap(),
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn library_is_a_directory() {
+    run(
+        "library_is_a_directory",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, _| dir(r, LIB).unwrap(),
+            hook: Expect::Fail(7, &["directory"]),
+            shim: Expect::Fail(7, &["directory"]),
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn soname_is_a_directory() {
+    run(
+        "soname_is_a_directory",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, _| dir(r, SONAME).unwrap(),
+            hook: Expect::Fail(7, &["directory"]),
+            shim: Expect::Fail(7, &["directory"]),
+            check: None,
+        },
+    );
+}
+
+// /etc and the linker cache.
+
+#[test]
+fn etc_absolute_link_to_host() {
+    run(
+        "etc_absolute_link_to_host",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, k| link(r, "/etc", c(k, "etc")).unwrap(),
+            hook: Expect::Fail(7, &["/etc in the container rootfs: ENOENT", NOWHERE]),
+            shim: Expect::Fail(7, &["/etc in the container rootfs: ENOENT", NOWHERE]),
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn etc_link_resolving_inside_the_rootfs() {
+    run(
+        "etc_link_resolving_inside_the_rootfs",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, k| {
+                link(r, "/etc", climb("/etc", &c(k, "etc"))).unwrap();
+                mirror(r, &c(k, "etc")).unwrap();
+            },
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn etc_through_proc_magic_link() {
+    run(
+        "etc_through_proc_magic_link",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, k| link(r, "/etc", via_proc(&c(k, "etc"))).unwrap(),
+            hook: Expect::Fail(7, &["/etc in the container rootfs: ELOOP", THROUGH_PROC]),
+            shim: Expect::Fail(7, &["/etc in the container rootfs: ELOOP", THROUGH_PROC]),
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn ld_so_cache_is_a_link_to_host() {
+    run(
+        "ld_so_cache_is_a_link_to_host",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, k| link(r, "/etc/ld.so.cache", c(k, "etc/ld.so.cache")).unwrap(),
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn ld_so_cache_temp_file_is_a_link_to_host() {
+    run(
+        "ld_so_cache_temp_file_is_a_link_to_host",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            // ldconfig writes its temp file on the hook's private tmpfs, and the hook installs the
+            // cache through its own temp name: the image's link is never opened.
+            trap: |r, k| link(r, "/etc/ld.so.cache~", via_proc(&c(k, "etc/ld.so.cache"))).unwrap(),
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn ld_so_cache_install_temp_file_is_a_link_to_host() {
+    run(
+        "ld_so_cache_install_temp_file_is_a_link_to_host",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            // The hook's own temp name: removed (not followed) and created afresh.
+            trap: |r, k| {
+                link(
+                    r,
+                    "/etc/ld.so.cache~devinject",
+                    via_proc(&c(k, "etc/ld.so.cache")),
+                )
+                .unwrap()
+            },
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn dev_is_a_link_to_etc() {
+    run(
+        "dev_is_a_link_to_etc",
+        Case {
+            dev_tmpfs: false,
+            runtime_writes: false,
+            // A tmpfs staged over /dev would hide /etc from ldconfig: the cache is written in
+            // place instead.
+            trap: |r, _| link(r, "/dev", "etc").unwrap(),
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn ld_so_conf_is_a_link_to_host() {
+    run(
+        "ld_so_conf_is_a_link_to_host",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, k| link(r, "/etc/ld.so.conf", via_proc(&c(k, "etc/ld.so.conf"))).unwrap(),
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+/// Regression: ldconfig, chrooted into the rootfs, followed the container's `/proc/1/root` (runc
+/// init's root, the host's `/`) to the directories `ld.so.conf` listed, and put host libraries
+/// into the container's cache.
+#[test]
+fn ldconfig_chroot_escape_via_proc_reads_host_libraries() {
+    run(
+        "ldconfig_chroot_escape_via_proc_reads_host_libraries",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, k| {
+                let conf = format!("{}\n", via_proc(&c(k, "usr/lib")));
+                file(r, "/etc/ld.so.conf", &conf).unwrap();
+            },
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: Some(|r, _, out| {
+                let cache = std::fs::read(r.join("etc/ld.so.cache")).unwrap();
+                let text = String::from_utf8_lossy(&cache);
+                assert!(
+                    !text.contains(MARK),
+                    "the container's linker cache lists a host library: {}",
+                    describe(out)
+                );
+            }),
+        },
+    );
+}
+
+/// Regression: ldconfig, chrooted into the rootfs, followed `/var/cache -> /proc/1/root/<dir>` out
+/// of the chroot and created `<dir>/ldconfig/aux-cache` on the host.
+#[test]
+fn ldconfig_chroot_escape_via_proc_writes_host_aux_cache() {
+    run(
+        "ldconfig_chroot_escape_via_proc_writes_host_aux_cache",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, k| link(r, "/var/cache", via_proc(&c(k, "var/cache"))).unwrap(),
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+/// Regression: ldconfig opened the image's FIFO `ld.so.conf` and waited forever, holding the
+/// container start until the runtime's hook timeout (and then staying behind: see
+/// `hostile_input`). It is now killed after `ldconfig_timeout` and the start fails with our
+/// message.
+#[test]
+fn ldconfig_blocked_forever_on_a_fifo_ld_so_conf() {
+    run(
+        "ldconfig_blocked_forever_on_a_fifo_ld_so_conf",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, _| fifo(r, "/etc/ld.so.conf").unwrap(),
+            hook: Expect::Fail(7, &["did not finish within 3 s"]),
+            shim: Expect::Fail(7, &["did not finish within 3 s"]),
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn ld_so_conf_includes_a_fifo() {
+    run(
+        "ld_so_conf_includes_a_fifo",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, _| {
+                file(r, "/etc/ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n").unwrap();
+                fifo(r, "/etc/ld.so.conf.d/trap.conf").unwrap();
+            },
+            hook: Expect::Fail(7, &["did not finish within 3 s"]),
+            shim: Expect::Fail(7, &["did not finish within 3 s"]),
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn ldconfig_aux_cache_is_a_fifo() {
+    run(
+        "ldconfig_aux_cache_is_a_fifo",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, _| fifo(r, "/var/cache/ldconfig/aux-cache").unwrap(),
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+// /dev: with runc's tmpfs the image's /dev is hidden; without it the image's /dev is live.
+
+/// runc 1.1 mounts its /dev tmpfs where the image's `/dev` link resolves inside the rootfs, but
+/// then creates `/dev/fd`, `/dev/stdin`, ... and `/dev/ptmx` by plain host path through the
+/// image's link: into the host directory. The same happens without devinject; devinject adds
+/// nothing to it.
+#[test]
+fn dev_link_to_host_under_the_runtime_tmpfs() {
+    run(
+        "dev_link_to_host_under_the_runtime_tmpfs",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: true,
+            trap: |r, k| link(r, "/dev", c(k, "dev")).unwrap(),
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn dev_subdir_link_hidden_by_the_runtime_tmpfs() {
+    run(
+        "dev_subdir_link_hidden_by_the_runtime_tmpfs",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            trap: |r, k| link(r, "/dev/demo", c(k, "dev")).unwrap(),
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn dev_subdir_absolute_link_to_host() {
+    run(
+        "dev_subdir_absolute_link_to_host",
+        Case {
+            dev_tmpfs: false,
+            runtime_writes: false,
+            trap: |r, k| link(r, "/dev/demo", c(k, "dev")).unwrap(),
+            hook: Expect::Fail(7, &["/dev/demo in the container rootfs: ENOENT", NOWHERE]),
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn dev_subdir_climbing_link_to_host() {
+    run(
+        "dev_subdir_climbing_link_to_host",
+        Case {
+            dev_tmpfs: false,
+            runtime_writes: false,
+            trap: |r, k| link(r, "/dev/demo", climb("/dev/demo", &c(k, "dev"))).unwrap(),
+            hook: Expect::Fail(7, &["/dev/demo in the container rootfs: ENOENT", NOWHERE]),
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn dev_subdir_is_a_file() {
+    run(
+        "dev_subdir_is_a_file",
+        Case {
+            dev_tmpfs: false,
+            runtime_writes: false,
+            trap: |r, _| file(r, "/dev/demo", "not a directory").unwrap(),
+            hook: Expect::Fail(7, &["Not a directory", FILE_FOR_DIR]),
+            shim: Expect::Runtime("not a directory"),
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn dev_node_is_a_directory() {
+    run(
+        "dev_node_is_a_directory",
+        Case {
+            dev_tmpfs: false,
+            runtime_writes: false,
+            trap: |r, _| dir(r, "/dev/demo/accel0").unwrap(),
+            hook: Expect::Fail(7, &["/dev/demo/accel0", "a file or directory exists"]),
+            shim: Expect::Kept,
+            check: None,
+        },
+    );
+}
+
+#[test]
+fn dev_node_is_a_fifo() {
+    run(
+        "dev_node_is_a_fifo",
+        Case {
+            dev_tmpfs: false,
+            runtime_writes: false,
+            trap: |r, _| fifo(r, "/dev/demo/accel0").unwrap(),
+            hook: Expect::Inject,
+            shim: Expect::Kept,
+            check: None,
+        },
+    );
+}

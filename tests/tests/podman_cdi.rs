@@ -1,0 +1,157 @@
+//! The CDI spec `devinject-ctl cdi generate` writes, consumed by a real CDI-capable engine:
+//! podman 4.3 (which injects CDI devices natively since 4.1) runs a container with
+//! `--device devinject.io/<kind>=0 --device devinject.io/<kind>=1` and no devinject hook or shim
+//! at all; the container must see exactly those simulated devices (the un-granted `accel2`,
+//! bind-mounted in, denied by the cgroup), the control node, and the demo library read-only
+//! and in the linker cache (from the spec's `devinject-hook finish` createRuntime hook).
+//!
+//! podman 4.3 reads CDI specs only from `/etc/cdi` and `/var/run/cdi` (no `cdi_spec_dirs` yet),
+//! so the spec goes to `/var/run/cdi` for the length of the test, under a profile name unique to
+//! the test (so concurrent runs never define the same CDI kind), and is removed on drop, with
+//! the directory when the test created it. podman runs privately ([`devinject_tests::podman`]).
+//! Needs root, podman, conmon, runc, busybox, gcc and the built binaries; skipped otherwise
+//! (fails under `CI=true`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use devinject_tests::bins::bin;
+use devinject_tests::cri::CgroupParent;
+use devinject_tests::daemons::{run_ok, short_tempdir};
+use devinject_tests::podman::Podman;
+use devinject_tests::probe::Report;
+use devinject_tests::sim::{self, assert_demo_granted_0_1_in, demo_host, demo_probe_args};
+use devinject_tests::skip::{require_binary, require_root};
+
+const IMAGE: &str = "localhost/devinject-busybox:test";
+/// A CDI spec directory podman 4.3 reads.
+const CDI_DIR: &str = "/var/run/cdi";
+
+fn ready() -> bool {
+    require_root()
+        && require_binary("podman")
+        && require_binary("conmon")
+        && require_binary("runc")
+        && require_binary("/bin/busybox")
+        && require_binary("gcc")
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// The spec file in the host's CDI directory, removed on drop (with the directory, when this
+/// test created it and it is empty).
+struct SpecFile {
+    file: PathBuf,
+    created_dir: bool,
+}
+
+impl Drop for SpecFile {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_file(&self.file) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                eprintln!("warning: cannot remove {}: {e}", self.file.display());
+            }
+        }
+        if self.created_dir {
+            let _ = std::fs::remove_dir(CDI_DIR);
+        }
+    }
+}
+
+#[test]
+fn podman_injects_the_cdi_spec_cdi_generate_writes() {
+    if !ready() {
+        return;
+    }
+    let tmp = short_tempdir("pcdi").expect("temp dir");
+    let dir = tmp.path();
+    let host = demo_host(&dir.join("sim"), &[]).expect("simulated host");
+    // The shipped demo profile under a name unique to this test.
+    let suffix = dir
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .to_ascii_lowercase()
+        .replace(|c: char| !c.is_ascii_alphanumeric(), "");
+    let profile = format!("cdi-{suffix}");
+    let text = std::fs::read_to_string(sim::shipped_profiles().join("demo.toml")).expect("demo");
+    std::fs::write(
+        host.profiles_dir.join(format!("{profile}.toml")),
+        text.replace("name = \"demo\"", &format!("name = \"{profile}\""))
+            .replace(
+                "resource = \"devinject.io/demo\"",
+                &format!("resource = \"devinject.io/{profile}\""),
+            ),
+    )
+    .expect("write profile");
+
+    let created_dir = !Path::new(CDI_DIR).exists();
+    let spec = SpecFile {
+        file: Path::new(CDI_DIR).join(format!("devinject.io-{profile}.json")),
+        created_dir,
+    };
+    let mut generate = Command::new(bin("devinject-ctl"));
+    generate
+        .args(["cdi", "generate", "--output", CDI_DIR, "--profiles-dir"])
+        .arg(&host.profiles_dir)
+        .arg("--dev-root")
+        .arg(&host.dev_root)
+        .arg("--sys-root")
+        .arg(dir.join("sim/sys"))
+        .arg("--driver-root")
+        .arg(&host.driver_root)
+        .arg("--hook-path")
+        .arg(bin("devinject-hook"))
+        .arg("--hook-config")
+        .arg(&host.config);
+    let out = run_ok(generate).expect("devinject-ctl cdi generate");
+    assert!(spec.file.is_file(), "{out}");
+
+    // No hooks.d hook: the devices come from CDI alone.
+    let no_hooks = dir.join("no-hooks.d");
+    std::fs::create_dir_all(&no_hooks).expect("mkdir");
+    let podman = Podman::new(&dir.join("podman"), &no_hooks).expect("podman");
+    let rootfs = dir.join("rootfs");
+    devinject_tests::rootfs::busybox(&rootfs).expect("busybox rootfs");
+    podman.import(&rootfs, IMAGE).expect("import");
+    let cgroups = CgroupParent::new(&suffix);
+    let cgroup_parent = cgroups.path();
+    let accel2 = format!(
+        "{}:/dev/demo/accel2",
+        path_str(&host.dev_root.join("demo/accel2"))
+    );
+    let dev0 = format!("devinject.io/{profile}=0");
+    let dev1 = format!("devinject.io/{profile}=1");
+    let mut args = vec![
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--cgroup-parent",
+        &cgroup_parent,
+        "--volume",
+        &accel2,
+        "--device",
+        &dev0,
+        "--device",
+        &dev1,
+        IMAGE,
+    ];
+    let probe = demo_probe_args();
+    args.extend(probe.iter().map(String::as_str));
+    let out = podman.run(&args).expect("podman run");
+    let ctx = format!(
+        "{:?}\n--- stdout\n{}\n--- stderr\n{}\n--- spec\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(&spec.file).unwrap_or_default()
+    );
+    assert!(out.status.success(), "{ctx}");
+    assert_demo_granted_0_1_in(&Report::parse(&String::from_utf8_lossy(&out.stdout)), &ctx);
+    drop(podman);
+    drop(cgroups);
+    drop(spec);
+}
