@@ -31,6 +31,7 @@ use devinject_tests::bins::bin;
 use devinject_tests::cri::{self, CgroupParent, ContainerSpec, Cri};
 use devinject_tests::daemons::{run_ok, short_tempdir, Containerd};
 use devinject_tests::image::{docker_archive, ImageConfig};
+use devinject_tests::podresources::{pod, FakeKubelet};
 use devinject_tests::probe::Report;
 use devinject_tests::sim::{self, assert_demo_granted_0_1_in, demo_host, demo_probe_args, SimHost};
 use devinject_tests::skip::{require_binary, require_root, which};
@@ -77,6 +78,7 @@ fn containerd_config(dir: &Path) -> String {
 /// a CRI client. Fields drop in order: pods first, then containerd, the pods' cgroup parent,
 /// then the files.
 struct Rig {
+    _kubelet: FakeKubelet,
     cri: Cri,
     containerd: Containerd,
     cgroups: CgroupParent,
@@ -92,6 +94,20 @@ impl Rig {
         let host = demo_host(&root.join("sim"), &["demo"]).expect("simulated host");
         // The shim needs runc by path and the hook for the linker-cache step.
         let runc = which("runc").expect("runc");
+        // The kubelet's pod-resources API, granting this pod's probe containers devices 0 and 1:
+        // the host config keeps the default `kubernetes` policy, so CRI containers get only what
+        // the kubelet says was granted (docs/policy.md).
+        let socket = root.join("podres.sock");
+        let granted: &[(&str, &[&str])] = &[("devinject.io/demo", &["0", "1"])];
+        let kubelet = FakeKubelet::start(
+            &socket,
+            vec![pod(
+                "default",
+                &format!("devinject-{mode}"),
+                &[("probe-env", granted), ("probe-annotation", granted)],
+            )],
+        )
+        .expect("pod-resources server");
         sim::write_config(
             &host.config,
             &host.profiles_dir,
@@ -99,9 +115,10 @@ impl Rig {
             &host.driver_root,
             &root.join("sim/sys"),
             &format!(
-                "runtime = {:?}\nhook = {:?}",
+                "runtime = {:?}\nhook = {:?}\npod_resources_socket = {:?}",
                 path_str(&runc),
-                path_str(&bin("devinject-hook"))
+                path_str(&bin("devinject-hook")),
+                path_str(&socket)
             ),
         )
         .expect("host config");
@@ -121,6 +138,7 @@ impl Rig {
         std::fs::create_dir_all(&logs).expect("mkdir logs");
         let name = root.file_name().expect("temp dir name").to_string_lossy();
         Rig {
+            _kubelet: kubelet,
             cri,
             containerd,
             cgroups: CgroupParent::new(&name),

@@ -17,6 +17,9 @@ use nix::fcntl::AtFlags;
 use nix::fcntl::{openat, openat2, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::{fstatat, mkdirat, Mode, SFlag};
 
+/// How often a resolution raced by a host-wide rename or mount (EAGAIN) is retried.
+const RESOLVE_RETRIES: u32 = 128;
+
 /// An error on a path inside the rootfs. Resolution errors say what in the image likely caused
 /// them, since that is what the user has to fix.
 #[derive(Debug, thiserror::Error)]
@@ -130,15 +133,28 @@ impl Rootfs {
     }
 
     /// Resolves `path` (container-absolute) inside the rootfs.
+    ///
+    /// The kernel answers EAGAIN when a rename or mount anywhere on the host raced the walk
+    /// (it cannot then prove the result stayed inside the root); that is retried a bounded
+    /// number of times, as libpathrs does.
     pub fn resolve(&self, path: &Path, flags: OFlag) -> Result<OwnedFd, RootfsError> {
         let how = OpenHow::new()
             .flags(flags | OFlag::O_CLOEXEC)
             .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-        openat2(self.fd.as_fd(), &rel(path), how).map_err(|errno| RootfsError {
-            op: "resolve",
-            path: path.to_owned(),
-            errno,
-        })
+        let rel = rel(path);
+        let mut tries = 0;
+        loop {
+            match openat2(self.fd.as_fd(), &rel, how) {
+                Err(Errno::EAGAIN) if tries < RESOLVE_RETRIES => tries += 1,
+                other => {
+                    return other.map_err(|errno| RootfsError {
+                        op: "resolve",
+                        path: path.to_owned(),
+                        errno,
+                    })
+                }
+            }
+        }
     }
 
     /// True when `dir` resolves to a directory inside the rootfs.
