@@ -154,3 +154,50 @@ fn user_namespace_gets_devices_by_bind_mount() {
     let report = Report::parse(&String::from_utf8_lossy(&out.stdout));
     assert_demo_granted_0_1(&report, &out);
 }
+
+/// The linker cache's inode number in the bundle's rootfs (it changes whenever a cache is
+/// written: ldconfig and the hook both replace it by a rename).
+fn cache_inode(b: &Bundle) -> u64 {
+    std::os::unix::fs::MetadataExt::ino(
+        &std::fs::metadata(b.dir.join("rootfs/etc/ld.so.cache")).unwrap(),
+    )
+}
+
+#[test]
+fn restart_on_the_same_rootfs_keeps_a_current_linker_cache() {
+    if !ready() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (b, report, out) = demo_bundle(t.path(), "0,1", "createRuntime", "");
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_demo_granted_0_1(&report, &out);
+    // ldconfig wrote its cache on a private tmpfs over /dev: nothing of it is left there.
+    let cache = "/dev/ld.so.cache";
+    let mut args = demo_probe_args();
+    args.insert(2, cache.to_owned());
+    let mut b = b;
+    b.spec["process"]["args"] = serde_json::json!(args);
+    let first = cache_inode(&b);
+
+    // Started again on its rootfs: links and cache are still right, and ldconfig does not run.
+    let out = b.run(&container_id("again")).unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let report = Report::parse(&String::from_utf8_lossy(&out.stdout));
+    assert_demo_granted_0_1(&report, &out);
+    assert_eq!(report.node(cache).kind, "missing", "{}", describe(&out));
+    assert_eq!(
+        cache_inode(&b),
+        first,
+        "a current cache must not be rewritten"
+    );
+
+    // A cache that no longer lists the library is rebuilt.
+    std::fs::write(b.dir.join("rootfs/etc/ld.so.cache"), b"stale").unwrap();
+    let stale = cache_inode(&b);
+    let out = b.run(&container_id("stale")).unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let report = Report::parse(&String::from_utf8_lossy(&out.stdout));
+    assert_demo_granted_0_1(&report, &out);
+    assert_ne!(cache_inode(&b), stale, "a stale cache must be rebuilt");
+}

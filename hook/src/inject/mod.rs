@@ -9,6 +9,7 @@
 //! the host.
 
 pub mod layout;
+pub mod ld_so_cache;
 pub mod ldcache;
 pub mod mountinfo;
 pub mod mounts;
@@ -125,8 +126,10 @@ pub struct Report {
     pub mounts: usize,
     /// Links made.
     pub links: usize,
-    /// Whether the linker cache was refreshed.
+    /// Whether the linker cache lists the injected libraries (refreshed, or already current).
     pub ldcache: bool,
+    /// Whether it already did, so that ldconfig did not run.
+    pub ldcache_was_current: bool,
     /// Whether the new mount API was used.
     pub new_mount_api: bool,
 }
@@ -225,8 +228,19 @@ pub fn apply(
     let dirs = edits.ldcache_dirs();
     if !dirs.is_empty() {
         let fd = ldcache::open_ldconfig(&ldconfig.path)?;
-        match ldcache::refresh(&mnt_ns, &target.rootfs, &fd, ldconfig.timeout_secs, dirs) {
-            Ok(()) => report.ldcache = true,
+        let expected = ldcache::expected_entries(edits);
+        match ldcache::refresh(
+            &mnt_ns,
+            &target.rootfs,
+            &fd,
+            ldconfig.timeout_secs,
+            dirs,
+            expected.as_deref(),
+        ) {
+            Ok(r) => {
+                report.ldcache = true;
+                report.ldcache_was_current = r == ldcache::Refresh::AlreadyCurrent;
+            }
             Err(e) if target.readonly_rootfs => {
                 tracing::warn!(error = %e, "read-only rootfs: linker cache not refreshed; soname links are in place")
             }

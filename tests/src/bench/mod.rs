@@ -1,0 +1,200 @@
+//! The benchmark behind `devinject-bench` (run by `scripts/bench.sh`): what devinject adds to a
+//! container start, side by side with the native path.
+//!
+//! - [`host`]: simulated hosts with N mknod'ed devices and L gcc-built libraries, and a profiles
+//!   dir with the `bench` profile and every shipped one.
+//! - [`overlay`]: a fresh overlay rootfs per start, as an engine gives each container, on the
+//!   [`scratch`] filesystems.
+//! - [`start`]: one way of starting a container (native, hook, shim ...), timed.
+//! - [`timer`]: `devinject-bench time`, which times the hook or the shim by itself.
+//! - [`matrix`]: rows 1 and 2 (the N × L matrix, and the shim pass-through).
+//! - [`docker`]: row 3.
+//! - [`discovery`]: row 5, in-process.
+//! - [`stats`] and [`report`]: medians with min and max, and the Markdown tables.
+//!
+//! Row 4 (the device plugin's Allocate latency) is the plugin's own benchmark; scripts/bench.sh
+//! runs it when it exists.
+
+pub mod discovery;
+pub mod docker;
+pub mod host;
+pub mod matrix;
+pub mod overlay;
+pub mod report;
+pub mod scratch;
+pub mod start;
+pub mod stats;
+pub mod timer;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+use crate::runc::Bundle;
+use crate::skip::which;
+use host::HostFactory;
+use report::{Environment, Report};
+use scratch::{LayerFs, Scratch};
+use start::{Binaries, Setup};
+
+/// The parts of the benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// Row 1: the N × L matrix.
+    Start,
+    /// Row 2: the shim pass-through.
+    PassThrough,
+    /// Row 3: docker.
+    Docker,
+    /// Row 5: discovery.
+    Discovery,
+}
+
+/// What to measure and how often.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Timed runs per figure.
+    pub runs: usize,
+    /// Untimed warm-up runs per figure.
+    pub warmup: usize,
+    /// Device counts of row 1.
+    pub devices: Vec<usize>,
+    /// Library counts of row 1.
+    pub libraries: Vec<usize>,
+    /// Devices in the docker row.
+    pub docker_devices: usize,
+    /// Libraries in the docker row.
+    pub docker_libraries: usize,
+    /// Devices on the discovery host.
+    pub discovery_devices: usize,
+    /// Libraries on the discovery host.
+    pub discovery_libraries: usize,
+    /// The parts to run.
+    pub parts: Vec<Part>,
+    /// The filesystem of the containers' upper layers.
+    pub layer_fs: LayerFs,
+    /// Work directory (kept); a temporary one (removed) when unset.
+    pub work_dir: Option<PathBuf>,
+    /// Directory of the built binaries.
+    pub bin_dir: PathBuf,
+    /// The command line, for the report.
+    pub command: String,
+}
+
+/// Runs the benchmark. Needs root (mknod, overlay mounts, runc).
+pub fn run(opts: &Options) -> Result<Report> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!("the benchmark needs root (mknod, overlay mounts, runc)");
+    }
+    for (tool, pkg) in [("gcc", "gcc"), ("runc", "runc")] {
+        which(tool).with_context(|| format!("{tool} not found: apt-get install {pkg}"))?;
+    }
+    let tmp;
+    let dir = match &opts.work_dir {
+        Some(d) => d.clone(),
+        None => {
+            tmp = tempfile::Builder::new()
+                .prefix("devinject-bench")
+                .tempdir()?;
+            tmp.path().to_owned()
+        }
+    };
+    std::fs::create_dir_all(&dir)?;
+    // runc runs hooks from the bundle dir: every path the bundles hold must be absolute.
+    let dir = std::fs::canonicalize(&dir).with_context(|| format!("{}", dir.display()))?;
+    let bin_dir = std::fs::canonicalize(&opts.bin_dir)
+        .with_context(|| format!("binaries dir {}", opts.bin_dir.display()))?;
+    let bins = Binaries {
+        runc: which("runc").context("runc")?,
+        hook: existing(bin_dir.join("devinject-hook"))?,
+        shim: existing(bin_dir.join("devinject-runtime"))?,
+        bench: std::env::current_exe().context("current exe")?,
+        hook_only_runtime: Some(bin_dir.join("devinject-hook-only-runtime"))
+            .filter(|p| p.is_file()),
+    };
+    let mut report = Report {
+        env: environment(opts)?,
+        ..Report::default()
+    };
+    let setup = Setup {
+        template: Bundle::new(&dir.join("template"), &["/bin/true"])?,
+        bins,
+        scratch: Scratch::create(&dir.join("scratch"), opts.layer_fs)?,
+    };
+    let factory = HostFactory::new(&dir.join("hosts"))?;
+    if opts.parts.contains(&Part::Start) {
+        let dir = setup.scratch.bundles.join("start");
+        report.matrix = matrix::measure(opts, &dir, &setup, &factory)?;
+    }
+    if opts.parts.contains(&Part::PassThrough) {
+        let host = factory.host(1, 0)?;
+        report.pass_through = Some(matrix::pass_through(
+            opts,
+            &dir.join("pass"),
+            &setup,
+            &host,
+        )?);
+    }
+    if opts.parts.contains(&Part::Docker) {
+        let host = factory.host(opts.docker_devices, opts.docker_libraries)?;
+        report.docker = Some(docker::measure(opts, &host, &setup.bins));
+    }
+    if opts.parts.contains(&Part::Discovery) {
+        let host = factory.host(opts.discovery_devices, opts.discovery_libraries)?;
+        report.discovery = Some(discovery::measure(opts, &host)?);
+    }
+    report.env.load_after = load_average();
+    Ok(report)
+}
+
+fn existing(p: PathBuf) -> Result<PathBuf> {
+    if !p.is_file() {
+        bail!(
+            "{} is not built: run `cargo build --release --workspace --bins` (scripts/bench.sh does)",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
+fn environment(opts: &Options) -> Result<Environment> {
+    let first_line = |cmd: &str, args: &[&str]| -> String {
+        Command::new(cmd)
+            .args(args)
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.lines().next().map(str::to_owned))
+            .unwrap_or_default()
+    };
+    Ok(Environment {
+        kernel: first_line("uname", &["-r"]),
+        runc: first_line("runc", &["--version"]),
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        load_before: load_average(),
+        load_after: String::new(),
+        command: opts.command.clone(),
+        layers: opts.layer_fs.describe().to_owned(),
+        runs: opts.runs,
+        warmup: opts.warmup,
+        nice: nice(),
+    })
+}
+
+/// This process's nice value (field 19 of `/proc/self/stat`).
+fn nice() -> i32 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The command name, field 2, may hold spaces: count fields after its closing parenthesis.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(16))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The first three fields of `/proc/loadavg`.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}

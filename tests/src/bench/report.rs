@@ -1,0 +1,294 @@
+//! The printed tables, in Markdown so they can go into docs/benchmarks.md as they are.
+
+use std::fmt::Write;
+
+use super::discovery::DiscoveryRow;
+use super::docker::DockerRow;
+use super::matrix::{MatrixRow, PassThrough};
+use super::stats::{short, Samples};
+
+/// Where and how the figures were taken.
+#[derive(Debug, Clone, Default)]
+pub struct Environment {
+    /// `uname -r`.
+    pub kernel: String,
+    /// `runc --version`, first line.
+    pub runc: String,
+    /// Online CPUs.
+    pub cpus: usize,
+    /// `/proc/loadavg` when the run started.
+    pub load_before: String,
+    /// `/proc/loadavg` when it ended.
+    pub load_after: String,
+    /// The command line.
+    pub command: String,
+    /// The filesystem of the upper layers.
+    pub layers: String,
+    /// Timed runs per figure.
+    pub runs: usize,
+    /// Untimed warm-up runs per figure.
+    pub warmup: usize,
+    /// The benchmark's nice value (its children inherit it).
+    pub nice: i32,
+}
+
+/// Everything one benchmark run measured.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// The environment.
+    pub env: Environment,
+    /// Row 1.
+    pub matrix: Vec<MatrixRow>,
+    /// Row 2.
+    pub pass_through: Option<PassThrough>,
+    /// Row 3.
+    pub docker: Option<DockerRow>,
+    /// Row 5.
+    pub discovery: Option<DiscoveryRow>,
+}
+
+/// The targets of the benchmark issue.
+pub mod targets {
+    /// Hook end-to-end over native, at 8 devices and 64 libraries.
+    pub const HOOK_RATIO: f64 = 1.15;
+    /// The hook's own wall time, in milliseconds.
+    pub const HOOK_OWN_MS: f64 = 5.0;
+    /// Shim pass-through over plain runc.
+    pub const SHIM_PASS_RATIO: f64 = 1.05;
+    /// The hook's peak RSS, in MiB.
+    pub const HOOK_RSS_MIB: f64 = 4.0;
+}
+
+fn ratio(v: f64) -> String {
+    if v.is_nan() {
+        "–".into()
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+fn ms(s: &Samples) -> f64 {
+    s.median().as_secs_f64() * 1e3
+}
+
+impl Report {
+    /// Renders the report.
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        let e = &self.env;
+        let _ = writeln!(o, "## devinject benchmark\n");
+        if cfg!(debug_assertions) {
+            let _ = writeln!(
+                o,
+                "**Debug build: these figures say nothing about a release install.**\n"
+            );
+        }
+        let _ = writeln!(o, "- command: `{}`", e.command);
+        let _ = writeln!(
+            o,
+            "- kernel {}, {}, {} CPUs; {} timed runs per figure after {} warm-up runs; nice {}",
+            e.kernel, e.runc, e.cpus, e.runs, e.warmup, e.nice
+        );
+        let _ = writeln!(
+            o,
+            "- load average (1, 5, 15 min) at start: {}; at end: {}",
+            e.load_before, e.load_after
+        );
+        let _ = writeln!(
+            o,
+            "- each start on a fresh overlay rootfs, upper layer on {}; bundles and runc state on tmpfs",
+            e.layers
+        );
+        let _ = writeln!(
+            o,
+            "- figures: median [min–max] in ms; ratios are of medians from the same run\n"
+        );
+        if !self.matrix.is_empty() {
+            let _ = writeln!(
+                o,
+                "### 1. `runc run` of `/bin/true` with N devices and L libraries\n"
+            );
+            let _ = writeln!(
+                o,
+                "| N | L | native | hook | shim | hook/native | shim/native | hook alone | hook CPU | hook peak RSS MiB | shim alone | shim CPU | shim peak RSS MiB |"
+            );
+            let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+            for r in &self.matrix {
+                let _ = writeln!(
+                    o,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    r.devices,
+                    r.libraries,
+                    r.native.ms(),
+                    r.hook.ms(),
+                    r.shim.ms(),
+                    ratio(r.hook.ratio_to(&r.native)),
+                    ratio(r.shim.ratio_to(&r.native)),
+                    r.hook_own.ms(),
+                    short(ms(&r.hook_cpu)),
+                    r.hook_rss,
+                    r.shim_own.ms(),
+                    short(ms(&r.shim_cpu)),
+                    r.shim_rss,
+                );
+            }
+            let _ = writeln!(o);
+        }
+        if let Some(p) = &self.pass_through {
+            let _ = writeln!(o, "### 2. The shim on a container that asks for nothing\n");
+            let _ = writeln!(
+                o,
+                "| runc | shim | shim/runc | runc again (A/A) | A/A ratio |\n|---|---|---|---|---|"
+            );
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} | {} |\n",
+                p.runc.ms(),
+                p.shim.ms(),
+                ratio(p.shim.ratio_to(&p.runc)),
+                p.runc_again.ms(),
+                ratio(p.runc_again.ratio_to(&p.runc)),
+            );
+        }
+        if let Some(d) = &self.docker {
+            let _ = writeln!(
+                o,
+                "### 3. `docker run --rm` of `/bin/true` (private dockerd)\n"
+            );
+            match d {
+                DockerRow::NotMeasured(why) => {
+                    let _ = writeln!(o, "{why}\n");
+                }
+                DockerRow::Measured(f) => {
+                    let _ = writeln!(
+                        o,
+                        "| N | L | --device + -v :ro | same, runc via dockerd's wrapper script | --runtime=devinject | shim/native | shim/wrapped native | hook-only runtime | hook/native |"
+                    );
+                    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|");
+                    let (hook, hook_ratio) = match &f.hook {
+                        Some(h) => (h.ms().to_string(), ratio(h.ratio_to(&f.native))),
+                        None => ("not built".into(), "–".into()),
+                    };
+                    let _ = writeln!(
+                        o,
+                        "| {} | {} | {} | {} | {} | {} | {} | {hook} | {hook_ratio} |\n",
+                        f.devices,
+                        f.libraries,
+                        f.native.ms(),
+                        f.native_wrapped.ms(),
+                        f.shim.ms(),
+                        ratio(f.shim.ratio_to(&f.native)),
+                        ratio(f.shim.ratio_to(&f.native_wrapped)),
+                    );
+                }
+            }
+        }
+        if let Some(d) = &self.discovery {
+            let _ = writeln!(
+                o,
+                "### 5. Discovery in-process, {} devices (one profile, {} libraries)\n",
+                d.devices, d.libraries
+            );
+            let _ = writeln!(o, "| step | median [min–max] ms | p99 ms |\n|---|---|---|");
+            for (name, s) in [
+                ("load the profile", &d.load),
+                ("discover", &d.discover),
+                ("resolve host files", &d.resolve),
+                ("discover + plan `all`", &d.discover_and_plan),
+            ] {
+                let _ = writeln!(
+                    o,
+                    "| {name} | {} | {} |",
+                    s.ms(),
+                    short(s.quantile(0.99).as_secs_f64() * 1e3)
+                );
+            }
+            let _ = writeln!(o);
+        }
+        o.push_str(&self.targets());
+        o
+    }
+
+    fn targets(&self) -> String {
+        let mut o = String::from("### Targets\n\n");
+        fn line(o: &mut String, ok: bool, text: String) {
+            let _ = writeln!(o, "- {} {text}", if ok { "met:" } else { "MISSED:" });
+        }
+        if let Some(r) = self
+            .matrix
+            .iter()
+            .find(|r| r.devices == 8 && r.libraries == 64)
+        {
+            let q = r.hook.ratio_to(&r.native);
+            line(
+                &mut o,
+                q <= targets::HOOK_RATIO,
+                format!(
+                    "hook/native at 8 devices + 64 libraries {q:.3} (target ≤ {})",
+                    targets::HOOK_RATIO
+                ),
+            );
+        }
+        for r in self
+            .matrix
+            .iter()
+            .filter(|r| r.devices == 8 && r.libraries == 64)
+        {
+            line(
+                &mut o,
+                ms(&r.hook_own) < targets::HOOK_OWN_MS,
+                format!(
+                    "hook's own wall time at 8 devices + 64 libraries {} ms, CPU {} ms (target < {} ms)",
+                    short(ms(&r.hook_own)),
+                    short(ms(&r.hook_cpu)),
+                    targets::HOOK_OWN_MS
+                ),
+            );
+        }
+        let within: Vec<String> = self
+            .matrix
+            .iter()
+            .filter(|r| ms(&r.hook_own) < targets::HOOK_OWN_MS)
+            .map(|r| format!("N={} L={}", r.devices, r.libraries))
+            .collect();
+        if !self.matrix.is_empty() {
+            let _ = writeln!(
+                o,
+                "- hook's own wall time under {} ms at: {}",
+                targets::HOOK_OWN_MS,
+                if within.is_empty() {
+                    "none".to_owned()
+                } else {
+                    within.join(", ")
+                }
+            );
+            let rss = self
+                .matrix
+                .iter()
+                .map(|r| r.hook_rss.max())
+                .max()
+                .unwrap_or(0) as f64
+                / 1024.0;
+            line(
+                &mut o,
+                rss < targets::HOOK_RSS_MIB,
+                format!(
+                    "hook peak RSS, largest seen {rss:.2} MiB (target < {} MiB)",
+                    targets::HOOK_RSS_MIB
+                ),
+            );
+        }
+        if let Some(p) = &self.pass_through {
+            let q = p.shim.ratio_to(&p.runc);
+            line(
+                &mut o,
+                q <= targets::SHIM_PASS_RATIO,
+                format!(
+                    "shim pass-through {q:.3} (target ≤ {})",
+                    targets::SHIM_PASS_RATIO
+                ),
+            );
+        }
+        o
+    }
+}
