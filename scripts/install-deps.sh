@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the host packages devinject's demo and tests use, only those missing.
-# Usage: scripts/install-deps.sh [demo|test]   (default: test; the benchmark needs the test set)
+# Usage: scripts/install-deps.sh [demo|test]   (default: test)
 set -euo pipefail
-want=(runc busybox-static gcc e2fsprogs)
+want=(runc busybox-static gcc)
 if [ "${1:-test}" = test ]; then
   # libc6-dev: headers and the static libc for the hostile tests' C helpers (tests/src/cprog.rs)
   # python3-venv: for the manifest check's kubernetes-validate (below). Its kustomize render

@@ -4,7 +4,6 @@
 //! device. Devices are ordered by glob, then naturally by name (`accel2` before `accel10`), and
 //! that order gives indices. Ids come from the index, the node name or a sysfs attribute.
 
-use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use crate::names::DeviceId;
@@ -101,20 +100,16 @@ impl Inventory {
 /// Finds the profile's devices and control nodes under `roots`.
 pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, DiscoveryError> {
     let pname = profile.name.to_string();
-    // Sets and cached sort keys, not pairwise scans: a host can have hundreds of nodes, and the
-    // hook, the shim and the plugin all discover.
     let mut matched: Vec<PathBuf> = Vec::new();
-    let mut seen: HashSet<PathBuf> = HashSet::new();
     for g in &profile.discovery.nodes {
         let mut found = glob_under(&roots.dev_root, g, &pname)?;
-        found.sort_by_cached_key(|p| natural_key(&file_name(p)));
+        found.sort_by(|a, b| natural_cmp(&file_name(a), &file_name(b)));
         for p in found {
-            if seen.insert(p.clone()) {
+            if !matched.contains(&p) {
                 matched.push(p);
             }
         }
     }
-    let mut ids: HashMap<DeviceId, usize> = HashMap::new();
     let node_err = |source| DiscoveryError::Node {
         profile: pname.clone(),
         source,
@@ -161,15 +156,14 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
             node: path.clone(),
             problem: e.to_string(),
         })?;
-        if let Some(&other) = ids.get(&id) {
+        if let Some(other) = devices.iter().find(|d| d.id == id) {
             return Err(DiscoveryError::DuplicateId {
                 profile: pname.clone(),
                 id: id_text,
-                first: devices[other].nodes[0].host_path.clone(),
+                first: other.nodes[0].host_path.clone(),
                 second: path,
             });
         }
-        ids.insert(id.clone(), devices.len());
         let mut nodes = vec![node];
         nodes.extend(nodes_from_specs(
             &profile.device_nodes,
@@ -286,21 +280,13 @@ fn substitute(template: &str, name: &str, n: Option<u64>) -> String {
 }
 
 /// Orders `a2` before `a10`: compares the text before the trailing number, then the number.
-/// The natural sort key of a node name: the name without its trailing number, the number, then
-/// the whole name (`accel2` before `accel10`).
-fn natural_key(s: &str) -> (String, Option<u64>, String) {
-    let n = trailing_number(s);
-    let digits = n.map(|_| s.chars().rev().take_while(char::is_ascii_digit).count());
-    (
-        s[..s.len() - digits.unwrap_or(0)].to_owned(),
-        n,
-        s.to_owned(),
-    )
-}
-
-#[cfg(test)]
 fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
-    natural_key(a).cmp(&natural_key(b))
+    let split = |s: &str| {
+        let n = trailing_number(s);
+        let digits = n.map(|_| s.chars().rev().take_while(char::is_ascii_digit).count());
+        (s[..s.len() - digits.unwrap_or(0)].to_owned(), n)
+    };
+    split(a).cmp(&split(b)).then_with(|| a.cmp(b))
 }
 
 fn read_attr(path: &Path) -> Option<String> {

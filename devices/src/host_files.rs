@@ -5,7 +5,6 @@
 //! de-duplicated by their real file, so a glob matching both `libfoo.so.1` and `libfoo.so.1.2`
 //! injects one file plus its soname link.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use crate::elf_soname::read_soname;
@@ -89,8 +88,6 @@ pub struct HostFiles {
 /// Finds the profile's libraries, binaries and files under the driver root.
 pub fn resolve_host_files(profile: &Profile, roots: &HostRoots) -> Result<HostFiles, ResolveError> {
     let pname = profile.name.to_string();
-    let mut real_paths = RealPaths::new(&roots.driver_root, &pname);
-    let mut known: HashSet<PathBuf> = HashSet::new();
     let mut out = HostFiles::default();
     for lib in &profile.libraries {
         let (what, candidates) = match (&lib.soname, &lib.glob) {
@@ -117,13 +114,8 @@ pub fn resolve_host_files(profile: &Profile, roots: &HostRoots) -> Result<HostFi
             });
         }
         for c in candidates {
-            // A glob finds a library twice, as its soname link and as the file: once the link
-            // led to the file, the file itself (a real path already checked) needs no lookup.
-            if known.contains(&c) {
-                continue;
-            }
-            let real = real_paths.resolve(&c)?;
-            if !known.insert(real.clone()) {
+            let real = real_path(&c, &roots.driver_root, &pname)?;
+            if out.libraries.iter().any(|l| l.path == real) {
                 continue;
             }
             let file_name = file_name(&real);
@@ -135,10 +127,10 @@ pub fn resolve_host_files(profile: &Profile, roots: &HostRoots) -> Result<HostFi
             });
         }
     }
-    out.binaries = resolve_files(&profile.binaries, roots, &mut real_paths, |matched| {
+    out.binaries = resolve_files(&profile.binaries, roots, &pname, |matched| {
         PathBuf::from("/usr/bin").join(file_name(matched))
     })?;
-    out.files = resolve_files(&profile.files, roots, &mut real_paths, |matched| {
+    out.files = resolve_files(&profile.files, roots, &pname, |matched| {
         Path::new("/").join(matched.strip_prefix(&roots.driver_root).unwrap_or(matched))
     })?;
     Ok(out)
@@ -147,10 +139,9 @@ pub fn resolve_host_files(profile: &Profile, roots: &HostRoots) -> Result<HostFi
 fn resolve_files(
     specs: &[FileSpec],
     roots: &HostRoots,
-    real_paths: &mut RealPaths<'_>,
+    profile: &str,
     default_dest: impl Fn(&Path) -> PathBuf,
 ) -> Result<Vec<HostFile>, ResolveError> {
-    let profile = real_paths.profile;
     let mut out = Vec::new();
     for spec in specs {
         let matches = glob_paths(&roots.driver_root, &spec.path, profile)?;
@@ -165,7 +156,7 @@ fn resolve_files(
         }
         let single = matches.len() == 1;
         for m in matches {
-            let real = real_paths.resolve(&m)?;
+            let real = real_path(&m, &roots.driver_root, profile)?;
             let container_path = match &spec.container_path {
                 // An explicit destination only makes sense for a single match.
                 Some(c) if single => PathBuf::from(c),
@@ -203,97 +194,32 @@ fn glob_paths(root: &Path, pattern: &str, profile: &str) -> Result<Vec<PathBuf>,
     Ok(v)
 }
 
-/// Resolves candidate paths to real files under the driver root.
-///
-/// The hook resolves every library on every container start, and a driver ships dozens of them
-/// in one directory, each found twice by a glob (the file and its soname link). Resolving each
-/// path from scratch (`realpath` reads every component) cost the hook ~1,600 `readlink` calls for
-/// 64 libraries. Here the driver root and each directory are canonicalized once, and a link in
-/// the same directory (`libx.so.1 -> libx.so.1.2`) is followed with one `readlink`; anything else
-/// falls back to a full `canonicalize`.
-struct RealPaths<'a> {
-    root: PathBuf,
-    profile: &'a str,
-    dirs: Vec<(PathBuf, PathBuf)>,
-}
-
-/// Links followed in one directory before falling back to `canonicalize`.
-const MAX_LOCAL_HOPS: usize = 8;
-
-impl<'a> RealPaths<'a> {
-    fn new(root: &Path, profile: &'a str) -> Self {
-        Self {
-            root: std::fs::canonicalize(root).unwrap_or_else(|_| root.to_owned()),
-            profile,
-            dirs: Vec::new(),
-        }
-    }
-
-    fn err(&self, p: &Path, problem: String) -> ResolveError {
-        ResolveError::Path {
-            profile: self.profile.to_owned(),
+fn real_path(p: &Path, root: &Path, profile: &str) -> Result<PathBuf, ResolveError> {
+    let real = std::fs::canonicalize(p).map_err(|e| ResolveError::Path {
+        profile: profile.to_owned(),
+        path: p.to_owned(),
+        problem: format!("cannot resolve: {e}"),
+    })?;
+    let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_owned());
+    if !real.starts_with(&root) {
+        return Err(ResolveError::Path {
+            profile: profile.to_owned(),
             path: p.to_owned(),
-            problem,
-        }
+            problem: format!(
+                "resolves to {} outside the driver root {}: fix the link or the driver root",
+                real.display(),
+                root.display()
+            ),
+        });
     }
-
-    fn canonical_dir(&mut self, dir: &Path) -> std::io::Result<PathBuf> {
-        if let Some((_, c)) = self.dirs.iter().find(|(d, _)| d == dir) {
-            return Ok(c.clone());
-        }
-        let c = std::fs::canonicalize(dir)?;
-        self.dirs.push((dir.to_owned(), c.clone()));
-        Ok(c)
+    if !real.is_file() {
+        return Err(ResolveError::Path {
+            profile: profile.to_owned(),
+            path: p.to_owned(),
+            problem: "is not a regular file".into(),
+        });
     }
-
-    /// The real regular file `p` names, which must be under the driver root.
-    fn resolve(&mut self, p: &Path) -> Result<PathBuf, ResolveError> {
-        let cannot = |e: std::io::Error| format!("cannot resolve: {e}");
-        let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
-            return Err(self.err(p, "is not a file path".into()));
-        };
-        let dir = self
-            .canonical_dir(parent)
-            .map_err(|e| self.err(p, cannot(e)))?;
-        let mut name = name.to_owned();
-        let mut resolved = None;
-        for _ in 0..MAX_LOCAL_HOPS {
-            let here = dir.join(&name);
-            let meta = std::fs::symlink_metadata(&here).map_err(|e| self.err(p, cannot(e)))?;
-            if !meta.file_type().is_symlink() {
-                resolved = Some((here, meta.is_file()));
-                break;
-            }
-            let target = std::fs::read_link(&here).map_err(|e| self.err(p, cannot(e)))?;
-            let mut comps = target.components();
-            match (comps.next(), comps.next()) {
-                (Some(std::path::Component::Normal(n)), None) => name = n.to_owned(),
-                _ => break,
-            }
-        }
-        let (real, is_file) = match resolved {
-            Some(r) => r,
-            None => {
-                let real = std::fs::canonicalize(p).map_err(|e| self.err(p, cannot(e)))?;
-                let is_file = real.is_file();
-                (real, is_file)
-            }
-        };
-        if !real.starts_with(&self.root) {
-            return Err(self.err(
-                p,
-                format!(
-                    "resolves to {} outside the driver root {}: fix the link or the driver root",
-                    real.display(),
-                    self.root.display()
-                ),
-            ));
-        }
-        if !is_file {
-            return Err(self.err(p, "is not a regular file".into()));
-        }
-        Ok(real)
-    }
+    Ok(real)
 }
 
 fn file_name(p: &Path) -> String {
@@ -361,37 +287,6 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("outside the driver root"), "{err}");
-    }
-
-    #[test]
-    fn link_chains_symlinked_dirs_and_loops_resolve_like_canonicalize() {
-        let dir = tempfile::tempdir().unwrap();
-        let real_dir = dir.path().join("real");
-        std::fs::create_dir(&real_dir).unwrap();
-        std::os::unix::fs::symlink("real", dir.path().join("lib")).unwrap();
-        std::fs::write(real_dir.join("liba.so.1.2.3"), b"").unwrap();
-        std::os::unix::fs::symlink("liba.so.1.2.3", real_dir.join("liba.so.1.2")).unwrap();
-        std::os::unix::fs::symlink("liba.so.1.2", real_dir.join("liba.so.1")).unwrap();
-        std::os::unix::fs::symlink("../real/liba.so.1.2.3", real_dir.join("liba.so")).unwrap();
-        std::os::unix::fs::symlink("libloop.so.2", real_dir.join("libloop.so.1")).unwrap();
-        std::os::unix::fs::symlink("libloop.so.1", real_dir.join("libloop.so.2")).unwrap();
-        std::fs::create_dir(real_dir.join("libdir.so.1")).unwrap();
-        let name = "demo".to_owned();
-        let mut r = RealPaths::new(dir.path(), &name);
-        for link in ["liba.so.1", "liba.so.1.2", "liba.so", "liba.so.1.2.3"] {
-            let p = dir.path().join("lib").join(link);
-            assert_eq!(
-                r.resolve(&p).unwrap(),
-                std::fs::canonicalize(&p).unwrap(),
-                "{link}"
-            );
-        }
-        let err = r.resolve(&dir.path().join("lib/libloop.so.1")).unwrap_err();
-        assert!(err.to_string().contains("cannot resolve"), "{err}");
-        let err = r.resolve(&dir.path().join("lib/libdir.so.1")).unwrap_err();
-        assert!(err.to_string().contains("not a regular file"), "{err}");
-        let err = r.resolve(&dir.path().join("lib/missing.so")).unwrap_err();
-        assert!(err.to_string().contains("cannot resolve"), "{err}");
     }
 
     #[test]

@@ -50,14 +50,11 @@ impl ProfileName {
     /// The default request variable: `<NAME>_VISIBLE_DEVICES`, upper-cased, '-' as '_'.
     pub fn default_request_env(&self) -> String {
         format!(
-            "{}{DEFAULT_REQUEST_SUFFIX}",
+            "{}_VISIBLE_DEVICES",
             self.0.to_ascii_uppercase().replace('-', "_")
         )
     }
 }
-
-/// How every default request variable ends.
-pub const DEFAULT_REQUEST_SUFFIX: &str = "_VISIBLE_DEVICES";
 
 impl fmt::Display for ProfileName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -1,8 +1,7 @@
 //! A directory of profiles, loaded together.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use crate::names::DEFAULT_REQUEST_SUFFIX;
 use crate::profile::{Profile, ProfileError};
 
 /// All profiles from one directory, sorted by name.
@@ -12,44 +11,26 @@ pub struct ProfileSet {
 }
 
 impl ProfileSet {
-    /// Whether a container could be asking for a profile in `dir`, told without parsing the
-    /// profiles: `mentions(needle)` says whether the container's env names or annotation keys
-    /// (or its raw spec) contain `needle`.
-    ///
-    /// The hook and the shim run for every container, and most ask for nothing; parsing every
-    /// profile to find that out was ~0.5 ms of each start. A container can only ask through our
-    /// annotation prefix or a profile's request variable, and a request variable is the default
-    /// `<NAME>_VISIBLE_DEVICES` unless the profile sets `request_env`. So the answer is yes when
-    /// the container mentions the prefix or that suffix, or when a profile's top-level keys (the
-    /// lines before its first `[table]`) hold anything but a single-line `name`, `resource`,
-    /// `description`, `replicas`, `allocate_mode` or `library_dirs`: `request_env`, a misspelt
-    /// key, a quoted key or a multi-line value. A yes means [`ProfileSet::load_dir`] follows,
-    /// which parses everything as strictly as ever; only profiles of containers that cannot be
-    /// asking are left unparsed.
-    pub fn may_be_requested(
-        dir: &Path,
-        mentions: impl Fn(&str) -> bool,
-    ) -> Result<bool, ProfileError> {
-        if mentions(crate::plan::ANNOTATION_PREFIX) || mentions(DEFAULT_REQUEST_SUFFIX) {
-            return Ok(true);
-        }
-        for path in toml_files(dir)? {
-            let text = std::fs::read_to_string(&path).map_err(|source| ProfileError::Read {
-                path: path.clone(),
-                source,
-            })?;
-            if !default_request_only(&text) {
-                return Ok(true);
-            }
-        }
-        Ok(false)
-    }
-
     /// Loads every `*.toml` file in `dir`. Any invalid profile fails the whole load, so a typo
     /// never silently disables a device kind. Two profiles claiming the same request variable or
     /// resource are an error too.
     pub fn load_dir(dir: &Path) -> Result<Self, ProfileError> {
-        let paths = toml_files(dir)?;
+        let entries = std::fs::read_dir(dir).map_err(|source| ProfileError::Read {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let mut paths = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|source| ProfileError::Read {
+                path: dir.to_owned(),
+                source,
+            })?;
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                paths.push(path);
+            }
+        }
+        paths.sort();
         let profiles = paths
             .iter()
             .map(|p| Profile::load(p))
@@ -105,60 +86,6 @@ impl ProfileSet {
     }
 }
 
-/// The `*.toml` files in `dir`, sorted.
-fn toml_files(dir: &Path) -> Result<Vec<PathBuf>, ProfileError> {
-    let entries = std::fs::read_dir(dir).map_err(|source| ProfileError::Read {
-        path: dir.to_owned(),
-        source,
-    })?;
-    let mut paths = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|source| ProfileError::Read {
-            path: dir.to_owned(),
-            source,
-        })?;
-        let path = entry.path();
-        if path.extension().is_some_and(|e| e == "toml") {
-            paths.push(path);
-        }
-    }
-    paths.sort();
-    Ok(paths)
-}
-
-/// True when the profile text surely keeps the default request variable: its top-level part
-/// only has blank lines, comments and single-line values of keys that do not name one.
-fn default_request_only(text: &str) -> bool {
-    const KEYS: [&str; 6] = [
-        "name",
-        "resource",
-        "description",
-        "replicas",
-        "allocate_mode",
-        "library_dirs",
-    ];
-    for line in text.lines() {
-        let t = line.trim();
-        if t.starts_with('[') {
-            return true;
-        }
-        if t.is_empty() || t.starts_with('#') {
-            continue;
-        }
-        let Some((key, value)) = t.split_once('=') else {
-            return false;
-        };
-        let value = value.trim();
-        let multi_line = value.starts_with("\"\"\"")
-            || value.starts_with("'''")
-            || (value.starts_with('[') && !value.contains(']'));
-        if !KEYS.contains(&key.trim()) || multi_line {
-            return false;
-        }
-    }
-    true
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,45 +107,6 @@ mod tests {
         let names: Vec<_> = set.iter().map(|p| p.name.to_string()).collect();
         assert_eq!(names, ["fuse", "kvm"]);
         assert!(set.get("kvm").is_some());
-    }
-
-    #[test]
-    fn containers_that_cannot_be_asking_leave_profiles_unparsed() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("kvm.toml"),
-            "# kvm\nname = \"kvm\"\nresource = \"devinject.io/kvm\"\n\n[discovery]\nnodes = [\"kvm\"]\nrequest_env = \"IGNORED_IN_A_TABLE\"\n",
-        )
-        .unwrap();
-        let says =
-            |words: &'static [&'static str]| move |n: &str| words.iter().any(|w| w.contains(n));
-        let may = |words| ProfileSet::may_be_requested(dir.path(), says(words)).unwrap();
-        assert!(!may(&["PATH", "HOME", "io.kubernetes.pod.uid"]));
-        assert!(may(&["KVM_VISIBLE_DEVICES"]));
-        assert!(may(&["devinject.io/kvm.devices"]));
-        // Anything at the top level that could name another variable means a real parse.
-        for text in [
-            "name = \"x\"\nrequest_env = \"X_GPUS\"\n",
-            "name = \"x\"\nrequst_env = \"X_GPUS\"\n",
-            "\"request_env\" = \"X_GPUS\"\n",
-            "name = \"x\"\nlibrary_dirs = [\n  \"/lib\",\n]\n",
-            "description = \"\"\"\nmany\nlines\"\"\"\n",
-        ] {
-            std::fs::write(dir.path().join("x.toml"), text).unwrap();
-            assert!(may(&["PATH"]), "{text}");
-        }
-        assert!(ProfileSet::may_be_requested(Path::new("/nonexistent"), |_| false).is_err());
-    }
-
-    #[test]
-    fn every_shipped_profile_keeps_the_default_request_variable() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
-        for path in toml_files(&dir).unwrap() {
-            let text = std::fs::read_to_string(&path).unwrap();
-            let p = Profile::load(&path).unwrap();
-            assert!(default_request_only(&text), "{}", path.display());
-            assert_eq!(p.request_env(), p.name.default_request_env());
-        }
     }
 
     #[test]

@@ -45,19 +45,6 @@ pub fn run(config: &HostConfig, stdin: impl Read) -> Result<Outcome, HookError> 
     let mut annotations = spec.annotations.clone();
     annotations.extend(state.annotations.clone());
 
-    // Most containers ask for nothing: tell that without parsing every profile.
-    let env_names = || {
-        spec.process
-            .iter()
-            .flat_map(|p| &p.env)
-            .filter_map(|e| e.split_once('=').map(|(k, _)| k))
-    };
-    let asked = |needle: &str| {
-        env_names().any(|k| k.contains(needle)) || annotations.keys().any(|k| k.contains(needle))
-    };
-    if !ProfileSet::may_be_requested(&config.profiles_dir, asked)? {
-        return Ok(Outcome::Nothing);
-    }
     let profiles = ProfileSet::load_dir(&config.profiles_dir)?;
     let requests = find_requests(&profiles, |name| spec.env(name), &annotations);
     if requests.is_empty() {

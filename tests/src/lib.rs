@@ -25,9 +25,7 @@
 //!   stand-in for ldconfig).
 //! - [`podresources`]: a test kubelet serving the pod-resources v1 API on a Unix socket, for the
 //!   request policy tests.
-//! - [`mod@bench`]: the benchmark run by `devinject-bench` (scripts/bench.sh), built on the above.
 
-pub mod bench;
 pub mod bins;
 pub mod canary;
 pub mod cprog;

@@ -14,38 +14,20 @@
 //! it put host libraries into the container's cache. So the child detaches every procfs mount
 //! under the rootfs from its private copy of the namespace before it chroots
 //! ([`super::mountinfo`]); ldconfig needs no `/proc`.
-//!
-//! Two things keep it cheap:
-//! - When the container's cache already points every injected soname at the injected file (a
-//!   container started again on its old rootfs), ldconfig does not run at all
-//!   ([`super::ld_so_cache`]).
-//! - ldconfig `fsync`s the cache it writes, which cost 8–46 ms per container start on the ext4
-//!   disks measured (docs/benchmarks.md), more than everything else the hook does. A container's
-//!   cache needs no durability: it lives in a throw-away layer, and a cache lost in a crash is
-//!   rebuilt by the next start (ld.so ignores a truncated one). So ldconfig writes it into a
-//!   private tmpfs mounted over the rootfs's `/dev` in the child's own mount namespace (nothing
-//!   reads `/dev` there, and the container never sees it), where `fsync` is free, and the child
-//!   then installs it as `/etc/ld.so.cache` with a temp file and a rename, resolved in-root. A
-//!   rootfs without `/dev` gets the old behaviour.
 
 use std::ffi::CString;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use devinject_devices::{ContainerEdits, MountKind};
 use nix::errno::Errno;
-use nix::fcntl::{renameat, OFlag};
+use nix::fcntl::OFlag;
 use nix::mount::{umount2, MntFlags, MsFlags};
 use nix::sched::CloneFlags;
 use nix::sys::signal::Signal;
 use nix::sys::stat::Mode;
 use nix::sys::wait::{waitpid, WaitStatus};
-use nix::unistd::{unlinkat, UnlinkatFlags};
 
-use super::ld_so_cache::{self, Expected};
-use super::mounts::fd_path;
-use super::rootfs::Rootfs;
 use super::InjectError;
 use crate::sys;
 
@@ -58,28 +40,6 @@ pub struct Ldconfig {
     pub timeout_secs: u32,
 }
 
-/// The cache ldconfig writes into the staging tmpfs (container path, in the child's namespace).
-const STAGED: &str = "/dev/ld.so.cache";
-/// The real cache.
-const CACHE: &str = "/etc/ld.so.cache";
-/// The temp name the staged cache is copied to before the rename.
-const TEMP_NAME: &str = "ld.so.cache~devinject";
-/// Larger caches are not read back (ldconfig runs instead of the check; staging fails).
-const MAX_CACHE_BYTES: u64 = 64 << 20;
-/// The child's exit code when the cache was already current.
-const ALREADY_CURRENT: i32 = 100;
-/// The child's exit code when ldconfig was killed by its alarm.
-const TIMED_OUT: i32 = 101;
-
-/// What a refresh did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refresh {
-    /// ldconfig ran and its cache is in place.
-    Ran,
-    /// The cache already listed every injected library; ldconfig did not run.
-    AlreadyCurrent,
-}
-
 /// Opens the host's ldconfig for a later `fexecve`.
 pub fn open_ldconfig(path: &Path) -> Result<OwnedFd, InjectError> {
     nix::fcntl::open(path, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty()).map_err(|errno| {
@@ -90,43 +50,13 @@ pub fn open_ldconfig(path: &Path) -> Result<OwnedFd, InjectError> {
     })
 }
 
-/// The cache entries the container needs for the libraries in `edits`: each library by its
-/// soname link, or by its file name when it has none. `None` when `edits` mounts no library
-/// (the finish step, which only knows the links): then the cache is never taken as current.
-pub fn expected_entries(edits: &ContainerEdits) -> Option<Vec<Expected>> {
-    let libs: Vec<&Path> = edits
-        .mounts
-        .iter()
-        .filter(|m| m.kind == MountKind::Library)
-        .map(|m| m.container_path.as_path())
-        .collect();
-    if libs.is_empty() {
-        return None;
-    }
-    let links = edits.symlinks();
-    let mut out = Vec::with_capacity(libs.len());
-    for lib in libs {
-        let file_name = lib.file_name()?.to_str()?;
-        let link = links
-            .iter()
-            .find(|l| l.target == file_name && l.link.parent() == lib.parent());
-        let path = link.map_or(lib, |l| l.link.as_path());
-        out.push(Expected {
-            soname: path.file_name()?.to_str()?.to_owned(),
-            path: path.to_owned(),
-        });
-    }
-    Some(out)
-}
-
-/// Runs ldconfig for `dirs` inside the container, unless `expected` is given and the cache
-/// already lists it; ldconfig is killed after `timeout_secs` (0: never). Failures are returned
-/// with ldconfig's output; the caller decides whether they are fatal (a read-only rootfs cannot
-/// take a new cache).
+/// Runs ldconfig for `dirs` inside the container, killed after `timeout_secs` (0: never).
+/// Failures are returned with ldconfig's output; the caller decides whether they are fatal (a
+/// read-only rootfs cannot take a new cache).
 ///
 /// The image decides what ldconfig reads: a FIFO as `/etc/ld.so.conf`, as a file it includes or
 /// as `/var/cache/ldconfig/aux-cache` blocks it in `open` forever. An alarm armed before `exec`
-/// (it survives `exec`) bounds that; and every child dies with the hook (`PR_SET_PDEATHSIG`, see
+/// (it survives `exec`) bounds that; and the child dies with the hook (`PR_SET_PDEATHSIG`, see
 /// `sys::fork_run`) when the runtime kills the hook on its own timeout.
 pub fn refresh(
     mnt_ns: &OwnedFd,
@@ -134,29 +64,55 @@ pub fn refresh(
     ldconfig: &OwnedFd,
     timeout_secs: u32,
     dirs: &[PathBuf],
-    expected: Option<&[Expected]>,
-) -> Result<Refresh, InjectError> {
+) -> Result<(), InjectError> {
     let (rd, wr) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(InjectError::Fork)?;
-    let mut dir_args = Vec::with_capacity(dirs.len());
+    let mut argv = vec![
+        c"ldconfig".to_owned(),
+        c"-X".to_owned(),
+        c"-C".to_owned(),
+        c"/etc/ld.so.cache".to_owned(),
+        c"-f".to_owned(),
+        c"/etc/ld.so.conf".to_owned(),
+    ];
     for d in dirs {
-        dir_args.push(CString::new(d.as_os_str().as_encoded_bytes()).map_err(|_| {
+        argv.push(CString::new(d.as_os_str().as_encoded_bytes()).map_err(|_| {
             InjectError::Ldconfig {
                 output: format!("directory {} contains NUL", d.display()),
             }
         })?);
     }
+    let rootfs_c = rootfs.to_owned();
     let child = sys::fork_run(|| {
         // Only ldconfig's output goes to the pipe; a failure before exec says which step.
         let _ = nix::unistd::dup2_stdout(&wr);
         let _ = nix::unistd::dup2_stderr(&wr);
-        match in_container(mnt_ns, rootfs, ldconfig, timeout_secs, &dir_args, expected) {
-            Ok(code) => code,
-            Err(msg) => {
-                let line = format!("ldconfig setup failed: {msg}\n");
-                let _ = nix::unistd::write(&wr, line.as_bytes());
-                127
+        let step = (|| -> Result<(), String> {
+            nix::sched::setns(mnt_ns.as_fd(), CloneFlags::CLONE_NEWNS)
+                .map_err(|e| format!("setns: {e}"))?;
+            nix::sched::unshare(CloneFlags::CLONE_NEWNS).map_err(|e| format!("unshare: {e}"))?;
+            nix::mount::mount(
+                None::<&str>,
+                "/",
+                None::<&str>,
+                MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+                None::<&str>,
+            )
+            .map_err(|e| format!("make mounts private: {e}"))?;
+            detach_procfs(&rootfs_c)?;
+            nix::unistd::chroot(&rootfs_c).map_err(|e| format!("chroot: {e}"))?;
+            nix::unistd::chdir("/").map_err(|e| format!("chdir: {e}"))?;
+            let env: [CString; 0] = [];
+            if timeout_secs > 0 {
+                nix::unistd::alarm::set(timeout_secs);
             }
+            let e = nix::unistd::fexecve(ldconfig.as_fd(), &argv, &env).unwrap_err();
+            Err(format!("exec: {e}"))
+        })();
+        if let Err(msg) = step {
+            let line = format!("ldconfig setup failed: {msg}\n");
+            let _ = nix::unistd::write(&wr, line.as_bytes());
         }
+        127
     })
     .map_err(InjectError::Fork)?;
     drop(wr);
@@ -169,10 +125,9 @@ pub fn refresh(
             if !output.trim().is_empty() {
                 tracing::debug!(output = %output.trim(), "ldconfig said");
             }
-            Ok(Refresh::Ran)
+            Ok(())
         }
-        Ok(WaitStatus::Exited(_, ALREADY_CURRENT)) => Ok(Refresh::AlreadyCurrent),
-        Ok(WaitStatus::Exited(_, TIMED_OUT)) => {
+        Ok(WaitStatus::Signaled(_, Signal::SIGALRM, _)) => {
             Err(InjectError::LdconfigTimeout { secs: timeout_secs })
         }
         Ok(status) => Err(InjectError::Ldconfig {
@@ -219,140 +174,9 @@ fn describe_failure(status: WaitStatus, output: &str) -> String {
     }
 }
 
-/// The child: joins the container's mount namespace in a private copy, and unless the cache is
-/// current runs ldconfig (staged on a tmpfs when it can) and installs its cache. Returns the exit
-/// code for the parent.
-fn in_container(
-    mnt_ns: &OwnedFd,
-    rootfs: &Path,
-    ldconfig: &OwnedFd,
-    timeout_secs: u32,
-    dirs: &[CString],
-    expected: Option<&[Expected]>,
-) -> Result<i32, String> {
-    nix::sched::setns(mnt_ns.as_fd(), CloneFlags::CLONE_NEWNS)
-        .map_err(|e| format!("setns: {e}"))?;
-    nix::sched::unshare(CloneFlags::CLONE_NEWNS).map_err(|e| format!("unshare: {e}"))?;
-    nix::mount::mount(
-        None::<&str>,
-        "/",
-        None::<&str>,
-        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-        None::<&str>,
-    )
-    .map_err(|e| format!("make mounts private: {e}"))?;
-    detach_procfs(rootfs)?;
-    let root = Rootfs::open(rootfs).map_err(|e| e.to_string())?;
-    if let Some(expected) = expected {
-        if read(&root, CACHE).is_some_and(|c| ld_so_cache::lists_all(&c, expected)) {
-            return Ok(ALREADY_CURRENT);
-        }
-    }
-    let staged = stage(&root);
-    let mut argv = vec![
-        c"ldconfig".to_owned(),
-        c"-X".to_owned(),
-        c"-C".to_owned(),
-        CString::new(if staged { STAGED } else { CACHE }).expect("no NUL"),
-        c"-f".to_owned(),
-        c"/etc/ld.so.conf".to_owned(),
-    ];
-    argv.extend(dirs.iter().cloned());
-    let run = sys::fork_run(|| {
-        let step = (|| -> Result<(), String> {
-            nix::unistd::chroot(rootfs).map_err(|e| format!("chroot: {e}"))?;
-            nix::unistd::chdir("/").map_err(|e| format!("chdir: {e}"))?;
-            let env: [CString; 0] = [];
-            if timeout_secs > 0 {
-                nix::unistd::alarm::set(timeout_secs);
-            }
-            let e = nix::unistd::fexecve(ldconfig.as_fd(), &argv, &env).unwrap_err();
-            Err(format!("exec: {e}"))
-        })();
-        if let Err(msg) = step {
-            let _ = writeln!(std::io::stderr(), "ldconfig setup failed: {msg}");
-        }
-        127
-    })
-    .map_err(|e| format!("fork: {e}"))?;
-    match waitpid(run, None).map_err(|e| format!("wait: {e}"))? {
-        WaitStatus::Exited(_, 0) => {}
-        WaitStatus::Exited(_, code) => {
-            return Ok(if code == ALREADY_CURRENT || code == TIMED_OUT {
-                1
-            } else {
-                code
-            })
-        }
-        WaitStatus::Signaled(_, Signal::SIGALRM, _) => return Ok(TIMED_OUT),
-        other => return Err(format!("ldconfig ended abnormally: {other:?}")),
-    }
-    if staged {
-        install(&root).map_err(|e| format!("install {CACHE}: {e}"))?;
-    }
-    Ok(0)
-}
-
-/// Mounts a private tmpfs over the rootfs's `/dev` (in this child's own namespace only).
-fn stage(root: &Rootfs) -> bool {
-    let Ok(dev) = root.resolve(Path::new("/dev"), OFlag::O_PATH | OFlag::O_DIRECTORY) else {
-        return false;
-    };
-    nix::mount::mount(
-        Some("tmpfs"),
-        &fd_path(&dev),
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-        Some("mode=0755"),
-    )
-    .is_ok()
-}
-
-/// Reads a file inside the rootfs, bounded.
-fn read(root: &Rootfs, path: &str) -> Option<Vec<u8>> {
-    let fd = root.resolve(Path::new(path), OFlag::O_RDONLY).ok()?;
-    let mut buf = Vec::new();
-    std::fs::File::from(fd)
-        .take(MAX_CACHE_BYTES + 1)
-        .read_to_end(&mut buf)
-        .ok()?;
-    (buf.len() as u64 <= MAX_CACHE_BYTES).then_some(buf)
-}
-
-/// Copies the staged cache to `/etc/ld.so.cache`: a temp file in `/etc`, then a rename, both on
-/// the `/etc` fd resolved in-root. No `fsync` (see the module docs).
-fn install(root: &Rootfs) -> Result<(), Errno> {
-    let cache = read(root, STAGED).ok_or(Errno::EIO)?;
-    let etc = root
-        .resolve(Path::new("/etc"), OFlag::O_PATH | OFlag::O_DIRECTORY)
-        .map_err(|e| e.errno)?;
-    match unlinkat(&etc, TEMP_NAME, UnlinkatFlags::NoRemoveDir) {
-        Ok(()) | Err(Errno::ENOENT) => {}
-        Err(e) => return Err(e),
-    }
-    let fd = nix::fcntl::openat(
-        &etc,
-        TEMP_NAME,
-        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(0o644),
-    )?;
-    let mut file = std::fs::File::from(fd);
-    let written = file
-        .write_all(&cache)
-        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)));
-    let moded = nix::sys::stat::fchmod(&file, Mode::from_bits_truncate(0o644));
-    drop(file);
-    if let Err(e) = written.and(moded) {
-        let _ = unlinkat(&etc, TEMP_NAME, UnlinkatFlags::NoRemoveDir);
-        return Err(e);
-    }
-    renameat(&etc, TEMP_NAME, &etc, "ld.so.cache")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use devinject_devices::{HookAction, Mount, Symlink};
     use nix::unistd::Pid;
 
     #[test]
@@ -369,49 +193,5 @@ mod tests {
             describe_failure(WaitStatus::Signaled(pid, Signal::SIGSEGV, false), ""),
             "killed by SIGSEGV"
         );
-    }
-
-    fn lib(path: &str) -> Mount {
-        Mount {
-            host_path: PathBuf::from("/h").join(path.trim_start_matches('/')),
-            container_path: PathBuf::from(path),
-            kind: MountKind::Library,
-        }
-    }
-
-    #[test]
-    fn expected_entries_use_soname_links_else_file_names() {
-        let mut edits = ContainerEdits {
-            mounts: vec![
-                lib("/usr/lib/liba.so.1.2.3"),
-                lib("/usr/lib/libb.so"),
-                Mount {
-                    kind: MountKind::Binary,
-                    ..lib("/usr/bin/tool")
-                },
-            ],
-            ..ContainerEdits::default()
-        };
-        edits.hooks.push(HookAction::CreateSymlinks(vec![Symlink {
-            link: PathBuf::from("/usr/lib/liba.so.1"),
-            target: "liba.so.1.2.3".into(),
-        }]));
-        let got = expected_entries(&edits).unwrap();
-        assert_eq!(
-            got,
-            [
-                Expected {
-                    soname: "liba.so.1".into(),
-                    path: PathBuf::from("/usr/lib/liba.so.1")
-                },
-                Expected {
-                    soname: "libb.so".into(),
-                    path: PathBuf::from("/usr/lib/libb.so")
-                },
-            ]
-        );
-        // Links only (the finish step): the library set is unknown.
-        edits.mounts.clear();
-        assert_eq!(expected_entries(&edits), None);
     }
 }

@@ -9,7 +9,6 @@
 //! the host.
 
 pub mod layout;
-pub mod ld_so_cache;
 pub mod ldcache;
 pub mod mountinfo;
 pub mod mounts;
@@ -126,10 +125,8 @@ pub struct Report {
     pub mounts: usize,
     /// Links made.
     pub links: usize,
-    /// Whether the linker cache lists the injected libraries (refreshed, or already current).
+    /// Whether the linker cache was refreshed.
     pub ldcache: bool,
-    /// Whether it already did, so that ldconfig did not run.
-    pub ldcache_was_current: bool,
     /// Whether the new mount API was used.
     pub new_mount_api: bool,
 }
@@ -228,19 +225,8 @@ pub fn apply(
     let dirs = edits.ldcache_dirs();
     if !dirs.is_empty() {
         let fd = ldcache::open_ldconfig(&ldconfig.path)?;
-        let expected = ldcache::expected_entries(edits);
-        match ldcache::refresh(
-            &mnt_ns,
-            &target.rootfs,
-            &fd,
-            ldconfig.timeout_secs,
-            dirs,
-            expected.as_deref(),
-        ) {
-            Ok(r) => {
-                report.ldcache = true;
-                report.ldcache_was_current = r == ldcache::Refresh::AlreadyCurrent;
-            }
+        match ldcache::refresh(&mnt_ns, &target.rootfs, &fd, ldconfig.timeout_secs, dirs) {
+            Ok(()) => report.ldcache = true,
             Err(e) if target.readonly_rootfs => {
                 tracing::warn!(error = %e, "read-only rootfs: linker cache not refreshed; soname links are in place")
             }

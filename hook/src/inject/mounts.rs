@@ -79,7 +79,8 @@ pub fn prepare_tree(host_path: &Path, attrs: MountAttrs) -> Result<Option<Source
     }
 }
 
-/// Makes sure a non-directory placeholder exists at `container_path` and returns an fd to it. An image's symlink, FIFO or socket at that name is replaced (inside the rootfs only); a
+/// Makes sure a non-directory placeholder exists at `container_path` and returns an `O_PATH` fd
+/// to it. An image's symlink, FIFO or socket at that name is replaced (inside the rootfs only); a
 /// directory is an error.
 pub fn placeholder(root: &Rootfs, container_path: &Path) -> Result<OwnedFd, InjectError> {
     let (parent, name) = split(container_path)?;
@@ -91,26 +92,17 @@ pub fn placeholder(root: &Rootfs, container_path: &Path) -> Result<OwnedFd, Inje
             errno,
         })
     };
-    // The usual case, a name the image does not have: the file we create is the target, with
-    // no second lookup (`O_EXCL | O_NOFOLLOW`: it is new and ours, nothing else to check).
-    match root.create(|| create_file(&dir, name)) {
-        Ok(target) => return Ok(target),
-        Err(Errno::EEXIST) => {}
-        Err(e) => return Err(rerr("create", e)),
-    }
-    // Someone else's file may appear between our calls: that is fine, it is checked below.
-    let ensure = || match create_file(&dir, name) {
-        Ok(_) | Err(Errno::EEXIST) => Ok(()),
-        Err(e) => Err(e),
-    };
     match entry_at(&dir, name, container_path)? {
         Entry::File | Entry::Device { .. } => {}
         Entry::Dir => return Err(rerr("mount a file over a directory at", Errno::EISDIR)),
         Entry::Symlink | Entry::Other => {
             unlinkat(&dir, name, UnlinkatFlags::NoRemoveDir).map_err(|e| rerr("replace", e))?;
-            root.create(ensure).map_err(|e| rerr("create", e))?;
+            root.create(|| create_file(&dir, name))
+                .map_err(|e| rerr("create", e))?;
         }
-        Entry::Missing => root.create(ensure).map_err(|e| rerr("create", e))?,
+        Entry::Missing => root
+            .create(|| create_file(&dir, name))
+            .map_err(|e| rerr("create", e))?,
     }
     let target = open_nofollow(&dir, name, container_path)?;
     // Between the checks above and this open the image cannot run, but a volume shared with
@@ -123,14 +115,16 @@ pub fn placeholder(root: &Rootfs, container_path: &Path) -> Result<OwnedFd, Inje
     Ok(target)
 }
 
-/// Creates an empty file `name` in `dir` and opens it; `EEXIST` when the name is taken.
-fn create_file(dir: impl AsFd, name: &std::ffi::OsStr) -> nix::Result<OwnedFd> {
-    openat(
+fn create_file(dir: impl AsFd, name: &std::ffi::OsStr) -> nix::Result<()> {
+    match openat(
         dir,
         name,
-        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         Mode::from_bits_truncate(0o644),
-    )
+    ) {
+        Ok(_) | Err(Errno::EEXIST) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Attaches `source` at `container_path` inside `root` (called in the container's namespace).
@@ -177,6 +171,6 @@ pub fn attach(
     }
 }
 
-pub(crate) fn fd_path(fd: &OwnedFd) -> PathBuf {
+fn fd_path(fd: &OwnedFd) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }

@@ -7,7 +7,6 @@
 //! resolved, and the final file is handled with `*at` calls on that parent fd with
 //! `AT_SYMLINK_NOFOLLOW` / `O_NOFOLLOW`: no step re-resolves a path the image could have swapped.
 
-use std::cell::RefCell;
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
@@ -77,11 +76,6 @@ pub struct Rootfs {
     /// filesystem mounted inside that namespace (the runtime's `/dev` tmpfs) must belong to an
     /// id mapped there, or the kernel refuses with EOVERFLOW.
     userns_owner: Option<(u32, u32)>,
-    /// Directories [`Rootfs::mkdir_all`] has opened, by normalised container path. A plan puts
-    /// every library and soname link in one directory: resolving it from the root again for
-    /// each (one `openat2` per component) was ~400 path walks at 64 libraries. Holding the fd
-    /// is also what the `*at` calls want: the directory cannot be swapped under us.
-    dirs: RefCell<Vec<(PathBuf, OwnedFd)>>,
 }
 
 impl Rootfs {
@@ -101,7 +95,6 @@ impl Rootfs {
             fd,
             path: path.to_owned(),
             userns_owner: None,
-            dirs: RefCell::new(Vec::new()),
         })
     }
 
@@ -167,23 +160,12 @@ impl Rootfs {
     /// but is not a directory (or a link to one) is an error, never replaced.
     pub fn mkdir_all(&self, dir: &Path) -> Result<OwnedFd, RootfsError> {
         let flags = OFlag::O_PATH | OFlag::O_DIRECTORY;
-        let comps = normal_components(dir)?;
         let mut cur = PathBuf::from("/");
-        if let Some(fd) = self.cached(&cur.join(comps.iter().collect::<PathBuf>()))? {
-            return Ok(fd);
-        }
-        let mut fd = match self.cached(&cur)? {
-            Some(fd) => fd,
-            None => self.remember(&cur, self.resolve(&cur, flags)?)?,
-        };
-        for comp in comps {
+        let mut fd = self.resolve(&cur, flags)?;
+        for comp in normal_components(dir)? {
             cur.push(comp);
-            if let Some(next) = self.cached(&cur)? {
-                fd = next;
-                continue;
-            }
-            let next = match self.resolve(&cur, flags) {
-                Ok(next) => next,
+            match self.resolve(&cur, flags) {
+                Ok(next) => fd = next,
                 Err(e) if e.errno == Errno::ENOENT => {
                     match self.create(|| mkdirat(fd.as_fd(), comp, Mode::from_bits_truncate(0o755)))
                     {
@@ -196,38 +178,13 @@ impl Rootfs {
                             })
                         }
                     }
-                    self.resolve(&cur, flags)?
+                    fd = self.resolve(&cur, flags)?;
                 }
                 Err(e) => return Err(e),
-            };
-            fd = self.remember(&cur, next)?;
+            }
         }
         Ok(fd)
     }
-
-    /// A duplicate of the fd of directory `path` when [`Rootfs::mkdir_all`] opened it before.
-    fn cached(&self, path: &Path) -> Result<Option<OwnedFd>, RootfsError> {
-        let dirs = self.dirs.borrow();
-        let Some((_, fd)) = dirs.iter().find(|(p, _)| p == path) else {
-            return Ok(None);
-        };
-        dup(fd, path).map(Some)
-    }
-
-    /// Keeps `fd` as directory `path` and returns a duplicate of it.
-    fn remember(&self, path: &Path, fd: OwnedFd) -> Result<OwnedFd, RootfsError> {
-        let copy = dup(&fd, path)?;
-        self.dirs.borrow_mut().push((path.to_owned(), fd));
-        Ok(copy)
-    }
-}
-
-fn dup(fd: &OwnedFd, path: &Path) -> Result<OwnedFd, RootfsError> {
-    fd.try_clone().map_err(|e| RootfsError {
-        op: "duplicate the fd of",
-        path: path.to_owned(),
-        errno: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EBADF)),
-    })
 }
 
 /// What is at `name` in the directory `dir` (symlinks not followed).
@@ -337,26 +294,6 @@ mod tests {
         r.mkdir_all(Path::new("/tmp")).unwrap();
         r.mkdir_all(Path::new("/usr/lib/up/x")).unwrap();
         assert!(root.join("tmp/x").is_dir());
-    }
-
-    #[test]
-    fn directories_are_resolved_once_and_reused() {
-        let t = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(t.path().join("usr")).unwrap();
-        // /usr/lib is a link inside the image: it resolves in-root, once.
-        std::os::unix::fs::symlink("/opt/lib", t.path().join("usr/lib")).unwrap();
-        let r = Rootfs::open(t.path()).unwrap();
-        let a = r.mkdir_all(Path::new("/opt/lib")).unwrap();
-        let b = r.mkdir_all(Path::new("/usr/lib/")).unwrap();
-        let c = r.mkdir_all(Path::new("/usr/lib")).unwrap();
-        let ino = |fd: &OwnedFd| nix::sys::stat::fstat(fd).unwrap().st_ino;
-        assert_eq!(ino(&a), ino(&b));
-        assert_eq!(ino(&b), ino(&c));
-        assert_eq!(
-            r.dirs.borrow().len(),
-            5,
-            "/, /opt, /opt/lib, /usr, /usr/lib"
-        );
     }
 
     #[test]

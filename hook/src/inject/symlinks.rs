@@ -27,12 +27,6 @@ pub fn create(root: &Rootfs, link: &Symlink) -> Result<(), InjectError> {
     if link.target.contains('/') {
         return Err(rerr("link outside its directory from", Errno::EINVAL));
     }
-    // The usual case, a name the image does not have: one call.
-    match root.create(|| symlinkat(link.target.as_str(), &dir, name)) {
-        Ok(()) => return Ok(()),
-        Err(Errno::EEXIST) => {}
-        Err(e) => return Err(rerr("symlink", e)),
-    }
     match entry_at(&dir, name, &link.link)? {
         Entry::Missing => {}
         Entry::Symlink => {
