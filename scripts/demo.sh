@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh demo
 cargo build --quiet -p devinject-hook -p devinject-tests --bins
-exec target/debug/devinject-demo target/debug/devinject-hook
+exec "$PWD/target/debug/devinject-demo" "$PWD/target/debug/devinject-hook"

@@ -22,14 +22,11 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<bool> {
-    let hook = std::env::args()
-        .nth(1)
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::env::current_exe()
-                .expect("exe")
-                .with_file_name("devinject-hook")
-        });
+    // runc runs hooks from the bundle directory: the hook path must be absolute.
+    let hook = match std::env::args().nth(1) {
+        Some(p) => std::fs::canonicalize(&p).with_context(|| format!("hook binary {p}"))?,
+        None => std::env::current_exe()?.with_file_name("devinject-hook"),
+    };
     let tmp = tempfile::Builder::new()
         .prefix("devinject-demo-")
         .tempdir()?;
