@@ -10,6 +10,7 @@ use devinject_devices::HostRoots;
 use devinject_podresources::PodResourcesClient;
 use serde::Deserialize;
 
+use crate::inject::ldcache::CacheWriter;
 use crate::policy::{NonKubernetes, OnDenied, PolicySettings, RequestPolicy};
 
 /// Where the hook and shim read their configuration unless told otherwise.
@@ -67,6 +68,11 @@ pub struct HostConfig {
     /// make it wait forever (a FIFO as its `ld.so.conf`); keep this below the hook's `timeout`
     /// in the runtime so the user sees our message rather than the runtime's.
     pub ldconfig_timeout: u32,
+    /// Who writes the container's linker cache: `builtin` (the hook adds the injected libraries
+    /// to the image's cache itself, and runs ldconfig only for a cache it cannot read) or
+    /// `ldconfig` (always run ldconfig, which also rescans every library directory the image
+    /// configures).
+    pub ldcache: CacheWriter,
     /// Mount API choice.
     pub mount_api: MountApi,
     /// Log filter for the hook's stderr (`warn`, `info`, `debug`, or a tracing filter).
@@ -109,6 +115,7 @@ impl Default for HostConfig {
             driver_root: PathBuf::from("/"),
             ldconfig: PathBuf::from("/sbin/ldconfig"),
             ldconfig_timeout: 10,
+            ldcache: CacheWriter::Builtin,
             mount_api: MountApi::Auto,
             log_level: "warn".into(),
             runtime: None,
@@ -178,6 +185,7 @@ impl HostConfig {
     /// The ldconfig to run and its time limit.
     pub fn ldconfig_command(&self) -> crate::inject::ldcache::Ldconfig {
         crate::inject::ldcache::Ldconfig {
+            writer: self.ldcache,
             path: self.ldconfig.clone(),
             timeout_secs: self.ldconfig_timeout,
         }
@@ -264,7 +272,8 @@ mod props {
 
     const PATH: &str = "/etc/devinject/config.toml";
 
-    const KNOWN: [&str; 14] = [
+    const KNOWN: [&str; 15] = [
+        "ldcache",
         "profiles_dir",
         "dev_root",
         "sys_root",

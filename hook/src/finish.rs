@@ -27,20 +27,25 @@ pub struct FinishArgs {
 }
 
 impl FinishArgs {
-    /// Parses `--mount HOST CONTAINER`, `--link PATH=TARGET` and `--ldcache-dir DIR`, repeatable.
+    /// Parses `--mount HOST CONTAINER`, `--library HOST CONTAINER` (a mount the linker cache
+    /// must list), `--link PATH=TARGET` and `--ldcache-dir DIR`, repeatable.
     pub fn parse(args: &[String]) -> Result<Self, String> {
         let mut out = Self::default();
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
-                "--mount" => {
+                flag @ ("--mount" | "--library") => {
                     let (Some(host), Some(container)) = (it.next(), it.next()) else {
-                        return Err("--mount needs HOST CONTAINER".into());
+                        return Err(format!("{flag} needs HOST CONTAINER"));
                     };
                     out.mounts.push(Mount {
                         host_path: PathBuf::from(host),
                         container_path: PathBuf::from(container),
-                        kind: MountKind::File,
+                        kind: if flag == "--library" {
+                            MountKind::Library
+                        } else {
+                            MountKind::File
+                        },
                     });
                 }
                 "--link" => {
@@ -149,7 +154,12 @@ mod tests {
             PathBuf::from("/usr/lib/libx.so.1.2")
         );
         assert_eq!(a.links[0].target, "libx.so.1.2");
+        assert_eq!(a.mounts[0].kind, MountKind::File);
         assert!(FinishArgs::parse(&["--mount".into(), "/only-one".into()]).is_err());
+        let l = FinishArgs::parse(&["--library".into(), "/h/a.so".into(), "/usr/lib/a.so".into()])
+            .unwrap();
+        assert_eq!(l.mounts[0].kind, MountKind::Library);
+        assert!(FinishArgs::parse(&["--library".into(), "/only-one".into()]).is_err());
         assert_eq!(a.ldcache_dirs, [PathBuf::from("/usr/lib")]);
         assert!(FinishArgs::parse(&["--link".into(), "nolink".into()]).is_err());
         assert!(FinishArgs::parse(&["--bogus".into()]).is_err());

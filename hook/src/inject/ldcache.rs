@@ -15,11 +15,12 @@
 //! under the rootfs from its private copy of the namespace before it chroots
 //! ([`super::mountinfo`]); ldconfig needs no `/proc`.
 //!
-//! Two things keep it cheap:
-//! - When the container's cache already points every injected soname at the injected file (a
-//!   container started again on its old rootfs), ldconfig does not run at all
-//!   ([`super::ld_so_cache`]).
-//! - ldconfig `fsync`s the cache it writes, which cost 8–46 ms per container start on the ext4
+//! ldconfig is the fallback: the hook writes the cache itself when it can
+//! ([`super::ld_so_cache`]), and runs ldconfig only for what that cannot handle (an image cache in
+//! an old or damaged format, a library whose cache flags it cannot tell, links known without
+//! their libraries) or when the host config asks for it (`ldcache = "ldconfig"`).
+//!
+//! ldconfig `fsync`s the cache it writes, which cost 8–46 ms per container start on the ext4
 //!   disks measured (docs/benchmarks.md), more than everything else the hook does. A container's
 //!   cache needs no durability: it lives in a throw-away layer, and a cache lost in a crash is
 //!   rebuilt by the next start (ld.so ignores a truncated one). So ldconfig writes it into a
@@ -33,17 +34,15 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use devinject_devices::{ContainerEdits, MountKind};
 use nix::errno::Errno;
-use nix::fcntl::{renameat, OFlag};
+use nix::fcntl::OFlag;
 use nix::mount::{umount2, MntFlags, MsFlags};
 use nix::sched::CloneFlags;
 use nix::sys::signal::Signal;
 use nix::sys::stat::Mode;
 use nix::sys::wait::{waitpid, WaitStatus};
-use nix::unistd::{unlinkat, UnlinkatFlags};
 
-use super::ld_so_cache::{self, Expected};
+use super::ld_so_cache::update::{self, CACHE};
 use super::mounts::fd_path;
 use super::rootfs::Rootfs;
 use super::InjectError;
@@ -51,33 +50,29 @@ use crate::sys;
 
 /// The cache ldconfig writes into the staging tmpfs (container path, in the child's namespace).
 const STAGED: &str = "/dev/ld.so.cache";
-/// The real cache.
-const CACHE: &str = "/etc/ld.so.cache";
-/// The temp name the staged cache is copied to before the rename.
-const TEMP_NAME: &str = "ld.so.cache~devinject";
-/// Larger caches are not read back (ldconfig runs instead of the check; staging fails).
-const MAX_CACHE_BYTES: u64 = 64 << 20;
-/// The child's exit code when the cache was already current.
-const ALREADY_CURRENT: i32 = 100;
 /// The child's exit code when ldconfig ran out of time.
 const TIMED_OUT: i32 = 101;
 
-/// The host's ldconfig and how long it may run.
+/// Who writes the container's linker cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheWriter {
+    /// The hook itself, falling back to ldconfig for what it cannot merge.
+    #[default]
+    Builtin,
+    /// Always the host's ldconfig, run chrooted in the container.
+    Ldconfig,
+}
+
+/// How the linker cache is refreshed: who writes it, the host's ldconfig and how long it may run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ldconfig {
+    /// Who writes the cache.
+    pub writer: CacheWriter,
     /// A static ldconfig on the host.
     pub path: PathBuf,
     /// Seconds before it is killed (`SIGALRM`, armed before `exec`); 0: no limit.
     pub timeout_secs: u32,
-}
-
-/// What a refresh did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refresh {
-    /// ldconfig ran and its cache is in place.
-    Ran,
-    /// The cache already listed every injected library; ldconfig did not run.
-    AlreadyCurrent,
 }
 
 /// Opens the host's ldconfig for a later `fexecve`.
@@ -90,37 +85,7 @@ pub fn open_ldconfig(path: &Path) -> Result<OwnedFd, InjectError> {
     })
 }
 
-/// The cache entries the container needs for the libraries in `edits`: each library by its
-/// soname link, or by its file name when it has none. `None` when `edits` mounts no library
-/// (the finish step, which only knows the links): then the cache is never taken as current.
-pub fn expected_entries(edits: &ContainerEdits) -> Option<Vec<Expected>> {
-    let libs: Vec<&Path> = edits
-        .mounts
-        .iter()
-        .filter(|m| m.kind == MountKind::Library)
-        .map(|m| m.container_path.as_path())
-        .collect();
-    if libs.is_empty() {
-        return None;
-    }
-    let links = edits.symlinks();
-    let mut out = Vec::with_capacity(libs.len());
-    for lib in libs {
-        let file_name = lib.file_name()?.to_str()?;
-        let link = links
-            .iter()
-            .find(|l| l.target == file_name && l.link.parent() == lib.parent());
-        let path = link.map_or(lib, |l| l.link.as_path());
-        out.push(Expected {
-            soname: path.file_name()?.to_str()?.to_owned(),
-            path: path.to_owned(),
-        });
-    }
-    Some(out)
-}
-
-/// Runs ldconfig for `dirs` inside the container, killed after `timeout_secs` (0: never),
-/// unless `expected` is given and the cache already lists it. Failures are returned with
+/// Runs ldconfig for `dirs` inside the container, killed after `timeout_secs` (0: never). Failures are returned with
 /// ldconfig's output; the caller decides whether they are fatal (a read-only rootfs cannot take
 /// a new cache).
 ///
@@ -134,8 +99,7 @@ pub fn refresh(
     ldconfig: &OwnedFd,
     timeout_secs: u32,
     dirs: &[PathBuf],
-    expected: Option<&[Expected]>,
-) -> Result<Refresh, InjectError> {
+) -> Result<(), InjectError> {
     let (rd, wr) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(InjectError::Fork)?;
     let mut dir_args = Vec::with_capacity(dirs.len());
     for d in dirs {
@@ -149,7 +113,7 @@ pub fn refresh(
         // Only ldconfig's output goes to the pipe; a failure before exec says which step.
         let _ = nix::unistd::dup2_stdout(&wr);
         let _ = nix::unistd::dup2_stderr(&wr);
-        match in_container(mnt_ns, rootfs, ldconfig, timeout_secs, &dir_args, expected) {
+        match in_container(mnt_ns, rootfs, ldconfig, timeout_secs, &dir_args) {
             Ok(code) => code,
             Err(msg) => {
                 let line = format!("ldconfig setup failed: {msg}\n");
@@ -169,9 +133,8 @@ pub fn refresh(
             if !output.trim().is_empty() {
                 tracing::debug!(output = %output.trim(), "ldconfig said");
             }
-            Ok(Refresh::Ran)
+            Ok(())
         }
-        Ok(WaitStatus::Exited(_, ALREADY_CURRENT)) => Ok(Refresh::AlreadyCurrent),
         Ok(WaitStatus::Exited(_, TIMED_OUT) | WaitStatus::Signaled(_, Signal::SIGALRM, _)) => {
             Err(InjectError::LdconfigTimeout { secs: timeout_secs })
         }
@@ -182,16 +145,15 @@ pub fn refresh(
     }
 }
 
-/// The child: joins the container's mount namespace in a private copy without its procfs, and
-/// unless the cache is current runs ldconfig (staged on a tmpfs when it can) and installs its
-/// cache. Returns the exit code for the parent.
+/// The child: joins the container's mount namespace in a private copy without its procfs, runs
+/// ldconfig (staged on a tmpfs when it can) and installs its cache. Returns the exit code for the
+/// parent.
 fn in_container(
     mnt_ns: &OwnedFd,
     rootfs: &Path,
     ldconfig: &OwnedFd,
     timeout_secs: u32,
     dirs: &[CString],
-    expected: Option<&[Expected]>,
 ) -> Result<i32, String> {
     nix::sched::setns(mnt_ns.as_fd(), CloneFlags::CLONE_NEWNS)
         .map_err(|e| format!("setns: {e}"))?;
@@ -206,11 +168,6 @@ fn in_container(
     .map_err(|e| format!("make mounts private: {e}"))?;
     detach_procfs(rootfs)?;
     let root = Rootfs::open(rootfs).map_err(|e| e.to_string())?;
-    if let Some(expected) = expected {
-        if read(&root, CACHE).is_some_and(|c| ld_so_cache::lists_all(&c, expected)) {
-            return Ok(ALREADY_CURRENT);
-        }
-    }
     let staged = stage(&root);
     let mut argv = vec![
         c"ldconfig".to_owned(),
@@ -241,9 +198,7 @@ fn in_container(
     match waitpid(run, None).map_err(|e| format!("wait: {e}"))? {
         WaitStatus::Exited(_, 0) => {}
         // ldconfig's own failure, passed on (its output is already in the pipe).
-        WaitStatus::Exited(_, code) if code == ALREADY_CURRENT || code == TIMED_OUT => {
-            return Ok(1)
-        }
+        WaitStatus::Exited(_, TIMED_OUT) => return Ok(1),
         WaitStatus::Exited(_, code) => return Ok(code),
         WaitStatus::Signaled(_, Signal::SIGALRM, _) => return Ok(TIMED_OUT),
         WaitStatus::Signaled(_, sig, _) => return Err(format!("ldconfig killed by {sig}")),
@@ -282,49 +237,16 @@ fn stage(root: &Rootfs) -> bool {
     .is_ok()
 }
 
-/// Reads a file inside the rootfs, bounded.
-fn read(root: &Rootfs, path: &str) -> Option<Vec<u8>> {
-    let fd = root.resolve(Path::new(path), OFlag::O_RDONLY).ok()?;
-    let mut buf = Vec::new();
-    std::fs::File::from(fd)
-        .take(MAX_CACHE_BYTES + 1)
-        .read_to_end(&mut buf)
-        .ok()?;
-    (buf.len() as u64 <= MAX_CACHE_BYTES).then_some(buf)
-}
-
-/// Copies the staged cache to `/etc/ld.so.cache`: a temp file in `/etc`, then a rename, both on
-/// the `/etc` fd resolved in-root. No `fsync` (see the module docs).
+/// Copies the staged cache to `/etc/ld.so.cache` (see [`update::install`]).
 fn install(root: &Rootfs) -> Result<(), Errno> {
     // ldconfig always writes its cache; a stand-in that did not leaves the old one, as before.
-    let Some(cache) = read(root, STAGED) else {
-        tracing::debug!("ldconfig left no cache to install");
-        return Ok(());
-    };
-    let etc = root
-        .resolve(Path::new("/etc"), OFlag::O_PATH | OFlag::O_DIRECTORY)
-        .map_err(|e| e.errno)?;
-    match unlinkat(&etc, TEMP_NAME, UnlinkatFlags::NoRemoveDir) {
-        Ok(()) | Err(Errno::ENOENT) => {}
-        Err(e) => return Err(e),
+    match update::read(root, STAGED) {
+        Ok(cache) if !cache.is_empty() => update::install(root, &cache),
+        _ => {
+            tracing::debug!("ldconfig left no cache to install");
+            Ok(())
+        }
     }
-    let fd = nix::fcntl::openat(
-        &etc,
-        TEMP_NAME,
-        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(0o644),
-    )?;
-    let mut file = std::fs::File::from(fd);
-    let written = file
-        .write_all(&cache)
-        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)));
-    let moded = nix::sys::stat::fchmod(&file, Mode::from_bits_truncate(0o644));
-    drop(file);
-    if let Err(e) = written.and(moded) {
-        let _ = unlinkat(&etc, TEMP_NAME, UnlinkatFlags::NoRemoveDir);
-        return Err(e);
-    }
-    renameat(&etc, TEMP_NAME, &etc, "ld.so.cache")
 }
 
 /// Detaches every procfs mount at or below `rootfs` in the caller's (private) mount namespace, so
@@ -367,52 +289,7 @@ fn describe_failure(status: WaitStatus, output: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use devinject_devices::{HookAction, Mount, Symlink};
     use nix::unistd::Pid;
-
-    fn lib(path: &str) -> Mount {
-        Mount {
-            host_path: PathBuf::from("/h").join(path.trim_start_matches('/')),
-            container_path: PathBuf::from(path),
-            kind: MountKind::Library,
-        }
-    }
-
-    #[test]
-    fn expected_entries_use_soname_links_else_file_names() {
-        let mut edits = ContainerEdits {
-            mounts: vec![
-                lib("/usr/lib/liba.so.1.2.3"),
-                lib("/usr/lib/libb.so"),
-                Mount {
-                    kind: MountKind::Binary,
-                    ..lib("/usr/bin/tool")
-                },
-            ],
-            ..ContainerEdits::default()
-        };
-        edits.hooks.push(HookAction::CreateSymlinks(vec![Symlink {
-            link: PathBuf::from("/usr/lib/liba.so.1"),
-            target: "liba.so.1.2.3".into(),
-        }]));
-        let got = expected_entries(&edits).unwrap();
-        assert_eq!(
-            got,
-            [
-                Expected {
-                    soname: "liba.so.1".into(),
-                    path: PathBuf::from("/usr/lib/liba.so.1")
-                },
-                Expected {
-                    soname: "libb.so".into(),
-                    path: PathBuf::from("/usr/lib/libb.so")
-                },
-            ]
-        );
-        // Links only (the finish step): the library set is unknown.
-        edits.mounts.clear();
-        assert_eq!(expected_entries(&edits), None);
-    }
 
     #[test]
     fn failures_fit_on_one_line() {

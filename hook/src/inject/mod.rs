@@ -30,6 +30,7 @@ use nix::sys::wait::{waitpid, WaitStatus};
 
 use crate::config::MountApi;
 use crate::sys;
+use ld_so_cache::update;
 use mounts::{MountAttrs, Source};
 use rootfs::{Rootfs, RootfsError};
 
@@ -128,8 +129,10 @@ pub struct Report {
     pub links: usize,
     /// Whether the linker cache lists the injected libraries (refreshed, or already current).
     pub ldcache: bool,
-    /// Whether it already did, so that ldconfig did not run.
+    /// Whether it already did, so that nothing was written.
     pub ldcache_was_current: bool,
+    /// Whether the host's ldconfig wrote it (configured, or the image's cache needed it).
+    pub ldconfig_ran: bool,
     /// Whether the new mount API was used.
     pub new_mount_api: bool,
 }
@@ -201,9 +204,25 @@ pub fn apply(
     }
     report.new_mount_api = new_api;
 
-    let needs_etc = !edits.ldcache_dirs().is_empty();
+    let dirs = edits.ldcache_dirs();
+    let needs_etc = !dirs.is_empty();
+    // The cache entries, when the hook can write the cache itself (else ldconfig runs below).
+    let mut ldconfig_because = None;
+    let libs = match (dirs.is_empty(), ldconfig.writer) {
+        (true, _) => None,
+        (false, ldcache::CacheWriter::Ldconfig) => None,
+        (false, ldcache::CacheWriter::Builtin) => match update::libraries(edits) {
+            Some(Ok(libs)) => Some(libs),
+            Some(Err(why)) => {
+                ldconfig_because = Some(why.to_string());
+                None
+            }
+            None => None,
+        },
+    };
     let owner = target.userns_owner();
-    run_in_namespace(&mnt_ns, |_| {
+    let readonly = target.readonly_rootfs;
+    let outcome = run_in_namespace(&mnt_ns, |_| {
         nix::sys::stat::umask(Mode::empty());
         let root = Rootfs::open(&target.rootfs)?.with_userns_owner(owner);
         for (node, source) in edits.device_nodes.iter().zip(node_sources) {
@@ -219,27 +238,42 @@ pub fn apply(
         if needs_etc {
             root.mkdir_all(Path::new("/etc"))?;
         }
-        Ok(())
+        let Some(libs) = &libs else {
+            return Ok(ChildOutcome::Done);
+        };
+        match update::update(&root, libs) {
+            Ok(update::Updated::Written) => Ok(ChildOutcome::CacheWritten),
+            Ok(update::Updated::AlreadyCurrent) => Ok(ChildOutcome::CacheCurrent),
+            Err(update::UpdateError::Unsupported(why)) => Ok(ChildOutcome::NeedsLdconfig(why.to_string())),
+            Err(e @ update::UpdateError::Write(_)) if readonly => {
+                tracing::warn!(error = %e, "read-only rootfs: linker cache not refreshed; soname links are in place");
+                Ok(ChildOutcome::Done)
+            }
+            Err(e) => Err(InjectError::Child(e.to_string())),
+        }
     })?;
     report.nodes = edits.device_nodes.len();
     report.mounts = edits.mounts.len();
     report.links = edits.symlinks().len();
 
-    let dirs = edits.ldcache_dirs();
-    if !dirs.is_empty() {
+    match outcome {
+        ChildOutcome::CacheWritten => report.ldcache = true,
+        ChildOutcome::CacheCurrent => {
+            report.ldcache = true;
+            report.ldcache_was_current = true;
+        }
+        ChildOutcome::NeedsLdconfig(why) => ldconfig_because = Some(why),
+        ChildOutcome::Done => {}
+    }
+    if !dirs.is_empty() && !report.ldcache && (libs.is_none() || ldconfig_because.is_some()) {
+        if let Some(why) = &ldconfig_because {
+            tracing::debug!(reason = %why, "linker cache left to ldconfig");
+        }
         let fd = ldcache::open_ldconfig(&ldconfig.path)?;
-        let expected = ldcache::expected_entries(edits);
-        match ldcache::refresh(
-            &mnt_ns,
-            &target.rootfs,
-            &fd,
-            ldconfig.timeout_secs,
-            dirs,
-            expected.as_deref(),
-        ) {
-            Ok(r) => {
+        match ldcache::refresh(&mnt_ns, &target.rootfs, &fd, ldconfig.timeout_secs, dirs) {
+            Ok(()) => {
                 report.ldcache = true;
-                report.ldcache_was_current = r == ldcache::Refresh::AlreadyCurrent;
+                report.ldconfig_ran = true;
             }
             Err(e) if target.readonly_rootfs => {
                 tracing::warn!(error = %e, "read-only rootfs: linker cache not refreshed; soname links are in place")
@@ -250,11 +284,47 @@ pub fn apply(
     Ok(report)
 }
 
+/// What the injection child did beyond nodes, mounts and links.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ChildOutcome {
+    /// Nothing more (no libraries, or a read-only rootfs refused the cache).
+    Done,
+    /// The hook wrote the linker cache.
+    CacheWritten,
+    /// The linker cache already was what the hook would write.
+    CacheCurrent,
+    /// The image's cache is not one the hook merges into; why.
+    NeedsLdconfig(String),
+}
+
+impl ChildOutcome {
+    /// The child's exit code, and the text it sends through the pipe.
+    fn encode(&self) -> (i32, &str) {
+        match self {
+            Self::Done => (0, ""),
+            Self::CacheWritten => (10, ""),
+            Self::CacheCurrent => (11, ""),
+            Self::NeedsLdconfig(why) => (12, why),
+        }
+    }
+
+    /// The outcome an exit code and message stand for, if they are one.
+    fn decode(code: i32, msg: String) -> Option<Self> {
+        Some(match code {
+            0 => Self::Done,
+            10 => Self::CacheWritten,
+            11 => Self::CacheCurrent,
+            12 => Self::NeedsLdconfig(msg),
+            _ => return None,
+        })
+    }
+}
+
 /// Runs `work` in a forked child that has joined `mnt_ns`; its error comes back as text.
 fn run_in_namespace(
     mnt_ns: &OwnedFd,
-    work: impl FnOnce(&OwnedFd) -> Result<(), InjectError>,
-) -> Result<(), InjectError> {
+    work: impl FnOnce(&OwnedFd) -> Result<ChildOutcome, InjectError>,
+) -> Result<ChildOutcome, InjectError> {
     let (rd, wr) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(InjectError::Fork)?;
     let child = sys::fork_run(|| {
         let result = nix::sched::setns(mnt_ns.as_fd(), CloneFlags::CLONE_NEWNS)
@@ -265,7 +335,11 @@ fn run_in_namespace(
             })
             .and_then(|()| work(mnt_ns));
         match result {
-            Ok(()) => 0,
+            Ok(outcome) => {
+                let (code, text) = outcome.encode();
+                let _ = nix::unistd::write(&wr, text.as_bytes());
+                code
+            }
             Err(e) => {
                 let _ = nix::unistd::write(&wr, e.to_string().as_bytes());
                 1
@@ -279,7 +353,10 @@ fn run_in_namespace(
         .take(16 * 1024)
         .read_to_string(&mut msg);
     match waitpid(child, None).map_err(InjectError::Fork)? {
-        WaitStatus::Exited(_, 0) => Ok(()),
+        WaitStatus::Exited(_, 1) if !msg.is_empty() => Err(InjectError::Child(msg)),
+        WaitStatus::Exited(_, code) => ChildOutcome::decode(code, msg).ok_or_else(|| {
+            InjectError::Child(format!("injection child exited with status {code}"))
+        }),
         other if msg.is_empty() => Err(InjectError::Child(format!(
             "injection child ended abnormally: {other:?}"
         ))),

@@ -16,7 +16,7 @@
 
 use std::path::Path;
 
-use devinject_devices::{ContainerEdits, NodeKind};
+use devinject_devices::{ContainerEdits, MountKind, NodeKind};
 use serde_json::{json, Map, Value};
 
 /// Why the spec could not be edited.
@@ -226,7 +226,12 @@ pub fn finish_hook(hook: &Path, config: Option<&Path>, edits: &ContainerEdits) -
     }
     args.push(json!("finish"));
     for m in &edits.mounts {
-        args.push(json!("--mount"));
+        // Libraries apart: the finish step adds them to the linker cache itself.
+        args.push(json!(if m.kind == MountKind::Library {
+            "--library"
+        } else {
+            "--mount"
+        }));
         args.push(json!(m.host_path));
         args.push(json!(m.container_path));
     }
@@ -246,7 +251,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use devinject_devices::{CgroupRule, DeviceNode, HookAction, Mount, MountKind, Symlink};
+    use devinject_devices::{CgroupRule, DeviceNode, HookAction, Mount, Symlink};
 
     pub(super) fn edits() -> ContainerEdits {
         let node = DeviceNode {
@@ -327,7 +332,7 @@ mod tests {
         assert_eq!(
             args.as_array().unwrap()[2..5],
             [
-                json!("--mount"),
+                json!("--library"),
                 json!("/h/lib/libdemo.so.1.0.0"),
                 json!("/usr/lib/libdemo.so.1.0.0")
             ]
@@ -451,7 +456,7 @@ mod props {
     use serde_json::{json, Value};
 
     use super::*;
-    use devinject_devices::{CgroupRule, DeviceNode, HookAction, Mount, MountKind, Symlink};
+    use devinject_devices::{CgroupRule, DeviceNode, HookAction, Mount, Symlink};
 
     const REQUEST_ENV: &str = "DEMO_VISIBLE_DEVICES";
 

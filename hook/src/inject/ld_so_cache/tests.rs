@@ -1,0 +1,307 @@
+//! The cache format against glibc's own tools: this host's ldconfig reads what we write, and
+//! sorts as we do.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::*;
+
+const NATIVE: i32 = 0x0303;
+
+fn lib(soname: &str, path: &str) -> Library {
+    Library {
+        soname: soname.into(),
+        path: PathBuf::from(path),
+        flags: NATIVE,
+    }
+}
+
+fn entry(flags: i32, name: &str, path: &str, hwcap: u64) -> Entry {
+    Entry {
+        flags,
+        name: name.into(),
+        path: path.into(),
+        hwcap,
+    }
+}
+
+/// Root and a glibc ldconfig, or a printed reason (a failure under CI=true).
+fn have_root_and_ldconfig() -> bool {
+    let why = if !nix::unistd::geteuid().is_root() {
+        "needs root (ldconfig -r chroots)"
+    } else if !Path::new("/sbin/ldconfig").exists() || !cfg!(target_arch = "x86_64") {
+        "needs glibc's /sbin/ldconfig on x86-64"
+    } else {
+        return true;
+    };
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+    eprintln!("skipped: {why}");
+    false
+}
+
+/// `ldconfig -p` of a cache file, without its header and trailer lines.
+fn ldconfig_p(cache: &Path) -> Vec<String> {
+    let out = Command::new("/sbin/ldconfig")
+        .arg("-p")
+        .arg("-C")
+        .arg(cache)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(" => "))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn round_trips_entries_flags_hwcaps() {
+    let cache = Cache {
+        entries: vec![
+            entry(NATIVE, "libz.so.1", "/lib/libz.so.1", 0),
+            entry(
+                NATIVE,
+                "liba.so.1",
+                "/usr/lib/glibc-hwcaps/x86-64-v3/liba.so.1",
+                HWCAP_EXTENSION | (3 << 32) | 1,
+            ),
+            entry(NATIVE, "liba.so.1", "/usr/lib/liba.so.1", 0),
+            entry(0x0003, "liba.so.1", "/usr/lib32/liba.so.1", 0),
+        ],
+        hwcaps: vec![b"x86-64-v2".to_vec(), b"x86-64-v3".to_vec()],
+    };
+    let bytes = cache.to_bytes();
+    assert_eq!(Cache::parse(&bytes).unwrap(), cache);
+    assert_eq!(Cache::parse(&[]).unwrap(), Cache::default());
+    assert_eq!(
+        Cache::parse(&Cache::default().to_bytes()).unwrap(),
+        Cache::default()
+    );
+}
+
+#[test]
+fn ours_come_first_among_equals_and_duplicates_go() {
+    let mut cache = Cache {
+        entries: vec![
+            entry(NATIVE, "libcuda.so.1", "/usr/local/cuda/compat/libcuda.so.1", 0),
+            entry(NATIVE, "libb.so.1", "/usr/lib/libb.so.1", 0),
+        ],
+        hwcaps: vec![],
+    };
+    let libs = [
+        lib("libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+        lib("libb.so.1", "/usr/lib/libb.so.1"),
+    ];
+    assert!(!cache.finds_all(&libs));
+    cache.add(&libs);
+    let got: Vec<(&[u8], &[u8])> = cache
+        .entries
+        .iter()
+        .map(|e| (&e.name[..], &e.path[..]))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (&b"libcuda.so.1"[..], &b"/usr/lib/x86_64-linux-gnu/libcuda.so.1"[..]),
+            (b"libcuda.so.1", b"/usr/local/cuda/compat/libcuda.so.1"),
+            (b"libb.so.1", b"/usr/lib/libb.so.1"),
+        ]
+    );
+    assert!(cache.finds_all(&libs));
+    // Adding again changes nothing: a restarted container's cache is rewritten identically.
+    let once = cache.to_bytes();
+    cache.add(&libs);
+    assert_eq!(cache.to_bytes(), once);
+}
+
+#[test]
+fn damaged_and_foreign_files_are_unsupported() {
+    let good = Cache {
+        entries: vec![entry(NATIVE, "liba.so.1", "/usr/lib/liba.so.1", 0)],
+        hwcaps: vec![],
+    }
+    .to_bytes();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("garbage", b"not a cache at all".to_vec()),
+        ("old format only", {
+            let mut v = MAGIC_OLD.to_vec();
+            v.resize(OLD_HEADER, 0);
+            v
+        }),
+        ("truncated header", good[..30].to_vec()),
+        ("truncated entries", good[..HEADER + 10].to_vec()),
+        ("entry count past the end", {
+            let mut v = good.clone();
+            v[20..24].copy_from_slice(&u32::MAX.to_ne_bytes());
+            v
+        }),
+        ("string offset past the end", {
+            let mut v = good.clone();
+            v[HEADER + 4..HEADER + 8].copy_from_slice(&u32::MAX.to_ne_bytes());
+            v
+        }),
+        ("other byte order", {
+            let mut v = good.clone();
+            v[28] = if ENDIAN_CURRENT == 2 { 3 } else { 2 };
+            v
+        }),
+        ("hwcaps index without a section", {
+            let mut v = good.clone();
+            v[HEADER + 16..HEADER + 24].copy_from_slice(&(HWCAP_EXTENSION | 5).to_ne_bytes());
+            v
+        }),
+        ("extension directory misplaced", {
+            let mut v = good.clone();
+            v[32..36].copy_from_slice(&7u32.to_ne_bytes());
+            v
+        }),
+    ];
+    for (what, bytes) in cases {
+        assert!(Cache::parse(&bytes).is_err(), "{what} was accepted");
+    }
+    // A string running to the end of the file (the generator has no NUL) is refused.
+    let mut v = good.clone();
+    let end = (v.len() - 3) as u32;
+    v[HEADER + 4..HEADER + 8].copy_from_slice(&end.to_ne_bytes());
+    assert_eq!(
+        Cache::parse(&v),
+        Err(Unsupported::Damaged("unterminated or overlong string"))
+    );
+}
+
+#[test]
+fn compat_layout_is_read_from_its_new_part() {
+    // Old header with two old entries, padding to 8, then a new-format cache whose string
+    // offsets are relative to its own header.
+    let new = Cache {
+        entries: vec![entry(NATIVE, "liba.so.1", "/usr/lib/liba.so.1", 0)],
+        hwcaps: vec![],
+    };
+    let mut file = MAGIC_OLD.to_vec();
+    file.resize(12, 0);
+    file.extend(2u32.to_ne_bytes());
+    file.extend([0u8; 2 * OLD_ENTRY]);
+    file.resize(file.len().next_multiple_of(8), 0);
+    let mut new_bytes = new.to_bytes();
+    // Drop the extension directory: compat files from glibc < 2.32 have none.
+    new_bytes[32..36].copy_from_slice(&0u32.to_ne_bytes());
+    file.extend(new_bytes);
+    assert_eq!(Cache::parse(&file).unwrap(), new);
+}
+
+/// This host's cache, parsed and written again by us, reads back through glibc's ldconfig with
+/// the same lines in the same order.
+#[test]
+fn ldconfig_reads_our_rewrite_of_the_hosts_cache() {
+    if !have_root_and_ldconfig() {
+        return;
+    }
+    let host = std::fs::read("/etc/ld.so.cache").unwrap();
+    let cache = Cache::parse(&host).unwrap();
+    assert!(!cache.entries.is_empty());
+    let t = tempfile::tempdir().unwrap();
+    let ours = t.path().join("ld.so.cache");
+    std::fs::write(&ours, cache.to_bytes()).unwrap();
+    assert_eq!(
+        ldconfig_p(&ours),
+        ldconfig_p(Path::new("/etc/ld.so.cache"))
+    );
+}
+
+/// Libraries with names that exercise every rule of the order (numbers, digits against
+/// letters, case, 32- and 64-bit, one soname in two directories) come out of [`Cache::add`] in
+/// exactly the order glibc's ldconfig writes for them.
+#[test]
+fn sorts_exactly_as_ldconfig() {
+    if !have_root_and_ldconfig() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    let names = [
+        ("d1", "libfoo.so.9", false),
+        ("d1", "libfoo.so.10", false),
+        ("d1", "libfoo.so.1", true),
+        ("d1", "libFoo.so.1", false),
+        ("d1", "lib2x.so.1", false),
+        ("d1", "libx.so.1", false),
+        ("d1", "libx.so", false),
+        ("d1", "libab-1.2.so.3", false),
+        ("d1", "libab-1.10.so.3", false),
+        ("d2", "libfoo.so.1", false),
+        ("d2", "libx.so.1", false),
+    ];
+    let src = root.join("lib.c");
+    std::fs::write(&src, "int devinject_test_symbol(void) { return 1; }\n").unwrap();
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::fs::write(root.join("etc/ld.so.conf"), "/d1\n/d2\n").unwrap();
+    // Older ldconfigs (Debian 12's glibc 2.36) list a 32-bit library as a libc6 one only when it
+    // needs libc.so.6; newer ones always do, as we do. Give it a stand-in libc to link against.
+    let stub = root.join("stub/libc.so.6");
+    std::fs::create_dir_all(stub.parent().unwrap()).unwrap();
+    let m32 = Command::new("gcc")
+        .args(["-m32", "-shared", "-fPIC", "-nostdlib", "-Wl,-soname,libc.so.6", "-o"])
+        .arg(&stub)
+        .arg(&src)
+        .status()
+        .is_ok_and(|s| s.success());
+    let mut libs = Vec::new();
+    for (dir, soname, is_m32) in names {
+        if is_m32 && !m32 {
+            // No 32-bit toolchain: that one library is left out.
+            continue;
+        }
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+        let path = root.join(dir).join(soname);
+        let mut gcc = Command::new("gcc");
+        gcc.args(["-shared", "-fPIC", "-nostdlib"]);
+        if is_m32 {
+            gcc.args(["-m32", "-Wl,--no-as-needed"]).arg(&stub);
+        }
+        let out = gcc
+            .arg(format!("-Wl,-soname,{soname}"))
+            .arg("-o")
+            .arg(&path)
+            .arg(&src)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "gcc: {out:?}");
+        libs.push(Library {
+            soname: soname.into(),
+            path: PathBuf::from(format!("/{dir}/{soname}")),
+            flags: elf_flags::read(&path).unwrap(),
+        });
+    }
+    let status = Command::new("/sbin/ldconfig")
+        .arg("-r")
+        .arg(root)
+        .arg("-X")
+        .env_clear()
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let theirs = Cache::parse(&std::fs::read(root.join("etc/ld.so.cache")).unwrap()).unwrap();
+    // ldconfig puts the directory listed first first among equals; so do we for libraries
+    // added in that order.
+    let mut ours = Cache::default();
+    ours.add(&libs);
+    let view = |c: &Cache| -> Vec<(String, String, i32)> {
+        c.entries
+            .iter()
+            .map(|e| {
+                (
+                    String::from_utf8_lossy(&e.name).into_owned(),
+                    String::from_utf8_lossy(&e.path).into_owned(),
+                    e.flags,
+                )
+            })
+            .collect()
+    };
+    assert_eq!(view(&ours), view(&theirs));
+    // And ldconfig reads ours as it reads its own.
+    let file = root.join("ours.cache");
+    std::fs::write(&file, ours.to_bytes()).unwrap();
+    assert_eq!(ldconfig_p(&file), ldconfig_p(&root.join("etc/ld.so.cache")));
+}

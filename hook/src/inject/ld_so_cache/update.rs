@@ -1,0 +1,151 @@
+//! Updating a container's `/etc/ld.so.cache` in place: read the image's, add the injected
+//! libraries, write it back with a temp file and a rename. Runs in the injection child, in the
+//! container's mount namespace; every path is resolved in-root ([`Rootfs`]), so an image's links
+//! cannot lead the read or the write anywhere else.
+
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use devinject_devices::{ContainerEdits, MountKind};
+use nix::errno::Errno;
+use nix::fcntl::{renameat, OFlag};
+use nix::sys::stat::{Mode, SFlag};
+use nix::unistd::{unlinkat, UnlinkatFlags};
+
+use super::{elf_flags, Cache, Library, Unsupported};
+use crate::inject::rootfs::Rootfs;
+
+/// The cache, in the container.
+pub const CACHE: &str = "/etc/ld.so.cache";
+/// The temp name a new cache is written under before the rename.
+const TEMP_NAME: &str = "ld.so.cache~devinject";
+/// Larger caches are not read (ldconfig rebuilds them instead).
+pub const MAX_CACHE_BYTES: u64 = 64 << 20;
+
+/// What an update did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Updated {
+    /// A new cache is in place.
+    Written,
+    /// The cache already was what we would write (a container started again on its rootfs).
+    AlreadyCurrent,
+}
+
+/// Why an update did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum UpdateError {
+    /// The image's cache is not one we merge into: ldconfig must rebuild it.
+    #[error(transparent)]
+    Unsupported(#[from] Unsupported),
+    /// Writing failed.
+    #[error("cannot write {CACHE} in the container: {0}")]
+    Write(Errno),
+}
+
+/// The cache entries the container needs for the libraries `edits` mounts: each by its soname
+/// link, or by its file name when it has none, with the flags its host file's ELF header gives.
+/// `None` when `edits` mounts no library (only links and directories are known, as from an older
+/// shim's finish step): then only ldconfig can tell what the cache needs.
+pub fn libraries(edits: &ContainerEdits) -> Option<Result<Vec<Library>, Unsupported>> {
+    let libs: Vec<_> = edits
+        .mounts
+        .iter()
+        .filter(|m| m.kind == MountKind::Library)
+        .collect();
+    if libs.is_empty() {
+        return None;
+    }
+    let links = edits.symlinks();
+    let out = libs
+        .into_iter()
+        .map(|m| {
+            let lib = m.container_path.as_path();
+            let unsupported = || Unsupported::Flags(m.host_path.display().to_string());
+            let file_name = lib.file_name().and_then(|n| n.to_str()).ok_or_else(unsupported)?;
+            let link = links
+                .iter()
+                .find(|l| l.target == file_name && l.link.parent() == lib.parent());
+            let path = link.map_or(lib, |l| l.link.as_path());
+            Ok(Library {
+                soname: path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .ok_or_else(unsupported)?
+                    .to_owned(),
+                path: path.to_owned(),
+                flags: elf_flags::read(&m.host_path).ok_or_else(unsupported)?,
+            })
+        })
+        .collect();
+    Some(out)
+}
+
+/// Adds `libs` to the container's cache (creating it when the image has none).
+pub fn update(root: &Rootfs, libs: &[Library]) -> Result<Updated, UpdateError> {
+    let old = read(root, CACHE).map_err(UpdateError::Unsupported)?;
+    let mut cache = Cache::parse(&old)?;
+    cache.add(libs);
+    let new = cache.to_bytes();
+    if new == old {
+        return Ok(Updated::AlreadyCurrent);
+    }
+    install(root, &new).map_err(UpdateError::Write)?;
+    Ok(Updated::Written)
+}
+
+/// Reads a regular file inside the rootfs, bounded; empty when there is none or it is not a
+/// regular file (a FIFO or device is never opened for reading: `O_NONBLOCK`, then a type check
+/// before the first read). Too large is [`Unsupported`].
+pub fn read(root: &Rootfs, path: &str) -> Result<Vec<u8>, Unsupported> {
+    let Ok(fd) = root.resolve(Path::new(path), OFlag::O_RDONLY | OFlag::O_NONBLOCK) else {
+        return Ok(Vec::new());
+    };
+    if !is_regular(&fd) {
+        return Ok(Vec::new());
+    }
+    let mut buf = Vec::new();
+    std::fs::File::from(fd)
+        .take(MAX_CACHE_BYTES + 1)
+        .read_to_end(&mut buf)
+        .map_err(|_| Unsupported::Damaged("unreadable"))?;
+    if buf.len() as u64 > MAX_CACHE_BYTES {
+        return Err(Unsupported::Damaged("larger than 64 MiB"));
+    }
+    Ok(buf)
+}
+
+fn is_regular(fd: &OwnedFd) -> bool {
+    nix::sys::stat::fstat(fd)
+        .is_ok_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG)
+}
+
+/// Puts `bytes` in place as `/etc/ld.so.cache`: a temp file in `/etc` (an image's file or link
+/// by that name is removed, never followed), then a rename, both on the `/etc` fd resolved
+/// in-root. No `fsync`: the cache lives in a throw-away layer, and ld.so ignores a truncated one.
+pub fn install(root: &Rootfs, bytes: &[u8]) -> Result<(), Errno> {
+    let etc = root
+        .resolve(Path::new("/etc"), OFlag::O_PATH | OFlag::O_DIRECTORY)
+        .map_err(|e| e.errno)?;
+    match unlinkat(&etc, TEMP_NAME, UnlinkatFlags::NoRemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => {}
+        Err(e) => return Err(e),
+    }
+    let fd = nix::fcntl::openat(
+        &etc,
+        TEMP_NAME,
+        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o644),
+    )?;
+    let mut file = std::fs::File::from(fd);
+    let written = file
+        .write_all(bytes)
+        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)));
+    let moded = nix::sys::stat::fchmod(&file, Mode::from_bits_truncate(0o644));
+    drop(file);
+    if let Err(e) = written.and(moded) {
+        let _ = unlinkat(&etc, TEMP_NAME, UnlinkatFlags::NoRemoveDir);
+        return Err(e);
+    }
+    renameat(&etc, TEMP_NAME, &etc, "ld.so.cache")
+}
