@@ -185,7 +185,11 @@ fn check(r: &Run, numbers: &[DeviceNumbers], shim: bool) {
         cache.starts_with(b"glibc-ld.so.cache"),
         "a valid cache: {ctx}"
     );
-    for temp in ["etc/ld.so.cache~", "var/cache/ldconfig/aux-cache~"] {
+    for temp in [
+        "etc/ld.so.cache~",
+        "etc/ld.so.cache~devinject",
+        "var/cache/ldconfig/aux-cache~",
+    ] {
         assert!(!rootfs.join(temp).exists(), "{temp} left: {ctx}");
     }
     if shim {

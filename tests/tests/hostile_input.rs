@@ -398,6 +398,8 @@ fn hook_killed_on_runc_timeout_left_ldconfig_blocked_on_a_fifo() {
     }
     nix::sys::prctl::set_child_subreaper(true).unwrap();
     let r = rig();
+    // The FIFO traps ldconfig; the hook's own cache writer never reads ld.so.conf.
+    set_config(&r.host.config, "ldcache", "\"ldconfig\"").unwrap();
     let mut b = Bundle::new(&r.bundle.dir.with_file_name("timeout"), &["/bin/true"]).unwrap();
     b.env("DEMO_VISIBLE_DEVICES=0");
     b.push_hook(

@@ -99,6 +99,9 @@ struct Case {
     /// runc itself writes through this trap (see `dev_link_to_host_under_the_runtime_tmpfs`):
     /// the host may change exactly as it does for the same image run by plain runc, no more.
     runtime_writes: bool,
+    /// Run with `ldcache = "ldconfig"`: the case is about what ldconfig reads and writes, which
+    /// the hook's own cache writer never touches.
+    ldconfig: bool,
     trap: Trap,
     hook: Expect,
     shim: Expect,
@@ -123,6 +126,9 @@ fn run(name: &str, case: Case) {
     });
     for via in [Via::Hook, Via::Shim] {
         let rig = rig();
+        if case.ldconfig {
+            set_config(&rig.host.config, "ldcache", "\"ldconfig\"").unwrap();
+        }
         run_one(&rig, name, &case, via, baseline.as_ref());
     }
 }
@@ -243,6 +249,7 @@ fn libdir_absolute_link_to_host() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, k| link(r, "/usr/lib", c(k, "usr/lib")).unwrap(),
             hook: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
             shim: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
@@ -258,6 +265,7 @@ fn libdir_climbing_link_to_host() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, k| link(r, "/usr/lib", climb("/usr/lib", &c(k, "usr/lib"))).unwrap(),
             hook: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
             shim: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
@@ -273,6 +281,7 @@ fn libdir_chain_of_links_to_host() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, k| {
                 link(r, "/usr/lib", "/hop1").unwrap();
                 link(r, "/hop1", "usr/../hop2").unwrap();
@@ -292,6 +301,7 @@ fn libdir_dangling_link() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, _| link(r, "/usr/lib", "/devinject-canary-dangling/lib").unwrap(),
             hook: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
             shim: Expect::Fail(7, &["/usr/lib in the container rootfs: ENOENT", NOWHERE]),
@@ -309,6 +319,7 @@ fn libdir_link_resolving_inside_the_rootfs() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, k| {
                 link(r, "/usr/lib", c(k, "usr/lib")).unwrap();
                 mirror(r, &c(k, "usr/lib")).unwrap();
@@ -331,6 +342,7 @@ fn libdir_chain_resolving_inside_the_rootfs() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, k| {
                 link(r, "/usr/lib", "/hop1").unwrap();
                 link(r, "/hop1", "../../../../hop2").unwrap();
@@ -351,6 +363,7 @@ fn libdir_through_proc_magic_link() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, k| link(r, "/usr/lib", via_proc(&c(k, "usr/lib"))).unwrap(),
             hook: Expect::Fail(
                 7,
@@ -372,6 +385,7 @@ fn libdir_is_a_file() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, _| file(r, "/usr/lib", "not a directory").unwrap(),
             hook: Expect::Fail(7, &["Not a directory", FILE_FOR_DIR]),
             shim: Expect::Fail(7, &["Not a directory", FILE_FOR_DIR]),
@@ -387,6 +401,7 @@ fn bindir_link_to_host() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, k| link(r, "/usr/bin", c(k, "usr/bin")).unwrap(),
             hook: Expect::Fail(7, &["/usr/bin in the container rootfs: ENOENT", NOWHERE]),
             shim: Expect::Fail(7, &["/usr/bin in the container rootfs: ENOENT", NOWHERE]),
@@ -404,6 +419,7 @@ fn library_is_a_link_to_a_host_file() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, k| link(r, LIB, c(k, "etc/passwd")).unwrap(),
             hook: Expect::Inject,
             shim: Expect::Inject,
@@ -419,6 +435,7 @@ fn tool_is_a_climbing_link_to_a_host_file() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, k| {
                 let at = "/usr/bin/demo-smi";
                 link(r, at, climb(at, &c(k, "usr/bin/tool"))).unwrap()
@@ -437,6 +454,7 @@ fn soname_link_points_at_a_host_file() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, k| link(r, SONAME, c(k, "usr/lib/libc.so.6")).unwrap(),
             hook: Expect::Inject,
             shim: Expect::Inject,
@@ -452,6 +470,7 @@ fn soname_link_climbs_to_a_host_file() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, k| link(r, SONAME, climb(SONAME, &c(k, "usr/lib/libc.so.6"))).unwrap(),
             hook: Expect::Inject,
             shim: Expect::Inject,
@@ -467,6 +486,7 @@ fn library_is_a_fifo() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, _| fifo(r, LIB).unwrap(),
             hook: Expect::Inject,
             shim: Expect::Inject,
@@ -482,6 +502,7 @@ fn library_is_a_device_node() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, _| char_node(r, LIB, 1, 3).unwrap(),
             hook: Expect::Inject,
             shim: Expect::Inject,
@@ -497,6 +518,7 @@ fn library_is_a_directory() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, _| dir(r, LIB).unwrap(),
             hook: Expect::Fail(7, &["directory"]),
             shim: Expect::Fail(7, &["directory"]),
@@ -512,6 +534,7 @@ fn soname_is_a_directory() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, _| dir(r, SONAME).unwrap(),
             hook: Expect::Fail(7, &["directory"]),
             shim: Expect::Fail(7, &["directory"]),
@@ -529,6 +552,7 @@ fn etc_absolute_link_to_host() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, k| link(r, "/etc", c(k, "etc")).unwrap(),
             hook: Expect::Fail(7, &["/etc in the container rootfs: ENOENT", NOWHERE]),
             shim: Expect::Fail(7, &["/etc in the container rootfs: ENOENT", NOWHERE]),
@@ -544,6 +568,7 @@ fn etc_link_resolving_inside_the_rootfs() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, k| {
                 link(r, "/etc", climb("/etc", &c(k, "etc"))).unwrap();
                 mirror(r, &c(k, "etc")).unwrap();
@@ -562,6 +587,7 @@ fn etc_through_proc_magic_link() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, k| link(r, "/etc", via_proc(&c(k, "etc"))).unwrap(),
             hook: Expect::Fail(7, &["/etc in the container rootfs: ELOOP", THROUGH_PROC]),
             shim: Expect::Fail(7, &["/etc in the container rootfs: ELOOP", THROUGH_PROC]),
@@ -577,6 +603,7 @@ fn ld_so_cache_is_a_link_to_host() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, k| link(r, "/etc/ld.so.cache", c(k, "etc/ld.so.cache")).unwrap(),
             hook: Expect::Inject,
             shim: Expect::Inject,
@@ -592,6 +619,7 @@ fn ld_so_cache_temp_file_is_a_link_to_host() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: true,
             // ldconfig writes its temp file on the hook's private tmpfs, and the hook installs the
             // cache through its own temp name: the image's link is never opened.
             trap: |r, k| link(r, "/etc/ld.so.cache~", via_proc(&c(k, "etc/ld.so.cache"))).unwrap(),
@@ -609,6 +637,7 @@ fn ld_so_cache_install_temp_file_is_a_link_to_host() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             // The hook's own temp name: removed (not followed) and created afresh.
             trap: |r, k| {
                 link(
@@ -625,6 +654,111 @@ fn ld_so_cache_install_temp_file_is_a_link_to_host() {
     );
 }
 
+/// The hook's own cache writer opens the image's cache without blocking and reads it only when it
+/// is a regular file: a FIFO there is replaced, not waited on.
+#[test]
+fn ld_so_cache_is_a_fifo() {
+    run(
+        "ld_so_cache_is_a_fifo",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            ldconfig: false,
+            trap: |r, _| fifo(r, "/etc/ld.so.cache").unwrap(),
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+/// A cache reached through the container's procfs is never read (in-root resolution refuses
+/// magic links); the link itself is replaced by the new cache.
+#[test]
+fn ld_so_cache_through_proc_magic_link() {
+    run(
+        "ld_so_cache_through_proc_magic_link",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            ldconfig: false,
+            trap: |r, k| link(r, "/etc/ld.so.cache", via_proc(&c(k, "etc/ld.so.cache"))).unwrap(),
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: Some(|r, _, out| {
+                let meta = std::fs::symlink_metadata(r.join("etc/ld.so.cache")).unwrap();
+                assert!(meta.is_file(), "the link is still there: {}", describe(out));
+            }),
+        },
+    );
+}
+
+/// A cache the hook cannot read faithfully (here: garbage) is left to ldconfig, which rebuilds
+/// it from the image's library directories.
+#[test]
+fn ld_so_cache_is_garbage() {
+    run(
+        "ld_so_cache_is_garbage",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            ldconfig: false,
+            trap: |r, _| {
+                file(
+                    r,
+                    "/etc/ld.so.cache",
+                    "glibc-ld.so.cache1.1 but nothing after",
+                )
+                .unwrap()
+            },
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+/// A cache larger than any real one is not read into the hook's memory: ldconfig rebuilds it.
+#[test]
+fn ld_so_cache_is_huge() {
+    run(
+        "ld_so_cache_is_huge",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            ldconfig: false,
+            trap: |r, _| {
+                file(r, "/etc/ld.so.cache", "").unwrap();
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(r.join("etc/ld.so.cache"))
+                    .unwrap();
+                f.set_len(65 << 20).unwrap();
+            },
+            hook: Expect::Inject,
+            shim: Expect::Inject,
+            check: None,
+        },
+    );
+}
+
+/// A directory where the cache belongs cannot be replaced: the start fails naming the file.
+#[test]
+fn ld_so_cache_is_a_directory() {
+    run(
+        "ld_so_cache_is_a_directory",
+        Case {
+            dev_tmpfs: true,
+            runtime_writes: false,
+            ldconfig: false,
+            trap: |r, _| dir(r, "/etc/ld.so.cache").unwrap(),
+            hook: Expect::Fail(7, &["/etc/ld.so.cache", "EISDIR"]),
+            shim: Expect::Fail(7, &["/etc/ld.so.cache", "EISDIR"]),
+            check: None,
+        },
+    );
+}
+
 #[test]
 fn dev_is_a_link_to_etc() {
     run(
@@ -632,6 +766,7 @@ fn dev_is_a_link_to_etc() {
         Case {
             dev_tmpfs: false,
             runtime_writes: false,
+            ldconfig: true,
             // A tmpfs staged over /dev would hide /etc from ldconfig: the cache is written in
             // place instead.
             trap: |r, _| link(r, "/dev", "etc").unwrap(),
@@ -649,6 +784,7 @@ fn ld_so_conf_is_a_link_to_host() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: true,
             trap: |r, k| link(r, "/etc/ld.so.conf", via_proc(&c(k, "etc/ld.so.conf"))).unwrap(),
             hook: Expect::Inject,
             shim: Expect::Inject,
@@ -667,6 +803,7 @@ fn ldconfig_chroot_escape_via_proc_reads_host_libraries() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: true,
             trap: |r, k| {
                 let conf = format!("{}\n", via_proc(&c(k, "usr/lib")));
                 file(r, "/etc/ld.so.conf", &conf).unwrap();
@@ -695,6 +832,7 @@ fn ldconfig_chroot_escape_via_proc_writes_host_aux_cache() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: true,
             trap: |r, k| link(r, "/var/cache", via_proc(&c(k, "var/cache"))).unwrap(),
             hook: Expect::Inject,
             shim: Expect::Inject,
@@ -714,6 +852,7 @@ fn ldconfig_blocked_forever_on_a_fifo_ld_so_conf() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: true,
             trap: |r, _| fifo(r, "/etc/ld.so.conf").unwrap(),
             hook: Expect::Fail(7, &["did not finish within 3 s"]),
             shim: Expect::Fail(7, &["did not finish within 3 s"]),
@@ -729,6 +868,7 @@ fn ld_so_conf_includes_a_fifo() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: true,
             trap: |r, _| {
                 file(r, "/etc/ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n").unwrap();
                 fifo(r, "/etc/ld.so.conf.d/trap.conf").unwrap();
@@ -747,6 +887,7 @@ fn ldconfig_aux_cache_is_a_fifo() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: true,
             trap: |r, _| fifo(r, "/var/cache/ldconfig/aux-cache").unwrap(),
             hook: Expect::Inject,
             shim: Expect::Inject,
@@ -768,6 +909,7 @@ fn dev_link_to_host_under_the_runtime_tmpfs() {
         Case {
             dev_tmpfs: true,
             runtime_writes: true,
+            ldconfig: false,
             trap: |r, k| link(r, "/dev", c(k, "dev")).unwrap(),
             hook: Expect::Inject,
             shim: Expect::Inject,
@@ -783,6 +925,7 @@ fn dev_subdir_link_hidden_by_the_runtime_tmpfs() {
         Case {
             dev_tmpfs: true,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, k| link(r, "/dev/demo", c(k, "dev")).unwrap(),
             hook: Expect::Inject,
             shim: Expect::Inject,
@@ -798,6 +941,7 @@ fn dev_subdir_absolute_link_to_host() {
         Case {
             dev_tmpfs: false,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, k| link(r, "/dev/demo", c(k, "dev")).unwrap(),
             hook: Expect::Fail(7, &["/dev/demo in the container rootfs: ENOENT", NOWHERE]),
             shim: Expect::Inject,
@@ -813,6 +957,7 @@ fn dev_subdir_climbing_link_to_host() {
         Case {
             dev_tmpfs: false,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, k| link(r, "/dev/demo", climb("/dev/demo", &c(k, "dev"))).unwrap(),
             hook: Expect::Fail(7, &["/dev/demo in the container rootfs: ENOENT", NOWHERE]),
             shim: Expect::Inject,
@@ -828,6 +973,7 @@ fn dev_subdir_is_a_file() {
         Case {
             dev_tmpfs: false,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, _| file(r, "/dev/demo", "not a directory").unwrap(),
             hook: Expect::Fail(7, &["Not a directory", FILE_FOR_DIR]),
             shim: Expect::Runtime("not a directory"),
@@ -843,6 +989,7 @@ fn dev_node_is_a_directory() {
         Case {
             dev_tmpfs: false,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, _| dir(r, "/dev/demo/accel0").unwrap(),
             hook: Expect::Fail(7, &["/dev/demo/accel0", "a file or directory exists"]),
             shim: Expect::Kept,
@@ -858,6 +1005,7 @@ fn dev_node_is_a_fifo() {
         Case {
             dev_tmpfs: false,
             runtime_writes: false,
+            ldconfig: false,
             trap: |r, _| fifo(r, "/dev/demo/accel0").unwrap(),
             hook: Expect::Inject,
             shim: Expect::Kept,

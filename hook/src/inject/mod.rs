@@ -244,7 +244,9 @@ pub fn apply(
         match update::update(&root, libs) {
             Ok(update::Updated::Written) => Ok(ChildOutcome::CacheWritten),
             Ok(update::Updated::AlreadyCurrent) => Ok(ChildOutcome::CacheCurrent),
-            Err(update::UpdateError::Unsupported(why)) => Ok(ChildOutcome::NeedsLdconfig(why.to_string())),
+            Err(update::UpdateError::Unsupported(why)) => {
+                Ok(ChildOutcome::NeedsLdconfig(why.to_string()))
+            }
             Err(e @ update::UpdateError::Write(_)) if readonly => {
                 tracing::warn!(error = %e, "read-only rootfs: linker cache not refreshed; soname links are in place");
                 Ok(ChildOutcome::Done)

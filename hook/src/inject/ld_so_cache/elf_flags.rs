@@ -103,9 +103,12 @@ mod tests {
     #[test]
     fn this_hosts_libc_has_the_native_flags() {
         let Some(native) = NATIVE else { return };
-        let libc = ["/lib/x86_64-linux-gnu/libc.so.6", "/lib/aarch64-linux-gnu/libc.so.6"]
-            .into_iter()
-            .find(|p| Path::new(p).exists());
+        let libc = [
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/lib/aarch64-linux-gnu/libc.so.6",
+        ]
+        .into_iter()
+        .find(|p| Path::new(p).exists());
         if let Some(libc) = libc {
             assert_eq!(read(Path::new(libc)), Some(native));
         }

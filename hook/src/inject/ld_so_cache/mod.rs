@@ -89,7 +89,11 @@ impl Entry {
     /// The glibc-hwcaps subdirectory this entry belongs to, if any.
     fn hwcaps<'a>(&self, names: &'a [Vec<u8>]) -> Option<&'a [u8]> {
         let is_ext = (self.hwcap >> 32) & !ISA_LEVEL_MASK == HWCAP_EXTENSION >> 32;
-        is_ext.then(|| names.get((self.hwcap & 0xffff_ffff) as usize).map(Vec::as_slice))?
+        is_ext.then(|| {
+            names
+                .get((self.hwcap & 0xffff_ffff) as usize)
+                .map(Vec::as_slice)
+        })?
     }
 }
 
@@ -121,7 +125,11 @@ impl Bytes<'_> {
     fn u32(&self, at: usize) -> Result<u32, Unsupported> {
         let b = self
             .0
-            .get(at..at.checked_add(4).ok_or(Unsupported::Damaged("offset overflows"))?)
+            .get(
+                at..at
+                    .checked_add(4)
+                    .ok_or(Unsupported::Damaged("offset overflows"))?,
+            )
             .ok_or(Unsupported::Damaged("truncated"))?;
         Ok(u32::from_ne_bytes(b.try_into().expect("4 bytes")))
     }
@@ -129,7 +137,11 @@ impl Bytes<'_> {
     fn u64(&self, at: usize) -> Result<u64, Unsupported> {
         let b = self
             .0
-            .get(at..at.checked_add(8).ok_or(Unsupported::Damaged("offset overflows"))?)
+            .get(
+                at..at
+                    .checked_add(8)
+                    .ok_or(Unsupported::Damaged("offset overflows"))?,
+            )
             .ok_or(Unsupported::Damaged("truncated"))?;
         Ok(u64::from_ne_bytes(b.try_into().expect("8 bytes")))
     }

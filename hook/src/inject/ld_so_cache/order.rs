@@ -121,7 +121,11 @@ mod tests {
 
     #[test]
     fn entries_sort_names_descending_then_flags_then_hwcaps_first() {
-        let k = |name: &'static [u8], flags, hwcaps| SortKey { name, flags, hwcaps };
+        let k = |name: &'static [u8], flags, hwcaps| SortKey {
+            name,
+            flags,
+            hwcaps,
+        };
         let mut v = [
             k(b"liba.so.1", 0x0303, None),
             k(b"libb.so.1", 0x0303, None),

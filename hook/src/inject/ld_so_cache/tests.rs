@@ -85,7 +85,12 @@ fn round_trips_entries_flags_hwcaps() {
 fn ours_come_first_among_equals_and_duplicates_go() {
     let mut cache = Cache {
         entries: vec![
-            entry(NATIVE, "libcuda.so.1", "/usr/local/cuda/compat/libcuda.so.1", 0),
+            entry(
+                NATIVE,
+                "libcuda.so.1",
+                "/usr/local/cuda/compat/libcuda.so.1",
+                0,
+            ),
             entry(NATIVE, "libb.so.1", "/usr/lib/libb.so.1", 0),
         ],
         hwcaps: vec![],
@@ -104,7 +109,10 @@ fn ours_come_first_among_equals_and_duplicates_go() {
     assert_eq!(
         got,
         [
-            (&b"libcuda.so.1"[..], &b"/usr/lib/x86_64-linux-gnu/libcuda.so.1"[..]),
+            (
+                &b"libcuda.so.1"[..],
+                &b"/usr/lib/x86_64-linux-gnu/libcuda.so.1"[..]
+            ),
             (b"libcuda.so.1", b"/usr/local/cuda/compat/libcuda.so.1"),
             (b"libb.so.1", b"/usr/lib/libb.so.1"),
         ]
@@ -204,10 +212,7 @@ fn ldconfig_reads_our_rewrite_of_the_hosts_cache() {
     let t = tempfile::tempdir().unwrap();
     let ours = t.path().join("ld.so.cache");
     std::fs::write(&ours, cache.to_bytes()).unwrap();
-    assert_eq!(
-        ldconfig_p(&ours),
-        ldconfig_p(Path::new("/etc/ld.so.cache"))
-    );
+    assert_eq!(ldconfig_p(&ours), ldconfig_p(Path::new("/etc/ld.so.cache")));
 }
 
 /// Libraries with names that exercise every rule of the order (numbers, digits against
@@ -242,7 +247,14 @@ fn sorts_exactly_as_ldconfig() {
     let stub = root.join("stub/libc.so.6");
     std::fs::create_dir_all(stub.parent().unwrap()).unwrap();
     let m32 = Command::new("gcc")
-        .args(["-m32", "-shared", "-fPIC", "-nostdlib", "-Wl,-soname,libc.so.6", "-o"])
+        .args([
+            "-m32",
+            "-shared",
+            "-fPIC",
+            "-nostdlib",
+            "-Wl,-soname,libc.so.6",
+            "-o",
+        ])
         .arg(&stub)
         .arg(&src)
         .status()
@@ -304,4 +316,80 @@ fn sorts_exactly_as_ldconfig() {
     let file = root.join("ours.cache");
     std::fs::write(&file, ours.to_bytes()).unwrap();
     assert_eq!(ldconfig_p(&file), ldconfig_p(&root.join("etc/ld.so.cache")));
+}
+
+/// The real loader resolves through a cache we wrote: a program linked against a library in a
+/// directory ld.so never searches on its own (no rpath, no `LD_LIBRARY_PATH`) runs once our
+/// cache, the host's plus that library, is mounted as `/etc/ld.so.cache` in a private mount
+/// namespace; and the host's own programs still find their libraries through it.
+#[test]
+fn the_loader_finds_libraries_through_our_cache() {
+    if !have_root_and_ldconfig() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("not-searched");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lib_src = t.path().join("lib.c");
+    std::fs::write(&lib_src, "int devinject_probe(void) { return 42; }\n").unwrap();
+    let file = dir.join("libdevinjectprobe.so.1.0.0");
+    let gcc = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new("gcc").args(args).output().unwrap();
+        assert!(out.status.success(), "gcc: {out:?}");
+    };
+    gcc(&[
+        "-shared".as_ref(),
+        "-fPIC".as_ref(),
+        "-Wl,-soname,libdevinjectprobe.so.1".as_ref(),
+        "-o".as_ref(),
+        file.as_os_str(),
+        lib_src.as_os_str(),
+    ]);
+    std::os::unix::fs::symlink(
+        "libdevinjectprobe.so.1.0.0",
+        dir.join("libdevinjectprobe.so.1"),
+    )
+    .unwrap();
+    let prog_src = t.path().join("prog.c");
+    std::fs::write(
+        &prog_src,
+        "int devinject_probe(void);\nint main(void) { return devinject_probe() == 42 ? 0 : 1; }\n",
+    )
+    .unwrap();
+    let prog = t.path().join("prog");
+    gcc(&[
+        "-o".as_ref(),
+        prog.as_os_str(),
+        prog_src.as_os_str(),
+        file.as_os_str(),
+    ]);
+
+    let run_with = |cache: &Path| {
+        let script = format!(
+            "mount --make-rprivate / && mount --bind {} /etc/ld.so.cache && {} && /bin/ls / >/dev/null",
+            cache.display(),
+            prog.display()
+        );
+        Command::new("unshare")
+            .args(["-m", "/bin/sh", "-c", &script])
+            .env_remove("LD_LIBRARY_PATH")
+            .output()
+            .unwrap()
+    };
+    // Without the entry the loader cannot find it: the test can fail.
+    let host = std::fs::read("/etc/ld.so.cache").unwrap();
+    let plain = t.path().join("plain.cache");
+    std::fs::write(&plain, &host).unwrap();
+    assert!(!run_with(&plain).status.success());
+
+    let mut cache = Cache::parse(&host).unwrap();
+    cache.add(&[Library {
+        soname: "libdevinjectprobe.so.1".into(),
+        path: dir.join("libdevinjectprobe.so.1"),
+        flags: elf_flags::read(&file).unwrap(),
+    }]);
+    let ours = t.path().join("ours.cache");
+    std::fs::write(&ours, cache.to_bytes()).unwrap();
+    let out = run_with(&ours);
+    assert!(out.status.success(), "{out:?}");
 }

@@ -62,7 +62,10 @@ pub fn libraries(edits: &ContainerEdits) -> Option<Result<Vec<Library>, Unsuppor
         .map(|m| {
             let lib = m.container_path.as_path();
             let unsupported = || Unsupported::Flags(m.host_path.display().to_string());
-            let file_name = lib.file_name().and_then(|n| n.to_str()).ok_or_else(unsupported)?;
+            let file_name = lib
+                .file_name()
+                .and_then(|n| n.to_str())
+                .ok_or_else(unsupported)?;
             let link = links
                 .iter()
                 .find(|l| l.target == file_name && l.link.parent() == lib.parent());
