@@ -22,7 +22,7 @@ secs=${1:-600}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(oci_state oci_spec profile request host_config spec_edit shim_args ebpf_prefix)
+  targets=(oci_state oci_spec profile request host_config spec_edit shim_args ebpf_prefix ld_so_cache)
 fi
 cd fuzz
 summary=()

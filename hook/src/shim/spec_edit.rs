@@ -677,18 +677,20 @@ mod props {
                 prop_assert!(keeps_prefix(&at(&original, path), &at(&once, path)), "{:?}", path);
             }
             // process.env: old entries stay in place; only the request variable may change, and
-            // its later copies go (the granted list replaces every copy the user set).
+            // when the edits set it, its later copies go (the granted list replaces every copy
+            // the user set).
             let old_env = at(&original, &["process", "env"]);
             let new_env = at(&once, &["process", "env"]);
             if let Some(old_env) = old_env.as_array() {
                 let new_env = new_env.as_array().unwrap();
                 let is_request =
                     |v: &Value| v.as_str().is_some_and(|s| s.starts_with("DEMO_VISIBLE_DEVICES="));
+                let granted = e.env.iter().any(|kv| kv.starts_with("DEMO_VISIBLE_DEVICES="));
                 let mut seen = false;
                 let old_env: Vec<&Value> = old_env
                     .iter()
                     .filter(|v| {
-                        let later_copy = is_request(v) && seen;
+                        let later_copy = granted && is_request(v) && seen;
                         seen |= is_request(v);
                         !later_copy
                     })

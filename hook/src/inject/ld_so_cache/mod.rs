@@ -80,7 +80,7 @@ pub struct Entry {
     pub name: Vec<u8>,
     /// The file ld.so loads.
     pub path: Vec<u8>,
-    /// The hwcap field: 0, a legacy hwcap mask, or [`HWCAP_EXTENSION`] with an index into
+    /// The hwcap field: 0, a legacy hwcap mask, or glibc's `DL_CACHE_HWCAP_EXTENSION` bit with an index into
     /// [`Cache::hwcaps`] in the lower half.
     pub hwcap: u64,
 }
@@ -122,28 +122,23 @@ pub struct Cache {
 struct Bytes<'a>(&'a [u8]);
 
 impl Bytes<'_> {
-    fn u32(&self, at: usize) -> Result<u32, Unsupported> {
+    fn array<const N: usize>(&self, at: usize) -> Result<[u8; N], Unsupported> {
+        let end = at
+            .checked_add(N)
+            .ok_or(Unsupported::Damaged("offset overflows"))?;
         let b = self
             .0
-            .get(
-                at..at
-                    .checked_add(4)
-                    .ok_or(Unsupported::Damaged("offset overflows"))?,
-            )
+            .get(at..end)
             .ok_or(Unsupported::Damaged("truncated"))?;
-        Ok(u32::from_ne_bytes(b.try_into().expect("4 bytes")))
+        Ok(b.try_into().expect("N bytes"))
+    }
+
+    fn u32(&self, at: usize) -> Result<u32, Unsupported> {
+        self.array(at).map(u32::from_ne_bytes)
     }
 
     fn u64(&self, at: usize) -> Result<u64, Unsupported> {
-        let b = self
-            .0
-            .get(
-                at..at
-                    .checked_add(8)
-                    .ok_or(Unsupported::Damaged("offset overflows"))?,
-            )
-            .ok_or(Unsupported::Damaged("truncated"))?;
-        Ok(u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+        self.array(at).map(u64::from_ne_bytes)
     }
 
     /// The NUL-terminated string at `base + off`.
@@ -226,7 +221,7 @@ impl Cache {
         if ext == 0 {
             return Ok(Vec::new());
         }
-        if ext % 4 != 0 || b.u32(ext)? != EXTENSION_MAGIC {
+        if !ext.is_multiple_of(4) || b.u32(ext)? != EXTENSION_MAGIC {
             return Err(Unsupported::Damaged("bad extension directory"));
         }
         let count = b.u32(ext + 4)? as usize;
@@ -244,7 +239,7 @@ impl Cache {
                 return Err(Unsupported::Format);
             }
             let (offset, size) = (b.u32(at + 8)? as usize, b.u32(at + 12)? as usize);
-            if size % 4 != 0 || size / 4 > MAX_HWCAPS {
+            if !size.is_multiple_of(4) || size / 4 > MAX_HWCAPS {
                 return Err(Unsupported::Damaged("bad glibc-hwcaps section"));
             }
             return (0..size / 4)

@@ -393,3 +393,85 @@ fn the_loader_finds_libraries_through_our_cache() {
     let out = run_with(&ours);
     assert!(out.status.success(), "{out:?}");
 }
+
+mod props {
+    //! Property tests (`PROPTEST_CASES` sets the number of cases; 256 by default).
+
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    use super::super::*;
+
+    fn name() -> impl Strategy<Value = Vec<u8>> {
+        vec(
+            prop_oneof![b'a'..=b'z', b'0'..=b'9', Just(b'.'), 0x80u8..=0xff],
+            1..12,
+        )
+    }
+
+    fn cache() -> impl Strategy<Value = Cache> {
+        let hwcaps = vec(name(), 0..3);
+        hwcaps.prop_flat_map(|hwcaps| {
+            let n = hwcaps.len() as u64;
+            let hwcap = if n == 0 {
+                Just(0u64).boxed()
+            } else {
+                prop_oneof![Just(0u64), (0..n).prop_map(|i| HWCAP_EXTENSION | i)].boxed()
+            };
+            let entry = (
+                prop_oneof![Just(0x0303), Just(0x0003), Just(1)],
+                name(),
+                name(),
+                hwcap,
+            )
+                .prop_map(|(flags, name, path, hwcap)| Entry {
+                    flags,
+                    name,
+                    path,
+                    hwcap,
+                });
+            (vec(entry, 0..20), Just(hwcaps))
+                .prop_map(|(entries, hwcaps)| Cache { entries, hwcaps })
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn what_we_write_reads_back(c in cache()) {
+            prop_assert_eq!(Cache::parse(&c.to_bytes()).unwrap(), c);
+        }
+
+        #[test]
+        fn added_libraries_are_found_and_adding_twice_changes_nothing(
+            mut c in cache(),
+            libs in vec(("[a-z]{1,6}\\.so\\.[0-9]{1,2}", "/[a-z]{1,6}"), 1..5),
+        ) {
+            let libs: Vec<Library> = libs
+                .into_iter()
+                .map(|(soname, dir)| Library {
+                    path: std::path::Path::new(&dir).join(&soname),
+                    soname,
+                    flags: 0x0303,
+                })
+                .collect();
+            // One path per soname: two injected files cannot share a name in one directory.
+            let mut seen = std::collections::BTreeSet::new();
+            let libs: Vec<Library> = libs.into_iter().filter(|l| seen.insert(l.soname.clone())).collect();
+            c.add(&libs);
+            prop_assert!(c.finds_all(&libs));
+            let once = c.to_bytes();
+            c.add(&libs);
+            prop_assert_eq!(c.to_bytes(), once);
+        }
+
+        #[test]
+        fn damaged_files_never_panic(c in cache(), at in any::<prop::sample::Index>(), byte in any::<u8>(), cut in any::<prop::sample::Index>()) {
+            let mut bytes = c.to_bytes();
+            let i = at.index(bytes.len());
+            bytes[i] = byte;
+            let _ = Cache::parse(&bytes);
+            bytes.truncate(cut.index(bytes.len()));
+            let _ = Cache::parse(&bytes);
+        }
+    }
+}
