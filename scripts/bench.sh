@@ -3,21 +3,28 @@
 # (docs/benchmarks.md). Builds the release binaries once, then, as root, runs devinject-bench
 # (its arguments are passed on, e.g. `scripts/bench.sh --runs 100`) and the device plugin's own
 # benchmark when it is part of the build. Run it on a quiet machine: figures are wall times.
+#
+# The binaries are built as they ship (scripts/build-image.sh): release profile, statically
+# linked against glibc, for the host's own target triple, in target/image (shared with the
+# image build, whose RUSTFLAGS are the same).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh test
-cargo build --release --workspace --bins --quiet
+triple=$(rustc -vV | sed -n 's/^host: //p')
+out=target/image/$triple/release
+RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
+  cargo build --release --workspace --bins --quiet --target "$triple" --target-dir target/image
 case " $* " in
-  *" --help "* | *" -h "*) exec target/release/devinject-bench "$@" ;;
+  *" --help "* | *" -h "*) exec "$out/devinject-bench" "$@" ;;
 esac
 echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs" >&2
-target/release/devinject-bench "$@"
+"$out/devinject-bench" --bin-dir "$out" "$@"
 
 echo
 echo "### 4. The device plugin"
 echo
-if [ -x target/release/device-plugin-bench ]; then
-  target/release/device-plugin-bench
+if [ -x "$out/device-plugin-bench" ]; then
+  "$out/device-plugin-bench"
 else
   echo "not measured: the device plugin's benchmark (device-plugin-bench) is not part of this build"
 fi
