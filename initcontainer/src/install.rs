@@ -12,22 +12,23 @@
 //! before the first step (profiles parse, the hook accepts the host config, the engine is
 //! found), so most mistakes change nothing at all.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use devinject_devices::ProfileSet;
 use devinject_runtime_config::{configure, ConfigureRequest, HostPaths};
 
-use crate::activate::{activate, HostControl, Outcome};
+use crate::activate::HostControl;
 use crate::detect::{self, Target};
+use crate::engine_step;
 use crate::error::{InstallError, Result};
 use crate::files::{self, Put};
 use crate::host_config;
 use crate::journal::{Journal, Tx};
 use crate::k3s;
-use crate::options::{InstallOptions, RestartMode};
+use crate::options::InstallOptions;
 use crate::record::{EngineRecord, FileRole, Record, RecordStore};
 use crate::report::{Failure, Report};
-use crate::steps::{self, StepCtx};
+use crate::steps::{self, Runner, StepCtx};
 
 /// The binaries copied to `<prefix>/bin`.
 pub const BINARIES: [&str; 3] = ["devinject-hook", "devinject-runtime", "devinject-ctl"];
@@ -44,6 +45,13 @@ pub fn install(
     };
     let journal = Journal::new(&layout.host, &layout.state_dir());
     let store = RecordStore::new(&layout.host, &layout.state_dir());
+    let runner = Runner {
+        journal: &journal,
+        fault: opts.fault.as_ref(),
+        dry_run: opts.dry_run,
+        layout,
+        restart: opts.restart,
+    };
 
     // Everything that can be checked without changing the host.
     let plan = match prepare(opts) {
@@ -62,19 +70,8 @@ pub fn install(
         }
         None
     } else {
-        let (lock, created) = steps::lock(layout).map_err(|e| steps::early(&report, e))?;
+        let (lock, created) = runner.lock_and_recover(ctl, &mut report)?;
         pre_created = created;
-        match journal.recover() {
-            Ok(Some(rec)) => {
-                let notes = steps::reactivate(ctl, layout, &rec.activate, opts.restart);
-                for n in notes {
-                    tracing::warn!(note = %n, "after undoing an interrupted step");
-                }
-                report.recovered = Some(rec);
-            }
-            Ok(None) => {}
-            Err(e) => return Err(steps::early(&report, e)),
-        }
         Some(lock)
     };
     let mut record = match store.load() {
@@ -90,26 +87,8 @@ pub fn install(
         }
     }
 
-    let fault = opts.fault.as_ref();
-    let run = |report: &mut Report,
-               ctl: &mut dyn HostControl,
-               name: &str,
-               body: &mut dyn FnMut(StepCtx<'_, '_>) -> Result<()>| {
-        steps::run(
-            &journal,
-            fault,
-            opts.dry_run,
-            layout,
-            opts.restart,
-            ctl,
-            report,
-            name,
-            body,
-        )
-    };
-
     // 1. Binaries.
-    run(&mut report, ctl, "payload", &mut |mut cx| {
+    runner.run(&mut report, ctl, "payload", |mut cx| {
         let bin = layout.bin_dir();
         for (name, bytes) in &plan.binaries {
             let host = bin.join(name);
@@ -137,7 +116,7 @@ pub fn install(
     })?;
 
     // 2. Profiles.
-    run(&mut report, ctl, "profiles", &mut |mut cx| {
+    runner.run(&mut report, ctl, "profiles", |mut cx| {
         let dir = layout.profiles_dir();
         for (name, bytes) in &plan.profiles {
             let host = dir.join(name);
@@ -169,7 +148,7 @@ pub fn install(
     })?;
 
     // 3. The hook's host configuration.
-    run(&mut report, ctl, "host-config", &mut |mut cx| {
+    runner.run(&mut report, ctl, "host-config", |mut cx| {
         let host = layout.host_config();
         let put = files::put(
             cx.tx.as_deref_mut(),
@@ -205,7 +184,7 @@ pub fn install(
     // 4. Each engine.
     for (target, why) in &plan.targets {
         let name = format!("runtime-{}", target.engine);
-        run(&mut report, ctl, &name, &mut |mut cx| {
+        runner.run(&mut report, ctl, &name, |mut cx| {
             cx.report
                 .notes
                 .push(format!("{}: {why}", target.describe()));
@@ -369,59 +348,25 @@ fn configure_engine(
         }
     }
 
-    let mut preview_req = req.clone();
-    preview_req.dry_run = true;
-    let preview = configure(&preview_req).map_err(InstallError::runtime(engine))?;
-    let Some(tx) = cx.tx.as_deref_mut() else {
-        for c in &preview.changes {
-            cx.report
-                .changes
-                .push(format!("would {} {}", c.action, c.path.display()));
-        }
-        cx.report.diff = preview.diff();
-        cx.report.notes.extend(preview.notes.iter().cloned());
-        if preview.changed() {
-            if let Some(i) = preview.activation.instruction() {
-                cx.report.activation = Some(Outcome::Needed(i));
-            }
-        }
-        return Ok(());
-    };
-
-    // Save everything the library is about to touch, then let it work.
-    let mut touched: Vec<PathBuf> = preview.changes.iter().map(|c| c.path.clone()).collect();
-    touched.push(preview.state_file.clone());
-    for path in &touched {
-        steps::protect_engine_file(tx, layout, path)?;
-    }
-    let done = configure(&req).map_err(InstallError::runtime(engine))?;
-    for c in &done.changes {
-        cx.report
-            .changes
-            .push(format!("{} {}", c.action, c.path.display()));
-    }
-    cx.report.notes.extend(done.notes.iter().cloned());
-    if done.changed() {
-        tx.changed()?;
-    }
-    let entry = EngineRecord {
-        target: target.clone(),
-        runtime_name: opts.runtime_name.clone(),
-    };
-    record.engines.retain(|e| e.target != entry.target);
-    record.engines.push(entry);
-    record.add_dirs(tx.created_dirs().to_vec());
-    store.save(tx, record)?;
-
-    if done.changed() {
-        if opts.restart != RestartMode::None {
-            tx.activate_on_undo(target)?;
-        }
-        let outcome = activate(&mut *cx.ctl, layout, target, done.activation, opts.restart)?;
-        if matches!(outcome, Outcome::Done(_)) {
-            tx.changed()?;
-        }
-        cx.report.activation = Some(outcome);
-    }
-    Ok(())
+    engine_step::apply(
+        cx,
+        layout,
+        target,
+        opts.restart,
+        |dry_run| {
+            configure(&ConfigureRequest {
+                dry_run,
+                ..req.clone()
+            })
+        },
+        |tx| {
+            let entry = EngineRecord {
+                target: target.clone(),
+                runtime_name: opts.runtime_name.clone(),
+            };
+            record.engines.retain(|e| e.target != entry.target);
+            record.engines.push(entry);
+            save_record(Some(tx), store, record)
+        },
+    )
 }
