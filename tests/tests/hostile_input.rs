@@ -100,8 +100,49 @@ fn refused(out: &Output, code: i32, text: &str, ctx: &str) {
     );
 }
 
-fn guard(bundle: &Bundle) -> HostGuard {
-    HostGuard::new(vec![bundle.dir.clone()])
+/// Runs `attempt` with the bundle fingerprinted just before: it must be refused (see
+/// [`refused`]) and leave the bundle as it was.
+fn refused_untouched(
+    r: &Rig,
+    name: &str,
+    code: i32,
+    text: &str,
+    attempt: impl FnOnce() -> Output,
+) -> Output {
+    let g = HostGuard::new(vec![r.bundle.dir.clone()]);
+    let out = attempt();
+    refused(&out, code, text, name);
+    g.assert_unchanged(name);
+    out
+}
+
+/// Runs the hook on the rig's bundle with a well-formed state.
+fn hook_on_bundle(r: &Rig) -> Output {
+    let stdin = serde_json::to_vec(&state(&r.bundle.dir)).unwrap();
+    hook(&r.host.config, &stdin)
+}
+
+/// Puts `bytes` in the bundle's `config.json`, or removes it for `None`.
+fn put_config_json(r: &Rig, bytes: Option<&[u8]>) {
+    let path = r.bundle.dir.join("config.json");
+    match bytes {
+        Some(b) => std::fs::write(&path, b).unwrap(),
+        None => std::fs::remove_file(&path).unwrap(),
+    }
+}
+
+/// `good` (a `config.json`) with `edit` applied.
+fn edited(good: &[u8], edit: impl Fn(&mut serde_json::Value)) -> Vec<u8> {
+    let mut v: serde_json::Value = serde_json::from_slice(good).unwrap();
+    edit(&mut v);
+    serde_json::to_vec(&v).unwrap()
+}
+
+/// `good` followed by 16 MiB of spaces: past the hook's and the shim's limit.
+fn oversize(good: &[u8]) -> Vec<u8> {
+    let mut out = good.to_vec();
+    out.extend(std::iter::repeat_n(b' ', 16 << 20));
+    out
 }
 
 #[test]
@@ -165,10 +206,7 @@ fn hook_refuses_malformed_states() {
         ),
     ];
     for (name, stdin, text) in cases {
-        let g = guard(&r.bundle);
-        let out = hook(&r.host.config, &stdin);
-        refused(&out, INPUT, text, name);
-        g.assert_unchanged(name);
+        refused_untouched(&r, name, INPUT, text, || hook(&r.host.config, &stdin));
     }
 }
 
@@ -178,15 +216,8 @@ fn hook_refuses_missing_and_malformed_bundles() {
         return;
     }
     let r = rig();
-    let config_json = r.bundle.dir.join("config.json");
-    let good = std::fs::read(&config_json).unwrap();
-    let spec = |f: &dyn Fn(&mut serde_json::Value)| {
-        let mut v: serde_json::Value = serde_json::from_slice(&good).unwrap();
-        f(&mut v);
-        serde_json::to_vec(&v).unwrap()
-    };
-    let mut oversize = good.clone();
-    oversize.extend(std::iter::repeat_n(b' ', 16 << 20));
+    let good = std::fs::read(r.bundle.dir.join("config.json")).unwrap();
+    let spec = |f: &dyn Fn(&mut serde_json::Value)| edited(&good, f);
     let cases: Vec<(&str, Option<Vec<u8>>, &str)> = vec![
         ("missing config.json", None, "cannot read"),
         ("empty config.json", Some(Vec::new()), "is not valid"),
@@ -202,7 +233,7 @@ fn hook_refuses_missing_and_malformed_bundles() {
         ),
         (
             "oversize config.json",
-            Some(oversize),
+            Some(oversize(&good)),
             "is larger than 16777216 bytes",
         ),
         (
@@ -226,15 +257,8 @@ fn hook_refuses_missing_and_malformed_bundles() {
         ),
     ];
     for (name, bytes, text) in cases {
-        match &bytes {
-            Some(b) => std::fs::write(&config_json, b).unwrap(),
-            None => std::fs::remove_file(&config_json).unwrap(),
-        }
-        let g = guard(&r.bundle);
-        let stdin = serde_json::to_vec(&state(&r.bundle.dir)).unwrap();
-        let out = hook(&r.host.config, &stdin);
-        refused(&out, INPUT, text, name);
-        g.assert_unchanged(name);
+        put_config_json(&r, bytes.as_deref());
+        refused_untouched(&r, name, INPUT, text, || hook_on_bundle(&r));
     }
     // A bundle directory that does not exist at all.
     let stdin = serde_json::to_vec(&state(Path::new("/nonexistent/devinject-bundle"))).unwrap();
@@ -253,9 +277,7 @@ fn hook_refuses_oversize_and_malformed_requests() {
         return;
     }
     let r = rig();
-    let config_json = r.bundle.dir.join("config.json");
-    let good: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&config_json).unwrap()).unwrap();
+    let good = std::fs::read(r.bundle.dir.join("config.json")).unwrap();
     for (name, value, text) in [
         ("oversize", "0,".repeat(3000), "over the limit"),
         (
@@ -265,14 +287,11 @@ fn hook_refuses_oversize_and_malformed_requests() {
         ),
         ("duplicate ids", "0,0".to_owned(), "DEMO_VISIBLE_DEVICES"),
     ] {
-        let mut v = good.clone();
-        v["process"]["env"] = json!([format!("DEMO_VISIBLE_DEVICES={value}")]);
-        std::fs::write(&config_json, serde_json::to_vec(&v).unwrap()).unwrap();
-        let g = guard(&r.bundle);
-        let stdin = serde_json::to_vec(&state(&r.bundle.dir)).unwrap();
-        let out = hook(&r.host.config, &stdin);
-        refused(&out, REQUEST, text, name);
-        g.assert_unchanged(name);
+        let bytes = edited(&good, |v| {
+            v["process"]["env"] = json!([format!("DEMO_VISIBLE_DEVICES={value}")])
+        });
+        put_config_json(&r, Some(&bytes));
+        refused_untouched(&r, name, REQUEST, text, || hook_on_bundle(&r));
     }
 }
 
@@ -283,15 +302,8 @@ fn shim_refuses_missing_and_malformed_bundles() {
         return;
     }
     let r = rig();
-    let config_json = r.bundle.dir.join("config.json");
-    let good = std::fs::read(&config_json).unwrap();
-    let spec = |f: &dyn Fn(&mut serde_json::Value)| {
-        let mut v: serde_json::Value = serde_json::from_slice(&good).unwrap();
-        f(&mut v);
-        serde_json::to_vec(&v).unwrap()
-    };
-    let mut oversize = good.clone();
-    oversize.extend(std::iter::repeat_n(b' ', 16 << 20));
+    let good = std::fs::read(r.bundle.dir.join("config.json")).unwrap();
+    let spec = |f: &dyn Fn(&mut serde_json::Value)| edited(&good, f);
     let cases: Vec<(&str, Option<Vec<u8>>, &str)> = vec![
         ("missing config.json", None, "cannot read"),
         (
@@ -306,7 +318,7 @@ fn shim_refuses_missing_and_malformed_bundles() {
         ),
         (
             "oversize config.json",
-            Some(oversize),
+            Some(oversize(&good)),
             "is larger than 16777216 bytes",
         ),
         (
@@ -323,22 +335,18 @@ fn shim_refuses_missing_and_malformed_bundles() {
     let state_root = r.bundle.dir.join("runc-state");
     let shim = shim_command(&r.host.config, &runc_path());
     for (name, bytes, text) in cases {
-        match &bytes {
-            Some(b) => std::fs::write(&config_json, b).unwrap(),
-            None => std::fs::remove_file(&config_json).unwrap(),
-        }
-        let g = guard(&r.bundle);
-        let out = Command::new(&shim[0])
-            .args(&shim[1..])
-            .arg("--root")
-            .arg(&state_root)
-            .args(["create", "--bundle"])
-            .arg(&r.bundle.dir)
-            .arg(container_id("malformed"))
-            .output()
-            .unwrap();
-        refused(&out, INPUT, text, name);
-        g.assert_unchanged(name);
+        put_config_json(&r, bytes.as_deref());
+        let out = refused_untouched(&r, name, INPUT, text, || {
+            Command::new(&shim[0])
+                .args(&shim[1..])
+                .arg("--root")
+                .arg(&state_root)
+                .args(["create", "--bundle"])
+                .arg(&r.bundle.dir)
+                .arg(container_id("malformed"))
+                .output()
+                .unwrap()
+        });
         assert!(!state_root.exists(), "{name}: runc ran: {}", describe(&out));
     }
     let out = Command::new(&shim[0])
