@@ -108,83 +108,96 @@ fn configure_twice_says_nothing_changed_then_unconfigure_restores() {
     );
 }
 
-#[test]
-fn broken_file_exits_3_naming_file_and_line() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let root = root_arg(tmp.path());
-    let conf = tmp.path().join("etc/containerd/config.toml");
-    std::fs::create_dir_all(conf.parent().expect("parent")).expect("mkdir");
-    std::fs::write(&conf, "version = 2\nimports = [\n").expect("write");
-    let out = ctl(&[
-        "runtime",
-        "configure",
-        "--runtime",
-        "containerd",
-        "--root",
-        &root,
-    ]);
-    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
-    let err = stderr(&out);
-    assert!(err.starts_with("devinject-ctl: "), "{err}");
-    assert!(err.contains("etc/containerd/config.toml:"), "{err}");
-    assert!(err.contains("the file was not changed"), "{err}");
+/// A request that must fail with a documented exit code.
+struct Failure {
+    /// Names the case in failure messages.
+    name: &'static str,
+    /// Files written below the root first: path relative to it, content.
+    files: &'static [(&'static str, &'static str)],
+    /// The arguments; `--root <root>` follows them.
+    args: &'static [&'static str],
+    /// The exit code.
+    code: i32,
+    /// What stderr must say.
+    says: &'static [&'static str],
 }
 
 #[test]
-fn impossible_requests_exit_2() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let root = root_arg(tmp.path());
-    let out = ctl(&[
-        "runtime",
-        "configure",
-        "--runtime",
-        "docker",
-        "--root",
-        &root,
-        "--mode",
-        "hook",
-    ]);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("docker has no hook configuration"),
-        "{}",
-        stderr(&out)
-    );
-    let out = ctl(&[
-        "runtime",
-        "configure",
-        "--runtime",
-        "crio",
-        "--root",
-        &root,
-        "--reload",
-    ]);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    let out = ctl(&["runtime", "configure", "--runtime", "nerdctl"]);
-    assert_eq!(out.status.code(), Some(2));
-}
-
-#[test]
-fn reload_with_a_bad_pidfile_exits_5() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let root = root_arg(tmp.path());
-    let out = ctl(&[
-        "runtime",
-        "configure",
-        "--runtime",
-        "docker",
-        "--root",
-        &root,
-        "--reload",
-        "--docker-pidfile",
-        "/run/none.pid",
-    ]);
-    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("cannot reload dockerd"),
-        "{}",
-        stderr(&out)
-    );
+fn failures_exit_with_their_documented_codes() {
+    let cases = [
+        Failure {
+            name: "a broken file exits 3 naming the file and line",
+            files: &[("etc/containerd/config.toml", "version = 2\nimports = [\n")],
+            args: &["runtime", "configure", "--runtime", "containerd"],
+            code: 3,
+            says: &["etc/containerd/config.toml:", "the file was not changed"],
+        },
+        Failure {
+            name: "docker in hook mode is impossible",
+            files: &[],
+            args: &[
+                "runtime",
+                "configure",
+                "--runtime",
+                "docker",
+                "--mode",
+                "hook",
+            ],
+            code: 2,
+            says: &["docker has no hook configuration"],
+        },
+        Failure {
+            name: "CRI-O cannot be reloaded",
+            files: &[],
+            args: &["runtime", "configure", "--runtime", "crio", "--reload"],
+            code: 2,
+            says: &[],
+        },
+        Failure {
+            name: "an unknown runtime",
+            files: &[],
+            args: &["runtime", "configure", "--runtime", "nerdctl"],
+            code: 2,
+            says: &[],
+        },
+        Failure {
+            name: "reload with a bad pidfile exits 5",
+            files: &[],
+            args: &[
+                "runtime",
+                "configure",
+                "--runtime",
+                "docker",
+                "--reload",
+                "--docker-pidfile",
+                "/run/none.pid",
+            ],
+            code: 5,
+            says: &["cannot reload dockerd"],
+        },
+    ];
+    for case in cases {
+        let name = case.name;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        for (path, content) in case.files {
+            let file = tmp.path().join(path);
+            std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+            std::fs::write(&file, content).expect("write");
+        }
+        let root = root_arg(tmp.path());
+        let mut args = case.args.to_vec();
+        args.extend(["--root", &root]);
+        let out = ctl(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(case.code), "{name}: {err}");
+        if case.code != 2 {
+            // Our own errors, not the argument parser's.
+            assert!(err.starts_with("devinject-ctl: "), "{name}: {err}");
+        }
+        for needle in case.says {
+            assert!(err.contains(needle), "{name}: {needle:?} in {err}");
+        }
+    }
 }
 
 #[test]
