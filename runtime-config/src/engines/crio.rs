@@ -21,17 +21,16 @@
 //! effective `hooks_dir` lacks our directory the drop-in sets it to the effective list plus ours
 //! (a drop-in replaces the whole list, so it must repeat the others).
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use toml_edit::{value, Item};
 
-use crate::engines::detection::{self, CgroupDriver, Integration};
+use crate::engines::detection::{CgroupDriver, Integration};
 use crate::engines::dropin::{DropinEngine, DropinSpec};
 use crate::engines::{hooksd, BaseReader, Candidate, EngineEditor, Plan};
 use crate::error::Result;
 use crate::report::Activation;
-use crate::request::{ConfigureRequest, Engine, HostPaths, Mode, UnconfigureRequest};
+use crate::request::{ConfigureRequest, Engine, HostPaths, UnconfigureRequest};
 use crate::state::Prior;
 use crate::toml_tree;
 
@@ -45,7 +44,15 @@ static SPEC: DropinSpec = DropinSpec {
     section: &["crio", "runtime"],
     default_hooks_dirs: &[hooksd::USR_HOOKS_DIR],
     applied: "CRI-O applies it after crio.conf and the other drop-ins (name order).",
+    default_key: "default_runtime",
+    entry_binaries: runtime_path,
 };
+
+/// A runtime handler's `runtime_path`.
+fn runtime_path(entry: &Item) -> Option<Vec<String>> {
+    let path = entry.as_table_like()?.get("runtime_path")?.as_str()?;
+    Some(vec![path.to_string()])
+}
 
 /// The CRI-O editor.
 pub struct Crio {
@@ -102,74 +109,15 @@ impl EngineEditor for Crio {
     }
 
     fn cgroup_driver(&self) -> Result<Option<CgroupDriver>> {
-        let files = self.files.files_read()?;
         // CRI-O's default is systemd.
-        let mut driver = CgroupDriver::Systemd;
-        for (_, doc) in detection::read_tomls(&self.files.paths, &files)? {
-            if let Some(d) = toml_tree::get(doc.as_table(), &["crio", "runtime", "cgroup_manager"])
-                .and_then(Item::as_str)
-                .and_then(CgroupDriver::parse)
-            {
-                driver = d;
-            }
-        }
-        Ok(Some(driver))
+        Ok(Some(
+            self.files
+                .cgroup_manager()?
+                .unwrap_or(CgroupDriver::Systemd),
+        ))
     }
 
     fn detect(&self) -> Result<Vec<Integration>> {
-        let files = self.files.files_read()?;
-        let mut default = None;
-        let mut hooks_dirs = self.files.default_hooks_dirs();
-        // Handlers add to the map and later files override their keys.
-        let mut runtimes: BTreeMap<String, (String, PathBuf)> = BTreeMap::new();
-        for (file, doc) in detection::read_tomls(&self.files.paths, &files)? {
-            let runtime = toml_tree::get(doc.as_table(), &["crio", "runtime"]);
-            let runtime = runtime.and_then(Item::as_table_like);
-            if let Some(d) = runtime
-                .and_then(|r| r.get("default_runtime"))
-                .and_then(Item::as_str)
-            {
-                default = Some(d.to_string());
-            }
-            if let Some(dirs) = runtime
-                .and_then(|r| r.get("hooks_dir"))
-                .and_then(toml_tree::string_array)
-            {
-                hooks_dirs = dirs;
-            }
-            let Some(handlers) = runtime
-                .and_then(|r| r.get("runtimes"))
-                .and_then(Item::as_table_like)
-            else {
-                continue;
-            };
-            for (name, entry) in handlers.iter() {
-                if let Some(path) = entry
-                    .as_table_like()
-                    .and_then(|t| t.get("runtime_path"))
-                    .and_then(Item::as_str)
-                {
-                    runtimes.insert(name.to_string(), (path.to_string(), file.clone()));
-                }
-            }
-        }
-        let mut out: Vec<Integration> = runtimes
-            .into_iter()
-            .filter(|(_, (path, _))| detection::is_devinject_binary(path))
-            .map(|(name, (path, file))| Integration {
-                mode: Mode::Shim,
-                default: default.as_deref() == Some(name.as_str()),
-                name,
-                file,
-                binary: PathBuf::from(path),
-                config: None,
-                problems: Vec::new(),
-            })
-            .collect();
-        out.extend(detection::hooksd_integrations(
-            &self.files.paths,
-            &hooks_dirs,
-        )?);
-        Ok(out)
+        self.files.detect()
     }
 }

@@ -8,11 +8,16 @@
 //! In hook mode the drop-in sets `hooks_dir` only when the effective list (the last file that
 //! sets it, else the engine's built-in default) lacks our directory; a drop-in replaces the whole
 //! list, so it repeats the others.
+//!
+//! Read back for `doctor` the same way: every file in order, the last value of a key winning,
+//! runtime entries adding to one map.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use toml_edit::{value, DocumentMut, Table};
+use toml_edit::{value, DocumentMut, Item, Table};
 
+use crate::engines::detection::{self, CgroupDriver, Integration};
 use crate::engines::{dropin_header, hooksd, Candidate, Plan, PlannedFile, MARKER};
 use crate::error::Result;
 use crate::request::{ConfigureRequest, Engine, HostPaths, Mode, UnconfigureRequest};
@@ -34,6 +39,11 @@ pub struct DropinSpec {
     pub default_hooks_dirs: &'static [&'static str],
     /// The drop-in header's line on when the engine applies it.
     pub applied: &'static str,
+    /// The key in `section` naming the default runtime.
+    pub default_key: &'static str,
+    /// The binaries an entry of `section.runtimes` may run, in the order the engine tries them;
+    /// `None` when the entry is not a runtime entry.
+    pub entry_binaries: fn(&Item) -> Option<Vec<String>>,
 }
 
 /// The files of one drop-in engine on one host.
@@ -181,5 +191,75 @@ impl DropinEngine {
                 ours: Box::new(move |t| hooksd::is_our_hook(t, &hook)),
             },
         ]
+    }
+
+    /// The cgroup driver the last file that sets a valid `cgroup_manager` in the section selects;
+    /// `None` when none does.
+    pub fn cgroup_manager(&self) -> Result<Option<CgroupDriver>> {
+        let mut keys = self.spec.section.to_vec();
+        keys.push("cgroup_manager");
+        let mut driver = None;
+        for (_, doc) in detection::read_tomls(&self.paths, &self.files_read()?)? {
+            if let Some(d) = toml_tree::get(doc.as_table(), &keys)
+                .and_then(Item::as_str)
+                .and_then(CgroupDriver::parse)
+            {
+                driver = Some(d);
+            }
+        }
+        Ok(driver)
+    }
+
+    /// Where the engine's files, applied in order, run devinject's shim (a runtime entry) or
+    /// hook (a hooks.d file in a directory the engine reads).
+    pub fn detect(&self) -> Result<Vec<Integration>> {
+        let mut default = None;
+        let mut hooks_dirs = self.default_hooks_dirs();
+        // Entries add to the map and later files override them.
+        let mut runtimes: BTreeMap<String, (Vec<String>, PathBuf)> = BTreeMap::new();
+        for (file, doc) in detection::read_tomls(&self.paths, &self.files_read()?)? {
+            let section = toml_tree::get(doc.as_table(), self.spec.section);
+            let section = section.and_then(Item::as_table_like);
+            if let Some(d) = section
+                .and_then(|s| s.get(self.spec.default_key))
+                .and_then(Item::as_str)
+            {
+                default = Some(d.to_string());
+            }
+            if let Some(dirs) = section
+                .and_then(|s| s.get("hooks_dir"))
+                .and_then(toml_tree::string_array)
+            {
+                hooks_dirs = dirs;
+            }
+            let Some(entries) = section
+                .and_then(|s| s.get("runtimes"))
+                .and_then(Item::as_table_like)
+            else {
+                continue;
+            };
+            for (name, entry) in entries.iter() {
+                if let Some(binaries) = (self.spec.entry_binaries)(entry) {
+                    runtimes.insert(name.to_string(), (binaries, file.clone()));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (name, (binaries, file)) in runtimes {
+            let Some(binary) = binaries.iter().find(|p| detection::is_devinject_binary(p)) else {
+                continue;
+            };
+            out.push(Integration {
+                mode: Mode::Shim,
+                default: default.as_deref() == Some(name.as_str()),
+                name,
+                file,
+                binary: PathBuf::from(binary),
+                config: None,
+                problems: Vec::new(),
+            });
+        }
+        out.extend(detection::hooksd_integrations(&self.paths, &hooks_dirs)?);
+        Ok(out)
     }
 }

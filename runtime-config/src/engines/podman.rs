@@ -20,17 +20,16 @@
 //! podman reads its configuration on every command: nothing to restart (except a running
 //! `podman system service`).
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use toml_edit::{value, Item};
+use toml_edit::value;
 
-use crate::engines::detection::{self, CgroupDriver, Integration};
+use crate::engines::detection::{CgroupDriver, Integration};
 use crate::engines::dropin::{DropinEngine, DropinSpec};
 use crate::engines::{hooksd, BaseReader, Candidate, EngineEditor, Plan};
 use crate::error::Result;
 use crate::report::Activation;
-use crate::request::{ConfigureRequest, Engine, HostPaths, Mode, UnconfigureRequest};
+use crate::request::{ConfigureRequest, Engine, HostPaths, UnconfigureRequest};
 use crate::state::Prior;
 use crate::toml_tree;
 
@@ -46,6 +45,9 @@ static SPEC: DropinSpec = DropinSpec {
     section: &["engine"],
     default_hooks_dirs: &[hooksd::USR_HOOKS_DIR, hooksd::ETC_HOOKS_DIR],
     applied: "podman applies it after containers.conf and the other drop-ins (name order).",
+    default_key: "runtime",
+    // podman runs the first path of the list that exists.
+    entry_binaries: toml_tree::string_array,
 };
 
 /// The podman editor.
@@ -97,67 +99,10 @@ impl EngineEditor for Podman {
     }
 
     fn cgroup_driver(&self) -> Result<Option<CgroupDriver>> {
-        let files = self.files.files_read()?;
-        let mut driver = None;
-        for (_, doc) in detection::read_tomls(&self.files.paths, &files)? {
-            if let Some(d) = toml_tree::get(doc.as_table(), &["engine", "cgroup_manager"])
-                .and_then(Item::as_str)
-                .and_then(CgroupDriver::parse)
-            {
-                driver = Some(d);
-            }
-        }
-        Ok(driver)
+        self.files.cgroup_manager()
     }
 
     fn detect(&self) -> Result<Vec<Integration>> {
-        let files = self.files.files_read()?;
-        let mut default = None;
-        let mut hooks_dirs = self.files.default_hooks_dirs();
-        let mut runtimes: BTreeMap<String, (Vec<String>, PathBuf)> = BTreeMap::new();
-        for (file, doc) in detection::read_tomls(&self.files.paths, &files)? {
-            let engine = doc.get("engine").and_then(Item::as_table_like);
-            if let Some(d) = engine.and_then(|e| e.get("runtime")).and_then(Item::as_str) {
-                default = Some(d.to_string());
-            }
-            if let Some(dirs) = engine
-                .and_then(|e| e.get("hooks_dir"))
-                .and_then(toml_tree::string_array)
-            {
-                hooks_dirs = dirs;
-            }
-            let Some(table) = engine
-                .and_then(|e| e.get("runtimes"))
-                .and_then(Item::as_table_like)
-            else {
-                continue;
-            };
-            for (name, paths) in table.iter() {
-                if let Some(list) = toml_tree::string_array(paths) {
-                    runtimes.insert(name.to_string(), (list, file.clone()));
-                }
-            }
-        }
-        let mut out = Vec::new();
-        for (name, (list, file)) in runtimes {
-            // podman runs the first path of the list that exists.
-            let Some(path) = list.iter().find(|p| detection::is_devinject_binary(p)) else {
-                continue;
-            };
-            out.push(Integration {
-                mode: Mode::Shim,
-                default: default.as_deref() == Some(name.as_str()),
-                name,
-                file,
-                binary: PathBuf::from(path),
-                config: None,
-                problems: Vec::new(),
-            });
-        }
-        out.extend(detection::hooksd_integrations(
-            &self.files.paths,
-            &hooks_dirs,
-        )?);
-        Ok(out)
+        self.files.detect()
     }
 }
