@@ -21,6 +21,21 @@ use std::process::{Command, Output, Stdio};
 use anyhow::{bail, Context, Result};
 
 use crate::daemons::{output_within, run_ok, unmount_below, CLI_DEADLINE};
+use crate::skip::{require_binary, require_root};
+
+/// The image the tests run: a busybox rootfs (see [`Podman::import_busybox`]).
+pub const IMAGE: &str = "localhost/devinject-busybox:test";
+
+/// Whether podman tests can run here: root, podman with conmon and runc, busybox for the
+/// image and gcc for the simulated host (see [`crate::skip`] for what a missing one does).
+pub fn ready() -> bool {
+    require_root()
+        && require_binary("podman")
+        && require_binary("conmon")
+        && require_binary("runc")
+        && require_binary("/bin/busybox")
+        && require_binary("gcc")
+}
 
 /// containers.conf for a private podman on this kind of machine (see the module docs).
 pub const CONTAINERS_CONF: &str = r#"[containers]
@@ -92,6 +107,12 @@ impl Podman {
             );
         }
         Ok(())
+    }
+
+    /// Builds a busybox rootfs in `rootfs` and imports it as [`IMAGE`].
+    pub fn import_busybox(&self, rootfs: &Path) -> Result<()> {
+        crate::rootfs::busybox(rootfs).context("busybox rootfs")?;
+        self.import(rootfs, IMAGE)
     }
 }
 

@@ -18,23 +18,12 @@ use std::process::Command;
 use devinject_tests::bins::bin;
 use devinject_tests::cri::CgroupParent;
 use devinject_tests::daemons::{run_ok, short_tempdir};
-use devinject_tests::podman::Podman;
+use devinject_tests::podman::{ready, Podman, IMAGE};
 use devinject_tests::probe::Report;
 use devinject_tests::sim::{self, assert_demo_granted_0_1_in, demo_host, demo_probe_args};
-use devinject_tests::skip::{require_binary, require_root};
 
-const IMAGE: &str = "localhost/devinject-busybox:test";
 /// A CDI spec directory podman 4.3 reads.
 const CDI_DIR: &str = "/var/run/cdi";
-
-fn ready() -> bool {
-    require_root()
-        && require_binary("podman")
-        && require_binary("conmon")
-        && require_binary("runc")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-}
 
 fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
@@ -114,8 +103,7 @@ fn podman_injects_the_cdi_spec_cdi_generate_writes() {
     std::fs::create_dir_all(&no_hooks).expect("mkdir");
     let podman = Podman::new(&dir.join("podman"), &no_hooks).expect("podman");
     let rootfs = dir.join("rootfs");
-    devinject_tests::rootfs::busybox(&rootfs).expect("busybox rootfs");
-    podman.import(&rootfs, IMAGE).expect("import");
+    podman.import_busybox(&rootfs).expect("import busybox");
     let cgroups = CgroupParent::new(&suffix);
     let cgroup_parent = cgroups.path();
     let accel2 = format!(

@@ -16,21 +16,9 @@ use std::path::Path;
 use devinject_tests::bins::bin;
 use devinject_tests::cri::CgroupParent;
 use devinject_tests::daemons::{run_ok, short_tempdir};
-use devinject_tests::podman::Podman;
+use devinject_tests::podman::{ready, Podman, IMAGE};
 use devinject_tests::probe::Report;
 use devinject_tests::sim::{assert_demo_granted_0_1_in, demo_host, demo_probe_args};
-use devinject_tests::skip::{require_binary, require_root};
-
-const IMAGE: &str = "localhost/devinject-busybox:test";
-
-fn ready() -> bool {
-    require_root()
-        && require_binary("podman")
-        && require_binary("conmon")
-        && require_binary("runc")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-}
 
 fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
@@ -64,8 +52,7 @@ fn podman_runs_the_hooksd_hook_devinject_ctl_writes() {
 
     let podman = Podman::new(&dir.join("podman"), &hooks_dir).expect("podman");
     let rootfs = dir.join("rootfs");
-    devinject_tests::rootfs::busybox(&rootfs).expect("busybox rootfs");
-    podman.import(&rootfs, IMAGE).expect("import");
+    podman.import_busybox(&rootfs).expect("import busybox");
     let name = dir
         .file_name()
         .expect("name")
