@@ -12,16 +12,9 @@ use devinject_tests::kubelet::plugin_process::PluginProcess;
 use devinject_tests::probe::Report;
 use devinject_tests::runc::{container_id, describe, Bundle};
 use devinject_tests::sim::{assert_demo_granted_0_1, demo_host, demo_probe_args, SimHost};
-use devinject_tests::skip::{require_binary, require_root};
+use devinject_tests::skip::require_runc_demo;
 
 const SLOW: Duration = Duration::from_secs(20);
-
-fn ready() -> bool {
-    require_root()
-        && require_binary("runc")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-}
 
 /// Runs the plugin on `host`, registers it with a test kubelet and allocates `ids`.
 async fn allocate(host: &SimHost, kubelet_dir: &Path, ids: &[&str]) -> ContainerAllocateResponse {
@@ -81,7 +74,7 @@ struct Allocation {
 
 #[tokio::test]
 async fn allocate_answers_make_the_hook_inject_exactly_those_devices() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let allocations = [

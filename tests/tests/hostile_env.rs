@@ -18,14 +18,11 @@ use devinject_tests::cprog::{ldconfig_recorder, markers_in, preload_marker, RECO
 use devinject_tests::probe::Report;
 use devinject_tests::runc::{container_id, describe, runc_path, shim_command, Bundle};
 use devinject_tests::sim::{demo_host, demo_probe_args, set_config, SimHost, LIB, SONAME};
-use devinject_tests::skip::{require, require_binary, require_root};
+use devinject_tests::skip::{require, require_binary, require_runc_demo};
 use serde_json::json;
 
 fn ready() -> bool {
-    require_root()
-        && require_binary("runc")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
+    require_runc_demo()
         && require_binary("/bin/true")
         && require(
             Path::new("/usr/include/stdio.h").exists(),

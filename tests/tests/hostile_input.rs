@@ -16,18 +16,11 @@ use devinject_tests::canary::{HostGuard, HOST_PATHS_AT_RISK};
 use devinject_tests::hostile::fifo;
 use devinject_tests::runc::{container_id, describe, runc_path, shim_command, Bundle};
 use devinject_tests::sim::{demo_host, set_config, SimHost};
-use devinject_tests::skip::{require_binary, require_root};
+use devinject_tests::skip::require_runc_demo;
 use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 use serde_json::json;
-
-fn ready() -> bool {
-    require_root()
-        && require_binary("runc")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-}
 
 /// The documented exit codes these tests expect.
 const INPUT: i32 = 4;
@@ -147,7 +140,7 @@ fn oversize(good: &[u8]) -> Vec<u8> {
 
 #[test]
 fn hook_refuses_malformed_states() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let r = rig();
@@ -212,7 +205,7 @@ fn hook_refuses_malformed_states() {
 
 #[test]
 fn hook_refuses_missing_and_malformed_bundles() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let r = rig();
@@ -273,7 +266,7 @@ fn hook_refuses_missing_and_malformed_bundles() {
 
 #[test]
 fn hook_refuses_oversize_and_malformed_requests() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let r = rig();
@@ -298,7 +291,7 @@ fn hook_refuses_oversize_and_malformed_requests() {
 /// The shim refuses broken bundles before runc runs: no container state appears.
 #[test]
 fn shim_refuses_missing_and_malformed_bundles() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let r = rig();
@@ -401,7 +394,7 @@ fn children() -> Vec<Pid> {
 /// be gone with it (this test process is made a child subreaper so the orphans come to it).
 #[test]
 fn hook_killed_on_runc_timeout_left_ldconfig_blocked_on_a_fifo() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     nix::sys::prctl::set_child_subreaper(true).unwrap();

@@ -21,14 +21,7 @@ use devinject_tests::runc::{
     container_id, describe, hook_failure, runc_path, shim_command, Bundle,
 };
 use devinject_tests::sim::{demo_host, demo_probe_args, set_config, SimHost, LIB, SONAME};
-use devinject_tests::skip::{require_binary, require_root};
-
-fn ready() -> bool {
-    require_root()
-        && require_binary("runc")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-}
+use devinject_tests::skip::require_runc_demo;
 
 /// Which applier runs the case.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,7 +99,7 @@ struct Case {
 }
 
 fn run(name: &str, case: Case) {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     // What plain runc does to the host with this image, when it writes at all.

@@ -12,14 +12,10 @@ use devinject_tests::runc::{cgroup_v2, container_id, describe, sh_in_cgroup_v2, 
 use devinject_tests::sim::{
     assert_demo_granted_0_1, demo_host, demo_probe_args, mknod, shipped_profiles, write_config,
 };
-use devinject_tests::skip::{require, require_binary, require_root};
+use devinject_tests::skip::{require, require_binary, require_runc_demo};
 
 fn ready() -> bool {
-    require_root()
-        && require_binary("runc")
-        && require_binary("unshare")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
+    require_runc_demo() && require_binary("unshare")
 }
 
 /// runc's own default devices must still work after our program replaced runc's.

@@ -10,14 +10,7 @@ use devinject_tests::runc::{container_id, describe, Bundle};
 use devinject_tests::sim::{
     assert_demo_granted_0_1, demo_host, demo_probe_args, write_config, LIB,
 };
-use devinject_tests::skip::{require_binary, require_root};
-
-fn ready() -> bool {
-    require_root()
-        && require_binary("runc")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-}
+use devinject_tests::skip::require_runc_demo;
 
 fn demo_bundle(
     dir: &Path,
@@ -51,7 +44,7 @@ fn demo_bundle(
 
 #[test]
 fn demo_two_devices_create_runtime() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -62,7 +55,7 @@ fn demo_two_devices_create_runtime() {
 
 #[test]
 fn demo_two_devices_prestart_classic_mounts() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -73,7 +66,7 @@ fn demo_two_devices_prestart_classic_mounts() {
 
 #[test]
 fn void_request_injects_nothing() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -85,7 +78,7 @@ fn void_request_injects_nothing() {
 
 #[test]
 fn unknown_device_fails_the_start_with_a_clear_message() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -102,7 +95,8 @@ fn unknown_device_fails_the_start_with_a_clear_message() {
 
 #[test]
 fn real_kvm_is_injected_and_fuse_is_not() {
-    if !ready() || !devinject_tests::skip::require(Path::new("/dev/kvm").exists(), "needs /dev/kvm")
+    if !require_runc_demo()
+        || !devinject_tests::skip::require(Path::new("/dev/kvm").exists(), "needs /dev/kvm")
     {
         return;
     }
@@ -131,7 +125,7 @@ fn real_kvm_is_injected_and_fuse_is_not() {
 /// hook bind-mounts the host nodes instead.
 #[test]
 fn user_namespace_gets_devices_by_bind_mount() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -165,7 +159,7 @@ fn cache_inode(b: &Bundle) -> u64 {
 
 #[test]
 fn restart_on_the_same_rootfs_keeps_a_current_linker_cache() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let t = tempfile::tempdir().unwrap();

@@ -14,16 +14,9 @@ use devinject_tests::runc::{container_id, describe, Bundle};
 use devinject_tests::sim::{
     assert_demo_granted_0_1_in, demo_host, demo_probe_args, write_config, SimHost,
 };
-use devinject_tests::skip::{require_binary, require_root};
+use devinject_tests::skip::require_runc_demo;
 
 const DEMO: &str = "devinject.io/demo";
-
-fn ready() -> bool {
-    require_root()
-        && require_binary("runc")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-}
 
 /// How the container is started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,7 +183,7 @@ impl Default for Start {
 
 /// Runs each start through `via` (when the host can run containers).
 fn check(via: Via, starts: impl IntoIterator<Item = Start>) {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     for s in starts {
