@@ -12,7 +12,7 @@
 //! before the first step (profiles parse, the hook accepts the host config, the engine is
 //! found), so most mistakes change nothing at all.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use devinject_devices::ProfileSet;
 use devinject_runtime_config::{configure, ConfigureRequest, HostPaths};
@@ -23,7 +23,7 @@ use crate::engine_step;
 use crate::error::{InstallError, Result};
 use crate::files::{self, Put};
 use crate::host_config;
-use crate::journal::{Journal, Tx};
+use crate::journal::Tx;
 use crate::k3s;
 use crate::options::InstallOptions;
 use crate::record::{EngineRecord, FileRole, Record, RecordStore};
@@ -43,15 +43,8 @@ pub fn install(
         dry_run: opts.dry_run,
         ..Report::default()
     };
-    let journal = Journal::new(&layout.host, &layout.state_dir());
     let store = RecordStore::new(&layout.host, &layout.state_dir());
-    let runner = Runner {
-        journal: &journal,
-        fault: opts.fault.as_ref(),
-        dry_run: opts.dry_run,
-        layout,
-        restart: opts.restart,
-    };
+    let runner = Runner::new(layout, opts.fault.as_ref(), opts.dry_run, opts.restart);
 
     // Everything that can be checked without changing the host.
     let plan = match prepare(opts) {
@@ -61,7 +54,7 @@ pub fn install(
 
     let mut pre_created = Vec::new();
     let _lock = if opts.dry_run {
-        if let Ok(Some(step)) = journal.pending() {
+        if let Ok(Some(step)) = runner.journal.pending() {
             report.steps.push(crate::report::StepReport {
                 step: "recover".into(),
                 notes: vec![format!("an interrupted step {step} would be undone first")],
@@ -89,57 +82,26 @@ pub fn install(
 
     // 1. Binaries.
     runner.run(&mut report, ctl, "payload", |mut cx| {
-        let bin = layout.bin_dir();
-        for (name, bytes) in &plan.binaries {
-            let host = bin.join(name);
-            let put = files::put(
-                cx.tx.as_deref_mut(),
-                &layout.host,
-                &store,
-                &mut record,
-                &host,
-                bytes,
-                0o755,
-                FileRole::Binary,
-            )?;
-            note_put(&mut cx, put, &host, opts.dry_run);
-        }
-        drop_stale(
-            &mut cx,
-            &layout.host,
-            &store,
-            &mut record,
-            FileRole::Binary,
-            |p| plan.binaries.iter().any(|(n, _)| p == bin.join(n)),
-        )?;
+        let set = FileSet {
+            dir: layout.bin_dir(),
+            files: &plan.binaries,
+            mode: 0o755,
+            role: FileRole::Binary,
+        };
+        put_set(&mut cx, opts, &store, &mut record, set)?;
         save_record(cx.tx, &store, &mut record)
     })?;
 
     // 2. Profiles.
     runner.run(&mut report, ctl, "profiles", |mut cx| {
         let dir = layout.profiles_dir();
-        for (name, bytes) in &plan.profiles {
-            let host = dir.join(name);
-            let put = files::put(
-                cx.tx.as_deref_mut(),
-                &layout.host,
-                &store,
-                &mut record,
-                &host,
-                bytes,
-                0o644,
-                FileRole::Profile,
-            )?;
-            note_put(&mut cx, put, &host, opts.dry_run);
-        }
-        drop_stale(
-            &mut cx,
-            &layout.host,
-            &store,
-            &mut record,
-            FileRole::Profile,
-            |p| plan.profiles.iter().any(|(n, _)| p == dir.join(n)),
-        )?;
+        let set = FileSet {
+            dir: dir.clone(),
+            files: &plan.profiles,
+            mode: 0o644,
+            role: FileRole::Profile,
+        };
+        put_set(&mut cx, opts, &store, &mut record, set)?;
         if cx.tx.is_some() {
             // What the hook will load: ours plus anything an administrator put there.
             ProfileSet::load_dir(&layout.access(&dir))?;
@@ -269,19 +231,46 @@ fn note_put(cx: &mut StepCtx<'_, '_>, put: Put, host: &Path, dry_run: bool) {
     cx.report.changes.push(format!("{verb} {}", host.display()));
 }
 
-/// Removes files of `role` from an earlier install that this one no longer ships.
-fn drop_stale(
+/// Files installed into one directory, all with one mode and role.
+struct FileSet<'p> {
+    /// The directory (host path).
+    dir: PathBuf,
+    /// Name and content of each file.
+    files: &'p [(String, Vec<u8>)],
+    /// Their mode.
+    mode: u32,
+    /// What they are in the record.
+    role: FileRole,
+}
+
+/// Puts every file of `set`, then removes the files of its role from an earlier install that
+/// this one no longer ships.
+fn put_set(
     cx: &mut StepCtx<'_, '_>,
-    host: &crate::host::HostRoot,
+    opts: &InstallOptions,
     store: &RecordStore,
     record: &mut Record,
-    role: FileRole,
-    keep: impl Fn(&Path) -> bool,
+    set: FileSet<'_>,
 ) -> Result<()> {
+    let host = &opts.layout.host;
+    let paths: Vec<PathBuf> = set.files.iter().map(|(n, _)| set.dir.join(n)).collect();
+    for (path, (_, bytes)) in paths.iter().zip(set.files) {
+        let put = files::put(
+            cx.tx.as_deref_mut(),
+            host,
+            store,
+            record,
+            path,
+            bytes,
+            set.mode,
+            set.role,
+        )?;
+        note_put(cx, put, path, opts.dry_run);
+    }
     let stale: Vec<_> = record
         .files
         .iter()
-        .filter(|f| f.role == role && !keep(&f.path))
+        .filter(|f| f.role == set.role && !paths.contains(&f.path))
         .cloned()
         .collect();
     for f in stale {

@@ -30,8 +30,8 @@ pub struct StepCtx<'t, 'j> {
 /// What every step of one install or uninstall shares: the journal, the settings, and how a
 /// rolled-back step restarts engines.
 pub struct Runner<'a> {
-    /// The journal steps run in.
-    pub journal: &'a Journal,
+    /// The journal steps run in, in the state directory.
+    pub journal: Journal,
     /// Fault injection, for the interruption tests.
     pub fault: Option<&'a Fault>,
     /// Dry run: bodies get no transaction and nothing is written.
@@ -42,7 +42,23 @@ pub struct Runner<'a> {
     pub restart: RestartMode,
 }
 
-impl Runner<'_> {
+impl<'a> Runner<'a> {
+    /// Steps for `layout`, journaled in its state directory.
+    pub fn new(
+        layout: &'a Layout,
+        fault: Option<&'a Fault>,
+        dry_run: bool,
+        restart: RestartMode,
+    ) -> Self {
+        Runner {
+            journal: Journal::new(&layout.host, &layout.state_dir()),
+            fault,
+            dry_run,
+            layout,
+            restart,
+        }
+    }
+
     /// Locks the state directory (see [`lock`]) and undoes a step an earlier run left half
     /// done, restarting or reloading the engines it had restarted; the recovery goes into
     /// `report`. Returns the lock and the directories created for it.

@@ -38,7 +38,6 @@ use crate::files;
 use crate::host_config;
 use crate::in_use::{self, User};
 use crate::install::BINARIES;
-use crate::journal::Journal;
 use crate::k3s;
 use crate::options::UninstallOptions;
 use crate::record::{FileRole, InstalledFile, Record, RecordStore};
@@ -55,15 +54,8 @@ pub fn uninstall(
         dry_run: opts.dry_run,
         ..Report::default()
     };
-    let journal = Journal::new(&layout.host, &layout.state_dir());
     let store = RecordStore::new(&layout.host, &layout.state_dir());
-    let runner = Runner {
-        journal: &journal,
-        fault: opts.fault.as_ref(),
-        dry_run: opts.dry_run,
-        layout,
-        restart: opts.restart,
-    };
+    let runner = Runner::new(layout, opts.fault.as_ref(), opts.dry_run, opts.restart);
     let state_exists = layout.access(&layout.state_dir()).exists();
     let _lock = if state_exists && !opts.dry_run {
         let (lock, _) = runner.lock_and_recover(ctl, &mut report)?;
