@@ -316,23 +316,46 @@ pub fn grant_to(resident: &Resident, rules: &[DeviceRule]) -> GrantReport {
 
 /// What the device cgroup must make of a probe.
 #[derive(Debug, Clone, Copy)]
-pub enum Verdict {
+enum Verdict {
     /// Let it through ([`assert_passed`]).
     Passed,
     /// Deny it ([`assert_denied`]).
     Denied,
 }
 
-/// One probe: the path, how it is used, the verdict, and the name failures show.
-pub type ProbeCase<'a> = (&'a Path, Use, Verdict, &'a str);
+/// One probe, what the device cgroup must make of it, and the name failures show.
+pub struct ProbeCase<'a> {
+    path: PathBuf,
+    how: Use,
+    verdict: Verdict,
+    what: &'a str,
+}
+
+/// A probe of `path` the device cgroup must let through.
+pub fn passes(path: impl AsRef<Path>, how: Use, what: &str) -> ProbeCase<'_> {
+    ProbeCase {
+        path: path.as_ref().to_owned(),
+        how,
+        verdict: Verdict::Passed,
+        what,
+    }
+}
+
+/// A probe of `path` the device cgroup must deny.
+pub fn denied(path: impl AsRef<Path>, how: Use, what: &str) -> ProbeCase<'_> {
+    ProbeCase {
+        verdict: Verdict::Denied,
+        ..passes(path, how, what)
+    }
+}
 
 /// Probes every case from inside `cgroups` and asserts its verdict.
 pub fn assert_probes(cgroups: &[&TestCgroup], cases: &[ProbeCase<'_>]) {
-    for &(path, how, verdict, what) in cases {
-        let result = probe(cgroups, path, how);
-        match verdict {
-            Verdict::Passed => assert_passed(result, what),
-            Verdict::Denied => assert_denied(result, what),
+    for case in cases {
+        let result = probe(cgroups, &case.path, case.how);
+        match case.verdict {
+            Verdict::Passed => assert_passed(result, case.what),
+            Verdict::Denied => assert_denied(result, case.what),
         }
     }
 }

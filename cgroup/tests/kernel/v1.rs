@@ -8,8 +8,8 @@ use devinject_cgroup::{grant, CgroupOptions, V2Outcome};
 use serial_test::serial;
 
 use crate::support::{
-    assert_denied, assert_probes, grant_to, own_v1_devices_dir, privileged, probe, rules, skip,
-    Resident, TestCgroup, Use, V2Cgroup, Verdict::Denied, Verdict::Passed,
+    assert_denied, assert_probes, denied, grant_to, own_v1_devices_dir, passes, privileged, probe,
+    rules, skip, Resident, TestCgroup, Use, V2Cgroup,
 };
 
 const NULL: &str = "/dev/null";
@@ -41,8 +41,8 @@ fn v1_devices_allow_is_written() {
     assert_probes(
         &[&cg],
         &[
-            (Path::new(URANDOM), Use::Read, Denied, "urandom before"),
-            (Path::new(NULL), Use::ReadWrite, Passed, "null before"),
+            denied(URANDOM, Use::Read, "urandom before"),
+            passes(NULL, Use::ReadWrite, "null before"),
         ],
     );
 
@@ -55,13 +55,8 @@ fn v1_devices_allow_is_written() {
     assert_probes(
         &[&cg],
         &[
-            (Path::new(URANDOM), Use::ReadWrite, Passed, "urandom after"),
-            (
-                Path::new("/dev/full"),
-                Use::Read,
-                Denied,
-                "full never allowed",
-            ),
+            passes(URANDOM, Use::ReadWrite, "urandom after"),
+            denied("/dev/full", Use::Read, "full never allowed"),
         ],
     );
     drop(resident);
@@ -102,15 +97,10 @@ fn hybrid_host_needs_both_and_gets_both() {
     assert_probes(
         &both,
         &[
-            (Path::new(URANDOM), Use::ReadWrite, Passed, "urandom after"),
+            passes(URANDOM, Use::ReadWrite, "urandom after"),
             // /dev/random: newly allowed on both.
-            (Path::new("/dev/random"), Use::Read, Passed, "random after"),
-            (
-                Path::new("/dev/random"),
-                Use::Write,
-                Denied,
-                "random w not granted",
-            ),
+            passes("/dev/random", Use::Read, "random after"),
+            denied("/dev/random", Use::Write, "random w not granted"),
         ],
     );
     drop(resident);

@@ -9,8 +9,8 @@ use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 use serial_test::serial;
 
 use crate::support::{
-    assert_denied, assert_passed, assert_probes, grant_to, privileged, probe, rules, runc_like,
-    Mounted, Resident, Use, V2Cgroup, Verdict::Denied, Verdict::Passed,
+    assert_denied, assert_passed, assert_probes, denied, grant_to, passes, privileged, probe,
+    rules, runc_like, Mounted, Resident, Use, V2Cgroup,
 };
 
 const NULL: &str = "/dev/null";
@@ -43,13 +43,8 @@ fn runtime_program_is_replaced_atomically_and_grants_access() {
     assert_probes(
         &[cg],
         &[
-            (
-                Path::new(URANDOM),
-                Use::Read,
-                Denied,
-                "urandom before grant",
-            ),
-            (Path::new(NULL), Use::ReadWrite, Passed, "null before grant"),
+            denied(URANDOM, Use::Read, "urandom before grant"),
+            passes(NULL, Use::ReadWrite, "null before grant"),
         ],
     );
 
@@ -77,21 +72,11 @@ fn runtime_program_is_replaced_atomically_and_grants_access() {
     assert_probes(
         &[cg],
         &[
-            (
-                Path::new(URANDOM),
-                Use::Read,
-                Passed,
-                "urandom read after grant",
-            ),
-            (
-                Path::new(URANDOM),
-                Use::ReadWrite,
-                Passed,
-                "urandom rw after grant",
-            ),
-            (Path::new(NULL), Use::ReadWrite, Passed, "null after grant"),
-            (Path::new(ZERO), Use::ReadWrite, Passed, "zero after grant"),
-            (Path::new(FULL), Use::Read, Denied, "full was never allowed"),
+            passes(URANDOM, Use::Read, "urandom read after grant"),
+            passes(URANDOM, Use::ReadWrite, "urandom rw after grant"),
+            passes(NULL, Use::ReadWrite, "null after grant"),
+            passes(ZERO, Use::ReadWrite, "zero after grant"),
+            denied(FULL, Use::Read, "full was never allowed"),
         ],
     );
     drop(resident);
@@ -118,30 +103,18 @@ fn granted_access_is_exactly_what_was_asked() {
     assert_probes(
         &[cg],
         &[
-            (Path::new(URANDOM), Use::Read, Passed, "urandom r"),
-            (
-                Path::new(URANDOM),
-                Use::Write,
-                Denied,
-                "urandom w not granted",
-            ),
-            (
-                Path::new(URANDOM),
-                Use::ReadWrite,
-                Denied,
-                "urandom rw not granted",
-            ),
-            (
-                &nodes.path().join("full"),
+            passes(URANDOM, Use::Read, "urandom r"),
+            denied(URANDOM, Use::Write, "urandom w not granted"),
+            denied(URANDOM, Use::ReadWrite, "urandom rw not granted"),
+            passes(
+                nodes.path().join("full"),
                 Use::Mknod(1, 7),
-                Passed,
                 "mknod c 1:7 granted",
             ),
-            (Path::new(FULL), Use::Read, Denied, "full r not granted"),
-            (
-                &nodes.path().join("urandom"),
+            denied(FULL, Use::Read, "full r not granted"),
+            denied(
+                nodes.path().join("urandom"),
                 Use::Mknod(1, 9),
-                Denied,
                 "mknod c 1:9 not granted",
             ),
         ],
@@ -237,14 +210,9 @@ fn sixteen_rules_in_one_replacement() {
     assert_probes(
         &[cg],
         &[
-            (Path::new(URANDOM), Use::ReadWrite, Passed, "urandom after"),
-            (
-                &nodes.path().join("n15"),
-                Use::Read,
-                Denied,
-                "n15 was not granted",
-            ),
-            (Path::new(NULL), Use::ReadWrite, Passed, "null after"),
+            passes(URANDOM, Use::ReadWrite, "urandom after"),
+            denied(nodes.path().join("n15"), Use::Read, "n15 was not granted"),
+            passes(NULL, Use::ReadWrite, "null after"),
         ],
     );
     drop(resident);
@@ -283,13 +251,8 @@ fn every_attached_program_is_extended() {
     assert_probes(
         &[cg],
         &[
-            (Path::new(URANDOM), Use::Read, Passed, "urandom after"),
-            (
-                Path::new(ZERO),
-                Use::Read,
-                Denied,
-                "zero (denied by the second)",
-            ),
+            passes(URANDOM, Use::Read, "urandom after"),
+            denied(ZERO, Use::Read, "zero (denied by the second)"),
         ],
     );
     drop(resident);
@@ -327,8 +290,8 @@ fn single_program_mode_is_swapped_too() {
     assert_probes(
         &[cg],
         &[
-            (Path::new(URANDOM), Use::Read, Passed, "urandom after"),
-            (Path::new(NULL), Use::ReadWrite, Passed, "null after"),
+            passes(URANDOM, Use::Read, "urandom after"),
+            passes(NULL, Use::ReadWrite, "null after"),
         ],
     );
     drop(resident);
