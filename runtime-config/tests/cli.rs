@@ -108,13 +108,15 @@ fn configure_twice_says_nothing_changed_then_unconfigure_restores() {
     );
 }
 
-/// A request that must fail with a documented exit code.
+/// A `runtime configure` that must fail with a documented exit code.
 struct Failure {
     /// Names the case in failure messages.
     name: &'static str,
     /// Files written below the root first: path relative to it, content.
     files: &'static [(&'static str, &'static str)],
-    /// The arguments; `--root <root>` follows them.
+    /// The `--runtime`.
+    runtime: &'static str,
+    /// The other arguments; `--root <root>` follows them.
     args: &'static [&'static str],
     /// The exit code.
     code: i32,
@@ -128,50 +130,40 @@ fn failures_exit_with_their_documented_codes() {
         Failure {
             name: "a broken file exits 3 naming the file and line",
             files: &[("etc/containerd/config.toml", "version = 2\nimports = [\n")],
-            args: &["runtime", "configure", "--runtime", "containerd"],
+            runtime: "containerd",
+            args: &[],
             code: 3,
             says: &["etc/containerd/config.toml:", "the file was not changed"],
         },
         Failure {
             name: "docker in hook mode is impossible",
             files: &[],
-            args: &[
-                "runtime",
-                "configure",
-                "--runtime",
-                "docker",
-                "--mode",
-                "hook",
-            ],
+            runtime: "docker",
+            args: &["--mode", "hook"],
             code: 2,
             says: &["docker has no hook configuration"],
         },
         Failure {
             name: "CRI-O cannot be reloaded",
             files: &[],
-            args: &["runtime", "configure", "--runtime", "crio", "--reload"],
+            runtime: "crio",
+            args: &["--reload"],
             code: 2,
             says: &[],
         },
         Failure {
             name: "an unknown runtime",
             files: &[],
-            args: &["runtime", "configure", "--runtime", "nerdctl"],
+            runtime: "nerdctl",
+            args: &[],
             code: 2,
             says: &[],
         },
         Failure {
             name: "reload with a bad pidfile exits 5",
             files: &[],
-            args: &[
-                "runtime",
-                "configure",
-                "--runtime",
-                "docker",
-                "--reload",
-                "--docker-pidfile",
-                "/run/none.pid",
-            ],
+            runtime: "docker",
+            args: &["--reload", "--docker-pidfile", "/run/none.pid"],
             code: 5,
             says: &["cannot reload dockerd"],
         },
@@ -185,7 +177,8 @@ fn failures_exit_with_their_documented_codes() {
             std::fs::write(&file, content).expect("write");
         }
         let root = root_arg(tmp.path());
-        let mut args = case.args.to_vec();
+        let mut args = vec!["runtime", "configure", "--runtime", case.runtime];
+        args.extend(case.args);
         args.extend(["--root", &root]);
         let out = ctl(&args);
         let err = stderr(&out);

@@ -122,6 +122,12 @@ impl DropinEngine {
         Ok(Some(dirs))
     }
 
+    /// The spec's section of the drop-in `doc` (whose file is at `dropin_access`), created
+    /// when missing.
+    fn section<'d>(&self, doc: &'d mut DocumentMut, dropin_access: &Path) -> Result<&'d mut Table> {
+        toml_tree::table_mut(doc.as_table_mut(), self.spec.section, dropin_access, "")
+    }
+
     /// Plans configure. In shim mode `shim` fills in the spec's section of the drop-in (its
     /// second argument is the drop-in's path, for errors); in hook mode the plan holds the
     /// hooks.d file and, when needed, `hooks_dir`. The drop-in is planned only when it has keys.
@@ -134,15 +140,7 @@ impl DropinEngine {
         let mut files = Vec::new();
         let dropin_access = self.paths.access(&self.dropin);
         match req.mode() {
-            Mode::Shim => {
-                let section = toml_tree::table_mut(
-                    doc.as_table_mut(),
-                    self.spec.section,
-                    &dropin_access,
-                    "",
-                )?;
-                shim(section, &dropin_access)?;
-            }
+            Mode::Shim => shim(self.section(&mut doc, &dropin_access)?, &dropin_access)?,
             Mode::Hook => {
                 files.push(PlannedFile {
                     path: self.hook_file.clone(),
@@ -151,12 +149,7 @@ impl DropinEngine {
                     marker: None,
                 });
                 if let Some(dirs) = self.hooks_dir_needed()? {
-                    let section = toml_tree::table_mut(
-                        doc.as_table_mut(),
-                        self.spec.section,
-                        &dropin_access,
-                        "",
-                    )?;
+                    let section = self.section(&mut doc, &dropin_access)?;
                     section.set_implicit(false);
                     section.insert("hooks_dir", value(toml_tree::array_of(&dirs)));
                 }
