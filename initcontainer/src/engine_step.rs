@@ -6,7 +6,9 @@
 //! journal before the library writes it. When anything changed the engine is restarted or
 //! reloaded, and a rollback of the step does it again.
 
-use devinject_runtime_config::ChangeReport;
+use devinject_runtime_config::{
+    configure, unconfigure, ChangeReport, ConfigureRequest, UnconfigureRequest,
+};
 
 use crate::activate::{activate, Outcome};
 use crate::detect::Target;
@@ -15,19 +17,43 @@ use crate::journal::Tx;
 use crate::options::{Layout, RestartMode};
 use crate::steps::{self, StepCtx};
 
-/// Makes the change `change(dry_run)` to `target`'s configuration within the step `cx`,
-/// reporting it there. `record` updates the install record within the step's transaction
-/// after the change and before the engine is activated.
+/// A runtime-config request an engine step carries out.
+pub trait Change {
+    /// Carries it out, or with `dry_run` only says what it would change.
+    fn make(&self, dry_run: bool) -> devinject_runtime_config::Result<ChangeReport>;
+}
+
+impl Change for ConfigureRequest {
+    fn make(&self, dry_run: bool) -> devinject_runtime_config::Result<ChangeReport> {
+        configure(&ConfigureRequest {
+            dry_run,
+            ..self.clone()
+        })
+    }
+}
+
+impl Change for UnconfigureRequest {
+    fn make(&self, dry_run: bool) -> devinject_runtime_config::Result<ChangeReport> {
+        unconfigure(&UnconfigureRequest {
+            dry_run,
+            ..self.clone()
+        })
+    }
+}
+
+/// Makes `change` to `target`'s configuration within the step `cx`, reporting it there.
+/// `record` updates the install record within the step's transaction after the change and
+/// before the engine is activated.
 pub fn apply(
     cx: &mut StepCtx<'_, '_>,
     layout: &Layout,
     target: &Target,
     restart: RestartMode,
-    change: impl Fn(bool) -> devinject_runtime_config::Result<ChangeReport>,
+    change: &impl Change,
     record: impl FnOnce(&mut Tx<'_>) -> Result<()>,
 ) -> Result<()> {
     let engine = target.engine;
-    let preview = change(true).map_err(InstallError::runtime(engine))?;
+    let preview = change.make(true).map_err(InstallError::runtime(engine))?;
     let Some(tx) = cx.tx.as_deref_mut() else {
         for c in &preview.changes {
             cx.report
@@ -50,7 +76,7 @@ pub fn apply(
     for path in &touched {
         steps::protect_engine_file(tx, layout, path)?;
     }
-    let done = change(false).map_err(InstallError::runtime(engine))?;
+    let done = change.make(false).map_err(InstallError::runtime(engine))?;
     for c in &done.changes {
         cx.report
             .changes

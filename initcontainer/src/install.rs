@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 
 use devinject_devices::ProfileSet;
-use devinject_runtime_config::{configure, ConfigureRequest, HostPaths};
+use devinject_runtime_config::{ConfigureRequest, HostPaths};
 
 use crate::activate::HostControl;
 use crate::detect::{self, Target};
@@ -82,29 +82,16 @@ pub fn install(
 
     // 1. Binaries.
     runner.run(&mut report, ctl, "payload", |mut cx| {
-        let set = FileSet {
-            dir: layout.bin_dir(),
-            files: &plan.binaries,
-            mode: 0o755,
-            role: FileRole::Binary,
-        };
-        put_set(&mut cx, opts, &store, &mut record, set)?;
+        put_set(&mut cx, opts, &store, &mut record, &plan.binaries)?;
         save_record(cx.tx, &store, &mut record)
     })?;
 
     // 2. Profiles.
     runner.run(&mut report, ctl, "profiles", |mut cx| {
-        let dir = layout.profiles_dir();
-        let set = FileSet {
-            dir: dir.clone(),
-            files: &plan.profiles,
-            mode: 0o644,
-            role: FileRole::Profile,
-        };
-        put_set(&mut cx, opts, &store, &mut record, set)?;
+        put_set(&mut cx, opts, &store, &mut record, &plan.profiles)?;
         if cx.tx.is_some() {
             // What the hook will load: ours plus anything an administrator put there.
-            ProfileSet::load_dir(&layout.access(&dir))?;
+            ProfileSet::load_dir(&layout.access(&plan.profiles.dir))?;
         }
         save_record(cx.tx, &store, &mut record)
     })?;
@@ -158,8 +145,10 @@ pub fn install(
 
 /// What [`prepare`] checked and read.
 struct Plan {
-    binaries: Vec<(String, Vec<u8>)>,
-    profiles: Vec<(String, Vec<u8>)>,
+    /// The binaries, for `<prefix>/bin`.
+    binaries: FileSet,
+    /// The profiles, for the profiles directory.
+    profiles: FileSet,
     host_config: String,
     targets: Vec<(Target, String)>,
 }
@@ -212,8 +201,18 @@ fn prepare(opts: &InstallOptions) -> Result<Plan> {
     let host_config = host_config::render(&opts.host_config, layout, &only);
     host_config::validate(&host_config)?;
     Ok(Plan {
-        binaries,
-        profiles,
+        binaries: FileSet {
+            dir: layout.bin_dir(),
+            files: binaries,
+            mode: 0o755,
+            role: FileRole::Binary,
+        },
+        profiles: FileSet {
+            dir: layout.profiles_dir(),
+            files: profiles,
+            mode: 0o644,
+            role: FileRole::Profile,
+        },
         host_config,
         targets,
     })
@@ -232,11 +231,11 @@ fn note_put(cx: &mut StepCtx<'_, '_>, put: Put, host: &Path, dry_run: bool) {
 }
 
 /// Files installed into one directory, all with one mode and role.
-struct FileSet<'p> {
+struct FileSet {
     /// The directory (host path).
     dir: PathBuf,
     /// Name and content of each file.
-    files: &'p [(String, Vec<u8>)],
+    files: Vec<(String, Vec<u8>)>,
     /// Their mode.
     mode: u32,
     /// What they are in the record.
@@ -250,11 +249,11 @@ fn put_set(
     opts: &InstallOptions,
     store: &RecordStore,
     record: &mut Record,
-    set: FileSet<'_>,
+    set: &FileSet,
 ) -> Result<()> {
     let host = &opts.layout.host;
     let paths: Vec<PathBuf> = set.files.iter().map(|(n, _)| set.dir.join(n)).collect();
-    for (path, (_, bytes)) in paths.iter().zip(set.files) {
+    for (path, (_, bytes)) in paths.iter().zip(&set.files) {
         let put = files::put(
             cx.tx.as_deref_mut(),
             host,
@@ -337,25 +336,13 @@ fn configure_engine(
         }
     }
 
-    engine_step::apply(
-        cx,
-        layout,
-        target,
-        opts.restart,
-        |dry_run| {
-            configure(&ConfigureRequest {
-                dry_run,
-                ..req.clone()
-            })
-        },
-        |tx| {
-            let entry = EngineRecord {
-                target: target.clone(),
-                runtime_name: opts.runtime_name.clone(),
-            };
-            record.engines.retain(|e| e.target != entry.target);
-            record.engines.push(entry);
-            save_record(Some(tx), store, record)
-        },
-    )
+    engine_step::apply(cx, layout, target, opts.restart, &req, |tx| {
+        let entry = EngineRecord {
+            target: target.clone(),
+            runtime_name: opts.runtime_name.clone(),
+        };
+        record.engines.retain(|e| e.target != entry.target);
+        record.engines.push(entry);
+        save_record(Some(tx), store, record)
+    })
 }

@@ -28,7 +28,7 @@
 
 use std::path::{Path, PathBuf};
 
-use devinject_runtime_config::{unconfigure, HostPaths, UnconfigureRequest};
+use devinject_runtime_config::{HostPaths, UnconfigureRequest};
 
 use crate::activate::HostControl;
 use crate::detect::{self, Target};
@@ -294,25 +294,13 @@ fn unconfigure_engine(
         }
     }
 
-    engine_step::apply(
-        cx,
-        layout,
-        target,
-        opts.restart,
-        |dry_run| {
-            unconfigure(&UnconfigureRequest {
-                dry_run,
-                ..req.clone()
-            })
-        },
-        |tx| {
-            if had_record {
-                record.engines.retain(|e| &e.target != target);
-                store.save(tx, record)?;
-            }
-            Ok(())
-        },
-    )
+    engine_step::apply(cx, layout, target, opts.restart, &req, |tx| {
+        if had_record {
+            record.engines.retain(|e| &e.target != target);
+            store.save(tx, record)?;
+        }
+        Ok(())
+    })
 }
 
 /// Removes the install record and the state directory when no installed file is left, and the
