@@ -32,7 +32,7 @@ pub fn container_id(prefix: &str) -> String {
 impl Bundle {
     /// Creates a bundle in `dir` with a busybox rootfs and runc's default spec, not a terminal,
     /// running `args`.
-    pub fn new(dir: &Path, args: &[&str]) -> Result<Self> {
+    pub fn new(dir: &Path, args: &[impl AsRef<str>]) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
         crate::rootfs::busybox(&dir.join("rootfs"))?;
         let out = Command::new(RUNC)
@@ -49,6 +49,7 @@ impl Bundle {
             spec,
         };
         b.spec["process"]["terminal"] = json!(false);
+        let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
         b.spec["process"]["args"] = json!(args);
         b.spec["root"]["readonly"] = json!(false);
         Ok(b)

@@ -213,46 +213,55 @@ async fn kubelet_restart_re_registers_on_a_new_socket() {
     assert_eq!(response.into_inner().container_responses.len(), 1);
 }
 
-#[tokio::test]
-async fn kubelet_restart_while_connected_re_registers() {
-    if !require_root() {
-        return;
-    }
-    let host = demo_host("", 1);
-    let (mut kubelet, _plugin, mut reg) = start(&host, &[]).await;
-    reg.next_list(SLOW).await.expect("first list");
-    let old = reg.request.endpoint.clone();
-    // The stream stays open: only the re-created kubelet.sock and the wiped socket tell.
-    kubelet.restart();
-    let _new = registers_anew(&mut kubelet, &host, &old).await;
-    drop(reg);
+/// How a registered plugin loses its registration while the kubelet process lives on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Loss {
+    /// The kubelet restarts with the stream still open: only the re-created kubelet.sock and the
+    /// wiped plugin socket tell.
+    KubeletRestartWhileConnected,
+    /// The plugin's socket file is removed.
+    SocketRemoved,
+    /// The kubelet's end of the stream goes away; it would never dial back by itself.
+    StreamLost,
 }
 
 #[tokio::test]
-async fn removed_socket_re_registers() {
+async fn re_registers_on_a_new_socket_after_losing_its_registration() {
     if !require_root() {
         return;
     }
-    let host = demo_host("", 1);
-    let (mut kubelet, _plugin, reg) = start(&host, &[]).await;
-    let old = reg.request.endpoint.clone();
-    std::fs::remove_file(host.kubelet_dir().join(&old)).expect("remove plugin socket");
-    let _new = registers_anew(&mut kubelet, &host, &old).await;
-}
-
-#[tokio::test]
-async fn lost_stream_re_registers() {
-    if !require_root() {
-        return;
+    for loss in [
+        Loss::KubeletRestartWhileConnected,
+        Loss::SocketRemoved,
+        Loss::StreamLost,
+    ] {
+        eprintln!("registration lost: {loss:?}");
+        let host = demo_host("", 1);
+        let (mut kubelet, _plugin, mut reg) = start(&host, &[]).await;
+        reg.next_list(SLOW)
+            .await
+            .unwrap_or_else(|| panic!("{loss:?}: no first list"));
+        let old = reg.request.endpoint.clone();
+        // The old stream stays open unless it is what is lost.
+        let _old = match loss {
+            Loss::KubeletRestartWhileConnected => {
+                kubelet.restart();
+                Some(reg)
+            }
+            Loss::SocketRemoved => {
+                std::fs::remove_file(host.kubelet_dir().join(&old)).expect("remove plugin socket");
+                Some(reg)
+            }
+            Loss::StreamLost => {
+                drop(reg);
+                None
+            }
+        };
+        let _new = registers_anew(&mut kubelet, &host, &old).await;
+        if loss == Loss::StreamLost {
+            assert!(kubelet.pending().is_empty(), "registered more than once");
+        }
     }
-    let host = demo_host("", 1);
-    let (mut kubelet, _plugin, mut reg) = start(&host, &[]).await;
-    reg.next_list(SLOW).await.expect("first list");
-    let old = reg.request.endpoint.clone();
-    // The kubelet's end of the stream goes away; it would never dial back by itself.
-    drop(reg);
-    let _new = registers_anew(&mut kubelet, &host, &old).await;
-    assert!(kubelet.pending().is_empty(), "registered more than once");
 }
 
 #[tokio::test]

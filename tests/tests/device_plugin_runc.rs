@@ -41,8 +41,7 @@ async fn allocate(host: &SimHost, kubelet_dir: &Path, ids: &[&str]) -> Container
 /// devices 0 and 1 (and nothing else) were injected.
 fn run_with_answer(dir: &Path, host: &SimHost, answer: &ContainerAllocateResponse) {
     let args = demo_probe_args();
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut bundle = Bundle::new(&dir.join("bundle"), &arg_refs).expect("bundle");
+    let mut bundle = Bundle::new(&dir.join("bundle"), &args).expect("bundle");
     for (key, value) in &answer.envs {
         bundle.env(&format!("{key}={value}"));
     }

@@ -92,8 +92,7 @@ fn batch(mode: Mode) {
             let dir = t.path().join(format!("c{i}"));
             std::thread::spawn(move || {
                 let grant = subset(i);
-                let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-                let mut b = Bundle::new(&dir, &arg_refs).unwrap();
+                let mut b = Bundle::new(&dir, &args).unwrap();
                 let ids: Vec<String> = grant.iter().map(usize::to_string).collect();
                 b.env(&format!("DEMO_VISIBLE_DEVICES={}", ids.join(",")));
                 for k in 0..DEVICES {

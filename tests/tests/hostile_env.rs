@@ -52,8 +52,7 @@ fn rig() -> Rig {
     let markers = t.path().join("markers");
     std::fs::create_dir_all(&markers).unwrap();
     let args = demo_probe_args();
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut b = Bundle::new(&t.path().join("bundle"), &arg_refs).unwrap();
+    let mut b = Bundle::new(&t.path().join("bundle"), &args).unwrap();
     let rootfs = b.rootfs();
     let lib = rootfs.join("preload/marker.so");
     preload_marker(&lib, &markers).unwrap();

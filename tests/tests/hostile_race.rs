@@ -53,8 +53,7 @@ fn race(shim: bool, extra_config: Option<(&str, &str)>) {
     let canary = Canary::new(&t.path().join("canary")).unwrap();
     // The container looks at the library: wherever it sees it, it must be read-only.
     let args = probe_args(&[], &[LIB]);
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut b = Bundle::new(&t.path().join("bundle"), &arg_refs).unwrap();
+    let mut b = Bundle::new(&t.path().join("bundle"), &args).unwrap();
     b.env("DEMO_VISIBLE_DEVICES=0");
     let runtime: Vec<String> = if shim {
         shim_command(&host.config, &runc_path())

@@ -124,8 +124,7 @@ fn run(name: &str, case: Case) {
 /// rootfs) and before any runtime runs.
 fn prepare(rig: &Rig, case: &Case, via: Via) -> (Bundle, HostGuard) {
     let args = demo_probe_args();
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut b = Bundle::new(&rig.dir.join(format!("bundle-{via:?}")), &arg_refs).unwrap();
+    let mut b = Bundle::new(&rig.dir.join(format!("bundle-{via:?}")), &args).unwrap();
     if via != Via::Plain {
         b.env("DEMO_VISIBLE_DEVICES=0");
     }

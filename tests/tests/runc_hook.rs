@@ -7,9 +7,7 @@ use std::path::Path;
 use devinject_tests::bins::bin;
 use devinject_tests::probe::{probe_args, Report};
 use devinject_tests::runc::{container_id, describe, Bundle};
-use devinject_tests::sim::{
-    assert_demo_granted_0_1, demo_host, demo_probe_args, write_config, LIB,
-};
+use devinject_tests::sim::{assert_demo_granted_0_1, demo_host, demo_probe_args, LIB};
 use devinject_tests::skip::require_runc_demo;
 
 fn demo_bundle(
@@ -20,19 +18,10 @@ fn demo_bundle(
 ) -> (Bundle, Report, std::process::Output) {
     let host = demo_host(&dir.join("host"), &["demo"]).unwrap();
     if !extra_config.is_empty() {
-        write_config(
-            &host.config,
-            &host.profiles_dir,
-            &host.dev_root,
-            &host.driver_root,
-            &host.dir.join("sys"),
-            extra_config,
-        )
-        .unwrap();
+        host.write_config(extra_config).unwrap();
     }
     let args = demo_probe_args();
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut b = Bundle::new(&dir.join("bundle"), &arg_refs).unwrap();
+    let mut b = Bundle::new(&dir.join("bundle"), &args).unwrap();
     b.env(&format!("DEMO_VISIBLE_DEVICES={request}"))
         .hook(stage, &bin("devinject-hook"), &host.config)
         // accel2 is present in the container but never granted.
@@ -103,8 +92,7 @@ fn real_kvm_is_injected_and_fuse_is_not() {
     let t = tempfile::tempdir().unwrap();
     let config = devinject_tests::sim::real_host_config(t.path(), &["kvm", "fuse"]).unwrap();
     let args = probe_args(&["/dev/kvm", "/dev/fuse"], &[]);
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut b = Bundle::new(&t.path().join("bundle"), &arg_refs).unwrap();
+    let mut b = Bundle::new(&t.path().join("bundle"), &args).unwrap();
     b.env("KVM_VISIBLE_DEVICES=all")
         .hook("createRuntime", &bin("devinject-hook"), &config);
     let out = b.run(&container_id("kvm")).unwrap();
@@ -137,8 +125,7 @@ fn user_namespace_gets_devices_by_bind_mount() {
     .unwrap();
     let host = demo_host(&t.path().join("host"), &["demo"]).unwrap();
     let args = demo_probe_args();
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut b = Bundle::new(&t.path().join("bundle"), &arg_refs).unwrap();
+    let mut b = Bundle::new(&t.path().join("bundle"), &args).unwrap();
     b.env("DEMO_VISIBLE_DEVICES=0,1")
         .hook("createRuntime", &bin("devinject-hook"), &host.config)
         .bind_node(&host.dev_root.join("demo/accel2"), "/dev/demo/accel2")

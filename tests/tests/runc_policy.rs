@@ -11,9 +11,7 @@ use devinject_tests::bins::bin;
 use devinject_tests::podresources::{pod, FakeKubelet};
 use devinject_tests::probe::Report;
 use devinject_tests::runc::{container_id, describe, Bundle};
-use devinject_tests::sim::{
-    assert_demo_granted_0_1_in, demo_host, demo_probe_args, write_config, SimHost,
-};
+use devinject_tests::sim::{assert_demo_granted_0_1_in, demo_host, demo_probe_args, SimHost};
 use devinject_tests::skip::require_runc_demo;
 
 const DEMO: &str = "devinject.io/demo";
@@ -76,18 +74,9 @@ fn case(policy_config: &str, pods: Option<Vec<PodResources>>) -> Case {
         "pod_resources_socket = {:?}\npod_resources_timeout_ms = 2000\n{policy_config}",
         socket
     );
-    write_config(
-        &host.config,
-        &host.profiles_dir,
-        &host.dev_root,
-        &host.driver_root,
-        &host.dir.join("sys"),
-        &extra,
-    )
-    .unwrap();
+    host.write_config(&extra).unwrap();
     let args = demo_probe_args();
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut bundle = Bundle::new(&dir.path().join("bundle"), &arg_refs).unwrap();
+    let mut bundle = Bundle::new(&dir.path().join("bundle"), &args).unwrap();
     bundle.bind_node(&host.dev_root.join("demo/accel2"), "/dev/demo/accel2");
     Case {
         _dir: dir,

@@ -10,8 +10,7 @@ use devinject_tests::skip::require_runc_demo;
 
 fn bundle(dir: &Path, host: &SimHost, request: Option<&str>) -> Bundle {
     let args = demo_probe_args();
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut b = Bundle::new(&dir.join("bundle"), &arg_refs).unwrap();
+    let mut b = Bundle::new(&dir.join("bundle"), &args).unwrap();
     if let Some(r) = request {
         b.env(&format!("DEMO_VISIBLE_DEVICES={r}"));
     }
