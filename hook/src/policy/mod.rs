@@ -18,6 +18,8 @@
 
 pub mod grant;
 pub mod identity;
+#[cfg(test)]
+mod test_pods;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -375,10 +377,11 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     use devinject_devices::Profile;
-    use devinject_podresources::v1::{ContainerDevices, ContainerResources, PodResources};
+    use devinject_podresources::v1::PodResources;
     use devinject_podresources::Rpc;
 
     use super::identity::{CONTAINERD, CRIO};
+    use super::test_pods;
     use super::*;
 
     const DEMO: &str = "name = \"demo\"\nresource = \"devinject.io/demo\"\n[discovery]\nnodes = [\"demo/accel*\"]\n";
@@ -436,22 +439,7 @@ mod tests {
     }
 
     fn pod(ns: &str, name: &str, container: &str, grants: &[(&str, &[&str])]) -> PodResources {
-        PodResources {
-            name: name.into(),
-            namespace: ns.into(),
-            containers: vec![ContainerResources {
-                name: container.into(),
-                devices: grants
-                    .iter()
-                    .map(|(r, ids)| ContainerDevices {
-                        resource_name: (*r).into(),
-                        device_ids: ids.iter().map(|i| (*i).to_owned()).collect(),
-                        topology: None,
-                    })
-                    .collect(),
-                ..Default::default()
-            }],
-        }
+        test_pods::pod(ns, name, &[(container, grants)])
     }
 
     fn cri(
