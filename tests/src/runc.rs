@@ -223,6 +223,17 @@ impl Bundle {
     }
 }
 
+/// A temp dir that the root of a user namespace, mapped to an unprivileged host uid, can walk
+/// into (mode 0755): bundles for `user_namespace` containers go below it.
+pub fn walkable_tempdir() -> Result<tempfile::TempDir> {
+    let t = tempfile::tempdir()?;
+    std::fs::set_permissions(
+        t.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )?;
+    Ok(t)
+}
+
 /// The absolute path of runc on `PATH` (the shim is given it with `--runtime`).
 pub fn runc_path() -> String {
     crate::skip::which(RUNC)

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use devinject_tests::bins::bin;
 use devinject_tests::probe::{probe_args, Report};
-use devinject_tests::runc::{container_id, describe, Bundle};
+use devinject_tests::runc::{container_id, describe, walkable_tempdir, Bundle};
 use devinject_tests::sim::{assert_demo_granted_0_1, demo_host, demo_probe_args, LIB};
 use devinject_tests::skip::require_runc_demo;
 
@@ -97,16 +97,7 @@ fn real_kvm_is_injected_and_fuse_is_not() {
         .hook("createRuntime", &bin("devinject-hook"), &config);
     let out = b.run(&container_id("kvm")).unwrap();
     assert!(out.status.success(), "{}", describe(&out));
-    let r = Report::parse(&String::from_utf8_lossy(&out.stdout));
-    let kvm = r.node("/dev/kvm");
-    assert_eq!(
-        (kvm.kind.as_str(), kvm.major, kvm.minor),
-        ("c", 10, 232),
-        "{}",
-        describe(&out)
-    );
-    assert_eq!(kvm.open, "ok", "{}", describe(&out));
-    assert_eq!(r.node("/dev/fuse").kind, "missing", "{}", describe(&out));
+    Report::parse(&String::from_utf8_lossy(&out.stdout)).assert_kvm_only(&describe(&out));
 }
 
 /// In a user namespace mknod is refused and a node on the namespace's tmpfs would not work: the
@@ -116,13 +107,7 @@ fn user_namespace_gets_devices_by_bind_mount() {
     if !require_runc_demo() {
         return;
     }
-    let t = tempfile::tempdir().unwrap();
-    // The mapped root must be able to walk into the bundle.
-    std::fs::set_permissions(
-        t.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let t = walkable_tempdir().unwrap();
     let host = demo_host(&t.path().join("host"), &["demo"]).unwrap();
     let args = demo_probe_args();
     let mut b = Bundle::new(&t.path().join("bundle"), &args).unwrap();

@@ -4,7 +4,9 @@
 use std::path::Path;
 
 use devinject_tests::probe::Report;
-use devinject_tests::runc::{container_id, describe, runc_path, shim_command, Bundle};
+use devinject_tests::runc::{
+    container_id, describe, runc_path, shim_command, walkable_tempdir, Bundle,
+};
 use devinject_tests::sim::{assert_demo_granted_0_1, demo_host, demo_probe_args, SimHost};
 use devinject_tests::skip::require_runc_demo;
 
@@ -147,13 +149,7 @@ fn user_namespace_nodes_were_bound_from_the_container_path() {
     if !require_runc_demo() {
         return;
     }
-    let t = tempfile::tempdir().unwrap();
-    // The mapped root must be able to walk into the bundle.
-    std::fs::set_permissions(
-        t.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let t = walkable_tempdir().unwrap();
     let host = demo_host(&t.path().join("host"), &["demo"]).unwrap();
     let mut b = bundle(t.path(), &host, Some("0,1"));
     b.user_namespace(100_000, 65_536);
