@@ -21,6 +21,7 @@ use std::process::{Command, Output, Stdio};
 use anyhow::{bail, Context, Result};
 
 use crate::daemons::{output_within, run_ok, unmount_below, CLI_DEADLINE};
+use crate::sim::{demo_probe_args, SimHost};
 use crate::skip::{require_binary, require_root};
 
 /// The image the tests run: a busybox rootfs (see [`Podman::import_busybox`]).
@@ -107,6 +108,32 @@ impl Podman {
             );
         }
         Ok(())
+    }
+
+    /// Runs the demo probe in a throw-away [`IMAGE`] container without network, below the
+    /// cgroup `parent`, with the simulated host's `accel2` bind-mounted in at
+    /// `/dev/demo/accel2` (present but never granted) and `flags` added to `podman run`.
+    pub fn run_demo_probe(&self, parent: &str, host: &SimHost, flags: &[&str]) -> Result<Output> {
+        let accel2 = host.dev_root.join("demo/accel2");
+        let volume = format!(
+            "{}:/dev/demo/accel2",
+            accel2.to_str().context("utf-8 path")?
+        );
+        let probe = demo_probe_args();
+        let mut args = vec![
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--cgroup-parent",
+            parent,
+            "--volume",
+            &volume,
+        ];
+        args.extend(flags);
+        args.push(IMAGE);
+        args.extend(probe.iter().map(String::as_str));
+        self.run(&args)
     }
 
     /// Builds a busybox rootfs in `rootfs` and imports it as [`IMAGE`].

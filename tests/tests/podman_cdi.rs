@@ -18,16 +18,12 @@ use std::process::Command;
 use devinject_tests::bins::bin;
 use devinject_tests::cri::CgroupParent;
 use devinject_tests::daemons::{run_ok, short_tempdir};
-use devinject_tests::podman::{ready, Podman, IMAGE};
+use devinject_tests::podman::{ready, Podman};
 use devinject_tests::probe::Report;
-use devinject_tests::sim::{self, assert_demo_granted_0_1_in, demo_host, demo_probe_args};
+use devinject_tests::sim::{self, assert_demo_granted_0_1_in, demo_host};
 
 /// A CDI spec directory podman 4.3 reads.
 const CDI_DIR: &str = "/var/run/cdi";
-
-fn path_str(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
 
 /// The spec file in the host's CDI directory, removed on drop (with the directory, when this
 /// test created it and it is empty).
@@ -106,30 +102,15 @@ fn podman_injects_the_cdi_spec_cdi_generate_writes() {
     podman.import_busybox(&rootfs).expect("import busybox");
     let cgroups = CgroupParent::new(&suffix);
     let cgroup_parent = cgroups.path();
-    let accel2 = format!(
-        "{}:/dev/demo/accel2",
-        path_str(&host.dev_root.join("demo/accel2"))
-    );
     let dev0 = format!("devinject.io/{profile}=0");
     let dev1 = format!("devinject.io/{profile}=1");
-    let mut args = vec![
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "--cgroup-parent",
-        &cgroup_parent,
-        "--volume",
-        &accel2,
-        "--device",
-        &dev0,
-        "--device",
-        &dev1,
-        IMAGE,
-    ];
-    let probe = demo_probe_args();
-    args.extend(probe.iter().map(String::as_str));
-    let out = podman.run(&args).expect("podman run");
+    let out = podman
+        .run_demo_probe(
+            &cgroup_parent,
+            &host,
+            &["--device", &dev0, "--device", &dev1],
+        )
+        .expect("podman run");
     let ctx = format!(
         "{:?}\n--- stdout\n{}\n--- stderr\n{}\n--- spec\n{}",
         out.status,

@@ -11,18 +11,12 @@
 //! host. Needs root, podman, conmon, runc, busybox, gcc and the built binaries; skipped
 //! otherwise (fails under `CI=true`).
 
-use std::path::Path;
-
 use devinject_tests::bins::bin;
 use devinject_tests::cri::CgroupParent;
 use devinject_tests::daemons::{run_ok, short_tempdir};
 use devinject_tests::podman::{ready, Podman, IMAGE};
 use devinject_tests::probe::Report;
 use devinject_tests::sim::{assert_demo_granted_0_1_in, demo_host, demo_probe_args};
-
-fn path_str(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
 
 #[test]
 fn podman_runs_the_hooksd_hook_devinject_ctl_writes() {
@@ -60,10 +54,6 @@ fn podman_runs_the_hooksd_hook_devinject_ctl_writes() {
         .into_owned();
     let cgroups = CgroupParent::new(&name);
     let cgroup_parent = cgroups.path();
-    let accel2 = format!(
-        "{}:/dev/demo/accel2",
-        path_str(&host.dev_root.join("demo/accel2"))
-    );
     let probe = demo_probe_args();
 
     for (by, flag, value) in [
@@ -75,21 +65,9 @@ fn podman_runs_the_hooksd_hook_devinject_ctl_writes() {
             "\"devinject.io/demo.devices=0,1\"",
         ),
     ] {
-        let mut args = vec![
-            "run",
-            "--rm",
-            "--network",
-            "none",
-            "--cgroup-parent",
-            &cgroup_parent,
-            "--volume",
-            &accel2,
-            flag,
-            value,
-            IMAGE,
-        ];
-        args.extend(probe.iter().map(String::as_str));
-        let out = podman.run(&args).expect("podman run");
+        let out = podman
+            .run_demo_probe(&cgroup_parent, &host, &[flag, value])
+            .expect("podman run");
         let ctx = format!(
             "request by {by}: {:?}\n--- stdout\n{}\n--- stderr\n{}",
             out.status,
