@@ -109,7 +109,7 @@ pub fn describe(ids: &BTreeSet<String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::test_pods::pod;
+    use devinject_podresources::testing::pod;
 
     fn set(ids: &[&str]) -> BTreeSet<String> {
         ids.iter().map(|i| (*i).to_owned()).collect()

@@ -18,8 +18,6 @@
 
 pub mod grant;
 pub mod identity;
-#[cfg(test)]
-mod test_pods;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -381,7 +379,6 @@ mod tests {
     use devinject_podresources::Rpc;
 
     use super::identity::{CONTAINERD, CRIO};
-    use super::test_pods;
     use super::*;
 
     const DEMO: &str = "name = \"demo\"\nresource = \"devinject.io/demo\"\n[discovery]\nnodes = [\"demo/accel*\"]\n";
@@ -439,7 +436,7 @@ mod tests {
     }
 
     fn pod(ns: &str, name: &str, container: &str, grants: &[(&str, &[&str])]) -> PodResources {
-        test_pods::pod(ns, name, &[(container, grants)])
+        devinject_podresources::testing::pod(ns, name, &[(container, grants)])
     }
 
     fn cri(
