@@ -110,16 +110,9 @@ impl Podman {
         Ok(())
     }
 
-    /// Runs the demo probe in a throw-away [`IMAGE`] container without network, below the
-    /// cgroup `parent`, with the simulated host's `accel2` bind-mounted in at
-    /// `/dev/demo/accel2` (present but never granted) and `flags` added to `podman run`.
-    pub fn run_demo_probe(&self, parent: &str, host: &SimHost, flags: &[&str]) -> Result<Output> {
-        let accel2 = host.dev_root.join("demo/accel2");
-        let volume = format!(
-            "{}:/dev/demo/accel2",
-            accel2.to_str().context("utf-8 path")?
-        );
-        let probe = demo_probe_args();
+    /// Runs `command` in a throw-away [`IMAGE`] container without network, below the cgroup
+    /// `parent`, with `flags` added to `podman run`.
+    pub fn run_in_image(&self, parent: &str, flags: &[&str], command: &[String]) -> Result<Output> {
         let mut args = vec![
             "run",
             "--rm",
@@ -127,13 +120,24 @@ impl Podman {
             "none",
             "--cgroup-parent",
             parent,
-            "--volume",
-            &volume,
         ];
         args.extend(flags);
         args.push(IMAGE);
-        args.extend(probe.iter().map(String::as_str));
+        args.extend(command.iter().map(String::as_str));
         self.run(&args)
+    }
+
+    /// Runs the demo probe (see [`Podman::run_in_image`]) with the simulated host's `accel2`
+    /// bind-mounted in at `/dev/demo/accel2`, present but never granted.
+    pub fn run_demo_probe(&self, parent: &str, host: &SimHost, flags: &[&str]) -> Result<Output> {
+        let accel2 = host.dev_root.join("demo/accel2");
+        let volume = format!(
+            "{}:/dev/demo/accel2",
+            accel2.to_str().context("utf-8 path")?
+        );
+        let mut all = vec!["--volume", &volume];
+        all.extend(flags);
+        self.run_in_image(parent, &all, &demo_probe_args())
     }
 
     /// Builds a busybox rootfs in `rootfs` and imports it as [`IMAGE`].

@@ -14,7 +14,7 @@
 use devinject_tests::bins::bin;
 use devinject_tests::cri::CgroupParent;
 use devinject_tests::daemons::{run_ok, short_tempdir};
-use devinject_tests::podman::{ready, Podman, IMAGE};
+use devinject_tests::podman::{ready, Podman};
 use devinject_tests::probe::Report;
 use devinject_tests::sim::{assert_demo_granted_0_1_in, demo_host, demo_probe_args};
 
@@ -54,7 +54,6 @@ fn podman_runs_the_hooksd_hook_devinject_ctl_writes() {
         .into_owned();
     let cgroups = CgroupParent::new(&name);
     let cgroup_parent = cgroups.path();
-    let probe = demo_probe_args();
 
     for (by, flag, value) in [
         ("env", "--env", "DEMO_VISIBLE_DEVICES=0,1"),
@@ -79,17 +78,9 @@ fn podman_runs_the_hooksd_hook_devinject_ctl_writes() {
     }
 
     // Nothing asked: the hook returns at once and the container sees no demo node.
-    let mut args = vec![
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "--cgroup-parent",
-        &cgroup_parent,
-        IMAGE,
-    ];
-    args.extend(probe.iter().map(String::as_str));
-    let out = podman.run(&args).expect("podman run");
+    let out = podman
+        .run_in_image(&cgroup_parent, &[], &demo_probe_args())
+        .expect("podman run");
     assert!(out.status.success(), "{out:?}");
     let report = Report::parse(&String::from_utf8_lossy(&out.stdout));
     for n in ["accel0", "accel1", "ctl"] {
