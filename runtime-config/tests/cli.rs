@@ -216,51 +216,50 @@ fn cdi_generate_with_a_broken_profile_exits_3() {
 fn hook_config_is_passed_to_the_hook_in_hooksd_and_the_containerd_base_spec() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = root_arg(tmp.path());
-    let out = ctl(&[
-        "runtime",
-        "configure",
-        "--runtime",
-        "podman",
-        "--root",
-        &root,
-        "--hook-config",
-        "/srv/devinject/config.toml",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let hook: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(tmp.path().join("etc/containers/oci/hooks.d/devinject.json"))
-            .expect("hook file"),
+    std::fs::write(
+        tmp.path().join("base.json"),
+        "{\"ociVersion\": \"1.0.2\"}\n",
     )
-    .expect("json");
-    assert_eq!(
-        hook["hook"]["args"],
-        serde_json::json!(["devinject-hook", "--config", "/srv/devinject/config.toml"])
-    );
-
-    let base = tmp.path().join("base.json");
-    std::fs::write(&base, "{\"ociVersion\": \"1.0.2\"}\n").expect("base spec");
-    let out = ctl(&[
-        "runtime",
-        "configure",
-        "--runtime",
-        "containerd",
-        "--mode",
-        "hook",
-        "--root",
-        &root,
-        "--base-spec",
-        "/base.json",
-        "--hook-config",
-        "/srv/devinject/config.toml",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let spec: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(tmp.path().join("etc/containerd/devinject-base-spec.json"))
-            .expect("base spec"),
-    )
-    .expect("json");
-    assert_eq!(
-        spec["hooks"]["createRuntime"][0]["args"],
-        serde_json::json!(["devinject-hook", "--config", "/srv/devinject/config.toml"])
-    );
+    .expect("base spec");
+    // The runtime and its extra arguments, the file holding the hook, where its args are.
+    let cases: [(&str, &[&str], &str, &str); 2] = [
+        (
+            "podman",
+            &[],
+            "etc/containers/oci/hooks.d/devinject.json",
+            "/hook/args",
+        ),
+        (
+            "containerd",
+            &["--mode", "hook", "--base-spec", "/base.json"],
+            "etc/containerd/devinject-base-spec.json",
+            "/hooks/createRuntime/0/args",
+        ),
+    ];
+    for (runtime, extra, file, args_at) in cases {
+        let mut args = vec![
+            "runtime",
+            "configure",
+            "--runtime",
+            runtime,
+            "--root",
+            &root,
+        ];
+        args.extend(extra);
+        args.extend(["--hook-config", "/srv/devinject/config.toml"]);
+        let out = ctl(&args);
+        assert_eq!(out.status.code(), Some(0), "{runtime}: {}", stderr(&out));
+        let written: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(tmp.path().join(file)).expect(file))
+                .expect("json");
+        assert_eq!(
+            written.pointer(args_at),
+            Some(&serde_json::json!([
+                "devinject-hook",
+                "--config",
+                "/srv/devinject/config.toml"
+            ])),
+            "{runtime}: {file}"
+        );
+    }
 }
