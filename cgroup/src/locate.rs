@@ -90,36 +90,37 @@ struct CgroupEntry {
     path: String,
 }
 
+/// Parses each non-empty line of `text` with `parse`; a line it rejects (`None`) is an error
+/// naming `file` and the line.
+fn parse_lines<T>(file: &Path, text: &str, parse: impl Fn(&str) -> Option<T>) -> Result<Vec<T>> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.is_empty())
+        .map(|(i, line)| {
+            parse(line).ok_or_else(|| CgroupError::MalformedProc {
+                path: file.to_owned(),
+                line: i + 1,
+                text: line.to_owned(),
+            })
+        })
+        .collect()
+}
+
 fn parse_proc_cgroup(file: &Path, text: &str) -> Result<Vec<CgroupEntry>> {
-    let mut entries = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.is_empty() {
-            continue;
-        }
-        let malformed = || CgroupError::MalformedProc {
-            path: file.to_owned(),
-            line: i + 1,
-            text: line.to_owned(),
-        };
+    parse_lines(file, text, |line| {
         // The path may itself contain ':', so split only twice.
         let mut parts = line.splitn(3, ':');
-        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
-        else {
-            return Err(malformed());
-        };
-        let hierarchy = id.parse().map_err(|_| malformed())?;
-        let controllers = controllers
-            .split(',')
-            .filter(|c| !c.is_empty())
-            .map(str::to_owned)
-            .collect();
-        entries.push(CgroupEntry {
-            hierarchy,
-            controllers,
+        let (id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        Some(CgroupEntry {
+            hierarchy: id.parse().ok()?,
+            controllers: controllers
+                .split(',')
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned)
+                .collect(),
             path: path.to_owned(),
-        });
-    }
-    Ok(entries)
+        })
+    })
 }
 
 /// The fields of one mountinfo line that matter here (proc(5)).
@@ -132,31 +133,21 @@ struct Mount {
 }
 
 fn parse_mountinfo(file: &Path, text: &str) -> Result<Vec<Mount>> {
-    let mut mounts = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.is_empty() {
-            continue;
-        }
-        let malformed = || CgroupError::MalformedProc {
-            path: file.to_owned(),
-            line: i + 1,
-            text: line.to_owned(),
-        };
+    parse_lines(file, text, |line| {
         // 36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
-        let (before, after) = line.split_once(" - ").ok_or_else(malformed)?;
+        let (before, after) = line.split_once(" - ")?;
         let before: Vec<&str> = before.split(' ').collect();
         let after: Vec<&str> = after.split(' ').collect();
         if before.len() < 6 || after.len() < 3 {
-            return Err(malformed());
+            return None;
         }
-        mounts.push(Mount {
+        Some(Mount {
             root: unescape(before[3]),
             mount_point: PathBuf::from(unescape(before[4])),
             fstype: after[0].to_owned(),
             super_options: after[2].to_owned(),
-        });
-    }
-    Ok(mounts)
+        })
+    })
 }
 
 /// Undoes mountinfo's octal escapes (`\040` space, `\011` tab, `\012` newline, `\134` `\`).

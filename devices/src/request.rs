@@ -241,11 +241,12 @@ mod tests {
     use super::*;
     use crate::names::DeviceId;
 
-    fn devs(ids: &[&str]) -> Vec<Device> {
+    /// An inventory of devices with `ids`, named `accel<index>`.
+    pub(super) fn devs(ids: &[impl AsRef<str>]) -> Vec<Device> {
         ids.iter()
             .enumerate()
             .map(|(index, id)| Device {
-                id: DeviceId::new(id).unwrap(),
+                id: DeviceId::new(id.as_ref()).expect("valid test id"),
                 index,
                 name: format!("accel{index}"),
                 nodes: vec![],
@@ -365,7 +366,6 @@ mod props {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::names::DeviceId;
 
     /// A valid request item: an id, optionally with a replica suffix.
     fn item() -> impl Strategy<Value = String> {
@@ -377,20 +377,6 @@ mod props {
                 Some(n) => format!("{id}::{n}"),
                 None => id,
             })
-    }
-
-    fn devices(ids: &[String]) -> Vec<Device> {
-        ids.iter()
-            .enumerate()
-            .map(|(index, id)| Device {
-                id: DeviceId::new(id).expect("generated ids are valid"),
-                index,
-                name: format!("accel{index}"),
-                nodes: vec![],
-                numa_node: None,
-                healthy: true,
-            })
-            .collect()
     }
 
     proptest! {
@@ -444,7 +430,7 @@ mod props {
             replicas in 1u32..5,
         ) {
             let ids: Vec<String> = ids.into_iter().collect();
-            let devs = devices(&ids);
+            let devs = super::tests::devs(&ids);
             // Items: by id, by index, or unknown.
             let items: Vec<String> = picks
                 .iter()

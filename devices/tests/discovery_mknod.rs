@@ -4,10 +4,20 @@ use std::path::Path;
 
 use devinject_devices::{discover, HostRoots, Profile};
 
-fn is_root() -> bool {
-    std::fs::metadata("/proc/self")
+/// Whether the test can make nodes: root. Otherwise prints why it is skipped, or fails under
+/// `CI=true`.
+fn can_mknod() -> bool {
+    let root = std::fs::metadata("/proc/self")
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
-        .unwrap_or(false)
+        .unwrap_or(false);
+    if !root {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "root needed under CI"
+        );
+        eprintln!("skipping: mknod needs root");
+    }
+    root
 }
 
 fn mknod_char(path: &Path, major: u32, minor: u32) {
@@ -23,12 +33,7 @@ fn mknod_char(path: &Path, major: u32, minor: u32) {
 
 #[test]
 fn finds_sim_devices_ids_numa_and_control_nodes() {
-    if !is_root() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "root needed under CI"
-        );
-        eprintln!("skipping: mknod needs root");
+    if !can_mknod() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -108,12 +113,7 @@ optional = true
 /// the plugin marked the wrong id unhealthy and the hook picked the wrong device.
 #[test]
 fn index_ids_survive_removal_of_a_middle_device() {
-    if !is_root() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "root needed under CI"
-        );
-        eprintln!("skipping: mknod needs root");
+    if !can_mknod() {
         return;
     }
     let t = tempfile::tempdir().unwrap();

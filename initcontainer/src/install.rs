@@ -15,19 +15,20 @@
 use std::path::{Path, PathBuf};
 
 use devinject_devices::ProfileSet;
-use devinject_runtime_config::{configure, ConfigureRequest, HostPaths};
+use devinject_runtime_config::{ConfigureRequest, HostPaths};
 
-use crate::activate::{activate, HostControl, Outcome};
+use crate::activate::HostControl;
 use crate::detect::{self, Target};
+use crate::engine_step;
 use crate::error::{InstallError, Result};
 use crate::files::{self, Put};
 use crate::host_config;
-use crate::journal::{Journal, Tx};
+use crate::journal::Tx;
 use crate::k3s;
-use crate::options::{InstallOptions, RestartMode};
+use crate::options::InstallOptions;
 use crate::record::{EngineRecord, FileRole, Record, RecordStore};
 use crate::report::{Failure, Report};
-use crate::steps::{self, StepCtx};
+use crate::steps::{self, Runner, StepCtx};
 
 /// The binaries copied to `<prefix>/bin`.
 pub const BINARIES: [&str; 3] = ["devinject-hook", "devinject-runtime", "devinject-ctl"];
@@ -42,8 +43,8 @@ pub fn install(
         dry_run: opts.dry_run,
         ..Report::default()
     };
-    let journal = Journal::new(&layout.host, &layout.state_dir());
     let store = RecordStore::new(&layout.host, &layout.state_dir());
+    let runner = Runner::new(layout, opts.fault.as_ref(), opts.dry_run, opts.restart);
 
     // Everything that can be checked without changing the host.
     let plan = match prepare(opts) {
@@ -53,7 +54,7 @@ pub fn install(
 
     let mut pre_created = Vec::new();
     let _lock = if opts.dry_run {
-        if let Ok(Some(step)) = journal.pending() {
+        if let Ok(Some(step)) = runner.journal.pending() {
             report.steps.push(crate::report::StepReport {
                 step: "recover".into(),
                 notes: vec![format!("an interrupted step {step} would be undone first")],
@@ -62,19 +63,8 @@ pub fn install(
         }
         None
     } else {
-        let (lock, created) = steps::lock(layout).map_err(|e| steps::early(&report, e))?;
+        let (lock, created) = runner.lock_and_recover(ctl, &mut report)?;
         pre_created = created;
-        match journal.recover() {
-            Ok(Some(rec)) => {
-                let notes = steps::reactivate(ctl, layout, &rec.activate, opts.restart);
-                for n in notes {
-                    tracing::warn!(note = %n, "after undoing an interrupted step");
-                }
-                report.recovered = Some(rec);
-            }
-            Ok(None) => {}
-            Err(e) => return Err(steps::early(&report, e)),
-        }
         Some(lock)
     };
     let mut record = match store.load() {
@@ -90,86 +80,24 @@ pub fn install(
         }
     }
 
-    let fault = opts.fault.as_ref();
-    let run = |report: &mut Report,
-               ctl: &mut dyn HostControl,
-               name: &str,
-               body: &mut dyn FnMut(StepCtx<'_, '_>) -> Result<()>| {
-        steps::run(
-            &journal,
-            fault,
-            opts.dry_run,
-            layout,
-            opts.restart,
-            ctl,
-            report,
-            name,
-            body,
-        )
-    };
-
     // 1. Binaries.
-    run(&mut report, ctl, "payload", &mut |mut cx| {
-        let bin = layout.bin_dir();
-        for (name, bytes) in &plan.binaries {
-            let host = bin.join(name);
-            let put = files::put(
-                cx.tx.as_deref_mut(),
-                &layout.host,
-                &store,
-                &mut record,
-                &host,
-                bytes,
-                0o755,
-                FileRole::Binary,
-            )?;
-            note_put(&mut cx, put, &host, opts.dry_run);
-        }
-        drop_stale(
-            &mut cx,
-            &layout.host,
-            &store,
-            &mut record,
-            FileRole::Binary,
-            |p| plan.binaries.iter().any(|(n, _)| p == bin.join(n)),
-        )?;
+    runner.run(&mut report, ctl, "payload", |mut cx| {
+        put_set(&mut cx, opts, &store, &mut record, &plan.binaries)?;
         save_record(cx.tx, &store, &mut record)
     })?;
 
     // 2. Profiles.
-    run(&mut report, ctl, "profiles", &mut |mut cx| {
-        let dir = layout.profiles_dir();
-        for (name, bytes) in &plan.profiles {
-            let host = dir.join(name);
-            let put = files::put(
-                cx.tx.as_deref_mut(),
-                &layout.host,
-                &store,
-                &mut record,
-                &host,
-                bytes,
-                0o644,
-                FileRole::Profile,
-            )?;
-            note_put(&mut cx, put, &host, opts.dry_run);
-        }
-        drop_stale(
-            &mut cx,
-            &layout.host,
-            &store,
-            &mut record,
-            FileRole::Profile,
-            |p| plan.profiles.iter().any(|(n, _)| p == dir.join(n)),
-        )?;
+    runner.run(&mut report, ctl, "profiles", |mut cx| {
+        put_set(&mut cx, opts, &store, &mut record, &plan.profiles)?;
         if cx.tx.is_some() {
             // What the hook will load: ours plus anything an administrator put there.
-            ProfileSet::load_dir(&layout.access(&dir))?;
+            ProfileSet::load_dir(&layout.access(&plan.profiles.dir))?;
         }
         save_record(cx.tx, &store, &mut record)
     })?;
 
     // 3. The hook's host configuration.
-    run(&mut report, ctl, "host-config", &mut |mut cx| {
+    runner.run(&mut report, ctl, "host-config", |mut cx| {
         let host = layout.host_config();
         let put = files::put(
             cx.tx.as_deref_mut(),
@@ -205,7 +133,7 @@ pub fn install(
     // 4. Each engine.
     for (target, why) in &plan.targets {
         let name = format!("runtime-{}", target.engine);
-        run(&mut report, ctl, &name, &mut |mut cx| {
+        runner.run(&mut report, ctl, &name, |mut cx| {
             cx.report
                 .notes
                 .push(format!("{}: {why}", target.describe()));
@@ -217,8 +145,10 @@ pub fn install(
 
 /// What [`prepare`] checked and read.
 struct Plan {
-    binaries: Vec<(String, Vec<u8>)>,
-    profiles: Vec<(String, Vec<u8>)>,
+    /// The binaries, for `<prefix>/bin`.
+    binaries: FileSet,
+    /// The profiles, for the profiles directory.
+    profiles: FileSet,
     host_config: String,
     targets: Vec<(Target, String)>,
 }
@@ -271,8 +201,18 @@ fn prepare(opts: &InstallOptions) -> Result<Plan> {
     let host_config = host_config::render(&opts.host_config, layout, &only);
     host_config::validate(&host_config)?;
     Ok(Plan {
-        binaries,
-        profiles,
+        binaries: FileSet {
+            dir: layout.bin_dir(),
+            files: binaries,
+            mode: 0o755,
+            role: FileRole::Binary,
+        },
+        profiles: FileSet {
+            dir: layout.profiles_dir(),
+            files: profiles,
+            mode: 0o644,
+            role: FileRole::Profile,
+        },
         host_config,
         targets,
     })
@@ -290,19 +230,46 @@ fn note_put(cx: &mut StepCtx<'_, '_>, put: Put, host: &Path, dry_run: bool) {
     cx.report.changes.push(format!("{verb} {}", host.display()));
 }
 
-/// Removes files of `role` from an earlier install that this one no longer ships.
-fn drop_stale(
+/// Files installed into one directory, all with one mode and role.
+struct FileSet {
+    /// The directory (host path).
+    dir: PathBuf,
+    /// Name and content of each file.
+    files: Vec<(String, Vec<u8>)>,
+    /// Their mode.
+    mode: u32,
+    /// What they are in the record.
+    role: FileRole,
+}
+
+/// Puts every file of `set`, then removes the files of its role from an earlier install that
+/// this one no longer ships.
+fn put_set(
     cx: &mut StepCtx<'_, '_>,
-    host: &crate::host::HostRoot,
+    opts: &InstallOptions,
     store: &RecordStore,
     record: &mut Record,
-    role: FileRole,
-    keep: impl Fn(&Path) -> bool,
+    set: &FileSet,
 ) -> Result<()> {
+    let host = &opts.layout.host;
+    let paths: Vec<PathBuf> = set.files.iter().map(|(n, _)| set.dir.join(n)).collect();
+    for (path, (_, bytes)) in paths.iter().zip(&set.files) {
+        let put = files::put(
+            cx.tx.as_deref_mut(),
+            host,
+            store,
+            record,
+            path,
+            bytes,
+            set.mode,
+            set.role,
+        )?;
+        note_put(cx, put, path, opts.dry_run);
+    }
     let stale: Vec<_> = record
         .files
         .iter()
-        .filter(|f| f.role == role && !keep(&f.path))
+        .filter(|f| f.role == set.role && !paths.contains(&f.path))
         .cloned()
         .collect();
     for f in stale {
@@ -369,59 +336,13 @@ fn configure_engine(
         }
     }
 
-    let mut preview_req = req.clone();
-    preview_req.dry_run = true;
-    let preview = configure(&preview_req).map_err(InstallError::runtime(engine))?;
-    let Some(tx) = cx.tx.as_deref_mut() else {
-        for c in &preview.changes {
-            cx.report
-                .changes
-                .push(format!("would {} {}", c.action, c.path.display()));
-        }
-        cx.report.diff = preview.diff();
-        cx.report.notes.extend(preview.notes.iter().cloned());
-        if preview.changed() {
-            if let Some(i) = preview.activation.instruction() {
-                cx.report.activation = Some(Outcome::Needed(i));
-            }
-        }
-        return Ok(());
-    };
-
-    // Save everything the library is about to touch, then let it work.
-    let mut touched: Vec<PathBuf> = preview.changes.iter().map(|c| c.path.clone()).collect();
-    touched.push(preview.state_file.clone());
-    for path in &touched {
-        steps::protect_engine_file(tx, layout, path)?;
-    }
-    let done = configure(&req).map_err(InstallError::runtime(engine))?;
-    for c in &done.changes {
-        cx.report
-            .changes
-            .push(format!("{} {}", c.action, c.path.display()));
-    }
-    cx.report.notes.extend(done.notes.iter().cloned());
-    if done.changed() {
-        tx.changed()?;
-    }
-    let entry = EngineRecord {
-        target: target.clone(),
-        runtime_name: opts.runtime_name.clone(),
-    };
-    record.engines.retain(|e| e.target != entry.target);
-    record.engines.push(entry);
-    record.add_dirs(tx.created_dirs().to_vec());
-    store.save(tx, record)?;
-
-    if done.changed() {
-        if opts.restart != RestartMode::None {
-            tx.activate_on_undo(target)?;
-        }
-        let outcome = activate(&mut *cx.ctl, layout, target, done.activation, opts.restart)?;
-        if matches!(outcome, Outcome::Done(_)) {
-            tx.changed()?;
-        }
-        cx.report.activation = Some(outcome);
-    }
-    Ok(())
+    engine_step::apply(cx, layout, target, opts.restart, &req, |tx| {
+        let entry = EngineRecord {
+            target: target.clone(),
+            runtime_name: opts.runtime_name.clone(),
+        };
+        record.engines.retain(|e| e.target != entry.target);
+        record.engines.push(entry);
+        save_record(Some(tx), store, record)
+    })
 }

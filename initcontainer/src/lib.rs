@@ -25,6 +25,7 @@
 
 pub mod activate;
 pub mod detect;
+pub mod engine_step;
 pub mod error;
 pub mod fault;
 pub mod files;

@@ -173,17 +173,6 @@ impl fmt::Display for Failure {
     }
 }
 
-/// An error and its causes on one line, each cause once.
-pub fn describe(err: &dyn std::error::Error) -> String {
-    let mut msg = err.to_string();
-    let mut src = err.source();
-    while let Some(s) = src {
-        let text = s.to_string();
-        if !msg.contains(&text) {
-            msg.push_str(": ");
-            msg.push_str(&text);
-        }
-        src = s.source();
-    }
-    msg
-}
+/// An error and its causes on one line, each cause once: the hook's wording, so that both
+/// binaries report a chain alike.
+pub use devinject_hook::exit::describe;

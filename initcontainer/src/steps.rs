@@ -27,62 +27,112 @@ pub struct StepCtx<'t, 'j> {
     pub ctl: &'t mut dyn HostControl,
 }
 
-/// Runs a step: commits it when `body` succeeds, rolls it back (and restarts engines it had
-/// restarted) when it fails. The step's report is appended to `report` either way.
-#[allow(clippy::too_many_arguments)]
-pub fn run(
-    journal: &Journal,
-    fault: Option<&Fault>,
-    dry_run: bool,
-    layout: &Layout,
-    restart: RestartMode,
-    ctl: &mut dyn HostControl,
-    report: &mut Report,
-    name: &str,
-    body: impl FnOnce(StepCtx<'_, '_>) -> Result<()>,
-) -> std::result::Result<(), Box<Failure>> {
-    let mut sr = StepReport::new(name);
-    if dry_run {
-        let r = body(StepCtx {
-            tx: None,
-            report: &mut sr,
-            ctl,
-        });
-        report.steps.push(sr);
-        return r.map_err(|error| failure(report, name, error, Ok(Vec::new()), Vec::new()));
-    }
-    let mut tx = match journal.begin(name, fault) {
-        Ok(tx) => tx,
-        Err(error) => return Err(failure(report, name, error, Ok(Vec::new()), Vec::new())),
-    };
-    let result = body(StepCtx {
-        tx: Some(&mut tx),
-        report: &mut sr,
-        ctl: &mut *ctl,
-    });
-    match result {
-        Ok(()) => {
-            report.steps.push(sr);
-            tx.commit().map_err(|error| {
-                failure(
-                    report,
-                    name,
-                    error,
-                    Err("the step was done but its journal could not be removed".into()),
-                    Vec::new(),
-                )
-            })
+/// What every step of one install or uninstall shares: the journal, the settings, and how a
+/// rolled-back step restarts engines.
+pub struct Runner<'a> {
+    /// The journal steps run in, in the state directory.
+    pub journal: Journal,
+    /// Fault injection, for the interruption tests.
+    pub fault: Option<&'a Fault>,
+    /// Dry run: bodies get no transaction and nothing is written.
+    pub dry_run: bool,
+    /// Where things are installed.
+    pub layout: &'a Layout,
+    /// Whether and how engines are restarted.
+    pub restart: RestartMode,
+}
+
+impl<'a> Runner<'a> {
+    /// Steps for `layout`, journaled in its state directory.
+    pub fn new(
+        layout: &'a Layout,
+        fault: Option<&'a Fault>,
+        dry_run: bool,
+        restart: RestartMode,
+    ) -> Self {
+        Runner {
+            journal: Journal::new(&layout.host, &layout.state_dir()),
+            fault,
+            dry_run,
+            layout,
+            restart,
         }
-        Err(error) => {
-            tracing::error!(step = name, error = %describe(&error), "step failed; undoing it");
-            let (undone, notes) = match tx.rollback() {
-                Ok((paths, targets)) => {
-                    let notes = reactivate(ctl, layout, &targets, restart);
-                    (Ok(paths), notes)
+    }
+
+    /// Locks the state directory (see [`lock`]) and undoes a step an earlier run left half
+    /// done, restarting or reloading the engines it had restarted; the recovery goes into
+    /// `report`. Returns the lock and the directories created for it.
+    pub fn lock_and_recover(
+        &self,
+        ctl: &mut dyn HostControl,
+        report: &mut Report,
+    ) -> std::result::Result<(Flock<File>, Vec<PathBuf>), Box<Failure>> {
+        let (lock, created) = lock(self.layout).map_err(|e| early(report, e))?;
+        match self.journal.recover() {
+            Ok(Some(rec)) => {
+                for n in reactivate(ctl, self.layout, &rec.activate, self.restart) {
+                    tracing::warn!(note = %n, "after undoing an interrupted step");
                 }
-                Err(e) => (Err(describe(&e)), Vec::new()),
-            };
-            Err(failure(report, name, error, undone, notes))
+                report.recovered = Some(rec);
+            }
+            Ok(None) => {}
+            Err(e) => return Err(early(report, e)),
+        }
+        Ok((lock, created))
+    }
+
+    /// Runs a step: commits it when `body` succeeds, rolls it back (and restarts engines it
+    /// had restarted) when it fails. The step's report is appended to `report` either way.
+    pub fn run(
+        &self,
+        report: &mut Report,
+        ctl: &mut dyn HostControl,
+        name: &str,
+        body: impl FnOnce(StepCtx<'_, '_>) -> Result<()>,
+    ) -> std::result::Result<(), Box<Failure>> {
+        let mut sr = StepReport::new(name);
+        if self.dry_run {
+            let r = body(StepCtx {
+                tx: None,
+                report: &mut sr,
+                ctl,
+            });
+            report.steps.push(sr);
+            return r.map_err(|error| failure(report, name, error, Ok(Vec::new()), Vec::new()));
+        }
+        let mut tx = match self.journal.begin(name, self.fault) {
+            Ok(tx) => tx,
+            Err(error) => return Err(failure(report, name, error, Ok(Vec::new()), Vec::new())),
+        };
+        let result = body(StepCtx {
+            tx: Some(&mut tx),
+            report: &mut sr,
+            ctl: &mut *ctl,
+        });
+        match result {
+            Ok(()) => {
+                report.steps.push(sr);
+                tx.commit().map_err(|error| {
+                    failure(
+                        report,
+                        name,
+                        error,
+                        Err("the step was done but its journal could not be removed".into()),
+                        Vec::new(),
+                    )
+                })
+            }
+            Err(error) => {
+                tracing::error!(step = name, error = %describe(&error), "step failed; undoing it");
+                let (undone, notes) = match tx.rollback() {
+                    Ok((paths, targets)) => {
+                        let notes = reactivate(ctl, self.layout, &targets, self.restart);
+                        (Ok(paths), notes)
+                    }
+                    Err(e) => (Err(describe(&e)), Vec::new()),
+                };
+                Err(failure(report, name, error, undone, notes))
+            }
         }
     }
 }

@@ -28,21 +28,21 @@
 
 use std::path::{Path, PathBuf};
 
-use devinject_runtime_config::{unconfigure, HostPaths, UnconfigureRequest};
+use devinject_runtime_config::{HostPaths, UnconfigureRequest};
 
-use crate::activate::{activate, HostControl, Outcome};
+use crate::activate::HostControl;
 use crate::detect::{self, Target};
+use crate::engine_step;
 use crate::error::{InstallError, Result};
 use crate::files;
 use crate::host_config;
 use crate::in_use::{self, User};
 use crate::install::BINARIES;
-use crate::journal::Journal;
 use crate::k3s;
-use crate::options::{RestartMode, UninstallOptions};
+use crate::options::UninstallOptions;
 use crate::record::{FileRole, InstalledFile, Record, RecordStore};
 use crate::report::{Failure, Report};
-use crate::steps::{self, StepCtx};
+use crate::steps::{self, Runner, StepCtx};
 
 /// Uninstalls devinject from the host described by `opts`. `ctl` restarts engines.
 pub fn uninstall(
@@ -54,21 +54,11 @@ pub fn uninstall(
         dry_run: opts.dry_run,
         ..Report::default()
     };
-    let journal = Journal::new(&layout.host, &layout.state_dir());
     let store = RecordStore::new(&layout.host, &layout.state_dir());
+    let runner = Runner::new(layout, opts.fault.as_ref(), opts.dry_run, opts.restart);
     let state_exists = layout.access(&layout.state_dir()).exists();
     let _lock = if state_exists && !opts.dry_run {
-        let (lock, _) = steps::lock(layout).map_err(|e| steps::early(&report, e))?;
-        match journal.recover() {
-            Ok(Some(rec)) => {
-                for n in steps::reactivate(ctl, layout, &rec.activate, opts.restart) {
-                    tracing::warn!(note = %n, "after undoing an interrupted step");
-                }
-                report.recovered = Some(rec);
-            }
-            Ok(None) => {}
-            Err(e) => return Err(steps::early(&report, e)),
-        }
+        let (lock, _) = runner.lock_and_recover(ctl, &mut report)?;
         Some(lock)
     } else {
         None
@@ -96,28 +86,10 @@ pub fn uninstall(
         }
     };
 
-    let fault = opts.fault.as_ref();
-    let run = |report: &mut Report,
-               ctl: &mut dyn HostControl,
-               name: &str,
-               body: &mut dyn FnMut(StepCtx<'_, '_>) -> Result<()>| {
-        steps::run(
-            &journal,
-            fault,
-            opts.dry_run,
-            layout,
-            opts.restart,
-            ctl,
-            report,
-            name,
-            body,
-        )
-    };
-
     // 1. Engines.
     for (target, runtime_name) in &targets {
         let name = format!("unconfigure-{}", target.engine);
-        run(&mut report, ctl, &name, &mut |mut cx| {
+        runner.run(&mut report, ctl, &name, |mut cx| {
             unconfigure_engine(
                 opts,
                 target,
@@ -148,7 +120,7 @@ pub fn uninstall(
     };
 
     // 2. Profiles and host config.
-    run(&mut report, ctl, "host-files", &mut |mut cx| {
+    runner.run(&mut report, ctl, "host-files", |mut cx| {
         if had_record {
             take_role(&mut cx, layout, &store, &mut record, FileRole::Profile, &[])?;
             take_role(
@@ -177,7 +149,7 @@ pub fn uninstall(
     })?;
 
     // 3. Binaries.
-    run(&mut report, ctl, "payload", &mut |mut cx| {
+    runner.run(&mut report, ctl, "payload", |mut cx| {
         if had_record {
             take_role(
                 &mut cx,
@@ -322,54 +294,13 @@ fn unconfigure_engine(
         }
     }
 
-    let mut preview_req = req.clone();
-    preview_req.dry_run = true;
-    let preview = unconfigure(&preview_req).map_err(InstallError::runtime(engine))?;
-    let Some(tx) = cx.tx.as_deref_mut() else {
-        for c in &preview.changes {
-            cx.report
-                .changes
-                .push(format!("would {} {}", c.action, c.path.display()));
+    engine_step::apply(cx, layout, target, opts.restart, &req, |tx| {
+        if had_record {
+            record.engines.retain(|e| &e.target != target);
+            store.save(tx, record)?;
         }
-        cx.report.diff = preview.diff();
-        cx.report.notes.extend(preview.notes.iter().cloned());
-        if preview.changed() {
-            if let Some(i) = preview.activation.instruction() {
-                cx.report.activation = Some(Outcome::Needed(i));
-            }
-        }
-        return Ok(());
-    };
-    let mut touched: Vec<PathBuf> = preview.changes.iter().map(|c| c.path.clone()).collect();
-    touched.push(preview.state_file.clone());
-    for path in &touched {
-        steps::protect_engine_file(tx, layout, path)?;
-    }
-    let done = unconfigure(&req).map_err(InstallError::runtime(engine))?;
-    for c in &done.changes {
-        cx.report
-            .changes
-            .push(format!("{} {}", c.action, c.path.display()));
-    }
-    cx.report.notes.extend(done.notes.iter().cloned());
-    if done.changed() {
-        tx.changed()?;
-    }
-    if had_record {
-        record.engines.retain(|e| &e.target != target);
-        store.save(tx, record)?;
-    }
-    if done.changed() {
-        if opts.restart != RestartMode::None {
-            tx.activate_on_undo(target)?;
-        }
-        let outcome = activate(&mut *cx.ctl, layout, target, done.activation, opts.restart)?;
-        if matches!(outcome, Outcome::Done(_)) {
-            tx.changed()?;
-        }
-        cx.report.activation = Some(outcome);
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Removes the install record and the state directory when no installed file is left, and the

@@ -7,9 +7,14 @@
 //!   runtime shim): one pod by name and namespace through `Get`, falling back to `List`, under
 //!   one deadline, on a runtime that is gone before the call returns.
 //!
+//! - `testing` (feature `testing`): pods as the kubelet reports them, built from plain values
+//!   for the tests of code that reads them.
+//!
 //! The server side is used by the test kubelet in `tests/`; nothing in devinject serves this API.
 
 pub mod client;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use client::{PodLookup, PodResourcesClient, PodResourcesError, Rpc};
 

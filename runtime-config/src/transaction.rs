@@ -92,15 +92,48 @@ fn mode_of(path: &Path) -> Result<Option<u32>> {
     }
 }
 
+/// One engine's editor and its state file, locked for one configure or unconfigure.
+struct Session {
+    editor: Box<dyn EngineEditor>,
+    /// The state file (host path).
+    state_host: PathBuf,
+    /// Where this process reads and writes it.
+    state_access: PathBuf,
+    /// What the last configure recorded.
+    old: Option<State>,
+    /// Held until the session ends.
+    _lock: DirLock,
+}
+
+impl Session {
+    /// Locks `engine`'s state file on the host at `paths` and reads it.
+    fn open(engine: Engine, paths: &HostPaths) -> Result<Self> {
+        let editor = engines::editor(engine, paths);
+        let state_host = state::state_path(editor.config());
+        let state_access = paths.access(&state_host);
+        let lock = DirLock::acquire(&state_access)?;
+        let old = State::load(&state_access, engine)?;
+        Ok(Session {
+            editor,
+            state_host,
+            state_access,
+            old,
+            _lock: lock,
+        })
+    }
+}
+
 /// Configures `req.engine`; see [`crate::configure`].
 pub fn configure(req: &ConfigureRequest) -> Result<ChangeReport> {
     validate(req)?;
     let paths = &req.paths;
-    let editor = engines::editor(req.engine, paths);
-    let state_host = state::state_path(editor.config());
-    let state_access = paths.access(&state_host);
-    let _lock = DirLock::acquire(&state_access)?;
-    let old = State::load(&state_access, req.engine)?;
+    let Session {
+        editor,
+        state_host,
+        old,
+        _lock,
+        ..
+    } = Session::open(req.engine, paths)?;
     let old_prior = old.as_ref().map(|s| s.prior.clone()).unwrap_or_default();
 
     // The content each edited file would have without devinject: the recorded original while the
@@ -305,11 +338,13 @@ fn activation_for(editor: &dyn EngineEditor, changes: &[FileChange]) -> Activati
 /// Unconfigures `req.engine`; see [`crate::unconfigure`].
 pub fn unconfigure(req: &UnconfigureRequest) -> Result<ChangeReport> {
     let paths = &req.paths;
-    let editor = engines::editor(req.engine, paths);
-    let state_host = state::state_path(editor.config());
-    let state_access = paths.access(&state_host);
-    let _lock = DirLock::acquire(&state_access)?;
-    let old = State::load(&state_access, req.engine)?;
+    let Session {
+        editor,
+        state_host,
+        state_access,
+        old,
+        _lock,
+    } = Session::open(req.engine, paths)?;
     let mut notes = Vec::new();
     let mut steps = Vec::new();
 

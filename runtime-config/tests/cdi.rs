@@ -5,6 +5,8 @@
 //! Needs root (mknod) and gcc; skipped otherwise (fails under `CI=true`).
 //! `UPDATE_GOLDEN=1` rewrites the expected file.
 
+mod support;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,6 +15,7 @@ use devinject_runtime_config::cdi::{self, CdiRequest};
 use devinject_runtime_config::Action;
 use devinject_tests::sim::mknod;
 use devinject_tests::skip::{require_binary, require_root};
+use support::demo_values::{demo_values, DemoValues};
 
 fn sim_host(root: &Path) {
     fs::create_dir_all(root.join("dev/demo")).expect("mkdir dev");
@@ -127,45 +130,11 @@ fn cdi_generate_writes_a_minimal_valid_spec_and_removes_stale_ones() {
 
 #[test]
 fn cdi_spec_from_plain_values_maps_host_paths_and_wires_the_finish_hook() {
-    use devinject_devices::host_files::HostLibrary;
-    use devinject_devices::{
-        Device, DeviceId, DeviceNode, HostFiles, Inventory, NodeKind, Profile,
-    };
-    let profile = Profile::parse(
-        "name = \"demo\"\nresource = \"devinject.io/demo\"\n[discovery]\nnodes = [\"demo/accel*\"]\n[env]\nDEMO_DRIVER = \"1\"\n",
-        Path::new("demo.toml"),
-    )
-    .expect("profile");
-    let node = |name: &str, minor| DeviceNode {
-        host_path: PathBuf::from(format!("/host/dev/demo/{name}")),
-        container_path: PathBuf::from(format!("/dev/demo/{name}")),
-        kind: NodeKind::Char,
-        major: 10,
-        minor,
-        mode: 0o660,
-        uid: 0,
-        gid: 44,
-    };
-    let inventory = Inventory {
-        devices: vec![Device {
-            id: DeviceId::new("gpu-a").expect("id"),
-            index: 0,
-            name: "accel0".into(),
-            nodes: vec![node("accel0", 1)],
-            numa_node: None,
-            healthy: true,
-        }],
-        control_nodes: vec![node("ctl", 2)],
-    };
-    let files = HostFiles {
-        libraries: vec![HostLibrary {
-            path: PathBuf::from("/host/usr/lib/libdemo.so.1.0.0"),
-            file_name: "libdemo.so.1.0.0".into(),
-            soname: Some("libdemo.so.1".into()),
-        }],
-        binaries: Vec::new(),
-        files: Vec::new(),
-    };
+    let DemoValues {
+        profile,
+        inventory,
+        files,
+    } = demo_values("/host");
     let req = CdiRequest {
         root: PathBuf::from("/host"),
         hook_config: Some(PathBuf::from("/etc/devinject/alt.toml")),

@@ -5,12 +5,15 @@
 //! and a gcc-built library, so that case needs root and is skipped otherwise). The schema is
 //! checked to reject what CDI's parser rejects, so a passing spec means something.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 
 use devinject_runtime_config::cdi::{self, CdiRequest};
 use devinject_tests::sim;
 use devinject_tests::skip::{require_binary, require_root};
 use serde_json::{json, Value};
+use support::demo_values::{demo_values, DemoValues};
 
 fn validator() -> jsonschema::Validator {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/schema/cdi-spec.schema.json");
@@ -41,45 +44,11 @@ fn the_golden_spec_is_valid() {
 
 #[test]
 fn a_spec_with_hooks_mounts_env_and_control_nodes_is_valid() {
-    use devinject_devices::host_files::HostLibrary;
-    use devinject_devices::{
-        Device, DeviceId, DeviceNode, HostFiles, Inventory, NodeKind, Profile,
-    };
-    let profile = Profile::parse(
-        "name = \"demo\"\nresource = \"devinject.io/demo\"\n[discovery]\nnodes = [\"demo/accel*\"]\n[env]\nDEMO_DRIVER = \"1\"\n",
-        Path::new("demo.toml"),
-    )
-    .expect("profile");
-    let node = |name: &str, minor| DeviceNode {
-        host_path: PathBuf::from(format!("/dev/demo/{name}")),
-        container_path: PathBuf::from(format!("/dev/demo/{name}")),
-        kind: NodeKind::Char,
-        major: 10,
-        minor,
-        mode: 0o660,
-        uid: 0,
-        gid: 44,
-    };
-    let inventory = Inventory {
-        devices: vec![Device {
-            id: DeviceId::new("gpu-a").expect("id"),
-            index: 0,
-            name: "accel0".into(),
-            nodes: vec![node("accel0", 1)],
-            numa_node: None,
-            healthy: true,
-        }],
-        control_nodes: vec![node("ctl", 2)],
-    };
-    let files = HostFiles {
-        libraries: vec![HostLibrary {
-            path: PathBuf::from("/usr/lib/libdemo.so.1.0.0"),
-            file_name: "libdemo.so.1.0.0".into(),
-            soname: Some("libdemo.so.1".into()),
-        }],
-        binaries: Vec::new(),
-        files: Vec::new(),
-    };
+    let DemoValues {
+        profile,
+        inventory,
+        files,
+    } = demo_values("");
     let spec = cdi::build_spec(&CdiRequest::default(), &profile, &inventory, &files)
         .expect("build")
         .expect("a spec");

@@ -108,83 +108,89 @@ fn configure_twice_says_nothing_changed_then_unconfigure_restores() {
     );
 }
 
-#[test]
-fn broken_file_exits_3_naming_file_and_line() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let root = root_arg(tmp.path());
-    let conf = tmp.path().join("etc/containerd/config.toml");
-    std::fs::create_dir_all(conf.parent().expect("parent")).expect("mkdir");
-    std::fs::write(&conf, "version = 2\nimports = [\n").expect("write");
-    let out = ctl(&[
-        "runtime",
-        "configure",
-        "--runtime",
-        "containerd",
-        "--root",
-        &root,
-    ]);
-    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
-    let err = stderr(&out);
-    assert!(err.starts_with("devinject-ctl: "), "{err}");
-    assert!(err.contains("etc/containerd/config.toml:"), "{err}");
-    assert!(err.contains("the file was not changed"), "{err}");
+/// A `runtime configure` that must fail with a documented exit code.
+struct Failure {
+    /// Names the case in failure messages.
+    name: &'static str,
+    /// Files written below the root first: path relative to it, content.
+    files: &'static [(&'static str, &'static str)],
+    /// The `--runtime`.
+    runtime: &'static str,
+    /// The other arguments; `--root <root>` follows them.
+    args: &'static [&'static str],
+    /// The exit code.
+    code: i32,
+    /// What stderr must say.
+    says: &'static [&'static str],
 }
 
 #[test]
-fn impossible_requests_exit_2() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let root = root_arg(tmp.path());
-    let out = ctl(&[
-        "runtime",
-        "configure",
-        "--runtime",
-        "docker",
-        "--root",
-        &root,
-        "--mode",
-        "hook",
-    ]);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("docker has no hook configuration"),
-        "{}",
-        stderr(&out)
-    );
-    let out = ctl(&[
-        "runtime",
-        "configure",
-        "--runtime",
-        "crio",
-        "--root",
-        &root,
-        "--reload",
-    ]);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    let out = ctl(&["runtime", "configure", "--runtime", "nerdctl"]);
-    assert_eq!(out.status.code(), Some(2));
-}
-
-#[test]
-fn reload_with_a_bad_pidfile_exits_5() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let root = root_arg(tmp.path());
-    let out = ctl(&[
-        "runtime",
-        "configure",
-        "--runtime",
-        "docker",
-        "--root",
-        &root,
-        "--reload",
-        "--docker-pidfile",
-        "/run/none.pid",
-    ]);
-    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("cannot reload dockerd"),
-        "{}",
-        stderr(&out)
-    );
+fn failures_exit_with_their_documented_codes() {
+    let cases = [
+        Failure {
+            name: "a broken file exits 3 naming the file and line",
+            files: &[("etc/containerd/config.toml", "version = 2\nimports = [\n")],
+            runtime: "containerd",
+            args: &[],
+            code: 3,
+            says: &["etc/containerd/config.toml:", "the file was not changed"],
+        },
+        Failure {
+            name: "docker in hook mode is impossible",
+            files: &[],
+            runtime: "docker",
+            args: &["--mode", "hook"],
+            code: 2,
+            says: &["docker has no hook configuration"],
+        },
+        Failure {
+            name: "CRI-O cannot be reloaded",
+            files: &[],
+            runtime: "crio",
+            args: &["--reload"],
+            code: 2,
+            says: &[],
+        },
+        Failure {
+            name: "an unknown runtime",
+            files: &[],
+            runtime: "nerdctl",
+            args: &[],
+            code: 2,
+            says: &[],
+        },
+        Failure {
+            name: "reload with a bad pidfile exits 5",
+            files: &[],
+            runtime: "docker",
+            args: &["--reload", "--docker-pidfile", "/run/none.pid"],
+            code: 5,
+            says: &["cannot reload dockerd"],
+        },
+    ];
+    for case in cases {
+        let name = case.name;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        for (path, content) in case.files {
+            let file = tmp.path().join(path);
+            std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+            std::fs::write(&file, content).expect("write");
+        }
+        let root = root_arg(tmp.path());
+        let mut args = vec!["runtime", "configure", "--runtime", case.runtime];
+        args.extend(case.args);
+        args.extend(["--root", &root]);
+        let out = ctl(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(case.code), "{name}: {err}");
+        if case.code != 2 {
+            // Our own errors, not the argument parser's.
+            assert!(err.starts_with("devinject-ctl: "), "{name}: {err}");
+        }
+        for needle in case.says {
+            assert!(err.contains(needle), "{name}: {needle:?} in {err}");
+        }
+    }
 }
 
 #[test]
@@ -210,51 +216,50 @@ fn cdi_generate_with_a_broken_profile_exits_3() {
 fn hook_config_is_passed_to_the_hook_in_hooksd_and_the_containerd_base_spec() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = root_arg(tmp.path());
-    let out = ctl(&[
-        "runtime",
-        "configure",
-        "--runtime",
-        "podman",
-        "--root",
-        &root,
-        "--hook-config",
-        "/srv/devinject/config.toml",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let hook: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(tmp.path().join("etc/containers/oci/hooks.d/devinject.json"))
-            .expect("hook file"),
+    std::fs::write(
+        tmp.path().join("base.json"),
+        "{\"ociVersion\": \"1.0.2\"}\n",
     )
-    .expect("json");
-    assert_eq!(
-        hook["hook"]["args"],
-        serde_json::json!(["devinject-hook", "--config", "/srv/devinject/config.toml"])
-    );
-
-    let base = tmp.path().join("base.json");
-    std::fs::write(&base, "{\"ociVersion\": \"1.0.2\"}\n").expect("base spec");
-    let out = ctl(&[
-        "runtime",
-        "configure",
-        "--runtime",
-        "containerd",
-        "--mode",
-        "hook",
-        "--root",
-        &root,
-        "--base-spec",
-        "/base.json",
-        "--hook-config",
-        "/srv/devinject/config.toml",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let spec: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(tmp.path().join("etc/containerd/devinject-base-spec.json"))
-            .expect("base spec"),
-    )
-    .expect("json");
-    assert_eq!(
-        spec["hooks"]["createRuntime"][0]["args"],
-        serde_json::json!(["devinject-hook", "--config", "/srv/devinject/config.toml"])
-    );
+    .expect("base spec");
+    // The runtime and its extra arguments, the file holding the hook, where its args are.
+    let cases: [(&str, &[&str], &str, &str); 2] = [
+        (
+            "podman",
+            &[],
+            "etc/containers/oci/hooks.d/devinject.json",
+            "/hook/args",
+        ),
+        (
+            "containerd",
+            &["--mode", "hook", "--base-spec", "/base.json"],
+            "etc/containerd/devinject-base-spec.json",
+            "/hooks/createRuntime/0/args",
+        ),
+    ];
+    for (runtime, extra, file, args_at) in cases {
+        let mut args = vec![
+            "runtime",
+            "configure",
+            "--runtime",
+            runtime,
+            "--root",
+            &root,
+        ];
+        args.extend(extra);
+        args.extend(["--hook-config", "/srv/devinject/config.toml"]);
+        let out = ctl(&args);
+        assert_eq!(out.status.code(), Some(0), "{runtime}: {}", stderr(&out));
+        let written: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(tmp.path().join(file)).expect(file))
+                .expect("json");
+        assert_eq!(
+            written.pointer(args_at),
+            Some(&serde_json::json!([
+                "devinject-hook",
+                "--config",
+                "/srv/devinject/config.toml"
+            ])),
+            "{runtime}: {file}"
+        );
+    }
 }

@@ -21,6 +21,22 @@ use std::process::{Command, Output, Stdio};
 use anyhow::{bail, Context, Result};
 
 use crate::daemons::{output_within, run_ok, unmount_below, CLI_DEADLINE};
+use crate::sim::{demo_probe_args, SimHost};
+use crate::skip::{require_binary, require_root};
+
+/// The image the tests run: a busybox rootfs (see [`Podman::import_busybox`]).
+pub const IMAGE: &str = "localhost/devinject-busybox:test";
+
+/// Whether podman tests can run here: root, podman with conmon and runc, busybox for the
+/// image and gcc for the simulated host (see [`crate::skip`] for what a missing one does).
+pub fn ready() -> bool {
+    require_root()
+        && require_binary("podman")
+        && require_binary("conmon")
+        && require_binary("runc")
+        && require_binary("/bin/busybox")
+        && require_binary("gcc")
+}
 
 /// containers.conf for a private podman on this kind of machine (see the module docs).
 pub const CONTAINERS_CONF: &str = r#"[containers]
@@ -92,6 +108,42 @@ impl Podman {
             );
         }
         Ok(())
+    }
+
+    /// Runs `command` in a throw-away [`IMAGE`] container without network, below the cgroup
+    /// `parent`, with `flags` added to `podman run`.
+    pub fn run_in_image(&self, parent: &str, flags: &[&str], command: &[String]) -> Result<Output> {
+        let mut args = vec![
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--cgroup-parent",
+            parent,
+        ];
+        args.extend(flags);
+        args.push(IMAGE);
+        args.extend(command.iter().map(String::as_str));
+        self.run(&args)
+    }
+
+    /// Runs the demo probe (see [`Podman::run_in_image`]) with the simulated host's `accel2`
+    /// bind-mounted in at `/dev/demo/accel2`, present but never granted.
+    pub fn run_demo_probe(&self, parent: &str, host: &SimHost, flags: &[&str]) -> Result<Output> {
+        let accel2 = host.dev_root.join("demo/accel2");
+        let volume = format!(
+            "{}:/dev/demo/accel2",
+            accel2.to_str().context("utf-8 path")?
+        );
+        let mut all = vec!["--volume", &volume];
+        all.extend(flags);
+        self.run_in_image(parent, &all, &demo_probe_args())
+    }
+
+    /// Builds a busybox rootfs in `rootfs` and imports it as [`IMAGE`].
+    pub fn import_busybox(&self, rootfs: &Path) -> Result<()> {
+        crate::rootfs::busybox(rootfs).context("busybox rootfs")?;
+        self.import(rootfs, IMAGE)
     }
 }
 

@@ -14,38 +14,12 @@ use devinject_podresources::v1::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
 use devinject_podresources::v1::{
-    AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices,
-    ContainerResources, GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
-    ListPodResourcesResponse, PodResources,
+    AllocatableResourcesRequest, AllocatableResourcesResponse, GetPodResourcesRequest,
+    GetPodResourcesResponse, ListPodResourcesRequest, ListPodResourcesResponse, PodResources,
 };
 use tonic::{Request, Response, Status};
 
-/// One container's grants: (resource name, device ids) pairs.
-pub type Grants<'a> = &'a [(&'a str, &'a [&'a str])];
-
-/// A pod as the kubelet reports it: `pod("ns", "name", &[("main", &[("devinject.io/demo",
-/// &["0", "1"])])])`.
-pub fn pod(namespace: &str, name: &str, containers: &[(&str, Grants)]) -> PodResources {
-    PodResources {
-        name: name.to_owned(),
-        namespace: namespace.to_owned(),
-        containers: containers
-            .iter()
-            .map(|(container, grants)| ContainerResources {
-                name: (*container).to_owned(),
-                devices: grants
-                    .iter()
-                    .map(|(resource, ids)| ContainerDevices {
-                        resource_name: (*resource).to_owned(),
-                        device_ids: ids.iter().map(|i| (*i).to_owned()).collect(),
-                        topology: None,
-                    })
-                    .collect(),
-                ..Default::default()
-            })
-            .collect(),
-    }
-}
+pub use devinject_podresources::testing::{pod, Grants};
 
 #[derive(Debug, Default)]
 struct State {

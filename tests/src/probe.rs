@@ -147,6 +147,23 @@ impl Report {
             .get(path)
             .unwrap_or_else(|| panic!("probe did not report {path}: {self:#?}"))
     }
+    /// Asserts what a container given the host's `/dev/kvm` (the kvm profile, `all`) sees: the
+    /// node as `c 10:232`, opening, and no `/dev/fuse`, which was not requested. `ctx` (the
+    /// container's output) is shown on failure.
+    pub fn assert_kvm_only(&self, ctx: &str) {
+        let kvm = self.node("/dev/kvm");
+        assert_eq!(
+            (kvm.kind.as_str(), kvm.major, kvm.minor),
+            ("c", 10, 232),
+            "{ctx}"
+        );
+        assert_eq!(kvm.open, "ok", "{ctx}");
+        assert_eq!(
+            self.node("/dev/fuse").kind,
+            "missing",
+            "not requested: {ctx}"
+        );
+    }
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ pub fn container_id(prefix: &str) -> String {
 impl Bundle {
     /// Creates a bundle in `dir` with a busybox rootfs and runc's default spec, not a terminal,
     /// running `args`.
-    pub fn new(dir: &Path, args: &[&str]) -> Result<Self> {
+    pub fn new(dir: &Path, args: &[impl AsRef<str>]) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
         crate::rootfs::busybox(&dir.join("rootfs"))?;
         let out = Command::new(RUNC)
@@ -49,6 +49,7 @@ impl Bundle {
             spec,
         };
         b.spec["process"]["terminal"] = json!(false);
+        let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
         b.spec["process"]["args"] = json!(args);
         b.spec["root"]["readonly"] = json!(false);
         Ok(b)
@@ -220,6 +221,17 @@ impl Bundle {
             .output();
         Ok(out)
     }
+}
+
+/// A temp dir that the root of a user namespace, mapped to an unprivileged host uid, can walk
+/// into (mode 0755): bundles for `user_namespace` containers go below it.
+pub fn walkable_tempdir() -> Result<tempfile::TempDir> {
+    let t = tempfile::tempdir()?;
+    std::fs::set_permissions(
+        t.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )?;
+    Ok(t)
 }
 
 /// The absolute path of runc on `PATH` (the shim is given it with `--runtime`).

@@ -95,29 +95,43 @@ pub fn demo_host(dir: &Path, profiles: &[&str]) -> Result<SimHost> {
         "#!/bin/sh\necho \"demo-smi: devices: $(ls /dev/demo | tr '\\n' ' ')\"\n",
     )?;
     std::fs::set_permissions(&smi, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
-    for p in profiles {
-        std::fs::copy(
-            shipped_profiles().join(format!("{p}.toml")),
-            profiles_dir.join(format!("{p}.toml")),
-        )
-        .with_context(|| format!("copy profile {p}"))?;
-    }
-    let config = dir.join("config.toml");
-    write_config(
-        &config,
-        &profiles_dir,
-        &dev_root,
-        &driver_root,
-        &dir.join("sys"),
-        "",
-    )?;
-    Ok(SimHost {
+    copy_profiles(&profiles_dir, profiles)?;
+    let host = SimHost {
         dir: dir.to_owned(),
         dev_root,
         driver_root,
         profiles_dir,
-        config,
-    })
+        config: dir.join("config.toml"),
+    };
+    host.write_config("")?;
+    Ok(host)
+}
+
+impl SimHost {
+    /// Writes the host config for this host (its roots, `sys` below its dir) with `extra`
+    /// appended.
+    pub fn write_config(&self, extra: &str) -> Result<()> {
+        write_config(
+            &self.config,
+            &self.profiles_dir,
+            &self.dev_root,
+            &self.driver_root,
+            &self.dir.join("sys"),
+            extra,
+        )
+    }
+}
+
+/// Copies the shipped `profiles` into `dir`.
+fn copy_profiles(dir: &Path, profiles: &[&str]) -> Result<()> {
+    for p in profiles {
+        std::fs::copy(
+            shipped_profiles().join(format!("{p}.toml")),
+            dir.join(format!("{p}.toml")),
+        )
+        .with_context(|| format!("copy profile {p}"))?;
+    }
+    Ok(())
 }
 
 /// Writes a host config for the real host's devices (dev root `/dev`, driver root `/`, sys root
@@ -126,13 +140,7 @@ pub fn demo_host(dir: &Path, profiles: &[&str]) -> Result<SimHost> {
 pub fn real_host_config(dir: &Path, profiles: &[&str]) -> Result<PathBuf> {
     let profiles_dir = dir.join("profiles");
     std::fs::create_dir_all(&profiles_dir)?;
-    for p in profiles {
-        std::fs::copy(
-            shipped_profiles().join(format!("{p}.toml")),
-            profiles_dir.join(format!("{p}.toml")),
-        )
-        .with_context(|| format!("copy profile {p}"))?;
-    }
+    copy_profiles(&profiles_dir, profiles)?;
     let config = dir.join("config.toml");
     let (dev, driver, sys) = (Path::new("/dev"), Path::new("/"), Path::new("/sys"));
     write_config(&config, &profiles_dir, dev, driver, sys, "")?;

@@ -31,6 +31,15 @@ pub fn require_binary(path: &str) -> bool {
     )
 }
 
+/// The test runs containers with real runc on the simulated demo host: root, runc, a static
+/// busybox for the rootfs and gcc for the demo library.
+pub fn require_runc_demo() -> bool {
+    require_root()
+        && require_binary("runc")
+        && require_binary("/bin/busybox")
+        && require_binary("gcc")
+}
+
 /// Finds `name` on PATH.
 pub fn which(name: &str) -> Option<std::path::PathBuf> {
     let path = std::env::var_os("PATH")?;

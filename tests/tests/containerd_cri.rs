@@ -33,7 +33,7 @@ use devinject_tests::daemons::{run_ok, short_tempdir, Containerd};
 use devinject_tests::image::{docker_archive, ImageConfig};
 use devinject_tests::podresources::{pod, FakeKubelet};
 use devinject_tests::probe::Report;
-use devinject_tests::sim::{self, assert_demo_granted_0_1_in, demo_host, demo_probe_args, SimHost};
+use devinject_tests::sim::{assert_demo_granted_0_1_in, demo_host, demo_probe_args, SimHost};
 use devinject_tests::skip::{require_binary, require_root, which};
 
 const CRI: &str = "io.containerd.grpc.v1.cri";
@@ -108,19 +108,12 @@ impl Rig {
             )],
         )
         .expect("pod-resources server");
-        sim::write_config(
-            &host.config,
-            &host.profiles_dir,
-            &host.dev_root,
-            &host.driver_root,
-            &root.join("sim/sys"),
-            &format!(
-                "runtime = {:?}\nhook = {:?}\npod_resources_socket = {:?}",
-                path_str(&runc),
-                path_str(&bin("devinject-hook")),
-                path_str(&socket)
-            ),
-        )
+        host.write_config(&format!(
+            "runtime = {:?}\nhook = {:?}\npod_resources_socket = {:?}",
+            path_str(&runc),
+            path_str(&bin("devinject-hook")),
+            path_str(&socket)
+        ))
         .expect("host config");
 
         let ctd_dir = root.join("ctd");

@@ -7,10 +7,11 @@
 use std::time::{Duration, Instant};
 
 use devinject_device_plugin::api::v1beta1::{
-    AllocateRequest, ContainerAllocateRequest, ContainerPreferredAllocationRequest,
-    PreferredAllocationRequest,
+    ContainerPreferredAllocationRequest, PreferredAllocationRequest,
 };
-use devinject_tests::kubelet::fake_kubelet::{health, string_map, FakeKubelet, Registration};
+use devinject_tests::kubelet::fake_kubelet::{
+    allocate_request, health, string_map, DeviceList, FakeKubelet, Registration,
+};
 use devinject_tests::kubelet::host::TestHost;
 use devinject_tests::kubelet::plugin_process::PluginProcess;
 use devinject_tests::skip::require_root;
@@ -36,12 +37,15 @@ async fn start(host: &TestHost, args: &[&str]) -> (FakeKubelet, PluginProcess, R
     (kubelet, plugin, registration)
 }
 
-fn allocate_request(ids: &[&str]) -> AllocateRequest {
-    AllocateRequest {
-        container_requests: vec![ContainerAllocateRequest {
-            devices_ids: ids.iter().map(|s| (*s).to_owned()).collect(),
-        }],
-    }
+/// Waits for the plugin to register on a socket other than `old`, list its devices there and
+/// serve that socket only.
+async fn registers_anew(kubelet: &mut FakeKubelet, host: &TestHost, old: &str) -> Registration {
+    let mut reg = kubelet.next_registration_not_on(old, SLOW).await;
+    reg.next_list(SLOW)
+        .await
+        .expect("list after re-registration");
+    assert_eq!(host.plugin_sockets(), [reg.request.endpoint.clone()]);
+    reg
 }
 
 #[tokio::test]
@@ -74,83 +78,80 @@ async fn registers_and_lists_devices_with_topology() {
     );
 }
 
-#[tokio::test]
-async fn node_removed_and_recreated_turns_unhealthy_then_healthy_within_100ms() {
-    if !require_root() {
-        return;
-    }
-    let host = demo_host("", 2);
-    let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
-    reg.next_list(SLOW).await.expect("first list");
-
-    let removed = Instant::now();
-    host.remove_node("demo/accel1");
-    let list = reg
-        .wait_list(HEALTH_BUDGET, "accel1 unhealthy", |l| {
-            health(l).contains(&("accel1", "Unhealthy"))
-        })
-        .await;
-    let unhealthy_after = removed.elapsed();
-    assert_eq!(
-        health(&list),
-        [("accel0", "Healthy"), ("accel1", "Unhealthy")]
-    );
-
-    let recreated = Instant::now();
-    host.mknod("demo/accel1", 1, 3);
-    let list = reg
-        .wait_list(HEALTH_BUDGET, "accel1 healthy again", |l| {
-            health(l).contains(&("accel1", "Healthy"))
-        })
-        .await;
-    assert_eq!(
-        health(&list),
-        [("accel0", "Healthy"), ("accel1", "Healthy")]
-    );
-    eprintln!(
-        "health latency: removal {unhealthy_after:?}, re-creation {:?}",
-        recreated.elapsed()
-    );
+/// A fault the plugin must report as a health change and take back when it is undone.
+struct HealthFault {
+    /// Names the fault in failure messages.
+    name: &'static str,
+    /// Makes the fault on the host.
+    make: fn(&TestHost),
+    /// Undoes it.
+    undo: fn(&TestHost),
+    /// The devices the fault is about.
+    watch: &'static [&'static str],
+    /// The health of both devices while it lasts.
+    faulty: [(&'static str, &'static str); 2],
 }
 
 #[tokio::test]
-async fn sysfs_health_attribute_turns_a_device_unhealthy() {
+async fn health_faults_turn_devices_unhealthy_then_healthy_within_100ms() {
     if !require_root() {
         return;
     }
-    let host = demo_host("", 2);
-    let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
-    reg.next_list(SLOW).await.expect("first list");
-    host.write_sys("class/demo/accel0/device/health", "unhealthy\n");
-    reg.wait_list(HEALTH_BUDGET, "accel0 unhealthy", |l| {
-        health(l) == [("accel0", "Unhealthy"), ("accel1", "Healthy")]
-    })
-    .await;
-    host.write_sys("class/demo/accel0/device/health", "ok\n");
-    reg.wait_list(HEALTH_BUDGET, "accel0 healthy", |l| {
-        health(l) == [("accel0", "Healthy"), ("accel1", "Healthy")]
-    })
-    .await;
-}
-
-#[tokio::test]
-async fn missing_control_node_marks_every_device_unhealthy() {
-    if !require_root() {
-        return;
+    let faults = [
+        HealthFault {
+            name: "device node removed and re-created",
+            make: |host| host.remove_node("demo/accel1"),
+            undo: |host| host.mknod("demo/accel1", 1, 3),
+            watch: &["accel1"],
+            faulty: [("accel0", "Healthy"), ("accel1", "Unhealthy")],
+        },
+        HealthFault {
+            name: "sysfs health attribute",
+            make: |host| host.write_sys("class/demo/accel0/device/health", "unhealthy\n"),
+            undo: |host| host.write_sys("class/demo/accel0/device/health", "ok\n"),
+            watch: &["accel0"],
+            faulty: [("accel0", "Unhealthy"), ("accel1", "Healthy")],
+        },
+        HealthFault {
+            name: "control node missing",
+            make: |host| host.remove_node("demo/ctl"),
+            undo: |host| host.mknod("demo/ctl", 1, 3),
+            watch: &["accel0", "accel1"],
+            faulty: [("accel0", "Unhealthy"), ("accel1", "Unhealthy")],
+        },
+    ];
+    let healthy = [("accel0", "Healthy"), ("accel1", "Healthy")];
+    for fault in faults {
+        let name = fault.name;
+        eprintln!("health fault: {name}");
+        let host = demo_host("", 2);
+        let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
+        reg.next_list(SLOW)
+            .await
+            .unwrap_or_else(|| panic!("{name}: no first list"));
+        // Wait for the watched devices' new health, then check the whole list.
+        for (phase, change, expected) in [
+            ("made", fault.make, fault.faulty),
+            ("undone", fault.undo, healthy),
+        ] {
+            let started = Instant::now();
+            change(&host);
+            let watched = |l: &DeviceList| {
+                let now = health(l);
+                fault.watch.iter().all(|d| {
+                    expected
+                        .iter()
+                        .filter(|(id, _)| id == d)
+                        .all(|e| now.contains(e))
+                })
+            };
+            let list = reg
+                .wait_list(HEALTH_BUDGET, &format!("{name} {phase}"), watched)
+                .await;
+            assert_eq!(health(&list), expected, "{name} {phase}");
+            eprintln!("{name} {phase}: listed after {:?}", started.elapsed());
+        }
     }
-    let host = demo_host("", 2);
-    let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
-    reg.next_list(SLOW).await.expect("first list");
-    host.remove_node("demo/ctl");
-    reg.wait_list(HEALTH_BUDGET, "every device unhealthy", |l| {
-        health(l) == [("accel0", "Unhealthy"), ("accel1", "Unhealthy")]
-    })
-    .await;
-    host.mknod("demo/ctl", 1, 3);
-    reg.wait_list(HEALTH_BUDGET, "every device healthy", |l| {
-        health(l) == [("accel0", "Healthy"), ("accel1", "Healthy")]
-    })
-    .await;
 }
 
 #[tokio::test]
@@ -212,56 +213,55 @@ async fn kubelet_restart_re_registers_on_a_new_socket() {
     assert_eq!(response.into_inner().container_responses.len(), 1);
 }
 
-#[tokio::test]
-async fn kubelet_restart_while_connected_re_registers() {
-    if !require_root() {
-        return;
-    }
-    let host = demo_host("", 1);
-    let (mut kubelet, _plugin, mut reg) = start(&host, &[]).await;
-    reg.next_list(SLOW).await.expect("first list");
-    let old = reg.request.endpoint.clone();
-    // The stream stays open: only the re-created kubelet.sock and the wiped socket tell.
-    kubelet.restart();
-    let mut new = kubelet.next_registration_not_on(&old, SLOW).await;
-    new.next_list(SLOW).await.expect("list after restart");
-    assert_eq!(host.plugin_sockets(), [new.request.endpoint.clone()]);
-    drop(reg);
+/// How a registered plugin loses its registration while the kubelet process lives on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Loss {
+    /// The kubelet restarts with the stream still open: only the re-created kubelet.sock and the
+    /// wiped plugin socket tell.
+    KubeletRestartWhileConnected,
+    /// The plugin's socket file is removed.
+    SocketRemoved,
+    /// The kubelet's end of the stream goes away; it would never dial back by itself.
+    StreamLost,
 }
 
 #[tokio::test]
-async fn removed_socket_re_registers() {
+async fn re_registers_on_a_new_socket_after_losing_its_registration() {
     if !require_root() {
         return;
     }
-    let host = demo_host("", 1);
-    let (mut kubelet, _plugin, reg) = start(&host, &[]).await;
-    let old = reg.request.endpoint.clone();
-    std::fs::remove_file(host.kubelet_dir().join(&old)).expect("remove plugin socket");
-    let mut reg = kubelet.next_registration_not_on(&old, SLOW).await;
-    reg.next_list(SLOW)
-        .await
-        .expect("list after re-registration");
-    assert_eq!(host.plugin_sockets(), [reg.request.endpoint.clone()]);
-}
-
-#[tokio::test]
-async fn lost_stream_re_registers() {
-    if !require_root() {
-        return;
+    for loss in [
+        Loss::KubeletRestartWhileConnected,
+        Loss::SocketRemoved,
+        Loss::StreamLost,
+    ] {
+        eprintln!("registration lost: {loss:?}");
+        let host = demo_host("", 1);
+        let (mut kubelet, _plugin, mut reg) = start(&host, &[]).await;
+        reg.next_list(SLOW)
+            .await
+            .unwrap_or_else(|| panic!("{loss:?}: no first list"));
+        let old = reg.request.endpoint.clone();
+        // The old stream stays open unless it is what is lost.
+        let _old = match loss {
+            Loss::KubeletRestartWhileConnected => {
+                kubelet.restart();
+                Some(reg)
+            }
+            Loss::SocketRemoved => {
+                std::fs::remove_file(host.kubelet_dir().join(&old)).expect("remove plugin socket");
+                Some(reg)
+            }
+            Loss::StreamLost => {
+                drop(reg);
+                None
+            }
+        };
+        let _new = registers_anew(&mut kubelet, &host, &old).await;
+        if loss == Loss::StreamLost {
+            assert!(kubelet.pending().is_empty(), "registered more than once");
+        }
     }
-    let host = demo_host("", 1);
-    let (mut kubelet, _plugin, mut reg) = start(&host, &[]).await;
-    reg.next_list(SLOW).await.expect("first list");
-    let old = reg.request.endpoint.clone();
-    // The kubelet's end of the stream goes away; it would never dial back by itself.
-    drop(reg);
-    let mut reg = kubelet.next_registration_not_on(&old, SLOW).await;
-    reg.next_list(SLOW)
-        .await
-        .expect("list after re-registration");
-    assert_eq!(host.plugin_sockets(), [reg.request.endpoint.clone()]);
-    assert!(kubelet.pending().is_empty(), "registered more than once");
 }
 
 #[tokio::test]
@@ -285,92 +285,115 @@ async fn sigterm_withdraws_devices_and_removes_the_socket() {
     );
 }
 
-#[tokio::test]
-async fn allocate_envvar_mode() {
-    if !require_root() {
-        return;
-    }
-    let host = demo_host("", 3);
-    let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
-    let response = reg
-        .client
-        .allocate(allocate_request(&["accel2", "accel0"]))
-        .await
-        .expect("Allocate")
-        .into_inner();
-    let container = &response.container_responses[0];
-    assert_eq!(
-        container.envs,
-        string_map(&[("DEMO_VISIBLE_DEVICES", "accel0,accel2")])
-    );
-    assert_eq!(
-        container.annotations,
-        string_map(&[("devinject.io/demo.devices", "accel0,accel2")])
-    );
-    assert!(container.devices.is_empty() && container.mounts.is_empty());
-    assert!(container.cdi_devices.is_empty());
-
-    let refused = reg
-        .client
-        .allocate(allocate_request(&["accel0", "accel9"]))
-        .await
-        .expect_err("unknown id must be refused");
-    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
-    assert!(
-        refused.message().contains("accel9"),
-        "{}",
-        refused.message()
-    );
+/// One allocate mode: the profile lines and devices it runs with, and what the plugin lists and
+/// answers `Allocate` with.
+struct AllocateMode {
+    /// Names the mode in failure messages.
+    name: &'static str,
+    /// Extra profile lines.
+    profile: &'static str,
+    /// Devices on the host.
+    count: usize,
+    /// The ids of the first list.
+    listed: &'static [&'static str],
+    /// The ids asked for, in the kubelet's order.
+    ask: &'static [&'static str],
+    /// The container's env in the answer.
+    envs: &'static [(&'static str, &'static str)],
+    /// The container's annotations in the answer.
+    annotations: &'static [(&'static str, &'static str)],
+    /// The CDI devices in the answer.
+    cdi_devices: &'static [&'static str],
 }
 
 #[tokio::test]
-async fn allocate_cdi_annotations_mode() {
+async fn allocate_modes() {
     if !require_root() {
         return;
     }
-    let host = demo_host("allocate_mode = \"cdi-annotations\"", 2);
-    let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
-    let response = reg
-        .client
-        .allocate(allocate_request(&["accel1", "accel0"]))
-        .await
-        .expect("Allocate")
-        .into_inner();
-    let container = &response.container_responses[0];
-    assert_eq!(
-        container.annotations,
-        string_map(&[(
-            "cdi.k8s.io/devinject_demo",
-            "devinject.io/demo=accel0,devinject.io/demo=accel1"
-        )])
-    );
-    assert!(container.envs.is_empty() && container.cdi_devices.is_empty());
-}
+    let modes = [
+        AllocateMode {
+            name: "envvar",
+            profile: "",
+            count: 3,
+            listed: &["accel0", "accel1", "accel2"],
+            ask: &["accel2", "accel0"],
+            envs: &[("DEMO_VISIBLE_DEVICES", "accel0,accel2")],
+            annotations: &[("devinject.io/demo.devices", "accel0,accel2")],
+            cdi_devices: &[],
+        },
+        AllocateMode {
+            name: "cdi-annotations",
+            profile: "allocate_mode = \"cdi-annotations\"",
+            count: 2,
+            listed: &["accel0", "accel1"],
+            ask: &["accel1", "accel0"],
+            envs: &[],
+            annotations: &[(
+                "cdi.k8s.io/devinject_demo",
+                "devinject.io/demo=accel0,devinject.io/demo=accel1",
+            )],
+            cdi_devices: &[],
+        },
+        AllocateMode {
+            name: "cdi-cri with replicas",
+            profile: "allocate_mode = \"cdi-cri\"\nreplicas = 2",
+            count: 2,
+            listed: &["accel0::0", "accel0::1", "accel1::0", "accel1::1"],
+            ask: &["accel1::1", "accel1::0"],
+            envs: &[],
+            annotations: &[],
+            cdi_devices: &["devinject.io/demo=accel1"],
+        },
+    ];
+    for mode in modes {
+        let name = mode.name;
+        eprintln!("allocate mode: {name}");
+        let host = demo_host(mode.profile, mode.count);
+        let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
+        let list = reg
+            .next_list(SLOW)
+            .await
+            .unwrap_or_else(|| panic!("{name}: no first list"));
+        let ids: Vec<&str> = list.iter().map(|(id, _, _)| id.as_str()).collect();
+        assert_eq!(ids, mode.listed, "{name}: listed ids");
 
-#[tokio::test]
-async fn allocate_cdi_cri_mode_with_replicas() {
-    if !require_root() {
-        return;
+        let response = reg
+            .client
+            .allocate(allocate_request(mode.ask))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: Allocate: {e}"))
+            .into_inner();
+        let container = &response.container_responses[0];
+        assert_eq!(container.envs, string_map(mode.envs), "{name}: envs");
+        assert_eq!(
+            container.annotations,
+            string_map(mode.annotations),
+            "{name}: annotations"
+        );
+        let cdi: Vec<&str> = container
+            .cdi_devices
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect();
+        assert_eq!(cdi, mode.cdi_devices, "{name}: CDI devices");
+        assert!(
+            container.devices.is_empty() && container.mounts.is_empty(),
+            "{name}: devices and mounts are the runtime's to add"
+        );
+
+        let refused = reg
+            .client
+            .allocate(allocate_request(&[mode.ask[0], "accel9"]))
+            .await
+            .expect_err("unknown id must be refused");
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{name}");
+        assert!(
+            refused.message().contains("accel9"),
+            "{name}: {}",
+            refused.message()
+        );
     }
-    let host = demo_host("allocate_mode = \"cdi-cri\"\nreplicas = 2", 2);
-    let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
-    let list = reg.next_list(SLOW).await.expect("first list");
-    let ids: Vec<&str> = list.iter().map(|(id, _, _)| id.as_str()).collect();
-    assert_eq!(ids, ["accel0::0", "accel0::1", "accel1::0", "accel1::1"]);
-    let response = reg
-        .client
-        .allocate(allocate_request(&["accel1::1", "accel1::0"]))
-        .await
-        .expect("Allocate")
-        .into_inner();
-    let container = &response.container_responses[0];
-    let names: Vec<&str> = container
-        .cdi_devices
-        .iter()
-        .map(|d| d.name.as_str())
-        .collect();
-    assert_eq!(names, ["devinject.io/demo=accel1"]);
-    assert!(container.envs.is_empty() && container.annotations.is_empty());
 }
 
 /// Available ids, must-include ids, size, expected answer.

@@ -5,25 +5,16 @@
 use std::path::Path;
 use std::time::Duration;
 
-use devinject_device_plugin::api::v1beta1::{
-    AllocateRequest, ContainerAllocateRequest, ContainerAllocateResponse,
-};
+use devinject_device_plugin::api::v1beta1::ContainerAllocateResponse;
 use devinject_tests::bins::bin;
-use devinject_tests::kubelet::fake_kubelet::FakeKubelet;
+use devinject_tests::kubelet::fake_kubelet::{allocate_request, FakeKubelet};
 use devinject_tests::kubelet::plugin_process::PluginProcess;
 use devinject_tests::probe::Report;
 use devinject_tests::runc::{container_id, describe, Bundle};
 use devinject_tests::sim::{assert_demo_granted_0_1, demo_host, demo_probe_args, SimHost};
-use devinject_tests::skip::{require_binary, require_root};
+use devinject_tests::skip::require_runc_demo;
 
 const SLOW: Duration = Duration::from_secs(20);
-
-fn ready() -> bool {
-    require_root()
-        && require_binary("runc")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-}
 
 /// Runs the plugin on `host`, registers it with a test kubelet and allocates `ids`.
 async fn allocate(host: &SimHost, kubelet_dir: &Path, ids: &[&str]) -> ContainerAllocateResponse {
@@ -37,14 +28,9 @@ async fn allocate(host: &SimHost, kubelet_dir: &Path, ids: &[&str]) -> Container
         &[],
     );
     let mut reg = kubelet.next_registration(SLOW).await;
-    let request = AllocateRequest {
-        container_requests: vec![ContainerAllocateRequest {
-            devices_ids: ids.iter().map(|s| (*s).to_owned()).collect(),
-        }],
-    };
     let mut response = reg
         .client
-        .allocate(request)
+        .allocate(allocate_request(ids))
         .await
         .expect("Allocate")
         .into_inner();
@@ -55,8 +41,7 @@ async fn allocate(host: &SimHost, kubelet_dir: &Path, ids: &[&str]) -> Container
 /// devices 0 and 1 (and nothing else) were injected.
 fn run_with_answer(dir: &Path, host: &SimHost, answer: &ContainerAllocateResponse) {
     let args = demo_probe_args();
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut bundle = Bundle::new(&dir.join("bundle"), &arg_refs).expect("bundle");
+    let mut bundle = Bundle::new(&dir.join("bundle"), &args).expect("bundle");
     for (key, value) in &answer.envs {
         bundle.env(&format!("{key}={value}"));
     }
@@ -73,43 +58,68 @@ fn run_with_answer(dir: &Path, host: &SimHost, answer: &ContainerAllocateRespons
     assert_demo_granted_0_1(&report, &out);
 }
 
-#[tokio::test]
-async fn allocate_answer_makes_the_hook_inject_exactly_those_devices() {
-    if !ready() {
-        return;
-    }
-    let t = tempfile::tempdir().expect("tempdir");
-    let host = demo_host(&t.path().join("host"), &["demo"]).expect("demo host");
-    let answer = allocate(&host, &t.path().join("kubelet"), &["1", "0"]).await;
-    assert_eq!(
-        answer.envs.get("DEMO_VISIBLE_DEVICES").map(String::as_str),
-        Some("0,1")
-    );
-    assert_eq!(
-        answer
-            .annotations
-            .get("devinject.io/demo.devices")
-            .map(String::as_str),
-        Some("0,1")
-    );
-    run_with_answer(t.path(), &host, &answer);
+/// One allocation of demo devices 0 and 1: how the profile shares them, the ids the kubelet asks
+/// for, and the request the answer must carry in env and annotation.
+struct Allocation {
+    /// Names the allocation in failure messages.
+    name: &'static str,
+    /// A line added to the demo profile before `[discovery]` (empty: none).
+    profile_line: &'static str,
+    /// The ids asked for.
+    ask: &'static [&'static str],
+    /// `DEMO_VISIBLE_DEVICES` and `devinject.io/demo.devices` in the answer.
+    request: &'static str,
 }
 
 #[tokio::test]
-async fn allocated_replica_ids_map_back_to_their_devices() {
-    if !ready() {
+async fn allocate_answers_make_the_hook_inject_exactly_those_devices() {
+    if !require_runc_demo() {
         return;
     }
-    let t = tempfile::tempdir().expect("tempdir");
-    let host = demo_host(&t.path().join("host"), &["demo"]).expect("demo host");
-    let profile = host.profiles_dir.join("demo.toml");
-    let text = std::fs::read_to_string(&profile).expect("read demo profile");
-    let shared = text.replacen("[discovery]", "replicas = 2\n[discovery]", 1);
-    std::fs::write(&profile, shared).expect("write shared demo profile");
-    let answer = allocate(&host, &t.path().join("kubelet"), &["1::1", "0::0"]).await;
-    assert_eq!(
-        answer.envs.get("DEMO_VISIBLE_DEVICES").map(String::as_str),
-        Some("0::0,1::1")
-    );
-    run_with_answer(t.path(), &host, &answer);
+    let allocations = [
+        Allocation {
+            name: "device ids",
+            profile_line: "",
+            ask: &["1", "0"],
+            request: "0,1",
+        },
+        // Replica ids map back to their devices.
+        Allocation {
+            name: "replica ids",
+            profile_line: "replicas = 2",
+            ask: &["1::1", "0::0"],
+            request: "0::0,1::1",
+        },
+    ];
+    for a in allocations {
+        let name = a.name;
+        eprintln!("allocation: {name}");
+        let t = tempfile::tempdir().expect("tempdir");
+        let host = demo_host(&t.path().join("host"), &["demo"]).expect("demo host");
+        if !a.profile_line.is_empty() {
+            let profile = host.profiles_dir.join("demo.toml");
+            let text = std::fs::read_to_string(&profile).expect("read demo profile");
+            let edited = text.replacen(
+                "[discovery]",
+                &format!("{}\n[discovery]", a.profile_line),
+                1,
+            );
+            std::fs::write(&profile, edited).expect("write demo profile");
+        }
+        let answer = allocate(&host, &t.path().join("kubelet"), a.ask).await;
+        assert_eq!(
+            answer.envs.get("DEMO_VISIBLE_DEVICES").map(String::as_str),
+            Some(a.request),
+            "{name}: env"
+        );
+        assert_eq!(
+            answer
+                .annotations
+                .get("devinject.io/demo.devices")
+                .map(String::as_str),
+            Some(a.request),
+            "{name}: annotation"
+        );
+        run_with_answer(t.path(), &host, &answer);
+    }
 }

@@ -163,21 +163,7 @@ fn docker_run_real_kvm_opens() {
     args.extend(strs(&cmd));
     let out = engine.docker(&args);
     assert!(out.status.success(), "{}", describe(&out));
-    let r = Report::parse(&stdout(&out));
-    let kvm = r.node("/dev/kvm");
-    assert_eq!(
-        (kvm.kind.as_str(), kvm.major, kvm.minor),
-        ("c", 10, 232),
-        "{}",
-        describe(&out)
-    );
-    assert_eq!(kvm.open, "ok", "{}", describe(&out));
-    assert_eq!(
-        r.node("/dev/fuse").kind,
-        "missing",
-        "not requested: {}",
-        describe(&out)
-    );
+    Report::parse(&stdout(&out)).assert_kvm_only(&describe(&out));
 }
 
 /// A detached container (`sleep`) with the demo request, run by `runtime`.

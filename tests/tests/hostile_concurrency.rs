@@ -19,17 +19,13 @@ use devinject_tests::canary::{HostGuard, HOST_PATHS_AT_RISK};
 use devinject_tests::probe::{probe_args, Report};
 use devinject_tests::runc::{cgroup_v2, container_id, describe, runc_path, shim_command, Bundle};
 use devinject_tests::sim::{big_demo_host, DeviceNumbers, CTL, LIB, SONAME};
-use devinject_tests::skip::{require_binary, require_root};
+use devinject_tests::skip::{require_binary, require_runc_demo};
 
 const CONTAINERS: usize = 50;
 const DEVICES: usize = 8;
 
 fn ready() -> bool {
-    require_root()
-        && require_binary("runc")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-        && require_binary("setpriv")
+    require_runc_demo() && require_binary("setpriv")
 }
 
 /// The batch tests start 50 containers each; one batch at a time is plenty for a small machine.
@@ -96,8 +92,7 @@ fn batch(mode: Mode) {
             let dir = t.path().join(format!("c{i}"));
             std::thread::spawn(move || {
                 let grant = subset(i);
-                let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-                let mut b = Bundle::new(&dir, &arg_refs).unwrap();
+                let mut b = Bundle::new(&dir, &args).unwrap();
                 let ids: Vec<String> = grant.iter().map(usize::to_string).collect();
                 b.env(&format!("DEMO_VISIBLE_DEVICES={}", ids.join(",")));
                 for k in 0..DEVICES {

@@ -18,14 +18,11 @@ use devinject_tests::cprog::{ldconfig_recorder, markers_in, preload_marker, RECO
 use devinject_tests::probe::Report;
 use devinject_tests::runc::{container_id, describe, runc_path, shim_command, Bundle};
 use devinject_tests::sim::{demo_host, demo_probe_args, set_config, SimHost, LIB, SONAME};
-use devinject_tests::skip::{require, require_binary, require_root};
+use devinject_tests::skip::{require, require_binary, require_runc_demo};
 use serde_json::json;
 
 fn ready() -> bool {
-    require_root()
-        && require_binary("runc")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
+    require_runc_demo()
         && require_binary("/bin/true")
         && require(
             Path::new("/usr/include/stdio.h").exists(),
@@ -55,8 +52,7 @@ fn rig() -> Rig {
     let markers = t.path().join("markers");
     std::fs::create_dir_all(&markers).unwrap();
     let args = demo_probe_args();
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut b = Bundle::new(&t.path().join("bundle"), &arg_refs).unwrap();
+    let mut b = Bundle::new(&t.path().join("bundle"), &args).unwrap();
     let rootfs = b.rootfs();
     let lib = rootfs.join("preload/marker.so");
     preload_marker(&lib, &markers).unwrap();

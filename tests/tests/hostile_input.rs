@@ -16,18 +16,11 @@ use devinject_tests::canary::{HostGuard, HOST_PATHS_AT_RISK};
 use devinject_tests::hostile::fifo;
 use devinject_tests::runc::{container_id, describe, runc_path, shim_command, Bundle};
 use devinject_tests::sim::{demo_host, set_config, SimHost};
-use devinject_tests::skip::{require_binary, require_root};
+use devinject_tests::skip::require_runc_demo;
 use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 use serde_json::json;
-
-fn ready() -> bool {
-    require_root()
-        && require_binary("runc")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-}
 
 /// The documented exit codes these tests expect.
 const INPUT: i32 = 4;
@@ -100,13 +93,54 @@ fn refused(out: &Output, code: i32, text: &str, ctx: &str) {
     );
 }
 
-fn guard(bundle: &Bundle) -> HostGuard {
-    HostGuard::new(vec![bundle.dir.clone()])
+/// Runs `attempt` with the bundle fingerprinted just before: it must be refused (see
+/// [`refused`]) and leave the bundle as it was.
+fn refused_untouched(
+    r: &Rig,
+    name: &str,
+    code: i32,
+    text: &str,
+    attempt: impl FnOnce() -> Output,
+) -> Output {
+    let g = HostGuard::new(vec![r.bundle.dir.clone()]);
+    let out = attempt();
+    refused(&out, code, text, name);
+    g.assert_unchanged(name);
+    out
+}
+
+/// Runs the hook on the rig's bundle with a well-formed state.
+fn hook_on_bundle(r: &Rig) -> Output {
+    let stdin = serde_json::to_vec(&state(&r.bundle.dir)).unwrap();
+    hook(&r.host.config, &stdin)
+}
+
+/// Puts `bytes` in the bundle's `config.json`, or removes it for `None`.
+fn put_config_json(r: &Rig, bytes: Option<&[u8]>) {
+    let path = r.bundle.dir.join("config.json");
+    match bytes {
+        Some(b) => std::fs::write(&path, b).unwrap(),
+        None => std::fs::remove_file(&path).unwrap(),
+    }
+}
+
+/// `good` (a `config.json`) with `edit` applied.
+fn edited(good: &[u8], edit: impl Fn(&mut serde_json::Value)) -> Vec<u8> {
+    let mut v: serde_json::Value = serde_json::from_slice(good).unwrap();
+    edit(&mut v);
+    serde_json::to_vec(&v).unwrap()
+}
+
+/// `good` followed by 16 MiB of spaces: past the hook's and the shim's limit.
+fn oversize(good: &[u8]) -> Vec<u8> {
+    let mut out = good.to_vec();
+    out.extend(std::iter::repeat_n(b' ', 16 << 20));
+    out
 }
 
 #[test]
 fn hook_refuses_malformed_states() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let r = rig();
@@ -165,28 +199,18 @@ fn hook_refuses_malformed_states() {
         ),
     ];
     for (name, stdin, text) in cases {
-        let g = guard(&r.bundle);
-        let out = hook(&r.host.config, &stdin);
-        refused(&out, INPUT, text, name);
-        g.assert_unchanged(name);
+        refused_untouched(&r, name, INPUT, text, || hook(&r.host.config, &stdin));
     }
 }
 
 #[test]
 fn hook_refuses_missing_and_malformed_bundles() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let r = rig();
-    let config_json = r.bundle.dir.join("config.json");
-    let good = std::fs::read(&config_json).unwrap();
-    let spec = |f: &dyn Fn(&mut serde_json::Value)| {
-        let mut v: serde_json::Value = serde_json::from_slice(&good).unwrap();
-        f(&mut v);
-        serde_json::to_vec(&v).unwrap()
-    };
-    let mut oversize = good.clone();
-    oversize.extend(std::iter::repeat_n(b' ', 16 << 20));
+    let good = std::fs::read(r.bundle.dir.join("config.json")).unwrap();
+    let spec = |f: &dyn Fn(&mut serde_json::Value)| edited(&good, f);
     let cases: Vec<(&str, Option<Vec<u8>>, &str)> = vec![
         ("missing config.json", None, "cannot read"),
         ("empty config.json", Some(Vec::new()), "is not valid"),
@@ -202,7 +226,7 @@ fn hook_refuses_missing_and_malformed_bundles() {
         ),
         (
             "oversize config.json",
-            Some(oversize),
+            Some(oversize(&good)),
             "is larger than 16777216 bytes",
         ),
         (
@@ -226,15 +250,8 @@ fn hook_refuses_missing_and_malformed_bundles() {
         ),
     ];
     for (name, bytes, text) in cases {
-        match &bytes {
-            Some(b) => std::fs::write(&config_json, b).unwrap(),
-            None => std::fs::remove_file(&config_json).unwrap(),
-        }
-        let g = guard(&r.bundle);
-        let stdin = serde_json::to_vec(&state(&r.bundle.dir)).unwrap();
-        let out = hook(&r.host.config, &stdin);
-        refused(&out, INPUT, text, name);
-        g.assert_unchanged(name);
+        put_config_json(&r, bytes.as_deref());
+        refused_untouched(&r, name, INPUT, text, || hook_on_bundle(&r));
     }
     // A bundle directory that does not exist at all.
     let stdin = serde_json::to_vec(&state(Path::new("/nonexistent/devinject-bundle"))).unwrap();
@@ -249,13 +266,11 @@ fn hook_refuses_missing_and_malformed_bundles() {
 
 #[test]
 fn hook_refuses_oversize_and_malformed_requests() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let r = rig();
-    let config_json = r.bundle.dir.join("config.json");
-    let good: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&config_json).unwrap()).unwrap();
+    let good = std::fs::read(r.bundle.dir.join("config.json")).unwrap();
     for (name, value, text) in [
         ("oversize", "0,".repeat(3000), "over the limit"),
         (
@@ -265,33 +280,23 @@ fn hook_refuses_oversize_and_malformed_requests() {
         ),
         ("duplicate ids", "0,0".to_owned(), "DEMO_VISIBLE_DEVICES"),
     ] {
-        let mut v = good.clone();
-        v["process"]["env"] = json!([format!("DEMO_VISIBLE_DEVICES={value}")]);
-        std::fs::write(&config_json, serde_json::to_vec(&v).unwrap()).unwrap();
-        let g = guard(&r.bundle);
-        let stdin = serde_json::to_vec(&state(&r.bundle.dir)).unwrap();
-        let out = hook(&r.host.config, &stdin);
-        refused(&out, REQUEST, text, name);
-        g.assert_unchanged(name);
+        let bytes = edited(&good, |v| {
+            v["process"]["env"] = json!([format!("DEMO_VISIBLE_DEVICES={value}")])
+        });
+        put_config_json(&r, Some(&bytes));
+        refused_untouched(&r, name, REQUEST, text, || hook_on_bundle(&r));
     }
 }
 
 /// The shim refuses broken bundles before runc runs: no container state appears.
 #[test]
 fn shim_refuses_missing_and_malformed_bundles() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let r = rig();
-    let config_json = r.bundle.dir.join("config.json");
-    let good = std::fs::read(&config_json).unwrap();
-    let spec = |f: &dyn Fn(&mut serde_json::Value)| {
-        let mut v: serde_json::Value = serde_json::from_slice(&good).unwrap();
-        f(&mut v);
-        serde_json::to_vec(&v).unwrap()
-    };
-    let mut oversize = good.clone();
-    oversize.extend(std::iter::repeat_n(b' ', 16 << 20));
+    let good = std::fs::read(r.bundle.dir.join("config.json")).unwrap();
+    let spec = |f: &dyn Fn(&mut serde_json::Value)| edited(&good, f);
     let cases: Vec<(&str, Option<Vec<u8>>, &str)> = vec![
         ("missing config.json", None, "cannot read"),
         (
@@ -306,7 +311,7 @@ fn shim_refuses_missing_and_malformed_bundles() {
         ),
         (
             "oversize config.json",
-            Some(oversize),
+            Some(oversize(&good)),
             "is larger than 16777216 bytes",
         ),
         (
@@ -323,22 +328,18 @@ fn shim_refuses_missing_and_malformed_bundles() {
     let state_root = r.bundle.dir.join("runc-state");
     let shim = shim_command(&r.host.config, &runc_path());
     for (name, bytes, text) in cases {
-        match &bytes {
-            Some(b) => std::fs::write(&config_json, b).unwrap(),
-            None => std::fs::remove_file(&config_json).unwrap(),
-        }
-        let g = guard(&r.bundle);
-        let out = Command::new(&shim[0])
-            .args(&shim[1..])
-            .arg("--root")
-            .arg(&state_root)
-            .args(["create", "--bundle"])
-            .arg(&r.bundle.dir)
-            .arg(container_id("malformed"))
-            .output()
-            .unwrap();
-        refused(&out, INPUT, text, name);
-        g.assert_unchanged(name);
+        put_config_json(&r, bytes.as_deref());
+        let out = refused_untouched(&r, name, INPUT, text, || {
+            Command::new(&shim[0])
+                .args(&shim[1..])
+                .arg("--root")
+                .arg(&state_root)
+                .args(["create", "--bundle"])
+                .arg(&r.bundle.dir)
+                .arg(container_id("malformed"))
+                .output()
+                .unwrap()
+        });
         assert!(!state_root.exists(), "{name}: runc ran: {}", describe(&out));
     }
     let out = Command::new(&shim[0])
@@ -393,7 +394,7 @@ fn children() -> Vec<Pid> {
 /// be gone with it (this test process is made a child subreaper so the orphans come to it).
 #[test]
 fn hook_killed_on_runc_timeout_left_ldconfig_blocked_on_a_fifo() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     nix::sys::prctl::set_child_subreaper(true).unwrap();

@@ -23,14 +23,7 @@ use devinject_tests::runc::{
     container_id, describe, hook_failure, runc_path, shim_command, Bundle,
 };
 use devinject_tests::sim::{demo_host, set_config, LIB};
-use devinject_tests::skip::{require_binary, require_root};
-
-fn ready() -> bool {
-    require_root()
-        && require_binary("runc")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-}
+use devinject_tests::skip::require_runc_demo;
 
 fn iterations() -> usize {
     std::env::var("DEVINJECT_RACE_ITERATIONS")
@@ -49,7 +42,7 @@ struct Tally {
 }
 
 fn race(shim: bool, extra_config: Option<(&str, &str)>) {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -60,8 +53,7 @@ fn race(shim: bool, extra_config: Option<(&str, &str)>) {
     let canary = Canary::new(&t.path().join("canary")).unwrap();
     // The container looks at the library: wherever it sees it, it must be read-only.
     let args = probe_args(&[], &[LIB]);
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut b = Bundle::new(&t.path().join("bundle"), &arg_refs).unwrap();
+    let mut b = Bundle::new(&t.path().join("bundle"), &args).unwrap();
     b.env("DEMO_VISIBLE_DEVICES=0");
     let runtime: Vec<String> = if shim {
         shim_command(&host.config, &runc_path())

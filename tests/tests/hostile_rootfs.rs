@@ -21,14 +21,7 @@ use devinject_tests::runc::{
     container_id, describe, hook_failure, runc_path, shim_command, Bundle,
 };
 use devinject_tests::sim::{demo_host, demo_probe_args, set_config, SimHost, LIB, SONAME};
-use devinject_tests::skip::{require_binary, require_root};
-
-fn ready() -> bool {
-    require_root()
-        && require_binary("runc")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-}
+use devinject_tests::skip::require_runc_demo;
 
 /// Which applier runs the case.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +102,7 @@ struct Case {
 }
 
 fn run(name: &str, case: Case) {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     // What plain runc does to the host with this image, when it writes at all.
@@ -137,8 +130,7 @@ fn run(name: &str, case: Case) {
 /// rootfs) and before any runtime runs.
 fn prepare(rig: &Rig, case: &Case, via: Via) -> (Bundle, HostGuard) {
     let args = demo_probe_args();
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut b = Bundle::new(&rig.dir.join(format!("bundle-{via:?}")), &arg_refs).unwrap();
+    let mut b = Bundle::new(&rig.dir.join(format!("bundle-{via:?}")), &args).unwrap();
     if via != Via::Plain {
         b.env("DEMO_VISIBLE_DEVICES=0");
     }

@@ -18,27 +18,12 @@ use std::process::Command;
 use devinject_tests::bins::bin;
 use devinject_tests::cri::CgroupParent;
 use devinject_tests::daemons::{run_ok, short_tempdir};
-use devinject_tests::podman::Podman;
+use devinject_tests::podman::{ready, Podman};
 use devinject_tests::probe::Report;
-use devinject_tests::sim::{self, assert_demo_granted_0_1_in, demo_host, demo_probe_args};
-use devinject_tests::skip::{require_binary, require_root};
+use devinject_tests::sim::{self, assert_demo_granted_0_1_in, demo_host};
 
-const IMAGE: &str = "localhost/devinject-busybox:test";
 /// A CDI spec directory podman 4.3 reads.
 const CDI_DIR: &str = "/var/run/cdi";
-
-fn ready() -> bool {
-    require_root()
-        && require_binary("podman")
-        && require_binary("conmon")
-        && require_binary("runc")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-}
-
-fn path_str(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
 
 /// The spec file in the host's CDI directory, removed on drop (with the directory, when this
 /// test created it and it is empty).
@@ -114,34 +99,18 @@ fn podman_injects_the_cdi_spec_cdi_generate_writes() {
     std::fs::create_dir_all(&no_hooks).expect("mkdir");
     let podman = Podman::new(&dir.join("podman"), &no_hooks).expect("podman");
     let rootfs = dir.join("rootfs");
-    devinject_tests::rootfs::busybox(&rootfs).expect("busybox rootfs");
-    podman.import(&rootfs, IMAGE).expect("import");
+    podman.import_busybox(&rootfs).expect("import busybox");
     let cgroups = CgroupParent::new(&suffix);
     let cgroup_parent = cgroups.path();
-    let accel2 = format!(
-        "{}:/dev/demo/accel2",
-        path_str(&host.dev_root.join("demo/accel2"))
-    );
     let dev0 = format!("devinject.io/{profile}=0");
     let dev1 = format!("devinject.io/{profile}=1");
-    let mut args = vec![
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "--cgroup-parent",
-        &cgroup_parent,
-        "--volume",
-        &accel2,
-        "--device",
-        &dev0,
-        "--device",
-        &dev1,
-        IMAGE,
-    ];
-    let probe = demo_probe_args();
-    args.extend(probe.iter().map(String::as_str));
-    let out = podman.run(&args).expect("podman run");
+    let out = podman
+        .run_demo_probe(
+            &cgroup_parent,
+            &host,
+            &["--device", &dev0, "--device", &dev1],
+        )
+        .expect("podman run");
     let ctx = format!(
         "{:?}\n--- stdout\n{}\n--- stderr\n{}\n--- spec\n{}",
         out.status,

@@ -11,30 +11,12 @@
 //! host. Needs root, podman, conmon, runc, busybox, gcc and the built binaries; skipped
 //! otherwise (fails under `CI=true`).
 
-use std::path::Path;
-
 use devinject_tests::bins::bin;
 use devinject_tests::cri::CgroupParent;
 use devinject_tests::daemons::{run_ok, short_tempdir};
-use devinject_tests::podman::Podman;
+use devinject_tests::podman::{ready, Podman};
 use devinject_tests::probe::Report;
 use devinject_tests::sim::{assert_demo_granted_0_1_in, demo_host, demo_probe_args};
-use devinject_tests::skip::{require_binary, require_root};
-
-const IMAGE: &str = "localhost/devinject-busybox:test";
-
-fn ready() -> bool {
-    require_root()
-        && require_binary("podman")
-        && require_binary("conmon")
-        && require_binary("runc")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-}
-
-fn path_str(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
 
 #[test]
 fn podman_runs_the_hooksd_hook_devinject_ctl_writes() {
@@ -64,8 +46,7 @@ fn podman_runs_the_hooksd_hook_devinject_ctl_writes() {
 
     let podman = Podman::new(&dir.join("podman"), &hooks_dir).expect("podman");
     let rootfs = dir.join("rootfs");
-    devinject_tests::rootfs::busybox(&rootfs).expect("busybox rootfs");
-    podman.import(&rootfs, IMAGE).expect("import");
+    podman.import_busybox(&rootfs).expect("import busybox");
     let name = dir
         .file_name()
         .expect("name")
@@ -73,11 +54,6 @@ fn podman_runs_the_hooksd_hook_devinject_ctl_writes() {
         .into_owned();
     let cgroups = CgroupParent::new(&name);
     let cgroup_parent = cgroups.path();
-    let accel2 = format!(
-        "{}:/dev/demo/accel2",
-        path_str(&host.dev_root.join("demo/accel2"))
-    );
-    let probe = demo_probe_args();
 
     for (by, flag, value) in [
         ("env", "--env", "DEMO_VISIBLE_DEVICES=0,1"),
@@ -88,21 +64,9 @@ fn podman_runs_the_hooksd_hook_devinject_ctl_writes() {
             "\"devinject.io/demo.devices=0,1\"",
         ),
     ] {
-        let mut args = vec![
-            "run",
-            "--rm",
-            "--network",
-            "none",
-            "--cgroup-parent",
-            &cgroup_parent,
-            "--volume",
-            &accel2,
-            flag,
-            value,
-            IMAGE,
-        ];
-        args.extend(probe.iter().map(String::as_str));
-        let out = podman.run(&args).expect("podman run");
+        let out = podman
+            .run_demo_probe(&cgroup_parent, &host, &[flag, value])
+            .expect("podman run");
         let ctx = format!(
             "request by {by}: {:?}\n--- stdout\n{}\n--- stderr\n{}",
             out.status,
@@ -114,17 +78,9 @@ fn podman_runs_the_hooksd_hook_devinject_ctl_writes() {
     }
 
     // Nothing asked: the hook returns at once and the container sees no demo node.
-    let mut args = vec![
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "--cgroup-parent",
-        &cgroup_parent,
-        IMAGE,
-    ];
-    args.extend(probe.iter().map(String::as_str));
-    let out = podman.run(&args).expect("podman run");
+    let out = podman
+        .run_in_image(&cgroup_parent, &[], &demo_probe_args())
+        .expect("podman run");
     assert!(out.status.success(), "{out:?}");
     let report = Report::parse(&String::from_utf8_lossy(&out.stdout));
     for n in ["accel0", "accel1", "ctl"] {

@@ -12,14 +12,10 @@ use devinject_tests::runc::{cgroup_v2, container_id, describe, sh_in_cgroup_v2, 
 use devinject_tests::sim::{
     assert_demo_granted_0_1, demo_host, demo_probe_args, mknod, shipped_profiles, write_config,
 };
-use devinject_tests::skip::{require, require_binary, require_root};
+use devinject_tests::skip::{require, require_binary, require_runc_demo};
 
 fn ready() -> bool {
-    require_root()
-        && require_binary("runc")
-        && require_binary("unshare")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
+    require_runc_demo() && require_binary("unshare")
 }
 
 /// runc's own default devices must still work after our program replaced runc's.
@@ -44,8 +40,7 @@ fn v2_demo_devices_granted_by_program_replacement() {
     for (i, d) in RUNC_DEFAULTS.iter().enumerate() {
         args.insert(split + i, d.to_string());
     }
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut b = Bundle::new(&t.path().join("bundle"), &arg_refs).unwrap();
+    let mut b = Bundle::new(&t.path().join("bundle"), &args).unwrap();
     b.env("DEMO_VISIBLE_DEVICES=0,1")
         .hook("createRuntime", &bin("devinject-hook"), &host.config)
         .bind_node(&host.dev_root.join("demo/accel2"), "/dev/demo/accel2");
@@ -90,8 +85,7 @@ fn v2_real_kvm() {
     )
     .unwrap();
     let args = probe_args(&["/dev/kvm", "/dev/null"], &[]);
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut b = Bundle::new(&t.path().join("bundle"), &arg_refs).unwrap();
+    let mut b = Bundle::new(&t.path().join("bundle"), &args).unwrap();
     b.env("KVM_VISIBLE_DEVICES=all")
         .hook("createRuntime", &bin("devinject-hook"), &config);
     let prefix = cgroup_v2(&["runc"]);
@@ -137,8 +131,7 @@ fn v2_sixteen_devices_in_one_replacement() {
     let nodes: Vec<String> = (0..17).map(|i| format!("/dev/many/m{i}")).collect();
     let node_refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
     let args = probe_args(&node_refs, &[]);
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut b = Bundle::new(&t.path().join("bundle"), &arg_refs).unwrap();
+    let mut b = Bundle::new(&t.path().join("bundle"), &args).unwrap();
     let request: Vec<String> = (0..16).map(|i| i.to_string()).collect();
     b.env(&format!("MANY_VISIBLE_DEVICES={}", request.join(",")))
         .hook("createRuntime", &bin("devinject-hook"), &config)

@@ -6,18 +6,9 @@ use std::path::Path;
 
 use devinject_tests::bins::bin;
 use devinject_tests::probe::{probe_args, Report};
-use devinject_tests::runc::{container_id, describe, Bundle};
-use devinject_tests::sim::{
-    assert_demo_granted_0_1, demo_host, demo_probe_args, write_config, LIB,
-};
-use devinject_tests::skip::{require_binary, require_root};
-
-fn ready() -> bool {
-    require_root()
-        && require_binary("runc")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-}
+use devinject_tests::runc::{container_id, describe, walkable_tempdir, Bundle};
+use devinject_tests::sim::{assert_demo_granted_0_1, demo_host, demo_probe_args, LIB};
+use devinject_tests::skip::require_runc_demo;
 
 fn demo_bundle(
     dir: &Path,
@@ -27,19 +18,10 @@ fn demo_bundle(
 ) -> (Bundle, Report, std::process::Output) {
     let host = demo_host(&dir.join("host"), &["demo"]).unwrap();
     if !extra_config.is_empty() {
-        write_config(
-            &host.config,
-            &host.profiles_dir,
-            &host.dev_root,
-            &host.driver_root,
-            &host.dir.join("sys"),
-            extra_config,
-        )
-        .unwrap();
+        host.write_config(extra_config).unwrap();
     }
     let args = demo_probe_args();
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut b = Bundle::new(&dir.join("bundle"), &arg_refs).unwrap();
+    let mut b = Bundle::new(&dir.join("bundle"), &args).unwrap();
     b.env(&format!("DEMO_VISIBLE_DEVICES={request}"))
         .hook(stage, &bin("devinject-hook"), &host.config)
         // accel2 is present in the container but never granted.
@@ -51,7 +33,7 @@ fn demo_bundle(
 
 #[test]
 fn demo_two_devices_create_runtime() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -62,7 +44,7 @@ fn demo_two_devices_create_runtime() {
 
 #[test]
 fn demo_two_devices_prestart_classic_mounts() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -73,7 +55,7 @@ fn demo_two_devices_prestart_classic_mounts() {
 
 #[test]
 fn void_request_injects_nothing() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -85,7 +67,7 @@ fn void_request_injects_nothing() {
 
 #[test]
 fn unknown_device_fails_the_start_with_a_clear_message() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -102,49 +84,33 @@ fn unknown_device_fails_the_start_with_a_clear_message() {
 
 #[test]
 fn real_kvm_is_injected_and_fuse_is_not() {
-    if !ready() || !devinject_tests::skip::require(Path::new("/dev/kvm").exists(), "needs /dev/kvm")
+    if !require_runc_demo()
+        || !devinject_tests::skip::require(Path::new("/dev/kvm").exists(), "needs /dev/kvm")
     {
         return;
     }
     let t = tempfile::tempdir().unwrap();
     let config = devinject_tests::sim::real_host_config(t.path(), &["kvm", "fuse"]).unwrap();
     let args = probe_args(&["/dev/kvm", "/dev/fuse"], &[]);
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut b = Bundle::new(&t.path().join("bundle"), &arg_refs).unwrap();
+    let mut b = Bundle::new(&t.path().join("bundle"), &args).unwrap();
     b.env("KVM_VISIBLE_DEVICES=all")
         .hook("createRuntime", &bin("devinject-hook"), &config);
     let out = b.run(&container_id("kvm")).unwrap();
     assert!(out.status.success(), "{}", describe(&out));
-    let r = Report::parse(&String::from_utf8_lossy(&out.stdout));
-    let kvm = r.node("/dev/kvm");
-    assert_eq!(
-        (kvm.kind.as_str(), kvm.major, kvm.minor),
-        ("c", 10, 232),
-        "{}",
-        describe(&out)
-    );
-    assert_eq!(kvm.open, "ok", "{}", describe(&out));
-    assert_eq!(r.node("/dev/fuse").kind, "missing", "{}", describe(&out));
+    Report::parse(&String::from_utf8_lossy(&out.stdout)).assert_kvm_only(&describe(&out));
 }
 
 /// In a user namespace mknod is refused and a node on the namespace's tmpfs would not work: the
 /// hook bind-mounts the host nodes instead.
 #[test]
 fn user_namespace_gets_devices_by_bind_mount() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
-    let t = tempfile::tempdir().unwrap();
-    // The mapped root must be able to walk into the bundle.
-    std::fs::set_permissions(
-        t.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let t = walkable_tempdir().unwrap();
     let host = demo_host(&t.path().join("host"), &["demo"]).unwrap();
     let args = demo_probe_args();
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut b = Bundle::new(&t.path().join("bundle"), &arg_refs).unwrap();
+    let mut b = Bundle::new(&t.path().join("bundle"), &args).unwrap();
     b.env("DEMO_VISIBLE_DEVICES=0,1")
         .hook("createRuntime", &bin("devinject-hook"), &host.config)
         .bind_node(&host.dev_root.join("demo/accel2"), "/dev/demo/accel2")
@@ -165,7 +131,7 @@ fn cache_inode(b: &Bundle) -> u64 {
 
 #[test]
 fn restart_on_the_same_rootfs_keeps_a_current_linker_cache() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let t = tempfile::tempdir().unwrap();

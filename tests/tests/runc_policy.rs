@@ -6,23 +6,15 @@
 
 use std::process::Output;
 
+use devinject_podresources::v1::PodResources;
 use devinject_tests::bins::bin;
 use devinject_tests::podresources::{pod, FakeKubelet};
 use devinject_tests::probe::Report;
 use devinject_tests::runc::{container_id, describe, Bundle};
-use devinject_tests::sim::{
-    assert_demo_granted_0_1, demo_host, demo_probe_args, write_config, SimHost,
-};
-use devinject_tests::skip::{require_binary, require_root};
+use devinject_tests::sim::{assert_demo_granted_0_1_in, demo_host, demo_probe_args, SimHost};
+use devinject_tests::skip::require_runc_demo;
 
 const DEMO: &str = "devinject.io/demo";
-
-fn ready() -> bool {
-    require_root()
-        && require_binary("runc")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-}
 
 /// How the container is started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +64,7 @@ struct Case {
 
 /// A demo host whose config has `policy_config`, a test kubelet serving `pods` (none: no
 /// kubelet), and a probe bundle with accel2 bind-mounted but never granted.
-fn case(policy_config: &str, pods: Option<Vec<devinject_podresources::v1::PodResources>>) -> Case {
+fn case(policy_config: &str, pods: Option<Vec<PodResources>>) -> Case {
     let dir = tempfile::tempdir().unwrap();
     let host = demo_host(&dir.path().join("host"), &["demo"]).unwrap();
     let socket = dir.path().join("pod-resources/kubelet.sock");
@@ -82,18 +74,9 @@ fn case(policy_config: &str, pods: Option<Vec<devinject_podresources::v1::PodRes
         "pod_resources_socket = {:?}\npod_resources_timeout_ms = 2000\n{policy_config}",
         socket
     );
-    write_config(
-        &host.config,
-        &host.profiles_dir,
-        &host.dev_root,
-        &host.driver_root,
-        &host.dir.join("sys"),
-        &extra,
-    )
-    .unwrap();
+    host.write_config(&extra).unwrap();
     let args = demo_probe_args();
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut bundle = Bundle::new(&dir.path().join("bundle"), &arg_refs).unwrap();
+    let mut bundle = Bundle::new(&dir.path().join("bundle"), &args).unwrap();
     bundle.bind_node(&host.dev_root.join("demo/accel2"), "/dev/demo/accel2");
     Case {
         _dir: dir,
@@ -137,10 +120,103 @@ impl Case {
     }
 }
 
+/// What must come of a container start.
+enum Outcome {
+    /// It starts with demo devices 0 and 1 ([`assert_demo_granted_0_1_in`]).
+    Granted,
+    /// The policy refuses it, and stderr says each of these ([`assert_refused`]).
+    Refused(&'static [&'static str]),
+    /// It starts without any device: the refusal is ignored.
+    NoDevices,
+}
+
+/// One container start under the request policy: the host, the pod it claims to be, what it
+/// asks for, and what must come of it.
+struct Start {
+    /// Names the start in failure messages.
+    name: &'static str,
+    /// Host config lines after the pod-resources socket's.
+    config: &'static str,
+    /// The pods the test kubelet serves; `None`: no kubelet.
+    pods: Option<Vec<PodResources>>,
+    /// The kubelet answers List only (Get switched off, as on kubelets before 1.34).
+    list_only: bool,
+    /// CRI annotations naming container `main` of pod `ml/<name>`: the runtime's keys, the pod
+    /// name and its uid.
+    pod_keys: Vec<(Cri, &'static str, &'static str)>,
+    /// Other annotations.
+    annotations: &'static [(&'static str, &'static str)],
+    /// The container's environment.
+    env: &'static [&'static str],
+    /// What must come of it.
+    outcome: Outcome,
+    /// The kubelet calls it must make; `None`: not checked.
+    calls: Option<&'static [&'static str]>,
+}
+
+impl Default for Start {
+    fn default() -> Self {
+        Start {
+            name: "",
+            config: "policy = \"kubernetes\"\n",
+            pods: Some(Vec::new()),
+            list_only: false,
+            pod_keys: Vec::new(),
+            annotations: &[],
+            env: &["DEMO_VISIBLE_DEVICES=0,1"],
+            outcome: Outcome::Granted,
+            calls: None,
+        }
+    }
+}
+
+/// Runs each start through `via` (when the host can run containers).
+fn check(via: Via, starts: impl IntoIterator<Item = Start>) {
+    if !require_runc_demo() {
+        return;
+    }
+    for s in starts {
+        start(via, s);
+    }
+}
+
+fn start(via: Via, s: Start) {
+    let mut c = case(s.config, s.pods);
+    if s.list_only {
+        c.kubelet.as_ref().expect("a kubelet").disable_get();
+    }
+    for (cri, name, uid) in s.pod_keys {
+        cri_annotations(&mut c.bundle, cri, "ml", name, uid, "main");
+    }
+    for (k, v) in s.annotations {
+        c.bundle.annotation(k, v);
+    }
+    for e in s.env {
+        c.bundle.env(e);
+    }
+    let (out, report) = c.run(via);
+    let what = format!("{} via {via:?}", s.name);
+    let ctx = format!("{what}: {}", describe(&out));
+    match s.outcome {
+        Outcome::Granted => {
+            assert!(out.status.success(), "{ctx}");
+            assert_demo_granted_0_1_in(&report, &ctx);
+        }
+        Outcome::Refused(needles) => assert_refused(via, &out, &report, needles, &ctx),
+        Outcome::NoDevices => {
+            assert!(out.status.success(), "{ctx}");
+            assert_eq!(report.node("/dev/demo/accel0").kind, "missing", "{ctx}");
+            assert_eq!(report.node("/dev/demo/accel2").open, "EPERM", "{ctx}");
+        }
+    }
+    if let Some(calls) = s.calls {
+        assert_eq!(c.calls(), calls, "kubelet calls: {what}");
+    }
+}
+
 /// The container did not start, the policy refused it with exit code 9, and stderr says
 /// `needles` (runc quotes a hook's stderr, so quotes are compared unescaped).
-fn assert_refused(via: Via, out: &Output, report: &Report, needles: &[&str]) {
-    let ctx = describe(out);
+fn assert_refused(via: Via, out: &Output, report: &Report, needles: &[&str], ctx: &str) {
     assert!(!out.status.success(), "must not start: {ctx}");
     assert!(
         report.nodes.is_empty(),
@@ -156,297 +232,220 @@ fn assert_refused(via: Via, out: &Output, report: &Report, needles: &[&str]) {
     }
 }
 
-fn granted_ids_are_injected(via: Via, cri: Cri) {
-    let mut c = case(
-        "policy = \"kubernetes\"\n",
-        Some(vec![pod(
+fn granted_ids_are_injected(cri: Cri) -> [Start; 1] {
+    [Start {
+        name: "granted ids",
+        pods: Some(vec![pod(
             "ml",
             "trainer",
             &[("main", &[(DEMO, &["1", "0"])]), ("sidecar", &[])],
         )]),
-    );
-    cri_annotations(&mut c.bundle, cri, "ml", "trainer", "uid-1", "main");
-    c.bundle.env("DEMO_VISIBLE_DEVICES=0,1");
-    let (out, report) = c.run(via);
-    assert!(out.status.success(), "{}", describe(&out));
-    assert_demo_granted_0_1(&report, &out);
-    assert_eq!(c.calls(), ["Get"]);
+        pod_keys: vec![(cri, "trainer", "uid-1")],
+        calls: Some(&["Get"]),
+        ..Start::default()
+    }]
 }
 
 #[test]
 fn hook_injects_granted_devices_containerd() {
-    if ready() {
-        granted_ids_are_injected(Via::Hook, Cri::Containerd);
-    }
+    check(Via::Hook, granted_ids_are_injected(Cri::Containerd));
 }
 
 #[test]
 fn shim_injects_granted_devices_crio() {
-    if ready() {
-        granted_ids_are_injected(Via::Shim, Cri::CriO);
-    }
+    check(Via::Shim, granted_ids_are_injected(Cri::CriO));
 }
 
-fn own_variable_is_refused(via: Via) {
-    let mut c = case(
-        "policy = \"kubernetes\"\n",
-        Some(vec![pod("ml", "thief", &[("main", &[])])]),
-    );
-    cri_annotations(
-        &mut c.bundle,
-        Cri::Containerd,
-        "ml",
-        "thief",
-        "uid-2",
-        "main",
-    );
-    c.bundle.env("DEMO_VISIBLE_DEVICES=all");
-    let (out, report) = c.run(via);
-    assert_refused(
-        via,
-        &out,
-        &report,
-        &[
+fn own_variable_is_refused() -> [Start; 1] {
+    [Start {
+        name: "own variable",
+        pods: Some(vec![pod("ml", "thief", &[("main", &[])])]),
+        pod_keys: vec![(Cri::Containerd, "thief", "uid-2")],
+        env: &["DEMO_VISIBLE_DEVICES=all"],
+        outcome: Outcome::Refused(&[
             "demo devices refused",
             "container \"main\" of pod ml/thief (uid uid-2) asks for `all` (env DEMO_VISIBLE_DEVICES)",
             "granted it none of devinject.io/demo",
             "instead of setting DEMO_VISIBLE_DEVICES yourself",
-        ],
-    );
+        ]),
+        ..Start::default()
+    }]
 }
 
 #[test]
 fn hook_refuses_a_pod_setting_the_variable_itself() {
-    if ready() {
-        own_variable_is_refused(Via::Hook);
-    }
+    check(Via::Hook, own_variable_is_refused());
 }
 
 #[test]
 fn shim_refuses_a_pod_setting_the_variable_itself() {
-    if ready() {
-        own_variable_is_refused(Via::Shim);
-    }
+    check(Via::Shim, own_variable_is_refused());
 }
 
-fn copied_annotations_are_refused(via: Via) {
-    let pods = vec![
-        pod("ml", "victim", &[("main", &[(DEMO, &["0", "1"])])]),
-        pod("ml", "thief", &[("main", &[])]),
-    ];
-    // CRI-O copies the thief's pod annotations, including a copy of the victim's grant, into
-    // its container; the identity keys are the kubelet's and name the thief.
-    let mut c = case("policy = \"kubernetes\"\n", Some(pods.clone()));
-    cri_annotations(&mut c.bundle, Cri::CriO, "ml", "thief", "uid-2", "main");
-    c.bundle.annotation("devinject.io/demo.devices", "0,1");
-    let (out, report) = c.run(via);
-    assert_refused(
-        via,
-        &out,
-        &report,
-        &[
-            "asks for 0, 1 (annotation devinject.io/demo.devices)",
-            "granted it none",
-            "setting devinject.io/demo.devices yourself",
-        ],
-    );
-    // The thief also copies the victim's identity under containerd's keys: the annotations
-    // disagree and the kubelet is not even asked.
-    let mut c = case("policy = \"kubernetes\"\n", Some(pods));
-    cri_annotations(&mut c.bundle, Cri::CriO, "ml", "thief", "uid-2", "main");
-    cri_annotations(
-        &mut c.bundle,
-        Cri::Containerd,
-        "ml",
-        "victim",
-        "uid-1",
-        "main",
-    );
-    c.bundle.annotation("devinject.io/demo.devices", "0,1");
-    let (out, report) = c.run(via);
-    assert_refused(
-        via,
-        &out,
-        &report,
-        &["annotations disagree", "\"uid-1\"", "\"uid-2\""],
-    );
-    assert!(c.calls().is_empty(), "{:?}", c.calls());
+fn copied_annotations_are_refused() -> [Start; 2] {
+    let pods = || {
+        Some(vec![
+            pod("ml", "victim", &[("main", &[(DEMO, &["0", "1"])])]),
+            pod("ml", "thief", &[("main", &[])]),
+        ])
+    };
+    [
+        // CRI-O copies the thief's pod annotations, including a copy of the victim's grant,
+        // into its container; the identity keys are the kubelet's and name the thief.
+        Start {
+            name: "copied grant annotation",
+            pods: pods(),
+            pod_keys: vec![(Cri::CriO, "thief", "uid-2")],
+            annotations: &[("devinject.io/demo.devices", "0,1")],
+            env: &[],
+            outcome: Outcome::Refused(&[
+                "asks for 0, 1 (annotation devinject.io/demo.devices)",
+                "granted it none",
+                "setting devinject.io/demo.devices yourself",
+            ]),
+            ..Start::default()
+        },
+        // The thief also copies the victim's identity under containerd's keys: the annotations
+        // disagree and the kubelet is not even asked.
+        Start {
+            name: "copied identity annotations",
+            pods: pods(),
+            pod_keys: vec![
+                (Cri::CriO, "thief", "uid-2"),
+                (Cri::Containerd, "victim", "uid-1"),
+            ],
+            annotations: &[("devinject.io/demo.devices", "0,1")],
+            env: &[],
+            outcome: Outcome::Refused(&["annotations disagree", "\"uid-1\"", "\"uid-2\""]),
+            calls: Some(&[]),
+            ..Start::default()
+        },
+    ]
 }
 
 #[test]
 fn hook_refuses_annotations_copied_from_another_pod() {
-    if ready() {
-        copied_annotations_are_refused(Via::Hook);
-    }
+    check(Via::Hook, copied_annotations_are_refused());
 }
 
 #[test]
 fn shim_refuses_annotations_copied_from_another_pod() {
-    if ready() {
-        copied_annotations_are_refused(Via::Shim);
-    }
+    check(Via::Shim, copied_annotations_are_refused());
 }
 
-fn unknown_pod_is_refused(via: Via) {
-    let mut c = case(
-        "policy = \"kubernetes\"\n",
-        Some(vec![pod(
+fn unknown_pod_is_refused() -> [Start; 1] {
+    [Start {
+        name: "unknown pod",
+        pods: Some(vec![pod(
             "ml",
             "trainer",
             &[("main", &[(DEMO, &["0", "1"])])],
         )]),
-    );
-    c.kubelet.as_ref().unwrap().disable_get();
-    cri_annotations(
-        &mut c.bundle,
-        Cri::Containerd,
-        "ml",
-        "ghost",
-        "uid-9",
-        "main",
-    );
-    c.bundle.env("DEMO_VISIBLE_DEVICES=0,1");
-    let (out, report) = c.run(via);
-    assert_refused(
-        via,
-        &out,
-        &report,
-        &["the kubelet knows no pod ml/ghost (uid uid-9)"],
-    );
-    // Get switched off as on kubelets before 1.34: List answered.
-    assert_eq!(c.calls(), ["Get", "List"]);
+        list_only: true,
+        pod_keys: vec![(Cri::Containerd, "ghost", "uid-9")],
+        outcome: Outcome::Refused(&["the kubelet knows no pod ml/ghost (uid uid-9)"]),
+        // Get switched off as on kubelets before 1.34: List answered.
+        calls: Some(&["Get", "List"]),
+        ..Start::default()
+    }]
 }
 
 #[test]
 fn hook_refuses_an_unknown_pod() {
-    if ready() {
-        unknown_pod_is_refused(Via::Hook);
-    }
+    check(Via::Hook, unknown_pod_is_refused());
 }
 
 #[test]
 fn shim_refuses_an_unknown_pod() {
-    if ready() {
-        unknown_pod_is_refused(Via::Shim);
-    }
+    check(Via::Shim, unknown_pod_is_refused());
 }
 
-fn missing_socket_is_named(via: Via) {
-    let mut c = case("policy = \"kubernetes\"\n", None);
-    cri_annotations(
-        &mut c.bundle,
-        Cri::Containerd,
-        "ml",
-        "trainer",
-        "uid-1",
-        "main",
-    );
-    c.bundle.env("DEMO_VISIBLE_DEVICES=0,1");
-    let (out, report) = c.run(via);
-    assert_refused(
-        via,
-        &out,
-        &report,
-        &[
+fn missing_socket_is_named() -> [Start; 1] {
+    [Start {
+        name: "missing socket",
+        pods: None,
+        pod_keys: vec![(Cri::Containerd, "trainer", "uid-1")],
+        outcome: Outcome::Refused(&[
             "the device grant cannot be checked",
             "pod-resources/kubelet.sock does not exist",
             "pod_resources_socket",
-        ],
-    );
+        ]),
+        ..Start::default()
+    }]
 }
 
 #[test]
 fn hook_names_a_missing_kubelet_socket() {
-    if ready() {
-        missing_socket_is_named(Via::Hook);
-    }
+    check(Via::Hook, missing_socket_is_named());
 }
 
 #[test]
 fn shim_names_a_missing_kubelet_socket() {
-    if ready() {
-        missing_socket_is_named(Via::Shim);
-    }
+    check(Via::Shim, missing_socket_is_named());
 }
 
-fn non_kubernetes_container(via: Via) {
-    // The env policy: no kubelet at all, the variable is honoured.
-    let mut c = case("policy = \"env\"\n", None);
-    c.bundle.env("DEMO_VISIBLE_DEVICES=0,1");
-    let (out, report) = c.run(via);
-    assert!(out.status.success(), "{}", describe(&out));
-    assert_demo_granted_0_1(&report, &out);
-
-    // The kubernetes policy leaves containers without CRI annotations alone by default, and
-    // never asks the kubelet about them.
-    let mut c = case("policy = \"kubernetes\"\n", Some(vec![]));
-    c.bundle.env("DEMO_VISIBLE_DEVICES=0,1");
-    let (out, report) = c.run(via);
-    assert!(out.status.success(), "{}", describe(&out));
-    assert_demo_granted_0_1(&report, &out);
-    assert!(c.calls().is_empty(), "{:?}", c.calls());
-
-    // podman writes a few of CRI-O's keys, but no pod identity: not a Kubernetes container.
-    let mut c = case("policy = \"kubernetes\"\n", Some(vec![]));
-    for (k, v) in [
-        ("io.container.manager", "libpod"),
-        ("io.kubernetes.cri-o.Created", "2026-01-01T00:00:00Z"),
-        ("io.kubernetes.cri-o.TTY", "false"),
-    ] {
-        c.bundle.annotation(k, v);
-    }
-    c.bundle.env("DEMO_VISIBLE_DEVICES=0,1");
-    let (out, report) = c.run(via);
-    assert!(out.status.success(), "{}", describe(&out));
-    assert_demo_granted_0_1(&report, &out);
-    assert!(c.calls().is_empty(), "{:?}", c.calls());
-
-    // ... unless told to refuse them.
-    let mut c = case(
-        "policy = \"kubernetes\"\nnon_kubernetes = \"refuse\"\n",
-        Some(vec![]),
-    );
-    c.bundle.env("DEMO_VISIBLE_DEVICES=0,1");
-    let (out, report) = c.run(via);
-    assert_refused(via, &out, &report, &["not a Kubernetes container"]);
+fn non_kubernetes_container() -> [Start; 4] {
+    [
+        // The env policy: no kubelet at all, the variable is honoured.
+        Start {
+            name: "env policy",
+            config: "policy = \"env\"\n",
+            pods: None,
+            ..Start::default()
+        },
+        // The kubernetes policy leaves containers without CRI annotations alone by default,
+        // and never asks the kubelet about them.
+        Start {
+            name: "no CRI annotations",
+            calls: Some(&[]),
+            ..Start::default()
+        },
+        // podman writes a few of CRI-O's keys, but no pod identity: not a Kubernetes
+        // container.
+        Start {
+            name: "podman's annotations",
+            annotations: &[
+                ("io.container.manager", "libpod"),
+                ("io.kubernetes.cri-o.Created", "2026-01-01T00:00:00Z"),
+                ("io.kubernetes.cri-o.TTY", "false"),
+            ],
+            calls: Some(&[]),
+            ..Start::default()
+        },
+        // ... unless told to refuse them.
+        Start {
+            name: "non_kubernetes = refuse",
+            config: "policy = \"kubernetes\"\nnon_kubernetes = \"refuse\"\n",
+            outcome: Outcome::Refused(&["not a Kubernetes container"]),
+            ..Start::default()
+        },
+    ]
 }
 
 #[test]
 fn hook_honours_non_kubernetes_containers_as_configured() {
-    if ready() {
-        non_kubernetes_container(Via::Hook);
-    }
+    check(Via::Hook, non_kubernetes_container());
 }
 
 #[test]
 fn shim_honours_non_kubernetes_containers_as_configured() {
-    if ready() {
-        non_kubernetes_container(Via::Shim);
-    }
+    check(Via::Shim, non_kubernetes_container());
 }
 
 #[test]
 fn on_denied_ignore_starts_the_container_without_devices() {
-    if !ready() {
-        return;
-    }
     for via in [Via::Hook, Via::Shim] {
-        let mut c = case(
-            "policy = \"kubernetes\"\non_denied = \"ignore\"\n",
-            Some(vec![pod("ml", "cuda", &[("main", &[])])]),
+        check(
+            via,
+            [Start {
+                name: "on_denied = ignore",
+                config: "policy = \"kubernetes\"\non_denied = \"ignore\"\n",
+                pods: Some(vec![pod("ml", "cuda", &[("main", &[])])]),
+                pod_keys: vec![(Cri::Containerd, "cuda", "uid-3")],
+                env: &["DEMO_VISIBLE_DEVICES=all"],
+                outcome: Outcome::NoDevices,
+                ..Start::default()
+            }],
         );
-        cri_annotations(
-            &mut c.bundle,
-            Cri::Containerd,
-            "ml",
-            "cuda",
-            "uid-3",
-            "main",
-        );
-        c.bundle.env("DEMO_VISIBLE_DEVICES=all");
-        let (out, report) = c.run(via);
-        assert!(out.status.success(), "{via:?}: {}", describe(&out));
-        assert_eq!(report.node("/dev/demo/accel0").kind, "missing", "{via:?}");
-        assert_eq!(report.node("/dev/demo/accel2").open, "EPERM", "{via:?}");
     }
 }

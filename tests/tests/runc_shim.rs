@@ -4,21 +4,15 @@
 use std::path::Path;
 
 use devinject_tests::probe::Report;
-use devinject_tests::runc::{container_id, describe, runc_path, shim_command, Bundle};
+use devinject_tests::runc::{
+    container_id, describe, runc_path, shim_command, walkable_tempdir, Bundle,
+};
 use devinject_tests::sim::{assert_demo_granted_0_1, demo_host, demo_probe_args, SimHost};
-use devinject_tests::skip::{require_binary, require_root};
-
-fn ready() -> bool {
-    require_root()
-        && require_binary("runc")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-}
+use devinject_tests::skip::require_runc_demo;
 
 fn bundle(dir: &Path, host: &SimHost, request: Option<&str>) -> Bundle {
     let args = demo_probe_args();
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut b = Bundle::new(&dir.join("bundle"), &arg_refs).unwrap();
+    let mut b = Bundle::new(&dir.join("bundle"), &args).unwrap();
     if let Some(r) = request {
         b.env(&format!("DEMO_VISIBLE_DEVICES={r}"));
     }
@@ -32,7 +26,7 @@ fn shim_cmd(host: &SimHost, runc: &str) -> Vec<String> {
 
 #[test]
 fn shim_writes_devices_into_the_spec() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -63,7 +57,7 @@ fn shim_writes_devices_into_the_spec() {
 
 #[test]
 fn nothing_asked_leaves_the_bundle_untouched() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -87,7 +81,7 @@ fn nothing_asked_leaves_the_bundle_untouched() {
 
 #[test]
 fn bad_request_fails_before_runc_and_reaches_the_runtime_log() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -129,7 +123,7 @@ fn bad_request_fails_before_runc_and_reaches_the_runtime_log() {
 
 #[test]
 fn missing_runtime_is_a_clear_error() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -152,16 +146,10 @@ fn missing_runtime_is_a_clear_error() {
 /// user namespace owns.
 #[test]
 fn user_namespace_nodes_were_bound_from_the_container_path() {
-    if !ready() {
+    if !require_runc_demo() {
         return;
     }
-    let t = tempfile::tempdir().unwrap();
-    // The mapped root must be able to walk into the bundle.
-    std::fs::set_permissions(
-        t.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let t = walkable_tempdir().unwrap();
     let host = demo_host(&t.path().join("host"), &["demo"]).unwrap();
     let mut b = bundle(t.path(), &host, Some("0,1"));
     b.user_namespace(100_000, 65_536);

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use devinject_cgroup::ebpf::program::F_ALLOW_MULTI;
 use devinject_cgroup::ebpf::{CgroupDir, DeviceProgram, Insn, Reg};
-use devinject_cgroup::{CgroupOptions, DeviceRule};
+use devinject_cgroup::{grant, CgroupOptions, DeviceRule, GrantReport};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sched::{unshare, CloneFlags};
 
@@ -216,6 +216,23 @@ impl Cgroup2 {
     }
 }
 
+/// A fresh test cgroup in a private cgroup2 mount, in this thread's own mount namespace (see
+/// [`private_mount_namespace`]).
+pub struct V2Cgroup {
+    /// The test cgroup; declared first so that it is removed before the mount goes.
+    pub cg: TestCgroup,
+    _v2: Cgroup2,
+}
+
+impl V2Cgroup {
+    pub fn new() -> Self {
+        private_mount_namespace();
+        let v2 = Cgroup2::mount();
+        let cg = TestCgroup::create_under(&v2.own);
+        Self { cg, _v2: v2 }
+    }
+}
+
 /// A long-running process placed in cgroups: the container stand-in whose pid `grant` gets.
 pub struct Resident {
     child: Child,
@@ -288,6 +305,58 @@ pub fn probe(cgroups: &[&TestCgroup], path: &Path, how: Use) -> Result<(), Strin
         Some(0) => Ok(()),
         Some(10) => panic!("probe could not join its cgroups: {stderr}"),
         _ => Err(stderr),
+    }
+}
+
+/// Grants `rules` to `resident`, reading /proc through this thread's [`ProcView`].
+pub fn grant_to(resident: &Resident, rules: &[DeviceRule]) -> GrantReport {
+    let view = ProcView::new();
+    grant(resident.pid_i32(), rules, &view.options_for(resident.pid())).expect("grant")
+}
+
+/// What the device cgroup must make of a probe.
+#[derive(Debug, Clone, Copy)]
+enum Verdict {
+    /// Let it through ([`assert_passed`]).
+    Passed,
+    /// Deny it ([`assert_denied`]).
+    Denied,
+}
+
+/// One probe, what the device cgroup must make of it, and the name failures show.
+pub struct ProbeCase<'a> {
+    path: PathBuf,
+    how: Use,
+    verdict: Verdict,
+    what: &'a str,
+}
+
+/// A probe of `path` the device cgroup must let through.
+pub fn passes(path: impl AsRef<Path>, how: Use, what: &str) -> ProbeCase<'_> {
+    ProbeCase {
+        path: path.as_ref().to_owned(),
+        how,
+        verdict: Verdict::Passed,
+        what,
+    }
+}
+
+/// A probe of `path` the device cgroup must deny.
+pub fn denied(path: impl AsRef<Path>, how: Use, what: &str) -> ProbeCase<'_> {
+    ProbeCase {
+        verdict: Verdict::Denied,
+        ..passes(path, how, what)
+    }
+}
+
+/// Probes every case from inside `cgroups` and asserts its verdict.
+pub fn assert_probes(cgroups: &[&TestCgroup], cases: &[ProbeCase<'_>]) {
+    for case in cases {
+        let result = probe(cgroups, &case.path, case.how);
+        match case.verdict {
+            Verdict::Passed => assert_passed(result, case.what),
+            Verdict::Denied => assert_denied(result, case.what),
+        }
     }
 }
 

@@ -8,8 +8,8 @@ use devinject_cgroup::{grant, CgroupOptions, V2Outcome};
 use serial_test::serial;
 
 use crate::support::{
-    assert_denied, assert_passed, own_v1_devices_dir, private_mount_namespace, privileged, probe,
-    rules, skip, Cgroup2, ProcView, Resident, TestCgroup, Use,
+    assert_denied, assert_probes, denied, grant_to, own_v1_devices_dir, passes, privileged, probe,
+    rules, skip, Resident, TestCgroup, Use, V2Cgroup,
 };
 
 const NULL: &str = "/dev/null";
@@ -38,13 +38,12 @@ fn v1_devices_allow_is_written() {
     };
     let cg = v1_runtime_cgroup(&parent);
     let resident = Resident::start_in(&[&cg]);
-    assert_denied(
-        probe(&[&cg], Path::new(URANDOM), Use::Read),
-        "urandom before",
-    );
-    assert_passed(
-        probe(&[&cg], Path::new(NULL), Use::ReadWrite),
-        "null before",
+    assert_probes(
+        &[&cg],
+        &[
+            denied(URANDOM, Use::Read, "urandom before"),
+            passes(NULL, Use::ReadWrite, "null before"),
+        ],
     );
 
     let pid = resident.pid_i32();
@@ -53,13 +52,12 @@ fn v1_devices_allow_is_written() {
 
     let list = fs::read_to_string(cg.dir.join("devices.list")).expect("devices.list");
     assert!(list.lines().any(|l| l == "c 1:9 rw"), "{list}");
-    assert_passed(
-        probe(&[&cg], Path::new(URANDOM), Use::ReadWrite),
-        "urandom after",
-    );
-    assert_denied(
-        probe(&[&cg], Path::new("/dev/full"), Use::Read),
-        "full never allowed",
+    assert_probes(
+        &[&cg],
+        &[
+            passes(URANDOM, Use::ReadWrite, "urandom after"),
+            denied("/dev/full", Use::Read, "full never allowed"),
+        ],
     );
     drop(resident);
 }
@@ -77,44 +75,33 @@ fn hybrid_host_needs_both_and_gets_both() {
         );
         return;
     };
-    private_mount_namespace();
-    let v2 = Cgroup2::mount();
+    let v2 = V2Cgroup::new();
     let v1_cg = v1_runtime_cgroup(&parent);
-    let v2_cg = TestCgroup::create_under(&v2.own);
+    let v2_cg = &v2.cg;
     // The v2 program already allows urandom; the v1 controller alone denies it.
     let old_id = v2_cg.attach_runtime_program(&rules(&["c 1:3 rwm", "c 1:9 rwm"]));
-    let resident = Resident::start_in(&[&v1_cg, &v2_cg]);
-    let both = [&v1_cg, &v2_cg];
+    let resident = Resident::start_in(&[&v1_cg, v2_cg]);
+    let both = [&v1_cg, v2_cg];
     assert_denied(
         probe(&both, Path::new(URANDOM), Use::Read),
         "urandom: v2 allows, v1 denies",
     );
 
-    let view = ProcView::new();
-    let report = grant(
-        resident.pid_i32(),
-        &rules(&["c 1:9 rw", "c 1:8 r"]),
-        &view.options_for(resident.pid()),
-    )
-    .expect("grant");
+    let report = grant_to(&resident, &rules(&["c 1:9 rw", "c 1:8 r"]));
     assert_eq!(report.v1.as_deref(), Some(v1_cg.dir.as_path()));
     let V2Outcome::Replaced { programs, .. } = &report.v2 else {
         panic!("expected a v2 replacement, got {:?}", report.v2);
     };
     assert_eq!(programs[0].old_id, old_id);
 
-    assert_passed(
-        probe(&both, Path::new(URANDOM), Use::ReadWrite),
-        "urandom after",
-    );
-    // /dev/random: newly allowed on both.
-    assert_passed(
-        probe(&both, Path::new("/dev/random"), Use::Read),
-        "random after",
-    );
-    assert_denied(
-        probe(&both, Path::new("/dev/random"), Use::Write),
-        "random w not granted",
+    assert_probes(
+        &both,
+        &[
+            passes(URANDOM, Use::ReadWrite, "urandom after"),
+            // /dev/random: newly allowed on both.
+            passes("/dev/random", Use::Read, "random after"),
+            denied("/dev/random", Use::Write, "random w not granted"),
+        ],
     );
     drop(resident);
 }

@@ -4,13 +4,13 @@ use std::path::Path;
 
 use devinject_cgroup::ebpf::program::F_ALLOW_MULTI;
 use devinject_cgroup::ebpf::{CgroupDir, DeviceProgram, Insn, Reg};
-use devinject_cgroup::{grant, Access, CgroupError, DeviceKind, DeviceRule, V2Outcome};
+use devinject_cgroup::{Access, CgroupError, DeviceKind, DeviceRule, V2Outcome};
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 use serial_test::serial;
 
 use crate::support::{
-    assert_denied, assert_passed, private_mount_namespace, privileged, probe, rules, runc_like,
-    Cgroup2, Mounted, ProcView, Resident, TestCgroup, Use,
+    assert_denied, assert_passed, assert_probes, denied, grant_to, passes, privileged, probe,
+    rules, runc_like, Mounted, Resident, Use, V2Cgroup,
 };
 
 const NULL: &str = "/dev/null";
@@ -29,34 +29,26 @@ fn runtime_program_is_replaced_atomically_and_grants_access() {
     if !privileged("runtime_program_is_replaced_atomically_and_grants_access") {
         return;
     }
-    private_mount_namespace();
-    let v2 = Cgroup2::mount();
-    let cg = TestCgroup::create_under(&v2.own);
+    let v2 = V2Cgroup::new();
+    let cg = &v2.cg;
 
     // Before any program: the baseline the program will change.
     assert_passed(
-        probe(&[&cg], Path::new(URANDOM), Use::Read),
+        probe(&[cg], Path::new(URANDOM), Use::Read),
         "urandom, no program",
     );
 
     let old_id = cg.attach_runtime_program(&runtime_rules());
-    let resident = Resident::start_in(&[&cg]);
-    assert_denied(
-        probe(&[&cg], Path::new(URANDOM), Use::Read),
-        "urandom before grant",
-    );
-    assert_passed(
-        probe(&[&cg], Path::new(NULL), Use::ReadWrite),
-        "null before grant",
+    let resident = Resident::start_in(&[cg]);
+    assert_probes(
+        &[cg],
+        &[
+            denied(URANDOM, Use::Read, "urandom before grant"),
+            passes(NULL, Use::ReadWrite, "null before grant"),
+        ],
     );
 
-    let view = ProcView::new();
-    let report = grant(
-        resident.pid_i32(),
-        &rules(&["c 1:9 rw"]),
-        &view.options_for(resident.pid()),
-    )
-    .expect("grant");
+    let report = grant_to(&resident, &rules(&["c 1:9 rw"]));
 
     let V2Outcome::Replaced {
         cgroup,
@@ -77,25 +69,15 @@ fn runtime_program_is_replaced_atomically_and_grants_access() {
         "exactly the new program attached"
     );
 
-    assert_passed(
-        probe(&[&cg], Path::new(URANDOM), Use::Read),
-        "urandom read after grant",
-    );
-    assert_passed(
-        probe(&[&cg], Path::new(URANDOM), Use::ReadWrite),
-        "urandom rw after grant",
-    );
-    assert_passed(
-        probe(&[&cg], Path::new(NULL), Use::ReadWrite),
-        "null after grant",
-    );
-    assert_passed(
-        probe(&[&cg], Path::new(ZERO), Use::ReadWrite),
-        "zero after grant",
-    );
-    assert_denied(
-        probe(&[&cg], Path::new(FULL), Use::Read),
-        "full was never allowed",
+    assert_probes(
+        &[cg],
+        &[
+            passes(URANDOM, Use::Read, "urandom read after grant"),
+            passes(URANDOM, Use::ReadWrite, "urandom rw after grant"),
+            passes(NULL, Use::ReadWrite, "null after grant"),
+            passes(ZERO, Use::ReadWrite, "zero after grant"),
+            denied(FULL, Use::Read, "full was never allowed"),
+        ],
     );
     drop(resident);
 }
@@ -106,47 +88,36 @@ fn granted_access_is_exactly_what_was_asked() {
     if !privileged("granted_access_is_exactly_what_was_asked") {
         return;
     }
-    private_mount_namespace();
-    let v2 = Cgroup2::mount();
+    let v2 = V2Cgroup::new();
+    let cg = &v2.cg;
     let nodes = Mounted::new("tmpfs", Some("mode=755"));
-    let cg = TestCgroup::create_under(&v2.own);
     cg.attach_runtime_program(&runtime_rules());
-    let resident = Resident::start_in(&[&cg]);
+    let resident = Resident::start_in(&[cg]);
 
-    let view = ProcView::new();
     let granted = [
         DeviceRule::new(DeviceKind::Char, 1, 9, Access::R),
         DeviceRule::new(DeviceKind::Char, 1, 7, Access::new(false, false, true)),
     ];
-    grant(
-        resident.pid_i32(),
-        &granted,
-        &view.options_for(resident.pid()),
-    )
-    .expect("grant");
+    grant_to(&resident, &granted);
 
-    assert_passed(probe(&[&cg], Path::new(URANDOM), Use::Read), "urandom r");
-    assert_denied(
-        probe(&[&cg], Path::new(URANDOM), Use::Write),
-        "urandom w not granted",
-    );
-    assert_denied(
-        probe(&[&cg], Path::new(URANDOM), Use::ReadWrite),
-        "urandom rw not granted",
-    );
-    let full = nodes.path().join("full");
-    assert_passed(
-        probe(&[&cg], &full, Use::Mknod(1, 7)),
-        "mknod c 1:7 granted",
-    );
-    assert_denied(
-        probe(&[&cg], Path::new(FULL), Use::Read),
-        "full r not granted",
-    );
-    let urandom = nodes.path().join("urandom");
-    assert_denied(
-        probe(&[&cg], &urandom, Use::Mknod(1, 9)),
-        "mknod c 1:9 not granted",
+    assert_probes(
+        &[cg],
+        &[
+            passes(URANDOM, Use::Read, "urandom r"),
+            denied(URANDOM, Use::Write, "urandom w not granted"),
+            denied(URANDOM, Use::ReadWrite, "urandom rw not granted"),
+            passes(
+                nodes.path().join("full"),
+                Use::Mknod(1, 7),
+                "mknod c 1:7 granted",
+            ),
+            denied(FULL, Use::Read, "full r not granted"),
+            denied(
+                nodes.path().join("urandom"),
+                Use::Mknod(1, 9),
+                "mknod c 1:9 not granted",
+            ),
+        ],
     );
     drop(resident);
 }
@@ -157,18 +128,11 @@ fn no_program_attached_attaches_nothing() {
     if !privileged("no_program_attached_attaches_nothing") {
         return;
     }
-    private_mount_namespace();
-    let v2 = Cgroup2::mount();
-    let cg = TestCgroup::create_under(&v2.own);
-    let resident = Resident::start_in(&[&cg]);
+    let v2 = V2Cgroup::new();
+    let cg = &v2.cg;
+    let resident = Resident::start_in(&[cg]);
 
-    let view = ProcView::new();
-    let report = grant(
-        resident.pid_i32(),
-        &rules(&["c 1:9 rw"]),
-        &view.options_for(resident.pid()),
-    )
-    .expect("grant");
+    let report = grant_to(&resident, &rules(&["c 1:9 rw"]));
     assert_eq!(
         report.v2,
         V2Outcome::NoProgramAttached {
@@ -178,10 +142,24 @@ fn no_program_attached_attaches_nothing() {
     assert!(cg.programs().is_empty(), "nothing attached");
     // Not restricted before, not restricted after: an ungranted device still opens.
     assert_passed(
-        probe(&[&cg], Path::new(FULL), Use::Read),
+        probe(&[cg], Path::new(FULL), Use::Read),
         "full without any program",
     );
     drop(resident);
+}
+
+/// Nodes `n0`..`n{count}` under `dir` with an unregistered major: past the device cgroup, open
+/// fails with ENXIO.
+fn fake_nodes(dir: &Path, major: u32, count: u32) {
+    for minor in 0..count {
+        mknod(
+            &dir.join(format!("n{minor}")),
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o666),
+            makedev(major.into(), minor.into()),
+        )
+        .expect("mknod test node");
+    }
 }
 
 #[test]
@@ -190,52 +168,28 @@ fn sixteen_rules_in_one_replacement() {
     if !privileged("sixteen_rules_in_one_replacement") {
         return;
     }
-    private_mount_namespace();
-    let v2 = Cgroup2::mount();
+    let v2 = V2Cgroup::new();
+    let cg = &v2.cg;
     let nodes = Mounted::new("tmpfs", Some("mode=755"));
-    let cg = TestCgroup::create_under(&v2.own);
 
-    // Nodes with an unregistered major: past the device cgroup, open fails with ENXIO.
+    // n0..n14 are granted, n15 is not.
     let major = 3999;
+    fake_nodes(nodes.path(), major, 16);
     let mut granted = vec![DeviceRule::new(DeviceKind::Char, 1, 9, Access::RW)];
-    for minor in 0..15 {
-        let path = nodes.path().join(format!("n{minor}"));
-        mknod(
-            &path,
-            SFlag::S_IFCHR,
-            Mode::from_bits_truncate(0o666),
-            makedev(major.into(), minor.into()),
-        )
-        .expect("mknod test node");
-        granted.push(DeviceRule::new(DeviceKind::Char, major, minor, Access::RW));
-    }
-    let ungranted = nodes.path().join("n15");
-    mknod(
-        &ungranted,
-        SFlag::S_IFCHR,
-        Mode::from_bits_truncate(0o666),
-        makedev(major.into(), 15),
-    )
-    .expect("mknod test node");
+    granted
+        .extend((0..15).map(|minor| DeviceRule::new(DeviceKind::Char, major, minor, Access::RW)));
     assert_eq!(granted.len(), 16);
-
     let old_id = cg.attach_runtime_program(&runtime_rules());
-    let resident = Resident::start_in(&[&cg]);
+    let resident = Resident::start_in(&[cg]);
     for minor in 0..15 {
         let path = nodes.path().join(format!("n{minor}"));
         assert_denied(
-            probe(&[&cg], &path, Use::ReadWrite),
+            probe(&[cg], &path, Use::ReadWrite),
             &format!("n{minor} before"),
         );
     }
 
-    let view = ProcView::new();
-    let report = grant(
-        resident.pid_i32(),
-        &granted,
-        &view.options_for(resident.pid()),
-    )
-    .expect("grant");
+    let report = grant_to(&resident, &granted);
     let swaps = report.v2.swaps();
     assert!(
         matches!(report.v2, V2Outcome::Replaced { .. }),
@@ -249,16 +203,18 @@ fn sixteen_rules_in_one_replacement() {
     for minor in 0..15 {
         let path = nodes.path().join(format!("n{minor}"));
         assert_passed(
-            probe(&[&cg], &path, Use::ReadWrite),
+            probe(&[cg], &path, Use::ReadWrite),
             &format!("n{minor} after"),
         );
     }
-    assert_passed(
-        probe(&[&cg], Path::new(URANDOM), Use::ReadWrite),
-        "urandom after",
+    assert_probes(
+        &[cg],
+        &[
+            passes(URANDOM, Use::ReadWrite, "urandom after"),
+            denied(nodes.path().join("n15"), Use::Read, "n15 was not granted"),
+            passes(NULL, Use::ReadWrite, "null after"),
+        ],
     );
-    assert_denied(probe(&[&cg], &ungranted, Use::Read), "n15 was not granted");
-    assert_passed(probe(&[&cg], Path::new(NULL), Use::ReadWrite), "null after");
     drop(resident);
 }
 
@@ -268,25 +224,18 @@ fn every_attached_program_is_extended() {
     if !privileged("every_attached_program_is_extended") {
         return;
     }
-    private_mount_namespace();
-    let v2 = Cgroup2::mount();
-    let cg = TestCgroup::create_under(&v2.own);
+    let v2 = V2Cgroup::new();
+    let cg = &v2.cg;
     // Two programs, as with systemd's next to the runtime's: both must allow.
     let first = cg.attach_runtime_program(&runtime_rules());
     let second = cg.attach_runtime_program(&rules(&["c 1:3 rwm"]));
-    let resident = Resident::start_in(&[&cg]);
+    let resident = Resident::start_in(&[cg]);
     assert_denied(
-        probe(&[&cg], Path::new(URANDOM), Use::Read),
+        probe(&[cg], Path::new(URANDOM), Use::Read),
         "urandom before",
     );
 
-    let view = ProcView::new();
-    let report = grant(
-        resident.pid_i32(),
-        &rules(&["c 1:9 r"]),
-        &view.options_for(resident.pid()),
-    )
-    .expect("grant");
+    let report = grant_to(&resident, &rules(&["c 1:9 r"]));
     let swaps = report.v2.swaps();
     assert_eq!(
         swaps.iter().map(|s| s.old_id).collect::<Vec<_>>(),
@@ -298,14 +247,13 @@ fn every_attached_program_is_extended() {
     new_ids.sort_unstable();
     assert_eq!(attached, new_ids);
 
-    assert_passed(
-        probe(&[&cg], Path::new(URANDOM), Use::Read),
-        "urandom after",
-    );
     // The second program never allowed zero; its extension still does not.
-    assert_denied(
-        probe(&[&cg], Path::new(ZERO), Use::Read),
-        "zero (denied by the second)",
+    assert_probes(
+        &[cg],
+        &[
+            passes(URANDOM, Use::Read, "urandom after"),
+            denied(ZERO, Use::Read, "zero (denied by the second)"),
+        ],
     );
     drop(resident);
 }
@@ -316,24 +264,17 @@ fn single_program_mode_is_swapped_too() {
     if !privileged("single_program_mode_is_swapped_too") {
         return;
     }
-    private_mount_namespace();
-    let v2 = Cgroup2::mount();
-    let cg = TestCgroup::create_under(&v2.own);
+    let v2 = V2Cgroup::new();
+    let cg = &v2.cg;
     // Attached without BPF_F_ALLOW_MULTI, as older runtimes did: the cgroup holds one program.
     let old_id = cg.attach_runtime_program_with_flags(&runtime_rules(), 0);
-    let resident = Resident::start_in(&[&cg]);
+    let resident = Resident::start_in(&[cg]);
     assert_denied(
-        probe(&[&cg], Path::new(URANDOM), Use::Read),
+        probe(&[cg], Path::new(URANDOM), Use::Read),
         "urandom before",
     );
 
-    let view = ProcView::new();
-    let report = grant(
-        resident.pid_i32(),
-        &rules(&["c 1:9 rw"]),
-        &view.options_for(resident.pid()),
-    )
-    .expect("grant");
+    let report = grant_to(&resident, &rules(&["c 1:9 rw"]));
     let swaps = report.v2.swaps();
     assert!(
         matches!(report.v2, V2Outcome::Replaced { .. }),
@@ -346,11 +287,13 @@ fn single_program_mode_is_swapped_too() {
     let attached = cgroup.device_programs().expect("query");
     assert_eq!(attached.ids, vec![swaps[0].new_id]);
     assert_eq!(attached.flags, 0, "attach mode unchanged");
-    assert_passed(
-        probe(&[&cg], Path::new(URANDOM), Use::Read),
-        "urandom after",
+    assert_probes(
+        &[cg],
+        &[
+            passes(URANDOM, Use::Read, "urandom after"),
+            passes(NULL, Use::ReadWrite, "null after"),
+        ],
     );
-    assert_passed(probe(&[&cg], Path::new(NULL), Use::ReadWrite), "null after");
     drop(resident);
 }
 
@@ -392,9 +335,8 @@ fn query_and_detach_round_trip() {
     if !privileged("query_and_detach_round_trip") {
         return;
     }
-    private_mount_namespace();
-    let v2 = Cgroup2::mount();
-    let cg = TestCgroup::create_under(&v2.own);
+    let v2 = V2Cgroup::new();
+    let cg = &v2.cg;
     let cgroup = CgroupDir::open(&cg.dir).expect("open");
     let program = DeviceProgram::load(&runc_like(&runtime_rules()), "detach_check").expect("load");
     program.attach(&cgroup, F_ALLOW_MULTI).expect("attach");

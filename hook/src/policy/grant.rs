@@ -109,32 +109,7 @@ pub fn describe(ids: &BTreeSet<String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use devinject_podresources::v1::{ContainerDevices, ContainerResources};
-
-    /// A container's grants: (resource, ids) pairs.
-    type Grants<'a> = &'a [(&'a str, &'a [&'a str])];
-
-    fn pod(name: &str, containers: &[(&str, Grants)]) -> PodResources {
-        PodResources {
-            name: name.into(),
-            namespace: "ns".into(),
-            containers: containers
-                .iter()
-                .map(|(c, devices)| ContainerResources {
-                    name: (*c).into(),
-                    devices: devices
-                        .iter()
-                        .map(|(r, ids)| ContainerDevices {
-                            resource_name: (*r).into(),
-                            device_ids: ids.iter().map(|i| (*i).to_owned()).collect(),
-                            topology: None,
-                        })
-                        .collect(),
-                    ..Default::default()
-                })
-                .collect(),
-        }
-    }
+    use devinject_podresources::testing::pod;
 
     fn set(ids: &[&str]) -> BTreeSet<String> {
         ids.iter().map(|i| (*i).to_owned()).collect()
@@ -145,6 +120,7 @@ mod tests {
     #[test]
     fn finds_the_container_and_unions_numa_entries() {
         let p = pod(
+            "ns",
             "p",
             &[
                 ("side", &[(DEMO, &["3"])]),
@@ -173,7 +149,7 @@ mod tests {
 
     #[test]
     fn replicas_map_to_physical_devices() {
-        let p = pod("p", &[("main", &[(DEMO, &["0::1", "0::3", "2::0"])])]);
+        let p = pod("ns", "p", &[("main", &[(DEMO, &["0::1", "0::3", "2::0"])])]);
         let Grant::Devices(g) = granted(&[p], "main", DEMO) else {
             panic!("devices")
         };
@@ -216,8 +192,8 @@ mod tests {
 
     #[test]
     fn same_named_pods_must_agree() {
-        let old = pod("p", &[("main", &[(DEMO, &["0"])])]);
-        let new = pod("p", &[("main", &[(DEMO, &["1"])])]);
+        let old = pod("ns", "p", &[("main", &[(DEMO, &["0"])])]);
+        let new = pod("ns", "p", &[("main", &[(DEMO, &["1"])])]);
         assert_eq!(granted(&[old.clone(), new], "main", DEMO), Grant::Ambiguous);
         assert_eq!(
             granted(&[old.clone(), old], "main", DEMO),

@@ -375,7 +375,7 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     use devinject_devices::Profile;
-    use devinject_podresources::v1::{ContainerDevices, ContainerResources, PodResources};
+    use devinject_podresources::v1::PodResources;
     use devinject_podresources::Rpc;
 
     use super::identity::{CONTAINERD, CRIO};
@@ -436,22 +436,7 @@ mod tests {
     }
 
     fn pod(ns: &str, name: &str, container: &str, grants: &[(&str, &[&str])]) -> PodResources {
-        PodResources {
-            name: name.into(),
-            namespace: ns.into(),
-            containers: vec![ContainerResources {
-                name: container.into(),
-                devices: grants
-                    .iter()
-                    .map(|(r, ids)| ContainerDevices {
-                        resource_name: (*r).into(),
-                        device_ids: ids.iter().map(|i| (*i).to_owned()).collect(),
-                        topology: None,
-                    })
-                    .collect(),
-                ..Default::default()
-            }],
-        }
+        devinject_podresources::testing::pod(ns, name, &[(container, grants)])
     }
 
     fn cri(

@@ -6,6 +6,7 @@ pub mod containerd;
 pub mod crio;
 pub mod detection;
 pub mod docker;
+pub mod dropin;
 pub mod hooksd;
 pub mod podman;
 

@@ -15,7 +15,8 @@ use devinject_device_plugin::api::v1beta1::registration_server::{
     Registration as RegistrationApi, RegistrationServer,
 };
 use devinject_device_plugin::api::v1beta1::{
-    DevicePluginOptions, Empty, ListAndWatchResponse, RegisterRequest,
+    AllocateRequest, ContainerAllocateRequest, DevicePluginOptions, Empty, ListAndWatchResponse,
+    RegisterRequest,
 };
 use hyper_util::rt::TokioIo;
 use tokio::net::{UnixListener, UnixStream};
@@ -255,6 +256,15 @@ impl FakeKubelet {
 impl Drop for FakeKubelet {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// An `Allocate` request for one container asking for `ids`.
+pub fn allocate_request(ids: &[&str]) -> AllocateRequest {
+    AllocateRequest {
+        container_requests: vec![ContainerAllocateRequest {
+            devices_ids: ids.iter().map(|s| (*s).to_owned()).collect(),
+        }],
     }
 }
 
