@@ -1,8 +1,10 @@
 //! The request policy with the real runc, through the hook and through the shim, against a test
 //! kubelet serving the pod-resources v1 API: granted devices are injected; a pod that sets the
 //! request variable itself, copies another pod's annotations, or names a pod the kubelet does
-//! not know gets nothing and a clear message (exit code 9); a missing kubelet socket is named;
-//! non-Kubernetes containers are honoured as configured.
+//! not know gets nothing and a clear message (exit code 9); a missing kubelet socket is named,
+//! and so is a missing pod-resources helper; non-Kubernetes containers are honoured as
+//! configured. The kubelet is asked through `devinject-podresources`, found next to the hook
+//! and the shim as on an installed node.
 
 use std::process::Output;
 
@@ -366,6 +368,52 @@ fn hook_names_a_missing_kubelet_socket() {
 fn shim_names_a_missing_kubelet_socket() {
     if ready() {
         missing_socket_is_named(Via::Shim);
+    }
+}
+
+fn missing_helper_is_named(via: Via) {
+    let mut c = case(
+        "policy = \"kubernetes\"\npod_resources_helper = \"/nonexistent/devinject-podresources\"\n",
+        Some(vec![pod(
+            "ml",
+            "trainer",
+            &[("main", &[(DEMO, &["0", "1"])])],
+        )]),
+    );
+    cri_annotations(
+        &mut c.bundle,
+        Cri::Containerd,
+        "ml",
+        "trainer",
+        "uid-1",
+        "main",
+    );
+    c.bundle.env("DEMO_VISIBLE_DEVICES=0,1");
+    let (out, report) = c.run(via);
+    assert_refused(
+        via,
+        &out,
+        &report,
+        &[
+            "the device grant cannot be checked",
+            "the pod-resources helper /nonexistent/devinject-podresources does not exist",
+            "or set `pod_resources_helper` in the devinject config",
+        ],
+    );
+    assert!(c.calls().is_empty(), "{:?}", c.calls());
+}
+
+#[test]
+fn hook_names_a_missing_helper() {
+    if ready() {
+        missing_helper_is_named(Via::Hook);
+    }
+}
+
+#[test]
+fn shim_names_a_missing_helper() {
+    if ready() {
+        missing_helper_is_named(Via::Shim);
     }
 }
 
