@@ -73,6 +73,23 @@ pub enum PodEntry {
     },
 }
 
+impl PodEntry {
+    /// A container that got `grants`, as (resource name, device ids) pairs.
+    pub fn found(grants: &[(&str, &[&str])]) -> Self {
+        Self::Found {
+            devices: grants
+                .iter()
+                .map(|(resource, ids)| {
+                    (
+                        (*resource).to_owned(),
+                        ids.iter().map(|id| (*id).to_owned()).collect(),
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Why an answer cannot be written or read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AnswerError {
@@ -154,26 +171,12 @@ impl Answer {
 mod tests {
     use super::*;
 
-    fn found(pairs: &[(&str, &[&str])]) -> PodEntry {
-        PodEntry::Found {
-            devices: pairs
-                .iter()
-                .map(|(r, ids)| {
-                    (
-                        (*r).to_owned(),
-                        ids.iter().map(|i| (*i).to_owned()).collect(),
-                    )
-                })
-                .collect(),
-        }
-    }
-
     #[test]
     fn the_documented_shape() {
         let a = Answer::new(
             Rpc::Get,
             vec![
-                found(&[("devinject.io/demo", &["0", "1"])]),
+                PodEntry::found(&[("devinject.io/demo", &["0", "1"])]),
                 PodEntry::Missing {
                     listed: vec!["main".into(), "side".into()],
                 },

@@ -1,4 +1,5 @@
-//! The helper's answer for one container, from the kubelet's entries for its pod.
+//! The helper's answer for one container, from the kubelet's entries for its pod. Tested
+//! through the helper against the test kubelet (`tests/tests/podresources_helper.rs`).
 
 use std::collections::BTreeMap;
 
@@ -35,71 +36,4 @@ fn entry(pod: &PodResources, container: &str) -> PodEntry {
             .extend(d.device_ids.iter().cloned());
     }
     PodEntry::Found { devices }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::v1::{ContainerDevices, ContainerResources};
-    use crate::Rpc;
-
-    fn container(name: &str, devices: &[(&str, &[&str])]) -> ContainerResources {
-        ContainerResources {
-            name: name.into(),
-            devices: devices
-                .iter()
-                .map(|(r, ids)| ContainerDevices {
-                    resource_name: (*r).into(),
-                    device_ids: ids.iter().map(|i| (*i).to_owned()).collect(),
-                    topology: None,
-                })
-                .collect(),
-            ..Default::default()
-        }
-    }
-
-    fn ids(list: &[&str]) -> Vec<String> {
-        list.iter().map(|i| (*i).to_owned()).collect()
-    }
-
-    #[test]
-    fn merges_numa_entries_and_names_the_other_containers() {
-        let pod = PodResources {
-            name: "p".into(),
-            namespace: "ns".into(),
-            containers: vec![
-                container("side", &[("a.io/x", &["9"])]),
-                container(
-                    "main",
-                    &[("a.io/x", &["1"]), ("b.io/y", &["7"]), ("a.io/x", &["0"])],
-                ),
-            ],
-        };
-        let lookup = PodLookup {
-            entries: vec![pod.clone(), pod],
-            answered_by: Rpc::List,
-        };
-        let a = for_container(&lookup, "main");
-        assert_eq!(a.answered_by, Rpc::List);
-        let expected = PodEntry::Found {
-            devices: [
-                ("a.io/x".to_owned(), ids(&["1", "0"])),
-                ("b.io/y".to_owned(), ids(&["7"])),
-            ]
-            .into(),
-        };
-        assert_eq!(a.pods, [expected.clone(), expected]);
-        let a = for_container(&lookup, "init");
-        assert_eq!(
-            a.pods[0],
-            PodEntry::Missing {
-                listed: ids(&["side", "main"])
-            }
-        );
-        let none = PodLookup {
-            entries: vec![],
-            answered_by: Rpc::Get,
-        };
-        assert!(for_container(&none, "main").pods.is_empty());
-    }
 }

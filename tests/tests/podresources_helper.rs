@@ -1,8 +1,9 @@
 //! `devinject-podresources`, the helper the request policy executes, against a test kubelet
-//! speaking the real v1 API: its answer for a granted container, an unknown pod and an unknown
-//! container; its exit codes and messages for a missing socket, a failing kubelet, a kubelet that
-//! does not answer and a bad command line; and the hook's lookup executing it as the policy does.
-//! Needs no root; needs the workspace's binaries built (`cargo build --workspace --bins`).
+//! speaking the real v1 API: its answer for a granted container (NUMA-split entries merged), an
+//! unknown pod and an unknown container; its exit codes and messages for a missing socket, a
+//! stale one, a failing kubelet, a kubelet that does not answer and a bad command line; and the
+//! hook's lookup executing it as the policy does. Needs no root; needs the workspace's binaries
+//! built (`cargo build --workspace --bins`).
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -17,14 +18,26 @@ use devinject_tests::podresources::{pod, FakeKubelet};
 
 const DEMO: &str = "devinject.io/demo";
 
-fn kubelet(dir: &Path) -> FakeKubelet {
+/// Pod ml/trainer: `main` got demo 1 and 0 on two NUMA nodes and another resource, `side`
+/// nothing; a pod of the same name in another namespace.
+fn kubelet(socket: &Path) -> FakeKubelet {
     FakeKubelet::start(
-        &dir.join("kubelet.sock"),
+        socket,
         vec![
             pod(
                 "ml",
                 "trainer",
-                &[("main", &[(DEMO, &["1", "0"])]), ("side", &[])],
+                &[
+                    (
+                        "main",
+                        &[
+                            (DEMO, &["1"]),
+                            ("example.com/tpu", &["apex_0"]),
+                            (DEMO, &["0"]),
+                        ],
+                    ),
+                    ("side", &[]),
+                ],
             ),
             pod("other", "trainer", &[("main", &[(DEMO, &["3"])])]),
         ],
@@ -52,68 +65,38 @@ fn helper(args: &[OsString]) -> Output {
         .unwrap()
 }
 
-fn answered(out: &Output) -> Answer {
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.stderr.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+/// The helper's answer about `pod`/`container` in namespace ml.
+fn ask(k: &FakeKubelet, pod: &str, container: &str) -> Answer {
+    let out = helper(&request(k.socket(), pod, container, 2000).to_args());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr: {err}");
+    assert!(err.is_empty(), "{err}");
     Answer::parse(&out.stdout).unwrap()
-}
-
-/// The exit code and the one line on stderr.
-fn failed(out: &Output, kind: HelperExit) -> String {
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(i32::from(kind.code())), "{err}");
-    assert!(
-        out.stdout.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    assert_eq!(err.lines().count(), 1, "{err}");
-    err
 }
 
 #[test]
 fn answers_with_the_containers_devices() {
     let t = tempfile::tempdir().unwrap();
-    let k = kubelet(t.path());
-    let a = answered(&helper(
-        &request(k.socket(), "trainer", "main", 2000).to_args(),
-    ));
+    let k = kubelet(&t.path().join("kubelet.sock"));
+    let a = ask(&k, "trainer", "main");
     assert_eq!(a.answered_by, Rpc::Get);
     assert_eq!(
         a.pods,
-        [PodEntry::Found {
-            devices: [(DEMO.to_owned(), vec!["1".to_owned(), "0".to_owned()])].into()
-        }]
+        [PodEntry::found(&[
+            (DEMO, &["1", "0"]),
+            ("example.com/tpu", &["apex_0"])
+        ])]
     );
     // A container that got nothing: found, without devices.
-    let a = answered(&helper(
-        &request(k.socket(), "trainer", "side", 2000).to_args(),
-    ));
-    assert_eq!(
-        a.pods,
-        [PodEntry::Found {
-            devices: Default::default()
-        }]
-    );
+    assert_eq!(ask(&k, "trainer", "side").pods, [PodEntry::found(&[])]);
     assert_eq!(k.calls(), ["Get", "Get"]);
 }
 
 #[test]
 fn unknown_pods_and_containers_are_told_apart() {
     let t = tempfile::tempdir().unwrap();
-    let k = kubelet(t.path());
-    let a = answered(&helper(
-        &request(k.socket(), "ghost", "main", 2000).to_args(),
-    ));
+    let k = kubelet(&t.path().join("kubelet.sock"));
+    let a = ask(&k, "ghost", "main");
     assert_eq!(
         a.answered_by,
         Rpc::List,
@@ -121,11 +104,8 @@ fn unknown_pods_and_containers_are_told_apart() {
     );
     assert!(a.pods.is_empty(), "{a:?}");
     assert_eq!(k.calls(), ["Get", "List"]);
-    let a = answered(&helper(
-        &request(k.socket(), "trainer", "init", 2000).to_args(),
-    ));
     assert_eq!(
-        a.pods,
+        ask(&k, "trainer", "init").pods,
         [PodEntry::Missing {
             listed: vec!["main".into(), "side".into()]
         }]
@@ -133,73 +113,72 @@ fn unknown_pods_and_containers_are_told_apart() {
 }
 
 #[test]
-fn failures_have_their_exit_code_and_one_line() {
+fn each_failure_has_its_exit_code_and_one_line() {
     let t = tempfile::tempdir().unwrap();
     let missing = t.path().join("pod-resources/kubelet.sock");
-    let err = failed(
-        &helper(&request(&missing, "trainer", "main", 2000).to_args()),
-        HelperExit::Socket,
-    );
-    assert!(
-        err.contains(&format!(
-            "the kubelet's pod-resources socket {} does not exist",
-            missing.display()
-        )) && err.contains("pod_resources_socket"),
-        "{err}"
-    );
-
     let stale = t.path().join("stale.sock");
     drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
-    let err = failed(
-        &helper(&request(&stale, "trainer", "main", 2000).to_args()),
-        HelperExit::Connect,
+    let failing = kubelet(&t.path().join("failing.sock"));
+    failing.fail();
+    let stalled = kubelet(&t.path().join("stalled.sock"));
+    stalled.stall();
+    let missing_text = format!(
+        "the kubelet's pod-resources socket {} does not exist",
+        missing.display()
     );
-    assert!(
-        err.contains("cannot connect") && err.contains("stale.sock"),
-        "{err}"
-    );
-
-    let k = kubelet(t.path());
-    k.fail();
-    let err = failed(
-        &helper(&request(k.socket(), "trainer", "main", 2000).to_args()),
-        HelperExit::Kubelet,
-    );
-    assert!(
-        err.contains("List on") && err.contains("test kubelet failure"),
-        "{err}"
-    );
+    let cases: [(&Path, HelperExit, &[&str]); 4] = [
+        (
+            &missing,
+            HelperExit::Socket,
+            &[&missing_text, "pod_resources_socket"],
+        ),
+        (
+            &stale,
+            HelperExit::Connect,
+            &["cannot connect", "stale.sock"],
+        ),
+        (
+            failing.socket(),
+            HelperExit::Kubelet,
+            &["List on", "test kubelet failure"],
+        ),
+        (
+            stalled.socket(),
+            HelperExit::Timeout,
+            &["did not answer within 300 ms"],
+        ),
+    ];
+    for (socket, kind, needles) in cases {
+        let start = Instant::now();
+        let out = helper(&request(socket, "trainer", "main", 300).to_args());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(i32::from(kind.code())),
+            "{kind:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{kind:?}: {out:?}");
+        assert_eq!(err.lines().count(), 1, "{kind:?}: {err}");
+        for n in needles {
+            assert!(err.contains(n), "{kind:?}: {n:?} in {err}");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{kind:?}: {:?}",
+            start.elapsed()
+        );
+    }
 
     let out = helper(&["--pod=x".into()]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("--socket is required"),
-        "{out:?}"
-    );
-}
-
-#[test]
-fn a_kubelet_that_does_not_answer_times_out() {
-    let t = tempfile::tempdir().unwrap();
-    let k = kubelet(t.path());
-    k.stall();
-    let start = Instant::now();
-    let err = failed(
-        &helper(&request(k.socket(), "trainer", "main", 300).to_args()),
-        HelperExit::Timeout,
-    );
-    assert!(err.contains("did not answer within 300 ms"), "{err}");
-    assert!(
-        start.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        start.elapsed()
-    );
+    assert_eq!(out.status.code(), Some(i32::from(HelperExit::Usage.code())));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--socket is required"), "{err}");
 }
 
 #[test]
 fn the_hooks_lookup_executes_the_helper() {
     let t = tempfile::tempdir().unwrap();
-    let k = kubelet(t.path());
+    let k = kubelet(&t.path().join("kubelet.sock"));
     let lookup = |socket: &Path| PodResourcesHelper {
         path: Some(bin("devinject-podresources")),
         socket: socket.to_owned(),
@@ -208,29 +187,18 @@ fn the_hooks_lookup_executes_the_helper() {
     let a = lookup(k.socket())
         .lookup("other", "trainer", "main")
         .unwrap();
-    assert_eq!(
-        a.pods,
-        [PodEntry::Found {
-            devices: [(DEMO.to_owned(), vec!["3".to_owned()])].into()
-        }]
-    );
+    assert_eq!(a.pods, [PodEntry::found(&[(DEMO, &["3"])])]);
     // The kubelet's failure, in the words the hook used when it called the kubelet itself.
     let missing = t.path().join("nowhere.sock");
     let err = lookup(&missing)
         .lookup("ml", "trainer", "main")
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            LookupError::Kubelet {
-                kind: HelperExit::Socket,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    let LookupError::Kubelet { kind, message } = err else {
+        panic!("a kubelet failure: {err}");
+    };
+    assert_eq!(kind, HelperExit::Socket);
     assert_eq!(
-        err.to_string(),
+        message,
         devinject_podresources::PodResourcesError::SocketMissing { path: missing }.to_string()
     );
 }

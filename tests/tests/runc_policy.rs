@@ -333,8 +333,12 @@ fn shim_refuses_an_unknown_pod() {
     }
 }
 
-fn missing_socket_is_named(via: Via) {
-    let mut c = case("policy = \"kubernetes\"\n", None);
+/// A container asking for the devices pod ml/trainer got, on a node where the grant cannot be
+/// checked (`config`, `kubelet`: whether one serves): refused with `needles`, and no kubelet
+/// call is made.
+fn unverifiable_grant_is_refused(via: Via, config: &str, kubelet: bool, needles: &[&str]) {
+    let pods = kubelet.then(|| vec![pod("ml", "trainer", &[("main", &[(DEMO, &["0", "1"])])])]);
+    let mut c = case(config, pods);
     cri_annotations(
         &mut c.bundle,
         Cri::Containerd,
@@ -345,75 +349,60 @@ fn missing_socket_is_named(via: Via) {
     );
     c.bundle.env("DEMO_VISIBLE_DEVICES=0,1");
     let (out, report) = c.run(via);
-    assert_refused(
-        via,
-        &out,
-        &report,
-        &[
-            "the device grant cannot be checked",
-            "pod-resources/kubelet.sock does not exist",
-            "pod_resources_socket",
-        ],
-    );
+    assert_refused(via, &out, &report, needles);
+    assert!(c.calls().is_empty(), "{:?}", c.calls());
 }
+
+const MISSING_SOCKET: [&str; 3] = [
+    "the device grant cannot be checked",
+    "pod-resources/kubelet.sock does not exist",
+    "pod_resources_socket",
+];
 
 #[test]
 fn hook_names_a_missing_kubelet_socket() {
     if ready() {
-        missing_socket_is_named(Via::Hook);
+        unverifiable_grant_is_refused(
+            Via::Hook,
+            "policy = \"kubernetes\"\n",
+            false,
+            &MISSING_SOCKET,
+        );
     }
 }
 
 #[test]
 fn shim_names_a_missing_kubelet_socket() {
     if ready() {
-        missing_socket_is_named(Via::Shim);
+        unverifiable_grant_is_refused(
+            Via::Shim,
+            "policy = \"kubernetes\"\n",
+            false,
+            &MISSING_SOCKET,
+        );
     }
 }
 
-fn missing_helper_is_named(via: Via) {
-    let mut c = case(
-        "policy = \"kubernetes\"\npod_resources_helper = \"/nonexistent/devinject-podresources\"\n",
-        Some(vec![pod(
-            "ml",
-            "trainer",
-            &[("main", &[(DEMO, &["0", "1"])])],
-        )]),
-    );
-    cri_annotations(
-        &mut c.bundle,
-        Cri::Containerd,
-        "ml",
-        "trainer",
-        "uid-1",
-        "main",
-    );
-    c.bundle.env("DEMO_VISIBLE_DEVICES=0,1");
-    let (out, report) = c.run(via);
-    assert_refused(
-        via,
-        &out,
-        &report,
-        &[
-            "the device grant cannot be checked",
-            "the pod-resources helper /nonexistent/devinject-podresources does not exist",
-            "or set `pod_resources_helper` in the devinject config",
-        ],
-    );
-    assert!(c.calls().is_empty(), "{:?}", c.calls());
-}
+const NO_HELPER: &str =
+    "policy = \"kubernetes\"\npod_resources_helper = \"/nonexistent/devinject-podresources\"\n";
+
+const MISSING_HELPER: [&str; 3] = [
+    "the device grant cannot be checked",
+    "the pod-resources helper /nonexistent/devinject-podresources does not exist",
+    "or set `pod_resources_helper` in the devinject config",
+];
 
 #[test]
 fn hook_names_a_missing_helper() {
     if ready() {
-        missing_helper_is_named(Via::Hook);
+        unverifiable_grant_is_refused(Via::Hook, NO_HELPER, true, &MISSING_HELPER);
     }
 }
 
 #[test]
 fn shim_names_a_missing_helper() {
     if ready() {
-        missing_helper_is_named(Via::Shim);
+        unverifiable_grant_is_refused(Via::Shim, NO_HELPER, true, &MISSING_HELPER);
     }
 }
 

@@ -110,21 +110,6 @@ pub fn describe(ids: &BTreeSet<String>) -> String {
 mod tests {
     use super::*;
 
-    /// The helper's entry for a container that got `grants`: (resource, ids) pairs.
-    fn found(grants: &[(&str, &[&str])]) -> PodEntry {
-        PodEntry::Found {
-            devices: grants
-                .iter()
-                .map(|(r, ids)| {
-                    (
-                        (*r).to_owned(),
-                        ids.iter().map(|i| (*i).to_owned()).collect(),
-                    )
-                })
-                .collect(),
-        }
-    }
-
     fn set(ids: &[&str]) -> BTreeSet<String> {
         ids.iter().map(|i| (*i).to_owned()).collect()
     }
@@ -133,7 +118,7 @@ mod tests {
 
     #[test]
     fn finds_the_resource_or_says_which_containers_are_listed() {
-        let p = found(&[(DEMO, &["0", "1"]), ("other.io/x", &["9"])]);
+        let p = PodEntry::found(&[(DEMO, &["0", "1"]), ("other.io/x", &["9"])]);
         assert_eq!(
             granted(std::slice::from_ref(&p), DEMO),
             Grant::Devices(set(&["0", "1"]))
@@ -153,7 +138,7 @@ mod tests {
 
     #[test]
     fn replicas_map_to_physical_devices() {
-        let p = found(&[(DEMO, &["0::1", "0::3", "2::0"])]);
+        let p = PodEntry::found(&[(DEMO, &["0::1", "0::3", "2::0"])]);
         let Grant::Devices(g) = granted(&[p], DEMO) else {
             panic!("devices")
         };
@@ -196,15 +181,15 @@ mod tests {
 
     #[test]
     fn same_named_pods_must_agree() {
-        let old = found(&[(DEMO, &["0"])]);
-        let new = found(&[(DEMO, &["1"])]);
+        let old = PodEntry::found(&[(DEMO, &["0"])]);
+        let new = PodEntry::found(&[(DEMO, &["1"])]);
         assert_eq!(granted(&[old.clone(), new.clone()], DEMO), Grant::Ambiguous);
         assert_eq!(
             granted(&[old.clone(), old.clone()], DEMO),
             Grant::Devices(set(&["0"]))
         );
         // Agreeing on this resource is enough.
-        let other = found(&[(DEMO, &["0"]), ("other.io/x", &["9"])]);
+        let other = PodEntry::found(&[(DEMO, &["0"]), ("other.io/x", &["9"])]);
         assert_eq!(granted(&[old, other], DEMO), Grant::Devices(set(&["0"])));
         let gone = PodEntry::Missing { listed: vec![] };
         assert_eq!(granted(&[new, gone], DEMO), Grant::Ambiguous);

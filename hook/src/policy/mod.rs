@@ -391,11 +391,12 @@ mod tests {
         .unwrap()
     }
 
-    /// A pod as the fake kubelet lists it: its containers and their device ids per resource.
+    /// A pod as the fake kubelet lists it: one container and what it got.
     struct ListedPod {
         namespace: String,
         name: String,
-        containers: Vec<(String, BTreeMap<String, Vec<String>>)>,
+        container: String,
+        grant: PodEntry,
     }
 
     /// A kubelet that answers from a fixed list, as the helper reduces it, and records what it
@@ -438,16 +439,15 @@ mod tests {
             let entries = pods
                 .iter()
                 .filter(|p| p.namespace == namespace && p.name == pod)
-                .map(
-                    |p| match p.containers.iter().find(|(c, _)| c == container) {
-                        Some((_, devices)) => PodEntry::Found {
-                            devices: devices.clone(),
-                        },
-                        None => PodEntry::Missing {
-                            listed: p.containers.iter().map(|(c, _)| c.clone()).collect(),
-                        },
-                    },
-                )
+                .map(|p| {
+                    if p.container == container {
+                        p.grant.clone()
+                    } else {
+                        PodEntry::Missing {
+                            listed: vec![p.container.clone()],
+                        }
+                    }
+                })
                 .collect();
             Ok(Answer::new(Rpc::List, entries))
         }
@@ -457,18 +457,8 @@ mod tests {
         ListedPod {
             namespace: ns.into(),
             name: name.into(),
-            containers: vec![(
-                container.into(),
-                grants
-                    .iter()
-                    .map(|(r, ids)| {
-                        (
-                            (*r).to_owned(),
-                            ids.iter().map(|i| (*i).to_owned()).collect(),
-                        )
-                    })
-                    .collect(),
-            )],
+            container: container.into(),
+            grant: PodEntry::found(grants),
         }
     }
 
