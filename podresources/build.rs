@@ -14,7 +14,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let descriptors = protox::compile(PROTOS, ["src/api"])?;
     tonic_prost_build::configure()
         .build_client(true)
-        // The server side is for test kubelets; it costs the hook nothing it does not call.
+        // The server side is for test kubelets; it costs the helper nothing it does not call.
         .build_server(true)
         .compile_fds(descriptors)?;
     Ok(())

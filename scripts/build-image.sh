@@ -24,8 +24,10 @@ case "$profile" in
   *) out="$target_dir/$target/$profile" ;;
 esac
 
-packages=(-p devinject-installer -p devinject-hook -p devinject-runtime-config)
-bins=(devinject-installer devinject-hook devinject-runtime devinject-ctl)
+# devinject-podresources is the helper the hook and the shim execute to ask the kubelet what a
+# pod was granted; it is installed next to them.
+packages=(-p devinject-installer -p devinject-hook -p devinject-podresources -p devinject-runtime-config)
+bins=(devinject-installer devinject-hook devinject-podresources devinject-runtime devinject-ctl)
 # The device plugin binary lives on its own branch until merged; ship it when it is here.
 if [ -f plugin/src/main.rs ]; then
   packages+=(-p devinject-device-plugin)

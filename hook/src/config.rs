@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use devinject_devices::HostRoots;
-use devinject_podresources::PodResourcesClient;
 use serde::Deserialize;
 
 use crate::inject::ldcache::CacheWriter;
+use crate::policy::helper::PodResourcesHelper;
 use crate::policy::{NonKubernetes, OnDenied, PolicySettings, RequestPolicy};
 
 /// Where the hook and shim read their configuration unless told otherwise.
@@ -89,6 +89,9 @@ pub struct HostConfig {
     pub pod_resources_socket: PathBuf,
     /// How long the kubelet may take to answer, in milliseconds.
     pub pod_resources_timeout_ms: u64,
+    /// The `devinject-podresources` helper that asks the kubelet (an absolute path). Unset:
+    /// next to the running hook or shim.
+    pub pod_resources_helper: Option<PathBuf>,
     /// Under the `kubernetes` policy: containers without CRI annotations.
     pub non_kubernetes: NonKubernetes,
     /// Under the `kubernetes` policy: requests the kubelet did not grant.
@@ -121,8 +124,9 @@ impl Default for HostConfig {
             runtime: None,
             hook: None,
             policy: RequestPolicy::Kubernetes,
-            pod_resources_socket: PathBuf::from(devinject_podresources::DEFAULT_SOCKET),
+            pod_resources_socket: PathBuf::from(devinject_podresources_protocol::DEFAULT_SOCKET),
             pod_resources_timeout_ms: DEFAULT_POD_RESOURCES_TIMEOUT_MS,
+            pod_resources_helper: None,
             non_kubernetes: NonKubernetes::Env,
             on_denied: OnDenied::Fail,
         }
@@ -162,6 +166,19 @@ impl HostConfig {
                 message: "pod_resources_timeout_ms is 0: give the kubelet at least 1 ms (the default is 2000)".into(),
             });
         }
+        if let Some(helper) = config
+            .pod_resources_helper
+            .as_ref()
+            .filter(|h| !h.is_absolute())
+        {
+            return Err(ConfigError::Parse {
+                path: path.to_owned(),
+                message: format!(
+                    "pod_resources_helper {:?} is not an absolute path: give the full path of devinject-podresources, or leave the key out to use the one next to the hook",
+                    helper.display().to_string()
+                ),
+            });
+        }
         Ok(config)
     }
 
@@ -174,12 +191,14 @@ impl HostConfig {
         }
     }
 
-    /// A client for the kubelet's pod-resources API with the configured socket and timeout.
-    pub fn pod_resources(&self) -> PodResourcesClient {
-        PodResourcesClient::new(
-            &self.pod_resources_socket,
-            Duration::from_millis(self.pod_resources_timeout_ms),
-        )
+    /// The kubelet's pod-resources API, asked through the configured helper with the
+    /// configured socket and timeout. Nothing runs until a lookup.
+    pub fn pod_resources(&self) -> PodResourcesHelper {
+        PodResourcesHelper {
+            path: self.pod_resources_helper.clone(),
+            socket: self.pod_resources_socket.clone(),
+            timeout: Duration::from_millis(self.pod_resources_timeout_ms),
+        }
     }
 
     /// The ldconfig to run and its time limit.
@@ -247,7 +266,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.policy, RequestPolicy::Env);
-        assert_eq!(c.pod_resources().socket(), Path::new("/k/pr.sock"));
+        assert_eq!(c.pod_resources().socket, Path::new("/k/pr.sock"));
+        assert_eq!(c.pod_resources().timeout, Duration::from_millis(50));
+        assert_eq!(c.pod_resources().path, None, "next to the hook by default");
         assert_eq!(c.non_kubernetes, NonKubernetes::Refuse);
         assert_eq!(c.on_denied, OnDenied::Ignore);
         let err = HostConfig::parse("policy = \"kube\"\n", p)
@@ -258,6 +279,24 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("pod_resources_timeout_ms"), "{err}");
+        let c = HostConfig::parse(
+            "pod_resources_helper = \"/opt/devinject/bin/devinject-podresources\"\n",
+            p,
+        )
+        .unwrap();
+        assert_eq!(
+            c.pod_resources().path.as_deref(),
+            Some(Path::new("/opt/devinject/bin/devinject-podresources"))
+        );
+        let err = HostConfig::parse("pod_resources_helper = \"bin/devinject-podresources\"\n", p)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("pod_resources_helper")
+                && err.contains("not an absolute path")
+                && err.contains("/c.toml"),
+            "{err}"
+        );
     }
 }
 
@@ -272,7 +311,7 @@ mod props {
 
     const PATH: &str = "/etc/devinject/config.toml";
 
-    const KNOWN: [&str; 15] = [
+    const KNOWN: [&str; 16] = [
         "ldcache",
         "profiles_dir",
         "dev_root",
@@ -286,6 +325,7 @@ mod props {
         "policy",
         "pod_resources_socket",
         "pod_resources_timeout_ms",
+        "pod_resources_helper",
         "non_kubernetes",
         "on_denied",
     ];
@@ -321,6 +361,7 @@ mod props {
             path.clone().prop_map(|v| ("ldconfig", v)),
             path.clone().prop_map(|v| ("runtime", v)),
             path.clone().prop_map(|v| ("hook", v)),
+            path.clone().prop_map(|v| ("pod_resources_helper", v)),
             path.prop_map(|v| ("pod_resources_socket", v)),
             word.clone().prop_map(|v| ("mount_api", v)),
             word.clone().prop_map(|v| ("policy", v)),
@@ -363,7 +404,7 @@ mod props {
                     let msg = e.to_string();
                     prop_assert!(msg.contains(PATH), "{}", msg);
                     // The parser's message names the key (or the line) it stopped at.
-                    prop_assert!(msg.contains("line") || msg.contains("pod_resources_timeout_ms"), "{}", msg);
+                    prop_assert!(msg.contains("line") || msg.contains("pod_resources_timeout_ms") || msg.contains("pod_resources_helper"), "{}", msg);
                 }
             }
         }

@@ -3,8 +3,8 @@
 //! 1. Read the OCI state (bounded) and the bundle's `config.json`.
 //! 2. Find the container's requests (our annotation, else the profile's env variable).
 //! 3. Check them against the request policy ([`crate::policy`]): in Kubernetes, what the
-//!    kubelet granted. The kubelet call, when there is one, finishes on a runtime that is gone
-//!    before anything forks.
+//!    kubelet granted, asked through the `devinject-podresources` helper, which has exited
+//!    before anything else forks.
 //! 4. Plan: discovery and file resolution only for profiles that were asked for.
 //! 5. Apply in the container's mount namespace, then set device cgroup rules.
 //!

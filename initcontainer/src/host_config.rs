@@ -32,6 +32,10 @@ pub fn render(settings: &HostConfigSettings, layout: &Layout, targets: &[Target]
     }
     doc.insert("log_level", value(settings.log_level.as_str()));
     doc.insert("hook", path(&layout.hook_path()));
+    doc.insert(
+        "pod_resources_helper",
+        path(&layout.podresources_helper_path()),
+    );
     let bundled = targets
         .iter()
         .filter_map(Target::bundled_runc)
@@ -92,6 +96,10 @@ mod tests {
         );
         assert!(
             text.contains("hook = \"/opt/devinject/bin/devinject-hook\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("pod_resources_helper = \"/opt/devinject/bin/devinject-podresources\""),
             "{text}"
         );
         assert!(text.contains("policy = \"kubernetes\""), "{text}");

@@ -1,6 +1,7 @@
 //! The install: four kinds of steps, each journaled, each leaving a consistent host.
 //!
-//! 1. `payload`: the hook, the shim and devinject-ctl into `<prefix>/bin`;
+//! 1. `payload`: the hook, the shim, the pod-resources helper they execute, and devinject-ctl
+//!    into `<prefix>/bin`;
 //! 2. `profiles`: the device profiles into `<config dir>/profiles`;
 //! 3. `host-config`: `<config dir>/config.toml` (with the Kubernetes policy by default);
 //! 4. `runtime-<engine>` for each engine: the k3s/RKE2 template, the engine's configuration
@@ -30,8 +31,15 @@ use crate::record::{EngineRecord, FileRole, Record, RecordStore};
 use crate::report::{Failure, Report};
 use crate::steps::{self, Runner, StepCtx};
 
-/// The binaries copied to `<prefix>/bin`.
-pub const BINARIES: [&str; 3] = ["devinject-hook", "devinject-runtime", "devinject-ctl"];
+/// The binaries copied to `<prefix>/bin`. `devinject-podresources` is the helper the hook and
+/// the shim execute to ask the kubelet what a pod was granted; they look for it next to
+/// themselves, and the host config names it too.
+pub const BINARIES: [&str; 4] = [
+    "devinject-hook",
+    "devinject-podresources",
+    "devinject-runtime",
+    "devinject-ctl",
+];
 
 /// Installs devinject on the host described by `opts`. `ctl` restarts engines.
 pub fn install(

@@ -100,7 +100,7 @@ fn install_reinstall_uninstall_round_trip_for_every_engine() {
         let report = ok(install(&opts, &mut ctl));
         assert!(report.changed(), "{}: {report}", case.golden);
         assert_eq!(ctl.calls, vec![case.restart], "{}", case.golden);
-        for b in ["devinject-hook", "devinject-runtime", "devinject-ctl"] {
+        for b in devinject_installer::install::BINARIES {
             let p = h.path(&format!("/opt/devinject/bin/{b}"));
             let mode = std::os::unix::fs::PermissionsExt::mode(
                 &std::fs::metadata(&p).expect("installed").permissions(),
@@ -163,7 +163,11 @@ fn upgrade_replaces_changed_binaries_without_a_restart() {
     let report = ok(install(&opts, &mut ctl));
     let payload = &report.steps[0];
     assert_eq!(payload.step, "payload");
-    assert_eq!(payload.changes.len(), 3, "{report}");
+    assert_eq!(
+        payload.changes.len(),
+        devinject_installer::install::BINARIES.len(),
+        "{report}"
+    );
     assert!(payload.changes.iter().all(|c| c.starts_with("replace ")));
     assert!(report.steps[1..].iter().all(|s| !s.changed()), "{report}");
     assert_eq!(

@@ -120,7 +120,7 @@ fn the_image_installs_on_a_host_root_and_on_a_live_dockerd() {
     ];
     let out = run_installer(&engine, &h.root, &[], &args);
     assert!(out.contains("ACTION NEEDED"), "{out}");
-    for b in ["devinject-hook", "devinject-runtime", "devinject-ctl"] {
+    for b in devinject_installer::install::BINARIES {
         let p = h.path(&format!("/opt/devinject/bin/{b}"));
         let v = Command::new(&p).arg("--help").output();
         assert!(v.is_ok(), "{} does not run here: {v:?}", p.display());

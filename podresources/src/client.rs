@@ -1,10 +1,10 @@
-//! A blocking pod-resources client for the hook and the runtime shim.
+//! A blocking pod-resources client for short-lived processes (the `devinject-podresources`
+//! helper that the hook and the runtime shim execute).
 //!
-//! The hook forks and joins the container's namespaces after the policy check, so it must stay
-//! single-threaded. Each call here builds a tokio current-thread runtime (no worker threads; the
-//! Unix socket connector never touches the blocking pool), runs the whole exchange on it under
-//! one deadline, and drops it before returning: when [`PodResourcesClient::pod`] returns, the
-//! process has exactly the threads it had before.
+//! Each call builds a tokio current-thread runtime (no worker threads; the Unix socket
+//! connector never touches the blocking pool), runs the whole exchange on it under one
+//! deadline, and drops it before returning: when [`PodResourcesClient::pod`] returns, the
+//! process has exactly the threads it had before, so a caller that forks afterwards may.
 //!
 //! The kubelet rate-limits this API (since Kubernetes 1.27, 100 calls/s with a burst of 10,
 //! answered with `RESOURCE_EXHAUSTED`): many containers starting at once are retried with a short
@@ -14,6 +14,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use devinject_podresources_protocol::Rpc;
 use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
@@ -86,24 +87,6 @@ pub enum PodResourcesError {
         /// The system error.
         source: io::Error,
     },
-}
-
-/// The RPC that answered a lookup.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rpc {
-    /// `PodResourcesLister/Get`.
-    Get,
-    /// `PodResourcesLister/List`.
-    List,
-}
-
-impl std::fmt::Display for Rpc {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Rpc::Get => "Get",
-            Rpc::List => "List",
-        })
-    }
 }
 
 /// What the kubelet said about one pod.

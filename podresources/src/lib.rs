@@ -1,31 +1,35 @@
-//! The kubelet's pod-resources API (v1), for checking what the kubelet granted a container.
+//! The kubelet's pod-resources API (v1), for checking what the kubelet granted a container, and
+//! `devinject-podresources`, the helper that the hook and the runtime shim execute to ask it.
 //!
 //! - [`v1`]: the messages, the `PodResourcesLister` client and server, generated at build time
 //!   from our own `src/api/podresources_v1.proto` (see `src/api/README.md` for the upstream
 //!   version it matches).
-//! - [`client`]: a blocking client for short-lived, single-threaded processes (the hook and the
-//!   runtime shim): one pod by name and namespace through `Get`, falling back to `List`, under
-//!   one deadline, on a runtime that is gone before the call returns.
+//! - [`client`]: a blocking client for short-lived processes: one pod by name and namespace
+//!   through `Get`, falling back to `List`, under one deadline, on a runtime that is gone before
+//!   the call returns.
+//! - [`answer`]: the client's result reduced to what the policy needs about one container, in
+//!   the shape of `devinject-podresources-protocol`.
+//! - `src/bin/devinject-podresources.rs`: the helper itself: arguments in, one call, the answer
+//!   on stdout or a message and an exit code from the protocol crate.
 //!
 //! - `testing` (feature `testing`): pods as the kubelet reports them, built from plain values
 //!   for the tests of code that reads them.
 //!
 //! The server side is used by the test kubelet in `tests/`; nothing in devinject serves this API.
 
+pub mod answer;
 pub mod client;
 #[cfg(feature = "testing")]
 pub mod testing;
 
 pub use client::{PodLookup, PodResourcesClient, PodResourcesError, Rpc};
+pub use devinject_podresources_protocol::DEFAULT_SOCKET;
 
 /// Messages and the `PodResourcesLister` client and server.
 #[allow(missing_docs, clippy::doc_markdown)]
 pub mod v1 {
     tonic::include_proto!("v1");
 }
-
-/// Where the kubelet serves the API unless its root directory was moved.
-pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 
 #[cfg(test)]
 mod tests {

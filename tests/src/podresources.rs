@@ -3,7 +3,8 @@
 //!
 //! It behaves like the kubelet where the hook can tell the difference: `Get` of an unknown pod
 //! fails with `Unknown`, `Get` can be switched off as with the `KubeletPodResourcesGet` gate,
-//! calls can be rate-limited with `RESOURCE_EXHAUSTED`, and a call can be left unanswered. The
+//! calls can be rate-limited with `RESOURCE_EXHAUSTED` or refused outright, and a call can be
+//! left unanswered. The
 //! socket is bound before [`FakeKubelet::start`] returns, so clients never race its startup.
 
 use std::path::{Path, PathBuf};
@@ -26,6 +27,7 @@ struct State {
     pods: Vec<PodResources>,
     get_disabled: bool,
     rate_limited: u32,
+    failing: bool,
     stall: bool,
     calls: Vec<&'static str>,
 }
@@ -49,6 +51,9 @@ impl Service {
             if s.rate_limited > 0 {
                 s.rate_limited -= 1;
                 return Err(Status::resource_exhausted("rejected by rate limit"));
+            }
+            if s.failing {
+                return Err(Status::internal("test kubelet failure"));
             }
             s.stall
         };
@@ -183,6 +188,12 @@ impl FakeKubelet {
     /// Refuses the next `n` calls with `RESOURCE_EXHAUSTED`, as the kubelet's rate limiter does.
     pub fn rate_limit_next(&self, n: u32) -> &Self {
         self.service.state().rate_limited = n;
+        self
+    }
+
+    /// Answers every later call with `INTERNAL`, "test kubelet failure".
+    pub fn fail(&self) -> &Self {
+        self.service.state().failing = true;
         self
     }
 

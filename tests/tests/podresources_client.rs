@@ -1,6 +1,6 @@
-//! The hook's pod-resources client against a test kubelet speaking the real v1 API: `Get`, the
-//! fall-back to `List`, rate limiting, deadlines and the errors a misconfigured node gives.
-//! Needs no root.
+//! The pod-resources client (in `devinject-podresources`, the helper the request policy
+//! executes) against a test kubelet speaking the real v1 API: `Get`, the fall-back to `List`,
+//! rate limiting, deadlines and the errors a misconfigured node gives. Needs no root.
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,6 @@
-//! The hook forks and joins the container's mount namespace after the policy check, which
-//! needs a single-threaded process: a pod-resources call must leave no thread behind. Alone in
-//! its own test binary so that no other test's threads come and go meanwhile.
+//! The pod-resources client promises a process that may fork after a call (as the hook did
+//! when it called the kubelet itself) that the call leaves no thread behind. Alone in its own
+//! test binary so that no other test's threads come and go meanwhile.
 
 use std::time::Duration;
 

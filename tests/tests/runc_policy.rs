@@ -1,8 +1,10 @@
 //! The request policy with the real runc, through the hook and through the shim, against a test
 //! kubelet serving the pod-resources v1 API: granted devices are injected; a pod that sets the
 //! request variable itself, copies another pod's annotations, or names a pod the kubelet does
-//! not know gets nothing and a clear message (exit code 9); a missing kubelet socket is named;
-//! non-Kubernetes containers are honoured as configured.
+//! not know gets nothing and a clear message (exit code 9); a missing kubelet socket is named,
+//! and so is a missing pod-resources helper; non-Kubernetes containers are honoured as
+//! configured. The kubelet is asked through `devinject-podresources`, found next to the hook
+//! and the shim as on an installed node.
 
 use std::process::Output;
 
@@ -365,14 +367,16 @@ fn missing_socket_is_named() -> [Start; 1] {
         name: "missing socket",
         pods: None,
         pod_keys: vec![(Cri::Containerd, "trainer", "uid-1")],
-        outcome: Outcome::Refused(&[
-            "the device grant cannot be checked",
-            "pod-resources/kubelet.sock does not exist",
-            "pod_resources_socket",
-        ]),
+        outcome: Outcome::Refused(&MISSING_SOCKET),
         ..Start::default()
     }]
 }
+
+const MISSING_SOCKET: [&str; 3] = [
+    "the device grant cannot be checked",
+    "pod-resources/kubelet.sock does not exist",
+    "pod_resources_socket",
+];
 
 #[test]
 fn hook_names_a_missing_kubelet_socket() {
@@ -382,6 +386,43 @@ fn hook_names_a_missing_kubelet_socket() {
 #[test]
 fn shim_names_a_missing_kubelet_socket() {
     check(Via::Shim, missing_socket_is_named());
+}
+
+const NO_HELPER: &str =
+    "policy = \"kubernetes\"\npod_resources_helper = \"/nonexistent/devinject-podresources\"\n";
+
+const MISSING_HELPER: [&str; 3] = [
+    "the device grant cannot be checked",
+    "the pod-resources helper /nonexistent/devinject-podresources does not exist",
+    "or set `pod_resources_helper` in the devinject config",
+];
+
+/// A kubelet serves the pod, but the helper that would ask it is not where the config says:
+/// refused naming the helper, and no kubelet call is made.
+fn missing_helper_is_named() -> [Start; 1] {
+    [Start {
+        name: "missing helper",
+        config: NO_HELPER,
+        pods: Some(vec![pod(
+            "ml",
+            "trainer",
+            &[("main", &[(DEMO, &["0", "1"])])],
+        )]),
+        pod_keys: vec![(Cri::Containerd, "trainer", "uid-1")],
+        outcome: Outcome::Refused(&MISSING_HELPER),
+        calls: Some(&[]),
+        ..Start::default()
+    }]
+}
+
+#[test]
+fn hook_names_a_missing_helper() {
+    check(Via::Hook, missing_helper_is_named());
+}
+
+#[test]
+fn shim_names_a_missing_helper() {
+    check(Via::Shim, missing_helper_is_named());
 }
 
 fn non_kubernetes_container() -> [Start; 4] {

@@ -2,7 +2,7 @@
 //!
 //! The kubelet's pod-resources API lists, per pod (by name and namespace) and container (by
 //! name), the device ids each extended resource got, exactly as the device plugin advertised
-//! them. A shared device is advertised once per replica as `id::N`; the container gets the
+//! them; the helper's answer carries that for the container asked about. A shared device is advertised once per replica as `id::N`; the container gets the
 //! physical device `id` either way, so both sides are compared as sets of physical ids. A
 //! request is honoured only when it names exactly the granted physical devices.
 
@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use devinject_devices::request::split_replica;
 use devinject_devices::Request;
-use devinject_podresources::v1::PodResources;
+use devinject_podresources_protocol::PodEntry;
 
 /// What the kubelet says one container got of one resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,9 +34,9 @@ pub fn physical(id: &str) -> &str {
     split_replica(id).map_or(id, |(base, _)| base)
 }
 
-/// Looks up `container`'s grant of `resource` in the kubelet's entries for its pod.
-pub fn granted(entries: &[PodResources], container: &str, resource: &str) -> Grant {
-    let mut grants = entries.iter().map(|pod| in_pod(pod, container, resource));
+/// The container's grant of `resource`, from the kubelet's entries for its pod.
+pub fn granted(entries: &[PodEntry], resource: &str) -> Grant {
+    let mut grants = entries.iter().map(|pod| in_pod(pod, resource));
     let Some(first) = grants.next() else {
         return Grant::PodUnknown;
     };
@@ -47,20 +47,20 @@ pub fn granted(entries: &[PodResources], container: &str, resource: &str) -> Gra
     }
 }
 
-fn in_pod(pod: &PodResources, container: &str, resource: &str) -> Grant {
-    let Some(c) = pod.containers.iter().find(|c| c.name == container) else {
-        return Grant::ContainerUnknown {
-            listed: pod.containers.iter().map(|c| c.name.clone()).collect(),
-        };
-    };
-    // One entry per resource and NUMA placement: take the union.
-    Grant::Devices(
-        c.devices
-            .iter()
-            .filter(|d| d.resource_name == resource)
-            .flat_map(|d| d.device_ids.iter().map(|id| physical(id).to_owned()))
-            .collect(),
-    )
+fn in_pod(pod: &PodEntry, resource: &str) -> Grant {
+    match pod {
+        PodEntry::Missing { listed } => Grant::ContainerUnknown {
+            listed: listed.clone(),
+        },
+        PodEntry::Found { devices } => Grant::Devices(
+            devices
+                .get(resource)
+                .into_iter()
+                .flatten()
+                .map(|id| physical(id).to_owned())
+                .collect(),
+        ),
+    }
 }
 
 /// Why a request is not covered by the grant.
@@ -109,7 +109,6 @@ pub fn describe(ids: &BTreeSet<String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use devinject_podresources::testing::pod;
 
     fn set(ids: &[&str]) -> BTreeSet<String> {
         ids.iter().map(|i| (*i).to_owned()).collect()
@@ -118,39 +117,29 @@ mod tests {
     const DEMO: &str = "devinject.io/demo";
 
     #[test]
-    fn finds_the_container_and_unions_numa_entries() {
-        let p = pod(
-            "ns",
-            "p",
-            &[
-                ("side", &[(DEMO, &["3"])]),
-                (
-                    "main",
-                    &[(DEMO, &["0"]), ("other.io/x", &["9"]), (DEMO, &["1"])],
-                ),
-            ],
-        );
+    fn finds_the_resource_or_says_which_containers_are_listed() {
+        let p = PodEntry::found(&[(DEMO, &["0", "1"]), ("other.io/x", &["9"])]);
         assert_eq!(
-            granted(std::slice::from_ref(&p), "main", DEMO),
+            granted(std::slice::from_ref(&p), DEMO),
             Grant::Devices(set(&["0", "1"]))
         );
+        assert_eq!(granted(&[p], "third.io/y"), Grant::Devices(set(&[])));
+        let missing = PodEntry::Missing {
+            listed: vec!["side".into(), "main".into()],
+        };
         assert_eq!(
-            granted(std::slice::from_ref(&p), "side", "other.io/x"),
-            Grant::Devices(set(&[]))
-        );
-        assert_eq!(
-            granted(&[p], "init", DEMO),
+            granted(&[missing], DEMO),
             Grant::ContainerUnknown {
                 listed: vec!["side".into(), "main".into()]
             }
         );
-        assert_eq!(granted(&[], "main", DEMO), Grant::PodUnknown);
+        assert_eq!(granted(&[], DEMO), Grant::PodUnknown);
     }
 
     #[test]
     fn replicas_map_to_physical_devices() {
-        let p = pod("ns", "p", &[("main", &[(DEMO, &["0::1", "0::3", "2::0"])])]);
-        let Grant::Devices(g) = granted(&[p], "main", DEMO) else {
+        let p = PodEntry::found(&[(DEMO, &["0::1", "0::3", "2::0"])]);
+        let Grant::Devices(g) = granted(&[p], DEMO) else {
             panic!("devices")
         };
         assert_eq!(g, set(&["0", "2"]));
@@ -192,13 +181,18 @@ mod tests {
 
     #[test]
     fn same_named_pods_must_agree() {
-        let old = pod("ns", "p", &[("main", &[(DEMO, &["0"])])]);
-        let new = pod("ns", "p", &[("main", &[(DEMO, &["1"])])]);
-        assert_eq!(granted(&[old.clone(), new], "main", DEMO), Grant::Ambiguous);
+        let old = PodEntry::found(&[(DEMO, &["0"])]);
+        let new = PodEntry::found(&[(DEMO, &["1"])]);
+        assert_eq!(granted(&[old.clone(), new.clone()], DEMO), Grant::Ambiguous);
         assert_eq!(
-            granted(&[old.clone(), old], "main", DEMO),
+            granted(&[old.clone(), old.clone()], DEMO),
             Grant::Devices(set(&["0"]))
         );
+        // Agreeing on this resource is enough.
+        let other = PodEntry::found(&[(DEMO, &["0"]), ("other.io/x", &["9"])]);
+        assert_eq!(granted(&[old, other], DEMO), Grant::Devices(set(&["0"])));
+        let gone = PodEntry::Missing { listed: vec![] };
+        assert_eq!(granted(&[new, gone], DEMO), Grant::Ambiguous);
     }
 
     #[test]

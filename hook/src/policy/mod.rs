@@ -8,25 +8,28 @@
 //!
 //! 1. [`identity`] reads the pod (namespace, name, UID) and container name from the CRI
 //!    runtime's annotations, refusing annotations that disagree.
-//! 2. The kubelet is asked about that pod ([`GrantSource`], `Get` falling back to `List`), once,
-//!    and only when a request asks for something: containers that ask for nothing, and
-//!    non-Kubernetes containers, never reach the kubelet.
+//! 2. The kubelet is asked about that container ([`GrantSource`]; for real, [`helper`] executes
+//!    `devinject-podresources`, which calls `Get`, falling back to `List`), once, and only when a
+//!    request asks for something: containers that ask for nothing, and non-Kubernetes
+//!    containers, never reach the kubelet, and the hook links no gRPC client.
 //! 3. [`grant`] compares each request with what the container got of the profile's resource.
 //!
 //! Under [`RequestPolicy::Env`] every request is honoured (plain docker or podman hosts, where
 //! whoever starts a container is already trusted). See docs/policy.md.
 
 pub mod grant;
+pub mod helper;
 pub mod identity;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use devinject_devices::{ProfileSet, Request};
-use devinject_podresources::{PodLookup, PodResourcesClient, PodResourcesError};
+use devinject_podresources_protocol::Answer;
 use serde::Deserialize;
 
 use crate::prepare::RequestSource;
 use grant::{describe, Grant, Mismatch};
+use helper::LookupError;
 use identity::{Identity, IdentityError, PodRef};
 
 /// Which requests the hook and shim honour (`policy` in the host config).
@@ -119,7 +122,7 @@ pub enum PolicyError {
         /// The pod.
         pod: String,
         /// Why.
-        source: PodResourcesError,
+        source: LookupError,
     },
     /// The kubelet does not know the pod.
     #[error("{profile} devices refused: the kubelet knows no pod {pod} (asked with {origin}); a container that names another pod in its annotations gets nothing")]
@@ -178,16 +181,11 @@ pub struct NotGranted {
     pub origin_key: String,
 }
 
-/// Where the kubelet's view of a pod comes from: the real kubelet, or a fake in tests.
+/// Where the kubelet's view of a container comes from: the helper
+/// ([`helper::PodResourcesHelper`]), or a fake in tests.
 pub trait GrantSource {
-    /// The kubelet's entries for pod `namespace/name`.
-    fn pod(&self, namespace: &str, name: &str) -> Result<PodLookup, PodResourcesError>;
-}
-
-impl GrantSource for PodResourcesClient {
-    fn pod(&self, namespace: &str, name: &str) -> Result<PodLookup, PodResourcesError> {
-        PodResourcesClient::pod(self, namespace, name)
-    }
+    /// What the kubelet lists for container `container` of pod `namespace/pod`.
+    fn lookup(&self, namespace: &str, pod: &str, container: &str) -> Result<Answer, LookupError>;
 }
 
 /// The requests the policy lets through, in order. Requests that ask for nothing (`void`, unset)
@@ -288,13 +286,13 @@ fn check_all(
         Ok(Identity::Container { pod, container }) => (pod, container),
     };
     let lookup = kubelet
-        .pod(&pod.namespace, &pod.name)
+        .lookup(&pod.namespace, &pod.name, &container)
         .map_err(|source| PolicyError::Kubelet {
             profile: first.profile.clone(),
             pod: pod.to_string(),
             source,
         })?;
-    tracing::debug!(%pod, %container, entries = lookup.entries.len(), rpc = %lookup.answered_by, "kubelet grant looked up");
+    tracing::debug!(%pod, %container, entries = lookup.pods.len(), rpc = %lookup.answered_by, "kubelet grant looked up");
     let mut out = Vec::with_capacity(pending.len());
     for (i, request) in pending {
         let source = &requests[*i];
@@ -313,14 +311,14 @@ fn check_one(
     request: &Request,
     pod: &PodRef,
     container: &str,
-    lookup: &PodLookup,
+    lookup: &Answer,
 ) -> Result<(), PolicyError> {
     let Some(profile) = profiles.get(&source.profile) else {
         // find_requests only returns profiles of the set.
         return Ok(());
     };
     let resource = profile.resource_name();
-    let granted = match grant::granted(&lookup.entries, container, resource) {
+    let granted = match grant::granted(&lookup.pods, resource) {
         Grant::Devices(ids) => ids,
         Grant::PodUnknown => {
             return Err(PolicyError::PodUnknown {
@@ -372,11 +370,10 @@ fn check_one(
 #[cfg(test)]
 mod tests {
     use std::cell::RefCell;
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
 
     use devinject_devices::Profile;
-    use devinject_podresources::v1::PodResources;
-    use devinject_podresources::Rpc;
+    use devinject_podresources_protocol::{HelperExit, PodEntry, Rpc};
 
     use super::identity::{CONTAINERD, CRIO};
     use super::*;
@@ -394,49 +391,75 @@ mod tests {
         .unwrap()
     }
 
-    /// A kubelet that answers from a fixed list and records what it was asked.
+    /// A pod as the fake kubelet lists it: one container and what it got.
+    struct ListedPod {
+        namespace: String,
+        name: String,
+        container: String,
+        grant: PodEntry,
+    }
+
+    /// A kubelet that answers from a fixed list, as the helper reduces it, and records what it
+    /// was asked.
     struct FakeKubelet {
-        pods: Result<Vec<PodResources>, String>,
+        pods: Option<Vec<ListedPod>>,
         asked: RefCell<Vec<String>>,
     }
 
     impl FakeKubelet {
-        fn new(pods: Vec<PodResources>) -> Self {
+        fn new(pods: Vec<ListedPod>) -> Self {
             Self {
-                pods: Ok(pods),
+                pods: Some(pods),
                 asked: RefCell::new(Vec::new()),
             }
         }
 
         fn down() -> Self {
             Self {
-                pods: Err("gone".into()),
+                pods: None,
                 asked: RefCell::new(Vec::new()),
             }
         }
     }
 
     impl GrantSource for FakeKubelet {
-        fn pod(&self, namespace: &str, name: &str) -> Result<PodLookup, PodResourcesError> {
-            self.asked.borrow_mut().push(format!("{namespace}/{name}"));
-            match &self.pods {
-                Ok(pods) => Ok(PodLookup {
-                    entries: pods
-                        .iter()
-                        .filter(|p| p.namespace == namespace && p.name == name)
-                        .cloned()
-                        .collect(),
-                    answered_by: Rpc::List,
-                }),
-                Err(_) => Err(PodResourcesError::SocketMissing {
-                    path: PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"),
-                }),
-            }
+        fn lookup(
+            &self,
+            namespace: &str,
+            pod: &str,
+            container: &str,
+        ) -> Result<Answer, LookupError> {
+            self.asked.borrow_mut().push(format!("{namespace}/{pod}"));
+            let Some(pods) = &self.pods else {
+                return Err(LookupError::Kubelet {
+                    kind: HelperExit::Socket,
+                    message: "the kubelet's pod-resources socket /var/lib/kubelet/pod-resources/kubelet.sock does not exist".into(),
+                });
+            };
+            let entries = pods
+                .iter()
+                .filter(|p| p.namespace == namespace && p.name == pod)
+                .map(|p| {
+                    if p.container == container {
+                        p.grant.clone()
+                    } else {
+                        PodEntry::Missing {
+                            listed: vec![p.container.clone()],
+                        }
+                    }
+                })
+                .collect();
+            Ok(Answer::new(Rpc::List, entries))
         }
     }
 
-    fn pod(ns: &str, name: &str, container: &str, grants: &[(&str, &[&str])]) -> PodResources {
-        devinject_podresources::testing::pod(ns, name, &[(container, grants)])
+    fn pod(ns: &str, name: &str, container: &str, grants: &[(&str, &[&str])]) -> ListedPod {
+        ListedPod {
+            namespace: ns.into(),
+            name: name.into(),
+            container: container.into(),
+            grant: PodEntry::found(grants),
+        }
     }
 
     fn cri(

@@ -90,11 +90,11 @@ impl FakeHost {
     }
 }
 
-/// Writes a payload: three fake binaries whose content carries `version`, and the shipped
-/// profiles.
+/// Writes a payload: a fake of each installed binary whose content carries `version`, and the
+/// shipped profiles.
 pub fn write_payload(payload: &Path, version: &str) {
     fs::create_dir_all(payload.join("bin")).expect("mkdir");
-    for b in ["devinject-hook", "devinject-runtime", "devinject-ctl"] {
+    for b in devinject_installer::install::BINARIES {
         let p = payload.join("bin").join(b);
         fs::write(&p, format!("#!/bin/false\n# fake {b} {version}\n")).expect("write");
         fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).expect("chmod");

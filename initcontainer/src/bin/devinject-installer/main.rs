@@ -1,5 +1,6 @@
-//! `devinject-installer`: installs devinject on a node (hook, shim, devinject-ctl, profiles,
-//! host config, engine configuration) from a DaemonSet init container, or uninstalls it.
+//! `devinject-installer`: installs devinject on a node (hook, shim, pod-resources helper,
+//! devinject-ctl, profiles, host config, engine configuration) from a DaemonSet init container,
+//! or uninstalls it.
 //!
 //! Usage:
 //! - `devinject-installer --host-root /host [options]`: install;

@@ -1,0 +1,83 @@
+//! The helper's exit codes. Keep docs/policy.md in step with this enum.
+
+/// Why `devinject-podresources` exited. With [`HelperExit::Answered`] the answer is on stdout;
+/// with any other code stdout is empty and stderr holds the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum HelperExit {
+    /// The kubelet answered; the answer is on stdout.
+    Answered = 0,
+    /// A bug or an unexpected failure (the answer could not be written).
+    Internal = 1,
+    /// Bad command line: the caller and the helper come from different releases.
+    Usage = 2,
+    /// No socket at the configured path, something else there, or it cannot be examined.
+    Socket = 3,
+    /// Connecting to the socket failed: the kubelet is not listening.
+    Connect = 4,
+    /// The kubelet answered with an error.
+    Kubelet = 5,
+    /// The kubelet did not answer within the timeout.
+    Timeout = 6,
+    /// The helper could not start its I/O runtime.
+    Runtime = 7,
+}
+
+impl HelperExit {
+    /// Every code, in order.
+    pub const ALL: [Self; 8] = [
+        Self::Answered,
+        Self::Internal,
+        Self::Usage,
+        Self::Socket,
+        Self::Connect,
+        Self::Kubelet,
+        Self::Timeout,
+        Self::Runtime,
+    ];
+
+    /// The numeric code.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The exit code `code`, when it is one of ours.
+    pub fn from_code(code: i32) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| i32::from(e.code()) == code)
+    }
+
+    /// The kubelet could not be asked, and the helper's message says why and what to check:
+    /// the caller shows that message as it is.
+    pub fn is_kubelet_failure(self) -> bool {
+        matches!(
+            self,
+            Self::Socket | Self::Connect | Self::Kubelet | Self::Timeout | Self::Runtime
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_are_distinct() {
+        for (i, e) in HelperExit::ALL.into_iter().enumerate() {
+            assert_eq!(usize::from(e.code()), i);
+            assert_eq!(HelperExit::from_code(i32::from(e.code())), Some(e));
+        }
+        assert_eq!(HelperExit::from_code(8), None);
+        assert_eq!(HelperExit::from_code(127), None);
+        assert_eq!(HelperExit::from_code(-1), None);
+    }
+
+    #[test]
+    fn only_kubelet_side_failures_pass_their_message_on() {
+        let passed: Vec<u8> = HelperExit::ALL
+            .into_iter()
+            .filter(|e| e.is_kubelet_failure())
+            .map(HelperExit::code)
+            .collect();
+        assert_eq!(passed, [3, 4, 5, 6, 7]);
+    }
+}

@@ -1,0 +1,39 @@
+//! The helper's answer for one container, from the kubelet's entries for its pod. Tested
+//! through the helper against the test kubelet (`tests/tests/podresources_helper.rs`).
+
+use std::collections::BTreeMap;
+
+use devinject_podresources_protocol::{Answer, PodEntry};
+
+use crate::client::PodLookup;
+use crate::v1::PodResources;
+
+/// What `lookup` says about container `container`: per listed pod, its device ids by resource
+/// name, or the containers listed instead.
+pub fn for_container(lookup: &PodLookup, container: &str) -> Answer {
+    Answer::new(
+        lookup.answered_by,
+        lookup
+            .entries
+            .iter()
+            .map(|pod| entry(pod, container))
+            .collect(),
+    )
+}
+
+fn entry(pod: &PodResources, container: &str) -> PodEntry {
+    let Some(c) = pod.containers.iter().find(|c| c.name == container) else {
+        return PodEntry::Missing {
+            listed: pod.containers.iter().map(|c| c.name.clone()).collect(),
+        };
+    };
+    // The kubelet lists one entry per resource and NUMA placement: merge them.
+    let mut devices: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for d in &c.devices {
+        devices
+            .entry(d.resource_name.clone())
+            .or_default()
+            .extend(d.device_ids.iter().cloned());
+    }
+    PodEntry::Found { devices }
+}
