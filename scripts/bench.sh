@@ -24,7 +24,7 @@ echo
 echo "### 4. The device plugin"
 echo
 if [ -x "$out/device-plugin-bench" ]; then
-  "$out/device-plugin-bench"
+  DEVINJECT_BIN_DIR="$out" "$out/device-plugin-bench"
 else
   echo "not measured: the device plugin's benchmark (device-plugin-bench) is not part of this build"
 fi
