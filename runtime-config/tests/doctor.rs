@@ -311,3 +311,37 @@ fn doctor_finds_the_simulated_devices_and_their_library() {
         "{host_config:?}"
     );
 }
+
+/// On a Kubernetes node under the default `kubernetes` policy, the pod-resources helper must be
+/// next to the installed shim (or where the config says): its absence is an error naming the path.
+#[test]
+fn kubernetes_node_without_the_pod_resources_helper() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    configured_host(root);
+    std::fs::create_dir_all(root.join("var/lib/kubelet")).expect("mkdir kubelet");
+    let helper_errors = |findings: &[Finding]| -> Vec<String> {
+        find(findings, Section::HostConfig, Severity::Error)
+            .into_iter()
+            .filter(|f| f.subject == "pod_resources_helper")
+            .map(|f| f.message.clone())
+            .collect()
+    };
+    let findings = report(root);
+    let errors = helper_errors(&findings);
+    assert_eq!(errors.len(), 1, "{findings:#?}");
+    assert!(
+        errors[0].contains("/usr/local/bin/devinject-podresources is not an executable file"),
+        "{}",
+        errors[0]
+    );
+    assert_eq!(ctl_doctor(root, &[]).status.code(), Some(6));
+
+    executable(root, "usr/local/bin/devinject-podresources", b"#!/bin/sh\n");
+    assert!(helper_errors(&report(root)).is_empty());
+
+    // Not a Kubernetes node: nothing asks the kubelet, so nothing to check.
+    std::fs::remove_dir(root.join("var/lib/kubelet")).expect("rmdir kubelet");
+    std::fs::remove_file(root.join("usr/local/bin/devinject-podresources")).expect("rm helper");
+    assert!(helper_errors(&report(root)).is_empty());
+}
