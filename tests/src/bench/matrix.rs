@@ -66,6 +66,21 @@ pub fn in_turn(len: usize, round: usize) -> impl Iterator<Item = usize> {
     (0..len).map(move |i| (i + round) % len)
 }
 
+/// Starts every case `opts.warmup` untimed then `opts.runs` timed times, the cases taking turns
+/// ([`in_turn`]); the timed starts of each case.
+fn timed_in_turn(opts: &Options, cases: &[&Case]) -> Result<Vec<Samples>> {
+    let mut samples = vec![Samples::default(); cases.len()];
+    for round in 0..opts.warmup + opts.runs {
+        for i in in_turn(cases.len(), round) {
+            let t = cases[i].start(&container_id("bench"))?;
+            if round >= opts.warmup {
+                samples[i].push(t);
+            }
+        }
+    }
+    Ok(samples)
+}
+
 /// Runs row 1 for every (N, L) in `opts`.
 pub fn measure(
     opts: &Options,
@@ -105,15 +120,7 @@ fn row(opts: &Options, dir: &Path, setup: &Setup, host: &BenchHost) -> Result<Ma
             let _ = std::fs::remove_file(r);
         }
     }
-    let mut samples = vec![Samples::default(); cases.len()];
-    for round in 0..opts.warmup + opts.runs {
-        for i in in_turn(cases.len(), round) {
-            let t = cases[i].start(&container_id("bench"))?;
-            if round >= opts.warmup {
-                samples[i].push(t);
-            }
-        }
-    }
+    let samples = timed_in_turn(opts, &cases.iter().collect::<Vec<_>>())?;
     let own = |v: Variant| -> Result<(Samples, Samples, Kib)> {
         let c = cases.iter().find(|c| c.variant == v).expect("case");
         let recs = read_records(c.record.as_deref().expect("timed case has a record"))?;
@@ -241,15 +248,7 @@ pub fn pass_through(
     )?;
     let again = Case::new(Variant::Plain, &dir.join("runc-again"), setup, host)?;
     let cases = [&runc, &shim, &again];
-    let mut samples = vec![Samples::default(); cases.len()];
-    for round in 0..opts.warmup + opts.runs {
-        for i in in_turn(cases.len(), round) {
-            let t = cases[i].start(&container_id("bench"))?;
-            if round >= opts.warmup {
-                samples[i].push(t);
-            }
-        }
-    }
+    let samples = timed_in_turn(opts, &cases)?;
     let mut it = samples.into_iter();
     let mut next = || it.next().expect("one sample set per case");
     Ok(PassThrough {
