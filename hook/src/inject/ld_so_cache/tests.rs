@@ -475,3 +475,36 @@ mod props {
         }
     }
 }
+
+/// A cache in the compat layout (the old libc5 table with the new format inside, what glibc
+/// before 2.32 wrote by default), written by this host's ldconfig: we read the same entries as
+/// from the same ldconfig's current format.
+#[test]
+fn reads_the_compat_layout_ldconfig_writes() {
+    if !have_root_and_ldconfig() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    // ldconfig always saves its aux cache: give it a private one, so the host's stays as it was.
+    std::fs::create_dir_all("/var/cache/ldconfig").unwrap();
+    let write = |format: &str| {
+        let path = t.path().join(format);
+        let script = format!(
+            "mount --make-rprivate / && mount -t tmpfs none /var/cache/ldconfig && /sbin/ldconfig -X -c {format} -C {}",
+            path.display()
+        );
+        let out = Command::new("unshare")
+            .args(["-m", "/bin/sh", "-c", &script])
+            .env_clear()
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        std::fs::read(path).unwrap()
+    };
+    let compat = write("compat");
+    let new = write("new");
+    assert!(compat.starts_with(MAGIC_OLD));
+    let (compat, new) = (Cache::parse(&compat).unwrap(), Cache::parse(&new).unwrap());
+    assert!(!new.entries.is_empty());
+    assert_eq!(compat.entries, new.entries);
+}
