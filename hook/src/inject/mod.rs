@@ -207,18 +207,13 @@ pub fn apply(
     let dirs = edits.ldcache_dirs();
     let needs_etc = !dirs.is_empty();
     // The cache entries, when the hook can write the cache itself (else ldconfig runs below).
-    let mut ldconfig_because = None;
-    let libs = match (dirs.is_empty(), ldconfig.writer) {
-        (true, _) => None,
-        (false, ldcache::CacheWriter::Ldconfig) => None,
-        (false, ldcache::CacheWriter::Builtin) => match update::libraries(edits) {
-            Some(Ok(libs)) => Some(libs),
-            Some(Err(why)) => {
-                ldconfig_because = Some(why.to_string());
-                None
-            }
-            None => None,
-        },
+    let planned = (!dirs.is_empty() && ldconfig.writer == ldcache::CacheWriter::Builtin)
+        .then(|| update::libraries(edits))
+        .flatten();
+    let (libs, unmergeable) = match planned {
+        Some(Ok(libs)) => (Some(libs), None),
+        Some(Err(why)) => (None, Some(why.to_string())),
+        None => (None, None),
     };
     let owner = target.userns_owner();
     let readonly = target.readonly_rootfs;
@@ -258,16 +253,21 @@ pub fn apply(
     report.mounts = edits.mounts.len();
     report.links = edits.symlinks().len();
 
-    match outcome {
-        ChildOutcome::CacheWritten => report.ldcache = true,
+    let ldconfig_because = match outcome {
+        ChildOutcome::CacheWritten => {
+            report.ldcache = true;
+            None
+        }
         ChildOutcome::CacheCurrent => {
             report.ldcache = true;
             report.ldcache_was_current = true;
+            None
         }
-        ChildOutcome::NeedsLdconfig(why) => ldconfig_because = Some(why),
-        ChildOutcome::Done => {}
-    }
-    if !dirs.is_empty() && !report.ldcache && (libs.is_none() || ldconfig_because.is_some()) {
+        ChildOutcome::NeedsLdconfig(why) => Some(why),
+        ChildOutcome::Done => unmergeable,
+    };
+    // ldconfig writes the cache when the hook did not plan to, or found it could not.
+    if !dirs.is_empty() && (libs.is_none() || ldconfig_because.is_some()) {
         if let Some(why) = &ldconfig_because {
             tracing::debug!(reason = %why, "linker cache left to ldconfig");
         }
