@@ -37,5 +37,5 @@ pub use plan::{CgroupRule, ContainerEdits, HookAction, Mount, MountKind, Plan, S
 pub use planner::{plan, ContainerLayout, PlanError, PlanInput};
 pub use profile::{AllocateMode, Profile, ProfileError};
 pub use profile_set::ProfileSet;
-pub use request::{Request, RequestError, Selection};
+pub use request::{Request, RequestError, Resolve, Selection};
 pub use roots::HostRoots;

@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use crate::discovery::Inventory;
 use crate::host_files::HostFiles;
 use crate::plan::{CgroupRule, ContainerEdits, HookAction, Mount, MountKind, Plan, Symlink};
-use crate::profile::Profile;
-use crate::request::{Request, RequestError};
+use crate::profile::{IdSource, Profile};
+use crate::request::{Request, RequestError, Resolve};
 
 /// Where files go in this container's image.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +42,16 @@ pub enum PlanError {
         /// The problem.
         source: RequestError,
     },
+    /// A device the kubelet granted is not there any more.
+    #[error("device {item} of {resource} was granted but is gone (unplugged or failed since the kubelet allocated it; known ids are {known}): delete the pod so that it is scheduled again")]
+    Gone {
+        /// The profile's resource name.
+        resource: String,
+        /// The granted id.
+        item: String,
+        /// The discovered ids, comma-separated.
+        known: String,
+    },
 }
 
 /// Everything the planner looks at.
@@ -53,6 +63,10 @@ pub struct PlanInput<'a> {
     pub inventory: &'a Inventory,
     /// What the container asked for.
     pub request: &'a Request,
+    /// How the request's items resolve to devices: [`Resolve::IdsOrPositions`] only for a
+    /// request its caller wrote and may trust; the planner narrows it to ids when the profile's
+    /// ids are numbers.
+    pub resolve: Resolve,
     /// The kind's files on the host.
     pub host_files: &'a HostFiles,
     /// Where files go in this image.
@@ -65,18 +79,31 @@ pub fn plan(input: PlanInput<'_>) -> Result<Option<Plan>, PlanError> {
         profile,
         inventory,
         request,
+        resolve,
         host_files,
         layout,
     } = input;
     if !request.wants_anything() {
         return Ok(None);
     }
+    // Index ids are numbers: a number is then always an id, never a position.
+    let resolve = match (resolve, profile.discovery.id) {
+        (Resolve::IdsOrPositions, IdSource::Index) => Resolve::Ids,
+        (r, _) => r,
+    };
     let selection = request
-        .select(&inventory.devices, profile.replicas)
-        .map_err(|source| PlanError::Request {
-            profile: profile.name.to_string(),
-            env: profile.request_env.clone(),
-            source,
+        .select(&inventory.devices, profile.replicas, resolve)
+        .map_err(|source| match source {
+            RequestError::Gone { item, known } => PlanError::Gone {
+                resource: profile.resource_name().to_owned(),
+                item,
+                known,
+            },
+            source => PlanError::Request {
+                profile: profile.name.to_string(),
+                env: profile.request_env.clone(),
+                source,
+            },
         })?;
     let mut edits = ContainerEdits::default();
     let devices: Vec<_> = selection
@@ -217,7 +244,18 @@ mod tests {
     }
 
     fn run(req: &str) -> Result<Option<Plan>, PlanError> {
-        let (profile, inventory, files) = fixture();
+        run_on(&[0, 1, 2], req, Resolve::Ids)
+    }
+
+    /// Plans `req` on a host whose demo devices are `accel<n>` for each of `present`.
+    fn run_on(present: &[usize], req: &str, resolve: Resolve) -> Result<Option<Plan>, PlanError> {
+        let (profile, mut inventory, files) = fixture();
+        inventory
+            .devices
+            .retain(|d| present.contains(&d.id.as_str().parse().unwrap()));
+        for (i, d) in inventory.devices.iter_mut().enumerate() {
+            d.index = i;
+        }
         let request = Request::parse(Some(req)).unwrap();
         let layout = ContainerLayout {
             lib_dir: PathBuf::from("/usr/lib/x86_64-linux-gnu"),
@@ -226,9 +264,45 @@ mod tests {
             profile: &profile,
             inventory: &inventory,
             request: &request,
+            resolve,
             host_files: &files,
             layout: &layout,
         })
+    }
+
+    /// Issue 19: with accel1 gone, a container granted `1` got accel2 (position 1), which may
+    /// be another pod's. Whoever wrote the request, a number is an id on an index-id profile.
+    #[test]
+    fn a_granted_device_that_is_gone_fails_and_never_selects_another() {
+        let err = run_on(&[0, 2], "1", Resolve::Granted).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "device 1 of devinject.io/demo was granted but is gone (unplugged or failed since \
+             the kubelet allocated it; known ids are 0, 2): delete the pod so that it is \
+             scheduled again"
+        );
+        for resolve in [Resolve::Ids, Resolve::IdsOrPositions] {
+            let err = run_on(&[0, 2], "1", resolve).unwrap_err();
+            assert!(
+                matches!(&err, PlanError::Request { source: RequestError::Unknown { item, .. }, .. } if item == "1"),
+                "{resolve:?}: {err}"
+            );
+        }
+        // The devices that are there still resolve by id, never by position.
+        for resolve in [Resolve::Ids, Resolve::Granted, Resolve::IdsOrPositions] {
+            let p = run_on(&[0, 2], "2,0", resolve).unwrap().unwrap();
+            let nodes: Vec<_> = p
+                .edits
+                .device_nodes
+                .iter()
+                .map(|n| n.container_path.clone())
+                .collect();
+            assert_eq!(
+                nodes,
+                ["/dev/demo/accel2", "/dev/demo/accel0", "/dev/demo/ctl"].map(PathBuf::from),
+                "{resolve:?}"
+            );
+        }
     }
 
     #[test]

@@ -4,9 +4,15 @@
 //! - unset, empty or `void`: nothing of this kind, not even its libraries;
 //! - `none`: no device, but the kind's libraries, binaries, files and env;
 //! - `all`: every discovered device;
-//! - a comma list of device ids or indices, e.g. `0,2` or `GPU-4a1c,GPU-77e0`. An id may carry a
+//! - a comma list of device ids, e.g. `0,2` or `GPU-4a1c,GPU-77e0`. An id may carry a
 //!   replica suffix `::N` (how the device plugin advertises shared devices); it maps back to the
 //!   physical device.
+//!
+//! How an item is resolved is the caller's choice ([`Resolve`]): a device id only, or, for a plain
+//! `docker run` user on a profile whose ids are not numbers, an all-digit item that names no id
+//! may be a position in discovery order (`NVIDIA_VISIBLE_DEVICES=0` on UUID-named GPUs). Anything
+//! the kubelet granted, an annotation, and every profile whose ids are numbers resolve as ids
+//! only: a granted `1` on a host with `accel0` and `accel2` must never become `accel2`.
 //!
 //! Unknown ids, duplicates, empty items and oversize input are errors naming the offending value:
 //! a bad request never injects anything.
@@ -59,6 +65,15 @@ pub enum RequestError {
         /// The discovered ids, comma-separated.
         known: String,
     },
+    /// An item the kubelet granted names no discovered device: it was unplugged, failed or
+    /// renamed between the allocation and the container start.
+    #[error("device {item} was granted but is gone (unplugged or failed since the kubelet allocated it; known ids are {known}): delete the pod so that it is scheduled again")]
+    Gone {
+        /// The item.
+        item: String,
+        /// The discovered ids, comma-separated.
+        known: String,
+    },
     /// Two items name the same device.
     #[error("device {item:?} is requested twice (as {first:?} and {item:?})")]
     Duplicate {
@@ -90,6 +105,23 @@ pub enum Request {
     All,
     /// These items, in order.
     List(Vec<String>),
+}
+
+/// How the items of a list resolve to devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Resolve {
+    /// Device ids only; an unknown id is [`RequestError::Unknown`].
+    #[default]
+    Ids,
+    /// Device ids only, and the kubelet granted them: an unknown id is
+    /// [`RequestError::Gone`].
+    Granted,
+    /// Device ids first; an all-digit item that names no id is a position in discovery order,
+    /// but only when no discovered id is all digits (so a position can never be read as
+    /// another device's id, or the other way round). For requests a trusted caller wrote
+    /// itself (the request variable under the `env` policy) on profiles whose ids are not
+    /// numbers.
+    IdsOrPositions,
 }
 
 /// The devices a request selected: indices into the inventory, in request order.
@@ -147,9 +179,14 @@ impl Request {
         !matches!(self, Self::Void)
     }
 
-    /// Resolves the request against discovered devices. An item matches a device id first, then
-    /// (all digits) a device index; `id::N` names replica N of device `id`.
-    pub fn select(&self, devices: &[Device], replicas: u32) -> Result<Selection, RequestError> {
+    /// Resolves the request against discovered devices, each item as `resolve` says; `id::N`
+    /// names replica N of device `id`.
+    pub fn select(
+        &self,
+        devices: &[Device],
+        replicas: u32,
+        resolve: Resolve,
+    ) -> Result<Selection, RequestError> {
         let items = match self {
             Self::Void | Self::None => return Ok(Selection::default()),
             Self::All => {
@@ -159,6 +196,8 @@ impl Request {
             }
             Self::List(items) => items,
         };
+        let positions = resolve == Resolve::IdsOrPositions
+            && !devices.iter().any(|d| all_digits(d.id.as_str()));
         let mut indices: Vec<usize> = Vec::with_capacity(items.len());
         let mut firsts: Vec<&str> = Vec::with_capacity(items.len());
         for item in items {
@@ -176,16 +215,17 @@ impl Request {
                 .iter()
                 .position(|d| d.id.as_str() == base)
                 .or_else(|| {
-                    let idx: usize = base
-                        .parse()
-                        .ok()
-                        .filter(|_| base.bytes().all(|b| b.is_ascii_digit()))?;
+                    if !positions || !all_digits(base) {
+                        return None;
+                    }
+                    let idx: usize = base.parse().ok()?;
                     (idx < devices.len()).then_some(idx)
                 });
             let Some(idx) = found else {
-                return Err(RequestError::Unknown {
-                    item: item.clone(),
-                    known: known_ids(devices),
+                let (item, known) = (item.clone(), known_ids(devices));
+                return Err(match resolve {
+                    Resolve::Granted => RequestError::Gone { item, known },
+                    Resolve::Ids | Resolve::IdsOrPositions => RequestError::Unknown { item, known },
                 });
             };
             if let Some(pos) = indices.iter().position(|&i| i == idx) {
@@ -225,6 +265,10 @@ pub fn split_replica(item: &str) -> Result<(&str, Option<u32>), RequestError> {
 /// The replica id the device plugin advertises for replica `n` of `id`.
 pub fn replica_id(id: &str, n: u32) -> String {
     format!("{id}::{n}")
+}
+
+fn all_digits(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
 }
 
 fn known_ids(devices: &[Device]) -> String {
@@ -268,13 +312,32 @@ mod tests {
     }
 
     #[test]
-    fn lists_by_id_and_index() {
+    fn lists_by_id_and_position() {
         let d = devs(&["GPU-a", "GPU-b", "GPU-c"]);
         let r = Request::parse(Some("GPU-c, 0")).unwrap();
-        assert_eq!(r.select(&d, 1).unwrap().indices, [2, 0]);
-        let all = Request::All.select(&d, 1).unwrap();
+        assert_eq!(
+            r.select(&d, 1, Resolve::IdsOrPositions).unwrap().indices,
+            [2, 0]
+        );
+        let all = Request::All.select(&d, 1, Resolve::Ids).unwrap();
         assert_eq!(all.indices, [0, 1, 2]);
-        assert!(Request::None.select(&d, 1).unwrap().indices.is_empty());
+        assert!(Request::None
+            .select(&d, 1, Resolve::Ids)
+            .unwrap()
+            .indices
+            .is_empty());
+    }
+
+    #[test]
+    fn positions_only_when_the_caller_allows_them() {
+        let d = devs(&["GPU-a", "GPU-b"]);
+        let r = Request::parse(Some("1")).unwrap();
+        for resolve in [Resolve::Ids, Resolve::Granted] {
+            assert!(
+                r.select(&d, 1, resolve).is_err(),
+                "{resolve:?} read an item as a position"
+            );
+        }
     }
 
     #[test]
@@ -282,7 +345,38 @@ mod tests {
         // Device "1" is at index 0: "1" means that device, not index 1.
         let d = devs(&["1", "0"]);
         let r = Request::parse(Some("1")).unwrap();
-        assert_eq!(r.select(&d, 1).unwrap().indices, [0]);
+        for resolve in [Resolve::Ids, Resolve::Granted, Resolve::IdsOrPositions] {
+            assert_eq!(r.select(&d, 1, resolve).unwrap().indices, [0]);
+        }
+    }
+
+    /// Issue 19: on a host with accel0 and accel2 (accel1 unplugged), a container granted `1`
+    /// got accel2, which may be another pod's.
+    #[test]
+    fn a_missing_numeric_id_is_never_read_as_a_position() {
+        let d = devs(&["0", "2"]);
+        let r = Request::parse(Some("1")).unwrap();
+        assert_eq!(
+            r.select(&d, 1, Resolve::Granted).unwrap_err(),
+            RequestError::Gone {
+                item: "1".into(),
+                known: "0, 2".into()
+            }
+        );
+        // Not even a caller that allows positions gets one when ids are numbers.
+        assert_eq!(
+            r.select(&d, 1, Resolve::IdsOrPositions).unwrap_err(),
+            RequestError::Unknown {
+                item: "1".into(),
+                known: "0, 2".into()
+            }
+        );
+        let msg = RequestError::Gone {
+            item: "1".into(),
+            known: "0, 2".into(),
+        }
+        .to_string();
+        assert!(msg.starts_with("device 1 was granted but is gone"), "{msg}");
     }
 
     #[test]
@@ -322,7 +416,7 @@ mod tests {
         let d = devs(&["0", "1"]);
         let err = Request::parse(Some("0,7"))
             .unwrap()
-            .select(&d, 1)
+            .select(&d, 1, Resolve::Ids)
             .unwrap_err();
         assert_eq!(
             err,
@@ -333,7 +427,7 @@ mod tests {
         );
         let err = Request::parse(Some("1,1"))
             .unwrap()
-            .select(&d, 1)
+            .select(&d, 1, Resolve::Ids)
             .unwrap_err();
         assert!(matches!(err, RequestError::Duplicate { .. }));
     }
@@ -342,16 +436,16 @@ mod tests {
     fn replicas_map_back_to_the_physical_device() {
         let d = devs(&["0", "1"]);
         let r = Request::parse(Some("1::0,1::3,0::2")).unwrap();
-        assert_eq!(r.select(&d, 4).unwrap().indices, [1, 0]);
+        assert_eq!(r.select(&d, 4, Resolve::Ids).unwrap().indices, [1, 0]);
         let err = Request::parse(Some("1::4"))
             .unwrap()
-            .select(&d, 4)
+            .select(&d, 4, Resolve::Ids)
             .unwrap_err();
         assert!(matches!(err, RequestError::Replica { replica: 4, .. }));
         // A plain id and a replica of the same device is still a duplicate.
         let err = Request::parse(Some("1,1::0"))
             .unwrap()
-            .select(&d, 4)
+            .select(&d, 4, Resolve::Ids)
             .unwrap_err();
         assert!(matches!(err, RequestError::Duplicate { .. }));
         assert_eq!(replica_id("GPU-a", 3), "GPU-a::3");
@@ -428,8 +522,11 @@ mod props {
             ids in proptest::collection::btree_set("[A-Za-z0-9._-]{1,6}", 0..8),
             picks in vec((0usize..12, proptest::option::of(0u32..4), any::<bool>()), 1..10),
             replicas in 1u32..5,
+            resolve in prop_oneof![Just(Resolve::Ids), Just(Resolve::Granted), Just(Resolve::IdsOrPositions)],
         ) {
             let ids: Vec<String> = ids.into_iter().collect();
+            let positions = resolve == Resolve::IdsOrPositions
+                && !ids.iter().any(|id| id.bytes().all(|b| b.is_ascii_digit()));
             let devs = super::tests::devs(&ids);
             // Items: by id, by index, or unknown.
             let items: Vec<String> = picks
@@ -450,7 +547,7 @@ mod props {
                     return Ok(());
                 }
             };
-            match request.select(&devs, replicas) {
+            match request.select(&devs, replicas, resolve) {
                 Ok(sel) => {
                     let mut seen = std::collections::BTreeSet::new();
                     for &i in &sel.indices {
@@ -458,13 +555,13 @@ mod props {
                         prop_assert!(seen.insert(i), "index {} selected twice", i);
                         let named = items.iter().any(|it| {
                             let base = split_replica(it).unwrap().0;
-                            base == devs[i].id.as_str() || base == i.to_string()
+                            base == devs[i].id.as_str() || (positions && base == i.to_string())
                         });
                         prop_assert!(named, "device {} selected but not named", i);
                     }
                     prop_assert!(sel.indices.len() <= items.len());
                 }
-                Err(RequestError::Unknown { item, .. }) => {
+                Err(RequestError::Unknown { item, .. } | RequestError::Gone { item, .. }) => {
                     prop_assert!(items.contains(&item));
                     let base = split_replica(&item).unwrap().0;
                     prop_assert!(!ids.iter().any(|id| id == base));

@@ -3,7 +3,7 @@
 #![no_main]
 
 use devinject_devices::discovery::Device;
-use devinject_devices::{DeviceId, Request};
+use devinject_devices::{DeviceId, Request, Resolve};
 use libfuzzer_sys::fuzz_target;
 
 fn inventory() -> Vec<Device> {
@@ -35,8 +35,9 @@ fuzz_target!(|data: &[u8]| {
         );
     }
     let devices = inventory();
-    for replicas in [1, 4] {
-        if let Ok(sel) = request.select(&devices, replicas) {
+    let resolves = [Resolve::Ids, Resolve::Granted, Resolve::IdsOrPositions];
+    for (replicas, resolve) in [1, 4].into_iter().flat_map(|r| resolves.map(|v| (r, v))) {
+        if let Ok(sel) = request.select(&devices, replicas, resolve) {
             let mut seen = std::collections::BTreeSet::new();
             for i in sel.indices {
                 assert!(i < devices.len());

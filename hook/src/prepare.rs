@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use devinject_devices::{
     discover, plan, resolve_host_files, ContainerEdits, ContainerLayout, DiscoveryError, Plan,
-    PlanError, PlanInput, ProfileSet, Request, RequestError, ResolveError,
+    PlanError, PlanInput, ProfileSet, Request, RequestError, Resolve, ResolveError,
 };
 
 use crate::config::HostConfig;
@@ -46,6 +46,10 @@ pub struct RequestSource {
     pub origin: String,
     /// The raw value.
     pub value: String,
+    /// How its items resolve to devices: ids only for an annotation, and for what the kubelet
+    /// granted ([`Resolve::Granted`], set by the policy); a request variable the caller wrote
+    /// may also name positions where the profile allows them.
+    pub resolve: Resolve,
 }
 
 /// What the container asked for, per profile, before any device lookup.
@@ -58,16 +62,18 @@ pub fn find_requests<'a>(
     for p in profiles.iter() {
         let key = p.request_annotation();
         let found = match annotations.get(&key) {
-            Some(v) => Some((format!("annotation {key}"), v.clone())),
-            None => {
-                env(p.request_env()).map(|v| (format!("env {}", p.request_env()), v.to_owned()))
-            }
+            Some(v) => Some((format!("annotation {key}"), v.clone(), Resolve::Ids)),
+            None => env(p.request_env()).map(|v| {
+                let origin = format!("env {}", p.request_env());
+                (origin, v.to_owned(), Resolve::IdsOrPositions)
+            }),
         };
-        if let Some((origin, value)) = found {
+        if let Some((origin, value, resolve)) = found {
             out.push(RequestSource {
                 profile: p.name.to_string(),
                 origin,
                 value,
+                resolve,
             });
         }
     }
@@ -126,6 +132,7 @@ pub fn plan_container(
             profile,
             inventory: &inventory,
             request: &request,
+            resolve: source.resolve,
             host_files: &host_files,
             layout: l,
         })? {

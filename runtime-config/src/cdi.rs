@@ -371,6 +371,7 @@ pub fn build_spec(
         profile,
         inventory,
         request: &Request::All,
+        resolve: devinject_devices::Resolve::Ids,
         host_files,
         layout: &layout,
     })

@@ -118,10 +118,24 @@ fn cdi_generate_writes_a_minimal_valid_spec_and_removes_stale_ones() {
         .changes
         .is_empty());
 
+    // Issue 19: accel0 goes away. CDI names are ids, never positions: `1` still names accel1,
+    // and nothing names `0` any more, so a granted `devinject.io/demo=0` cannot resolve to
+    // another device.
+    fs::remove_file(root.join("dev/demo/accel0")).expect("rm accel0");
+    cdi::generate(&request(root)).expect("generate without accel0");
+    let v: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&out).expect("spec")).expect("json");
+    let devices = v["devices"].as_array().expect("devices");
+    let names: Vec<_> = devices.iter().map(|d| d["name"].clone()).collect();
+    assert_eq!(names, ["1", "all"]);
+    assert_eq!(
+        devices[0]["containerEdits"]["deviceNodes"][0]["path"], "/dev/demo/accel1",
+        "device 1 is accel1: {}",
+        devices[0]
+    );
+
     // The devices go away: the spec goes too.
-    for n in ["accel0", "accel1"] {
-        fs::remove_file(root.join("dev/demo").join(n)).expect("rm node");
-    }
+    fs::remove_file(root.join("dev/demo/accel1")).expect("rm accel1");
     let gone = cdi::generate(&request(root)).expect("generate without devices");
     assert_eq!(gone.changes.len(), 1);
     assert_eq!(gone.changes[0].action, Action::Remove);

@@ -128,6 +128,8 @@ enum Outcome {
     Granted,
     /// The policy refuses it, and stderr says each of these ([`assert_refused`]).
     Refused(&'static [&'static str]),
+    /// The policy lets it through but it fails to start, and stderr says each of these.
+    Fails(&'static [&'static str]),
     /// It starts without any device: the refusal is ignored.
     NoDevices,
 }
@@ -154,6 +156,8 @@ struct Start {
     outcome: Outcome,
     /// The kubelet calls it must make; `None`: not checked.
     calls: Option<&'static [&'static str]>,
+    /// Demo nodes removed from the host after the kubelet's allocation, before the start.
+    unplugged: &'static [&'static str],
 }
 
 impl Default for Start {
@@ -168,6 +172,7 @@ impl Default for Start {
             env: &["DEMO_VISIBLE_DEVICES=0,1"],
             outcome: Outcome::Granted,
             calls: None,
+            unplugged: &[],
         }
     }
 }
@@ -196,6 +201,9 @@ fn start(via: Via, s: Start) {
     for e in s.env {
         c.bundle.env(e);
     }
+    for node in s.unplugged {
+        std::fs::remove_file(c.host.dev_root.join("demo").join(node)).unwrap();
+    }
     let (out, report) = c.run(via);
     let what = format!("{} via {via:?}", s.name);
     let ctx = format!("{what}: {}", describe(&out));
@@ -205,6 +213,14 @@ fn start(via: Via, s: Start) {
             assert_demo_granted_0_1_in(&report, &ctx);
         }
         Outcome::Refused(needles) => assert_refused(via, &out, &report, needles, &ctx),
+        Outcome::Fails(needles) => {
+            assert!(!out.status.success(), "must not start: {ctx}");
+            assert!(report.nodes.is_empty(), "the container must not run: {ctx}");
+            let err = String::from_utf8_lossy(&out.stderr).replace("\\\"", "\"");
+            for n in needles {
+                assert!(err.contains(n), "{n:?} in stderr: {ctx}");
+            }
+        }
         Outcome::NoDevices => {
             assert!(out.status.success(), "{ctx}");
             assert_eq!(report.node("/dev/demo/accel0").kind, "missing", "{ctx}");
@@ -246,6 +262,33 @@ fn granted_ids_are_injected(cri: Cri) -> [Start; 1] {
         calls: Some(&["Get"]),
         ..Start::default()
     }]
+}
+
+/// Issue 19: the kubelet granted device 1; accel1 is unplugged before the start, leaving accel0
+/// and accel2. Device 1 used to resolve as position 1, i.e. accel2, which may be another pod's.
+fn granted_device_gone() -> [Start; 1] {
+    [Start {
+        name: "granted device unplugged",
+        pods: Some(vec![pod("ml", "trainer", &[("main", &[(DEMO, &["1"])])])]),
+        pod_keys: vec![(Cri::Containerd, "trainer", "uid-1")],
+        env: &["DEMO_VISIBLE_DEVICES=1"],
+        unplugged: &["accel1"],
+        outcome: Outcome::Fails(&[
+            "device 1 of devinject.io/demo was granted but is gone",
+            "known ids are 0, 2, 3",
+        ]),
+        ..Start::default()
+    }]
+}
+
+#[test]
+fn hook_fails_when_a_granted_device_is_gone() {
+    check(Via::Hook, granted_device_gone());
+}
+
+#[test]
+fn shim_fails_when_a_granted_device_is_gone() {
+    check(Via::Shim, granted_device_gone());
 }
 
 #[test]

@@ -23,7 +23,7 @@ pub mod identity;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use devinject_devices::{ProfileSet, Request};
+use devinject_devices::{ProfileSet, Request, Resolve};
 use devinject_podresources_protocol::Answer;
 use serde::Deserialize;
 
@@ -215,6 +215,7 @@ pub fn authorize(
     }
     // Each refusal with the requests it refuses: one, or all of them for identity and
     // kubelet problems.
+    let mut granted = BTreeSet::new();
     let denials: Vec<(Vec<usize>, PolicyError)> = match check_all(
         settings,
         profiles,
@@ -226,7 +227,14 @@ pub fn authorize(
         Ok(verdicts) => pending
             .iter()
             .zip(verdicts)
-            .filter_map(|((i, _), v)| v.err().map(|e| (vec![*i], e)))
+            .filter_map(|((i, _), v)| match v {
+                Ok(Honoured::Granted) => {
+                    granted.insert(*i);
+                    None
+                }
+                Ok(Honoured::Trusted) => None,
+                Err(e) => Some((vec![*i], e)),
+            })
             .collect(),
         Err(e) => vec![(pending.iter().map(|(i, _)| *i).collect(), e)],
     };
@@ -245,8 +253,23 @@ pub fn authorize(
         .into_iter()
         .enumerate()
         .filter(|(i, _)| !refused.contains(i))
-        .map(|(_, r)| r)
+        .map(|(i, mut r)| {
+            // What the kubelet granted names devices by id, and only by id.
+            if granted.contains(&i) {
+                r.resolve = Resolve::Granted;
+            }
+            r
+        })
         .collect())
+}
+
+/// Why a request the policy lets through is honoured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Honoured {
+    /// The kubelet granted exactly these devices to the container.
+    Granted,
+    /// The container is not a Kubernetes container, and such requests are trusted.
+    Trusted,
 }
 
 /// Checks every request that asks for something: an outer `Err` refuses them all (identity or
@@ -258,7 +281,7 @@ fn check_all(
     pending: &[(usize, Request)],
     annotations: &BTreeMap<String, String>,
     kubelet: &dyn GrantSource,
-) -> Result<Vec<Result<(), PolicyError>>, PolicyError> {
+) -> Result<Vec<Result<Honoured, PolicyError>>, PolicyError> {
     let first = &requests[pending[0].0];
     let (pod, container) = match identity::identify(annotations) {
         Err(source) => {
@@ -269,7 +292,7 @@ fn check_all(
         }
         Ok(Identity::NotKubernetes) => {
             return match settings.non_kubernetes {
-                NonKubernetes::Env => Ok(pending.iter().map(|_| Ok(())).collect()),
+                NonKubernetes::Env => Ok(pending.iter().map(|_| Ok(Honoured::Trusted)).collect()),
                 NonKubernetes::Refuse => Err(PolicyError::NonKubernetes {
                     profile: first.profile.clone(),
                     origin: first.origin.clone(),
@@ -296,7 +319,8 @@ fn check_all(
     let mut out = Vec::with_capacity(pending.len());
     for (i, request) in pending {
         let source = &requests[*i];
-        let verdict = check_one(profiles, source, request, &pod, &container, &lookup);
+        let verdict = check_one(profiles, source, request, &pod, &container, &lookup)
+            .map(|()| Honoured::Granted);
         if verdict.is_ok() {
             tracing::debug!(%pod, %container, profile = %source.profile, "request matches the kubelet's grant");
         }
@@ -486,6 +510,7 @@ mod tests {
             profile: profile.into(),
             origin: format!("env {var}"),
             value: value.into(),
+            resolve: Resolve::IdsOrPositions,
         }
     }
 
@@ -540,7 +565,15 @@ mod tests {
         for keys in [&CONTAINERD, &CRIO] {
             let a = cri(keys, "ns", "p", "u", "main");
             let r = run(k8s(), vec![demo_env("1,0")], &a, &kubelet).unwrap();
-            assert_eq!(r, vec![demo_env("1,0")]);
+            let granted = RequestSource {
+                resolve: Resolve::Granted,
+                ..demo_env("1,0")
+            };
+            assert_eq!(
+                r,
+                vec![granted],
+                "what the kubelet granted resolves as ids only"
+            );
         }
         assert_eq!(*kubelet.asked.borrow(), ["ns/p", "ns/p"]);
     }
@@ -592,6 +625,7 @@ mod tests {
             profile: "demo".into(),
             origin: "annotation devinject.io/demo.devices".into(),
             value: "0,1".into(),
+            resolve: Resolve::Ids,
         };
         let err = run(k8s(), vec![copied.clone()], &a, &kubelet).unwrap_err();
         let text = err.to_string();
@@ -737,7 +771,11 @@ mod tests {
         };
         let tpu = env("tpu", "TPU_VISIBLE_DEVICES", "all");
         let r = run(ignore, vec![demo_env("0"), tpu], &a, &kubelet).unwrap();
-        assert_eq!(r, vec![demo_env("0")]);
+        let granted = RequestSource {
+            resolve: Resolve::Granted,
+            ..demo_env("0")
+        };
+        assert_eq!(r, vec![granted]);
         let r = run(ignore, vec![demo_env("0")], &a, &FakeKubelet::down()).unwrap();
         assert!(r.is_empty(), "unverifiable requests are dropped too");
     }

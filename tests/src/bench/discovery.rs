@@ -73,6 +73,7 @@ pub fn measure(opts: &Options, host: &BenchHost) -> Result<DiscoveryRow> {
             profile: &profile,
             inventory: &inventory2,
             request: &request,
+            resolve: devinject_devices::Resolve::Ids,
             host_files: &files,
             layout: &layout,
         })?
