@@ -7,17 +7,7 @@ use devinject_devices::{discover, HostRoots, Profile};
 /// Whether the test can make nodes: root. Otherwise prints why it is skipped, or fails under
 /// `CI=true`.
 fn can_mknod() -> bool {
-    let root = std::fs::metadata("/proc/self")
-        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
-        .unwrap_or(false);
-    if !root {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "root needed under CI"
-        );
-        eprintln!("skipping: mknod needs root");
-    }
-    root
+    devinject_testkit::require_root()
 }
 
 fn mknod_char(path: &Path, major: u32, minor: u32) {
