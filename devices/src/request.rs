@@ -411,6 +411,44 @@ mod tests {
         ));
     }
 
+    /// The bounds hold exactly: at the limit accepted, one past it refused.
+    #[test]
+    fn bounds_are_exact() {
+        let items = |n: usize| {
+            (0..n)
+                .map(|i| format!("d{i}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        assert!(matches!(
+            Request::parse(Some(&items(MAX_REQUEST_ITEMS))),
+            Ok(Request::List(l)) if l.len() == MAX_REQUEST_ITEMS
+        ));
+        assert_eq!(
+            Request::parse(Some(&items(MAX_REQUEST_ITEMS + 1))),
+            Err(RequestError::TooMany {
+                count: MAX_REQUEST_ITEMS + 1
+            })
+        );
+        let padded = |len: usize| format!("{}0", " ".repeat(len - 1));
+        assert_eq!(
+            Request::parse(Some(&padded(MAX_REQUEST_BYTES))),
+            Ok(Request::List(vec!["0".into()]))
+        );
+        assert_eq!(
+            Request::parse(Some(&padded(MAX_REQUEST_BYTES + 1))),
+            Err(RequestError::TooLong {
+                len: MAX_REQUEST_BYTES + 1
+            })
+        );
+        let id = |len: usize| "a".repeat(len);
+        assert!(Request::parse(Some(&id(80))).is_ok());
+        assert!(matches!(
+            Request::parse(Some(&id(81))),
+            Err(RequestError::Malformed { .. })
+        ));
+    }
+
     #[test]
     fn unknown_and_duplicate_ids_are_errors() {
         let d = devs(&["0", "1"]);

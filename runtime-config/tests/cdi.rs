@@ -87,6 +87,10 @@ fn cdi_generate_writes_a_minimal_valid_spec_and_removes_stale_ones() {
     let golden =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden-cdi/devinject.io-demo.json");
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        assert!(
+            !devinject_tests::skip::in_ci(),
+            "UPDATE_GOLDEN rewrites the expected files: never under CI"
+        );
         fs::create_dir_all(golden.parent().expect("dir")).expect("mkdir");
         fs::write(&golden, &text).expect("update golden");
     }

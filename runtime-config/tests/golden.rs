@@ -146,6 +146,10 @@ fn run_case(case: &Case) {
     );
     let after = snapshot(root, &|rel| is_state_file(rel));
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        assert!(
+            !devinject_tests::skip::in_ci(),
+            "UPDATE_GOLDEN rewrites the expected files: never under CI"
+        );
         let _ = std::fs::remove_dir_all(&after_dir);
         std::fs::create_dir_all(&after_dir).expect("mkdir after");
         tree::copy_tree(root, &after_dir);

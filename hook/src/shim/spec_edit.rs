@@ -642,6 +642,47 @@ mod props {
         Ok(())
     }
 
+    /// Whether `original` and `e` explain `err` without asking `apply`: a field of the wrong
+    /// JSON type, or two different devices at one path.
+    fn refusal_is_justified(original: &Value, e: &ContainerEdits, err: &SpecEditError) -> bool {
+        match err {
+            SpecEditError::Shape { field, expected } => {
+                let v = field
+                    .split('.')
+                    .try_fold(original, |v, k| v.get(k))
+                    .unwrap_or(&Value::Null);
+                let right = match *expected {
+                    "an object" => v.is_object(),
+                    "an array" => v.is_array(),
+                    _ => false,
+                };
+                !v.is_null() && !right
+            }
+            SpecEditError::DeviceConflict { path, .. } => {
+                let mut seen: Vec<(String, u64, u64)> = original
+                    .pointer("/linux/devices")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter(|d| d.get("path").and_then(Value::as_str) == Some(path))
+                    .map(|d| {
+                        let kind = d.get("type").and_then(Value::as_str).unwrap_or("?");
+                        let num = |k: &str| d.get(k).and_then(Value::as_u64).unwrap_or(u64::MAX);
+                        (kind.to_owned(), num("major"), num("minor"))
+                    })
+                    .collect();
+                for n in e
+                    .device_nodes
+                    .iter()
+                    .filter(|n| n.container_path.to_str() == Some(path))
+                {
+                    seen.push((letter(n.kind), u64::from(n.major), u64::from(n.minor)));
+                }
+                seen.iter().any(|s| *s != seen[0])
+            }
+        }
+    }
+
     proptest! {
         #[test]
         fn apply_is_safe_idempotent_and_keeps_what_it_does_not_own(
@@ -650,7 +691,9 @@ mod props {
         ) {
             let hook = finish_hook(Path::new("/opt/devinject/bin/devinject-hook"), None, &e);
             let mut once = original.clone();
-            if apply(&mut once, &e, &[REQUEST_ENV], hook.clone()).is_err() {
+            if let Err(err) = apply(&mut once, &e, &[REQUEST_ENV], hook.clone()) {
+                // A refusal must be one the input explains, or this case would check nothing.
+                prop_assert!(refusal_is_justified(&original, &e, &err), "unjustified: {}", err);
                 return Ok(());
             }
             // Idempotent.
