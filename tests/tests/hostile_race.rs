@@ -103,6 +103,12 @@ fn race(shim: bool, extra_config: Option<(&str, &str)>) {
     }
     let swaps = swapper.stop().unwrap();
     eprintln!("{} swaps, {tally:?}", swaps);
+    // The race must have happened, or this test proved nothing: starts met both layouts.
+    let met_swapped = tally.refused + (tally.started - tally.saw_library);
+    assert!(
+        swaps > 0 && met_swapped > 0 && tally.saw_library > 0,
+        "the race did not happen ({swaps} swaps, {tally:?}): raise DEVINJECT_RACE_ITERATIONS"
+    );
     guard.assert_unchanged("after the race");
     assert!(
         Path::new(&rootfs.join("usr/lib")).is_dir(),
