@@ -7,7 +7,9 @@
 //! annotation `devinject.io/demo.devices: 0,1` (which reaches the spec only because the runtime
 //! lists `devinject.io/*` in `container_annotations`). Each container must see exactly the
 //! granted simulated devices, with the un-granted `accel2` (bind-mounted in) denied by the
-//! cgroup, and the demo library read-only and in the linker cache.
+//! cgroup, and the demo library read-only and in the linker cache. Forged requests are refused
+//! on the same path: a container the kubelet granted nothing that sets the variable itself, and
+//! a granted one asking for more than its grant, fail to start with the policy's message.
 //!
 //! Everything is private ([`devinject_tests::daemons`]): containerd's root, state, socket and
 //! runc root live in a temp dir. Pods use the node's network namespace (no CNI). The CRI plugin
@@ -104,7 +106,11 @@ impl Rig {
             vec![pod(
                 "default",
                 &format!("devinject-{mode}"),
-                &[("probe-env", granted), ("probe-annotation", granted)],
+                &[
+                    ("probe-env", granted),
+                    ("probe-annotation", granted),
+                    ("forger", &[]),
+                ],
             )],
         )
         .expect("pod-resources server");
@@ -184,6 +190,40 @@ impl Rig {
         let report = Report::parse(&output);
         assert_demo_granted_0_1_in(&report, &format!("request by {by}\n--- output\n{output}"));
         report
+    }
+
+    /// Starts container `name` of `pod` with `env`; the start must fail, and the error the
+    /// kubelet would see is returned.
+    fn refused(
+        &mut self,
+        pod: &str,
+        pod_config: &k8s_cri::v1::PodSandboxConfig,
+        name: &str,
+        env: (&str, &str),
+    ) -> String {
+        let spec = ContainerSpec {
+            name: name.into(),
+            image: BUSYBOX.into(),
+            command: demo_probe_args(),
+            env: vec![(env.0.into(), env.1.into())],
+            log_path: format!("{name}.log"),
+            ..ContainerSpec::default()
+        };
+        let id = self
+            .cri
+            .create_container(pod, &spec.config(), pod_config)
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", self.containerd.log_tail()));
+        let err = match self.cri.start_container(&id) {
+            Ok(()) => panic!(
+                "{name} asking {}={} started: the policy must refuse it\n{}",
+                env.0,
+                env.1,
+                self.containerd.log_tail()
+            ),
+            Err(e) => format!("{e:#}"),
+        };
+        self.cri.remove_container(&id).expect("remove container");
+        err
     }
 
     fn pod(&mut self, name: &str) -> (String, k8s_cri::v1::PodSandboxConfig) {
@@ -280,6 +320,30 @@ fn run_both_forms(mode: &str) {
     let (pod, config) = rig.pod(&format!("devinject-{mode}"));
     rig.probe(&pod, &config, "env");
     rig.probe(&pod, &config, "annotation");
+    // Forged requests through the CRI, as the kubelet would start them: a container the kubelet
+    // granted nothing that sets the variable itself, and a granted one asking for more.
+    for (name, value, needles) in [
+        (
+            "forger",
+            "all",
+            &[
+                "demo devices refused",
+                "granted it none of devinject.io/demo",
+                "instead of setting DEMO_VISIBLE_DEVICES yourself",
+            ][..],
+        ),
+        (
+            "probe-env",
+            "0,1,2",
+            &["demo devices refused", "asks for 0, 1, 2"][..],
+        ),
+    ] {
+        let err = rig.refused(&pod, &config, name, ("DEMO_VISIBLE_DEVICES", value));
+        let err = err.replace("\\\"", "\"");
+        for n in needles {
+            assert!(err.contains(n), "{mode}, {name}: {n:?} in {err}");
+        }
+    }
     rig.cri.remove_pod(&pod).expect("remove pod");
 }
 
