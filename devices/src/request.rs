@@ -449,6 +449,20 @@ mod tests {
         ));
     }
 
+    /// An unknown id's message lists at most 16 known ids, and says when there are more.
+    #[test]
+    fn known_ids_are_listed_up_to_sixteen() {
+        let names = |n: usize| (0..n).map(|i| format!("g{i}")).collect::<Vec<_>>();
+        let r = Request::parse(Some("x")).unwrap();
+        let known = |n: usize| match r.select(&devs(&names(n)), 1, Resolve::Ids) {
+            Err(RequestError::Unknown { known, .. }) => known,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(known(16), names(16).join(", "));
+        assert_eq!(known(17), format!("{}, ...", names(16).join(", ")));
+        assert_eq!(known(0), "(none discovered)");
+    }
+
     #[test]
     fn unknown_and_duplicate_ids_are_errors() {
         let d = devs(&["0", "1"]);
