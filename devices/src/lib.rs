@@ -18,6 +18,7 @@
 //! `config.json`, and the CDI exporter writes it as a CDI spec.
 
 pub mod discovery;
+pub mod elf_linkage;
 mod elf_soname;
 pub mod host_files;
 pub mod names;

@@ -30,6 +30,16 @@ pub fn open_tree_clone(fd: impl AsFd) -> nix::Result<OwnedFd> {
 
 /// `mount_setattr(fd, "", AT_EMPTY_PATH, {attr_set})` on a detached tree.
 pub fn mount_setattr(fd: impl AsFd, attr_set: u64) -> nix::Result<()> {
+    mount_setattr_flags(fd, attr_set, 0)
+}
+
+/// `mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE, {attr_set})`: the mount `fd` is the root
+/// of, and every mount below it.
+pub fn mount_setattr_recursive(fd: impl AsFd, attr_set: u64) -> nix::Result<()> {
+    mount_setattr_flags(fd, attr_set, libc::AT_RECURSIVE as u32)
+}
+
+fn mount_setattr_flags(fd: impl AsFd, attr_set: u64, flags: u32) -> nix::Result<()> {
     let empty: &CStr = c"";
     let mut attr = libc::mount_attr {
         attr_set,
@@ -44,7 +54,7 @@ pub fn mount_setattr(fd: impl AsFd, attr_set: u64) -> nix::Result<()> {
             libc::SYS_mount_setattr,
             fd.as_fd().as_raw_fd(),
             empty.as_ptr(),
-            libc::AT_EMPTY_PATH as u32,
+            libc::AT_EMPTY_PATH as u32 | flags,
             &mut attr as *mut libc::mount_attr,
             std::mem::size_of::<libc::mount_attr>(),
         )

@@ -20,6 +20,18 @@
 //! an old or damaged format, a library whose cache flags it cannot tell, links known without
 //! their libraries) or when the host config asks for it (`ldcache = "ldconfig"`).
 //!
+//! ldconfig opens what the image holds, as host root, and writes with `O_TRUNC` and without
+//! `O_EXCL`: its aux cache at `/var/cache/ldconfig/aux-cache~` always, and the cache's temp file.
+//! An image shipping a block device there had the start of a host disk overwritten; a hard link
+//! to a host file there had that file truncated. So in its private namespace the child also
+//! (1) makes the whole rootfs tree `nodev` and `nosuid` (`mount_setattr(AT_RECURSIVE)`): an
+//! image's device node cannot even be opened (`EACCES`), so no driver's `open` runs; (2) mounts
+//! a fresh tmpfs over `/var/cache/ldconfig` (or `/var/cache` when the image has no such
+//! directory), so the aux cache lands there whatever the image put at that name; (3) writes the
+//! cache into the staging tmpfs below, or, without one, removes any `/etc/ld.so.cache~` first so
+//! that ldconfig creates a new file of its own. The ldconfig binary itself must be static
+//! ([`open_ldconfig`]): a `PT_INTERP` would have the kernel load the image's `ld-linux` as root.
+//!
 //! ldconfig `fsync`s the cache it writes, which cost 8–46 ms per container start on the ext4
 //!   disks measured (docs/benchmarks.md), more than everything else the hook does. A container's
 //!   cache needs no durability: it lives in a throw-away layer, and a cache lost in a crash is
@@ -42,9 +54,10 @@ use nix::sys::signal::Signal;
 use nix::sys::stat::Mode;
 use nix::sys::wait::{waitpid, WaitStatus};
 
+use devinject_devices::elf_linkage::{linkage_from, Linkage};
+
 use super::ld_so_cache::update::{self, CACHE};
-use super::mounts::fd_path;
-use super::rootfs::Rootfs;
+use super::rootfs::{fd_path, Rootfs, RootfsError};
 use super::InjectError;
 use crate::sys;
 
@@ -75,14 +88,32 @@ pub struct Ldconfig {
     pub timeout_secs: u32,
 }
 
-/// Opens the host's ldconfig for a later `fexecve`.
+/// Opens the host's ldconfig for a later `fexecve`, refusing anything but a static ELF
+/// executable: it runs chrooted in the image, where a program interpreter would be the image's.
 pub fn open_ldconfig(path: &Path) -> Result<OwnedFd, InjectError> {
-    nix::fcntl::open(path, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty()).map_err(|errno| {
-        InjectError::Source {
+    let fd = nix::fcntl::open(path, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty()).map_err(
+        |errno| InjectError::Source {
             path: path.to_owned(),
             errno,
+        },
+    )?;
+    let file = std::fs::File::from(fd);
+    let not_static = |why: String| InjectError::LdconfigNotStatic {
+        path: path.to_owned(),
+        why,
+    };
+    match linkage_from(&file) {
+        Ok(Some(Linkage::Static)) => {}
+        Ok(Some(Linkage::Dynamic(interp))) => {
+            return Err(not_static(format!(
+                "it is dynamically linked (interpreter {interp})"
+            )))
         }
-    })
+        Ok(Some(Linkage::NotElf)) => return Err(not_static("it is not an ELF executable".into())),
+        Ok(None) => return Err(not_static("its ELF headers are truncated".into())),
+        Err(e) => return Err(not_static(format!("it cannot be read: {e}"))),
+    }
+    Ok(OwnedFd::from(file))
 }
 
 /// Runs ldconfig for `dirs` inside the container, killed after `timeout_secs` (0: never). Failures are returned with
@@ -167,8 +198,14 @@ fn in_container(
     )
     .map_err(|e| format!("make mounts private: {e}"))?;
     detach_procfs(rootfs)?;
+    harden(rootfs)?;
     let root = Rootfs::open(rootfs).map_err(|e| e.to_string())?;
+    private_aux_cache(&root)?;
     let staged = stage(&root);
+    if !staged {
+        // ldconfig will write /etc/ld.so.cache~ with O_TRUNC: make sure that is a new file.
+        remove_cache_temp(&root).map_err(|e| e.to_string())?;
+    }
     let mut argv = vec![
         c"ldconfig".to_owned(),
         c"-X".to_owned(),
@@ -237,8 +274,80 @@ fn stage(root: &Rootfs) -> bool {
     .is_ok()
 }
 
+/// Makes the rootfs, and every mount below it, `nodev` and `nosuid` in this child's private
+/// namespace: ldconfig then cannot open an image's device node at all. The rootfs is bound onto
+/// itself first so that it is a mount root (runc makes it one; a plain directory is not).
+/// Kernels without `mount_setattr` (before 5.12) get a classic remount of the top mount only.
+fn harden(rootfs: &Path) -> Result<(), String> {
+    nix::mount::mount(
+        Some(rootfs),
+        rootfs,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(|e| format!("bind the rootfs: {e}"))?;
+    let fd = nix::fcntl::open(
+        rootfs,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("open the rootfs: {e}"))?;
+    let attrs = libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOSUID;
+    match sys::mount_setattr_recursive(&fd, attrs) {
+        Ok(()) => Ok(()),
+        Err(Errno::ENOSYS) => nix::mount::mount(
+            None::<&str>,
+            rootfs,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_NODEV | MsFlags::MS_NOSUID,
+            None::<&str>,
+        )
+        .map_err(|e| format!("remount the rootfs nodev: {e}")),
+        Err(e) => Err(format!("make the rootfs nodev: {e}")),
+    }
+}
+
+/// Mounts a fresh tmpfs over the directory ldconfig saves its aux cache in
+/// (`/var/cache/ldconfig`, resolved in-root as ldconfig will resolve it in the chroot), or over
+/// `/var/cache` when the image has no such directory (ldconfig then creates it there). Without
+/// `/var/cache` ldconfig cannot create the directory and saves no aux cache.
+fn private_aux_cache(root: &Rootfs) -> Result<(), String> {
+    for dir in ["/var/cache/ldconfig", "/var/cache"] {
+        let Ok(fd) = root.resolve(Path::new(dir), OFlag::O_PATH | OFlag::O_DIRECTORY) else {
+            continue;
+        };
+        return nix::mount::mount(
+            Some("tmpfs"),
+            &fd_path(&fd),
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            Some("mode=0700,size=16m"),
+        )
+        .map_err(|e| format!("mount a private tmpfs over {dir}: {e}"));
+    }
+    Ok(())
+}
+
+/// Removes `/etc/ld.so.cache~`, on the rootfs's own mount, before an unstaged ldconfig run.
+fn remove_cache_temp(root: &Rootfs) -> Result<(), RootfsError> {
+    let etc = root.writable_dir(Path::new("/etc"))?;
+    match nix::unistd::unlinkat(
+        &etc,
+        "ld.so.cache~",
+        nix::unistd::UnlinkatFlags::NoRemoveDir,
+    ) {
+        Ok(()) | Err(Errno::ENOENT) => Ok(()),
+        Err(errno) => Err(RootfsError {
+            op: "remove",
+            path: PathBuf::from("/etc/ld.so.cache~"),
+            errno,
+        }),
+    }
+}
+
 /// Copies the staged cache to `/etc/ld.so.cache` (see [`update::install`]).
-fn install(root: &Rootfs) -> Result<(), Errno> {
+fn install(root: &Rootfs) -> Result<(), RootfsError> {
     // ldconfig always writes its cache; a stand-in that did not leaves the old one, as before.
     match update::read(root, STAGED) {
         Ok(cache) if !cache.is_empty() => update::install(root, &cache),

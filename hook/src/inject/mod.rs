@@ -76,6 +76,14 @@ pub enum InjectError {
         /// Its output and exit status.
         output: String,
     },
+    /// The configured ldconfig is not a static executable.
+    #[error("refusing to run ldconfig {path} in the container: {why}; it runs chrooted in the image, where a program interpreter would be the image's (set `ldconfig` in the devinject config to a statically linked ldconfig, e.g. Debian's /sbin/ldconfig)")]
+    LdconfigNotStatic {
+        /// The configured path.
+        path: PathBuf,
+        /// What it is instead.
+        why: String,
+    },
     /// ldconfig ran past its time limit and was killed.
     #[error("ldconfig did not finish within {secs} s in the container and was killed: the image's /etc/ld.so.conf, a file it includes, or /var/cache/ldconfig/aux-cache may be a FIFO or device (raise ldconfig_timeout in the devinject config if the image is just large)")]
     LdconfigTimeout {
@@ -231,7 +239,7 @@ pub fn apply(
             symlinks::create(&root, l)?;
         }
         if needs_etc {
-            root.mkdir_all(Path::new("/etc"))?;
+            root.writable_dir(Path::new("/etc"))?;
         }
         let Some(libs) = &libs else {
             return Ok(ChildOutcome::Done);

@@ -7,7 +7,7 @@
 //! without that API (before 5.2, or `mount_api = "classic"`) get `mount(MS_BIND)` through
 //! `/proc/self/fd` and a remount.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -16,6 +16,7 @@ use nix::mount::MsFlags;
 use nix::sys::stat::{fstat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
+pub(crate) use super::rootfs::fd_path;
 use super::rootfs::{entry_at, open_nofollow, split, Entry, Rootfs, RootfsError};
 use super::InjectError;
 use crate::sys;
@@ -79,11 +80,20 @@ pub fn prepare_tree(host_path: &Path, attrs: MountAttrs) -> Result<Option<Source
     }
 }
 
-/// Makes sure a non-directory placeholder exists at `container_path` and returns an fd to it. An image's symlink, FIFO or socket at that name is replaced (inside the rootfs only); a
-/// directory is an error.
-pub fn placeholder(root: &Rootfs, container_path: &Path) -> Result<OwnedFd, InjectError> {
+/// Makes sure a non-directory placeholder exists at `container_path` and returns an fd to it. An
+/// image's symlink, FIFO or socket at that name is replaced (inside the rootfs only); a
+/// directory is an error. File placeholders ([`MountAttrs::File`]) must lie on the rootfs's own
+/// mount ([`Rootfs::writable_dir`]); device nodes go into the runtime's `/dev` tmpfs.
+pub fn placeholder(
+    root: &Rootfs,
+    container_path: &Path,
+    attrs: MountAttrs,
+) -> Result<OwnedFd, InjectError> {
     let (parent, name) = split(container_path)?;
-    let dir = root.mkdir_all(&parent)?;
+    let dir = match attrs {
+        MountAttrs::File => root.writable_dir(&parent)?,
+        MountAttrs::Device => root.mkdir_all(&parent)?,
+    };
     let rerr = |op, errno| {
         InjectError::Rootfs(RootfsError {
             op,
@@ -140,7 +150,7 @@ pub fn attach(
     source: Source,
     attrs: MountAttrs,
 ) -> Result<(), InjectError> {
-    let target = placeholder(root, container_path)?;
+    let target = placeholder(root, container_path, attrs)?;
     let merr = |errno| InjectError::Mount {
         path: container_path.to_owned(),
         errno,
@@ -175,8 +185,4 @@ pub fn attach(
             .map_err(merr)
         }
     }
-}
-
-pub(crate) fn fd_path(fd: &OwnedFd) -> PathBuf {
-    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }

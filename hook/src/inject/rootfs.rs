@@ -6,16 +6,29 @@
 //! are created one component at a time with `mkdirat` on the fd of the parent that was just
 //! resolved, and the final file is handled with `*at` calls on that parent fd with
 //! `AT_SYMLINK_NOFOLLOW` / `O_NOFOLLOW`: no step re-resolves a path the image could have swapped.
+//!
+//! Two rules hold for everything the hook does as root in a rootfs:
+//! - **Nothing is opened before its type is known.** [`Rootfs::open_regular`] resolves `O_PATH`
+//!   (which never runs a driver's `open` nor blocks on a FIFO), checks the inode through that fd
+//!   (a regular file, within a size bound) and only then reopens that same inode for reading
+//!   through `/proc/self/fd`: an image's watchdog node, disk or FIFO at a path we read is
+//!   refused, never opened.
+//! - **Writes stay on the rootfs's own mount.** [`Rootfs::writable_dir`] resolves with
+//!   `RESOLVE_NO_XDEV`: a directory of the image that leads onto another mount (a volume the
+//!   container's own user could not write, a host directory bind-mounted in) is refused, so the
+//!   hook never creates, replaces or deletes anything there with its root credentials. Device
+//!   nodes are the exception: they go into the runtime's `/dev` tmpfs ([`Rootfs::mkdir_all`]).
 
 use std::cell::RefCell;
 use std::ffi::OsStr;
-use std::os::fd::{AsFd, OwnedFd};
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::AtFlags;
 use nix::fcntl::{openat, openat2, OFlag, OpenHow, ResolveFlag};
-use nix::sys::stat::{fstatat, mkdirat, Mode, SFlag};
+use nix::sys::stat::{fstat, fstatat, mkdirat, Mode, SFlag};
 
 /// How often a resolution raced by a host-wide rename or mount (EAGAIN) is retried.
 const RESOLVE_RETRIES: u32 = 128;
@@ -35,6 +48,9 @@ pub struct RootfsError {
 
 fn hint(op: &str, errno: Errno) -> &'static str {
     match (op, errno) {
+        (_, Errno::EXDEV) => {
+            " (this path leads onto another mount, e.g. a volume, where devinject does not write as root: mount the volume elsewhere, or give the image this directory)"
+        }
         ("resolve", Errno::ELOOP) => {
             " (a symlink in the image on this path loops or leads through /proc: fix the image)"
         }
@@ -43,6 +59,46 @@ fn hint(op: &str, errno: Errno) -> &'static str {
         }
         (_, Errno::ENOTDIR) => " (the image has a file where a directory belongs: fix the image)",
         _ => "",
+    }
+}
+
+/// Why [`Rootfs::open_regular`] did not open a file.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The path could not be resolved or the inode reopened.
+    #[error(transparent)]
+    Rootfs(#[from] RootfsError),
+    /// Something other than a regular file is there: it is never opened.
+    #[error("{path} in the container rootfs is {what}, not a regular file; devinject never opens it (fix the image)")]
+    NotRegular {
+        /// The container path.
+        path: PathBuf,
+        /// What it is.
+        what: &'static str,
+    },
+    /// The file is larger than the caller reads.
+    #[error("{path} in the container rootfs is {size} bytes long, over the {max} bytes devinject reads (fix the image)")]
+    TooLarge {
+        /// The container path.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+        /// The bound.
+        max: u64,
+    },
+}
+
+/// What kind of inode `mode` is, for messages.
+pub fn kind_name(mode: u32) -> &'static str {
+    match SFlag::from_bits_truncate(mode) & SFlag::S_IFMT {
+        SFlag::S_IFREG => "a regular file",
+        SFlag::S_IFDIR => "a directory",
+        SFlag::S_IFLNK => "a symlink",
+        SFlag::S_IFCHR => "a character device",
+        SFlag::S_IFBLK => "a block device",
+        SFlag::S_IFIFO => "a FIFO",
+        SFlag::S_IFSOCK => "a socket",
+        _ => "an unknown kind of file",
     }
 }
 
@@ -77,11 +133,21 @@ pub struct Rootfs {
     /// filesystem mounted inside that namespace (the runtime's `/dev` tmpfs) must belong to an
     /// id mapped there, or the kernel refuses with EOVERFLOW.
     userns_owner: Option<(u32, u32)>,
-    /// Directories [`Rootfs::mkdir_all`] has opened, by normalised container path. A plan puts
-    /// every library and soname link in one directory: resolving it from the root again for
-    /// each (one `openat2` per component) was ~400 path walks at 64 libraries. Holding the fd
-    /// is also what the `*at` calls want: the directory cannot be swapped under us.
-    dirs: RefCell<Vec<(PathBuf, OwnedFd)>>,
+    /// Directories [`Rootfs::mkdir_all`] has opened, by normalised container path and whether
+    /// they were resolved without crossing a mount. A plan puts every library and soname link in
+    /// one directory: resolving it from the root again for each (one `openat2` per component)
+    /// was ~400 path walks at 64 libraries. Holding the fd is also what the `*at` calls want:
+    /// the directory cannot be swapped under us.
+    dirs: RefCell<Vec<(PathBuf, Crossing, OwnedFd)>>,
+}
+
+/// Whether a resolution may cross onto another mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Crossing {
+    /// Anywhere inside the rootfs (reads; device nodes in the runtime's `/dev` tmpfs).
+    Allowed,
+    /// Only the rootfs's own mount (`RESOLVE_NO_XDEV`): where the hook writes files.
+    SameMount,
 }
 
 impl Rootfs {
@@ -138,14 +204,38 @@ impl Rootfs {
     /// (it cannot then prove the result stayed inside the root); that is retried a bounded
     /// number of times, as libpathrs does.
     pub fn resolve(&self, path: &Path, flags: OFlag) -> Result<OwnedFd, RootfsError> {
+        self.resolve_with(path, flags, Crossing::Allowed)
+    }
+
+    /// [`Rootfs::resolve`], refusing to cross a mount when `crossing` says so (`EXDEV`).
+    pub fn resolve_with(
+        &self,
+        path: &Path,
+        flags: OFlag,
+        crossing: Crossing,
+    ) -> Result<OwnedFd, RootfsError> {
+        let mut resolve = ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS;
+        if crossing == Crossing::SameMount {
+            resolve |= ResolveFlag::RESOLVE_NO_XDEV;
+        }
         let how = OpenHow::new()
             .flags(flags | OFlag::O_CLOEXEC)
-            .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+            .resolve(resolve);
         let rel = rel(path);
         let mut tries = 0;
         loop {
             match openat2(self.fd.as_fd(), &rel, how) {
                 Err(Errno::EAGAIN) if tries < RESOLVE_RETRIES => tries += 1,
+                // The walk met a mount. When the path is unusable anyway (a link through /proc,
+                // a dangling one), that is the error worth telling the image's author.
+                Err(Errno::EXDEV) if crossing == Crossing::SameMount => {
+                    self.resolve_with(path, flags, Crossing::Allowed)?;
+                    return Err(RootfsError {
+                        op: "resolve",
+                        path: path.to_owned(),
+                        errno: Errno::EXDEV,
+                    });
+                }
                 other => {
                     return other.map_err(|errno| RootfsError {
                         op: "resolve",
@@ -164,25 +254,36 @@ impl Rootfs {
     }
 
     /// Opens directory `dir`, creating missing components (mode 0755). A component that exists
-    /// but is not a directory (or a link to one) is an error, never replaced.
+    /// but is not a directory (or a link to one) is an error, never replaced. May cross mounts:
+    /// for device nodes, which go into the runtime's `/dev` tmpfs.
     pub fn mkdir_all(&self, dir: &Path) -> Result<OwnedFd, RootfsError> {
+        self.mkdir_all_with(dir, Crossing::Allowed)
+    }
+
+    /// [`Rootfs::mkdir_all`] for a directory the hook writes files into: every component,
+    /// existing or created, must be on the rootfs's own mount (see the module docs).
+    pub fn writable_dir(&self, dir: &Path) -> Result<OwnedFd, RootfsError> {
+        self.mkdir_all_with(dir, Crossing::SameMount)
+    }
+
+    fn mkdir_all_with(&self, dir: &Path, crossing: Crossing) -> Result<OwnedFd, RootfsError> {
         let flags = OFlag::O_PATH | OFlag::O_DIRECTORY;
         let comps = normal_components(dir)?;
         let mut cur = PathBuf::from("/");
-        if let Some(fd) = self.cached(&cur.join(comps.iter().collect::<PathBuf>()))? {
+        if let Some(fd) = self.cached(&cur.join(comps.iter().collect::<PathBuf>()), crossing)? {
             return Ok(fd);
         }
-        let mut fd = match self.cached(&cur)? {
+        let mut fd = match self.cached(&cur, crossing)? {
             Some(fd) => fd,
-            None => self.remember(&cur, self.resolve(&cur, flags)?)?,
+            None => self.remember(&cur, crossing, self.resolve_with(&cur, flags, crossing)?)?,
         };
         for comp in comps {
             cur.push(comp);
-            if let Some(next) = self.cached(&cur)? {
+            if let Some(next) = self.cached(&cur, crossing)? {
                 fd = next;
                 continue;
             }
-            let next = match self.resolve(&cur, flags) {
+            let next = match self.resolve_with(&cur, flags, crossing) {
                 Ok(next) => next,
                 Err(e) if e.errno == Errno::ENOENT => {
                     match self.create(|| mkdirat(fd.as_fd(), comp, Mode::from_bits_truncate(0o755)))
@@ -196,30 +297,83 @@ impl Rootfs {
                             })
                         }
                     }
-                    self.resolve(&cur, flags)?
+                    self.resolve_with(&cur, flags, crossing)?
                 }
                 Err(e) => return Err(e),
             };
-            fd = self.remember(&cur, next)?;
+            fd = self.remember(&cur, crossing, next)?;
         }
         Ok(fd)
     }
 
-    /// A duplicate of the fd of directory `path` when [`Rootfs::mkdir_all`] opened it before.
-    fn cached(&self, path: &Path) -> Result<Option<OwnedFd>, RootfsError> {
+    /// Opens the regular file at `path` for reading, at most `max` bytes long, without ever
+    /// opening anything else: see the module docs. `Ok(None)` when there is nothing at `path`
+    /// (or a link there leads nowhere).
+    pub fn open_regular(&self, path: &Path, max: u64) -> Result<Option<File>, ReadError> {
+        let err = |op, errno| RootfsError {
+            op,
+            path: path.to_owned(),
+            errno,
+        };
+        let fd = match self.resolve(path, OFlag::O_PATH) {
+            Ok(fd) => fd,
+            Err(e) if e.errno == Errno::ENOENT => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let st = fstat(&fd).map_err(|e| err("stat", e))?;
+        if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+            return Err(ReadError::NotRegular {
+                path: path.to_owned(),
+                what: kind_name(st.st_mode),
+            });
+        }
+        let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
+        if size > max {
+            return Err(ReadError::TooLarge {
+                path: path.to_owned(),
+                size,
+                max,
+            });
+        }
+        // The same inode, reopened: nothing is resolved by name again.
+        let file = nix::fcntl::open(
+            &fd_path(&fd),
+            OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| err("reopen", e))?;
+        Ok(Some(File::from(file)))
+    }
+
+    /// A duplicate of the fd of directory `path` when [`Rootfs::mkdir_all`] opened it before,
+    /// resolved at least as strictly as `crossing` asks.
+    fn cached(&self, path: &Path, crossing: Crossing) -> Result<Option<OwnedFd>, RootfsError> {
         let dirs = self.dirs.borrow();
-        let Some((_, fd)) = dirs.iter().find(|(p, _)| p == path) else {
+        let Some((_, _, fd)) = dirs
+            .iter()
+            .find(|(p, c, _)| p == path && (*c == crossing || *c == Crossing::SameMount))
+        else {
             return Ok(None);
         };
         dup(fd, path).map(Some)
     }
 
     /// Keeps `fd` as directory `path` and returns a duplicate of it.
-    fn remember(&self, path: &Path, fd: OwnedFd) -> Result<OwnedFd, RootfsError> {
+    fn remember(
+        &self,
+        path: &Path,
+        crossing: Crossing,
+        fd: OwnedFd,
+    ) -> Result<OwnedFd, RootfsError> {
         let copy = dup(&fd, path)?;
-        self.dirs.borrow_mut().push((path.to_owned(), fd));
+        self.dirs.borrow_mut().push((path.to_owned(), crossing, fd));
         Ok(copy)
     }
+}
+
+/// `/proc/self/fd/N`: reaches the inode `fd` names without resolving any path of the image.
+pub fn fd_path(fd: &OwnedFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
 fn dup(fd: &OwnedFd, path: &Path) -> Result<OwnedFd, RootfsError> {
@@ -357,6 +511,13 @@ mod tests {
             5,
             "/, /opt, /opt/lib, /usr, /usr/lib"
         );
+        // A writable directory is resolved again without crossing mounts, then reused.
+        let d = r.writable_dir(Path::new("/usr/lib")).unwrap();
+        assert_eq!(ino(&d), ino(&a));
+        assert_eq!(r.dirs.borrow().len(), 8, "/, /usr, /usr/lib once more");
+        r.writable_dir(Path::new("/usr/lib")).unwrap();
+        r.mkdir_all(Path::new("/usr/lib")).unwrap();
+        assert_eq!(r.dirs.borrow().len(), 8);
     }
 
     #[test]

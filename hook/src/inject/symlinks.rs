@@ -2,7 +2,8 @@
 //!
 //! Made with `symlinkat` in the parent directory fd, so they work for images without a
 //! glibc `ldconfig` (musl, distroless) too. An image's own file or link at that name is replaced,
-//! as `ldconfig` would; a directory there is an error.
+//! as `ldconfig` would; a directory there is an error. The directory must be on the rootfs's own
+//! mount ([`Rootfs::writable_dir`]).
 
 use nix::errno::Errno;
 use nix::fcntl::readlinkat;
@@ -16,7 +17,7 @@ use super::InjectError;
 /// Creates `link` in the rootfs.
 pub fn create(root: &Rootfs, link: &Symlink) -> Result<(), InjectError> {
     let (parent, name) = split(&link.link)?;
-    let dir = root.mkdir_all(&parent)?;
+    let dir = root.writable_dir(&parent)?;
     let rerr = |op, errno| {
         InjectError::Rootfs(RootfsError {
             op,

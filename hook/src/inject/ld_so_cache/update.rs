@@ -10,11 +10,11 @@ use std::path::Path;
 use devinject_devices::{ContainerEdits, MountKind};
 use nix::errno::Errno;
 use nix::fcntl::{renameat, OFlag};
-use nix::sys::stat::{Mode, SFlag};
+use nix::sys::stat::Mode;
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
 use super::{elf_flags, Cache, Library, Unsupported};
-use crate::inject::rootfs::Rootfs;
+use crate::inject::rootfs::{ReadError, Rootfs, RootfsError};
 
 /// The cache, in the container.
 pub const CACHE: &str = "/etc/ld.so.cache";
@@ -40,7 +40,7 @@ pub enum UpdateError {
     Unsupported(#[from] Unsupported),
     /// Writing failed.
     #[error("cannot write {CACHE} in the container: {0}")]
-    Write(Errno),
+    Write(#[from] RootfsError),
 }
 
 /// The cache entries the container needs for the libraries `edits` mounts: each by its soname
@@ -93,23 +93,26 @@ pub fn update(root: &Rootfs, libs: &[Library]) -> Result<Updated, UpdateError> {
     if new == old {
         return Ok(Updated::AlreadyCurrent);
     }
-    install(root, &new).map_err(UpdateError::Write)?;
+    install(root, &new)?;
     Ok(Updated::Written)
 }
 
 /// Reads a regular file inside the rootfs, bounded; empty when there is none or it is not a
-/// regular file (a FIFO or device is never opened for reading: `O_NONBLOCK`, then a type check
-/// before the first read). Too large is [`Unsupported`].
+/// regular file. Nothing else is ever opened: a device node, FIFO or socket the image put there
+/// is seen through an `O_PATH` fd and left alone ([`Rootfs::open_regular`]). Larger than
+/// [`MAX_CACHE_BYTES`] is [`Unsupported`].
 pub fn read(root: &Rootfs, path: &str) -> Result<Vec<u8>, Unsupported> {
-    let Ok(fd) = root.resolve(Path::new(path), OFlag::O_RDONLY | OFlag::O_NONBLOCK) else {
-        return Ok(Vec::new());
+    let file = match root.open_regular(Path::new(path), MAX_CACHE_BYTES) {
+        Ok(Some(file)) => file,
+        Ok(None) => return Ok(Vec::new()),
+        Err(ReadError::TooLarge { .. }) => return Err(Unsupported::Damaged("larger than 64 MiB")),
+        Err(e) => {
+            tracing::debug!(error = %e, "not read: replaced by a new cache");
+            return Ok(Vec::new());
+        }
     };
-    if !is_regular(&fd) {
-        return Ok(Vec::new());
-    }
     let mut buf = Vec::new();
-    std::fs::File::from(fd)
-        .take(MAX_CACHE_BYTES + 1)
+    file.take(MAX_CACHE_BYTES + 1)
         .read_to_end(&mut buf)
         .map_err(|_| Unsupported::Damaged("unreadable"))?;
     if buf.len() as u64 > MAX_CACHE_BYTES {
@@ -118,24 +121,29 @@ pub fn read(root: &Rootfs, path: &str) -> Result<Vec<u8>, Unsupported> {
     Ok(buf)
 }
 
-fn is_regular(fd: &OwnedFd) -> bool {
-    nix::sys::stat::fstat(fd)
-        .is_ok_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG)
+/// Puts `bytes` in place as `/etc/ld.so.cache`: a temp file in `/etc` (an image's file or link
+/// by that name is removed, never followed, and ours is created `O_EXCL`, a new inode: a hard
+/// link to a host file there is never written), then a rename, both on the `/etc` fd resolved
+/// in-root on the rootfs's own mount ([`Rootfs::writable_dir`]: an `/etc` on a volume is
+/// refused). No `fsync`: the cache lives in a throw-away layer, and ld.so ignores a truncated
+/// one.
+pub fn install(root: &Rootfs, bytes: &[u8]) -> Result<(), RootfsError> {
+    let etc = root.writable_dir(Path::new("/etc"))?;
+    let err = |op, errno| RootfsError {
+        op,
+        path: Path::new(CACHE).to_owned(),
+        errno,
+    };
+    install_in(&etc, bytes).map_err(|e| err("write", e))
 }
 
-/// Puts `bytes` in place as `/etc/ld.so.cache`: a temp file in `/etc` (an image's file or link
-/// by that name is removed, never followed), then a rename, both on the `/etc` fd resolved
-/// in-root. No `fsync`: the cache lives in a throw-away layer, and ld.so ignores a truncated one.
-pub fn install(root: &Rootfs, bytes: &[u8]) -> Result<(), Errno> {
-    let etc = root
-        .resolve(Path::new("/etc"), OFlag::O_PATH | OFlag::O_DIRECTORY)
-        .map_err(|e| e.errno)?;
-    match unlinkat(&etc, TEMP_NAME, UnlinkatFlags::NoRemoveDir) {
+fn install_in(etc: &OwnedFd, bytes: &[u8]) -> Result<(), Errno> {
+    match unlinkat(etc, TEMP_NAME, UnlinkatFlags::NoRemoveDir) {
         Ok(()) | Err(Errno::ENOENT) => {}
         Err(e) => return Err(e),
     }
     let fd = nix::fcntl::openat(
-        &etc,
+        etc,
         TEMP_NAME,
         OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         Mode::from_bits_truncate(0o644),
@@ -147,8 +155,8 @@ pub fn install(root: &Rootfs, bytes: &[u8]) -> Result<(), Errno> {
     let moded = nix::sys::stat::fchmod(&file, Mode::from_bits_truncate(0o644));
     drop(file);
     if let Err(e) = written.and(moded) {
-        let _ = unlinkat(&etc, TEMP_NAME, UnlinkatFlags::NoRemoveDir);
+        let _ = unlinkat(etc, TEMP_NAME, UnlinkatFlags::NoRemoveDir);
         return Err(e);
     }
-    renameat(&etc, TEMP_NAME, &etc, "ld.so.cache")
+    renameat(etc, TEMP_NAME, etc, "ld.so.cache")
 }
