@@ -118,6 +118,44 @@ pub struct Cache {
     pub hwcaps: Vec<Vec<u8>>,
 }
 
+/// Keeps what a parsed cache holds linear in the file's size.
+///
+/// Entries name their strings by offset, and a crafted file can point 100,000 entries at the
+/// same few KiB of text, or at 100,000 different suffixes of it. Decoded, each entry's strings
+/// spelled out, that took gigabytes of memory and minutes of sorting, and wrote a cache hundreds
+/// of times the input. In a real cache each entry's path is its own string and its name a
+/// suffix of it, so everything its entries name adds up to about its own size. The budget: all
+/// the strings the entries name may add up to [`AMPLIFICATION`] times the file, plus
+/// [`BUDGET_SLACK`]; past that the file is [`Unsupported`] (ldconfig rebuilds the cache without
+/// reading it). Memory, sorting and the written cache are then linear in the input.
+struct StringBudget {
+    left: usize,
+}
+
+/// How many times its own size the strings a cache's entries name may add up to.
+const AMPLIFICATION: usize = 4;
+/// What every cache may name regardless of its size.
+const BUDGET_SLACK: usize = 64 << 10;
+
+impl StringBudget {
+    fn new(file_len: usize) -> Self {
+        Self {
+            left: file_len.saturating_mul(AMPLIFICATION) + BUDGET_SLACK,
+        }
+    }
+
+    /// Counts `s` against the budget.
+    fn take(&mut self, s: Vec<u8>) -> Result<Vec<u8>, Unsupported> {
+        self.left = self
+            .left
+            .checked_sub(s.len() + 1)
+            .ok_or(Unsupported::Damaged(
+                "its entries name far more text than it holds",
+            ))?;
+        Ok(s)
+    }
+}
+
 /// A little reader over the file with bounds checks.
 struct Bytes<'a>(&'a [u8]);
 
@@ -198,12 +236,14 @@ impl Cache {
         }
         let hwcaps = Self::parse_hwcaps(&b, base)?;
         let mut entries = Vec::with_capacity(nlibs);
+        let mut strings = StringBudget::new(file.len());
         for i in 0..nlibs {
             let at = base + HEADER + i * ENTRY;
+            let (name, path) = (b.u32(at + 4)?, b.u32(at + 8)?);
             let entry = Entry {
                 flags: b.u32(at)? as i32,
-                name: b.string(base, b.u32(at + 4)?)?,
-                path: b.string(base, b.u32(at + 8)?)?,
+                name: strings.take(b.string(base, name)?)?,
+                path: strings.take(b.string(base, path)?)?,
                 hwcap: b.u64(at + 16)?,
             };
             let is_ext = (entry.hwcap >> 32) & !ISA_LEVEL_MASK == HWCAP_EXTENSION >> 32;

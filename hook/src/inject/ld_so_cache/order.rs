@@ -12,8 +12,14 @@ use std::ffi::c_char;
 
 /// `_dl_cache_libcmp`: bytes compare as C `char` (signed on x86-64, unsigned on arm64), except
 /// that runs of decimal digits compare as numbers (`libfoo.so.10` after `libfoo.so.9`), and a
-/// digit sorts after any other byte at the same place. The numbers wrap like the C `int` they
-/// are parsed into, so that even absurd names sort as the loader compares them.
+/// digit sorts after any other byte at the same place.
+///
+/// glibc parses each digit run into a C `int` and returns `val1 - val2`: past `INT_MAX` that is
+/// signed overflow, undefined in C, and wrapping it (as this function once did) is not an order
+/// at all (`lib5` < `lib2147483653` < `lib7` < `lib5`): the sort then aborted the hook. Runs
+/// are compared here as numbers of any size (leading zeros dropped, then by length, then
+/// digit by digit): exactly glibc's order wherever glibc's is defined, and a total order
+/// everywhere.
 pub fn libcmp(a: &[u8], b: &[u8]) -> Ordering {
     let at = |s: &[u8], i: usize| s.get(i).copied().unwrap_or(0);
     let digit = |c: u8| c.is_ascii_digit();
@@ -27,20 +33,16 @@ pub fn libcmp(a: &[u8], b: &[u8]) -> Ordering {
             if !digit(c2) {
                 return Ordering::Greater;
             }
-            let mut v1: i32 = 0;
+            let (s1, s2) = (i, j);
             while digit(at(a, i)) {
-                v1 = v1.wrapping_mul(10).wrapping_add(i32::from(at(a, i) - b'0'));
                 i += 1;
             }
-            let mut v2: i32 = 0;
             while digit(at(b, j)) {
-                v2 = v2.wrapping_mul(10).wrapping_add(i32::from(at(b, j) - b'0'));
                 j += 1;
             }
-            // C returns `val1 - val2`, an int that may wrap: keep its sign.
-            let d = v1.wrapping_sub(v2);
-            if d != 0 {
-                return d.cmp(&0);
+            let order = number_cmp(&a[s1..i], &b[s2..j]);
+            if order != Ordering::Equal {
+                return order;
             }
         } else if digit(c2) {
             return Ordering::Less;
@@ -51,6 +53,18 @@ pub fn libcmp(a: &[u8], b: &[u8]) -> Ordering {
             j += 1;
         }
     }
+}
+
+/// Two runs of ASCII digits compared as the numbers they write, of any size.
+fn number_cmp(a: &[u8], b: &[u8]) -> Ordering {
+    let (a, b) = (significant(a), significant(b));
+    a.len().cmp(&b.len()).then_with(|| a.cmp(b))
+}
+
+/// A digit run without its leading zeros.
+fn significant(digits: &[u8]) -> &[u8] {
+    let zeros = digits.iter().take_while(|&&c| c == b'0').count();
+    &digits[zeros..]
 }
 
 /// A byte as this platform's C `char`, widened so that a difference cannot wrap.
@@ -86,6 +100,29 @@ pub fn entry_order(a: &SortKey<'_>, b: &SortKey<'_>) -> Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A total order on adversarial names: antisymmetric and transitive, so that sorting
+        /// can never detect an inconsistency and abort.
+        #[test]
+        fn libcmp_is_a_total_order(
+            names in proptest::collection::vec("(lib|[a.])?[0-9]{0,25}(\\.so)?[0-9a.]{0,3}", 3),
+        ) {
+            let (a, b, c) = (names[0].as_bytes(), names[1].as_bytes(), names[2].as_bytes());
+            prop_assert_eq!(libcmp(a, b), libcmp(b, a).reverse());
+            if libcmp(a, b) != Ordering::Greater && libcmp(b, c) != Ordering::Greater {
+                prop_assert_ne!(libcmp(a, c), Ordering::Greater, "{:?} {:?} {:?}", a, b, c);
+            }
+        }
+
+        /// Where glibc's `int` arithmetic is defined, the order is glibc's.
+        #[test]
+        fn small_numbers_order_as_glibc(x in 0u32..=i32::MAX as u32, y in 0u32..=i32::MAX as u32) {
+            let (a, b) = (format!("lib{x}.so"), format!("lib{y}.so"));
+            prop_assert_eq!(libcmp(a.as_bytes(), b.as_bytes()), x.cmp(&y));
+        }
+    }
 
     #[test]
     fn digits_compare_as_numbers() {
@@ -111,12 +148,27 @@ mod tests {
         assert_eq!(libcmp("libé".as_bytes(), b"liba"), expect);
     }
 
+    /// Issue 13, finding 4: numbers past `INT_MAX` wrapped, the order was not total, and the
+    /// sort aborted the injection child.
     #[test]
-    fn huge_numbers_wrap_like_c() {
-        // Must not panic; the result only has to be consistent with itself.
-        let a = b"lib99999999999999999999.so";
-        let b = b"lib1.so";
-        assert_eq!(libcmp(a, b), libcmp(b, a).reverse());
+    fn huge_numbers_compare_as_numbers() {
+        let less = [
+            (&b"lib5.so"[..], &b"lib2147483653.so"[..]),
+            (b"lib2147483647.so", b"lib2147483648.so"),
+            (
+                b"lib99999999999999999999.so",
+                b"lib100000000000000000000.so",
+            ),
+            (b"lib0005.so", b"lib6.so"),
+        ];
+        for (a, b) in less {
+            assert_eq!(libcmp(a, b), Ordering::Less, "{a:?} {b:?}");
+            assert_eq!(libcmp(b, a), Ordering::Greater, "{b:?} {a:?}");
+        }
+        assert_eq!(libcmp(b"lib0005.so", b"lib5.so"), Ordering::Equal);
+        let mut v: Vec<&[u8]> = vec![b"lib7.so", b"lib2147483653.so", b"lib5.so"];
+        v.sort_by(|x: &&[u8], y: &&[u8]| libcmp(x, y));
+        assert_eq!(v, [&b"lib5.so"[..], b"lib7.so", b"lib2147483653.so"]);
     }
 
     #[test]

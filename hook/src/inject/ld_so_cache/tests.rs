@@ -508,3 +508,53 @@ fn reads_the_compat_layout_ldconfig_writes() {
     assert!(!new.entries.is_empty());
     assert_eq!(compat.entries, new.entries);
 }
+
+/// A cache of `n` entries whose names and paths point at offset `i % spread` of one string of
+/// `len` bytes: every entry a different suffix of the same text.
+fn suffix_bomb(n: usize, len: usize, spread: usize) -> Vec<u8> {
+    let table = HEADER + n * ENTRY;
+    let mut v = MAGIC_NEW.to_vec();
+    v.extend((n as u32).to_ne_bytes());
+    v.extend(((len + 1) as u32).to_ne_bytes());
+    v.extend([ENDIAN_CURRENT, 0, 0, 0]);
+    v.resize(HEADER, 0);
+    for i in 0..n {
+        let off = (table + i % spread) as u32;
+        for word in [NATIVE as u32, off, off, 0] {
+            v.extend(word.to_ne_bytes());
+        }
+        v.extend(0u64.to_ne_bytes());
+    }
+    v.extend(std::iter::repeat_n(b'a', len));
+    v.push(0);
+    v
+}
+
+/// Issue 13, finding 3: 100,000 entries pointing into a few KiB of strings took gigabytes and
+/// wrote a cache hundreds of times the input. What is accepted stays linear in the input.
+#[test]
+fn caches_that_amplify_are_refused_and_what_is_accepted_stays_linear() {
+    for (n, len, spread) in [(100_000, 4000, 4000), (100_000, 4000, 1)] {
+        assert_eq!(
+            Cache::parse(&suffix_bomb(n, len, spread)),
+            Err(Unsupported::Damaged(
+                "its entries name far more text than it holds"
+            )),
+            "{n} entries into {len} bytes at {spread} offsets"
+        );
+    }
+    // Strings about as long as the entries that name them, as in real caches: accepted, and
+    // the output is bounded by the input.
+    for (n, len, spread) in [(20_000, 40, 40), (2_000, 100, 100), (8, 4000, 1)] {
+        let file = suffix_bomb(n, len, spread);
+        let mut cache = Cache::parse(&file).unwrap_or_else(|e| panic!("{n} {len} {spread}: {e}"));
+        cache.add(&[lib("libx.so.1", "/usr/lib/libx.so.1")]);
+        let out = cache.to_bytes();
+        let bound = HEADER + (n + 1) * ENTRY + AMPLIFICATION * file.len() + BUDGET_SLACK + 256;
+        assert!(
+            out.len() <= bound,
+            "{n} {len} {spread}: {} > {bound}",
+            out.len()
+        );
+    }
+}
