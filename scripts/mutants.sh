@@ -43,7 +43,7 @@ echo "mutants: scope $scope"
 for run in "${runs[@]}"; do
   name=${run%%:*}
   d="$out/$name/mutants.out"
-  count() { [ -f "$d/$1.txt" ] && grep -c . "$d/$1.txt" || echo 0; }
+  count() { if [ -s "$d/$1.txt" ]; then grep -c . "$d/$1.txt"; else echo 0; fi; }
   caught=$(count caught) missed=$(count missed) timeout=$(count timeout) unviable=$(count unviable)
   viable=$((caught + missed + timeout))
   score=$([ "$viable" -gt 0 ] && echo "$(( (caught + timeout) * 1000 / viable ))" || echo 0)

@@ -160,3 +160,61 @@ fn user_namespace_nodes_were_bound_from_the_container_path() {
     let report = Report::parse(&String::from_utf8_lossy(&out.stdout));
     assert_demo_granted_0_1(&report, &out);
 }
+
+/// Issue 13, finding 8: runc also reads `-bundle=B`, `--b B`, `-b=B` and a bundle flag written
+/// after the id. The shim used to miss them and edit `./config.json` in its working directory
+/// while runc ran the unedited bundle. Run from a directory holding a decoy `config.json`, every
+/// spelling must inject into the real bundle and leave the decoy alone.
+#[test]
+fn shim_reads_every_runc_spelling_of_the_bundle() {
+    if !require_runc_demo() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let host = demo_host(&t.path().join("host"), &["demo"]).unwrap();
+    let b = bundle(t.path(), &host, Some("0,1"));
+    b.write().unwrap();
+    let decoy = t.path().join("decoy");
+    std::fs::create_dir_all(&decoy).unwrap();
+    let original = std::fs::read(b.dir.join("config.json")).unwrap();
+    std::fs::write(decoy.join("config.json"), &original).unwrap();
+    let dir = b.dir.to_string_lossy().into_owned();
+    let spellings: [Vec<String>; 5] = [
+        vec![format!("-bundle={dir}")],
+        vec!["--b".into(), dir.clone()],
+        vec![format!("-b={dir}")],
+        vec!["-bundle".into(), dir.clone()],
+        vec![format!("--bundle={dir}")],
+    ];
+    for (i, spelling) in spellings.iter().enumerate() {
+        // A fresh, unedited spec for every start.
+        std::fs::write(b.dir.join("config.json"), &original).unwrap();
+        let id = container_id("spelling");
+        let state = t.path().join(format!("state{i}"));
+        let mut cmd = std::process::Command::new(&shim_cmd(&host, &runc_path())[0]);
+        cmd.args(&shim_cmd(&host, &runc_path())[1..])
+            .arg("--root")
+            .arg(&state)
+            .arg("run");
+        // The last spelling comes after the id, where urfave/cli still reads it.
+        if i == spellings.len() - 1 {
+            cmd.arg(&id).args(spelling);
+        } else {
+            cmd.args(spelling).arg(&id);
+        }
+        let out = cmd.current_dir(&decoy).output().unwrap();
+        let _ = std::process::Command::new(runc_path())
+            .arg("--root")
+            .arg(&state)
+            .args(["delete", "--force", &id])
+            .output();
+        assert!(out.status.success(), "{spelling:?}: {}", describe(&out));
+        let report = Report::parse(&String::from_utf8_lossy(&out.stdout));
+        assert_demo_granted_0_1(&report, &out);
+        assert_eq!(
+            std::fs::read(decoy.join("config.json")).unwrap(),
+            original,
+            "{spelling:?}: the decoy in the working directory was edited"
+        );
+    }
+}

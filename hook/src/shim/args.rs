@@ -1,21 +1,69 @@
 //! The shim's command line: our own optional flags first, then the runtime's, untouched.
 //!
 //! Engines call `<shim> [runtimeArgs...] [runtime global flags] <command> [command flags] <id>`
-//! (docker puts daemon.json `runtimeArgs` first). We only need to know the command, the bundle of
+//! (docker puts daemon.json `runtimeArgs` first). We need the command, the bundle of
 //! `create`/`run`, and where the runtime logs, so errors reach the engine's user.
+//!
+//! The bundle decides which `config.json` we edit, so we must read it exactly as the runtime
+//! will. runc parses with urfave/cli v1 over Go's `flag` package: a flag has one dash or two
+//! (`-bundle`, `--b`), its value follows `=` or comes as the next argument (`-b=B`, `--bundle B`),
+//! a boolean takes a value only after `=`, `--` ends the flags, and parsing stops at the first
+//! argument that is not a flag. For the command's flags, urfave/cli first moves flags written
+//! after the container id in front of it (`reorder_args`). crun (GNU argp) accepts the same
+//! `--name value` and `--name=value` spellings that engines use. A spelling we cannot parse
+//! as runc would (an unknown flag, a value missing, `-bVALUE`) is refused: the shim then fails
+//! with that message rather than edit `./config.json` while runc runs another bundle.
 
 use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-/// Global runtime flags (runc and crun) that take a value.
-const VALUE_FLAGS: [&str; 7] = [
-    "--root",
-    "--log",
-    "--log-format",
-    "--criu",
-    "--rootless",
-    "--cgroup-manager",
-    "--log-level",
+/// A runtime flag: its names (without dashes) and whether it takes a value.
+#[derive(Debug, Clone, Copy)]
+struct Flag {
+    names: &'static [&'static str],
+    value: bool,
+}
+
+const fn value(names: &'static [&'static str]) -> Flag {
+    Flag { names, value: true }
+}
+
+const fn boolean(names: &'static [&'static str]) -> Flag {
+    Flag {
+        names,
+        value: false,
+    }
+}
+
+/// runc's global flags (1.1), with crun's `--log-level` and `--cgroup-manager`.
+const GLOBAL_FLAGS: &[Flag] = &[
+    boolean(&["debug"]),
+    value(&["log"]),
+    value(&["log-format"]),
+    value(&["log-level"]),
+    value(&["root"]),
+    value(&["criu"]),
+    boolean(&["systemd-cgroup"]),
+    value(&["cgroup-manager"]),
+    value(&["rootless"]),
+    boolean(&["help", "h"]),
+    boolean(&["version", "v"]),
+];
+
+/// The flags of runc's `create` and `run` (1.1; `pidfd-socket` from 1.2).
+const CREATE_FLAGS: &[Flag] = &[
+    value(&["bundle", "b"]),
+    value(&["console-socket"]),
+    value(&["pidfd-socket"]),
+    value(&["pid-file"]),
+    boolean(&["no-pivot"]),
+    boolean(&["no-new-keyring"]),
+    value(&["preserve-fds"]),
+    boolean(&["detach", "d"]),
+    boolean(&["keep"]),
+    boolean(&["no-subreaper"]),
+    boolean(&["help", "h"]),
 ];
 
 /// The parsed command line.
@@ -43,6 +91,133 @@ pub enum ArgsError {
     /// One of our flags lacks its value.
     #[error("{0} needs a value")]
     MissingValue(&'static str),
+    /// A runtime flag we do not know: we cannot tell whether it takes a value, so not where
+    /// the bundle is.
+    #[error("runtime flag {flag:?} ({place}) is not one runc knows: refusing to guess which bundle runc would use")]
+    UnknownFlag {
+        /// The argument.
+        flag: String,
+        /// Before the command, or the command's.
+        place: &'static str,
+    },
+    /// A runtime flag that takes a value has none.
+    #[error("runtime flag {0:?} needs a value")]
+    RuntimeMissingValue(String),
+    /// `create` and `run` take exactly one argument, the container id, as runc checks.
+    #[error("runtime command {command} takes one container id after its flags, got {got:?}")]
+    ContainerId {
+        /// The command.
+        command: String,
+        /// The arguments left after its flags.
+        got: Vec<String>,
+    },
+    /// A boolean runtime flag with a value Go's `strconv.ParseBool` refuses.
+    #[error("runtime flag {0:?} takes true or false")]
+    BadBool(String),
+}
+
+/// One flag as Go's `flag` package reads it.
+enum Parsed<'a> {
+    /// Not a flag: flag parsing stops here.
+    NotFlag,
+    /// `--`: flag parsing stops after it.
+    End,
+    /// A flag of `set`, and its value (`None` for booleans).
+    Flag(&'static Flag, Option<&'a OsStr>),
+}
+
+/// Reads `args[i]` (and for a value flag written without `=`, `args[i + 1]`) as Go's `flag`
+/// package does; returns what it is and how many arguments it used.
+fn parse_one<'a>(
+    args: &'a [OsString],
+    i: usize,
+    set: &'static [Flag],
+    place: &'static str,
+) -> Result<(Parsed<'a>, usize), ArgsError> {
+    let arg = args[i].as_bytes();
+    if arg.len() < 2 || arg[0] != b'-' {
+        return Ok((Parsed::NotFlag, 0));
+    }
+    let body = if arg[1] == b'-' {
+        if arg.len() == 2 {
+            return Ok((Parsed::End, 1));
+        }
+        &arg[2..]
+    } else {
+        &arg[1..]
+    };
+    let shown = || String::from_utf8_lossy(arg).into_owned();
+    if body.starts_with(b"-") || body.starts_with(b"=") {
+        return Err(ArgsError::UnknownFlag {
+            flag: shown(),
+            place,
+        });
+    }
+    let (name, inline) = match body.iter().position(|&b| b == b'=') {
+        Some(eq) => (&body[..eq], Some(OsStr::from_bytes(&body[eq + 1..]))),
+        None => (body, None),
+    };
+    let flag = set
+        .iter()
+        .find(|f| f.names.iter().any(|n| n.as_bytes() == name))
+        .ok_or_else(|| ArgsError::UnknownFlag {
+            flag: shown(),
+            place,
+        })?;
+    if !flag.value {
+        if let Some(v) = inline {
+            let ok = [
+                "1", "t", "T", "TRUE", "true", "True", "0", "f", "F", "FALSE", "false", "False",
+            ];
+            if !ok.iter().any(|o| OsStr::new(o) == v) {
+                return Err(ArgsError::BadBool(shown()));
+            }
+        }
+        return Ok((Parsed::Flag(flag, None), 1));
+    }
+    match inline {
+        Some(v) => Ok((Parsed::Flag(flag, Some(v)), 1)),
+        None => match args.get(i + 1) {
+            Some(v) => Ok((Parsed::Flag(flag, Some(v.as_os_str())), 2)),
+            None => Err(ArgsError::RuntimeMissingValue(shown())),
+        },
+    }
+}
+
+/// urfave/cli v1's `reorderArgs`: flags written after positional arguments are moved in front of
+/// them (with the argument after a flag written without `=`, when that does not start with a
+/// dash), up to a `--`.
+fn reorder_args(args: &[OsString], set: &'static [Flag]) -> Vec<OsString> {
+    // urfave/cli's `argIsFlag`: up to two leading dashes off, up to the first `=`, a known name.
+    let is_flag = |a: &OsStr| {
+        let b = a.as_bytes();
+        if b.len() < 2 || b[0] != b'-' || b == b"--" {
+            return false;
+        }
+        let body = b.strip_prefix(b"--").unwrap_or(b);
+        let body = body.strip_prefix(b"-").unwrap_or(body);
+        let name = body.split(|&c| c == b'=').next().unwrap_or(body);
+        set.iter()
+            .any(|f| f.names.iter().any(|n| n.as_bytes() == name))
+    };
+    let (mut flags, mut rest) = (Vec::new(), Vec::new());
+    let mut may_be_value = false;
+    for (i, a) in args.iter().enumerate() {
+        if a == "--" {
+            rest.extend_from_slice(&args[i..]);
+            break;
+        } else if may_be_value && !a.as_bytes().starts_with(b"-") {
+            may_be_value = false;
+            flags.push(a.clone());
+        } else if is_flag(a) {
+            flags.push(a.clone());
+            may_be_value = !a.as_bytes().contains(&b'=');
+        } else {
+            rest.push(a.clone());
+        }
+    }
+    flags.extend(rest);
+    flags
 }
 
 impl ShimArgs {
@@ -69,72 +244,73 @@ impl ShimArgs {
             }
         }
         out.runtime_args = it.collect();
-        out.scan();
+        out.scan()?;
         Ok(out)
     }
 
-    fn scan(&mut self) {
-        let args = &self.runtime_args;
+    fn scan(&mut self) -> Result<(), ArgsError> {
+        let args = self.runtime_args.clone();
+        // Global flags, up to the first argument that is not one: the command.
         let mut i = 0;
-        // Global flags, then the command.
         while i < args.len() {
-            let a = args[i].to_string_lossy();
-            if !a.starts_with('-') {
-                self.command = Some(a.into_owned());
-                i += 1;
-                break;
-            }
-            let (flag, inline) = match a.split_once('=') {
-                Some((f, v)) => (f.to_owned(), Some(v.to_owned())),
-                None => (a.clone().into_owned(), None),
-            };
-            let flag = normalise(&flag);
-            if VALUE_FLAGS.contains(&flag.as_str()) {
-                let value = match inline {
-                    Some(v) => Some(v),
-                    None => {
-                        i += 1;
-                        args.get(i).map(|v| v.to_string_lossy().into_owned())
+            let (parsed, used) = parse_one(&args, i, GLOBAL_FLAGS, "before the command")?;
+            match parsed {
+                Parsed::NotFlag => break,
+                Parsed::End => {
+                    i += used;
+                    break;
+                }
+                Parsed::Flag(flag, v) => {
+                    let v = v.map(OsStr::to_owned);
+                    match flag.names[0] {
+                        "log" => self.log = v.map(PathBuf::from),
+                        "log-format" => self.log_format = v.map(|v| v.to_string_lossy().into()),
+                        _ => {}
                     }
-                };
-                match flag.as_str() {
-                    "--log" => self.log = value.map(PathBuf::from),
-                    "--log-format" => self.log_format = value,
-                    _ => {}
                 }
             }
-            i += 1;
+            i += used;
         }
-        if !matches!(self.command.as_deref(), Some("create" | "run")) {
-            return;
+        let Some(command) = args.get(i) else {
+            return Ok(());
+        };
+        self.command = Some(command.to_string_lossy().into_owned());
+        if !self.edits_bundle() {
+            return Ok(());
         }
-        while i < args.len() {
-            let a = args[i].to_string_lossy();
-            if let Some(v) = a
-                .strip_prefix("--bundle=")
-                .or_else(|| a.strip_prefix("-b="))
-            {
-                self.bundle = Some(PathBuf::from(v));
-            } else if a == "--bundle" || a == "-b" || a == "-bundle" {
-                self.bundle = args.get(i + 1).map(PathBuf::from);
-                i += 1;
+        let rest = reorder_args(&args[i + 1..], CREATE_FLAGS);
+        let mut j = 0;
+        while j < rest.len() {
+            let (parsed, used) = parse_one(&rest, j, CREATE_FLAGS, "of create/run")?;
+            match parsed {
+                Parsed::NotFlag => break,
+                Parsed::End => {
+                    j += used;
+                    break;
+                }
+                Parsed::Flag(flag, v) => {
+                    if flag.names[0] == "bundle" {
+                        self.bundle = v.map(PathBuf::from);
+                    }
+                }
             }
-            i += 1;
+            j += used;
         }
+        if rest.len() != j + 1 {
+            return Err(ArgsError::ContainerId {
+                command: command.to_string_lossy().into_owned(),
+                got: rest[j..]
+                    .iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect(),
+            });
+        }
+        Ok(())
     }
 
     /// True for the commands whose bundle the shim edits.
     pub fn edits_bundle(&self) -> bool {
         matches!(self.command.as_deref(), Some("create" | "run"))
-    }
-}
-
-/// Go's flag package accepts `-flag` as well as `--flag`.
-fn normalise(flag: &str) -> String {
-    if flag.starts_with("--") {
-        flag.to_owned()
-    } else {
-        format!("-{flag}")
     }
 }
 
@@ -178,6 +354,112 @@ mod tests {
             "our flags are stripped"
         );
         assert!(a.edits_bundle());
+    }
+
+    /// Issue 13, finding 8: every spelling runc's flag library accepts names the bundle runc
+    /// uses; what it would refuse, or what we cannot read as it does, is refused.
+    #[test]
+    fn every_runc_spelling_of_the_bundle() {
+        let bundle = |line: &[&str]| ShimArgs::parse(os_args(line)).map(|a| a.bundle);
+        let b = Ok(Some(PathBuf::from("/b")));
+        for line in [
+            &["create", "--bundle", "/b", "id"][..],
+            &["create", "--bundle=/b", "id"],
+            &["create", "-bundle", "/b", "id"],
+            &["create", "-bundle=/b", "id"],
+            &["create", "-b", "/b", "id"],
+            &["create", "-b=/b", "id"],
+            &["create", "--b", "/b", "id"],
+            &["create", "--b=/b", "id"],
+            &[
+                "--root", "/r", "-log=/l", "--debug", "create", "-b", "/b", "id",
+            ],
+            &[
+                "-debug=true",
+                "--systemd-cgroup=false",
+                "run",
+                "-d",
+                "-b=/b",
+                "id",
+            ],
+            &["create", "--no-pivot", "--pid-file", "/p", "-b", "/b", "id"],
+            // urfave/cli moves flags written after the id in front of it.
+            &["create", "id", "--bundle", "/b"],
+            &["create", "id", "-b=/b"],
+            // The last one wins, as in Go's flag package.
+            &["create", "-b", "/a", "--bundle=/b", "id"],
+        ] {
+            assert_eq!(bundle(line), b, "{line:?}");
+        }
+        for line in [&["create", "id"][..], &["create", "--", "-b"]] {
+            assert_eq!(bundle(line), Ok(None), "{line:?}");
+        }
+        let refused = |line: &[&str]| ShimArgs::parse(os_args(line)).unwrap_err();
+        for (line, err) in [
+            (
+                &["create", "-b/b", "id"][..],
+                ArgsError::UnknownFlag {
+                    flag: "-b/b".into(),
+                    place: "of create/run",
+                },
+            ),
+            (
+                &["--unknown", "x", "create", "-b", "/b", "id"],
+                ArgsError::UnknownFlag {
+                    flag: "--unknown".into(),
+                    place: "before the command",
+                },
+            ),
+            (
+                &["create", "---bundle", "/b", "id"],
+                ArgsError::UnknownFlag {
+                    flag: "---bundle".into(),
+                    place: "of create/run",
+                },
+            ),
+            // urfave/cli moves `-b` in front of the id, which becomes its value: no id is left.
+            (
+                &["create", "id", "-b"],
+                ArgsError::ContainerId {
+                    command: "create".into(),
+                    got: vec![],
+                },
+            ),
+            // Flag parsing stops at the id once a boolean precedes it (urfave/cli quirk): runc
+            // sees `-b /b` as more arguments and fails; we must not edit /b either.
+            (
+                &["create", "--no-pivot", "id", "-b", "/b"],
+                ArgsError::ContainerId {
+                    command: "create".into(),
+                    got: vec!["id".into(), "-b".into(), "/b".into()],
+                },
+            ),
+            // urfave/cli leaves the unknown-looking `-x` behind the reordered flags, so
+            // `--pid-file` takes `-b` as its value and `/b` is an argument.
+            (
+                &["create", "--pid-file", "-x", "-b", "/b", "id"],
+                ArgsError::ContainerId {
+                    command: "create".into(),
+                    got: vec!["/b".into(), "-x".into(), "id".into()],
+                },
+            ),
+            (
+                &["create", "-b", "/b"],
+                ArgsError::ContainerId {
+                    command: "create".into(),
+                    got: vec![],
+                },
+            ),
+            (&["--root"], ArgsError::RuntimeMissingValue("--root".into())),
+            (
+                &["--debug=maybe", "create", "id"],
+                ArgsError::BadBool("--debug=maybe".into()),
+            ),
+        ] {
+            assert_eq!(refused(line), err, "{line:?}");
+        }
+        // Commands whose bundle we do not edit are not parsed past the command.
+        assert!(ShimArgs::parse(os_args(&["delete", "--force", "--whatever", "id"])).is_ok());
     }
 
     #[test]
