@@ -122,7 +122,7 @@ pub fn activate(
                 let socket = target
                     .socket
                     .as_deref()
-                    .map(|s| layout.host.resolve(s))
+                    .map(|s| layout.host.access(s))
                     .ok_or_else(|| fail("it has no socket".into()))?;
                 let pid = ctl.socket_owner(&socket).ok_or_else(|| {
                     fail(format!(
@@ -195,7 +195,7 @@ fn docker_pid(layout: &Layout) -> std::result::Result<(PathBuf, i32), String> {
         ],
     };
     for host in &candidates {
-        let access = layout.host.resolve(host);
+        let access = layout.host.access(host);
         let Ok(text) = std::fs::read_to_string(&access) else {
             continue;
         };

@@ -151,9 +151,9 @@ impl Evidence {
     /// Looks at the host.
     pub fn gather(layout: &Layout) -> Evidence {
         let host = &layout.host;
-        let exists = |p: &str| host.resolve(Path::new(p)).exists();
+        let exists = |p: &str| host.access(Path::new(p)).exists();
         let socket = |p: &str| {
-            std::fs::metadata(host.resolve(Path::new(p))).is_ok_and(|m| m.file_type().is_socket())
+            std::fs::metadata(host.access(Path::new(p))).is_ok_and(|m| m.file_type().is_socket())
         };
         Evidence {
             k3s: exists(&format!("{K3S_CONTAINERD_DIR}/config.toml")),
@@ -249,7 +249,7 @@ impl Evidence {
 
 /// The kubelet's container runtime endpoint, from its config file or kubeadm's flags file.
 fn kubelet_endpoint(layout: &Layout) -> Option<String> {
-    let read = |p: &str| std::fs::read_to_string(layout.host.resolve(Path::new(p))).ok();
+    let read = |p: &str| std::fs::read_to_string(layout.host.access(Path::new(p))).ok();
     if let Some(text) = read("/var/lib/kubelet/config.yaml") {
         for line in text.lines() {
             if let Some(v) = line.trim().strip_prefix("containerRuntimeEndpoint:") {

@@ -3,21 +3,19 @@
 //! can open.
 //!
 //! Paths written *into* files (a runtime entry's binary, the hook's profile directory) are host
-//! paths; files are opened at `root` joined with the host path. Absolute symlinks on the host
-//! (`/var/run -> /run`) point outside the prefix when followed naively, so [`HostRoot::resolve`]
-//! follows them inside the root for the files the installer only reads (sockets, pid files).
+//! paths; files are opened at the path [`HostRoot::access`] gives, with the host's absolute
+//! symlinks (`/var/run -> /run`, `/etc/docker -> /srv/docker`) followed inside the root, for
+//! every file the installer reads or writes.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
+
+use devinject_runtime_config::host_root::resolve_in_root;
 
 /// The host's root as seen by this process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostRoot {
     root: PathBuf,
 }
-
-/// How many symlinks [`HostRoot::resolve`] follows before giving up (as the kernel's
-/// `MAXSYMLINKS`).
-const MAX_LINKS: usize = 40;
 
 impl HostRoot {
     /// The host's `/` is reachable at `root`.
@@ -30,13 +28,11 @@ impl HostRoot {
         &self.root
     }
 
-    /// Where the host path `host` can be opened by this process (no symlink resolution).
+    /// Where the host path `host` can be opened by this process: symlinks on the way are
+    /// followed as the host would follow them, staying inside the root
+    /// ([`devinject_runtime_config::host_root`], shared with `devinject-ctl`).
     pub fn access(&self, host: &Path) -> PathBuf {
-        let rel = host.strip_prefix("/").unwrap_or(host);
-        if rel.as_os_str().is_empty() {
-            return self.root.clone();
-        }
-        self.root.join(rel)
+        resolve_in_root(&self.root, host)
     }
 
     /// The host path of `access`, a path below the root.
@@ -46,47 +42,6 @@ impl HostRoot {
             Err(_) => access.to_path_buf(),
         }
     }
-
-    /// Like [`HostRoot::access`], but symlinks on the way are followed as the host would follow
-    /// them, staying inside the root. A missing component ends the walk (the rest is appended).
-    pub fn resolve(&self, host: &Path) -> PathBuf {
-        let mut resolved = PathBuf::from("/");
-        let mut pending: Vec<PathBuf> = components_rev(host);
-        let mut links = 0;
-        while let Some(part) = pending.pop() {
-            if part.as_os_str() == ".." {
-                resolved.pop();
-                continue;
-            }
-            let candidate = resolved.join(&part);
-            match std::fs::read_link(self.access(&candidate)) {
-                Ok(target) if links < MAX_LINKS => {
-                    links += 1;
-                    if target.is_absolute() {
-                        resolved = PathBuf::from("/");
-                    }
-                    pending.extend(components_rev(&target));
-                }
-                _ => resolved = candidate,
-            }
-        }
-        self.access(&resolved)
-    }
-}
-
-/// The normal components of `path` in reverse order (so that `pop` yields them in order), with
-/// `..` kept and `.` dropped.
-fn components_rev(path: &Path) -> Vec<PathBuf> {
-    let mut parts: Vec<PathBuf> = path
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(n) => Some(PathBuf::from(n)),
-            Component::ParentDir => Some(PathBuf::from("..")),
-            _ => None,
-        })
-        .collect();
-    parts.reverse();
-    parts
 }
 
 #[cfg(test)]
@@ -104,34 +59,16 @@ mod tests {
         assert_eq!(plain.access(Path::new("/etc/x")), PathBuf::from("/etc/x"));
     }
 
+    /// Issue 13, finding 7: `/etc/docker -> /somewhere` on the host led outside the root.
     #[test]
-    fn resolve_follows_absolute_links_inside_the_root() {
+    fn absolute_links_on_the_host_stay_inside_the_root() {
         let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("etc")).expect("mkdir");
+        std::fs::create_dir_all(dir.path().join("srv/docker")).expect("mkdir");
+        std::os::unix::fs::symlink("/srv/docker", dir.path().join("etc/docker")).expect("symlink");
         let h = HostRoot::new(dir.path());
-        std::fs::create_dir_all(dir.path().join("run")).expect("mkdir");
-        std::fs::create_dir_all(dir.path().join("var")).expect("mkdir");
-        std::os::unix::fs::symlink("/run", dir.path().join("var/run")).expect("symlink");
-        std::fs::write(dir.path().join("run/docker.pid"), "42").expect("write");
-        let p = h.resolve(Path::new("/var/run/docker.pid"));
-        assert_eq!(p, dir.path().join("run/docker.pid"));
-        assert_eq!(std::fs::read_to_string(p).expect("read"), "42");
-        // Relative links and `..` stay inside too.
-        std::os::unix::fs::symlink("../../../../run", dir.path().join("var/up")).expect("symlink");
-        assert_eq!(
-            h.resolve(Path::new("/var/up/docker.pid")),
-            dir.path().join("run/docker.pid")
-        );
-        // A missing path resolves to where it would be.
-        assert_eq!(h.resolve(Path::new("/nope/x")), dir.path().join("nope/x"));
-    }
-
-    #[test]
-    fn resolve_gives_up_on_link_loops() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let h = HostRoot::new(dir.path());
-        std::os::unix::fs::symlink("/b", dir.path().join("a")).expect("symlink");
-        std::os::unix::fs::symlink("/a", dir.path().join("b")).expect("symlink");
-        // Terminates; the exact result does not matter.
-        let _ = h.resolve(Path::new("/a/x"));
+        let a = h.access(Path::new("/etc/docker/daemon.json"));
+        assert_eq!(a, dir.path().join("srv/docker/daemon.json"));
+        assert_eq!(h.host_of(&a), PathBuf::from("/srv/docker/daemon.json"));
     }
 }

@@ -40,7 +40,7 @@ pub fn render(settings: &HostConfigSettings, layout: &Layout, targets: &[Target]
         .iter()
         .filter_map(Target::bundled_runc)
         .map(Path::new)
-        .find(|p| layout.host.resolve(p).exists());
+        .find(|p| layout.host.access(p).exists());
     if let Some(r) = settings.oci_runtime.as_deref().or(bundled) {
         doc.insert("runtime", path(r));
     }

@@ -56,7 +56,7 @@ pub fn users(layout: &Layout, shim: &Path) -> Vec<User> {
     let mut found = Vec::new();
     let mut seen_dirs: Vec<PathBuf> = Vec::new();
     for dir in TASK_DIRS {
-        let access = layout.host.resolve(Path::new(dir));
+        let access = layout.host.access(Path::new(dir));
         // /var/run usually links to /run: do not count the same directory twice.
         let canonical = std::fs::canonicalize(&access).unwrap_or(access.clone());
         if seen_dirs.contains(&canonical) {

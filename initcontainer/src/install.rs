@@ -122,7 +122,7 @@ pub fn install(
             pod_resources_socket,
         } = &opts.host_config.policy
         {
-            if !layout.host.resolve(pod_resources_socket).exists() {
+            if !layout.host.access(pod_resources_socket).exists() {
                 cx.report.notes.push(format!(
                     "the kubelet's pod-resources socket {} is not there: the kubernetes policy \
                      honours no device request until it is (is /var/lib/kubelet/pod-resources \

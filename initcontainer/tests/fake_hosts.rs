@@ -189,6 +189,16 @@ fn files_that_were_there_before_come_back_on_uninstall() {
         "# written by hand\nlog_level = \"debug\"\n",
     );
     h.write("/etc/devinject/profiles/site.toml.disabled", "x");
+    if nix::unistd::geteuid().is_root() {
+        // Someone else's files: uninstall must bring their owner back too.
+        for p in [
+            "/etc/devinject/config.toml",
+            "/etc/devinject/profiles/site.toml.disabled",
+        ] {
+            let (uid, gid) = support::SEEDED_OWNER;
+            std::os::unix::fs::lchown(h.path(p), Some(uid), Some(gid)).expect("lchown");
+        }
+    }
     let before = h.snapshot();
     let mut ctl = Recorder::default();
     ok(install(&options(&h, EngineChoice::Auto), &mut ctl));
@@ -582,4 +592,64 @@ fn rke2_gets_its_template_its_runc_and_its_unit() {
         .contains("runtime = \"/var/lib/rancher/rke2/bin/runc\""));
     ok(uninstall(&un_options(&h), &mut ctl));
     assert_same(&h.snapshot(), &before, "rke2 uninstall");
+}
+
+/// Issue 13, finding 7: the host's absolute links (`/etc/docker -> /<dir>/docker`, `/opt ->
+/// /<dir>/opt`) were followed from the installer's own `/`, outside `--host-root`: it wrote
+/// elsewhere, reported success, and uninstall acted on the wrong files. The same absolute
+/// targets also exist outside the fake host, as canaries that must stay untouched.
+#[test]
+fn absolute_links_on_the_host_are_followed_inside_the_host_root() {
+    let golden = support::golden_before("docker-nvidia-default").join("etc/docker/daemon.json");
+    let original = std::fs::read_to_string(&golden).expect("golden");
+    let outside = tempfile::tempdir().expect("outside");
+    let target = |p: &str| format!("{}/{p}", outside.path().display());
+    // Outside the host root: what a naive join would reach.
+    std::fs::create_dir_all(outside.path().join("docker")).expect("mkdir");
+    std::fs::create_dir_all(outside.path().join("opt")).expect("mkdir");
+    std::fs::write(
+        outside.path().join("docker/daemon.json"),
+        "{\"canary\": true}\n",
+    )
+    .expect("canary");
+    let canaries = support::snapshot(outside.path());
+    // Inside it: the same paths below the root, as the host sees them.
+    let h = FakeHost::new(None);
+    h.write(&format!("{}/daemon.json", target("docker")), &original);
+    std::fs::create_dir_all(h.path(&target("opt"))).expect("mkdir");
+    std::fs::create_dir_all(h.path("/etc")).expect("mkdir");
+    std::os::unix::fs::symlink(target("docker"), h.path("/etc/docker")).expect("symlink");
+    if std::fs::symlink_metadata(h.path("/opt")).is_ok() {
+        std::fs::remove_dir_all(h.path("/opt")).expect("rm /opt");
+    }
+    std::os::unix::fs::symlink(target("opt"), h.path("/opt")).expect("symlink");
+    let before = h.snapshot();
+
+    let mut ctl = Recorder::default();
+    ok(install(&options(&h, EngineChoice::Auto), &mut ctl));
+    assert_same(
+        &support::snapshot(outside.path()),
+        &canaries,
+        "outside the host root after install",
+    );
+    let configured = h.read(&format!("{}/daemon.json", target("docker")));
+    assert!(configured.contains("devinject-runtime"), "{configured}");
+    assert!(
+        h.path(&format!("{}/devinject", target("opt"))).is_dir(),
+        "the binaries go where the host's /opt leads"
+    );
+
+    ok(uninstall(&un_options(&h), &mut ctl));
+    assert_same(
+        &support::snapshot(outside.path()),
+        &canaries,
+        "outside the host root after uninstall",
+    );
+    let opt_devinject = format!("{}/devinject", target("opt"));
+    let rel = opt_devinject.trim_start_matches('/').to_owned();
+    let mut now = h.snapshot();
+    let mut was = before;
+    now.retain(|p, _| !p.starts_with(&rel));
+    was.retain(|p, _| !p.starts_with(&rel));
+    assert_same(&now, &was, "the host root after uninstall");
 }

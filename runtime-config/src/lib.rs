@@ -33,6 +33,7 @@ pub mod diff;
 pub mod doctor;
 pub mod engines;
 pub mod error;
+pub mod host_root;
 pub mod load;
 pub mod lock;
 pub mod reload;

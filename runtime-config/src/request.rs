@@ -125,30 +125,13 @@ impl Default for HostPaths {
 }
 
 impl HostPaths {
-    /// Where the host path `host` can be read and written by this process.
-    ///
-    /// A symlink at the end of the path is followed (up to 8 hops), with absolute targets taken
-    /// as host paths below the root: a configuration file kept elsewhere and linked into place
+    /// Where the host path `host` can be read and written by this process: every symlink on
+    /// the way, absolute ones included, followed inside the root as the host follows it
+    /// ([`crate::host_root`]). A configuration file kept elsewhere and linked into place
     /// (`/etc/docker/daemon.json -> /srv/node/daemon.json`) is read and replaced where it lives,
-    /// and stays linked. Symlinked directories in the middle of the path are left to the kernel,
-    /// which resolves absolute targets against this process's `/`, not the root.
+    /// and stays linked; a linked directory (`/etc/docker -> /srv/docker`) leads inside the root.
     pub fn access(&self, host: &Path) -> PathBuf {
-        let mut path = self.join(host);
-        for _ in 0..8 {
-            let Ok(target) = std::fs::read_link(&path) else {
-                break;
-            };
-            path = if target.is_absolute() {
-                self.join(&target)
-            } else {
-                path.parent().unwrap_or(Path::new("/")).join(target)
-            };
-        }
-        path
-    }
-
-    fn join(&self, host: &Path) -> PathBuf {
-        self.root.join(host.strip_prefix("/").unwrap_or(host))
+        crate::host_root::resolve_in_root(&self.root, host)
     }
 
     /// The engine's main configuration file (host path).

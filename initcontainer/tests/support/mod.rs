@@ -50,6 +50,19 @@ pub struct FakeHost {
     pub payload: PathBuf,
 }
 
+/// The owner of the files a golden case seeds.
+pub const SEEDED_OWNER: (u32, u32) = (4321, 4322);
+
+fn chown_tree(dir: &Path, (uid, gid): (u32, u32)) {
+    for entry in fs::read_dir(dir).expect("read dir") {
+        let path = entry.expect("entry").path();
+        std::os::unix::fs::lchown(&path, Some(uid), Some(gid)).expect("lchown");
+        if fs::symlink_metadata(&path).expect("lstat").is_dir() {
+            chown_tree(&path, (uid, gid));
+        }
+    }
+}
+
 impl FakeHost {
     /// A host seeded from golden case `case` (`None`: nothing but the base directories).
     pub fn new(case: Option<&str>) -> FakeHost {
@@ -61,6 +74,12 @@ impl FakeHost {
         std::os::unix::fs::symlink("/run", root.join("var/run")).expect("symlink");
         if let Some(case) = case {
             copy_tree(&golden_before(case), &root);
+            // The seeded files belong to someone else than the installer (root): every restore
+            // is then checked to bring their owner back too (snapshots compare owners). Only
+            // root can give files away; elsewhere the owner is the test's own.
+            if nix::unistd::geteuid().is_root() {
+                chown_tree(&root, SEEDED_OWNER);
+            }
         }
         let payload = dir.path().join("payload");
         write_payload(&payload, "v1");
@@ -109,9 +128,19 @@ pub type Snapshot = BTreeMap<PathBuf, Node>;
 /// One entry of a snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Node {
-    Dir { mode: u32 },
-    File { mode: u32, bytes: Vec<u8> },
-    Link { target: PathBuf },
+    Dir {
+        mode: u32,
+        owner: (u32, u32),
+    },
+    File {
+        mode: u32,
+        owner: (u32, u32),
+        bytes: Vec<u8>,
+    },
+    Link {
+        target: PathBuf,
+        owner: (u32, u32),
+    },
     Other,
 }
 
@@ -132,22 +161,29 @@ fn walk(root: &Path, dir: &Path, out: &mut Snapshot) {
         let rel = path.strip_prefix(root).expect("below root").to_path_buf();
         let meta = fs::symlink_metadata(&path).expect("lstat");
         let mode = meta.permissions().mode() & 0o7777;
+        // Who owns it counts too: a restore that loses the owner is not a restore.
+        let owner = (
+            std::os::unix::fs::MetadataExt::uid(&meta),
+            std::os::unix::fs::MetadataExt::gid(&meta),
+        );
         let ft = meta.file_type();
         if ft.is_symlink() {
             out.insert(
                 rel,
                 Node::Link {
                     target: fs::read_link(&path).expect("readlink"),
+                    owner,
                 },
             );
         } else if ft.is_dir() {
-            out.insert(rel, Node::Dir { mode });
+            out.insert(rel, Node::Dir { mode, owner });
             walk(root, &path, out);
         } else if ft.is_file() {
             out.insert(
                 rel,
                 Node::File {
                     mode,
+                    owner,
                     bytes: fs::read(&path).expect("read"),
                 },
             );
@@ -166,8 +202,13 @@ pub fn assert_same(actual: &Snapshot, expected: &Snapshot, what: &str) {
         if a != e {
             let show = |v: Option<&Node>| match v {
                 None => "<absent>".to_string(),
-                Some(Node::File { mode, bytes }) => {
-                    format!("mode {mode:o}\n{}", String::from_utf8_lossy(bytes))
+                Some(Node::File { mode, owner, bytes }) => {
+                    format!(
+                        "mode {mode:o} owner {}:{}\n{}",
+                        owner.0,
+                        owner.1,
+                        String::from_utf8_lossy(bytes)
+                    )
                 }
                 Some(other) => format!("{other:?}"),
             };
