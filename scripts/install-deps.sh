@@ -2,13 +2,16 @@
 # Installs the host packages devinject's demo and tests use, only those missing.
 # Usage: scripts/install-deps.sh [demo|test]   (default: test; the benchmark needs the test set)
 set -euo pipefail
-want=(runc busybox-static gcc e2fsprogs)
+# DEVINJECT_DEMO_DEPS replaces the demo's list (scripts/fresh-root-test.sh drops a package with it
+# to prove that its test fails without it).
+# shellcheck disable=SC2206 # a list of package names
+want=(${DEVINJECT_DEMO_DEPS:-runc busybox-static gcc e2fsprogs})
 if [ "${1:-test}" = test ]; then
   # libc6-dev: headers and the static libc for the hostile tests' C helpers (tests/src/cprog.rs)
   # python3-venv: for the manifest check's kubernetes-validate (below). Its kustomize render
   # needs kubectl >= 1.24 (kustomize v4+), which Debian 12 does not package (its
   # kubernetes-client is 1.20); without one the check validates the files only and says so.
-  want+=(containerd docker.io crun protobuf-compiler iproute2 libc6-dev podman conmon python3-venv)
+  want+=(containerd docker.io crun protobuf-compiler iproute2 libc6-dev podman conmon python3-venv debootstrap)
 fi
 missing=()
 for p in "${want[@]}"; do

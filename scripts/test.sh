@@ -8,6 +8,13 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 RUSTDOCFLAGS=-Dwarnings cargo doc --workspace --no-deps --quiet
 cargo build --workspace --bins --quiet
+# The README's commands on a fresh Debian root (scripts/fresh-root-test.sh): under CI always;
+# locally only with DEVINJECT_FRESH_ROOT=1 (it takes minutes the first time, and the network).
+if [ "${CI:-}" = true ] || [ "${CI:-}" = 1 ] || [ "${DEVINJECT_FRESH_ROOT:-}" = 1 ]; then
+  scripts/fresh-root-test.sh
+else
+  echo "test.sh: SKIPPED the fresh-root test (runs under CI=true, or with DEVINJECT_FRESH_ROOT=1)"
+fi
 # Every skip is put on the record here (testkit/); under CI=true a skip is a failure.
 export DEVINJECT_SKIP_LOG="$PWD/target/skipped-tests.txt"
 rm -f "$DEVINJECT_SKIP_LOG"

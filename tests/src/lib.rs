@@ -28,7 +28,7 @@
 //! - [`mod@bench`]: the benchmark run by `devinject-bench` (scripts/bench.sh), built on the above.
 
 pub mod bench;
-pub mod bins;
+pub use devinject_harness::{bins, probe, rootfs, runc, sim};
 pub mod canary;
 pub mod cprog;
 pub mod cri;
@@ -39,8 +39,4 @@ pub mod image;
 pub mod kubelet;
 pub mod podman;
 pub mod podresources;
-pub mod probe;
-pub mod rootfs;
-pub mod runc;
-pub mod sim;
 pub mod skip;

@@ -6,9 +6,9 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use devinject_tests::probe::Report;
-use devinject_tests::runc::{container_id, describe, Bundle};
-use devinject_tests::sim::{demo_host, ACCELS, CTL};
+use devinject_harness::probe::Report;
+use devinject_harness::runc::{container_id, describe, Bundle};
+use devinject_harness::sim::{demo_host, ACCELS, CTL};
 
 fn main() -> ExitCode {
     match run() {

@@ -236,7 +236,7 @@ pub fn walkable_tempdir() -> Result<tempfile::TempDir> {
 
 /// The absolute path of runc on `PATH` (the shim is given it with `--runtime`).
 pub fn runc_path() -> String {
-    crate::skip::which(RUNC)
+    devinject_testkit::which(RUNC)
         .expect("runc on PATH")
         .to_string_lossy()
         .into_owned()
