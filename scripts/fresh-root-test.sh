@@ -62,7 +62,10 @@ cleanup() {
 }
 trap cleanup EXIT
 tar -C "$root" -xf "$tarball"
+# The machine's network settings, as any of its processes gets them: name servers, and the
+# certificate authorities it trusts (a TLS-inspecting proxy's among them, where there is one).
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
 
 # The toolchain as a fresh machine has it: rustup's toolchains read-only, its proxies and
 # cargo's settings, and an empty registry cache (crates come from crates.io, as they would).

@@ -1,0 +1,397 @@
+//! Hostile input as a matrix, not a list: every path the hook, the shim's finish step and the
+//! ldconfig fallback open, read or write inside a rootfs, times every kind of object an image or
+//! a volume can put there, through the hook and through the shim with the real runc, with the
+//! built-in cache writer and with the ldconfig fallback (`ldcache = "ldconfig"`).
+//!
+//! For each case the host canaries (a canary tree, the real host paths an escape would write,
+//! the file a hard link points to, the file behind a loop device) must stay byte-identical,
+//! nothing the image planted (a FIFO, a socket, a device node, a hard link to a host file, a
+//! file of another mount) may be opened, read or written by us (inotify watches each planted
+//! inode; the container runs `/bin/true`, so no event can be its own), and the start either
+//! succeeds or fails with our message naming the path or one of its parents.
+//!
+//! The runtime's `/dev` tmpfs hides the image's `/dev`, so node destinations are not in the
+//! matrix (tests/hostile_rootfs.rs covers images run without that tmpfs).
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use devinject_tests::bins::bin;
+use devinject_tests::canary::Canary;
+use devinject_tests::hostile::{self, char_node, climb, dir, fifo, file, link};
+use devinject_tests::runc::{container_id, describe, runc_path, shim_command, Bundle};
+use devinject_tests::sim::{demo_host, set_config, SimHost};
+use devinject_tests::skip::{require, require_binary, require_runc_demo};
+use inotify::{Inotify, WatchMask};
+
+/// Paths where a file of ours (or ldconfig's) goes.
+const FILES: &[&str] = &[
+    "/usr/lib/libdemo.so.1.0.0",
+    "/usr/lib/libdemo.so.1",
+    "/usr/bin/demo-smi",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.cache~devinject",
+    "/etc/ld.so.cache~",
+    "/var/cache/ldconfig/aux-cache~",
+];
+
+/// Directories we create files in, or ldconfig writes in.
+const DIRS: &[&str] = &[
+    "/usr/lib",
+    "/usr/bin",
+    "/etc",
+    "/var/cache/ldconfig",
+    "/var/cache",
+];
+
+/// What an image or a volume can put at a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    File,
+    Dir,
+    AbsoluteLink,
+    RelativeLink,
+    DanglingLink,
+    HardLinkToHost,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+    ForeignMount,
+}
+
+const KINDS: [Kind; 11] = [
+    Kind::File,
+    Kind::Dir,
+    Kind::AbsoluteLink,
+    Kind::RelativeLink,
+    Kind::DanglingLink,
+    Kind::HardLinkToHost,
+    Kind::Fifo,
+    Kind::Socket,
+    Kind::CharDevice,
+    Kind::BlockDevice,
+    Kind::ForeignMount,
+];
+
+/// How the container is started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    Hook,
+    Shim,
+}
+
+/// The host side of the matrix: the simulated devices, the canary, a loop device backed by a
+/// canary file, and a host file for hard links.
+struct Host {
+    _t: tempfile::TempDir,
+    dir: PathBuf,
+    sim: SimHost,
+    canary: Canary,
+    loop_dev: Loop,
+    hard_target: PathBuf,
+}
+
+/// A loop device over a canary file, detached on drop.
+struct Loop {
+    dev: PathBuf,
+    backing: PathBuf,
+    rdev: u64,
+}
+
+impl Loop {
+    fn new(backing: &Path) -> Loop {
+        std::fs::write(backing, vec![0xa5u8; 1 << 20]).unwrap();
+        let out = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(backing)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "losetup: {out:?}");
+        let dev = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        let rdev = std::fs::metadata(&dev).unwrap().rdev();
+        Loop {
+            dev,
+            backing: backing.to_owned(),
+            rdev,
+        }
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
+    }
+}
+
+fn host() -> Host {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().to_owned();
+    let sim = demo_host(&dir.join("host"), &["demo"]).unwrap();
+    // Short, so that ldconfig blocked on an image's FIFO ends quickly.
+    set_config(&sim.config, "ldconfig_timeout", "3").unwrap();
+    let canary = Canary::new(&dir.join("canary")).unwrap();
+    let loop_dev = Loop::new(&dir.join("canary-disk.img"));
+    // Outside the canary tree: unlinking the image's name for it changes its link count and
+    // ctime, which is not a write; its bytes, mode and owner are checked instead.
+    let hard_target = dir.join("hard-link-target");
+    std::fs::write(&hard_target, "a host file the image hard-linked\n").unwrap();
+    Host {
+        _t: t,
+        dir,
+        sim,
+        canary,
+        loop_dev,
+        hard_target,
+    }
+}
+
+/// Puts `kind` at container path `at`; returns the host paths of what was planted that must
+/// never be opened (watched with inotify).
+fn plant(h: &Host, rootfs: &Path, at: &str, kind: Kind) -> Vec<PathBuf> {
+    let p = hostile::host(rootfs, at);
+    let target = h.canary.path("usr/lib");
+    match kind {
+        Kind::File => {
+            file(rootfs, at, "planted by the image\n").unwrap();
+            vec![p]
+        }
+        Kind::Dir => {
+            dir(rootfs, at).unwrap();
+            vec![]
+        }
+        Kind::AbsoluteLink => {
+            link(rootfs, at, &target).unwrap();
+            vec![]
+        }
+        Kind::RelativeLink => {
+            link(rootfs, at, climb(at, &target)).unwrap();
+            vec![]
+        }
+        Kind::DanglingLink => {
+            link(rootfs, at, "/nowhere/devinject-dangling").unwrap();
+            vec![]
+        }
+        Kind::HardLinkToHost => {
+            hostile::remove(&p).unwrap();
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::hard_link(&h.hard_target, &p).unwrap();
+            vec![p]
+        }
+        Kind::Fifo => {
+            fifo(rootfs, at).unwrap();
+            vec![p]
+        }
+        Kind::Socket => {
+            hostile::remove(&p).unwrap();
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            drop(std::os::unix::net::UnixListener::bind(&p).unwrap());
+            vec![p]
+        }
+        Kind::CharDevice => {
+            // A real driver whose open is harmless and observable: /dev/zero's.
+            char_node(rootfs, at, 1, 5).unwrap();
+            vec![p]
+        }
+        Kind::BlockDevice => {
+            hostile::remove(&p).unwrap();
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            nix::sys::stat::mknod(
+                &p,
+                nix::sys::stat::SFlag::S_IFBLK,
+                nix::sys::stat::Mode::from_bits_truncate(0o666),
+                h.loop_dev.rdev,
+            )
+            .unwrap();
+            vec![p]
+        }
+        Kind::ForeignMount => {
+            // A volume owned by another uid; a file in it stands for what the volume holds.
+            let d = if FILES.contains(&at) {
+                p.parent().unwrap().to_owned()
+            } else {
+                p.clone()
+            };
+            std::fs::create_dir_all(&d).unwrap();
+            nix::mount::mount(
+                Some("tmpfs"),
+                &d,
+                Some("tmpfs"),
+                nix::mount::MsFlags::empty(),
+                Some("uid=1000,gid=1000,mode=0755,size=4m"),
+            )
+            .unwrap();
+            let inside = if FILES.contains(&at) {
+                p.clone()
+            } else {
+                d.join("volume-file")
+            };
+            std::fs::write(&inside, "a file of the volume\n").unwrap();
+            std::os::unix::fs::chown(&inside, Some(1000), Some(1000)).unwrap();
+            vec![inside]
+        }
+    }
+}
+
+/// What must never happen to a planted object: a special file opened at all, or any file written
+/// in place. (The image's regular files, hard-linked or on a volume, may be read: the cache is.)
+fn watch(paths: &[PathBuf], kind: Kind) -> Inotify {
+    let ino = Inotify::init().unwrap();
+    let mask = match kind {
+        Kind::Fifo | Kind::Socket | Kind::CharDevice | Kind::BlockDevice => {
+            WatchMask::OPEN | WatchMask::ACCESS | WatchMask::MODIFY
+        }
+        _ => WatchMask::MODIFY,
+    } | WatchMask::DONT_FOLLOW;
+    for p in paths {
+        ino.watches()
+            .add(p, mask)
+            .unwrap_or_else(|e| panic!("watch {}: {e}", p.display()));
+    }
+    ino
+}
+
+fn events(ino: &mut Inotify) -> Vec<String> {
+    let mut buf = [0u8; 4096];
+    match ino.read_events(&mut buf) {
+        // IGNORED: the watch went with its inode, which the hook replaced (unlinked): fine.
+        Ok(evs) => evs
+            .filter(|e| !e.mask.contains(inotify::EventMask::IGNORED))
+            .map(|e| format!("{:?}", e.mask))
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Vec::new(),
+        Err(e) => panic!("inotify: {e}"),
+    }
+}
+
+/// The paths a refusal may name for a trap at `at`: it, or one of its parents.
+fn named(at: &str) -> Vec<String> {
+    let mut out = vec![at.to_owned()];
+    let mut p = Path::new(at);
+    while let Some(parent) = p.parent() {
+        if parent != Path::new("/") {
+            out.push(parent.to_string_lossy().into_owned());
+        }
+        p = parent;
+    }
+    out
+}
+
+fn run_case(h: &Host, at: &str, kind: Kind, via: Via, ldconfig: bool) -> &'static str {
+    let name = format!(
+        "{at} as {kind:?} via {via:?}{}",
+        if ldconfig { " (ldconfig)" } else { "" }
+    );
+    let mut b = Bundle::new(&h.dir.join("bundle"), &["/bin/true".to_owned()]).unwrap();
+    b.env("DEMO_VISIBLE_DEVICES=0");
+    let rootfs = b.rootfs();
+    let planted = plant(h, &rootfs, at, kind);
+    let backing = std::fs::read(&h.loop_dev.backing).unwrap();
+    let hard_meta = |p: &Path| {
+        let m = std::fs::metadata(p).unwrap();
+        (std::fs::read(p).unwrap(), m.mode(), m.uid(), m.gid())
+    };
+    let hard = hard_meta(&h.hard_target);
+    let guard = h.canary.guard();
+    let mut ino = watch(&planted, kind);
+    let id = container_id("matrix");
+    let out: Output = match via {
+        Via::Hook => {
+            b.hook("createRuntime", &bin("devinject-hook"), &h.sim.config);
+            b.run(&id).unwrap()
+        }
+        Via::Shim => {
+            let cmd = shim_command(&h.sim.config, &runc_path());
+            let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+            b.run_with(&refs, &id).unwrap()
+        }
+    };
+    let seen = events(&mut ino);
+    let ctx = format!("{name}: {}", describe(&out));
+    assert!(
+        seen.is_empty(),
+        "planted objects were touched: {seen:?}\n{ctx}"
+    );
+    let changes = guard.changes();
+    assert!(
+        changes.is_empty(),
+        "host canary changed: {changes:?}\n{ctx}"
+    );
+    assert!(
+        std::fs::read(&h.loop_dev.backing).unwrap() == backing,
+        "the loop device's disk was written\n{ctx}"
+    );
+    assert!(
+        hard_meta(&h.hard_target) == hard,
+        "the hard-linked host file was written\n{ctx}"
+    );
+    // Unmount a planted volume before the bundle goes.
+    if kind == Kind::ForeignMount {
+        let d = if FILES.contains(&at) {
+            hostile::host(&rootfs, at).parent().unwrap().to_owned()
+        } else {
+            hostile::host(&rootfs, at)
+        };
+        nix::mount::umount2(&d, nix::mount::MntFlags::MNT_DETACH).unwrap();
+    }
+    let outcome = if out.status.success() {
+        "started"
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr).replace("\\\"", "\"");
+        assert!(err.contains("devinject"), "not our refusal\n{ctx}");
+        assert!(
+            named(at).iter().any(|p| err.contains(p.as_str())),
+            "the refusal names neither {at} nor a parent\n{ctx}"
+        );
+        "refused"
+    };
+    hostile::remove(&h.dir.join("bundle")).unwrap();
+    outcome
+}
+
+fn matrix(via: Via, ldconfig: bool) {
+    if !(require_runc_demo()
+        && require_binary("losetup")
+        && require(
+            Path::new("/dev/loop-control").exists(),
+            "needs loop devices",
+        ))
+    {
+        return;
+    }
+    let h = host();
+    if ldconfig {
+        set_config(&h.sim.config, "ldcache", "\"ldconfig\"").unwrap();
+    }
+    let mut tally = std::collections::BTreeMap::new();
+    let mut cases = 0;
+    for at in FILES.iter().chain(DIRS) {
+        for kind in KINDS {
+            // A directory where a directory belongs is the normal image.
+            if kind == Kind::Dir && DIRS.contains(at) {
+                continue;
+            }
+            let outcome = run_case(&h, at, kind, via, ldconfig);
+            *tally.entry(outcome).or_insert(0) += 1;
+            cases += 1;
+        }
+    }
+    eprintln!("{cases} cases via {via:?} (ldconfig: {ldconfig}): {tally:?}");
+    assert!(cases >= 100, "the matrix shrank to {cases} cases");
+}
+
+#[test]
+fn hook_matrix_with_the_builtin_cache_writer() {
+    matrix(Via::Hook, false);
+}
+
+#[test]
+fn shim_matrix_with_the_builtin_cache_writer() {
+    matrix(Via::Shim, false);
+}
+
+#[test]
+fn hook_matrix_with_the_ldconfig_fallback() {
+    matrix(Via::Hook, true);
+}
