@@ -100,6 +100,9 @@ fi
 unshare -m sh -euc '
   root=$1 home=$2 steps=$3
   mount --make-rprivate /
+  # The root must be a mount point: runc makes the propagation of / slave, which a plain
+  # directory under chroot refuses (EINVAL).
+  mount --bind "$root" "$root"
   mount -t proc proc "$root/proc"
   mount --rbind /sys "$root/sys"
   mount --rbind /dev "$root/dev"

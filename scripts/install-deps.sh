@@ -39,3 +39,15 @@ if [ "${1:-test}" = test ]; then
     "$venv/bin/pip" install --quiet --disable-pip-version-check 'kubernetes-validate==1.37.0' 'PyYAML>=6'
   fi
 fi
+
+# A real gRPC client that is not built on our HTTP/2 stack, for the device plugin's interop test
+# (tests/tests/device_plugin_real_clients.rs): Python grpcio (gRPC C-core) sends the socket path
+# as the HTTP/2 :authority, as kubelets before 1.26 do.
+if [ "${1:-test}" = test ]; then
+  gvenv=${DEVINJECT_GRPC_VENV:-$(cd "$(dirname "$0")/.." && pwd)/target/grpc-venv}
+  if ! "$gvenv/bin/python" -c 'import grpc, grpc_tools' 2>/dev/null; then
+    echo "install-deps: installing grpcio into $gvenv"
+    python3 -m venv "$gvenv"
+    "$gvenv/bin/pip" install --quiet --disable-pip-version-check 'grpcio==1.66.2' 'grpcio-tools==1.66.2'
+  fi
+fi

@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::{UnixListenerStream, WatchStream};
-use tokio_stream::Stream;
+use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::{Request, Response, Status};
 use tracing::{debug, info};
@@ -272,17 +272,18 @@ impl Drop for DeviceStream {
     }
 }
 
-/// Serves `service` on `listener` until `shutdown` is cancelled, then drains open calls.
+/// Serves `service` on `listener` until `shutdown` is cancelled, then drains open calls. Every
+/// connection passes through the `:authority` rewriter ([`crate::kubelet::authority`]): real
+/// kubelets before 1.26 name the socket path there, which our HTTP/2 server would refuse.
 pub async fn serve(
     listener: UnixListener,
     service: DevicePluginService,
     shutdown: CancellationToken,
 ) -> Result<(), tonic::transport::Error> {
+    let incoming =
+        UnixListenerStream::new(listener).map(|conn| conn.map(crate::kubelet::authority::proxy));
     tonic::transport::Server::builder()
         .add_service(DevicePluginServer::new(service))
-        .serve_with_incoming_shutdown(
-            UnixListenerStream::new(listener),
-            shutdown.cancelled_owned(),
-        )
+        .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
         .await
 }
