@@ -96,22 +96,28 @@ scripts/install-deps.sh test
 echo 'fresh-root-test: scripts/install-deps.sh test: ok'"
 fi
 
-# A private mount namespace: everything mounted for the root goes away with it.
+# A private mount namespace whose root *is* the fresh root (pivot_root, not chroot: a hook that
+# joins a container's mount namespace gets that namespace's root, which under a chroot would be
+# this machine's). Everything mounted for it goes away with it.
 unshare -m sh -euc '
   root=$1 home=$2 steps=$3
   mount --make-rprivate /
-  # The root must be a mount point: runc makes the propagation of / slave, which a plain
-  # directory under chroot refuses (EINVAL).
+  # The root must be a mount point, for pivot_root and for runc (it makes / a slave mount).
   mount --bind "$root" "$root"
   mount -t proc proc "$root/proc"
   mount --rbind /sys "$root/sys"
   mount --rbind /dev "$root/dev"
-  mount --bind "$home/.rustup/toolchains" "$root/root/.rustup/toolchains" 2>/dev/null || {
-    mkdir -p "$root/root/.rustup/toolchains"
-    mount --bind "$home/.rustup/toolchains" "$root/root/.rustup/toolchains"; }
+  mkdir -p "$root/root/.rustup/toolchains"
+  mount --bind "$home/.rustup/toolchains" "$root/root/.rustup/toolchains"
   mount -o remount,bind,ro "$root/root/.rustup/toolchains"
   mount -t tmpfs tmpfs "$root/tmp"
-  exec chroot "$root" env -i HOME=/root PATH=/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  cd "$root"
+  mkdir -p .old-root
+  pivot_root . .old-root
+  cd /
+  umount -l /.old-root
+  rmdir /.old-root
+  exec env -i HOME=/root PATH=/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     RUSTUP_HOME=/root/.rustup CARGO_HOME=/root/.cargo TERM=dumb LANG=C.UTF-8 \
     sh -c "$steps"
 ' fresh-root "$root" "$home" "$steps"
