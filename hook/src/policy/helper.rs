@@ -439,6 +439,48 @@ mod tests {
         helper(path, 2000).lookup("ml", "trainer", "main")
     }
 
+    /// Feeds `stdout` and `stderr` to [`collect`] through pipes, from writer threads.
+    fn collect_bytes(stdout: usize, stderr: usize) -> Collected {
+        let (out_r, out_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
+        let (err_r, err_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
+        let feed = |w: OwnedFd, n: usize| {
+            std::thread::spawn(move || {
+                use std::io::Write;
+                // A reader that stops early closes the pipe: EPIPE is fine here.
+                let _ = std::fs::File::from(w).write_all(&vec![b'x'; n]);
+            })
+        };
+        let (a, b) = (feed(out_w, stdout), feed(err_w, stderr));
+        let got = collect(&out_r, &err_r, Instant::now() + Duration::from_secs(20)).unwrap();
+        drop((out_r, err_r));
+        a.join().unwrap();
+        b.join().unwrap();
+        got
+    }
+
+    /// The bounds hold exactly: an answer of [`MAX_ANSWER_BYTES`] is read whole, one byte more
+    /// is oversize; stderr keeps its first [`MAX_STDERR_BYTES`].
+    #[test]
+    fn output_bounds_are_exact() {
+        match collect_bytes(MAX_ANSWER_BYTES, MAX_STDERR_BYTES + 100) {
+            Collected::Closed { stdout, stderr } => {
+                assert_eq!(stdout.len(), MAX_ANSWER_BYTES);
+                assert_eq!(stderr.len(), MAX_STDERR_BYTES);
+            }
+            _ => panic!("an answer at the limit must be read"),
+        }
+        assert!(matches!(
+            collect_bytes(MAX_ANSWER_BYTES + 1, 0),
+            Collected::Oversize
+        ));
+        match collect_bytes(10, 10) {
+            Collected::Closed { stdout, stderr } => {
+                assert_eq!((stdout.len(), stderr.len()), (10, 10))
+            }
+            _ => panic!("small output must be read"),
+        }
+    }
+
     const ANSWER: &str = r#"{"version":1,"answered_by":"Get","pods":[{"container":"found","devices":{"devinject.io/demo":["0"]}}]}"#;
 
     // The scripts are written once, before any runs: a script still open for writing while
