@@ -28,26 +28,27 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The manifest check (scripts/check-manifests.py) validates deploy/ against the Kubernetes
-# OpenAPI schemas with kubernetes-validate, which ships them (no network needed at check time).
-# It lives in a virtualenv so the system Python stays untouched.
-if [ "${1:-test}" = test ]; then
-  venv=${DEVINJECT_PY_VENV:-$(cd "$(dirname "$0")/.." && pwd)/target/manifest-venv}
-  if ! "$venv/bin/python" -c 'import kubernetes_validate, yaml' 2>/dev/null; then
-    echo "install-deps: installing kubernetes-validate into $venv"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check 'kubernetes-validate==1.37.0' 'PyYAML>=6'
+# Python tools live in virtualenvs under target/, so the system Python stays untouched.
+# venv DIR IMPORTS PACKAGE...: makes DIR with PACKAGEs unless python there can import IMPORTS.
+venv() {
+  local dir=$1 imports=$2
+  shift 2
+  if ! "$dir/bin/python" -c "import $imports" 2>/dev/null; then
+    echo "install-deps: installing $* into $dir"
+    python3 -m venv "$dir"
+    "$dir/bin/pip" install --quiet --disable-pip-version-check "$@"
   fi
-fi
+}
 
-# A real gRPC client that is not built on our HTTP/2 stack, for the device plugin's interop test
-# (tests/tests/device_plugin_real_clients.rs): Python grpcio (gRPC C-core) sends the socket path
-# as the HTTP/2 :authority, as kubelets before 1.26 do.
 if [ "${1:-test}" = test ]; then
-  gvenv=${DEVINJECT_GRPC_VENV:-$(cd "$(dirname "$0")/.." && pwd)/target/grpc-venv}
-  if ! "$gvenv/bin/python" -c 'import grpc, grpc_tools' 2>/dev/null; then
-    echo "install-deps: installing grpcio into $gvenv"
-    python3 -m venv "$gvenv"
-    "$gvenv/bin/pip" install --quiet --disable-pip-version-check 'grpcio==1.66.2' 'grpcio-tools==1.66.2'
-  fi
+  target=$(cd "$(dirname "$0")/.." && pwd)/target
+  # The manifest check (scripts/check-manifests.py) validates deploy/ against the Kubernetes
+  # OpenAPI schemas with kubernetes-validate, which ships them (no network needed at check time).
+  venv "${DEVINJECT_PY_VENV:-$target/manifest-venv}" 'kubernetes_validate, yaml' \
+    'kubernetes-validate==1.37.0' 'PyYAML>=6'
+  # A real gRPC client that is not built on our HTTP/2 stack, for the device plugin's interop
+  # test (tests/tests/device_plugin_real_clients.rs): Python grpcio (gRPC C-core) sends the
+  # socket path as the HTTP/2 :authority, as kubelets before 1.26 do.
+  venv "${DEVINJECT_GRPC_VENV:-$target/grpc-venv}" 'grpc, grpc_tools' \
+    'grpcio==1.66.2' 'grpcio-tools==1.66.2'
 fi
