@@ -1,7 +1,8 @@
 //! Hostile input as a matrix, not a list: every path the hook, the shim's finish step and the
 //! ldconfig fallback open, read or write inside a rootfs, times every kind of object an image or
-//! a volume can put there, through the hook and through the shim with the real runc, with the
-//! built-in cache writer and with the ldconfig fallback (`ldcache = "ldconfig"`).
+//! a volume can put there, through the hook and through the shim with the real runc on cgroup v1
+//! and v2, with the built-in cache writer and with the ldconfig fallback
+//! (`ldcache = "ldconfig"`).
 //!
 //! For each case the host canaries (a canary tree, the real host paths an escape would write,
 //! the file a hard link points to, the file behind a loop device) must stay byte-identical,
@@ -20,7 +21,7 @@ use std::process::{Command, Output};
 use devinject_tests::bins::bin;
 use devinject_tests::canary::Canary;
 use devinject_tests::hostile::{self, char_node, climb, dir, fifo, file, link};
-use devinject_tests::runc::{container_id, describe, runc_path, shim_command, Bundle};
+use devinject_tests::runc::{cgroup_v2, container_id, describe, runc_path, shim_command, Bundle};
 use devinject_tests::sim::{demo_host, set_config, SimHost};
 use devinject_tests::skip::{require, require_binary, require_runc_demo};
 use inotify::{Inotify, WatchMask};
@@ -75,11 +76,14 @@ const KINDS: [Kind; 11] = [
     Kind::ForeignMount,
 ];
 
-/// How the container is started.
+/// How the container is started: runc with the hook or behind the shim, on this host's
+/// cgroup v1 or on cgroup v2 (runc in a private mount namespace with cgroup2 mounted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Via {
     Hook,
     Shim,
+    HookV2,
+    ShimV2,
 }
 
 /// The host side of the matrix: the simulated devices, the canary, a loop device backed by a
@@ -296,17 +300,20 @@ fn run_case(h: &Host, at: &str, kind: Kind, via: Via, ldconfig: bool) -> &'stati
     let guard = h.canary.guard();
     let mut ino = watch(&planted, kind);
     let id = container_id("matrix");
-    let out: Output = match via {
-        Via::Hook => {
+    let runc = runc_path();
+    let mut cmd = match via {
+        Via::Hook | Via::HookV2 => {
             b.hook("createRuntime", &bin("devinject-hook"), &h.sim.config);
-            b.run(&id).unwrap()
+            vec![runc]
         }
-        Via::Shim => {
-            let cmd = shim_command(&h.sim.config, &runc_path());
-            let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
-            b.run_with(&refs, &id).unwrap()
-        }
+        Via::Shim | Via::ShimV2 => shim_command(&h.sim.config, &runc),
     };
+    if matches!(via, Via::HookV2 | Via::ShimV2) {
+        let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        cmd = cgroup_v2(&refs);
+    }
+    let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    let out: Output = b.run_with(&refs, &id).unwrap();
     let seen = events(&mut ino);
     let ctx = format!("{name}: {}", describe(&out));
     assert!(
@@ -353,6 +360,7 @@ fn run_case(h: &Host, at: &str, kind: Kind, via: Via, ldconfig: bool) -> &'stati
 fn matrix(via: Via, ldconfig: bool) {
     if !(require_runc_demo()
         && require_binary("losetup")
+        && require_binary("unshare")
         && require(
             Path::new("/dev/loop-control").exists(),
             "needs loop devices",
@@ -394,4 +402,14 @@ fn shim_matrix_with_the_builtin_cache_writer() {
 #[test]
 fn hook_matrix_with_the_ldconfig_fallback() {
     matrix(Via::Hook, true);
+}
+
+#[test]
+fn hook_matrix_on_cgroup_v2() {
+    matrix(Via::HookV2, false);
+}
+
+#[test]
+fn shim_matrix_on_cgroup_v2() {
+    matrix(Via::ShimV2, false);
 }
