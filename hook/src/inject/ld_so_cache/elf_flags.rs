@@ -109,8 +109,10 @@ mod tests {
         ]
         .into_iter()
         .find(|p| Path::new(p).exists());
-        if let Some(libc) = libc {
-            assert_eq!(read(Path::new(libc)), Some(native));
+        if !devinject_testkit::require(libc.is_some(), "needs the host's libc.so.6 (Debian layout)")
+        {
+            return;
         }
+        assert_eq!(read(Path::new(libc.unwrap())), Some(native));
     }
 }
