@@ -247,6 +247,15 @@ mod tests {
         run_on(&[0, 1, 2], req, Resolve::Ids)
     }
 
+    /// The container paths of a plan's device nodes, in order.
+    fn node_paths(p: &Plan) -> Vec<PathBuf> {
+        p.edits
+            .device_nodes
+            .iter()
+            .map(|n| n.container_path.clone())
+            .collect()
+    }
+
     /// Plans `req` on a host whose demo devices are `accel<n>` for each of `present`.
     fn run_on(present: &[usize], req: &str, resolve: Resolve) -> Result<Option<Plan>, PlanError> {
         let (profile, mut inventory, files) = fixture();
@@ -291,14 +300,8 @@ mod tests {
         // The devices that are there still resolve by id, never by position.
         for resolve in [Resolve::Ids, Resolve::Granted, Resolve::IdsOrPositions] {
             let p = run_on(&[0, 2], "2,0", resolve).unwrap().unwrap();
-            let nodes: Vec<_> = p
-                .edits
-                .device_nodes
-                .iter()
-                .map(|n| n.container_path.clone())
-                .collect();
             assert_eq!(
-                nodes,
+                node_paths(&p),
                 ["/dev/demo/accel2", "/dev/demo/accel0", "/dev/demo/ctl"].map(PathBuf::from),
                 "{resolve:?}"
             );
@@ -318,14 +321,8 @@ mod tests {
             p.devices.iter().map(|d| d.as_str()).collect::<Vec<_>>(),
             ["2", "0"]
         );
-        let paths: Vec<_> = p
-            .edits
-            .device_nodes
-            .iter()
-            .map(|n| n.container_path.clone())
-            .collect();
         assert_eq!(
-            paths,
+            node_paths(&p),
             ["/dev/demo/accel2", "/dev/demo/accel0", "/dev/demo/ctl"].map(PathBuf::from)
         );
         let rules: Vec<_> = p.edits.cgroup_rules.iter().map(|r| r.v1_line()).collect();
