@@ -61,6 +61,11 @@ pub struct Engine {
 impl Engine {
     /// Starts containerd and dockerd with `runtimes` registered, and waits until dockerd answers.
     pub fn start(runtimes: &[RuntimeEntry]) -> Result<Self> {
+        Self::start_with(runtimes, &[])
+    }
+
+    /// [`Engine::start`] with more dockerd arguments (e.g. `--storage-driver=vfs`).
+    pub fn start_with(runtimes: &[RuntimeEntry], dockerd_args: &[&str]) -> Result<Self> {
         let dir = short_tempdir("dk")?;
         let root = dir.path().to_owned();
         // From here on, an early return drops the half-started engine, which tears it down.
@@ -95,7 +100,7 @@ impl Engine {
         let daemon_config = engine.root.join("daemon.json");
         std::fs::write(&daemon_config, serde_json::to_vec_pretty(&daemon_json)?)
             .context("write daemon.json")?;
-        let dockerd = Dockerd::start(&engine.root, containerd, &daemon_config, &[])?;
+        let dockerd = Dockerd::start(&engine.root, containerd, &daemon_config, dockerd_args)?;
         engine.dockerd = Some(dockerd);
         Ok(engine)
     }
@@ -185,32 +190,52 @@ impl Engine {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
 
-    /// Imports a busybox rootfs (see [`crate::rootfs::busybox`], with `/probe.sh`) as [`IMAGE`]:
-    /// `tar -C rootfs -c . | docker import - IMAGE`, no registry involved.
+    /// Imports a busybox rootfs (see [`crate::rootfs::busybox`], with `/probe.sh`) as [`IMAGE`].
     pub fn import_busybox(&self) -> Result<()> {
         let rootfs = self.root.join("image-rootfs");
         crate::rootfs::busybox(&rootfs)?;
+        self.import(&rootfs, IMAGE)
+    }
+
+    /// Imports the directory `rootfs` as image `tag`: `tar -C rootfs -c . | docker import - tag`,
+    /// no registry involved. Device nodes, FIFOs and links are kept as they are (tar skips
+    /// sockets).
+    pub fn import(&self, rootfs: &Path, tag: &str) -> Result<()> {
         let mut tar = Command::new("tar")
             .arg("-C")
-            .arg(&rootfs)
+            .arg(rootfs)
             .args(["-c", "."])
             .stdout(Stdio::piped())
+            .stderr(Stdio::null())
             .spawn()
             .context("run tar")?;
         let tar_out = tar.stdout.take().context("tar stdout")?;
         let mut import = self.docker_command();
-        import.args(["import", "-", IMAGE]).stdin(tar_out);
+        import.args(["import", "-", tag]).stdin(tar_out);
         let out = output_within(import, CLI_DEADLINE)
             .context("docker import did not finish in time")?
             .context("run docker import")?;
         let tar_status = tar.wait().context("wait for tar")?;
         if !tar_status.success() || !out.status.success() {
             bail!(
-                "import of {IMAGE} failed (tar {tar_status}): {}",
+                "import of {tag} failed (tar {tar_status}): {}",
                 describe(&out)
             );
         }
         Ok(())
+    }
+
+    /// The directory holding the root filesystem of the created container `id` on the `vfs`
+    /// storage driver (a plain copy of the image, there before the container starts).
+    pub fn vfs_rootfs(&self, id: &str) -> Result<PathBuf> {
+        let data = self.data_root();
+        let mount_id_file = data
+            .join("image/vfs/layerdb/mounts")
+            .join(id)
+            .join("mount-id");
+        let mount_id = std::fs::read_to_string(&mount_id_file)
+            .with_context(|| format!("read {} (is the engine on vfs?)", mount_id_file.display()))?;
+        Ok(data.join("vfs/dir").join(mount_id.trim()))
     }
 
     /// The container's init pid on the host (`docker inspect .State.Pid`).

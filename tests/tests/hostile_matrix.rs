@@ -11,6 +11,17 @@
 //! inode; the container runs `/bin/true`, so no event can be its own), and the start either
 //! succeeds or fails with our message naming the path or one of its parents.
 //!
+//! Through docker (`docker run --runtime=devinject`, the shim behind a real dockerd and
+//! containerd), what an image can hold comes in an image layer (`docker import` of the planted
+//! tree: files, directories, links, FIFOs and device nodes, as docker unpacks them), and what
+//! only a volume can bring (a hard link to a host file, a socket, a mount of another uid) comes
+//! as a `-v` bind mount. The engine runs on the `vfs` storage driver so that the container's root
+//! filesystem is a plain directory that exists once the container is created: its planted inodes
+//! are watched before `docker start`. (An overlay mount would hide opens of lower-layer special
+//! files from inotify.) Where docker's own mounts (`/etc/hosts` and friends) cannot be made
+//! because the image broke `/etc`, the start fails in the runtime before any of our code runs;
+//! such a refusal must still name the path.
+//!
 //! The runtime's `/dev` tmpfs hides the image's `/dev`, so node destinations are not in the
 //! matrix (tests/hostile_rootfs.rs covers images run without that tmpfs).
 
@@ -20,10 +31,11 @@ use std::process::{Command, Output};
 
 use devinject_tests::bins::bin;
 use devinject_tests::canary::Canary;
+use devinject_tests::docker::{Engine, RuntimeEntry};
 use devinject_tests::hostile::{self, char_node, climb, dir, fifo, file, link};
 use devinject_tests::runc::{cgroup_v2, container_id, describe, runc_path, shim_command, Bundle};
 use devinject_tests::sim::{demo_host, set_config, SimHost};
-use devinject_tests::skip::{require, require_binary, require_runc_demo};
+use devinject_tests::skip::{require, require_binary, require_runc_demo, which};
 use inotify::{Inotify, WatchMask};
 
 /// Paths where a file of ours (or ldconfig's) goes.
@@ -84,6 +96,8 @@ enum Via {
     Shim,
     HookV2,
     ShimV2,
+    /// `docker run --runtime=devinject` (the shim) on a private docker engine.
+    Docker,
 }
 
 /// The host side of the matrix: the simulated devices, the canary, a loop device backed by a
@@ -282,23 +296,93 @@ fn named(at: &str) -> Vec<String> {
     out
 }
 
-fn run_case(h: &Host, at: &str, kind: Kind, via: Via, ldconfig: bool) -> &'static str {
-    let name = format!(
+/// What a case leaves to check after the start: the planted inodes being watched, and the host
+/// files' state before it.
+struct Before {
+    ino: Inotify,
+    backing: Vec<u8>,
+    hard: HostFile,
+    guard: devinject_tests::canary::HostGuard,
+}
+
+type HostFile = (Vec<u8>, u32, u32, u32);
+
+fn host_file(p: &Path) -> HostFile {
+    let m = std::fs::metadata(p).unwrap();
+    (std::fs::read(p).unwrap(), m.mode(), m.uid(), m.gid())
+}
+
+fn before(h: &Host, planted: &[PathBuf], kind: Kind) -> Before {
+    Before {
+        backing: std::fs::read(&h.loop_dev.backing).unwrap(),
+        hard: host_file(&h.hard_target),
+        guard: h.canary.guard(),
+        ino: watch(planted, kind),
+    }
+}
+
+/// Checks what must hold whatever the outcome, then the outcome itself: started, refused by us
+/// naming the path or a parent, or (docker only) refused by the runtime naming it.
+fn check(h: &Host, mut b: Before, at: &str, via: Via, out: &Output, name: &str) -> &'static str {
+    let seen = events(&mut b.ino);
+    let ctx = format!("{name}: {}", describe(out));
+    assert!(
+        seen.is_empty(),
+        "planted objects were touched: {seen:?}\n{ctx}"
+    );
+    let changes = b.guard.changes();
+    assert!(
+        changes.is_empty(),
+        "host canary changed: {changes:?}\n{ctx}"
+    );
+    assert!(
+        std::fs::read(&h.loop_dev.backing).unwrap() == b.backing,
+        "the loop device's disk was written\n{ctx}"
+    );
+    assert!(
+        host_file(&h.hard_target) == b.hard,
+        "the hard-linked host file was written\n{ctx}"
+    );
+    if out.status.success() {
+        return "started";
+    }
+    let err = String::from_utf8_lossy(&out.stderr).replace("\\\"", "\"");
+    assert!(
+        named(at).iter().any(|p| err.contains(p.as_str())),
+        "the refusal names neither {at} nor a parent\n{ctx}"
+    );
+    if err.contains("devinject") {
+        "refused"
+    } else {
+        assert!(via == Via::Docker, "not our refusal\n{ctx}");
+        "refused by the runtime"
+    }
+}
+
+fn case_name(at: &str, kind: Kind, via: Via, ldconfig: bool) -> String {
+    format!(
         "{at} as {kind:?} via {via:?}{}",
         if ldconfig { " (ldconfig)" } else { "" }
-    );
+    )
+}
+
+/// The directory a planted volume was mounted on, for `kind` at `at` under `root`.
+fn volume_dir(root: &Path, at: &str) -> PathBuf {
+    let p = hostile::host(root, at);
+    if FILES.contains(&at) {
+        p.parent().unwrap().to_owned()
+    } else {
+        p
+    }
+}
+
+fn run_case(h: &Host, at: &str, kind: Kind, via: Via, ldconfig: bool) -> &'static str {
+    let name = case_name(at, kind, via, ldconfig);
     let mut b = Bundle::new(&h.dir.join("bundle"), &["/bin/true".to_owned()]).unwrap();
     b.env("DEMO_VISIBLE_DEVICES=0");
     let rootfs = b.rootfs();
     let planted = plant(h, &rootfs, at, kind);
-    let backing = std::fs::read(&h.loop_dev.backing).unwrap();
-    let hard_meta = |p: &Path| {
-        let m = std::fs::metadata(p).unwrap();
-        (std::fs::read(p).unwrap(), m.mode(), m.uid(), m.gid())
-    };
-    let hard = hard_meta(&h.hard_target);
-    let guard = h.canary.guard();
-    let mut ino = watch(&planted, kind);
+    let state = before(h, &planted, kind);
     let id = container_id("matrix");
     let runc = runc_path();
     let mut cmd = match via {
@@ -307,6 +391,7 @@ fn run_case(h: &Host, at: &str, kind: Kind, via: Via, ldconfig: bool) -> &'stati
             vec![runc]
         }
         Via::Shim | Via::ShimV2 => shim_command(&h.sim.config, &runc),
+        Via::Docker => unreachable!("docker cases run in docker_case"),
     };
     if matches!(via, Via::HookV2 | Via::ShimV2) {
         let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
@@ -314,52 +399,123 @@ fn run_case(h: &Host, at: &str, kind: Kind, via: Via, ldconfig: bool) -> &'stati
     }
     let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
     let out: Output = b.run_with(&refs, &id).unwrap();
-    let seen = events(&mut ino);
-    let ctx = format!("{name}: {}", describe(&out));
-    assert!(
-        seen.is_empty(),
-        "planted objects were touched: {seen:?}\n{ctx}"
-    );
-    let changes = guard.changes();
-    assert!(
-        changes.is_empty(),
-        "host canary changed: {changes:?}\n{ctx}"
-    );
-    assert!(
-        std::fs::read(&h.loop_dev.backing).unwrap() == backing,
-        "the loop device's disk was written\n{ctx}"
-    );
-    assert!(
-        hard_meta(&h.hard_target) == hard,
-        "the hard-linked host file was written\n{ctx}"
-    );
+    let outcome = check(h, state, at, via, &out, &name);
     // Unmount a planted volume before the bundle goes.
     if kind == Kind::ForeignMount {
-        let d = if FILES.contains(&at) {
-            hostile::host(&rootfs, at).parent().unwrap().to_owned()
-        } else {
-            hostile::host(&rootfs, at)
-        };
-        nix::mount::umount2(&d, nix::mount::MntFlags::MNT_DETACH).unwrap();
+        nix::mount::umount2(&volume_dir(&rootfs, at), nix::mount::MntFlags::MNT_DETACH).unwrap();
     }
-    let outcome = if out.status.success() {
-        "started"
-    } else {
-        let err = String::from_utf8_lossy(&out.stderr).replace("\\\"", "\"");
-        assert!(err.contains("devinject"), "not our refusal\n{ctx}");
-        assert!(
-            named(at).iter().any(|p| err.contains(p.as_str())),
-            "the refusal names neither {at} nor a parent\n{ctx}"
-        );
-        "refused"
-    };
     hostile::remove(&h.dir.join("bundle")).unwrap();
+    outcome
+}
+
+/// The docker engine of the docker cases: the shim registered as `devinject`, on `vfs`, with a
+/// plain busybox image for the cases that bring their trap in a volume.
+fn docker_engine(h: &Host) -> Engine {
+    let runc = which("runc").expect("runc on PATH");
+    let shim = RuntimeEntry::new(
+        "devinject",
+        &bin("devinject-runtime"),
+        &[
+            "--config".to_owned(),
+            h.sim.config.to_str().unwrap().to_owned(),
+            "--runtime".to_owned(),
+            runc.to_str().unwrap().to_owned(),
+        ],
+    );
+    let engine = Engine::start_with(&[shim], &["--storage-driver=vfs"]).unwrap();
+    engine.import_busybox().unwrap();
+    engine
+}
+
+/// One case through docker: the trap in an image layer, or in a volume where only a volume can
+/// bring it.
+fn docker_case(h: &Host, engine: &Engine, at: &str, kind: Kind) -> &'static str {
+    let name = case_name(at, kind, Via::Docker, false);
+    let work = h.dir.join("docker-case");
+    let in_volume = matches!(
+        kind,
+        Kind::HardLinkToHost | Kind::Socket | Kind::ForeignMount
+    );
+    let mut args: Vec<String> = vec![
+        "create".into(),
+        "--runtime=devinject".into(),
+        "-e".into(),
+        "DEMO_VISIBLE_DEVICES=0".into(),
+    ];
+    let image_root = work.join("image");
+    let volume_root = work.join("volume");
+    let image = if in_volume {
+        let planted = plant(h, &volume_root, at, kind);
+        let dir = volume_dir(&volume_root, at);
+        let source = if kind == Kind::ForeignMount || FILES.contains(&at) {
+            dir
+        } else {
+            hostile::host(&volume_root, at)
+        };
+        let target = source.strip_prefix(&volume_root).unwrap();
+        args.push("-v".into());
+        args.push(format!("{}:/{}", source.display(), target.display()));
+        (devinject_tests::docker::IMAGE.to_owned(), planted)
+    } else {
+        devinject_tests::rootfs::busybox(&image_root).unwrap();
+        let planted = plant(h, &image_root, at, kind);
+        engine.import(&image_root, "devinject-matrix:case").unwrap();
+        ("devinject-matrix:case".to_owned(), planted)
+    };
+    args.push(image.0.clone());
+    args.push("/bin/true".into());
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let id = engine.docker_ok(&refs).unwrap();
+    // The planted inodes as the container will see them: the volume's are the host's own, the
+    // image's are copies in the container's vfs directory.
+    // docker's init layer puts its own `/etc` (and `/etc/hosts` ...) over the image's: an
+    // object it replaced is not in the container at all.
+    let mut replaced = false;
+    let planted: Vec<PathBuf> = if in_volume {
+        image.1
+    } else {
+        let rootfs = engine.vfs_rootfs(&id).unwrap();
+        let kind_of = |p: &Path| std::fs::symlink_metadata(p).map(|m| m.file_type()).ok();
+        image
+            .1
+            .iter()
+            .filter_map(|p| {
+                let seen = rootfs.join(p.strip_prefix(&image_root).unwrap());
+                let same = kind_of(&seen) == kind_of(p);
+                replaced |= !same;
+                same.then_some(seen)
+            })
+            .collect()
+    };
+    let state = before(h, &planted, kind);
+    let out = engine.docker(&["start", "-a", &id]);
+    let outcome = match check(h, state, at, Via::Docker, &out, &name) {
+        "started" if replaced => "started (the engine replaced the trap)",
+        outcome => outcome,
+    };
+    engine.docker_ok(&["rm", "-f", &id]).unwrap();
+    if in_volume {
+        if kind == Kind::ForeignMount {
+            nix::mount::umount2(
+                &volume_dir(&volume_root, at),
+                nix::mount::MntFlags::MNT_DETACH,
+            )
+            .unwrap();
+        }
+    } else {
+        engine.docker_ok(&["rmi", "devinject-matrix:case"]).unwrap();
+    }
+    hostile::remove(&work).unwrap();
     outcome
 }
 
 fn matrix(via: Via, ldconfig: bool) {
     if !(require_runc_demo()
         && require_binary("losetup")
+        && (via != Via::Docker
+            || (require_binary("dockerd")
+                && require_binary("containerd")
+                && require_binary("tar")))
         && require_binary("unshare")
         && require(
             Path::new("/dev/loop-control").exists(),
@@ -372,6 +528,7 @@ fn matrix(via: Via, ldconfig: bool) {
     if ldconfig {
         set_config(&h.sim.config, "ldcache", "\"ldconfig\"").unwrap();
     }
+    let engine = (via == Via::Docker).then(|| docker_engine(&h));
     let mut tally = std::collections::BTreeMap::new();
     let mut cases = 0;
     for at in FILES.iter().chain(DIRS) {
@@ -380,7 +537,10 @@ fn matrix(via: Via, ldconfig: bool) {
             if kind == Kind::Dir && DIRS.contains(at) {
                 continue;
             }
-            let outcome = run_case(&h, at, kind, via, ldconfig);
+            let outcome = match &engine {
+                Some(engine) => docker_case(&h, engine, at, kind),
+                None => run_case(&h, at, kind, via, ldconfig),
+            };
             *tally.entry(outcome).or_insert(0) += 1;
             cases += 1;
         }
@@ -412,4 +572,9 @@ fn hook_matrix_on_cgroup_v2() {
 #[test]
 fn shim_matrix_on_cgroup_v2() {
     matrix(Via::ShimV2, false);
+}
+
+#[test]
+fn docker_matrix_with_the_shim() {
+    matrix(Via::Docker, false);
 }
