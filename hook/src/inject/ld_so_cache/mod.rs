@@ -316,6 +316,21 @@ impl Cache {
         self.entries = all;
     }
 
+    /// The most [`Cache::to_bytes`] writes for a cache parsed from a file of `file_len` bytes,
+    /// holding `entries` entries once libraries whose sonames and paths add up to
+    /// `added_strings` bytes were added: the output is linear in the input (the
+    /// [`StringBudget`]). Tests and the fuzz target hold the writer to it.
+    pub fn output_bound(file_len: usize, entries: usize, added_strings: usize) -> usize {
+        // Header, the entry table, every string once with its NUL, the extension directory.
+        const EXTENSION: usize = 256;
+        HEADER
+            + entries * ENTRY
+            + AMPLIFICATION * file_len
+            + BUDGET_SLACK
+            + added_strings
+            + EXTENSION
+    }
+
     /// The file glibc's ld.so reads: header, entries, strings, extension directory with the
     /// generator and (when there are any) the glibc-hwcaps names.
     pub fn to_bytes(&self) -> Vec<u8> {
