@@ -11,7 +11,9 @@ if [ "${1:-test}" = test ]; then
   # python3-venv: for the manifest check's kubernetes-validate (below). Its kustomize render
   # needs kubectl >= 1.24 (kustomize v4+), which Debian 12 does not package (its
   # kubernetes-client is 1.20); without one the check validates the files only and says so.
-  want+=(containerd docker.io crun protobuf-compiler iproute2 libc6-dev podman conmon python3-venv debootstrap)
+  # golang-go, openssl: the cluster tier's Kubernetes build (scripts/kube-build.sh) and certificates
+  want+=(containerd docker.io crun protobuf-compiler iproute2 libc6-dev podman conmon python3-venv debootstrap
+    golang-go openssl)
 fi
 missing=()
 for p in "${want[@]}"; do

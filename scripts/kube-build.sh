@@ -21,7 +21,7 @@ complete() {
   for b in "${servers[@]}" etcd kubectl; do [ -x "$bin/$b" ] || return 1; done
 }
 if complete; then echo "$bin"; exit 0; fi
-command -v go >/dev/null || { echo "kube-build: needs Go (apt-get install golang-go; scripts/install-deps.sh cluster)" >&2; exit 1; }
+command -v go >/dev/null || { echo "kube-build: needs Go (apt-get install golang-go; scripts/install-deps.sh test)" >&2; exit 1; }
 mkdir -p "$bin"
 
 # A private apt: its own lists, cache, state and (empty) configuration parts; its sources are the
@@ -75,13 +75,13 @@ Dir::Etc::Parts "$apt_dir/parts";
 Acquire::Check-Valid-Until "false";
 CONF
 export APT_CONFIG=$apt_dir/apt.conf
-apt-get -qq update
+apt-get -qq -o APT::Sandbox::User=root update
 work=$cache/work
 mkdir -p "$work"
 
 # etcd and kubectl: the packages' binaries, unpacked.
 if [ ! -x "$bin/etcd" ] || [ ! -x "$bin/kubectl" ]; then
-  (cd "$work" && apt-get -qq download etcd-server kubernetes-client)
+  (cd "$work" && apt-get -qq -o APT::Sandbox::User=root download etcd-server kubernetes-client)
   for deb in "$work"/etcd-server_*.deb "$work"/kubernetes-client_*.deb; do
     dpkg-deb -x "$deb" "$work/unpacked"
   done
@@ -92,7 +92,7 @@ fi
 # packaging of kubectl).
 tree=$work/kubernetes
 if [ ! -d "$tree/cmd/kubelet" ]; then
-  (cd "$work" && apt-get -qq source --download-only kubernetes)
+  (cd "$work" && apt-get -qq -o APT::Sandbox::User=root source --download-only kubernetes)
   orig=$(ls "$work"/kubernetes_*.orig.tar.* | head -n1)
   rm -rf "$tree.tmp" && mkdir -p "$tree.tmp"
   tar -C "$tree.tmp" --strip-components=1 -xf "$orig"

@@ -15,6 +15,13 @@ if [ "${CI:-}" = true ] || [ "${CI:-}" = 1 ] || [ "${DEVINJECT_FRESH_ROOT:-}" = 
 else
   echo "test.sh: SKIPPED the fresh-root test (runs under CI=true, or with DEVINJECT_FRESH_ROOT=1)"
 fi
+# The cluster tier's Kubernetes v1.20.2 (tests/cluster.rs), built once from Debian's source package
+# into a cache outside the tree (scripts/kube-build.sh; minutes the first time): under CI always;
+# locally only with DEVINJECT_CLUSTER=1, else the cluster tests skip and say so.
+if [ "${CI:-}" = true ] || [ "${CI:-}" = 1 ] || [ "${DEVINJECT_CLUSTER:-}" = 1 ]; then
+  DEVINJECT_KUBE_BIN=$(scripts/kube-build.sh)
+  export DEVINJECT_KUBE_BIN
+fi
 # Every skip is put on the record here (testkit/); under CI=true a skip is a failure.
 export DEVINJECT_SKIP_LOG="$PWD/target/skipped-tests.txt"
 rm -f "$DEVINJECT_SKIP_LOG"

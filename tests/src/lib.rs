@@ -30,8 +30,10 @@
 pub mod bench;
 pub use devinject_harness::{bins, probe, rootfs, runc, sim};
 pub mod canary;
+pub mod cluster;
 pub mod cprog;
 pub mod cri;
+pub mod cri_node;
 pub mod daemons;
 pub mod docker;
 pub mod hostile;

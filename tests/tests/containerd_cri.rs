@@ -24,25 +24,17 @@
 //! (`cargo build --workspace --bins`); skipped otherwise (fails under `CI=true`).
 
 use std::collections::HashMap;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use devinject_tests::bins::bin;
 use devinject_tests::cri::{self, CgroupParent, ContainerSpec, Cri};
-use devinject_tests::daemons::{run_ok, short_tempdir, Containerd};
-use devinject_tests::image::{docker_archive, ImageConfig};
+use devinject_tests::cri_node::{configure, containerd_config, import_images, BUSYBOX, HANDLER};
+use devinject_tests::daemons::{short_tempdir, Containerd};
 use devinject_tests::podresources::{pod, FakeKubelet};
 use devinject_tests::probe::Report;
 use devinject_tests::sim::{assert_demo_granted_0_1_in, demo_host, demo_probe_args, SimHost};
 use devinject_tests::skip::{require_binary, require_root, which};
-
-const CRI: &str = "io.containerd.grpc.v1.cri";
-const BUSYBOX: &str = "devinject.test/busybox:1";
-const PAUSE: &str = "devinject.test/pause:1";
-const HANDLER: &str = "devinject";
-const K8S_NAMESPACE: &str = "k8s.io";
 
 fn ready() -> bool {
     require_root()
@@ -58,22 +50,6 @@ fn ready() -> bool {
 
 fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
-}
-
-/// containerd's main configuration: private paths, the CRI settings this machine needs, and a
-/// plain runc runtime for devinject-ctl to copy.
-fn containerd_config(dir: &Path) -> String {
-    format!(
-        "version = 2\n{private}\n\
-         [plugins.\"{CRI}\"]\n  sandbox_image = \"{PAUSE}\"\n  restrict_oom_score_adj = true\n  \
-         stream_server_address = \"127.0.0.1\"\n  stream_server_port = \"0\"\n  \
-         [plugins.\"{CRI}\".cni]\n    bin_dir = \"{d}/cni/bin\"\n    conf_dir = \"{d}/cni/conf\"\n  \
-         [plugins.\"{CRI}\".containerd]\n    default_runtime_name = \"runc\"\n    \
-         [plugins.\"{CRI}\".containerd.runtimes.runc]\n      runtime_type = \"io.containerd.runc.v2\"\n      \
-         [plugins.\"{CRI}\".containerd.runtimes.runc.options]\n        Root = \"{d}/runc\"\n",
-        private = Containerd::private_settings(dir),
-        d = dir.display(),
-    )
 }
 
 /// A private containerd with the CRI plugin, configured by devinject-ctl, images imported, and
@@ -235,80 +211,6 @@ impl Rig {
             .run_pod_sandbox(&config, HANDLER)
             .unwrap_or_else(|e| panic!("{e:#}\n{}", self.containerd.log_tail()));
         (id, config)
-    }
-}
-
-/// `devinject-ctl runtime configure --runtime containerd --mode <mode>` on `config`.
-fn configure(root: &Path, config: &Path, host: &SimHost, mode: &str) {
-    let mut cmd = Command::new(bin("devinject-ctl"));
-    cmd.args([
-        "runtime",
-        "configure",
-        "--runtime",
-        "containerd",
-        "--mode",
-        mode,
-    ])
-    .arg("--config")
-    .arg(config);
-    match mode {
-        "shim" => {
-            // containerd's BinaryName takes no arguments: wrap the real shim to pass --config.
-            let wrapper = root.join("bin/devinject-runtime");
-            std::fs::create_dir_all(wrapper.parent().expect("parent")).expect("mkdir");
-            std::fs::write(
-                &wrapper,
-                format!(
-                    "#!/bin/sh\nexec '{}' --config '{}' \"$@\"\n",
-                    path_str(&bin("devinject-runtime")),
-                    path_str(&host.config)
-                ),
-            )
-            .expect("write wrapper");
-            std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))
-                .expect("chmod");
-            cmd.arg("--shim-path").arg(&wrapper);
-        }
-        _ => {
-            cmd.arg("--hook-path")
-                .arg(bin("devinject-hook"))
-                .arg("--hook-config")
-                .arg(&host.config)
-                .arg("--ctr")
-                .arg(which("ctr").expect("ctr"));
-        }
-    }
-    let out = run_ok(cmd).expect("devinject-ctl runtime configure");
-    assert!(out.contains("create"), "{out}");
-}
-
-/// Builds the busybox and pause images from one rootfs and imports them for the CRI plugin.
-fn import_images(root: &Path, containerd: &Containerd, cri: &mut Cri) {
-    let rootfs = root.join("image-rootfs");
-    devinject_tests::rootfs::busybox(&rootfs).expect("busybox rootfs");
-    let images = [
-        (
-            BUSYBOX,
-            ImageConfig {
-                entrypoint: &[],
-                cmd: &["/bin/sh"],
-            },
-        ),
-        (
-            PAUSE,
-            ImageConfig {
-                entrypoint: &["/bin/sleep", "infinity"],
-                cmd: &[],
-            },
-        ),
-    ];
-    for (i, (tag, config)) in images.iter().enumerate() {
-        let archive = root.join(format!("image{i}.tar"));
-        docker_archive(&rootfs, tag, config, &archive).expect("image archive");
-        containerd
-            .import(K8S_NAMESPACE, &archive)
-            .unwrap_or_else(|e| panic!("{e:#}\n{}", containerd.log_tail()));
-        cri.wait_image(tag).expect("image visible to CRI");
     }
 }
 

@@ -1,0 +1,662 @@
+//! A real single-node Kubernetes cluster for tests: etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler and a kubelet (v1.20.2, built from Debian's source
+//! package by scripts/kube-build.sh), the kubelet driving a private containerd over CRI with the
+//! `devinject` runtime that `devinject-ctl` configures, and the real `devinject-device-plugin`.
+//! Nothing is mocked; only the devices are simulated (a [`SimHost`]).
+//!
+//! # How it fits on one machine
+//! - Everything listens on 127.0.0.1, on free ports; certificates come from [`pki`].
+//! - The kubelet 1.20 looks for device plugins in the constant `/var/lib/kubelet/device-plugins`,
+//!   whatever its root dir: it runs in a private mount namespace with a tmpfs on
+//!   `/var/lib/kubelet` (the host's is never touched), and the device plugin joins that
+//!   namespace (`nsenter`). Its root dir, and so the pod-resources socket the runtime's policy
+//!   asks, is in the temp dir, visible to both.
+//! - No CNI: pods use the host network; a placeholder network config (naming a plugin that does
+//!   not exist, never called for host-network pods) lets the node become Ready.
+//! - Pod logs are read from `/var/log/pods`, where containerd writes them: `kubectl logs` would
+//!   need the apiserver to reach the loopback-only kubelet.
+//! - The machine refuses negative `oom_score_adj`: the kubelet runs with `oomScoreAdj: 0` and
+//!   containerd with `restrict_oom_score_adj`.
+//!
+//! [`Cluster`] tears everything down in `Drop`, also when a test fails: pods, the plugin, the
+//! kubelet (its pod cgroups and mounts), the control plane, containerd, the temp dir.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde_json::Value;
+
+use crate::bins::bin;
+use crate::cri::Cri;
+use crate::cri_node::{configure, containerd_config, import_images, HANDLER};
+use crate::daemons::{
+    output_within, poll, run_ok, short_tempdir, unmount_below, Containerd, Daemon,
+};
+use crate::sim::{demo_host, SimHost};
+use crate::skip::which;
+
+pub mod pki;
+
+/// The Kubernetes release the tier runs.
+pub const VERSION: &str = "v1.20.2";
+/// The node's name.
+pub const NODE: &str = "devinject-node";
+/// How long the cluster may take to come up, or a pod to finish.
+pub const SLOW: Duration = Duration::from_secs(120);
+
+/// The directory holding kubelet, kube-apiserver, kube-controller-manager, kube-scheduler, etcd
+/// and kubectl: `DEVINJECT_KUBE_BIN`, or scripts/kube-build.sh's cache. `None` when they are not
+/// all there.
+pub fn kube_bin_dir() -> Option<PathBuf> {
+    let dir = match std::env::var_os("DEVINJECT_KUBE_BIN") {
+        Some(d) => PathBuf::from(d),
+        None => {
+            let cache = std::env::var_os("DEVINJECT_KUBE_CACHE")
+                .map(PathBuf::from)
+                .or_else(|| {
+                    std::env::var_os("HOME")
+                        .map(|h| Path::new(&h).join(".cache/devinject/kubernetes-1.20.2"))
+                })?;
+            cache.join("bin")
+        }
+    };
+    [
+        "kubelet",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "etcd",
+        "kubectl",
+    ]
+    .iter()
+    .all(|b| dir.join(b).is_file())
+    .then_some(dir)
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released).
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("bind a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// The running cluster. Fields drop in declaration order after [`Drop::drop`] has stopped the
+/// processes in dependency order.
+pub struct Cluster {
+    plugin: Option<Daemon>,
+    kubelet: Option<Daemon>,
+    scheduler: Option<Daemon>,
+    controller_manager: Option<Daemon>,
+    apiserver: Option<Daemon>,
+    etcd: Option<Daemon>,
+    containerd: Option<Containerd>,
+    /// The simulated devices and the host configuration the runtime uses.
+    pub host: SimHost,
+    bin: PathBuf,
+    kubeconfig: PathBuf,
+    root: PathBuf,
+    kubelet_root: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster").field("root", &self.root).finish()
+    }
+}
+
+impl Cluster {
+    /// Starts the whole cluster with the demo profile's devices, the runtime configured in
+    /// shim mode with the `kubernetes` policy, and the device plugin registered; returns once
+    /// the node is Ready and advertises the devices.
+    pub fn start() -> Result<Self> {
+        let bin_dir = kube_bin_dir().context("the Kubernetes binaries (scripts/kube-build.sh)")?;
+        let dir = short_tempdir("k8s")?;
+        let root = dir.path().to_owned();
+        let host = demo_host(&root.join("sim"), &["demo"])?;
+        let kubelet_root = root.join("kubelet");
+        let mut c = Self {
+            plugin: None,
+            kubelet: None,
+            scheduler: None,
+            controller_manager: None,
+            apiserver: None,
+            etcd: None,
+            containerd: None,
+            host,
+            bin: bin_dir,
+            kubeconfig: root.join("kubeconfig"),
+            root,
+            kubelet_root,
+            _dir: dir,
+        };
+        c.start_control_plane()?;
+        c.start_node()?;
+        Ok(c)
+    }
+
+    fn kube(&self, name: &str) -> PathBuf {
+        self.bin.join(name)
+    }
+
+    fn start_control_plane(&mut self) -> Result<()> {
+        let pki = pki::make(&self.root.join("pki"))?;
+        let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
+        let mut etcd = Command::new(self.kube("etcd"));
+        let client = format!("http://127.0.0.1:{etcd_port}");
+        let peer = format!("http://127.0.0.1:{peer_port}");
+        etcd.arg("--name=devinject")
+            .arg(format!("--data-dir={}", self.root.join("etcd").display()))
+            .arg(format!("--listen-client-urls={client}"))
+            .arg(format!("--advertise-client-urls={client}"))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster=devinject={peer}"));
+        self.etcd = Some(Daemon::start("etcd", etcd, &self.root.join("etcd.log"))?);
+
+        let server = format!("https://127.0.0.1:{api_port}");
+        std::fs::write(&self.kubeconfig, pki::kubeconfig(&pki, &server))?;
+        let p = |p: &Path| p.display().to_string();
+        let mut api = Command::new(self.kube("kube-apiserver"));
+        api.arg(format!("--etcd-servers={client}"))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={api_port}"))
+            .arg("--insecure-port=0")
+            .arg("--advertise-address=127.0.0.1")
+            .arg("--endpoint-reconciler-type=none")
+            .arg(format!(
+                "--cert-dir={}",
+                self.root.join("apiserver-certs").display()
+            ))
+            .arg(format!("--tls-cert-file={}", p(&pki.server_cert)))
+            .arg(format!("--tls-private-key-file={}", p(&pki.server_key)))
+            .arg(format!("--client-ca-file={}", p(&pki.ca)))
+            .arg(format!(
+                "--kubelet-client-certificate={}",
+                p(&pki.admin_cert)
+            ))
+            .arg(format!("--kubelet-client-key={}", p(&pki.admin_key)))
+            .arg(format!(
+                "--service-account-key-file={}",
+                p(&pki.service_account_key)
+            ))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                p(&pki.service_account_key)
+            ))
+            .arg("--service-account-issuer=https://kubernetes.default.svc")
+            .arg("--api-audiences=https://kubernetes.default.svc")
+            .arg("--service-cluster-ip-range=10.0.0.0/24")
+            .arg("--authorization-mode=Node,RBAC")
+            .arg("--enable-admission-plugins=NodeRestriction")
+            .arg("--allow-privileged=true");
+        self.apiserver = Some(Daemon::start(
+            "kube-apiserver",
+            api,
+            &self.root.join("apiserver.log"),
+        )?);
+        let kubectl = self.kubectl_command();
+        self.apiserver.as_mut().expect("just started").wait_ready(
+            "the apiserver's /readyz",
+            || {
+                let mut k = Command::new(kubectl.get_program());
+                k.args(kubectl.get_args()).args(["get", "--raw=/readyz"]);
+                output_within(k, Duration::from_secs(10))
+                    .is_some_and(|o| o.is_ok_and(|o| o.status.success()))
+            },
+        )?;
+
+        let mut cm = Command::new(self.kube("kube-controller-manager"));
+        cm.arg(format!("--kubeconfig={}", p(&self.kubeconfig)))
+            .arg("--bind-address=127.0.0.1")
+            .arg("--port=0")
+            .arg("--secure-port=0")
+            .arg("--leader-elect=false")
+            .arg(format!(
+                "--cert-dir={}",
+                self.root.join("cm-certs").display()
+            ))
+            .arg(format!(
+                "--service-account-private-key-file={}",
+                p(&pki.service_account_key)
+            ))
+            .arg(format!("--root-ca-file={}", p(&pki.ca)))
+            .arg("--use-service-account-credentials=false");
+        self.controller_manager = Some(Daemon::start(
+            "kube-controller-manager",
+            cm,
+            &self.root.join("controller-manager.log"),
+        )?);
+        let mut sched = Command::new(self.kube("kube-scheduler"));
+        sched
+            .arg(format!("--kubeconfig={}", p(&self.kubeconfig)))
+            .arg("--bind-address=127.0.0.1")
+            .arg("--port=0")
+            .arg("--secure-port=0")
+            .arg("--leader-elect=false");
+        self.scheduler = Some(Daemon::start(
+            "kube-scheduler",
+            sched,
+            &self.root.join("scheduler.log"),
+        )?);
+        Ok(())
+    }
+
+    fn start_node(&mut self) -> Result<()> {
+        // The runtime's host configuration: the `kubernetes` policy asks this kubelet.
+        let runc = which("runc").context("runc")?;
+        self.host.write_config(&format!(
+            "runtime = {:?}\nhook = {:?}\npod_resources_socket = {:?}",
+            runc,
+            bin("devinject-hook"),
+            self.kubelet_root.join("pod-resources/kubelet.sock"),
+        ))?;
+        let ctd_dir = self.root.join("ctd");
+        let cni = ctd_dir.join("cni/conf");
+        std::fs::create_dir_all(&cni)?;
+        std::fs::write(
+            cni.join("10-placeholder.conflist"),
+            r#"{"cniVersion": "0.4.0", "name": "devinject-placeholder",
+  "plugins": [{"type": "devinject-host-network-only"}]}"#,
+        )?;
+        let config = ctd_dir.join("config.toml");
+        std::fs::write(&config, containerd_config(&ctd_dir))?;
+        configure(&self.root, &config, &self.host, "shim");
+        let containerd = Containerd::start(&ctd_dir, &config)?;
+        let mut cri = Cri::connect(&containerd.socket())?;
+        cri.wait_ready()?;
+        import_images(&self.root, &containerd, &mut cri);
+        drop(cri);
+        let socket = containerd.socket();
+        self.containerd = Some(containerd);
+        self.start_kubelet(&socket)?;
+        self.wait_node_ready()?;
+        self.start_plugin()?;
+        self.wait_allocatable("devinject.io/demo", "4")?;
+        // Pods need the namespace's default service account, which the controller makes.
+        poll("the default service account", SLOW, || {
+            Ok(self
+                .kubectl(&["get", "serviceaccount", "default"])
+                .is_ok()
+                .then_some(()))
+        })?;
+        Ok(())
+    }
+
+    fn start_kubelet(&mut self, containerd: &Path) -> Result<()> {
+        let (port, healthz) = (free_port()?, free_port()?);
+        std::fs::create_dir_all(&self.kubelet_root)?;
+        let config = self.root.join("kubelet.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                 address: 127.0.0.1\nport: {port}\nreadOnlyPort: 0\n\
+                 healthzBindAddress: 127.0.0.1\nhealthzPort: {healthz}\n\
+                 cgroupDriver: cgroupfs\nfailSwapOn: false\noomScoreAdj: 0\n\
+                 authentication:\n  anonymous: {{enabled: false}}\n  webhook: {{enabled: false}}\n\
+                 authorization: {{mode: AlwaysAllow}}\n\
+                 evictionHard: {{\"nodefs.available\": \"1%\", \"imagefs.available\": \"1%\", \"memory.available\": \"1Mi\"}}\n\
+                 imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n\
+                 resolvConf: /etc/resolv.conf\nserializeImagePulls: false\n\
+                 volumePluginDir: {plugins}\n",
+                plugins = self.root.join("volume-plugins").display(),
+            ),
+        )?;
+        // The kubelet's own view of /var/lib/kubelet: a tmpfs in a private mount namespace.
+        std::fs::create_dir_all("/var/lib/kubelet").context("mkdir /var/lib/kubelet")?;
+        let mut cmd = Command::new("unshare");
+        cmd.args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "mount -t tmpfs -o mode=0755 devinject-kubelet /var/lib/kubelet && exec \"$0\" \"$@\"",
+        ])
+        .arg(self.kube("kubelet"))
+        .arg(format!("--config={}", config.display()))
+        .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+        .arg("--container-runtime=remote")
+        .arg(format!(
+            "--container-runtime-endpoint=unix://{}",
+            containerd.display()
+        ))
+        .arg(format!("--root-dir={}", self.kubelet_root.display()))
+        .arg(format!(
+            "--cert-dir={}",
+            self.root.join("kubelet-certs").display()
+        ))
+        .arg(format!("--hostname-override={NODE}"))
+        .arg(format!(
+            "--pod-infra-container-image={}",
+            crate::cri_node::PAUSE
+        ))
+        .arg("--v=2");
+        self.kubelet = Some(Daemon::start(
+            "kubelet",
+            cmd,
+            &self.root.join("kubelet.log"),
+        )?);
+        Ok(())
+    }
+
+    /// The kubelet's pid (its mount namespace holds the device-plugins directory).
+    fn kubelet_pid(&self) -> Result<u32> {
+        self.kubelet
+            .as_ref()
+            .and_then(Daemon::pid)
+            .context("the kubelet is not running")
+    }
+
+    /// A path as the kubelet sees it.
+    pub fn in_kubelet_ns(&self, path: &str) -> Result<PathBuf> {
+        Ok(PathBuf::from(format!("/proc/{}/root", self.kubelet_pid()?))
+            .join(path.trim_start_matches('/')))
+    }
+
+    fn start_plugin(&mut self) -> Result<()> {
+        let registration = self.in_kubelet_ns("/var/lib/kubelet/device-plugins/kubelet.sock")?;
+        self.kubelet
+            .as_mut()
+            .expect("started")
+            .wait_ready("the kubelet's registration socket", || {
+                registration.exists()
+            })?;
+        let mut cmd = Command::new("nsenter");
+        cmd.arg("-t")
+            .arg(self.kubelet_pid()?.to_string())
+            .args(["-m", "--"])
+            .arg(bin("devinject-device-plugin"))
+            .arg("--profiles-dir")
+            .arg(&self.host.profiles_dir)
+            .arg("--dev-root")
+            .arg(&self.host.dev_root)
+            .arg("--sys-root")
+            .arg(self.host.dir.join("sys"));
+        self.plugin = Some(Daemon::start(
+            "devinject-device-plugin",
+            cmd,
+            &self.root.join("plugin.log"),
+        )?);
+        Ok(())
+    }
+
+    fn wait_node_ready(&mut self) -> Result<()> {
+        poll("the node to be Ready", SLOW, || {
+            if let Some(k) = self.kubelet.as_mut() {
+                k.check_running()?;
+            }
+            let ready = self
+                .kubectl(&[
+                    "get",
+                    "node",
+                    NODE,
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+                ])
+                .unwrap_or_default();
+            Ok((ready == "True").then_some(()))
+        })
+        .map_err(|e| e.context(self.logs()))
+    }
+
+    /// Waits until the node's allocatable `resource` is `count`.
+    pub fn wait_allocatable(&self, resource: &str, count: &str) -> Result<()> {
+        let path = format!(
+            "jsonpath={{.status.allocatable.{}}}",
+            resource.replace('.', "\\.")
+        );
+        poll(&format!("{resource} allocatable = {count}"), SLOW, || {
+            let have = self
+                .kubectl(&["get", "node", NODE, "-o", &path])
+                .unwrap_or_default();
+            Ok((have == count).then_some(()))
+        })
+        .map_err(|e| e.context(self.logs()))
+    }
+
+    fn kubectl_command(&self) -> Command {
+        let mut cmd = Command::new(self.kube("kubectl"));
+        cmd.arg(format!("--kubeconfig={}", self.kubeconfig.display()));
+        cmd
+    }
+
+    /// Runs `kubectl args`; its stdout, trimmed.
+    pub fn kubectl(&self, args: &[&str]) -> Result<String> {
+        let mut cmd = self.kubectl_command();
+        cmd.args(args);
+        run_ok(cmd).map(|s| s.trim().to_owned())
+    }
+
+    /// `kubectl apply` of `yaml`.
+    pub fn apply(&self, yaml: &str) -> Result<String> {
+        let file = self.root.join(format!("apply-{}.yaml", std::process::id()));
+        std::fs::write(&file, yaml)?;
+        self.kubectl(&["apply", "-f", &file.display().to_string()])
+    }
+
+    /// The pod `name` in the default namespace, as JSON.
+    pub fn pod(&self, name: &str) -> Result<Value> {
+        let text = self.kubectl(&["get", "pod", name, "-o", "json"])?;
+        serde_json::from_str(&text).context("parse kubectl's pod JSON")
+    }
+
+    /// Waits until pod `name` has ended (Succeeded or Failed); returns the phase.
+    pub fn wait_pod_done(&self, name: &str) -> Result<String> {
+        poll(&format!("pod {name} to finish"), SLOW, || {
+            let phase = self.pod(name)?["status"]["phase"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            Ok(matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase))
+        })
+        .map_err(|e| e.context(self.logs()))
+    }
+
+    /// Waits until `check` finds what it wants in pod `name`'s JSON.
+    pub fn wait_pod<T>(
+        &self,
+        name: &str,
+        what: &str,
+        mut check: impl FnMut(&Value) -> Option<T>,
+    ) -> Result<T> {
+        poll(&format!("pod {name}: {what}"), SLOW, || {
+            Ok(check(&self.pod(name)?))
+        })
+        .map_err(|e| e.context(self.logs()))
+    }
+
+    /// The output of container `container` of pod `name` (its CRI log under `/var/log/pods`).
+    pub fn container_log(&self, name: &str, container: &str) -> Result<String> {
+        let uid = self.pod(name)?["metadata"]["uid"]
+            .as_str()
+            .context("pod uid")?
+            .to_owned();
+        let dir = Path::new("/var/log/pods")
+            .join(format!("default_{name}_{uid}"))
+            .join(container);
+        let mut logs: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .with_context(|| format!("list {}", dir.display()))?
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        logs.sort();
+        let last = logs
+            .last()
+            .with_context(|| format!("no log in {}", dir.display()))?;
+        crate::cri::read_log(last)
+    }
+
+    /// The device ids the kubelet's checkpoint says it allocated to `container` of the pod with
+    /// `uid`, for `resource`.
+    pub fn allocated(&self, uid: &str, container: &str, resource: &str) -> Result<Vec<String>> {
+        let path =
+            self.in_kubelet_ns("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint")?;
+        let text =
+            std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
+        let v: Value = serde_json::from_str(&text).context("parse the kubelet's checkpoint")?;
+        let mut ids = Vec::new();
+        for e in v["Data"]["PodDeviceEntries"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            if e["PodUID"] == uid
+                && e["ContainerName"] == container
+                && e["ResourceName"] == resource
+            {
+                for per_numa in e["DeviceIDs"]
+                    .as_object()
+                    .into_iter()
+                    .flat_map(|m| m.values())
+                {
+                    ids.extend(
+                        per_numa
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|i| i.as_str().map(str::to_owned)),
+                    );
+                }
+            }
+        }
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// The last lines of every component's log, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut s = String::new();
+        for d in [
+            &self.kubelet,
+            &self.plugin,
+            &self.apiserver,
+            &self.scheduler,
+            &self.controller_manager,
+            &self.etcd,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            s.push_str(&d.log_tail());
+        }
+        if let Some(c) = &self.containerd {
+            s.push_str(&c.log_tail());
+        }
+        s
+    }
+
+    /// The runtime handler pods name through their RuntimeClass.
+    pub fn runtime_class(&self) -> Result<()> {
+        self.apply(&format!(
+            "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: {HANDLER}\nhandler: {HANDLER}\n"
+        ))
+        .map(|_| ())
+    }
+
+    fn teardown(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "cluster in {} at failure:\n{}",
+                self.root.display(),
+                self.logs()
+            );
+        }
+        // The pods' log directories, which the kubelet would collect later: removed at the end.
+        let logs: Vec<PathBuf> = self
+            .kubectl(&[
+                "get",
+                "pods",
+                "--all-namespaces",
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.namespace}_{.metadata.name}_{.metadata.uid}{\"\\n\"}{end}",
+            ])
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| Path::new("/var/log/pods").join(l))
+            .collect();
+        // Pods first, while the kubelet can still stop them.
+        let _ = self.kubectl(&[
+            "delete",
+            "pods",
+            "--all",
+            "--grace-period=0",
+            "--force",
+            "--wait=false",
+        ]);
+        let _ = poll("the pods to go", Duration::from_secs(30), || {
+            Ok(self
+                .kubectl(&["get", "pods", "-o", "name"])
+                .map(|s| s.is_empty())
+                .unwrap_or(true)
+                .then_some(()))
+        });
+        for d in [
+            &mut self.plugin,
+            &mut self.kubelet,
+            &mut self.scheduler,
+            &mut self.controller_manager,
+            &mut self.apiserver,
+            &mut self.etcd,
+        ] {
+            if let Some(mut d) = d.take() {
+                d.stop();
+            }
+        }
+        // The kubelet's pod sandboxes, if any outlived it.
+        if let Some(c) = &self.containerd {
+            let mut ls = c.ctr();
+            ls.args(["-n", "k8s.io", "tasks", "ls", "-q"]);
+            if let Ok(tasks) = run_ok(ls) {
+                for t in tasks.lines() {
+                    let mut kill = c.ctr();
+                    kill.args(["-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", t]);
+                    let _ = run_ok(kill);
+                }
+            }
+        }
+        self.containerd = None;
+        unmount_below(&self.root);
+        remove_pod_cgroups();
+        for dir in logs {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Removes the kubelet's `kubepods` cgroups (deepest first) on every hierarchy.
+fn remove_pod_cgroups() {
+    let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return;
+    };
+    for h in hierarchies.flatten() {
+        let top = h.path().join("kubepods");
+        if top.is_dir() {
+            let mut dirs = Vec::new();
+            collect_dirs(&top, &mut dirs);
+            for d in dirs.iter().rev() {
+                let _ = std::fs::remove_dir(d);
+            }
+        }
+    }
+}
+
+fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
+    out.push(dir.to_owned());
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                collect_dirs(&e.path(), out);
+            }
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.teardown();
+    }
+}

@@ -1,0 +1,121 @@
+//! A containerd with the CRI plugin set up as a Kubernetes node's runtime, shared by the CRI
+//! tests (tests/containerd_cri.rs, driving it as the kubelet would) and the cluster tier
+//! ([`crate::cluster`], driven by a real kubelet): its configuration, the `devinject` runtime
+//! entry written by `devinject-ctl`, and the test images (busybox with the probe, and a pause
+//! image from the same rootfs).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+
+use crate::bins::bin;
+use crate::cri::Cri;
+use crate::daemons::{run_ok, Containerd};
+use crate::image::{docker_archive, ImageConfig};
+use crate::sim::SimHost;
+use crate::skip::which;
+
+/// The CRI plugin's name in containerd's configuration.
+pub const CRI: &str = "io.containerd.grpc.v1.cri";
+/// The image the probe containers run.
+pub const BUSYBOX: &str = "devinject.test/busybox:1";
+/// The pod sandbox image.
+pub const PAUSE: &str = "devinject.test/pause:1";
+/// The runtime handler devinject-ctl registers (a RuntimeClass's `handler`).
+pub const HANDLER: &str = "devinject";
+/// containerd's namespace for the CRI plugin's images.
+pub const K8S_NAMESPACE: &str = "k8s.io";
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// containerd's main configuration: private paths, the CRI settings this machine needs, and a
+/// plain runc runtime for devinject-ctl to copy.
+pub fn containerd_config(dir: &Path) -> String {
+    format!(
+        "version = 2\n{private}\n\
+         [plugins.\"{CRI}\"]\n  sandbox_image = \"{PAUSE}\"\n  restrict_oom_score_adj = true\n  \
+         stream_server_address = \"127.0.0.1\"\n  stream_server_port = \"0\"\n  \
+         [plugins.\"{CRI}\".cni]\n    bin_dir = \"{d}/cni/bin\"\n    conf_dir = \"{d}/cni/conf\"\n  \
+         [plugins.\"{CRI}\".containerd]\n    default_runtime_name = \"runc\"\n    \
+         [plugins.\"{CRI}\".containerd.runtimes.runc]\n      runtime_type = \"io.containerd.runc.v2\"\n      \
+         [plugins.\"{CRI}\".containerd.runtimes.runc.options]\n        Root = \"{d}/runc\"\n",
+        private = Containerd::private_settings(dir),
+        d = dir.display(),
+    )
+}
+
+/// `devinject-ctl runtime configure --runtime containerd --mode <mode>` on `config`.
+pub fn configure(root: &Path, config: &Path, host: &SimHost, mode: &str) {
+    let mut cmd = Command::new(bin("devinject-ctl"));
+    cmd.args([
+        "runtime",
+        "configure",
+        "--runtime",
+        "containerd",
+        "--mode",
+        mode,
+    ])
+    .arg("--config")
+    .arg(config);
+    match mode {
+        "shim" => {
+            // containerd's BinaryName takes no arguments: wrap the real shim to pass --config.
+            let wrapper = root.join("bin/devinject-runtime");
+            std::fs::create_dir_all(wrapper.parent().expect("parent")).expect("mkdir");
+            std::fs::write(
+                &wrapper,
+                format!(
+                    "#!/bin/sh\nexec '{}' --config '{}' \"$@\"\n",
+                    path_str(&bin("devinject-runtime")),
+                    path_str(&host.config)
+                ),
+            )
+            .expect("write wrapper");
+            std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))
+                .expect("chmod");
+            cmd.arg("--shim-path").arg(&wrapper);
+        }
+        _ => {
+            cmd.arg("--hook-path")
+                .arg(bin("devinject-hook"))
+                .arg("--hook-config")
+                .arg(&host.config)
+                .arg("--ctr")
+                .arg(which("ctr").expect("ctr"));
+        }
+    }
+    let out = run_ok(cmd).expect("devinject-ctl runtime configure");
+    assert!(out.contains("create"), "{out}");
+}
+
+/// Builds the busybox and pause images from one rootfs and imports them for the CRI plugin.
+pub fn import_images(root: &Path, containerd: &Containerd, cri: &mut Cri) {
+    let rootfs = root.join("image-rootfs");
+    crate::rootfs::busybox(&rootfs).expect("busybox rootfs");
+    let images = [
+        (
+            BUSYBOX,
+            ImageConfig {
+                entrypoint: &[],
+                cmd: &["/bin/sh"],
+            },
+        ),
+        (
+            PAUSE,
+            ImageConfig {
+                entrypoint: &["/bin/sleep", "infinity"],
+                cmd: &[],
+            },
+        ),
+    ];
+    for (i, (tag, config)) in images.iter().enumerate() {
+        let archive = root.join(format!("image{i}.tar"));
+        docker_archive(&rootfs, tag, config, &archive).expect("image archive");
+        containerd
+            .import(K8S_NAMESPACE, &archive)
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", containerd.log_tail()));
+        cri.wait_image(tag).expect("image visible to CRI");
+    }
+}

@@ -1,0 +1,207 @@
+//! The product on a real cluster ([`devinject_tests::cluster`]): Kubernetes v1.20.2's control
+//! plane and kubelet, containerd over CRI with the `devinject` runtime written by
+//! `devinject-ctl`, and the real device plugin, which the kubelet reaches over gRPC-Go (its
+//! `:authority` is the socket path). Pods ask for `devinject.io/demo` through resource limits:
+//!
+//! - a pod gets exactly the devices the kubelet's checkpoint says it allocated, with the
+//!   library read-only and in the linker cache, and nothing else;
+//! - a pod that asked for none and sets the request variable itself is refused by the
+//!   `kubernetes` policy, with its message in the pod's status;
+//! - a device unplugged between admission (Allocate) and the container's start fails the start
+//!   with "granted but is gone", never another device (issue 19).
+//!
+//! Needs root, containerd, runc, openssl, unshare, nsenter and the Kubernetes binaries
+//! (scripts/kube-build.sh; scripts/test.sh builds them); skipped otherwise, a failure under CI.
+//! One cluster at a time: the kubelets would share the `kubepods` cgroups.
+
+use std::sync::Mutex;
+
+use devinject_tests::cluster::{kube_bin_dir, Cluster};
+use devinject_tests::cri_node::BUSYBOX;
+use devinject_tests::probe::Report;
+use devinject_tests::sim::{demo_probe_args, ACCELS, CTL, LIB, SONAME};
+use devinject_tests::skip::{require, require_binary, require_root};
+use serde_json::Value;
+
+static ONE_CLUSTER: Mutex<()> = Mutex::new(());
+
+fn ready() -> bool {
+    require_root()
+        && require_binary("containerd")
+        && require_binary("ctr")
+        && require_binary("runc")
+        && require_binary("openssl")
+        && require_binary("unshare")
+        && require_binary("nsenter")
+        && require_binary("/bin/busybox")
+        && require_binary("gcc")
+        && require(
+            kube_bin_dir().is_some(),
+            "needs the Kubernetes v1.20.2 binaries (scripts/kube-build.sh)",
+        )
+}
+
+fn start() -> (std::sync::MutexGuard<'static, ()>, Cluster) {
+    let guard = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = Cluster::start().unwrap_or_else(|e| panic!("cluster: {e:#}"));
+    cluster.runtime_class().expect("RuntimeClass");
+    (guard, cluster)
+}
+
+/// A pod running `command` in one container of the devinject RuntimeClass, asking for `devices`
+/// demo devices (none: no resource at all), with `env`, after an init container sleeping
+/// `init_sleep` seconds (0: none).
+fn pod(
+    name: &str,
+    command: &[String],
+    devices: u32,
+    env: &[(&str, &str)],
+    init_sleep: u32,
+) -> String {
+    let resources = if devices > 0 {
+        format!("\n    resources: {{limits: {{devinject.io/demo: {devices}}}}}")
+    } else {
+        String::new()
+    };
+    let env: Vec<Value> = env
+        .iter()
+        .map(|(k, v)| serde_json::json!({"name": k, "value": v}))
+        .collect();
+    let init = if init_sleep > 0 {
+        format!(
+            "\n  initContainers:\n  - name: wait\n    image: {BUSYBOX}\n    imagePullPolicy: Never\n    \
+             command: [\"/bin/sleep\", \"{init_sleep}\"]"
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  runtimeClassName: devinject\n  \
+         hostNetwork: true\n  restartPolicy: Never\n  automountServiceAccountToken: false\n  \
+         terminationGracePeriodSeconds: 0{init}\n  containers:\n  - name: main\n    image: {BUSYBOX}\n    \
+         imagePullPolicy: Never\n    command: {command}\n    env: {env}{resources}\n",
+        command = serde_json::to_string(command).expect("json"),
+        env = serde_json::to_string(&env).expect("json"),
+    )
+}
+
+/// The message of the pod's main container's state, once it has one naming devinject.
+fn devinject_message(pod: &Value) -> Option<String> {
+    let status = &pod["status"]["containerStatuses"][0];
+    [
+        &status["state"]["waiting"]["message"],
+        &status["state"]["terminated"]["message"],
+        &status["lastState"]["terminated"]["message"],
+    ]
+    .into_iter()
+    .filter_map(Value::as_str)
+    .find(|m| m.contains("devinject"))
+    .map(str::to_owned)
+}
+
+#[test]
+fn pods_get_exactly_their_allocated_devices_and_forged_requests_are_refused() {
+    if !ready() {
+        return;
+    }
+    let (_one, c) = start();
+    c.apply(&pod("granted", &demo_probe_args(), 2, &[], 0))
+        .expect("create pod");
+    let phase = c.wait_pod_done("granted").expect("pod finishes");
+    let out = c.container_log("granted", "main").unwrap_or_default();
+    assert_eq!(phase, "Succeeded", "{out}\n{}", c.logs());
+    let uid = c.pod("granted").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ids = c.allocated(&uid, "main", "devinject.io/demo").unwrap();
+    assert_eq!(ids.len(), 2, "the kubelet allocated two devices: {ids:?}");
+    let report = Report::parse(&out);
+    for (i, (name, major, minor)) in ACCELS.iter().enumerate() {
+        let node = report.node(&format!("/dev/demo/{name}"));
+        if ids.contains(&i.to_string()) {
+            assert_eq!(
+                (
+                    node.kind.as_str(),
+                    node.major,
+                    node.minor,
+                    node.open.as_str()
+                ),
+                ("c", *major, *minor, "ok"),
+                "{name} was allocated ({ids:?}):\n{out}"
+            );
+        } else {
+            assert_eq!(
+                node.kind, "missing",
+                "{name} was not allocated ({ids:?}):\n{out}"
+            );
+        }
+    }
+    assert_eq!(
+        report.node(&format!("/dev/demo/{}", CTL.0)).open,
+        "ok",
+        "{out}"
+    );
+    let lib = report.lib(LIB);
+    assert!(lib.present && lib.read_only, "{out}");
+    assert!(report.lib(SONAME).in_ldcache, "{out}");
+
+    // Asked for nothing, sets the variable itself: the policy asks the kubelet and refuses.
+    c.apply(&pod(
+        "forger",
+        &demo_probe_args(),
+        0,
+        &[("DEMO_VISIBLE_DEVICES", "all")],
+        0,
+    ))
+    .expect("create pod");
+    let message = c
+        .wait_pod("forger", "a start refused by devinject", devinject_message)
+        .expect("the forged request is refused");
+    assert!(
+        message.contains("env DEMO_VISIBLE_DEVICES")
+            && message.contains("the kubelet granted it none of devinject.io/demo"),
+        "the refusal names the request and the grant: {message}"
+    );
+    assert_ne!(
+        c.pod("forger").unwrap()["status"]["phase"],
+        "Succeeded",
+        "the forger must not run"
+    );
+}
+
+#[test]
+fn a_device_unplugged_after_allocation_fails_the_start_and_never_swaps_in_another() {
+    if !ready() {
+        return;
+    }
+    let (_one, c) = start();
+    // All four, so that the one unplugged is surely granted; the init container holds the
+    // start back while the device goes.
+    c.apply(&pod("unplugged", &demo_probe_args(), 4, &[], 8))
+        .expect("create pod");
+    c.wait_pod("unplugged", "its init container running", |p| {
+        p["status"]["initContainerStatuses"][0]["state"]["running"]
+            .is_object()
+            .then_some(())
+    })
+    .expect("init container runs");
+    let uid = c.pod("unplugged").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ids = c.allocated(&uid, "main", "devinject.io/demo").unwrap();
+    assert_eq!(ids, ["0", "1", "2", "3"], "all four allocated");
+    std::fs::remove_file(c.host.dev_root.join("demo/accel1")).expect("unplug accel1");
+    let message = c
+        .wait_pod(
+            "unplugged",
+            "a start refused by devinject",
+            devinject_message,
+        )
+        .expect("the start is refused");
+    assert!(
+        message.contains("device 1 of devinject.io/demo was granted but is gone"),
+        "{message}"
+    );
+}
