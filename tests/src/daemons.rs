@@ -241,7 +241,20 @@ impl Containerd {
 
     /// Starts containerd on `config` and waits until `ctr version` answers.
     pub fn start(dir: &Path, config: &Path) -> Result<Self> {
-        let mut cmd = Command::new("containerd");
+        Self::start_via(dir, config, &[])
+    }
+
+    /// [`Containerd::start`] behind `prefix` (e.g. `nsenter -t PID -m --`, to run it in another
+    /// mount namespace).
+    pub fn start_via(dir: &Path, config: &Path, prefix: &[String]) -> Result<Self> {
+        let mut cmd = match prefix.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg("containerd");
+                c
+            }
+            None => Command::new("containerd"),
+        };
         cmd.arg("--config").arg(config);
         let daemon = Daemon::start("containerd", cmd, &dir.join("containerd.log"))?;
         let mut ctd = Self {

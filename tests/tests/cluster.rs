@@ -7,6 +7,8 @@
 //!   library read-only and in the linker cache, and nothing else;
 //! - a pod that asked for none and sets the request variable itself is refused by the
 //!   `kubernetes` policy, with its message in the pod's status;
+//! - the real scheduler keeps a pod asking for more devices than the node has Pending;
+//! - after a kubelet restart the plugin registers again and the next pod is granted;
 //! - a device unplugged between admission (Allocate) and the container's start fails the start
 //!   with "granted but is gone", never another device (issue 19).
 //!
@@ -168,6 +170,52 @@ fn pods_get_exactly_their_allocated_devices_and_forged_requests_are_refused() {
         "Succeeded",
         "the forger must not run"
     );
+
+    // More than the node has: the scheduler keeps it Pending and says why.
+    c.apply(&pod("too-many", &demo_probe_args(), 5, &[], 0))
+        .expect("create pod");
+    let why = c
+        .wait_pod("too-many", "unschedulable", |p| {
+            let cond = p["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "PodScheduled")?;
+            (cond["status"] == "False" && cond["reason"] == "Unschedulable")
+                .then(|| cond["message"].as_str().unwrap_or_default().to_owned())
+        })
+        .expect("the scheduler refuses it");
+    assert!(why.contains("Insufficient devinject.io/demo"), "{why}");
+    assert_eq!(c.pod("too-many").unwrap()["status"]["phase"], "Pending");
+}
+
+#[test]
+fn after_a_kubelet_restart_the_plugin_registers_again_and_the_next_pod_is_granted() {
+    if !ready() {
+        return;
+    }
+    let (_one, mut c) = start();
+    assert_eq!(c.plugin_registrations(), 1, "{}", c.logs());
+    c.restart_kubelet().expect("restart the kubelet");
+    devinject_tests::daemons::poll(
+        "the plugin to register again",
+        devinject_tests::cluster::SLOW,
+        || Ok((c.plugin_registrations() >= 2).then_some(())),
+    )
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    c.wait_node_ready().expect("node Ready again");
+    c.wait_allocatable("devinject.io/demo", "4")
+        .expect("devices advertised again");
+    c.apply(&pod("after-restart", &demo_probe_args(), 1, &[], 0))
+        .expect("create pod");
+    let phase = c.wait_pod_done("after-restart").expect("pod finishes");
+    let out = c.container_log("after-restart", "main").unwrap_or_default();
+    assert_eq!(phase, "Succeeded", "{out}\n{}", c.logs());
+    let report = Report::parse(&out);
+    let granted = ACCELS
+        .iter()
+        .filter(|(name, _, _)| report.node(&format!("/dev/demo/{name}")).open == "ok")
+        .count();
+    assert_eq!(granted, 1, "one device after the restart:\n{out}");
 }
 
 #[test]

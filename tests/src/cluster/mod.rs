@@ -7,10 +7,12 @@
 //! # How it fits on one machine
 //! - Everything listens on 127.0.0.1, on free ports; certificates come from [`pki`].
 //! - The kubelet 1.20 looks for device plugins in the constant `/var/lib/kubelet/device-plugins`,
-//!   whatever its root dir: it runs in a private mount namespace with a tmpfs on
-//!   `/var/lib/kubelet` (the host's is never touched), and the device plugin joins that
-//!   namespace (`nsenter`). Its root dir, and so the pod-resources socket the runtime's policy
-//!   asks, is in the temp dir, visible to both.
+//!   whatever its root dir. The node (containerd, its shims and runc, the kubelet, the device
+//!   plugin) runs in a private mount namespace, held by a sleeping process, with a tmpfs on
+//!   `/var/lib/kubelet`: the host's is never touched, a hostPath of the device-plugins directory
+//!   means the kubelet's, and the kubelet can restart into the same namespace. The kubelet's
+//!   root dir, and so the pod-resources socket the runtime's policy asks, is in the temp dir,
+//!   visible from both sides.
 //! - No CNI: pods use the host network; a placeholder network config (naming a plugin that does
 //!   not exist, never called for host-network pods) lets the node become Ready.
 //! - Pod logs are read from `/var/log/pods`, where containerd writes them: `kubectl logs` would
@@ -86,11 +88,13 @@ fn free_port() -> Result<u16> {
 pub struct Cluster {
     plugin: Option<Daemon>,
     kubelet: Option<Daemon>,
+    kubelet_command: Option<Command>,
     scheduler: Option<Daemon>,
     controller_manager: Option<Daemon>,
     apiserver: Option<Daemon>,
     etcd: Option<Daemon>,
     containerd: Option<Containerd>,
+    node_namespace: Option<Daemon>,
     /// The simulated devices and the host configuration the runtime uses.
     pub host: SimHost,
     bin: PathBuf,
@@ -119,11 +123,13 @@ impl Cluster {
         let mut c = Self {
             plugin: None,
             kubelet: None,
+            kubelet_command: None,
             scheduler: None,
             controller_manager: None,
             apiserver: None,
             etcd: None,
             containerd: None,
+            node_namespace: None,
             host,
             bin: bin_dir,
             kubeconfig: root.join("kubeconfig"),
@@ -263,7 +269,8 @@ impl Cluster {
         let config = ctd_dir.join("config.toml");
         std::fs::write(&config, containerd_config(&ctd_dir))?;
         configure(&self.root, &config, &self.host, "shim");
-        let containerd = Containerd::start(&ctd_dir, &config)?;
+        self.start_node_namespace()?;
+        let containerd = Containerd::start_via(&ctd_dir, &config, &self.enter_node()?)?;
         let mut cri = Cri::connect(&containerd.socket())?;
         cri.wait_ready()?;
         import_images(&self.root, &containerd, &mut cri);
@@ -304,7 +311,54 @@ impl Cluster {
                 plugins = self.root.join("volume-plugins").display(),
             ),
         )?;
-        // The kubelet's own view of /var/lib/kubelet: a tmpfs in a private mount namespace.
+        let mut cmd = self.in_node(&self.kube("kubelet"))?;
+        cmd.arg(format!("--config={}", config.display()))
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .arg("--container-runtime=remote")
+            .arg(format!(
+                "--container-runtime-endpoint=unix://{}",
+                containerd.display()
+            ))
+            .arg(format!("--root-dir={}", self.kubelet_root.display()))
+            .arg(format!(
+                "--cert-dir={}",
+                self.root.join("kubelet-certs").display()
+            ))
+            .arg(format!("--hostname-override={NODE}"))
+            .arg(format!(
+                "--pod-infra-container-image={}",
+                crate::cri_node::PAUSE
+            ))
+            .arg("--v=2");
+        self.kubelet_command = Some(copy_command(&cmd));
+        self.kubelet = Some(Daemon::start(
+            "kubelet",
+            cmd,
+            &self.root.join("kubelet.log"),
+        )?);
+        Ok(())
+    }
+
+    /// Stops the kubelet and starts it again, as an upgrade or a crash would: it forgets its
+    /// plugins (and deletes their sockets) and must take them back when they register again.
+    pub fn restart_kubelet(&mut self) -> Result<()> {
+        if let Some(mut k) = self.kubelet.take() {
+            k.stop();
+        }
+        let cmd = copy_command(
+            self.kubelet_command
+                .as_ref()
+                .context("no kubelet started")?,
+        );
+        let log = self.root.join("kubelet.log");
+        let _ = std::fs::rename(&log, self.root.join("kubelet.log.1"));
+        self.kubelet = Some(Daemon::start("kubelet", cmd, &log)?);
+        Ok(())
+    }
+
+    /// The namespace the node runs in: a private mount namespace with a tmpfs on
+    /// `/var/lib/kubelet`, held open by a sleeping process.
+    fn start_node_namespace(&mut self) -> Result<()> {
         std::fs::create_dir_all("/var/lib/kubelet").context("mkdir /var/lib/kubelet")?;
         let mut cmd = Command::new("unshare");
         cmd.args([
@@ -313,33 +367,40 @@ impl Cluster {
             "private",
             "sh",
             "-c",
-            "mount -t tmpfs -o mode=0755 devinject-kubelet /var/lib/kubelet && exec \"$0\" \"$@\"",
-        ])
-        .arg(self.kube("kubelet"))
-        .arg(format!("--config={}", config.display()))
-        .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
-        .arg("--container-runtime=remote")
-        .arg(format!(
-            "--container-runtime-endpoint=unix://{}",
-            containerd.display()
-        ))
-        .arg(format!("--root-dir={}", self.kubelet_root.display()))
-        .arg(format!(
-            "--cert-dir={}",
-            self.root.join("kubelet-certs").display()
-        ))
-        .arg(format!("--hostname-override={NODE}"))
-        .arg(format!(
-            "--pod-infra-container-image={}",
-            crate::cri_node::PAUSE
-        ))
-        .arg("--v=2");
-        self.kubelet = Some(Daemon::start(
-            "kubelet",
-            cmd,
-            &self.root.join("kubelet.log"),
-        )?);
+            "mount -t tmpfs -o mode=0755 devinject-node /var/lib/kubelet && exec sleep infinity",
+        ]);
+        let mut holder = Daemon::start("node namespace", cmd, &self.root.join("node-ns.log"))?;
+        let pid = holder.pid().context("holder pid")?;
+        holder.wait_ready("the node namespace's /var/lib/kubelet tmpfs", || {
+            std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+                .is_ok_and(|m| m.lines().any(|l| l.contains(" /var/lib/kubelet ")))
+        })?;
+        self.node_namespace = Some(holder);
         Ok(())
+    }
+
+    /// `nsenter` into the node's mount namespace, as a command prefix.
+    fn enter_node(&self) -> Result<Vec<String>> {
+        let pid = self
+            .node_namespace
+            .as_ref()
+            .and_then(Daemon::pid)
+            .context("the node namespace is not up")?;
+        Ok(vec![
+            "nsenter".into(),
+            "-t".into(),
+            pid.to_string(),
+            "-m".into(),
+            "--".into(),
+        ])
+    }
+
+    /// `program` run in the node's mount namespace.
+    fn in_node(&self, program: &Path) -> Result<Command> {
+        let prefix = self.enter_node()?;
+        let mut cmd = Command::new(&prefix[0]);
+        cmd.args(&prefix[1..]).arg(program);
+        Ok(cmd)
     }
 
     /// The kubelet's pid (its mount namespace holds the device-plugins directory).
@@ -351,25 +412,21 @@ impl Cluster {
     }
 
     /// A path as the kubelet sees it.
-    pub fn in_kubelet_ns(&self, path: &str) -> Result<PathBuf> {
+    pub fn in_node_ns(&self, path: &str) -> Result<PathBuf> {
         Ok(PathBuf::from(format!("/proc/{}/root", self.kubelet_pid()?))
             .join(path.trim_start_matches('/')))
     }
 
     fn start_plugin(&mut self) -> Result<()> {
-        let registration = self.in_kubelet_ns("/var/lib/kubelet/device-plugins/kubelet.sock")?;
+        let registration = self.in_node_ns("/var/lib/kubelet/device-plugins/kubelet.sock")?;
         self.kubelet
             .as_mut()
             .expect("started")
             .wait_ready("the kubelet's registration socket", || {
                 registration.exists()
             })?;
-        let mut cmd = Command::new("nsenter");
-        cmd.arg("-t")
-            .arg(self.kubelet_pid()?.to_string())
-            .args(["-m", "--"])
-            .arg(bin("devinject-device-plugin"))
-            .arg("--profiles-dir")
+        let mut cmd = self.in_node(&bin("devinject-device-plugin"))?;
+        cmd.arg("--profiles-dir")
             .arg(&self.host.profiles_dir)
             .arg("--dev-root")
             .arg(&self.host.dev_root)
@@ -383,7 +440,8 @@ impl Cluster {
         Ok(())
     }
 
-    fn wait_node_ready(&mut self) -> Result<()> {
+    /// Waits until the node reports Ready.
+    pub fn wait_node_ready(&mut self) -> Result<()> {
         poll("the node to be Ready", SLOW, || {
             if let Some(k) = self.kubelet.as_mut() {
                 k.check_running()?;
@@ -493,7 +551,7 @@ impl Cluster {
     /// `uid`, for `resource`.
     pub fn allocated(&self, uid: &str, container: &str, resource: &str) -> Result<Vec<String>> {
         let path =
-            self.in_kubelet_ns("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint")?;
+            self.in_node_ns("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint")?;
         let text =
             std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
         let v: Value = serde_json::from_str(&text).context("parse the kubelet's checkpoint")?;
@@ -524,6 +582,14 @@ impl Cluster {
         }
         ids.sort();
         Ok(ids)
+    }
+
+    /// How many times the device plugin has registered with the kubelet (its log).
+    pub fn plugin_registrations(&self) -> usize {
+        std::fs::read_to_string(self.root.join("plugin.log"))
+            .unwrap_or_default()
+            .matches("registered with the kubelet")
+            .count()
     }
 
     /// The last lines of every component's log, for failure messages.
@@ -619,6 +685,9 @@ impl Cluster {
             }
         }
         self.containerd = None;
+        if let Some(mut holder) = self.node_namespace.take() {
+            holder.stop();
+        }
         unmount_below(&self.root);
         remove_pod_cgroups();
         for dir in logs {
@@ -659,4 +728,11 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         self.teardown();
     }
+}
+
+/// A copy of `cmd`'s program and arguments (a [`Command`] cannot be cloned).
+fn copy_command(cmd: &Command) -> Command {
+    let mut c = Command::new(cmd.get_program());
+    c.args(cmd.get_args());
+    c
 }
