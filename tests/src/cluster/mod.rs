@@ -95,14 +95,30 @@ pub struct Cluster {
     etcd: Option<Daemon>,
     containerd: Option<Containerd>,
     node_namespace: Option<Daemon>,
+    /// Mount points made on the host for the node namespace, removed again when empty.
+    mount_points: Vec<PathBuf>,
     /// The simulated devices and the host configuration the runtime uses.
     pub host: SimHost,
     bin: PathBuf,
     kubeconfig: PathBuf,
     root: PathBuf,
-    kubelet_root: PathBuf,
     _dir: tempfile::TempDir,
 }
+
+/// How devinject gets onto the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setup {
+    /// The test's own: `devinject-ctl runtime configure` (shim mode) on the node's containerd
+    /// with the freshly built binaries, the device plugin as a process, the demo profile's
+    /// simulated devices.
+    Ctl,
+    /// As users install it: nothing on the node; the test applies the manifests, whose
+    /// DaemonSet installs into the node's containerd and runs the plugin in a pod.
+    DaemonSet,
+}
+
+/// The kubelet's root dir, in the node's namespace (its tmpfs).
+pub const KUBELET_ROOT: &str = "/var/lib/kubelet";
 
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -115,11 +131,16 @@ impl Cluster {
     /// shim mode with the `kubernetes` policy, and the device plugin registered; returns once
     /// the node is Ready and advertises the devices.
     pub fn start() -> Result<Self> {
+        Self::start_with(Setup::Ctl)
+    }
+
+    /// Starts the cluster with devinject set up as `setup` says; with [`Setup::DaemonSet`] it
+    /// returns once the node is Ready, with nothing of devinject on it.
+    pub fn start_with(setup: Setup) -> Result<Self> {
         let bin_dir = kube_bin_dir().context("the Kubernetes binaries (scripts/kube-build.sh)")?;
         let dir = short_tempdir("k8s")?;
         let root = dir.path().to_owned();
         let host = demo_host(&root.join("sim"), &["demo"])?;
-        let kubelet_root = root.join("kubelet");
         let mut c = Self {
             plugin: None,
             kubelet: None,
@@ -130,15 +151,15 @@ impl Cluster {
             etcd: None,
             containerd: None,
             node_namespace: None,
+            mount_points: Vec::new(),
             host,
             bin: bin_dir,
             kubeconfig: root.join("kubeconfig"),
             root,
-            kubelet_root,
             _dir: dir,
         };
         c.start_control_plane()?;
-        c.start_node()?;
+        c.start_node(setup)?;
         Ok(c)
     }
 
@@ -249,15 +270,12 @@ impl Cluster {
         Ok(())
     }
 
-    fn start_node(&mut self) -> Result<()> {
-        // The runtime's host configuration: the `kubernetes` policy asks this kubelet.
-        let runc = which("runc").context("runc")?;
-        self.host.write_config(&format!(
-            "runtime = {:?}\nhook = {:?}\npod_resources_socket = {:?}",
-            runc,
-            bin("devinject-hook"),
-            self.kubelet_root.join("pod-resources/kubelet.sock"),
-        ))?;
+    /// The node's containerd configuration, at `/etc/containerd/config.toml` in its namespace.
+    pub fn containerd_config(&self) -> PathBuf {
+        self.root.join("node/etc-containerd/config.toml")
+    }
+
+    fn start_node(&mut self, setup: Setup) -> Result<()> {
         let ctd_dir = self.root.join("ctd");
         let cni = ctd_dir.join("cni/conf");
         std::fs::create_dir_all(&cni)?;
@@ -266,9 +284,20 @@ impl Cluster {
             r#"{"cniVersion": "0.4.0", "name": "devinject-placeholder",
   "plugins": [{"type": "devinject-host-network-only"}]}"#,
         )?;
-        let config = ctd_dir.join("config.toml");
+        let config = self.containerd_config();
+        std::fs::create_dir_all(config.parent().expect("parent"))?;
+        std::fs::create_dir_all(self.root.join("node/etc-devinject"))?;
         std::fs::write(&config, containerd_config(&ctd_dir))?;
-        configure(&self.root, &config, &self.host, "shim");
+        if setup == Setup::Ctl {
+            // The runtime's host configuration: the `kubernetes` policy asks this kubelet.
+            let runc = which("runc").context("runc")?;
+            self.host.write_config(&format!(
+                "runtime = {:?}\nhook = {:?}\npod_resources_socket = \"{KUBELET_ROOT}/pod-resources/kubelet.sock\"",
+                runc,
+                bin("devinject-hook"),
+            ))?;
+            configure(&self.root, &config, &self.host, "shim");
+        }
         self.start_node_namespace()?;
         let containerd = Containerd::start_via(&ctd_dir, &config, &self.enter_node()?)?;
         let mut cri = Cri::connect(&containerd.socket())?;
@@ -279,8 +308,10 @@ impl Cluster {
         self.containerd = Some(containerd);
         self.start_kubelet(&socket)?;
         self.wait_node_ready()?;
-        self.start_plugin()?;
-        self.wait_allocatable("devinject.io/demo", "4")?;
+        if setup == Setup::Ctl {
+            self.start_plugin()?;
+            self.wait_allocatable("devinject.io/demo", "4")?;
+        }
         // Pods need the namespace's default service account, which the controller makes.
         poll("the default service account", SLOW, || {
             Ok(self
@@ -293,7 +324,6 @@ impl Cluster {
 
     fn start_kubelet(&mut self, containerd: &Path) -> Result<()> {
         let (port, healthz) = (free_port()?, free_port()?);
-        std::fs::create_dir_all(&self.kubelet_root)?;
         let config = self.root.join("kubelet.yaml");
         std::fs::write(
             &config,
@@ -319,7 +349,7 @@ impl Cluster {
                 "--container-runtime-endpoint=unix://{}",
                 containerd.display()
             ))
-            .arg(format!("--root-dir={}", self.kubelet_root.display()))
+            .arg(format!("--root-dir={KUBELET_ROOT}"))
             .arg(format!(
                 "--cert-dir={}",
                 self.root.join("kubelet-certs").display()
@@ -356,10 +386,40 @@ impl Cluster {
         Ok(())
     }
 
-    /// The namespace the node runs in: a private mount namespace with a tmpfs on
-    /// `/var/lib/kubelet`, held open by a sleeping process.
+    /// Stops the node's containerd and starts it again on the same configuration, as an
+    /// administrator does after the installer asked for it (`--restart-mode none`).
+    pub fn restart_containerd(&mut self) -> Result<()> {
+        if let Some(mut c) = self.containerd.take() {
+            c.daemon().stop();
+        }
+        let log = self.root.join("ctd/containerd.log");
+        let _ = std::fs::rename(&log, self.root.join("ctd/containerd.log.1"));
+        let containerd = Containerd::start_via(
+            &self.root.join("ctd"),
+            &self.containerd_config(),
+            &self.enter_node()?,
+        )?;
+        self.containerd = Some(containerd);
+        Ok(())
+    }
+
+    /// The node's containerd.
+    pub fn node_containerd(&self) -> &Containerd {
+        self.containerd.as_ref().expect("the node's containerd runs")
+    }
+
+    /// The namespace the node runs in: a private mount namespace, held open by a sleeping
+    /// process, where `/var/lib/kubelet` and `/opt` are fresh tmpfs and `/etc/containerd` and
+    /// `/etc/devinject` are the cluster's own directories: what the node writes there (the
+    /// installer included) stays in the test.
     fn start_node_namespace(&mut self) -> Result<()> {
-        std::fs::create_dir_all("/var/lib/kubelet").context("mkdir /var/lib/kubelet")?;
+        for dir in ["/var/lib/kubelet", "/etc/containerd", "/etc/devinject"] {
+            if !Path::new(dir).exists() {
+                std::fs::create_dir_all(dir).with_context(|| format!("mkdir {dir}"))?;
+                self.mount_points.push(PathBuf::from(dir));
+            }
+        }
+        let node = self.root.join("node");
         let mut cmd = Command::new("unshare");
         cmd.args([
             "--mount",
@@ -367,13 +427,17 @@ impl Cluster {
             "private",
             "sh",
             "-c",
-            "mount -t tmpfs -o mode=0755 devinject-node /var/lib/kubelet && exec sleep infinity",
-        ]);
+            "set -e; mount -t tmpfs -o mode=0755 devinject-node /var/lib/kubelet; \
+             mount -t tmpfs -o mode=0755 devinject-node /opt; \
+             mount --bind \"$0/etc-containerd\" /etc/containerd; \
+             mount --bind \"$0/etc-devinject\" /etc/devinject; exec sleep infinity",
+        ])
+        .arg(&node);
         let mut holder = Daemon::start("node namespace", cmd, &self.root.join("node-ns.log"))?;
         let pid = holder.pid().context("holder pid")?;
-        holder.wait_ready("the node namespace's /var/lib/kubelet tmpfs", || {
+        holder.wait_ready("the node namespace's mounts", || {
             std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
-                .is_ok_and(|m| m.lines().any(|l| l.contains(" /var/lib/kubelet ")))
+                .is_ok_and(|m| m.lines().any(|l| l.contains(" /etc/devinject ")))
         })?;
         self.node_namespace = Some(holder);
         Ok(())
@@ -690,6 +754,9 @@ impl Cluster {
         }
         unmount_below(&self.root);
         remove_pod_cgroups();
+        for dir in self.mount_points.drain(..) {
+            let _ = std::fs::remove_dir(dir);
+        }
         for dir in logs {
             let _ = std::fs::remove_dir_all(dir);
         }
