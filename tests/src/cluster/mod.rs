@@ -39,6 +39,7 @@ use crate::daemons::{
 use crate::sim::{demo_host, SimHost};
 use crate::skip::which;
 
+pub mod image;
 pub mod pki;
 
 /// The Kubernetes release the tier runs.
@@ -287,6 +288,7 @@ impl Cluster {
         let config = self.containerd_config();
         std::fs::create_dir_all(config.parent().expect("parent"))?;
         std::fs::create_dir_all(self.root.join("node/etc-devinject"))?;
+        std::fs::create_dir_all(self.root.join("node/opt"))?;
         std::fs::write(&config, containerd_config(&ctd_dir))?;
         if setup == Setup::Ctl {
             // The runtime's host configuration: the `kubernetes` policy asks this kubelet.
@@ -405,13 +407,16 @@ impl Cluster {
 
     /// The node's containerd.
     pub fn node_containerd(&self) -> &Containerd {
-        self.containerd.as_ref().expect("the node's containerd runs")
+        self.containerd
+            .as_ref()
+            .expect("the node's containerd runs")
     }
 
     /// The namespace the node runs in: a private mount namespace, held open by a sleeping
-    /// process, where `/var/lib/kubelet` and `/opt` are fresh tmpfs and `/etc/containerd` and
+    /// process, where `/var/lib/kubelet` is a fresh tmpfs and `/opt`, `/etc/containerd` and
     /// `/etc/devinject` are the cluster's own directories: what the node writes there (the
-    /// installer included) stays in the test.
+    /// installer included) stays in the test. (`/opt` is on disk, not a tmpfs: files the
+    /// installer copies there would be charged to its memory limit as unreclaimable.)
     fn start_node_namespace(&mut self) -> Result<()> {
         for dir in ["/var/lib/kubelet", "/etc/containerd", "/etc/devinject"] {
             if !Path::new(dir).exists() {
@@ -428,7 +433,7 @@ impl Cluster {
             "sh",
             "-c",
             "set -e; mount -t tmpfs -o mode=0755 devinject-node /var/lib/kubelet; \
-             mount -t tmpfs -o mode=0755 devinject-node /opt; \
+             mount --bind \"$0/opt\" /opt; \
              mount --bind \"$0/etc-containerd\" /etc/containerd; \
              mount --bind \"$0/etc-devinject\" /etc/devinject; exec sleep infinity",
         ])

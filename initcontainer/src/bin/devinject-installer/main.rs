@@ -5,11 +5,13 @@
 //! Usage:
 //! - `devinject-installer --host-root /host [options]`: install;
 //! - `devinject-installer --host-root /host --uninstall`: uninstall;
-//! - `devinject-installer probe`: the device plugin's liveness/readiness probe.
+//! - `devinject-installer probe`: the device plugin's liveness/readiness probe;
+//! - `devinject-installer idle`: wait until stopped (the uninstall DaemonSet's main container).
 //!
 //! Exit codes: see [`exit_code::ExitCode`] and docs/install.md.
 
 mod exit_code;
+mod idle;
 mod install;
 mod probe;
 mod uninstall;
@@ -53,6 +55,8 @@ struct Cli {
 enum Command {
     /// Check that the device plugin serves (liveness/readiness probe).
     Probe(probe::ProbeArgs),
+    /// Wait until stopped (SIGTERM): the uninstall DaemonSet's main container, from this image.
+    Idle,
 }
 
 /// The engine(s) to configure.
@@ -203,8 +207,10 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(cli: Cli) -> ExitCode {
-    if let Some(Command::Probe(args)) = &cli.command {
-        return probe::run(args);
+    match &cli.command {
+        Some(Command::Probe(args)) => return probe::run(args),
+        Some(Command::Idle) => return idle::run(),
+        None => {}
     }
     let mut ctl = System {
         proc_root: cli.host.proc_root.clone(),

@@ -1,0 +1,300 @@
+//! devinject installed on a real cluster ([`devinject_tests::cluster`]) the way users install
+//! it, and removed the same way:
+//!
+//! 1. the image built by scripts/build-image.sh, imported into the node's containerd;
+//! 2. `kubectl apply -f deploy/devinject.yaml` with only a test overlay for what this node differs
+//!    in: `--restart-mode=none` (no systemd here; the test restarts containerd as the installer's
+//!    message says) and `hostNetwork: true` (no CNI here);
+//! 3. the init container configures the node's containerd, the plugin container serves the
+//!    node's real kvm, tun and fuse devices (the host's `/dev` at `/host/dev`), and `kubectl
+//!    rollout status` completes with the readiness probe passing;
+//! 4. every example in deploy/examples for a device this machine has runs unchanged but for
+//!    `hostNetwork` and sees its device; a pod asking for none that sets the request variable is
+//!    refused;
+//! 5. the uninstall of docs/uninstall.md restores containerd's configuration byte for byte and
+//!    leaves no file of devinject on the node.
+//!
+//! Needs what tests/cluster.rs needs, plus dockerd and the real /dev/kvm, /dev/net/tun and
+//! /dev/fuse; skipped otherwise, a failure under CI.
+
+use std::path::Path;
+
+use devinject_tests::cluster::{image, kube_bin_dir, Cluster, Setup, NODE, SLOW};
+use devinject_tests::cri_node::{BUSYBOX, K8S_NAMESPACE};
+use devinject_tests::daemons::{poll, run_ok};
+use devinject_tests::skip::{require, require_binary, require_root};
+use serde_json::Value;
+
+const NS: &str = "devinject-system";
+
+fn ready() -> bool {
+    require_root()
+        && require_binary("containerd")
+        && require_binary("ctr")
+        && require_binary("runc")
+        && require_binary("dockerd")
+        && require_binary("docker")
+        && require_binary("openssl")
+        && require_binary("unshare")
+        && require_binary("nsenter")
+        && require_binary("/bin/busybox")
+        && require_binary("gcc")
+        && require(
+            ["/dev/kvm", "/dev/net/tun", "/dev/fuse"]
+                .iter()
+                .all(|d| Path::new(d).exists()),
+            "needs /dev/kvm, /dev/net/tun and /dev/fuse",
+        )
+        && require(
+            kube_bin_dir().is_some(),
+            "needs the Kubernetes v1.20.2 binaries (scripts/kube-build.sh)",
+        )
+}
+
+fn workspace_file(rel: &str) -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+}
+
+/// Replaces `from` with `to` in `text`, which must hold `from` exactly `times` times: an overlay
+/// that silently stops matching the shipped manifest would test something else.
+fn patch(text: &str, from: &str, to: &str, times: usize) -> String {
+    assert_eq!(
+        text.matches(from).count(),
+        times,
+        "the test overlay expects {from:?} {times} time(s) in the manifest"
+    );
+    text.replace(from, to)
+}
+
+/// The pods of `namespace` with label `selector`, as JSON items.
+fn pods(c: &Cluster, namespace: &str, selector: &str) -> Vec<Value> {
+    let text = c
+        .kubectl(&["-n", namespace, "get", "pods", "-l", selector, "-o", "json"])
+        .unwrap_or_default();
+    serde_json::from_str::<Value>(&text)
+        .ok()
+        .and_then(|v| v["items"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// Waits for the init container `container` of the one pod matching `selector` to exit 0;
+/// returns its output.
+fn init_output(c: &Cluster, selector: &str, container: &str) -> String {
+    let pod = poll(&format!("init container {container}"), SLOW, || {
+        let items = pods(c, NS, selector);
+        let Some(pod) = items.first() else {
+            return Ok(None);
+        };
+        let state = &pod["status"]["initContainerStatuses"][0]["state"]["terminated"];
+        if let Some(code) = state["exitCode"].as_i64() {
+            assert_eq!(code, 0, "{container} failed: {state}\n{}", c.logs());
+            return Ok(Some(pod.clone()));
+        }
+        Ok(None)
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    let (name, uid) = (
+        pod["metadata"]["name"].as_str().unwrap(),
+        pod["metadata"]["uid"].as_str().unwrap(),
+    );
+    let log = Path::new("/var/log/pods")
+        .join(format!("{NS}_{name}_{uid}"))
+        .join(container)
+        .join("0.log");
+    devinject_tests::cri::read_log(&log).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+fn rollout(c: &Cluster, ds: &str) {
+    c.kubectl(&[
+        "-n",
+        NS,
+        "rollout",
+        "status",
+        &format!("ds/{ds}"),
+        "--timeout=180s",
+    ])
+    .unwrap_or_else(|e| panic!("rollout of {ds}: {e:#}\n{}", c.logs()));
+}
+
+/// Files under `dir` as the node sees it (none when it does not exist).
+fn files_in(c: &Cluster, dir: &str) -> Vec<String> {
+    let root = c.in_node_ns(dir).unwrap();
+    let mut out = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(e.path());
+            } else {
+                out.push(e.path().strip_prefix(&root).unwrap().display().to_string());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_byte() {
+    if !ready() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (archive, tag) = image::build(t.path()).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(tag, "devinject:0.1.0", "the manifests' image");
+    let mut c = Cluster::start_with(Setup::DaemonSet).unwrap_or_else(|e| panic!("{e:#}"));
+    let before = std::fs::read(c.containerd_config()).unwrap();
+    c.node_containerd()
+        .import(K8S_NAMESPACE, &archive)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    // The examples' image, from the test's busybox.
+    let mut tag_busybox = c.node_containerd().ctr();
+    tag_busybox.args([
+        "-n",
+        K8S_NAMESPACE,
+        "images",
+        "tag",
+        BUSYBOX,
+        "docker.io/library/busybox:1.36",
+    ]);
+    run_ok(tag_busybox).expect("tag busybox:1.36");
+    c.kubectl(&["label", "node", NODE, "devinject.io/enabled=true"])
+        .unwrap();
+
+    // Install.
+    let manifest = workspace_file("deploy/devinject.yaml");
+    let manifest = patch(
+        &manifest,
+        "--restart-mode=systemd",
+        "--restart-mode=none",
+        1,
+    );
+    let manifest = patch(
+        &manifest,
+        "      hostPID: true\n",
+        "      hostNetwork: true\n      hostPID: true\n",
+        1,
+    );
+    c.apply(&manifest)
+        .expect("kubectl apply -f deploy/devinject.yaml");
+    let install = init_output(&c, "app.kubernetes.io/component=node", "install");
+    assert!(
+        install.contains("systemctl restart containerd"),
+        "the installer asks for a containerd restart:\n{install}"
+    );
+    assert_ne!(
+        std::fs::read(c.containerd_config()).unwrap(),
+        before,
+        "the installer configured containerd"
+    );
+    c.restart_containerd().expect("restart containerd");
+    rollout(&c, "devinject");
+    for resource in ["devinject.io/kvm", "devinject.io/tun", "devinject.io/fuse"] {
+        c.wait_allocatable(resource, "1")
+            .unwrap_or_else(|e| panic!("{e:#}"));
+    }
+    // What a user sees, printed for the record.
+    for args in [
+        &["-n", NS, "get", "ds,pods", "-o", "wide"][..],
+        &["get", "node", NODE, "-o", "jsonpath={.status.allocatable}"][..],
+    ] {
+        let out = c.kubectl(args).unwrap_or_default();
+        eprintln!("$ kubectl {}\n{out}", args.join(" "));
+    }
+
+    // The examples, as shipped but for the host network.
+    for (name, node, rdev) in [
+        ("kvm", "/dev/kvm", "10, 232"),
+        ("tun", "/dev/net/tun", "10, 200"),
+        ("fuse", "/dev/fuse", "10, 229"),
+    ] {
+        let yaml = workspace_file(&format!("deploy/examples/{name}.yaml"));
+        let yaml = patch(
+            &yaml,
+            "spec:\n  runtimeClassName",
+            "spec:\n  hostNetwork: true\n  runtimeClassName",
+            1,
+        );
+        c.apply(&yaml).expect("apply the example");
+        let pod = format!("devinject-example-{name}");
+        let phase = c.wait_pod_done(&pod).expect("example finishes");
+        let out = c.container_log(&pod, "main").unwrap_or_default();
+        assert_eq!(phase, "Succeeded", "{pod}: {out}\n{}", c.logs());
+        eprintln!("$ kubectl logs {pod}\n{}", out.trim_end());
+        assert!(
+            out.starts_with('c') && out.contains(rdev) && out.trim_end().ends_with(node),
+            "{pod} sees its device: {out}"
+        );
+    }
+    // Asked for none, sets the request variable itself: refused.
+    c.apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kvm-forger\nspec:\n  hostNetwork: true\n  \
+         runtimeClassName: devinject\n  restartPolicy: Never\n  containers:\n  - name: main\n    \
+         image: busybox:1.36\n    command: [ls, -l, /dev/kvm]\n    \
+         env: [{{name: KVM_VISIBLE_DEVICES, value: all}}]\n"
+    ))
+    .expect("apply the forger");
+    let refused = c
+        .wait_pod("kvm-forger", "a refusal by devinject", |p| {
+            let s = &p["status"]["containerStatuses"][0];
+            [
+                &s["state"]["waiting"]["message"],
+                &s["state"]["terminated"]["message"],
+            ]
+            .into_iter()
+            .filter_map(Value::as_str)
+            .find(|m| m.contains("devinject"))
+            .map(str::to_owned)
+        })
+        .expect("the forger is refused");
+    assert!(refused.contains("KVM_VISIBLE_DEVICES"), "{refused}");
+    eprintln!("kvm-forger: {refused}");
+
+    // Uninstall, as docs/uninstall.md says (with the same overlay).
+    c.kubectl(&["-n", NS, "delete", "ds/devinject"]).unwrap();
+    let uninstall = workspace_file("deploy/uninstall/daemonset.yaml");
+    let uninstall = patch(
+        &uninstall,
+        "--restart-mode=systemd",
+        "--restart-mode=none",
+        1,
+    );
+    let uninstall = patch(
+        &uninstall,
+        "      hostPID: true\n",
+        "      hostNetwork: true\n      hostPID: true\n",
+        1,
+    );
+    c.apply(&uninstall).expect("apply the uninstall DaemonSet");
+    let removed = init_output(&c, "app.kubernetes.io/component=uninstall", "uninstall");
+    assert!(
+        removed.contains("systemctl restart containerd"),
+        "the uninstaller asks for a containerd restart:\n{removed}"
+    );
+    rollout(&c, "devinject-uninstall");
+    c.restart_containerd().expect("restart containerd");
+    assert!(
+        std::fs::read(c.containerd_config()).unwrap() == before,
+        "containerd's config.toml is byte-identical to before the install"
+    );
+    assert_eq!(
+        files_in(&c, "/opt/devinject"),
+        Vec::<String>::new(),
+        "binaries gone"
+    );
+    assert_eq!(
+        files_in(&c, "/etc/devinject"),
+        Vec::<String>::new(),
+        "config gone"
+    );
+    c.kubectl(&[
+        "delete",
+        "-f",
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../deploy/devinject.yaml")
+            .display()
+            .to_string(),
+        "--ignore-not-found",
+    ])
+    .expect("the last uninstall step succeeds");
+}
