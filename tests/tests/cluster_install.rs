@@ -227,12 +227,12 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
         );
     }
     // Asked for none, sets the request variable itself: refused.
-    c.apply(&format!(
+    c.apply(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kvm-forger\nspec:\n  hostNetwork: true\n  \
          runtimeClassName: devinject\n  restartPolicy: Never\n  containers:\n  - name: main\n    \
          image: busybox:1.36\n    command: [ls, -l, /dev/kvm]\n    \
-         env: [{{name: KVM_VISIBLE_DEVICES, value: all}}]\n"
-    ))
+         env: [{name: KVM_VISIBLE_DEVICES, value: all}]\n",
+    )
     .expect("apply the forger");
     let refused = c
         .wait_pod("kvm-forger", "a refusal by devinject", |p| {
