@@ -220,12 +220,21 @@ impl Journal {
                         remove(&access)?;
                     }
                     let unchanged = current.as_ref().is_some_and(|m| {
-                        m.is_file() && m.mode() & 0o7777 == *mode && m.uid() == *uid
+                        m.is_file()
+                            && m.mode() & 0o7777 == *mode
+                            && (m.uid(), m.gid()) == (*uid, *gid)
                     }) && fs::read(&access).is_ok_and(|b| b == bytes);
                     if !unchanged {
                         write(&access, &bytes, Some(*mode))?;
-                        // Owner: root can give the file back; in tests we are its owner anyway.
-                        let _ = std::os::unix::fs::chown(&access, Some(*uid), Some(*gid));
+                        // The new file is ours: give it back to its owner (the installer runs
+                        // as root; a file that was ours already needs nothing).
+                        let now = fs::symlink_metadata(&access)
+                            .map_err(|e| InstallError::io("stat", &access, e))?;
+                        if (now.uid(), now.gid()) != (*uid, *gid) {
+                            std::os::unix::fs::lchown(&access, Some(*uid), Some(*gid)).map_err(
+                                |e| InstallError::io("restore the owner of", &access, e),
+                            )?;
+                        }
                         restored.push(entry.path.clone());
                     }
                 }
@@ -520,6 +529,32 @@ mod tests {
         assert!(!host
             .access(Path::new("/opt/devinject/.installer/journal"))
             .exists());
+    }
+
+    /// A file owned by someone else (a config owned by a service user) gets its owner back,
+    /// whoever owns it by the time of the rollback.
+    #[test]
+    fn rollback_restores_the_owner() {
+        if !devinject_testkit::require(
+            nix::unistd::geteuid().is_root(),
+            "needs root to own files as another user",
+        ) {
+            return;
+        }
+        let (dir, _host, j) = setup();
+        let etc = dir.path().join("etc");
+        fs::create_dir_all(&etc).expect("mkdir");
+        fs::write(etc.join("owned"), "old").expect("write");
+        std::os::unix::fs::chown(etc.join("owned"), Some(1234), Some(5678)).expect("chown");
+        let mut tx = j.begin("step", None).expect("begin");
+        tx.write(Path::new("/etc/owned"), b"new", 0o644)
+            .expect("write");
+        // Owned by root since (a later step, an administrator's edit).
+        std::os::unix::fs::chown(etc.join("owned"), Some(0), Some(0)).expect("chown");
+        tx.rollback().expect("rollback");
+        let m = fs::metadata(etc.join("owned")).expect("stat");
+        assert_eq!((m.uid(), m.gid()), (1234, 5678));
+        assert_eq!(fs::read_to_string(etc.join("owned")).expect("read"), "old");
     }
 
     #[test]
