@@ -16,8 +16,10 @@ use clap::{Parser, Subcommand, ValueEnum};
 use devinject_tests::bench::scratch::LayerFs;
 use devinject_tests::bench::{self, Options, Part};
 
+/// What devinject costs a container start (runc with the hook, the shim, docker), against the
+/// native path; prints Markdown tables (docs/benchmarks.md).
 #[derive(Parser, Debug)]
-#[command(name = "devinject-bench", version, about)]
+#[command(name = "devinject-bench", version)]
 #[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]

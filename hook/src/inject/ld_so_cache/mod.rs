@@ -318,8 +318,9 @@ impl Cache {
 
     /// The most [`Cache::to_bytes`] writes for a cache parsed from a file of `file_len` bytes,
     /// holding `entries` entries once libraries whose sonames and paths add up to
-    /// `added_strings` bytes were added: the output is linear in the input (the
-    /// string budget: the strings entries name add up to at most four times the file plus 64 KiB). Tests and the fuzz target hold the writer to it.
+    /// `added_strings` bytes were added: the output is linear in the input (the strings the
+    /// entries name add up to at most four times the file plus 64 KiB, or the file is refused).
+    /// Tests and the fuzz target hold the writer to it.
     pub fn output_bound(file_len: usize, entries: usize, added_strings: usize) -> usize {
         // Header, the entry table, every string once with its NUL, the extension directory.
         const EXTENSION: usize = 256;
