@@ -134,6 +134,33 @@ fn files_in(c: &Cluster, dir: &str) -> Vec<String> {
     out
 }
 
+/// Runs deploy/examples/`name`.yaml as shipped but for the host network (and named `pod`): it
+/// must succeed and list `node` as a char device `rdev`.
+fn run_example(c: &Cluster, name: &str, node: &str, rdev: &str, pod: &str) {
+    let yaml = workspace_file(&format!("deploy/examples/{name}.yaml"));
+    let yaml = patch(
+        &yaml,
+        "spec:\n  runtimeClassName",
+        "spec:\n  hostNetwork: true\n  runtimeClassName",
+        1,
+    );
+    let yaml = patch(
+        &yaml,
+        &format!("name: devinject-example-{name}\n"),
+        &format!("name: {pod}\n"),
+        1,
+    );
+    c.apply(&yaml).expect("apply the example");
+    let phase = c.wait_pod_done(pod).expect("example finishes");
+    let out = c.container_log(pod, "main").unwrap_or_default();
+    assert_eq!(phase, "Succeeded", "{pod}: {out}\n{}", c.logs());
+    eprintln!("$ kubectl logs {pod}\n{}", out.trim_end());
+    assert!(
+        out.starts_with('c') && out.contains(rdev) && out.trim_end().ends_with(node),
+        "{pod} sees its device: {out}"
+    );
+}
+
 #[test]
 fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_byte() {
     if !ready() {
@@ -208,23 +235,7 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
         ("tun", "/dev/net/tun", "10, 200"),
         ("fuse", "/dev/fuse", "10, 229"),
     ] {
-        let yaml = workspace_file(&format!("deploy/examples/{name}.yaml"));
-        let yaml = patch(
-            &yaml,
-            "spec:\n  runtimeClassName",
-            "spec:\n  hostNetwork: true\n  runtimeClassName",
-            1,
-        );
-        c.apply(&yaml).expect("apply the example");
-        let pod = format!("devinject-example-{name}");
-        let phase = c.wait_pod_done(&pod).expect("example finishes");
-        let out = c.container_log(&pod, "main").unwrap_or_default();
-        assert_eq!(phase, "Succeeded", "{pod}: {out}\n{}", c.logs());
-        eprintln!("$ kubectl logs {pod}\n{}", out.trim_end());
-        assert!(
-            out.starts_with('c') && out.contains(rdev) && out.trim_end().ends_with(node),
-            "{pod} sees its device: {out}"
-        );
+        run_example(&c, name, node, rdev, &format!("devinject-example-{name}"));
     }
     // Asked for none, sets the request variable itself: refused.
     c.apply(
@@ -249,6 +260,107 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
         .expect("the forger is refused");
     assert!(refused.contains("KVM_VISIBLE_DEVICES"), "{refused}");
     eprintln!("kvm-forger: {refused}");
+
+    // A pod that keeps opening its device, across the next two steps.
+    c.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kvm-holder\nspec:\n  hostNetwork: true\n  \
+         runtimeClassName: devinject\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 0\n  \
+         containers:\n  - name: main\n    image: busybox:1.36\n    command: [sh, -c, 'while true; \
+         do if head -c 0 /dev/kvm; then echo kvm-open-ok; else echo kvm-open-failed; fi; sleep 0.5; done']\n    \
+         resources: {limits: {devinject.io/kvm: 1}}\n",
+    )
+    .expect("apply the holder");
+    c.wait_pod("kvm-holder", "running", |p| {
+        (p["status"]["phase"] == "Running").then_some(())
+    })
+    .expect("the holder runs");
+    let config_installed = std::fs::read(c.containerd_config()).unwrap();
+
+    // The plugin pod goes (evicted, crashed): the DaemonSet makes a new one, whose installer
+    // finds the node installed, and whose plugin registers again: a new pod is granted.
+    c.kubectl(&[
+        "-n",
+        NS,
+        "delete",
+        "pod",
+        "-l",
+        "app.kubernetes.io/component=node",
+        "--wait=true",
+    ])
+    .unwrap();
+    rollout(&c, "devinject");
+    assert!(
+        std::fs::read(c.containerd_config()).unwrap() == config_installed,
+        "a second install changes nothing"
+    );
+    run_example(
+        &c,
+        "kvm",
+        "/dev/kvm",
+        "10, 232",
+        "devinject-example-kvm-again",
+    );
+
+    // An upgrade: the DaemonSet rolls to another image tag (the same build: what is tested is
+    // the rollout over running pods, not a change of code).
+    let mut retag = c.node_containerd().ctr();
+    retag.args([
+        "-n",
+        K8S_NAMESPACE,
+        "images",
+        "tag",
+        "docker.io/library/devinject:0.1.0",
+        "docker.io/library/devinject:0.1.1",
+    ]);
+    run_ok(retag).expect("tag devinject:0.1.1");
+    c.kubectl(&[
+        "-n",
+        NS,
+        "set",
+        "image",
+        "ds/devinject",
+        "install=devinject:0.1.1",
+        "device-plugin=devinject:0.1.1",
+    ])
+    .unwrap();
+    rollout(&c, "devinject");
+    let images = c
+        .kubectl(&[
+            "-n",
+            NS,
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/component=node",
+            "-o",
+            "jsonpath={.items[*].spec.containers[*].image}",
+        ])
+        .unwrap();
+    assert_eq!(images, "devinject:0.1.1", "the upgrade rolled out");
+    // The holder kept its device through both: its latest lines still open it.
+    let seen = c.container_log("kvm-holder", "main").unwrap_or_default();
+    let lines = seen.lines().count();
+    poll("new lines from the holder", SLOW, || {
+        Ok((c
+            .container_log("kvm-holder", "main")
+            .unwrap_or_default()
+            .lines()
+            .count()
+            > lines + 2)
+            .then_some(()))
+    })
+    .unwrap();
+    let seen = c.container_log("kvm-holder", "main").unwrap_or_default();
+    assert!(
+        !seen.contains("kvm-open-failed") && seen.lines().last() == Some("kvm-open-ok"),
+        "the running pod kept its device through the plugin's restart and the upgrade:\n{seen}"
+    );
+    eprintln!(
+        "kvm-holder: {} opens of /dev/kvm, all ok, across a plugin restart and an upgrade",
+        seen.lines().count()
+    );
+    c.kubectl(&["delete", "pod", "kvm-holder", "--wait=false"])
+        .unwrap();
 
     // Uninstall, as docs/uninstall.md says (with the same overlay).
     c.kubectl(&["-n", NS, "delete", "ds/devinject"]).unwrap();

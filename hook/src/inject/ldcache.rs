@@ -415,4 +415,57 @@ mod tests {
             "killed by SIGSEGV"
         );
     }
+
+    /// Issue 13, finding 6: a dynamically linked ldconfig would have the kernel load the
+    /// image's `ld-linux` as root; it is refused, and so is anything but an ELF executable.
+    /// The programs are built here (gcc), so that the test does not depend on how the host's
+    /// are linked.
+    #[test]
+    fn only_a_static_ldconfig_is_run() {
+        if !devinject_testkit::require(
+            std::process::Command::new("gcc")
+                .arg("--version")
+                .output()
+                .is_ok(),
+            "needs gcc (apt-get install gcc libc6-dev)",
+        ) {
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let src = t.path().join("main.c");
+        std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
+        let build = |name: &str, flags: &[&str]| {
+            let out = t.path().join(name);
+            let status = std::process::Command::new("gcc")
+                .args(flags)
+                .arg("-o")
+                .arg(&out)
+                .arg(&src)
+                .status()
+                .unwrap();
+            assert!(status.success(), "gcc {flags:?}");
+            out
+        };
+        let dynamic = build("dynamic", &[]);
+        let fixed = build("static", &["-static"]);
+        let static_pie = build("static-pie", &["-static-pie"]);
+        let script = t.path().join("script");
+        std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+
+        assert!(open_ldconfig(&fixed).is_ok());
+        assert!(open_ldconfig(&static_pie).is_ok());
+        let err = open_ldconfig(&dynamic).unwrap_err().to_string();
+        assert!(
+            err.contains("it is dynamically linked (interpreter /lib"),
+            "{err}"
+        );
+        assert!(
+            err.contains("set `ldconfig` in the devinject config"),
+            "{err}"
+        );
+        let err = open_ldconfig(&script).unwrap_err().to_string();
+        assert!(err.contains("it is not an ELF executable"), "{err}");
+        let missing = open_ldconfig(&t.path().join("none")).unwrap_err();
+        assert!(matches!(missing, InjectError::Source { .. }), "{missing}");
+    }
 }
