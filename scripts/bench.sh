@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Benchmarks: what devinject costs a container start, side by side with the native path
 # (docs/benchmarks.md). Builds the release binaries once, then, as root, runs devinject-bench
-# (its arguments are passed on, e.g. `scripts/bench.sh --runs 100`) and the device plugin's own
-# benchmark when it is part of the build. Run it on a quiet machine: figures are wall times.
+# (its arguments are passed on, e.g. `scripts/bench.sh --runs 100`), the device plugin's own
+# benchmark, and the real cluster's (devinject-cluster-bench) when scripts/kube-build.sh has built
+# Kubernetes. Run it on a quiet machine: figures are wall times.
 #
 # The binaries are built as they ship (scripts/build-image.sh): release profile, statically
 # linked against glibc, for the host's own target triple, in target/image (shared with the
@@ -27,4 +28,11 @@ if [ -x "$out/device-plugin-bench" ]; then
   DEVINJECT_BIN_DIR="$out" "$out/device-plugin-bench"
 else
   echo "not measured: the device plugin's benchmark (device-plugin-bench) is not part of this build"
+fi
+
+echo
+if kube=$(scripts/kube-build.sh --if-built); then
+  DEVINJECT_BIN_DIR="$out" DEVINJECT_KUBE_BIN="$kube" "$out/devinject-cluster-bench"
+else
+  echo "not measured: the real cluster (build its Kubernetes once with scripts/kube-build.sh)"
 fi

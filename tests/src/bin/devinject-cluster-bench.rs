@@ -1,0 +1,237 @@
+//! `devinject-cluster-bench`: what devinject costs on a real cluster (the test tier's
+//! Kubernetes v1.20.2, [`devinject_tests::cluster`]), run by scripts/bench.sh when the
+//! Kubernetes binaries are built. Prints a Markdown section on stdout:
+//!
+//! - pod created -> Ready, with one device through the devinject runtime, against the same pod
+//!   with no device on plain runc, alternating, on the same cluster (both through `kubectl
+//!   create` and `kubectl wait`, whose own cost is in both columns);
+//! - the `kubernetes` policy's cost per container start: the pod-resources helper as the hook
+//!   and the shim run it (fork, exec with an empty environment, `List` from the real kubelet,
+//!   the answer), with 1 and with 100 pods on the node;
+//! - kubelet restart -> plugin registered again, from the moment the kubelet's registration
+//!   socket reappears.
+//!
+//! Binaries come from `DEVINJECT_BIN_DIR` (scripts/bench.sh points it at the release build).
+//! Needs root. Figures are wall times: run it on a quiet machine.
+
+use std::path::Path;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use devinject_tests::bench::stats::Samples;
+use devinject_tests::bins::bin;
+use devinject_tests::cluster::{Cluster, SLOW};
+use devinject_tests::cri_node::BUSYBOX;
+use devinject_tests::daemons::poll;
+
+/// Pod starts per variant.
+const POD_RUNS: usize = 10;
+/// Helper runs per node size.
+const HELPER_RUNS: usize = 100;
+/// Kubelet restarts.
+const RESTARTS: usize = 3;
+
+fn pod_yaml(name: &str, with_device: bool) -> String {
+    let (class, limits) = if with_device {
+        (
+            "  runtimeClassName: devinject\n",
+            "\n    resources: {limits: {devinject.io/demo: 1}}",
+        )
+    } else {
+        ("", "")
+    };
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n{class}  hostNetwork: true\n  \
+         automountServiceAccountToken: false\n  terminationGracePeriodSeconds: 0\n  containers:\n  \
+         - name: main\n    image: {BUSYBOX}\n    imagePullPolicy: Never\n    \
+         command: [/bin/sleep, '3600']{limits}\n"
+    )
+}
+
+/// Creates pod `name` and waits until it is Ready; returns the time taken.
+fn pod_start(c: &Cluster, name: &str, with_device: bool) -> Result<Duration> {
+    let start = Instant::now();
+    c.apply(&pod_yaml(name, with_device))?;
+    c.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        &format!("pod/{name}"),
+        "--timeout=120s",
+    ])?;
+    let took = start.elapsed();
+    c.kubectl(&[
+        "delete",
+        "pod",
+        name,
+        "--grace-period=0",
+        "--force",
+        "--wait=true",
+    ])?;
+    Ok(took)
+}
+
+/// One run of the pod-resources helper as the policy runs it.
+fn helper_once(helper: &Path, socket: &Path, pod: &str) -> Result<Duration> {
+    let start = Instant::now();
+    let out = Command::new(helper)
+        .env_clear()
+        .stdin(Stdio::null())
+        .arg(format!("--socket={}", socket.display()))
+        .arg("--timeout-ms=2000")
+        .arg("--namespace=default")
+        .arg(format!("--pod={pod}"))
+        .arg("--container=main")
+        .output()
+        .context("run devinject-podresources")?;
+    let took = start.elapsed();
+    if !out.status.success() {
+        bail!(
+            "devinject-podresources failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(took)
+}
+
+fn helper_runs(c: &Cluster, pod: &str) -> Result<Samples> {
+    let helper = bin("devinject-podresources");
+    let socket = c.in_node_ns("/var/lib/kubelet/pod-resources/kubelet.sock")?;
+    for _ in 0..5 {
+        helper_once(&helper, &socket, pod)?;
+    }
+    let mut s = Samples::default();
+    for _ in 0..HELPER_RUNS {
+        s.push(helper_once(&helper, &socket, pod)?);
+    }
+    Ok(s)
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1e3)
+}
+
+fn row(name: &str, s: &Samples) -> String {
+    format!(
+        "| {name} | {} | {} | {} [{}–{}] |",
+        s.len(),
+        ms(s.median()),
+        ms(s.quantile(0.99)),
+        ms(s.min()),
+        ms(s.max())
+    )
+}
+
+fn run() -> Result<String> {
+    let mut c = Cluster::start()?;
+    c.runtime_class()?;
+    let mut out = String::from(
+        "### 6. A real cluster (Kubernetes v1.20.2, containerd 1.6, one node)\n\n\
+         | figure | runs | median ms | p99 ms | [min–max] ms |\n|---|---|---|---|---|\n",
+    );
+
+    // Pod start, alternating, after one untimed start of each.
+    pod_start(&c, "warm-plain", false)?;
+    pod_start(&c, "warm-device", true)?;
+    let (mut plain, mut device) = (Samples::default(), Samples::default());
+    for i in 0..POD_RUNS {
+        plain.push(pod_start(&c, &format!("plain-{i}"), false)?);
+        device.push(pod_start(&c, &format!("device-{i}"), true)?);
+    }
+    out += &row("pod created → Ready, plain runc, no device", &plain);
+    out.push('\n');
+    out += &row("pod created → Ready, devinject runtime, 1 device", &device);
+    out.push('\n');
+
+    // The policy's helper with 1 pod, then with 100.
+    c.apply(&pod_yaml("asker", true))?;
+    c.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/asker",
+        "--timeout=120s",
+    ])?;
+    let one = helper_runs(&c, "asker")?;
+    let mut list = String::new();
+    for i in 0..99 {
+        list += &pod_yaml(&format!("filler-{i}"), false);
+        list += "---\n";
+    }
+    c.apply(&list)?;
+    poll("100 pods running", SLOW * 5, || {
+        let running = c
+            .kubectl(&[
+                "get",
+                "pods",
+                "--field-selector=status.phase=Running",
+                "-o",
+                "name",
+            ])?
+            .lines()
+            .count();
+        Ok((running >= 100).then_some(()))
+    })?;
+    let hundred = helper_runs(&c, "asker")?;
+    out += &row("policy helper (exec + List), 1 pod on the node", &one);
+    out.push('\n');
+    out += &row(
+        "policy helper (exec + List), 100 pods on the node",
+        &hundred,
+    );
+    out.push('\n');
+    c.kubectl(&[
+        "delete",
+        "pods",
+        "--all",
+        "--grace-period=0",
+        "--force",
+        "--wait=true",
+    ])?;
+
+    // Kubelet restart -> the plugin registered again.
+    let socket = c.in_node_ns("/var/lib/kubelet/device-plugins/kubelet.sock")?;
+    let mut rereg = Samples::default();
+    for _ in 0..RESTARTS {
+        let before = c.plugin_registrations();
+        c.restart_kubelet()?;
+        // The old socket goes first (the kubelet removes it when it starts).
+        let appeared = poll("the kubelet's new socket", SLOW, || {
+            let fresh = std::fs::metadata(&socket)
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .is_some_and(|t| t.elapsed().unwrap_or(Duration::MAX) < Duration::from_secs(5));
+            Ok(fresh.then(Instant::now))
+        })?;
+        let took = poll_fast(|| c.plugin_registrations() > before)?;
+        rereg.push(took.saturating_duration_since(appeared));
+        c.wait_node_ready()?;
+    }
+    out += &row("kubelet.sock back → plugin registered again", &rereg);
+    out.push('\n');
+    Ok(out)
+}
+
+/// Polls `done` every millisecond for up to a minute; returns when it said yes.
+fn poll_fast(mut done: impl FnMut() -> bool) -> Result<Instant> {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(60) {
+        if done() {
+            return Ok(Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    bail!("the plugin did not register again within a minute")
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("devinject-cluster-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
