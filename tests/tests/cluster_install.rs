@@ -277,7 +277,8 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
     let config_installed = std::fs::read(c.containerd_config()).unwrap();
 
     // The plugin pod goes (evicted, crashed): the DaemonSet makes a new one, whose installer
-    // finds the node installed, and whose plugin registers again: a new pod is granted.
+    // finds the node installed, and whose plugin registers again: a new pod is granted (tun:
+    // the holder has the node's only kvm).
     c.kubectl(&[
         "-n",
         NS,
@@ -295,10 +296,10 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
     );
     run_example(
         &c,
-        "kvm",
-        "/dev/kvm",
-        "10, 232",
-        "devinject-example-kvm-again",
+        "tun",
+        "/dev/net/tun",
+        "10, 200",
+        "devinject-example-tun-again",
     );
 
     // An upgrade: the DaemonSet rolls to another image tag (the same build: what is tested is
