@@ -23,6 +23,7 @@
 //! [`Cluster`] tears everything down in `Drop`, also when a test fails: pods, the plugin, the
 //! kubelet (its pod cgroups and mounts), the control plane, containerd, the temp dir.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -98,6 +99,8 @@ pub struct Cluster {
     node_namespace: Option<Daemon>,
     /// Mount points made on the host for the node namespace, removed again when empty.
     mount_points: Vec<PathBuf>,
+    /// What `/var/log/pods` held before the cluster: anything else there is its pods'.
+    pod_logs_before: BTreeSet<PathBuf>,
     /// The simulated devices and the host configuration the runtime uses.
     pub host: SimHost,
     bin: PathBuf,
@@ -153,6 +156,7 @@ impl Cluster {
             containerd: None,
             node_namespace: None,
             mount_points: Vec::new(),
+            pod_logs_before: pod_log_dirs(),
             host,
             bin: bin_dir,
             kubeconfig: root.join("kubeconfig"),
@@ -653,6 +657,11 @@ impl Cluster {
         Ok(ids)
     }
 
+    /// The current kubelet's log (since its last start).
+    pub fn kubelet_log(&self) -> String {
+        std::fs::read_to_string(self.root.join("kubelet.log")).unwrap_or_default()
+    }
+
     /// How many times the device plugin has registered with the kubelet (its log).
     pub fn plugin_registrations(&self) -> usize {
         std::fs::read_to_string(self.root.join("plugin.log"))
@@ -699,20 +708,6 @@ impl Cluster {
                 self.logs()
             );
         }
-        // The pods' log directories, which the kubelet would collect later: removed at the end.
-        let logs: Vec<PathBuf> = self
-            .kubectl(&[
-                "get",
-                "pods",
-                "--all-namespaces",
-                "-o",
-                "jsonpath={range .items[*]}{.metadata.namespace}_{.metadata.name}_{.metadata.uid}{\"\\n\"}{end}",
-            ])
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(|l| Path::new("/var/log/pods").join(l))
-            .collect();
         // Pods first, while the kubelet can still stop them.
         let _ = self.kubectl(&[
             "delete",
@@ -762,10 +757,21 @@ impl Cluster {
         for dir in self.mount_points.drain(..) {
             let _ = std::fs::remove_dir(dir);
         }
-        for dir in logs {
+        // The pods' log directories, which the kubelet would have collected later.
+        for dir in pod_log_dirs().difference(&self.pod_logs_before) {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
+}
+
+/// The entries of `/var/log/pods` (the kubelet's constant pod log directory).
+fn pod_log_dirs() -> BTreeSet<PathBuf> {
+    std::fs::read_dir("/var/log/pods")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect()
 }
 
 /// Removes the kubelet's `kubepods` cgroups (deepest first) on every hierarchy.
