@@ -8,7 +8,8 @@
 //! - a pod that asked for none and sets the request variable itself is refused by the
 //!   `kubernetes` policy, with its message in the pod's status;
 //! - the real scheduler keeps a pod asking for more devices than the node has Pending;
-//! - after a kubelet restart the plugin registers again and the next pod is granted;
+//! - after a kubelet restart the plugin registers again and the next pod is granted, and after a
+//!   containerd restart too;
 //! - a device unplugged between admission (Allocate) and the container's start fails the start
 //!   with "granted but is gone", never another device (issue 19).
 //!
@@ -189,7 +190,7 @@ fn pods_get_exactly_their_allocated_devices_and_forged_requests_are_refused() {
 }
 
 #[test]
-fn after_a_kubelet_restart_the_plugin_registers_again_and_the_next_pod_is_granted() {
+fn after_kubelet_and_containerd_restarts_the_next_pods_are_granted() {
     if !ready() {
         return;
     }
@@ -216,6 +217,21 @@ fn after_a_kubelet_restart_the_plugin_registers_again_and_the_next_pod_is_grante
         .filter(|(name, _, _)| report.node(&format!("/dev/demo/{name}")).open == "ok")
         .count();
     assert_eq!(granted, 1, "one device after the restart:\n{out}");
+
+    // containerd restarts (an upgrade of the engine): the next pod is granted too.
+    c.restart_containerd().expect("restart containerd");
+    c.apply(&pod("after-containerd", &demo_probe_args(), 2, &[], 0))
+        .expect("create pod");
+    let phase = c.wait_pod_done("after-containerd").expect("pod finishes");
+    let out = c
+        .container_log("after-containerd", "main")
+        .unwrap_or_default();
+    assert_eq!(phase, "Succeeded", "{out}\n{}", c.logs());
+    let granted = ACCELS
+        .iter()
+        .filter(|(name, _, _)| Report::parse(&out).node(&format!("/dev/demo/{name}")).open == "ok")
+        .count();
+    assert_eq!(granted, 2, "two devices after containerd's restart:\n{out}");
 }
 
 #[test]
