@@ -10,6 +10,7 @@
 
 mod support;
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,10 +23,18 @@ use devinject_tests::skip;
 use support::FakeHost;
 
 /// Kills and reaps a child on drop.
+/// A child leading its own process group, killed with the whole group on drop: the supervisor
+/// loop's containerd must not outlive the test.
 struct Reaped(Child);
 
 impl Drop for Reaped {
     fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.0.id()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -147,6 +156,7 @@ fn signal_mode_restarts_a_real_containerd_with_the_new_configuration() {
             log.display()
         ))
         .stdin(Stdio::null())
+        .process_group(0)
         .spawn()
         .expect("supervisor");
     let _supervisor = Reaped(supervisor);
