@@ -408,6 +408,8 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
             .display()
             .to_string(),
         "--ignore-not-found",
+        // The namespace's finalization can take minutes on a loaded node: not waited for.
+        "--wait=false",
     ])
     .expect("the last uninstall step succeeds");
 }
