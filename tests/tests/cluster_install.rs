@@ -68,6 +68,18 @@ fn patch(text: &str, from: &str, to: &str, times: usize) -> String {
 }
 
 /// The pods of `namespace` with label `selector`, as JSON items.
+/// What this node differs in from the manifests' target: no systemd to restart containerd (the
+/// test restarts it), and pods on the host network.
+fn test_overlay(manifest: &str) -> String {
+    let manifest = patch(manifest, "--restart-mode=systemd", "--restart-mode=none", 1);
+    patch(
+        &manifest,
+        "      hostPID: true\n",
+        "      hostNetwork: true\n      hostPID: true\n",
+        1,
+    )
+}
+
 fn pods(c: &Cluster, namespace: &str, selector: &str) -> Vec<Value> {
     let text = c
         .kubectl(&["-n", namespace, "get", "pods", "-l", selector, "-o", "json"])
@@ -189,19 +201,7 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
         .unwrap();
 
     // Install.
-    let manifest = workspace_file("deploy/devinject.yaml");
-    let manifest = patch(
-        &manifest,
-        "--restart-mode=systemd",
-        "--restart-mode=none",
-        1,
-    );
-    let manifest = patch(
-        &manifest,
-        "      hostPID: true\n",
-        "      hostNetwork: true\n      hostPID: true\n",
-        1,
-    );
+    let manifest = test_overlay(&workspace_file("deploy/devinject.yaml"));
     c.apply(&manifest)
         .expect("kubectl apply -f deploy/devinject.yaml");
     let install = init_output(&c, "app.kubernetes.io/component=node", "install");
@@ -245,19 +245,7 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
          env: [{name: KVM_VISIBLE_DEVICES, value: all}]\n",
     )
     .expect("apply the forger");
-    let refused = c
-        .wait_pod("kvm-forger", "a refusal by devinject", |p| {
-            let s = &p["status"]["containerStatuses"][0];
-            [
-                &s["state"]["waiting"]["message"],
-                &s["state"]["terminated"]["message"],
-            ]
-            .into_iter()
-            .filter_map(Value::as_str)
-            .find(|m| m.contains("devinject"))
-            .map(str::to_owned)
-        })
-        .expect("the forger is refused");
+    let refused = c.wait_refusal("kvm-forger").expect("the forger is refused");
     assert!(refused.contains("KVM_VISIBLE_DEVICES"), "{refused}");
     eprintln!("kvm-forger: {refused}");
 
@@ -365,19 +353,7 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
 
     // Uninstall, as docs/uninstall.md says (with the same overlay).
     c.kubectl(&["-n", NS, "delete", "ds/devinject"]).unwrap();
-    let uninstall = workspace_file("deploy/uninstall/daemonset.yaml");
-    let uninstall = patch(
-        &uninstall,
-        "--restart-mode=systemd",
-        "--restart-mode=none",
-        1,
-    );
-    let uninstall = patch(
-        &uninstall,
-        "      hostPID: true\n",
-        "      hostNetwork: true\n      hostPID: true\n",
-        1,
-    );
+    let uninstall = test_overlay(&workspace_file("deploy/uninstall/daemonset.yaml"));
     c.apply(&uninstall).expect("apply the uninstall DaemonSet");
     let removed = init_output(&c, "app.kubernetes.io/component=uninstall", "uninstall");
     assert!(

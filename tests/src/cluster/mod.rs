@@ -599,6 +599,23 @@ impl Cluster {
         .map_err(|e| e.context(self.logs()))
     }
 
+    /// Waits until pod `name`'s main container is refused by devinject, and returns the refusal
+    /// (the message of its waiting or terminated state, or of its last termination).
+    pub fn wait_refusal(&self, name: &str) -> Result<String> {
+        self.wait_pod(name, "a start refused by devinject", |pod| {
+            let status = &pod["status"]["containerStatuses"][0];
+            [
+                &status["state"]["waiting"]["message"],
+                &status["state"]["terminated"]["message"],
+                &status["lastState"]["terminated"]["message"],
+            ]
+            .into_iter()
+            .filter_map(Value::as_str)
+            .find(|m| m.contains("devinject"))
+            .map(str::to_owned)
+        })
+    }
+
     /// The output of container `container` of pod `name` (its CRI log under `/var/log/pods`).
     pub fn container_log(&self, name: &str, container: &str) -> Result<String> {
         let uid = self.pod(name)?["metadata"]["uid"]
