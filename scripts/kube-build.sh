@@ -8,9 +8,10 @@
 #   ${DEVINJECT_KUBE_CACHE:-$HOME/.cache/devinject/kubernetes-1.20.2}/bin
 #
 # The packages come through a private apt configuration whose sources are this machine's own
-# (same mirrors, suites, components and keys) with deb-src added: the machine's apt sources and
-# package state are never touched. Prints the bin dir on success. With --if-built it builds
-# nothing: it prints the bin dir when everything is there, and fails otherwise.
+# (same mirrors, suites, components and keys) with deb-src added (scripts/lib/private-apt.sh):
+# the machine's apt sources and package state are never touched. Prints the bin dir on success.
+# With --if-built it builds nothing: it prints the bin dir when everything is there, and fails
+# otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=1.20.2
@@ -26,58 +27,10 @@ if complete; then echo "$bin"; exit 0; fi
 command -v go >/dev/null || { echo "kube-build: needs Go (apt-get install golang-go; scripts/install-deps.sh test)" >&2; exit 1; }
 mkdir -p "$bin"
 
-# A private apt: its own lists, cache, state and (empty) configuration parts; its sources are the
-# machine's deb822 and one-line sources for this release's suites, each also as deb-src.
-apt_dir=$cache/apt
-mkdir -p "$apt_dir"/{lists/partial,cache/archives/partial,parts,sources.d,state}
-python3 - "$apt_dir/sources.d/machine.sources" <<'PY'
-import glob, re, sys
-codename = dict(l.strip().split("=", 1) for l in open("/etc/os-release") if "=" in l)["VERSION_CODENAME"].strip('"')
-stanzas = []
-for path in sorted(glob.glob("/etc/apt/sources.list.d/*.sources")):
-    for block in re.split(r"\n\s*\n", open(path).read()):
-        fields = {}
-        for line in block.splitlines():
-            if line.startswith("#") or ":" not in line or line[0].isspace():
-                continue
-            k, v = line.split(":", 1)
-            fields[k.strip()] = v.strip()
-        if fields.get("Enabled", "yes") == "no" or "URIs" not in fields:
-            continue
-        suites = [s for s in fields.get("Suites", "").split() if s.split("-")[0] == codename]
-        if suites:
-            fields["Suites"], fields["Types"] = " ".join(suites), "deb deb-src"
-            stanzas.append(fields)
-for path in ["/etc/apt/sources.list"] + sorted(glob.glob("/etc/apt/sources.list.d/*.list")):
-    try:
-        lines = open(path).read().splitlines()
-    except FileNotFoundError:
-        continue
-    for line in lines:
-        m = re.match(r"^deb\s+(\[[^]]*\]\s+)?(\S+)\s+(\S+)\s+(.+)$", line.strip())
-        if m and m.group(3).split("-")[0] == codename:
-            opts = dict(o.split("=", 1) for o in (m.group(1) or "").strip("[] \n").split() if "=" in o)
-            f = {"Types": "deb deb-src", "URIs": m.group(2), "Suites": m.group(3), "Components": m.group(4)}
-            if "signed-by" in opts:
-                f["Signed-By"] = opts["signed-by"]
-            stanzas.append(f)
-if not stanzas:
-    sys.exit("kube-build: no apt source for this release (%s) in /etc/apt" % codename)
-with open(sys.argv[1], "w") as out:
-    out.write("\n\n".join("\n".join(f"{k}: {v}" for k, v in s.items()) for s in stanzas) + "\n")
-PY
-cat >"$apt_dir/apt.conf" <<CONF
-Dir::State "$apt_dir/state";
-Dir::State::Lists "$apt_dir/lists";
-Dir::State::status "/var/lib/dpkg/status";
-Dir::Cache "$apt_dir/cache";
-Dir::Etc::SourceList "/dev/null";
-Dir::Etc::SourceParts "$apt_dir/sources.d";
-Dir::Etc::Parts "$apt_dir/parts";
-Acquire::Check-Valid-Until "false";
-CONF
-export APT_CONFIG=$apt_dir/apt.conf
-apt-get -qq -o APT::Sandbox::User=root update
+# The machine's own sources for this release, with deb-src (scripts/lib/private-apt.sh).
+# shellcheck source=scripts/lib/private-apt.sh
+. scripts/lib/private-apt.sh
+private_apt "$cache/apt" "deb deb-src"
 work=$cache/work
 mkdir -p "$work"
 

@@ -22,6 +22,10 @@ if [ "${CI:-}" = true ] || [ "${CI:-}" = 1 ] || [ "${DEVINJECT_CLUSTER:-}" = 1 ]
   DEVINJECT_KUBE_BIN=$(scripts/kube-build.sh)
   export DEVINJECT_KUBE_BIN
 fi
+# The newer containerd releases (1.7 and 2.x, tests/containerd_cdi.rs), unpacked from Debian 13's
+# and unstable's packages into target/runtimes (scripts/runtimes-fetch.sh; seconds): always.
+DEVINJECT_RUNTIMES=$(scripts/runtimes-fetch.sh)
+export DEVINJECT_RUNTIMES
 # Every skip is put on the record here (testkit/); under CI=true a skip is a failure.
 export DEVINJECT_SKIP_LOG="$PWD/target/skipped-tests.txt"
 rm -f "$DEVINJECT_SKIP_LOG"

@@ -214,6 +214,8 @@ pub struct Containerd {
     daemon: Daemon,
     dir: PathBuf,
     config: PathBuf,
+    /// The release's binaries (containerd, its runc shim, ctr), when not the machine's.
+    bin: Option<PathBuf>,
 }
 
 impl Containerd {
@@ -247,30 +249,44 @@ impl Containerd {
     /// [`Containerd::start`] behind `prefix` (e.g. `nsenter -t PID -m --`, to run it in another
     /// mount namespace).
     pub fn start_via(dir: &Path, config: &Path, prefix: &[String]) -> Result<Self> {
+        Self::launch(dir, config, prefix, None)
+    }
+
+    /// [`Containerd::start`] of another release: containerd, its runc shim and ctr from `bin`
+    /// (see [`crate::runtimes`]).
+    pub fn start_release(dir: &Path, config: &Path, bin: &Path) -> Result<Self> {
+        Self::launch(dir, config, &[], Some(bin))
+    }
+
+    fn launch(dir: &Path, config: &Path, prefix: &[String], bin: Option<&Path>) -> Result<Self> {
+        let program = bin.map_or_else(|| PathBuf::from("containerd"), |b| b.join("containerd"));
         let mut cmd = match prefix.split_first() {
             Some((first, rest)) => {
                 let mut c = Command::new(first);
-                c.args(rest).arg("containerd");
+                c.args(rest).arg(&program);
                 c
             }
-            None => Command::new("containerd"),
+            None => Command::new(&program),
         };
         cmd.arg("--config").arg(config);
+        if let Some(bin) = bin {
+            // containerd finds its shim on PATH: the release's own first.
+            let path = std::env::var_os("PATH").unwrap_or_default();
+            let paths = std::iter::once(bin.to_owned()).chain(std::env::split_paths(&path));
+            cmd.env("PATH", std::env::join_paths(paths).context("PATH")?);
+        }
         let daemon = Daemon::start("containerd", cmd, &dir.join("containerd.log"))?;
         let mut ctd = Self {
             daemon,
             dir: dir.to_owned(),
             config: config.to_owned(),
+            bin: bin.map(Path::to_owned),
         };
-        let sock = ctd.socket();
+        let (ctd_bin, sock) = (ctd.bin.clone(), ctd.socket());
         ctd.daemon
             .wait_ready("containerd to answer `ctr version`", || {
-                let mut v = Command::new("ctr");
-                v.arg("--address")
-                    .arg(&sock)
-                    .arg("version")
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null());
+                let mut v = ctd_ctr(ctd_bin.as_deref(), &sock);
+                v.arg("version").stdout(Stdio::null()).stderr(Stdio::null());
                 output_within(v, CLI_DEADLINE).is_some_and(|o| o.is_ok_and(|o| o.status.success()))
             })?;
         Ok(ctd)
@@ -306,11 +322,9 @@ impl Containerd {
         self.daemon.log_tail()
     }
 
-    /// `ctr --address <socket>`.
+    /// `ctr --address <socket>` (the release's own ctr).
     pub fn ctr(&self) -> Command {
-        let mut cmd = Command::new("ctr");
-        cmd.arg("--address").arg(self.socket());
-        cmd
+        ctd_ctr(self.bin.as_deref(), &self.socket())
     }
 
     /// `ctr plugins ls`.
@@ -347,6 +361,13 @@ impl Drop for Containerd {
         }
         self.stop();
     }
+}
+
+/// `ctr --address <socket>`, from `bin` or the machine's.
+fn ctd_ctr(bin: Option<&Path>, socket: &Path) -> Command {
+    let mut cmd = Command::new(bin.map_or_else(|| PathBuf::from("ctr"), |b| b.join("ctr")));
+    cmd.arg("--address").arg(socket);
+    cmd
 }
 
 /// containerd's effective configuration for `config` (`containerd config dump`), parsed.

@@ -41,4 +41,5 @@ pub mod image;
 pub mod kubelet;
 pub mod podman;
 pub mod podresources;
+pub mod runtimes;
 pub mod skip;

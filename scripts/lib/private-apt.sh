@@ -1,0 +1,71 @@
+# shellcheck shell=bash
+# A private apt configuration, sourced by the scripts that fetch packages the tests run but the
+# machine must not have installed (scripts/kube-build.sh, scripts/runtimes-fetch.sh).
+#
+#   private_apt DIR TYPES [SUITE]
+#
+# makes DIR/apt.conf with its own lists, cache, state and (empty) configuration parts, whose
+# sources are this machine's own (same mirrors, components and keys, from its deb822 and
+# one-line sources) for this release's suites, as TYPES ("deb" or "deb deb-src"); with SUITE,
+# only the release's main suite, renamed SUITE (e.g. trixie, sid: no -updates or -security,
+# whose names differ between suites). Exports APT_CONFIG and runs `apt-get update`. The
+# machine's sources, lists and package state are never touched, and no mirror's host is
+# written anywhere but DIR.
+private_apt() {
+  local dir=$1 types=$2 suite=${3:-}
+  mkdir -p "$dir"/{lists/partial,cache/archives/partial,parts,sources.d,state}
+  python3 - "$dir/sources.d/machine.sources" "$types" "$suite" <<'PY'
+import glob, re, sys
+out, types, suite = sys.argv[1], sys.argv[2], sys.argv[3]
+codename = dict(l.strip().split("=", 1) for l in open("/etc/os-release") if "=" in l)["VERSION_CODENAME"].strip('"')
+
+def wanted(s):
+    return s == codename if suite else s.split("-")[0] == codename
+
+stanzas = []
+for path in sorted(glob.glob("/etc/apt/sources.list.d/*.sources")):
+    for block in re.split(r"\n\s*\n", open(path).read()):
+        fields = {}
+        for line in block.splitlines():
+            if line.startswith("#") or ":" not in line or line[0].isspace():
+                continue
+            k, v = line.split(":", 1)
+            fields[k.strip()] = v.strip()
+        if fields.get("Enabled", "yes") == "no" or "URIs" not in fields:
+            continue
+        suites = [s for s in fields.get("Suites", "").split() if wanted(s)]
+        if suites:
+            fields["Suites"] = suite or " ".join(suites)
+            fields["Types"] = types
+            stanzas.append(fields)
+for path in ["/etc/apt/sources.list"] + sorted(glob.glob("/etc/apt/sources.list.d/*.list")):
+    try:
+        lines = open(path).read().splitlines()
+    except FileNotFoundError:
+        continue
+    for line in lines:
+        m = re.match(r"^deb\s+(\[[^]]*\]\s+)?(\S+)\s+(\S+)\s+(.+)$", line.strip())
+        if m and wanted(m.group(3)):
+            opts = dict(o.split("=", 1) for o in (m.group(1) or "").strip("[] \n").split() if "=" in o)
+            f = {"Types": types, "URIs": m.group(2), "Suites": suite or m.group(3), "Components": m.group(4)}
+            if "signed-by" in opts:
+                f["Signed-By"] = opts["signed-by"]
+            stanzas.append(f)
+if not stanzas:
+    sys.exit("private-apt: no apt source for this release (%s) in /etc/apt" % codename)
+with open(out, "w") as f:
+    f.write("\n\n".join("\n".join(f"{k}: {v}" for k, v in s.items()) for s in stanzas) + "\n")
+PY
+  cat >"$dir/apt.conf" <<CONF
+Dir::State "$dir/state";
+Dir::State::Lists "$dir/lists";
+Dir::State::status "/var/lib/dpkg/status";
+Dir::Cache "$dir/cache";
+Dir::Etc::SourceList "/dev/null";
+Dir::Etc::SourceParts "$dir/sources.d";
+Dir::Etc::Parts "$dir/parts";
+Acquire::Check-Valid-Until "false";
+CONF
+  export APT_CONFIG=$dir/apt.conf
+  apt-get -qq -o APT::Sandbox::User=root update
+}
