@@ -33,7 +33,7 @@ pub mod roots;
 pub use discovery::{discover, Device, DiscoveryError, Inventory};
 pub use host_files::{resolve_host_files, HostFiles, ResolveError};
 pub use names::{DeviceId, NameError, ProfileName, ResourceName};
-pub use node::{DeviceNode, NodeKind};
+pub use node::{access_groups, DeviceNode, NodeKind};
 pub use plan::{CgroupRule, ContainerEdits, HookAction, Mount, MountKind, Plan, Symlink};
 pub use planner::{plan, ContainerLayout, PlanError, PlanInput};
 pub use profile::{AllocateMode, Profile, ProfileError};

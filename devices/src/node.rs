@@ -108,6 +108,28 @@ impl DeviceNode {
             gid: meta.gid(),
         })
     }
+
+    /// The group a non-root process must be in to use the node: its gid when the group may
+    /// read or write it and others may not (a render node's `0660 root:render`). `None` when
+    /// others have the group's access, and for gid 0: handing a container the root group is
+    /// a privilege no device grant implies (such a node stays root-only, as on the host).
+    pub fn access_group(&self) -> Option<u32> {
+        let group = (self.mode >> 3) & 0o6;
+        let other = self.mode & 0o6;
+        (self.gid != 0 && group & !other != 0).then_some(self.gid)
+    }
+}
+
+/// The groups a non-root process needs to use `nodes` ([`DeviceNode::access_group`]), sorted
+/// and without repeats.
+pub fn access_groups<'a>(nodes: impl IntoIterator<Item = &'a DeviceNode>) -> Vec<u32> {
+    let mut gids: Vec<u32> = nodes
+        .into_iter()
+        .filter_map(DeviceNode::access_group)
+        .collect();
+    gids.sort_unstable();
+    gids.dedup();
+    gids
 }
 
 /// The major number of a Linux `dev_t` (glibc's encoding).
@@ -132,6 +154,42 @@ pub fn makedev(major: u32, minor: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn node(mode: u32, gid: u32) -> DeviceNode {
+        DeviceNode {
+            host_path: "/dev/dri/renderD128".into(),
+            container_path: "/dev/dri/renderD128".into(),
+            kind: NodeKind::Char,
+            major: 226,
+            minor: 128,
+            mode,
+            uid: 0,
+            gid,
+        }
+    }
+
+    #[test]
+    fn the_access_group_is_the_one_that_grants_what_others_lack() {
+        assert_eq!(node(0o660, 107).access_group(), Some(107));
+        assert_eq!(node(0o640, 107).access_group(), Some(107), "read only");
+        assert_eq!(
+            node(0o664, 107).access_group(),
+            Some(107),
+            "others only read"
+        );
+        assert_eq!(node(0o666, 107).access_group(), None, "others have it all");
+        assert_eq!(
+            node(0o600, 107).access_group(),
+            None,
+            "the group has nothing"
+        );
+        assert_eq!(
+            node(0o2660, 107).access_group(),
+            Some(107),
+            "setgid bit ignored"
+        );
+        assert_eq!(node(0o660, 0).access_group(), None, "never the root group");
+    }
 
     #[test]
     fn dev_t_round_trips() {

@@ -115,6 +115,12 @@ pub struct ContainerEdits {
 }
 
 impl ContainerEdits {
+    /// The groups a non-root process needs to use the nodes ([`crate::access_groups`]): CDI's
+    /// `additionalGids`, the shim's `process.user.additionalGids`.
+    pub fn additional_gids(&self) -> Vec<u32> {
+        crate::node::access_groups(&self.device_nodes)
+    }
+
     /// True when there is nothing to do.
     pub fn is_empty(&self) -> bool {
         self.env.is_empty()

@@ -18,13 +18,18 @@
 //! `cdiVersion` is the lowest version that holds what the spec uses (runtimes reject specs whose
 //! version is newer than they know, and CDI rejects specs using a field newer than their
 //! version): 0.3.0, or 0.5.0 when a device name starts with a digit or a node's host path differs
-//! from its container path, or 0.6.0 when the kind's class contains a dot.
+//! from its container path, or 0.6.0 when the kind's class contains a dot, or 0.7.0 when an edit
+//! has `additionalGids`.
+//!
+//! `additionalGids`: a node only its group may use (`0660 root:render`) adds that group, so a
+//! container running as a non-root user with no supplementary groups can open what it was
+//! granted; the root group is never added ([`devinject_devices::DeviceNode::access_group`]).
 
 use std::path::{Path, PathBuf};
 
 use devinject_devices::{
-    discover, plan, resolve_host_files, ContainerLayout, DeviceNode, HostRoots, Mount, NodeKind,
-    PlanInput, ProfileSet, Request,
+    access_groups, discover, plan, resolve_host_files, ContainerLayout, DeviceNode, HostRoots,
+    Mount, NodeKind, PlanInput, ProfileSet, Request,
 };
 use serde::Serialize;
 
@@ -82,6 +87,9 @@ pub struct CdiEdits {
     /// Bind mounts.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub mounts: Vec<CdiMount>,
+    /// Groups the container's process joins, for nodes only a group may use (CDI 0.7.0).
+    #[serde(rename = "additionalGids", skip_serializing_if = "Vec::is_empty")]
+    pub additional_gids: Vec<u32>,
 }
 
 /// A CDI device node.
@@ -234,13 +242,18 @@ fn cdi_node(node: &DeviceNode, host_view: &dyn Fn(&Path) -> PathBuf) -> CdiDevic
 
 /// The lowest CDI version that holds what `spec` uses.
 pub fn min_version(spec: &CdiSpec) -> &'static str {
+    let edits = || {
+        std::iter::once(&spec.container_edits)
+            .chain(spec.devices.iter().map(|d| &d.container_edits))
+    };
+    if edits().any(|e| !e.additional_gids.is_empty()) {
+        return "0.7.0";
+    }
     let class = spec.kind.split_once('/').map_or("", |(_, c)| c);
     if class.contains('.') {
         return "0.6.0";
     }
-    let edits = std::iter::once(&spec.container_edits)
-        .chain(spec.devices.iter().map(|d| &d.container_edits));
-    let host_paths = edits
+    let host_paths = edits()
         .flat_map(|e| e.device_nodes.iter())
         .any(|n| n.host_path.is_some());
     let digit_names = spec
@@ -411,6 +424,7 @@ pub fn build_spec(
                 options: Mount::OPTIONS.iter().map(|o| o.to_string()).collect(),
             })
             .collect(),
+        additional_gids: access_groups(&inventory.control_nodes),
     };
     common.env.dedup();
     let mut devices: Vec<CdiDevice> = inventory
@@ -420,6 +434,7 @@ pub fn build_spec(
             name: d.id.as_str().to_string(),
             container_edits: CdiEdits {
                 device_nodes: d.nodes.iter().map(|n| cdi_node(n, &host_view)).collect(),
+                additional_gids: access_groups(&d.nodes),
                 ..CdiEdits::default()
             },
         })
@@ -432,6 +447,7 @@ pub fn build_spec(
                     .iter()
                     .flat_map(|d| d.container_edits.device_nodes.iter().cloned())
                     .collect(),
+                additional_gids: access_groups(inventory.devices.iter().flat_map(|d| &d.nodes)),
                 ..CdiEdits::default()
             },
         });
@@ -576,6 +592,12 @@ mod tests {
             min_version(&spec("devinject.io/a.b", &["x"], None)),
             "0.6.0"
         );
+        let mut grouped = spec("devinject.io/a.b", &["0"], Some("/h/dev/x"));
+        grouped.devices[0].container_edits.additional_gids = vec![44];
+        assert_eq!(min_version(&grouped), "0.7.0");
+        grouped.devices[0].container_edits.additional_gids.clear();
+        grouped.container_edits.additional_gids = vec![44];
+        assert_eq!(min_version(&grouped), "0.7.0", "spec-level edits count too");
     }
 
     #[test]

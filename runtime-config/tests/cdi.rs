@@ -163,8 +163,11 @@ fn cdi_spec_from_plain_values_maps_host_paths_and_wires_the_finish_hook() {
         .expect("build")
         .expect("a spec");
     // Host paths are the host's, without the root prefix; equal to the container path, so no
-    // hostPath and no need for 0.5.0; the device name starts with a letter.
-    assert_eq!(spec.cdi_version, "0.3.0");
+    // hostPath; the device name starts with a letter. The nodes are `0660` of group 44: the
+    // group is added (CDI 0.7.0), for the nodes of each device and the control node.
+    assert_eq!(spec.cdi_version, "0.7.0");
+    assert_eq!(spec.devices[0].container_edits.additional_gids, [44]);
+    assert_eq!(spec.container_edits.additional_gids, [44]);
     let dev = &spec.devices[0].container_edits.device_nodes[0];
     assert_eq!(
         (dev.path.as_str(), dev.host_path.as_deref()),

@@ -15,7 +15,8 @@ use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
     ContainerConfig, ContainerMetadata, ContainerState, ContainerStatus, ContainerStatusRequest,
-    CreateContainerRequest, ImageSpec, ImageStatusRequest, KeyValue, LinuxPodSandboxConfig,
+    CreateContainerRequest, ImageSpec, ImageStatusRequest, Int64Value, KeyValue,
+    LinuxContainerConfig, LinuxContainerSecurityContext, LinuxPodSandboxConfig,
     LinuxSandboxSecurityContext, Mount, NamespaceMode, NamespaceOption, PodSandboxConfig,
     PodSandboxMetadata, RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest,
     StartContainerRequest, StopPodSandboxRequest, VersionRequest, VersionResponse,
@@ -339,6 +340,9 @@ pub struct ContainerSpec {
     pub mounts: Vec<(PathBuf, PathBuf)>,
     /// Log file, relative to the pod's log directory.
     pub log_path: String,
+    /// The user and group it runs as (`runAsUser`, `runAsGroup`), with no supplementary
+    /// groups; the image's default when `None`.
+    pub user: Option<(i64, i64)>,
 }
 
 impl ContainerSpec {
@@ -373,6 +377,14 @@ impl ContainerSpec {
                 })
                 .collect(),
             log_path: self.log_path.clone(),
+            linux: self.user.map(|(uid, gid)| LinuxContainerConfig {
+                security_context: Some(LinuxContainerSecurityContext {
+                    run_as_user: Some(Int64Value { value: uid }),
+                    run_as_group: Some(Int64Value { value: gid }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
             ..Default::default()
         }
     }

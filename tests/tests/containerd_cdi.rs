@@ -15,6 +15,7 @@
 //! otherwise (fails under `CI=true`).
 
 use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -24,7 +25,9 @@ use devinject_tests::cri_node::{containerd_config, import_images, BUSYBOX, CRI};
 use devinject_tests::daemons::{run_ok, short_tempdir, Containerd};
 use devinject_tests::probe::Report;
 use devinject_tests::runtimes::{self, Release};
-use devinject_tests::sim::{assert_demo_granted_0_1_in, demo_host, demo_probe_args, SimHost};
+use devinject_tests::sim::{
+    assert_demo_granted_0_1_in, demo_host, demo_probe_args, SimHost, ACCELS,
+};
 use devinject_tests::skip::{require, require_binary, require_root};
 
 /// The annotation the device plugin answers Allocate with in `cdi-annotations` mode for
@@ -59,10 +62,20 @@ struct Rig {
 }
 
 impl Rig {
-    fn start(release: &Release) -> Rig {
+    /// With `group`, the accelerators are `0660 root:<group>` (render-node-like) before the
+    /// specs are written.
+    fn start(release: &Release, group: Option<u32>) -> Rig {
         let dir = short_tempdir("cdi").expect("temp dir");
         let root = dir.path().to_owned();
         let host = demo_host(&root.join("sim"), &["demo"]).expect("simulated host");
+        if let Some(gid) = group {
+            for (name, _, _) in ACCELS {
+                let node = host.dev_root.join("demo").join(name);
+                std::os::unix::fs::chown(&node, Some(0), Some(gid)).expect("chown");
+                std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o660))
+                    .expect("chmod");
+            }
+        }
         let specs = root.join("cdi");
         let mut generate = std::process::Command::new(bin("devinject-ctl"));
         generate
@@ -157,13 +170,10 @@ impl Rig {
     }
 }
 
-fn devices_injected_by(series: &str) {
-    let Some(release) = ready(series) else {
-        return;
-    };
-    let mut rig = Rig::start(&release);
-    let (pod, config) = rig.pod("cdi");
-    let spec = ContainerSpec {
+/// The probe container asking for devices 0 and 1 through the plugin's annotation, with
+/// accel2 bind-mounted but not granted.
+fn probe(rig: &Rig, user: Option<(i64, i64)>) -> ContainerSpec {
+    ContainerSpec {
         name: "probe".into(),
         image: BUSYBOX.into(),
         command: demo_probe_args(),
@@ -173,8 +183,18 @@ fn devices_injected_by(series: &str) {
             PathBuf::from("/dev/demo/accel2"),
         )],
         log_path: "probe.log".into(),
+        user,
         ..ContainerSpec::default()
+    }
+}
+
+fn devices_injected_by(series: &str) {
+    let Some(release) = ready(series) else {
+        return;
     };
+    let mut rig = Rig::start(&release, None);
+    let (pod, config) = rig.pod("cdi");
+    let spec = probe(&rig, None);
     let (code, output) = rig.run(&pod, &config, &spec);
     assert_eq!(code, 0, "probe exited {code}:\n{output}");
     assert_demo_granted_0_1_in(
@@ -192,4 +212,53 @@ fn containerd_1_7_injects_the_cdi_devices_the_plugin_names() {
 #[test]
 fn containerd_2_injects_the_cdi_devices_the_plugin_names() {
     devices_injected_by("2");
+}
+
+/// A container running as uid 1000 with no supplementary groups opens its granted devices,
+/// whose nodes are `0660 root:4242`: the spec's `additionalGids` adds the group. The un-granted
+/// accel2 (same owner and mode, bind-mounted in) stays denied by the cgroup.
+fn non_root_opens_group_owned_devices_through(series: &str) {
+    let Some(release) = ready(series) else {
+        return;
+    };
+    let mut rig = Rig::start(&release, Some(GROUP));
+    let (pod, config) = rig.pod("cdi-user");
+    let spec = probe(&rig, Some((1000, 1000)));
+    let (code, output) = rig.run(&pod, &config, &spec);
+    assert_eq!(code, 0, "probe exited {code}:\n{output}");
+    let report = Report::parse(&output);
+    for (name, major, minor) in [ACCELS[0], ACCELS[1]] {
+        let n = report.node(&format!("/dev/demo/{name}"));
+        assert_eq!(
+            (
+                n.kind.as_str(),
+                n.major,
+                n.minor,
+                n.mode.as_str(),
+                n.open.as_str()
+            ),
+            ("c", major, minor, "660", "ok"),
+            "{name}, granted, opens as uid 1000:\n{output}"
+        );
+    }
+    assert_eq!(
+        report.node("/dev/demo/accel2").open,
+        "EPERM",
+        "un-granted accel2 is denied:\n{output}"
+    );
+    assert_eq!(report.node("/dev/demo/accel3").kind, "missing", "{output}");
+    rig.cri.remove_pod(&pod).expect("remove pod");
+}
+
+/// The group of the render-node-like accelerators.
+const GROUP: u32 = 4242;
+
+#[test]
+fn containerd_1_7_gives_a_non_root_container_the_group_of_its_devices() {
+    non_root_opens_group_owned_devices_through("1.7");
+}
+
+#[test]
+fn containerd_2_gives_a_non_root_container_the_group_of_its_devices() {
+    non_root_opens_group_owned_devices_through("2");
 }

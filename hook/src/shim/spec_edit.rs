@@ -173,6 +173,23 @@ pub fn apply(
             }
         }
     }
+    // A non-root process needs the groups that own group-only nodes. Not in a user namespace:
+    // there the host's gid may not be mapped, and setgroups would fail the start.
+    let gids = edits.additional_gids();
+    if !gids.is_empty() && !userns {
+        object(spec, "process", "process")?;
+        let process = spec.get_mut("process").ok_or(SpecEditError::Shape {
+            field: "process",
+            expected: "an object",
+        })?;
+        let user = object(process, "user", "process.user")?;
+        let list = array(user, "additionalGids", "process.user.additionalGids")?;
+        for gid in gids {
+            if !list.iter().any(|g| g.as_u64() == Some(u64::from(gid))) {
+                list.push(json!(gid));
+            }
+        }
+    }
     {
         let process = object(spec, "process", "process")?;
         let env = array(process, "env", "process.env")?;
@@ -372,6 +389,54 @@ mod tests {
         assert_eq!(devices.len(), 1, "{devices:?}");
         assert_eq!(devices[0]["path"], "/dev/demo/ctl");
         assert_eq!(spec["linux"]["resources"]["devices"][0]["minor"], 237);
+    }
+
+    /// Two render-like nodes of group 107 and one of group 44, next to a world-usable one.
+    fn group_owned_edits() -> ContainerEdits {
+        let mut e = edits();
+        for (i, (mode, gid)) in [(0o660, 107), (0o660, 107), (0o640, 44)]
+            .into_iter()
+            .enumerate()
+        {
+            let mut n = e.device_nodes[0].clone();
+            n.container_path = PathBuf::from(format!("/dev/dri/renderD{}", 128 + i));
+            n.host_path = n.container_path.clone();
+            (n.mode, n.gid) = (mode, gid);
+            e.device_nodes.push(n);
+        }
+        e
+    }
+
+    #[test]
+    fn group_owned_nodes_add_their_groups_once_to_the_user_it_already_has() {
+        let mut spec: Value = serde_json::from_str(
+            r#"{"ociVersion":"1.0.2","process":{"user":{"uid":1000,"gid":1000,"additionalGids":[44]}}}"#,
+        )
+        .unwrap();
+        let e = group_owned_edits();
+        apply(&mut spec, &e, &[], None).unwrap();
+        assert_eq!(
+            spec["process"]["user"],
+            json!({"uid": 1000, "gid": 1000, "additionalGids": [44, 107]})
+        );
+        let once = spec.clone();
+        apply(&mut spec, &e, &[], None).unwrap();
+        assert_eq!(spec, once, "applying twice adds nothing");
+
+        // World-usable nodes add no group.
+        let mut plain: Value = serde_json::from_str(SPEC).unwrap();
+        apply(&mut plain, &edits(), &[], None).unwrap();
+        assert!(plain["process"].get("user").is_none(), "{plain}");
+    }
+
+    #[test]
+    fn in_a_user_namespace_no_host_group_is_added() {
+        let mut spec: Value = serde_json::from_str(
+            r#"{"ociVersion":"1.0.2","process":{"user":{"uid":1000,"gid":1000}},"linux":{"namespaces":[{"type":"user"}]}}"#,
+        )
+        .unwrap();
+        apply(&mut spec, &group_owned_edits(), &[], None).unwrap();
+        assert_eq!(spec["process"]["user"], json!({"uid": 1000, "gid": 1000}));
     }
 
     /// Regression: only the first copy of a request variable was rewritten to the granted list;
