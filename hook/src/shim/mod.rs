@@ -14,14 +14,11 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use devinject_devices::{ProfileError, ProfileSet};
-
+use crate::admit::{admit, may_be_asking, AdmitError};
 use crate::config::{ConfigError, HostConfig, RUNTIME_CANDIDATES};
 use crate::exit::ExitCode;
 use crate::inject::{layout, rootfs::Rootfs};
 use crate::oci::{read_spec_bytes, OciError, Spec};
-use crate::policy::{self, PolicyError};
-use crate::prepare::{find_requests, plan_container, PrepareError};
 use args::ShimArgs;
 use spec_edit::SpecEditError;
 
@@ -34,18 +31,12 @@ pub enum ShimError {
     /// The host config is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// A profile is invalid.
-    #[error(transparent)]
-    Profiles(#[from] ProfileError),
     /// `config.json` is unreadable or malformed.
     #[error(transparent)]
     Input(#[from] OciError),
-    /// The request is not allowed by the host policy.
+    /// The requests were not admitted (profiles, policy, plan).
     #[error(transparent)]
-    Policy(#[from] PolicyError),
-    /// The request could not be planned.
-    #[error(transparent)]
-    Prepare(#[from] PrepareError),
+    Admit(#[from] AdmitError),
     /// The plan could not be written into the spec.
     #[error(transparent)]
     SpecEdit(#[from] SpecEditError),
@@ -78,13 +69,9 @@ impl ShimError {
     pub fn exit_code(&self) -> ExitCode {
         match self {
             Self::Args(_) => ExitCode::Usage,
-            Self::Config(_) | Self::Profiles(_) | Self::NoRuntime { .. } => ExitCode::Config,
+            Self::Config(_) | Self::NoRuntime { .. } => ExitCode::Config,
             Self::Input(_) | Self::SpecEdit(_) | Self::Write { .. } => ExitCode::Input,
-            Self::Policy(_) => ExitCode::Policy,
-            Self::Prepare(PrepareError::Request { .. } | PrepareError::Plan(_)) => {
-                ExitCode::Request
-            }
-            Self::Prepare(_) => ExitCode::Host,
+            Self::Admit(e) => e.exit_code(),
             Self::Exec { .. } => ExitCode::Internal,
         }
     }
@@ -142,33 +129,24 @@ pub fn edit_bundle(
 ) -> Result<BundleEdit, ShimError> {
     let (path, what, bytes) = read_spec_bytes(bundle)?;
     // Cheap pre-checks: a spec that names no request variable and no annotation of ours asked
-    // for nothing, and is not even parsed; nor are the profiles when it cannot be asking.
+    // for nothing, and is not even parsed.
     let mentions = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
-    if !ProfileSet::may_be_requested(&config.profiles_dir, mentions)? {
+    let Some(profiles) = may_be_asking(config, mentions)? else {
         return Ok(BundleEdit::Untouched);
-    }
-    let profiles = ProfileSet::load_dir(&config.profiles_dir)?;
-    if !mentions(crate::ANNOTATION_PREFIX) && !profiles.iter().any(|p| mentions(p.request_env())) {
-        return Ok(BundleEdit::Untouched);
-    }
+    };
     let spec = Spec::parse(&bytes, &what)?;
-    let requests = find_requests(&profiles, |n| spec.env(n), &spec.annotations);
-    if requests.is_empty() {
-        return Ok(BundleEdit::Untouched);
-    }
-    let requests = policy::authorize(
-        config.policy_settings(),
-        &profiles,
-        requests,
-        &spec.annotations,
-        &config.pod_resources(),
-    )?;
     let rootfs = spec.rootfs(bundle)?;
-    let plan = plan_container(config, &profiles, &requests, || {
-        Rootfs::open(&rootfs)
-            .map(|r| layout::detect(&r))
-            .unwrap_or_default()
-    })?;
+    let plan = admit(
+        config,
+        &profiles,
+        |n| spec.env(n),
+        &spec.annotations,
+        || {
+            Rootfs::open(&rootfs)
+                .map(|r| layout::detect(&r))
+                .unwrap_or_default()
+        },
+    )?;
     let Some(plan) = plan else {
         return Ok(BundleEdit::Untouched);
     };
