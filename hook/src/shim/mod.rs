@@ -173,7 +173,7 @@ pub fn edit_bundle(
 }
 
 /// `devinject-hook` next to the running shim.
-fn default_hook_path() -> PathBuf {
+pub fn default_hook_path() -> PathBuf {
     std::env::current_exe()
         .map(|e| e.with_file_name("devinject-hook"))
         .unwrap_or_else(|_| PathBuf::from("/opt/devinject/bin/devinject-hook"))
