@@ -104,9 +104,9 @@ pub fn adjustment(
 }
 
 /// Whether the container's process certainly cannot use a node of group `gid`: it runs as a
-/// user other than root, and `gid` is neither its group nor one of its groups. Only containerd
-/// 2.1 and later tell NRI plugins the user; before, nothing is known and nothing is refused
-/// (a root process needs no group).
+/// user other than root, and `gid` is neither its group nor one of its groups. Only NRI versions
+/// newer than containerd 2.1's tell plugins the user; with older ones nothing is known and
+/// nothing is refused (a root process needs no group).
 fn lacks_group(container: &api::Container, gid: u32) -> bool {
     container
         .user
@@ -134,5 +134,107 @@ fn hook(entry: &Value) -> api::Hook {
         timeout: entry["timeout"]
             .as_i64()
             .map(|value| api::OptionalInt { value }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use devinject_devices::{DeviceNode, NodeKind};
+    use serde_json::json;
+
+    use super::*;
+
+    fn edits(mode: u32, gid: u32) -> ContainerEdits {
+        ContainerEdits {
+            env: vec!["DEMO_VISIBLE_DEVICES=0".into(), "DEMO_DRIVER=1".into()],
+            device_nodes: vec![DeviceNode {
+                host_path: PathBuf::from("/h/dev/demo/accel0"),
+                container_path: PathBuf::from("/dev/demo/accel0"),
+                kind: NodeKind::Char,
+                major: 10,
+                minor: 237,
+                mode,
+                uid: 0,
+                gid,
+            }],
+            ..ContainerEdits::default()
+        }
+    }
+
+    fn container(env: &[&str]) -> api::Container {
+        api::Container {
+            name: "main".into(),
+            env: env.iter().map(|e| e.to_string()).collect(),
+            ..api::Container::default()
+        }
+    }
+
+    #[test]
+    fn nodes_env_and_the_finish_hook_become_the_adjustment() {
+        let hook = json!({"path": "/opt/devinject/bin/devinject-hook", "args": ["devinject-hook", "finish"], "env": [], "timeout": 30});
+        let c = container(&["DEMO_VISIBLE_DEVICES=all", "DEMO_DRIVER=mine"]);
+        let a = adjustment(&c, &edits(0o666, 0), &["DEMO_VISIBLE_DEVICES"], Some(&hook)).unwrap();
+        let d = &a.linux.unwrap().devices[0];
+        assert_eq!(
+            (d.path.as_str(), d.r#type.as_str(), d.major, d.minor),
+            ("/dev/demo/accel0", "c", 10, 237)
+        );
+        assert_eq!(d.file_mode.as_ref().map(|m| m.value), Some(0o666));
+        // The request variable is replaced by the grant; the container's own DEMO_DRIVER stays.
+        let env: Vec<(&str, &str)> = a
+            .env
+            .iter()
+            .map(|kv| (kv.key.as_str(), kv.value.as_str()))
+            .collect();
+        assert_eq!(env, [("DEMO_VISIBLE_DEVICES", "0")]);
+        let h = &a.hooks.unwrap().create_runtime[0];
+        assert_eq!(h.path, "/opt/devinject/bin/devinject-hook");
+        assert_eq!(h.args, ["devinject-hook", "finish"]);
+        assert_eq!(h.timeout.as_ref().map(|t| t.value), Some(30));
+    }
+
+    #[test]
+    fn user_namespaces_are_refused_with_the_way_out() {
+        let mut c = container(&[]);
+        c.linux = Some(api::LinuxContainer {
+            namespaces: vec![api::LinuxNamespace {
+                r#type: "user".into(),
+                path: String::new(),
+            }],
+        });
+        let e = adjustment(&c, &edits(0o666, 0), &[], None).unwrap_err();
+        assert!(e.to_string().contains("runtimeClassName: devinject"), "{e}");
+    }
+
+    #[test]
+    fn a_known_non_root_user_without_the_group_is_refused_naming_it() {
+        let mut c = container(&[]);
+        assert!(
+            adjustment(&c, &edits(0o660, 107), &[], None).is_ok(),
+            "user unknown"
+        );
+        c.user = Some(api::User {
+            uid: 1000,
+            gid: 1000,
+            additional_gids: vec![],
+        });
+        let e = adjustment(&c, &edits(0o660, 107), &[], None).unwrap_err();
+        assert!(e.to_string().contains("supplementalGroups: [107]"), "{e}");
+        c.user.as_mut().unwrap().additional_gids.push(107);
+        assert!(
+            adjustment(&c, &edits(0o660, 107), &[], None).is_ok(),
+            "has the group"
+        );
+        c.user = Some(api::User::default());
+        assert!(
+            adjustment(&c, &edits(0o660, 107), &[], None).is_ok(),
+            "root"
+        );
+        assert!(
+            adjustment(&container(&[]), &edits(0o666, 107), &[], None).is_ok(),
+            "world-usable"
+        );
     }
 }
