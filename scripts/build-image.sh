@@ -26,8 +26,10 @@ esac
 
 # devinject-podresources is the helper the hook and the shim execute to ask the kubelet what a
 # pod was granted; it is installed next to them.
-packages=(-p devinject-installer -p devinject-hook -p devinject-podresources -p devinject-runtime-config)
-bins=(devinject-installer devinject-hook devinject-podresources devinject-runtime devinject-ctl)
+# devinject-nri is the NRI plugin the nri overlay runs in the pod (deploy/overlays/nri).
+packages=(-p devinject-installer -p devinject-hook -p devinject-podresources -p devinject-runtime-config
+  -p devinject-nri)
+bins=(devinject-installer devinject-hook devinject-podresources devinject-runtime devinject-ctl devinject-nri)
 # The device plugin binary lives on its own branch until merged; ship it when it is here.
 if [ -f plugin/src/main.rs ]; then
   packages+=(-p devinject-device-plugin)
@@ -52,7 +54,7 @@ for b in "${bins[@]}"; do
     exit 1
   fi
   case "$b" in
-    devinject-installer|devinject-device-plugin) install -m 0755 "$f" "$stage/usr/bin/$b" ;;
+    devinject-installer|devinject-device-plugin|devinject-nri) install -m 0755 "$f" "$stage/usr/bin/$b" ;;
     *) install -m 0755 "$f" "$stage/usr/share/devinject/bin/$b" ;;
   esac
 done

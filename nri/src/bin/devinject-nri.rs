@@ -27,6 +27,11 @@ struct Args {
     /// The plugin's index: two digits, its place among NRI plugins.
     #[arg(long, default_value = "10", value_parser = index)]
     index: String,
+    /// Where the host's `/` is mounted (a DaemonSet pod's hostPath): the plugin chroots there
+    /// first, so every path it reads, and every path it hands containerd (the finish hook and
+    /// the files it mounts), is the host's.
+    #[arg(long, value_name = "DIR")]
+    host_root: Option<PathBuf>,
     /// Exit when containerd closes the connection, instead of connecting again.
     #[arg(long)]
     once: bool,
@@ -50,6 +55,11 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    if let Some(root) = &args.host_root {
+        nix::unistd::chroot(root)
+            .with_context(|| format!("chroot into the host root {}", root.display()))?;
+        std::env::set_current_dir("/").context("chdir to / in the host root")?;
+    }
     let config = HostConfig::load(args.config.as_deref()).context("load the host configuration")?;
     let plugin = Plugin::new(config, args.config.clone());
     let registration = Registration {
