@@ -249,16 +249,24 @@ impl Containerd {
     /// [`Containerd::start`] behind `prefix` (e.g. `nsenter -t PID -m --`, to run it in another
     /// mount namespace).
     pub fn start_via(dir: &Path, config: &Path, prefix: &[String]) -> Result<Self> {
-        Self::launch(dir, config, prefix, None)
+        Self::start_release_via(dir, config, prefix, None)
     }
 
     /// [`Containerd::start`] of another release: containerd, its runc shim and ctr from `bin`
     /// (see [`crate::runtimes`]).
     pub fn start_release(dir: &Path, config: &Path, bin: &Path) -> Result<Self> {
-        Self::launch(dir, config, &[], Some(bin))
+        Self::start_release_via(dir, config, &[], Some(bin))
     }
 
-    fn launch(dir: &Path, config: &Path, prefix: &[String], bin: Option<&Path>) -> Result<Self> {
+    /// The one way every containerd starts: behind `prefix` (empty: directly; see
+    /// [`Containerd::start_via`]), from the release whose binaries are in `bin` (`None`: the
+    /// machine's; see [`Containerd::start_release`]).
+    pub fn start_release_via(
+        dir: &Path,
+        config: &Path,
+        prefix: &[String],
+        bin: Option<&Path>,
+    ) -> Result<Self> {
         let program = bin.map_or_else(|| PathBuf::from("containerd"), |b| b.join("containerd"));
         let mut cmd = match prefix.split_first() {
             Some((first, rest)) => {
