@@ -1,12 +1,15 @@
 //! A containerd with the CRI plugin set up as a Kubernetes node's runtime, shared by the CRI
-//! tests (tests/containerd_cri.rs, driving it as the kubelet would) and the cluster tier
-//! ([`crate::cluster`], driven by a real kubelet): its configuration, the `devinject` runtime
-//! entry written by `devinject-ctl`, and the test images (busybox with the probe, and a pause
-//! image from the same rootfs).
+//! tests (tests/containerd_cri.rs and tests/containerd_cdi.rs, driving it as the kubelet would)
+//! and the cluster tier ([`crate::cluster`], driven by a real kubelet): its configuration, the
+//! `devinject` runtime entry written by `devinject-ctl`, or CDI on with the specs `devinject-ctl
+//! cdi generate` writes, and the test images (busybox with the probe, and a pause image from the
+//! same rootfs).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
+
+use anyhow::{Context, Result};
 
 use crate::bins::bin;
 use crate::cri::Cri;
@@ -44,6 +47,44 @@ pub fn containerd_config(dir: &Path) -> String {
         private = Containerd::private_settings(dir),
         d = dir.display(),
     )
+}
+
+/// [`containerd_config`] with CDI on in the CRI plugin (`enable_cdi = true`), reading the specs
+/// in `spec_dir` (`cdi_spec_dirs`): for containerd 1.7, and for 2.x, which moves the settings to
+/// its runtime plugin when it reads a version 2 file. The machine's containerd 1.6 has no CDI.
+pub fn containerd_cdi_config(dir: &Path, spec_dir: &Path) -> String {
+    let table = format!("[plugins.\"{CRI}\"]\n");
+    containerd_config(dir).replacen(
+        &table,
+        &format!(
+            "{table}  enable_cdi = true\n  cdi_spec_dirs = [\"{}\"]\n",
+            path_str(spec_dir)
+        ),
+        1,
+    )
+}
+
+/// `devinject-ctl cdi generate` of `host`'s profiles and devices into `output`, each device's
+/// edits ending with the `createRuntime` hook `devinject-hook finish` (the built hook, on
+/// `host`'s config) for the files and the linker cache; returns what it printed.
+pub fn cdi_generate(host: &SimHost, output: &Path) -> Result<String> {
+    let mut generate = Command::new(bin("devinject-ctl"));
+    generate
+        .args(["cdi", "generate", "--output"])
+        .arg(output)
+        .arg("--profiles-dir")
+        .arg(&host.profiles_dir)
+        .arg("--dev-root")
+        .arg(&host.dev_root)
+        .arg("--sys-root")
+        .arg(host.dir.join("sys"))
+        .arg("--driver-root")
+        .arg(&host.driver_root)
+        .arg("--hook-path")
+        .arg(bin("devinject-hook"))
+        .arg("--hook-config")
+        .arg(&host.config);
+    run_ok(generate).context("devinject-ctl cdi generate")
 }
 
 /// `devinject-ctl runtime configure --runtime containerd --mode <mode>` on `config`.

@@ -19,10 +19,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use devinject_tests::bins::bin;
 use devinject_tests::cri::{self, CgroupParent, ContainerSpec, Cri};
-use devinject_tests::cri_node::{containerd_config, import_images, BUSYBOX, CRI};
-use devinject_tests::daemons::{run_ok, short_tempdir, Containerd};
+use devinject_tests::cri_node::{cdi_generate, containerd_cdi_config, import_images, BUSYBOX};
+use devinject_tests::daemons::{short_tempdir, Containerd};
 use devinject_tests::probe::Report;
 use devinject_tests::runtimes::{self, Release};
 use devinject_tests::sim::{
@@ -77,38 +76,14 @@ impl Rig {
             }
         }
         let specs = root.join("cdi");
-        let mut generate = std::process::Command::new(bin("devinject-ctl"));
-        generate
-            .args(["cdi", "generate", "--output"])
-            .arg(&specs)
-            .arg("--profiles-dir")
-            .arg(&host.profiles_dir)
-            .arg("--dev-root")
-            .arg(&host.dev_root)
-            .arg("--sys-root")
-            .arg(host.dir.join("sys"))
-            .arg("--driver-root")
-            .arg(&host.driver_root)
-            .arg("--hook-path")
-            .arg(bin("devinject-hook"))
-            .arg("--hook-config")
-            .arg(&host.config);
-        let out = run_ok(generate).expect("devinject-ctl cdi generate");
+        let out = cdi_generate(&host, &specs).expect("devinject-ctl cdi generate");
         eprintln!("{out}");
 
         let ctd_dir = root.join("ctd");
         std::fs::create_dir_all(&ctd_dir).expect("mkdir");
         let config = ctd_dir.join("config.toml");
-        // CDI settings of the CRI plugin (containerd 2 moves them to its runtime plugin when it
-        // reads a version 2 file).
-        let text = containerd_config(&ctd_dir).replace(
-            &format!("[plugins.\"{CRI}\"]\n"),
-            &format!(
-                "[plugins.\"{CRI}\"]\n  enable_cdi = true\n  cdi_spec_dirs = [\"{}\"]\n",
-                specs.display()
-            ),
-        );
-        std::fs::write(&config, text).expect("containerd config");
+        std::fs::write(&config, containerd_cdi_config(&ctd_dir, &specs))
+            .expect("containerd config");
         let containerd =
             Containerd::start_release(&ctd_dir, &config, &release.bin).expect("start containerd");
         let mut cri = Cri::connect(&containerd.socket()).expect("CRI client");
