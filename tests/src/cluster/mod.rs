@@ -1,8 +1,10 @@
 //! A real single-node Kubernetes cluster for tests: etcd, kube-apiserver,
 //! kube-controller-manager, kube-scheduler and a kubelet (v1.20.2, built from Debian's source
 //! package by scripts/kube-build.sh), the kubelet driving a private containerd over CRI with the
-//! `devinject` runtime that `devinject-ctl` configures, and the real `devinject-device-plugin`.
-//! Nothing is mocked; only the devices are simulated (a [`SimHost`]).
+//! `devinject` runtime that `devinject-ctl` configures (or, with [`Setup::Cdi`], a containerd
+//! release reading the CDI specs `devinject-ctl cdi generate` wrote, with no devinject runtime),
+//! and the real `devinject-device-plugin`. Nothing is mocked; only the devices are simulated (a
+//! [`SimHost`]).
 //!
 //! # How it fits on one machine
 //! - Everything listens on 127.0.0.1, on free ports; certificates come from [`pki`].
@@ -33,7 +35,9 @@ use serde_json::Value;
 
 use crate::bins::bin;
 use crate::cri::Cri;
-use crate::cri_node::{configure, containerd_config, import_images, HANDLER};
+use crate::cri_node::{
+    cdi_generate, configure, containerd_cdi_config, containerd_config, import_images, HANDLER,
+};
 use crate::daemons::{
     output_within, poll, run_ok, short_tempdir, unmount_below, Containerd, Daemon,
 };
@@ -96,6 +100,8 @@ pub struct Cluster {
     apiserver: Option<Daemon>,
     etcd: Option<Daemon>,
     containerd: Option<Containerd>,
+    /// The bin dir of the containerd release the node runs; `None`: the machine's.
+    containerd_release: Option<PathBuf>,
     node_namespace: Option<Daemon>,
     /// Mount points made on the host for the node namespace, removed again when empty.
     mount_points: Vec<PathBuf>,
@@ -110,7 +116,7 @@ pub struct Cluster {
 }
 
 /// How devinject gets onto the node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Setup {
     /// The test's own: `devinject-ctl runtime configure` (shim mode) on the node's containerd
     /// with the freshly built binaries, the device plugin as a process, the demo profile's
@@ -119,7 +125,20 @@ pub enum Setup {
     /// As users install it: nothing on the node; the test applies the manifests, whose
     /// DaemonSet installs into the node's containerd and runs the plugin in a pod.
     DaemonSet,
+    /// CDI, with nothing of devinject's in the runtime: the node's containerd is the release
+    /// whose binaries are in `containerd` (1.7 or later, see [`crate::runtimes`]) with
+    /// `enable_cdi` reading the specs `devinject-ctl cdi generate` wrote (their `createRuntime`
+    /// hook is `devinject-hook finish`); pods run on its default runtime, plain runc; the device
+    /// plugin runs as a process with the demo profile in `cdi-annotations` allocate mode, so
+    /// that its Allocate answer is a `cdi.k8s.io/` annotation the kubelet passes to the CRI.
+    Cdi {
+        /// The containerd release's bin dir.
+        containerd: PathBuf,
+    },
 }
+
+/// The allocate mode [`Setup::Cdi`] gives the demo profile (docs/profiles.md).
+pub const CDI_ALLOCATE_MODE: &str = "cdi-annotations";
 
 /// The kubelet's root dir, in the node's namespace (its tmpfs).
 pub const KUBELET_ROOT: &str = "/var/lib/kubelet";
@@ -154,6 +173,7 @@ impl Cluster {
             apiserver: None,
             etcd: None,
             containerd: None,
+            containerd_release: None,
             node_namespace: None,
             mount_points: Vec::new(),
             pod_logs_before: pod_log_dirs(),
@@ -164,7 +184,7 @@ impl Cluster {
             _dir: dir,
         };
         c.start_control_plane()?;
-        c.start_node(setup)?;
+        c.start_node(&setup)?;
         Ok(c)
     }
 
@@ -280,7 +300,13 @@ impl Cluster {
         self.root.join("node/etc-containerd/config.toml")
     }
 
-    fn start_node(&mut self, setup: Setup) -> Result<()> {
+    /// The directory `devinject-ctl cdi generate` writes the specs into and containerd reads
+    /// them from ([`Setup::Cdi`]).
+    pub fn cdi_spec_dir(&self) -> PathBuf {
+        self.root.join("cdi")
+    }
+
+    fn start_node(&mut self, setup: &Setup) -> Result<()> {
         let ctd_dir = self.root.join("ctd");
         let cni = ctd_dir.join("cni/conf");
         std::fs::create_dir_all(&cni)?;
@@ -293,8 +319,19 @@ impl Cluster {
         std::fs::create_dir_all(config.parent().expect("parent"))?;
         std::fs::create_dir_all(self.root.join("node/etc-devinject"))?;
         std::fs::create_dir_all(self.root.join("node/opt"))?;
-        std::fs::write(&config, containerd_config(&ctd_dir))?;
-        if setup == Setup::Ctl {
+        match setup {
+            Setup::Cdi { containerd } => {
+                set_allocate_mode(&self.host.profiles_dir.join("demo.toml"), CDI_ALLOCATE_MODE)?;
+                let specs = self.cdi_spec_dir();
+                cdi_generate(&self.host, &specs)?;
+                std::fs::write(&config, containerd_cdi_config(&ctd_dir, &specs))?;
+                self.containerd_release = Some(containerd.clone());
+            }
+            Setup::Ctl | Setup::DaemonSet => {
+                std::fs::write(&config, containerd_config(&ctd_dir))?;
+            }
+        }
+        if *setup == Setup::Ctl {
             // The runtime's host configuration: the `kubernetes` policy asks this kubelet.
             let runc = which("runc").context("runc")?;
             self.host.write_config(&format!(
@@ -305,7 +342,12 @@ impl Cluster {
             configure(&self.root, &config, &self.host, "shim");
         }
         self.start_node_namespace()?;
-        let containerd = Containerd::start_via(&ctd_dir, &config, &self.enter_node()?)?;
+        let containerd = Containerd::start_release_via(
+            &ctd_dir,
+            &config,
+            &self.enter_node()?,
+            self.containerd_release.as_deref(),
+        )?;
         let mut cri = Cri::connect(&containerd.socket())?;
         cri.wait_ready()?;
         import_images(&self.root, &containerd, &mut cri);
@@ -314,7 +356,7 @@ impl Cluster {
         self.containerd = Some(containerd);
         self.start_kubelet(&socket)?;
         self.wait_node_ready()?;
-        if setup == Setup::Ctl {
+        if matches!(setup, Setup::Ctl | Setup::Cdi { .. }) {
             self.start_plugin()?;
             self.wait_allocatable("devinject.io/demo", "4")?;
         }
@@ -400,10 +442,11 @@ impl Cluster {
         }
         let log = self.root.join("ctd/containerd.log");
         let _ = std::fs::rename(&log, self.root.join("ctd/containerd.log.1"));
-        let containerd = Containerd::start_via(
+        let containerd = Containerd::start_release_via(
             &self.root.join("ctd"),
             &self.containerd_config(),
             &self.enter_node()?,
+            self.containerd_release.as_deref(),
         )?;
         self.containerd = Some(containerd);
         Ok(())
@@ -637,6 +680,31 @@ impl Cluster {
         crate::cri::read_log(last)
     }
 
+    /// The CRI status of container `container` of pod `name`, as the node's containerd reports
+    /// it: its annotations are those the kubelet passed in CreateContainer, the device plugin's
+    /// Allocate annotations included.
+    pub fn cri_container_status(
+        &self,
+        name: &str,
+        container: &str,
+    ) -> Result<k8s_cri::v1::ContainerStatus> {
+        let pod = self.pod(name)?;
+        let id = pod["status"]["containerStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["name"] == container)
+            .and_then(|s| s["containerID"].as_str())
+            .with_context(|| format!("pod {name} has no container id for {container}"))?;
+        // `containerd://<id>`
+        let id = id.split_once("://").map_or(id, |(_, id)| id);
+        let containerd = self
+            .containerd
+            .as_ref()
+            .context("the node's containerd is not running")?;
+        Cri::connect(&containerd.socket())?.container_status(id)
+    }
+
     /// The device ids the kubelet's checkpoint says it allocated to `container` of the pod with
     /// `uid`, for `resource`.
     pub fn allocated(&self, uid: &str, container: &str, resource: &str) -> Result<Vec<String>> {
@@ -779,6 +847,21 @@ impl Cluster {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
+}
+
+/// Sets the top-level `allocate_mode` of the profile at `path` to `mode`: any such line goes,
+/// and the new one comes first, before the profile's tables.
+fn set_allocate_mode(path: &Path, mode: &str) -> Result<()> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+    let mut out = format!("allocate_mode = \"{mode}\"\n");
+    for line in text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("allocate_mode"))
+    {
+        out.push_str(line);
+        out.push('\n');
+    }
+    std::fs::write(path, out).with_context(|| format!("write {}", path.display()))
 }
 
 /// The entries of `/var/log/pods` (the kubelet's constant pod log directory).
