@@ -182,6 +182,23 @@ impl Default for CdiRequest {
     }
 }
 
+impl CdiRequest {
+    /// Where the host path `host` is for this process: below [`CdiRequest::root`], the host's
+    /// own absolute links followed inside it ([`crate::host_root::resolve_in_root`]).
+    pub fn access(&self, host: &Path) -> PathBuf {
+        crate::host_root::resolve_in_root(&self.root, host)
+    }
+
+    /// The device, sysfs and driver roots as this process reaches them.
+    pub fn access_roots(&self) -> HostRoots {
+        HostRoots {
+            dev_root: self.access(&self.roots.dev_root),
+            sys_root: self.access(&self.roots.sys_root),
+            driver_root: self.access(&self.roots.driver_root),
+        }
+    }
+}
+
 /// What happened to one profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProfileOutcome {
@@ -189,6 +206,8 @@ pub struct ProfileOutcome {
     pub profile: String,
     /// Devices found.
     pub devices: usize,
+    /// Their ids, in discovery order: the spec's device names besides `all`.
+    pub device_ids: Vec<String>,
     /// The spec file (host path), when one is written.
     pub file: Option<PathBuf>,
     /// Its `cdiVersion`.
@@ -209,10 +228,6 @@ pub struct CdiReport {
 /// The spec file name for a profile.
 pub fn file_name(profile: &str) -> String {
     format!("{VENDOR}-{profile}.json")
-}
-
-fn under(root: &Path, host: &Path) -> PathBuf {
-    root.join(host.strip_prefix("/").unwrap_or(host))
 }
 
 fn devices_error(e: impl std::fmt::Display) -> RuntimeConfigError {
@@ -471,12 +486,8 @@ pub fn build_spec(
 /// Writes (or, for a dry run, diffs) a CDI spec per profile with devices, and removes our
 /// specs of profiles without devices.
 pub fn generate(req: &CdiRequest) -> Result<CdiReport> {
-    let access = |host: &Path| under(&req.root, host);
-    let roots = HostRoots {
-        dev_root: access(&req.roots.dev_root),
-        sys_root: access(&req.roots.sys_root),
-        driver_root: access(&req.roots.driver_root),
-    };
+    let access = |host: &Path| req.access(host);
+    let roots = req.access_roots();
     let profiles = ProfileSet::load_dir(&access(&req.profiles_dir)).map_err(devices_error)?;
     let mut report = CdiReport {
         profiles: Vec::new(),
@@ -497,6 +508,11 @@ pub fn generate(req: &CdiRequest) -> Result<CdiReport> {
         report.profiles.push(ProfileOutcome {
             profile: name,
             devices: inventory.devices.len(),
+            device_ids: inventory
+                .devices
+                .iter()
+                .map(|d| d.id.as_str().to_string())
+                .collect(),
             file: spec.as_ref().map(|_| host_file.clone()),
             cdi_version: spec.as_ref().map(|s| s.cdi_version.clone()),
         });
