@@ -93,6 +93,16 @@ pub enum RuntimeConfigError {
         message: String,
     },
 
+    /// Watching the host for changes (`cdi generate --watch`) failed: inotify or poll(2).
+    #[error("cannot {op} for the CDI watch")]
+    Watch {
+        /// What was being done: "set up inotify", "wait for events", ...
+        op: &'static str,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// Telling a daemon to reload its configuration failed.
     #[error("cannot reload {daemon} (pid file {}): {message}", pidfile.display())]
     Reload {

@@ -14,7 +14,8 @@
 //! - [`report`]: what changed and whether the engine must be restarted or reloaded.
 //! - [`reload`]: SIGHUP for dockerd.
 //! - [`cdi`]: `cdi generate`, a CDI spec per device profile from the devices crate's planner,
-//!   for engines that inject CDI devices natively.
+//!   for engines that inject CDI devices natively; [`cdi_watch`]: `cdi generate --watch`, which
+//!   refreshes them on every change of a device, profile or driver file (inotify).
 //! - [`doctor`]: `doctor`, what is wrong on this host (cgroups, runtimes, engines and their
 //!   devinject configuration read back with each engine's `detect`, the host configuration,
 //!   profiles, devices, driver files, ldconfig, the kubelet's sockets).
@@ -28,6 +29,7 @@
 
 pub mod atomic_write;
 pub mod cdi;
+pub mod cdi_watch;
 pub mod device_list;
 pub mod diff;
 pub mod doctor;

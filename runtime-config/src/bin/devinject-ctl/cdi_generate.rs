@@ -1,11 +1,16 @@
-//! `devinject-ctl cdi generate`.
+//! `devinject-ctl cdi generate [--watch]`.
 
+use std::os::fd::AsFd;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
 use devinject_devices::HostRoots;
 use devinject_runtime_config::cdi::{self, CdiRequest};
+use devinject_runtime_config::cdi_watch::{self, WatchOptions};
 use devinject_runtime_config::request::DEFAULT_HOOK_PATH;
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 /// Arguments of `cdi generate`.
 #[derive(Debug, Args)]
@@ -38,8 +43,22 @@ pub struct GenerateArgs {
     #[arg(long, value_name = "DIR", default_value = "/")]
     root: PathBuf,
     /// Show the changes as a unified diff and write nothing.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "watch")]
     dry_run: bool,
+    /// Keep running: refresh the specs whenever a device node appears or goes, a profile or a
+    /// driver file changes (inotify), until SIGTERM or SIGINT.
+    #[arg(long)]
+    watch: bool,
+    /// With --watch: how long a burst of changes must pause before the specs are refreshed.
+    #[arg(long, value_name = "MS", default_value_t = 100, requires = "watch")]
+    debounce_ms: u64,
+}
+
+impl GenerateArgs {
+    /// Whether the command keeps running.
+    pub fn watching(&self) -> bool {
+        self.watch
+    }
 }
 
 /// Runs the subcommand and prints its report.
@@ -58,7 +77,26 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
         lib_dir: args.lib_dir.clone(),
         dry_run: args.dry_run,
     };
-    let report = cdi::generate(&req)?;
-    crate::print_cdi_report(&report);
+    if !args.watch {
+        let report = cdi::generate(&req)?;
+        crate::print_cdi_report(&report);
+        return Ok(());
+    }
+    let stop = termination_signals()?;
+    let opts = WatchOptions {
+        debounce: Duration::from_millis(args.debounce_ms),
+    };
+    cdi_watch::watch(&req, &opts, stop.as_fd(), &mut crate::print_cdi_report)?;
     Ok(())
+}
+
+/// SIGTERM and SIGINT as a descriptor that becomes readable when one arrives: blocked first, so
+/// that they wait there instead of killing the process halfway through a write. Called before
+/// any thread exists, so the mask holds for the whole process.
+fn termination_signals() -> anyhow::Result<SignalFd> {
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGTERM);
+    signals.add(Signal::SIGINT);
+    signals.thread_block()?;
+    Ok(SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC)?)
 }

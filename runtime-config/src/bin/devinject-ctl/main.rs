@@ -54,7 +54,8 @@ enum DevicesCommand {
 
 #[derive(Debug, Subcommand)]
 enum CdiCommand {
-    /// Write a CDI spec per profile for the devices found on this host.
+    /// Write a CDI spec per profile for the devices found on this host; with --watch, keep them
+    /// fresh.
     Generate(cdi_generate::GenerateArgs),
 }
 
@@ -219,11 +220,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // A watcher is a daemon: what it refreshes is worth a line in its log.
+    let level = match &cli.command {
+        Command::Cdi(CdiCommand::Generate(args)) if args.watching() => "info",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("DEVINJECT_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
         .init();
     match run(cli) {
