@@ -2,8 +2,9 @@
 # Benchmarks: what devinject costs a container start, side by side with the native path
 # (docs/benchmarks.md). Builds the release binaries once, then, as root, runs devinject-bench
 # (its arguments are passed on, e.g. `scripts/bench.sh --runs 100`), the device plugin's own
-# benchmark, and the real cluster's (devinject-cluster-bench) when scripts/kube-build.sh has built
-# Kubernetes. Run it on a quiet machine: figures are wall times.
+# benchmark, each injection path on containerd 1.7 (devinject-cri-bench) when
+# scripts/runtimes-fetch.sh has fetched it, and the real cluster's (devinject-cluster-bench) when
+# scripts/kube-build.sh has built Kubernetes. Run it on a quiet machine: figures are wall times.
 #
 # The binaries are built as they ship (scripts/build-image.sh): release profile, statically
 # linked against glibc, for the host's own target triple, in target/image (shared with the
@@ -28,6 +29,13 @@ if [ -x "$out/device-plugin-bench" ]; then
   DEVINJECT_BIN_DIR="$out" "$out/device-plugin-bench"
 else
   echo "not measured: the device plugin's benchmark (device-plugin-bench) is not part of this build"
+fi
+
+echo
+if scripts/runtimes-fetch.sh --if-fetched >/dev/null; then
+  DEVINJECT_BIN_DIR="$out" "$out/devinject-cri-bench"
+else
+  echo "not measured: the injection paths on containerd 1.7 (fetch it with scripts/runtimes-fetch.sh)"
 fi
 
 echo

@@ -15,7 +15,7 @@ use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
     ContainerConfig, ContainerMetadata, ContainerState, ContainerStatus, ContainerStatusRequest,
-    CreateContainerRequest, ImageSpec, ImageStatusRequest, Int64Value, KeyValue,
+    CreateContainerRequest, Device, ImageSpec, ImageStatusRequest, Int64Value, KeyValue,
     LinuxContainerConfig, LinuxContainerSecurityContext, LinuxPodSandboxConfig,
     LinuxSandboxSecurityContext, Mount, NamespaceMode, NamespaceOption, PodSandboxConfig,
     PodSandboxMetadata, RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest,
@@ -340,6 +340,9 @@ pub struct ContainerSpec {
     pub mounts: Vec<(PathBuf, PathBuf)>,
     /// Log file, relative to the pod's log directory.
     pub log_path: String,
+    /// Device nodes passed natively `(host path, container path)`, as the kubelet passes a
+    /// device plugin's `DeviceSpec`s.
+    pub devices: Vec<(PathBuf, PathBuf)>,
     /// The user and group it runs as (`runAsUser`, `runAsGroup`), with no supplementary
     /// groups; the image's default when `None`.
     pub user: Option<(i64, i64)>,
@@ -374,6 +377,15 @@ impl ContainerSpec {
                     host_path: h.display().to_string(),
                     container_path: c.display().to_string(),
                     ..Default::default()
+                })
+                .collect(),
+            devices: self
+                .devices
+                .iter()
+                .map(|(h, c)| Device {
+                    host_path: h.display().to_string(),
+                    container_path: c.display().to_string(),
+                    permissions: "rwm".into(),
                 })
                 .collect(),
             log_path: self.log_path.clone(),

@@ -34,6 +34,7 @@ pub mod cluster;
 pub mod cprog;
 pub mod cri;
 pub mod cri_node;
+pub mod cri_release;
 pub mod daemons;
 pub mod docker;
 pub mod hostile;

@@ -1,0 +1,223 @@
+//! A node on a newer containerd release ([`crate::runtimes`]) driven through CRI as the kubelet
+//! would, with whichever injection paths a test or benchmark wants on at once: CDI (the specs
+//! `devinject-ctl cdi generate` writes), NRI (the socket `devinject-nri` connects to), and the
+//! `devinject` runtime entry (the shim). Pods run on plain runc unless they name the
+//! `devinject` handler. Used by tests/containerd_cdi.rs, tests/containerd_nri.rs and
+//! `devinject-cri-bench`.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use k8s_cri::v1::PodSandboxConfig;
+
+use crate::bins::bin;
+use crate::cri::{self, CgroupParent, ContainerSpec, Cri};
+use crate::cri_node::{
+    cdi_generate, configure, containerd_cdi_config, containerd_config, import_images,
+};
+use crate::daemons::{poll, short_tempdir, Containerd, Daemon};
+use crate::runtimes::Release;
+use crate::sim::{demo_host, SimHost, ACCELS};
+
+/// Which paths are on, and how the node's devices and host configuration look.
+#[derive(Debug, Clone, Default)]
+pub struct Paths {
+    /// CRI's CDI support, reading the specs written for the node's devices.
+    pub cdi: bool,
+    /// NRI, with its socket in the node's directory.
+    pub nri: bool,
+    /// The `devinject` runtime entry (the shim), written by `devinject-ctl`.
+    pub shim: bool,
+    /// The accelerators are `0660 root:<group>` (render-node-like) rather than `0666`.
+    pub accel_group: Option<u32>,
+    /// Added to the host configuration (e.g. `policy = "env"`).
+    pub host_config: String,
+}
+
+/// The node. Fields drop in order: the CRI client (its pods), the plugin, containerd, the
+/// pods' cgroups, then the files.
+pub struct ReleaseNode {
+    /// The CRI client.
+    pub cri: Cri,
+    nri_plugin: Option<Daemon>,
+    /// containerd.
+    pub containerd: Containerd,
+    cgroups: CgroupParent,
+    /// The simulated devices and the host configuration.
+    pub host: SimHost,
+    release: Release,
+    config: PathBuf,
+    root: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for ReleaseNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReleaseNode")
+            .field("root", &self.root)
+            .finish()
+    }
+}
+
+impl ReleaseNode {
+    /// Starts containerd `release` with `paths` on and the demo profile's simulated devices.
+    pub fn start(release: &Release, paths: &Paths) -> Result<Self> {
+        let dir = short_tempdir("rel")?;
+        let root = dir.path().to_owned();
+        let host = demo_host(&root.join("sim"), &["demo"])?;
+        if let Some(gid) = paths.accel_group {
+            for (name, _, _) in ACCELS {
+                let node = host.dev_root.join("demo").join(name);
+                std::os::unix::fs::chown(&node, Some(0), Some(gid))?;
+                std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o660))?;
+            }
+        }
+        let runc = crate::skip::which("runc").context("runc")?;
+        host.write_config(&format!(
+            "runtime = {runc:?}\nhook = {:?}\n{}",
+            bin("devinject-hook"),
+            paths.host_config
+        ))?;
+        let ctd = root.join("ctd");
+        std::fs::create_dir_all(&ctd)?;
+        let config = ctd.join("config.toml");
+        let mut text = if paths.cdi {
+            let specs = root.join("cdi");
+            eprintln!("{}", cdi_generate(&host, &specs)?);
+            containerd_cdi_config(&ctd, &specs)
+        } else {
+            containerd_config(&ctd)
+        };
+        if paths.nri {
+            text.push_str(&format!(
+                "\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  \
+                 socket_path = {:?}\n  plugin_path = {:?}\n  plugin_config_path = {:?}\n",
+                ctd.join("nri.sock"),
+                ctd.join("nri-plugins"),
+                ctd.join("nri-conf"),
+            ));
+        }
+        std::fs::write(&config, text)?;
+        if paths.shim {
+            configure(&root, &config, &host, "shim");
+        }
+        let containerd = Containerd::start_release(&ctd, &config, &release.bin)?;
+        let mut cri = Cri::connect(&containerd.socket())?;
+        cri.wait_ready().with_context(|| containerd.log_tail())?;
+        import_images(&root, &containerd, &mut cri);
+        let name = root
+            .file_name()
+            .context("temp dir name")?
+            .to_string_lossy()
+            .into_owned();
+        Ok(Self {
+            cri,
+            nri_plugin: None,
+            containerd,
+            cgroups: CgroupParent::new(&name),
+            host,
+            release: release.clone(),
+            config,
+            root,
+            _dir: dir,
+        })
+    }
+
+    /// Starts `devinject-nri` on the node's NRI socket and waits until it has registered.
+    pub fn start_nri_plugin(&mut self) -> Result<()> {
+        let mut cmd = Command::new(bin("devinject-nri"));
+        cmd.arg("--socket")
+            .arg(self.root.join("ctd/nri.sock"))
+            .arg("--config")
+            .arg(&self.host.config);
+        self.nri_plugin = Some(Daemon::start(
+            "devinject-nri",
+            cmd,
+            &self.root.join("nri.log"),
+        )?);
+        self.wait_nri_registered(1)
+    }
+
+    /// Stops `devinject-nri`: containerd forgets it, and adjusts nothing any more.
+    pub fn stop_nri_plugin(&mut self) {
+        if let Some(mut p) = self.nri_plugin.take() {
+            p.stop();
+        }
+    }
+
+    /// Waits until `devinject-nri` has registered `times` times in all.
+    pub fn wait_nri_registered(&mut self, times: usize) -> Result<()> {
+        let log = self.root.join("nri.log");
+        poll("devinject-nri to register", Duration::from_secs(30), || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            Ok((text.matches("registered with the runtime").count() >= times).then_some(()))
+        })
+        .with_context(|| {
+            format!(
+                "{}\n--- containerd\n{}",
+                self.nri_log(),
+                self.containerd.log_tail()
+            )
+        })
+    }
+
+    /// The last lines of `devinject-nri`'s log.
+    pub fn nri_log(&self) -> String {
+        crate::daemons::tail(&self.root.join("nri.log"), 40)
+    }
+
+    /// Stops containerd and starts it again on the same configuration.
+    pub fn restart_containerd(&mut self) -> Result<()> {
+        self.containerd.daemon().stop();
+        let dir = self.containerd.dir().to_owned();
+        self.containerd = Containerd::start_release(&dir, &self.config, &self.release.bin)?;
+        self.cri = Cri::connect(&self.containerd.socket())?;
+        self.cri.wait_ready()?;
+        Ok(())
+    }
+
+    /// Runs a host-network pod `name` with runtime `handler` (`""`: plain runc).
+    pub fn pod(&mut self, name: &str, handler: &str) -> Result<(String, PodSandboxConfig)> {
+        let log_dir = self.root.join("logs").join(name);
+        std::fs::create_dir_all(&log_dir)?;
+        let config = cri::host_network_pod(name, &format!("uid-{name}"), &log_dir, &self.cgroups);
+        let id = self
+            .cri
+            .run_pod_sandbox(&config, handler)
+            .with_context(|| self.containerd.log_tail())?;
+        Ok((id, config))
+    }
+
+    /// Creates `spec` in `pod`, starts it and waits for its end: its exit code and output. A
+    /// creation that fails is `Ok(Err(message))`.
+    pub fn run(
+        &mut self,
+        pod: &str,
+        pod_config: &PodSandboxConfig,
+        spec: &ContainerSpec,
+    ) -> Result<std::result::Result<(i32, String), String>> {
+        let id = match self.cri.create_container(pod, &spec.config(), pod_config) {
+            Ok(id) => id,
+            Err(e) => return Ok(Err(format!("{e:#}"))),
+        };
+        self.cri
+            .start_container(&id)
+            .with_context(|| self.containerd.log_tail())?;
+        let status = self.cri.wait_exited(&id, Duration::from_secs(60))?;
+        let log = Path::new(&pod_config.log_directory).join(&spec.log_path);
+        let output = cri::read_log(&log)?;
+        self.cri.remove_container(&id)?;
+        if status.exit_code != 0 && output.is_empty() {
+            bail!(
+                "{} exited {}: {}",
+                spec.name,
+                status.exit_code,
+                status.message
+            );
+        }
+        Ok(Ok((status.exit_code, output)))
+    }
+}
