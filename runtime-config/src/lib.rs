@@ -18,7 +18,7 @@
 //!   refreshes them on every change of a device, profile or driver file (inotify).
 //! - [`doctor`]: `doctor`, what is wrong on this host (cgroups, runtimes, engines and their
 //!   devinject configuration read back with each engine's `detect`, the host configuration,
-//!   profiles, devices, driver files, ldconfig, the kubelet's sockets).
+//!   profiles, devices, driver files, stale CDI specs, ldconfig, the kubelet's sockets).
 //! - [`device_list`]: `devices list`, the devices each profile finds on this host.
 //!
 //! Guarantees: a second configure with the same request changes nothing and says so;

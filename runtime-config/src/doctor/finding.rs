@@ -20,6 +20,8 @@ pub enum Section {
     Devices,
     /// Driver libraries, binaries and files per profile.
     Libraries,
+    /// Our CDI specs, fresh or stale.
+    Cdi,
     /// The host's `ldconfig`.
     Ldconfig,
     /// The kubelet's sockets.
@@ -37,6 +39,7 @@ impl Section {
             Section::Profiles => "profiles",
             Section::Devices => "devices",
             Section::Libraries => "libraries",
+            Section::Cdi => "CDI specs",
             Section::Ldconfig => "ldconfig",
             Section::Kubelet => "kubelet",
         }

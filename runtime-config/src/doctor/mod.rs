@@ -10,6 +10,8 @@
 //! - [`host_config`]: `/etc/devinject/config.toml`, parsed exactly as the hook and shim parse it;
 //! - [`profiles`], [`devices`], [`libraries`]: every profile loads, what discovery finds for it,
 //!   and whether its driver files resolve;
+//! - [`cdi_specs`]: our CDI specs in the CDI directories are what `cdi generate` would write
+//!   now (no device gone or missing, no stale content);
 //! - [`ldconfig`]: the `ldconfig` the hook runs in containers exists and is statically linked;
 //! - [`kubelet`]: the device-plugin registration socket and the pod-resources socket.
 //!
@@ -18,6 +20,7 @@
 //! report itself serialises to JSON. Which findings are errors and which are warnings is
 //! documented in docs/runtime-config.md.
 
+pub mod cdi_specs;
 pub mod cgroup;
 pub mod devices;
 pub mod engines;
@@ -59,6 +62,8 @@ pub struct DoctorRequest {
     pub kubelet_dir: PathBuf,
     /// Directories searched for runtime and engine binaries (host paths).
     pub bin_dirs: Vec<PathBuf>,
+    /// Directories holding CDI specs (host paths), checked for stale specs of ours.
+    pub cdi_dirs: Vec<PathBuf>,
 }
 
 impl Default for DoctorRequest {
@@ -68,6 +73,10 @@ impl Default for DoctorRequest {
             host_config: None,
             kubelet_dir: PathBuf::from(DEFAULT_KUBELET_DIR),
             bin_dirs: DEFAULT_BIN_DIRS.iter().map(PathBuf::from).collect(),
+            cdi_dirs: cdi_specs::DEFAULT_CDI_DIRS
+                .iter()
+                .map(PathBuf::from)
+                .collect(),
         }
     }
 }
@@ -125,6 +134,7 @@ pub fn run(req: &DoctorRequest) -> DoctorReport {
     let profiles = profiles::check(req, &host, &mut report);
     let found = devices::check(req, &host, &profiles, &mut report);
     let needs_ldconfig = libraries::check(req, &host, &found, &mut report);
+    cdi_specs::check(req, &host, &profiles, &mut report);
     ldconfig::check(req, &host, needs_ldconfig, &mut report);
     kubelet::check(req, &cgroups, &engines, &mut report);
     report.findings.sort_by_key(|f| f.section);

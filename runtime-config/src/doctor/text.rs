@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use crate::doctor::{DoctorReport, Section, Severity};
 
-const SECTIONS: [Section; 9] = [
+const SECTIONS: [Section; 10] = [
     Section::Cgroup,
     Section::Runtimes,
     Section::Engines,
@@ -13,6 +13,7 @@ const SECTIONS: [Section; 9] = [
     Section::Profiles,
     Section::Devices,
     Section::Libraries,
+    Section::Cdi,
     Section::Ldconfig,
     Section::Kubelet,
 ];

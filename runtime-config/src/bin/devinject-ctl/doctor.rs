@@ -21,6 +21,9 @@ pub struct DoctorArgs {
     /// The kubelet's root directory.
     #[arg(long, value_name = "DIR", default_value = doctor::DEFAULT_KUBELET_DIR)]
     kubelet_dir: PathBuf,
+    /// A directory holding CDI specs, checked for stale specs of ours (repeat for several).
+    #[arg(long = "cdi-dir", value_name = "DIR", default_values = doctor::cdi_specs::DEFAULT_CDI_DIRS)]
+    cdi_dirs: Vec<PathBuf>,
     /// Print the findings as JSON.
     #[arg(long)]
     json: bool,
@@ -41,6 +44,7 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         root,
         host_config: args.config.clone(),
         kubelet_dir: args.kubelet_dir.clone(),
+        cdi_dirs: args.cdi_dirs.clone(),
         ..DoctorRequest::default()
     };
     let report = doctor::run(&req);

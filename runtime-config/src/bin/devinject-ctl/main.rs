@@ -42,7 +42,8 @@ enum Command {
     #[command(subcommand)]
     Devices(DevicesCommand),
     /// Tell what is wrong on this host: cgroups, runtimes, engine configuration, profiles,
-    /// devices, driver files, ldconfig, kubelet sockets. Exits 6 when something is broken.
+    /// devices, driver files, stale CDI specs, ldconfig, kubelet sockets. Exits 6 when something
+    /// is broken.
     Doctor(doctor::DoctorArgs),
 }
 

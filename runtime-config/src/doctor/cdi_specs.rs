@@ -1,0 +1,386 @@
+//! Our CDI specs are fresh: each is what `devinject-ctl cdi generate` would write now.
+//!
+//! For every CDI directory ([`DoctorRequest::cdi_dirs`]) holding one of our specs
+//! (`devinject.io-<profile>.json`), a dry run of [`cdi::generate`] into that directory, with the
+//! host configuration's roots and profiles, yields what would change: a spec naming a device
+//! that is gone or missing one that appeared, a spec whose content differs (a node's numbers or
+//! mode, a library), a spec of a profile without devices. The hook path, its `--config` and the
+//! library directory a spec was generated with are read back from the spec's own
+//! `devinject-hook finish` entry, so a spec written with other options than the defaults is not
+//! called stale for that.
+//!
+//! What is reported, least noisy first:
+//! - no spec of ours anywhere and no profile whose device plugin hands out CDI names
+//!   (`allocate_mode = "cdi-annotations"` or `"cdi-cri"`): CDI is not in use, nothing is said;
+//! - a stale spec: a warning, or an error for a profile in a CDI `allocate_mode` (pods are given
+//!   names the spec lacks, or that name nodes which are gone, and fail to start);
+//! - a profile with devices and no spec: an error in a CDI `allocate_mode`, a warning when other
+//!   profiles have specs (its devices appeared after the last `cdi generate`), else nothing;
+//! - a spec of ours that no profile owns: a warning (`cdi generate` leaves it alone);
+//! - a fresh spec: ok.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use devinject_devices::{AllocateMode, Profile};
+use devinject_hook::config::HostConfig;
+
+use crate::cdi::{self, CdiReport, CdiRequest, VENDOR};
+use crate::doctor::{DoctorReport, DoctorRequest, Section, Severity};
+use crate::report::{Action, FileChange};
+
+/// The directories CDI reads specs from, as the engines default to them.
+pub const DEFAULT_CDI_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
+
+const FIX: &str = "run `devinject-ctl cdi generate` (or keep `devinject-ctl cdi generate --watch` \
+                   running, which refreshes the specs on every change)";
+
+/// The profile a spec file of ours belongs to, from its name.
+fn spec_profile(file_name: &str) -> Option<&str> {
+    file_name
+        .strip_prefix(VENDOR)?
+        .strip_prefix('-')?
+        .strip_suffix(".json")
+        .filter(|p| !p.is_empty())
+}
+
+/// Our specs in `dir` (host path): profile name -> file content (`None` when unreadable).
+fn our_specs(req: &DoctorRequest, dir: &Path) -> BTreeMap<String, Option<String>> {
+    let Ok(entries) = std::fs::read_dir(req.access(dir)) else {
+        return BTreeMap::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let profile = spec_profile(&name)?.to_string();
+            Some((profile, std::fs::read_to_string(e.path()).ok()))
+        })
+        .collect()
+}
+
+/// The options the specs in a directory were generated with, read back from their
+/// `devinject-hook finish` entry; the defaults where no spec has one.
+fn generated_with(specs: &BTreeMap<String, Option<String>>) -> CdiRequest {
+    let mut req = CdiRequest::default();
+    let hook = specs
+        .values()
+        .flatten()
+        .filter_map(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+        .find_map(|spec| {
+            spec["containerEdits"]["hooks"]
+                .as_array()?
+                .iter()
+                .find(|h| h["args"][0] == "devinject-hook")
+                .cloned()
+        });
+    let Some(hook) = hook else {
+        return req;
+    };
+    if let Some(path) = hook["path"].as_str() {
+        req.hook_path = PathBuf::from(path);
+    }
+    let args: Vec<&str> = hook["args"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    for pair in args.windows(2) {
+        match pair[0] {
+            "--config" => req.hook_config = Some(PathBuf::from(pair[1])),
+            "--ldcache-dir" => req.lib_dir = PathBuf::from(pair[1]),
+            _ => {}
+        }
+    }
+    req
+}
+
+/// The device names (besides `all`) of a spec's text.
+fn spec_devices(text: &str) -> Option<BTreeSet<String>> {
+    let spec: serde_json::Value = serde_json::from_str(text).ok()?;
+    Some(
+        spec["devices"]
+            .as_array()?
+            .iter()
+            .filter_map(|d| d["name"].as_str())
+            .filter(|n| *n != "all")
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+/// The first removed and added lines of a unified diff.
+fn first_change(diff: &str) -> String {
+    let line = |sign: char, header: &str| {
+        diff.lines()
+            .find(|l| l.starts_with(sign) && !l.starts_with(header))
+            .map(|l| l[1..].trim().to_string())
+    };
+    match (line('-', "---"), line('+', "+++")) {
+        (Some(old), Some(new)) => format!("{old} is now {new}"),
+        (Some(old), None) => format!("{old} is gone"),
+        (None, Some(new)) => format!("{new} is new"),
+        (None, None) => "the text differs".to_string(),
+    }
+}
+
+/// What differs between the spec on disk and what generate would write.
+fn describe(current: Option<&str>, change: &FileChange, device_ids: &[String]) -> String {
+    let expected: BTreeSet<String> = device_ids.iter().cloned().collect();
+    let list = |s: BTreeSet<&String>| {
+        s.into_iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match current.and_then(spec_devices) {
+        Some(found) if found != expected => {
+            let mut parts = Vec::new();
+            let added: BTreeSet<&String> = expected.difference(&found).collect();
+            let removed: BTreeSet<&String> = found.difference(&expected).collect();
+            if !added.is_empty() {
+                parts.push(format!("device(s) {} added since", list(added)));
+            }
+            if !removed.is_empty() {
+                parts.push(format!("device(s) {} gone", list(removed)));
+            }
+            parts.join("; ")
+        }
+        Some(_) => format!("its content differs: {}", first_change(&change.diff)),
+        None => "it does not parse as a CDI spec".to_string(),
+    }
+}
+
+fn severity(profile: Option<&Profile>) -> Severity {
+    match profile.map(|p| p.allocate_mode) {
+        Some(AllocateMode::CdiAnnotations | AllocateMode::CdiCri) => Severity::Error,
+        _ => Severity::Warning,
+    }
+}
+
+/// Compares our specs with what `cdi generate` would write now.
+pub fn check(
+    req: &DoctorRequest,
+    host: &HostConfig,
+    profiles: &[Profile],
+    report: &mut DoctorReport,
+) {
+    let by_name: BTreeMap<&str, &Profile> = profiles.iter().map(|p| (p.name.as_str(), p)).collect();
+    let cdi_mode = |p: &Profile| p.allocate_mode != AllocateMode::Envvar;
+    let present: Vec<(PathBuf, BTreeMap<String, Option<String>>)> = req
+        .cdi_dirs
+        .iter()
+        .map(|d| (d.clone(), our_specs(req, d)))
+        .collect();
+    let any_spec = present.iter().any(|(_, s)| !s.is_empty());
+    if !any_spec && !profiles.iter().any(cdi_mode) {
+        return;
+    }
+    let dirs_shown = req
+        .cdi_dirs
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let dry_run = |dir: &Path, specs: &BTreeMap<String, Option<String>>| {
+        cdi::generate(&CdiRequest {
+            root: req.root.clone(),
+            profiles_dir: host.profiles_dir.clone(),
+            roots: devinject_devices::HostRoots {
+                dev_root: host.dev_root.clone(),
+                sys_root: host.sys_root.clone(),
+                driver_root: host.driver_root.clone(),
+            },
+            output_dir: dir.to_path_buf(),
+            dry_run: true,
+            ..generated_with(specs)
+        })
+    };
+    // Profiles with devices, from the first dry run that worked.
+    let mut outcomes: Option<CdiReport> = None;
+    for (dir, specs) in present.iter().filter(|(_, s)| !s.is_empty()) {
+        let run = match dry_run(dir, specs) {
+            Ok(run) => run,
+            Err(e) => {
+                report.add(
+                    Section::Cdi,
+                    dir.display().to_string(),
+                    Severity::Info,
+                    format!(
+                        "cannot tell whether the CDI specs in {} are fresh: {e}",
+                        dir.display()
+                    ),
+                    None,
+                );
+                continue;
+            }
+        };
+        for (name, text) in specs {
+            let file = dir.join(cdi::file_name(name));
+            let shown = file.display().to_string();
+            let Some(outcome) = run.profiles.iter().find(|o| &o.profile == name) else {
+                report.add(
+                    Section::Cdi,
+                    &shown,
+                    Severity::Warning,
+                    format!(
+                        "{shown} belongs to no profile in {}: engines still offer its devices",
+                        host.profiles_dir.display()
+                    ),
+                    Some(
+                        "remove it (`cdi generate` only manages the specs of existing profiles)"
+                            .to_string(),
+                    ),
+                );
+                continue;
+            };
+            let profile = by_name.get(name.as_str()).copied();
+            match run.changes.iter().find(|c| c.path == file) {
+                None => report.add(
+                    Section::Cdi,
+                    &shown,
+                    Severity::Ok,
+                    format!(
+                        "{shown} is up to date ({} device(s))",
+                        outcome.device_ids.len()
+                    ),
+                    None,
+                ),
+                Some(change) => {
+                    let what = if change.action == Action::Remove {
+                        let ids = text.as_deref().and_then(spec_devices).unwrap_or_default();
+                        format!(
+                            "no devices are found any more, and it still names device(s) {}",
+                            ids.into_iter().collect::<Vec<_>>().join(", ")
+                        )
+                    } else {
+                        describe(text.as_deref(), change, &outcome.device_ids)
+                    };
+                    report.add(
+                        Section::Cdi,
+                        &shown,
+                        severity(profile),
+                        format!("{shown} is stale: {what}"),
+                        Some(FIX.to_string()),
+                    );
+                }
+            }
+        }
+        outcomes.get_or_insert(run);
+    }
+    if outcomes.is_none() {
+        // No spec anywhere, but a profile hands out CDI names: see what it would have.
+        let first = req
+            .cdi_dirs
+            .first()
+            .map_or_else(|| PathBuf::from(cdi::DEFAULT_OUTPUT_DIR), PathBuf::clone);
+        match dry_run(&first, &BTreeMap::new()) {
+            Ok(run) => outcomes = Some(run),
+            Err(e) => report.add(
+                Section::Cdi,
+                &dirs_shown,
+                Severity::Info,
+                format!("cannot tell which CDI specs this host needs: {e}"),
+                None,
+            ),
+        }
+    }
+    let Some(run) = outcomes else {
+        return;
+    };
+    for outcome in run.profiles.iter().filter(|o| o.devices > 0) {
+        let name = outcome.profile.as_str();
+        if present.iter().any(|(_, s)| s.contains_key(name)) {
+            continue;
+        }
+        let profile = by_name.get(name).copied();
+        let (severity, effect) = if profile.is_some_and(cdi_mode) {
+            (
+                Severity::Error,
+                format!(
+                    "the device plugin hands out CDI names ({VENDOR}/{name}=<id>) that no engine \
+                     can resolve, so pods asking for them fail to start"
+                ),
+            )
+        } else if any_spec {
+            (
+                Severity::Warning,
+                "while other profiles have one: its devices appeared after the specs were last \
+                 generated"
+                    .to_string(),
+            )
+        } else {
+            continue;
+        };
+        report.add(
+            Section::Cdi,
+            name,
+            severity,
+            format!(
+                "no CDI spec for {name} ({} device(s): {}) in {dirs_shown}: {effect}",
+                outcome.devices,
+                outcome.device_ids.join(", ")
+            ),
+            Some(FIX.to_string()),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_file_names() {
+        assert_eq!(spec_profile("devinject.io-demo.json"), Some("demo"));
+        assert_eq!(
+            spec_profile("devinject.io-intel-gpu.json"),
+            Some("intel-gpu")
+        );
+        assert_eq!(
+            spec_profile(".devinject.io-demo.json.devinject-tmp-1"),
+            None
+        );
+        assert_eq!(spec_profile("nvidia.com-gpu.json"), None);
+        assert_eq!(spec_profile("devinject.io-.json"), None);
+    }
+
+    #[test]
+    fn options_are_read_back_from_the_finish_hook() {
+        let spec = r#"{"containerEdits": {"hooks": [{"hookName": "createRuntime",
+            "path": "/opt/devinject/bin/devinject-hook",
+            "args": ["devinject-hook", "--config", "/etc/x.toml", "finish",
+                     "--link", "/usr/lib64/libx.so.1=libx.so.1.0", "--ldcache-dir", "/usr/lib64"]}]}}"#;
+        let specs = BTreeMap::from([("x".to_string(), Some(spec.to_string()))]);
+        let req = generated_with(&specs);
+        assert_eq!(
+            req.hook_path,
+            Path::new("/opt/devinject/bin/devinject-hook")
+        );
+        assert_eq!(req.hook_config.as_deref(), Some(Path::new("/etc/x.toml")));
+        assert_eq!(req.lib_dir, Path::new("/usr/lib64"));
+        assert_eq!(generated_with(&BTreeMap::new()), CdiRequest::default());
+    }
+
+    #[test]
+    fn differences_are_named() {
+        let spec = r#"{"devices": [{"name": "0"}, {"name": "1"}, {"name": "all"}]}"#;
+        let change = FileChange {
+            path: PathBuf::from("/etc/cdi/devinject.io-demo.json"),
+            action: Action::Modify,
+            diff: "--- a\n+++ b\n@@\n-  \"major\": 10,\n+  \"major\": 11,\n".to_string(),
+        };
+        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            describe(Some(spec), &change, &ids(&["1", "2"])),
+            "device(s) 2 added since; device(s) 0 gone"
+        );
+        assert_eq!(
+            describe(Some(spec), &change, &ids(&["0", "1"])),
+            "its content differs: \"major\": 10, is now \"major\": 11,"
+        );
+        assert_eq!(
+            describe(Some("{"), &change, &ids(&["0"])),
+            "it does not parse as a CDI spec"
+        );
+    }
+}
