@@ -2,9 +2,10 @@
 # Benchmarks: what devinject costs a container start, side by side with the native path
 # (docs/benchmarks.md). Builds the release binaries once, then, as root, runs devinject-bench
 # (its arguments are passed on, e.g. `scripts/bench.sh --runs 100`), the device plugin's own
-# benchmark, each injection path on containerd 1.7 (devinject-cri-bench) when
-# scripts/runtimes-fetch.sh has fetched it, and the real cluster's (devinject-cluster-bench) when
-# scripts/kube-build.sh has built Kubernetes. Run it on a quiet machine: figures are wall times.
+# benchmark, the CDI watcher's refresh latency (cdi-watch-bench), each injection path on
+# containerd 1.7 (devinject-cri-bench) when scripts/runtimes-fetch.sh has fetched it, and the
+# real cluster's (devinject-cluster-bench) when scripts/kube-build.sh has built Kubernetes. Run
+# it on a quiet machine: figures are wall times.
 #
 # The binaries are built as they ship (scripts/build-image.sh): release profile, statically
 # linked against glibc, for the host's own target triple, in target/image (shared with the
@@ -30,6 +31,9 @@ if [ -x "$out/device-plugin-bench" ]; then
 else
   echo "not measured: the device plugin's benchmark (device-plugin-bench) is not part of this build"
 fi
+
+echo
+DEVINJECT_BIN_DIR="$out" "$out/cdi-watch-bench"
 
 echo
 if scripts/runtimes-fetch.sh --if-fetched >/dev/null; then
