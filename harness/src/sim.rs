@@ -217,6 +217,46 @@ pub fn assert_demo_granted_0_1_in(report: &crate::probe::Report, ctx: &str) {
     );
 }
 
+/// Asserts what a container granted exactly the demo devices `ids` (by index) must see: each
+/// granted accelerator with its numbers, opening; the others absent; the control node opening;
+/// the library read-only and its soname in the linker cache. `ctx` is shown on failure.
+pub fn assert_demo_granted_exactly(report: &crate::probe::Report, ids: &[String], ctx: &str) {
+    for (i, (name, major, minor)) in ACCELS.iter().enumerate() {
+        let node = report.node(&format!("/dev/demo/{name}"));
+        if ids.contains(&i.to_string()) {
+            assert_eq!(
+                (
+                    node.kind.as_str(),
+                    node.major,
+                    node.minor,
+                    node.open.as_str()
+                ),
+                ("c", *major, *minor, "ok"),
+                "{name} was granted ({ids:?}):\n{ctx}"
+            );
+        } else {
+            assert_eq!(
+                node.kind, "missing",
+                "{name} was not granted ({ids:?}):\n{ctx}"
+            );
+        }
+    }
+    assert_eq!(
+        report.node(&format!("/dev/demo/{}", CTL.0)).open,
+        "ok",
+        "the control node:\n{ctx}"
+    );
+    let lib = report.lib(LIB);
+    assert!(
+        lib.present && lib.read_only,
+        "the library, read-only:\n{ctx}"
+    );
+    assert!(
+        report.lib(SONAME).in_ldcache,
+        "the soname in the linker cache:\n{ctx}"
+    );
+}
+
 /// Sets `key = value` (`value` in TOML syntax, e.g. `"\"warn\""` or `"2"`) in the host config at
 /// `config`, replacing the key's line or appending one.
 pub fn set_config(config: &Path, key: &str, value: &str) -> Result<()> {

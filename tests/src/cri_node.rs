@@ -64,6 +64,23 @@ pub fn containerd_cdi_config(dir: &Path, spec_dir: &Path) -> String {
     )
 }
 
+/// The NRI settings to append to a containerd configuration in `dir`: NRI on (1.7 has it off
+/// by default), its socket `dir/nri.sock` ([`nri_socket`]), and private plugin directories.
+pub fn containerd_nri_settings(dir: &Path) -> String {
+    format!(
+        "\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  \
+         socket_path = \"{}\"\n  plugin_path = \"{d}/nri-plugins\"\n  \
+         plugin_config_path = \"{d}/nri-conf\"\n",
+        path_str(&nri_socket(dir)),
+        d = dir.display(),
+    )
+}
+
+/// The NRI socket of a containerd in `dir` configured with [`containerd_nri_settings`].
+pub fn nri_socket(dir: &Path) -> std::path::PathBuf {
+    dir.join("nri.sock")
+}
+
 /// `devinject-ctl cdi generate` of `host`'s profiles and devices into `output`, each device's
 /// edits ending with the `createRuntime` hook `devinject-hook finish` (the built hook, on
 /// `host`'s config) for the files and the linker cache; returns what it printed.

@@ -16,7 +16,8 @@ use k8s_cri::v1::PodSandboxConfig;
 use crate::bins::bin;
 use crate::cri::{self, CgroupParent, ContainerSpec, Cri};
 use crate::cri_node::{
-    cdi_generate, configure, containerd_cdi_config, containerd_config, import_images,
+    cdi_generate, configure, containerd_cdi_config, containerd_config, containerd_nri_settings,
+    import_images, nri_socket,
 };
 use crate::daemons::{poll, short_tempdir, Containerd, Daemon};
 use crate::runtimes::Release;
@@ -92,13 +93,7 @@ impl ReleaseNode {
             containerd_config(&ctd)
         };
         if paths.nri {
-            text.push_str(&format!(
-                "\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  \
-                 socket_path = {:?}\n  plugin_path = {:?}\n  plugin_config_path = {:?}\n",
-                ctd.join("nri.sock"),
-                ctd.join("nri-plugins"),
-                ctd.join("nri-conf"),
-            ));
+            text.push_str(&containerd_nri_settings(&ctd));
         }
         std::fs::write(&config, text)?;
         if paths.shim {
@@ -130,7 +125,7 @@ impl ReleaseNode {
     pub fn start_nri_plugin(&mut self) -> Result<()> {
         let mut cmd = Command::new(bin("devinject-nri"));
         cmd.arg("--socket")
-            .arg(self.root.join("ctd/nri.sock"))
+            .arg(nri_socket(&self.root.join("ctd")))
             .arg("--config")
             .arg(&self.host.config);
         self.nri_plugin = Some(Daemon::start(

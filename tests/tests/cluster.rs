@@ -22,7 +22,7 @@ use std::sync::Mutex;
 use devinject_tests::cluster::{kube_bin_dir, Cluster};
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::probe::Report;
-use devinject_tests::sim::{demo_probe_args, ACCELS, CTL, LIB, SONAME};
+use devinject_tests::sim::{assert_demo_granted_exactly, demo_probe_args, ACCELS};
 use devinject_tests::skip::{require, require_binary, require_root};
 use serde_json::Value;
 
@@ -114,35 +114,7 @@ fn pods_get_exactly_their_allocated_devices_and_forged_requests_are_refused() {
         .to_owned();
     let ids = c.allocated(&uid, "main", "devinject.io/demo").unwrap();
     assert_eq!(ids.len(), 2, "the kubelet allocated two devices: {ids:?}");
-    let report = Report::parse(&out);
-    for (i, (name, major, minor)) in ACCELS.iter().enumerate() {
-        let node = report.node(&format!("/dev/demo/{name}"));
-        if ids.contains(&i.to_string()) {
-            assert_eq!(
-                (
-                    node.kind.as_str(),
-                    node.major,
-                    node.minor,
-                    node.open.as_str()
-                ),
-                ("c", *major, *minor, "ok"),
-                "{name} was allocated ({ids:?}):\n{out}"
-            );
-        } else {
-            assert_eq!(
-                node.kind, "missing",
-                "{name} was not allocated ({ids:?}):\n{out}"
-            );
-        }
-    }
-    assert_eq!(
-        report.node(&format!("/dev/demo/{}", CTL.0)).open,
-        "ok",
-        "{out}"
-    );
-    let lib = report.lib(LIB);
-    assert!(lib.present && lib.read_only, "{out}");
-    assert!(report.lib(SONAME).in_ldcache, "{out}");
+    assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
 
     // Asked for nothing, sets the variable itself: the policy asks the kubelet and refuses.
     c.apply(&pod(

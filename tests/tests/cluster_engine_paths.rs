@@ -1,15 +1,22 @@
-//! The CDI path end to end on a real cluster ([`devinject_tests::cluster`], [`Setup::Cdi`]):
-//! the kubelet v1.20.2 asks the real device plugin, in `cdi-annotations` allocate mode, for a
-//! pod's devices; the plugin answers Allocate with `cdi.k8s.io/devinject_demo:
-//! devinject.io/demo=<id>,...`; the kubelet passes the annotation through the CRI to containerd
-//! 1.7, which runs with `enable_cdi = true` on the specs `devinject-ctl cdi generate` wrote and has
-//! no devinject runtime entry. The pod names no RuntimeClass: it runs on the default runtime,
-//! plain runc, and only containerd's CDI support and the spec's `createRuntime` hook
-//! (`devinject-hook finish`, for the library and the linker cache) act on it.
+//! The paths with nothing of devinject's in the runtime, end to end on a real cluster
+//! ([`devinject_tests::cluster`]): kubelet v1.20.2 and containerd 1.7 (Debian 13's), pods naming
+//! no RuntimeClass and running on the default runtime, plain runc.
 //!
-//! The pod must see exactly the devices the kubelet's checkpoint says it allocated (type,
+//! - CDI ([`Setup::Cdi`]): the real device plugin, in `cdi-annotations` allocate mode, answers
+//!   Allocate with `cdi.k8s.io/devinject_demo: devinject.io/demo=<id>,...`; the kubelet passes
+//!   the annotation through the CRI to containerd, which runs with `enable_cdi = true` on the
+//!   specs `devinject-ctl cdi generate` wrote; only containerd's CDI support and the spec's
+//!   `createRuntime` hook (`devinject-hook finish`, for the library and the linker cache) act on
+//!   the pod. The container's CRI annotations must name the allocated devices.
+//! - NRI ([`Setup::Nri`]): containerd with NRI enabled and `devinject-nri` connected under the
+//!   `kubernetes` policy; the plugin answers Allocate in its default `envvar` mode, the kubelet
+//!   sets the request variable, and `devinject-nri` adjusts the container after asking this
+//!   kubelet's pod-resources API what it granted. A pod that sets the variable itself without
+//!   asking the scheduler for devices is refused at creation with the policy's message.
+//!
+//! Each pod must see exactly the devices the kubelet's checkpoint says it allocated (type,
 //! numbers, opening), not the others, the control node, and the demo library read-only and in
-//! the linker cache; the container's CRI annotations must name the same devices.
+//! the linker cache.
 //!
 //! Needs root, runc, openssl, unshare, nsenter, the Kubernetes binaries (scripts/kube-build.sh)
 //! and containerd 1.7 (scripts/runtimes-fetch.sh); skipped otherwise, a failure under CI. One
@@ -21,7 +28,7 @@ use devinject_tests::cluster::{kube_bin_dir, Cluster, Setup};
 use devinject_tests::cri_node::{BUSYBOX, HANDLER};
 use devinject_tests::probe::Report;
 use devinject_tests::runtimes::{self, Release};
-use devinject_tests::sim::{demo_probe_args, ACCELS, CTL, LIB, SONAME};
+use devinject_tests::sim::{assert_demo_granted_exactly, demo_probe_args};
 use devinject_tests::skip::{require, require_binary, require_root};
 
 static ONE_CLUSTER: Mutex<()> = Mutex::new(());
@@ -52,15 +59,24 @@ fn ready() -> Option<Release> {
 }
 
 /// A pod running the demo probe on the default runtime (no RuntimeClass), asking for `devices`
-/// demo devices.
-fn pod(name: &str, devices: u32) -> String {
+/// demo devices, with `env` set in its container.
+fn pod(name: &str, devices: u32, env: &[(&str, &str)]) -> String {
+    let env: Vec<serde_json::Value> = env
+        .iter()
+        .map(|(k, v)| serde_json::json!({"name": k, "value": v}))
+        .collect();
+    let resources = if devices > 0 {
+        format!("\n    resources: {{limits: {{{RESOURCE}: {devices}}}}}")
+    } else {
+        String::new()
+    };
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostNetwork: true\n  \
          restartPolicy: Never\n  automountServiceAccountToken: false\n  \
          terminationGracePeriodSeconds: 0\n  containers:\n  - name: main\n    image: {BUSYBOX}\n    \
-         imagePullPolicy: Never\n    command: {command}\n    \
-         resources: {{limits: {{{RESOURCE}: {devices}}}}}\n",
+         imagePullPolicy: Never\n    command: {command}\n    env: {env}{resources}\n",
         command = serde_json::to_string(&demo_probe_args()).expect("json"),
+        env = serde_json::to_string(&env).expect("json"),
     )
 }
 
@@ -85,7 +101,7 @@ fn containerd_1_7_with_cdi_gives_a_pod_on_plain_runc_exactly_its_allocated_devic
         "{config}"
     );
 
-    c.apply(&pod("cdi", 2)).expect("create pod");
+    c.apply(&pod("cdi", 2, &[])).expect("create pod");
     let phase = c.wait_pod_done("cdi").expect("pod finishes");
     let out = c.container_log("cdi", "main").unwrap_or_default();
     assert_eq!(phase, "Succeeded", "{out}\n{}", c.logs());
@@ -110,39 +126,55 @@ fn containerd_1_7_with_cdi_gives_a_pod_on_plain_runc_exactly_its_allocated_devic
         status.annotations
     );
 
-    let report = Report::parse(&out);
-    for (i, (name, major, minor)) in ACCELS.iter().enumerate() {
-        let node = report.node(&format!("/dev/demo/{name}"));
-        if ids.contains(&i.to_string()) {
-            assert_eq!(
-                (
-                    node.kind.as_str(),
-                    node.major,
-                    node.minor,
-                    node.open.as_str()
-                ),
-                ("c", *major, *minor, "ok"),
-                "{name} was allocated ({ids:?}):\n{out}"
-            );
-        } else {
-            assert_eq!(
-                node.kind, "missing",
-                "{name} was not allocated ({ids:?}):\n{out}"
-            );
-        }
-    }
-    assert_eq!(
-        report.node(&format!("/dev/demo/{}", CTL.0)).open,
-        "ok",
-        "the control node:\n{out}"
-    );
-    let lib = report.lib(LIB);
+    assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+}
+
+#[test]
+fn containerd_1_7_with_nri_gives_a_pod_exactly_its_allocated_devices_and_refuses_forgers() {
+    let Some(release) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::start_with(Setup::Nri {
+        containerd: release.bin.clone(),
+    })
+    .unwrap_or_else(|e| panic!("cluster: {e:#}"));
+    let config = std::fs::read_to_string(c.containerd_config()).expect("containerd config");
     assert!(
-        lib.present && lib.read_only,
-        "the library, read-only:\n{out}"
+        !config.contains(&format!("runtimes.{HANDLER}")) && !config.contains("devinject-runtime"),
+        "no devinject runtime: {config}"
     );
+
+    c.apply(&pod("nri", 2, &[])).expect("create pod");
+    let phase = c.wait_pod_done("nri").expect("pod finishes");
+    let out = c.container_log("nri", "main").unwrap_or_default();
+    assert_eq!(phase, "Succeeded", "{out}\n{}", c.logs());
+    let pod_json = c.pod("nri").expect("pod");
     assert!(
-        report.lib(SONAME).in_ldcache,
-        "the soname in the linker cache (the spec's createRuntime hook):\n{out}"
+        pod_json["spec"]["runtimeClassName"].is_null(),
+        "the default runtime"
+    );
+    let uid = pod_json["metadata"]["uid"]
+        .as_str()
+        .expect("uid")
+        .to_owned();
+    let ids = c.allocated(&uid, "main", RESOURCE).expect("checkpoint");
+    assert_eq!(ids.len(), 2, "the kubelet allocated two devices: {ids:?}");
+    assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+
+    // Asked the scheduler for nothing, sets the variable itself: devinject-nri asks the
+    // kubelet, which granted it nothing, and the creation fails with the policy's message.
+    c.apply(&pod("nri-forger", 0, &[("DEMO_VISIBLE_DEVICES", "all")]))
+        .expect("create pod");
+    let message = c.wait_refusal("nri-forger").expect("the forger is refused");
+    assert!(
+        message.contains("env DEMO_VISIBLE_DEVICES")
+            && message.contains("the kubelet granted it none of devinject.io/demo"),
+        "the refusal names the request and the grant: {message}"
+    );
+    assert_ne!(
+        c.pod("nri-forger").unwrap()["status"]["phase"],
+        "Succeeded",
+        "the forger must not run"
     );
 }

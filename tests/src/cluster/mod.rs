@@ -36,7 +36,8 @@ use serde_json::Value;
 use crate::bins::bin;
 use crate::cri::Cri;
 use crate::cri_node::{
-    cdi_generate, configure, containerd_cdi_config, containerd_config, import_images, HANDLER,
+    cdi_generate, configure, containerd_cdi_config, containerd_config, containerd_nri_settings,
+    import_images, nri_socket, HANDLER,
 };
 use crate::daemons::{
     output_within, poll, run_ok, short_tempdir, unmount_below, Containerd, Daemon,
@@ -93,6 +94,7 @@ fn free_port() -> Result<u16> {
 /// processes in dependency order.
 pub struct Cluster {
     plugin: Option<Daemon>,
+    nri_plugin: Option<Daemon>,
     kubelet: Option<Daemon>,
     kubelet_command: Option<Command>,
     scheduler: Option<Daemon>,
@@ -135,6 +137,14 @@ pub enum Setup {
         /// The containerd release's bin dir.
         containerd: PathBuf,
     },
+    /// NRI, with nothing of devinject's in the runtime: the node's containerd is the release
+    /// whose binaries are in `containerd` (1.7 or later) with NRI enabled, `devinject-nri` runs
+    /// as a process on its socket under the `kubernetes` policy (asking this kubelet), and the
+    /// device plugin in its default `envvar` mode; pods run on plain runc.
+    Nri {
+        /// The containerd release's bin dir.
+        containerd: PathBuf,
+    },
 }
 
 /// The allocate mode [`Setup::Cdi`] gives the demo profile (docs/profiles.md).
@@ -166,6 +176,7 @@ impl Cluster {
         let host = demo_host(&root.join("sim"), &["demo"])?;
         let mut c = Self {
             plugin: None,
+            nri_plugin: None,
             kubelet: None,
             kubelet_command: None,
             scheduler: None,
@@ -327,18 +338,25 @@ impl Cluster {
                 std::fs::write(&config, containerd_cdi_config(&ctd_dir, &specs))?;
                 self.containerd_release = Some(containerd.clone());
             }
+            Setup::Nri { containerd } => {
+                let text = containerd_config(&ctd_dir) + &containerd_nri_settings(&ctd_dir);
+                std::fs::write(&config, text)?;
+                self.containerd_release = Some(containerd.clone());
+            }
             Setup::Ctl | Setup::DaemonSet => {
                 std::fs::write(&config, containerd_config(&ctd_dir))?;
             }
         }
-        if *setup == Setup::Ctl {
-            // The runtime's host configuration: the `kubernetes` policy asks this kubelet.
+        if matches!(setup, Setup::Ctl | Setup::Nri { .. }) {
+            // The host configuration: the `kubernetes` policy asks this kubelet.
             let runc = which("runc").context("runc")?;
             self.host.write_config(&format!(
                 "runtime = {:?}\nhook = {:?}\npod_resources_socket = \"{KUBELET_ROOT}/pod-resources/kubelet.sock\"",
                 runc,
                 bin("devinject-hook"),
             ))?;
+        }
+        if *setup == Setup::Ctl {
             configure(&self.root, &config, &self.host, "shim");
         }
         self.start_node_namespace()?;
@@ -356,9 +374,12 @@ impl Cluster {
         self.containerd = Some(containerd);
         self.start_kubelet(&socket)?;
         self.wait_node_ready()?;
-        if matches!(setup, Setup::Ctl | Setup::Cdi { .. }) {
+        if matches!(setup, Setup::Ctl | Setup::Cdi { .. } | Setup::Nri { .. }) {
             self.start_plugin()?;
             self.wait_allocatable("devinject.io/demo", "4")?;
+        }
+        if matches!(setup, Setup::Nri { .. }) {
+            self.start_nri_plugin(&ctd_dir)?;
         }
         // Pods need the namespace's default service account, which the controller makes.
         poll("the default service account", SLOW, || {
@@ -554,6 +575,23 @@ impl Cluster {
             &self.root.join("plugin.log"),
         )?);
         Ok(())
+    }
+
+    /// Starts `devinject-nri` in the node's namespace on the node containerd's NRI socket, and
+    /// waits until it has registered.
+    fn start_nri_plugin(&mut self, ctd_dir: &Path) -> Result<()> {
+        let mut cmd = self.in_node(&bin("devinject-nri"))?;
+        cmd.arg("--socket")
+            .arg(nri_socket(ctd_dir))
+            .arg("--config")
+            .arg(&self.host.config);
+        let log = self.root.join("nri.log");
+        self.nri_plugin = Some(Daemon::start("devinject-nri", cmd, &log)?);
+        poll("devinject-nri to register", SLOW, || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            Ok(text.contains("registered with the runtime").then_some(()))
+        })
+        .map_err(|e| e.context(self.logs()))
     }
 
     /// Waits until the node reports Ready.
@@ -761,6 +799,7 @@ impl Cluster {
         for d in [
             &self.kubelet,
             &self.plugin,
+            &self.nri_plugin,
             &self.apiserver,
             &self.scheduler,
             &self.controller_manager,
@@ -810,6 +849,7 @@ impl Cluster {
                 .then_some(()))
         });
         for d in [
+            &mut self.nri_plugin,
             &mut self.plugin,
             &mut self.kubelet,
             &mut self.scheduler,
