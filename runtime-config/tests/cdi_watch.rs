@@ -1,9 +1,10 @@
 //! `devinject-ctl cdi generate --watch` as a real process on a simulated host (mknod'ed demo
 //! nodes, a gcc-built library, real inotify): a node appearing, a node going, a profile edited,
-//! a profile broken and repaired, a device directory created after the start, every device of a
-//! kind gone, and SIGTERM. Each change is polled for with a generous deadline (no timing is
-//! asserted here; `cdi-watch-bench` measures the latency), and the spec is parsed at every poll:
-//! a reader must never see a half-written spec. Needs root (mknod) and gcc; skipped otherwise
+//! a profile broken and repaired, a device directory created after the start (and removed and
+//! made again), every device of a kind gone, and SIGTERM. Each change is polled for with a
+//! generous deadline (no timing is asserted here; `cdi-watch-bench` measures the latency), and
+//! the spec is parsed at every poll: a reader must never see a half-written spec, and each
+//! refresh is a new file renamed into place. Needs root (mknod) and gcc; skipped otherwise
 //! (fails under `CI=true`). The SIGINT test needs neither.
 
 use std::io::{BufRead, BufReader, Read};
@@ -311,6 +312,18 @@ fn cdi_watch_refreshes_specs_on_node_profile_and_directory_changes() {
         "late/dev0 appeared in a new directory",
         |s| names(s) == ["0", "all"],
     );
+
+    // The directory is removed and made again: the new one is watched too.
+    std::fs::remove_dir_all(host.dev_root.join("late")).expect("rm -r late");
+    std::fs::create_dir(host.dev_root.join("late")).expect("mkdir late again");
+    sim::mknod(&host.dev_root.join("late/dev1"), 10, 237, "0666").expect("mknod late/dev1");
+    wait_spec(&mut watcher, &late, "late/ made again with dev1", |s| {
+        names(s) == ["1", "all"]
+    });
+    sim::mknod(&host.dev_root.join("late/dev2"), 10, 234, "0666").expect("mknod late/dev2");
+    wait_spec(&mut watcher, &late, "late/dev2 in the new directory", |s| {
+        names(s) == ["1", "2", "all"]
+    });
 
     // Every demo device goes: the spec goes.
     for name in ["accel1", "accel2", "accel3", "accel4"] {

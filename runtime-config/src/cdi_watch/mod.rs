@@ -133,6 +133,10 @@ struct Watcher {
     inotify: Inotify,
     targets: Targets,
     interests: HashMap<WatchDescriptor, Interest>,
+    /// A watched file or directory was removed or moved: its watch is gone or watches another
+    /// path now, so the next update sets the watches up again even if the paths are the same
+    /// (`/dev/dri` removed and created again).
+    lost: bool,
     buffer: Vec<u8>,
 }
 
@@ -146,6 +150,7 @@ impl Watcher {
             inotify,
             targets: Targets::new(),
             interests: HashMap::new(),
+            lost: false,
             buffer: vec![0; 64 * 1024],
         })
     }
@@ -154,9 +159,10 @@ impl Watcher {
     fn update(&mut self, req: &CdiRequest) {
         for _ in 0..SETUP_TRIES {
             let wanted = targets::targets(req);
-            if wanted == self.targets {
+            if wanted == self.targets && !self.lost {
                 return;
             }
+            self.lost = false;
             // Dropping every watch and adding the new set may lose an event in between; the
             // generation that follows every update sees the host as it is then.
             let mut watches = self.inotify.watches();
@@ -258,6 +264,15 @@ impl Watcher {
             for event in events {
                 // An overflow lost events: refresh. An event of a watch dropped in `update` (its
                 // IN_IGNORED) has no interest left and does not count.
+                let known = self.interests.contains_key(&event.wd);
+                if known
+                    && event.name.is_none()
+                    && event.mask.intersects(
+                        EventMask::DELETE_SELF | EventMask::MOVE_SELF | EventMask::IGNORED,
+                    )
+                {
+                    self.lost = true;
+                }
                 let relevant = event.mask.contains(EventMask::Q_OVERFLOW)
                     || self
                         .interests
