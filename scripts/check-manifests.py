@@ -9,7 +9,7 @@ render, and the manifests agree with the profiles and the installer.
   against the kubescheduler.config.k8s.io/v1 types (profiles, pluginConfig, NodeResourcesFitArgs
   scoringStrategy), and its resources against the profiles.
 - Kustomizations: with kubectl (kustomize built in) every one is rendered, and deploy/devinject.yaml
-  must equal the render of deploy/base. Without kubectl, every file a kustomization names must
+  must equal the render of deploy/base, deploy/devinject-nri.yaml that of deploy/overlays/nri. Without kubectl, every file a kustomization names must
   exist and parse, and the render is reported as skipped.
 - deploy/base/profiles/ holds exactly the repository's profiles/, every profile has an example
   pod asking for its resource, and the RuntimeClass handler is the installer's runtime name.
@@ -32,6 +32,8 @@ DEPLOY = ROOT / "deploy"
 K8S_VERSIONS = ["1.29.0", "1.33.0"]
 RUNTIME_NAME = "devinject"
 SCHEDULER_NAME = "devinject-binpack"
+# The kustomizations (under deploy/) rendered into plain manifests by scripts/render-manifests.sh.
+RENDERED = {"base": "devinject.yaml", "overlays/nri": "devinject-nri.yaml"}
 
 failures = []
 
@@ -149,16 +151,22 @@ def check_kustomizations(kubectl):
             continue
         rendered = [d for d in yaml.safe_load_all(out.stdout) if d is not None]
         validate_objects(f"{label} (rendered)", rendered)
+        plain = RENDERED.get(kdir.relative_to(DEPLOY).as_posix())
+        if plain is not None:
+            check_rendered_file(label, plain, out.stdout)
         if kdir == DEPLOY / "base":
-            plain = DEPLOY / "devinject.yaml"
-            text = plain.read_text() if plain.exists() else ""
-            body = "\n".join(l for l in text.splitlines() if not l.startswith("#")).strip()
-            if body != out.stdout.strip():
-                fail("deploy/devinject.yaml is not the render of deploy/base: "
-                     "run scripts/render-manifests.sh")
-            else:
-                print("ok   deploy/devinject.yaml is the render of deploy/base")
             check_rendered_base(rendered)
+
+
+def check_rendered_file(label, name, render):
+    """deploy/`name` must be the render of the kustomization `label`, but for its comments."""
+    plain = DEPLOY / name
+    text = plain.read_text() if plain.exists() else ""
+    body = "\n".join(l for l in text.splitlines() if not l.startswith("#")).strip()
+    if body != render.strip():
+        fail(f"deploy/{name} is not the render of {label}: run scripts/render-manifests.sh")
+    else:
+        print(f"ok   deploy/{name} is the render of {label}")
 
 
 def check_rendered_base(rendered):

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Renders deploy/base into the plain manifest deploy/devinject.yaml (for `kubectl apply -f`
-# without kustomize). Needs kubectl (kustomize is built in); scripts/check-manifests.py checks
-# that the file is up to date.
+# Renders the kustomizations users apply without kustomize into plain manifests (for
+# `kubectl apply -f`): deploy/base into deploy/devinject.yaml and deploy/overlays/nri into
+# deploy/devinject-nri.yaml. Needs kubectl (kustomize is built in); scripts/check-manifests.py
+# checks that both files are up to date.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-{
-  echo "# Rendered from deploy/base by scripts/render-manifests.sh; do not edit by hand."
-  kubectl kustomize deploy/base
-} > deploy/devinject.yaml
-echo "wrote deploy/devinject.yaml"
+render() {
+  local kdir=$1 out=$2
+  {
+    echo "# Rendered from $kdir by scripts/render-manifests.sh; do not edit by hand."
+    kubectl kustomize "$kdir"
+  } > "$out"
+  echo "wrote $out"
+}
+render deploy/base deploy/devinject.yaml
+render deploy/overlays/nri deploy/devinject-nri.yaml
