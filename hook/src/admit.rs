@@ -1,8 +1,13 @@
-//! From what a container carries (its env and annotations) to its authorized plan: the step
-//! the runtime shim and the NRI plugin share. Each reads the container its own way (the shim
-//! from `config.json`, the NRI plugin from containerd's description of the container) and
-//! writes the plan its own way; what is asked for, what the policy allows and what gets
-//! planned is decided here, once.
+//! From what a container carries (its env and annotations) to its authorized plan: the steps
+//! the hook, the runtime shim and the NRI plugin share. Each reads the container its own way
+//! (the hook and the shim from `config.json`, the NRI plugin from containerd's description of
+//! the container) and applies the plan its own way; what is asked for, what the policy allows
+//! and what gets planned is decided here, once.
+//!
+//! Three steps, so that a caller can do what it must between them (the shim parses the spec
+//! only after the first, the hook checks its stage before the last): [`may_be_asking`] tells
+//! cheaply that a container asks for nothing, [`asked`] finds its requests, and
+//! [`Asked::admit`] checks them against the host's request policy and plans them.
 
 use std::collections::BTreeMap;
 
@@ -11,7 +16,7 @@ use devinject_devices::{ContainerLayout, ProfileError, ProfileSet};
 use crate::config::HostConfig;
 use crate::exit::ExitCode;
 use crate::policy::{self, PolicyError};
-use crate::prepare::{find_requests, plan_container, ContainerPlan, PrepareError};
+use crate::prepare::{find_requests, plan_container, ContainerPlan, PrepareError, RequestSource};
 
 /// Why a container's requests were not admitted.
 #[derive(Debug, thiserror::Error)]
@@ -36,14 +41,22 @@ impl AdmitError {
             Self::Prepare(PrepareError::Request { .. } | PrepareError::Plan(_)) => {
                 ExitCode::Request
             }
-            Self::Prepare(_) => ExitCode::Host,
+            Self::Prepare(PrepareError::Discovery(_) | PrepareError::Resolve(_)) => ExitCode::Host,
         }
     }
 }
 
-/// Whether a container whose text (env entries, annotation keys) is searched by `mentions` may
-/// be asking for anything: `false` means it certainly is not, and the profiles are not even
-/// parsed (the cheap path every container that asks for nothing takes).
+/// A container's requests, found, not yet authorized.
+#[derive(Debug)]
+pub struct Asked {
+    profiles: ProfileSet,
+    requests: Vec<RequestSource>,
+}
+
+/// Whether a container whose text (env names or entries, annotation keys; a whole
+/// `config.json`) is searched by `mentions` may be asking for anything: `Ok(None)` means it
+/// certainly is not, and the profiles are not even parsed (the cheap path every container that
+/// asks for nothing takes); else the profiles, loaded.
 pub fn may_be_asking(
     config: &HostConfig,
     mentions: impl Fn(&str) -> bool,
@@ -58,25 +71,43 @@ pub fn may_be_asking(
     Ok(Some(profiles))
 }
 
-/// The container's requests (`env` looks up its environment), checked by the host policy and
-/// planned. `layout` is called at most once, when files are injected. `Ok(None)`: nothing asked.
-pub fn admit<'a>(
-    config: &HostConfig,
-    profiles: &ProfileSet,
+/// The container's requests under `profiles` (`env` looks up its environment); `None` when it
+/// asks for nothing.
+pub fn asked<'a>(
+    profiles: ProfileSet,
     env: impl Fn(&str) -> Option<&'a str>,
     annotations: &BTreeMap<String, String>,
-    layout: impl FnOnce() -> ContainerLayout,
-) -> Result<Option<ContainerPlan>, AdmitError> {
-    let requests = find_requests(profiles, env, annotations);
-    if requests.is_empty() {
-        return Ok(None);
+) -> Option<Asked> {
+    let requests = find_requests(&profiles, env, annotations);
+    (!requests.is_empty()).then_some(Asked { profiles, requests })
+}
+
+impl Asked {
+    /// The profiles, as loaded.
+    pub fn profiles(&self) -> &ProfileSet {
+        &self.profiles
     }
-    let requests = policy::authorize(
-        config.policy_settings(),
-        profiles,
-        requests,
-        annotations,
-        &config.pod_resources(),
-    )?;
-    Ok(plan_container(config, profiles, &requests, layout)?)
+
+    /// The request variables of every profile (whose values the granted list replaces).
+    pub fn request_envs(&self) -> Vec<&str> {
+        self.profiles.iter().map(|p| p.request_env()).collect()
+    }
+
+    /// The requests checked by the host policy and planned. `layout` is called at most once,
+    /// when files are injected. `Ok(None)`: nothing left to inject.
+    pub fn admit(
+        &self,
+        config: &HostConfig,
+        annotations: &BTreeMap<String, String>,
+        layout: impl FnOnce() -> ContainerLayout,
+    ) -> Result<Option<ContainerPlan>, AdmitError> {
+        let requests = policy::authorize(
+            config.policy_settings(),
+            &self.profiles,
+            self.requests.clone(),
+            annotations,
+            &config.pod_resources(),
+        )?;
+        Ok(plan_container(config, &self.profiles, &requests, layout)?)
+    }
 }

@@ -1,12 +1,10 @@
 //! The hook's error type and its mapping to exit codes.
 
+use crate::admit::AdmitError;
 use crate::config::ConfigError;
 use crate::exit::ExitCode;
 use crate::inject::InjectError;
 use crate::oci::OciError;
-use crate::policy::PolicyError;
-use crate::prepare::PrepareError;
-use devinject_devices::ProfileError;
 
 /// Everything that can make the hook fail.
 #[derive(Debug, thiserror::Error)]
@@ -14,9 +12,6 @@ pub enum HookError {
     /// The host config is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// A profile is invalid.
-    #[error(transparent)]
-    Profiles(#[from] ProfileError),
     /// The state or spec is malformed.
     #[error(transparent)]
     Input(#[from] OciError),
@@ -26,12 +21,9 @@ pub enum HookError {
         /// The status in the state.
         status: String,
     },
-    /// The request is not allowed by the host policy.
+    /// The requests were not admitted (profiles, policy, plan).
     #[error(transparent)]
-    Policy(#[from] PolicyError),
-    /// The request could not be planned.
-    #[error(transparent)]
-    Prepare(#[from] PrepareError),
+    Admit(#[from] AdmitError),
     /// Injection into the container failed.
     #[error("injecting into container {id} failed: {source}")]
     Inject {
@@ -54,13 +46,9 @@ impl HookError {
     /// The exit code for this error.
     pub fn exit_code(&self) -> ExitCode {
         match self {
-            Self::Config(_) | Self::Profiles(_) => ExitCode::Config,
+            Self::Config(_) => ExitCode::Config,
             Self::Input(_) | Self::Stage { .. } => ExitCode::Input,
-            Self::Policy(_) => ExitCode::Policy,
-            Self::Prepare(PrepareError::Request { .. } | PrepareError::Plan(_)) => {
-                ExitCode::Request
-            }
-            Self::Prepare(PrepareError::Discovery(_) | PrepareError::Resolve(_)) => ExitCode::Host,
+            Self::Admit(e) => e.exit_code(),
             Self::Inject { .. } => ExitCode::Inject,
             Self::Cgroup { .. } => ExitCode::Cgroup,
         }

@@ -1,11 +1,12 @@
 //! One hook invocation, start to end.
 //!
 //! 1. Read the OCI state (bounded) and the bundle's `config.json`.
-//! 2. Find the container's requests (our annotation, else the profile's env variable).
-//! 3. Check them against the request policy ([`crate::policy`]): in Kubernetes, what the
-//!    kubelet granted, asked through the `devinject-podresources` helper, which has exited
-//!    before anything else forks.
-//! 4. Plan: discovery and file resolution only for profiles that were asked for.
+//! 2. Find the container's requests (our annotation, else the profile's env variable), then
+//! 3. check them against the request policy ([`crate::policy`]: in Kubernetes, what the kubelet
+//!    granted, asked through the `devinject-podresources` helper, which has exited before
+//!    anything else forks) and
+//! 4. plan, discovery and file resolution only for profiles that were asked for: steps 2 to 4
+//!    are [`crate::admit`], shared with the shim and the NRI plugin.
 //! 5. Apply in the container's mount namespace, then set device cgroup rules.
 //!
 //! Nothing is injected unless every step up to the plan succeeded: a bad request fails the
@@ -13,15 +14,12 @@
 
 use std::io::Read;
 
-use devinject_devices::ProfileSet;
-
+use crate::admit::{asked, may_be_asking};
 use crate::cgroup_rules;
 use crate::config::HostConfig;
 use crate::error::HookError;
 use crate::inject::{self, layout, rootfs::Rootfs, Target};
 use crate::oci::{read_bounded, Spec, State, MAX_STATE_BYTES};
-use crate::policy;
-use crate::prepare::{find_requests, plan_container};
 
 /// What the hook did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,17 +50,15 @@ pub fn run(config: &HostConfig, stdin: impl Read) -> Result<Outcome, HookError> 
             .flat_map(|p| &p.env)
             .filter_map(|e| e.split_once('=').map(|(k, _)| k))
     };
-    let asked = |needle: &str| {
+    let mentions = |needle: &str| {
         env_names().any(|k| k.contains(needle)) || annotations.keys().any(|k| k.contains(needle))
     };
-    if !ProfileSet::may_be_requested(&config.profiles_dir, asked)? {
+    let Some(profiles) = may_be_asking(config, mentions)? else {
         return Ok(Outcome::Nothing);
-    }
-    let profiles = ProfileSet::load_dir(&config.profiles_dir)?;
-    let requests = find_requests(&profiles, |name| spec.env(name), &annotations);
-    if requests.is_empty() {
+    };
+    let Some(asked) = asked(profiles, |name| spec.env(name), &annotations) else {
         return Ok(Outcome::Nothing);
-    }
+    };
     if state.status != "creating" || state.pid <= 0 {
         return Err(HookError::Stage {
             status: state.status,
@@ -71,15 +67,7 @@ pub fn run(config: &HostConfig, stdin: impl Read) -> Result<Outcome, HookError> 
     let rootfs_path = spec.rootfs(&state.bundle)?;
     let span = tracing::info_span!("hook", container = %state.id);
     let _guard = span.enter();
-    let requests = policy::authorize(
-        config.policy_settings(),
-        &profiles,
-        requests,
-        &annotations,
-        &config.pod_resources(),
-    )?;
-
-    let plan = plan_container(config, &profiles, &requests, || {
+    let plan = asked.admit(config, &annotations, || {
         Rootfs::open(&rootfs_path)
             .map(|r| layout::detect(&r))
             .unwrap_or_default()

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use devinject_devices::ContainerLayout;
-use devinject_hook::admit::{admit, may_be_asking, AdmitError};
+use devinject_hook::admit::{asked, may_be_asking, AdmitError};
 use devinject_hook::config::HostConfig;
 use devinject_hook::shim::spec_edit;
 use prost::Message;
@@ -142,19 +142,20 @@ impl Plugin {
                 .rev()
                 .find_map(|e| e.strip_prefix(name)?.strip_prefix('='))
         };
+        let Some(asked) = asked(profiles, env, &container.annotations) else {
+            return Ok(None);
+        };
         // The rootfs is not mounted yet when NRI asks: libraries go to the default layout's
         // directory, and the finish hook puts them in the linker cache there.
-        let Some(plan) = admit(
+        let Some(plan) = asked.admit(
             &self.config,
-            &profiles,
-            env,
             &container.annotations,
             ContainerLayout::default,
         )?
         else {
             return Ok(None);
         };
-        let request_envs: Vec<&str> = profiles.iter().map(|p| p.request_env()).collect();
+        let request_envs = asked.request_envs();
         let finish = spec_edit::finish_hook(&self.hook, self.config_path.as_deref(), &plan.edits);
         let adjust = adjustment(container, &plan.edits, &request_envs, finish.as_ref())?;
         tracing::info!(

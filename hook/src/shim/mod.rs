@@ -14,7 +14,7 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::admit::{admit, may_be_asking, AdmitError};
+use crate::admit::{asked, may_be_asking, AdmitError};
 use crate::config::{ConfigError, HostConfig, RUNTIME_CANDIDATES};
 use crate::exit::ExitCode;
 use crate::inject::{layout, rootfs::Rootfs};
@@ -128,25 +128,22 @@ pub fn edit_bundle(
     config_path: Option<&Path>,
 ) -> Result<BundleEdit, ShimError> {
     let (path, what, bytes) = read_spec_bytes(bundle)?;
-    // Cheap pre-checks: a spec that names no request variable and no annotation of ours asked
-    // for nothing, and is not even parsed.
+    // A spec that names no request variable and no annotation of ours asked for nothing, and
+    // is not even parsed.
     let mentions = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
     let Some(profiles) = may_be_asking(config, mentions)? else {
         return Ok(BundleEdit::Untouched);
     };
     let spec = Spec::parse(&bytes, &what)?;
+    let Some(asked) = asked(profiles, |n| spec.env(n), &spec.annotations) else {
+        return Ok(BundleEdit::Untouched);
+    };
     let rootfs = spec.rootfs(bundle)?;
-    let plan = admit(
-        config,
-        &profiles,
-        |n| spec.env(n),
-        &spec.annotations,
-        || {
-            Rootfs::open(&rootfs)
-                .map(|r| layout::detect(&r))
-                .unwrap_or_default()
-        },
-    )?;
+    let plan = asked.admit(config, &spec.annotations, || {
+        Rootfs::open(&rootfs)
+            .map(|r| layout::detect(&r))
+            .unwrap_or_default()
+    })?;
     let Some(plan) = plan else {
         return Ok(BundleEdit::Untouched);
     };
@@ -156,7 +153,7 @@ pub fn edit_bundle(
             message: e.to_string(),
         })?;
     let hook = config.hook.clone().unwrap_or_else(default_hook_path);
-    let request_envs: Vec<&str> = profiles.iter().map(|p| p.request_env()).collect();
+    let request_envs = asked.request_envs();
     let finish = spec_edit::finish_hook(&hook, config_path, &plan.edits);
     spec_edit::apply(&mut value, &plan.edits, &request_envs, finish)?;
     let out = serde_json::to_vec(&value).map_err(|e| OciError::Parse {
