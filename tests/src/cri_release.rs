@@ -22,6 +22,23 @@ use crate::cri_node::{
 use crate::daemons::{poll, short_tempdir, Containerd, Daemon};
 use crate::runtimes::Release;
 use crate::sim::{demo_host, SimHost, ACCELS};
+use crate::skip::{require, require_binary, require_root};
+
+/// The fetched containerd `series` (`1.7`, `2`) when it and everything a [`ReleaseNode`] needs
+/// are here (root, runc, busybox, gcc); `None` after saying what is missing (a failure under
+/// CI).
+pub fn ready(series: &str) -> Option<Release> {
+    let release = crate::runtimes::containerd(series);
+    (require_root()
+        && require_binary("runc")
+        && require_binary("/bin/busybox")
+        && require_binary("gcc")
+        && require(
+            release.is_some(),
+            &format!("needs containerd {series} (scripts/runtimes-fetch.sh)"),
+        ))
+    .then(|| release.expect("checked"))
+}
 
 /// Which paths are on, and how the node's devices and host configuration look.
 #[derive(Debug, Clone, Default)]

@@ -19,11 +19,10 @@ use std::path::PathBuf;
 
 use devinject_tests::cri::ContainerSpec;
 use devinject_tests::cri_node::BUSYBOX;
-use devinject_tests::cri_release::{Paths, ReleaseNode};
+use devinject_tests::cri_release::{ready, Paths, ReleaseNode};
 use devinject_tests::probe::Report;
-use devinject_tests::runtimes::{self, Release};
+use devinject_tests::runtimes::Release;
 use devinject_tests::sim::{assert_demo_granted_0_1_in, demo_probe_args, ACCELS};
-use devinject_tests::skip::{require, require_binary, require_root};
 
 /// The annotation the device plugin answers Allocate with in `cdi-annotations` mode for
 /// devices 0 and 1 (plugin/src/allocate.rs).
@@ -31,19 +30,6 @@ const ANNOTATION: (&str, &str) = (
     "cdi.k8s.io/devinject_demo",
     "devinject.io/demo=0,devinject.io/demo=1",
 );
-
-fn ready(series: &str) -> Option<Release> {
-    let release = runtimes::containerd(series);
-    (require_root()
-        && require_binary("runc")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-        && require(
-            release.is_some(),
-            &format!("needs containerd {series} (scripts/runtimes-fetch.sh)"),
-        ))
-    .then(|| release.expect("checked"))
-}
 
 /// containerd with CDI on, reading the specs devinject-ctl wrote; with `group`, the
 /// accelerators are `0660 root:<group>`.

@@ -20,24 +20,9 @@ use std::path::PathBuf;
 
 use devinject_tests::cri::ContainerSpec;
 use devinject_tests::cri_node::BUSYBOX;
-use devinject_tests::cri_release::{Paths, ReleaseNode};
+use devinject_tests::cri_release::{ready, Paths, ReleaseNode};
 use devinject_tests::probe::Report;
-use devinject_tests::runtimes::{self, Release};
 use devinject_tests::sim::{assert_demo_granted_0_1_in, demo_probe_args, LIB};
-use devinject_tests::skip::{require, require_binary, require_root};
-
-fn ready(series: &str) -> Option<Release> {
-    let release = runtimes::containerd(series);
-    (require_root()
-        && require_binary("runc")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-        && require(
-            release.is_some(),
-            &format!("needs containerd {series} (scripts/runtimes-fetch.sh)"),
-        ))
-    .then(|| release.expect("checked"))
-}
 
 /// The probe asking for `request` (`DEMO_VISIBLE_DEVICES`), with accel2 bind-mounted.
 fn probe(node: &ReleaseNode, name: &str, request: Option<&str>) -> ContainerSpec {

@@ -13,11 +13,10 @@
 //! (fails under `CI=true`).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use devinject_tests::bins::bin;
 use devinject_tests::cri::CgroupParent;
-use devinject_tests::daemons::{run_ok, short_tempdir};
+use devinject_tests::cri_node::cdi_generate;
+use devinject_tests::daemons::short_tempdir;
 use devinject_tests::podman::{ready, Podman};
 use devinject_tests::probe::Report;
 use devinject_tests::sim::{self, assert_demo_granted_0_1_in, demo_host};
@@ -77,21 +76,7 @@ fn podman_injects_the_cdi_spec_cdi_generate_writes() {
         file: Path::new(CDI_DIR).join(format!("devinject.io-{profile}.json")),
         created_dir,
     };
-    let mut generate = Command::new(bin("devinject-ctl"));
-    generate
-        .args(["cdi", "generate", "--output", CDI_DIR, "--profiles-dir"])
-        .arg(&host.profiles_dir)
-        .arg("--dev-root")
-        .arg(&host.dev_root)
-        .arg("--sys-root")
-        .arg(dir.join("sim/sys"))
-        .arg("--driver-root")
-        .arg(&host.driver_root)
-        .arg("--hook-path")
-        .arg(bin("devinject-hook"))
-        .arg("--hook-config")
-        .arg(&host.config);
-    let out = run_ok(generate).expect("devinject-ctl cdi generate");
+    let out = cdi_generate(&host, Path::new(CDI_DIR)).expect("devinject-ctl cdi generate");
     assert!(spec.file.is_file(), "{out}");
 
     // No hooks.d hook: the devices come from CDI alone.
