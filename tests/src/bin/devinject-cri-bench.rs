@@ -5,7 +5,8 @@
 //! and waited for, in rounds that alternate the paths:
 //!
 //! - native: the nodes as CRI `devices` and the library as a read-only CRI mount, plain runc
-//!   (what a device plugin's `DeviceSpec`s and mounts give; no linker cache);
+//!   (what a device plugin's `DeviceSpec`s and mounts give; no linker cache), twice per round
+//!   (an A/A pair: the noise of the machine);
 //! - shim: the request variable, in a pod on the `devinject` runtime;
 //! - CDI: the device plugin's `cdi.k8s.io/` annotation, plain runc;
 //! - NRI: the request variable, plain runc, with `devinject-nri` connected (a second block of
@@ -41,7 +42,7 @@ fn spec(node: &ReleaseNode, path: &str) -> ContainerSpec {
         ..ContainerSpec::default()
     };
     match path {
-        "native" => {
+        "native" | "native-again" => {
             for n in ["accel0", "accel1", "ctl"] {
                 s.devices.push((
                     node.host.dev_root.join("demo").join(n),
@@ -105,7 +106,12 @@ fn run() -> Result<()> {
     let mut node = ReleaseNode::start(&release, &paths)?;
     let first = block(
         &mut node,
-        &[("native", ""), ("shim", "devinject"), ("cdi", "")],
+        &[
+            ("native", ""),
+            ("shim", "devinject"),
+            ("cdi", ""),
+            ("native-again", ""),
+        ],
     )?;
     node.start_nri_plugin()?;
     let second = block(&mut node, &[("native", ""), ("nri", "")])?;
@@ -127,6 +133,7 @@ fn run() -> Result<()> {
     println!("|---|---|---|");
     let rows = [
         ("native (CRI devices and mount)", &first[0], &first[0]),
+        ("native again (A/A)", &first[3], &first[0]),
         ("runtime shim", &first[1], &first[0]),
         ("CDI (containerd injects)", &first[2], &first[0]),
         ("native, devinject-nri connected", &second[0], &first[0]),
