@@ -17,161 +17,13 @@
 //! Needs what tests/cluster.rs needs, plus dockerd and the real /dev/kvm, /dev/net/tun and
 //! /dev/fuse; skipped otherwise, a failure under CI.
 
-use std::path::Path;
-
-use devinject_tests::cluster::{image, kube_bin_dir, Cluster, Setup, NODE, SLOW};
-use devinject_tests::cri_node::{BUSYBOX, K8S_NAMESPACE};
+use devinject_tests::cluster::install::{
+    files_in, init_output, prepare_node, ready, rollout, run_example, test_overlay, workspace_file,
+    workspace_path, Via, NS,
+};
+use devinject_tests::cluster::{image, Cluster, Setup, NODE, SLOW};
+use devinject_tests::cri_node::K8S_NAMESPACE;
 use devinject_tests::daemons::{poll, run_ok};
-use devinject_tests::skip::{require, require_binary, require_root};
-use serde_json::Value;
-
-const NS: &str = "devinject-system";
-
-fn ready() -> bool {
-    require_root()
-        && require_binary("containerd")
-        && require_binary("ctr")
-        && require_binary("runc")
-        && require_binary("dockerd")
-        && require_binary("docker")
-        && require_binary("openssl")
-        && require_binary("unshare")
-        && require_binary("nsenter")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-        && require(
-            ["/dev/kvm", "/dev/net/tun", "/dev/fuse"]
-                .iter()
-                .all(|d| Path::new(d).exists()),
-            "needs /dev/kvm, /dev/net/tun and /dev/fuse",
-        )
-        && require(
-            kube_bin_dir().is_some(),
-            "needs the Kubernetes v1.20.2 binaries (scripts/kube-build.sh)",
-        )
-}
-
-fn workspace_file(rel: &str) -> String {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel);
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
-}
-
-/// Replaces `from` with `to` in `text`, which must hold `from` exactly `times` times: an overlay
-/// that silently stops matching the shipped manifest would test something else.
-fn patch(text: &str, from: &str, to: &str, times: usize) -> String {
-    assert_eq!(
-        text.matches(from).count(),
-        times,
-        "the test overlay expects {from:?} {times} time(s) in the manifest"
-    );
-    text.replace(from, to)
-}
-
-/// The pods of `namespace` with label `selector`, as JSON items.
-/// What this node differs in from the manifests' target: no systemd to restart containerd (the
-/// test restarts it), and pods on the host network.
-fn test_overlay(manifest: &str) -> String {
-    let manifest = patch(manifest, "--restart-mode=systemd", "--restart-mode=none", 1);
-    patch(
-        &manifest,
-        "      hostPID: true\n",
-        "      hostNetwork: true\n      hostPID: true\n",
-        1,
-    )
-}
-
-fn pods(c: &Cluster, namespace: &str, selector: &str) -> Vec<Value> {
-    let text = c
-        .kubectl(&["-n", namespace, "get", "pods", "-l", selector, "-o", "json"])
-        .unwrap_or_default();
-    serde_json::from_str::<Value>(&text)
-        .ok()
-        .and_then(|v| v["items"].as_array().cloned())
-        .unwrap_or_default()
-}
-
-/// Waits for the init container `container` of the one pod matching `selector` to exit 0;
-/// returns its output.
-fn init_output(c: &Cluster, selector: &str, container: &str) -> String {
-    let pod = poll(&format!("init container {container}"), SLOW, || {
-        let items = pods(c, NS, selector);
-        let Some(pod) = items.first() else {
-            return Ok(None);
-        };
-        let state = &pod["status"]["initContainerStatuses"][0]["state"]["terminated"];
-        if let Some(code) = state["exitCode"].as_i64() {
-            assert_eq!(code, 0, "{container} failed: {state}\n{}", c.logs());
-            return Ok(Some(pod.clone()));
-        }
-        Ok(None)
-    })
-    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
-    let (name, uid) = (
-        pod["metadata"]["name"].as_str().unwrap(),
-        pod["metadata"]["uid"].as_str().unwrap(),
-    );
-    let log = Path::new("/var/log/pods")
-        .join(format!("{NS}_{name}_{uid}"))
-        .join(container)
-        .join("0.log");
-    devinject_tests::cri::read_log(&log).unwrap_or_else(|e| panic!("{e:#}"))
-}
-
-fn rollout(c: &Cluster, ds: &str) {
-    c.kubectl(&[
-        "-n",
-        NS,
-        "rollout",
-        "status",
-        &format!("ds/{ds}"),
-        "--timeout=180s",
-    ])
-    .unwrap_or_else(|e| panic!("rollout of {ds}: {e:#}\n{}", c.logs()));
-}
-
-/// Files under `dir` as the node sees it (none when it does not exist).
-fn files_in(c: &Cluster, dir: &str) -> Vec<String> {
-    let root = c.in_node_ns(dir).unwrap();
-    let mut out = Vec::new();
-    let mut stack = vec![root.clone()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                stack.push(e.path());
-            } else {
-                out.push(e.path().strip_prefix(&root).unwrap().display().to_string());
-            }
-        }
-    }
-    out
-}
-
-/// Runs deploy/examples/`name`.yaml as shipped but for the host network (and named `pod`): it
-/// must succeed and list `node` as a char device `rdev`.
-fn run_example(c: &Cluster, name: &str, node: &str, rdev: &str, pod: &str) {
-    let yaml = workspace_file(&format!("deploy/examples/{name}.yaml"));
-    let yaml = patch(
-        &yaml,
-        "spec:\n  runtimeClassName",
-        "spec:\n  hostNetwork: true\n  runtimeClassName",
-        1,
-    );
-    let yaml = patch(
-        &yaml,
-        &format!("name: devinject-example-{name}\n"),
-        &format!("name: {pod}\n"),
-        1,
-    );
-    c.apply(&yaml).expect("apply the example");
-    let phase = c.wait_pod_done(pod).expect("example finishes");
-    let out = c.container_log(pod, "main").unwrap_or_default();
-    assert_eq!(phase, "Succeeded", "{pod}: {out}\n{}", c.logs());
-    eprintln!("$ kubectl logs {pod}\n{}", out.trim_end());
-    assert!(
-        out.starts_with('c') && out.contains(rdev) && out.trim_end().ends_with(node),
-        "{pod} sees its device: {out}"
-    );
-}
 
 #[test]
 fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_byte() {
@@ -183,22 +35,7 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
     assert_eq!(tag, "devinject:0.1.0", "the manifests' image");
     let mut c = Cluster::start_with(Setup::DaemonSet).unwrap_or_else(|e| panic!("{e:#}"));
     let before = std::fs::read(c.containerd_config()).unwrap();
-    c.node_containerd()
-        .import(K8S_NAMESPACE, &archive)
-        .unwrap_or_else(|e| panic!("{e:#}"));
-    // The examples' image, from the test's busybox.
-    let mut tag_busybox = c.node_containerd().ctr();
-    tag_busybox.args([
-        "-n",
-        K8S_NAMESPACE,
-        "images",
-        "tag",
-        BUSYBOX,
-        "docker.io/library/busybox:1.36",
-    ]);
-    run_ok(tag_busybox).expect("tag busybox:1.36");
-    c.kubectl(&["label", "node", NODE, "devinject.io/enabled=true"])
-        .unwrap();
+    prepare_node(&c, &archive);
 
     // Install.
     let manifest = test_overlay(&workspace_file("deploy/devinject.yaml"));
@@ -235,7 +72,14 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
         ("tun", "/dev/net/tun", "10, 200"),
         ("fuse", "/dev/fuse", "10, 229"),
     ] {
-        run_example(&c, name, node, rdev, &format!("devinject-example-{name}"));
+        run_example(
+            &c,
+            name,
+            node,
+            rdev,
+            &format!("devinject-example-{name}"),
+            Via::RuntimeClass,
+        );
     }
     // Asked for none, sets the request variable itself: refused.
     c.apply(
@@ -288,6 +132,7 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
         "/dev/net/tun",
         "10, 200",
         "devinject-example-tun-again",
+        Via::RuntimeClass,
     );
 
     // An upgrade: the DaemonSet rolls to another image tag (the same build: what is tested is
@@ -379,8 +224,7 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
     c.kubectl(&[
         "delete",
         "-f",
-        &Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../deploy/devinject.yaml")
+        &workspace_path("deploy/devinject.yaml")
             .display()
             .to_string(),
         "--ignore-not-found",

@@ -46,6 +46,7 @@ use crate::sim::{demo_host, SimHost};
 use crate::skip::which;
 
 pub mod image;
+pub mod install;
 pub mod pki;
 
 /// The Kubernetes release the tier runs.

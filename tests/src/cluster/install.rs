@@ -1,0 +1,239 @@
+//! devinject installed on a [`Cluster`] from the shipped manifests and image, as users install
+//! it: the steps and checks the install tests share (tests/cluster_install.rs, through the
+//! runtime shim, and tests/cluster_install_nri.rs, through NRI).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde_json::Value;
+
+use super::{Cluster, NODE, SLOW};
+use crate::cri_node::{BUSYBOX, K8S_NAMESPACE};
+use crate::daemons::{poll, run_ok};
+use crate::skip::{require, require_binary, require_root};
+
+/// The namespace of the shipped manifests.
+pub const NS: &str = "devinject-system";
+
+/// The image the examples name, tagged from the test's busybox.
+pub const EXAMPLE_IMAGE: &str = "docker.io/library/busybox:1.36";
+
+/// Whether this machine can run an install test: root, the node's tools, dockerd for the
+/// image, the real `/dev/kvm`, `/dev/net/tun` and `/dev/fuse`, and the Kubernetes binaries;
+/// each missing one is a loud skip (a failure under CI).
+pub fn ready() -> bool {
+    require_root()
+        && require_binary("containerd")
+        && require_binary("ctr")
+        && require_binary("runc")
+        && require_binary("dockerd")
+        && require_binary("docker")
+        && require_binary("openssl")
+        && require_binary("unshare")
+        && require_binary("nsenter")
+        && require_binary("/bin/busybox")
+        && require_binary("gcc")
+        && require(
+            ["/dev/kvm", "/dev/net/tun", "/dev/fuse"]
+                .iter()
+                .all(|d| Path::new(d).exists()),
+            "needs /dev/kvm, /dev/net/tun and /dev/fuse",
+        )
+        && require(
+            super::kube_bin_dir().is_some(),
+            "needs the Kubernetes v1.20.2 binaries (scripts/kube-build.sh)",
+        )
+}
+
+/// The path of `rel`, a file of the workspace.
+pub fn workspace_path(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
+}
+
+/// The text of `rel`, a file of the workspace.
+pub fn workspace_file(rel: &str) -> String {
+    let p = workspace_path(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+}
+
+/// Replaces `from` with `to` in `text`, which must hold `from` exactly `times` times: an overlay
+/// that silently stops matching the shipped manifest would test something else.
+pub fn patch(text: &str, from: &str, to: &str, times: usize) -> String {
+    assert_eq!(
+        text.matches(from).count(),
+        times,
+        "the test overlay expects {from:?} {times} time(s) in the manifest"
+    );
+    text.replace(from, to)
+}
+
+/// The one thing every node of this tier differs in from the manifests' target: no CNI, so the
+/// DaemonSet's pods use the host network.
+pub fn host_network(manifest: &str) -> String {
+    patch(
+        manifest,
+        "      hostPID: true\n",
+        "      hostNetwork: true\n      hostPID: true\n",
+        1,
+    )
+}
+
+/// What a node with the runtime shim installed differs in: [`host_network`], and no systemd to
+/// restart containerd (`--restart-mode=none`; the test restarts it).
+pub fn test_overlay(manifest: &str) -> String {
+    host_network(&patch(
+        manifest,
+        "--restart-mode=systemd",
+        "--restart-mode=none",
+        1,
+    ))
+}
+
+/// Readies the node for the manifests: imports the image archive built by [`super::image`]
+/// into the node's containerd, tags the test's busybox as the examples' image, and labels the
+/// node `devinject.io/enabled=true`.
+pub fn prepare_node(c: &Cluster, archive: &Path) {
+    c.node_containerd()
+        .import(K8S_NAMESPACE, archive)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let mut tag_busybox = c.node_containerd().ctr();
+    tag_busybox.args(["-n", K8S_NAMESPACE, "images", "tag", BUSYBOX, EXAMPLE_IMAGE]);
+    run_ok(tag_busybox).expect("tag busybox:1.36");
+    c.kubectl(&["label", "node", NODE, "devinject.io/enabled=true"])
+        .unwrap();
+}
+
+/// The pods of `namespace` with label `selector`, as JSON items.
+pub fn pods(c: &Cluster, namespace: &str, selector: &str) -> Vec<Value> {
+    let text = c
+        .kubectl(&["-n", namespace, "get", "pods", "-l", selector, "-o", "json"])
+        .unwrap_or_default();
+    serde_json::from_str::<Value>(&text)
+        .ok()
+        .and_then(|v| v["items"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// The output of `container` of `pod` (JSON, in `namespace`): its latest CRI log under
+/// `/var/log/pods`, where the kubelet has containerd write it.
+pub fn pod_container_log(namespace: &str, pod: &Value, container: &str) -> Result<String> {
+    let (name, uid) = (
+        pod["metadata"]["name"].as_str().context("pod name")?,
+        pod["metadata"]["uid"].as_str().context("pod uid")?,
+    );
+    let dir = Path::new("/var/log/pods")
+        .join(format!("{namespace}_{name}_{uid}"))
+        .join(container);
+    // `<restart count>.log`: the highest number is the latest start.
+    let last = std::fs::read_dir(&dir)
+        .with_context(|| format!("list {}", dir.display()))?
+        .flatten()
+        .filter_map(|e| {
+            let n = e
+                .file_name()
+                .to_str()?
+                .strip_suffix(".log")?
+                .parse::<u64>()
+                .ok()?;
+            Some((n, e.path()))
+        })
+        .max()
+        .with_context(|| format!("no log in {}", dir.display()))?;
+    crate::cri::read_log(&last.1)
+}
+
+/// Waits for the init container `container` of the one pod matching `selector` in [`NS`] to
+/// exit 0; returns its output.
+pub fn init_output(c: &Cluster, selector: &str, container: &str) -> String {
+    let pod = poll(&format!("init container {container}"), SLOW, || {
+        let items = pods(c, NS, selector);
+        let Some(pod) = items.first() else {
+            return Ok(None);
+        };
+        let state = &pod["status"]["initContainerStatuses"][0]["state"]["terminated"];
+        if let Some(code) = state["exitCode"].as_i64() {
+            assert_eq!(code, 0, "{container} failed: {state}\n{}", c.logs());
+            return Ok(Some(pod.clone()));
+        }
+        Ok(None)
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    pod_container_log(NS, &pod, container).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+/// `kubectl rollout status` of DaemonSet `ds` in [`NS`]; panics with the logs when it does not
+/// complete.
+pub fn rollout(c: &Cluster, ds: &str) {
+    c.kubectl(&[
+        "-n",
+        NS,
+        "rollout",
+        "status",
+        &format!("ds/{ds}"),
+        "--timeout=180s",
+    ])
+    .unwrap_or_else(|e| panic!("rollout of {ds}: {e:#}\n{}", c.logs()));
+}
+
+/// Files under `dir` as the node sees it (none when it does not exist).
+pub fn files_in(c: &Cluster, dir: &str) -> Vec<String> {
+    let root = c.in_node_ns(dir).unwrap();
+    let mut out = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(e.path());
+            } else {
+                out.push(e.path().strip_prefix(&root).unwrap().display().to_string());
+            }
+        }
+    }
+    out
+}
+
+/// How the example pods reach devinject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// As shipped: `runtimeClassName: devinject`, the runtime shim.
+    RuntimeClass,
+    /// The default runtime, adjusted by `devinject-nri`: the `runtimeClassName` line goes.
+    Nri,
+}
+
+/// Runs deploy/examples/`name`.yaml as shipped but for the host network, the runtime class as
+/// `via` says, and its name (`pod`): it must succeed and list `node` as a char device `rdev`.
+pub fn run_example(c: &Cluster, name: &str, node: &str, rdev: &str, pod: &str, via: Via) {
+    let yaml = workspace_file(&format!("deploy/examples/{name}.yaml"));
+    let runtime_class = match via {
+        Via::RuntimeClass => "  runtimeClassName: devinject\n",
+        Via::Nri => "",
+    };
+    let yaml = patch(
+        &yaml,
+        "spec:\n  runtimeClassName: devinject\n",
+        &format!("spec:\n  hostNetwork: true\n{runtime_class}"),
+        1,
+    );
+    let yaml = patch(
+        &yaml,
+        &format!("name: devinject-example-{name}\n"),
+        &format!("name: {pod}\n"),
+        1,
+    );
+    c.apply(&yaml).expect("apply the example");
+    let phase = c.wait_pod_done(pod).expect("example finishes");
+    let out = c.container_log(pod, "main").unwrap_or_default();
+    assert_eq!(phase, "Succeeded", "{pod}: {out}\n{}", c.logs());
+    eprintln!("$ kubectl logs {pod}\n{}", out.trim_end());
+    assert!(
+        out.starts_with('c') && out.contains(rdev) && out.trim_end().ends_with(node),
+        "{pod} sees its device: {out}"
+    );
+    if via == Via::Nri {
+        assert!(
+            c.pod(pod).expect("pod")["spec"]["runtimeClassName"].is_null(),
+            "{pod} ran on the default runtime"
+        );
+    }
+}
