@@ -67,11 +67,17 @@ pub fn containerd_cdi_config(dir: &Path, spec_dir: &Path) -> String {
 /// The NRI settings to append to a containerd configuration in `dir`: NRI on (1.7 has it off
 /// by default), its socket `dir/nri.sock` ([`nri_socket`]), and private plugin directories.
 pub fn containerd_nri_settings(dir: &Path) -> String {
+    containerd_nri_settings_on(dir, &nri_socket(dir))
+}
+
+/// [`containerd_nri_settings`] with the NRI socket at `socket` instead (a path in the
+/// namespace containerd runs in).
+pub fn containerd_nri_settings_on(dir: &Path, socket: &Path) -> String {
     format!(
         "\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  \
          socket_path = \"{}\"\n  plugin_path = \"{d}/nri-plugins\"\n  \
          plugin_config_path = \"{d}/nri-conf\"\n",
-        path_str(&nri_socket(dir)),
+        path_str(socket),
         d = dir.display(),
     )
 }

@@ -320,6 +320,11 @@ impl Containerd {
         &self.config
     }
 
+    /// Its pid (`None` once stopped).
+    pub fn pid(&self) -> Option<u32> {
+        self.daemon.pid()
+    }
+
     /// The daemon (log, pid).
     pub fn daemon(&mut self) -> &mut Daemon {
         &mut self.daemon

@@ -37,7 +37,7 @@ use crate::bins::bin;
 use crate::cri::Cri;
 use crate::cri_node::{
     cdi_generate, configure, containerd_cdi_config, containerd_config, containerd_nri_settings,
-    import_images, nri_socket, HANDLER,
+    containerd_nri_settings_on, import_images, nri_socket, HANDLER,
 };
 use crate::daemons::{
     output_within, poll, run_ok, short_tempdir, unmount_below, Containerd, Daemon,
@@ -146,7 +146,21 @@ pub enum Setup {
         /// The containerd release's bin dir.
         containerd: PathBuf,
     },
+    /// As users install devinject through NRI: the node's containerd is the release whose
+    /// binaries are in `containerd` (1.7 or later) with NRI enabled on its default socket,
+    /// [`NRI_SOCKET`] (in the node's namespace, a directory of the test's), and nothing of
+    /// devinject is on the node; the test applies the NRI manifests. The node's `/` is a shared
+    /// mount, as on every systemd host: containerd gives a hostPath `HostToContainer`
+    /// propagation only from a shared or slave mount.
+    DaemonSetNri {
+        /// The containerd release's bin dir.
+        containerd: PathBuf,
+    },
 }
+
+/// containerd's default NRI socket, where the node's containerd listens in
+/// [`Setup::DaemonSetNri`] (in the node's namespace; the host's `/run/nri` is not touched).
+pub const NRI_SOCKET: &str = "/var/run/nri/nri.sock";
 
 /// The allocate mode [`Setup::Cdi`] gives the demo profile (docs/profiles.md).
 pub const CDI_ALLOCATE_MODE: &str = "cdi-annotations";
@@ -168,8 +182,9 @@ impl Cluster {
         Self::start_with(Setup::Ctl)
     }
 
-    /// Starts the cluster with devinject set up as `setup` says; with [`Setup::DaemonSet`] it
-    /// returns once the node is Ready, with nothing of devinject on it.
+    /// Starts the cluster with devinject set up as `setup` says; with [`Setup::DaemonSet`] and
+    /// [`Setup::DaemonSetNri`] it returns once the node is Ready, with nothing of devinject on
+    /// it.
     pub fn start_with(setup: Setup) -> Result<Self> {
         let bin_dir = kube_bin_dir().context("the Kubernetes binaries (scripts/kube-build.sh)")?;
         let dir = short_tempdir("k8s")?;
@@ -344,6 +359,12 @@ impl Cluster {
                 std::fs::write(&config, text)?;
                 self.containerd_release = Some(containerd.clone());
             }
+            Setup::DaemonSetNri { containerd } => {
+                let text = containerd_config(&ctd_dir)
+                    + &containerd_nri_settings_on(&ctd_dir, Path::new(NRI_SOCKET));
+                std::fs::write(&config, text)?;
+                self.containerd_release = Some(containerd.clone());
+            }
             Setup::Ctl | Setup::DaemonSet => {
                 std::fs::write(&config, containerd_config(&ctd_dir))?;
             }
@@ -360,7 +381,7 @@ impl Cluster {
         if *setup == Setup::Ctl {
             configure(&self.root, &config, &self.host, "shim");
         }
-        self.start_node_namespace()?;
+        self.start_node_namespace(matches!(setup, Setup::DaemonSetNri { .. }))?;
         let containerd = Containerd::start_release_via(
             &ctd_dir,
             &config,
@@ -474,6 +495,12 @@ impl Cluster {
         Ok(())
     }
 
+    /// The pid of the node's containerd: the same before and after a step proves the step did
+    /// not restart it.
+    pub fn containerd_pid(&self) -> Option<u32> {
+        self.containerd.as_ref().and_then(Containerd::pid)
+    }
+
     /// The node's containerd.
     pub fn node_containerd(&self) -> &Containerd {
         self.containerd
@@ -485,33 +512,45 @@ impl Cluster {
     /// process, where `/var/lib/kubelet` is a fresh tmpfs and `/opt`, `/etc/containerd` and
     /// `/etc/devinject` are the cluster's own directories: what the node writes there (the
     /// installer included) stays in the test. (`/opt` is on disk, not a tmpfs: files the
-    /// installer copies there would be charged to its memory limit as unreclaimable.)
-    fn start_node_namespace(&mut self) -> Result<()> {
-        for dir in ["/var/lib/kubelet", "/etc/containerd", "/etc/devinject"] {
+    /// installer copies there would be charged to its memory limit as unreclaimable.) With
+    /// `nri`, `/run/nri` is the cluster's own too (containerd's default NRI socket is there),
+    /// and the namespace's mounts are then made shared, as a systemd host's are, for the NRI
+    /// pod's `HostToContainer` hostPath of `/`; they stay in the namespace, copies of the
+    /// host's that are peers of nothing outside it.
+    fn start_node_namespace(&mut self, nri: bool) -> Result<()> {
+        let mut dirs = vec!["/var/lib/kubelet", "/etc/containerd", "/etc/devinject"];
+        if nri {
+            dirs.push("/run/nri");
+            std::fs::create_dir_all(self.root.join("node/run-nri"))?;
+        }
+        for dir in dirs {
             if !Path::new(dir).exists() {
                 std::fs::create_dir_all(dir).with_context(|| format!("mkdir {dir}"))?;
                 self.mount_points.push(PathBuf::from(dir));
             }
         }
         let node = self.root.join("node");
-        let mut cmd = Command::new("unshare");
-        cmd.args([
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
+        let mut script = String::from(
             "set -e; mount -t tmpfs -o mode=0755 devinject-node /var/lib/kubelet; \
              mount --bind \"$0/opt\" /opt; \
              mount --bind \"$0/etc-containerd\" /etc/containerd; \
-             mount --bind \"$0/etc-devinject\" /etc/devinject; exec sleep infinity",
-        ])
-        .arg(&node);
+             mount --bind \"$0/etc-devinject\" /etc/devinject; ",
+        );
+        if nri {
+            script.push_str("mount --bind \"$0/run-nri\" /run/nri; mount --make-rshared /; ");
+        }
+        script.push_str("exec sleep infinity");
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .arg(&node);
         let mut holder = Daemon::start("node namespace", cmd, &self.root.join("node-ns.log"))?;
         let pid = holder.pid().context("holder pid")?;
+        // The script execs `sleep` once its last mount is made.
         holder.wait_ready("the node namespace's mounts", || {
             std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
                 .is_ok_and(|m| m.lines().any(|l| l.contains(" /etc/devinject ")))
+                && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim() == "sleep")
         })?;
         self.node_namespace = Some(holder);
         Ok(())
