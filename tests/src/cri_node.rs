@@ -82,6 +82,10 @@ pub fn containerd_nri_settings_on(dir: &Path, socket: &Path) -> String {
     )
 }
 
+/// NRI off, to append to the configuration of a containerd release that is not to serve it:
+/// containerd 2 has it on by default, on the host's `/var/run/nri/nri.sock`.
+pub const CONTAINERD_NRI_OFF: &str = "\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true\n";
+
 /// The NRI socket of a containerd in `dir` configured with [`containerd_nri_settings`].
 pub fn nri_socket(dir: &Path) -> std::path::PathBuf {
     dir.join("nri.sock")

@@ -17,7 +17,7 @@ use crate::bins::bin;
 use crate::cri::{self, CgroupParent, ContainerSpec, Cri};
 use crate::cri_node::{
     cdi_generate, configure, containerd_cdi_config, containerd_config, containerd_nri_settings,
-    import_images, nri_socket,
+    import_images, nri_socket, CONTAINERD_NRI_OFF,
 };
 use crate::daemons::{poll, short_tempdir, Containerd, Daemon};
 use crate::runtimes::Release;
@@ -109,9 +109,11 @@ impl ReleaseNode {
         } else {
             containerd_config(&ctd)
         };
-        if paths.nri {
-            text.push_str(&containerd_nri_settings(&ctd));
-        }
+        text.push_str(&if paths.nri {
+            containerd_nri_settings(&ctd)
+        } else {
+            CONTAINERD_NRI_OFF.to_owned()
+        });
         std::fs::write(&config, text)?;
         if paths.shim {
             configure(&root, &config, &host, "shim");

@@ -37,7 +37,7 @@ use crate::bins::bin;
 use crate::cri::Cri;
 use crate::cri_node::{
     cdi_generate, configure, containerd_cdi_config, containerd_config, containerd_nri_settings,
-    containerd_nri_settings_on, import_images, nri_socket, HANDLER,
+    containerd_nri_settings_on, import_images, nri_socket, CONTAINERD_NRI_OFF, HANDLER,
 };
 use crate::daemons::{
     output_within, poll, run_ok, short_tempdir, unmount_below, Containerd, Daemon,
@@ -351,7 +351,8 @@ impl Cluster {
                 set_allocate_mode(&self.host.profiles_dir.join("demo.toml"), CDI_ALLOCATE_MODE)?;
                 let specs = self.cdi_spec_dir();
                 cdi_generate(&self.host, &specs)?;
-                std::fs::write(&config, containerd_cdi_config(&ctd_dir, &specs))?;
+                let text = containerd_cdi_config(&ctd_dir, &specs) + CONTAINERD_NRI_OFF;
+                std::fs::write(&config, text)?;
                 self.containerd_release = Some(containerd.clone());
             }
             Setup::Nri { containerd } => {
