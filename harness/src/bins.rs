@@ -18,7 +18,9 @@ use std::time::SystemTime;
 /// The path of the built binary `name`, refusing one older than its sources.
 pub fn bin(name: &str) -> PathBuf {
     if let Some(dir) = std::env::var_os("DEVINJECT_BIN_DIR") {
-        let p = PathBuf::from(dir).join(name);
+        // Absolute: the path is also written into files other processes read (a CDI spec's
+        // hook, a runtime entry), from other working directories.
+        let p = std::path::absolute(PathBuf::from(dir).join(name)).expect("an absolute path");
         assert!(
             p.is_file(),
             "{} is not there (DEVINJECT_BIN_DIR)",
