@@ -19,30 +19,13 @@
 
 use std::sync::Mutex;
 
-use devinject_tests::cluster::{kube_bin_dir, Cluster};
+use devinject_tests::cluster::{ready, Cluster};
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::probe::Report;
 use devinject_tests::sim::{assert_demo_granted_exactly, demo_probe_args, ACCELS};
-use devinject_tests::skip::{require, require_binary, require_root};
 use serde_json::Value;
 
 static ONE_CLUSTER: Mutex<()> = Mutex::new(());
-
-fn ready() -> bool {
-    require_root()
-        && require_binary("containerd")
-        && require_binary("ctr")
-        && require_binary("runc")
-        && require_binary("openssl")
-        && require_binary("unshare")
-        && require_binary("nsenter")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-        && require(
-            kube_bin_dir().is_some(),
-            "needs the Kubernetes v1.20.2 binaries (scripts/kube-build.sh)",
-        )
-}
 
 fn start() -> (std::sync::MutexGuard<'static, ()>, Cluster) {
     let guard = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());

@@ -24,12 +24,11 @@
 
 use std::sync::Mutex;
 
-use devinject_tests::cluster::{kube_bin_dir, Cluster, Setup};
+use devinject_tests::cluster::{ready_with_containerd, Cluster, Setup};
 use devinject_tests::cri_node::{BUSYBOX, HANDLER};
 use devinject_tests::probe::Report;
-use devinject_tests::runtimes::{self, Release};
+use devinject_tests::runtimes::Release;
 use devinject_tests::sim::{assert_demo_granted_exactly, demo_probe_args};
-use devinject_tests::skip::{require, require_binary, require_root};
 
 static ONE_CLUSTER: Mutex<()> = Mutex::new(());
 
@@ -39,23 +38,7 @@ const RESOURCE: &str = "devinject.io/demo";
 const ANNOTATION: &str = "cdi.k8s.io/devinject_demo";
 
 fn ready() -> Option<Release> {
-    let release = runtimes::containerd("1.7");
-    (require_root()
-        && require_binary("runc")
-        && require_binary("openssl")
-        && require_binary("unshare")
-        && require_binary("nsenter")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
-        && require(
-            kube_bin_dir().is_some(),
-            "needs the Kubernetes v1.20.2 binaries (scripts/kube-build.sh)",
-        )
-        && require(
-            release.is_some(),
-            "needs containerd 1.7 (scripts/runtimes-fetch.sh)",
-        ))
-    .then(|| release.expect("checked"))
+    ready_with_containerd("1.7")
 }
 
 /// A pod running the demo probe on the default runtime (no RuntimeClass), asking for `devices`

@@ -18,10 +18,10 @@
 //! /dev/fuse; skipped otherwise, a failure under CI.
 
 use devinject_tests::cluster::install::{
-    files_in, init_output, prepare_node, ready, rollout, run_example, test_overlay, workspace_file,
-    workspace_path, Via, NS,
+    files_in, init_output, prepare_node, ready, rollout, run_example, show_and_run_examples,
+    test_overlay, workspace_file, workspace_path, Via, NS,
 };
-use devinject_tests::cluster::{image, Cluster, Setup, NODE, SLOW};
+use devinject_tests::cluster::{image, Cluster, Setup, SLOW};
 use devinject_tests::cri_node::K8S_NAMESPACE;
 use devinject_tests::daemons::{poll, run_ok};
 
@@ -57,30 +57,7 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
         c.wait_allocatable(resource, "1")
             .unwrap_or_else(|e| panic!("{e:#}"));
     }
-    // What a user sees, printed for the record.
-    for args in [
-        &["-n", NS, "get", "ds,pods", "-o", "wide"][..],
-        &["get", "node", NODE, "-o", "jsonpath={.status.allocatable}"][..],
-    ] {
-        let out = c.kubectl(args).unwrap_or_default();
-        eprintln!("$ kubectl {}\n{out}", args.join(" "));
-    }
-
-    // The examples, as shipped but for the host network.
-    for (name, node, rdev) in [
-        ("kvm", "/dev/kvm", "10, 232"),
-        ("tun", "/dev/net/tun", "10, 200"),
-        ("fuse", "/dev/fuse", "10, 229"),
-    ] {
-        run_example(
-            &c,
-            name,
-            node,
-            rdev,
-            &format!("devinject-example-{name}"),
-            Via::RuntimeClass,
-        );
-    }
+    show_and_run_examples(&c, Via::RuntimeClass);
     // Asked for none, sets the request variable itself: refused.
     c.apply(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kvm-forger\nspec:\n  hostNetwork: true\n  \

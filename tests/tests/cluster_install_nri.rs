@@ -23,13 +23,11 @@
 
 use devinject_tests::cluster::install::{
     files_in, host_network, init_output, pod_container_log, pods, prepare_node, ready, rollout,
-    run_example, workspace_file, workspace_path, Via, NS,
+    show_and_run_examples, workspace_file, workspace_path, Via, NS,
 };
-use devinject_tests::cluster::{image, Cluster, Setup, NODE, NRI_SOCKET, SLOW};
+use devinject_tests::cluster::{image, ready_with_containerd, Cluster, Setup, NRI_SOCKET, SLOW};
 use devinject_tests::cri_node::HANDLER;
 use devinject_tests::daemons::poll;
-use devinject_tests::runtimes;
-use devinject_tests::skip::require;
 
 /// The label of the devinject DaemonSet's pods.
 const NODE_PODS: &str = "app.kubernetes.io/component=node";
@@ -68,16 +66,12 @@ fn untouched(c: &Cluster, pid: u32, config: &[u8], when: &str) {
 #[test]
 fn installed_through_nri_with_no_engine_edit_nor_restart_it_serves_the_examples_and_uninstalls_the_same_way(
 ) {
-    let release = runtimes::containerd("1.7");
-    if !(ready()
-        && require(
-            release.is_some(),
-            "needs containerd 1.7 (scripts/runtimes-fetch.sh)",
-        ))
-    {
+    if !ready() {
         return;
     }
-    let release = release.expect("checked");
+    let Some(release) = ready_with_containerd("1.7") else {
+        return;
+    };
     let t = tempfile::tempdir().unwrap();
     let (archive, tag) = image::build(t.path()).unwrap_or_else(|e| panic!("{e:#}"));
     assert_eq!(tag, "devinject:0.1.0", "the manifests' image");
@@ -141,30 +135,9 @@ fn installed_through_nri_with_no_engine_edit_nor_restart_it_serves_the_examples_
         "",
         "no RuntimeClass: pods run on the default runtime"
     );
-    for args in [
-        &["-n", NS, "get", "ds,pods", "-o", "wide"][..],
-        &["get", "node", NODE, "-o", "jsonpath={.status.allocatable}"][..],
-    ] {
-        let out = c.kubectl(args).unwrap_or_default();
-        eprintln!("$ kubectl {}\n{out}", args.join(" "));
-    }
     untouched(&c, pid, &before, "after the rollout");
-
     // The examples, without their runtimeClassName, on the host network.
-    for (name, node, rdev) in [
-        ("kvm", "/dev/kvm", "10, 232"),
-        ("tun", "/dev/net/tun", "10, 200"),
-        ("fuse", "/dev/fuse", "10, 229"),
-    ] {
-        run_example(
-            &c,
-            name,
-            node,
-            rdev,
-            &format!("devinject-example-{name}"),
-            Via::Nri,
-        );
-    }
+    show_and_run_examples(&c, Via::Nri);
     // Asked for none, sets the request variable itself: refused at creation.
     c.apply(&kvm_forger("kvm-forger"))
         .expect("apply the forger");

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::{Cluster, NODE, SLOW};
 use crate::cri_node::{BUSYBOX, K8S_NAMESPACE};
 use crate::daemons::{poll, run_ok};
-use crate::skip::{require, require_binary, require_root};
+use crate::skip::{require, require_binary};
 
 /// The namespace of the shipped manifests.
 pub const NS: &str = "devinject-system";
@@ -22,26 +22,14 @@ pub const EXAMPLE_IMAGE: &str = "docker.io/library/busybox:1.36";
 /// image, the real `/dev/kvm`, `/dev/net/tun` and `/dev/fuse`, and the Kubernetes binaries;
 /// each missing one is a loud skip (a failure under CI).
 pub fn ready() -> bool {
-    require_root()
-        && require_binary("containerd")
-        && require_binary("ctr")
-        && require_binary("runc")
+    super::ready()
         && require_binary("dockerd")
         && require_binary("docker")
-        && require_binary("openssl")
-        && require_binary("unshare")
-        && require_binary("nsenter")
-        && require_binary("/bin/busybox")
-        && require_binary("gcc")
         && require(
             ["/dev/kvm", "/dev/net/tun", "/dev/fuse"]
                 .iter()
                 .all(|d| Path::new(d).exists()),
             "needs /dev/kvm, /dev/net/tun and /dev/fuse",
-        )
-        && require(
-            super::kube_bin_dir().is_some(),
-            "needs the Kubernetes v1.20.2 binaries (scripts/kube-build.sh)",
         )
 }
 
@@ -199,6 +187,35 @@ pub enum Via {
     RuntimeClass,
     /// The default runtime, adjusted by `devinject-nri`: the `runtimeClassName` line goes.
     Nri,
+}
+
+/// The shipped examples of real host devices: name, node, `ls -l`'s numbers.
+pub const EXAMPLES: [(&str, &str, &str); 3] = [
+    ("kvm", "/dev/kvm", "10, 232"),
+    ("tun", "/dev/net/tun", "10, 200"),
+    ("fuse", "/dev/fuse", "10, 229"),
+];
+
+/// Prints what a user sees (the DaemonSet, its pods, the node's allocatable resources), then
+/// runs each of [`EXAMPLES`] as `via` says.
+pub fn show_and_run_examples(c: &Cluster, via: Via) {
+    for args in [
+        &["-n", NS, "get", "ds,pods", "-o", "wide"][..],
+        &["get", "node", NODE, "-o", "jsonpath={.status.allocatable}"][..],
+    ] {
+        let out = c.kubectl(args).unwrap_or_default();
+        eprintln!("$ kubectl {}\n{out}", args.join(" "));
+    }
+    for (name, node, rdev) in EXAMPLES {
+        run_example(
+            c,
+            name,
+            node,
+            rdev,
+            &format!("devinject-example-{name}"),
+            via,
+        );
+    }
 }
 
 /// Runs deploy/examples/`name`.yaml as shipped but for the host network, the runtime class as

@@ -43,7 +43,7 @@ use crate::daemons::{
     output_within, poll, run_ok, short_tempdir, unmount_below, Containerd, Daemon,
 };
 use crate::sim::{demo_host, SimHost};
-use crate::skip::which;
+use crate::skip::{require, require_binary, require_root, which};
 
 pub mod image;
 pub mod install;
@@ -83,6 +83,36 @@ pub fn kube_bin_dir() -> Option<PathBuf> {
     .iter()
     .all(|b| dir.join(b).is_file())
     .then_some(dir)
+}
+
+/// Whether this machine can run a cluster: root, containerd and ctr, runc, openssl, unshare,
+/// nsenter, busybox, gcc and the Kubernetes binaries; each missing one is a loud skip (a failure
+/// under CI).
+pub fn ready() -> bool {
+    require_root()
+        && require_binary("containerd")
+        && require_binary("ctr")
+        && require_binary("runc")
+        && require_binary("openssl")
+        && require_binary("unshare")
+        && require_binary("nsenter")
+        && require_binary("/bin/busybox")
+        && require_binary("gcc")
+        && require(
+            kube_bin_dir().is_some(),
+            "needs the Kubernetes v1.20.2 binaries (scripts/kube-build.sh)",
+        )
+}
+
+/// [`ready`], and containerd `series` fetched (scripts/runtimes-fetch.sh) for the node.
+pub fn ready_with_containerd(series: &str) -> Option<crate::runtimes::Release> {
+    let release = crate::runtimes::containerd(series);
+    (ready()
+        && require(
+            release.is_some(),
+            &format!("needs containerd {series} (scripts/runtimes-fetch.sh)"),
+        ))
+    .then(|| release.expect("checked"))
 }
 
 /// A free TCP port on 127.0.0.1 (bound, then released).
