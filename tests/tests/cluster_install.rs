@@ -69,6 +69,25 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
     let refused = c.wait_refusal("kvm-forger").expect("the forger is refused");
     assert!(refused.contains("KVM_VISIBLE_DEVICES"), "{refused}");
     eprintln!("kvm-forger: {refused}");
+    // Granted tun, forges kvm too: refused, naming the forged variable, not the granted one.
+    c.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: tun-forging-kvm\nspec:\n  hostNetwork: true\n  \
+         runtimeClassName: devinject\n  restartPolicy: Never\n  containers:\n  - name: main\n    \
+         image: busybox:1.36\n    command: [ls, -l, /dev/kvm, /dev/net/tun]\n    \
+         env: [{name: KVM_VISIBLE_DEVICES, value: all}]\n    \
+         resources: {limits: {devinject.io/tun: 1}}\n",
+    )
+    .expect("apply the pod granted tun forging kvm");
+    let refused = c
+        .wait_refusal("tun-forging-kvm")
+        .expect("the forged kvm request is refused");
+    assert!(
+        refused.contains("KVM_VISIBLE_DEVICES") && !refused.contains("TUN_VISIBLE_DEVICES"),
+        "the refusal names the forged variable only: {refused}"
+    );
+    eprintln!("tun-forging-kvm: {refused}");
+    c.kubectl(&["delete", "pod", "tun-forging-kvm", "--wait=false"])
+        .unwrap();
 
     // A pod that keeps opening its device, across the next two steps.
     c.apply(
