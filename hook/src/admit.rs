@@ -83,11 +83,6 @@ pub fn asked<'a>(
 }
 
 impl Asked {
-    /// The profiles, as loaded.
-    pub fn profiles(&self) -> &ProfileSet {
-        &self.profiles
-    }
-
     /// The request variables of every profile (whose values the granted list replaces).
     pub fn request_envs(&self) -> Vec<&str> {
         self.profiles.iter().map(|p| p.request_env()).collect()

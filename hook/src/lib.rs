@@ -3,7 +3,8 @@
 //! - [`config`]: the host configuration (`/etc/devinject/config.toml`).
 //! - [`oci`]: the OCI state and the parts of `config.json` we read, size-bounded.
 //! - [`prepare`]: a container's requests → one merged plan (shared by hook and shim).
-//! - [`admit`]: env and annotations → policy → plan, the step the shim and the NRI plugin share.
+//! - [`admit`]: env and annotations → policy → plan, the step the hook, the shim and the NRI
+//!   plugin share.
 //! - [`policy`]: which requests are honoured; in Kubernetes only what the kubelet's
 //!   pod-resources API says the device plugin granted (shared by hook and shim).
 //! - [`inject`]: applying a plan inside the container's mount namespace, safely against a hostile

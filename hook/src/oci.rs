@@ -204,12 +204,7 @@ impl Spec {
 
     /// The value of env variable `name` in `process.env` (the last one wins, as in execve).
     pub fn env(&self, name: &str) -> Option<&str> {
-        self.process
-            .as_ref()?
-            .env
-            .iter()
-            .rev()
-            .find_map(|e| e.strip_prefix(name)?.strip_prefix('='))
+        env_value(&self.process.as_ref()?.env, name)
     }
 
     /// True when the container gets its own user namespace.
@@ -230,6 +225,13 @@ fn check_oci_version(v: &str, what: &str) -> Result<(), OciError> {
             problem: format!("ociVersion {v:?} is not supported: devinject understands 1.x"),
         })
     }
+}
+
+/// The value of variable `name` in `KEY=value` entries `env` (the last one wins, as in execve).
+pub fn env_value<'a>(env: &'a [String], name: &str) -> Option<&'a str> {
+    env.iter()
+        .rev()
+        .find_map(|e| e.strip_prefix(name)?.strip_prefix('='))
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use devinject_devices::ContainerLayout;
 use devinject_hook::admit::{asked, may_be_asking, AdmitError};
 use devinject_hook::config::HostConfig;
+use devinject_hook::oci::env_value;
 use devinject_hook::shim::spec_edit;
 use prost::Message;
 
@@ -135,13 +136,7 @@ impl Plugin {
         let Some(profiles) = may_be_asking(&self.config, mentions)? else {
             return Ok(None);
         };
-        let env = |name: &str| {
-            container
-                .env
-                .iter()
-                .rev()
-                .find_map(|e| e.strip_prefix(name)?.strip_prefix('='))
-        };
+        let env = |name: &str| env_value(&container.env, name);
         let Some(asked) = asked(profiles, env, &container.annotations) else {
             return Ok(None);
         };

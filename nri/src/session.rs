@@ -13,6 +13,10 @@ use crate::framing::{Message, Stream, REQUEST, RESPONSE};
 use crate::mux::{read_frame, write_frames, PLUGIN_SERVICE, RUNTIME_SERVICE};
 use crate::plugin::{Failure, Plugin};
 
+/// What the plugin logs once containerd has accepted its registration (tests and operators
+/// wait for it).
+pub const REGISTERED: &str = "registered with the runtime";
+
 /// The runtime's service, which the plugin registers with.
 const RUNTIME: &str = "nri.pkg.api.v1alpha1.Runtime";
 
@@ -99,7 +103,7 @@ pub fn serve(socket: &Path, registration: &Registration, plugin: &Plugin) -> Res
                     tracing::info!(
                         name = %registration.name,
                         index = %registration.index,
-                        "registered with the runtime"
+                        "{REGISTERED}"
                     );
                 }
             }

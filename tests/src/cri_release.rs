@@ -5,6 +5,7 @@
 //! `devinject` handler. Used by tests/containerd_cdi.rs, tests/containerd_nri.rs and
 //! `devinject-cri-bench`.
 
+use devinject_nri::session::REGISTERED;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -167,7 +168,7 @@ impl ReleaseNode {
         let log = self.root.join("nri.log");
         poll("devinject-nri to register", Duration::from_secs(30), || {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
-            Ok((text.matches("registered with the runtime").count() >= times).then_some(()))
+            Ok((text.matches(REGISTERED).count() >= times).then_some(()))
         })
         .with_context(|| {
             format!(

@@ -18,8 +18,8 @@
 //! /dev/fuse; skipped otherwise, a failure under CI.
 
 use devinject_tests::cluster::install::{
-    files_in, init_output, prepare_node, ready, rollout, run_example, show_and_run_examples,
-    test_overlay, workspace_file, workspace_path, Via, NS,
+    assert_files_gone, init_output, prepare_node, ready, rollout, run_example,
+    show_and_run_examples, test_overlay, workspace_file, workspace_path, Via, NS,
 };
 use devinject_tests::cluster::{image, Cluster, Setup, SLOW};
 use devinject_tests::cri_node::K8S_NAMESPACE;
@@ -207,16 +207,7 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
         std::fs::read(c.containerd_config()).unwrap() == before,
         "containerd's config.toml is byte-identical to before the install"
     );
-    assert_eq!(
-        files_in(&c, "/opt/devinject"),
-        Vec::<String>::new(),
-        "binaries gone"
-    );
-    assert_eq!(
-        files_in(&c, "/etc/devinject"),
-        Vec::<String>::new(),
-        "config gone"
-    );
+    assert_files_gone(&c);
     c.kubectl(&[
         "delete",
         "-f",

@@ -21,9 +21,10 @@
 //! Needs what tests/cluster_install.rs needs, plus containerd 1.7 (scripts/runtimes-fetch.sh);
 //! skipped otherwise, a failure under CI.
 
+use devinject_nri::session::REGISTERED;
 use devinject_tests::cluster::install::{
-    files_in, host_network, init_output, pod_container_log, pods, prepare_node, ready, rollout,
-    show_and_run_examples, workspace_file, workspace_path, Via, NS,
+    assert_files_gone, host_network, init_output, pod_container_log, pods, prepare_node, ready,
+    rollout, show_and_run_examples, workspace_file, workspace_path, Via, NS,
 };
 use devinject_tests::cluster::{image, ready_with_containerd, Cluster, Setup, NRI_SOCKET, SLOW};
 use devinject_tests::cri_node::HANDLER;
@@ -116,9 +117,7 @@ fn installed_through_nri_with_no_engine_edit_nor_restart_it_serves_the_examples_
         if let Some(pod) = pods(&c, NS, NODE_PODS).first() {
             nri_log = pod_container_log(NS, pod, "nri").unwrap_or_default();
         }
-        Ok(nri_log
-            .contains("registered with the runtime")
-            .then_some(()))
+        Ok(nri_log.contains(REGISTERED).then_some(()))
     })
     .unwrap_or_else(|e| {
         panic!(
@@ -184,16 +183,7 @@ fn installed_through_nri_with_no_engine_edit_nor_restart_it_serves_the_examples_
         "the uninstaller touched no engine:\n{removed}"
     );
     rollout(&c, "devinject-uninstall");
-    assert_eq!(
-        files_in(&c, "/opt/devinject"),
-        Vec::<String>::new(),
-        "binaries gone"
-    );
-    assert_eq!(
-        files_in(&c, "/etc/devinject"),
-        Vec::<String>::new(),
-        "config gone"
-    );
+    assert_files_gone(&c);
     untouched(&c, pid, &before, "after the uninstall");
     c.kubectl(&[
         "delete",

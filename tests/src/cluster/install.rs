@@ -163,6 +163,20 @@ pub fn rollout(c: &Cluster, ds: &str) {
     .unwrap_or_else(|e| panic!("rollout of {ds}: {e:#}\n{}", c.logs()));
 }
 
+/// Asserts that the uninstall left nothing in the node's `/opt/devinject` and `/etc/devinject`.
+pub fn assert_files_gone(c: &Cluster) {
+    assert_eq!(
+        files_in(c, "/opt/devinject"),
+        Vec::<String>::new(),
+        "binaries gone"
+    );
+    assert_eq!(
+        files_in(c, "/etc/devinject"),
+        Vec::<String>::new(),
+        "config gone"
+    );
+}
+
 /// Files under `dir` as the node sees it (none when it does not exist).
 pub fn files_in(c: &Cluster, dir: &str) -> Vec<String> {
     let root = c.in_node_ns(dir).unwrap();

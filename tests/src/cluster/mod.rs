@@ -25,6 +25,7 @@
 //! [`Cluster`] tears everything down in `Drop`, also when a test fails: pods, the plugin, the
 //! kubelet (its pod cgroups and mounts), the control plane, containerd, the temp dir.
 
+use devinject_nri::session::REGISTERED;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -660,7 +661,7 @@ impl Cluster {
         self.nri_plugin = Some(Daemon::start("devinject-nri", cmd, &log)?);
         poll("devinject-nri to register", SLOW, || {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
-            Ok(text.contains("registered with the runtime").then_some(()))
+            Ok(text.contains(REGISTERED).then_some(()))
         })
         .map_err(|e| e.context(self.logs()))
     }
