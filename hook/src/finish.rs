@@ -4,6 +4,10 @@
 //! read-only (through the same fd-based applier as the hook, so a hostile or raced rootfs cannot
 //! redirect them), makes the soname links and refreshes the linker cache, from explicit arguments
 //! (no profile lookup, no request parsing: the shim did that once).
+//!
+//! For the NRI plugin, whose adjustment cannot add a group to the process, it also gives the
+//! nodes named by `--group-node` (which the runtime made from `linux.devices`) to the process's
+//! group when the process lacks theirs ([`crate::inject::nodes::regroup`]).
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -24,11 +28,15 @@ pub struct FinishArgs {
     pub links: Vec<Symlink>,
     /// Directories for the linker cache.
     pub ldcache_dirs: Vec<PathBuf>,
+    /// Container paths of `linux.devices` nodes to give to the process's group if it lacks
+    /// theirs.
+    pub group_nodes: Vec<PathBuf>,
 }
 
 impl FinishArgs {
     /// Parses `--mount HOST CONTAINER`, `--library HOST CONTAINER` (a mount the linker cache
-    /// must list), `--link PATH=TARGET` and `--ldcache-dir DIR`, repeatable.
+    /// must list), `--link PATH=TARGET`, `--ldcache-dir DIR` and `--group-node PATH`,
+    /// repeatable.
     pub fn parse(args: &[String]) -> Result<Self, String> {
         let mut out = Self::default();
         let mut it = args.iter();
@@ -61,6 +69,11 @@ impl FinishArgs {
                         it.next().ok_or("--ldcache-dir needs a directory")?,
                     ));
                 }
+                "--group-node" => {
+                    out.group_nodes.push(PathBuf::from(
+                        it.next().ok_or("--group-node needs a container path")?,
+                    ));
+                }
                 other => return Err(format!("unknown finish argument {other:?}")),
             }
         }
@@ -82,16 +95,17 @@ pub fn finish(
         });
     }
     let spec = Spec::load(&state.bundle)?;
-    let paths =
-        args.links
-            .iter()
-            .map(|l| ("finish --link", &l.link))
-            .chain(args.mounts.iter().flat_map(|m| {
-                [
-                    ("finish --mount", &m.host_path),
-                    ("finish --mount", &m.container_path),
-                ]
-            }));
+    let paths = args
+        .links
+        .iter()
+        .map(|l| ("finish --link", &l.link))
+        .chain(args.mounts.iter().flat_map(|m| {
+            [
+                ("finish --mount", &m.host_path),
+                ("finish --mount", &m.container_path),
+            ]
+        }))
+        .chain(args.group_nodes.iter().map(|p| ("finish --group-node", p)));
     for (what, p) in paths {
         if !p.is_absolute() {
             return Err(HookError::Input(OciError::Invalid {
@@ -114,11 +128,18 @@ pub fn finish(
             dirs: args.ldcache_dirs.clone(),
         });
     }
+    let regroup = args
+        .group_nodes
+        .iter()
+        .map(|p| spec.device_node(p))
+        .collect::<Result<Vec<_>, _>>()?;
     let target = Target {
         pid: state.pid,
         rootfs: spec.rootfs(&state.bundle)?,
         bind_nodes: true,
         readonly_rootfs: spec.root.as_ref().is_some_and(|r| r.readonly),
+        user: spec.process.as_ref().map(|p| p.user.clone()),
+        regroup,
     };
     inject::apply(
         &target,
@@ -163,5 +184,8 @@ mod tests {
         assert_eq!(a.ldcache_dirs, [PathBuf::from("/usr/lib")]);
         assert!(FinishArgs::parse(&["--link".into(), "nolink".into()]).is_err());
         assert!(FinishArgs::parse(&["--bogus".into()]).is_err());
+        let g = FinishArgs::parse(&["--group-node".into(), "/dev/dri/renderD128".into()]).unwrap();
+        assert_eq!(g.group_nodes, [PathBuf::from("/dev/dri/renderD128")]);
+        assert!(FinishArgs::parse(&["--group-node".into()]).is_err());
     }
 }

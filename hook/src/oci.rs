@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use devinject_devices::{DeviceNode, NodeKind};
 use serde::Deserialize;
 
 /// The largest OCI state accepted on stdin.
@@ -105,6 +106,31 @@ pub struct Process {
     /// `KEY=value` entries.
     #[serde(default)]
     pub env: Vec<String>,
+    /// `user`: who the process runs as.
+    #[serde(default)]
+    pub user: User,
+}
+
+/// `process.user` (ids as the container sees them).
+#[derive(Debug, Clone, Deserialize, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct User {
+    /// `uid`.
+    #[serde(default)]
+    pub uid: u32,
+    /// `gid`.
+    #[serde(default)]
+    pub gid: u32,
+    /// `additionalGids`.
+    #[serde(default)]
+    pub additional_gids: Vec<u32>,
+}
+
+impl User {
+    /// Whether this process lacks group `gid`: it runs as neither root nor a member.
+    pub fn lacks_group(&self, gid: u32) -> bool {
+        self.uid != 0 && self.gid != gid && !self.additional_gids.contains(&gid)
+    }
 }
 
 /// `linux`.
@@ -113,6 +139,32 @@ pub struct Linux {
     /// Namespaces.
     #[serde(default)]
     pub namespaces: Vec<Namespace>,
+    /// Device nodes the runtime makes.
+    #[serde(default)]
+    pub devices: Vec<LinuxDevice>,
+}
+
+/// One `linux.devices` entry.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LinuxDevice {
+    /// Container path.
+    pub path: PathBuf,
+    /// `c`, `b`, `u` or `p`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Major number.
+    #[serde(default)]
+    pub major: i64,
+    /// Minor number.
+    #[serde(default)]
+    pub minor: i64,
+    /// File mode (permission bits).
+    pub file_mode: Option<u32>,
+    /// Owner.
+    pub uid: Option<u32>,
+    /// Group.
+    pub gid: Option<u32>,
 }
 
 /// One `linux.namespaces` entry.
@@ -207,6 +259,39 @@ impl Spec {
         env_value(&self.process.as_ref()?.env, name)
     }
 
+    /// The `linux.devices` entry at container path `path`, as a node (its host path is the
+    /// container path: the runtime made it already).
+    pub fn device_node(&self, path: &Path) -> Result<DeviceNode, OciError> {
+        let invalid = |problem: String| OciError::Invalid {
+            what: format!("linux.devices entry {}", path.display()),
+            problem,
+        };
+        let d = self
+            .linux
+            .iter()
+            .flat_map(|l| &l.devices)
+            .find(|d| d.path == path)
+            .ok_or_else(|| invalid("config.json has none".into()))?;
+        let kind = match d.kind.as_str() {
+            "c" | "u" => NodeKind::Char,
+            "b" => NodeKind::Block,
+            other => return Err(invalid(format!("type {other:?} is not a device"))),
+        };
+        let number = |n: i64, what: &str| {
+            u32::try_from(n).map_err(|_| invalid(format!("{what} number {n} is out of range")))
+        };
+        Ok(DeviceNode {
+            host_path: d.path.clone(),
+            container_path: d.path.clone(),
+            kind,
+            major: number(d.major, "major")?,
+            minor: number(d.minor, "minor")?,
+            mode: d.file_mode.unwrap_or(0o666) & 0o7777,
+            uid: d.uid.unwrap_or(0),
+            gid: d.gid.unwrap_or(0),
+        })
+    }
+
     /// True when the container gets its own user namespace.
     pub fn has_user_namespace(&self) -> bool {
         self.linux
@@ -237,6 +322,30 @@ pub fn env_value<'a>(env: &'a [String], name: &str) -> Option<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_the_user_and_a_device_entry_as_a_node() {
+        let s = Spec::parse(
+            br#"{"ociVersion":"1.1.0","process":{"user":{"uid":1000,"gid":1000,"additionalGids":[44]}},
+                "linux":{"devices":[{"path":"/dev/dri/renderD128","type":"c","major":226,"minor":128,"fileMode":8624,"gid":107},
+                                    {"path":"/dev/p","type":"p"}]}}"#,
+            "t",
+        )
+        .unwrap();
+        let user = &s.process.as_ref().unwrap().user;
+        assert!(user.lacks_group(107));
+        assert!(!user.lacks_group(44) && !user.lacks_group(1000));
+        assert!(!User::default().lacks_group(107), "root lacks nothing");
+        let n = s.device_node(Path::new("/dev/dri/renderD128")).unwrap();
+        assert_eq!(
+            (n.kind, n.major, n.minor, n.mode, n.uid, n.gid),
+            (NodeKind::Char, 226, 128, 0o660, 0, 107)
+        );
+        let missing = s.device_node(Path::new("/dev/none")).unwrap_err();
+        assert!(missing.to_string().contains("/dev/none"), "{missing}");
+        let fifo = s.device_node(Path::new("/dev/p")).unwrap_err();
+        assert!(fifo.to_string().contains("not a device"), "{fifo}");
+    }
 
     #[test]
     fn parses_runc_state() {

@@ -76,11 +76,17 @@ pub fn run(config: &HostConfig, stdin: impl Read) -> Result<Outcome, HookError> 
         return Ok(Outcome::Nothing);
     };
     let rootless = !nix::unistd::geteuid().is_root();
+    let bind_nodes = rootless || spec.has_user_namespace();
     let target = Target {
         pid: state.pid,
         rootfs: rootfs_path,
-        bind_nodes: rootless || spec.has_user_namespace(),
+        bind_nodes,
         readonly_rootfs: spec.root.as_ref().is_some_and(|r| r.readonly),
+        // A bound node keeps the host's owner: nothing to give.
+        user: (!bind_nodes)
+            .then(|| spec.process.as_ref().map(|p| p.user.clone()))
+            .flatten(),
+        regroup: Vec::new(),
     };
     let report = inject::apply(
         &target,

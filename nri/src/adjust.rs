@@ -1,7 +1,9 @@
 //! A container's plan as an NRI container adjustment: the nodes as devices (containerd also
 //! allows each in the device cgroup), the profile's env, and the `createRuntime` hook that
 //! mounts the files read-only and refreshes the linker cache, exactly as the runtime shim
-//! writes them into `config.json` ([`devinject_hook::shim::spec_edit`]).
+//! writes them into `config.json` ([`devinject_hook::shim::spec_edit`]). A node only its group
+//! may use keeps the host's owner here; the finish hook gives it to the process's group when the
+//! process lacks that one (`--group-node`): NRI's adjustment cannot add a group to the process.
 
 use devinject_devices::ContainerEdits;
 use serde_json::Value;
@@ -16,17 +18,6 @@ pub enum AdjustError {
     UserNamespace {
         /// The container.
         container: String,
-    },
-    /// A node only its group may use, for a non-root process without that group: NRI's
-    /// adjustment cannot add a group.
-    #[error("container {container}: {node} is usable only by group {gid}, and NRI cannot add a group to the container's process: give the pod securityContext.supplementalGroups: [{gid}], or run it with the devinject runtime (runtimeClassName: devinject)")]
-    GroupOnly {
-        /// The container.
-        container: String,
-        /// The node.
-        node: String,
-        /// Its group.
-        gid: u32,
     },
 }
 
@@ -47,18 +38,6 @@ pub fn adjustment(
         return Err(AdjustError::UserNamespace {
             container: container.name.clone(),
         });
-    }
-    for n in &edits.device_nodes {
-        let Some(gid) = n.access_group() else {
-            continue;
-        };
-        if lacks_group(container, gid) {
-            return Err(AdjustError::GroupOnly {
-                container: container.name.clone(),
-                node: n.container_path.display().to_string(),
-                gid,
-            });
-        }
     }
     let devices = edits
         .device_nodes
@@ -101,17 +80,6 @@ pub fn adjustment(
         hooks,
         linux: Some(api::LinuxContainerAdjustment { devices }),
     })
-}
-
-/// Whether the container's process certainly cannot use a node of group `gid`: it runs as a
-/// user other than root, and `gid` is neither its group nor one of its groups. Only NRI versions
-/// newer than containerd 2.1's tell plugins the user; with older ones nothing is known and
-/// nothing is refused (a root process needs no group).
-fn lacks_group(container: &api::Container, gid: u32) -> bool {
-    container
-        .user
-        .as_ref()
-        .is_some_and(|u| u.uid != 0 && u.gid != gid && !u.additional_gids.contains(&gid))
 }
 
 /// The shim's hook entry (`path`, `args`, `env`, `timeout`) as an NRI hook.
@@ -206,35 +174,5 @@ mod tests {
         });
         let e = adjustment(&c, &edits(0o666, 0), &[], None).unwrap_err();
         assert!(e.to_string().contains("runtimeClassName: devinject"), "{e}");
-    }
-
-    #[test]
-    fn a_known_non_root_user_without_the_group_is_refused_naming_it() {
-        let mut c = container(&[]);
-        assert!(
-            adjustment(&c, &edits(0o660, 107), &[], None).is_ok(),
-            "user unknown"
-        );
-        c.user = Some(api::User {
-            uid: 1000,
-            gid: 1000,
-            additional_gids: vec![],
-        });
-        let e = adjustment(&c, &edits(0o660, 107), &[], None).unwrap_err();
-        assert!(e.to_string().contains("supplementalGroups: [107]"), "{e}");
-        c.user.as_mut().unwrap().additional_gids.push(107);
-        assert!(
-            adjustment(&c, &edits(0o660, 107), &[], None).is_ok(),
-            "has the group"
-        );
-        c.user = Some(api::User::default());
-        assert!(
-            adjustment(&c, &edits(0o660, 107), &[], None).is_ok(),
-            "root"
-        );
-        assert!(
-            adjustment(&container(&[]), &edits(0o666, 107), &[], None).is_ok(),
-            "world-usable"
-        );
     }
 }

@@ -151,7 +151,12 @@ impl Plugin {
             return Ok(None);
         };
         let request_envs = asked.request_envs();
-        let finish = spec_edit::finish_hook(&self.hook, self.config_path.as_deref(), &plan.edits);
+        let finish = spec_edit::finish_hook(
+            &self.hook,
+            self.config_path.as_deref(),
+            &plan.edits,
+            spec_edit::GroupAccess::NodeGroup,
+        );
         let adjust = adjustment(container, &plan.edits, &request_envs, finish.as_ref())?;
         tracing::info!(
             container = %container.name,

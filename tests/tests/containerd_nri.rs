@@ -10,6 +10,10 @@
 //! - A container asking for nothing is left alone.
 //! - A request naming a device that does not exist fails the creation with devinject's message.
 //! - The plugin connects again after containerd restarts.
+//! - A container running as uid 1000 with no supplementary groups opens its granted devices
+//!   whose host nodes are `0660 root:4242`: NRI cannot add a group to the process, so the finish
+//!   hook gives the nodes runc made to the process's group; the un-granted accel2 (bind-mounted
+//!   with the host's owner) stays refused.
 //!
 //! The host configuration's request policy is `env` here (no kubelet); the `kubernetes` policy
 //! on this path is the real kubelet's test. Needs root, runc, busybox, gcc, the built binaries
@@ -22,7 +26,7 @@ use devinject_tests::cri::ContainerSpec;
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::cri_release::{ready, Paths, ReleaseNode};
 use devinject_tests::probe::Report;
-use devinject_tests::sim::{assert_demo_granted_0_1_in, demo_probe_args, LIB};
+use devinject_tests::sim::{assert_demo_granted_0_1_in, demo_probe_args, ACCELS, LIB};
 
 /// The probe asking for `request` (`DEMO_VISIBLE_DEVICES`), with accel2 bind-mounted.
 fn probe(node: &ReleaseNode, name: &str, request: Option<&str>) -> ContainerSpec {
@@ -110,4 +114,63 @@ fn containerd_1_7_injects_through_the_nri_plugin() {
 #[test]
 fn containerd_2_injects_through_the_nri_plugin() {
     injects_through_nri("2");
+}
+
+/// The group of the render-node-like accelerators.
+const GROUP: u32 = 4242;
+
+fn non_root_opens_group_owned_devices_through_nri(series: &str) {
+    let Some(release) = ready(series) else {
+        return;
+    };
+    let paths = Paths {
+        nri: true,
+        accel_group: Some(GROUP),
+        host_config: "policy = \"env\"".into(),
+        ..Paths::default()
+    };
+    let mut node = ReleaseNode::start(&release, &paths).unwrap_or_else(|e| panic!("{e:#}"));
+    node.start_nri_plugin().unwrap_or_else(|e| panic!("{e:#}"));
+    let (pod, config) = node.pod("nri-user", "").unwrap_or_else(|e| panic!("{e:#}"));
+    let spec = ContainerSpec {
+        user: Some((1000, 1000)),
+        ..probe(&node, "user", Some("0,1"))
+    };
+    let (code, output) = node
+        .run(&pod, &config, &spec)
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .unwrap_or_else(|e| panic!("{e}\n--- plugin\n{}", node.nri_log()));
+    assert_eq!(code, 0, "probe exited {code}:\n{output}");
+    let report = Report::parse(&output);
+    for (name, major, minor) in [ACCELS[0], ACCELS[1]] {
+        let n = report.node(&format!("/dev/demo/{name}"));
+        assert_eq!(
+            (
+                n.kind.as_str(),
+                n.major,
+                n.minor,
+                n.mode.as_str(),
+                n.open.as_str()
+            ),
+            ("c", major, minor, "660", "ok"),
+            "{name}, granted, opens as uid 1000 on containerd {series}:\n{output}"
+        );
+    }
+    let accel2 = report.node("/dev/demo/accel2");
+    assert!(
+        accel2.open.contains("Permission_denied"),
+        "un-granted accel2 keeps the host's group and is refused: {accel2:?}\n{output}"
+    );
+    assert_eq!(report.node("/dev/demo/accel3").kind, "missing", "{output}");
+    node.cri.remove_pod(&pod).expect("remove pod");
+}
+
+#[test]
+fn containerd_1_7_gives_a_non_root_container_its_nodes_through_nri() {
+    non_root_opens_group_owned_devices_through_nri("1.7");
+}
+
+#[test]
+fn containerd_2_gives_a_non_root_container_its_nodes_through_nri() {
+    non_root_opens_group_owned_devices_through_nri("2");
 }

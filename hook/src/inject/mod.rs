@@ -21,7 +21,7 @@ use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use devinject_devices::ContainerEdits;
+use devinject_devices::{ContainerEdits, DeviceNode};
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sched::CloneFlags;
@@ -29,6 +29,7 @@ use nix::sys::stat::Mode;
 use nix::sys::wait::{waitpid, WaitStatus};
 
 use crate::config::MountApi;
+use crate::oci::User;
 use crate::sys;
 use ld_so_cache::update;
 use mounts::{MountAttrs, Source};
@@ -84,6 +85,14 @@ pub enum InjectError {
         /// What it is instead.
         why: String,
     },
+    /// A node the runtime made could not be given to the process's group.
+    #[error("refusing to give {path} to the group of the container's process: {why}; the node must be the one the runtime made on the container's own /dev (mount no volume over it), or give the container the node's group (securityContext.supplementalGroups) or run it with the devinject runtime")]
+    Regroup {
+        /// The container path.
+        path: PathBuf,
+        /// What it is instead.
+        why: String,
+    },
     /// ldconfig ran past its time limit and was killed.
     #[error("ldconfig did not finish within {secs} s in the container and was killed: the image's /etc/ld.so.conf, a file it includes, or /var/cache/ldconfig/aux-cache may be a FIFO or device (raise ldconfig_timeout in the devinject config if the image is just large)")]
     LdconfigTimeout {
@@ -103,9 +112,23 @@ pub struct Target {
     pub bind_nodes: bool,
     /// The rootfs is read-only: a failed linker cache refresh is only a warning.
     pub readonly_rootfs: bool,
+    /// The process's user, when nodes are made (not bound): a node only its group may use
+    /// ([`DeviceNode::access_group`]) is given to the process's own group when it lacks that
+    /// one, so that a non-root process can use what it was granted.
+    pub user: Option<User>,
+    /// Nodes the runtime already made (from `linux.devices`) that the process may need given
+    /// to its group, as above: NRI's adjustment cannot add a group to the process.
+    pub regroup: Vec<DeviceNode>,
 }
 
 impl Target {
+    /// The group `node` must get in the container for the process to use it, when not its own.
+    pub fn process_group_for(&self, node: &DeviceNode) -> Option<u32> {
+        let user = self.user.as_ref()?;
+        let gid = node.access_group()?;
+        user.lacks_group(gid).then_some(user.gid)
+    }
+
     /// Host uid and gid of the container's root when it has a user namespace (read from
     /// `/proc/<pid>/{uid,gid}_map`), else `None`.
     pub fn userns_owner(&self) -> Option<(u32, u32)> {
@@ -143,6 +166,8 @@ pub struct Report {
     pub ldconfig_ran: bool,
     /// Whether the new mount API was used.
     pub new_mount_api: bool,
+    /// Nodes given to the process's group.
+    pub regrouped: usize,
 }
 
 /// Applies `edits` to `target`. Env edits are ignored here (a hook cannot change the process
@@ -154,9 +179,26 @@ pub fn apply(
     ldconfig: &ldcache::Ldconfig,
 ) -> Result<Report, InjectError> {
     let mut report = Report::default();
-    if edits.device_nodes.is_empty() && edits.mounts.is_empty() && edits.hooks.is_empty() {
+    let regroup: Vec<(&DeviceNode, u32)> = target
+        .regroup
+        .iter()
+        .filter_map(|n| Some((n, target.process_group_for(n)?)))
+        .collect();
+    if edits.device_nodes.is_empty()
+        && edits.mounts.is_empty()
+        && edits.hooks.is_empty()
+        && regroup.is_empty()
+    {
         return Ok(report);
     }
+    // The filesystems the host shows: a node to regroup must be on none of them.
+    let host_devs = if regroup.is_empty() {
+        Vec::new()
+    } else {
+        let text = std::fs::read_to_string("/proc/self/mountinfo")
+            .map_err(|e| InjectError::Child(format!("cannot read /proc/self/mountinfo: {e}")))?;
+        mountinfo::devices(&text)
+    };
     let ns_path = format!("/proc/{}/ns/mnt", target.pid);
     let mnt_ns = nix::fcntl::open(
         ns_path.as_str(),
@@ -229,7 +271,11 @@ pub fn apply(
         nix::sys::stat::umask(Mode::empty());
         let root = Rootfs::open(&target.rootfs)?.with_userns_owner(owner);
         for (node, source) in edits.device_nodes.iter().zip(node_sources) {
-            nodes::create(&root, node, source)?;
+            let gid = target.process_group_for(node).unwrap_or(node.gid);
+            nodes::create(&root, node, source, gid)?;
+        }
+        for (node, gid) in &regroup {
+            nodes::regroup(&root, node, *gid, &host_devs)?;
         }
         for (m, source) in edits.mounts.iter().zip(file_sources) {
             let attrs = MountAttrs::File;
@@ -258,6 +304,7 @@ pub fn apply(
         }
     })?;
     report.nodes = edits.device_nodes.len();
+    report.regrouped = regroup.len();
     report.mounts = edits.mounts.len();
     report.links = edits.symlinks().len();
 

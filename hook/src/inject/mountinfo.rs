@@ -1,4 +1,5 @@
-//! Reading `/proc/self/mountinfo`: which procfs mounts lie inside a rootfs.
+//! Reading `/proc/self/mountinfo`: which procfs mounts lie inside a rootfs, and which
+//! filesystems a mount namespace shows.
 //!
 //! Before `pivot_root`, the container's procfs is mounted at `<rootfs>/proc`, and its
 //! `/proc/1/root` is runc init's root: the host's `/`. A chroot into the rootfs does not stop a
@@ -19,6 +20,18 @@ pub fn procfs_under(text: &str, root: &Path) -> Vec<PathBuf> {
         .collect();
     out.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     out
+}
+
+/// The `(major, minor)` device numbers of every filesystem mounted in a mountinfo file
+/// `text`: a file whose `st_dev` is not among the host's is on a filesystem only a container's
+/// namespace holds.
+pub fn devices(text: &str) -> Vec<(u32, u32)> {
+    text.lines()
+        .filter_map(|l| {
+            let (major, minor) = l.split(' ').nth(2)?.split_once(':')?;
+            Some((major.parse().ok()?, minor.parse().ok()?))
+        })
+        .collect()
 }
 
 /// `(mount point, fstype)` of one mountinfo line (proc(5): the fstype follows the ` - `
@@ -78,6 +91,16 @@ mod tests {
             ]
         );
         assert!(procfs_under(TEXT, Path::new("/elsewhere")).is_empty());
+    }
+
+    #[test]
+    fn lists_the_device_numbers_of_every_mount() {
+        let got = devices(TEXT);
+        assert_eq!(got.len(), 7);
+        assert_eq!(got[0], (0, 21));
+        assert!(got.contains(&(0, 62)));
+        assert!(!got.contains(&(0, 64)));
+        assert!(devices("garbage\n1 2 x:y / /").is_empty());
     }
 
     #[test]

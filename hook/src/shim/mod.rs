@@ -154,7 +154,12 @@ pub fn edit_bundle(
         })?;
     let hook = config.hook.clone().unwrap_or_else(default_hook_path);
     let request_envs = asked.request_envs();
-    let finish = spec_edit::finish_hook(&hook, config_path, &plan.edits);
+    let finish = spec_edit::finish_hook(
+        &hook,
+        config_path,
+        &plan.edits,
+        spec_edit::GroupAccess::ProcessGroups,
+    );
     spec_edit::apply(&mut value, &plan.edits, &request_envs, finish)?;
     let out = serde_json::to_vec(&value).map_err(|e| OciError::Parse {
         what: what.clone(),

@@ -229,11 +229,41 @@ fn has_user_namespace(spec: &Value) -> bool {
         .is_some_and(|ns| ns.iter().any(|n| n.get("type") == Some(&json!("user"))))
 }
 
-/// The createRuntime hook entry that mounts the plan's files read-only, makes soname links and
-/// refreshes the linker cache, or `None` when the plan has none of these. It gets an explicit
-/// empty env: nothing of the container's (CVE-2025-23266 class).
-pub fn finish_hook(hook: &Path, config: Option<&Path>, edits: &ContainerEdits) -> Option<Value> {
-    if edits.mounts.is_empty() && edits.symlinks().is_empty() && edits.ldcache_dirs().is_empty() {
+/// How a non-root process comes to use a granted node only its group may use
+/// ([`DeviceNode::access_group`](devinject_devices::DeviceNode::access_group)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupAccess {
+    /// The group is added to `process.user.additionalGids` (the shim edits the spec).
+    ProcessGroups,
+    /// The finish step gives the node the runtime made to the process's own group (NRI, whose
+    /// adjustment cannot add a group to the process).
+    NodeGroup,
+}
+
+/// The createRuntime hook entry that mounts the plan's files read-only, makes soname links,
+/// refreshes the linker cache and, with [`GroupAccess::NodeGroup`], gives group-only nodes to
+/// the process's group; `None` when there is none of these to do. It gets an explicit empty
+/// env: nothing of the container's (CVE-2025-23266 class).
+pub fn finish_hook(
+    hook: &Path,
+    config: Option<&Path>,
+    edits: &ContainerEdits,
+    access: GroupAccess,
+) -> Option<Value> {
+    let group_nodes: Vec<&Path> = match access {
+        GroupAccess::ProcessGroups => Vec::new(),
+        GroupAccess::NodeGroup => edits
+            .device_nodes
+            .iter()
+            .filter(|n| n.access_group().is_some())
+            .map(|n| n.container_path.as_path())
+            .collect(),
+    };
+    if edits.mounts.is_empty()
+        && edits.symlinks().is_empty()
+        && edits.ldcache_dirs().is_empty()
+        && group_nodes.is_empty()
+    {
         return None;
     }
     let mut args = vec![json!("devinject-hook")];
@@ -259,6 +289,10 @@ pub fn finish_hook(hook: &Path, config: Option<&Path>, edits: &ContainerEdits) -
     for d in edits.ldcache_dirs() {
         args.push(json!("--ldcache-dir"));
         args.push(json!(d));
+    }
+    for p in group_nodes {
+        args.push(json!("--group-node"));
+        args.push(json!(p));
     }
     Some(json!({ "path": hook, "args": args, "env": [], "timeout": 30 }))
 }
@@ -312,7 +346,12 @@ mod tests {
     fn applies_devices_rules_env_and_the_finish_hook_with_the_files() {
         let mut spec: Value = serde_json::from_str(SPEC).unwrap();
         let e = edits();
-        let hook = finish_hook(Path::new("/opt/devinject/bin/devinject-hook"), None, &e);
+        let hook = finish_hook(
+            Path::new("/opt/devinject/bin/devinject-hook"),
+            None,
+            &e,
+            GroupAccess::ProcessGroups,
+        );
         apply(&mut spec, &e, &["DEMO_VISIBLE_DEVICES"], hook).unwrap();
         assert_eq!(spec["linux"]["devices"][0]["path"], "/dev/demo/accel0");
         assert_eq!(spec["linux"]["devices"][0]["fileMode"], 0o666);
@@ -460,10 +499,45 @@ mod tests {
     }
 
     #[test]
+    fn for_nri_the_finish_hook_names_the_group_only_nodes() {
+        let mut e = ContainerEdits {
+            device_nodes: edits().device_nodes,
+            ..ContainerEdits::default()
+        };
+        let hook = Path::new("/hook");
+        assert!(
+            finish_hook(hook, None, &e, GroupAccess::NodeGroup).is_none(),
+            "a world-usable node needs no finish step"
+        );
+        let mut render = e.device_nodes[0].clone();
+        render.container_path = PathBuf::from("/dev/dri/renderD128");
+        render.mode = 0o660;
+        render.gid = 107;
+        e.device_nodes.push(render);
+        assert!(finish_hook(hook, None, &e, GroupAccess::ProcessGroups).is_none());
+        let h = finish_hook(hook, None, &e, GroupAccess::NodeGroup).unwrap();
+        let args: Vec<&str> = h["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(
+            args,
+            [
+                "devinject-hook",
+                "finish",
+                "--group-node",
+                "/dev/dri/renderD128"
+            ]
+        );
+    }
+
+    #[test]
     fn applying_twice_changes_nothing() {
         let mut spec: Value = serde_json::from_str(SPEC).unwrap();
         let e = edits();
-        let hook = finish_hook(Path::new("/hook"), None, &e);
+        let hook = finish_hook(Path::new("/hook"), None, &e, GroupAccess::ProcessGroups);
         apply(&mut spec, &e, &["DEMO_VISIBLE_DEVICES"], hook.clone()).unwrap();
         let once = spec.clone();
         apply(&mut spec, &e, &["DEMO_VISIBLE_DEVICES"], hook).unwrap();
@@ -754,7 +828,7 @@ mod props {
             original in spec(),
             e in edits(),
         ) {
-            let hook = finish_hook(Path::new("/opt/devinject/bin/devinject-hook"), None, &e);
+            let hook = finish_hook(Path::new("/opt/devinject/bin/devinject-hook"), None, &e, GroupAccess::ProcessGroups);
             let mut once = original.clone();
             if let Err(err) = apply(&mut once, &e, &[REQUEST_ENV], hook.clone()) {
                 // A refusal must be one the input explains, or this case would check nothing.
