@@ -268,6 +268,9 @@ pub fn finish_hook(
     }
     let mut args = vec![json!("devinject-hook")];
     if let Some(c) = config {
+        // The hook runs in whatever directory the runtime chooses: a relative path given to the
+        // shim or the NRI plugin would name another file there.
+        let c = std::path::absolute(c).unwrap_or_else(|_| c.to_owned());
         args.push(json!("--config"));
         args.push(json!(c));
     }
@@ -516,6 +519,12 @@ mod tests {
         e.device_nodes.push(render);
         assert!(finish_hook(hook, None, &e, GroupAccess::ProcessGroups).is_none());
         let h = finish_hook(hook, None, &e, GroupAccess::NodeGroup).unwrap();
+        let relative = finish_hook(hook, Some(Path::new("c.toml")), &e, GroupAccess::NodeGroup);
+        assert_eq!(
+            relative.unwrap()["args"][2],
+            json!(std::env::current_dir().unwrap().join("c.toml")),
+            "a relative --config is made absolute for the hook"
+        );
         let args: Vec<&str> = h["args"]
             .as_array()
             .unwrap()
