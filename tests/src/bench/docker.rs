@@ -45,6 +45,8 @@ pub struct DockerFigures {
     pub shim: Samples,
     /// The hook-only wrapper runtime, when built.
     pub hook: Option<Samples>,
+    /// `native` again, in its own turn: the A/A pair that shows the noise.
+    pub native_again: Samples,
 }
 
 /// The outcome of row 3.
@@ -135,9 +137,10 @@ fn run(opts: &Options, host: &BenchHost, bins: &Binaries) -> Result<DockerFigure
     let mut wrapped = native.clone();
     wrapped.insert(2, format!("--runtime={RUNC_WITH_ARGS}"));
     let mut variants = vec![
-        ("native", native, false),
+        ("native", native.clone(), false),
         ("native, wrapped", wrapped, false),
         ("shim", injected(SHIM), true),
+        ("native again", native, false),
     ];
     if bins.hook_only_runtime.is_some() {
         variants.push(("hook", injected(HOOK_ONLY), true));
@@ -162,7 +165,7 @@ fn run(opts: &Options, host: &BenchHost, bins: &Binaries) -> Result<DockerFigure
     }
 
     let mut samples = vec![Samples::default(); variants.len()];
-    for round in 0..opts.warmup + opts.runs {
+    for round in 0..opts.warmup + opts.docker_runs {
         for i in in_turn(variants.len(), round) {
             let ((name, args, _), s) = (&variants[i], &mut samples[i]);
             let mut a: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -185,6 +188,7 @@ fn run(opts: &Options, host: &BenchHost, bins: &Binaries) -> Result<DockerFigure
         native: it.next().context("native samples")?,
         native_wrapped: it.next().context("wrapped native samples")?,
         shim: it.next().context("shim samples")?,
+        native_again: it.next().context("native again samples")?,
         hook: it.next(),
     })
 }

@@ -10,6 +10,7 @@
 //! - [`matrix`]: rows 1 and 2 (the N × L matrix, and the shim pass-through).
 //! - [`docker`]: row 3.
 //! - [`discovery`]: row 5, in-process.
+//! - [`storm`]: row 6, many containers started at once.
 //! - [`stats`] and [`report`]: medians with min and max, and the Markdown tables.
 //!
 //! Row 4 (the device plugin's Allocate latency) is the plugin's own benchmark; scripts/bench.sh
@@ -24,6 +25,7 @@ pub mod report;
 pub mod scratch;
 pub mod start;
 pub mod stats;
+pub mod storm;
 pub mod timer;
 
 use std::path::PathBuf;
@@ -49,6 +51,8 @@ pub enum Part {
     Docker,
     /// Row 5: discovery.
     Discovery,
+    /// Row 6: start storms.
+    Storm,
 }
 
 /// What to measure and how often.
@@ -66,10 +70,16 @@ pub struct Options {
     pub docker_devices: usize,
     /// Libraries in the docker row.
     pub docker_libraries: usize,
+    /// Timed runs per figure of the docker row.
+    pub docker_runs: usize,
     /// Devices on the discovery host.
     pub discovery_devices: usize,
     /// Libraries on the discovery host.
     pub discovery_libraries: usize,
+    /// Containers started at once in the storm row.
+    pub storm_sizes: Vec<usize>,
+    /// Rounds of the storm row.
+    pub storm_rounds: usize,
     /// The parts to run.
     pub parts: Vec<Part>,
     /// The filesystem of the containers' upper layers.
@@ -143,6 +153,16 @@ pub fn run(opts: &Options) -> Result<Report> {
     if opts.parts.contains(&Part::Discovery) {
         let host = factory.host(opts.discovery_devices, opts.discovery_libraries)?;
         report.discovery = Some(discovery::measure(opts, &host)?);
+    }
+    if opts.parts.contains(&Part::Storm) {
+        let host = factory.host(1, 0)?;
+        report.storm = storm::measure(
+            &setup.scratch.bundles.join("storm"),
+            &setup,
+            &host,
+            &opts.storm_sizes,
+            opts.storm_rounds,
+        )?;
     }
     report.env.load_after = load_average();
     Ok(report)

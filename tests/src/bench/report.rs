@@ -6,6 +6,7 @@ use super::discovery::DiscoveryRow;
 use super::docker::DockerRow;
 use super::matrix::{MatrixRow, PassThrough};
 use super::stats::{short, Samples};
+use super::storm::StormRow;
 
 /// Where and how the figures were taken.
 #[derive(Debug, Clone, Default)]
@@ -45,6 +46,8 @@ pub struct Report {
     pub docker: Option<DockerRow>,
     /// Row 5.
     pub discovery: Option<DiscoveryRow>,
+    /// Row 6.
+    pub storm: Vec<StormRow>,
 }
 
 /// The targets of the benchmark issue.
@@ -57,6 +60,8 @@ pub mod targets {
     pub const SHIM_PASS_RATIO: f64 = 1.05;
     /// The hook's peak RSS, in MiB.
     pub const HOOK_RSS_MIB: f64 = 4.0;
+    /// Per-start p99 in a storm of 50 over native's.
+    pub const STORM_P99_RATIO: f64 = 1.10;
 }
 
 fn ratio(v: f64) -> String {
@@ -162,23 +167,26 @@ impl Report {
                 DockerRow::Measured(f) => {
                     let _ = writeln!(
                         o,
-                        "| N | L | --device + -v :ro | same, runc via dockerd's wrapper script | --runtime=devinject | shim/native | shim/wrapped native | hook-only runtime | hook/native |"
+                        "| N | L | runs | --device + -v :ro | same, runc via dockerd's wrapper script | --runtime=devinject | shim/native | shim/wrapped native | hook-only runtime | hook/native | native again (A/A) | A/A ratio |"
                     );
-                    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|");
+                    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|");
                     let (hook, hook_ratio) = match &f.hook {
                         Some(h) => (h.ms().to_string(), ratio(h.ratio_to(&f.native))),
                         None => ("not built".into(), "–".into()),
                     };
                     let _ = writeln!(
                         o,
-                        "| {} | {} | {} | {} | {} | {} | {} | {hook} | {hook_ratio} |\n",
+                        "| {} | {} | {} | {} | {} | {} | {} | {} | {hook} | {hook_ratio} | {} | {} |\n",
                         f.devices,
                         f.libraries,
+                        f.native.len(),
                         f.native.ms(),
                         f.native_wrapped.ms(),
                         f.shim.ms(),
                         ratio(f.shim.ratio_to(&f.native)),
                         ratio(f.shim.ratio_to(&f.native_wrapped)),
+                        f.native_again.ms(),
+                        ratio(f.native_again.ratio_to(&f.native)),
                     );
                 }
             }
@@ -205,7 +213,43 @@ impl Report {
             }
             let _ = writeln!(o);
         }
+        if !self.storm.is_empty() {
+            o.push_str(&self.storm_table());
+        }
         o.push_str(&self.targets());
+        o
+    }
+
+    fn storm_table(&self) -> String {
+        let mut o = String::from(
+            "### 6. Start storms: N `runc run` at once, one device, no library\n\n\
+             | N | rounds | variant | per start median | p99 | batch median | median / native | p99 / native | batch / native |\n\
+             |---|---|---|---|---|---|---|---|---|\n",
+        );
+        for r in &self.storm {
+            let [native, ..] = &r.per_start;
+            let native_batch = &r.batch[0];
+            let p99 = |s: &Samples| s.quantile(0.99).as_secs_f64() * 1e3;
+            for (i, name) in ["native", "hook", "shim", "native again (A/A)"]
+                .iter()
+                .enumerate()
+            {
+                let (s, b) = (&r.per_start[i], &r.batch[i]);
+                let _ = writeln!(
+                    o,
+                    "| {} | {} | {name} | {} | {} | {} | {} | {} | {} |",
+                    r.parallel,
+                    r.rounds,
+                    short(ms(s)),
+                    short(p99(s)),
+                    short(ms(b)),
+                    ratio(s.ratio_to(native)),
+                    ratio(p99(s) / p99(native)),
+                    ratio(b.ratio_to(native_batch)),
+                );
+            }
+        }
+        o.push('\n');
         o
     }
 
@@ -277,6 +321,21 @@ impl Report {
                     targets::HOOK_RSS_MIB
                 ),
             );
+        }
+        for r in self.storm.iter().filter(|r| r.parallel == 50) {
+            let p99 = |s: &Samples| s.quantile(0.99).as_secs_f64();
+            for (i, name) in [(1, "hook"), (2, "shim")] {
+                let q = p99(&r.per_start[i]) / p99(&r.per_start[0]);
+                line(
+                    &mut o,
+                    q <= targets::STORM_P99_RATIO,
+                    format!(
+                        "{name} per-start p99 in a storm of 50: {q:.3} of native (target ≤ {}; A/A {:.3})",
+                        targets::STORM_P99_RATIO,
+                        p99(&r.per_start[3]) / p99(&r.per_start[0])
+                    ),
+                );
+            }
         }
         if let Some(p) = &self.pass_through {
             let q = p.shim.ratio_to(&p.runc);

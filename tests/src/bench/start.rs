@@ -8,6 +8,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
@@ -196,19 +197,26 @@ impl Case {
 
     /// Starts the container once and returns the timed part.
     pub fn start(&self, id: &str) -> Result<Duration> {
-        let (elapsed, out) = self.run(id, None)?;
+        self.start_after(id, &Barrier::new(1)).map(|(_, d)| d)
+    }
+
+    /// Prepares the start, waits at `gate` (the other starts of a batch), then starts the
+    /// container once; when the timed part began, and how long it took.
+    pub fn start_after(&self, id: &str, gate: &Barrier) -> Result<(Instant, Duration)> {
+        let (at, elapsed, out) = self.run(id, None, gate)?;
         if !out.status.success() {
             bail!("{} start failed: {}", self.variant.name(), describe(&out));
         }
-        Ok(elapsed)
+        Ok((at, elapsed))
     }
 
     /// Starts the container once with `args` as its process and returns its output.
     pub fn run_args(&self, id: &str, args: &[String]) -> Result<Output> {
-        Ok(self.run(id, Some(args))?.1)
+        Ok(self.run(id, Some(args), &Barrier::new(1))?.2)
     }
 
-    fn run(&self, id: &str, args: Option<&[String]>) -> Result<(Duration, Output)> {
+    /// Writes the spec the start needs and mounts its fresh rootfs (not timed).
+    fn prepare(&self, id: &str, args: Option<&[String]>) -> Result<FreshRootfs> {
         if let Some(args) = args {
             let mut b = Bundle {
                 dir: self.bundle.dir.clone(),
@@ -219,11 +227,23 @@ impl Case {
         } else if self.rewrite {
             self.bundle.write()?;
         }
-        let rootfs = FreshRootfs::mount(
+        FreshRootfs::mount(
             &self.lower,
             &self.bundle.dir.join("rootfs"),
             &self.layers.join(id),
-        )?;
+        )
+    }
+
+    fn run(
+        &self,
+        id: &str,
+        args: Option<&[String]>,
+        gate: &Barrier,
+    ) -> Result<(Instant, Duration, Output)> {
+        let prepared = self.prepare(id, args);
+        // Every start of a batch passes the gate, a failed preparation too: the others wait.
+        gate.wait();
+        let rootfs = prepared?;
         let state = &self.runc_root;
         let mut cmd = Command::new(&self.runtime[0]);
         cmd.args(&self.runtime[1..])
@@ -248,7 +268,7 @@ impl Case {
             self.bundle.write()?;
         }
         rootfs.release()?;
-        Ok((elapsed, out))
+        Ok((start, elapsed, out))
     }
 }
 

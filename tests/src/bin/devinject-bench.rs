@@ -48,17 +48,26 @@ struct RunArgs {
     /// Libraries in the docker row.
     #[arg(long, default_value_t = 64)]
     docker_libraries: usize,
+    /// Timed runs per figure of the docker row.
+    #[arg(long, default_value_t = 100)]
+    docker_runs: usize,
     /// Devices on the host of the discovery row.
     #[arg(long, default_value_t = 256)]
     discovery_devices: usize,
     /// Libraries in the profile of the discovery row.
     #[arg(long, default_value_t = 64)]
     discovery_libraries: usize,
+    /// Containers started at once in the storm row.
+    #[arg(long, value_delimiter = ',', default_value = "10,50")]
+    storm: Vec<usize>,
+    /// Rounds of the storm row (after one not counted).
+    #[arg(long, default_value_t = 6)]
+    storm_rounds: usize,
     /// Parts to run.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "start,pass-through,docker,discovery"
+        default_value = "start,pass-through,docker,discovery,storm"
     )]
     only: Vec<PartArg>,
     /// Filesystem of the containers' writable layers.
@@ -78,6 +87,7 @@ enum PartArg {
     PassThrough,
     Docker,
     Discovery,
+    Storm,
 }
 
 impl From<PartArg> for Part {
@@ -87,6 +97,7 @@ impl From<PartArg> for Part {
             PartArg::PassThrough => Part::PassThrough,
             PartArg::Docker => Part::Docker,
             PartArg::Discovery => Part::Discovery,
+            PartArg::Storm => Part::Storm,
         }
     }
 }
@@ -150,8 +161,11 @@ fn main() -> ExitCode {
         libraries: a.libraries,
         docker_devices: a.docker_devices,
         docker_libraries: a.docker_libraries,
+        docker_runs: a.docker_runs.max(1),
         discovery_devices: a.discovery_devices,
         discovery_libraries: a.discovery_libraries,
+        storm_sizes: a.storm,
+        storm_rounds: a.storm_rounds.max(1),
         parts: a.only.into_iter().map(Part::from).collect(),
         layer_fs: a.layers.into(),
         work_dir: a.work_dir,

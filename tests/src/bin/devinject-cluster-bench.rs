@@ -72,8 +72,10 @@ fn pod_start(c: &Cluster, name: &str, with_device: bool) -> Result<Duration> {
     Ok(took)
 }
 
-/// One run of the pod-resources helper as the policy runs it.
-fn helper_once(helper: &Path, socket: &Path, pod: &str) -> Result<Duration> {
+/// One run of the pod-resources helper as the policy runs it: its wall time, and its CPU (user
+/// and system, from the rusage of reaped children).
+fn helper_once(helper: &Path, socket: &Path, pod: &str) -> Result<(Duration, Duration)> {
+    let cpu_before = children_cpu()?;
     let start = Instant::now();
     let out = Command::new(helper)
         .env_clear()
@@ -92,20 +94,34 @@ fn helper_once(helper: &Path, socket: &Path, pod: &str) -> Result<Duration> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    Ok(took)
+    Ok((took, children_cpu()? - cpu_before))
 }
 
-fn helper_runs(c: &Cluster, pod: &str) -> Result<Samples> {
+/// User plus system time of every child reaped so far.
+fn children_cpu() -> Result<Duration> {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let u = getrusage(UsageWho::RUSAGE_CHILDREN).context("getrusage")?;
+    let tv = |t: nix::sys::time::TimeVal| {
+        Duration::from_secs(t.tv_sec().try_into().unwrap_or(0))
+            + Duration::from_micros(t.tv_usec().try_into().unwrap_or(0))
+    };
+    Ok(tv(u.user_time()) + tv(u.system_time()))
+}
+
+/// The helper's wall times and CPU times.
+fn helper_runs(c: &Cluster, pod: &str) -> Result<(Samples, Samples)> {
     let helper = bin("devinject-podresources");
     let socket = c.in_node_ns("/var/lib/kubelet/pod-resources/kubelet.sock")?;
     for _ in 0..5 {
         helper_once(&helper, &socket, pod)?;
     }
-    let mut s = Samples::default();
+    let (mut wall, mut cpu) = (Samples::default(), Samples::default());
     for _ in 0..HELPER_RUNS {
-        s.push(helper_once(&helper, &socket, pod)?);
+        let (w, c) = helper_once(&helper, &socket, pod)?;
+        wall.push(w);
+        cpu.push(c);
     }
-    Ok(s)
+    Ok((wall, cpu))
 }
 
 fn ms(d: Duration) -> String {
@@ -191,10 +207,18 @@ fn run() -> Result<()> {
         Ok((running >= 100).then_some(()))
     })?;
     let hundred = helper_runs(&c, "asker")?;
-    emit(&row("policy helper (exec + List), 1 pod on the node", &one));
+    emit(&row(
+        "policy helper (exec + List), 1 pod on the node",
+        &one.0,
+    ));
     emit(&row(
         "policy helper (exec + List), 100 pods on the node",
-        &hundred,
+        &hundred.0,
+    ));
+    emit(&row("policy helper's CPU (user + sys), 1 pod", &one.1));
+    emit(&row(
+        "policy helper's CPU (user + sys), 100 pods",
+        &hundred.1,
     ));
     c.kubectl(&[
         "delete",
