@@ -14,6 +14,13 @@ if [ "${1:-test}" = test ]; then
   # golang-go, openssl: the cluster tier's Kubernetes build (scripts/kube-build.sh) and certificates
   want+=(containerd docker.io crun protobuf-compiler iproute2 libc6-dev podman conmon python3-venv debootstrap
     golang-go openssl)
+  # The grpc-java client of the device plugin's interop test (tests/clients/java, built below):
+  # the JDK, grpc-java and its stub generator, protobuf-java, and what grpc-java needs at run time
+  # that its package does not depend on (guava, perfmark, gson). Debian builds Netty without its
+  # epoll JNI library, so the Unix socket comes from junixsocket (its JNI library is packaged).
+  # geronimo-annotation: javax.annotation.Generated, which the generated stubs carry.
+  want+=(default-jdk-headless libgrpc-java protobuf-compiler-grpc-java-plugin libprotobuf-java libnetty-java
+    libguava-java libperfmark-java libgoogle-gson-java libjunixsocket-java libgeronimo-annotation-1.3-spec-java)
 fi
 missing=()
 for p in "${want[@]}"; do
@@ -42,6 +49,40 @@ venv() {
   fi
 }
 
+# java_client DIR ROOT: builds tests/clients/java/DevicePluginClient.java with stubs that protoc's
+# grpc-java plugin makes from the device plugin's proto into DIR, and DIR/bin/device-plugin-client,
+# which runs it on Debian's jars. Rebuilt only when the sources or the jar list change.
+java_client() {
+  local dir=$1 root=$2 jars=() j
+  for j in grpc-api grpc-context grpc-core grpc-netty grpc-protobuf grpc-protobuf-lite grpc-stub protobuf \
+    guava perfmark-api gson netty-buffer netty-codec netty-codec-http netty-codec-http2 netty-common \
+    netty-handler netty-resolver netty-transport netty-transport-native-unix-common jctools-core \
+    junixsocket-common; do
+    jars+=("/usr/share/java/$j.jar")
+  done
+  local proto=$root/plugin/src/api/deviceplugin_v1beta1.proto
+  local src=$root/tests/clients/java/DevicePluginClient.java
+  local stamp
+  stamp=$({ cat "$proto" "$src"; echo "$dir ${jars[*]}"; } | sha256sum)
+  if [ "$(cat "$dir/inputs.sha256" 2>/dev/null)" = "$stamp" ]; then
+    return
+  fi
+  echo "install-deps: building the grpc-java client into $dir"
+  local cp
+  cp=$(IFS=:; echo "${jars[*]}")
+  rm -rf "$dir"
+  mkdir -p "$dir/stubs" "$dir/classes" "$dir/bin"
+  # Debian's protoc, whose version is protobuf-java's (another on PATH may not be).
+  /usr/bin/protoc -I"$(dirname "$proto")" --java_out="$dir/stubs" \
+    --plugin=protoc-gen-grpc-java=/usr/bin/grpc_java_plugin --grpc-java_out="$dir/stubs" "$proto"
+  javac -nowarn -d "$dir/classes" -cp "$cp:/usr/share/java/geronimo-annotation-1.3-spec.jar" \
+    "$dir"/stubs/v1beta1/*.java "$src"
+  printf '#!/bin/sh\nexec java -cp %s DevicePluginClient "$@"\n' "'$dir/classes:$cp'" \
+    >"$dir/bin/device-plugin-client"
+  chmod +x "$dir/bin/device-plugin-client"
+  echo "$stamp" >"$dir/inputs.sha256"
+}
+
 if [ "${1:-test}" = test ]; then
   target=$(cd "$(dirname "$0")/.." && pwd)/target
   # The manifest check (scripts/check-manifests.py) validates deploy/ against the Kubernetes
@@ -53,4 +94,6 @@ if [ "${1:-test}" = test ]; then
   # socket path as the HTTP/2 :authority, as kubelets before 1.26 do.
   venv "${DEVINJECT_GRPC_VENV:-$target/grpc-venv}" 'grpc, grpc_tools' \
     'grpcio==1.66.2' 'grpcio-tools==1.66.2'
+  # The same test's grpc-java client, which sends the socket path as :authority too.
+  java_client "${DEVINJECT_GRPC_JAVA:-$target/grpc-java}" "$(dirname "$target")"
 fi

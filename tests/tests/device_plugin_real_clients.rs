@@ -1,12 +1,18 @@
 //! The real `devinject-device-plugin` binary against gRPC clients that are not built on our own
-//! HTTP/2 stack: Python grpcio (gRPC C-core, from PyPI), which, like kubelets before 1.26 and
-//! grpc-java, sends the plugin's socket path as the HTTP/2 `:authority`. h2 refuses such a
-//! request with `PROTOCOL_ERROR`; the plugin's authority rewriter (plugin/src/kubelet/authority.rs)
-//! must make every call work: `ListAndWatch` lists the devices, `Allocate` answers with the
-//! request variable.
+//! HTTP/2 stack, each of which, like kubelets before 1.26, sends the plugin's socket path as the
+//! HTTP/2 `:authority`:
+//! - Python grpcio (gRPC C-core, from PyPI), `tests/clients/device_plugin_client.py`;
+//! - grpc-java 1.41 on Netty (Debian's packages), `tests/clients/java/DevicePluginClient.java`,
+//!   which also reports the `:authority` it wrote on the socket, read back from its own frames.
 //!
-//! Needs root (mknod) and the grpcio virtualenv that `scripts/install-deps.sh test` makes under
-//! `target/grpc-venv` (or `DEVINJECT_GRPC_PYTHON`); skipped otherwise, a failure under CI.
+//! h2 refuses such a request with `PROTOCOL_ERROR`; the plugin's authority rewriter
+//! (plugin/src/kubelet/authority.rs) must make every call work: `ListAndWatch` lists the devices,
+//! `Allocate` answers with the request variable.
+//!
+//! Needs root (mknod), and what `scripts/install-deps.sh test` makes under `target/`: the grpcio
+//! virtualenv `target/grpc-venv` (or `DEVINJECT_GRPC_PYTHON`), the grpc-java client's launcher
+//! `target/grpc-java/bin/device-plugin-client` (or `DEVINJECT_GRPC_JAVA_CLIENT`) and a `java`
+//! on PATH; skipped otherwise, a failure under CI.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,7 +21,7 @@ use std::time::Duration;
 use devinject_tests::kubelet::fake_kubelet::FakeKubelet;
 use devinject_tests::kubelet::host::TestHost;
 use devinject_tests::kubelet::plugin_process::PluginProcess;
-use devinject_tests::skip::{require, require_root};
+use devinject_tests::skip::{require, require_root, which};
 
 const SLOW: Duration = Duration::from_secs(20);
 
@@ -27,6 +33,52 @@ fn python() -> PathBuf {
     std::env::var_os("DEVINJECT_GRPC_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace().join("target/grpc-venv/bin/python"))
+}
+
+fn java_client() -> PathBuf {
+    std::env::var_os("DEVINJECT_GRPC_JAVA_CLIENT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target/grpc-java/bin/device-plugin-client"))
+}
+
+/// Starts the plugin on two demo devices behind a fake kubelet, runs the command `client` makes
+/// for the plugin's socket, and checks its one JSON line: the devices of the first
+/// `ListAndWatch` answer, and `Allocate`'s request variable for the first of them. Returns that
+/// answer and the socket.
+async fn lists_and_allocates(
+    name: &str,
+    client: impl FnOnce(&Path) -> Command + Send + 'static,
+) -> (serde_json::Value, PathBuf) {
+    let host = TestHost::new();
+    host.add_kind("demo", "", 2, |_| 0);
+    let mut kubelet = FakeKubelet::start(&host.kubelet_dir());
+    let _plugin = PluginProcess::spawn(&host, &[], &[]);
+    let reg = kubelet.next_registration(SLOW).await;
+    let socket = host.kubelet_dir().join(&reg.request.endpoint);
+    let dialled = socket.clone();
+    let out = tokio::task::spawn_blocking(move || client(&dialled).output())
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("run the {name} client: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the {name} client failed: {}\n{stdout}\n{stderr}",
+        out.status
+    );
+    let answer: serde_json::Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("{name} client JSON: {e}: {stdout}\n{stderr}"));
+    assert_eq!(
+        answer["devices"],
+        serde_json::json!(["accel0", "accel1"]),
+        "{name}: {answer}"
+    );
+    assert_eq!(
+        answer["envs"]["DEMO_VISIBLE_DEVICES"], "accel0",
+        "{name}: Allocate's request variable: {answer}"
+    );
+    (answer, socket)
 }
 
 #[tokio::test]
@@ -43,40 +95,49 @@ async fn python_grpcio_with_a_socket_path_authority_lists_and_allocates() {
     {
         return;
     }
-    let host = TestHost::new();
-    host.add_kind("demo", "", 2, |_| 0);
-    let mut kubelet = FakeKubelet::start(&host.kubelet_dir());
-    let _plugin = PluginProcess::spawn(&host, &[], &[]);
-    let reg = kubelet.next_registration(SLOW).await;
-    let socket = host.kubelet_dir().join(&reg.request.endpoint);
     let proto = workspace().join("plugin/src/api/deviceplugin_v1beta1.proto");
     let client = workspace().join("tests/clients/device_plugin_client.py");
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(py)
+    lists_and_allocates("grpcio", move |socket| {
+        let mut command = Command::new(py);
+        command
             .arg(client)
             .arg(proto)
-            .arg(&socket)
-            .env("GRPC_VERBOSITY", "ERROR")
-            .output()
-            .expect("run the Python client")
+            .arg(socket)
+            .env("GRPC_VERBOSITY", "ERROR");
+        command
     })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the grpcio client failed: {}\n{stdout}\n{stderr}",
-        out.status
-    );
-    let answer: serde_json::Value = serde_json::from_str(stdout.trim()).expect("client JSON");
+    .await;
+}
+
+#[tokio::test]
+async fn grpc_java_with_a_socket_path_authority_lists_and_allocates() {
+    let client = java_client();
+    if !(require_root()
+        && require(
+            which("java").is_some(),
+            "needs java (default-jdk-headless; scripts/install-deps.sh test)",
+        )
+        && require(
+            client.exists(),
+            &format!(
+                "needs the grpc-java client {} (scripts/install-deps.sh test builds it)",
+                client.display()
+            ),
+        ))
+    {
+        return;
+    }
+    let (answer, socket) = lists_and_allocates("grpc-java", move |socket| {
+        let mut command = Command::new(client);
+        command.arg(socket);
+        command
+    })
+    .await;
+    // What grpc-java wrote on the socket, not what it was configured with: every request named
+    // the socket path, so the rewriter, not a lenient client, made the calls work.
     assert_eq!(
-        answer["devices"],
-        serde_json::json!(["accel0", "accel1"]),
-        "{answer}"
-    );
-    assert_eq!(
-        answer["envs"]["DEMO_VISIBLE_DEVICES"], "accel0",
-        "Allocate's request variable: {answer}"
+        answer["authorities"],
+        serde_json::json!([socket.to_str().expect("a UTF-8 socket path")]),
+        "grpc-java's :authority: {answer}"
     );
 }
