@@ -26,6 +26,11 @@ fi
 # and unstable's packages into target/runtimes (scripts/runtimes-fetch.sh; seconds): always.
 DEVINJECT_RUNTIMES=$(scripts/runtimes-fetch.sh)
 export DEVINJECT_RUNTIMES
+# The grpc-go client (>= 1.52) of tests/device_plugin_real_clients.rs, built with Debian 13's Go
+# and grpc-go, unpacked into target/grpc-go (scripts/grpc-go-client.sh; a minute the first time,
+# then cached): always.
+DEVINJECT_GRPC_GO_CLIENT=$(scripts/grpc-go-client.sh)
+export DEVINJECT_GRPC_GO_CLIENT
 # Every skip is put on the record here (testkit/); under CI=true a skip is a failure.
 export DEVINJECT_SKIP_LOG="$PWD/target/skipped-tests.txt"
 rm -f "$DEVINJECT_SKIP_LOG"

@@ -1,5 +1,5 @@
 //! The real `devinject-device-plugin` binary against gRPC clients that are not built on our own
-//! HTTP/2 stack, each of which, like kubelets before 1.26, sends the plugin's socket path as the
+//! HTTP/2 stack. Two of them, like kubelets before 1.26, send the plugin's socket path as the
 //! HTTP/2 `:authority`:
 //! - Python grpcio (gRPC C-core, from PyPI), `tests/clients/device_plugin_client.py`;
 //! - grpc-java 1.41 on Netty (Debian's packages), `tests/clients/java/DevicePluginClient.java`,
@@ -9,10 +9,19 @@
 //! (plugin/src/kubelet/authority.rs) must make every call work: `ListAndWatch` lists the devices,
 //! `Allocate` answers with the request variable.
 //!
+//! The third, grpc-go 1.52 or later (Debian 13's packages, built by `scripts/grpc-go-client.sh`),
+//! `tests/clients/go/device-plugin-client`, sends `localhost` instead, as kubelets from 1.26 do,
+//! and must get the same answers. It reports the grpc-go version it was built with (the test
+//! wants 1.52 or later, so it knows which client it ran) and the `:authority` it wrote, decoded
+//! from its own frames. The kubelet 1.20 itself (grpc-go 1.27, the socket path) is in the cluster
+//! tests.
+//!
 //! Needs root (mknod), and what `scripts/install-deps.sh test` makes under `target/`: the grpcio
 //! virtualenv `target/grpc-venv` (or `DEVINJECT_GRPC_PYTHON`), the grpc-java client's launcher
 //! `target/grpc-java/bin/device-plugin-client` (or `DEVINJECT_GRPC_JAVA_CLIENT`) and a `java`
-//! on PATH; skipped otherwise, a failure under CI.
+//! on PATH; and the grpc-go client `target/grpc-go/bin/device-plugin-client` that
+//! `scripts/grpc-go-client.sh` builds (or `DEVINJECT_GRPC_GO_CLIENT`; `scripts/test.sh` runs the
+//! script first). Skipped otherwise, a failure under CI.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,6 +48,12 @@ fn java_client() -> PathBuf {
     std::env::var_os("DEVINJECT_GRPC_JAVA_CLIENT")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace().join("target/grpc-java/bin/device-plugin-client"))
+}
+
+fn go_client() -> PathBuf {
+    std::env::var_os("DEVINJECT_GRPC_GO_CLIENT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target/grpc-go/bin/device-plugin-client"))
 }
 
 /// Starts the plugin on two demo devices behind a fake kubelet, runs the command `client` makes
@@ -139,5 +154,48 @@ async fn grpc_java_with_a_socket_path_authority_lists_and_allocates() {
         answer["authorities"],
         serde_json::json!([socket.to_str().expect("a UTF-8 socket path")]),
         "grpc-java's :authority: {answer}"
+    );
+}
+
+/// The first grpc-go release whose `unix://` targets send `localhost` as `:authority`.
+const GRPC_GO_LOCALHOST: (u32, u32) = (1, 52);
+
+#[tokio::test]
+async fn grpc_go_with_a_localhost_authority_lists_and_allocates() {
+    let client = go_client();
+    if !(require_root()
+        && require(
+            client.exists(),
+            &format!(
+                "needs the grpc-go client {} (scripts/grpc-go-client.sh builds it)",
+                client.display()
+            ),
+        ))
+    {
+        return;
+    }
+    let (answer, _) = lists_and_allocates("grpc-go", move |socket| {
+        let mut command = Command::new(client);
+        command.arg(socket);
+        command
+    })
+    .await;
+    // The grpc-go the client was built with (grpc.Version), so that the test says which client
+    // it exercised: an older one would send the socket path, like the clients above.
+    let version = answer["grpc_version"].as_str().unwrap_or_default();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    let major_minor = (parts.next().flatten(), parts.next().flatten());
+    assert!(
+        matches!(major_minor, (Some(major), Some(minor)) if (major, minor) >= GRPC_GO_LOCALHOST),
+        "grpc-go {version:?} is older than {}.{}: {answer}",
+        GRPC_GO_LOCALHOST.0,
+        GRPC_GO_LOCALHOST.1
+    );
+    // What grpc-go wrote on the socket, not what it was configured with: every request named
+    // `localhost`, as a kubelet from 1.26 does.
+    assert_eq!(
+        answer["authorities"],
+        serde_json::json!(["localhost"]),
+        "grpc-go's :authority: {answer}"
     );
 }
