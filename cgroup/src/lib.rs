@@ -60,6 +60,9 @@ use kernel::{Kernel, RealKernel};
 pub struct CgroupOptions {
     /// The proc file system to read `<pid>/cgroup` and `self/mountinfo` from.
     pub proc_root: PathBuf,
+    /// Where cgroup file systems are conventionally mounted (`/sys/fs/cgroup`), tried before
+    /// `mountinfo` ([`locate::conventional`]); `None`: `mountinfo` only.
+    pub sys_cgroup: Option<PathBuf>,
     /// Write nothing: for rootless and user-namespace containers, whose runtime could not
     /// write cgroups either, so no device filter of the runtime's restricts them.
     pub skip_writes: bool,
@@ -69,6 +72,7 @@ impl Default for CgroupOptions {
     fn default() -> Self {
         Self {
             proc_root: PathBuf::from("/proc"),
+            sys_cgroup: Some(PathBuf::from("/sys/fs/cgroup")),
             skip_writes: false,
         }
     }
@@ -120,7 +124,7 @@ fn grant_with<K: Kernel>(
         return Ok(skipped);
     }
 
-    let found = locate::container_cgroups(&opts.proc_root, pid)?;
+    let found = locate::container_cgroups_at(&opts.proc_root, opts.sys_cgroup.as_deref(), pid)?;
     debug!(v1 = ?found.v1_devices, v2 = ?found.v2, "located device cgroups");
 
     if let Some(dir) = &found.v1_devices {
@@ -180,6 +184,7 @@ mod tests {
         fs::write(root.join("proc/self/mountinfo"), mountinfo).expect("write");
         CgroupOptions {
             proc_root: root.join("proc"),
+            sys_cgroup: None,
             skip_writes: false,
         }
     }
@@ -274,6 +279,7 @@ mod tests {
     fn skip_writes_touches_nothing() {
         let opts = CgroupOptions {
             proc_root: PathBuf::from("/nonexistent/proc"),
+            sys_cgroup: None,
             skip_writes: true,
         };
         let mut k = FakeKernel::new().with_program(7, runtime_program(), true);

@@ -8,7 +8,14 @@
 //! mounts shadow earlier ones), and it must exist. cgroupfs-style (`/docker/<id>`) and
 //! systemd-style (`/system.slice/docker-<id>.scope`) paths arrive already resolved, so both
 //! need no special handling.
-
+//!
+//! Reading `mountinfo` costs in proportion to the host's mounts: 0.05 ms with 22, 1.7 ms with
+//! 1000 (a node running a hundred pods has that many), on every container start. So the
+//! conventional places (`/sys/fs/cgroup/devices`, `/sys/fs/cgroup` or `/sys/fs/cgroup/unified`)
+//! are tried first ([`conventional`]), and a directory found there is taken only when its
+//! file system is a cgroup hierarchy of the right version (`statfs`) and its `cgroup.procs`
+//! lists the process: proof that it is the process's cgroup, however the hierarchy is mounted.
+//! Anything else falls back to `mountinfo`.
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
@@ -32,12 +39,25 @@ pub struct ContainerCgroups {
 /// Locates the device cgroups of `pid`, reading `<proc_root>/<pid>/cgroup` and
 /// `<proc_root>/self/mountinfo`.
 pub fn container_cgroups(proc_root: &Path, pid: i32) -> Result<ContainerCgroups> {
+    container_cgroups_at(proc_root, None, pid)
+}
+
+/// [`container_cgroups`], trying the conventional mount points under `sys_cgroup` (normally
+/// `/sys/fs/cgroup`) before `mountinfo`.
+pub fn container_cgroups_at(
+    proc_root: &Path,
+    sys_cgroup: Option<&Path>,
+    pid: i32,
+) -> Result<ContainerCgroups> {
     if pid <= 0 {
         return Err(CgroupError::InvalidPid { pid });
     }
     let cgroup_file = proc_root.join(pid.to_string()).join("cgroup");
-    let mountinfo_file = proc_root.join("self").join("mountinfo");
     let entries = parse_proc_cgroup(&cgroup_file, &read(&cgroup_file)?)?;
+    if let Some(found) = sys_cgroup.and_then(|sys| conventional(sys, &entries, pid)) {
+        return Ok(found);
+    }
+    let mountinfo_file = proc_root.join("self").join("mountinfo");
     let mounts = parse_mountinfo(&mountinfo_file, &read(&mountinfo_file)?)?;
 
     let unreachable = |hierarchy, cgroup: &str| CgroupError::Unreachable {
@@ -49,10 +69,7 @@ pub fn container_cgroups(proc_root: &Path, pid: i32) -> Result<ContainerCgroups>
 
     let mut found = ContainerCgroups::default();
 
-    if let Some(entry) = entries
-        .iter()
-        .find(|e| e.hierarchy != 0 && e.controllers.iter().any(|c| c == "devices") && e.path != "/")
-    {
+    if let Some(entry) = v1_devices_entry(&entries) {
         let dir = resolve(&mounts, &entry.path, |m| {
             m.fstype == "cgroup" && m.super_options.split(',').any(|o| o == "devices")
         })
@@ -61,10 +78,7 @@ pub fn container_cgroups(proc_root: &Path, pid: i32) -> Result<ContainerCgroups>
     }
 
     let v2_mounted = mounts.iter().any(|m| m.fstype == "cgroup2");
-    if let Some(entry) = entries
-        .iter()
-        .find(|e| e.hierarchy == 0 && e.controllers.is_empty())
-    {
+    if let Some(entry) = v2_entry(&entries) {
         if v2_mounted {
             let dir = resolve(&mounts, &entry.path, |m| m.fstype == "cgroup2")
                 .ok_or_else(|| unreachable("cgroup v2", &entry.path))?;
@@ -73,6 +87,66 @@ pub fn container_cgroups(proc_root: &Path, pid: i32) -> Result<ContainerCgroups>
         }
     }
     Ok(found)
+}
+
+/// The process's v1 devices cgroup, when below the root.
+fn v1_devices_entry(entries: &[CgroupEntry]) -> Option<&CgroupEntry> {
+    entries
+        .iter()
+        .find(|e| e.hierarchy != 0 && e.controllers.iter().any(|c| c == "devices") && e.path != "/")
+}
+
+/// The process's cgroup v2 entry.
+fn v2_entry(entries: &[CgroupEntry]) -> Option<&CgroupEntry> {
+    entries
+        .iter()
+        .find(|e| e.hierarchy == 0 && e.controllers.is_empty())
+}
+
+/// `statfs` magic of cgroup v1 hierarchies.
+const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
+/// `statfs` magic of cgroup v2.
+const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+
+/// The cgroups of `pid` (its `/proc/<pid>/cgroup` `entries`) at the conventional mount points
+/// under `sys` (see the module doc), or `None` when any of them is not there or not proven.
+pub fn conventional(sys: &Path, entries: &[CgroupEntry], pid: i32) -> Option<ContainerCgroups> {
+    let magic = |p: &Path| {
+        nix::sys::statfs::statfs(p)
+            .ok()
+            .map(|s| s.filesystem_type().0 as i64)
+    };
+    let mut found = ContainerCgroups::default();
+    if let Some(entry) = v1_devices_entry(entries) {
+        let point = sys.join("devices");
+        if magic(&point)? != CGROUP_SUPER_MAGIC || !point.join("devices.allow").is_file() {
+            return None;
+        }
+        found.v1_devices = Some(member_dir(&point, &entry.path, pid)?);
+    }
+    if let Some(entry) = v2_entry(entries) {
+        let point = [sys.to_owned(), sys.join("unified")]
+            .into_iter()
+            .find(|p| magic(p) == Some(CGROUP2_SUPER_MAGIC))?;
+        found.v2 = Some(member_dir(&point, &entry.path, pid)?);
+        found.v2_is_root = entry.path == "/";
+    }
+    Some(found)
+}
+
+/// `<point>/<cgroup>` when its `cgroup.procs` lists `pid`.
+fn member_dir(point: &Path, cgroup: &str, pid: i32) -> Option<PathBuf> {
+    let relative = Path::new(cgroup).strip_prefix("/").ok()?;
+    if relative
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_)))
+    {
+        return None;
+    }
+    let dir = point.join(relative);
+    let procs = fs::read_to_string(dir.join("cgroup.procs")).ok()?;
+    let pid = pid.to_string();
+    procs.lines().any(|l| l == pid).then_some(dir)
 }
 
 fn read(path: &Path) -> Result<String> {
@@ -84,7 +158,7 @@ fn read(path: &Path) -> Result<String> {
 
 /// One line of `/proc/<pid>/cgroup`: `hierarchy-ID:controller-list:cgroup-path`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct CgroupEntry {
+pub struct CgroupEntry {
     hierarchy: u32,
     controllers: Vec<String>,
     path: String,
@@ -106,7 +180,8 @@ fn parse_lines<T>(file: &Path, text: &str, parse: impl Fn(&str) -> Option<T>) ->
         .collect()
 }
 
-fn parse_proc_cgroup(file: &Path, text: &str) -> Result<Vec<CgroupEntry>> {
+/// The entries of `/proc/<pid>/cgroup` (`file`, holding `text`).
+pub fn parse_proc_cgroup(file: &Path, text: &str) -> Result<Vec<CgroupEntry>> {
     parse_lines(file, text, |line| {
         // The path may itself contain ':', so split only twice.
         let mut parts = line.splitn(3, ':');

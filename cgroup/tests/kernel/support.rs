@@ -36,6 +36,24 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
+/// Asserts that `found` and `expected` are the same cgroup directory: the same inode, through
+/// whichever mount of the hierarchy (`grant` may find cgroup v2 at `/sys/fs/cgroup/unified`
+/// where a test mounted it elsewhere).
+pub fn assert_same_dir(found: &Path, expected: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let id = |p: &Path| {
+        let m = fs::metadata(p).unwrap_or_else(|e| panic!("stat {}: {e}", p.display()));
+        (m.dev(), m.ino())
+    };
+    assert_eq!(
+        id(found),
+        id(expected),
+        "{} is not the cgroup {}",
+        found.display(),
+        expected.display()
+    );
+}
+
 /// Gives the calling thread its own mount namespace with nothing propagating out.
 pub fn private_mount_namespace() {
     // unshare(CLONE_NEWNS) also unshares this thread's fs_struct, which works in a

@@ -4,13 +4,14 @@ use std::path::Path;
 
 use devinject_cgroup::ebpf::program::F_ALLOW_MULTI;
 use devinject_cgroup::ebpf::{CgroupDir, DeviceProgram, Insn, Reg};
-use devinject_cgroup::{Access, CgroupError, DeviceKind, DeviceRule, V2Outcome};
+use devinject_cgroup::{locate, Access, CgroupError, DeviceKind, DeviceRule, V2Outcome};
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 use serial_test::serial;
 
 use crate::support::{
-    assert_denied, assert_passed, assert_probes, denied, grant_to, passes, privileged, probe,
-    rules, runc_like, Mounted, Resident, Use, V2Cgroup,
+    assert_denied, assert_passed, assert_probes, assert_same_dir, denied, grant_to, passes,
+    private_mount_namespace, privileged, probe, rules, runc_like, Mounted, ProcView, Resident,
+    TestCgroup, Use, V2Cgroup,
 };
 
 const NULL: &str = "/dev/null";
@@ -58,7 +59,7 @@ fn runtime_program_is_replaced_atomically_and_grants_access() {
     else {
         panic!("expected an atomic replacement, got {:?}", report.v2);
     };
-    assert_eq!(cgroup, &cg.dir);
+    assert_same_dir(cgroup, &cg.dir);
     assert!(unreadable.is_empty());
     assert_eq!(programs.len(), 1);
     assert_eq!(programs[0].old_id, old_id);
@@ -133,10 +134,14 @@ fn no_program_attached_attaches_nothing() {
     let resident = Resident::start_in(&[cg]);
 
     let report = grant_to(&resident, &rules(&["c 1:9 rw"]));
+    let V2Outcome::NoProgramAttached { cgroup } = &report.v2 else {
+        panic!("expected no program attached, got {:?}", report.v2);
+    };
+    assert_same_dir(cgroup, &cg.dir);
     assert_eq!(
         report.v2,
         V2Outcome::NoProgramAttached {
-            cgroup: cg.dir.clone()
+            cgroup: cgroup.clone()
         }
     );
     assert!(cg.programs().is_empty(), "nothing attached");
@@ -349,4 +354,42 @@ fn query_and_detach_round_trip() {
         .contains(&program.id()));
     program.detach(&cgroup).expect("detach");
     assert!(cgroup.device_programs().expect("query").ids.is_empty());
+}
+
+/// The conventional places (cgroup2 over `/sys/fs/cgroup`, as on a cgroup v2 host) give the
+/// same directory as `mountinfo`, and only for a process the directory's `cgroup.procs` lists.
+#[test]
+#[serial]
+fn conventional_mount_points_agree_with_mountinfo() {
+    if !privileged("conventional_mount_points_agree_with_mountinfo") {
+        return;
+    }
+    private_mount_namespace();
+    let sys = Path::new("/sys/fs/cgroup");
+    let _v2 = Mounted::at(sys, "cgroup2", None);
+    let text = std::fs::read_to_string("/proc/thread-self/cgroup").expect("own cgroup");
+    let own = text
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .expect("a cgroup v2 line");
+    let cg = TestCgroup::create_under(&sys.join(own.trim_start_matches('/')));
+    let resident = Resident::start_in(&[&cg]);
+    let view = ProcView::new();
+    let opts = view.options_for(resident.pid());
+    let pid = resident.pid_i32();
+    let file = opts.proc_root.join(pid.to_string()).join("cgroup");
+    let entries =
+        locate::parse_proc_cgroup(&file, &std::fs::read_to_string(&file).expect("read")).unwrap();
+
+    let fast = locate::conventional(sys, &entries, pid).expect("found at /sys/fs/cgroup");
+    let slow = locate::container_cgroups(&opts.proc_root, pid).expect("found by mountinfo");
+    assert_eq!(fast, slow);
+    assert_eq!(fast.v2.as_deref(), Some(cg.dir.as_path()));
+    assert!(!fast.v2_is_root);
+
+    // Another process's entries: its directory does not list this pid, so nothing is proven.
+    let me = std::fs::read_to_string("/proc/thread-self/cgroup").expect("own cgroup");
+    let mine = locate::parse_proc_cgroup(&file, &me).unwrap();
+    assert_eq!(locate::conventional(sys, &mine, pid), None);
+    drop(resident);
 }
