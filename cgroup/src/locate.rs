@@ -19,6 +19,8 @@
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
+use nix::sys::statfs::{CGROUP2_SUPER_MAGIC, CGROUP_SUPER_MAGIC};
+
 use crate::error::{CgroupError, Result};
 
 /// The device cgroup directories of one process, as seen from this process.
@@ -103,18 +105,13 @@ fn v2_entry(entries: &[CgroupEntry]) -> Option<&CgroupEntry> {
         .find(|e| e.hierarchy == 0 && e.controllers.is_empty())
 }
 
-/// `statfs` magic of cgroup v1 hierarchies.
-const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
-/// `statfs` magic of cgroup v2.
-const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
-
 /// The cgroups of `pid` (its `/proc/<pid>/cgroup` `entries`) at the conventional mount points
 /// under `sys` (see the module doc), or `None` when any of them is not there or not proven.
 pub fn conventional(sys: &Path, entries: &[CgroupEntry], pid: i32) -> Option<ContainerCgroups> {
     let magic = |p: &Path| {
         nix::sys::statfs::statfs(p)
             .ok()
-            .map(|s| s.filesystem_type().0 as i64)
+            .map(|s| s.filesystem_type())
     };
     let mut found = ContainerCgroups::default();
     if let Some(entry) = v1_devices_entry(entries) {
