@@ -39,11 +39,13 @@ def main() -> int:
         stream = stub.ListAndWatch(pb.Empty(), timeout=20)
         first = next(stream)
         ids = [d.ID for d in first.devices]
-        stream.cancel()
         request = pb.AllocateRequest(
             container_requests=[pb.ContainerAllocateRequest(devices_ids=ids[:1])]
         )
+        # With ListAndWatch still open, as a kubelet keeps it: the plugin takes the end of that
+        # stream for the kubelet's going and registers again on a new socket.
         answer = stub.Allocate(request, timeout=20)
+        stream.cancel()
     envs = dict(answer.container_responses[0].envs)
     print(json.dumps({"devices": ids, "envs": envs}))
     return 0
