@@ -13,7 +13,8 @@
 //!
 //! The parts:
 //! - `rule`: [`DeviceRule`], [`DeviceKind`], [`Access`] and their `c 1:3 rwm` text form;
-//! - [`locate`]: `/proc/<pid>/cgroup` + `/proc/self/mountinfo` to directories;
+//! - [`locate`]: `/proc/<pid>/cgroup` to directories, at the conventional mount points when
+//!   `cgroup.procs` proves them, else through `/proc/self/mountinfo`;
 //! - [`ebpf::insn`]: eBPF instruction encoding;
 //! - [`ebpf::prefix`]: the allow prefix generator (pure; tested in an eBPF interpreter);
 //! - [`ebpf::program`]: safe handles for loading, querying, attaching and replacing programs;
