@@ -114,8 +114,54 @@ pub fn cdi_generate(host: &SimHost, output: &Path) -> Result<String> {
     run_ok(generate).context("devinject-ctl cdi generate")
 }
 
-/// `devinject-ctl runtime configure --runtime containerd --mode <mode>` on `config`.
+/// `devinject-ctl runtime configure --runtime containerd --mode <mode>` on `config`. In `shim`
+/// mode the runtime entry names a script that passes `--config` to the real shim (containerd's
+/// `BinaryName` takes no arguments); [`configure_shim_env`] does without it.
 pub fn configure(root: &Path, config: &Path, host: &SimHost, mode: &str) {
+    if mode == "shim" {
+        let wrapper = root.join("bin/devinject-runtime");
+        std::fs::create_dir_all(wrapper.parent().expect("parent")).expect("mkdir");
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\nexec '{}' --config '{}' \"$@\"\n",
+                path_str(&bin("devinject-runtime")),
+                path_str(&host.config)
+            ),
+        )
+        .expect("write wrapper");
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        return configure_shim_at(config, &wrapper);
+    }
+    let mut cmd = ctl_configure(config, mode);
+    cmd.arg("--hook-path")
+        .arg(bin("devinject-hook"))
+        .arg("--hook-config")
+        .arg(&host.config)
+        .arg("--ctr")
+        .arg(which("ctr").expect("ctr"));
+    let out = run_ok(cmd).expect("devinject-ctl runtime configure");
+    assert!(out.contains("create"), "{out}");
+}
+
+/// The shim's runtime entry naming the built `devinject-runtime` itself, as an install does:
+/// containerd must then be started with [`SHIM_CONFIG_ENV`] pointing at the host configuration
+/// (what the default path `/etc/devinject/config.toml` is on a real node).
+pub fn configure_shim_env(config: &Path) {
+    configure_shim_at(config, &bin("devinject-runtime"));
+}
+
+/// The variable the shim reads its configuration's path from when `--config` is not given.
+pub const SHIM_CONFIG_ENV: &str = "DEVINJECT_CONFIG";
+
+fn configure_shim_at(config: &Path, shim: &Path) {
+    let mut cmd = ctl_configure(config, "shim");
+    cmd.arg("--shim-path").arg(shim);
+    let out = run_ok(cmd).expect("devinject-ctl runtime configure");
+    assert!(out.contains("create"), "{out}");
+}
+
+fn ctl_configure(config: &Path, mode: &str) -> Command {
     let mut cmd = Command::new(bin("devinject-ctl"));
     cmd.args([
         "runtime",
@@ -127,35 +173,7 @@ pub fn configure(root: &Path, config: &Path, host: &SimHost, mode: &str) {
     ])
     .arg("--config")
     .arg(config);
-    match mode {
-        "shim" => {
-            // containerd's BinaryName takes no arguments: wrap the real shim to pass --config.
-            let wrapper = root.join("bin/devinject-runtime");
-            std::fs::create_dir_all(wrapper.parent().expect("parent")).expect("mkdir");
-            std::fs::write(
-                &wrapper,
-                format!(
-                    "#!/bin/sh\nexec '{}' --config '{}' \"$@\"\n",
-                    path_str(&bin("devinject-runtime")),
-                    path_str(&host.config)
-                ),
-            )
-            .expect("write wrapper");
-            std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))
-                .expect("chmod");
-            cmd.arg("--shim-path").arg(&wrapper);
-        }
-        _ => {
-            cmd.arg("--hook-path")
-                .arg(bin("devinject-hook"))
-                .arg("--hook-config")
-                .arg(&host.config)
-                .arg("--ctr")
-                .arg(which("ctr").expect("ctr"));
-        }
-    }
-    let out = run_ok(cmd).expect("devinject-ctl runtime configure");
-    assert!(out.contains("create"), "{out}");
+    cmd
 }
 
 /// Builds the busybox and pause images from one rootfs and imports them for the CRI plugin.

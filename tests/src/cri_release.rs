@@ -17,8 +17,8 @@ use k8s_cri::v1::PodSandboxConfig;
 use crate::bins::bin;
 use crate::cri::{self, CgroupParent, ContainerSpec, Cri};
 use crate::cri_node::{
-    cdi_generate, configure, containerd_cdi_config, containerd_config, containerd_nri_settings,
-    import_images, nri_socket, CONTAINERD_NRI_OFF,
+    cdi_generate, configure_shim_env, containerd_cdi_config, containerd_config,
+    containerd_nri_settings, import_images, nri_socket, CONTAINERD_NRI_OFF, SHIM_CONFIG_ENV,
 };
 use crate::daemons::{poll, short_tempdir, Containerd, Daemon};
 use crate::runtimes::Release;
@@ -116,10 +116,17 @@ impl ReleaseNode {
             CONTAINERD_NRI_OFF.to_owned()
         });
         std::fs::write(&config, text)?;
+        // The shim's entry names the built binary itself, its configuration passed the way an
+        // engine without runtime arguments passes it: containerd's environment.
         if paths.shim {
-            configure(&root, &config, &host, "shim");
+            configure_shim_env(&config);
         }
-        let containerd = Containerd::start_release(&ctd, &config, &release.bin)?;
+        let containerd = Containerd::start_release_env(
+            &ctd,
+            &config,
+            &release.bin,
+            &[(SHIM_CONFIG_ENV, host.config.as_path())],
+        )?;
         let mut cri = Cri::connect(&containerd.socket())?;
         cri.wait_ready().with_context(|| containerd.log_tail())?;
         import_images(&root, &containerd, &mut cri);

@@ -258,6 +258,17 @@ impl Containerd {
         Self::start_release_via(dir, config, &[], Some(bin))
     }
 
+    /// [`Containerd::start_release`] with `env` added to its environment (which its shims and
+    /// runtimes inherit).
+    pub fn start_release_env(
+        dir: &Path,
+        config: &Path,
+        bin: &Path,
+        env: &[(&str, &Path)],
+    ) -> Result<Self> {
+        Self::start_full(dir, config, &[], Some(bin), env)
+    }
+
     /// The one way every containerd starts: behind `prefix` (empty: directly; see
     /// [`Containerd::start_via`]), from the release whose binaries are in `bin` (`None`: the
     /// machine's; see [`Containerd::start_release`]).
@@ -266,6 +277,16 @@ impl Containerd {
         config: &Path,
         prefix: &[String],
         bin: Option<&Path>,
+    ) -> Result<Self> {
+        Self::start_full(dir, config, prefix, bin, &[])
+    }
+
+    fn start_full(
+        dir: &Path,
+        config: &Path,
+        prefix: &[String],
+        bin: Option<&Path>,
+        env: &[(&str, &Path)],
     ) -> Result<Self> {
         let program = bin.map_or_else(|| PathBuf::from("containerd"), |b| b.join("containerd"));
         let mut cmd = match prefix.split_first() {
@@ -277,6 +298,7 @@ impl Containerd {
             None => Command::new(&program),
         };
         cmd.arg("--config").arg(config);
+        cmd.envs(env.iter().copied());
         if let Some(bin) = bin {
             // containerd finds its shim on PATH: the release's own first.
             let path = std::env::var_os("PATH").unwrap_or_default();

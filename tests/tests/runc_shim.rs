@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use devinject_tests::bins::bin;
 use devinject_tests::probe::Report;
 use devinject_tests::runc::{
     container_id, describe, runc_path, shim_command, walkable_tempdir, Bundle,
@@ -53,6 +54,45 @@ fn shim_writes_devices_into_the_spec() {
     assert!(rules
         .iter()
         .any(|r| r["allow"] == true && r["major"] == 10 && r["minor"] == 234));
+}
+
+/// containerd's runtime entry takes no arguments: the configuration can come from the engine's
+/// environment (`DEVINJECT_CONFIG`), which the shim inherits; `--config` still wins.
+#[test]
+fn without_config_the_engine_environment_names_the_configuration() {
+    if !require_runc_demo() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let host = demo_host(&t.path().join("host"), &["demo"]).unwrap();
+    let b = bundle(t.path(), &host, Some("0,1"));
+    let shim = bin("devinject-runtime");
+    let env = format!("DEVINJECT_CONFIG={}", host.config.display());
+    let runc = runc_path();
+    let cmd = ["env", &env, shim.to_str().unwrap(), "--runtime", &runc];
+    let out = b.run_with(&cmd, &container_id("shim-env")).unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_demo_granted_0_1(&Report::parse(&String::from_utf8_lossy(&out.stdout)), &out);
+
+    // A named --config wins over the environment: a missing one is an error naming it.
+    let b = bundle(&t.path().join("second"), &host, Some("0,1"));
+    let missing = t.path().join("missing.toml");
+    let cmd = [
+        "env",
+        &env,
+        shim.to_str().unwrap(),
+        "--config",
+        missing.to_str().unwrap(),
+        "--runtime",
+        &runc,
+    ];
+    let out = b.run_with(&cmd, &container_id("shim-env")).unwrap();
+    assert!(!out.status.success(), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("missing.toml"),
+        "{}",
+        describe(&out)
+    );
 }
 
 #[test]

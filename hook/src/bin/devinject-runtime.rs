@@ -3,21 +3,35 @@
 //! Usage: `devinject-runtime [--config FILE] [--runtime PATH] <runc arguments...>`. On `create`
 //! and `run` it writes the container's devices into the bundle's `config.json`, then execs the
 //! real runtime with the arguments unchanged. Exit codes: docs/hook.md.
+//!
+//! Without `--config`, the configuration is `$DEVINJECT_CONFIG`, else the default path: an
+//! engine whose runtime entry takes no arguments (containerd's `BinaryName`) passes a
+//! configuration elsewhere through its own environment, which the runtime shim inherits. (Only
+//! the engine's environment reaches here; a container's is in its `config.json`.)
 
+use std::path::PathBuf;
 use std::process::ExitCode as ProcessExit;
 
 use devinject_hook::config::HostConfig;
 use devinject_hook::exit::{describe, ExitCode};
 use devinject_hook::shim::{self, args::ShimArgs, runtime_log};
 
+/// The variable naming the configuration when `--config` is not given.
+const CONFIG_ENV: &str = "DEVINJECT_CONFIG";
+
 fn main() -> ProcessExit {
-    let args = match ShimArgs::parse(std::env::args_os().skip(1)) {
+    let mut args = match ShimArgs::parse(std::env::args_os().skip(1)) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("devinject-runtime: {e}\nusage: devinject-runtime [--config FILE] [--runtime PATH] <runtime arguments...>");
             return ProcessExit::from(ExitCode::Usage.code());
         }
     };
+    if args.config.is_none() {
+        args.config = std::env::var_os(CONFIG_ENV)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
+    }
     let config = match HostConfig::load(args.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
