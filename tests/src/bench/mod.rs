@@ -10,7 +10,7 @@
 //! - [`matrix`]: rows 1 and 2 (the N × L matrix, and the shim pass-through).
 //! - [`docker`]: row 3.
 //! - [`discovery`]: row 5, in-process.
-//! - [`storm`]: row 6, many containers started at once.
+//! - [`storm`]: row 9, many containers started at once.
 //! - [`stats`] and [`report`]: medians with min and max, and the Markdown tables.
 //!
 //! Row 4 (the device plugin's Allocate latency) is the plugin's own benchmark; scripts/bench.sh
@@ -51,7 +51,7 @@ pub enum Part {
     Docker,
     /// Row 5: discovery.
     Discovery,
-    /// Row 6: start storms.
+    /// Row 9: start storms.
     Storm,
 }
 

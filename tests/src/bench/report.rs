@@ -46,7 +46,7 @@ pub struct Report {
     pub docker: Option<DockerRow>,
     /// Row 5.
     pub discovery: Option<DiscoveryRow>,
-    /// Row 6.
+    /// Row 9.
     pub storm: Vec<StormRow>,
 }
 
@@ -222,7 +222,7 @@ impl Report {
 
     fn storm_table(&self) -> String {
         let mut o = String::from(
-            "### 6. Start storms: N `runc run` at once, one device, no library\n\n\
+            "### 9. Start storms: N `runc run` at once, one device, no library\n\n\
              | N | rounds | variant | per start median | p99 | batch median | median / native | p99 / native | batch / native |\n\
              |---|---|---|---|---|---|---|---|---|\n",
         );

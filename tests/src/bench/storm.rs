@@ -1,4 +1,4 @@
-//! Row 6: start storms. N containers (one device, no library) are started at once, each by its
+//! Row 9: start storms. N containers (one device, no library) are started at once, each by its
 //! own `runc run`, as when a node drains onto another or a job array lands: the CPU is the
 //! bottleneck, and whatever the hook or the shim spends per start is paid by every container.
 //!
@@ -40,7 +40,7 @@ pub struct StormRow {
     pub batch: [Samples; 4],
 }
 
-/// Measures row 6 for each size in `sizes`, `rounds` rounds each (after one not counted).
+/// Measures row 9 for each size in `sizes`, `rounds` rounds each (after one not counted).
 pub fn measure(
     dir: &Path,
     setup: &Setup,
