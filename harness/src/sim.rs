@@ -217,6 +217,28 @@ pub fn assert_demo_granted_0_1_in(report: &crate::probe::Report, ctx: &str) {
     );
 }
 
+/// Asserts what a uid-1000 container granted demo devices 0 and 1, whose host nodes are
+/// `0660 root:<group>`, must see: both with their numbers and that mode, opening; accel3 absent.
+/// (How the un-granted accel2 is refused depends on the path: by the cgroup when the process
+/// was given the group, by the file mode when the node was.) `ctx` is shown on failure.
+pub fn assert_group_only_granted_0_1(report: &crate::probe::Report, ctx: &str) {
+    for (name, major, minor) in [ACCELS[0], ACCELS[1]] {
+        let n = report.node(&format!("/dev/demo/{name}"));
+        assert_eq!(
+            (
+                n.kind.as_str(),
+                n.major,
+                n.minor,
+                n.mode.as_str(),
+                n.open.as_str()
+            ),
+            ("c", major, minor, "660", "ok"),
+            "{name}, granted, opens as uid 1000:\n{ctx}"
+        );
+    }
+    assert_eq!(report.node("/dev/demo/accel3").kind, "missing", "{ctx}");
+}
+
 /// Asserts what a container granted exactly the demo devices `ids` (by index) must see: each
 /// granted accelerator with its numbers, opening; the others absent; the control node opening;
 /// the library read-only and its soname in the linker cache. `ctx` is shown on failure.
