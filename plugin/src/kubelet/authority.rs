@@ -338,6 +338,15 @@ mod tests {
             assert_eq!(out.len(), 5);
         }
         assert!(!valid_authority(path));
+        // No :authority at all (HTTP/2 makes it optional): nothing is added.
+        let input = block(&[
+            (b":method", b"POST"),
+            (b":scheme", b"http"),
+            (b":path", b"/v1beta1.DevicePlugin/Allocate"),
+        ]);
+        let out = decode(&mut server, &r.rewrite(&input).unwrap());
+        assert_eq!(out.len(), 3);
+        assert!(out.iter().all(|(n, _)| n != b":authority"));
     }
 
     #[test]
