@@ -139,9 +139,11 @@ pub struct Linux {
     /// Namespaces.
     #[serde(default)]
     pub namespaces: Vec<Namespace>,
-    /// Device nodes the runtime makes.
+    /// Device nodes the runtime makes, as written: an entry is read only when asked for
+    /// ([`Spec::device_node`]), so that a malformed list is reported by whoever edits it
+    /// (the shim names `linux.devices`), not as a parse error of the whole file.
     #[serde(default)]
-    pub devices: Vec<LinuxDevice>,
+    pub devices: Option<serde_json::Value>,
 }
 
 /// One `linux.devices` entry.
@@ -266,12 +268,16 @@ impl Spec {
             what: format!("linux.devices entry {}", path.display()),
             problem,
         };
-        let d = self
+        let entry = self
             .linux
-            .iter()
-            .flat_map(|l| &l.devices)
-            .find(|d| d.path == path)
+            .as_ref()
+            .and_then(|l| l.devices.as_ref())
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|d| d.get("path").and_then(serde_json::Value::as_str) == path.to_str())
             .ok_or_else(|| invalid("config.json has none".into()))?;
+        let d = LinuxDevice::deserialize(entry).map_err(|e| invalid(e.to_string()))?;
         let kind = match d.kind.as_str() {
             "c" | "u" => NodeKind::Char,
             "b" => NodeKind::Block,
@@ -345,6 +351,13 @@ mod tests {
         assert!(missing.to_string().contains("/dev/none"), "{missing}");
         let fifo = s.device_node(Path::new("/dev/p")).unwrap_err();
         assert!(fifo.to_string().contains("not a device"), "{fifo}");
+        // A malformed list does not fail the parse: whoever edits it names it.
+        let odd = Spec::parse(
+            br#"{"ociVersion":"1.1.0","linux":{"devices":{"a":1}}}"#,
+            "t",
+        )
+        .expect("parses");
+        assert!(odd.device_node(Path::new("/dev/a")).is_err());
     }
 
     #[test]
