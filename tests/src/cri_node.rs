@@ -152,7 +152,7 @@ pub fn configure_shim_env(config: &Path) {
 }
 
 /// The variable the shim reads its configuration's path from when `--config` is not given.
-pub const SHIM_CONFIG_ENV: &str = "DEVINJECT_CONFIG";
+pub use devinject_hook::shim::CONFIG_ENV as SHIM_CONFIG_ENV;
 
 fn configure_shim_at(config: &Path, shim: &Path) {
     let mut cmd = ctl_configure(config, "shim");

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use devinject_hook::shim::CONFIG_ENV;
 use devinject_tests::bins::bin;
 use devinject_tests::probe::Report;
 use devinject_tests::runc::{
@@ -67,7 +68,7 @@ fn without_config_the_engine_environment_names_the_configuration() {
     let host = demo_host(&t.path().join("host"), &["demo"]).unwrap();
     let b = bundle(t.path(), &host, Some("0,1"));
     let shim = bin("devinject-runtime");
-    let env = format!("DEVINJECT_CONFIG={}", host.config.display());
+    let env = format!("{CONFIG_ENV}={}", host.config.display());
     let runc = runc_path();
     let cmd = ["env", &env, shim.to_str().unwrap(), "--runtime", &runc];
     let out = b.run_with(&cmd, &container_id("shim-env")).unwrap();

@@ -3,8 +3,8 @@
 //! Usage, with the OCI state on stdin:
 //! - `devinject-hook [--config FILE]`: inject what the container asked for (hook-only mode);
 //! - `devinject-hook [--config FILE] finish [--mount HOST CONTAINER]... [--library HOST CONTAINER]... [--link PATH=TARGET]...
-//!   [--ldcache-dir DIR]...`: the step the runtime shim wires in for files, soname links and the
-//!   linker cache.
+//!   [--ldcache-dir DIR]... [--group-node PATH]...`: the step the runtime shim (and the NRI
+//!   plugin) wire in for files, soname links, the linker cache and group-only nodes.
 //!
 //! Exit codes are documented in `devinject_hook::exit::ExitCode` and docs/hook.md.
 
@@ -15,7 +15,7 @@ use devinject_hook::config::HostConfig;
 use devinject_hook::exit::{describe, ExitCode};
 use devinject_hook::finish::FinishArgs;
 
-const USAGE: &str = "usage: devinject-hook [--config FILE] [finish [--mount HOST CONTAINER]... [--library HOST CONTAINER]... [--link PATH=TARGET]... [--ldcache-dir DIR]...]   (OCI state on stdin)";
+const USAGE: &str = "usage: devinject-hook [--config FILE] [finish [--mount HOST CONTAINER]... [--library HOST CONTAINER]... [--link PATH=TARGET]... [--ldcache-dir DIR]... [--group-node PATH]...]   (OCI state on stdin)";
 
 fn exit(code: ExitCode) -> ProcessExit {
     ProcessExit::from(code.code())

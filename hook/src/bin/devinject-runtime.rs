@@ -14,10 +14,7 @@ use std::process::ExitCode as ProcessExit;
 
 use devinject_hook::config::HostConfig;
 use devinject_hook::exit::{describe, ExitCode};
-use devinject_hook::shim::{self, args::ShimArgs, runtime_log};
-
-/// The variable naming the configuration when `--config` is not given.
-const CONFIG_ENV: &str = "DEVINJECT_CONFIG";
+use devinject_hook::shim::{self, args::ShimArgs, runtime_log, CONFIG_ENV};
 
 fn main() -> ProcessExit {
     let mut args = match ShimArgs::parse(std::env::args_os().skip(1)) {

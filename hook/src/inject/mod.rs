@@ -166,8 +166,6 @@ pub struct Report {
     pub ldconfig_ran: bool,
     /// Whether the new mount API was used.
     pub new_mount_api: bool,
-    /// Nodes given to the process's group.
-    pub regrouped: usize,
 }
 
 /// Applies `edits` to `target`. Env edits are ignored here (a hook cannot change the process
@@ -195,8 +193,11 @@ pub fn apply(
     let host_devs = if regroup.is_empty() {
         Vec::new()
     } else {
-        let text = std::fs::read_to_string("/proc/self/mountinfo")
-            .map_err(|e| InjectError::Child(format!("cannot read /proc/self/mountinfo: {e}")))?;
+        let path = Path::new("/proc/self/mountinfo");
+        let text = std::fs::read_to_string(path).map_err(|e| InjectError::Source {
+            path: path.to_owned(),
+            errno: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+        })?;
         mountinfo::devices(&text)
     };
     let ns_path = format!("/proc/{}/ns/mnt", target.pid);
@@ -304,7 +305,6 @@ pub fn apply(
         }
     })?;
     report.nodes = edits.device_nodes.len();
-    report.regrouped = regroup.len();
     report.mounts = edits.mounts.len();
     report.links = edits.symlinks().len();
 

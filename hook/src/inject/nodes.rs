@@ -53,10 +53,7 @@ pub fn create(
             errno,
         })
     };
-    let kind = match node.kind {
-        NodeKind::Char => SFlag::S_IFCHR,
-        NodeKind::Block => SFlag::S_IFBLK,
-    };
+    let kind = file_type(node.kind);
     let rdev = makedev(node.major, node.minor);
     match entry_at(&dir, name, path)? {
         Entry::Missing => {}
@@ -118,10 +115,7 @@ pub fn regroup(
     };
     let fd = root.resolve(path, OFlag::O_PATH | OFlag::O_NOFOLLOW)?;
     let st = fstat(&fd).map_err(|e| rerr("stat", e))?;
-    let want = match node.kind {
-        NodeKind::Char => SFlag::S_IFCHR,
-        NodeKind::Block => SFlag::S_IFBLK,
-    };
+    let want = file_type(node.kind);
     let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
     if kind != want || st.st_rdev != makedev(node.major, node.minor) {
         return Err(refuse(format!(
@@ -151,6 +145,14 @@ pub fn regroup(
         AtFlags::AT_EMPTY_PATH,
     )
     .map_err(|e| rerr("chown", e))
+}
+
+/// The file type bits of a node of `kind`.
+fn file_type(kind: NodeKind) -> SFlag {
+    match kind {
+        NodeKind::Char => SFlag::S_IFCHR,
+        NodeKind::Block => SFlag::S_IFBLK,
+    }
 }
 
 /// What a file of mode `mode` is, with its numbers when a device.

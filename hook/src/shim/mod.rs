@@ -9,6 +9,10 @@ pub mod args;
 pub mod runtime_log;
 pub mod spec_edit;
 
+/// The variable of the engine's environment that names the shim's configuration when it is
+/// given no `--config` (containerd's `BinaryName` takes no arguments).
+pub const CONFIG_ENV: &str = "DEVINJECT_CONFIG";
+
 use std::ffi::CString;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
