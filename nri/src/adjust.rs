@@ -23,7 +23,7 @@ pub enum AdjustError {
 
 /// The adjustment for `container`. `request_envs` are the request variables whose values are
 /// replaced by the granted list (any other variable the container sets is kept); `finish` is
-/// the shim's `createRuntime` hook entry, when files are injected.
+/// the shim's `createRuntime` hook entry, when files or group-only nodes need it.
 pub fn adjustment(
     container: &api::Container,
     edits: &ContainerEdits,
