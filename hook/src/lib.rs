@@ -9,6 +9,8 @@
 //!   pod-resources API says the device plugin granted (shared by hook and shim).
 //! - [`inject`]: applying a plan inside the container's mount namespace, safely against a hostile
 //!   rootfs ([`inject::rootfs`]), then [`cgroup_rules`] for the device cgroup.
+//! - [`child`]: running a host program (the pod-resources helper, a prepare step) under a
+//!   deadline, with a given environment and bounded output.
 //! - [`run`]: one hook invocation; [`error`] and [`exit`] map failures to documented exit codes.
 //!
 //! - [`shim`]: the runtime shim `devinject-runtime`, which writes the plan into `config.json`
@@ -17,6 +19,7 @@
 //! All unsafe code is in the private `sys` module.
 
 pub mod admit;
+pub mod child;
 pub mod cgroup_rules;
 pub mod config;
 pub mod error;

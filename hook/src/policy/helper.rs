@@ -1,5 +1,5 @@
 //! The real [`GrantSource`]: `devinject-podresources`, executed only when a Kubernetes
-//! container asks for devices.
+//! container asks for devices, the way the hook runs any host program ([`crate::child`]).
 //!
 //! The gRPC client (tonic, tokio, hyper) would make a binary that runs for every container half
 //! as large again (docs/policy.md has the figures), so it lives in the helper, and the hook and
@@ -14,13 +14,11 @@
 //!   which it is killed; it also dies with the hook (`PR_SET_PDEATHSIG`, see `sys::fork_run`),
 //!   and an alarm armed before `exec` ends it should it close its output and hang;
 //! - with its output read within bounds: [`MAX_ANSWER_BYTES`] of stdout (more kills it), and
-//!   [`MAX_STDERR_BYTES`] of stderr kept.
+//!   [`child::MAX_STDERR_BYTES`] of stderr kept.
 //!
 //! The arguments, exit codes and answer are defined once, in `devinject-podresources-protocol`.
 
-use std::ffi::{CString, OsStr, OsString};
-use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -28,24 +26,13 @@ use devinject_podresources_protocol::{
     Answer, AnswerError, HelperExit, Request, HELPER_NAME, MAX_ANSWER_BYTES,
 };
 use nix::errno::Errno;
-use nix::fcntl::OFlag;
-use nix::poll::{PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::Signal;
-use nix::sys::stat::Mode;
 use nix::sys::wait::WaitStatus;
-use nix::unistd::Pid;
 
 use super::GrantSource;
-use crate::sys;
+use crate::child::{self, ChildError, Finished, Program, Unrunnable};
 
 /// How much longer than the kubelet's deadline the helper may take: process start and exit.
 pub const MARGIN: Duration = Duration::from_millis(500);
-
-/// The most of the helper's stderr kept for messages.
-pub const MAX_STDERR_BYTES: usize = 16 << 10;
-
-/// The child's exit code when the helper could not be executed.
-const EXEC_FAILED: i32 = 127;
 
 /// The kubelet's pod-resources API, asked through the helper.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,210 +155,50 @@ impl GrantSource for PodResourcesHelper {
 
 /// The helper must be an absolute path to an executable regular file.
 fn check_runnable(path: &Path) -> Result<(), LookupError> {
-    use std::os::unix::fs::PermissionsExt;
-    let unusable = |problem: String| LookupError::HelperUnusable {
-        path: path.to_owned(),
-        problem,
-    };
-    if !path.is_absolute() {
-        // A relative path would be looked up in the runtime's working directory, the bundle.
-        return Err(unusable("the path is not absolute".into()));
-    }
-    match std::fs::metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(LookupError::HelperMissing {
+    child::check_runnable(path).map_err(|e| match e {
+        Unrunnable::Missing => LookupError::HelperMissing {
             path: path.to_owned(),
-        }),
-        Err(e) => Err(unusable(e.to_string())),
-        Ok(m) if !m.is_file() => Err(unusable("it is not a regular file".into())),
-        Ok(m) if m.permissions().mode() & 0o111 == 0 => {
-            Err(unusable("it is not executable".into()))
-        }
-        Ok(_) => Ok(()),
-    }
+        },
+        Unrunnable::Unusable(problem) => LookupError::HelperUnusable {
+            path: path.to_owned(),
+            problem,
+        },
+    })
 }
 
-/// What the helper left.
-#[derive(Debug)]
-struct Finished {
-    status: WaitStatus,
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-}
-
-/// How reading the helper's output ended.
-enum Collected {
-    /// Both pipes reached end of file.
-    Closed { stdout: Vec<u8>, stderr: Vec<u8> },
-    /// The deadline passed first.
-    TimedOut,
-    /// Stdout went past [`MAX_ANSWER_BYTES`].
-    Oversize,
-}
-
-/// Runs `path` with `args`, an empty environment and stdin from `/dev/null`, reads its output
-/// within bounds, and reaps it; kills it at `limit`.
+/// Runs the helper with `args`, an empty environment and stdin from `/dev/null`
+/// ([`child::run`]); kills it at `limit` or when it writes more than an answer can be.
 fn execute(path: &Path, args: &[OsString], limit: Duration) -> Result<Finished, LookupError> {
-    let spawn = |step: &'static str| {
-        move |errno| LookupError::Spawn {
+    child::run(Program {
+        path,
+        args,
+        env: &[],
+        limit,
+        max_stdout: MAX_ANSWER_BYTES,
+    })
+    .map_err(|e| match e {
+        ChildError::Argument { arg } => LookupError::Argument {
+            path: path.to_owned(),
+            arg,
+        },
+        ChildError::Spawn { step, errno } => LookupError::Spawn {
             path: path.to_owned(),
             step,
             errno,
-        }
-    };
-    let cstr = |s: &OsStr| {
-        CString::new(s.as_bytes()).map_err(|_| LookupError::Argument {
+        },
+        ChildError::Timeout { limit } => LookupError::Timeout {
             path: path.to_owned(),
-            arg: s.to_string_lossy().into_owned(),
-        })
-    };
-    let mut argv = vec![cstr(path.as_os_str())?];
-    for a in args {
-        argv.push(cstr(a)?);
-    }
-    let exec_failed = format!("cannot execute {}: ", path.display());
-    let null = nix::fcntl::open(
-        "/dev/null",
-        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(spawn("open /dev/null"))?;
-    let (out_r, out_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(spawn("pipe"))?;
-    let (err_r, err_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(spawn("pipe"))?;
-    // Whole seconds, rounded up: the backstop never fires before the deadline below.
-    let alarm_secs = u32::try_from(limit.as_secs() + 1).unwrap_or(u32::MAX);
-    let deadline = Instant::now() + limit;
-    let child = sys::fork_run(|| {
-        // Only async-signal-safe calls from here on: the parent may have had other threads
-        // (tests) holding locks at the fork.
-        let redirected = nix::unistd::dup2_stdin(&null)
-            .and_then(|()| nix::unistd::dup2_stdout(&out_w))
-            .and_then(|()| nix::unistd::dup2_stderr(&err_w));
-        if redirected.is_err() {
-            return EXEC_FAILED;
-        }
-        nix::unistd::alarm::set(alarm_secs);
-        let env: [CString; 0] = [];
-        let Err(errno) = nix::unistd::execve(&argv[0], &argv, &env);
-        let stderr = std::io::stderr();
-        let _ = nix::unistd::write(stderr.as_fd(), exec_failed.as_bytes());
-        let _ = nix::unistd::write(stderr.as_fd(), errno.desc().as_bytes());
-        EXEC_FAILED
+            limit,
+        },
+        ChildError::Oversize { .. } => LookupError::Oversize {
+            path: path.to_owned(),
+        },
     })
-    .map_err(spawn("fork"))?;
-    drop((null, out_w, err_w));
-    let (stdout, stderr) = match collect(&out_r, &err_r, deadline) {
-        Ok(Collected::Closed { stdout, stderr }) => (stdout, stderr),
-        Ok(Collected::TimedOut) => {
-            return Err(killed(
-                child,
-                LookupError::Timeout {
-                    path: path.to_owned(),
-                    limit,
-                },
-            ))
-        }
-        Ok(Collected::Oversize) => {
-            return Err(killed(
-                child,
-                LookupError::Oversize {
-                    path: path.to_owned(),
-                },
-            ))
-        }
-        Err(errno) => return Err(killed(child, spawn("read its output")(errno))),
-    };
-    let status = wait(child).map_err(spawn("wait"))?;
-    Ok(Finished {
-        status,
-        stdout,
-        stderr,
-    })
-}
-
-/// Kills and reaps the helper, then returns `err`.
-fn killed(child: Pid, err: LookupError) -> LookupError {
-    let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
-    let _ = wait(child);
-    err
-}
-
-/// `waitpid`, again when interrupted.
-fn wait(child: Pid) -> nix::Result<WaitStatus> {
-    loop {
-        match nix::sys::wait::waitpid(child, None) {
-            Err(Errno::EINTR) => continue,
-            other => return other,
-        }
-    }
-}
-
-/// Reads both pipes until both are closed, the deadline passes, or stdout is too long.
-fn collect(out: &OwnedFd, err: &OwnedFd, deadline: Instant) -> nix::Result<Collected> {
-    let mut stdout = Vec::new();
-    let mut stderr = Vec::new();
-    let mut open = [true, true];
-    let mut buf = [0u8; 8192];
-    while open.contains(&true) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Ok(Collected::TimedOut);
-        }
-        let fds = [out, err];
-        let which: Vec<usize> = (0..2).filter(|i| open[*i]).collect();
-        let mut set: Vec<PollFd<'_>> = which
-            .iter()
-            .map(|i| PollFd::new(fds[*i].as_fd(), PollFlags::POLLIN))
-            .collect();
-        // Rounded up to the next millisecond so that the deadline is reached, not spun on.
-        let timeout =
-            PollTimeout::try_from(left + Duration::from_micros(999)).unwrap_or(PollTimeout::MAX);
-        match nix::poll::poll(&mut set, timeout) {
-            Ok(_) => {}
-            Err(Errno::EINTR) => continue,
-            Err(e) => return Err(e),
-        }
-        let ready: Vec<usize> = which
-            .iter()
-            .zip(&set)
-            .filter(|(_, p)| p.revents().is_some_and(|r| !r.is_empty()))
-            .map(|(i, _)| *i)
-            .collect();
-        for i in ready {
-            let n = match nix::unistd::read(fds[i], &mut buf) {
-                Ok(n) => n,
-                Err(Errno::EINTR) => continue,
-                Err(e) => return Err(e),
-            };
-            if n == 0 {
-                open[i] = false;
-            } else if i == 0 {
-                if stdout.len() + n > MAX_ANSWER_BYTES {
-                    return Ok(Collected::Oversize);
-                }
-                stdout.extend_from_slice(&buf[..n]);
-            } else {
-                let keep = n.min(MAX_STDERR_BYTES - stderr.len());
-                stderr.extend_from_slice(&buf[..keep]);
-            }
-        }
-    }
-    Ok(Collected::Closed { stdout, stderr })
-}
-
-/// The helper's stderr as one line.
-fn message(stderr: &[u8]) -> String {
-    let text = String::from_utf8_lossy(stderr);
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    lines.join(" | ")
 }
 
 /// The answer, or the error the exit status and stderr describe.
 fn interpret(path: &Path, limit: Duration, f: Finished) -> Result<Answer, LookupError> {
-    let output = message(&f.stderr);
+    let output = f.message();
     let failed = |status: String| LookupError::Failed {
         path: path.to_owned(),
         status,
@@ -402,12 +229,11 @@ fn interpret(path: &Path, limit: Duration, f: Finished) -> Result<Answer, Lookup
             }),
             _ => Err(failed(format!("exit code {code}"))),
         },
-        WaitStatus::Signaled(_, Signal::SIGALRM, _) => Err(LookupError::Timeout {
+        _ if f.alarmed() => Err(LookupError::Timeout {
             path: path.to_owned(),
             limit,
         }),
-        WaitStatus::Signaled(_, sig, _) => Err(failed(format!("killed by {sig}"))),
-        other => Err(failed(format!("{other:?}"))),
+        _ => Err(failed(f.failure().unwrap_or_default())),
     }
 }
 
@@ -437,48 +263,6 @@ mod tests {
 
     fn ask(path: &Path) -> Result<Answer, LookupError> {
         helper(path, 2000).lookup("ml", "trainer", "main")
-    }
-
-    /// Feeds `stdout` and `stderr` to [`collect`] through pipes, from writer threads.
-    fn collect_bytes(stdout: usize, stderr: usize) -> Collected {
-        let (out_r, out_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
-        let (err_r, err_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
-        let feed = |w: OwnedFd, n: usize| {
-            std::thread::spawn(move || {
-                use std::io::Write;
-                // A reader that stops early closes the pipe: EPIPE is fine here.
-                let _ = std::fs::File::from(w).write_all(&vec![b'x'; n]);
-            })
-        };
-        let (a, b) = (feed(out_w, stdout), feed(err_w, stderr));
-        let got = collect(&out_r, &err_r, Instant::now() + Duration::from_secs(20)).unwrap();
-        drop((out_r, err_r));
-        a.join().unwrap();
-        b.join().unwrap();
-        got
-    }
-
-    /// The bounds hold exactly: an answer of [`MAX_ANSWER_BYTES`] is read whole, one byte more
-    /// is oversize; stderr keeps its first [`MAX_STDERR_BYTES`].
-    #[test]
-    fn output_bounds_are_exact() {
-        match collect_bytes(MAX_ANSWER_BYTES, MAX_STDERR_BYTES + 100) {
-            Collected::Closed { stdout, stderr } => {
-                assert_eq!(stdout.len(), MAX_ANSWER_BYTES);
-                assert_eq!(stderr.len(), MAX_STDERR_BYTES);
-            }
-            _ => panic!("an answer at the limit must be read"),
-        }
-        assert!(matches!(
-            collect_bytes(MAX_ANSWER_BYTES + 1, 0),
-            Collected::Oversize
-        ));
-        match collect_bytes(10, 10) {
-            Collected::Closed { stdout, stderr } => {
-                assert_eq!((stdout.len(), stderr.len()), (10, 10))
-            }
-            _ => panic!("small output must be read"),
-        }
     }
 
     const ANSWER: &str = r#"{"version":1,"answered_by":"Get","pods":[{"container":"found","devices":{"devinject.io/demo":["0"]}}]}"#;
