@@ -13,6 +13,8 @@
 //!    indices) and selects devices from the inventory.
 //! 5. [`planner`] turns all of that into a [`plan::Plan`]: a list of container edits in the shape
 //!    of a CDI spec (device nodes, mounts, env, cgroup rules, hooks). The planner is pure.
+//! 6. [`prepare_step`] plans the runs of a profile's prepare program, one per allocated device,
+//!    with the function the container chose when the profile lists it.
 //!
 //! The hook applies a plan inside the container's mount namespace, the runtime shim writes it into
 //! `config.json`, and the CDI exporter writes it as a CDI spec.
@@ -25,6 +27,7 @@ pub mod names;
 pub mod node;
 pub mod plan;
 pub mod planner;
+pub mod prepare_step;
 pub mod profile;
 pub mod profile_set;
 pub mod request;
@@ -36,6 +39,7 @@ pub use names::{DeviceId, NameError, ProfileName, ResourceName};
 pub use node::{access_groups, DeviceNode, NodeKind};
 pub use plan::{CgroupRule, ContainerEdits, HookAction, Mount, MountKind, Plan, Symlink};
 pub use planner::{plan, ContainerLayout, PlanError, PlanInput};
+pub use prepare_step::{prepare_runs, FunctionError, FunctionRequest, PrepareRun};
 pub use profile::{AllocateMode, Profile, ProfileError};
 pub use profile_set::ProfileSet;
 pub use request::{Request, RequestError, Resolve, Selection};

@@ -49,10 +49,12 @@ impl ProfileName {
 
     /// The default request variable: `<NAME>_VISIBLE_DEVICES`, upper-cased, '-' as '_'.
     pub fn default_request_env(&self) -> String {
-        format!(
-            "{}{DEFAULT_REQUEST_SUFFIX}",
-            self.0.to_ascii_uppercase().replace('-', "_")
-        )
+        self.env_stem() + DEFAULT_REQUEST_SUFFIX
+    }
+
+    /// The name as the start of an env variable: `CORAL_EDGETPU` for `coral-edgetpu`.
+    pub fn env_stem(&self) -> String {
+        self.0.to_ascii_uppercase().replace('-', "_")
     }
 }
 

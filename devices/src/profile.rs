@@ -141,6 +141,47 @@ pub struct FileSpec {
     pub optional: bool,
 }
 
+/// A program run on the host for each allocated device before the container starts (loading
+/// an FPGA function, resetting a device): docs/prepare.md.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrepareSpec {
+    /// The program's absolute host path, then its fixed arguments. What it works on comes in its
+    /// environment (`DEVINJECT_*`), never in its arguments.
+    pub command: Vec<String>,
+    /// How long one run may take before it is killed and the container fails.
+    #[serde(default = "default_prepare_timeout_ms")]
+    pub timeout_ms: u64,
+    /// The functions a container may ask for; the program gets the chosen one's id.
+    #[serde(default)]
+    pub functions: Vec<FunctionSpec>,
+}
+
+/// One function a prepare step can load.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FunctionSpec {
+    /// What a container asks for and the program gets: letters, digits, `.`, `_`, `-`.
+    pub id: String,
+    /// A friendly resource name a pod may ask for instead of the profile's resource (e.g.
+    /// `fpga.intel.com/arria10-nlb3`): the admission webhook maps it to the profile's resource
+    /// and this function.
+    pub resource: Option<String>,
+}
+
+/// The default deadline of one prepare run.
+pub const DEFAULT_PREPARE_TIMEOUT_MS: u64 = 30_000;
+
+/// The longest deadline a prepare run may have (a runtime's own hook deadline is minutes).
+pub const MAX_PREPARE_TIMEOUT_MS: u64 = 300_000;
+
+/// The longest function id.
+pub const MAX_FUNCTION_ID: usize = 128;
+
+fn default_prepare_timeout_ms() -> u64 {
+    DEFAULT_PREPARE_TIMEOUT_MS
+}
+
 /// The raw file layout, as deserialized.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -170,6 +211,7 @@ struct RawProfile {
     files: Vec<FileSpec>,
     #[serde(default)]
     env: BTreeMap<String, String>,
+    prepare: Option<PrepareSpec>,
 }
 
 fn one() -> u32 {
@@ -226,6 +268,8 @@ pub struct Profile {
     pub files: Vec<FileSpec>,
     /// Env the container gets with any device of the kind.
     pub env: BTreeMap<String, String>,
+    /// The program run for each allocated device before the container starts, if any.
+    pub prepare: Option<PrepareSpec>,
 }
 
 impl Profile {
@@ -267,6 +311,17 @@ impl Profile {
     /// The annotation the device plugin writes with the granted ids; the hook reads it too.
     pub fn request_annotation(&self) -> String {
         format!("{}{}.devices", crate::plan::ANNOTATION_PREFIX, self.name)
+    }
+
+    /// The annotation naming the function the container's devices get (docs/prepare.md).
+    pub fn function_annotation(&self) -> String {
+        format!("{}{}.function", crate::plan::ANNOTATION_PREFIX, self.name)
+    }
+
+    /// The env variable naming the function the container's devices get, when no annotation
+    /// does: `DEMO_FUNCTION` for `demo`.
+    pub fn function_env(&self) -> String {
+        self.name.env_stem() + FUNCTION_ENV_SUFFIX
     }
 
     fn validate(raw: RawProfile, path: &Path) -> Result<Self, ProfileError> {
@@ -373,6 +428,9 @@ impl Profile {
                 ));
             }
         }
+        if let Some(prepare) = &raw.prepare {
+            check_prepare(prepare, &resource).map_err(|(key, problem)| invalid(&key, problem))?;
+        }
         Ok(Self {
             name,
             resource,
@@ -388,8 +446,64 @@ impl Profile {
             binaries: raw.binaries,
             files: raw.files,
             env: raw.env,
+            prepare: raw.prepare,
         })
     }
+}
+
+/// How every function variable ends.
+pub const FUNCTION_ENV_SUFFIX: &str = "_FUNCTION";
+
+/// Checks a prepare step: an absolute program, a bounded deadline, function ids that are plain
+/// words, friendly resources that are resource names, each once. The error is the dotted key and
+/// the problem.
+fn check_prepare(p: &PrepareSpec, own: &ResourceName) -> Result<(), (String, String)> {
+    let Some(program) = p.command.first() else {
+        return Err((
+            "prepare.command".into(),
+            "is empty: give the program's absolute path, then its arguments".into(),
+        ));
+    };
+    check_absolute(program).map_err(|e| ("prepare.command[0]".to_owned(), e))?;
+    if let Some(i) = p.command.iter().position(|a| a.contains('\0')) {
+        return Err((
+            format!("prepare.command[{i}]"),
+            "contains a NUL byte, which no command line can carry".into(),
+        ));
+    }
+    if p.timeout_ms == 0 || p.timeout_ms > MAX_PREPARE_TIMEOUT_MS {
+        return Err((
+            "prepare.timeout_ms".into(),
+            format!("is {}: use 1 to {MAX_PREPARE_TIMEOUT_MS}", p.timeout_ms),
+        ));
+    }
+    for (i, f) in p.functions.iter().enumerate() {
+        let key = |field: &str| format!("prepare.functions[{i}].{field}");
+        if !is_function_id(&f.id) {
+            return Err((key("id"), format!("{:?} is not a function id: use 1 to {MAX_FUNCTION_ID} letters, digits, '.', '_' or '-'", f.id)));
+        }
+        if p.functions[..i].iter().any(|g| g.id == f.id) {
+            return Err((key("id"), format!("{:?} is listed twice", f.id)));
+        }
+        if let Some(r) = &f.resource {
+            ResourceName::new(r).map_err(|e| (key("resource"), e.to_string()))?;
+            if r == own.as_str()
+                || p.functions[..i]
+                    .iter()
+                    .any(|g| g.resource.as_ref() == Some(r))
+            {
+                return Err((key("resource"), format!("{r:?} is already the profile's resource or another function's: give each function its own name")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// True for a function id: 1 to [`MAX_FUNCTION_ID`] ASCII letters, digits, `.`, `_`, `-`.
+pub fn is_function_id(s: &str) -> bool {
+    (1..=MAX_FUNCTION_ID).contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
 /// True for a POSIX-style env variable name.
@@ -509,6 +623,35 @@ DEMO_DRIVER = "1"
                 ),
                 "discovery.id",
             ),
+            (prepare("command = []"), "prepare.command"),
+            (prepare("command = [\"bin/program\"]"), "prepare.command[0]"),
+            (prepare("command = [\"/bin/p\", \"a\\u0000b\"]"), "prepare.command[1]"),
+            (prepare("command = [\"/bin/p\"]\ntimeout_ms = 0"), "prepare.timeout_ms"),
+            (prepare("command = [\"/bin/p\"]\ntimeout_ms = 300001"), "prepare.timeout_ms"),
+            (
+                prepare("command = [\"/bin/p\"]\nfunctions = [{ id = \"a b\" }]"),
+                "prepare.functions[0].id",
+            ),
+            (
+                prepare(&format!("command = [\"/bin/p\"]\nfunctions = [{{ id = \"{}\" }}]", "x".repeat(129))),
+                "prepare.functions[0].id",
+            ),
+            (
+                prepare("command = [\"/bin/p\"]\nfunctions = [{ id = \"a\" }, { id = \"a\" }]"),
+                "prepare.functions[1].id",
+            ),
+            (
+                prepare("command = [\"/bin/p\"]\nfunctions = [{ id = \"a\", resource = \"nlb\" }]"),
+                "prepare.functions[0].resource",
+            ),
+            (
+                prepare("command = [\"/bin/p\"]\nfunctions = [{ id = \"a\", resource = \"devinject.io/demo\" }]"),
+                "prepare.functions[0].resource",
+            ),
+            (
+                prepare("command = [\"/bin/p\"]\nfunctions = [{ id = \"a\", resource = \"x.io/f\" }, { id = \"b\", resource = \"x.io/f\" }]"),
+                "prepare.functions[1].resource",
+            ),
         ];
         for (text, key) in cases {
             let err = parse(&text).unwrap_err().to_string();
@@ -517,6 +660,29 @@ DEMO_DRIVER = "1"
                 "expected key {key}: {err}"
             );
         }
+    }
+
+    /// The demo profile with a prepare step of `body`.
+    fn prepare(body: &str) -> String {
+        format!("{DEMO}\n[prepare]\n{body}\n")
+    }
+
+    #[test]
+    fn a_prepare_step_at_its_bounds_is_accepted() {
+        let id = "x".repeat(128);
+        let p = parse(&prepare(&format!(
+            "command = [\"/opt/p\", \"--all\"]\ntimeout_ms = 300000\nfunctions = [{{ id = \"{id}\" }}, {{ id = \"a.b_c-1\", resource = \"x.io/f\" }}]"
+        )))
+        .unwrap();
+        let spec = p.prepare.unwrap();
+        assert_eq!(spec.command, ["/opt/p", "--all"]);
+        assert_eq!(spec.timeout_ms, MAX_PREPARE_TIMEOUT_MS);
+        assert_eq!(spec.functions[0].id, id);
+        assert_eq!(spec.functions[1].resource.as_deref(), Some("x.io/f"));
+        let p = parse(&prepare("command = [\"/opt/p\"]\ntimeout_ms = 1")).unwrap();
+        assert_eq!(p.prepare.as_ref().unwrap().timeout_ms, 1);
+        assert_eq!(p.function_env(), "DEMO_FUNCTION");
+        assert_eq!(p.function_annotation(), "devinject.io/demo.function");
     }
 
     #[test]

@@ -11,12 +11,14 @@
 
 use std::collections::BTreeMap;
 
-use devinject_devices::{ContainerLayout, ProfileError, ProfileSet};
+use devinject_devices::{ContainerLayout, FunctionRequest, ProfileError, ProfileSet};
 
 use crate::config::HostConfig;
 use crate::exit::ExitCode;
 use crate::policy::{self, PolicyError};
-use crate::prepare::{find_requests, plan_container, ContainerPlan, PrepareError, RequestSource};
+use crate::prepare::{
+    find_functions, find_requests, plan_container, ContainerPlan, PrepareError, RequestSource,
+};
 
 /// Why a container's requests were not admitted.
 #[derive(Debug, thiserror::Error)]
@@ -38,9 +40,9 @@ impl AdmitError {
         match self {
             Self::Profiles(_) => ExitCode::Config,
             Self::Policy(_) => ExitCode::Policy,
-            Self::Prepare(PrepareError::Request { .. } | PrepareError::Plan(_)) => {
-                ExitCode::Request
-            }
+            Self::Prepare(
+                PrepareError::Request { .. } | PrepareError::Plan(_) | PrepareError::Function(_),
+            ) => ExitCode::Request,
             Self::Prepare(PrepareError::Discovery(_) | PrepareError::Resolve(_)) => ExitCode::Host,
         }
     }
@@ -51,6 +53,7 @@ impl AdmitError {
 pub struct Asked {
     profiles: ProfileSet,
     requests: Vec<RequestSource>,
+    functions: Vec<FunctionRequest>,
 }
 
 /// Whether a container whose text (env names or entries, annotation keys; a whole
@@ -71,15 +74,20 @@ pub fn may_be_asking(
     Ok(Some(profiles))
 }
 
-/// The container's requests under `profiles` (`env` looks up its environment); `None` when it
-/// asks for nothing.
+/// The container's requests and functions under `profiles` (`env` looks up its environment);
+/// `None` when it asks for nothing.
 pub fn asked<'a>(
     profiles: ProfileSet,
-    env: impl Fn(&str) -> Option<&'a str>,
+    env: impl Fn(&str) -> Option<&'a str> + Copy,
     annotations: &BTreeMap<String, String>,
 ) -> Option<Asked> {
     let requests = find_requests(&profiles, env, annotations);
-    (!requests.is_empty()).then_some(Asked { profiles, requests })
+    let functions = find_functions(&profiles, env, annotations);
+    (!requests.is_empty() || !functions.is_empty()).then_some(Asked {
+        profiles,
+        requests,
+        functions,
+    })
 }
 
 impl Asked {
@@ -103,6 +111,12 @@ impl Asked {
             annotations,
             &config.pod_resources(),
         )?;
-        Ok(plan_container(config, &self.profiles, &requests, layout)?)
+        Ok(plan_container(
+            config,
+            &self.profiles,
+            &requests,
+            &self.functions,
+            layout,
+        )?)
     }
 }

@@ -5,6 +5,7 @@ use crate::config::ConfigError;
 use crate::exit::ExitCode;
 use crate::inject::InjectError;
 use crate::oci::OciError;
+use crate::prepare_step::PrepareStepError;
 
 /// Everything that can make the hook fail.
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +25,14 @@ pub enum HookError {
     /// The requests were not admitted (profiles, policy, plan).
     #[error(transparent)]
     Admit(#[from] AdmitError),
+    /// A profile's prepare step failed.
+    #[error("preparing the devices of container {id} failed: {source}")]
+    Prepare {
+        /// The container id.
+        id: String,
+        /// The cause.
+        source: PrepareStepError,
+    },
     /// Injection into the container failed.
     #[error("injecting into container {id} failed: {source}")]
     Inject {
@@ -49,6 +58,7 @@ impl HookError {
             Self::Config(_) => ExitCode::Config,
             Self::Input(_) | Self::Stage { .. } => ExitCode::Input,
             Self::Admit(e) => e.exit_code(),
+            Self::Prepare { .. } => ExitCode::Prepare,
             Self::Inject { .. } => ExitCode::Inject,
             Self::Cgroup { .. } => ExitCode::Cgroup,
         }

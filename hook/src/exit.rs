@@ -27,6 +27,8 @@ pub enum ExitCode {
     Cgroup = 8,
     /// The request is not allowed by the host policy.
     Policy = 9,
+    /// A profile's prepare step failed (docs/prepare.md).
+    Prepare = 10,
 }
 
 impl ExitCode {

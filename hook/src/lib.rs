@@ -7,6 +7,7 @@
 //!   plugin share.
 //! - [`policy`]: which requests are honoured; in Kubernetes only what the kubelet's
 //!   pod-resources API says the device plugin granted (shared by hook and shim).
+//! - [`prepare_step`]: running the profiles' prepare programs before the container starts.
 //! - [`inject`]: applying a plan inside the container's mount namespace, safely against a hostile
 //!   rootfs ([`inject::rootfs`]), then [`cgroup_rules`] for the device cgroup.
 //! - [`child`]: running a host program (the pod-resources helper, a prepare step) under a
@@ -19,8 +20,8 @@
 //! All unsafe code is in the private `sys` module.
 
 pub mod admit;
-pub mod child;
 pub mod cgroup_rules;
+pub mod child;
 pub mod config;
 pub mod error;
 pub mod exit;
@@ -30,6 +31,7 @@ pub mod logging;
 pub mod oci;
 pub mod policy;
 pub mod prepare;
+pub mod prepare_step;
 pub mod run;
 pub mod shim;
 #[allow(unsafe_code)]

@@ -7,8 +7,9 @@
 use std::collections::BTreeMap;
 
 use devinject_devices::{
-    discover, plan, resolve_host_files, ContainerEdits, ContainerLayout, DiscoveryError, Plan,
-    PlanError, PlanInput, ProfileSet, Request, RequestError, Resolve, ResolveError,
+    discover, plan, prepare_runs, resolve_host_files, ContainerEdits, ContainerLayout,
+    DiscoveryError, FunctionError, FunctionRequest, Inventory, Plan, PlanError, PlanInput,
+    PrepareRun, ProfileSet, Request, RequestError, Resolve, ResolveError,
 };
 
 use crate::config::HostConfig;
@@ -35,6 +36,9 @@ pub enum PrepareError {
     /// Driver files could not be resolved.
     #[error(transparent)]
     Resolve(#[from] ResolveError),
+    /// A function request cannot be honoured.
+    #[error(transparent)]
+    Function(#[from] FunctionError),
 }
 
 /// Where a container's request for one profile came from.
@@ -80,6 +84,32 @@ pub fn find_requests<'a>(
     out
 }
 
+/// The functions the container chose (docs/prepare.md), per profile: our annotation
+/// (`devinject.io/<profile>.function`), else the profile's function variable (`DEMO_FUNCTION`).
+pub fn find_functions<'a>(
+    profiles: &ProfileSet,
+    env: impl Fn(&str) -> Option<&'a str>,
+    annotations: &BTreeMap<String, String>,
+) -> Vec<FunctionRequest> {
+    let mut out = Vec::new();
+    for p in profiles.iter() {
+        let key = p.function_annotation();
+        let var = p.function_env();
+        let found = match annotations.get(&key) {
+            Some(v) => Some((format!("annotation {key}"), v.clone())),
+            None => env(&var).map(|v| (format!("env {var}"), v.to_owned())),
+        };
+        if let Some((origin, value)) = found {
+            out.push(FunctionRequest {
+                profile: p.name.to_string(),
+                origin,
+                value,
+            });
+        }
+    }
+    out
+}
+
 /// Every profile's plan and the merged edits.
 #[derive(Debug, Clone, Default)]
 pub struct ContainerPlan {
@@ -87,14 +117,19 @@ pub struct ContainerPlan {
     pub plans: Vec<Plan>,
     /// All edits merged.
     pub edits: ContainerEdits,
+    /// The prepare program's runs, one per device of a profile that has one, to be done before
+    /// the container starts.
+    pub prepare: Vec<PrepareRun>,
 }
 
 /// Plans the container. `layout` is called at most once, and only when a profile injects files.
-/// `Ok(None)` when nothing was asked for.
+/// `Ok(None)` when nothing was asked for. A function for a profile none of whose devices the
+/// container gets is an error, whatever else it asked for.
 pub fn plan_container(
     config: &HostConfig,
     profiles: &ProfileSet,
     requests: &[RequestSource],
+    functions: &[FunctionRequest],
     layout: impl FnOnce() -> ContainerLayout,
 ) -> Result<Option<ContainerPlan>, PrepareError> {
     // Parse every request before touching the host, so a bad value fails fast and cheaply.
@@ -110,6 +145,7 @@ pub fn plan_container(
         }
     }
     if parsed.is_empty() {
+        check_functions_have_devices(profiles, functions, &[])?;
         return Ok(None);
     }
     let roots = config.roots();
@@ -137,9 +173,32 @@ pub fn plan_container(
             layout: l,
         })? {
             tracing::info!(profile = %p.profile, devices = ?p.devices, origin = %source.origin, "planned");
+            let function = functions.iter().find(|f| f.profile == p.profile);
+            out.prepare
+                .extend(prepare_runs(profile, &inventory, &p.devices, function)?);
             out.edits.merge(p.edits.clone());
             out.plans.push(p);
         }
     }
+    check_functions_have_devices(profiles, functions, &out.plans)?;
     Ok(Some(out))
+}
+
+/// Fails for a function asked of a profile that got no plan: the container gets none of its
+/// devices, so the function would load into nothing (or, were it kept, into a device granted
+/// later to someone else).
+fn check_functions_have_devices(
+    profiles: &ProfileSet,
+    functions: &[FunctionRequest],
+    plans: &[Plan],
+) -> Result<(), FunctionError> {
+    for f in functions {
+        if plans.iter().any(|p| p.profile == f.profile) {
+            continue;
+        }
+        if let Some(profile) = profiles.get(&f.profile) {
+            prepare_runs(profile, &Inventory::default(), &[], Some(f))?;
+        }
+    }
+    Ok(())
 }

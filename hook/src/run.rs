@@ -7,7 +7,8 @@
 //!    anything else forks) and
 //! 4. plan, discovery and file resolution only for profiles that were asked for: steps 2 to 4
 //!    are [`crate::admit`], shared with the shim and the NRI plugin.
-//! 5. Apply in the container's mount namespace, then set device cgroup rules.
+//! 5. Run the profiles' prepare steps on the host ([`crate::prepare_step`]), then
+//! 6. apply in the container's mount namespace, then set device cgroup rules.
 //!
 //! Nothing is injected unless every step up to the plan succeeded: a bad request fails the
 //! container before anything is touched.
@@ -20,6 +21,7 @@ use crate::config::HostConfig;
 use crate::error::HookError;
 use crate::inject::{self, layout, rootfs::Rootfs, Target};
 use crate::oci::{read_bounded, Spec, State, MAX_STATE_BYTES};
+use crate::prepare_step;
 
 /// What the hook did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +77,10 @@ pub fn run(config: &HostConfig, stdin: impl Read) -> Result<Outcome, HookError> 
     let Some(plan) = plan else {
         return Ok(Outcome::Nothing);
     };
+    prepare_step::run_all(&plan.prepare).map_err(|source| HookError::Prepare {
+        id: state.id.clone(),
+        source,
+    })?;
     let rootless = !nix::unistd::geteuid().is_root();
     let bind_nodes = rootless || spec.has_user_namespace();
     let target = Target {

@@ -2,7 +2,8 @@
 //! it runs the same admission as the runtime shim ([`devinject_hook::admit`]: the container's
 //! env and annotations, the host's request policy, the planner) and answers with the plan as an
 //! adjustment ([`crate::adjust`]). A refusal fails the container's creation with the policy's
-//! message, which the kubelet shows on the pod.
+//! message, which the kubelet shows on the pod. The profiles' prepare steps run here, before the
+//! answer ([`devinject_hook::prepare_step`]).
 
 use std::path::PathBuf;
 
@@ -10,6 +11,7 @@ use devinject_devices::ContainerLayout;
 use devinject_hook::admit::{asked, may_be_asking, AdmitError};
 use devinject_hook::config::HostConfig;
 use devinject_hook::oci::env_value;
+use devinject_hook::prepare_step::{self, PrepareStepError};
 use devinject_hook::shim::spec_edit;
 use prost::Message;
 
@@ -48,6 +50,8 @@ enum CreateError {
     Admit(#[from] AdmitError),
     #[error(transparent)]
     Adjust(#[from] AdjustError),
+    #[error(transparent)]
+    Prepare(#[from] PrepareStepError),
 }
 
 /// The plugin: the host configuration it admits containers under.
@@ -150,6 +154,8 @@ impl Plugin {
         else {
             return Ok(None);
         };
+        // Before the adjustment: a failed prepare step fails the creation with nothing done.
+        prepare_step::run_all(&plan.prepare)?;
         let request_envs = asked.request_envs();
         let finish = spec_edit::finish_hook(
             &self.hook,

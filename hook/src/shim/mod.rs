@@ -1,7 +1,8 @@
 //! The runtime shim `devinject-runtime`: the spec applier in front of runc or crun.
 //!
-//! On `create` and `run` it plans the container's requests and writes the plan into the bundle's
-//! `config.json` ([`spec_edit`]), then execs the real runtime with the arguments it was given.
+//! On `create` and `run` it plans the container's requests, runs the profiles' prepare steps
+//! ([`crate::prepare_step`]) and writes the plan into the bundle's `config.json` ([`spec_edit`]),
+//! then execs the real runtime with the arguments it was given.
 //! Every other command is exec'd at once. A container that asks for nothing has its bundle left
 //! byte-for-byte untouched.
 
@@ -23,6 +24,7 @@ use crate::config::{ConfigError, HostConfig, RUNTIME_CANDIDATES};
 use crate::exit::ExitCode;
 use crate::inject::{layout, rootfs::Rootfs};
 use crate::oci::{read_spec_bytes, OciError, Spec};
+use crate::prepare_step::{self, PrepareStepError};
 use args::ShimArgs;
 use spec_edit::SpecEditError;
 
@@ -41,6 +43,9 @@ pub enum ShimError {
     /// The requests were not admitted (profiles, policy, plan).
     #[error(transparent)]
     Admit(#[from] AdmitError),
+    /// A profile's prepare step failed.
+    #[error(transparent)]
+    Prepare(#[from] PrepareStepError),
     /// The plan could not be written into the spec.
     #[error(transparent)]
     SpecEdit(#[from] SpecEditError),
@@ -76,6 +81,7 @@ impl ShimError {
             Self::Config(_) | Self::NoRuntime { .. } => ExitCode::Config,
             Self::Input(_) | Self::SpecEdit(_) | Self::Write { .. } => ExitCode::Input,
             Self::Admit(e) => e.exit_code(),
+            Self::Prepare(_) => ExitCode::Prepare,
             Self::Exec { .. } => ExitCode::Internal,
         }
     }
@@ -151,6 +157,7 @@ pub fn edit_bundle(
     let Some(plan) = plan else {
         return Ok(BundleEdit::Untouched);
     };
+    prepare_step::run_all(&plan.prepare)?;
     let mut value: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| OciError::Parse {
             what: what.clone(),

@@ -1,0 +1,308 @@
+//! A profile's prepare step, planned: which program runs for which device with which function
+//! (docs/prepare.md). Data only; the hook and the shim run it before the container starts.
+//!
+//! What the program gets is decided here and nowhere else: the device's id and host nodes from
+//! discovery, and a function only when it is one the profile lists. A container's choice of
+//! function is one of those words or an error; it never reaches the program otherwise.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::discovery::Inventory;
+use crate::names::DeviceId;
+use crate::profile::Profile;
+
+/// Why a container's function request cannot be honoured.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FunctionError {
+    /// The profile has no prepare step, so nothing could load a function.
+    #[error("profile {profile} has no prepare step, so it loads no function: remove {origin}")]
+    NoPrepare {
+        /// The profile.
+        profile: String,
+        /// Where the function came from.
+        origin: String,
+    },
+    /// The function is not one the profile lists.
+    #[error("profile {profile} has no function {function:?} (from {origin}): use one of {known}")]
+    Unknown {
+        /// The profile.
+        profile: String,
+        /// What was asked for.
+        function: String,
+        /// Where it came from.
+        origin: String,
+        /// The profile's functions, comma-separated (`none` when it lists none).
+        known: String,
+    },
+    /// A function was asked for devices the container does not get.
+    #[error("{origin} asks for function {function:?} of profile {profile}, but the container gets no {profile} device: request the devices too, or remove it")]
+    NoDevices {
+        /// The profile.
+        profile: String,
+        /// What was asked for.
+        function: String,
+        /// Where it came from.
+        origin: String,
+    },
+}
+
+/// A container's choice of function for one profile, as found in its annotations or env.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionRequest {
+    /// The profile.
+    pub profile: String,
+    /// `annotation KEY` or `env NAME`.
+    pub origin: String,
+    /// The raw value.
+    pub value: String,
+}
+
+/// One run of a profile's prepare program, for one device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrepareRun {
+    /// The profile.
+    pub profile: String,
+    /// The device.
+    pub device: DeviceId,
+    /// The program's absolute host path.
+    pub program: PathBuf,
+    /// Its fixed arguments.
+    pub args: Vec<OsString>,
+    /// Its whole environment (`NAME=value`).
+    pub env: Vec<OsString>,
+    /// Its deadline.
+    pub limit: Duration,
+    /// The function it loads, if any.
+    pub function: Option<String>,
+}
+
+/// The search path a prepare program gets: the host's system directories.
+pub const PREPARE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The runs `profile`'s prepare step needs for `devices` (ids found in `inventory`), with
+/// `function` checked against the profile. No prepare step and no function: no runs.
+pub fn prepare_runs(
+    profile: &Profile,
+    inventory: &Inventory,
+    devices: &[DeviceId],
+    function: Option<&FunctionRequest>,
+) -> Result<Vec<PrepareRun>, FunctionError> {
+    let Some(spec) = &profile.prepare else {
+        return match function {
+            None => Ok(Vec::new()),
+            Some(f) => Err(FunctionError::NoPrepare {
+                profile: profile.name.to_string(),
+                origin: f.origin.clone(),
+            }),
+        };
+    };
+    let function = match function {
+        None => None,
+        Some(f) if devices.is_empty() => {
+            return Err(FunctionError::NoDevices {
+                profile: profile.name.to_string(),
+                function: f.value.clone(),
+                origin: f.origin.clone(),
+            })
+        }
+        Some(f) => match spec.functions.iter().find(|s| s.id == f.value) {
+            Some(s) => Some(s.id.clone()),
+            None => {
+                let known: Vec<&str> = spec.functions.iter().map(|s| s.id.as_str()).collect();
+                return Err(FunctionError::Unknown {
+                    profile: profile.name.to_string(),
+                    function: f.value.clone(),
+                    origin: f.origin.clone(),
+                    known: if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    },
+                });
+            }
+        },
+    };
+    let (program, args): (PathBuf, Vec<OsString>) = spec
+        .command
+        .split_first()
+        .map(|(p, a)| (PathBuf::from(p), a.iter().map(OsString::from).collect()))
+        .unwrap_or_default();
+    let limit = Duration::from_millis(spec.timeout_ms);
+    let runs = devices
+        .iter()
+        .map(|id| {
+            let nodes: Vec<String> = inventory
+                .by_id(id.as_str())
+                .map(|d| {
+                    d.nodes
+                        .iter()
+                        .map(|n| n.host_path.display().to_string())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut env = vec![
+                format!("PATH={PREPARE_PATH}"),
+                format!("DEVINJECT_PROFILE={}", profile.name),
+                format!("DEVINJECT_DEVICE={id}"),
+                format!("DEVINJECT_DEVICE_NODES={}", nodes.join(":")),
+            ];
+            if let Some(f) = &function {
+                env.push(format!("DEVINJECT_FUNCTION={f}"));
+            }
+            PrepareRun {
+                profile: profile.name.to_string(),
+                device: id.clone(),
+                program: program.clone(),
+                args: args.clone(),
+                env: env.into_iter().map(OsString::from).collect(),
+                limit,
+                function: function.clone(),
+            }
+        })
+        .collect();
+    Ok(runs)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::discovery::Device;
+    use crate::node::{DeviceNode, NodeKind};
+
+    const FPGA: &str = r#"
+name = "fpga"
+resource = "example.com/fpga"
+[discovery]
+nodes = ["port[0-9]*"]
+[prepare]
+command = ["/opt/fpga/bin/program", "--quiet"]
+timeout_ms = 2500
+[[prepare.functions]]
+id = "nlb0"
+[[prepare.functions]]
+id = "nlb3"
+resource = "example.com/fpga-nlb3"
+"#;
+
+    fn profile(text: &str) -> Profile {
+        Profile::parse(text, Path::new("fpga.toml")).unwrap()
+    }
+
+    fn inventory() -> Inventory {
+        let device = |n: u32| Device {
+            id: DeviceId::new(&n.to_string()).unwrap(),
+            index: n as usize,
+            name: format!("port{n}"),
+            nodes: vec![DeviceNode {
+                host_path: PathBuf::from(format!("/dev/port{n}")),
+                container_path: PathBuf::from(format!("/dev/port{n}")),
+                kind: NodeKind::Char,
+                major: 240,
+                minor: n,
+                mode: 0o600,
+                uid: 0,
+                gid: 0,
+            }],
+            numa_node: None,
+            healthy: true,
+        };
+        Inventory {
+            devices: vec![device(0), device(2)],
+            control_nodes: Vec::new(),
+        }
+    }
+
+    fn ids(list: &[&str]) -> Vec<DeviceId> {
+        list.iter().map(|i| DeviceId::new(i).unwrap()).collect()
+    }
+
+    fn asks(value: &str) -> FunctionRequest {
+        FunctionRequest {
+            profile: "fpga".into(),
+            origin: "env FPGA_FUNCTION".into(),
+            value: value.into(),
+        }
+    }
+
+    #[test]
+    fn one_run_per_device_with_exactly_its_environment() {
+        let runs = prepare_runs(
+            &profile(FPGA),
+            &inventory(),
+            &ids(&["2", "0"]),
+            Some(&asks("nlb3")),
+        )
+        .unwrap();
+        assert_eq!(runs.len(), 2);
+        let r = &runs[0];
+        assert_eq!(r.program, Path::new("/opt/fpga/bin/program"));
+        assert_eq!(r.args, [OsString::from("--quiet")]);
+        assert_eq!(r.limit, Duration::from_millis(2500));
+        assert_eq!(r.device.as_str(), "2");
+        assert_eq!(
+            r.env,
+            [
+                format!("PATH={PREPARE_PATH}"),
+                "DEVINJECT_PROFILE=fpga".into(),
+                "DEVINJECT_DEVICE=2".into(),
+                "DEVINJECT_DEVICE_NODES=/dev/port2".into(),
+                "DEVINJECT_FUNCTION=nlb3".into(),
+            ]
+            .map(OsString::from)
+        );
+        assert_eq!(runs[1].device.as_str(), "0");
+        // Without a function the program still runs, without DEVINJECT_FUNCTION.
+        let runs = prepare_runs(&profile(FPGA), &inventory(), &ids(&["0"]), None).unwrap();
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].function, None);
+        assert!(!runs[0]
+            .env
+            .iter()
+            .any(|e| e.to_string_lossy().starts_with("DEVINJECT_FUNCTION=")));
+    }
+
+    #[test]
+    fn a_function_is_one_the_profile_lists_for_devices_the_container_gets() {
+        let p = profile(FPGA);
+        let err =
+            prepare_runs(&p, &inventory(), &ids(&["0"]), Some(&asks("nlb3; reboot"))).unwrap_err();
+        assert!(matches!(err, FunctionError::Unknown { .. }), "{err}");
+        assert!(err.to_string().contains("use one of nlb0, nlb3"), "{err}");
+        let err = prepare_runs(&p, &inventory(), &[], Some(&asks("nlb0"))).unwrap_err();
+        assert!(matches!(err, FunctionError::NoDevices { .. }), "{err}");
+        assert!(err.to_string().contains("gets no fpga device"), "{err}");
+
+        let plain = profile("name = \"fpga\"\nresource = \"example.com/fpga\"\n[discovery]\nnodes = [\"port[0-9]*\"]\n");
+        assert_eq!(
+            prepare_runs(&plain, &inventory(), &ids(&["0"]), None).unwrap(),
+            []
+        );
+        let err =
+            prepare_runs(&plain, &inventory(), &ids(&["0"]), Some(&asks("nlb0"))).unwrap_err();
+        assert!(matches!(err, FunctionError::NoPrepare { .. }), "{err}");
+        assert!(
+            err.to_string().contains("remove env FPGA_FUNCTION"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_prepare_step_without_functions_takes_none() {
+        let p = profile(
+            "name = \"fpga\"\nresource = \"example.com/fpga\"\n[discovery]\nnodes = [\"port[0-9]*\"]\n[prepare]\ncommand = [\"/bin/reset\"]\n",
+        );
+        assert_eq!(p.prepare.as_ref().unwrap().timeout_ms, 30_000);
+        assert_eq!(
+            prepare_runs(&p, &inventory(), &ids(&["0"]), None)
+                .unwrap()
+                .len(),
+            1
+        );
+        let err = prepare_runs(&p, &inventory(), &ids(&["0"]), Some(&asks("x"))).unwrap_err();
+        assert!(err.to_string().contains("use one of none"), "{err}");
+    }
+}

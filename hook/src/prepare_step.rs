@@ -1,0 +1,246 @@
+//! Running a plan's prepare steps (docs/prepare.md): each profile's prepare program, once per
+//! allocated device, on the host, before the container starts.
+//!
+//! The runs were planned by `devinject_devices::prepare_step` (what each gets is decided there);
+//! they run here the way the hook runs any host program ([`crate::child`]): by absolute path,
+//! with only the planned environment, stdin from `/dev/null`, under the profile's deadline. They
+//! run one after the other, in the plan's order, and the first failure stops the container's
+//! start with the program's own message: nothing has been injected yet, and the shim has not
+//! written `config.json`.
+
+use std::path::PathBuf;
+
+use devinject_devices::PrepareRun;
+
+use crate::child::{self, ChildError, Program, Unrunnable};
+
+/// The most stdout a prepare program may write (it is logged, not parsed).
+pub const MAX_STDOUT_BYTES: usize = 64 << 10;
+
+/// Which run failed: `the prepare program P of profile F for device D (function X)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// The profile.
+    pub profile: String,
+    /// The program.
+    pub program: PathBuf,
+    /// The device.
+    pub device: String,
+    /// The function it was loading.
+    pub function: Option<String>,
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the prepare program {} of profile {} for device {}",
+            self.program.display(),
+            self.profile,
+            self.device
+        )?;
+        match &self.function {
+            Some(function) => write!(f, " (function {function})"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Step {
+    fn of(run: &PrepareRun) -> Box<Self> {
+        Box::new(Self {
+            profile: run.profile.clone(),
+            program: run.program.clone(),
+            device: run.device.to_string(),
+            function: run.function.clone(),
+        })
+    }
+}
+
+/// Why a prepare step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareStepError {
+    /// The program is not there, or cannot be run.
+    #[error(
+        "{step} cannot be run: {problem}: install it, or fix `prepare.command` in the profile"
+    )]
+    Unrunnable {
+        /// Which run.
+        step: Box<Step>,
+        /// What is wrong.
+        problem: String,
+    },
+    /// It could not be started, or did not finish.
+    #[error("{step}: {source}")]
+    Run {
+        /// Which run.
+        step: Box<Step>,
+        /// What went wrong.
+        source: ChildError,
+    },
+    /// It ran and failed.
+    #[error("{step} failed ({status}): {output}")]
+    Failed {
+        /// Which run.
+        step: Box<Step>,
+        /// Its exit code or signal.
+        status: String,
+        /// What it wrote on stderr (`no message` when nothing).
+        output: String,
+    },
+}
+
+/// Runs every prepare step in order; stops at the first failure.
+pub fn run_all(runs: &[PrepareRun]) -> Result<(), PrepareStepError> {
+    for r in runs {
+        run_one(r)?;
+    }
+    Ok(())
+}
+
+fn run_one(r: &PrepareRun) -> Result<(), PrepareStepError> {
+    child::check_runnable(&r.program).map_err(|e| PrepareStepError::Unrunnable {
+        step: Step::of(r),
+        problem: match e {
+            Unrunnable::Missing => "it does not exist".into(),
+            Unrunnable::Unusable(p) => p,
+        },
+    })?;
+    let started = std::time::Instant::now();
+    let finished = child::run(Program {
+        path: &r.program,
+        args: &r.args,
+        env: &r.env,
+        limit: r.limit,
+        max_stdout: MAX_STDOUT_BYTES,
+    })
+    .map_err(|source| PrepareStepError::Run {
+        step: Step::of(r),
+        source,
+    })?;
+    tracing::info!(profile = %r.profile, device = %r.device, function = ?r.function, elapsed_ms = started.elapsed().as_millis() as u64, stdout = %String::from_utf8_lossy(&finished.stdout).trim(), "prepare step ran");
+    if finished.alarmed() {
+        return Err(PrepareStepError::Run {
+            step: Step::of(r),
+            source: ChildError::Timeout { limit: r.limit },
+        });
+    }
+    match finished.failure() {
+        None => Ok(()),
+        Some(status) => {
+            let output = finished.message();
+            Err(PrepareStepError::Failed {
+                step: Step::of(r),
+                status,
+                output: if output.is_empty() {
+                    "no message".into()
+                } else {
+                    output
+                },
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    use devinject_devices::DeviceId;
+
+    use super::*;
+
+    fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    fn run_of(program: &Path, device: &str, limit_ms: u64) -> PrepareRun {
+        PrepareRun {
+            profile: "fpga".into(),
+            device: DeviceId::new(device).unwrap(),
+            program: program.to_owned(),
+            args: vec![OsString::from("--load")],
+            env: vec![
+                OsString::from("DEVINJECT_DEVICE=".to_owned() + device),
+                OsString::from("DEVINJECT_FUNCTION=nlb3"),
+            ],
+            limit: Duration::from_millis(limit_ms),
+            function: Some("nlb3".into()),
+        }
+    }
+
+    // The scripts are written before any run: a script still open for writing while another
+    // test thread forks cannot be executed (ETXTBSY).
+    #[test]
+    fn prepare_programs() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        let log = d.join("log");
+        let ok = script(
+            d,
+            "ok",
+            &format!(
+                "echo \"$1 $DEVINJECT_DEVICE $DEVINJECT_FUNCTION\" >> {}",
+                log.display()
+            ),
+        );
+        let fails = script(d, "fails", "echo 'bitstream nlb3 does not fit' >&2\nexit 4");
+        let silent = script(d, "silent", "kill -TERM $$");
+        let hangs = script(d, "hangs", "exec /bin/sleep 30");
+
+        // In order, each with its device; the first failure stops the rest.
+        run_all(&[run_of(&ok, "0", 5000), run_of(&ok, "2", 5000)]).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&log).unwrap(),
+            "--load 0 nlb3\n--load 2 nlb3\n"
+        );
+        let err = run_all(&[run_of(&fails, "1", 5000), run_of(&ok, "3", 5000)]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "the prepare program {} of profile fpga for device 1 (function nlb3) failed (exit code 4): bitstream nlb3 does not fit",
+                fails.display()
+            )
+        );
+        assert!(!std::fs::read_to_string(&log).unwrap().contains(" 3 "));
+        let err = run_all(&[run_of(&silent, "1", 5000)]).unwrap_err();
+        assert!(
+            err.to_string().ends_with("(killed by SIGTERM): no message"),
+            "{err}"
+        );
+
+        let started = Instant::now();
+        let err = run_all(&[run_of(&hangs, "1", 200)]).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(
+            matches!(
+                err,
+                PrepareStepError::Run {
+                    source: ChildError::Timeout { .. },
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string().ends_with(
+                "for device 1 (function nlb3): it did not finish within 200 ms and was killed"
+            ),
+            "{err}"
+        );
+
+        let missing = d.join("nowhere");
+        let err = run_all(&[run_of(&missing, "0", 5000)]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("cannot be run: it does not exist: install it, or fix `prepare.command`"),
+            "{err}"
+        );
+    }
+}
