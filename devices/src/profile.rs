@@ -313,6 +313,16 @@ impl Profile {
         format!("{}{}.devices", crate::plan::ANNOTATION_PREFIX, self.name)
     }
 
+    /// Every resource name a pod may ask for this profile's devices by: its resource, then its
+    /// functions' friendly names.
+    pub fn resource_names(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.resource.as_str()).chain(
+            self.prepare
+                .iter()
+                .flat_map(|p| p.functions.iter().filter_map(|f| f.resource.as_deref())),
+        )
+    }
+
     /// The annotation naming the function the container's devices get (docs/prepare.md).
     pub fn function_annotation(&self) -> String {
         format!("{}{}.function", crate::plan::ANNOTATION_PREFIX, self.name)

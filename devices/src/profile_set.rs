@@ -67,7 +67,9 @@ impl ProfileSet {
                 } else if a.resource == b.resource {
                     Some(("resource", a.resource.to_string()))
                 } else {
-                    None
+                    b.resource_names()
+                        .find(|n| a.resource_names().any(|m| m == *n))
+                        .map(|name| ("prepare.functions.resource", name.to_owned()))
                 };
                 if let Some((key, value)) = clash {
                     return Err(ProfileError::Invalid {
@@ -228,6 +230,33 @@ mod tests {
         write(dir.path(), "fuse", "X_VISIBLE_DEVICES");
         let err = ProfileSet::load_dir(dir.path()).unwrap_err().to_string();
         assert!(err.contains("request_env") && err.contains("fuse"), "{err}");
+    }
+
+    #[test]
+    fn a_friendly_name_belongs_to_one_profile() {
+        let dir = tempfile::tempdir().unwrap();
+        let profile = |name: &str, resource: &str, friendly: &str| {
+            let text = format!(
+                "name = \"{name}\"\nresource = \"{resource}\"\n[discovery]\nnodes = [\"{name}\"]\n[prepare]\ncommand = [\"/bin/p\"]\nfunctions = [{{ id = \"f\", resource = \"{friendly}\" }}]\n"
+            );
+            std::fs::write(dir.path().join(format!("{name}.toml")), text).unwrap();
+        };
+        profile("fpga-a", "x.io/a", "x.io/nlb");
+        profile("fpga-b", "x.io/b", "x.io/other");
+        assert!(ProfileSet::load_dir(dir.path()).is_ok());
+        for (b_resource, b_friendly) in [
+            ("x.io/b", "x.io/nlb"),
+            ("x.io/b", "x.io/a"),
+            ("x.io/nlb", "x.io/c"),
+        ] {
+            profile("fpga-b", b_resource, b_friendly);
+            let err = ProfileSet::load_dir(dir.path()).unwrap_err().to_string();
+            assert!(
+                err.contains("prepare.functions.resource")
+                    && err.contains("also used by profile fpga-a"),
+                "{err}"
+            );
+        }
     }
 
     #[test]
