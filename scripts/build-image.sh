@@ -27,9 +27,11 @@ esac
 # devinject-podresources is the helper the hook and the shim execute to ask the kubelet what a
 # pod was granted; it is installed next to them.
 # devinject-nri is the NRI plugin the nri overlay runs in the pod (deploy/overlays/nri).
+# devinject-webhook is the admission webhook of deploy/overlays/webhook.
 packages=(-p devinject-installer -p devinject-hook -p devinject-podresources -p devinject-runtime-config
-  -p devinject-nri)
-bins=(devinject-installer devinject-hook devinject-podresources devinject-runtime devinject-ctl devinject-nri)
+  -p devinject-nri -p devinject-webhook)
+bins=(devinject-installer devinject-hook devinject-podresources devinject-runtime devinject-ctl devinject-nri
+  devinject-webhook)
 # The device plugin binary lives on its own branch until merged; ship it when it is here.
 if [ -f plugin/src/main.rs ]; then
   packages+=(-p devinject-device-plugin)

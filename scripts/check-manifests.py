@@ -9,7 +9,8 @@ render, and the manifests agree with the profiles and the installer.
   against the kubescheduler.config.k8s.io/v1 types (profiles, pluginConfig, NodeResourcesFitArgs
   scoringStrategy), and its resources against the profiles.
 - Kustomizations: with kubectl (kustomize built in) every one is rendered, and deploy/devinject.yaml
-  must equal the render of deploy/base, deploy/devinject-nri.yaml that of deploy/overlays/nri. Without kubectl, every file a kustomization names must
+  must equal the render of deploy/base, deploy/devinject-nri.yaml that of deploy/overlays/nri,
+  deploy/devinject-webhook.yaml that of deploy/overlays/webhook. Without kubectl, every file a kustomization names must
   exist and parse, and the render is reported as skipped.
 - deploy/base/profiles/ holds exactly the repository's profiles/, every profile has an example
   pod asking for its resource, and the RuntimeClass handler is the installer's runtime name.
@@ -33,7 +34,11 @@ K8S_VERSIONS = ["1.29.0", "1.33.0"]
 RUNTIME_NAME = "devinject"
 SCHEDULER_NAME = "devinject-binpack"
 # The kustomizations (under deploy/) rendered into plain manifests by scripts/render-manifests.sh.
-RENDERED = {"base": "devinject.yaml", "overlays/nri": "devinject-nri.yaml"}
+RENDERED = {
+    "base": "devinject.yaml",
+    "overlays/nri": "devinject-nri.yaml",
+    "overlays/webhook": "devinject-webhook.yaml",
+}
 
 failures = []
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Renders the kustomizations users apply without kustomize into plain manifests (for
-# `kubectl apply -f`): deploy/base into deploy/devinject.yaml and deploy/overlays/nri into
-# deploy/devinject-nri.yaml. Needs kubectl (kustomize is built in); scripts/check-manifests.py
+# `kubectl apply -f`): deploy/base into deploy/devinject.yaml, deploy/overlays/nri into
+# deploy/devinject-nri.yaml and deploy/overlays/webhook into deploy/devinject-webhook.yaml. Needs kubectl (kustomize is built in); scripts/check-manifests.py
 # checks that both files are up to date.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,3 +15,4 @@ render() {
 }
 render deploy/base deploy/devinject.yaml
 render deploy/overlays/nri deploy/devinject-nri.yaml
+render deploy/overlays/webhook deploy/devinject-webhook.yaml
