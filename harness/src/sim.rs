@@ -391,3 +391,44 @@ pub fn big_demo_host(dir: &Path, count: usize) -> Result<(SimHost, Vec<DeviceNum
     }
     Ok((host, chosen))
 }
+
+/// The function [`add_demo_prepare_step`] loads, and its friendly resource name.
+pub const DEMO_FUNCTION: (&str, &str) = ("nlb3", "devinject.io/demo-nlb3");
+
+/// The function whose prepare run fails, with this message on stderr.
+pub const DEMO_BROKEN_FUNCTION: (&str, &str) = ("broken", "bitstream broken does not fit");
+
+/// Gives `host`'s demo profile a prepare step (docs/prepare.md) that "programs" a device the
+/// way an FPGA's would: its program writes the function into `<dir>/accelN/function` of a
+/// sysfs-like directory, which it returns. Functions: [`DEMO_FUNCTION`] (with its friendly
+/// name) and [`DEMO_BROKEN_FUNCTION`], whose run fails. Profiles are read per container, so a
+/// running hook, shim or NRI plugin uses it from the next container on.
+pub fn add_demo_prepare_step(host: &SimHost) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let sys = host.dir.join("sys/class/demo-fpga");
+    std::fs::create_dir_all(&sys)?;
+    let program = host.dir.join("demo-program");
+    let (broken, message) = DEMO_BROKEN_FUNCTION;
+    std::fs::write(
+        &program,
+        format!(
+            "#!/bin/sh\nset -e\n\
+             [ \"$DEVINJECT_FUNCTION\" != {broken} ] || {{ echo '{message}' >&2; exit 3; }}\n\
+             out=\"$1/accel$DEVINJECT_DEVICE\"\nmkdir -p \"$out\"\n\
+             printf '%s' \"$DEVINJECT_FUNCTION\" > \"$out/function\"\n"
+        ),
+    )?;
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755))?;
+    let profile = host.profiles_dir.join("demo.toml");
+    let mut text = std::fs::read_to_string(&profile)?;
+    let (function, friendly) = DEMO_FUNCTION;
+    text.push_str(&format!(
+        "\n[prepare]\ncommand = [\"{}\", \"{}\"]\ntimeout_ms = 5000\n\
+         [[prepare.functions]]\nid = \"{function}\"\nresource = \"{friendly}\"\n\
+         [[prepare.functions]]\nid = \"{broken}\"\n",
+        program.display(),
+        sys.display()
+    ));
+    std::fs::write(&profile, text)?;
+    Ok(sys)
+}

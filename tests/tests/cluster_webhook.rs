@@ -18,7 +18,6 @@
 //! - A pod granted nothing that names a function and forges the request variable is refused by
 //!   the `kubernetes` policy, and no device is programmed.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -27,35 +26,8 @@ use devinject_tests::bins::bin;
 use devinject_tests::cluster::{ready, Cluster};
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::daemons::{poll, Daemon};
+use devinject_tests::sim::add_demo_prepare_step;
 use serde_json::{json, Value};
-
-/// Where the test's demo profile points its prepare program.
-const PROGRAM: &str = r#"#!/bin/sh
-set -e
-out="$1/accel$DEVINJECT_DEVICE"
-mkdir -p "$out"
-printf '%s' "$DEVINJECT_FUNCTION" > "$out/function"
-"#;
-
-/// Adds a prepare step with the function `nlb3` (friendly name `devinject.io/demo-nlb3`) to
-/// the node's demo profile; returns the sysfs-like directory it programs.
-fn add_prepare_step(c: &Cluster) -> PathBuf {
-    let sys = c.host.dir.join("sys/class/demo-fpga");
-    std::fs::create_dir_all(&sys).unwrap();
-    let program = c.host.dir.join("demo-program");
-    std::fs::write(&program, PROGRAM).unwrap();
-    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let profile = c.host.profiles_dir.join("demo.toml");
-    let mut text = std::fs::read_to_string(&profile).unwrap();
-    text.push_str(&format!(
-        "\n[prepare]\ncommand = [\"{}\", \"{}\"]\ntimeout_ms = 5000\n\
-         [[prepare.functions]]\nid = \"nlb3\"\nresource = \"devinject.io/demo-nlb3\"\n",
-        program.display(),
-        sys.display()
-    ));
-    std::fs::write(&profile, text).unwrap();
-    sys
-}
 
 /// `devinject-webhook` on the host with a bootstrap certificate for 127.0.0.1, registered with
 /// the API server through the shipped configuration.
@@ -159,7 +131,7 @@ fn friendly_names_are_mapped_and_their_function_is_loaded_into_the_granted_devic
     }
     let c = Cluster::start().unwrap_or_else(|e| panic!("cluster: {e:#}"));
     c.runtime_class().expect("RuntimeClass");
-    let sys = add_prepare_step(&c);
+    let sys = add_demo_prepare_step(&c.host).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let _webhook = start_webhook(&c, dir.path());
 

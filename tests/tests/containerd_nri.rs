@@ -10,6 +10,9 @@
 //! - A container asking for nothing is left alone.
 //! - A request naming a device that does not exist fails the creation with devinject's message.
 //! - The plugin connects again after containerd restarts.
+//! - A profile's prepare step (docs/prepare.md) runs in the plugin before it answers: the
+//!   container reads the function loaded into its granted device; a failing run fails the
+//!   creation with the program's message.
 //! - A container running as uid 1000 with no supplementary groups opens its granted devices
 //!   whose host nodes are `0660 root:4242`: NRI cannot add a group to the process, so the finish
 //!   hook gives the nodes runc made to the process's group; the un-granted accel2 (bind-mounted
@@ -27,7 +30,8 @@ use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::cri_release::{ready, Paths, ReleaseNode};
 use devinject_tests::probe::Report;
 use devinject_tests::sim::{
-    assert_demo_granted_0_1_in, assert_group_only_granted_0_1, demo_probe_args, LIB,
+    add_demo_prepare_step, assert_demo_granted_0_1_in, assert_group_only_granted_0_1,
+    demo_probe_args, DEMO_BROKEN_FUNCTION, DEMO_FUNCTION, LIB,
 };
 
 /// The probe asking for `request` (`DEMO_VISIBLE_DEVICES`), with accel2 bind-mounted.
@@ -88,6 +92,39 @@ fn injects_through_nri(series: &str) {
     let spec = probe(&node, "bad", Some("9"));
     let err = run(&mut node, &spec).expect_err("a request for a missing device must fail");
     assert!(err.contains("devinject") && err.contains('9'), "{err}");
+
+    // A prepare step: run by the plugin on the granted device before it answers.
+    let sys = add_demo_prepare_step(&node.host).unwrap();
+    let prepared = |name: &str, function: &str| ContainerSpec {
+        command: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "for d in /sys-fpga/*; do echo \"$d $(cat $d/function)\"; done".into(),
+        ],
+        env: vec![
+            ("DEMO_VISIBLE_DEVICES".into(), "1".into()),
+            ("DEMO_FUNCTION".into(), function.into()),
+        ],
+        mounts: vec![(sys.clone(), PathBuf::from("/sys-fpga"))],
+        ..probe(&node, name, None)
+    };
+    let (good, broken) = (
+        prepared("prepared", DEMO_FUNCTION.0),
+        prepared("broken", DEMO_BROKEN_FUNCTION.0),
+    );
+    let (code, output) = run(&mut node, &good).expect("runs");
+    assert_eq!(code, 0, "{output}");
+    assert_eq!(
+        output.trim(),
+        format!("/sys-fpga/accel1 {}", DEMO_FUNCTION.0),
+        "{output}"
+    );
+    let err = run(&mut node, &broken).expect_err("a failing prepare step must fail the creation");
+    assert!(
+        err.contains("for device 1 (function broken) failed (exit code 3)")
+            && err.contains(DEMO_BROKEN_FUNCTION.1),
+        "{err}"
+    );
     node.cri.remove_pod(&pod).expect("remove pod");
 
     // containerd restarts: the plugin registers again and the next container is served.
