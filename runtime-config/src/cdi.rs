@@ -212,7 +212,14 @@ pub struct ProfileOutcome {
     pub file: Option<PathBuf>,
     /// Its `cdiVersion`.
     pub cdi_version: Option<String>,
+    /// Why the profile's devices are not exported although it has some.
+    pub not_exported: Option<String>,
 }
+
+/// Why a profile with a prepare step gets no CDI spec.
+pub const PREPARE_NOT_EXPORTED: &str = "the profile has a prepare step, which a CDI spec cannot \
+    run (its devices would start unprepared): inject them through the runtime shim or NRI \
+    (docs/prepare.md)";
 
 /// The result of [`generate`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -498,7 +505,9 @@ pub fn generate(req: &CdiRequest) -> Result<CdiReport> {
     for profile in profiles.iter() {
         let name = profile.name.as_str().to_string();
         let inventory = discover(profile, &roots).map_err(devices_error)?;
-        let spec = if inventory.devices.is_empty() {
+        let not_exported = (profile.prepare.is_some() && !inventory.devices.is_empty())
+            .then(|| PREPARE_NOT_EXPORTED.to_owned());
+        let spec = if inventory.devices.is_empty() || not_exported.is_some() {
             None
         } else {
             let files = resolve_host_files(profile, &roots).map_err(devices_error)?;
@@ -515,6 +524,7 @@ pub fn generate(req: &CdiRequest) -> Result<CdiReport> {
                 .collect(),
             file: spec.as_ref().map(|_| host_file.clone()),
             cdi_version: spec.as_ref().map(|s| s.cdi_version.clone()),
+            not_exported,
         });
         let content = spec.map(|s| {
             render_json(

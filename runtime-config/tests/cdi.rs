@@ -203,3 +203,36 @@ fn cdi_spec_from_plain_values_maps_host_paths_and_wires_the_finish_hook() {
     assert!(hook.env.is_empty());
     cdi::validate(&spec).expect("valid");
 }
+
+#[test]
+fn a_profile_with_a_prepare_step_is_not_exported_and_its_old_spec_goes() {
+    if !(require_root() && require_binary("mknod") && require_binary("gcc")) {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    sim_host(root);
+    let out = root.join("etc/cdi/devinject.io-demo.json");
+    cdi::generate(&request(root)).expect("generate");
+    assert!(out.exists());
+
+    // The profile gains a prepare step: a spec would start the devices unprepared.
+    let profile = root.join("etc/devinject/profiles/demo.toml");
+    let mut text = fs::read_to_string(&profile).expect("profile");
+    text.push_str("\n[prepare]\ncommand = [\"/bin/true\"]\n");
+    fs::write(&profile, text).expect("write profile");
+    let report = cdi::generate(&request(root)).expect("generate");
+    let demo = report
+        .profiles
+        .iter()
+        .find(|p| p.profile == "demo")
+        .expect("demo");
+    assert_eq!((demo.devices, demo.file.as_ref()), (2, None));
+    assert_eq!(
+        demo.not_exported.as_deref(),
+        Some(cdi::PREPARE_NOT_EXPORTED)
+    );
+    assert_eq!(report.changes.len(), 1, "{:?}", report.changes);
+    assert_eq!(report.changes[0].action, Action::Remove);
+    assert!(!out.exists());
+}

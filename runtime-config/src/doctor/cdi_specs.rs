@@ -287,7 +287,12 @@ pub fn check(
     let Some(run) = outcomes else {
         return;
     };
-    for outcome in run.profiles.iter().filter(|o| o.devices > 0) {
+    // A profile left out on purpose (a prepare step) is not missing its spec.
+    for outcome in run
+        .profiles
+        .iter()
+        .filter(|o| o.devices > 0 && o.not_exported.is_none())
+    {
         let name = outcome.profile.as_str();
         if present.iter().any(|(_, s)| s.contains_key(name)) {
             continue;

@@ -161,13 +161,14 @@ fn print_report(report: &ChangeReport, will_reload: bool) {
 /// Prints the CDI export: one line per profile, then the changed files (or the diff).
 fn print_cdi_report(report: &CdiReport) {
     for p in &report.profiles {
-        match (&p.file, &p.cdi_version) {
-            (Some(file), Some(version)) => println!(
+        match (&p.file, &p.cdi_version, &p.not_exported) {
+            (Some(file), Some(version), _) => println!(
                 "{}: {} device(s) -> {} (cdiVersion {version})",
                 p.profile,
                 p.devices,
                 file.display()
             ),
+            (_, _, Some(why)) => println!("{}: {} device(s), no spec: {why}", p.profile, p.devices),
             _ => println!("{}: no devices found, no spec", p.profile),
         }
     }
