@@ -310,10 +310,26 @@ pub(crate) fn collect(
     Ok(Collected::Closed { stdout, stderr })
 }
 
+/// What the tests of the modules that run programs share.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::{Path, PathBuf};
+
+    /// A shell script `dir/name` running `body`, executable. Write every script a test needs
+    /// before it runs any: a script still open for writing while another test thread forks
+    /// cannot be executed (ETXTBSY).
+    pub(crate) fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::PermissionsExt;
-
+    use super::test_support::script;
     use super::*;
 
     /// Feeds `stdout` and `stderr` to [`collect`] through pipes, from writer threads.
@@ -368,13 +384,11 @@ mod tests {
     #[test]
     fn runs_with_exactly_the_given_environment_and_no_stdin() {
         let t = tempfile::tempdir().unwrap();
-        let path = t.path().join("env");
-        std::fs::write(
-            &path,
-            "#!/bin/sh\n/usr/bin/env\necho STDIN\n/bin/cat\necho err >&2\nexit 3\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = script(
+            t.path(),
+            "env",
+            "/usr/bin/env\necho STDIN\n/bin/cat\necho err >&2\nexit 3",
+        );
         let finished = run(Program {
             path: &path,
             args: &[],

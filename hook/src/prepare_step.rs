@@ -145,20 +145,13 @@ fn run_one(r: &PrepareRun) -> Result<(), PrepareStepError> {
 #[cfg(test)]
 mod tests {
     use std::ffi::OsString;
-    use std::os::unix::fs::PermissionsExt;
     use std::path::Path;
     use std::time::{Duration, Instant};
 
     use devinject_devices::DeviceId;
 
     use super::*;
-
-    fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
-        let path = dir.join(name);
-        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        path
-    }
+    use crate::child::test_support::script;
 
     fn run_of(program: &Path, device: &str, limit_ms: u64) -> PrepareRun {
         PrepareRun {

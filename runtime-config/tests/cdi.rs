@@ -46,6 +46,16 @@ fn sim_host(root: &Path) {
     }
 }
 
+/// A temp dir holding [`sim_host`]; `None` (the test skips) without root, mknod or gcc.
+fn simulated_host() -> Option<tempfile::TempDir> {
+    if !(require_root() && require_binary("mknod") && require_binary("gcc")) {
+        return None;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    sim_host(tmp.path());
+    Some(tmp)
+}
+
 fn request(root: &Path) -> CdiRequest {
     CdiRequest {
         root: root.to_path_buf(),
@@ -55,12 +65,10 @@ fn request(root: &Path) -> CdiRequest {
 
 #[test]
 fn cdi_generate_writes_a_minimal_valid_spec_and_removes_stale_ones() {
-    if !(require_root() && require_binary("mknod") && require_binary("gcc")) {
+    let Some(tmp) = simulated_host() else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let root = tmp.path();
-    sim_host(root);
     let out = root.join("etc/cdi/devinject.io-demo.json");
 
     // Dry run: the diff, nothing written.
@@ -206,12 +214,10 @@ fn cdi_spec_from_plain_values_maps_host_paths_and_wires_the_finish_hook() {
 
 #[test]
 fn a_profile_with_a_prepare_step_is_not_exported_and_its_old_spec_goes() {
-    if !(require_root() && require_binary("mknod") && require_binary("gcc")) {
+    let Some(tmp) = simulated_host() else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let root = tmp.path();
-    sim_host(root);
     let out = root.join("etc/cdi/devinject.io-demo.json");
     cdi::generate(&request(root)).expect("generate");
     assert!(out.exists());

@@ -244,14 +244,7 @@ mod tests {
     use devinject_podresources_protocol::{PodEntry, Rpc};
 
     use super::*;
-
-    /// A fake helper: a shell script with `body`.
-    fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
-        let path = dir.join(name);
-        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        path
-    }
+    use crate::child::test_support::script;
 
     fn helper(path: &Path, timeout_ms: u64) -> PodResourcesHelper {
         PodResourcesHelper {
