@@ -32,6 +32,29 @@ pub enum ExitCode {
 }
 
 impl ExitCode {
+    /// Every code, in order.
+    pub fn all() -> Vec<Self> {
+        std::iter::successors(Some(Self::Success), |c| c.next()).collect()
+    }
+
+    /// The code after this one. The match is exhaustive, so a new code must be placed here,
+    /// and [`Self::all`] (which the docs are checked against) then includes it.
+    fn next(self) -> Option<Self> {
+        Some(match self {
+            Self::Success => Self::Internal,
+            Self::Internal => Self::Usage,
+            Self::Usage => Self::Config,
+            Self::Config => Self::Input,
+            Self::Input => Self::Request,
+            Self::Request => Self::Host,
+            Self::Host => Self::Inject,
+            Self::Inject => Self::Cgroup,
+            Self::Cgroup => Self::Policy,
+            Self::Policy => Self::Prepare,
+            Self::Prepare => return None,
+        })
+    }
+
     /// The numeric code.
     pub fn code(self) -> u8 {
         self as u8
@@ -51,4 +74,37 @@ pub fn describe(err: &dyn std::error::Error) -> String {
         src = s.source();
     }
     msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/hook.md's table lists exactly these codes, in order: a new code cannot go
+    /// undocumented, nor a documented one stay after it is gone.
+    #[test]
+    fn docs_list_every_code() {
+        let docs = include_str!("../../docs/hook.md");
+        let table = docs
+            .split("## Exit codes")
+            .nth(1)
+            .expect("docs/hook.md has an Exit codes section");
+        let documented: Vec<u8> = table
+            .lines()
+            .skip_while(|l| !l.starts_with("| code"))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .map(|l| {
+                l.trim_start_matches('|')
+                    .split('|')
+                    .next()
+                    .and_then(|c| c.trim().parse().ok())
+                    .unwrap_or_else(|| panic!("not a code row: {l}"))
+            })
+            .collect();
+        let codes: Vec<u8> = ExitCode::all().iter().map(|c| c.code()).collect();
+        assert_eq!(documented, codes);
+        // The codes are 0..=N without a gap.
+        assert!(codes.iter().enumerate().all(|(i, c)| usize::from(*c) == i));
+    }
 }
