@@ -224,6 +224,40 @@ impl HostConfig {
 mod tests {
     use super::*;
 
+    /// docs/hook.md's configuration table lists exactly the keys the parser accepts (serde
+    /// names them all when it refuses an unknown one).
+    #[test]
+    fn docs_list_every_key() {
+        let err = HostConfig::parse("zz_not_a_key = 1\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        let expected = err
+            .split("expected one of ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("serde names the keys: {err}"));
+        let mut accepted: Vec<&str> = expected
+            .split(',')
+            .map(|k| k.trim().trim_matches(|c: char| c == '`' || !c.is_ascii_graphic()))
+            .map(|k| k.split('`').next().unwrap_or(k))
+            .filter(|k| !k.is_empty())
+            .collect();
+        accepted.sort_unstable();
+        let docs = include_str!("../../docs/hook.md");
+        let table = docs
+            .split("## Configuration: `/etc/devinject/config.toml`")
+            .nth(1)
+            .expect("docs/hook.md has a Configuration section");
+        let mut documented: Vec<&str> = table
+            .lines()
+            .skip_while(|l| !l.starts_with("| key"))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .filter_map(|l| l.split('`').nth(1))
+            .collect();
+        documented.sort_unstable();
+        assert_eq!(documented, accepted);
+    }
+
     #[test]
     fn defaults_and_partial_files() {
         let dir = tempfile::tempdir().unwrap();
