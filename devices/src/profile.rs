@@ -672,6 +672,36 @@ DEMO_DRIVER = "1"
         }
     }
 
+    /// docs/profiles.md's key table names every top-level key the parser accepts, and no other.
+    #[test]
+    fn docs_list_every_top_level_key() {
+        let err = parse("zz_not_a_key = 1\n").unwrap_err().to_string();
+        let expected = err
+            .split("expected one of ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("serde names the keys: {err}"));
+        let mut accepted: Vec<&str> = expected
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .collect();
+        accepted.sort_unstable();
+        let docs = include_str!("../../docs/profiles.md");
+        let table = docs.split("## Keys").nth(1).expect("a Keys section");
+        let mut documented: Vec<&str> = table
+            .lines()
+            .skip_while(|l| !l.starts_with("| key"))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .filter_map(|l| l.split('|').nth(1))
+            .flat_map(|cell| cell.split('`').skip(1).step_by(2))
+            .map(|key| key.split('.').next().unwrap_or(key))
+            .collect();
+        documented.sort_unstable();
+        documented.dedup();
+        assert_eq!(documented, accepted);
+    }
+
     /// The demo profile with a prepare step of `body`.
     fn prepare(body: &str) -> String {
         format!("{DEMO}\n[prepare]\n{body}\n")
