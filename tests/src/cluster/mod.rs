@@ -409,10 +409,8 @@ impl Cluster {
             self.wait_allocatable("devinject.io/demo", &shape.devices.to_string())?;
         }
         if matches!(setup, Setup::Nri { .. }) {
-            for i in 0..self.nodes.len() {
-                self.nodes[i]
-                    .start_nri_plugin()
-                    .map_err(|e| e.context(self.logs()))?;
+            for node in &mut self.nodes {
+                node.start_nri_plugin()?;
             }
         }
         // Pods need the namespace's default service account, which the controller makes.

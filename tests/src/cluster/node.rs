@@ -26,8 +26,8 @@ use crate::daemons::{poll, run_ok, Containerd, Daemon};
 use crate::sim::{demo_host, SimHost, ACCELS};
 use crate::skip::which;
 
-/// The directories of the host that every node's namespace covers with its own (they are made on
-/// the host when missing, see [`host_mount_points`]). With `nri`, `/run/nri` too.
+/// The directories of the host that every node's namespace covers with its own (the cluster
+/// makes them on the host where they are missing). With `nri`, `/run/nri` too.
 pub(super) fn host_mount_points(nri: bool) -> Vec<&'static str> {
     let mut dirs = vec![
         "/var/lib/kubelet",
