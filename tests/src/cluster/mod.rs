@@ -630,28 +630,45 @@ impl Cluster {
         })
     }
 
-    /// The output of container `container` of pod `name` (its CRI log in its node's
-    /// `/var/log/pods`).
+    /// The output of container `container` of pod `name` in the default namespace (see
+    /// [`Cluster::pod_log`]).
     pub fn container_log(&self, name: &str, container: &str) -> Result<String> {
-        let uid = self.pod(name)?["metadata"]["uid"]
+        self.pod_log(&self.pod(name)?, container)
+    }
+
+    /// The output of `container` of `pod` (its JSON, in any namespace): its latest CRI log in
+    /// its node's `/var/log/pods`, where the kubelet has containerd write it.
+    pub fn pod_log(&self, pod: &Value, container: &str) -> Result<String> {
+        let meta = &pod["metadata"];
+        let (namespace, name, uid) = (
+            meta["namespace"].as_str().unwrap_or("default"),
+            meta["name"].as_str().context("pod name")?,
+            meta["uid"].as_str().context("pod uid")?,
+        );
+        let node = pod["spec"]["nodeName"]
             .as_str()
-            .context("pod uid")?
-            .to_owned();
+            .with_context(|| format!("pod {name} is not bound to a node"))?;
         let dir = self
-            .node_of(name)?
+            .node_named(node)?
             .pod_log_dir()
-            .join(format!("default_{name}_{uid}"))
+            .join(format!("{namespace}_{name}_{uid}"))
             .join(container);
-        let mut logs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        // `<restart count>.log`: the highest number is the latest start.
+        let last = std::fs::read_dir(&dir)
             .with_context(|| format!("list {}", dir.display()))?
             .flatten()
-            .map(|e| e.path())
-            .collect();
-        logs.sort();
-        let last = logs
-            .last()
+            .filter_map(|e| {
+                let n = e
+                    .file_name()
+                    .to_str()?
+                    .strip_suffix(".log")?
+                    .parse::<u64>()
+                    .ok()?;
+                Some((n, e.path()))
+            })
+            .max()
             .with_context(|| format!("no log in {}", dir.display()))?;
-        crate::cri::read_log(last)
+        crate::cri::read_log(&last.1)
     }
 
     /// The CRI status of container `container` of pod `name`, as its node's containerd reports
