@@ -42,8 +42,8 @@ pub(super) fn host_mount_points(nri: bool) -> Vec<&'static str> {
     dirs
 }
 
-/// A node of the cluster. Its processes stop in [`Node::stop_daemons`] and
-/// [`Node::stop_runtime`], which the cluster calls in dependency order.
+/// A node of the cluster. Its processes are stopped by the cluster's teardown, in dependency
+/// order with the control plane's: plugins and kubelet first, containerd and namespace last.
 pub struct Node {
     name: String,
     /// Everything of the node's lives below this directory.
