@@ -7,7 +7,9 @@ render, and the manifests agree with the profiles and the installer.
   carries the upstream schemas and needs no network, for each version in K8S_VERSIONS.
 - KubeSchedulerConfiguration has no published OpenAPI schema: its fields are checked here
   against the kubescheduler.config.k8s.io/v1 types (profiles, pluginConfig, NodeResourcesFitArgs
-  scoringStrategy), and its resources against the profiles.
+  scoringStrategy) or, for the 1.19-1.21 variant, the v1beta1 ones (the NodeResourcesMostAllocated
+  score plugin and its args), and its resources against the profiles; every shipped scheduler
+  configuration must give the same resources the same weights.
 - Kustomizations: with kubectl (kustomize built in) every one is rendered, and deploy/devinject.yaml
   must equal the render of deploy/base, deploy/devinject-nri.yaml that of deploy/overlays/nri,
   deploy/devinject-webhook.yaml that of deploy/overlays/webhook. Without kubectl, every file a kustomization names must
@@ -78,14 +80,31 @@ def profiles():
     return out
 
 
+# The top-level fields of KubeSchedulerConfiguration, by API version (the upstream types).
+SCHEDULER_TOP_FIELDS = {
+    "kubescheduler.config.k8s.io/v1": {
+        "apiVersion", "kind", "clientConnection", "leaderElection", "profiles", "parallelism",
+        "percentageOfNodesToScore", "podInitialBackoffSeconds", "podMaxBackoffSeconds",
+        "extenders", "delayCacheUntilActive", "enableProfiling", "enableContentionProfiling",
+        "featureGates"},
+    "kubescheduler.config.k8s.io/v1beta1": {
+        "apiVersion", "kind", "clientConnection", "leaderElection", "profiles",
+        "parallelism", "percentageOfNodesToScore", "podInitialBackoffSeconds",
+        "podMaxBackoffSeconds", "extenders", "healthzBindAddress", "metricsBindAddress",
+        "enableProfiling", "enableContentionProfiling"},
+}
+# The resource weights of the devinject-binpack profile of every scheduler configuration checked,
+# by label: they must all be the same.
+scheduler_weights = {}
+
+
 def check_scheduler_config(label, doc):
-    """The kubescheduler.config.k8s.io/v1 fields this repository uses, by the upstream types."""
-    known_top = {"apiVersion", "kind", "clientConnection", "leaderElection", "profiles",
-                 "parallelism", "percentageOfNodesToScore", "podInitialBackoffSeconds",
-                 "podMaxBackoffSeconds", "extenders", "delayCacheUntilActive",
-                 "enableProfiling", "enableContentionProfiling", "featureGates"}
-    if doc.get("apiVersion") != "kubescheduler.config.k8s.io/v1":
-        fail(f"{label}: apiVersion must be kubescheduler.config.k8s.io/v1")
+    """The KubeSchedulerConfiguration fields this repository uses, by the upstream types."""
+    version = doc.get("apiVersion")
+    known_top = SCHEDULER_TOP_FIELDS.get(version)
+    if known_top is None:
+        fail(f"{label}: apiVersion must be one of {sorted(SCHEDULER_TOP_FIELDS)}")
+        return
     for k in doc:
         if k not in known_top:
             fail(f"{label}: unknown field {k}")
@@ -100,29 +119,92 @@ def check_scheduler_config(label, doc):
         for pc in prof.get("pluginConfig", []):
             if set(pc) - {"name", "args"}:
                 fail(f"{label}: unknown pluginConfig field in {pc}")
-            if pc.get("name") != "NodeResourcesFit":
-                continue
-            args = pc.get("args", {})
-            if args.get("kind", "NodeResourcesFitArgs") != "NodeResourcesFitArgs":
-                fail(f"{label}: NodeResourcesFit args kind {args.get('kind')}")
-            strategy = args.get("scoringStrategy", {})
-            if strategy.get("type") != "MostAllocated":
-                fail(f"{label}: scoringStrategy.type is {strategy.get('type')}, not MostAllocated")
-            names = set()
-            for r in strategy.get("resources", []):
-                if set(r) - {"name", "weight"}:
-                    fail(f"{label}: unknown resource field in {r}")
-                w = r.get("weight")
-                if not isinstance(w, int) or not 1 <= w <= 100:
-                    fail(f"{label}: weight of {r.get('name')} must be 1..100")
-                names.add(r.get("name"))
-            wanted = {p["resource"] for p in profiles().values()}
-            missing = wanted - names
-            if missing:
-                fail(f"{label}: no MostAllocated weight for {sorted(missing)}")
+        if version.endswith("/v1"):
+            resources = most_allocated_resources_v1(label, prof)
+        else:
+            resources = most_allocated_resources_v1beta1(label, prof)
+        if resources is not None:
+            scheduler_weights[label] = check_resources(label, resources)
     if not found:
         fail(f"{label}: no profile named {SCHEDULER_NAME}")
     print(f"ok   {label}")
+
+
+def most_allocated_resources_v1(label, prof):
+    """v1 (1.25+): NodeResourcesFit with the MostAllocated scoring strategy; its resources."""
+    for pc in prof.get("pluginConfig", []):
+        if pc.get("name") != "NodeResourcesFit":
+            continue
+        args = pc.get("args", {})
+        if args.get("kind", "NodeResourcesFitArgs") != "NodeResourcesFitArgs":
+            fail(f"{label}: NodeResourcesFit args kind {args.get('kind')}")
+        strategy = args.get("scoringStrategy", {})
+        if strategy.get("type") != "MostAllocated":
+            fail(f"{label}: scoringStrategy.type is {strategy.get('type')}, not MostAllocated")
+        return strategy.get("resources", [])
+    fail(f"{label}: no NodeResourcesFit pluginConfig")
+    return None
+
+
+def most_allocated_resources_v1beta1(label, prof):
+    """v1beta1 (1.19-1.21): the NodeResourcesMostAllocated score plugin enabled in place of
+    NodeResourcesLeastAllocated, and the resources of its args."""
+    score = prof.get("plugins", {}).get("score", {})
+    for k in prof.get("plugins", {}):
+        if k not in {"queueSort", "preFilter", "filter", "postFilter", "preScore", "score",
+                     "reserve", "permit", "preBind", "bind", "postBind"}:
+            fail(f"{label}: unknown plugins field {k}")
+    enabled = {p.get("name"): p.get("weight", 1) for p in score.get("enabled", [])}
+    disabled = {p.get("name") for p in score.get("disabled", [])}
+    if "NodeResourcesMostAllocated" not in enabled:
+        fail(f"{label}: the NodeResourcesMostAllocated score plugin is not enabled")
+    if "NodeResourcesLeastAllocated" not in disabled:
+        fail(f"{label}: the NodeResourcesLeastAllocated score plugin is not disabled")
+    for name, weight in enabled.items():
+        if not isinstance(weight, int) or weight < 1:
+            fail(f"{label}: score plugin {name} has weight {weight}")
+    for pc in prof.get("pluginConfig", []):
+        if pc.get("name") != "NodeResourcesMostAllocated":
+            continue
+        args = pc.get("args", {})
+        if args.get("kind", "NodeResourcesMostAllocatedArgs") != "NodeResourcesMostAllocatedArgs":
+            fail(f"{label}: NodeResourcesMostAllocated args kind {args.get('kind')}")
+        if set(args) - {"apiVersion", "kind", "resources"}:
+            fail(f"{label}: unknown NodeResourcesMostAllocatedArgs field in {sorted(args)}")
+        return args.get("resources", [])
+    fail(f"{label}: no NodeResourcesMostAllocated pluginConfig")
+    return None
+
+
+def check_resources(label, resources):
+    """Each resource's weight is 1..100 and every profile's resource is listed; returns the
+    weights by resource."""
+    weights = {}
+    for r in resources:
+        if set(r) - {"name", "weight"}:
+            fail(f"{label}: unknown resource field in {r}")
+        w = r.get("weight")
+        if not isinstance(w, int) or not 1 <= w <= 100:
+            fail(f"{label}: weight of {r.get('name')} must be 1..100")
+        if r.get("name") in weights:
+            fail(f"{label}: {r.get('name')} is listed twice")
+        weights[r.get("name")] = w
+    wanted = {p["resource"] for p in profiles().values()}
+    missing = wanted - set(weights)
+    if missing:
+        fail(f"{label}: no MostAllocated weight for {sorted(missing)}")
+    return weights
+
+
+def check_scheduler_weights_agree():
+    """Every shipped scheduler configuration weighs the same resources the same."""
+    labels = sorted(scheduler_weights)
+    for label in labels[1:]:
+        if scheduler_weights[label] != scheduler_weights[labels[0]]:
+            ours, theirs = scheduler_weights[label], scheduler_weights[labels[0]]
+            diff = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+            fail(f"{label} and {labels[0]} weigh resources differently: {diff}")
+    print(f"ok   {len(labels)} scheduler configurations weigh the same resources the same")
 
 
 def kustomization_files(kdir):
@@ -264,8 +346,10 @@ def main():
     for f in sorted((DEPLOY / "uninstall").glob("*.yaml")):
         validate_objects(str(f.relative_to(ROOT)), docs_of(f))
     for f in [DEPLOY / "scheduler/kube-scheduler-config.yaml",
+              DEPLOY / "scheduler/kube-scheduler-config-v1beta1.yaml",
               DEPLOY / "scheduler/second-scheduler/config.yaml"]:
         validate_objects(str(f.relative_to(ROOT)), docs_of(f))
+    check_scheduler_weights_agree()
     for f in ["rbac.yaml", "deployment.yaml"]:
         p = DEPLOY / "scheduler/second-scheduler" / f
         validate_objects(str(p.relative_to(ROOT)), docs_of(p))

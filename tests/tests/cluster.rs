@@ -205,7 +205,7 @@ fn a_device_unplugged_after_allocation_fails_the_start_and_never_swaps_in_anothe
         .to_owned();
     let ids = c.allocated(&uid, "main", "devinject.io/demo").unwrap();
     assert_eq!(ids, ["0", "1", "2", "3"], "all four allocated");
-    std::fs::remove_file(c.host.dev_root.join("demo/accel1")).expect("unplug accel1");
+    std::fs::remove_file(c.host().dev_root.join("demo/accel1")).expect("unplug accel1");
     let message = c.wait_refusal("unplugged").expect("the start is refused");
     assert!(
         message.contains("device 1 of devinject.io/demo was granted but is gone"),

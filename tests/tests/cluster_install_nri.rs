@@ -23,8 +23,8 @@
 
 use devinject_nri::session::REGISTERED;
 use devinject_tests::cluster::install::{
-    assert_files_gone, host_network, init_output, pod_container_log, pods, prepare_node, ready,
-    rollout, show_and_run_examples, workspace_file, workspace_path, Via, NS,
+    assert_files_gone, host_network, init_output, pods, prepare_node, ready, rollout,
+    show_and_run_examples, workspace_file, workspace_path, Via, NS,
 };
 use devinject_tests::cluster::{image, ready_with_containerd, Cluster, Setup, NRI_SOCKET, SLOW};
 use devinject_tests::cri_node::HANDLER;
@@ -115,7 +115,7 @@ fn installed_through_nri_with_no_engine_edit_nor_restart_it_serves_the_examples_
     let mut nri_log = String::new();
     poll("devinject-nri to register", SLOW, || {
         if let Some(pod) = pods(&c, NS, NODE_PODS).first() {
-            nri_log = pod_container_log(NS, pod, "nri").unwrap_or_default();
+            nri_log = c.pod_log(pod, "nri").unwrap_or_default();
         }
         Ok(nri_log.contains(REGISTERED).then_some(()))
     })

@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
 use serde_json::Value;
 
 use super::{Cluster, NODE, SLOW};
@@ -102,34 +101,6 @@ pub fn pods(c: &Cluster, namespace: &str, selector: &str) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-/// The output of `container` of `pod` (JSON, in `namespace`): its latest CRI log under
-/// `/var/log/pods`, where the kubelet has containerd write it.
-pub fn pod_container_log(namespace: &str, pod: &Value, container: &str) -> Result<String> {
-    let (name, uid) = (
-        pod["metadata"]["name"].as_str().context("pod name")?,
-        pod["metadata"]["uid"].as_str().context("pod uid")?,
-    );
-    let dir = Path::new("/var/log/pods")
-        .join(format!("{namespace}_{name}_{uid}"))
-        .join(container);
-    // `<restart count>.log`: the highest number is the latest start.
-    let last = std::fs::read_dir(&dir)
-        .with_context(|| format!("list {}", dir.display()))?
-        .flatten()
-        .filter_map(|e| {
-            let n = e
-                .file_name()
-                .to_str()?
-                .strip_suffix(".log")?
-                .parse::<u64>()
-                .ok()?;
-            Some((n, e.path()))
-        })
-        .max()
-        .with_context(|| format!("no log in {}", dir.display()))?;
-    crate::cri::read_log(&last.1)
-}
-
 /// Waits for the init container `container` of the one pod matching `selector` in [`NS`] to
 /// exit 0; returns its output.
 pub fn init_output(c: &Cluster, selector: &str, container: &str) -> String {
@@ -146,7 +117,8 @@ pub fn init_output(c: &Cluster, selector: &str, container: &str) -> String {
         Ok(None)
     })
     .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
-    pod_container_log(NS, &pod, container).unwrap_or_else(|e| panic!("{e:#}"))
+    c.pod_log(&pod, container)
+        .unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// `kubectl rollout status` of DaemonSet `ds` in [`NS`]; panics with the logs when it does not

@@ -1,32 +1,33 @@
-//! A real single-node Kubernetes cluster for tests: etcd, kube-apiserver,
-//! kube-controller-manager, kube-scheduler and a kubelet (v1.20.2, built from Debian's source
-//! package by scripts/kube-build.sh), the kubelet driving a private containerd over CRI with the
-//! `devinject` runtime that `devinject-ctl` configures (or, with [`Setup::Cdi`], a containerd
-//! release reading the CDI specs `devinject-ctl cdi generate` wrote, with no devinject runtime),
-//! and the real `devinject-device-plugin`. Nothing is mocked; only the devices are simulated (a
-//! [`SimHost`]).
+//! A real Kubernetes cluster for tests: etcd, kube-apiserver, kube-controller-manager,
+//! kube-scheduler and one or more nodes, each a kubelet (v1.20.2, built from Debian's source
+//! package by scripts/kube-build.sh) driving a private containerd over CRI with the `devinject`
+//! runtime that `devinject-ctl` configures (or, with [`Setup::Cdi`], a containerd release reading
+//! the CDI specs `devinject-ctl cdi generate` wrote, with no devinject runtime), and the real
+//! `devinject-device-plugin`. Nothing is mocked; only the devices are simulated (a [`SimHost`]
+//! per node).
 //!
 //! # How it fits on one machine
 //! - Everything listens on 127.0.0.1, on free ports; certificates come from [`pki`].
 //! - The kubelet 1.20 looks for device plugins in the constant `/var/lib/kubelet/device-plugins`,
-//!   whatever its root dir. The node (containerd, its shims and runc, the kubelet, the device
-//!   plugin) runs in a private mount namespace, held by a sleeping process, with a tmpfs on
+//!   whatever its root dir. Each node (containerd, its shims and runc, the kubelet, the device
+//!   plugin) runs in its own private mount namespace, held by a sleeping process, with a tmpfs on
 //!   `/var/lib/kubelet`: the host's is never touched, a hostPath of the device-plugins directory
-//!   means the kubelet's, and the kubelet can restart into the same namespace. The kubelet's
-//!   root dir, and so the pod-resources socket the runtime's policy asks, is in the temp dir,
-//!   visible from both sides.
+//!   means that node's kubelet's, and the kubelet can restart into the same namespace. The
+//!   kubelet's root dir, and so the pod-resources socket the runtime's policy asks, is in the
+//!   temp dir, visible from both sides. [`node`] says what else each node has of its own
+//!   (`/var/log/pods`, ports, cgroup root, containerd).
 //! - No CNI: pods use the host network; a placeholder network config (naming a plugin that does
-//!   not exist, never called for host-network pods) lets the node become Ready.
-//! - Pod logs are read from `/var/log/pods`, where containerd writes them: `kubectl logs` would
-//!   need the apiserver to reach the loopback-only kubelet.
-//! - The machine refuses negative `oom_score_adj`: the kubelet runs with `oomScoreAdj: 0` and
+//!   not exist, never called for host-network pods) lets a node become Ready.
+//! - Pod logs are read from the node's own `/var/log/pods`, where its containerd writes them:
+//!   `kubectl logs` would need the apiserver to reach the loopback-only kubelet.
+//! - The machine refuses negative `oom_score_adj`: the kubelets run with `oomScoreAdj: 0` and
 //!   containerd with `restrict_oom_score_adj`.
+//! - The scheduler runs with its defaults, or with a configuration file such as the shipped
+//!   bin-packing profile ([`Shape::scheduler_config`]).
 //!
-//! [`Cluster`] tears everything down in `Drop`, also when a test fails: pods, the plugin, the
-//! kubelet (its pod cgroups and mounts), the control plane, containerd, the temp dir.
+//! [`Cluster`] tears everything down in `Drop`, also when a test fails: pods, the plugins, the
+//! kubelets (their pod cgroups and mounts), the control plane, containerd, the temp dir.
 
-use devinject_nri::session::REGISTERED;
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -34,25 +35,24 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde_json::Value;
 
-use crate::bins::bin;
 use crate::cri::Cri;
-use crate::cri_node::{
-    cdi_generate, configure, containerd_cdi_config, containerd_config, containerd_nri_settings,
-    containerd_nri_settings_on, import_images, nri_socket, CONTAINERD_NRI_OFF, HANDLER,
-};
+use crate::cri_node::HANDLER;
 use crate::daemons::{
     output_within, poll, run_ok, short_tempdir, unmount_below, Containerd, Daemon,
 };
-use crate::sim::{demo_host, SimHost};
-use crate::skip::{require, require_binary, require_root, which};
+use crate::sim::{SimHost, ACCELS};
+use crate::skip::{require, require_binary, require_root};
 
 pub mod image;
 pub mod install;
+pub mod node;
 pub mod pki;
+
+pub use node::Node;
 
 /// The Kubernetes release the tier runs.
 pub const VERSION: &str = "v1.20.2";
-/// The node's name.
+/// The first node's name; further nodes are `devinject-node-2`, `devinject-node-3`, ...
 pub const NODE: &str = "devinject-node";
 /// How long the cluster may take to come up, or a pod to finish.
 pub const SLOW: Duration = Duration::from_secs(120);
@@ -117,7 +117,7 @@ pub fn ready_with_containerd(series: &str) -> Option<crate::runtimes::Release> {
 }
 
 /// A free TCP port on 127.0.0.1 (bound, then released).
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").context("bind a free port")?;
     Ok(l.local_addr()?.port())
 }
@@ -125,28 +125,43 @@ fn free_port() -> Result<u16> {
 /// The running cluster. Fields drop in declaration order after [`Drop::drop`] has stopped the
 /// processes in dependency order.
 pub struct Cluster {
-    plugin: Option<Daemon>,
-    nri_plugin: Option<Daemon>,
-    kubelet: Option<Daemon>,
-    kubelet_command: Option<Command>,
+    /// The nodes, the first named [`NODE`].
+    nodes: Vec<Node>,
     scheduler: Option<Daemon>,
     controller_manager: Option<Daemon>,
     apiserver: Option<Daemon>,
     etcd: Option<Daemon>,
-    containerd: Option<Containerd>,
-    /// The bin dir of the containerd release the node runs; `None`: the machine's.
-    containerd_release: Option<PathBuf>,
-    node_namespace: Option<Daemon>,
-    /// Mount points made on the host for the node namespace, removed again when empty.
+    /// Mount points made on the host for the node namespaces, removed again when empty.
     mount_points: Vec<PathBuf>,
-    /// What `/var/log/pods` held before the cluster: anything else there is its pods'.
-    pod_logs_before: BTreeSet<PathBuf>,
-    /// The simulated devices and the host configuration the runtime uses.
-    pub host: SimHost,
     bin: PathBuf,
     kubeconfig: PathBuf,
     root: PathBuf,
     _dir: tempfile::TempDir,
+}
+
+/// How many nodes the cluster has, how many demo devices each, and how its scheduler is set up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shape {
+    /// The nodes, each with its own namespace, containerd, kubelet, plugin and devices.
+    pub nodes: usize,
+    /// The demo accelerators on each node: the first `devices` of [`ACCELS`].
+    pub devices: usize,
+    /// A kube-scheduler configuration file (`kubescheduler.config.k8s.io/v1beta1`, the API of
+    /// this release), used as it is but for `clientConnection.kubeconfig` and its insecure
+    /// serving addresses, which become the test's (see [`scheduler_config`]); `None`: the
+    /// scheduler's defaults.
+    pub scheduler_config: Option<PathBuf>,
+}
+
+impl Default for Shape {
+    /// One node with all the demo accelerators, the default scheduler.
+    fn default() -> Self {
+        Self {
+            nodes: 1,
+            devices: ACCELS.len(),
+            scheduler_config: None,
+        }
+    }
 }
 
 /// How devinject gets onto the node.
@@ -217,32 +232,30 @@ impl Cluster {
     /// [`Setup::DaemonSetNri`] it returns once the node is Ready, with nothing of devinject on
     /// it.
     pub fn start_with(setup: Setup) -> Result<Self> {
+        Self::start_shaped(setup, &Shape::default())
+    }
+
+    /// Starts the cluster as [`Cluster::start_with`] does, with `shape`'s nodes, devices and
+    /// scheduler; returns once every node is Ready (and, where the test runs the device plugin,
+    /// advertises its devices).
+    pub fn start_shaped(setup: Setup, shape: &Shape) -> Result<Self> {
         let bin_dir = kube_bin_dir().context("the Kubernetes binaries (scripts/kube-build.sh)")?;
         let dir = short_tempdir("k8s")?;
         let root = dir.path().to_owned();
-        let host = demo_host(&root.join("sim"), &["demo"])?;
         let mut c = Self {
-            plugin: None,
-            nri_plugin: None,
-            kubelet: None,
-            kubelet_command: None,
+            nodes: Vec::new(),
             scheduler: None,
             controller_manager: None,
             apiserver: None,
             etcd: None,
-            containerd: None,
-            containerd_release: None,
-            node_namespace: None,
             mount_points: Vec::new(),
-            pod_logs_before: pod_log_dirs(),
-            host,
             bin: bin_dir,
             kubeconfig: root.join("kubeconfig"),
             root,
             _dir: dir,
         };
-        c.start_control_plane()?;
-        c.start_node(&setup)?;
+        c.start_control_plane(shape.scheduler_config.as_deref())?;
+        c.start_nodes(&setup, shape)?;
         Ok(c)
     }
 
@@ -250,7 +263,7 @@ impl Cluster {
         self.bin.join(name)
     }
 
-    fn start_control_plane(&mut self) -> Result<()> {
+    fn start_control_plane(&mut self, scheduler_config: Option<&Path>) -> Result<()> {
         let pki = pki::make(&self.root.join("pki"))?;
         let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
         let mut etcd = Command::new(self.kube("etcd"));
@@ -338,13 +351,33 @@ impl Cluster {
             cm,
             &self.root.join("controller-manager.log"),
         )?);
+        self.start_scheduler(scheduler_config)
+    }
+
+    /// Starts kube-scheduler, with `config` (see [`Shape::scheduler_config`]) or its defaults.
+    /// With a file, 1.20 takes the insecure serving addresses from it and ignores `--port`
+    /// (`ApplyToFromLoadedConfig`), and it elects a leader unless the file says otherwise.
+    fn start_scheduler(&mut self, config: Option<&Path>) -> Result<()> {
         let mut sched = Command::new(self.kube("kube-scheduler"));
-        sched
-            .arg(format!("--kubeconfig={}", p(&self.kubeconfig)))
-            .arg("--bind-address=127.0.0.1")
-            .arg("--port=0")
-            .arg("--secure-port=0")
-            .arg("--leader-elect=false");
+        sched.arg("--bind-address=127.0.0.1").arg("--secure-port=0");
+        match config {
+            Some(shipped) => {
+                let text = std::fs::read_to_string(shipped)
+                    .with_context(|| format!("read {}", shipped.display()))?;
+                let file = self.root.join("scheduler-config.yaml");
+                std::fs::write(
+                    &file,
+                    scheduler_config(&text, &self.kubeconfig, free_port()?),
+                )?;
+                sched.arg(format!("--config={}", file.display()));
+            }
+            None => {
+                sched
+                    .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+                    .arg("--port=0")
+                    .arg("--leader-elect=false");
+            }
+        }
         self.scheduler = Some(Daemon::start(
             "kube-scheduler",
             sched,
@@ -353,87 +386,32 @@ impl Cluster {
         Ok(())
     }
 
-    /// The node's containerd configuration, at `/etc/containerd/config.toml` in its namespace.
-    pub fn containerd_config(&self) -> PathBuf {
-        self.root.join("node/etc-containerd/config.toml")
-    }
-
-    /// The directory `devinject-ctl cdi generate` writes the specs into and containerd reads
-    /// them from ([`Setup::Cdi`]).
-    pub fn cdi_spec_dir(&self) -> PathBuf {
-        self.root.join("cdi")
-    }
-
-    fn start_node(&mut self, setup: &Setup) -> Result<()> {
-        let ctd_dir = self.root.join("ctd");
-        let cni = ctd_dir.join("cni/conf");
-        std::fs::create_dir_all(&cni)?;
-        std::fs::write(
-            cni.join("10-placeholder.conflist"),
-            r#"{"cniVersion": "0.4.0", "name": "devinject-placeholder",
-  "plugins": [{"type": "devinject-host-network-only"}]}"#,
-        )?;
-        let config = self.containerd_config();
-        std::fs::create_dir_all(config.parent().expect("parent"))?;
-        std::fs::create_dir_all(self.root.join("node/etc-devinject"))?;
-        std::fs::create_dir_all(self.root.join("node/opt"))?;
-        match setup {
-            Setup::Cdi { containerd } => {
-                set_allocate_mode(&self.host.profiles_dir.join("demo.toml"), CDI_ALLOCATE_MODE)?;
-                let specs = self.cdi_spec_dir();
-                cdi_generate(&self.host, &specs)?;
-                let text = containerd_cdi_config(&ctd_dir, &specs) + CONTAINERD_NRI_OFF;
-                std::fs::write(&config, text)?;
-                self.containerd_release = Some(containerd.clone());
-            }
-            Setup::Nri { containerd } => {
-                let text = containerd_config(&ctd_dir) + &containerd_nri_settings(&ctd_dir);
-                std::fs::write(&config, text)?;
-                self.containerd_release = Some(containerd.clone());
-            }
-            Setup::DaemonSetNri { containerd } => {
-                let text = containerd_config(&ctd_dir)
-                    + &containerd_nri_settings_on(&ctd_dir, Path::new(NRI_SOCKET));
-                std::fs::write(&config, text)?;
-                self.containerd_release = Some(containerd.clone());
-            }
-            Setup::Ctl | Setup::DaemonSet => {
-                std::fs::write(&config, containerd_config(&ctd_dir))?;
-            }
+    /// Starts `shape.nodes` nodes (their containerd and kubelet side by side), waits until
+    /// they are Ready, then starts what `setup` runs as processes on each.
+    fn start_nodes(&mut self, setup: &Setup, shape: &Shape) -> Result<()> {
+        self.make_mount_points(matches!(setup, Setup::DaemonSetNri { .. }))?;
+        let kubelet = self.kube("kubelet");
+        for i in 0..shape.nodes {
+            let name = match i {
+                0 => NODE.to_owned(),
+                _ => format!("{NODE}-{}", i + 1),
+            };
+            let node = Node::new(&name, self.root.join(&name), shape.devices)?;
+            self.nodes.push(node);
+            let node = self.nodes.last_mut().expect("just pushed");
+            node.start(setup, &kubelet, &self.kubeconfig)?;
         }
-        if matches!(setup, Setup::Ctl | Setup::Nri { .. }) {
-            // The host configuration: the `kubernetes` policy asks this kubelet.
-            let runc = which("runc").context("runc")?;
-            self.host.write_config(&format!(
-                "runtime = {:?}\nhook = {:?}\npod_resources_socket = \"{KUBELET_ROOT}/pod-resources/kubelet.sock\"",
-                runc,
-                bin("devinject-hook"),
-            ))?;
-        }
-        if *setup == Setup::Ctl {
-            configure(&self.root, &config, &self.host, "shim");
-        }
-        self.start_node_namespace(matches!(setup, Setup::DaemonSetNri { .. }))?;
-        let containerd = Containerd::start_release_via(
-            &ctd_dir,
-            &config,
-            &self.enter_node()?,
-            self.containerd_release.as_deref(),
-        )?;
-        let mut cri = Cri::connect(&containerd.socket())?;
-        cri.wait_ready()?;
-        import_images(&self.root, &containerd, &mut cri);
-        drop(cri);
-        let socket = containerd.socket();
-        self.containerd = Some(containerd);
-        self.start_kubelet(&socket)?;
         self.wait_node_ready()?;
         if matches!(setup, Setup::Ctl | Setup::Cdi { .. } | Setup::Nri { .. }) {
-            self.start_plugin()?;
-            self.wait_allocatable("devinject.io/demo", "4")?;
+            for node in &mut self.nodes {
+                node.start_plugin()?;
+            }
+            self.wait_allocatable("devinject.io/demo", &shape.devices.to_string())?;
         }
         if matches!(setup, Setup::Nri { .. }) {
-            self.start_nri_plugin(&ctd_dir)?;
+            for node in &mut self.nodes {
+                node.start_nri_plugin()?;
+            }
         }
         // Pods need the namespace's default service account, which the controller makes.
         poll("the default service account", SLOW, || {
@@ -445,260 +423,143 @@ impl Cluster {
         Ok(())
     }
 
-    fn start_kubelet(&mut self, containerd: &Path) -> Result<()> {
-        let (port, healthz) = (free_port()?, free_port()?);
-        let config = self.root.join("kubelet.yaml");
-        std::fs::write(
-            &config,
-            format!(
-                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-                 address: 127.0.0.1\nport: {port}\nreadOnlyPort: 0\n\
-                 healthzBindAddress: 127.0.0.1\nhealthzPort: {healthz}\n\
-                 cgroupDriver: cgroupfs\nfailSwapOn: false\noomScoreAdj: 0\n\
-                 authentication:\n  anonymous: {{enabled: false}}\n  webhook: {{enabled: false}}\n\
-                 authorization: {{mode: AlwaysAllow}}\n\
-                 evictionHard: {{\"nodefs.available\": \"1%\", \"imagefs.available\": \"1%\", \"memory.available\": \"1Mi\"}}\n\
-                 imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n\
-                 resolvConf: /etc/resolv.conf\nserializeImagePulls: false\n\
-                 volumePluginDir: {plugins}\n",
-                plugins = self.root.join("volume-plugins").display(),
-            ),
-        )?;
-        let mut cmd = self.in_node(&self.kube("kubelet"))?;
-        cmd.arg(format!("--config={}", config.display()))
-            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
-            .arg("--container-runtime=remote")
-            .arg(format!(
-                "--container-runtime-endpoint=unix://{}",
-                containerd.display()
-            ))
-            .arg(format!("--root-dir={KUBELET_ROOT}"))
-            .arg(format!(
-                "--cert-dir={}",
-                self.root.join("kubelet-certs").display()
-            ))
-            .arg(format!("--hostname-override={NODE}"))
-            .arg(format!(
-                "--pod-infra-container-image={}",
-                crate::cri_node::PAUSE
-            ))
-            .arg("--v=2");
-        self.kubelet_command = Some(copy_command(&cmd));
-        self.kubelet = Some(Daemon::start(
-            "kubelet",
-            cmd,
-            &self.root.join("kubelet.log"),
-        )?);
-        Ok(())
-    }
-
-    /// Stops the kubelet and starts it again, as an upgrade or a crash would: it forgets its
-    /// plugins (and deletes their sockets) and must take them back when they register again.
-    pub fn restart_kubelet(&mut self) -> Result<()> {
-        if let Some(mut k) = self.kubelet.take() {
-            k.stop();
-        }
-        let cmd = copy_command(
-            self.kubelet_command
-                .as_ref()
-                .context("no kubelet started")?,
-        );
-        let log = self.root.join("kubelet.log");
-        let _ = std::fs::rename(&log, self.root.join("kubelet.log.1"));
-        self.kubelet = Some(Daemon::start("kubelet", cmd, &log)?);
-        Ok(())
-    }
-
-    /// Stops the node's containerd and starts it again on the same configuration, as an
-    /// administrator does after the installer asked for it (`--restart-mode none`).
-    pub fn restart_containerd(&mut self) -> Result<()> {
-        if let Some(mut c) = self.containerd.take() {
-            c.daemon().stop();
-        }
-        let log = self.root.join("ctd/containerd.log");
-        let _ = std::fs::rename(&log, self.root.join("ctd/containerd.log.1"));
-        let containerd = Containerd::start_release_via(
-            &self.root.join("ctd"),
-            &self.containerd_config(),
-            &self.enter_node()?,
-            self.containerd_release.as_deref(),
-        )?;
-        self.containerd = Some(containerd);
-        Ok(())
-    }
-
-    /// The pid of the node's containerd: the same before and after a step proves the step did
-    /// not restart it.
-    pub fn containerd_pid(&self) -> Option<u32> {
-        self.containerd.as_ref().and_then(Containerd::pid)
-    }
-
-    /// The node's containerd.
-    pub fn node_containerd(&self) -> &Containerd {
-        self.containerd
-            .as_ref()
-            .expect("the node's containerd runs")
-    }
-
-    /// The namespace the node runs in: a private mount namespace, held open by a sleeping
-    /// process, where `/var/lib/kubelet` is a fresh tmpfs and `/opt`, `/etc/containerd` and
-    /// `/etc/devinject` are the cluster's own directories: what the node writes there (the
-    /// installer included) stays in the test. (`/opt` is on disk, not a tmpfs: files the
-    /// installer copies there would be charged to its memory limit as unreclaimable.) With
-    /// `nri`, `/run/nri` is the cluster's own too (containerd's default NRI socket is there),
-    /// and the namespace's mounts are then made shared, as a systemd host's are, for the NRI
-    /// pod's `HostToContainer` hostPath of `/`; they stay in the namespace, copies of the
-    /// host's that are peers of nothing outside it.
-    fn start_node_namespace(&mut self, nri: bool) -> Result<()> {
-        let mut dirs = vec!["/var/lib/kubelet", "/etc/containerd", "/etc/devinject"];
-        if nri {
-            dirs.push("/run/nri");
-            std::fs::create_dir_all(self.root.join("node/run-nri"))?;
-        }
-        for dir in dirs {
+    /// Makes the host directories the node namespaces mount over ([`node::host_mount_points`])
+    /// where they are missing, and remembers them for the teardown.
+    fn make_mount_points(&mut self, nri: bool) -> Result<()> {
+        for dir in node::host_mount_points(nri) {
             if !Path::new(dir).exists() {
                 std::fs::create_dir_all(dir).with_context(|| format!("mkdir {dir}"))?;
                 self.mount_points.push(PathBuf::from(dir));
             }
         }
-        let node = self.root.join("node");
-        let mut script = String::from(
-            "set -e; mount -t tmpfs -o mode=0755 devinject-node /var/lib/kubelet; \
-             mount --bind \"$0/opt\" /opt; \
-             mount --bind \"$0/etc-containerd\" /etc/containerd; \
-             mount --bind \"$0/etc-devinject\" /etc/devinject; ",
-        );
-        if nri {
-            script.push_str("mount --bind \"$0/run-nri\" /run/nri; mount --make-rshared /; ");
-        }
-        script.push_str("exec sleep infinity");
-        let mut cmd = Command::new("unshare");
-        cmd.args(["--mount", "--propagation", "private", "sh", "-c", &script])
-            .arg(&node);
-        let mut holder = Daemon::start("node namespace", cmd, &self.root.join("node-ns.log"))?;
-        let pid = holder.pid().context("holder pid")?;
-        // The script execs `sleep` once its last mount is made.
-        holder.wait_ready("the node namespace's mounts", || {
-            std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
-                .is_ok_and(|m| m.lines().any(|l| l.contains(" /etc/devinject ")))
-                && std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                    .is_ok_and(|c| c.trim() == "sleep")
-        })?;
-        self.node_namespace = Some(holder);
         Ok(())
     }
 
-    /// `nsenter` into the node's mount namespace, as a command prefix.
-    fn enter_node(&self) -> Result<Vec<String>> {
-        let pid = self
-            .node_namespace
-            .as_ref()
-            .and_then(Daemon::pid)
-            .context("the node namespace is not up")?;
-        Ok(vec![
-            "nsenter".into(),
-            "-t".into(),
-            pid.to_string(),
-            "-m".into(),
-            "--".into(),
-        ])
+    /// The nodes, the first named [`NODE`].
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
     }
 
-    /// `program` run in the node's mount namespace.
-    fn in_node(&self, program: &Path) -> Result<Command> {
-        let prefix = self.enter_node()?;
-        let mut cmd = Command::new(&prefix[0]);
-        cmd.args(&prefix[1..]).arg(program);
-        Ok(cmd)
+    /// The first node, the only one unless the [`Shape`] asked for more.
+    pub fn node(&self) -> &Node {
+        &self.nodes[0]
     }
 
-    /// The kubelet's pid (its mount namespace holds the device-plugins directory).
-    fn kubelet_pid(&self) -> Result<u32> {
-        self.kubelet
-            .as_ref()
-            .and_then(Daemon::pid)
-            .context("the kubelet is not running")
+    fn node_mut(&mut self) -> &mut Node {
+        &mut self.nodes[0]
     }
 
-    /// A path as the kubelet sees it.
+    /// The node named `name`.
+    pub fn node_named(&self, name: &str) -> Result<&Node> {
+        self.nodes
+            .iter()
+            .find(|n| n.name() == name)
+            .with_context(|| format!("no node {name}"))
+    }
+
+    /// The node pod `name` was bound to (its `spec.nodeName`).
+    pub fn node_of(&self, name: &str) -> Result<&Node> {
+        let pod = self.pod(name)?;
+        let node = pod["spec"]["nodeName"]
+            .as_str()
+            .with_context(|| format!("pod {name} is not bound to a node"))?;
+        self.node_named(node)
+    }
+
+    /// The first node's simulated devices and host configuration.
+    pub fn host(&self) -> &SimHost {
+        &self.node().host
+    }
+
+    /// The first node's containerd configuration.
+    pub fn containerd_config(&self) -> PathBuf {
+        self.node().containerd_config()
+    }
+
+    /// The first node's CDI spec directory ([`Setup::Cdi`]).
+    pub fn cdi_spec_dir(&self) -> PathBuf {
+        self.node().cdi_spec_dir()
+    }
+
+    /// Restarts the first node's kubelet ([`Node::restart_kubelet`]).
+    pub fn restart_kubelet(&mut self) -> Result<()> {
+        self.node_mut().restart_kubelet()
+    }
+
+    /// Restarts the first node's containerd ([`Node::restart_containerd`]).
+    pub fn restart_containerd(&mut self) -> Result<()> {
+        self.node_mut().restart_containerd()
+    }
+
+    /// The pid of the first node's containerd ([`Node::containerd_pid`]).
+    pub fn containerd_pid(&self) -> Option<u32> {
+        self.node().containerd_pid()
+    }
+
+    /// The first node's containerd.
+    pub fn node_containerd(&self) -> &Containerd {
+        self.node()
+            .containerd()
+            .expect("the node's containerd runs")
+    }
+
+    /// A path as the first node's kubelet sees it.
     pub fn in_node_ns(&self, path: &str) -> Result<PathBuf> {
-        Ok(PathBuf::from(format!("/proc/{}/root", self.kubelet_pid()?))
-            .join(path.trim_start_matches('/')))
+        self.node().in_node_ns(path)
     }
 
-    fn start_plugin(&mut self) -> Result<()> {
-        let registration = self.in_node_ns("/var/lib/kubelet/device-plugins/kubelet.sock")?;
-        self.kubelet
-            .as_mut()
-            .expect("started")
-            .wait_ready("the kubelet's registration socket", || {
-                registration.exists()
-            })?;
-        let mut cmd = self.in_node(&bin("devinject-device-plugin"))?;
-        cmd.arg("--profiles-dir")
-            .arg(&self.host.profiles_dir)
-            .arg("--dev-root")
-            .arg(&self.host.dev_root)
-            .arg("--sys-root")
-            .arg(self.host.dir.join("sys"));
-        self.plugin = Some(Daemon::start(
-            "devinject-device-plugin",
-            cmd,
-            &self.root.join("plugin.log"),
-        )?);
+    /// The first node's current kubelet log.
+    pub fn kubelet_log(&self) -> String {
+        self.node().kubelet_log()
+    }
+
+    /// How many times the first node's device plugin has registered with its kubelet.
+    pub fn plugin_registrations(&self) -> usize {
+        self.node().plugin_registrations()
+    }
+
+    /// Waits until every node reports Ready.
+    pub fn wait_node_ready(&mut self) -> Result<()> {
+        for i in 0..self.nodes.len() {
+            let name = self.nodes[i].name().to_owned();
+            poll(&format!("node {name} to be Ready"), SLOW, || {
+                self.nodes[i].check_kubelet()?;
+                let ready = self
+                    .kubectl(&[
+                        "get",
+                        "node",
+                        &name,
+                        "-o",
+                        "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+                    ])
+                    .unwrap_or_default();
+                Ok((ready == "True").then_some(()))
+            })
+            .map_err(|e| e.context(self.logs()))?;
+        }
         Ok(())
     }
 
-    /// Starts `devinject-nri` in the node's namespace on the node containerd's NRI socket, and
-    /// waits until it has registered.
-    fn start_nri_plugin(&mut self, ctd_dir: &Path) -> Result<()> {
-        let mut cmd = self.in_node(&bin("devinject-nri"))?;
-        cmd.arg("--socket")
-            .arg(nri_socket(ctd_dir))
-            .arg("--config")
-            .arg(&self.host.config);
-        let log = self.root.join("nri.log");
-        self.nri_plugin = Some(Daemon::start("devinject-nri", cmd, &log)?);
-        poll("devinject-nri to register", SLOW, || {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            Ok(text.contains(REGISTERED).then_some(()))
-        })
-        .map_err(|e| e.context(self.logs()))
-    }
-
-    /// Waits until the node reports Ready.
-    pub fn wait_node_ready(&mut self) -> Result<()> {
-        poll("the node to be Ready", SLOW, || {
-            if let Some(k) = self.kubelet.as_mut() {
-                k.check_running()?;
-            }
-            let ready = self
-                .kubectl(&[
-                    "get",
-                    "node",
-                    NODE,
-                    "-o",
-                    "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-                ])
-                .unwrap_or_default();
-            Ok((ready == "True").then_some(()))
-        })
-        .map_err(|e| e.context(self.logs()))
-    }
-
-    /// Waits until the node's allocatable `resource` is `count`.
+    /// Waits until every node's allocatable `resource` is `count`.
     pub fn wait_allocatable(&self, resource: &str, count: &str) -> Result<()> {
         let path = format!(
             "jsonpath={{.status.allocatable.{}}}",
             resource.replace('.', "\\.")
         );
-        poll(&format!("{resource} allocatable = {count}"), SLOW, || {
-            let have = self
-                .kubectl(&["get", "node", NODE, "-o", &path])
-                .unwrap_or_default();
-            Ok((have == count).then_some(()))
-        })
-        .map_err(|e| e.context(self.logs()))
+        for node in &self.nodes {
+            poll(
+                &format!("{resource} allocatable = {count} on {}", node.name()),
+                SLOW,
+                || {
+                    let have = self
+                        .kubectl(&["get", "node", node.name(), "-o", &path])
+                        .unwrap_or_default();
+                    Ok((have == count).then_some(()))
+                },
+            )
+            .map_err(|e| e.context(self.logs()))?;
+        }
+        Ok(())
     }
 
     fn kubectl_command(&self) -> Command {
@@ -769,28 +630,48 @@ impl Cluster {
         })
     }
 
-    /// The output of container `container` of pod `name` (its CRI log under `/var/log/pods`).
+    /// The output of container `container` of pod `name` in the default namespace (see
+    /// [`Cluster::pod_log`]).
     pub fn container_log(&self, name: &str, container: &str) -> Result<String> {
-        let uid = self.pod(name)?["metadata"]["uid"]
-            .as_str()
-            .context("pod uid")?
-            .to_owned();
-        let dir = Path::new("/var/log/pods")
-            .join(format!("default_{name}_{uid}"))
-            .join(container);
-        let mut logs: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .with_context(|| format!("list {}", dir.display()))?
-            .flatten()
-            .map(|e| e.path())
-            .collect();
-        logs.sort();
-        let last = logs
-            .last()
-            .with_context(|| format!("no log in {}", dir.display()))?;
-        crate::cri::read_log(last)
+        self.pod_log(&self.pod(name)?, container)
     }
 
-    /// The CRI status of container `container` of pod `name`, as the node's containerd reports
+    /// The output of `container` of `pod` (its JSON, in any namespace): its latest CRI log in
+    /// its node's `/var/log/pods`, where the kubelet has containerd write it.
+    pub fn pod_log(&self, pod: &Value, container: &str) -> Result<String> {
+        let meta = &pod["metadata"];
+        let (namespace, name, uid) = (
+            meta["namespace"].as_str().unwrap_or("default"),
+            meta["name"].as_str().context("pod name")?,
+            meta["uid"].as_str().context("pod uid")?,
+        );
+        let node = pod["spec"]["nodeName"]
+            .as_str()
+            .with_context(|| format!("pod {name} is not bound to a node"))?;
+        let dir = self
+            .node_named(node)?
+            .pod_log_dir()
+            .join(format!("{namespace}_{name}_{uid}"))
+            .join(container);
+        // `<restart count>.log`: the highest number is the latest start.
+        let last = std::fs::read_dir(&dir)
+            .with_context(|| format!("list {}", dir.display()))?
+            .flatten()
+            .filter_map(|e| {
+                let n = e
+                    .file_name()
+                    .to_str()?
+                    .strip_suffix(".log")?
+                    .parse::<u64>()
+                    .ok()?;
+                Some((n, e.path()))
+            })
+            .max()
+            .with_context(|| format!("no log in {}", dir.display()))?;
+        crate::cri::read_log(&last.1)
+    }
+
+    /// The CRI status of container `container` of pod `name`, as its node's containerd reports
     /// it: its annotations are those the kubelet passed in CreateContainer, the device plugin's
     /// Allocate annotations included.
     pub fn cri_container_status(
@@ -808,70 +689,27 @@ impl Cluster {
             .with_context(|| format!("pod {name} has no container id for {container}"))?;
         // `containerd://<id>`
         let id = id.split_once("://").map_or(id, |(_, id)| id);
-        let containerd = self
-            .containerd
-            .as_ref()
-            .context("the node's containerd is not running")?;
-        Cri::connect(&containerd.socket())?.container_status(id)
+        Cri::connect(&self.node_of(name)?.containerd()?.socket())?.container_status(id)
     }
 
-    /// The device ids the kubelet's checkpoint says it allocated to `container` of the pod with
-    /// `uid`, for `resource`.
+    /// The device ids the kubelets' checkpoints say they allocated to `container` of the pod with
+    /// `uid`, for `resource` (a pod is on one node: the others add nothing).
     pub fn allocated(&self, uid: &str, container: &str, resource: &str) -> Result<Vec<String>> {
-        let path =
-            self.in_node_ns("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint")?;
-        let text =
-            std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
-        let v: Value = serde_json::from_str(&text).context("parse the kubelet's checkpoint")?;
         let mut ids = Vec::new();
-        for e in v["Data"]["PodDeviceEntries"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
-            if e["PodUID"] == uid
-                && e["ContainerName"] == container
-                && e["ResourceName"] == resource
-            {
-                for per_numa in e["DeviceIDs"]
-                    .as_object()
-                    .into_iter()
-                    .flat_map(|m| m.values())
-                {
-                    ids.extend(
-                        per_numa
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .filter_map(|i| i.as_str().map(str::to_owned)),
-                    );
-                }
-            }
+        for node in &self.nodes {
+            ids.extend(node.allocated(uid, container, resource)?);
         }
-        ids.sort();
         Ok(ids)
-    }
-
-    /// The current kubelet's log (since its last start).
-    pub fn kubelet_log(&self) -> String {
-        std::fs::read_to_string(self.root.join("kubelet.log")).unwrap_or_default()
-    }
-
-    /// How many times the device plugin has registered with the kubelet (its log).
-    pub fn plugin_registrations(&self) -> usize {
-        std::fs::read_to_string(self.root.join("plugin.log"))
-            .unwrap_or_default()
-            .matches("registered with the kubelet")
-            .count()
     }
 
     /// The last lines of every component's log, for failure messages.
     pub fn logs(&self) -> String {
         let mut s = String::new();
+        for node in &self.nodes {
+            s.push_str(&node.logs());
+        }
+        s.push_str("=== control plane\n");
         for d in [
-            &self.kubelet,
-            &self.plugin,
-            &self.nri_plugin,
             &self.apiserver,
             &self.scheduler,
             &self.controller_manager,
@@ -881,9 +719,6 @@ impl Cluster {
         .flatten()
         {
             s.push_str(&d.log_tail());
-        }
-        if let Some(c) = &self.containerd {
-            s.push_str(&c.log_tail());
         }
         s
     }
@@ -904,7 +739,7 @@ impl Cluster {
                 self.logs()
             );
         }
-        // Pods first, while the kubelet can still stop them.
+        // Pods first, while the kubelets can still stop them.
         let _ = self.kubectl(&[
             "delete",
             "pods",
@@ -920,10 +755,10 @@ impl Cluster {
                 .unwrap_or(true)
                 .then_some(()))
         });
+        for node in &mut self.nodes {
+            node.stop_daemons();
+        }
         for d in [
-            &mut self.nri_plugin,
-            &mut self.plugin,
-            &mut self.kubelet,
             &mut self.scheduler,
             &mut self.controller_manager,
             &mut self.apiserver,
@@ -933,85 +768,56 @@ impl Cluster {
                 d.stop();
             }
         }
-        // The kubelet's pod sandboxes, if any outlived it.
-        if let Some(c) = &self.containerd {
-            let mut ls = c.ctr();
-            ls.args(["-n", "k8s.io", "tasks", "ls", "-q"]);
-            if let Ok(tasks) = run_ok(ls) {
-                for t in tasks.lines() {
-                    let mut kill = c.ctr();
-                    kill.args(["-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", t]);
-                    let _ = run_ok(kill);
-                }
-            }
-        }
-        self.containerd = None;
-        if let Some(mut holder) = self.node_namespace.take() {
-            holder.stop();
+        for node in &mut self.nodes {
+            node.stop_runtime();
         }
         unmount_below(&self.root);
-        remove_pod_cgroups();
+        for node in &mut self.nodes {
+            node.remove_cgroups();
+        }
         for dir in self.mount_points.drain(..) {
             let _ = std::fs::remove_dir(dir);
         }
-        // The pods' log directories, which the kubelet would have collected later.
-        for dir in pod_log_dirs().difference(&self.pod_logs_before) {
-            let _ = std::fs::remove_dir_all(dir);
-        }
     }
 }
 
-/// Sets the top-level `allocate_mode` of the profile at `path` to `mode`: any such line goes,
-/// and the new one comes first, before the profile's tables.
-fn set_allocate_mode(path: &Path, mode: &str) -> Result<()> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
-    let mut out = format!("allocate_mode = \"{mode}\"\n");
-    for line in text
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("allocate_mode"))
-    {
-        out.push_str(line);
+/// The kube-scheduler configuration `shipped` made this cluster's: its
+/// `clientConnection.kubeconfig` is `kubeconfig`, and its insecure serving (healthz and metrics,
+/// which 1.20 takes from the file and not from `--port`) listens on 127.0.0.1:`port`. Each of the
+/// three keys must be in the file exactly once, so that nothing else of it changes unseen.
+pub fn scheduler_config(shipped: &str, kubeconfig: &Path, port: u16) -> String {
+    let mut text = shipped.to_owned();
+    for (key, value) in [
+        ("kubeconfig", kubeconfig.display().to_string()),
+        ("healthzBindAddress", format!("127.0.0.1:{port}")),
+        ("metricsBindAddress", format!("127.0.0.1:{port}")),
+    ] {
+        text = set_yaml_value(&text, key, &value);
+    }
+    text
+}
+
+/// `text` with the value of the one line whose key is `key` set to `value` (its indentation
+/// kept); panics unless exactly one line has that key.
+fn set_yaml_value(text: &str, key: &str, value: &str) -> String {
+    let prefix = format!("{key}:");
+    let is_key = |l: &str| l.trim_start().starts_with(&prefix);
+    assert_eq!(
+        text.lines().filter(|l| is_key(l)).count(),
+        1,
+        "the scheduler configuration must set {key} once"
+    );
+    let mut out = String::new();
+    for line in text.lines() {
+        if is_key(line) {
+            let indent = &line[..line.len() - line.trim_start().len()];
+            out.push_str(&format!("{indent}{key}: {value}"));
+        } else {
+            out.push_str(line);
+        }
         out.push('\n');
     }
-    std::fs::write(path, out).with_context(|| format!("write {}", path.display()))
-}
-
-/// The entries of `/var/log/pods` (the kubelet's constant pod log directory).
-fn pod_log_dirs() -> BTreeSet<PathBuf> {
-    std::fs::read_dir("/var/log/pods")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .collect()
-}
-
-/// Removes the kubelet's `kubepods` cgroups (deepest first) on every hierarchy.
-fn remove_pod_cgroups() {
-    let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
-        return;
-    };
-    for h in hierarchies.flatten() {
-        let top = h.path().join("kubepods");
-        if top.is_dir() {
-            let mut dirs = Vec::new();
-            collect_dirs(&top, &mut dirs);
-            for d in dirs.iter().rev() {
-                let _ = std::fs::remove_dir(d);
-            }
-        }
-    }
-}
-
-fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
-    out.push(dir.to_owned());
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                collect_dirs(&e.path(), out);
-            }
-        }
-    }
+    out
 }
 
 impl Drop for Cluster {
@@ -1020,9 +826,27 @@ impl Drop for Cluster {
     }
 }
 
-/// A copy of `cmd`'s program and arguments (a [`Command`] cannot be cloned).
-fn copy_command(cmd: &Command) -> Command {
-    let mut c = Command::new(cmd.get_program());
-    c.args(cmd.get_args());
-    c
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scheduler_configuration_gets_the_test_kubeconfig_and_port_and_nothing_else() {
+        let shipped = "# note\nclientConnection:\n  kubeconfig: /etc/kubernetes/scheduler.conf\n\
+                       healthzBindAddress: 127.0.0.1:10251\nmetricsBindAddress: 127.0.0.1:10251\n\
+                       profiles:\n  - schedulerName: devinject-binpack\n";
+        let out = scheduler_config(shipped, Path::new("/tmp/k/kubeconfig"), 4242);
+        assert_eq!(
+            out,
+            "# note\nclientConnection:\n  kubeconfig: /tmp/k/kubeconfig\n\
+             healthzBindAddress: 127.0.0.1:4242\nmetricsBindAddress: 127.0.0.1:4242\n\
+             profiles:\n  - schedulerName: devinject-binpack\n"
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "must set healthzBindAddress once")]
+    fn a_scheduler_configuration_without_its_serving_address_is_refused() {
+        scheduler_config("clientConnection:\n  kubeconfig: x\n", Path::new("/k"), 1);
+    }
 }

@@ -1,0 +1,608 @@
+//! One node of the test cluster: its private mount namespace, containerd, kubelet, device plugin
+//! (and `devinject-nri` with [`Setup::Nri`]) and simulated devices, all under its own directory.
+//!
+//! Nodes share the machine, so everything a kubelet would take for itself is made per node: the
+//! mount namespace gives each its own `/var/lib/kubelet` (and so its own constant
+//! `device-plugins` directory), `/var/log/pods`, `/etc/containerd`, `/etc/devinject` and `/opt`;
+//! each kubelet has its own ports, node name and `cgroupRoot` (`/<node name>`, on every cgroup
+//! hierarchy), so that the kubelets' `kubepods` trees never meet; each containerd has its own
+//! root, state and socket.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result};
+use devinject_nri::session::REGISTERED;
+use serde_json::Value;
+
+use super::{free_port, Setup, CDI_ALLOCATE_MODE, KUBELET_ROOT, NRI_SOCKET, SLOW};
+use crate::bins::bin;
+use crate::cri::Cri;
+use crate::cri_node::{
+    cdi_generate, configure, containerd_cdi_config, containerd_config, containerd_nri_settings,
+    containerd_nri_settings_on, import_images, nri_socket, CONTAINERD_NRI_OFF,
+};
+use crate::daemons::{poll, run_ok, Containerd, Daemon};
+use crate::sim::{demo_host, SimHost, ACCELS};
+use crate::skip::which;
+
+/// The directories of the host that every node's namespace covers with its own (the cluster
+/// makes them on the host where they are missing). With `nri`, `/run/nri` too.
+pub(super) fn host_mount_points(nri: bool) -> Vec<&'static str> {
+    let mut dirs = vec![
+        "/var/lib/kubelet",
+        "/etc/containerd",
+        "/etc/devinject",
+        "/var/log/pods",
+        "/var/log/containers",
+    ];
+    if nri {
+        dirs.push("/run/nri");
+    }
+    dirs
+}
+
+/// A node of the cluster. Its processes are stopped by the cluster's teardown, in dependency
+/// order with the control plane's: plugins and kubelet first, containerd and namespace last.
+pub struct Node {
+    name: String,
+    /// Everything of the node's lives below this directory.
+    dir: PathBuf,
+    plugin: Option<Daemon>,
+    nri_plugin: Option<Daemon>,
+    kubelet: Option<Daemon>,
+    kubelet_command: Option<Command>,
+    containerd: Option<Containerd>,
+    /// The bin dir of the containerd release the node runs; `None`: the machine's.
+    containerd_release: Option<PathBuf>,
+    namespace: Option<Daemon>,
+    /// Whether the node's cgroup root was made (and so is removed at teardown).
+    cgroup_root_made: bool,
+    /// The simulated devices and the host configuration the runtime uses.
+    pub host: SimHost,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("name", &self.name)
+            .field("dir", &self.dir)
+            .finish()
+    }
+}
+
+impl Node {
+    /// A node named `name` in `dir` (made), with the demo profile's first `devices` simulated
+    /// accelerators; nothing runs yet.
+    pub(super) fn new(name: &str, dir: PathBuf, devices: usize) -> Result<Self> {
+        std::fs::create_dir_all(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+        let host = demo_host(&dir.join("sim"), &["demo"])?;
+        for (accel, _, _) in ACCELS.iter().skip(devices) {
+            let path = host.dev_root.join("demo").join(accel);
+            std::fs::remove_file(&path).with_context(|| format!("remove {}", path.display()))?;
+        }
+        Ok(Self {
+            name: name.to_owned(),
+            dir,
+            plugin: None,
+            nri_plugin: None,
+            kubelet: None,
+            kubelet_command: None,
+            containerd: None,
+            containerd_release: None,
+            namespace: None,
+            cgroup_root_made: false,
+            host,
+        })
+    }
+
+    /// The node's name (its kubelet's `--hostname-override`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The node's containerd configuration, at `/etc/containerd/config.toml` in its namespace.
+    pub fn containerd_config(&self) -> PathBuf {
+        self.dir.join("node/etc-containerd/config.toml")
+    }
+
+    /// The directory `devinject-ctl cdi generate` writes the specs into and containerd reads
+    /// them from ([`Setup::Cdi`]).
+    pub fn cdi_spec_dir(&self) -> PathBuf {
+        self.dir.join("cdi")
+    }
+
+    /// The node's `/var/log/pods`, where its containerd writes the pods' output.
+    pub fn pod_log_dir(&self) -> PathBuf {
+        self.dir.join("node/log-pods")
+    }
+
+    /// The kubelet's `cgroupRoot`: the node's own top-level cgroup on every hierarchy.
+    fn cgroup_root(&self) -> String {
+        format!("/{}", self.name)
+    }
+
+    fn ctd_dir(&self) -> PathBuf {
+        self.dir.join("ctd")
+    }
+
+    /// Starts the node's namespace and containerd (set up as `setup` says, with the test
+    /// images), then its kubelet, registering with the apiserver of `kubeconfig`.
+    pub(super) fn start(&mut self, setup: &Setup, kubelet: &Path, kubeconfig: &Path) -> Result<()> {
+        self.write_containerd_config(setup)?;
+        self.start_namespace(matches!(setup, Setup::DaemonSetNri { .. }))?;
+        self.make_cgroup_root()?;
+        let containerd = Containerd::start_release_via(
+            &self.ctd_dir(),
+            &self.containerd_config(),
+            &self.enter()?,
+            self.containerd_release.as_deref(),
+        )?;
+        let mut cri = Cri::connect(&containerd.socket())?;
+        cri.wait_ready()?;
+        import_images(&self.dir, &containerd, &mut cri);
+        drop(cri);
+        let socket = containerd.socket();
+        self.containerd = Some(containerd);
+        self.start_kubelet(kubelet, kubeconfig, &socket)
+    }
+
+    /// containerd's configuration as `setup` wants it (and, where the test sets devinject up
+    /// itself, the host configuration and `devinject-ctl runtime configure`), with the
+    /// placeholder CNI config that lets the node become Ready.
+    fn write_containerd_config(&mut self, setup: &Setup) -> Result<()> {
+        let ctd_dir = self.ctd_dir();
+        let cni = ctd_dir.join("cni/conf");
+        std::fs::create_dir_all(&cni)?;
+        std::fs::write(
+            cni.join("10-placeholder.conflist"),
+            r#"{"cniVersion": "0.4.0", "name": "devinject-placeholder",
+  "plugins": [{"type": "devinject-host-network-only"}]}"#,
+        )?;
+        let config = self.containerd_config();
+        std::fs::create_dir_all(config.parent().expect("parent"))?;
+        std::fs::create_dir_all(self.dir.join("node/etc-devinject"))?;
+        std::fs::create_dir_all(self.dir.join("node/opt"))?;
+        let text = match setup {
+            Setup::Cdi { containerd } => {
+                set_allocate_mode(&self.host.profiles_dir.join("demo.toml"), CDI_ALLOCATE_MODE)?;
+                let specs = self.cdi_spec_dir();
+                cdi_generate(&self.host, &specs)?;
+                self.containerd_release = Some(containerd.clone());
+                containerd_cdi_config(&ctd_dir, &specs) + CONTAINERD_NRI_OFF
+            }
+            Setup::Nri { containerd } => {
+                self.containerd_release = Some(containerd.clone());
+                containerd_config(&ctd_dir) + &containerd_nri_settings(&ctd_dir)
+            }
+            Setup::DaemonSetNri { containerd } => {
+                self.containerd_release = Some(containerd.clone());
+                containerd_config(&ctd_dir)
+                    + &containerd_nri_settings_on(&ctd_dir, Path::new(NRI_SOCKET))
+            }
+            Setup::Ctl | Setup::DaemonSet => containerd_config(&ctd_dir),
+        };
+        std::fs::write(&config, text)?;
+        if matches!(setup, Setup::Ctl | Setup::Nri { .. }) {
+            // The host configuration: the `kubernetes` policy asks this node's kubelet.
+            let runc = which("runc").context("runc")?;
+            self.host.write_config(&format!(
+                "runtime = {:?}\nhook = {:?}\npod_resources_socket = \"{KUBELET_ROOT}/pod-resources/kubelet.sock\"",
+                runc,
+                bin("devinject-hook"),
+            ))?;
+        }
+        if *setup == Setup::Ctl {
+            configure(&self.dir, &config, &self.host, "shim");
+        }
+        Ok(())
+    }
+
+    fn start_kubelet(
+        &mut self,
+        kubelet: &Path,
+        kubeconfig: &Path,
+        containerd: &Path,
+    ) -> Result<()> {
+        let (port, healthz) = (free_port()?, free_port()?);
+        let config = self.dir.join("kubelet.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                 address: 127.0.0.1\nport: {port}\nreadOnlyPort: 0\n\
+                 healthzBindAddress: 127.0.0.1\nhealthzPort: {healthz}\n\
+                 cgroupDriver: cgroupfs\ncgroupRoot: {cgroup_root}\nfailSwapOn: false\noomScoreAdj: 0\n\
+                 authentication:\n  anonymous: {{enabled: false}}\n  webhook: {{enabled: false}}\n\
+                 authorization: {{mode: AlwaysAllow}}\n\
+                 evictionHard: {{\"nodefs.available\": \"1%\", \"imagefs.available\": \"1%\", \"memory.available\": \"1Mi\"}}\n\
+                 imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n\
+                 resolvConf: /etc/resolv.conf\nserializeImagePulls: false\n\
+                 volumePluginDir: {plugins}\n",
+                cgroup_root = self.cgroup_root(),
+                plugins = self.dir.join("volume-plugins").display(),
+            ),
+        )?;
+        let mut cmd = self.in_node(kubelet)?;
+        cmd.arg(format!("--config={}", config.display()))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg("--container-runtime=remote")
+            .arg(format!(
+                "--container-runtime-endpoint=unix://{}",
+                containerd.display()
+            ))
+            .arg(format!("--root-dir={KUBELET_ROOT}"))
+            .arg(format!(
+                "--cert-dir={}",
+                self.dir.join("kubelet-certs").display()
+            ))
+            .arg(format!("--hostname-override={}", self.name))
+            .arg(format!(
+                "--pod-infra-container-image={}",
+                crate::cri_node::PAUSE
+            ))
+            .arg("--v=2");
+        self.kubelet_command = Some(copy_command(&cmd));
+        self.kubelet = Some(Daemon::start("kubelet", cmd, &self.kubelet_log_path())?);
+        Ok(())
+    }
+
+    fn kubelet_log_path(&self) -> PathBuf {
+        self.dir.join("kubelet.log")
+    }
+
+    /// Stops the kubelet and starts it again, as an upgrade or a crash would: it forgets its
+    /// plugins (and deletes their sockets) and must take them back when they register again.
+    pub fn restart_kubelet(&mut self) -> Result<()> {
+        if let Some(mut k) = self.kubelet.take() {
+            k.stop();
+        }
+        let cmd = copy_command(
+            self.kubelet_command
+                .as_ref()
+                .context("no kubelet started")?,
+        );
+        let log = self.kubelet_log_path();
+        let _ = std::fs::rename(&log, self.dir.join("kubelet.log.1"));
+        self.kubelet = Some(Daemon::start("kubelet", cmd, &log)?);
+        Ok(())
+    }
+
+    /// An error when the kubelet has exited.
+    pub(super) fn check_kubelet(&mut self) -> Result<()> {
+        match self.kubelet.as_mut() {
+            Some(k) => k.check_running(),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops the node's containerd and starts it again on the same configuration, as an
+    /// administrator does after the installer asked for it (`--restart-mode none`).
+    pub fn restart_containerd(&mut self) -> Result<()> {
+        if let Some(mut c) = self.containerd.take() {
+            c.daemon().stop();
+        }
+        let log = self.ctd_dir().join("containerd.log");
+        let _ = std::fs::rename(&log, self.ctd_dir().join("containerd.log.1"));
+        let containerd = Containerd::start_release_via(
+            &self.ctd_dir(),
+            &self.containerd_config(),
+            &self.enter()?,
+            self.containerd_release.as_deref(),
+        )?;
+        self.containerd = Some(containerd);
+        Ok(())
+    }
+
+    /// The pid of the node's containerd: the same before and after a step proves the step did
+    /// not restart it.
+    pub fn containerd_pid(&self) -> Option<u32> {
+        self.containerd.as_ref().and_then(Containerd::pid)
+    }
+
+    /// The node's containerd.
+    pub fn containerd(&self) -> Result<&Containerd> {
+        self.containerd
+            .as_ref()
+            .with_context(|| format!("the containerd of {} is not running", self.name))
+    }
+
+    /// The namespace the node runs in: a private mount namespace, held open by a sleeping
+    /// process, where `/var/lib/kubelet` is a fresh tmpfs and `/opt`, `/etc/containerd`,
+    /// `/etc/devinject`, `/var/log/pods` and `/var/log/containers` are the node's own
+    /// directories: what the node writes there (the installer included) stays in the test, and
+    /// no kubelet collects another node's pod logs. (`/opt` is on disk, not a tmpfs: files the
+    /// installer copies there would be charged to its memory limit as unreclaimable.) With
+    /// `nri`, `/run/nri` is the node's own too (containerd's default NRI socket is there), and
+    /// the namespace's mounts are then made shared, as a systemd host's are, for the NRI pod's
+    /// `HostToContainer` hostPath of `/`; they stay in the namespace, copies of the host's that
+    /// are peers of nothing outside it.
+    fn start_namespace(&mut self, nri: bool) -> Result<()> {
+        let node = self.dir.join("node");
+        for dir in ["log-pods", "log-containers", "run-nri"] {
+            std::fs::create_dir_all(node.join(dir))?;
+        }
+        let mut script = String::from(
+            "set -e; mount -t tmpfs -o mode=0755 devinject-node /var/lib/kubelet; \
+             mount --bind \"$0/opt\" /opt; \
+             mount --bind \"$0/etc-containerd\" /etc/containerd; \
+             mount --bind \"$0/log-pods\" /var/log/pods; \
+             mount --bind \"$0/log-containers\" /var/log/containers; \
+             mount --bind \"$0/etc-devinject\" /etc/devinject; ",
+        );
+        if nri {
+            script.push_str("mount --bind \"$0/run-nri\" /run/nri; mount --make-rshared /; ");
+        }
+        script.push_str("exec sleep infinity");
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .arg(&node);
+        let mut holder = Daemon::start("node namespace", cmd, &self.dir.join("node-ns.log"))?;
+        let pid = holder.pid().context("holder pid")?;
+        // The script execs `sleep` once its last mount is made.
+        holder.wait_ready("the node namespace's mounts", || {
+            std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+                .is_ok_and(|m| m.lines().any(|l| l.contains(" /etc/devinject ")))
+                && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim() == "sleep")
+        })?;
+        self.namespace = Some(holder);
+        Ok(())
+    }
+
+    /// `nsenter` into the node's mount namespace, as a command prefix.
+    fn enter(&self) -> Result<Vec<String>> {
+        let pid = self
+            .namespace
+            .as_ref()
+            .and_then(Daemon::pid)
+            .context("the node namespace is not up")?;
+        Ok(vec![
+            "nsenter".into(),
+            "-t".into(),
+            pid.to_string(),
+            "-m".into(),
+            "--".into(),
+        ])
+    }
+
+    /// `program` run in the node's mount namespace.
+    fn in_node(&self, program: &Path) -> Result<Command> {
+        let prefix = self.enter()?;
+        let mut cmd = Command::new(&prefix[0]);
+        cmd.args(&prefix[1..]).arg(program);
+        Ok(cmd)
+    }
+
+    /// The kubelet's pid (its mount namespace holds the device-plugins directory).
+    fn kubelet_pid(&self) -> Result<u32> {
+        self.kubelet
+            .as_ref()
+            .and_then(Daemon::pid)
+            .context("the kubelet is not running")
+    }
+
+    /// A path as the node's kubelet sees it.
+    pub fn in_node_ns(&self, path: &str) -> Result<PathBuf> {
+        Ok(PathBuf::from(format!("/proc/{}/root", self.kubelet_pid()?))
+            .join(path.trim_start_matches('/')))
+    }
+
+    /// Starts the device plugin in the node's namespace, once the kubelet's registration socket
+    /// is there.
+    pub(super) fn start_plugin(&mut self) -> Result<()> {
+        let registration = self.in_node_ns("/var/lib/kubelet/device-plugins/kubelet.sock")?;
+        self.kubelet
+            .as_mut()
+            .expect("started")
+            .wait_ready("the kubelet's registration socket", || {
+                registration.exists()
+            })?;
+        let mut cmd = self.in_node(&bin("devinject-device-plugin"))?;
+        cmd.arg("--profiles-dir")
+            .arg(&self.host.profiles_dir)
+            .arg("--dev-root")
+            .arg(&self.host.dev_root)
+            .arg("--sys-root")
+            .arg(self.host.dir.join("sys"));
+        self.plugin = Some(Daemon::start(
+            "devinject-device-plugin",
+            cmd,
+            &self.dir.join("plugin.log"),
+        )?);
+        Ok(())
+    }
+
+    /// Starts `devinject-nri` in the node's namespace on the node containerd's NRI socket, and
+    /// waits until it has registered.
+    pub(super) fn start_nri_plugin(&mut self) -> Result<()> {
+        let mut cmd = self.in_node(&bin("devinject-nri"))?;
+        cmd.arg("--socket")
+            .arg(nri_socket(&self.ctd_dir()))
+            .arg("--config")
+            .arg(&self.host.config);
+        let log = self.dir.join("nri.log");
+        self.nri_plugin = Some(Daemon::start("devinject-nri", cmd, &log)?);
+        poll("devinject-nri to register", SLOW, || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            Ok(text.contains(REGISTERED).then_some(()))
+        })
+        .map_err(|e| e.context(self.logs()))
+    }
+
+    /// The device ids the node's kubelet checkpoint says it allocated to `container` of the pod
+    /// with `uid`, for `resource`.
+    pub fn allocated(&self, uid: &str, container: &str, resource: &str) -> Result<Vec<String>> {
+        let path =
+            self.in_node_ns("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint")?;
+        let text =
+            std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
+        let v: Value = serde_json::from_str(&text).context("parse the kubelet's checkpoint")?;
+        let mut ids = Vec::new();
+        for e in v["Data"]["PodDeviceEntries"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            if e["PodUID"] == uid
+                && e["ContainerName"] == container
+                && e["ResourceName"] == resource
+            {
+                for per_numa in e["DeviceIDs"]
+                    .as_object()
+                    .into_iter()
+                    .flat_map(|m| m.values())
+                {
+                    ids.extend(
+                        per_numa
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|i| i.as_str().map(str::to_owned)),
+                    );
+                }
+            }
+        }
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// The current kubelet's log (since its last start).
+    pub fn kubelet_log(&self) -> String {
+        std::fs::read_to_string(self.kubelet_log_path()).unwrap_or_default()
+    }
+
+    /// How many times the device plugin has registered with the kubelet (its log).
+    pub fn plugin_registrations(&self) -> usize {
+        std::fs::read_to_string(self.dir.join("plugin.log"))
+            .unwrap_or_default()
+            .matches("registered with the kubelet")
+            .count()
+    }
+
+    /// The last lines of the node's logs, headed by its name, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut s = format!("=== node {} in {}\n", self.name, self.dir.display());
+        for d in [&self.kubelet, &self.plugin, &self.nri_plugin]
+            .into_iter()
+            .flatten()
+        {
+            s.push_str(&d.log_tail());
+        }
+        if let Some(c) = &self.containerd {
+            s.push_str(&c.log_tail());
+        }
+        s
+    }
+
+    /// Stops the plugins and the kubelet (its pods should be gone by then).
+    pub(super) fn stop_daemons(&mut self) {
+        for d in [&mut self.nri_plugin, &mut self.plugin, &mut self.kubelet] {
+            if let Some(mut d) = d.take() {
+                d.stop();
+            }
+        }
+    }
+
+    /// Kills the pod sandboxes that outlived the kubelet, stops containerd and the namespace,
+    /// and removes the node's cgroups.
+    pub(super) fn stop_runtime(&mut self) {
+        if let Some(c) = &self.containerd {
+            let mut ls = c.ctr();
+            ls.args(["-n", "k8s.io", "tasks", "ls", "-q"]);
+            if let Ok(tasks) = run_ok(ls) {
+                for t in tasks.lines() {
+                    let mut kill = c.ctr();
+                    kill.args(["-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", t]);
+                    let _ = run_ok(kill);
+                }
+            }
+        }
+        self.containerd = None;
+        if let Some(mut holder) = self.namespace.take() {
+            holder.stop();
+        }
+    }
+
+    /// Makes the node's cgroup root on every cgroup v1 hierarchy (the kubelet refuses a
+    /// `cgroupRoot` that does not exist), its cpuset filled from the top one's (a v1 cpuset
+    /// starts empty).
+    fn make_cgroup_root(&mut self) -> Result<()> {
+        let root = self.cgroup_root();
+        for top in cgroup_hierarchies() {
+            let dir = top.join(root.trim_start_matches('/'));
+            std::fs::create_dir_all(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+            self.cgroup_root_made = true;
+            for file in ["cpuset.cpus", "cpuset.mems"] {
+                if let Ok(value) = std::fs::read_to_string(top.join(file)) {
+                    std::fs::write(dir.join(file), value.trim())
+                        .with_context(|| format!("write {}", dir.join(file).display()))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the node's cgroups (its `kubepods` tree, deepest first, then its root) on every
+    /// hierarchy.
+    pub(super) fn remove_cgroups(&mut self) {
+        if !self.cgroup_root_made {
+            return;
+        }
+        let root = self.cgroup_root();
+        for top in cgroup_hierarchies() {
+            let dir = top.join(root.trim_start_matches('/'));
+            if dir.is_dir() {
+                let mut dirs = Vec::new();
+                collect_dirs(&dir, &mut dirs);
+                for d in dirs.iter().rev() {
+                    let _ = std::fs::remove_dir(d);
+                }
+            }
+        }
+    }
+}
+
+/// The mounted cgroup v1 hierarchies (and, on a hybrid host, the unified one).
+fn cgroup_hierarchies() -> Vec<PathBuf> {
+    std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect()
+}
+
+fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
+    out.push(dir.to_owned());
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                collect_dirs(&e.path(), out);
+            }
+        }
+    }
+}
+
+/// Sets the top-level `allocate_mode` of the profile at `path` to `mode`: any such line goes,
+/// and the new one comes first, before the profile's tables.
+fn set_allocate_mode(path: &Path, mode: &str) -> Result<()> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+    let mut out = format!("allocate_mode = \"{mode}\"\n");
+    for line in text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("allocate_mode"))
+    {
+        out.push_str(line);
+        out.push('\n');
+    }
+    std::fs::write(path, out).with_context(|| format!("write {}", path.display()))
+}
+
+/// A copy of `cmd`'s program and arguments (a [`Command`] cannot be cloned).
+fn copy_command(cmd: &Command) -> Command {
+    let mut c = Command::new(cmd.get_program());
+    c.args(cmd.get_args());
+    c
+}
