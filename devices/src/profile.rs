@@ -680,11 +680,7 @@ DEMO_DRIVER = "1"
             .split("expected one of ")
             .nth(1)
             .unwrap_or_else(|| panic!("serde names the keys: {err}"));
-        let mut accepted: Vec<&str> = expected
-            .split('`')
-            .skip(1)
-            .step_by(2)
-            .collect();
+        let mut accepted: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
         accepted.sort_unstable();
         let docs = include_str!("../../docs/profiles.md");
         let table = docs.split("## Keys").nth(1).expect("a Keys section");

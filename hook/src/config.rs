@@ -237,7 +237,10 @@ mod tests {
             .unwrap_or_else(|| panic!("serde names the keys: {err}"));
         let mut accepted: Vec<&str> = expected
             .split(',')
-            .map(|k| k.trim().trim_matches(|c: char| c == '`' || !c.is_ascii_graphic()))
+            .map(|k| {
+                k.trim()
+                    .trim_matches(|c: char| c == '`' || !c.is_ascii_graphic())
+            })
             .map(|k| k.split('`').next().unwrap_or(k))
             .filter(|k| !k.is_empty())
             .collect();

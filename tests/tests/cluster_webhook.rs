@@ -47,7 +47,7 @@ fn start_webhook(c: &Cluster, dir: &Path) -> Daemon {
     let mut cmd = Command::new(bin("devinject-webhook"));
     cmd.arg("serve")
         .arg("--profiles-dir")
-        .arg(&c.host.profiles_dir)
+        .arg(&c.host().profiles_dir)
         .arg(format!("--listen=127.0.0.1:{port}"))
         .arg("--tls-cert")
         .arg(certs.join("tls.crt"))
@@ -72,7 +72,7 @@ fn start_webhook(c: &Cluster, dir: &Path) -> Daemon {
 }
 
 /// The MutatingWebhookConfiguration of deploy/overlays/webhook/webhook.yaml, as the cluster's
-/// `kubectl` reads it (a client-side dry run).
+/// `kubectl` reads it (a client-side dry run prints each document's JSON).
 fn shipped_webhook_configuration(c: &Cluster) -> Value {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/overlays/webhook/webhook.yaml");
@@ -86,13 +86,11 @@ fn shipped_webhook_configuration(c: &Cluster) -> Value {
             &path.display().to_string(),
         ])
         .expect("kubectl reads the shipped manifest");
-    let list: Value = serde_json::from_str(&text).unwrap();
-    list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
+    // One JSON object per document, one after the other.
+    serde_json::Deserializer::from_str(&text)
+        .into_iter::<Value>()
+        .map(|d| d.expect("kubectl's JSON"))
         .find(|d| d["kind"] == "MutatingWebhookConfiguration")
-        .cloned()
         .expect("the shipped configuration")
 }
 
@@ -131,7 +129,7 @@ fn friendly_names_are_mapped_and_their_function_is_loaded_into_the_granted_devic
     }
     let c = Cluster::start().unwrap_or_else(|e| panic!("cluster: {e:#}"));
     c.runtime_class().expect("RuntimeClass");
-    let sys = add_demo_prepare_step(&c.host).unwrap();
+    let sys = add_demo_prepare_step(c.host()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let _webhook = start_webhook(&c, dir.path());
 
