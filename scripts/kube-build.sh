@@ -19,8 +19,12 @@ cache=${DEVINJECT_KUBE_CACHE:-$HOME/.cache/devinject/kubernetes-$version}
 bin=$cache/bin
 servers=(kubelet kube-apiserver kube-controller-manager kube-scheduler)
 
+# What the servers were built with beyond the orig tarball (see the reflect2 step below); a
+# cache built without it is rebuilt.
+fixes="reflect2 1.0.2"
 complete() {
   for b in "${servers[@]}" etcd kubectl; do [ -x "$bin/$b" ] || return 1; done
+  [ "$(cat "$bin/.fixes" 2>/dev/null)" = "$fixes" ]
 }
 if complete; then echo "$bin"; exit 0; fi
 [ "${1:-}" = --if-built ] && exit 1
@@ -52,6 +56,20 @@ if [ ! -d "$tree/cmd/kubelet" ]; then
   rm -rf "$tree.tmp" && mkdir -p "$tree.tmp"
   tar -C "$tree.tmp" --strip-components=1 -xf "$orig"
   mv "$tree.tmp" "$tree"
+fi
+
+# The vendored github.com/modern-go/reflect2 v1.0.1 iterates maps in a way Go 1.18 broke: built
+# with Debian 12's Go 1.19, the API server dies ("unexpected fault address", in
+# json-iterator's sorted map encoder) on the first mutating webhook that returns a JSON patch
+# (it encodes the patch for the audit annotation). v1.0.2 is the fix, which upstream took for
+# Kubernetes 1.24; Debian 12 packages it, and it replaces the vendored copy here.
+if [ "$(cat "$bin/.fixes" 2>/dev/null)" != "$fixes" ]; then
+  (cd "$work" && apt-get -qq -o APT::Sandbox::User=root download golang-github-modern-go-reflect2-dev)
+  rm -rf "$work/reflect2" && dpkg-deb -x "$work"/golang-github-modern-go-reflect2-dev_*.deb "$work/reflect2"
+  vendored=$tree/vendor/github.com/modern-go/reflect2
+  rm -f "$vendored"/*.go
+  cp "$work"/reflect2/usr/share/gocode/src/github.com/modern-go/reflect2/*.go "$vendored/"
+  for b in "${servers[@]}"; do rm -f "$bin/$b"; done
 fi
 
 export GOPATH=$cache/gopath GOCACHE=$cache/gocache GO111MODULE=off GOFLAGS= GOPROXY=off GOTOOLCHAIN=local
@@ -86,5 +104,6 @@ for b in "${servers[@]}"; do
   go build -ldflags "$ldflags" -o "$bin/$b.tmp" "./cmd/$b"
   mv "$bin/$b.tmp" "$bin/$b"
 done
+echo "$fixes" >"$bin/.fixes"
 complete
 echo "$bin"

@@ -118,7 +118,7 @@ fn run_one(r: &PrepareRun) -> Result<(), PrepareStepError> {
         step: Step::of(r),
         source,
     })?;
-    tracing::info!(profile = %r.profile, device = %r.device, function = ?r.function, elapsed_ms = started.elapsed().as_millis() as u64, stdout = %String::from_utf8_lossy(&finished.stdout).trim(), "prepare step ran");
+    tracing::info!(profile = %r.profile, device = %r.device, function = r.function.as_deref().unwrap_or("none"), elapsed_ms = started.elapsed().as_millis() as u64, stdout = %String::from_utf8_lossy(&finished.stdout).trim(), "prepare step ran");
     if finished.alarmed() {
         return Err(PrepareStepError::Run {
             step: Step::of(r),

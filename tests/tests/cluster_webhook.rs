@@ -156,6 +156,18 @@ fn friendly_names_are_mapped_and_their_function_is_loaded_into_the_granted_devic
     )
     .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
     let main = &stored["spec"]["containers"][0];
+    // For docs/prepare.md: the pod as the API server stored it.
+    println!(
+        "stored: {}",
+        c.kubectl(&[
+            "get",
+            "pod",
+            "nlb3",
+            "-o",
+            "jsonpath={.spec.containers[0].resources} {.spec.containers[0].env} {.metadata.annotations}",
+        ])
+        .unwrap_or_default()
+    );
     assert_eq!(
         main["resources"]["limits"],
         json!({"devinject.io/demo": "1"})
@@ -172,6 +184,7 @@ fn friendly_names_are_mapped_and_their_function_is_loaded_into_the_granted_devic
     let phase = c.wait_pod_done("nlb3").unwrap();
     let out = c.container_log("nlb3", "main").unwrap_or_default();
     assert_eq!(phase, "Succeeded", "{out}\n{}", c.logs());
+    println!("container log:\n{out}");
     let uid = c.pod("nlb3").unwrap()["metadata"]["uid"]
         .as_str()
         .unwrap()
@@ -179,7 +192,11 @@ fn friendly_names_are_mapped_and_their_function_is_loaded_into_the_granted_devic
     let ids = c.allocated(&uid, "main", "devinject.io/demo").unwrap();
     assert_eq!(ids.len(), 1, "{ids:?}");
     // The container saw, as it started, the function on its device and on no other.
-    let lines: Vec<&str> = out.lines().collect();
+    // (The log holds the runtime's own lines too, as runc passes on its hooks' stderr.)
+    let lines: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("DEMO_FUNCTION=") || l.starts_with("/sys-fpga/"))
+        .collect();
     assert_eq!(
         lines,
         [
@@ -200,6 +217,7 @@ fn friendly_names_are_mapped_and_their_function_is_loaded_into_the_granted_devic
         ))
         .unwrap_err();
     let text = format!("{err:#}");
+    println!("refused: {text}");
     assert!(
         text.contains("devinject: container main asks for devinject.io/demo-nlb9, which is neither a device resource nor a function devinject knows: use one of devinject.io/demo, devinject.io/demo-nlb3"),
         "{text}"
