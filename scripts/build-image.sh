@@ -56,7 +56,7 @@ for b in "${bins[@]}"; do
     exit 1
   fi
   case "$b" in
-    devinject-installer|devinject-device-plugin|devinject-nri) install -m 0755 "$f" "$stage/usr/bin/$b" ;;
+    devinject-installer|devinject-device-plugin|devinject-nri|devinject-webhook) install -m 0755 "$f" "$stage/usr/bin/$b" ;;
     *) install -m 0755 "$f" "$stage/usr/share/devinject/bin/$b" ;;
   esac
 done

@@ -313,6 +313,9 @@ impl Cluster {
             .arg("--service-cluster-ip-range=10.0.0.0/24")
             .arg("--authorization-mode=Node,RBAC")
             .arg("--enable-admission-plugins=NodeRestriction")
+            // No service proxy here: the API server reaches a webhook's Service through its
+            // endpoints (a host-network pod's address) instead of its cluster IP.
+            .arg("--enable-aggregator-routing=true")
             .arg("--allow-privileged=true");
         self.apiserver = Some(Daemon::start(
             "kube-apiserver",
