@@ -390,7 +390,13 @@ mod tests {
             a.ldcache_dirs(),
             [PathBuf::from("/usr/lib"), "/opt/lib".into()]
         );
-        assert_eq!(a.cgroup_rules.len(), 2, "{:?}", a.cgroup_rules);
+        assert_eq!(
+            a.cgroup_rules,
+            [
+                CgroupRule::for_node(&ctl),
+                CgroupRule::for_node(&node("/dev/accel1", 2, 0o666, 0))
+            ]
+        );
     }
 
     #[test]
