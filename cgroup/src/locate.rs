@@ -331,6 +331,26 @@ mod tests {
         );
     }
 
+    /// On a v1 host the container's cgroup has the same path in every hierarchy: the devices
+    /// one is found by its `devices` super option, not as any v1 mount holding the path.
+    #[test]
+    fn the_devices_hierarchy_is_told_from_the_other_v1_ones() {
+        let tree = Tree::new(
+            "12:devices:/docker/abc\n3:cpu,cpuacct:/docker/abc\n0::/docker/abc\n",
+            HYBRID_MOUNTS,
+            &[
+                "sys/fs/cgroup/devices/docker/abc",
+                "sys/fs/cgroup/cpu,cpuacct/docker/abc",
+                "sys/fs/cgroup/unified/docker/abc",
+            ],
+        );
+        let found = container_cgroups(&tree.proc(), 42).expect("located");
+        assert_eq!(
+            found.v1_devices,
+            Some(tree.path("sys/fs/cgroup/devices/docker/abc"))
+        );
+    }
+
     #[test]
     fn unified_host_with_systemd_slice() {
         let path = "/system.slice/docker-0123abcd.scope";
