@@ -351,6 +351,33 @@ mod tests {
         );
     }
 
+    /// A directory that only looks like the devices hierarchy (a `devices.allow` file, the
+    /// process in `cgroup.procs`) on a file system that is not cgroup's proves nothing:
+    /// mountinfo decides.
+    #[test]
+    fn a_lookalike_conventional_devices_dir_is_not_taken() {
+        let tree = Tree::new(
+            "12:devices:/docker/abc\n",
+            HYBRID_MOUNTS,
+            &[
+                "sys/fs/cgroup/devices/docker/abc",
+                "lookalike/devices/docker/abc",
+            ],
+        );
+        fs::write(tree.path("lookalike/devices/devices.allow"), "").expect("write");
+        fs::write(
+            tree.path("lookalike/devices/docker/abc/cgroup.procs"),
+            "42\n",
+        )
+        .expect("write");
+        let found =
+            container_cgroups_at(&tree.proc(), Some(&tree.path("lookalike")), 42).expect("located");
+        assert_eq!(
+            found.v1_devices,
+            Some(tree.path("sys/fs/cgroup/devices/docker/abc"))
+        );
+    }
+
     #[test]
     fn unified_host_with_systemd_slice() {
         let path = "/system.slice/docker-0123abcd.scope";
