@@ -365,6 +365,20 @@ mod tests {
         }
     }
 
+    /// A deadline less than a millisecond away is waited for and reported as a timeout: the
+    /// poll timeout is the time left rounded up to a whole millisecond.
+    #[test]
+    fn a_deadline_under_a_millisecond_times_out() {
+        let (out_r, _out_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
+        let (err_r, _err_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
+        for micros in [100, 300, 600, 900, 1500] {
+            let deadline = Instant::now() + Duration::from_micros(micros);
+            let got = collect(&out_r, &err_r, deadline, 16).unwrap();
+            assert!(matches!(got, Collected::TimedOut), "{micros} µs");
+            assert!(Instant::now() >= deadline, "{micros} µs: returned early");
+        }
+    }
+
     #[test]
     fn runs_with_exactly_the_given_environment_and_no_stdin() {
         let t = tempfile::tempdir().unwrap();
