@@ -532,6 +532,18 @@ mod tests {
             .expect_err("malformed")
             .to_string();
         assert!(err.contains("mountinfo"), "{err}");
+
+        // Too few fields on either side of the separator.
+        for line in [
+            "36 31 0:33 / /sys/fs/cgroup/devices rw - cgroup cgroup",
+            "36 31 / /sys/fs/cgroup/devices - cgroup cgroup rw,devices",
+        ] {
+            let tree = Tree::new("0::/\n", &format!("{line}\n"), &[]);
+            let err = container_cgroups(&tree.proc(), 42)
+                .expect_err(line)
+                .to_string();
+            assert!(err.contains("mountinfo") && err.contains("line 1"), "{err}");
+        }
     }
 
     #[test]
