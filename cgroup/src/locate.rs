@@ -497,12 +497,16 @@ mod tests {
 
     #[test]
     fn parent_dir_components_are_outside_our_namespace() {
-        let tree = Tree::new(
-            "0::/../../escape\n",
-            "30 1 0:26 / {ROOT}/cg rw - cgroup2 cgroup2 rw\n",
-            &["cg", "escape"],
-        );
-        assert!(container_cgroups(&tree.proc(), 42).is_err());
+        // `/../escape` would lead from the mount point to a directory that exists.
+        for cgroup in ["/../../escape", "/../escape"] {
+            let tree = Tree::new(
+                &format!("0::{cgroup}\n"),
+                "30 1 0:26 / {ROOT}/cg rw - cgroup2 cgroup2 rw\n",
+                &["cg", "escape"],
+            );
+            assert!(tree.path("cg").join("..").join("escape").is_dir());
+            assert!(container_cgroups(&tree.proc(), 42).is_err(), "{cgroup}");
+        }
     }
 
     #[test]
