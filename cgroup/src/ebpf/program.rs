@@ -363,5 +363,20 @@ mod tests {
         let tail = verifier_log_tail(long.as_bytes());
         assert!(tail.starts_with("...") && tail.ends_with("last line"));
         assert!(tail.len() <= LOG_TAIL + 3);
+        // 8 KiB are kept whole; one byte more and the start goes.
+        let whole = "y".repeat(8 << 10);
+        assert_eq!(verifier_log_tail(whole.as_bytes()), whole);
+        let over = format!("z{whole}");
+        assert_eq!(verifier_log_tail(over.as_bytes()), format!("...{whole}"));
+    }
+
+    #[test]
+    fn a_cgroup_dir_must_be_a_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("cgroup.procs");
+        std::fs::write(&file, "").expect("write");
+        let err = CgroupDir::open(&file).expect_err("a regular file");
+        assert!(matches!(err, CgroupError::OpenCgroup { .. }), "{err}");
+        assert!(CgroupDir::open(dir.path()).is_ok());
     }
 }
