@@ -353,6 +353,11 @@ mod tests {
         let long = object_name("a-very-long-program-name");
         assert_eq!(&long[..15], b"a_very_long_pro");
         assert_eq!(long[15], 0);
+        assert_eq!(
+            &object_name("runc.v2_x")[..10],
+            b"runc.v2_x\0",
+            "'.' and '_' kept"
+        );
     }
 
     #[test]
