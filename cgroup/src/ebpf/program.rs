@@ -373,6 +373,10 @@ mod tests {
         assert_eq!(verifier_log_tail(whole.as_bytes()), whole);
         let over = format!("z{whole}");
         assert_eq!(verifier_log_tail(over.as_bytes()), format!("...{whole}"));
+        // A cut inside a character moves forward to the next one.
+        let rest = "y".repeat((8 << 10) - 1);
+        let split = format!("a\u{e9}{rest}");
+        assert_eq!(verifier_log_tail(split.as_bytes()), format!("...{rest}"));
     }
 
     #[test]
