@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Mutation testing with cargo-mutants over the code that decides what a container gets: the
-# request parser and planner (devices/), the request policy (hook/src/policy) and the device
-# cgroup rules (cgroup/). A mutant that survives is a change to that code no test notices: each
-# one gets a test, or a written reason in docs/mutants.md.
+# request parser and planner (devices/), the request policy (hook/src/policy, and
+# hook/src/child.rs, which runs its pod-resources helper) and the device cgroup rules (cgroup/).
+# A mutant that survives is a change to that code no test notices: each one gets a test, or a
+# written reason in docs/mutants.md.
 #
 # Usage: scripts/mutants.sh [focus|all]   (default: focus)
-#   focus  devices/src/request.rs, devices/src/planner.rs and hook/src/policy (minutes)
-#   all    the whole of devices/, hook/src/policy and cgroup/ (hours on 2 cores)
+#   focus  devices/src/request.rs, devices/src/planner.rs, hook/src/policy and hook/src/child.rs
+#          (minutes)
+#   all    the whole of devices/, hook/src/policy, hook/src/child.rs and cgroup/ (hours on 2
+#          cores)
 # Environment: JOBS (parallel mutants, default 1), OUT (default target/mutants).
 # Needs root for the cgroup kernel tests; not part of scripts/test.sh (it is far too slow).
 set -euo pipefail
@@ -19,12 +22,12 @@ case "$scope" in
   focus)
     runs=(
       "devices:-p devinject-devices -f devices/src/request.rs -f devices/src/planner.rs"
-      "policy:-p devinject-hook -f hook/src/policy/*.rs"
+      "policy:-p devinject-hook -f hook/src/policy/*.rs -f hook/src/child.rs"
     ) ;;
   all)
     runs=(
       "devices:-p devinject-devices"
-      "policy:-p devinject-hook -f hook/src/policy/*.rs"
+      "policy:-p devinject-hook -f hook/src/policy/*.rs -f hook/src/child.rs"
       "cgroup:-p devinject-cgroup"
     ) ;;
   *) echo "usage: $0 [focus|all]" >&2; exit 2 ;;

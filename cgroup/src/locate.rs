@@ -331,6 +331,53 @@ mod tests {
         );
     }
 
+    /// On a v1 host the container's cgroup has the same path in every hierarchy: the devices
+    /// one is found by its `devices` super option, not as any v1 mount holding the path.
+    #[test]
+    fn the_devices_hierarchy_is_told_from_the_other_v1_ones() {
+        let tree = Tree::new(
+            "12:devices:/docker/abc\n3:cpu,cpuacct:/docker/abc\n0::/docker/abc\n",
+            HYBRID_MOUNTS,
+            &[
+                "sys/fs/cgroup/devices/docker/abc",
+                "sys/fs/cgroup/cpu,cpuacct/docker/abc",
+                "sys/fs/cgroup/unified/docker/abc",
+            ],
+        );
+        let found = container_cgroups(&tree.proc(), 42).expect("located");
+        assert_eq!(
+            found.v1_devices,
+            Some(tree.path("sys/fs/cgroup/devices/docker/abc"))
+        );
+    }
+
+    /// A directory that only looks like the devices hierarchy (a `devices.allow` file, the
+    /// process in `cgroup.procs`) on a file system that is not cgroup's proves nothing:
+    /// mountinfo decides.
+    #[test]
+    fn a_lookalike_conventional_devices_dir_is_not_taken() {
+        let tree = Tree::new(
+            "12:devices:/docker/abc\n",
+            HYBRID_MOUNTS,
+            &[
+                "sys/fs/cgroup/devices/docker/abc",
+                "lookalike/devices/docker/abc",
+            ],
+        );
+        fs::write(tree.path("lookalike/devices/devices.allow"), "").expect("write");
+        fs::write(
+            tree.path("lookalike/devices/docker/abc/cgroup.procs"),
+            "42\n",
+        )
+        .expect("write");
+        let found =
+            container_cgroups_at(&tree.proc(), Some(&tree.path("lookalike")), 42).expect("located");
+        assert_eq!(
+            found.v1_devices,
+            Some(tree.path("sys/fs/cgroup/devices/docker/abc"))
+        );
+    }
+
     #[test]
     fn unified_host_with_systemd_slice() {
         let path = "/system.slice/docker-0123abcd.scope";
@@ -450,12 +497,16 @@ mod tests {
 
     #[test]
     fn parent_dir_components_are_outside_our_namespace() {
-        let tree = Tree::new(
-            "0::/../../escape\n",
-            "30 1 0:26 / {ROOT}/cg rw - cgroup2 cgroup2 rw\n",
-            &["cg", "escape"],
-        );
-        assert!(container_cgroups(&tree.proc(), 42).is_err());
+        // `/../escape` would lead from the mount point to a directory that exists.
+        for cgroup in ["/../../escape", "/../escape"] {
+            let tree = Tree::new(
+                &format!("0::{cgroup}\n"),
+                "30 1 0:26 / {ROOT}/cg rw - cgroup2 cgroup2 rw\n",
+                &["cg", "escape"],
+            );
+            assert!(tree.path("cg").join("..").join("escape").is_dir());
+            assert!(container_cgroups(&tree.proc(), 42).is_err(), "{cgroup}");
+        }
     }
 
     #[test]
@@ -485,6 +536,18 @@ mod tests {
             .expect_err("malformed")
             .to_string();
         assert!(err.contains("mountinfo"), "{err}");
+
+        // Too few fields on either side of the separator.
+        for line in [
+            "36 31 0:33 / /sys/fs/cgroup/devices rw - cgroup cgroup",
+            "36 31 / /sys/fs/cgroup/devices - cgroup cgroup rw,devices",
+        ] {
+            let tree = Tree::new("0::/\n", &format!("{line}\n"), &[]);
+            let err = container_cgroups(&tree.proc(), 42)
+                .expect_err(line)
+                .to_string();
+            assert!(err.contains("mountinfo") && err.contains("line 1"), "{err}");
+        }
     }
 
     #[test]

@@ -330,6 +330,103 @@ mod tests {
         assert_eq!(v, ["accel1", "accel2", "accel10", "accelx"]);
     }
 
+    fn device(id: &str, index: usize) -> Device {
+        let node = DeviceNode {
+            host_path: format!("/dev/sim/accel{index}").into(),
+            container_path: format!("/dev/sim/accel{index}").into(),
+            kind: crate::node::NodeKind::Char,
+            major: 240,
+            minor: u32::try_from(index).unwrap(),
+            mode: 0o666,
+            uid: 0,
+            gid: 0,
+        };
+        Device {
+            id: DeviceId::new(id).unwrap(),
+            index,
+            name: format!("accel{index}"),
+            nodes: vec![node],
+            numa_node: None,
+            healthy: true,
+        }
+    }
+
+    #[test]
+    fn by_id_finds_the_device_with_that_id_only() {
+        let inv = Inventory {
+            devices: vec![device("SN-7", 0), device("SN-3", 1)],
+            control_nodes: Vec::new(),
+        };
+        assert_eq!(inv.by_id("SN-3").map(|d| d.index), Some(1));
+        assert_eq!(inv.by_id("SN-7").map(|d| d.index), Some(0));
+        assert_eq!(inv.by_id("SN-1"), None);
+        assert_eq!(inv.by_id("1"), None, "an index is not an id");
+    }
+
+    #[test]
+    fn health_attribute_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let attr = dir.path().join("health");
+        for (text, healthy) in [
+            ("ok\n", true),
+            ("1\n", true),
+            ("  good  \n", true),
+            ("0\n", false),
+            ("BAD\n", false),
+            ("Unhealthy", false),
+            ("error\n", false),
+            ("failed\n", false),
+            ("dead\nok\n", false),
+            ("\n", false),
+        ] {
+            std::fs::write(&attr, text).unwrap();
+            assert_eq!(health_from_attr(&attr), healthy, "{text:?}");
+        }
+        assert!(!health_from_attr(&dir.path().join("missing")), "unreadable");
+    }
+
+    /// A control node that cannot be looked up for another reason than its absence (here a
+    /// path through a regular file, `ENOTDIR`) is a node error, not a "missing node" advice.
+    #[test]
+    fn a_node_path_through_a_file_is_a_node_error_not_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = dir.path().join("dev");
+        std::fs::create_dir(&dev).unwrap();
+        std::fs::write(dev.join("ctl"), "a file").unwrap();
+        let roots = HostRoots {
+            dev_root: dev,
+            sys_root: dir.path().join("sys"),
+            driver_root: "/".into(),
+        };
+        for optional in [false, true] {
+            let profile = Profile::parse(
+                &format!(
+                    "name = \"sim\"\nresource = \"devinject.io/sim\"\n[discovery]\nnodes = [\"sim/accel*\"]\n[[control_nodes]]\npath = \"ctl/x\"\noptional = {optional}\n"
+                ),
+                Path::new("sim.toml"),
+            )
+            .unwrap();
+            let err = discover(&profile, &roots).unwrap_err();
+            assert!(
+                matches!(
+                    &err,
+                    DiscoveryError::Node {
+                        source: NodeError::Stat { .. },
+                        ..
+                    }
+                ),
+                "optional = {optional}: {err}"
+            );
+        }
+        let profile = Profile::parse(
+            "name = \"sim\"\nresource = \"devinject.io/sim\"\n[discovery]\nnodes = [\"sim/accel*\"]\n[[control_nodes]]\npath = \"gone\"\n",
+            Path::new("sim.toml"),
+        )
+        .unwrap();
+        let err = discover(&profile, &roots).unwrap_err();
+        assert!(matches!(err, DiscoveryError::Missing { .. }), "{err}");
+    }
+
     #[test]
     fn templates() {
         assert_eq!(trailing_number("apex_12"), Some(12));

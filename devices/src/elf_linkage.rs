@@ -119,6 +119,78 @@ mod tests {
         b
     }
 
+    /// An ELF32 header in either byte order with one program header of type `ptype` pointing
+    /// at `/lib/ld-linux.so.2\0`.
+    fn elf32(ptype: u32, big: bool) -> Vec<u8> {
+        let int = |v: u32, size: usize| {
+            if big {
+                v.to_be_bytes()[4 - size..].to_vec()
+            } else {
+                v.to_le_bytes()[..size].to_vec()
+            }
+        };
+        let mut b = vec![0u8; 52 + 32];
+        b[..4].copy_from_slice(b"\x7fELF");
+        b[4] = 1;
+        b[5] = if big { 2 } else { 1 };
+        b[28..32].copy_from_slice(&int(52, 4));
+        b[42..44].copy_from_slice(&int(32, 2));
+        b[44..46].copy_from_slice(&int(1, 2));
+        b[52..56].copy_from_slice(&int(ptype, 4));
+        b[56..60].copy_from_slice(&int(84, 4));
+        b[68..72].copy_from_slice(&int(19, 4));
+        b.extend_from_slice(b"/lib/ld-linux.so.2\0");
+        b
+    }
+
+    #[test]
+    fn reads_elf32_in_both_byte_orders() {
+        for big in [false, true] {
+            assert_eq!(linkage(&elf32(1, big)), Some(Linkage::Static), "big {big}");
+            assert_eq!(
+                linkage(&elf32(PT_INTERP, big)),
+                Some(Linkage::Dynamic("/lib/ld-linux.so.2".to_string())),
+                "big {big}"
+            );
+            assert_eq!(linkage(&elf32(PT_INTERP, big)[..90]), None, "big {big}");
+        }
+    }
+
+    /// Anything shorter than the 16-byte identification is not ELF (and is not indexed past
+    /// its end); a whole identification with no header after it is a truncated ELF file.
+    #[test]
+    fn short_inputs_and_unknown_classes() {
+        for short in [&b""[..], b"#!", b"\x7fEL", b"\x7fELF\x02\x01"] {
+            assert_eq!(linkage(short), Some(Linkage::NotElf), "{short:?}");
+        }
+        let ident = &elf64(PT_INTERP)[..16];
+        assert_eq!(linkage(ident), None);
+        let mut other_class = elf64(PT_INTERP);
+        other_class[4] = 3;
+        assert_eq!(linkage(&other_class), Some(Linkage::NotElf));
+    }
+
+    /// The program headers are found anywhere in the first 64 KiB, and not after it.
+    #[test]
+    fn headers_are_read_from_the_first_64_kib() {
+        let at = |phoff: u64| {
+            let mut b = elf64(PT_INTERP);
+            let (header, interp) = (b[64..120].to_vec(), b[120..131].to_vec());
+            b[32..40].copy_from_slice(&phoff.to_le_bytes());
+            let start = usize::try_from(phoff).unwrap();
+            b.resize(start + 56 + 11, 0);
+            b[start..start + 56].copy_from_slice(&header);
+            b[start + 8..start + 16].copy_from_slice(&(phoff + 56).to_le_bytes());
+            b[start + 56..].copy_from_slice(&interp);
+            linkage_from(std::io::Cursor::new(b)).unwrap()
+        };
+        let dynamic = Some(Linkage::Dynamic("/lib/ld.so".to_string()));
+        assert_eq!(at(4096), dynamic);
+        assert_eq!(at(HEADERS_READ - 56 - 11), dynamic);
+        assert_eq!(at(HEADERS_READ - 56), None, "the name is past the bound");
+        assert_eq!(at(HEADERS_READ), None);
+    }
+
     #[test]
     fn tells_static_dynamic_and_scripts_apart() {
         assert_eq!(linkage(&elf64(1)), Some(Linkage::Static));

@@ -395,6 +395,75 @@ mod tests {
     }
 
     #[test]
+    fn a_soname_is_recorded_only_when_it_differs_from_the_file_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = dir.path().join("lib");
+        std::fs::create_dir(&lib).unwrap();
+        let elf = crate::elf_soname::tests::shared_object;
+        std::fs::write(lib.join("libdemo.so.1.0.0"), elf("libdemo.so.1")).unwrap();
+        std::fs::write(lib.join("libsame.so.2"), elf("libsame.so.2")).unwrap();
+        let p = profile(
+            "[[libraries]]\nsoname = \"libdemo.so.1.0.0\"\n[[libraries]]\nsoname = \"libsame.so.2\"\n",
+        );
+        let files = resolve_host_files(&p, &roots(dir.path())).unwrap();
+        let got: Vec<_> = files
+            .libraries
+            .iter()
+            .map(|l| (l.file_name.as_str(), l.soname.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("libdemo.so.1.0.0", Some("libdemo.so.1")),
+                ("libsame.so.2", None)
+            ]
+        );
+    }
+
+    /// A `container_path` is the destination of a spec that matches one file, and the directory
+    /// of each match when a glob matches several; two files bound for one place keep the first.
+    #[test]
+    fn explicit_destinations_and_collisions() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("opt/demo/fw")).unwrap();
+        std::fs::create_dir_all(dir.path().join("opt/other/bin")).unwrap();
+        std::fs::create_dir_all(dir.path().join("opt/demo/bin")).unwrap();
+        for f in [
+            "opt/demo/fw/a.bin",
+            "opt/demo/fw/b.bin",
+            "opt/demo/one.conf",
+            "opt/demo/bin/demo-smi",
+            "opt/other/bin/demo-smi",
+        ] {
+            std::fs::write(dir.path().join(f), f).unwrap();
+        }
+        let p = profile(concat!(
+            "[[files]]\npath = \"/opt/demo/fw/*.bin\"\ncontainer_path = \"/lib/firmware/demo\"\n",
+            "[[files]]\npath = \"/opt/demo/one.conf\"\ncontainer_path = \"/etc/demo.conf\"\n",
+            "[[binaries]]\npath = \"/opt/demo/bin/demo-smi\"\n",
+            "[[binaries]]\npath = \"/opt/other/bin/demo-smi\"\n",
+        ));
+        let files = resolve_host_files(&p, &roots(dir.path())).unwrap();
+        let dest = |v: &[HostFile]| -> Vec<PathBuf> {
+            v.iter().map(|f| f.container_path.clone()).collect()
+        };
+        assert_eq!(
+            dest(&files.files),
+            [
+                PathBuf::from("/lib/firmware/demo/a.bin"),
+                PathBuf::from("/lib/firmware/demo/b.bin"),
+                PathBuf::from("/etc/demo.conf"),
+            ]
+        );
+        assert_eq!(dest(&files.binaries), [PathBuf::from("/usr/bin/demo-smi")]);
+        assert!(
+            files.binaries[0].path.ends_with("opt/demo/bin/demo-smi"),
+            "the first one is kept: {:?}",
+            files.binaries[0].path
+        );
+    }
+
+    #[test]
     fn binaries_go_to_usr_bin_and_files_keep_their_path() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("opt/demo/bin")).unwrap();

@@ -174,6 +174,18 @@ mod tests {
     }
 
     #[test]
+    fn names_display_as_given() {
+        let r = ResourceName::new("devinject.io/demo").unwrap();
+        assert_eq!(r.to_string(), "devinject.io/demo");
+        assert_eq!(format!("[{r}]"), "[devinject.io/demo]");
+        assert_eq!(ProfileName::new("demo").unwrap().to_string(), "demo");
+        assert_eq!(
+            DeviceId::new("0000:3b:00.0").unwrap().to_string(),
+            "0000:3b:00.0"
+        );
+    }
+
+    #[test]
     fn device_ids() {
         for good in ["0", "GPU-4a1c2e0b-7f3e", "0000:3b:00.0", "apex_0"] {
             assert!(DeviceId::new(good).is_ok(), "{good:?} rejected");

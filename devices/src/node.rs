@@ -192,6 +192,19 @@ mod tests {
     }
 
     #[test]
+    fn access_groups_are_sorted_without_repeats_or_open_nodes() {
+        let nodes = [
+            node(0o660, 107),
+            node(0o660, 44),
+            node(0o666, 5),
+            node(0o660, 0),
+            node(0o640, 107),
+        ];
+        assert_eq!(access_groups(&nodes), [44, 107]);
+        assert_eq!(access_groups(&nodes[2..4]), Vec::<u32>::new());
+    }
+
+    #[test]
     fn dev_t_round_trips() {
         for (ma, mi) in [(1, 3), (10, 232), (195, 255), (511, 1_048_575), (4095, 256)] {
             let d = makedev(ma, mi);
@@ -200,11 +213,27 @@ mod tests {
         assert_eq!(makedev(1, 3), 0x103);
     }
 
+    /// Majors from 4096 and minors from 256 use the high bits of glibc's `dev_t` (bits 44-63 and
+    /// 20-43): pin the whole encoding, not only that it round-trips.
+    #[test]
+    fn dev_t_matches_glibc_for_wide_numbers() {
+        for (ma, mi, dev) in [
+            (4096, 256, 0x1000_0010_0000),
+            (0x1234_5678, 0x9abc_def0, 0x1234_59ab_cde6_78f0),
+            (u32::MAX, u32::MAX, u64::MAX),
+        ] {
+            assert_eq!(makedev(ma, mi), dev, "makedev({ma:#x}, {mi:#x})");
+            assert_eq!((major(dev), minor(dev)), (ma, mi), "{dev:#x}");
+        }
+    }
+
     #[test]
     fn reads_a_real_node() {
         let n = DeviceNode::from_host(Path::new("/dev/null"), Path::new("/dev")).unwrap();
         assert_eq!((n.kind, n.major, n.minor), (NodeKind::Char, 1, 3));
         assert_eq!(n.container_path, PathBuf::from("/dev/null"));
+        // Only the permission bits, not the file type: /dev/null is crw-rw-rw- everywhere.
+        assert_eq!(n.mode, 0o666);
     }
 
     #[test]

@@ -227,3 +227,198 @@ pub struct Plan {
     /// The edits.
     pub edits: ContainerEdits,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(path: &str, minor: u32, mode: u32, gid: u32) -> DeviceNode {
+        DeviceNode {
+            host_path: path.into(),
+            container_path: path.into(),
+            kind: NodeKind::Char,
+            major: 226,
+            minor,
+            mode,
+            uid: 0,
+            gid,
+        }
+    }
+
+    fn mount(path: &str) -> Mount {
+        Mount {
+            host_path: path.into(),
+            container_path: path.into(),
+            kind: MountKind::Library,
+        }
+    }
+
+    fn link(link: &str, target: &str) -> Symlink {
+        Symlink {
+            link: link.into(),
+            target: target.into(),
+        }
+    }
+
+    #[test]
+    fn edits_are_empty_only_without_any_part() {
+        assert!(ContainerEdits::default().is_empty());
+        let n = node("/dev/dri/renderD128", 128, 0o660, 107);
+        let one_part = [
+            ContainerEdits {
+                env: vec!["A=1".into()],
+                ..Default::default()
+            },
+            ContainerEdits {
+                device_nodes: vec![n.clone()],
+                ..Default::default()
+            },
+            ContainerEdits {
+                mounts: vec![mount("/usr/lib/libx.so.1")],
+                ..Default::default()
+            },
+            ContainerEdits {
+                hooks: vec![HookAction::UpdateLdcache { dirs: Vec::new() }],
+                ..Default::default()
+            },
+            ContainerEdits {
+                cgroup_rules: vec![CgroupRule::for_node(&n)],
+                ..Default::default()
+            },
+        ];
+        for (i, edits) in one_part.iter().enumerate() {
+            assert!(!edits.is_empty(), "part {i}");
+        }
+    }
+
+    #[test]
+    fn additional_gids_are_the_nodes_access_groups() {
+        let edits = ContainerEdits {
+            device_nodes: vec![
+                node("/dev/dri/renderD129", 129, 0o660, 107),
+                node("/dev/dri/card1", 1, 0o660, 44),
+                node("/dev/dri/renderD128", 128, 0o660, 107),
+                node("/dev/null", 3, 0o666, 5),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(edits.additional_gids(), [44, 107]);
+        assert_eq!(
+            ContainerEdits::default().additional_gids(),
+            Vec::<u32>::new()
+        );
+    }
+
+    #[test]
+    fn a_rule_allows_its_node_in_v1_words() {
+        let rule = CgroupRule::for_node(&node("/dev/dri/renderD128", 128, 0o660, 107));
+        assert_eq!(rule.v1_line(), "c 226:128 rwm");
+        let block = CgroupRule {
+            kind: NodeKind::Block,
+            major: 8,
+            minor: 16,
+            access: "rw",
+        };
+        assert_eq!(block.v1_line(), "b 8:16 rw");
+    }
+
+    /// Two profiles may share a control node, a library, a soname link or a cache dir: each
+    /// appears once, in first-come order, and one hook of each kind holds them all.
+    #[test]
+    fn merge_keeps_one_of_each_in_order() {
+        let ctl = node("/dev/ctl", 0, 0o666, 0);
+        let mut a = ContainerEdits {
+            env: vec!["A=1".into()],
+            device_nodes: vec![node("/dev/accel0", 1, 0o666, 0), ctl.clone()],
+            mounts: vec![mount("/usr/lib/liba.so.1")],
+            hooks: vec![
+                HookAction::CreateSymlinks(vec![link("/usr/lib/liba.so", "liba.so.1")]),
+                HookAction::UpdateLdcache {
+                    dirs: vec!["/usr/lib".into()],
+                },
+            ],
+            cgroup_rules: vec![CgroupRule::for_node(&ctl)],
+        };
+        let b = ContainerEdits {
+            env: vec!["A=1".into(), "B=2".into()],
+            device_nodes: vec![ctl.clone(), node("/dev/accel1", 2, 0o666, 0)],
+            mounts: vec![mount("/usr/lib/liba.so.1"), mount("/usr/lib/libb.so.1")],
+            hooks: vec![
+                HookAction::CreateSymlinks(vec![
+                    link("/usr/lib/liba.so", "liba.so.1"),
+                    link("/usr/lib/libb.so", "libb.so.1"),
+                ]),
+                HookAction::UpdateLdcache {
+                    dirs: vec!["/usr/lib".into(), "/opt/lib".into()],
+                },
+            ],
+            cgroup_rules: vec![
+                CgroupRule::for_node(&ctl),
+                CgroupRule::for_node(&node("/dev/accel1", 2, 0o666, 0)),
+            ],
+        };
+        a.merge(b);
+        assert_eq!(a.env, ["A=1", "B=2"]);
+        let paths = |v: &[DeviceNode]| -> Vec<PathBuf> {
+            v.iter().map(|n| n.container_path.clone()).collect()
+        };
+        assert_eq!(
+            paths(&a.device_nodes),
+            [
+                PathBuf::from("/dev/accel0"),
+                "/dev/ctl".into(),
+                "/dev/accel1".into()
+            ]
+        );
+        let mounts: Vec<_> = a.mounts.iter().map(|m| m.container_path.clone()).collect();
+        assert_eq!(
+            mounts,
+            [
+                PathBuf::from("/usr/lib/liba.so.1"),
+                "/usr/lib/libb.so.1".into()
+            ]
+        );
+        assert_eq!(a.hooks.len(), 2, "{:?}", a.hooks);
+        assert_eq!(
+            a.symlinks(),
+            [
+                link("/usr/lib/liba.so", "liba.so.1"),
+                link("/usr/lib/libb.so", "libb.so.1")
+            ]
+        );
+        assert_eq!(
+            a.ldcache_dirs(),
+            [PathBuf::from("/usr/lib"), "/opt/lib".into()]
+        );
+        assert_eq!(
+            a.cgroup_rules,
+            [
+                CgroupRule::for_node(&ctl),
+                CgroupRule::for_node(&node("/dev/accel1", 2, 0o666, 0))
+            ]
+        );
+    }
+
+    #[test]
+    fn hooks_of_each_kind_are_found_in_any_order() {
+        let mut edits = ContainerEdits::default();
+        assert!(edits.symlinks().is_empty() && edits.ldcache_dirs().is_empty());
+        edits.merge(ContainerEdits {
+            hooks: vec![HookAction::UpdateLdcache {
+                dirs: vec!["/usr/lib".into()],
+            }],
+            ..Default::default()
+        });
+        assert_eq!(edits.ldcache_dirs(), [PathBuf::from("/usr/lib")]);
+        assert!(edits.symlinks().is_empty());
+        edits.merge(ContainerEdits {
+            hooks: vec![HookAction::CreateSymlinks(vec![link(
+                "/usr/lib/a.so",
+                "a.so.1",
+            )])],
+            ..Default::default()
+        });
+        assert_eq!(edits.symlinks(), [link("/usr/lib/a.so", "a.so.1")]);
+        assert_eq!(edits.ldcache_dirs(), [PathBuf::from("/usr/lib")]);
+    }
+}

@@ -617,6 +617,9 @@ DEMO_DRIVER = "1"
                 DEMO.replace("glob = \"/opt/demo/lib/libdemo.so.*\"", "optional = true"),
                 "libraries[0]",
             ),
+            (soname(""), "libraries[0].soname"),
+            (soname("lib/libdemo.so.1"), "libraries[0].soname"),
+            (soname("libdemo"), "libraries[0].soname"),
             (DEMO.replace("devinject.io/demo", "demo"), "resource"),
             (DEMO.replace("name = \"demo\"", "name = \"Demo\""), "name"),
             (format!("replicas = 0\n{DEMO}"), "replicas"),
@@ -696,6 +699,39 @@ DEMO_DRIVER = "1"
         documented.sort_unstable();
         documented.dedup();
         assert_eq!(documented, accepted);
+    }
+
+    /// The demo profile with its library named by `soname` instead of a glob.
+    fn soname(soname: &str) -> String {
+        DEMO.replace(
+            "glob = \"/opt/demo/lib/libdemo.so.*\"",
+            &format!("soname = {soname:?}"),
+        )
+    }
+
+    #[test]
+    fn a_soname_is_a_file_name_with_so_in_it() {
+        let p = parse(&soname("libdemo.so.1")).unwrap();
+        assert_eq!(p.libraries[0].soname.as_deref(), Some("libdemo.so.1"));
+    }
+
+    /// Without `library_dirs`, sonames are searched in the multiarch directories first, then
+    /// the 64-bit ones, then the plain ones.
+    #[test]
+    fn the_default_library_dirs() {
+        assert_eq!(
+            default_library_dirs(),
+            [
+                "/usr/lib/x86_64-linux-gnu",
+                "/lib/x86_64-linux-gnu",
+                "/usr/lib/aarch64-linux-gnu",
+                "/lib/aarch64-linux-gnu",
+                "/usr/lib64",
+                "/lib64",
+                "/usr/lib",
+                "/lib",
+            ]
+        );
     }
 
     /// The demo profile with a prepare step of `body`.

@@ -182,6 +182,10 @@ mod tests {
         let names: Vec<_> = set.iter().map(|p| p.name.to_string()).collect();
         assert_eq!(names, ["fuse", "kvm"]);
         assert!(set.get("kvm").is_some());
+        assert_eq!((set.len(), set.is_empty()), (2, false));
+        let empty = tempfile::tempdir().unwrap();
+        let set = ProfileSet::load_dir(empty.path()).unwrap();
+        assert_eq!((set.len(), set.is_empty()), (0, true));
     }
 
     #[test]
@@ -205,10 +209,21 @@ mod tests {
             "\"request_env\" = \"X_GPUS\"\n",
             "name = \"x\"\nlibrary_dirs = [\n  \"/lib\",\n]\n",
             "description = \"\"\"\nmany\nlines\"\"\"\n",
+            // A line of a multi-line value that looks like a table does not end the top level.
+            "description = \"\"\"\n[not a table]\n\"\"\"\nrequest_env = \"X_GPUS\"\n",
+            "description = '''\n[not a table]\n'''\nrequest_env = \"X_GPUS\"\n",
+            "library_dirs = [\n[\"/lib\"],\n]\nrequest_env = \"X_GPUS\"\n",
         ] {
             std::fs::write(dir.path().join("x.toml"), text).unwrap();
             assert!(may(&["PATH"]), "{text}");
         }
+        // A single-line array is a single-line value.
+        std::fs::write(
+            dir.path().join("x.toml"),
+            "name = \"x\"\nlibrary_dirs = [\"/lib\"]\n[discovery]\nnodes = [\"x\"]\n",
+        )
+        .unwrap();
+        assert!(!may(&["PATH"]));
         assert!(ProfileSet::may_be_requested(Path::new("/nonexistent"), |_| false).is_err());
     }
 

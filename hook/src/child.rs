@@ -381,6 +381,20 @@ mod tests {
         }
     }
 
+    /// A deadline less than a millisecond away is waited for and reported as a timeout: the
+    /// poll timeout is the time left rounded up to a whole millisecond.
+    #[test]
+    fn a_deadline_under_a_millisecond_times_out() {
+        let (out_r, _out_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
+        let (err_r, _err_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
+        for micros in [100, 300, 600, 900, 1500] {
+            let deadline = Instant::now() + Duration::from_micros(micros);
+            let got = collect(&out_r, &err_r, deadline, 16).unwrap();
+            assert!(matches!(got, Collected::TimedOut), "{micros} µs");
+            assert!(Instant::now() >= deadline, "{micros} µs: returned early");
+        }
+    }
+
     #[test]
     fn runs_with_exactly_the_given_environment_and_no_stdin() {
         let t = tempfile::tempdir().unwrap();
@@ -406,6 +420,45 @@ mod tests {
         assert!(!finished.alarmed());
     }
 
+    /// The descriptors from 3 that an `ls -l` of a `fd` directory shows leading to `/dev/null`.
+    fn dev_null_fds(listing: &str) -> Vec<u32> {
+        listing
+            .lines()
+            .filter_map(|l| l.rsplit_once(" -> "))
+            .filter(|(_, target)| *target == "/dev/null")
+            .filter_map(|(head, _)| head.rsplit(' ').next()?.parse().ok())
+            .filter(|&fd| fd >= 3)
+            .collect()
+    }
+
+    /// The program gets stdin, stdout and stderr and nothing else of ours: the `/dev/null` that
+    /// becomes its stdin is opened close-on-exec, so it does not stay open a second time.
+    #[test]
+    fn only_the_standard_descriptors_reach_the_program() {
+        let ours: Vec<u32> = std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .flatten()
+            .filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == Path::new("/dev/null")))
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        let finished = run(Program {
+            path: Path::new("/bin/ls"),
+            args: &["-l".into(), "/proc/self/fd/".into()],
+            env: &[],
+            limit: Duration::from_secs(20),
+            max_stdout: 64 << 10,
+        })
+        .unwrap();
+        assert_eq!(finished.failure(), None, "{}", finished.message());
+        let listing = String::from_utf8(finished.stdout).unwrap();
+        assert!(listing.contains(" 0 -> /dev/null"), "{listing}");
+        let extra: Vec<u32> = dev_null_fds(&listing)
+            .into_iter()
+            .filter(|fd| !ours.contains(fd))
+            .collect();
+        assert_eq!(extra, Vec::<u32>::new(), "{listing}");
+    }
+
     #[test]
     fn a_nul_byte_is_refused_before_the_fork() {
         let err = run(Program {
@@ -429,6 +482,12 @@ mod tests {
             check_runnable(&t.path().join("nowhere")),
             Err(Unrunnable::Missing)
         );
+        // Only absence is "missing": a path through a regular file (ENOTDIR) is unusable, with
+        // the system's words.
+        match check_runnable(&plain.join("x")) {
+            Err(Unrunnable::Unusable(why)) => assert!(why.contains("directory"), "{why}"),
+            other => panic!("a path through a file: {other:?}"),
+        }
         for (path, problem) in [
             (plain.as_path(), "it is not executable"),
             (t.path(), "it is not a regular file"),

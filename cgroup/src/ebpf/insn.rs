@@ -223,6 +223,25 @@ mod tests {
             Insn::jne_imm(Reg::R4, 237, -2).to_bytes(),
             [0x55, 0x04, 0xfe, 0xff, 237, 0, 0, 0]
         );
+        // BPF_JMP_IMM(BPF_JEQ, BPF_REG_2, 2, 3), BPF_JMP_A(-7), BPF_MOV64_IMM(BPF_REG_0, -1),
+        // BPF_MOV32_REG(BPF_REG_0, BPF_REG_3) and BPF_ALU32_IMM(BPF_RSH, BPF_REG_3, 16).
+        assert_eq!(
+            Insn::jeq_imm(Reg::R2, 2, 3).to_bytes(),
+            [0x15, 0x02, 3, 0, 2, 0, 0, 0]
+        );
+        assert_eq!(Insn::ja(-7).to_bytes(), [0x05, 0, 0xf9, 0xff, 0, 0, 0, 0]);
+        assert_eq!(
+            Insn::mov64_imm(Reg::R0, -1).to_bytes(),
+            [0xb7, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]
+        );
+        assert_eq!(
+            Insn::mov32_reg(Reg::R0, Reg::R3).to_bytes(),
+            [0xbc, 0x30, 0, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(
+            Insn::rsh32_imm(Reg::R3, 16).to_bytes(),
+            [0x74, 0x03, 0, 0, 16, 0, 0, 0]
+        );
     }
 
     #[test]

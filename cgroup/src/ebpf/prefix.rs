@@ -290,6 +290,14 @@ mod tests {
         let blinded = Insn::from_bytes([0xb4, 0x0b, 0, 0, 1, 0, 0, 0]);
         let err = check_extendable(&[blinded, Insn::exit()]).expect_err("blinded");
         assert!(err.contains("bpf_jit_harden"), "{err}");
+        // Register 11 as the source too; the frame pointer R10 is an ordinary register here,
+        // as destination (`*(u32 *)(r10 - 4) = r1`) and as source.
+        let blinded_src = Insn::from_bytes([0xbc, 0xb0, 0, 0, 0, 0, 0, 0]);
+        let err = check_extendable(&[blinded_src, Insn::exit()]).expect_err("blinded source");
+        assert!(err.contains("bpf_jit_harden"), "{err}");
+        let store = Insn::from_bytes([0x63, 0x1a, 0xfc, 0xff, 0, 0, 0, 0]);
+        let load = Insn::load_u32(Reg::R2, Reg::R10, -4);
+        assert!(check_extendable(&[store, load, Insn::exit()]).is_ok());
 
         assert!(check_extendable(&[]).is_err());
 

@@ -353,6 +353,11 @@ mod tests {
         let long = object_name("a-very-long-program-name");
         assert_eq!(&long[..15], b"a_very_long_pro");
         assert_eq!(long[15], 0);
+        assert_eq!(
+            &object_name("runc.v2_x")[..10],
+            b"runc.v2_x\0",
+            "'.' and '_' kept"
+        );
     }
 
     #[test]
@@ -363,5 +368,24 @@ mod tests {
         let tail = verifier_log_tail(long.as_bytes());
         assert!(tail.starts_with("...") && tail.ends_with("last line"));
         assert!(tail.len() <= LOG_TAIL + 3);
+        // 8 KiB are kept whole; one byte more and the start goes.
+        let whole = "y".repeat(8 << 10);
+        assert_eq!(verifier_log_tail(whole.as_bytes()), whole);
+        let over = format!("z{whole}");
+        assert_eq!(verifier_log_tail(over.as_bytes()), format!("...{whole}"));
+        // A cut inside a character moves forward to the next one.
+        let rest = "y".repeat((8 << 10) - 1);
+        let split = format!("a\u{e9}{rest}");
+        assert_eq!(verifier_log_tail(split.as_bytes()), format!("...{rest}"));
+    }
+
+    #[test]
+    fn a_cgroup_dir_must_be_a_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("cgroup.procs");
+        std::fs::write(&file, "").expect("write");
+        let err = CgroupDir::open(&file).expect_err("a regular file");
+        assert!(matches!(err, CgroupError::OpenCgroup { .. }), "{err}");
+        assert!(CgroupDir::open(dir.path()).is_ok());
     }
 }

@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::Path;
 
-use devinject_cgroup::{grant, CgroupOptions, V2Outcome};
+use devinject_cgroup::{grant, locate, CgroupOptions, V2Outcome};
 use serial_test::serial;
 
 use crate::support::{
@@ -103,5 +103,43 @@ fn hybrid_host_needs_both_and_gets_both() {
             denied("/dev/random", Use::Write, "random w not granted"),
         ],
     );
+    drop(resident);
+}
+
+/// At the conventional place, `/sys/fs/cgroup/devices` is taken when it is proven: a cgroup
+/// file system with `devices.allow`, whose directory for the process lists it.
+#[test]
+#[serial]
+fn the_conventional_devices_mount_is_taken_when_proven() {
+    let name = "the_conventional_devices_mount_is_taken_when_proven";
+    if !privileged(name) {
+        return;
+    }
+    let sys = Path::new("/sys/fs/cgroup");
+    let Some(parent) = own_v1_devices_dir().filter(|p| p.starts_with(sys.join("devices"))) else {
+        skip(
+            name,
+            "no cgroup v1 devices hierarchy at /sys/fs/cgroup/devices",
+        );
+        return;
+    };
+    let cg = v1_runtime_cgroup(&parent);
+    let resident = Resident::start_in(&[&cg]);
+    let pid = resident.pid_i32();
+    let file = Path::new("/proc").join(pid.to_string()).join("cgroup");
+    let text = fs::read_to_string(&file).expect("read");
+    // The devices line only: a v2 line would need cgroup2 at the conventional place too.
+    let devices: String = text
+        .lines()
+        .filter(|l| {
+            l.split(':')
+                .nth(1)
+                .is_some_and(|c| c.split(',').any(|c| c == "devices"))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let entries = locate::parse_proc_cgroup(&file, &devices).expect("parse");
+    let found = locate::conventional(sys, &entries, pid).expect("proven");
+    assert_eq!(found.v1_devices.as_deref(), Some(cg.dir.as_path()));
     drop(resident);
 }

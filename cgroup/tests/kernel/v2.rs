@@ -356,6 +356,30 @@ fn query_and_detach_round_trip() {
     assert!(cgroup.device_programs().expect("query").ids.is_empty());
 }
 
+/// A program attached to a parent cgroup filters its child too without being attached there:
+/// the effective list (`BPF_F_QUERY_EFFECTIVE`) has it, the attached list does not.
+#[test]
+#[serial]
+fn an_ancestors_program_is_effective_not_attached() {
+    if !privileged("an_ancestors_program_is_effective_not_attached") {
+        return;
+    }
+    let v2 = V2Cgroup::new();
+    let id = v2.cg.attach_runtime_program(&runtime_rules());
+    let child = TestCgroup::create_under(&v2.cg.dir);
+    let cgroup = CgroupDir::open(&child.dir).expect("open");
+    assert!(cgroup.device_programs().expect("query").ids.is_empty());
+    let effective = cgroup.effective_device_programs().expect("query");
+    assert!(effective.contains(&id), "{effective:?} lacks {id}");
+    let parents = CgroupDir::open(&v2.cg.dir)
+        .and_then(|c| c.effective_device_programs())
+        .expect("query");
+    assert_eq!(
+        effective, parents,
+        "the child inherits exactly its parent's"
+    );
+}
+
 /// The conventional places (cgroup2 over `/sys/fs/cgroup`, as on a cgroup v2 host) give the
 /// same directory as `mountinfo`, and only for a process the directory's `cgroup.procs` lists.
 #[test]

@@ -242,6 +242,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use devinject_podresources_protocol::{PodEntry, Rpc};
+    use nix::sys::signal::Signal;
 
     use super::*;
     use crate::child::test_support::script;
@@ -417,6 +418,28 @@ mod tests {
             .lookup("ml", "a\0b", "main")
             .unwrap_err();
         assert!(matches!(err, LookupError::Argument { .. }), "{err}");
+    }
+
+    /// A helper that the alarm armed before `exec` ended (it closed its output and hung past
+    /// the deadline) timed out; any other signal is a failure named by the signal.
+    #[test]
+    fn an_alarmed_helper_timed_out() {
+        let path = Path::new("/opt/devinject/devinject-podresources");
+        let limit = Duration::from_millis(700);
+        let ended = |signal| Finished {
+            status: WaitStatus::Signaled(nix::unistd::Pid::from_raw(1), signal, false),
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+        };
+        let err = interpret(path, limit, ended(Signal::SIGALRM)).unwrap_err();
+        assert!(matches!(err, LookupError::Timeout { .. }), "{err}");
+        assert!(err.to_string().contains("within 700 ms"), "{err}");
+        let err = interpret(path, limit, ended(Signal::SIGKILL)).unwrap_err();
+        assert!(matches!(err, LookupError::Failed { .. }), "{err}");
+        assert!(
+            err.to_string().contains("(killed by SIGKILL): no message"),
+            "{err}"
+        );
     }
 
     #[test]
