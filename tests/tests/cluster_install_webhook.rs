@@ -17,8 +17,7 @@ use devinject_tests::cluster::install::{
     init_output, patch, prepare_node, ready, rollout, test_overlay, workspace_file, EXAMPLE_IMAGE,
     NS,
 };
-use devinject_tests::cluster::{image, Cluster, Setup, SLOW};
-use devinject_tests::daemons::poll;
+use devinject_tests::cluster::{image, Cluster, Setup};
 use serde_json::{json, Value};
 
 /// A pod of the devinject RuntimeClass asking for `limits`, showing its function variable and
@@ -129,17 +128,10 @@ fn the_webhook_overlay_installs_with_its_bootstrap_and_maps_friendly_names() {
     c.wait_allocatable("devinject.io/kvm", "1")
         .unwrap_or_else(|e| panic!("{e:#}"));
 
-    // The friendly name, mapped by the installed webhook (retried until the API server uses
-    // the new configuration).
-    let stored = poll("the webhook to mutate a pod", SLOW, || {
-        let _ = c.kubectl(&["delete", "pod", "vm", "--ignore-not-found", "--wait=true"]);
-        c.apply(&pod("vm", json!({"devinject.io/kvm-vm": 1})))?;
-        let p = c.pod("vm")?;
-        Ok(p["metadata"]["annotations"]["devinject.io/functions"]
-            .is_string()
-            .then_some(p))
-    })
-    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    // The friendly name, mapped by the installed webhook.
+    let stored = c
+        .apply_through_webhook("vm", &pod("vm", json!({"devinject.io/kvm-vm": 1})))
+        .unwrap_or_else(|e| panic!("{e:#}"));
     let main = &stored["spec"]["containers"][0];
     assert_eq!(
         main["resources"]["limits"],

@@ -25,7 +25,7 @@ use base64::Engine;
 use devinject_tests::bins::bin;
 use devinject_tests::cluster::{ready, Cluster};
 use devinject_tests::cri_node::BUSYBOX;
-use devinject_tests::daemons::{poll, Daemon};
+use devinject_tests::daemons::Daemon;
 use devinject_tests::sim::add_demo_prepare_step;
 use serde_json::{json, Value};
 
@@ -133,8 +133,6 @@ fn friendly_names_are_mapped_and_their_function_is_loaded_into_the_granted_devic
     let dir = tempfile::tempdir().unwrap();
     let _webhook = start_webhook(&c, dir.path());
 
-    // The API server may take a moment to use a new webhook configuration: retry the first pod
-    // until it comes back mutated.
     let granted = pod(
         "nlb3",
         json!({"devinject.io/demo-nlb3": 1}),
@@ -142,19 +140,9 @@ fn friendly_names_are_mapped_and_their_function_is_loaded_into_the_granted_devic
         &sys,
         "echo DEMO_FUNCTION=$DEMO_FUNCTION; for d in /sys-fpga/*; do echo \"$d $(cat $d/function)\"; done",
     );
-    let stored = poll(
-        "the webhook to mutate a pod",
-        std::time::Duration::from_secs(30),
-        || {
-            let _ = c.kubectl(&["delete", "pod", "nlb3", "--ignore-not-found", "--wait=true"]);
-            c.apply(&granted)?;
-            let p = c.pod("nlb3")?;
-            Ok(p["metadata"]["annotations"]["devinject.io/functions"]
-                .is_string()
-                .then_some(p))
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    let stored = c
+        .apply_through_webhook("nlb3", &granted)
+        .unwrap_or_else(|e| panic!("{e:#}"));
     let main = &stored["spec"]["containers"][0];
     // For docs/prepare.md: the pod as the API server stored it.
     println!(

@@ -211,6 +211,9 @@ pub const NRI_SOCKET: &str = "/var/run/nri/nri.sock";
 /// The allocate mode [`Setup::Cdi`] gives the demo profile (docs/profiles.md).
 pub const CDI_ALLOCATE_MODE: &str = "cdi-annotations";
 
+/// The annotation devinject's admission webhook puts on a pod it rewrote.
+pub const WEBHOOK_ANNOTATION: &str = "devinject.io/functions";
+
 /// The kubelet's root dir, in the node's namespace (its tmpfs).
 pub const KUBELET_ROOT: &str = "/var/lib/kubelet";
 
@@ -583,6 +586,21 @@ impl Cluster {
         let file = self.root.join(format!("apply-{}.yaml", std::process::id()));
         std::fs::write(&file, yaml)?;
         self.kubectl(&["apply", "-f", &file.display().to_string()])
+    }
+
+    /// Creates pod `name` from `yaml` until devinject's admission webhook has rewritten it (the
+    /// API server takes a moment to call a newly configured webhook): each try deletes the
+    /// unmutated pod and applies it again. Returns the stored pod.
+    pub fn apply_through_webhook(&self, name: &str, yaml: &str) -> Result<Value> {
+        poll(&format!("the webhook to mutate pod {name}"), SLOW, || {
+            let _ = self.kubectl(&["delete", "pod", name, "--ignore-not-found", "--wait=true"]);
+            self.apply(yaml)?;
+            let p = self.pod(name)?;
+            Ok(p["metadata"]["annotations"][WEBHOOK_ANNOTATION]
+                .is_string()
+                .then_some(p))
+        })
+        .map_err(|e| e.context(self.logs()))
     }
 
     /// The pod `name` in the default namespace, as JSON.

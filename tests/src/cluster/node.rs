@@ -126,18 +126,23 @@ impl Node {
         self.dir.join("ctd")
     }
 
+    /// The node's containerd, started in its namespace from its release (or the machine's).
+    fn start_containerd(&self) -> Result<Containerd> {
+        Containerd::start_release_via(
+            &self.ctd_dir(),
+            &self.containerd_config(),
+            &self.enter()?,
+            self.containerd_release.as_deref(),
+        )
+    }
+
     /// Starts the node's namespace and containerd (set up as `setup` says, with the test
     /// images), then its kubelet, registering with the apiserver of `kubeconfig`.
     pub(super) fn start(&mut self, setup: &Setup, kubelet: &Path, kubeconfig: &Path) -> Result<()> {
         self.write_containerd_config(setup)?;
         self.start_namespace(matches!(setup, Setup::DaemonSetNri { .. }))?;
         self.make_cgroup_root()?;
-        let containerd = Containerd::start_release_via(
-            &self.ctd_dir(),
-            &self.containerd_config(),
-            &self.enter()?,
-            self.containerd_release.as_deref(),
-        )?;
+        let containerd = self.start_containerd()?;
         let mut cri = Cri::connect(&containerd.socket())?;
         cri.wait_ready()?;
         import_images(&self.dir, &containerd, &mut cri);
@@ -284,12 +289,7 @@ impl Node {
         }
         let log = self.ctd_dir().join("containerd.log");
         let _ = std::fs::rename(&log, self.ctd_dir().join("containerd.log.1"));
-        let containerd = Containerd::start_release_via(
-            &self.ctd_dir(),
-            &self.containerd_config(),
-            &self.enter()?,
-            self.containerd_release.as_deref(),
-        )?;
+        let containerd = self.start_containerd()?;
         self.containerd = Some(containerd);
         Ok(())
     }
