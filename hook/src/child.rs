@@ -8,7 +8,7 @@
 //!   reaches it) and stdin from `/dev/null`;
 //! - under a deadline, after which it is killed; it also dies with its parent
 //!   (`PR_SET_PDEATHSIG`, see `sys::fork_run`), and an alarm armed before `exec` ends it should
-//!   it close its output and hang;
+//!   it close its output and hang (reported as the timeout it is, [`ChildError::Timeout`]);
 //! - with its output read within bounds: more stdout than the caller allows kills it, and only
 //!   the first [`MAX_STDERR_BYTES`] of stderr are kept.
 //!
@@ -85,9 +85,14 @@ impl Finished {
         }
     }
 
-    /// True when the alarm armed before `exec` ended it: it outlived its deadline.
-    pub fn alarmed(&self) -> bool {
-        matches!(self.status, WaitStatus::Signaled(_, Signal::SIGALRM, _))
+    /// Its stderr as one line for a failure's message: [`Self::message`], or `no message`.
+    pub fn failure_message(&self) -> String {
+        let message = self.message();
+        if message.is_empty() {
+            "no message".to_owned()
+        } else {
+            message
+        }
     }
 }
 
@@ -227,6 +232,12 @@ pub fn run(program: Program<'_>) -> Result<Finished, ChildError> {
         Err(errno) => return Err(killed(child, spawn("read its output")(errno))),
     };
     let status = wait(child).map_err(spawn("wait"))?;
+    if let WaitStatus::Signaled(_, Signal::SIGALRM, _) = status {
+        // The backstop armed before `exec` ended it: it outlived its deadline.
+        return Err(ChildError::Timeout {
+            limit: program.limit,
+        });
+    }
     Ok(Finished {
         status,
         stdout,
@@ -417,7 +428,7 @@ mod tests {
         assert_eq!(lines, ["A=1", "B=two words", "STDIN"]);
         assert_eq!(finished.failure().as_deref(), Some("exit code 3"));
         assert_eq!(finished.message(), "err");
-        assert!(!finished.alarmed());
+        assert_eq!(finished.failure_message(), "err");
     }
 
     /// The descriptors from 3 that an `ls -l` of a `fd` directory shows leading to `/dev/null`.
@@ -457,6 +468,25 @@ mod tests {
             .filter(|fd| !ours.contains(fd))
             .collect();
         assert_eq!(extra, Vec::<u32>::new(), "{listing}");
+    }
+
+    /// A program the alarm ends (here it raises SIGALRM itself) outlived its deadline.
+    #[test]
+    fn a_program_ended_by_the_alarm_timed_out() {
+        let t = tempfile::tempdir().unwrap();
+        let path = script(t.path(), "alarmed", "kill -ALRM $$");
+        let err = run(Program {
+            path: &path,
+            args: &[],
+            env: &[],
+            limit: Duration::from_secs(20),
+            max_stdout: 0,
+        })
+        .unwrap_err();
+        assert!(
+            matches!(err, ChildError::Timeout { limit } if limit == Duration::from_secs(20)),
+            "{err}"
+        );
     }
 
     #[test]

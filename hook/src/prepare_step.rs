@@ -119,26 +119,13 @@ fn run_one(r: &PrepareRun) -> Result<(), PrepareStepError> {
         source,
     })?;
     tracing::info!(profile = %r.profile, device = %r.device, function = r.function.as_deref().unwrap_or("none"), elapsed_ms = started.elapsed().as_millis() as u64, stdout = %String::from_utf8_lossy(&finished.stdout).trim(), "prepare step ran");
-    if finished.alarmed() {
-        return Err(PrepareStepError::Run {
-            step: Step::of(r),
-            source: ChildError::Timeout { limit: r.limit },
-        });
-    }
     match finished.failure() {
         None => Ok(()),
-        Some(status) => {
-            let output = finished.message();
-            Err(PrepareStepError::Failed {
-                step: Step::of(r),
-                status,
-                output: if output.is_empty() {
-                    "no message".into()
-                } else {
-                    output
-                },
-            })
-        }
+        Some(status) => Err(PrepareStepError::Failed {
+            step: Step::of(r),
+            status,
+            output: finished.failure_message(),
+        }),
     }
 }
 

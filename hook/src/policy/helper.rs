@@ -149,7 +149,7 @@ impl GrantSource for PodResourcesHelper {
         let started = Instant::now();
         let finished = execute(&path, &request.to_args(), limit)?;
         tracing::debug!(helper = %path.display(), elapsed_ms = started.elapsed().as_millis() as u64, status = ?finished.status, "pod-resources helper finished");
-        interpret(&path, limit, finished)
+        interpret(&path, finished)
     }
 }
 
@@ -197,16 +197,12 @@ fn execute(path: &Path, args: &[OsString], limit: Duration) -> Result<Finished, 
 }
 
 /// The answer, or the error the exit status and stderr describe.
-fn interpret(path: &Path, limit: Duration, f: Finished) -> Result<Answer, LookupError> {
+fn interpret(path: &Path, f: Finished) -> Result<Answer, LookupError> {
     let output = f.message();
     let failed = |status: String| LookupError::Failed {
         path: path.to_owned(),
         status,
-        output: if output.is_empty() {
-            "no message".to_owned()
-        } else {
-            output.clone()
-        },
+        output: f.failure_message(),
     };
     match f.status {
         WaitStatus::Exited(_, 0) => {
@@ -229,10 +225,6 @@ fn interpret(path: &Path, limit: Duration, f: Finished) -> Result<Answer, Lookup
             }),
             _ => Err(failed(format!("exit code {code}"))),
         },
-        _ if f.alarmed() => Err(LookupError::Timeout {
-            path: path.to_owned(),
-            limit,
-        }),
         _ => Err(failed(f.failure().unwrap_or_default())),
     }
 }
@@ -424,17 +416,23 @@ mod tests {
     /// the deadline) timed out; any other signal is a failure named by the signal.
     #[test]
     fn an_alarmed_helper_timed_out() {
+        // Ended by SIGALRM, as the backstop armed before `exec` would: a timeout naming the
+        // deadline (the configured 200 ms plus the margin).
+        let t = tempfile::tempdir().unwrap();
+        let alarmed = script(t.path(), "alarmed", "kill -ALRM $$");
+        let err = helper(&alarmed, 200)
+            .lookup("ml", "trainer", "main")
+            .unwrap_err();
+        assert!(matches!(err, LookupError::Timeout { .. }), "{err}");
+        assert!(err.to_string().contains("within 700 ms"), "{err}");
+        // Another signal is a failure naming it.
         let path = Path::new("/opt/devinject/devinject-podresources");
-        let limit = Duration::from_millis(700);
-        let ended = |signal| Finished {
-            status: WaitStatus::Signaled(nix::unistd::Pid::from_raw(1), signal, false),
+        let killed = Finished {
+            status: WaitStatus::Signaled(nix::unistd::Pid::from_raw(1), Signal::SIGKILL, false),
             stdout: Vec::new(),
             stderr: Vec::new(),
         };
-        let err = interpret(path, limit, ended(Signal::SIGALRM)).unwrap_err();
-        assert!(matches!(err, LookupError::Timeout { .. }), "{err}");
-        assert!(err.to_string().contains("within 700 ms"), "{err}");
-        let err = interpret(path, limit, ended(Signal::SIGKILL)).unwrap_err();
+        let err = interpret(path, killed).unwrap_err();
         assert!(matches!(err, LookupError::Failed { .. }), "{err}");
         assert!(
             err.to_string().contains("(killed by SIGKILL): no message"),
