@@ -155,7 +155,7 @@ pub fn check_runnable(path: &Path) -> Result<(), Unrunnable> {
 }
 
 /// How reading a child's output ended.
-pub(crate) enum Collected {
+enum Collected {
     /// Both pipes reached end of file.
     Closed { stdout: Vec<u8>, stderr: Vec<u8> },
     /// The deadline passed first.
@@ -264,7 +264,7 @@ fn wait(child: Pid) -> nix::Result<WaitStatus> {
 
 /// Reads both pipes until both are closed, the deadline passes, or stdout goes past
 /// `max_stdout`.
-pub(crate) fn collect(
+fn collect(
     out: &OwnedFd,
     err: &OwnedFd,
     deadline: Instant,

@@ -62,26 +62,23 @@ pub fn find_requests<'a>(
     env: impl Fn(&str) -> Option<&'a str>,
     annotations: &BTreeMap<String, String>,
 ) -> Vec<RequestSource> {
-    let mut out = Vec::new();
-    for p in profiles.iter() {
-        let key = p.request_annotation();
-        let found = match annotations.get(&key) {
-            Some(v) => Some((format!("annotation {key}"), v.clone(), Resolve::Ids)),
-            None => env(p.request_env()).map(|v| {
-                let origin = format!("env {}", p.request_env());
-                (origin, v.to_owned(), Resolve::IdsOrPositions)
-            }),
-        };
-        if let Some((origin, value, resolve)) = found {
-            out.push(RequestSource {
+    profiles
+        .iter()
+        .filter_map(|p| {
+            let (origin, value, from_annotation) =
+                annotation_or_env(&p.request_annotation(), p.request_env(), &env, annotations)?;
+            Some(RequestSource {
                 profile: p.name.to_string(),
                 origin,
                 value,
-                resolve,
-            });
-        }
-    }
-    out
+                resolve: if from_annotation {
+                    Resolve::Ids
+                } else {
+                    Resolve::IdsOrPositions
+                },
+            })
+        })
+        .collect()
 }
 
 /// The functions the container chose (docs/prepare.md), per profile: our annotation
@@ -91,23 +88,36 @@ pub fn find_functions<'a>(
     env: impl Fn(&str) -> Option<&'a str>,
     annotations: &BTreeMap<String, String>,
 ) -> Vec<FunctionRequest> {
-    let mut out = Vec::new();
-    for p in profiles.iter() {
-        let key = p.function_annotation();
-        let var = p.function_env();
-        let found = match annotations.get(&key) {
-            Some(v) => Some((format!("annotation {key}"), v.clone())),
-            None => env(&var).map(|v| (format!("env {var}"), v.to_owned())),
-        };
-        if let Some((origin, value)) = found {
-            out.push(FunctionRequest {
+    profiles
+        .iter()
+        .filter_map(|p| {
+            let (origin, value, _) = annotation_or_env(
+                &p.function_annotation(),
+                &p.function_env(),
+                &env,
+                annotations,
+            )?;
+            Some(FunctionRequest {
                 profile: p.name.to_string(),
                 origin,
                 value,
-            });
-        }
+            })
+        })
+        .collect()
+}
+
+/// The value of annotation `key`, else of variable `var`: `(origin, value, from the
+/// annotation)`, the origin worded for messages (`annotation KEY`, `env NAME`).
+fn annotation_or_env<'a>(
+    key: &str,
+    var: &str,
+    env: impl Fn(&str) -> Option<&'a str>,
+    annotations: &BTreeMap<String, String>,
+) -> Option<(String, String, bool)> {
+    match annotations.get(key) {
+        Some(v) => Some((format!("annotation {key}"), v.clone(), true)),
+        None => env(var).map(|v| (format!("env {var}"), v.to_owned(), false)),
     }
-    out
 }
 
 /// Every profile's plan and the merged edits.
