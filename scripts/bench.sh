@@ -1,27 +1,27 @@
 #!/usr/bin/env bash
 # Benchmarks: what devinject costs a container start, side by side with the native path
-# (docs/benchmarks.md). Builds the release binaries once, then, as root, runs devinject-bench
-# (its arguments are passed on, e.g. `scripts/bench.sh --runs 100`), the device plugin's own
+# (docs/benchmarks.md). Builds the release binaries once (the workspace's, the benchmarks of
+# bench/ among them), then, as root, runs devinject-bench (its arguments are passed on, e.g.
+# `scripts/bench.sh --runs 100`), the device plugin's own
 # benchmark, the CDI watcher's refresh latency (cdi-watch-bench), each injection path on
 # containerd 1.7 (devinject-cri-bench) when scripts/runtimes-fetch.sh has fetched it, and the
 # real cluster's (devinject-cluster-bench) when scripts/kube-build.sh has built Kubernetes. Run
 # it on a quiet machine: figures are wall times.
 #
-# The binaries are built as they ship (scripts/build-image.sh): release profile, statically
-# linked against glibc, for the host's own target triple, in target/image (shared with the
-# image build, whose RUSTFLAGS are the same).
+# The binaries are built as they ship, by scripts/release-build.sh (as for the image, in
+# target/image): release profile, static, the runtime shim and the pod-resources helper against
+# musl and the rest against glibc.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh test
-triple=$(rustc -vV | sed -n 's/^host: //p')
-out=target/image/$triple/release
-RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
-  cargo build --release --workspace --bins --quiet --target "$triple" --target-dir target/image
+out=$(scripts/release-build.sh target/image/bin --workspace)
 case " $* " in
   *" --help "* | *" -h "*) exec "$out/devinject-bench" "$@" ;;
 esac
 echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs" >&2
-"$out/devinject-bench" --bin-dir "$out" "$@"
+# Row 11 compares the shipped (musl) shim and helper with the same sources built against glibc.
+glibc=$out/glibc
+"$out/devinject-bench" --bin-dir "$out" --compare "glibc=$glibc" "$@"
 
 echo
 echo "### 4. The device plugin"
@@ -44,7 +44,7 @@ fi
 
 echo
 if kube=$(scripts/kube-build.sh --if-built); then
-  DEVINJECT_BIN_DIR="$out" DEVINJECT_KUBE_BIN="$kube" "$out/devinject-cluster-bench"
+  DEVINJECT_BIN_DIR="$out" DEVINJECT_KUBE_BIN="$kube" "$out/devinject-cluster-bench" --compare "glibc=$glibc"
 else
   echo "not measured: the real cluster (build its Kubernetes once with scripts/kube-build.sh)"
 fi

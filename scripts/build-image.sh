@@ -3,8 +3,8 @@
 #
 # Usage: scripts/build-image.sh [TAG]          (default: devinject:<workspace version>)
 #
-# The binaries are linked statically against glibc (`-C target-feature=+crt-static` on the
-# x86_64-unknown-linux-gnu target), which needs no musl toolchain. Environment:
+# The binaries are built by scripts/release-build.sh: static, against glibc, except the runtime
+# shim and the pod-resources helper, against musl (that script says why). Environment:
 #   DOCKER      the docker command, e.g. "docker -H unix:///run/other.sock" (default: docker)
 #   PROFILE     cargo profile: release (default) or dev (faster to build, bigger binaries)
 #   TARGET_DIR  cargo target directory (default: target/image, apart from normal builds
@@ -16,13 +16,8 @@ cd "$(dirname "$0")/.."
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 tag=${1:-devinject:${version}}
 docker_cmd=${DOCKER:-docker}
-profile=${PROFILE:-release}
-target=x86_64-unknown-linux-gnu
 target_dir=${TARGET_DIR:-target/image}
-case "$profile" in
-  dev) out="$target_dir/$target/debug" ;;
-  *) out="$target_dir/$target/$profile" ;;
-esac
+out="$target_dir/bin"
 
 # devinject-podresources is the helper the hook and the shim execute to ask the kubelet what a
 # pod was granted; it is installed next to them.
@@ -39,9 +34,7 @@ if [ -f plugin/src/main.rs ]; then
 fi
 
 if [ "${NO_BUILD:-0}" != 1 ]; then
-  RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
-    cargo build --locked --profile "$profile" --target "$target" --target-dir "$target_dir" \
-    --bins "${packages[@]}"
+  TARGET_DIR="$target_dir" scripts/release-build.sh "$out" "${packages[@]}" >/dev/null
 fi
 
 stage="$target_dir/stage"

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Mutation testing with cargo-mutants over the code that decides what a container gets: the
 # request parser and planner (devices/), the request policy (hook/src/policy, and
-# hook/src/child.rs, which runs its pod-resources helper) and the device cgroup rules (cgroup/).
+# hook/src/child.rs, which runs its pod-resources helper) and the device cgroup rules (cgroup/, and
+# rule/, the device-rule vocabulary it and the planner share).
 # A mutant that survives is a change to that code no test notices: each one gets a test, or a
 # written reason in docs/mutants.md.
 #
 # Usage: scripts/mutants.sh [focus|all]   (default: focus)
 #   focus  devices/src/request.rs, devices/src/planner.rs, hook/src/policy and hook/src/child.rs
 #          (minutes)
-#   all    the whole of devices/, hook/src/policy, hook/src/child.rs and cgroup/ (hours on 2
-#          cores)
+#   all    the whole of devices/, hook/src/policy, hook/src/child.rs, cgroup/ and rule/ (hours
+#          on 2 cores)
 # Environment: JOBS (parallel mutants, default 1), OUT (default target/mutants).
 # Needs root for the cgroup kernel tests; not part of scripts/test.sh (it is far too slow).
 set -euo pipefail
@@ -28,7 +29,8 @@ case "$scope" in
     runs=(
       "devices:-p devinject-devices"
       "policy:-p devinject-hook -f hook/src/policy/*.rs -f hook/src/child.rs"
-      "cgroup:-p devinject-cgroup"
+      # rule/ was cgroup/src/rule.rs; its mutants are tested by its own unit tests.
+      "cgroup:-p devinject-cgroup -p devinject-device-rule"
     ) ;;
   *) echo "usage: $0 [focus|all]" >&2; exit 2 ;;
 esac

@@ -11,23 +11,9 @@ pub type Result<T, E = CgroupError> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CgroupError {
-    /// A textual rule or access string did not parse.
-    #[error("invalid device rule {input:?}: {reason}")]
-    ParseRule {
-        /// The text given.
-        input: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-
-    /// A rule cannot be expressed to the kernel.
-    #[error("invalid device rule \"{rule}\": {reason}")]
-    InvalidRule {
-        /// The rule, as text.
-        rule: String,
-        /// What is wrong with it.
-        reason: &'static str,
-    },
+    /// A rule did not parse or cannot be expressed to the kernel.
+    #[error(transparent)]
+    Rule(#[from] devinject_device_rule::RuleError),
 
     /// The pid is not a process id.
     #[error("invalid container pid {pid}: must be positive")]

@@ -7,8 +7,8 @@ use std::path::Path;
 use crate::ebpf::insn::Insn;
 use crate::ebpf::program::{AttachedPrograms, CgroupDir, DeviceProgram, ReplaceOutcome};
 use crate::error::Result;
-use crate::rule::DeviceRule;
 use crate::v1;
+use crate::DeviceRule;
 
 /// Cgroup writes and device program operations.
 pub(crate) trait Kernel {
@@ -115,7 +115,7 @@ pub(crate) mod fake {
     use crate::ebpf::insn::Insn;
     use crate::ebpf::program::{AttachedPrograms, ReplaceOutcome, F_ALLOW_MULTI};
     use crate::error::{CgroupError, Result};
-    use crate::rule::DeviceRule;
+    use crate::DeviceRule;
 
     /// One privileged call, in order.
     #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,7 +12,9 @@
 //! programs and both must allow.
 //!
 //! The parts:
-//! - `rule`: [`DeviceRule`], [`DeviceKind`], [`Access`] and their `c 1:3 rwm` text form;
+//! - [`DeviceRule`], [`DeviceKind`], [`Access`] and their `c 1:3 rwm` text form come from
+//!   `devinject-device-rule`, the vocabulary the planner makes its rules in, so the hook hands
+//!   the plan's rules over as they are;
 //! - [`locate`]: `/proc/<pid>/cgroup` to directories, at the conventional mount points when
 //!   `cgroup.procs` proves them, else through `/proc/self/mountinfo`;
 //! - [`ebpf::insn`]: eBPF instruction encoding;
@@ -41,7 +43,6 @@ use tracing::{debug, info, info_span};
 
 mod error;
 mod kernel;
-mod rule;
 #[allow(unsafe_code)]
 mod sys;
 mod v1;
@@ -50,8 +51,8 @@ mod v2;
 pub mod ebpf;
 pub mod locate;
 
+pub use devinject_device_rule::{Access, DeviceKind, DeviceRule, RuleError, MAX_MAJOR, MAX_MINOR};
 pub use error::{CgroupError, Result};
-pub use rule::{Access, DeviceKind, DeviceRule, MAX_MAJOR, MAX_MINOR};
 pub use v2::{ProgramSwap, V2Outcome, PROGRAM_NAME};
 
 use kernel::{Kernel, RealKernel};
@@ -313,7 +314,7 @@ mod tests {
         let bad = DeviceRule::new(DeviceKind::Char, 1, 9, Access::default());
         assert!(matches!(
             grant_with(&mut k, 42, &[bad], &opts),
-            Err(CgroupError::InvalidRule { .. })
+            Err(CgroupError::Rule(RuleError::Invalid { .. }))
         ));
         assert!(matches!(
             grant_with(&mut k, -1, &rules(&["c 1:9 rw"]), &opts),

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::error::{CgroupError, Result};
-use crate::rule::DeviceRule;
+use crate::DeviceRule;
 
 /// Name of the allow list file in a devices cgroup directory.
 pub const DEVICES_ALLOW: &str = "devices.allow";

@@ -29,7 +29,7 @@ use crate::ebpf::program::F_ALLOW_MULTI;
 use crate::ebpf::ReplaceOutcome;
 use crate::error::{CgroupError, Result};
 use crate::kernel::Kernel;
-use crate::rule::DeviceRule;
+use crate::DeviceRule;
 
 /// Name given to the programs we load (at most 15 characters).
 pub const PROGRAM_NAME: &str = "devinject_dev";
@@ -225,7 +225,7 @@ mod tests {
     use crate::ebpf::program::F_ALLOW_OVERRIDE;
     use crate::ebpf::testing::{deny_all, rules, run, runc_like};
     use crate::kernel::fake::{Call, FakeKernel};
-    use crate::rule::{Access, DeviceKind};
+    use crate::{Access, DeviceKind};
 
     fn dir() -> PathBuf {
         PathBuf::from("/sys/fs/cgroup/ctr")

@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use crate::names::DeviceId;
+use crate::names::{DeviceId, ProfileName};
 use crate::node::{DeviceNode, NodeError};
 use crate::profile::{IdSource, NodeSpec, Profile};
 use crate::roots::HostRoots;
@@ -19,7 +19,7 @@ pub enum DiscoveryError {
     #[error("profile {profile}: cannot list {pattern}: {message}")]
     Glob {
         /// The profile.
-        profile: String,
+        profile: ProfileName,
         /// The full pattern.
         pattern: String,
         /// What went wrong.
@@ -29,7 +29,7 @@ pub enum DiscoveryError {
     #[error("profile {profile}: {source}")]
     Node {
         /// The profile.
-        profile: String,
+        profile: ProfileName,
         /// The node problem.
         source: NodeError,
     },
@@ -37,7 +37,7 @@ pub enum DiscoveryError {
     #[error("profile {profile}: required node {path} is missing: load the driver or mark the node optional in the profile")]
     Missing {
         /// The profile.
-        profile: String,
+        profile: ProfileName,
         /// The missing node.
         path: PathBuf,
     },
@@ -45,7 +45,7 @@ pub enum DiscoveryError {
     #[error("profile {profile}: device {node}: {problem}")]
     Id {
         /// The profile.
-        profile: String,
+        profile: ProfileName,
         /// The device's node.
         node: PathBuf,
         /// What is wrong.
@@ -55,7 +55,7 @@ pub enum DiscoveryError {
     #[error("profile {profile}: devices {first} and {second} both have id {id:?}: choose an id source that is unique")]
     DuplicateId {
         /// The profile.
-        profile: String,
+        profile: ProfileName,
         /// The id.
         id: String,
         /// The first device's node.
@@ -100,7 +100,7 @@ impl Inventory {
 
 /// Finds the profile's devices and control nodes under `roots`.
 pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, DiscoveryError> {
-    let pname = profile.name.to_string();
+    let pname = profile.name.clone();
     // Sets and cached sort keys, not pairwise scans: a host can have hundreds of nodes, and the
     // hook, the shim and the plugin all discover.
     let mut matched: Vec<PathBuf> = Vec::new();
@@ -209,7 +209,7 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
 fn nodes_from_specs(
     specs: &[NodeSpec],
     roots: &HostRoots,
-    profile: &str,
+    profile: &ProfileName,
     subst: &dyn Fn(&str) -> String,
 ) -> Result<Vec<DeviceNode>, DiscoveryError> {
     let mut out = Vec::new();
@@ -223,13 +223,13 @@ fn nodes_from_specs(
                 if source.kind() == std::io::ErrorKind::NotFound =>
             {
                 return Err(DiscoveryError::Missing {
-                    profile: profile.to_owned(),
+                    profile: profile.clone(),
                     path,
                 })
             }
             Err(source) => {
                 return Err(DiscoveryError::Node {
-                    profile: profile.to_owned(),
+                    profile: profile.clone(),
                     source,
                 })
             }
@@ -238,14 +238,18 @@ fn nodes_from_specs(
     Ok(out)
 }
 
-fn glob_under(root: &Path, pattern: &str, profile: &str) -> Result<Vec<PathBuf>, DiscoveryError> {
+fn glob_under(
+    root: &Path,
+    pattern: &str,
+    profile: &ProfileName,
+) -> Result<Vec<PathBuf>, DiscoveryError> {
     let full = format!(
         "{}/{}",
         glob::Pattern::escape(&root.to_string_lossy()),
         pattern
     );
     let err = |message: String| DiscoveryError::Glob {
-        profile: profile.to_owned(),
+        profile: profile.clone(),
         pattern: full.clone(),
         message,
     };
@@ -255,7 +259,7 @@ fn glob_under(root: &Path, pattern: &str, profile: &str) -> Result<Vec<PathBuf>,
         match p {
             Ok(p) => out.push(p),
             // Unreadable directory entries are not devices we could inject anyway.
-            Err(e) => tracing::debug!(profile, error = %e, "skipping unreadable glob entry"),
+            Err(e) => tracing::debug!(%profile, error = %e, "skipping unreadable glob entry"),
         }
     }
     Ok(out)
@@ -334,7 +338,7 @@ mod tests {
         let node = DeviceNode {
             host_path: format!("/dev/sim/accel{index}").into(),
             container_path: format!("/dev/sim/accel{index}").into(),
-            kind: crate::node::NodeKind::Char,
+            kind: crate::DeviceKind::Char,
             major: 240,
             minor: u32::try_from(index).unwrap(),
             mode: 0o666,

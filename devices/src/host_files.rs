@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use crate::elf_soname::read_soname;
+use crate::names::ProfileName;
 use crate::profile::{FileSpec, Profile};
 use crate::roots::HostRoots;
 
@@ -19,7 +20,7 @@ pub enum ResolveError {
     #[error("profile {profile}: library {what} not found under {root}: install the driver's user-space libraries or mark it optional")]
     MissingLibrary {
         /// The profile.
-        profile: String,
+        profile: ProfileName,
         /// The soname or glob.
         what: String,
         /// Where it was searched.
@@ -29,7 +30,7 @@ pub enum ResolveError {
     #[error("profile {profile}: {what} not found: install it or mark it optional")]
     MissingFile {
         /// The profile.
-        profile: String,
+        profile: ProfileName,
         /// The path or glob.
         what: String,
     },
@@ -37,7 +38,7 @@ pub enum ResolveError {
     #[error("profile {profile}: {path}: {problem}")]
     Path {
         /// The profile.
-        profile: String,
+        profile: ProfileName,
         /// The path.
         path: PathBuf,
         /// What is wrong.
@@ -47,7 +48,7 @@ pub enum ResolveError {
     #[error("profile {profile}: bad glob {pattern}: {message}")]
     Glob {
         /// The profile.
-        profile: String,
+        profile: ProfileName,
         /// The pattern.
         pattern: String,
         /// The parser's message.
@@ -88,7 +89,7 @@ pub struct HostFiles {
 
 /// Finds the profile's libraries, binaries and files under the driver root.
 pub fn resolve_host_files(profile: &Profile, roots: &HostRoots) -> Result<HostFiles, ResolveError> {
-    let pname = profile.name.to_string();
+    let pname = profile.name.clone();
     let mut real_paths = RealPaths::new(&roots.driver_root, &pname);
     let mut known: HashSet<PathBuf> = HashSet::new();
     let mut out = HostFiles::default();
@@ -159,7 +160,7 @@ fn resolve_files(
                 continue;
             }
             return Err(ResolveError::MissingFile {
-                profile: profile.to_owned(),
+                profile: profile.clone(),
                 what: spec.path.clone(),
             });
         }
@@ -187,14 +188,18 @@ fn resolve_files(
     Ok(out)
 }
 
-fn glob_paths(root: &Path, pattern: &str, profile: &str) -> Result<Vec<PathBuf>, ResolveError> {
+fn glob_paths(
+    root: &Path,
+    pattern: &str,
+    profile: &ProfileName,
+) -> Result<Vec<PathBuf>, ResolveError> {
     let full = format!(
         "{}/{}",
         glob::Pattern::escape(root.to_string_lossy().trim_end_matches('/')),
         pattern.trim_start_matches('/')
     );
     let paths = glob::glob(&full).map_err(|e| ResolveError::Glob {
-        profile: profile.to_owned(),
+        profile: profile.clone(),
         pattern: full.clone(),
         message: e.to_string(),
     })?;
@@ -213,7 +218,7 @@ fn glob_paths(root: &Path, pattern: &str, profile: &str) -> Result<Vec<PathBuf>,
 /// falls back to a full `canonicalize`.
 struct RealPaths<'a> {
     root: PathBuf,
-    profile: &'a str,
+    profile: &'a ProfileName,
     dirs: Vec<(PathBuf, PathBuf)>,
 }
 
@@ -221,7 +226,7 @@ struct RealPaths<'a> {
 const MAX_LOCAL_HOPS: usize = 8;
 
 impl<'a> RealPaths<'a> {
-    fn new(root: &Path, profile: &'a str) -> Self {
+    fn new(root: &Path, profile: &'a ProfileName) -> Self {
         Self {
             root: std::fs::canonicalize(root).unwrap_or_else(|_| root.to_owned()),
             profile,
@@ -231,7 +236,7 @@ impl<'a> RealPaths<'a> {
 
     fn err(&self, p: &Path, problem: String) -> ResolveError {
         ResolveError::Path {
-            profile: self.profile.to_owned(),
+            profile: self.profile.clone(),
             path: p.to_owned(),
             problem,
         }
@@ -376,7 +381,7 @@ mod tests {
         std::os::unix::fs::symlink("libloop.so.2", real_dir.join("libloop.so.1")).unwrap();
         std::os::unix::fs::symlink("libloop.so.1", real_dir.join("libloop.so.2")).unwrap();
         std::fs::create_dir(real_dir.join("libdir.so.1")).unwrap();
-        let name = "demo".to_owned();
+        let name = ProfileName::new("demo").unwrap();
         let mut r = RealPaths::new(dir.path(), &name);
         for link in ["liba.so.1", "liba.so.1.2", "liba.so", "liba.so.1.2.3"] {
             let p = dir.path().join("lib").join(link);

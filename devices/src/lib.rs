@@ -33,11 +33,13 @@ pub mod profile_set;
 pub mod request;
 pub mod roots;
 
+/// The device-rule vocabulary the plan is written in, shared with the cgroup crate.
+pub use devinject_device_rule::{Access, DeviceKind, DeviceRule};
 pub use discovery::{discover, Device, DiscoveryError, Inventory};
 pub use host_files::{resolve_host_files, HostFiles, ResolveError};
-pub use names::{DeviceId, NameError, ProfileName, ResourceName};
-pub use node::{access_groups, DeviceNode, NodeKind};
-pub use plan::{CgroupRule, ContainerEdits, HookAction, Mount, MountKind, Plan, Symlink};
+pub use names::{DeviceId, NameError, ProfileName, ResourceName, CDI_VENDOR};
+pub use node::{access_groups, DeviceNode};
+pub use plan::{ContainerEdits, HookAction, Mount, MountKind, Plan, Symlink};
 pub use planner::{plan, ContainerLayout, PlanError, PlanInput};
 pub use prepare_step::{prepare_runs, FunctionError, FunctionRequest, PrepareRun};
 pub use profile::{AllocateMode, Profile, ProfileError};

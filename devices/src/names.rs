@@ -21,8 +21,13 @@ pub enum NameError {
     DeviceId(String),
 }
 
+/// The CDI vendor of devinject's specs: our own domain, so a kind never collides with a vendor's
+/// specs for the same hardware.
+pub const CDI_VENDOR: &str = "devinject.io";
+
 /// A profile's name: lowercase DNS label, e.g. `demo`, `coral-edgetpu`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(transparent)]
 pub struct ProfileName(String);
 
 impl ProfileName {
@@ -45,6 +50,12 @@ impl ProfileName {
     /// The name as a string.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The CDI kind (`vendor/class`) of this profile's devices: `devinject.io/<name>`, as
+    /// `devinject-ctl cdi generate` writes it and the device plugin names its devices.
+    pub fn cdi_kind(&self) -> String {
+        format!("{CDI_VENDOR}/{}", self.0)
     }
 
     /// The default request variable: `<NAME>_VISIBLE_DEVICES`, upper-cased, '-' as '_'.

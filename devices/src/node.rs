@@ -3,26 +3,8 @@
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use devinject_device_rule::{Access, DeviceKind, DeviceRule};
 use serde::Serialize;
-
-/// Character or block device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-pub enum NodeKind {
-    /// A character device (`c`).
-    Char,
-    /// A block device (`b`).
-    Block,
-}
-
-impl NodeKind {
-    /// The letter used by cgroup v1, the OCI spec and `mknod`: `c` or `b`.
-    pub fn letter(self) -> char {
-        match self {
-            Self::Char => 'c',
-            Self::Block => 'b',
-        }
-    }
-}
 
 /// One device node: where it is on the host, where it goes in the container, and what it is.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
@@ -32,7 +14,7 @@ pub struct DeviceNode {
     /// Where the node appears in the container, always under `/dev`.
     pub container_path: PathBuf,
     /// Character or block.
-    pub kind: NodeKind,
+    pub kind: DeviceKind,
     /// Major number.
     pub major: u32,
     /// Minor number.
@@ -82,9 +64,9 @@ impl DeviceNode {
         })?;
         let ft = meta.file_type();
         let kind = if ft.is_char_device() {
-            NodeKind::Char
+            DeviceKind::Char
         } else if ft.is_block_device() {
-            NodeKind::Block
+            DeviceKind::Block
         } else {
             return Err(NodeError::NotDevice {
                 path: host_path.to_owned(),
@@ -107,6 +89,13 @@ impl DeviceNode {
             uid: meta.uid(),
             gid: meta.gid(),
         })
+    }
+
+    /// The cgroup rule letting a container read, write and mknod this node: what the shim
+    /// writes to `linux.resources.devices`, the hook to the device cgroup, and CDI to the
+    /// node's `permissions`.
+    pub fn rule(&self) -> DeviceRule {
+        DeviceRule::new(self.kind, self.major, self.minor, Access::RWM)
     }
 
     /// The group a non-root process must be in to use the node: its gid when the group may
@@ -159,7 +148,7 @@ mod tests {
         DeviceNode {
             host_path: "/dev/dri/renderD128".into(),
             container_path: "/dev/dri/renderD128".into(),
-            kind: NodeKind::Char,
+            kind: DeviceKind::Char,
             major: 226,
             minor: 128,
             mode,
@@ -230,7 +219,7 @@ mod tests {
     #[test]
     fn reads_a_real_node() {
         let n = DeviceNode::from_host(Path::new("/dev/null"), Path::new("/dev")).unwrap();
-        assert_eq!((n.kind, n.major, n.minor), (NodeKind::Char, 1, 3));
+        assert_eq!((n.kind, n.major, n.minor), (DeviceKind::Char, 1, 3));
         assert_eq!(n.container_path, PathBuf::from("/dev/null"));
         // Only the permission bits, not the file type: /dev/null is crw-rw-rw- everywhere.
         assert_eq!(n.mode, 0o666);

@@ -7,10 +7,11 @@
 
 use std::path::PathBuf;
 
+use devinject_device_rule::DeviceRule;
 use serde::Serialize;
 
-use crate::names::DeviceId;
-use crate::node::{DeviceNode, NodeKind};
+use crate::names::{DeviceId, ProfileName};
+use crate::node::DeviceNode;
 
 /// Prefix of every annotation devinject reads or writes.
 pub const ANNOTATION_PREFIX: &str = "devinject.io/";
@@ -63,42 +64,6 @@ pub enum HookAction {
     },
 }
 
-/// One device cgroup rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-pub struct CgroupRule {
-    /// Char or block.
-    pub kind: NodeKind,
-    /// Major number.
-    pub major: u32,
-    /// Minor number.
-    pub minor: u32,
-    /// Access letters, a subset of `rwm`.
-    pub access: &'static str,
-}
-
-impl CgroupRule {
-    /// The rule letting a container read, write and mknod `node`.
-    pub fn for_node(node: &DeviceNode) -> Self {
-        Self {
-            kind: node.kind,
-            major: node.major,
-            minor: node.minor,
-            access: "rwm",
-        }
-    }
-
-    /// The cgroup v1 `devices.allow` line: `c 1:3 rwm`.
-    pub fn v1_line(&self) -> String {
-        format!(
-            "{} {}:{} {}",
-            self.kind.letter(),
-            self.major,
-            self.minor,
-            self.access
-        )
-    }
-}
-
 /// Edits to one container, CDI-shaped.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ContainerEdits {
@@ -111,7 +76,7 @@ pub struct ContainerEdits {
     /// Work for our hook.
     pub hooks: Vec<HookAction>,
     /// Device cgroup rules (one per node).
-    pub cgroup_rules: Vec<CgroupRule>,
+    pub cgroup_rules: Vec<DeviceRule>,
 }
 
 impl ContainerEdits {
@@ -221,7 +186,7 @@ impl ContainerEdits {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Plan {
     /// The profile.
-    pub profile: String,
+    pub profile: ProfileName,
     /// The devices granted, in request order.
     pub devices: Vec<DeviceId>,
     /// The edits.
@@ -231,12 +196,13 @@ pub struct Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use devinject_device_rule::{Access, DeviceKind};
 
     fn node(path: &str, minor: u32, mode: u32, gid: u32) -> DeviceNode {
         DeviceNode {
             host_path: path.into(),
             container_path: path.into(),
-            kind: NodeKind::Char,
+            kind: DeviceKind::Char,
             major: 226,
             minor,
             mode,
@@ -282,7 +248,7 @@ mod tests {
                 ..Default::default()
             },
             ContainerEdits {
-                cgroup_rules: vec![CgroupRule::for_node(&n)],
+                cgroup_rules: vec![n.rule()],
                 ..Default::default()
             },
         ];
@@ -311,15 +277,20 @@ mod tests {
 
     #[test]
     fn a_rule_allows_its_node_in_v1_words() {
-        let rule = CgroupRule::for_node(&node("/dev/dri/renderD128", 128, 0o660, 107));
-        assert_eq!(rule.v1_line(), "c 226:128 rwm");
-        let block = CgroupRule {
-            kind: NodeKind::Block,
-            major: 8,
-            minor: 16,
-            access: "rw",
-        };
-        assert_eq!(block.v1_line(), "b 8:16 rw");
+        let rule = node("/dev/dri/renderD128", 128, 0o660, 107).rule();
+        assert_eq!(rule.to_string(), "c 226:128 rwm");
+        let block = DeviceRule::new(DeviceKind::Block, 8, 16, Access::RW);
+        assert_eq!(block.to_string(), "b 8:16 rw");
+    }
+
+    /// The plan's JSON form of a rule is what it was when the access was a string.
+    #[test]
+    fn a_rule_serializes_with_its_access_letters() {
+        let rule = node("/dev/dri/renderD128", 128, 0o660, 107).rule();
+        assert_eq!(
+            serde_json::to_string(&rule).expect("serializes"),
+            r#"{"kind":"Char","major":226,"minor":128,"access":"rwm"}"#
+        );
     }
 
     /// Two profiles may share a control node, a library, a soname link or a cache dir: each
@@ -337,7 +308,7 @@ mod tests {
                     dirs: vec!["/usr/lib".into()],
                 },
             ],
-            cgroup_rules: vec![CgroupRule::for_node(&ctl)],
+            cgroup_rules: vec![ctl.rule()],
         };
         let b = ContainerEdits {
             env: vec!["A=1".into(), "B=2".into()],
@@ -352,10 +323,7 @@ mod tests {
                     dirs: vec!["/usr/lib".into(), "/opt/lib".into()],
                 },
             ],
-            cgroup_rules: vec![
-                CgroupRule::for_node(&ctl),
-                CgroupRule::for_node(&node("/dev/accel1", 2, 0o666, 0)),
-            ],
+            cgroup_rules: vec![ctl.rule(), node("/dev/accel1", 2, 0o666, 0).rule()],
         };
         a.merge(b);
         assert_eq!(a.env, ["A=1", "B=2"]);
@@ -392,10 +360,7 @@ mod tests {
         );
         assert_eq!(
             a.cgroup_rules,
-            [
-                CgroupRule::for_node(&ctl),
-                CgroupRule::for_node(&node("/dev/accel1", 2, 0o666, 0))
-            ]
+            [ctl.rule(), node("/dev/accel1", 2, 0o666, 0).rule()]
         );
     }
 

@@ -9,7 +9,9 @@ use std::path::PathBuf;
 
 use crate::discovery::Inventory;
 use crate::host_files::HostFiles;
-use crate::plan::{CgroupRule, ContainerEdits, HookAction, Mount, MountKind, Plan, Symlink};
+use crate::names::ProfileName;
+use crate::node::DeviceNode;
+use crate::plan::{ContainerEdits, HookAction, Mount, MountKind, Plan, Symlink};
 use crate::profile::{IdSource, Profile};
 use crate::request::{Request, RequestError, Resolve};
 
@@ -36,7 +38,7 @@ pub enum PlanError {
     #[error("profile {profile} ({env}): {source}")]
     Request {
         /// The profile.
-        profile: String,
+        profile: ProfileName,
         /// The request variable, so the user knows what to fix.
         env: String,
         /// The problem.
@@ -100,7 +102,7 @@ pub fn plan(input: PlanInput<'_>) -> Result<Option<Plan>, PlanError> {
                 known,
             },
             source => PlanError::Request {
-                profile: profile.name.to_string(),
+                profile: profile.name.clone(),
                 env: profile.request_env.clone(),
                 source,
             },
@@ -125,11 +127,7 @@ pub fn plan(input: PlanInput<'_>) -> Result<Option<Plan>, PlanError> {
             }
         }
     }
-    edits.cgroup_rules = edits
-        .device_nodes
-        .iter()
-        .map(CgroupRule::for_node)
-        .collect();
+    edits.cgroup_rules = edits.device_nodes.iter().map(DeviceNode::rule).collect();
     edits.cgroup_rules.dedup();
 
     let mut links = Vec::new();
@@ -179,7 +177,7 @@ pub fn plan(input: PlanInput<'_>) -> Result<Option<Plan>, PlanError> {
         .env
         .extend(profile.env.iter().map(|(k, v)| format!("{k}={v}")));
     Ok(Some(Plan {
-        profile: profile.name.to_string(),
+        profile: profile.name.clone(),
         devices: ids,
         edits,
     }))
@@ -193,13 +191,14 @@ mod tests {
     use crate::discovery::Device;
     use crate::host_files::{HostFile, HostLibrary};
     use crate::names::DeviceId;
-    use crate::node::{DeviceNode, NodeKind};
+    use crate::node::DeviceNode;
+    use crate::DeviceKind;
 
     fn node(path: &str, minor: u32) -> DeviceNode {
         DeviceNode {
             host_path: PathBuf::from(format!("/host{path}")),
             container_path: PathBuf::from(path),
-            kind: NodeKind::Char,
+            kind: DeviceKind::Char,
             major: 240,
             minor,
             mode: 0o666,
@@ -325,7 +324,7 @@ mod tests {
             node_paths(&p),
             ["/dev/demo/accel2", "/dev/demo/accel0", "/dev/demo/ctl"].map(PathBuf::from)
         );
-        let rules: Vec<_> = p.edits.cgroup_rules.iter().map(|r| r.v1_line()).collect();
+        let rules: Vec<_> = p.edits.cgroup_rules.iter().map(|r| r.to_string()).collect();
         assert_eq!(rules, ["c 240:2 rwm", "c 240:0 rwm", "c 240:99 rwm"]);
         assert_eq!(
             p.edits.mounts[0].container_path,

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::discovery::Inventory;
-use crate::names::DeviceId;
+use crate::names::{DeviceId, ProfileName};
 use crate::profile::Profile;
 
 /// Why a container's function request cannot be honoured.
@@ -20,7 +20,7 @@ pub enum FunctionError {
     #[error("profile {profile} has no prepare step, so it loads no function: remove {origin}")]
     NoPrepare {
         /// The profile.
-        profile: String,
+        profile: ProfileName,
         /// Where the function came from.
         origin: String,
     },
@@ -28,7 +28,7 @@ pub enum FunctionError {
     #[error("profile {profile} has no function {function:?} (from {origin}): use one of {known}")]
     Unknown {
         /// The profile.
-        profile: String,
+        profile: ProfileName,
         /// What was asked for.
         function: String,
         /// Where it came from.
@@ -40,7 +40,7 @@ pub enum FunctionError {
     #[error("{origin} asks for function {function:?} of profile {profile}, but the container gets no {profile} device: request the devices too, or remove it")]
     NoDevices {
         /// The profile.
-        profile: String,
+        profile: ProfileName,
         /// What was asked for.
         function: String,
         /// Where it came from.
@@ -52,7 +52,7 @@ pub enum FunctionError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FunctionRequest {
     /// The profile.
-    pub profile: String,
+    pub profile: ProfileName,
     /// `annotation KEY` or `env NAME`.
     pub origin: String,
     /// The raw value.
@@ -63,7 +63,7 @@ pub struct FunctionRequest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrepareRun {
     /// The profile.
-    pub profile: String,
+    pub profile: ProfileName,
     /// The device.
     pub device: DeviceId,
     /// The program's absolute host path.
@@ -93,7 +93,7 @@ pub fn prepare_runs(
         return match function {
             None => Ok(Vec::new()),
             Some(f) => Err(FunctionError::NoPrepare {
-                profile: profile.name.to_string(),
+                profile: profile.name.clone(),
                 origin: f.origin.clone(),
             }),
         };
@@ -102,7 +102,7 @@ pub fn prepare_runs(
         None => None,
         Some(f) if devices.is_empty() => {
             return Err(FunctionError::NoDevices {
-                profile: profile.name.to_string(),
+                profile: profile.name.clone(),
                 function: f.value.clone(),
                 origin: f.origin.clone(),
             })
@@ -112,7 +112,7 @@ pub fn prepare_runs(
             None => {
                 let known: Vec<&str> = spec.functions.iter().map(|s| s.id.as_str()).collect();
                 return Err(FunctionError::Unknown {
-                    profile: profile.name.to_string(),
+                    profile: profile.name.clone(),
                     function: f.value.clone(),
                     origin: f.origin.clone(),
                     known: if known.is_empty() {
@@ -152,7 +152,7 @@ pub fn prepare_runs(
                 env.push(format!("DEVINJECT_FUNCTION={f}"));
             }
             PrepareRun {
-                profile: profile.name.to_string(),
+                profile: profile.name.clone(),
                 device: id.clone(),
                 program: program.clone(),
                 args: args.clone(),
@@ -171,7 +171,8 @@ mod tests {
 
     use super::*;
     use crate::discovery::Device;
-    use crate::node::{DeviceNode, NodeKind};
+    use crate::node::DeviceNode;
+    use crate::DeviceKind;
 
     const FPGA: &str = r#"
 name = "fpga"
@@ -200,7 +201,7 @@ resource = "example.com/fpga-nlb3"
             nodes: vec![DeviceNode {
                 host_path: PathBuf::from(format!("/dev/port{n}")),
                 container_path: PathBuf::from(format!("/dev/port{n}")),
-                kind: NodeKind::Char,
+                kind: DeviceKind::Char,
                 major: 240,
                 minor: n,
                 mode: 0o600,
@@ -222,7 +223,7 @@ resource = "example.com/fpga-nlb3"
 
     fn asks(value: &str) -> FunctionRequest {
         FunctionRequest {
-            profile: "fpga".into(),
+            profile: ProfileName::new("fpga").unwrap(),
             origin: "env FPGA_FUNCTION".into(),
             value: value.into(),
         }

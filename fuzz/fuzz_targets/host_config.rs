@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use devinject_hook::config::HostConfig;
+use devinject_hostconfig::HostConfig;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -5,9 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use devinject_devices::{
-    CgroupRule, ContainerEdits, DeviceNode, HookAction, Mount, MountKind, NodeKind, Symlink,
+    ContainerEdits, DeviceKind, DeviceNode, HookAction, Mount, MountKind, Symlink,
 };
-use devinject_hook::shim::spec_edit::{apply, finish_hook};
+use devinject_hook::shim::spec_edit::{apply, finish_hook, GroupAccess};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
@@ -15,7 +15,7 @@ fn edits(selector: u8) -> ContainerEdits {
     let node = |n: u32| DeviceNode {
         host_path: PathBuf::from(format!("/h/dev/demo/accel{n}")),
         container_path: PathBuf::from(format!("/dev/demo/accel{n}")),
-        kind: NodeKind::Char,
+        kind: DeviceKind::Char,
         major: 10,
         minor: 230 + n,
         mode: 0o666,
@@ -28,7 +28,7 @@ fn edits(selector: u8) -> ContainerEdits {
             "DEMO_VISIBLE_DEVICES=0,1".into(),
             "DEMO_DRIVER_VERSION=1.0".into(),
         ],
-        cgroup_rules: nodes.iter().map(CgroupRule::for_node).collect(),
+        cgroup_rules: nodes.iter().map(DeviceNode::rule).collect(),
         device_nodes: nodes,
         mounts: vec![Mount {
             host_path: PathBuf::from("/h/lib/libdemo.so.1.0.0"),
@@ -59,7 +59,13 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let e = edits(selector);
-    let hook = finish_hook(Path::new("/opt/devinject/bin/devinject-hook"), None, &e);
+    // Both ways of giving group-only nodes to the container, chosen by the input.
+    let access = if selector & 8 == 0 {
+        GroupAccess::ProcessGroups
+    } else {
+        GroupAccess::NodeGroup
+    };
+    let hook = finish_hook(Path::new("/opt/devinject/bin/devinject-hook"), None, &e, access);
     let mut once = original.clone();
     if apply(&mut once, &e, &["DEMO_VISIBLE_DEVICES"], hook.clone()).is_err() {
         return;

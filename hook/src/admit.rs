@@ -12,9 +12,10 @@
 use std::collections::BTreeMap;
 
 use devinject_devices::{ContainerLayout, FunctionRequest, ProfileError, ProfileSet};
+use devinject_exit::ExitCode;
+use devinject_hostconfig::HostConfig;
 
-use crate::config::HostConfig;
-use crate::exit::ExitCode;
+use crate::policy::helper::PodResourcesHelper;
 use crate::policy::{self, PolicyError};
 use crate::prepare::{
     find_functions, find_requests, plan_container, ContainerPlan, PrepareError, RequestSource,
@@ -109,7 +110,7 @@ impl Asked {
             &self.profiles,
             self.requests.clone(),
             annotations,
-            &config.pod_resources(),
+            &PodResourcesHelper::from_config(config),
         )?;
         Ok(plan_container(
             config,

@@ -1,35 +1,21 @@
 //! Granting the planned nodes in the container's device cgroup (v1, v2, or both on hybrid hosts).
+//!
+//! The plan's rules are the cgroup crate's own [`DeviceRule`]s (`devinject-device-rule`), so
+//! they are handed over as they are: nothing is re-parsed between the planner and the kernel.
 
-use devinject_cgroup::{Access, CgroupError, CgroupOptions, DeviceKind, DeviceRule};
-use devinject_devices::{CgroupRule, NodeKind};
-
-/// Converts plan rules to the cgroup crate's rules.
-pub fn to_rules(rules: &[CgroupRule]) -> Result<Vec<DeviceRule>, CgroupError> {
-    rules
-        .iter()
-        .map(|r| {
-            let kind = match r.kind {
-                NodeKind::Char => DeviceKind::Char,
-                NodeKind::Block => DeviceKind::Block,
-            };
-            let access: Access = r.access.parse()?;
-            Ok(DeviceRule::new(kind, r.major, r.minor, access))
-        })
-        .collect()
-}
+use devinject_cgroup::{CgroupError, CgroupOptions, DeviceRule};
 
 /// Lets the container's cgroup use the planned nodes. `rootless`: the runtime could not write
 /// cgroups either, so neither do we.
-pub fn grant(pid: i32, rules: &[CgroupRule], rootless: bool) -> Result<(), CgroupError> {
+pub fn grant(pid: i32, rules: &[DeviceRule], rootless: bool) -> Result<(), CgroupError> {
     if rules.is_empty() {
         return Ok(());
     }
-    let rules = to_rules(rules)?;
     let opts = CgroupOptions {
         skip_writes: rootless,
         ..CgroupOptions::default()
     };
-    let report = devinject_cgroup::grant(pid, &rules, &opts)?;
+    let report = devinject_cgroup::grant(pid, rules, &opts)?;
     tracing::info!(?report, "device cgroup updated");
     Ok(())
 }

@@ -1,8 +1,9 @@
 //! The hook's error type and its mapping to exit codes.
 
+use devinject_exit::ExitCode;
+use devinject_hostconfig::ConfigError;
+
 use crate::admit::AdmitError;
-use crate::config::ConfigError;
-use crate::exit::ExitCode;
 use crate::inject::InjectError;
 use crate::oci::OciError;
 use crate::prepare_step::PrepareStepError;

@@ -13,9 +13,10 @@ use std::io::Read;
 use std::path::PathBuf;
 
 use devinject_devices::{ContainerEdits, HookAction, Mount, MountKind, Symlink};
+use devinject_hostconfig::HostConfig;
 
-use crate::config::HostConfig;
 use crate::error::HookError;
+use crate::inject::ldcache::Ldconfig;
 use crate::inject::{self, Target};
 use crate::oci::{read_bounded, OciError, Spec, State, MAX_STATE_BYTES};
 
@@ -145,7 +146,7 @@ pub fn finish(
         &target,
         &edits,
         config.mount_api,
-        &config.ldconfig_command(),
+        &Ldconfig::from_config(config),
     )
     .map_err(|source| HookError::Inject {
         id: state.id,

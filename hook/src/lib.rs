@@ -1,6 +1,9 @@
 //! The OCI hook (namespace applier) and the runtime shim (spec applier).
 //!
-//! - [`config`]: the host configuration (`/etc/devinject/config.toml`).
+//! The host configuration (`/etc/devinject/config.toml`) is read with `devinject-hostconfig`;
+//! its settings are plain data, turned into what runs here ([`policy::helper::PodResourcesHelper`],
+//! [`inject::ldcache::Ldconfig`]). The exit codes are `devinject-exit`'s.
+//!
 //! - [`oci`]: the OCI state and the parts of `config.json` we read, size-bounded.
 //! - [`prepare`]: a container's requests → one merged plan (shared by hook and shim).
 //! - [`admit`]: env and annotations → policy → plan, the step the hook, the shim and the NRI
@@ -12,7 +15,7 @@
 //!   rootfs ([`inject::rootfs`]), then [`cgroup_rules`] for the device cgroup.
 //! - [`child`]: running a host program (the pod-resources helper, a prepare step) under a
 //!   deadline, with a given environment and bounded output.
-//! - [`run`]: one hook invocation; [`error`] and [`exit`] map failures to documented exit codes.
+//! - [`run`]: one hook invocation; [`error`] maps failures to the documented exit codes.
 //!
 //! - [`shim`]: the runtime shim `devinject-runtime`, which writes the plan into `config.json`
 //!   and execs runc or crun.
@@ -22,9 +25,7 @@
 pub mod admit;
 pub mod cgroup_rules;
 pub mod child;
-pub mod config;
 pub mod error;
-pub mod exit;
 pub mod finish;
 pub mod inject;
 pub mod logging;

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use devinject_devices::{DeviceNode, NodeKind};
+use devinject_devices::{DeviceKind, DeviceNode};
 use serde::Deserialize;
 
 /// The largest OCI state accepted on stdin.
@@ -278,10 +278,11 @@ impl Spec {
             .find(|d| d.get("path").and_then(serde_json::Value::as_str) == path.to_str())
             .ok_or_else(|| invalid("config.json has none".into()))?;
         let d = LinuxDevice::deserialize(entry).map_err(|e| invalid(e.to_string()))?;
+        // OCI's `u` is an unbuffered character device; `p` (a FIFO) is not a device.
         let kind = match d.kind.as_str() {
-            "c" | "u" => NodeKind::Char,
-            "b" => NodeKind::Block,
-            other => return Err(invalid(format!("type {other:?} is not a device"))),
+            "u" => DeviceKind::Char,
+            other => DeviceKind::from_letter(other)
+                .ok_or_else(|| invalid(format!("type {other:?} is not a device")))?,
         };
         let number = |n: i64, what: &str| {
             u32::try_from(n).map_err(|_| invalid(format!("{what} number {n} is out of range")))
@@ -345,7 +346,7 @@ mod tests {
         let n = s.device_node(Path::new("/dev/dri/renderD128")).unwrap();
         assert_eq!(
             (n.kind, n.major, n.minor, n.mode, n.uid, n.gid),
-            (NodeKind::Char, 226, 128, 0o660, 0, 107)
+            (DeviceKind::Char, 226, 128, 0o660, 0, 107)
         );
         let missing = s.device_node(Path::new("/dev/none")).unwrap_err();
         assert!(missing.to_string().contains("/dev/none"), "{missing}");

@@ -9,10 +9,9 @@ use std::collections::BTreeMap;
 use devinject_devices::{
     discover, plan, prepare_runs, resolve_host_files, ContainerEdits, ContainerLayout,
     DiscoveryError, FunctionError, FunctionRequest, Inventory, Plan, PlanError, PlanInput,
-    PrepareRun, ProfileSet, Request, RequestError, Resolve, ResolveError,
+    PrepareRun, ProfileName, ProfileSet, Request, RequestError, Resolve, ResolveError,
 };
-
-use crate::config::HostConfig;
+use devinject_hostconfig::HostConfig;
 
 /// Why a container's plan could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -21,7 +20,7 @@ pub enum PrepareError {
     #[error("profile {profile}: {source} (from {origin})")]
     Request {
         /// The profile.
-        profile: String,
+        profile: ProfileName,
         /// Where the value came from (env variable or annotation).
         origin: String,
         /// The problem.
@@ -45,7 +44,7 @@ pub enum PrepareError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestSource {
     /// The profile.
-    pub profile: String,
+    pub profile: ProfileName,
     /// `env NAME` or `annotation KEY`.
     pub origin: String,
     /// The raw value.
@@ -68,7 +67,7 @@ pub fn find_requests<'a>(
             let (origin, value, from_annotation) =
                 annotation_or_env(&p.request_annotation(), p.request_env(), &env, annotations)?;
             Some(RequestSource {
-                profile: p.name.to_string(),
+                profile: p.name.clone(),
                 origin,
                 value,
                 resolve: if from_annotation {
@@ -98,7 +97,7 @@ pub fn find_functions<'a>(
                 annotations,
             )?;
             Some(FunctionRequest {
-                profile: p.name.to_string(),
+                profile: p.name.clone(),
                 origin,
                 value,
             })
@@ -163,7 +162,7 @@ pub fn plan_container(
     let mut layout_value: Option<ContainerLayout> = None;
     let mut out = ContainerPlan::default();
     for (source, request) in parsed {
-        let Some(profile) = profiles.get(&source.profile) else {
+        let Some(profile) = profiles.get(source.profile.as_str()) else {
             continue;
         };
         let inventory = discover(profile, &roots)?;
@@ -206,7 +205,7 @@ fn check_functions_have_devices(
         if plans.iter().any(|p| p.profile == f.profile) {
             continue;
         }
-        if let Some(profile) = profiles.get(&f.profile) {
+        if let Some(profile) = profiles.get(f.profile.as_str()) {
             prepare_runs(profile, &Inventory::default(), &[], Some(f))?;
         }
     }

@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 
-use devinject_devices::PrepareRun;
+use devinject_devices::{DeviceId, PrepareRun, ProfileName};
 
 use crate::child::{self, ChildError, Program, Unrunnable};
 
@@ -21,11 +21,11 @@ pub const MAX_STDOUT_BYTES: usize = 64 << 10;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
     /// The profile.
-    pub profile: String,
+    pub profile: ProfileName,
     /// The program.
     pub program: PathBuf,
     /// The device.
-    pub device: String,
+    pub device: DeviceId,
     /// The function it was loading.
     pub function: Option<String>,
 }
@@ -51,7 +51,7 @@ impl Step {
         Box::new(Self {
             profile: run.profile.clone(),
             program: run.program.clone(),
-            device: run.device.to_string(),
+            device: run.device.clone(),
             function: run.function.clone(),
         })
     }
@@ -142,7 +142,7 @@ mod tests {
 
     fn run_of(program: &Path, device: &str, limit_ms: u64) -> PrepareRun {
         PrepareRun {
-            profile: "fpga".into(),
+            profile: ProfileName::new("fpga").unwrap(),
             device: DeviceId::new(device).unwrap(),
             program: program.to_owned(),
             args: vec![OsString::from("--load")],

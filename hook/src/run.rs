@@ -15,10 +15,12 @@
 
 use std::io::Read;
 
+use devinject_hostconfig::HostConfig;
+
 use crate::admit::{asked, may_be_asking};
 use crate::cgroup_rules;
-use crate::config::HostConfig;
 use crate::error::HookError;
+use crate::inject::ldcache::Ldconfig;
 use crate::inject::{self, layout, rootfs::Rootfs, Target};
 use crate::oci::{read_bounded, Spec, State, MAX_STATE_BYTES};
 use crate::prepare_step;
@@ -98,7 +100,7 @@ pub fn run(config: &HostConfig, stdin: impl Read) -> Result<Outcome, HookError> 
         &target,
         &plan.edits,
         config.mount_api,
-        &config.ldconfig_command(),
+        &Ldconfig::from_config(config),
     )
     .map_err(|source| HookError::Inject {
         id: state.id.clone(),

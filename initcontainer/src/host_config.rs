@@ -63,9 +63,9 @@ pub fn render(settings: &HostConfigSettings, layout: &Layout, targets: &[Target]
     )
 }
 
-/// Checks `text` with the hook's own parser.
+/// Checks `text` with the parser the hook reads it with (`devinject-hostconfig`).
 pub fn validate(text: &str) -> Result<()> {
-    toml::from_str::<devinject_hook::config::HostConfig>(text)
+    toml::from_str::<devinject_hostconfig::HostConfig>(text)
         .map(|_| ())
         .map_err(|e| InstallError::HostConfigRejected {
             message: e.to_string().trim_end().replace('\n', " | "),

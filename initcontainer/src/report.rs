@@ -175,4 +175,4 @@ impl fmt::Display for Failure {
 
 /// An error and its causes on one line, each cause once: the hook's wording, so that both
 /// binaries report a chain alike.
-pub use devinject_hook::exit::describe;
+pub use devinject_exit::describe;

@@ -44,7 +44,7 @@ pub fn adjustment(
         .iter()
         .map(|n| api::LinuxDevice {
             path: n.container_path.display().to_string(),
-            r#type: n.kind.letter().to_string(),
+            r#type: n.kind.to_string(),
             major: i64::from(n.major),
             minor: i64::from(n.minor),
             file_mode: Some(api::OptionalFileMode { value: n.mode }),
@@ -109,7 +109,7 @@ fn hook(entry: &Value) -> api::Hook {
 mod tests {
     use std::path::PathBuf;
 
-    use devinject_devices::{DeviceNode, NodeKind};
+    use devinject_devices::{DeviceKind, DeviceNode};
     use serde_json::json;
 
     use super::*;
@@ -120,7 +120,7 @@ mod tests {
             device_nodes: vec![DeviceNode {
                 host_path: PathBuf::from("/h/dev/demo/accel0"),
                 container_path: PathBuf::from("/dev/demo/accel0"),
-                kind: NodeKind::Char,
+                kind: DeviceKind::Char,
                 major: 10,
                 minor: 237,
                 mode,

@@ -9,10 +9,10 @@ use std::path::PathBuf;
 
 use devinject_devices::ContainerLayout;
 use devinject_hook::admit::{asked, may_be_asking, AdmitError};
-use devinject_hook::config::HostConfig;
 use devinject_hook::oci::env_value;
 use devinject_hook::prepare_step::{self, PrepareStepError};
 use devinject_hook::shim::spec_edit;
+use devinject_hostconfig::HostConfig;
 use prost::Message;
 
 use crate::adjust::{adjustment, AdjustError};

@@ -1,13 +1,13 @@
 //! The fixed facts about one served resource, taken from its profile at start-up.
 
 pub use devinject_devices::AllocateMode;
-use devinject_devices::Profile;
+use devinject_devices::{Profile, ProfileName};
 
 /// One resource served by the plugin.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceConfig {
     /// The profile name, e.g. `demo`.
-    pub profile: String,
+    pub profile: ProfileName,
     /// The Kubernetes extended resource, e.g. `devinject.io/demo`.
     pub resource_name: String,
     /// The env variable that carries granted ids, e.g. `DEMO_VISIBLE_DEVICES`.
@@ -26,7 +26,7 @@ impl ResourceConfig {
     /// The resource a profile describes.
     pub fn from_profile(profile: &Profile) -> Self {
         Self {
-            profile: profile.name.to_string(),
+            profile: profile.name.clone(),
             resource_name: profile.resource_name().to_owned(),
             request_env: profile.request_env().to_owned(),
             request_annotation: profile.request_annotation(),
@@ -38,7 +38,7 @@ impl ResourceConfig {
     /// The CDI kind (`vendor/class`) of this profile's devices, as `devinject-ctl cdi generate`
     /// writes it.
     pub fn cdi_kind(&self) -> String {
-        format!("devinject.io/{}", self.profile)
+        self.profile.cdi_kind()
     }
 
     /// The annotation key for CDI device names in `cdi-annotations` mode: the `cdi.k8s.io/`
@@ -61,7 +61,7 @@ pub(crate) mod tests {
     /// The demo profile's resource, as the unit tests use it.
     pub(crate) fn demo(mode: AllocateMode, replicas: u32) -> ResourceConfig {
         ResourceConfig {
-            profile: "demo".into(),
+            profile: ProfileName::new("demo").unwrap(),
             resource_name: "devinject.io/demo".into(),
             request_env: "DEMO_VISIBLE_DEVICES".into(),
             request_annotation: "devinject.io/demo.devices".into(),

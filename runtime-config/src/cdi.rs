@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 
 use devinject_devices::{
     access_groups, discover, plan, resolve_host_files, ContainerLayout, DeviceNode, HostRoots,
-    Mount, NodeKind, PlanInput, ProfileSet, Request,
+    Mount, PlanInput, ProfileSet, Request, CDI_VENDOR,
 };
 use serde::Serialize;
 
@@ -40,8 +40,6 @@ use crate::error::{Result, RuntimeConfigError};
 use crate::load;
 use crate::report::{Action, FileChange};
 
-/// The CDI vendor of our specs.
-pub const VENDOR: &str = "devinject.io";
 /// Default directory CDI specs are written to (CDI's static directory).
 pub const DEFAULT_OUTPUT_DIR: &str = "/etc/cdi";
 /// Default profiles directory, as for the hook.
@@ -234,7 +232,7 @@ pub struct CdiReport {
 
 /// The spec file name for a profile.
 pub fn file_name(profile: &str) -> String {
-    format!("{VENDOR}-{profile}.json")
+    format!("{CDI_VENDOR}-{profile}.json")
 }
 
 fn devices_error(e: impl std::fmt::Display) -> RuntimeConfigError {
@@ -248,15 +246,11 @@ fn cdi_node(node: &DeviceNode, host_view: &dyn Fn(&Path) -> PathBuf) -> CdiDevic
     CdiDeviceNode {
         path: node.container_path.display().to_string(),
         host_path: (host != node.container_path).then(|| host.display().to_string()),
-        kind: match node.kind {
-            NodeKind::Char => "c",
-            NodeKind::Block => "b",
-        }
-        .to_string(),
+        kind: node.kind.to_string(),
         major: i64::from(node.major),
         minor: i64::from(node.minor),
         file_mode: node.mode & 0o777,
-        permissions: "rwm".to_string(),
+        permissions: node.rule().access.to_string(),
         uid: node.uid,
         gid: node.gid,
     }
@@ -476,7 +470,7 @@ pub fn build_spec(
     }
     let mut spec = CdiSpec {
         cdi_version: String::new(),
-        kind: format!("{VENDOR}/{}", profile.name.as_str()),
+        kind: profile.name.cdi_kind(),
         devices,
         container_edits: common,
     };

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-use devinject_devices::{discover, DeviceNode, HostRoots, NodeKind, ProfileSet};
+use devinject_devices::{discover, DeviceNode, HostRoots, ProfileSet};
 use serde::Serialize;
 
 use crate::error::{Result, RuntimeConfigError};
@@ -110,10 +110,7 @@ fn listed(root: &Path, node: &DeviceNode) -> ListedNode {
     ListedNode {
         path: node.container_path.clone(),
         host_path,
-        kind: match node.kind {
-            NodeKind::Char => 'c',
-            NodeKind::Block => 'b',
-        },
+        kind: node.kind.letter(),
         major: node.major,
         minor: node.minor,
         mode: format!("{:04o}", node.mode & 0o7777),

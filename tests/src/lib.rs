@@ -18,16 +18,14 @@
 //! - [`kubelet`]: a test kubelet that speaks the device plugin API v1beta1 (a `Registration`
 //!   server that dials plugins back like the kubelet), simulated hosts for the plugin, and the
 //!   real `devinject-device-plugin` binary run against them. Used by `tests/device_plugin.rs`
-//!   and by the `device-plugin-bench` binary.
+//!   and by the benchmarks crate (`bench/`).
 //! - [`canary`]: a host canary tree and fingerprints proving the host unchanged.
 //! - [`hostile`]: booby-trapping a rootfs (links out, FIFOs, files for dirs) and a swapper thread.
 //! - [`cprog`]: small C programs built with gcc (a marker-leaving preload library, a recording
 //!   stand-in for ldconfig).
 //! - [`podresources`]: a test kubelet serving the pod-resources v1 API on a Unix socket, for the
 //!   request policy tests.
-//! - [`mod@bench`]: the benchmark run by `devinject-bench` (scripts/bench.sh), built on the above.
 
-pub mod bench;
 pub use devinject_harness::{bins, probe, rootfs, runc, sim};
 pub mod canary;
 pub mod cluster;

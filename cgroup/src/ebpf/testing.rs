@@ -1,7 +1,7 @@
 //! Test helpers: run device programs in the rbpf interpreter, and reference programs.
 
 use super::insn::{Insn, Reg};
-use crate::rule::{Access, DeviceKind, DeviceRule};
+use crate::{Access, DeviceKind, DeviceRule};
 
 /// Runs `program` in the rbpf interpreter on one device request; true when allowed.
 pub(crate) fn run(

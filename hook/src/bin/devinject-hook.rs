@@ -6,14 +6,14 @@
 //!   [--ldcache-dir DIR]... [--group-node PATH]...`: the step the runtime shim (and the NRI
 //!   plugin) wire in for files, soname links, the linker cache and group-only nodes.
 //!
-//! Exit codes are documented in `devinject_hook::exit::ExitCode` and docs/hook.md.
+//! Exit codes are documented in `devinject_exit::ExitCode` and docs/hook.md.
 
 use std::path::PathBuf;
 use std::process::ExitCode as ProcessExit;
 
-use devinject_hook::config::HostConfig;
-use devinject_hook::exit::{describe, ExitCode};
+use devinject_exit::{describe, ExitCode};
 use devinject_hook::finish::FinishArgs;
+use devinject_hostconfig::HostConfig;
 
 const USAGE: &str = "usage: devinject-hook [--config FILE] [finish [--mount HOST CONTAINER]... [--library HOST CONTAINER]... [--link PATH=TARGET]... [--ldcache-dir DIR]... [--group-node PATH]...]   (OCI state on stdin)";
 

@@ -12,9 +12,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode as ProcessExit;
 
-use devinject_hook::config::HostConfig;
-use devinject_hook::exit::{describe, ExitCode};
+use devinject_exit::{describe, ExitCode};
 use devinject_hook::shim::{self, args::ShimArgs, runtime_log, CONFIG_ENV};
+use devinject_hostconfig::HostConfig;
 
 fn main() -> ProcessExit {
     let mut args = match ShimArgs::parse(std::env::args_os().skip(1)) {

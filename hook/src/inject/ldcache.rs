@@ -55,6 +55,7 @@ use nix::sys::stat::Mode;
 use nix::sys::wait::{waitpid, WaitStatus};
 
 use devinject_devices::elf_linkage::{linkage_from, Linkage};
+use devinject_hostconfig::{CacheWriter, HostConfig};
 
 use super::ld_so_cache::update::{self, CACHE};
 use super::rootfs::{fd_path, Rootfs, RootfsError};
@@ -66,17 +67,6 @@ const STAGED: &str = "/dev/ld.so.cache";
 /// The child's exit code when ldconfig ran out of time.
 const TIMED_OUT: i32 = 101;
 
-/// Who writes the container's linker cache.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CacheWriter {
-    /// The hook itself, falling back to ldconfig for what it cannot merge.
-    #[default]
-    Builtin,
-    /// Always the host's ldconfig, run chrooted in the container.
-    Ldconfig,
-}
-
 /// How the linker cache is refreshed: who writes it, the host's ldconfig and how long it may run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ldconfig {
@@ -86,6 +76,18 @@ pub struct Ldconfig {
     pub path: PathBuf,
     /// Seconds before it is killed (`SIGALRM`, armed before `exec`); 0: no limit.
     pub timeout_secs: u32,
+}
+
+impl Ldconfig {
+    /// The cache writer, ldconfig and time limit the host config names (`ldcache`, `ldconfig`,
+    /// `ldconfig_timeout`).
+    pub fn from_config(config: &HostConfig) -> Self {
+        Self {
+            writer: config.ldcache,
+            path: config.ldconfig.clone(),
+            timeout_secs: config.ldconfig_timeout,
+        }
+    }
 }
 
 /// Opens the host's ldconfig for a later `fexecve`, refusing anything but a static ELF

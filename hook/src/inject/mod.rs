@@ -22,13 +22,13 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use devinject_devices::{ContainerEdits, DeviceNode};
+use devinject_hostconfig::{CacheWriter, MountApi};
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sched::CloneFlags;
 use nix::sys::stat::Mode;
 use nix::sys::wait::{waitpid, WaitStatus};
 
-use crate::config::MountApi;
 use crate::oci::User;
 use crate::sys;
 use ld_so_cache::update;
@@ -258,7 +258,7 @@ pub fn apply(
     let dirs = edits.ldcache_dirs();
     let needs_etc = !dirs.is_empty();
     // The cache entries, when the hook can write the cache itself (else ldconfig runs below).
-    let planned = (!dirs.is_empty() && ldconfig.writer == ldcache::CacheWriter::Builtin)
+    let planned = (!dirs.is_empty() && ldconfig.writer == CacheWriter::Builtin)
         .then(|| update::libraries(edits))
         .flatten();
     let (libs, unmergeable) = match planned {

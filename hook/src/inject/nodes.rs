@@ -14,7 +14,7 @@
 use std::path::Path;
 
 use devinject_devices::node::{major, makedev, minor};
-use devinject_devices::{DeviceNode, NodeKind};
+use devinject_devices::{DeviceKind, DeviceNode};
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{fstat, mknodat, Mode, SFlag};
@@ -148,10 +148,10 @@ pub fn regroup(
 }
 
 /// The file type bits of a node of `kind`.
-fn file_type(kind: NodeKind) -> SFlag {
+fn file_type(kind: DeviceKind) -> SFlag {
     match kind {
-        NodeKind::Char => SFlag::S_IFCHR,
-        NodeKind::Block => SFlag::S_IFBLK,
+        DeviceKind::Char => SFlag::S_IFCHR,
+        DeviceKind::Block => SFlag::S_IFBLK,
     }
 }
 

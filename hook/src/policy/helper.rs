@@ -22,6 +22,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use devinject_hostconfig::HostConfig;
 use devinject_podresources_protocol::{
     Answer, AnswerError, HelperExit, Request, HELPER_NAME, MAX_ANSWER_BYTES,
 };
@@ -43,6 +44,18 @@ pub struct PodResourcesHelper {
     pub socket: PathBuf,
     /// The kubelet's deadline; the helper gets [`MARGIN`] more.
     pub timeout: Duration,
+}
+
+impl PodResourcesHelper {
+    /// The helper, socket and deadline the host config names (`pod_resources_helper`,
+    /// `pod_resources_socket`, `pod_resources_timeout_ms`). Nothing runs until a lookup.
+    pub fn from_config(config: &HostConfig) -> Self {
+        Self {
+            path: config.pod_resources_helper.clone(),
+            socket: config.pod_resources_socket.clone(),
+            timeout: Duration::from_millis(config.pod_resources_timeout_ms),
+        }
+    }
 }
 
 /// Why the kubelet's answer could not be had.
@@ -454,6 +467,29 @@ mod tests {
         assert!(
             err.to_string().contains(&expected.display().to_string()),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn built_from_the_host_config() {
+        let p = Path::new("/c.toml");
+        let c = HostConfig::parse(
+            "pod_resources_socket = \"/k/pr.sock\"\npod_resources_timeout_ms = 50\n",
+            p,
+        )
+        .unwrap();
+        let h = PodResourcesHelper::from_config(&c);
+        assert_eq!(h.socket, Path::new("/k/pr.sock"));
+        assert_eq!(h.timeout, Duration::from_millis(50));
+        assert_eq!(h.path, None, "next to the hook by default");
+        let c = HostConfig::parse(
+            "pod_resources_helper = \"/opt/devinject/bin/devinject-podresources\"\n",
+            p,
+        )
+        .unwrap();
+        assert_eq!(
+            PodResourcesHelper::from_config(&c).path.as_deref(),
+            Some(Path::new("/opt/devinject/bin/devinject-podresources"))
         );
     }
 }

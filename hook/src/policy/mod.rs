@@ -23,73 +23,23 @@ pub mod identity;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use devinject_devices::{ProfileSet, Request, Resolve};
+use devinject_devices::{ProfileName, ProfileSet, Request, Resolve};
+use devinject_hostconfig::{NonKubernetes, OnDenied, PolicySettings, RequestPolicy};
 use devinject_podresources_protocol::Answer;
-use serde::Deserialize;
 
 use crate::prepare::RequestSource;
 use grant::{describe, Grant, Mismatch};
 use helper::LookupError;
 use identity::{Identity, IdentityError, PodRef};
 
-/// Which requests the hook and shim honour (`policy` in the host config).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum RequestPolicy {
-    /// Kubernetes containers get only what the kubelet granted them; other containers are
-    /// handled by [`NonKubernetes`].
-    #[default]
-    Kubernetes,
-    /// Every request is honoured: the caller is trusted (plain docker, podman, runc).
-    Env,
-}
-
-/// Under the Kubernetes policy, what a container without CRI annotations gets
-/// (`non_kubernetes` in the host config).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum NonKubernetes {
-    /// Its request is honoured as under the env policy: only root on the node starts such
-    /// containers (`ctr run`, `nerdctl`, `docker run`).
-    #[default]
-    Env,
-    /// Its request is refused: only the kubelet's containers get devices on this node.
-    Refuse,
-}
-
-/// Under the Kubernetes policy, what happens to a request the kubelet did not grant
-/// (`on_denied` in the host config).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum OnDenied {
-    /// The container fails to start, with a message saying why (exit code 9).
-    #[default]
-    Fail,
-    /// The container starts without the devices; the refusal is logged as a warning. For
-    /// clusters running images that set the request variable themselves (CUDA images set
-    /// `NVIDIA_VISIBLE_DEVICES=all`).
-    Ignore,
-}
-
-/// The policy part of the host config.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PolicySettings {
-    /// Which requests are honoured.
-    pub policy: RequestPolicy,
-    /// Containers without CRI annotations.
-    pub non_kubernetes: NonKubernetes,
-    /// Requests the kubelet did not grant.
-    pub on_denied: OnDenied,
-}
-
-/// Why a request was refused. Every variant exits with [`crate::exit::ExitCode::Policy`].
+/// Why a request was refused. Every variant exits with [`devinject_exit::ExitCode::Policy`].
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
     /// The CRI annotations do not identify the container, or contradict each other.
     #[error("{profile} devices refused: {source}")]
     Identity {
         /// The first profile asked for.
-        profile: String,
+        profile: ProfileName,
         /// What is wrong with the annotations.
         source: IdentityError,
     },
@@ -98,7 +48,7 @@ pub enum PolicyError {
     #[error("{profile} devices refused: the pod sandbox of {pod} asks for them ({origin}); sandboxes never get devices, and {origin} must not be set by the pod")]
     Sandbox {
         /// The profile.
-        profile: String,
+        profile: ProfileName,
         /// The pod, as named.
         pod: String,
         /// Where the request came from.
@@ -108,7 +58,7 @@ pub enum PolicyError {
     #[error("{profile} devices refused: the container is not a Kubernetes container (no CRI annotations) and the devinject config says non_kubernetes = \"refuse\" ({origin})")]
     NonKubernetes {
         /// The profile.
-        profile: String,
+        profile: ProfileName,
         /// Where the request came from.
         origin: String,
     },
@@ -118,7 +68,7 @@ pub enum PolicyError {
     )]
     Kubelet {
         /// The profile.
-        profile: String,
+        profile: ProfileName,
         /// The pod.
         pod: String,
         /// Why.
@@ -128,7 +78,7 @@ pub enum PolicyError {
     #[error("{profile} devices refused: the kubelet knows no pod {pod} (asked with {origin}); a container that names another pod in its annotations gets nothing")]
     PodUnknown {
         /// The profile.
-        profile: String,
+        profile: ProfileName,
         /// The pod.
         pod: String,
         /// Where the request came from.
@@ -138,7 +88,7 @@ pub enum PolicyError {
     #[error("{profile} devices refused: the kubelet lists more than one pod {pod} with different device grants (a pod of that name is being replaced); the container start is retried")]
     Ambiguous {
         /// The profile.
-        profile: String,
+        profile: ProfileName,
         /// The pod.
         pod: String,
     },
@@ -146,7 +96,7 @@ pub enum PolicyError {
     #[error("{profile} devices refused: the kubelet lists no container {container:?} in pod {pod} (it lists {listed}); ordinary init containers are not listed by the pod-resources API and cannot get devices under the kubernetes policy")]
     ContainerUnknown {
         /// The profile.
-        profile: String,
+        profile: ProfileName,
         /// The pod.
         pod: String,
         /// The container.
@@ -164,7 +114,7 @@ pub enum PolicyError {
 #[error("{profile} devices refused: container {container:?} of pod {pod} asks for {requested} ({origin}), but the kubelet granted it {granted} of {resource}: request devices with `resources.limits: {{{resource}: N}}` instead of setting {origin_key} yourself")]
 pub struct NotGranted {
     /// The profile.
-    pub profile: String,
+    pub profile: ProfileName,
     /// The pod.
     pub pod: String,
     /// The container.
@@ -337,7 +287,7 @@ fn check_one(
     container: &str,
     lookup: &Answer,
 ) -> Result<(), PolicyError> {
-    let Some(profile) = profiles.get(&source.profile) else {
+    let Some(profile) = profiles.get(source.profile.as_str()) else {
         // find_requests only returns profiles of the set.
         return Ok(());
     };
@@ -507,7 +457,7 @@ mod tests {
 
     fn env(profile: &str, var: &str, value: &str) -> RequestSource {
         RequestSource {
-            profile: profile.into(),
+            profile: ProfileName::new(profile).unwrap(),
             origin: format!("env {var}"),
             value: value.into(),
             resolve: Resolve::IdsOrPositions,
@@ -622,7 +572,7 @@ mod tests {
         ]);
         let a = cri(&CRIO, "ns", "thief", "u2", "main");
         let copied = RequestSource {
-            profile: "demo".into(),
+            profile: ProfileName::new("demo").unwrap(),
             origin: "annotation devinject.io/demo.devices".into(),
             value: "0,1".into(),
             resolve: Resolve::Ids,
@@ -688,7 +638,7 @@ mod tests {
             &kubelet,
         )
         .unwrap_err();
-        let text = crate::exit::describe(&err);
+        let text = devinject_exit::describe(&err);
         assert!(text.contains("cannot be checked"), "{text}");
         assert!(
             text.contains("/var/lib/kubelet/pod-resources/kubelet.sock does not exist"),

@@ -19,9 +19,10 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use devinject_exit::ExitCode;
+use devinject_hostconfig::{ConfigError, HostConfig, RUNTIME_CANDIDATES};
+
 use crate::admit::{asked, may_be_asking, AdmitError};
-use crate::config::{ConfigError, HostConfig, RUNTIME_CANDIDATES};
-use crate::exit::ExitCode;
 use crate::inject::{layout, rootfs::Rootfs};
 use crate::oci::{read_spec_bytes, OciError, Spec};
 use crate::prepare_step::{self, PrepareStepError};

@@ -16,7 +16,7 @@
 
 use std::path::Path;
 
-use devinject_devices::{ContainerEdits, MountKind, NodeKind};
+use devinject_devices::{ContainerEdits, MountKind};
 use serde_json::{json, Map, Value};
 
 /// Why the spec could not be edited.
@@ -76,10 +76,6 @@ fn array<'a>(
     })
 }
 
-fn letter(kind: NodeKind) -> String {
-    kind.letter().to_string()
-}
-
 /// Applies `edits` to `spec`. `request_envs` are the request variables whose values we may
 /// overwrite with the canonical granted list; other env keys the user set are kept. `finish` is
 /// the createRuntime hook entry for links and the linker cache, when one is needed.
@@ -100,7 +96,7 @@ pub fn apply(
                 .iter()
                 .find(|d| d.get("path").and_then(Value::as_str) == Some(&path));
             if let Some(d) = existing {
-                let same = d.get("type").and_then(Value::as_str) == Some(&letter(n.kind))
+                let same = d.get("type").and_then(Value::as_str) == Some(n.kind.as_str())
                     && d.get("major").and_then(Value::as_u64) == Some(u64::from(n.major))
                     && d.get("minor").and_then(Value::as_u64) == Some(u64::from(n.minor));
                 if same {
@@ -114,7 +110,7 @@ pub fn apply(
                         d["major"],
                         d["minor"]
                     ),
-                    wanted: format!("{} {}:{}", n.kind.letter(), n.major, n.minor),
+                    wanted: format!("{} {}:{}", n.kind, n.major, n.minor),
                 });
             }
             if userns && n.host_path != n.container_path {
@@ -125,7 +121,7 @@ pub fn apply(
             }
             devices.push(json!({
                 "path": path,
-                "type": letter(n.kind),
+                "type": n.kind.as_str(),
                 "major": n.major,
                 "minor": n.minor,
                 "fileMode": n.mode,
@@ -142,10 +138,10 @@ pub fn apply(
         for r in &edits.cgroup_rules {
             let rule = json!({
                 "allow": true,
-                "type": letter(r.kind),
+                "type": r.kind.as_str(),
                 "major": r.major,
                 "minor": r.minor,
-                "access": r.access,
+                "access": r.access.to_string(),
             });
             if !rules.contains(&rule) {
                 rules.push(rule);
@@ -305,13 +301,13 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use devinject_devices::{CgroupRule, DeviceNode, HookAction, Mount, Symlink};
+    use devinject_devices::{DeviceKind, DeviceNode, HookAction, Mount, Symlink};
 
     pub(super) fn edits() -> ContainerEdits {
         let node = DeviceNode {
             host_path: PathBuf::from("/h/dev/demo/accel0"),
             container_path: PathBuf::from("/dev/demo/accel0"),
-            kind: NodeKind::Char,
+            kind: DeviceKind::Char,
             major: 10,
             minor: 237,
             mode: 0o666,
@@ -324,7 +320,7 @@ mod tests {
                 "DEMO_DRIVER_VERSION=1.0".into(),
                 "KEEP=ours".into(),
             ],
-            cgroup_rules: vec![CgroupRule::for_node(&node)],
+            cgroup_rules: vec![node.rule()],
             device_nodes: vec![node],
             mounts: vec![Mount {
                 host_path: PathBuf::from("/h/lib/libdemo.so.1.0.0"),
@@ -604,7 +600,7 @@ mod props {
     use serde_json::{json, Value};
 
     use super::*;
-    use devinject_devices::{CgroupRule, DeviceNode, HookAction, Mount, Symlink};
+    use devinject_devices::{DeviceKind, DeviceNode, HookAction, Mount, Symlink};
 
     const REQUEST_ENV: &str = "DEMO_VISIBLE_DEVICES";
 
@@ -721,9 +717,9 @@ mod props {
                 host_path: PathBuf::from(format!("/host{path}")),
                 container_path: PathBuf::from(path),
                 kind: if char {
-                    NodeKind::Char
+                    DeviceKind::Char
                 } else {
-                    NodeKind::Block
+                    DeviceKind::Block
                 },
                 major,
                 minor,
@@ -745,7 +741,7 @@ mod props {
         )
             .prop_map(|(env, device_nodes, mounts, links)| ContainerEdits {
                 env,
-                cgroup_rules: device_nodes.iter().map(CgroupRule::for_node).collect(),
+                cgroup_rules: device_nodes.iter().map(DeviceNode::rule).collect(),
                 device_nodes,
                 mounts,
                 hooks: if links {
@@ -824,7 +820,7 @@ mod props {
                     .iter()
                     .filter(|n| n.container_path.to_str() == Some(path))
                 {
-                    seen.push((letter(n.kind), u64::from(n.major), u64::from(n.minor)));
+                    seen.push((n.kind.to_string(), u64::from(n.major), u64::from(n.minor)));
                 }
                 seen.iter().any(|s| *s != seen[0])
             }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use devinject_hook::config::HostConfig;
+use devinject_hostconfig::HostConfig;
 use devinject_nri::plugin::Plugin;
 use devinject_nri::session::{serve, End, Registration};
 

@@ -23,11 +23,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use devinject_devices::{AllocateMode, Profile};
-use devinject_hook::config::HostConfig;
+use devinject_hostconfig::HostConfig;
 
-use crate::cdi::{self, CdiReport, CdiRequest, VENDOR};
+use crate::cdi::{self, CdiReport, CdiRequest};
 use crate::doctor::{DoctorReport, DoctorRequest, Section, Severity};
 use crate::report::{Action, FileChange};
+use devinject_devices::CDI_VENDOR;
 
 /// The directories CDI reads specs from, as the engines default to them.
 pub const DEFAULT_CDI_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
@@ -38,7 +39,7 @@ const FIX: &str = "run `devinject-ctl cdi generate` (or keep `devinject-ctl cdi 
 /// The profile a spec file of ours belongs to, from its name.
 fn spec_profile(file_name: &str) -> Option<&str> {
     file_name
-        .strip_prefix(VENDOR)?
+        .strip_prefix(CDI_VENDOR)?
         .strip_prefix('-')?
         .strip_suffix(".json")
         .filter(|p| !p.is_empty())
@@ -302,7 +303,7 @@ pub fn check(
             (
                 Severity::Error,
                 format!(
-                    "the device plugin hands out CDI names ({VENDOR}/{name}=<id>) that no engine \
+                    "the device plugin hands out CDI names ({CDI_VENDOR}/{name}=<id>) that no engine \
                      can resolve, so pods asking for them fail to start"
                 ),
             )

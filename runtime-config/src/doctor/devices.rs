@@ -1,7 +1,7 @@
 //! What discovery finds for each profile, exactly as the hook and the shim would.
 
 use devinject_devices::{discover, DiscoveryError, HostRoots, Inventory, Profile};
-use devinject_hook::config::HostConfig;
+use devinject_hostconfig::HostConfig;
 
 use crate::doctor::{DoctorReport, DoctorRequest, Section, Severity};
 

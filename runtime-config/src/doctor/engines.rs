@@ -200,7 +200,7 @@ fn check_integration(
                     config.display(),
                     req.host_config
                         .as_deref()
-                        .unwrap_or(Path::new(devinject_hook::config::DEFAULT_CONFIG_PATH))
+                        .unwrap_or(Path::new(devinject_hostconfig::DEFAULT_CONFIG_PATH))
                         .display()
                 ),
                 Some(format!(

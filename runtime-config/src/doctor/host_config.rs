@@ -1,10 +1,9 @@
-//! The host configuration, `/etc/devinject/config.toml`, parsed by the hook crate exactly as the
-//! hook and the shim parse it.
+//! The host configuration, `/etc/devinject/config.toml`, parsed with `devinject-hostconfig`,
+//! exactly as the hook and the shim parse it.
 
 use std::path::{Path, PathBuf};
 
-use devinject_hook::config::{HostConfig, DEFAULT_CONFIG_PATH};
-use devinject_hook::policy::RequestPolicy;
+use devinject_hostconfig::{HostConfig, RequestPolicy, DEFAULT_CONFIG_PATH};
 use devinject_podresources_protocol::HELPER_NAME;
 
 use crate::doctor::{DoctorReport, DoctorRequest, Section, Severity};
@@ -114,7 +113,7 @@ pub fn check(req: &DoctorRequest, report: &mut DoctorReport) -> HostConfig {
         }
     }
     if config.runtime.is_none() {
-        let candidates = devinject_hook::config::RUNTIME_CANDIDATES;
+        let candidates = devinject_hostconfig::RUNTIME_CANDIDATES;
         if !candidates
             .iter()
             .any(|c| crate::doctor::is_executable(&req.access(Path::new(c))))

@@ -4,7 +4,7 @@
 //! `/sbin/ldconfig.real`.)
 
 use devinject_devices::elf_linkage::{linkage_of, Linkage};
-use devinject_hook::config::HostConfig;
+use devinject_hostconfig::HostConfig;
 
 use crate::doctor::{DoctorReport, DoctorRequest, Section, Severity};
 

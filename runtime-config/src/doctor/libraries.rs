@@ -1,7 +1,7 @@
 //! The driver's libraries, binaries and files of every profile with devices on this host.
 
 use devinject_devices::{resolve_host_files, Inventory, Profile};
-use devinject_hook::config::HostConfig;
+use devinject_hostconfig::HostConfig;
 
 use crate::doctor::{devices, DoctorReport, DoctorRequest, Section, Severity};
 

@@ -6,7 +6,7 @@
 //! it can name each broken file and still check the others.
 
 use devinject_devices::{Profile, ProfileSet};
-use devinject_hook::config::HostConfig;
+use devinject_hostconfig::HostConfig;
 
 use crate::doctor::{DoctorReport, DoctorRequest, Section, Severity};
 

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use devinject_devices::host_files::HostLibrary;
-use devinject_devices::{Device, DeviceId, DeviceNode, HostFiles, Inventory, NodeKind, Profile};
+use devinject_devices::{Device, DeviceId, DeviceKind, DeviceNode, HostFiles, Inventory, Profile};
 
 /// What `cdi::build_spec` takes besides the request.
 pub struct DemoValues {
@@ -26,7 +26,7 @@ pub fn demo_values(root: &str) -> DemoValues {
     let node = |name: &str, minor| DeviceNode {
         host_path: PathBuf::from(format!("{root}/dev/demo/{name}")),
         container_path: PathBuf::from(format!("/dev/demo/{name}")),
-        kind: NodeKind::Char,
+        kind: DeviceKind::Char,
         major: 10,
         minor,
         mode: 0o660,

@@ -7,7 +7,8 @@
 //!   create` and `kubectl wait`, whose own cost is in both columns);
 //! - the `kubernetes` policy's cost per container start: the pod-resources helper as the hook
 //!   and the shim run it (fork, exec with an empty environment, `List` from the real kubelet,
-//!   the answer), with 1 and with 100 pods on the node;
+//!   the answer), with 1 and with 100 pods on the node, and another build of the helper
+//!   alongside, run by run, with `--compare NAME=DIR`;
 //! - kubelet restart -> plugin registered again, from the kubelet's "serving the registration
 //!   socket" to its "got a registration request", as its own log stamps them.
 //!
@@ -15,12 +16,14 @@
 //! Needs root. Figures are wall times: run it on a quiet machine.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use devinject_tests::bench::stats::Samples;
+use clap::Parser;
+use devinject_benchmarks::stats::{children_cpu, Samples};
+use devinject_podresources_protocol::Request;
 use devinject_tests::bins::bin;
 use devinject_tests::cluster::{Cluster, SLOW};
 use devinject_tests::cri_node::BUSYBOX;
@@ -77,14 +80,17 @@ fn pod_start(c: &Cluster, name: &str, with_device: bool) -> Result<Duration> {
 fn helper_once(helper: &Path, socket: &Path, pod: &str) -> Result<(Duration, Duration)> {
     let cpu_before = children_cpu()?;
     let start = Instant::now();
+    let lookup = Request {
+        socket: socket.to_owned(),
+        timeout: Duration::from_secs(2),
+        namespace: "default".into(),
+        pod: pod.into(),
+        container: "main".into(),
+    };
     let out = Command::new(helper)
         .env_clear()
         .stdin(Stdio::null())
-        .arg(format!("--socket={}", socket.display()))
-        .arg("--timeout-ms=2000")
-        .arg("--namespace=default")
-        .arg(format!("--pod={pod}"))
-        .arg("--container=main")
+        .args(lookup.to_args())
         .output()
         .context("run devinject-podresources")?;
     let took = start.elapsed();
@@ -97,31 +103,23 @@ fn helper_once(helper: &Path, socket: &Path, pod: &str) -> Result<(Duration, Dur
     Ok((took, children_cpu()? - cpu_before))
 }
 
-/// User plus system time of every child reaped so far.
-fn children_cpu() -> Result<Duration> {
-    use nix::sys::resource::{getrusage, UsageWho};
-    let u = getrusage(UsageWho::RUSAGE_CHILDREN).context("getrusage")?;
-    let tv = |t: nix::sys::time::TimeVal| {
-        Duration::from_secs(t.tv_sec().try_into().unwrap_or(0))
-            + Duration::from_micros(t.tv_usec().try_into().unwrap_or(0))
-    };
-    Ok(tv(u.user_time()) + tv(u.system_time()))
-}
-
-/// The helper's wall times and CPU times.
-fn helper_runs(c: &Cluster, pod: &str) -> Result<(Samples, Samples)> {
-    let helper = bin("devinject-podresources");
+/// The wall and CPU times of each helper in `helpers`, run in turn, [`HELPER_RUNS`] times each.
+fn helper_runs(c: &Cluster, pod: &str, helpers: &[PathBuf]) -> Result<Vec<(Samples, Samples)>> {
     let socket = c.in_node_ns("/var/lib/kubelet/pod-resources/kubelet.sock")?;
-    for _ in 0..5 {
-        helper_once(&helper, &socket, pod)?;
+    for helper in helpers {
+        for _ in 0..5 {
+            helper_once(helper, &socket, pod)?;
+        }
     }
-    let (mut wall, mut cpu) = (Samples::default(), Samples::default());
+    let mut out = vec![(Samples::default(), Samples::default()); helpers.len()];
     for _ in 0..HELPER_RUNS {
-        let (w, c) = helper_once(&helper, &socket, pod)?;
-        wall.push(w);
-        cpu.push(c);
+        for (helper, (wall, cpu)) in helpers.iter().zip(&mut out) {
+            let (w, c) = helper_once(helper, &socket, pod)?;
+            wall.push(w);
+            cpu.push(c);
+        }
     }
-    Ok((wall, cpu))
+    Ok(out)
 }
 
 fn ms(d: Duration) -> String {
@@ -139,7 +137,17 @@ fn row(name: &str, s: &Samples) -> String {
     )
 }
 
-fn run() -> Result<()> {
+fn run(compare: Option<(String, PathBuf)>) -> Result<()> {
+    // The shipped helper first; the compared build's rows say its name.
+    let mut helpers = vec![(String::new(), bin("devinject-podresources"))];
+    if let Some((name, dir)) = compare {
+        let helper = dir.join("devinject-podresources");
+        if !helper.is_file() {
+            bail!("{} is not built (--compare)", helper.display());
+        }
+        helpers.push((format!(", {name} build"), helper));
+    }
+    let paths: Vec<PathBuf> = helpers.iter().map(|(_, p)| p.clone()).collect();
     let mut c = Cluster::start()?;
     c.runtime_class()?;
     emit(
@@ -186,7 +194,7 @@ fn run() -> Result<()> {
         "pod/asker",
         "--timeout=120s",
     ])?;
-    let one = helper_runs(&c, "asker")?;
+    let one = helper_runs(&c, "asker", &paths)?;
     let mut list = String::new();
     for i in 0..99 {
         list += &pod_yaml(&format!("filler-{i}"), false);
@@ -206,20 +214,25 @@ fn run() -> Result<()> {
             .count();
         Ok((running >= 100).then_some(()))
     })?;
-    let hundred = helper_runs(&c, "asker")?;
-    emit(&row(
-        "policy helper (exec + List), 1 pod on the node",
-        &one.0,
-    ));
-    emit(&row(
-        "policy helper (exec + List), 100 pods on the node",
-        &hundred.0,
-    ));
-    emit(&row("policy helper's CPU (user + sys), 1 pod", &one.1));
-    emit(&row(
-        "policy helper's CPU (user + sys), 100 pods",
-        &hundred.1,
-    ));
+    let hundred = helper_runs(&c, "asker", &paths)?;
+    for (i, (build, _)) in helpers.iter().enumerate() {
+        emit(&row(
+            &format!("policy helper (exec + List), 1 pod on the node{build}"),
+            &one[i].0,
+        ));
+        emit(&row(
+            &format!("policy helper (exec + List), 100 pods on the node{build}"),
+            &hundred[i].0,
+        ));
+        emit(&row(
+            &format!("policy helper's CPU (user + sys), 1 pod{build}"),
+            &one[i].1,
+        ));
+        emit(&row(
+            &format!("policy helper's CPU (user + sys), 100 pods{build}"),
+            &hundred[i].1,
+        ));
+    }
     c.kubectl(&[
         "delete",
         "pods",
@@ -259,8 +272,25 @@ fn emit(line: &str) {
     let _ = out.flush();
 }
 
+/// Benchmark: what devinject costs on a real cluster: pod start to Ready with a device against
+/// one without, the `kubernetes` policy's pod-resources lookup per container start, and the
+/// device plugin's re-registration after a kubelet restart.
+///
+/// Prints a Markdown section on stdout; the figures are in docs/benchmarks.md. Binaries come
+/// from DEVINJECT_BIN_DIR, Kubernetes from DEVINJECT_KUBE_BIN (scripts/kube-build.sh). Needs
+/// root; run it on a quiet machine, through scripts/bench.sh.
+#[derive(Parser, Debug)]
+#[command(name = "devinject-cluster-bench")]
+struct Cli {
+    /// Another build of the pod-resources helper to run alongside the shipped one, as NAME=DIR
+    /// (scripts/bench.sh passes the glibc build of the helper it ships built against musl).
+    #[arg(long, value_parser = devinject_benchmarks::stats::name_and_dir)]
+    compare: Option<(String, PathBuf)>,
+}
+
 fn main() -> ExitCode {
-    match run() {
+    let cli = Cli::parse();
+    match run(cli.compare) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("devinject-cluster-bench: {e:#}");

@@ -1,21 +1,70 @@
-//! Device rules: which device (type, major, minor) may be used how (read, write, mknod).
+//! One device rule, in one vocabulary, from the planner to the kernel and the specs: which
+//! device ([`DeviceKind`], major, minor) may be used how ([`Access`]: read, write, mknod).
+//!
+//! The planner (`devinject-devices`) makes a [`DeviceRule`] for each node it grants; the cgroup
+//! crate writes the same value to `devices.allow` or compiles it into the eBPF allow prefix;
+//! the runtime shim renders it into `linux.resources.devices`, the CDI exporter into a device
+//! node's `permissions`. Each reads the letters and type codes from here, so no layer formats
+//! or parses them on its own, and handing the plan's rules to the cgroup crate cannot fail.
 //!
 //! The text form is the cgroup v1 `devices.allow` line, `c 1:3 rwm`, which is also how
 //! rules appear in logs and errors. Wildcards (`*`, `a`) are deliberately not supported: a
 //! hook grants exactly the nodes it was asked for and never a whole class of devices.
+//!
+//! With the `serde` feature the types serialize as the plan always has: the kind as `Char` /
+//! `Block`, the access as its letters.
 
 use std::fmt;
 use std::str::FromStr;
-
-use crate::error::CgroupError;
 
 /// Largest major number the kernel encodes in a `dev_t` (12 bits).
 pub const MAX_MAJOR: u32 = (1 << 12) - 1;
 /// Largest minor number the kernel encodes in a `dev_t` (20 bits, `MINORBITS`).
 pub const MAX_MINOR: u32 = (1 << 20) - 1;
 
+/// Why a rule did not parse or cannot be expressed to the kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleError {
+    /// A textual rule or access string did not parse.
+    Parse {
+        /// The text given.
+        input: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A rule cannot be expressed to the kernel.
+    Invalid {
+        /// The rule, as text.
+        rule: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+}
+
+impl fmt::Display for RuleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Parse { input, reason } => write!(f, "invalid device rule {input:?}: {reason}"),
+            Self::Invalid { rule, reason } => write!(f, "invalid device rule \"{rule}\": {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for RuleError {}
+
+impl RuleError {
+    /// `input` did not parse, for `reason`.
+    fn parse(input: &str, reason: &str) -> Self {
+        Self::Parse {
+            input: input.to_owned(),
+            reason: reason.to_owned(),
+        }
+    }
+}
+
 /// Character or block device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub enum DeviceKind {
     /// Character device, `c`.
     Char,
@@ -24,11 +73,28 @@ pub enum DeviceKind {
 }
 
 impl DeviceKind {
-    /// The letter used by `devices.allow` and `ls -l`.
+    /// The letter used by `devices.allow`, the OCI spec, CDI, `mknod` and `ls -l`.
     pub fn letter(self) -> char {
         match self {
             DeviceKind::Char => 'c',
             DeviceKind::Block => 'b',
+        }
+    }
+
+    /// [`DeviceKind::letter`] as a string, for JSON fields (`"type": "c"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceKind::Char => "c",
+            DeviceKind::Block => "b",
+        }
+    }
+
+    /// The kind named by `c` or `b`; `None` for anything else.
+    pub fn from_letter(letter: &str) -> Option<Self> {
+        match letter {
+            "c" => Some(DeviceKind::Char),
+            "b" => Some(DeviceKind::Block),
+            _ => None,
         }
     }
 
@@ -44,7 +110,7 @@ impl DeviceKind {
 
 impl fmt::Display for DeviceKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.letter())
+        f.write_str(self.as_str())
     }
 }
 
@@ -105,15 +171,20 @@ impl fmt::Display for Access {
     }
 }
 
+#[cfg(feature = "serde")]
+impl serde::Serialize for Access {
+    /// As its letters, `"rwm"`.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
 impl FromStr for Access {
-    type Err = CgroupError;
+    type Err = RuleError;
 
     /// Parses letters from `rwm` in any order, each at most once, at least one.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = |reason: &str| CgroupError::ParseRule {
-            input: s.to_owned(),
-            reason: reason.to_owned(),
-        };
+        let err = |reason: &str| RuleError::parse(s, reason);
         if s.is_empty() {
             return Err(err("empty access, expected letters from \"rwm\""));
         }
@@ -136,6 +207,7 @@ impl FromStr for Access {
 
 /// One device the container may use, and how.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct DeviceRule {
     /// Character or block.
     pub kind: DeviceKind,
@@ -159,7 +231,7 @@ impl DeviceRule {
     }
 
     /// Checks the numbers fit a `dev_t` and that the rule grants something.
-    pub fn validate(&self) -> Result<(), CgroupError> {
+    pub fn validate(&self) -> Result<(), RuleError> {
         let reason = if self.major > MAX_MAJOR {
             "major number above 4095"
         } else if self.minor > MAX_MINOR {
@@ -169,7 +241,7 @@ impl DeviceRule {
         } else {
             return Ok(());
         };
-        Err(CgroupError::InvalidRule {
+        Err(RuleError::Invalid {
             rule: format!(
                 "{} {}:{} {}",
                 self.kind, self.major, self.minor, self.access
@@ -199,25 +271,19 @@ impl fmt::Display for DeviceRule {
 }
 
 impl FromStr for DeviceRule {
-    type Err = CgroupError;
+    type Err = RuleError;
 
     /// Parses `c 1:3 rwm` / `b 8:0 r` (no wildcards).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = |reason: &str| CgroupError::ParseRule {
-            input: s.to_owned(),
-            reason: reason.to_owned(),
-        };
+        let err = |reason: &str| RuleError::parse(s, reason);
         let mut fields = s.split_whitespace();
         let (Some(kind), Some(numbers), Some(access), None) =
             (fields.next(), fields.next(), fields.next(), fields.next())
         else {
             return Err(err("expected \"<c|b> <major>:<minor> <rwm>\""));
         };
-        let kind = match kind {
-            "c" => DeviceKind::Char,
-            "b" => DeviceKind::Block,
-            _ => return Err(err("device type must be \"c\" or \"b\"")),
-        };
+        let kind = DeviceKind::from_letter(kind)
+            .ok_or_else(|| err("device type must be \"c\" or \"b\""))?;
         let (major, minor) = numbers
             .split_once(':')
             .ok_or_else(|| err("expected <major>:<minor>"))?;
@@ -227,7 +293,7 @@ impl FromStr for DeviceRule {
         };
         // Name the whole rule, not only its access part, when the letters are wrong.
         let access = access.parse().map_err(|e| match e {
-            CgroupError::ParseRule { reason, .. } => err(&format!("access {access:?}: {reason}")),
+            RuleError::Parse { reason, .. } => err(&format!("access {access:?}: {reason}")),
             other => other,
         })?;
         let rule = DeviceRule::new(kind, number(major)?, number(minor)?, access);
@@ -245,6 +311,18 @@ mod tests {
         for text in ["c 1:3 rwm", "b 8:0 r", "c 10:200 rw", "c 4095:1048575 m"] {
             let rule: DeviceRule = text.parse().expect("valid rule");
             assert_eq!(rule.to_string(), text);
+        }
+    }
+
+    #[test]
+    fn kind_letters_round_trip_and_nothing_else_is_a_kind() {
+        for kind in [DeviceKind::Char, DeviceKind::Block] {
+            assert_eq!(kind.as_str(), kind.letter().to_string());
+            assert_eq!(kind.to_string(), kind.as_str());
+            assert_eq!(DeviceKind::from_letter(kind.as_str()), Some(kind));
+        }
+        for other in ["", "u", "p", "a", "C", "cb"] {
+            assert_eq!(DeviceKind::from_letter(other), None, "{other:?}");
         }
     }
 

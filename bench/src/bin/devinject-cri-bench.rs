@@ -21,7 +21,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use devinject_tests::bench::stats::{short, Samples};
+use clap::Parser;
+use devinject_benchmarks::stats::{short, Samples};
 use devinject_tests::cri::ContainerSpec;
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::cri_release::{Paths, ReleaseNode};
@@ -145,7 +146,18 @@ fn run() -> Result<()> {
     Ok(())
 }
 
+/// Benchmark: what each injection path (CDI, NRI, the devinject runtime) costs a container start
+/// on containerd 1.7, driven through CRI as the kubelet drives it, against the native path.
+///
+/// Prints a Markdown section on stdout; the figures are in docs/benchmarks.md. Binaries come
+/// from DEVINJECT_BIN_DIR. Needs root and containerd 1.7 from scripts/runtimes-fetch.sh; run it
+/// on a quiet machine, through scripts/bench.sh.
+#[derive(Parser, Debug)]
+#[command(name = "devinject-cri-bench")]
+struct Cli {}
+
 fn main() -> ExitCode {
+    Cli::parse();
     if !nix::unistd::Uid::effective().is_root() {
         eprintln!("devinject-cri-bench: needs root");
         return ExitCode::FAILURE;

@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
 
-use super::host::BenchHost;
-use super::start::{Case, Setup, Variant};
-use super::stats::Samples;
-use crate::runc::container_id;
+use crate::host::BenchHost;
+use crate::start::{Case, Setup, Variant};
+use crate::stats::Samples;
+use devinject_tests::runc::container_id;
 
 /// The variants of a round, in their first order; the last is native again (A/A).
 const VARIANTS: [Variant; 4] = [

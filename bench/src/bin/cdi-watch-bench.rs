@@ -18,12 +18,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use devinject_tests::bench::stats::{short, Samples};
+use devinject_benchmarks::stats::{short, Samples};
 use devinject_tests::{bins, sim};
 use inotify::{Inotify, WatchMask};
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 
-/// How soon `cdi generate --watch` refreshes a CDI spec after a node appears or goes.
+/// Benchmark: how soon `devinject-ctl cdi generate --watch` refreshes a CDI spec after a device
+/// node appears or goes.
+///
+/// Prints the latencies and the watcher's CPU time per refresh as Markdown; the figures are in
+/// docs/benchmarks.md. Needs root; run it on a quiet machine, through scripts/bench.sh.
 #[derive(Parser, Debug)]
 #[command(name = "cdi-watch-bench")]
 struct Cli {

@@ -1,6 +1,6 @@
 //! Row 3: `docker run --device ... -v lib:lib:ro` against `docker run --runtime=devinject -e ...`
 //! (the shim) and the hook-only wrapper runtime, on a private docker engine
-//! ([`crate::docker::Engine`]: its own containerd and dockerd, never the host's daemon).
+//! ([`devinject_tests::docker::Engine`]: its own containerd and dockerd, never the host's daemon).
 //!
 //! Every `docker run --rm` of `/bin/true` is timed from the CLI's spawn to its exit: the API
 //! call, containerd, the runc shim, runc (and devinject), the container's exit and its removal.
@@ -11,15 +11,15 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use super::host::{BenchHost, REQUEST_ENV};
-use super::matrix::{check_probe, in_turn};
-use super::start::Binaries;
-use super::stats::Samples;
-use super::Options;
-use crate::docker::{Engine, RuntimeEntry, IMAGE};
-use crate::probe::probe_args;
-use crate::runc::describe;
-use crate::skip::which;
+use crate::host::{BenchHost, REQUEST_ENV};
+use crate::matrix::{check_probe, in_turn};
+use crate::start::Binaries;
+use crate::stats::Samples;
+use crate::Options;
+use devinject_tests::docker::{Engine, RuntimeEntry, IMAGE};
+use devinject_tests::probe::probe_args;
+use devinject_tests::runc::describe;
+use devinject_tests::skip::which;
 
 /// The shim's runtime name.
 const SHIM: &str = "devinject";
@@ -151,7 +151,7 @@ fn run(opts: &Options, host: &BenchHost, bins: &Binaries) -> Result<DockerFigure
         .iter()
         .map(|n| n.container_path.as_str())
         .collect();
-    let libs = super::matrix::probe_libs(host);
+    let libs = crate::matrix::probe_libs(host);
     let lib_refs: Vec<&str> = libs.iter().map(String::as_str).collect();
     for (name, args, injects) in &variants {
         let mut a: Vec<String> = args.clone();

@@ -6,8 +6,8 @@
 
 use std::path::Path;
 
+use devinject_benchmarks::timer::read_records;
 use devinject_hook::inject::ld_so_cache::{Cache, Entry};
-use devinject_tests::bench::timer::read_records;
 use devinject_tests::bins::bin;
 use devinject_tests::runc::{container_id, describe, Bundle};
 use devinject_tests::sim::demo_host;

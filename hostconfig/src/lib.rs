@@ -1,17 +1,28 @@
-//! The host configuration file, `/etc/devinject/config.toml`.
+//! The host configuration file, `/etc/devinject/config.toml`: its keys, their defaults and
+//! their validation, shared by everything that reads it (the hook and the runtime shim, the NRI
+//! plugin, `devinject-ctl doctor`, the installer that writes it).
 //!
 //! Every key is optional; a missing file means all defaults. Unknown keys are errors so a typo
 //! cannot silently change behaviour on a node.
+//!
+//! - [`HostConfig`]: the file, [`HostConfig::load`] and [`HostConfig::parse`], [`ConfigError`].
+//! - [`policy`]: the request policy settings (`policy`, `non_kubernetes`, `on_denied`).
+//! - [`inject`]: how the hook injects (`mount_api`, `ldcache`).
+//!
+//! The settings are plain data: the hook turns them into what it runs (the pod-resources
+//! helper, the ldconfig child), so this crate links none of that. docs/hook.md lists the keys;
+//! a test here checks the list against the parser.
+
+pub mod inject;
+pub mod policy;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use devinject_devices::HostRoots;
 use serde::Deserialize;
 
-use crate::inject::ldcache::CacheWriter;
-use crate::policy::helper::PodResourcesHelper;
-use crate::policy::{NonKubernetes, OnDenied, PolicySettings, RequestPolicy};
+pub use inject::{CacheWriter, MountApi};
+pub use policy::{NonKubernetes, OnDenied, PolicySettings, RequestPolicy};
 
 /// Where the hook and shim read their configuration unless told otherwise.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/devinject/config.toml";
@@ -35,18 +46,6 @@ pub enum ConfigError {
         /// The parser's message with line and key.
         message: String,
     },
-}
-
-/// How injected files are mounted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum MountApi {
-    /// The new mount API (`open_tree` + `mount_setattr` + `move_mount`, Linux 5.12+) where the
-    /// kernel has it, else the classic bind + remount.
-    #[default]
-    Auto,
-    /// Always the classic `mount(MS_BIND)` then `MS_REMOUNT|MS_RDONLY`.
-    Classic,
 }
 
 /// The host configuration.
@@ -191,25 +190,6 @@ impl HostConfig {
         }
     }
 
-    /// The kubelet's pod-resources API, asked through the configured helper with the
-    /// configured socket and timeout. Nothing runs until a lookup.
-    pub fn pod_resources(&self) -> PodResourcesHelper {
-        PodResourcesHelper {
-            path: self.pod_resources_helper.clone(),
-            socket: self.pod_resources_socket.clone(),
-            timeout: Duration::from_millis(self.pod_resources_timeout_ms),
-        }
-    }
-
-    /// The ldconfig to run and its time limit.
-    pub fn ldconfig_command(&self) -> crate::inject::ldcache::Ldconfig {
-        crate::inject::ldcache::Ldconfig {
-            writer: self.ldcache,
-            path: self.ldconfig.clone(),
-            timeout_secs: self.ldconfig_timeout,
-        }
-    }
-
     /// The host roots discovery and resolution use.
     pub fn roots(&self) -> HostRoots {
         HostRoots {
@@ -303,9 +283,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.policy, RequestPolicy::Env);
-        assert_eq!(c.pod_resources().socket, Path::new("/k/pr.sock"));
-        assert_eq!(c.pod_resources().timeout, Duration::from_millis(50));
-        assert_eq!(c.pod_resources().path, None, "next to the hook by default");
+        assert_eq!(c.pod_resources_socket, Path::new("/k/pr.sock"));
+        assert_eq!(c.pod_resources_timeout_ms, 50);
+        assert_eq!(c.pod_resources_helper, None, "next to the hook by default");
         assert_eq!(c.non_kubernetes, NonKubernetes::Refuse);
         assert_eq!(c.on_denied, OnDenied::Ignore);
         let err = HostConfig::parse("policy = \"kube\"\n", p)
@@ -322,7 +302,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            c.pod_resources().path.as_deref(),
+            c.pod_resources_helper.as_deref(),
             Some(Path::new("/opt/devinject/bin/devinject-podresources"))
         );
         let err = HostConfig::parse("pod_resources_helper = \"bin/devinject-podresources\"\n", p)

@@ -17,8 +17,8 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
-/// The filesystem of the upper layers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The filesystem of the upper layers (`--layers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LayerFs {
     /// A fresh ext4 on a loop device.
     Ext4,

@@ -11,13 +11,13 @@ use std::path::Path;
 
 use anyhow::{bail, ensure, Result};
 
-use super::host::{BenchHost, HostFactory};
-use super::start::{Case, Setup, Variant};
-use super::stats::{Kib, Samples};
-use super::timer::read_records;
-use super::Options;
-use crate::probe::{probe_args, Report};
-use crate::runc::container_id;
+use crate::host::{BenchHost, HostFactory};
+use crate::start::{Case, Setup, Variant};
+use crate::stats::{Kib, Samples};
+use crate::timer::read_records;
+use crate::Options;
+use devinject_tests::probe::{probe_args, Report};
+use devinject_tests::runc::container_id;
 
 /// The figures of one (N, L) row.
 #[derive(Debug, Clone)]
@@ -183,7 +183,7 @@ fn verify(case: &Case, host: &BenchHost) -> Result<()> {
         bail!(
             "{}: probe container failed: {}",
             case.variant.name(),
-            crate::runc::describe(&out)
+            devinject_tests::runc::describe(&out)
         );
     }
     let injected = case.variant != Variant::Native;
@@ -202,7 +202,7 @@ pub fn check_probe(name: &str, stdout: &str, host: &BenchHost, injected: bool) -
     for n in &host.nodes {
         let r = report.nodes.get(&n.container_path);
         ensure!(
-            r.is_some_and(|r| r.kind == "c" && r.major == super::host::MAJOR && r.minor == n.minor),
+            r.is_some_and(|r| r.kind == "c" && r.major == crate::host::MAJOR && r.minor == n.minor),
             "{name}: node {} wrong or missing: {r:?}",
             n.container_path
         );

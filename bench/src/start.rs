@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 
-use super::host::{BenchHost, MAJOR, REQUEST_ENV};
-use super::overlay::FreshRootfs;
-use super::scratch::Scratch;
-use crate::runc::{describe, Bundle};
+use crate::host::{BenchHost, MAJOR, REQUEST_ENV};
+use crate::overlay::FreshRootfs;
+use crate::scratch::Scratch;
+use devinject_tests::runc::{describe, Bundle};
 
 /// How the container gets its devices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,12 +12,16 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
-use devinject_tests::bench::scratch::LayerFs;
-use devinject_tests::bench::{self, Options, Part};
+use clap::{Parser, Subcommand};
+use devinject_benchmarks::scratch::LayerFs;
+use devinject_benchmarks::{self as bench, Options, Part};
 
-/// What devinject costs a container start (runc with the hook, the shim, docker), against the
-/// native path; prints Markdown tables (docs/benchmarks.md).
+/// Benchmark: what devinject costs a container start (runc with the hook, the shim, docker),
+/// against the native path.
+///
+/// Prints Markdown tables on stdout, progress on stderr; the figures and how they are taken are
+/// in docs/benchmarks.md (rows 1 to 3, 5, 9 and 11). Needs root; run it on a quiet machine, through
+/// scripts/bench.sh, which builds the release binaries first.
 #[derive(Parser, Debug)]
 #[command(name = "devinject-bench", version)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -67,59 +71,25 @@ struct RunArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "start,pass-through,docker,discovery,storm"
+        default_value = "start,pass-through,docker,discovery,storm,startup"
     )]
-    only: Vec<PartArg>,
+    only: Vec<Part>,
     /// Filesystem of the containers' writable layers.
     #[arg(long, value_enum, default_value = "ext4")]
-    layers: LayersArg,
+    layers: LayerFs,
     /// Keep the work files in this directory (default: a temporary directory, removed).
     #[arg(long)]
     work_dir: Option<PathBuf>,
     /// Directory of the built devinject binaries (default: this binary's directory).
     #[arg(long)]
     bin_dir: Option<PathBuf>,
-}
-
-#[derive(Copy, Clone, Debug, ValueEnum)]
-enum PartArg {
-    Start,
-    PassThrough,
-    Docker,
-    Discovery,
-    Storm,
-}
-
-impl From<PartArg> for Part {
-    fn from(p: PartArg) -> Self {
-        match p {
-            PartArg::Start => Part::Start,
-            PartArg::PassThrough => Part::PassThrough,
-            PartArg::Docker => Part::Docker,
-            PartArg::Discovery => Part::Discovery,
-            PartArg::Storm => Part::Storm,
-        }
-    }
-}
-
-#[derive(Copy, Clone, Debug, ValueEnum)]
-enum LayersArg {
-    /// A fresh ext4 filesystem on a loop device.
-    Ext4,
-    /// A tmpfs.
-    Tmpfs,
-    /// The work dir's own filesystem.
-    Dir,
-}
-
-impl From<LayersArg> for LayerFs {
-    fn from(l: LayersArg) -> Self {
-        match l {
-            LayersArg::Ext4 => LayerFs::Ext4,
-            LayersArg::Tmpfs => LayerFs::Tmpfs,
-            LayersArg::Dir => LayerFs::Dir,
-        }
-    }
+    /// Timed runs of each binary in the start-up row (row 11).
+    #[arg(long, default_value_t = 300)]
+    startup_runs: usize,
+    /// Another build of the shim and the helper to compare in the start-up row, as NAME=DIR
+    /// (scripts/bench.sh passes the glibc builds of the binaries it ships built against musl).
+    #[arg(long, value_parser = bench::stats::name_and_dir)]
+    compare: Option<(String, PathBuf)>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -166,10 +136,12 @@ fn main() -> ExitCode {
         discovery_libraries: a.discovery_libraries,
         storm_sizes: a.storm,
         storm_rounds: a.storm_rounds.max(1),
-        parts: a.only.into_iter().map(Part::from).collect(),
-        layer_fs: a.layers.into(),
+        parts: a.only,
+        layer_fs: a.layers,
         work_dir: a.work_dir,
         bin_dir,
+        compare: a.compare,
+        startup_runs: a.startup_runs.max(1),
         command: command_line(),
     };
     match bench::run(&opts) {

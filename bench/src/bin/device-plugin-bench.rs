@@ -1,6 +1,6 @@
 //! Device plugin benchmark: the real `devinject-device-plugin` against the test kubelet.
 //!
-//! Run as root: `cargo run --release -p devinject-tests --bin device-plugin-bench`.
+//! Run as root: `cargo run --release -p devinject-benchmarks --bin device-plugin-bench`.
 //! Measures start-up to registration, `Allocate` latency over 10 000 calls (back to back, and
 //! paced as a kubelet would call), the time from a
 //! device node's removal or re-creation to the `ListAndWatch` message, and the daemon's resident
@@ -11,10 +11,11 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use devinject_device_plugin::advertisement::{Advertisement, ScannedDevice};
 use devinject_device_plugin::allocate::container_response;
 use devinject_device_plugin::api::v1beta1::{AllocateRequest, ContainerAllocateRequest};
@@ -30,13 +31,24 @@ const HEALTH_ROUNDS: usize = 50;
 const STARTS: usize = 5;
 const PACE: Duration = Duration::from_micros(500);
 
+/// Benchmark: the real `devinject-device-plugin` against the test kubelet: start-up to
+/// registration, `Allocate` latency, health-change latency and resident memory.
+///
+/// Prints the figures on stdout; they are in docs/benchmarks.md (row 4). Needs root; run it on a
+/// quiet machine, through scripts/bench.sh.
+#[derive(Parser, Debug)]
+#[command(name = "device-plugin-bench")]
+struct Cli {
+    /// Child mode: echo 64-byte messages on a Unix socket at this path (the round-trip
+    /// baseline).
+    #[arg(long = "echo-server", hide = true, value_name = "PATH")]
+    echo_server: Option<PathBuf>,
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if let [_, flag, path] = args.as_slice() {
-        if flag == ECHO_FLAG {
-            echo_server(Path::new(path));
-            return;
-        }
+    if let Some(path) = Cli::parse().echo_server {
+        echo_server(&path);
+        return;
     }
     if !nix::unistd::geteuid().is_root() {
         eprintln!("device-plugin-bench: needs root (mknod)");
@@ -159,7 +171,7 @@ async fn bench() {
 
     // The handler's own work, without transport: the pure Allocate function in this process.
     let resource = ResourceConfig {
-        profile: "alpha".into(),
+        profile: devinject_devices::ProfileName::new("alpha").expect("a valid profile name"),
         resource_name: "devinject.io/alpha".into(),
         request_env: "ALPHA_VISIBLE_DEVICES".into(),
         request_annotation: "devinject.io/alpha.devices".into(),

@@ -1,5 +1,23 @@
-//! The benchmark behind `devinject-bench` (run by `scripts/bench.sh`): what devinject adds to a
-//! container start, side by side with the native path.
+//! devinject's benchmarks: what devinject costs a container start, a pod start and a device
+//! plugin call, side by side with the native path. scripts/bench.sh builds them as they ship and
+//! runs them; the figures, and how each is taken, are in docs/benchmarks.md. Benchmarks, not
+//! tests: they print figures and fail only when they cannot measure. The machinery they share
+//! with the integration tests (runc bundles, simulated hosts, private containerd and dockerd,
+//! the test kubelet, the cluster) comes from `devinject-tests`.
+//!
+//! The binaries (`src/bin/`):
+//!
+//! - `devinject-bench`: container starts with runc, the hook, the shim and docker (rows 1 to 3,
+//!   5, 9 and 11), built on this library; `devinject-bench time` times the hook or the shim by
+//!   itself.
+//! - `device-plugin-bench`: the device plugin's registration, `Allocate` latency, health
+//!   changes and memory (row 4).
+//! - `cdi-watch-bench`: how soon `devinject-ctl cdi generate --watch` refreshes a CDI spec.
+//! - `devinject-cri-bench`: each injection path on containerd 1.7, through CRI.
+//! - `devinject-cluster-bench`: pod starts, the `kubernetes` policy and plugin re-registration
+//!   on a real cluster.
+//!
+//! The library, mostly `devinject-bench`'s rows:
 //!
 //! - [`host`]: simulated hosts with N mknod'ed devices and L gcc-built libraries, and a profiles
 //!   dir with the `bench` profile and every shipped one.
@@ -11,10 +29,9 @@
 //! - [`docker`]: row 3.
 //! - [`discovery`]: row 5, in-process.
 //! - [`storm`]: row 9, many containers started at once.
-//! - [`stats`] and [`report`]: medians with min and max, and the Markdown tables.
-//!
-//! Row 4 (the device plugin's Allocate latency) is the plugin's own benchmark; scripts/bench.sh
-//! runs it when it exists.
+//! - [`startup`]: row 11, the CPU of the shim's and the helper's start-up.
+//! - [`stats`] and [`report`]: medians with min and max, and the Markdown tables; [`stats`] serves
+//!   every binary.
 
 pub mod discovery;
 pub mod docker;
@@ -24,6 +41,7 @@ pub mod overlay;
 pub mod report;
 pub mod scratch;
 pub mod start;
+pub mod startup;
 pub mod stats;
 pub mod storm;
 pub mod timer;
@@ -33,15 +51,15 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::runc::Bundle;
-use crate::skip::which;
+use devinject_tests::runc::Bundle;
+use devinject_tests::skip::which;
 use host::HostFactory;
 use report::{Environment, Report};
 use scratch::{LayerFs, Scratch};
 use start::{Binaries, Setup};
 
-/// The parts of the benchmark.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The parts of the benchmark (`--only`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Part {
     /// Row 1: the N × L matrix.
     Start,
@@ -53,6 +71,8 @@ pub enum Part {
     Discovery,
     /// Row 9: start storms.
     Storm,
+    /// Row 11: the CPU of the shim's and the helper's start-up.
+    Startup,
 }
 
 /// What to measure and how often.
@@ -88,6 +108,10 @@ pub struct Options {
     pub work_dir: Option<PathBuf>,
     /// Directory of the built binaries.
     pub bin_dir: PathBuf,
+    /// A second build of the shim and the helper to compare in row 11 (name, directory).
+    pub compare: Option<(String, PathBuf)>,
+    /// Timed runs of each binary in row 11 (each run is about a millisecond).
+    pub startup_runs: usize,
     /// The command line, for the report.
     pub command: String,
 }
@@ -164,11 +188,26 @@ pub fn run(opts: &Options) -> Result<Report> {
             opts.storm_rounds,
         )?;
     }
+    if opts.parts.contains(&Part::Startup) {
+        let host = factory.host(1, 0)?;
+        let mut builds = vec![startup::Build::in_dir("as shipped", &bin_dir)?];
+        if let Some((name, dir)) = &opts.compare {
+            builds.push(startup::Build::in_dir(name, dir)?);
+        }
+        report.startup = Some(startup::measure(
+            &dir.join("startup"),
+            &host,
+            &builds,
+            opts.startup_runs,
+            opts.warmup.max(10),
+        )?);
+    }
     report.env.load_after = load_average();
     Ok(report)
 }
 
-fn existing(p: PathBuf) -> Result<PathBuf> {
+/// `p`, when it is a built binary.
+pub(crate) fn existing(p: PathBuf) -> Result<PathBuf> {
     if !p.is_file() {
         bail!(
             "{} is not built: run `cargo build --release --workspace --bins` (scripts/bench.sh does)",

@@ -2,11 +2,12 @@
 
 use std::fmt::Write;
 
-use super::discovery::DiscoveryRow;
-use super::docker::DockerRow;
-use super::matrix::{MatrixRow, PassThrough};
-use super::stats::{short, Samples};
-use super::storm::StormRow;
+use crate::discovery::DiscoveryRow;
+use crate::docker::DockerRow;
+use crate::matrix::{MatrixRow, PassThrough};
+use crate::startup::{Binary, Startup};
+use crate::stats::{short, Samples};
+use crate::storm::StormRow;
 
 /// Where and how the figures were taken.
 #[derive(Debug, Clone, Default)]
@@ -48,6 +49,8 @@ pub struct Report {
     pub discovery: Option<DiscoveryRow>,
     /// Row 9.
     pub storm: Vec<StormRow>,
+    /// Row 11.
+    pub startup: Option<Startup>,
 }
 
 /// The targets of the benchmark issue.
@@ -62,6 +65,8 @@ pub mod targets {
     pub const HOOK_RSS_MIB: f64 = 4.0;
     /// Per-start p99 in a storm of 50 over native's.
     pub const STORM_P99_RATIO: f64 = 1.10;
+    /// The shim's own CPU for a container that asks for nothing, in milliseconds.
+    pub const SHIM_NOTHING_CPU_MS: f64 = 0.3;
 }
 
 fn ratio(v: f64) -> String {
@@ -216,6 +221,9 @@ impl Report {
         if !self.storm.is_empty() {
             o.push_str(&self.storm_table());
         }
+        if let Some(s) = &self.startup {
+            o.push_str(&startup_table(s));
+        }
         o.push_str(&self.targets());
         o
     }
@@ -337,6 +345,19 @@ impl Report {
                 );
             }
         }
+        if let Some(s) = &self.startup {
+            if let Some(shim) = s.rows.iter().find(|r| r.binary == Binary::Shim) {
+                let own = ms(&shim.cpu) - ms(&s.floor);
+                line(
+                    &mut o,
+                    own <= targets::SHIM_NOTHING_CPU_MS,
+                    format!(
+                        "the shim's own CPU for a container that asks for nothing {own:.2} ms (target ≤ {} ms)",
+                        targets::SHIM_NOTHING_CPU_MS
+                    ),
+                );
+            }
+        }
         if let Some(p) = &self.pass_through {
             let q = p.shim.ratio_to(&p.runc);
             line(
@@ -350,4 +371,37 @@ impl Report {
         }
         o
     }
+}
+
+fn startup_table(s: &Startup) -> String {
+    let mut o = String::from(
+        "### 11. Start-up CPU (user + system) per run, from each reaped child's rusage\n\n\
+         | binary | build | CPU median ms | p90 | minus `/bin/true` |\n\
+         |---|---|---|---|---|\n",
+    );
+    let floor = ms(&s.floor);
+    let _ = writeln!(
+        o,
+        "| `/bin/true` | – | {} | {} | – |",
+        short(floor),
+        short(s.floor.quantile(0.9).as_secs_f64() * 1e3)
+    );
+    for r in &s.rows {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} |",
+            r.binary.label(),
+            r.build,
+            short(ms(&r.cpu)),
+            short(r.cpu.quantile(0.9).as_secs_f64() * 1e3),
+            // Only the shim runs `/bin/true` after itself.
+            if r.binary == Binary::Shim {
+                short(ms(&r.cpu) - floor)
+            } else {
+                "–".to_owned()
+            },
+        );
+    }
+    o.push('\n');
+    o
 }

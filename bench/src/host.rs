@@ -12,7 +12,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::sim::{mknod, shipped_profiles, write_config};
+use devinject_tests::sim::{mknod, shipped_profiles, write_config};
 
 /// The char major of the simulated devices.
 pub const MAJOR: u32 = 240;

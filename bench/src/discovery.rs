@@ -12,9 +12,9 @@ use devinject_devices::{
     discover, plan, resolve_host_files, ContainerLayout, HostRoots, PlanInput, Profile, Request,
 };
 
-use super::host::{BenchHost, PROFILE};
-use super::stats::Samples;
-use super::Options;
+use crate::host::{BenchHost, PROFILE};
+use crate::stats::Samples;
+use crate::Options;
 
 /// Discovery figures.
 #[derive(Debug, Clone)]

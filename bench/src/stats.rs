@@ -145,6 +145,40 @@ impl fmt::Display for Kib {
     }
 }
 
+/// User plus system CPU time of every child of this process reaped so far, and the largest
+/// peak RSS among them (KiB), from `getrusage(RUSAGE_CHILDREN)`. The difference across one
+/// waited-for child is that child's CPU.
+pub fn children_usage() -> anyhow::Result<(Duration, u64)> {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let usage =
+        getrusage(UsageWho::RUSAGE_CHILDREN).map_err(|e| anyhow::anyhow!("getrusage: {e}"))?;
+    let tv = |t: nix::sys::time::TimeVal| {
+        Duration::from_secs(u64::try_from(t.tv_sec()).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(t.tv_usec()).unwrap_or(0))
+    };
+    Ok((
+        tv(usage.user_time()) + tv(usage.system_time()),
+        u64::try_from(usage.max_rss()).unwrap_or(0),
+    ))
+}
+
+/// [`children_usage`]'s CPU alone.
+pub fn children_cpu() -> anyhow::Result<Duration> {
+    Ok(children_usage()?.0)
+}
+
+/// Parses `NAME=DIR`, the `--compare` argument of the benchmarks that compare two builds.
+pub fn name_and_dir(arg: &str) -> Result<(String, std::path::PathBuf), String> {
+    match arg.split_once('=') {
+        Some((name, dir)) if !name.is_empty() && !dir.is_empty() => {
+            Ok((name.to_owned(), std::path::PathBuf::from(dir)))
+        }
+        _ => Err(format!(
+            "{arg:?} is not NAME=DIR, e.g. glibc=target/image/bin/glibc"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,11 @@
-//! The documented exit codes of `devinject-hook` and `devinject-runtime`.
+//! The documented exit codes of `devinject-hook` and `devinject-runtime`, and the one line
+//! they print.
 //!
 //! A runtime shows a failing hook's stderr to the user; the code lets scripts and tests tell the
-//! classes apart. Keep `docs/hook.md` in step with this enum.
+//! classes apart. The codes are the hook binaries' contract with the tools around them, so they
+//! live in this small crate: the hook maps its errors to them, and the installer words its own
+//! errors with the same [`describe`] without linking the hook. Keep `docs/hook.md` in step with
+//! this enum (a test here checks it).
 
 /// Why the hook or shim exited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

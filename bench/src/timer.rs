@@ -16,7 +16,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use nix::sys::resource::{getrusage, UsageWho};
+
+use crate::stats::children_usage;
 
 /// One timed run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,15 +70,11 @@ pub fn time_command(record: &Path, command: &[OsString]) -> Result<i32> {
         .status()
         .with_context(|| format!("run {}", program.to_string_lossy()))?;
     let wall = start.elapsed();
-    let usage = getrusage(UsageWho::RUSAGE_CHILDREN).context("getrusage")?;
-    let tv = |t: nix::sys::time::TimeVal| {
-        Duration::from_secs(u64::try_from(t.tv_sec()).unwrap_or(0))
-            + Duration::from_micros(u64::try_from(t.tv_usec()).unwrap_or(0))
-    };
+    let (cpu, max_rss_kib) = children_usage()?;
     let rec = Record {
         wall,
-        cpu: tv(usage.user_time()) + tv(usage.system_time()),
-        max_rss_kib: u64::try_from(usage.max_rss()).unwrap_or(0),
+        cpu,
+        max_rss_kib,
         code: status.code().unwrap_or(-1),
     };
     let mut f = std::fs::OpenOptions::new()

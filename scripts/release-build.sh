@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds the binaries as they ship and gathers them in one folder, which it prints; used by
+# scripts/build-image.sh (the image) and scripts/bench.sh (the figures are those of what ships).
+#
+# Usage: scripts/release-build.sh DIR CARGO_SELECTION...   e.g. `DIR --workspace`, `DIR -p devinject-hook`
+# (the selection must include devinject-hook and devinject-podresources, whose glibc builds go
+# to DIR/glibc)
+#
+#   - Every binary: statically linked against glibc (`-C target-feature=+crt-static`) for the
+#     host's own target triple, so a FROM scratch image needs no loader and no musl toolchain.
+#   - The binaries a container start executes, except the hook, are linked against musl
+#     instead: the runtime shim (`devinject-runtime`), which the engine runs for every container,
+#     several times each (create, start, state, kill, delete), almost always for one that asks
+#     for nothing; and the pod-resources helper, which the request policy runs for every
+#     Kubernetes container asking for devices. Static glibc spends a few hundred microseconds
+#     before `main` probing the CPU's caches with `cpuid` (`init_cacheinfo`), an instruction that
+#     traps to the hypervisor on a virtual machine, which is what most nodes are; musl does no
+#     such probing (docs/benchmarks.md, "Start-up of the shim and the helper").
+#     The hook stays on glibc: it does the injection's real work (the linker cache, many
+#     libraries), where glibc's allocator and string functions are the faster.
+#
+# Environment: PROFILE (release, the default, or dev), TARGET_DIR (default target/image: apart
+# from normal builds, because RUSTFLAGS differ).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:?usage: scripts/release-build.sh DIR CARGO_SELECTION...}
+shift
+[ $# -gt 0 ] || { echo "release-build: say what to build (--workspace, -p PACKAGE ...)" >&2; exit 2; }
+profile=${PROFILE:-release}
+target_dir=${TARGET_DIR:-target/image}
+triple=$(rustc -vV | sed -n 's/^host: //p')
+musl=${triple%%-*}-unknown-linux-musl
+case "$profile" in
+  dev) sub=debug ;;
+  *) sub=$profile ;;
+esac
+
+if [ ! -d "$(rustc --print sysroot)/lib/rustlib/$musl" ]; then
+  if ! command -v rustup >/dev/null; then
+    echo "release-build: the Rust standard library for $musl is missing and there is no rustup to add it: install it with your toolchain (the runtime shim is built for it)" >&2
+    exit 1
+  fi
+  echo "release-build: adding the Rust target $musl (the runtime shim is built for it)" >&2
+  rustup target add "$musl" >&2
+fi
+
+RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
+  cargo build --locked --quiet --profile "$profile" --target "$triple" --target-dir "$target_dir" --bins "$@"
+musl_bins=(devinject-runtime devinject-podresources)
+cargo build --locked --quiet --profile "$profile" --target "$musl" --target-dir "$target_dir" \
+  "${musl_bins[@]/#/--bin=}"
+
+# One folder with every binary just built: hard links (cargo replaces its outputs, so a later
+# build never changes what an earlier link points at), the musl builds in place of glibc's, and
+# the glibc builds of those in DIR/glibc, for the benchmarks to compare.
+mkdir -p "$dir/glibc"
+find "$target_dir/$triple/$sub" -maxdepth 1 -type f -perm -u+x ! -name '*.*' -exec ln -f {} "$dir/" \;
+for b in "${musl_bins[@]}"; do
+  ln -f "$dir/$b" "$dir/glibc/$b"
+  ln -f "$target_dir/$musl/$sub/$b" "$dir/$b"
+done
+echo "$dir"
