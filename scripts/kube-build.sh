@@ -106,4 +106,8 @@ for b in "${servers[@]}"; do
 done
 echo "$fixes" >"$bin/.fixes"
 complete
+# Only bin/ is read from now on: the source tree, the Go build cache and the downloads are
+# several GB that a later run never needs (it returns at the check above).
+cd /
+rm -rf "$work" "$GOPATH" "$GOCACHE" "$cache/openapi-gen"
 echo "$bin"
