@@ -3,7 +3,8 @@
 # (docs/benchmarks.md). Builds the release binaries once (the workspace's, the benchmarks of
 # bench/ among them), then, as root, runs devinject-bench (its arguments are passed on, e.g.
 # `scripts/bench.sh --runs 100`), the device plugin's own
-# benchmark, the CDI watcher's refresh latency (cdi-watch-bench), each injection path on
+# benchmark, the CDI watcher's refresh latency (cdi-watch-bench), the cost of parsing config.json
+# (oci-parse-bench), each injection path on
 # containerd 1.7 (devinject-cri-bench) when scripts/runtimes-fetch.sh has fetched it, and the
 # real cluster's (devinject-cluster-bench) when scripts/kube-build.sh has built Kubernetes. Run
 # it on a quiet machine: figures are wall times.
@@ -34,6 +35,11 @@ fi
 
 echo
 DEVINJECT_BIN_DIR="$out" "$out/cdi-watch-bench"
+
+echo
+echo "### 12. Reading config.json: the hook's own types against oci-spec"
+echo
+"$out/oci-parse-bench"
 
 echo
 if scripts/runtimes-fetch.sh --if-fetched >/dev/null; then

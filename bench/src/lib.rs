@@ -16,6 +16,8 @@
 //! - `devinject-cri-bench`: each injection path on containerd 1.7, through CRI.
 //! - `devinject-cluster-bench`: pod starts, the `kubernetes` policy and plugin re-registration
 //!   on a real cluster.
+//! - `oci-parse-bench`: parsing `config.json` with the hook's own types against `oci-spec`'s,
+//!   and which of the two accepts specs with names newer than the parser (section 12).
 //!
 //! The library, mostly `devinject-bench`'s rows:
 //!

@@ -3,6 +3,16 @@
 //! Only the fields we use are parsed, and unknown fields are ignored, so a newer runtime spec
 //! does not break the hook. Inputs are size-bounded before parsing: the state comes from the
 //! runtime, but `config.json` carries user-controlled env and annotations.
+//!
+//! Why not the `oci-spec` crate's types (measured by `oci-parse-bench`, docs/benchmarks.md
+//! section 12): its `Spec` models every field with closed enums, so a spec carrying a name the
+//! crate does not know yet (a capability, a namespace type, an rlimit or a seccomp action that
+//! a newer runtime or engine writes) fails to parse as a whole, and the hook or shim would fail
+//! a container over fields it never reads; this parser accepts all four. It is also the slower
+//! by 2.8-3.5x (oci-spec 0.10: 140 against 49 µs for docker's spec of a container with 8
+//! devices and 64 libraries), paid on every start. The shim edits `config.json` as JSON
+//! ([`crate::shim::spec_edit`]) for the same reason: a typed round trip would drop or reject
+//! what it does not model.
 
 use std::collections::BTreeMap;
 use std::io::Read;

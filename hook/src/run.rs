@@ -83,6 +83,9 @@ pub fn run(config: &HostConfig, stdin: impl Read) -> Result<Outcome, HookError> 
         id: state.id.clone(),
         source,
     })?;
+    // The effective uid, not the capability sets (the `caps` crate): CAP_MKNOD held in a user
+    // namespace other than the initial one still cannot make device nodes, so the sets would
+    // say yes where mknod fails. A spec with a user namespace binds the nodes too (below).
     let rootless = !nix::unistd::geteuid().is_root();
     let bind_nodes = rootless || spec.has_user_namespace();
     let target = Target {
