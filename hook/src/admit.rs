@@ -5,15 +5,19 @@
 //! and what gets planned is decided here, once.
 //!
 //! Three steps, so that a caller can do what it must between them (the shim parses the spec
-//! only after the first, the hook checks its stage before the last): [`may_be_asking`] tells
-//! cheaply that a container asks for nothing, [`asked`] finds its requests, and
-//! [`Asked::admit`] checks them against the host's request policy and plans them.
+//! only after the first, the hook checks its stage before the last):
+//! [`Admission::may_be_asking`] tells cheaply that a container asks for nothing, [`asked`] finds
+//! its requests, and [`Asked::admit`] checks them against the host's request policy and plans
+//! them. The steps read only the settings in [`Admission`] (where the profiles are, the policy,
+//! the kubelet to ask, the host roots), not the whole host configuration: what else the config
+//! holds (how to mount, which linker cache writer, which runtime) belongs to the callers.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
-use devinject_devices::{ContainerLayout, FunctionRequest, ProfileError, ProfileSet};
+use devinject_devices::{ContainerLayout, FunctionRequest, HostRoots, ProfileError, ProfileSet};
 use devinject_exit::ExitCode;
-use devinject_hostconfig::HostConfig;
+use devinject_hostconfig::{HostConfig, PolicySettings};
 
 use crate::policy::helper::PodResourcesHelper;
 use crate::policy::{self, PolicyError};
@@ -49,30 +53,57 @@ impl AdmitError {
     }
 }
 
+/// What admission reads of the host, taken from its configuration once.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    /// The profiles directory.
+    pub profiles_dir: PathBuf,
+    /// The request policy.
+    pub policy: PolicySettings,
+    /// The kubelet's pod-resources API, for the `kubernetes` policy.
+    pub kubelet: PodResourcesHelper,
+    /// The host roots discovery and file resolution work under.
+    pub roots: HostRoots,
+}
+
+impl Admission {
+    /// The settings `config` gives admission.
+    pub fn from_config(config: &HostConfig) -> Self {
+        Self {
+            profiles_dir: config.profiles_dir.clone(),
+            policy: config.policy_settings(),
+            kubelet: PodResourcesHelper::from_config(config),
+            roots: config.roots(),
+        }
+    }
+
+    /// Whether a container whose text (env names or entries, annotation keys; a whole
+    /// `config.json`) is searched by `mentions` may be asking for anything: `Ok(None)` means it
+    /// certainly is not, and the profiles are not even parsed (the cheap path every container
+    /// that asks for nothing takes); else the profiles, loaded.
+    pub fn may_be_asking(
+        &self,
+        mentions: impl Fn(&str) -> bool,
+    ) -> Result<Option<ProfileSet>, AdmitError> {
+        if !ProfileSet::may_be_requested(&self.profiles_dir, &mentions)? {
+            return Ok(None);
+        }
+        let profiles = ProfileSet::load_dir(&self.profiles_dir)?;
+        if !mentions(crate::ANNOTATION_PREFIX)
+            && !profiles.iter().any(|p| mentions(p.request_env()))
+        {
+            return Ok(None);
+        }
+        Ok(Some(profiles))
+    }
+}
+
 /// A container's requests, found, not yet authorized.
 #[derive(Debug)]
 pub struct Asked {
     profiles: ProfileSet,
     requests: Vec<RequestSource>,
     functions: Vec<FunctionRequest>,
-}
-
-/// Whether a container whose text (env names or entries, annotation keys; a whole
-/// `config.json`) is searched by `mentions` may be asking for anything: `Ok(None)` means it
-/// certainly is not, and the profiles are not even parsed (the cheap path every container that
-/// asks for nothing takes); else the profiles, loaded.
-pub fn may_be_asking(
-    config: &HostConfig,
-    mentions: impl Fn(&str) -> bool,
-) -> Result<Option<ProfileSet>, AdmitError> {
-    if !ProfileSet::may_be_requested(&config.profiles_dir, &mentions)? {
-        return Ok(None);
-    }
-    let profiles = ProfileSet::load_dir(&config.profiles_dir)?;
-    if !mentions(crate::ANNOTATION_PREFIX) && !profiles.iter().any(|p| mentions(p.request_env())) {
-        return Ok(None);
-    }
-    Ok(Some(profiles))
 }
 
 /// The container's requests and functions under `profiles` (`env` looks up its environment);
@@ -101,23 +132,101 @@ impl Asked {
     /// when files are injected. `Ok(None)`: nothing left to inject.
     pub fn admit(
         &self,
-        config: &HostConfig,
+        admission: &Admission,
         annotations: &BTreeMap<String, String>,
         layout: impl FnOnce() -> ContainerLayout,
     ) -> Result<Option<ContainerPlan>, AdmitError> {
         let requests = policy::authorize(
-            config.policy_settings(),
+            admission.policy,
             &self.profiles,
             self.requests.clone(),
             annotations,
-            &PodResourcesHelper::from_config(config),
+            &admission.kubelet,
         )?;
         Ok(plan_container(
-            config,
+            &admission.roots,
             &self.profiles,
             &requests,
             &self.functions,
             layout,
         )?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A profiles dir holding the shipped kvm profile, whose request variable is the default
+    /// `KVM_VISIBLE_DEVICES`.
+    fn profiles_dir() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let kvm = concat!(env!("CARGO_MANIFEST_DIR"), "/../profiles/kvm.toml");
+        std::fs::copy(kvm, dir.path().join("kvm.toml")).unwrap();
+        dir
+    }
+
+    fn admission(profiles_dir: &std::path::Path) -> Admission {
+        Admission::from_config(&HostConfig {
+            profiles_dir: profiles_dir.to_owned(),
+            ..HostConfig::default()
+        })
+    }
+
+    #[test]
+    fn from_config_takes_the_settings_admission_reads() {
+        let config = HostConfig {
+            profiles_dir: "/etc/p".into(),
+            dev_root: "/host/dev".into(),
+            pod_resources_timeout_ms: 1234,
+            ..HostConfig::default()
+        };
+        let a = Admission::from_config(&config);
+        assert_eq!(a.profiles_dir, PathBuf::from("/etc/p"));
+        assert_eq!(a.roots.dev_root, PathBuf::from("/host/dev"));
+        assert_eq!(a.kubelet, PodResourcesHelper::from_config(&config));
+        assert_eq!(a.kubelet.timeout, std::time::Duration::from_millis(1234));
+        assert_eq!(a.policy.policy, config.policy);
+    }
+
+    #[test]
+    fn a_container_mentioning_no_request_is_not_asking() {
+        let dir = profiles_dir();
+        let got = admission(dir.path())
+            .may_be_asking(|n| "PATH=/bin HOME=/root".contains(n))
+            .unwrap();
+        assert!(got.is_none());
+    }
+
+    #[test]
+    fn a_container_naming_a_request_variable_or_our_annotation_may_be_asking() {
+        let dir = profiles_dir();
+        let a = admission(dir.path());
+        let by_env = a.may_be_asking(|n| "KVM_VISIBLE_DEVICES=all".contains(n));
+        assert_eq!(by_env.unwrap().map(|p| p.iter().count()), Some(1));
+        let annotation = format!("{}kvm", crate::ANNOTATION_PREFIX);
+        let by_annotation = a.may_be_asking(|n| annotation.contains(n));
+        assert!(by_annotation.unwrap().is_some());
+    }
+
+    #[test]
+    fn another_profiles_request_suffix_alone_is_not_asking() {
+        // The suffix makes the cheap check load the profiles; no profile's variable matches.
+        let dir = profiles_dir();
+        let got = admission(dir.path())
+            .may_be_asking(|n| "GPU_VISIBLE_DEVICES=0".contains(n))
+            .unwrap();
+        assert!(got.is_none());
+    }
+
+    #[test]
+    fn an_invalid_profile_fails_when_the_profiles_are_read() {
+        let dir = profiles_dir();
+        std::fs::write(dir.path().join("bad.toml"), "name = ").unwrap();
+        let err = admission(dir.path())
+            .may_be_asking(|n| "KVM_VISIBLE_DEVICES=all".contains(n))
+            .unwrap_err();
+        assert!(matches!(err, AdmitError::Profiles(_)), "{err}");
+        assert_eq!(err.exit_code(), ExitCode::Config);
     }
 }

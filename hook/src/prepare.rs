@@ -8,10 +8,9 @@ use std::collections::BTreeMap;
 
 use devinject_devices::{
     discover, plan, prepare_runs, resolve_host_files, ContainerEdits, ContainerLayout,
-    DiscoveryError, FunctionError, FunctionRequest, Inventory, Plan, PlanError, PlanInput,
-    PrepareRun, ProfileName, ProfileSet, Request, RequestError, Resolve, ResolveError,
+    DiscoveryError, FunctionError, FunctionRequest, HostRoots, Inventory, Plan, PlanError,
+    PlanInput, PrepareRun, ProfileName, ProfileSet, Request, RequestError, Resolve, ResolveError,
 };
-use devinject_hostconfig::HostConfig;
 
 /// Why a container's plan could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -135,7 +134,7 @@ pub struct ContainerPlan {
 /// `Ok(None)` when nothing was asked for. A function for a profile none of whose devices the
 /// container gets is an error, whatever else it asked for.
 pub fn plan_container(
-    config: &HostConfig,
+    roots: &HostRoots,
     profiles: &ProfileSet,
     requests: &[RequestSource],
     functions: &[FunctionRequest],
@@ -157,7 +156,6 @@ pub fn plan_container(
         check_functions_have_devices(profiles, functions, &[])?;
         return Ok(None);
     }
-    let roots = config.roots();
     let mut layout = Some(layout);
     let mut layout_value: Option<ContainerLayout> = None;
     let mut out = ContainerPlan::default();
@@ -165,8 +163,8 @@ pub fn plan_container(
         let Some(profile) = profiles.get(source.profile.as_str()) else {
             continue;
         };
-        let inventory = discover(profile, &roots)?;
-        let host_files = resolve_host_files(profile, &roots)?;
+        let inventory = discover(profile, roots)?;
+        let host_files = resolve_host_files(profile, roots)?;
         let needs_layout = !host_files.libraries.is_empty();
         if needs_layout && layout_value.is_none() {
             layout_value = layout.take().map(|f| f());

@@ -17,7 +17,7 @@ use std::io::Read;
 
 use devinject_hostconfig::HostConfig;
 
-use crate::admit::{asked, may_be_asking};
+use crate::admit::{asked, Admission};
 use crate::cgroup_rules;
 use crate::error::HookError;
 use crate::inject::ldcache::Ldconfig;
@@ -57,7 +57,8 @@ pub fn run(config: &HostConfig, stdin: impl Read) -> Result<Outcome, HookError> 
     let mentions = |needle: &str| {
         env_names().any(|k| k.contains(needle)) || annotations.keys().any(|k| k.contains(needle))
     };
-    let Some(profiles) = may_be_asking(config, mentions)? else {
+    let admission = Admission::from_config(config);
+    let Some(profiles) = admission.may_be_asking(mentions)? else {
         return Ok(Outcome::Nothing);
     };
     let Some(asked) = asked(profiles, |name| spec.env(name), &annotations) else {
@@ -71,7 +72,7 @@ pub fn run(config: &HostConfig, stdin: impl Read) -> Result<Outcome, HookError> 
     let rootfs_path = spec.rootfs(&state.bundle)?;
     let span = tracing::info_span!("hook", container = %state.id);
     let _guard = span.enter();
-    let plan = asked.admit(config, &annotations, || {
+    let plan = asked.admit(&admission, &annotations, || {
         Rootfs::open(&rootfs_path)
             .map(|r| layout::detect(&r))
             .unwrap_or_default()

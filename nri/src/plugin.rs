@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use devinject_devices::ContainerLayout;
-use devinject_hook::admit::{asked, may_be_asking, AdmitError};
+use devinject_hook::admit::{asked, Admission, AdmitError};
 use devinject_hook::oci::env_value;
 use devinject_hook::prepare_step::{self, PrepareStepError};
 use devinject_hook::shim::spec_edit;
@@ -54,10 +54,10 @@ enum CreateError {
     Prepare(#[from] PrepareStepError),
 }
 
-/// The plugin: the host configuration it admits containers under.
+/// The plugin: the host settings it admits containers under.
 #[derive(Debug)]
 pub struct Plugin {
-    config: HostConfig,
+    admission: Admission,
     config_path: Option<PathBuf>,
     hook: PathBuf,
 }
@@ -71,7 +71,7 @@ impl Plugin {
             .clone()
             .unwrap_or_else(devinject_hook::shim::default_hook_path);
         Self {
-            config,
+            admission: Admission::from_config(&config),
             config_path,
             hook,
         }
@@ -137,7 +137,7 @@ impl Plugin {
                     .iter()
                     .any(|(k, v)| k.contains(needle) || v.contains(needle))
         };
-        let Some(profiles) = may_be_asking(&self.config, mentions)? else {
+        let Some(profiles) = self.admission.may_be_asking(mentions)? else {
             return Ok(None);
         };
         let env = |name: &str| env_value(&container.env, name);
@@ -147,7 +147,7 @@ impl Plugin {
         // The rootfs is not mounted yet when NRI asks: libraries go to the default layout's
         // directory, and the finish hook puts them in the linker cache there.
         let Some(plan) = asked.admit(
-            &self.config,
+            &self.admission,
             &container.annotations,
             ContainerLayout::default,
         )?

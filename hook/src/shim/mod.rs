@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use devinject_exit::ExitCode;
 use devinject_hostconfig::{ConfigError, HostConfig, RUNTIME_CANDIDATES};
 
-use crate::admit::{asked, may_be_asking, AdmitError};
+use crate::admit::{asked, Admission, AdmitError};
 use crate::inject::{layout, rootfs::Rootfs};
 use crate::oci::{read_spec_bytes, OciError, Spec};
 use crate::prepare_step::{self, PrepareStepError};
@@ -142,7 +142,8 @@ pub fn edit_bundle(
     // A spec that names no request variable and no annotation of ours asked for nothing, and
     // is not even parsed.
     let mentions = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
-    let Some(profiles) = may_be_asking(config, mentions)? else {
+    let admission = Admission::from_config(config);
+    let Some(profiles) = admission.may_be_asking(mentions)? else {
         return Ok(BundleEdit::Untouched);
     };
     let spec = Spec::parse(&bytes, &what)?;
@@ -150,7 +151,7 @@ pub fn edit_bundle(
         return Ok(BundleEdit::Untouched);
     };
     let rootfs = spec.rootfs(bundle)?;
-    let plan = asked.admit(config, &spec.annotations, || {
+    let plan = asked.admit(&admission, &spec.annotations, || {
         Rootfs::open(&rootfs)
             .map(|r| layout::detect(&r))
             .unwrap_or_default()
