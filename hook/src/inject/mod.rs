@@ -8,6 +8,7 @@
 //! through a pipe. Mounts made there die with the container's namespace and never propagate to
 //! the host.
 
+pub mod host;
 pub mod layout;
 pub mod ld_so_cache;
 pub mod ldcache;
@@ -16,24 +17,26 @@ pub mod mounts;
 pub mod nodes;
 pub mod rootfs;
 pub mod symlinks;
+#[cfg(test)]
+mod tests;
 
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use devinject_devices::{ContainerEdits, DeviceNode};
 use devinject_hostconfig::{CacheWriter, MountApi};
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sched::CloneFlags;
-use nix::sys::stat::Mode;
 use nix::sys::wait::{waitpid, WaitStatus};
 
 use crate::oci::User;
 use crate::sys;
+pub use host::{Host, Work};
 use ld_so_cache::update;
 use mounts::{MountAttrs, Source};
-use rootfs::{Rootfs, RootfsError};
+use rootfs::RootfsError;
 
 /// Why injection failed.
 #[derive(Debug, thiserror::Error)]
@@ -168,9 +171,23 @@ pub struct Report {
     pub new_mount_api: bool,
 }
 
-/// Applies `edits` to `target`. Env edits are ignored here (a hook cannot change the process
-/// env; the shim writes them into the spec).
+/// Applies `edits` to `target` on this host. Env edits are ignored here (a hook cannot change
+/// the process env; the shim writes them into the spec).
 pub fn apply(
+    target: &Target,
+    edits: &ContainerEdits,
+    mount_api: MountApi,
+    ldconfig: &ldcache::Ldconfig,
+) -> Result<Report, InjectError> {
+    apply_on(&host::System, target, edits, mount_api, ldconfig)
+}
+
+/// [`apply`] through `host`'s privileged operations: what is decided here (which sources are
+/// detached trees, which nodes are bound or made and with which group, whether the hook or
+/// ldconfig writes the linker cache, what a read-only rootfs forgives) is tested with a
+/// recording host, without root.
+pub fn apply_on<H: Host>(
+    host: &H,
     target: &Target,
     edits: &ContainerEdits,
     mount_api: MountApi,
@@ -193,23 +210,9 @@ pub fn apply(
     let host_devs = if regroup.is_empty() {
         Vec::new()
     } else {
-        let path = Path::new("/proc/self/mountinfo");
-        let text = std::fs::read_to_string(path).map_err(|e| InjectError::Source {
-            path: path.to_owned(),
-            errno: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
-        })?;
-        mountinfo::devices(&text)
+        host.host_filesystems()?
     };
-    let ns_path = format!("/proc/{}/ns/mnt", target.pid);
-    let mnt_ns = nix::fcntl::open(
-        ns_path.as_str(),
-        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|errno| InjectError::Namespace {
-        pid: target.pid,
-        errno,
-    })?;
+    let mnt_ns = host.mount_namespace(target.pid)?;
 
     // Host side: every source becomes a detached, already read-only tree when the kernel can.
     let mut node_sources: Vec<Option<Source>> = Vec::new();
@@ -222,7 +225,7 @@ pub fn apply(
                     node_sources.push(None);
                     continue;
                 }
-                match mounts::prepare_tree(&n.host_path, MountAttrs::Device)? {
+                match host.prepare_tree(&n.host_path, MountAttrs::Device)? {
                     Some(s) => node_sources.push(Some(s)),
                     None => {
                         new_api = false;
@@ -231,7 +234,7 @@ pub fn apply(
                 }
             }
             for m in &edits.mounts {
-                match mounts::prepare_tree(&m.host_path, MountAttrs::File)? {
+                match host.prepare_tree(&m.host_path, MountAttrs::File)? {
                     Some(s) => file_sources.push(s),
                     None => {
                         new_api = false;
@@ -256,7 +259,6 @@ pub fn apply(
     report.new_mount_api = new_api;
 
     let dirs = edits.ldcache_dirs();
-    let needs_etc = !dirs.is_empty();
     // The cache entries, when the hook can write the cache itself (else ldconfig runs below).
     let planned = (!dirs.is_empty() && ldconfig.writer == CacheWriter::Builtin)
         .then(|| update::libraries(edits))
@@ -266,44 +268,32 @@ pub fn apply(
         Some(Err(why)) => (None, Some(why.to_string())),
         None => (None, None),
     };
-    let owner = target.userns_owner();
-    let readonly = target.readonly_rootfs;
-    let outcome = run_in_namespace(&mnt_ns, |_| {
-        nix::sys::stat::umask(Mode::empty());
-        let root = Rootfs::open(&target.rootfs)?.with_userns_owner(owner);
-        for (node, source) in edits.device_nodes.iter().zip(node_sources) {
-            let gid = target.process_group_for(node).unwrap_or(node.gid);
-            nodes::create(&root, node, source, gid)?;
-        }
-        for (node, gid) in &regroup {
-            nodes::regroup(&root, node, *gid, &host_devs)?;
-        }
-        for (m, source) in edits.mounts.iter().zip(file_sources) {
-            let attrs = MountAttrs::File;
-            mounts::attach(&root, &m.container_path, source, attrs)?;
-        }
-        for l in edits.symlinks() {
-            symlinks::create(&root, l)?;
-        }
-        if needs_etc {
-            root.writable_dir(Path::new("/etc"))?;
-        }
-        let Some(libs) = &libs else {
-            return Ok(ChildOutcome::Done);
-        };
-        match update::update(&root, libs) {
-            Ok(update::Updated::Written) => Ok(ChildOutcome::CacheWritten),
-            Ok(update::Updated::AlreadyCurrent) => Ok(ChildOutcome::CacheCurrent),
-            Err(update::UpdateError::Unsupported(why)) => {
-                Ok(ChildOutcome::NeedsLdconfig(why.to_string()))
-            }
-            Err(e @ update::UpdateError::Write(_)) if readonly => {
-                tracing::warn!(error = %e, "read-only rootfs: linker cache not refreshed; soname links are in place");
-                Ok(ChildOutcome::Done)
-            }
-            Err(e) => Err(InjectError::Child(e.to_string())),
-        }
-    })?;
+    let work = Work {
+        rootfs: &target.rootfs,
+        userns_owner: host.userns_owner(target),
+        nodes: edits
+            .device_nodes
+            .iter()
+            .zip(node_sources)
+            .map(|(node, source)| {
+                let gid = target.process_group_for(node).unwrap_or(node.gid);
+                (node, source, gid)
+            })
+            .collect(),
+        regroup,
+        host_devs,
+        files: edits
+            .mounts
+            .iter()
+            .map(|m| m.container_path.as_path())
+            .zip(file_sources)
+            .collect(),
+        links: edits.symlinks(),
+        writable_etc: !dirs.is_empty(),
+        cache: libs.as_deref(),
+        readonly_rootfs: target.readonly_rootfs,
+    };
+    let outcome = host.in_container(&mnt_ns, work)?;
     report.nodes = edits.device_nodes.len();
     report.mounts = edits.mounts.len();
     report.links = edits.symlinks().len();
@@ -326,8 +316,7 @@ pub fn apply(
         if let Some(why) = &ldconfig_because {
             tracing::debug!(reason = %why, "linker cache left to ldconfig");
         }
-        let fd = ldcache::open_ldconfig(&ldconfig.path)?;
-        match ldcache::refresh(&mnt_ns, &target.rootfs, &fd, ldconfig.timeout_secs, dirs) {
+        match host.run_ldconfig(&mnt_ns, &target.rootfs, ldconfig, dirs) {
             Ok(()) => {
                 report.ldcache = true;
                 report.ldconfig_ran = true;
@@ -343,7 +332,7 @@ pub fn apply(
 
 /// What the injection child did beyond nodes, mounts and links.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum ChildOutcome {
+pub enum ChildOutcome {
     /// Nothing more (no libraries, or a read-only rootfs refused the cache).
     Done,
     /// The hook wrote the linker cache.
@@ -380,7 +369,7 @@ impl ChildOutcome {
 /// Runs `work` in a forked child that has joined `mnt_ns`; its error comes back as text.
 fn run_in_namespace(
     mnt_ns: &OwnedFd,
-    work: impl FnOnce(&OwnedFd) -> Result<ChildOutcome, InjectError>,
+    work: impl FnOnce() -> Result<ChildOutcome, InjectError>,
 ) -> Result<ChildOutcome, InjectError> {
     let (rd, wr) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(InjectError::Fork)?;
     let child = sys::fork_run(|| {
@@ -390,7 +379,7 @@ fn run_in_namespace(
                     "cannot join the container's mount namespace: {errno}"
                 ))
             })
-            .and_then(|()| work(mnt_ns));
+            .and_then(|()| work());
         match result {
             Ok(outcome) => {
                 let (code, text) = outcome.encode();

@@ -1,0 +1,176 @@
+//! The privileged operations the applier needs, behind one trait.
+//!
+//! [`super::apply_on`] decides; a [`Host`] acts. [`System`] is this machine (namespaces opened
+//! through `/proc`, detached mount trees, a forked child in the container's mount namespace, the
+//! host's static ldconfig); the applier's unit tests use a recording host instead, so every
+//! decision is checked without root. What the child does in the namespace is one value,
+//! [`Work`], that [`System`] performs there and a recording host keeps.
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use devinject_devices::{DeviceNode, Symlink};
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+
+use super::ld_so_cache::{update, Library};
+use super::mounts::{self, MountAttrs, Source};
+use super::rootfs::Rootfs;
+use super::{ldcache, mountinfo, nodes, symlinks, ChildOutcome, InjectError, Target};
+
+/// What the applier asks of the host.
+pub trait Host {
+    /// An open mount namespace.
+    type Namespace;
+
+    /// The mount namespace of the container whose init is `pid`.
+    fn mount_namespace(&self, pid: i32) -> Result<Self::Namespace, InjectError>;
+
+    /// The `major:minor` of every filesystem the host shows (a node to regroup must be on none).
+    fn host_filesystems(&self) -> Result<Vec<(u32, u32)>, InjectError>;
+
+    /// `host_path` as a detached tree with `attrs` set; `Ok(None)` when the kernel lacks the new
+    /// mount API.
+    fn prepare_tree(
+        &self,
+        host_path: &Path,
+        attrs: MountAttrs,
+    ) -> Result<Option<Source>, InjectError>;
+
+    /// Host uid and gid of the container's root when it has a user namespace.
+    fn userns_owner(&self, target: &Target) -> Option<(u32, u32)>;
+
+    /// Does `work` inside `ns`.
+    fn in_container(
+        &self,
+        ns: &Self::Namespace,
+        work: Work<'_>,
+    ) -> Result<ChildOutcome, InjectError>;
+
+    /// Runs `ldconfig` chrooted in the container's rootfs, inside `ns`, over `dirs`.
+    fn run_ldconfig(
+        &self,
+        ns: &Self::Namespace,
+        rootfs: &Path,
+        ldconfig: &ldcache::Ldconfig,
+        dirs: &[PathBuf],
+    ) -> Result<(), InjectError>;
+}
+
+/// Everything done inside the container's mount namespace, decided before it is entered.
+#[derive(Debug)]
+pub struct Work<'a> {
+    /// The container's rootfs.
+    pub rootfs: &'a Path,
+    /// Who owns what is created, when the container has a user namespace.
+    pub userns_owner: Option<(u32, u32)>,
+    /// Nodes to create: each with its bind source (`None`: made with mknod) and its group.
+    pub nodes: Vec<(&'a DeviceNode, Option<Source>, u32)>,
+    /// Nodes the runtime made, to give to the process's group.
+    pub regroup: Vec<(&'a DeviceNode, u32)>,
+    /// The host's filesystems (for `regroup`).
+    pub host_devs: Vec<(u32, u32)>,
+    /// Files to mount read-only: container path and source.
+    pub files: Vec<(&'a Path, Source)>,
+    /// Links to make.
+    pub links: &'a [Symlink],
+    /// `/etc` must be a writable directory (the linker cache is refreshed).
+    pub writable_etc: bool,
+    /// The libraries the hook adds to the linker cache itself; `None`: it does not write it.
+    pub cache: Option<&'a [Library]>,
+    /// The rootfs is read-only: a cache that cannot be written is only a warning.
+    pub readonly_rootfs: bool,
+}
+
+impl Work<'_> {
+    /// Performs the work; must run inside the container's mount namespace.
+    pub fn perform(self) -> Result<ChildOutcome, InjectError> {
+        nix::sys::stat::umask(Mode::empty());
+        let root = Rootfs::open(self.rootfs)?.with_userns_owner(self.userns_owner);
+        for (node, source, gid) in self.nodes {
+            nodes::create(&root, node, source, gid)?;
+        }
+        for (node, gid) in &self.regroup {
+            nodes::regroup(&root, node, *gid, &self.host_devs)?;
+        }
+        for (path, source) in self.files {
+            mounts::attach(&root, path, source, MountAttrs::File)?;
+        }
+        for l in self.links {
+            symlinks::create(&root, l)?;
+        }
+        if self.writable_etc {
+            root.writable_dir(Path::new("/etc"))?;
+        }
+        let Some(libs) = self.cache else {
+            return Ok(ChildOutcome::Done);
+        };
+        match update::update(&root, libs) {
+            Ok(update::Updated::Written) => Ok(ChildOutcome::CacheWritten),
+            Ok(update::Updated::AlreadyCurrent) => Ok(ChildOutcome::CacheCurrent),
+            Err(update::UpdateError::Unsupported(why)) => {
+                Ok(ChildOutcome::NeedsLdconfig(why.to_string()))
+            }
+            Err(e @ update::UpdateError::Write(_)) if self.readonly_rootfs => {
+                tracing::warn!(error = %e, "read-only rootfs: linker cache not refreshed; soname links are in place");
+                Ok(ChildOutcome::Done)
+            }
+            Err(e) => Err(InjectError::Child(e.to_string())),
+        }
+    }
+}
+
+/// This machine.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct System;
+
+impl Host for System {
+    type Namespace = OwnedFd;
+
+    fn mount_namespace(&self, pid: i32) -> Result<OwnedFd, InjectError> {
+        let ns_path = format!("/proc/{pid}/ns/mnt");
+        nix::fcntl::open(
+            ns_path.as_str(),
+            OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|errno| InjectError::Namespace { pid, errno })
+    }
+
+    fn host_filesystems(&self) -> Result<Vec<(u32, u32)>, InjectError> {
+        let path = Path::new("/proc/self/mountinfo");
+        let text = std::fs::read_to_string(path).map_err(|e| InjectError::Source {
+            path: path.to_owned(),
+            errno: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+        })?;
+        Ok(mountinfo::devices(&text))
+    }
+
+    fn prepare_tree(
+        &self,
+        host_path: &Path,
+        attrs: MountAttrs,
+    ) -> Result<Option<Source>, InjectError> {
+        mounts::prepare_tree(host_path, attrs)
+    }
+
+    fn userns_owner(&self, target: &Target) -> Option<(u32, u32)> {
+        target.userns_owner()
+    }
+
+    fn in_container(&self, ns: &OwnedFd, work: Work<'_>) -> Result<ChildOutcome, InjectError> {
+        super::run_in_namespace(ns, || work.perform())
+    }
+
+    fn run_ldconfig(
+        &self,
+        ns: &OwnedFd,
+        rootfs: &Path,
+        ldconfig: &ldcache::Ldconfig,
+        dirs: &[PathBuf],
+    ) -> Result<(), InjectError> {
+        let fd = ldcache::open_ldconfig(&ldconfig.path)?;
+        ldcache::refresh(ns, rootfs, &fd, ldconfig.timeout_secs, dirs)
+    }
+}

@@ -1,0 +1,464 @@
+//! The applier's decisions, on a recording host: which sources are detached trees or paths,
+//! which nodes are bound or made and with which group, who writes the linker cache, and what a
+//! read-only rootfs forgives. No root, no namespace, no mount.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+
+use devinject_devices::{
+    ContainerEdits, DeviceKind, DeviceNode, HookAction, Mount, MountKind, Symlink,
+};
+use devinject_hostconfig::{CacheWriter, MountApi};
+
+use super::*;
+
+/// How a source was handed to the child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Src {
+    Tree,
+    Path,
+}
+
+fn src(s: &Source) -> Src {
+    match s {
+        Source::Tree(_) => Src::Tree,
+        Source::Path(_) => Src::Path,
+    }
+}
+
+/// What the child was given, in a comparable form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    /// Container path, how the node is bound (`None`: mknod) and its group.
+    nodes: Vec<(PathBuf, Option<Src>, u32)>,
+    regroup: Vec<(PathBuf, u32)>,
+    host_devs: Vec<(u32, u32)>,
+    files: Vec<(PathBuf, Src)>,
+    links: usize,
+    writable_etc: bool,
+    /// Sonames the hook writes into the cache itself.
+    cache: Option<Vec<String>>,
+    userns_owner: Option<(u32, u32)>,
+}
+
+/// A host that records what it is asked and answers as told.
+#[derive(Default)]
+struct Recorder {
+    /// Whether the kernel has the new mount API.
+    no_new_api: bool,
+    /// What the child reports.
+    outcome: RefCell<Option<ChildOutcome>>,
+    /// Whether ldconfig fails.
+    ldconfig_fails: bool,
+    /// Every call, by name.
+    calls: RefCell<Vec<String>>,
+    /// What each child was given.
+    seen: RefCell<VecDeque<Seen>>,
+    /// The paths asked for as trees.
+    trees: RefCell<Vec<(PathBuf, MountAttrs)>>,
+    /// The directories ldconfig was run over.
+    ldconfig_dirs: RefCell<Vec<PathBuf>>,
+}
+
+impl Recorder {
+    fn calls(&self) -> Vec<String> {
+        self.calls.borrow().clone()
+    }
+
+    fn seen(&self) -> Seen {
+        self.seen.borrow_mut().pop_front().expect("the child ran")
+    }
+
+    fn call(&self, name: &str) {
+        self.calls.borrow_mut().push(name.to_owned());
+    }
+}
+
+impl Host for Recorder {
+    type Namespace = i32;
+
+    fn mount_namespace(&self, pid: i32) -> Result<i32, InjectError> {
+        self.call("mount_namespace");
+        Ok(pid)
+    }
+
+    fn host_filesystems(&self) -> Result<Vec<(u32, u32)>, InjectError> {
+        self.call("host_filesystems");
+        Ok(vec![(0, 21), (8, 1)])
+    }
+
+    fn prepare_tree(
+        &self,
+        host_path: &Path,
+        attrs: MountAttrs,
+    ) -> Result<Option<Source>, InjectError> {
+        self.call("prepare_tree");
+        if self.no_new_api {
+            return Ok(None);
+        }
+        self.trees.borrow_mut().push((host_path.to_owned(), attrs));
+        let fd = std::fs::File::open("/").expect("open /");
+        Ok(Some(Source::Tree(fd.into())))
+    }
+
+    fn userns_owner(&self, target: &Target) -> Option<(u32, u32)> {
+        target.bind_nodes.then_some((100_000, 100_000))
+    }
+
+    fn in_container(&self, ns: &i32, work: Work<'_>) -> Result<ChildOutcome, InjectError> {
+        self.call("in_container");
+        assert_eq!(*ns, 4242, "the child joins the target's namespace");
+        self.seen.borrow_mut().push_back(Seen {
+            nodes: work
+                .nodes
+                .iter()
+                .map(|(n, s, gid)| (n.container_path.clone(), s.as_ref().map(src), *gid))
+                .collect(),
+            regroup: work
+                .regroup
+                .iter()
+                .map(|(n, gid)| (n.container_path.clone(), *gid))
+                .collect(),
+            host_devs: work.host_devs.clone(),
+            files: work
+                .files
+                .iter()
+                .map(|(p, s)| (p.to_path_buf(), src(s)))
+                .collect(),
+            links: work.links.len(),
+            writable_etc: work.writable_etc,
+            cache: work
+                .cache
+                .map(|libs| libs.iter().map(|l| l.soname.clone()).collect()),
+            userns_owner: work.userns_owner,
+        });
+        Ok(self
+            .outcome
+            .borrow_mut()
+            .take()
+            .unwrap_or(ChildOutcome::Done))
+    }
+
+    fn run_ldconfig(
+        &self,
+        ns: &i32,
+        _rootfs: &Path,
+        _ldconfig: &ldcache::Ldconfig,
+        dirs: &[PathBuf],
+    ) -> Result<(), InjectError> {
+        self.call("run_ldconfig");
+        assert_eq!(*ns, 4242);
+        self.ldconfig_dirs.borrow_mut().extend_from_slice(dirs);
+        if self.ldconfig_fails {
+            return Err(InjectError::Ldconfig {
+                output: "exit status 1".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn target() -> Target {
+    Target {
+        pid: 4242,
+        rootfs: "/run/bundle/rootfs".into(),
+        bind_nodes: false,
+        readonly_rootfs: false,
+        user: None,
+        regroup: Vec::new(),
+    }
+}
+
+/// A char node `/dev/<name>`, mode 0660, group `gid`.
+fn node(name: &str, gid: u32) -> DeviceNode {
+    DeviceNode {
+        host_path: PathBuf::from("/host/dev").join(name),
+        container_path: PathBuf::from("/dev").join(name),
+        kind: DeviceKind::Char,
+        major: 240,
+        minor: 0,
+        mode: 0o660,
+        uid: 0,
+        gid,
+    }
+}
+
+/// Edits with `nodes` and, when `library` is given, that host file mounted as
+/// `/usr/lib/libdemo.so.1.2` with its soname link and the linker cache refreshed.
+fn edits(nodes: Vec<DeviceNode>, library: Option<&Path>) -> ContainerEdits {
+    let mut e = ContainerEdits {
+        device_nodes: nodes,
+        ..ContainerEdits::default()
+    };
+    if let Some(host) = library {
+        e.mounts.push(Mount {
+            host_path: host.to_owned(),
+            container_path: "/usr/lib/libdemo.so.1.2".into(),
+            kind: MountKind::Library,
+        });
+        e.hooks.push(HookAction::CreateSymlinks(vec![Symlink {
+            link: "/usr/lib/libdemo.so.1".into(),
+            target: "libdemo.so.1.2".into(),
+        }]));
+        e.hooks.push(HookAction::UpdateLdcache {
+            dirs: vec!["/usr/lib".into()],
+        });
+    }
+    e
+}
+
+/// An ELF file of this host (the test binary), whose header the cache flags are read from.
+fn elf() -> PathBuf {
+    std::env::current_exe().expect("the test binary")
+}
+
+fn ldconfig(writer: CacheWriter) -> ldcache::Ldconfig {
+    ldcache::Ldconfig {
+        writer,
+        path: "/sbin/ldconfig".into(),
+        timeout_secs: 5,
+    }
+}
+
+fn builtin() -> ldcache::Ldconfig {
+    ldconfig(CacheWriter::Builtin)
+}
+
+#[test]
+fn nothing_to_do_touches_nothing() {
+    let host = Recorder::default();
+    let report = apply_on(
+        &host,
+        &target(),
+        &ContainerEdits::default(),
+        MountApi::Auto,
+        &builtin(),
+    )
+    .unwrap();
+    assert_eq!(report, Report::default());
+    assert!(host.calls().is_empty(), "{:?}", host.calls());
+}
+
+#[test]
+fn made_nodes_need_no_source_and_keep_their_group() {
+    let host = Recorder::default();
+    let e = edits(vec![node("demo0", 44)], None);
+    let report = apply_on(&host, &target(), &e, MountApi::Auto, &builtin()).unwrap();
+    assert_eq!(host.calls(), ["mount_namespace", "in_container"]);
+    let seen = host.seen();
+    assert_eq!(seen.nodes, [("/dev/demo0".into(), None, 44)]);
+    assert_eq!(seen.userns_owner, None);
+    assert!(!seen.writable_etc);
+    assert_eq!(seen.cache, None);
+    assert_eq!(report.nodes, 1);
+    assert!(report.new_mount_api);
+    assert!(!report.ldcache);
+}
+
+#[test]
+fn bound_nodes_and_files_are_detached_trees_with_their_attributes() {
+    let host = Recorder::default();
+    let t = Target {
+        bind_nodes: true,
+        ..target()
+    };
+    let lib = elf();
+    let e = edits(vec![node("demo0", 0)], Some(&lib));
+    let report = apply_on(&host, &t, &e, MountApi::Auto, &builtin()).unwrap();
+    let seen = host.seen();
+    assert_eq!(seen.nodes, [("/dev/demo0".into(), Some(Src::Tree), 0)]);
+    assert_eq!(seen.files, [("/usr/lib/libdemo.so.1.2".into(), Src::Tree)]);
+    assert_eq!(seen.userns_owner, Some((100_000, 100_000)));
+    assert_eq!(
+        *host.trees.borrow(),
+        [
+            ("/host/dev/demo0".into(), MountAttrs::Device),
+            (lib, MountAttrs::File)
+        ]
+    );
+    assert!(report.new_mount_api);
+    assert_eq!((report.nodes, report.mounts, report.links), (1, 1, 1));
+}
+
+#[test]
+fn a_kernel_without_the_new_api_gets_paths_for_everything() {
+    let host = Recorder {
+        no_new_api: true,
+        ..Recorder::default()
+    };
+    let t = Target {
+        bind_nodes: true,
+        ..target()
+    };
+    let e = edits(vec![node("demo0", 0), node("demo1", 0)], Some(&elf()));
+    let report = apply_on(&host, &t, &e, MountApi::Auto, &builtin()).unwrap();
+    let seen = host.seen();
+    let bound: Vec<_> = seen.nodes.iter().map(|(_, s, _)| *s).collect();
+    assert_eq!(bound, [Some(Src::Path), Some(Src::Path)]);
+    assert_eq!(seen.files[0].1, Src::Path);
+    assert!(!report.new_mount_api);
+    // The first refusal ends the preparation: nothing more is asked of the kernel.
+    let asked = host.calls().iter().filter(|c| *c == "prepare_tree").count();
+    assert_eq!(asked, 1);
+}
+
+#[test]
+fn the_classic_mount_api_asks_for_no_tree() {
+    let host = Recorder::default();
+    let t = Target {
+        bind_nodes: true,
+        ..target()
+    };
+    let e = edits(vec![node("demo0", 0)], Some(&elf()));
+    let report = apply_on(&host, &t, &e, MountApi::Classic, &builtin()).unwrap();
+    assert!(!host.calls().contains(&"prepare_tree".to_owned()));
+    assert_eq!(host.seen().nodes[0].1, Some(Src::Path));
+    assert!(!report.new_mount_api);
+}
+
+#[test]
+fn a_non_root_process_lacking_the_nodes_group_gets_the_node_in_its_own() {
+    let host = Recorder::default();
+    let t = Target {
+        user: Some(crate::oci::User {
+            uid: 1000,
+            gid: 1000,
+            additional_gids: vec![],
+        }),
+        ..target()
+    };
+    // demo0 is usable by group 44 only; demo1 (0666) by anyone: it keeps its group.
+    let open = DeviceNode {
+        mode: 0o666,
+        ..node("demo1", 44)
+    };
+    let e = edits(vec![node("demo0", 44), open], None);
+    apply_on(&host, &t, &e, MountApi::Auto, &builtin()).unwrap();
+    let groups: Vec<_> = host.seen().nodes.iter().map(|(_, _, g)| *g).collect();
+    assert_eq!(groups, [1000, 44]);
+}
+
+#[test]
+fn nodes_to_regroup_come_with_the_hosts_filesystems() {
+    let host = Recorder::default();
+    let t = Target {
+        user: Some(crate::oci::User {
+            uid: 1000,
+            gid: 1000,
+            additional_gids: vec![],
+        }),
+        regroup: vec![node("render0", 44), node("member", 1000)],
+        ..target()
+    };
+    let report = apply_on(
+        &host,
+        &t,
+        &ContainerEdits::default(),
+        MountApi::Auto,
+        &builtin(),
+    )
+    .unwrap();
+    assert_eq!(
+        host.calls(),
+        ["host_filesystems", "mount_namespace", "in_container"]
+    );
+    let seen = host.seen();
+    // Only the node whose group the process lacks.
+    assert_eq!(seen.regroup, [("/dev/render0".into(), 1000)]);
+    assert_eq!(seen.host_devs, [(0, 21), (8, 1)]);
+    assert_eq!(report.nodes, 0);
+}
+
+#[test]
+fn the_hook_writes_the_cache_itself_and_ldconfig_does_not_run() {
+    let host = Recorder {
+        outcome: RefCell::new(Some(ChildOutcome::CacheWritten)),
+        ..Recorder::default()
+    };
+    let e = edits(vec![], Some(&elf()));
+    let report = apply_on(&host, &target(), &e, MountApi::Auto, &builtin()).unwrap();
+    let seen = host.seen();
+    assert_eq!(seen.cache, Some(vec!["libdemo.so.1".to_owned()]));
+    assert!(seen.writable_etc);
+    assert!(!host.calls().contains(&"run_ldconfig".to_owned()));
+    assert!(report.ldcache && !report.ldconfig_ran && !report.ldcache_was_current);
+}
+
+#[test]
+fn a_current_cache_is_reported_as_such() {
+    let host = Recorder {
+        outcome: RefCell::new(Some(ChildOutcome::CacheCurrent)),
+        ..Recorder::default()
+    };
+    let e = edits(vec![], Some(&elf()));
+    let report = apply_on(&host, &target(), &e, MountApi::Auto, &builtin()).unwrap();
+    assert!(report.ldcache && report.ldcache_was_current && !report.ldconfig_ran);
+}
+
+#[test]
+fn an_image_cache_the_hook_cannot_merge_is_left_to_ldconfig() {
+    let host = Recorder {
+        outcome: RefCell::new(Some(ChildOutcome::NeedsLdconfig("old format".into()))),
+        ..Recorder::default()
+    };
+    let e = edits(vec![], Some(&elf()));
+    let report = apply_on(&host, &target(), &e, MountApi::Auto, &builtin()).unwrap();
+    assert_eq!(
+        host.calls(),
+        [
+            "mount_namespace",
+            "prepare_tree",
+            "in_container",
+            "run_ldconfig"
+        ]
+    );
+    assert_eq!(*host.ldconfig_dirs.borrow(), [PathBuf::from("/usr/lib")]);
+    assert!(report.ldcache && report.ldconfig_ran);
+}
+
+#[test]
+fn a_library_without_readable_flags_is_left_to_ldconfig() {
+    let host = Recorder::default();
+    let not_elf = tempfile::NamedTempFile::new().unwrap();
+    let e = edits(vec![], Some(not_elf.path()));
+    let report = apply_on(&host, &target(), &e, MountApi::Auto, &builtin()).unwrap();
+    assert_eq!(host.seen().cache, None, "the hook does not write the cache");
+    assert!(report.ldconfig_ran);
+}
+
+#[test]
+fn the_ldconfig_writer_always_runs_ldconfig() {
+    let host = Recorder::default();
+    let e = edits(vec![], Some(&elf()));
+    let report = apply_on(
+        &host,
+        &target(),
+        &e,
+        MountApi::Auto,
+        &ldconfig(CacheWriter::Ldconfig),
+    )
+    .unwrap();
+    assert_eq!(host.seen().cache, None);
+    assert!(report.ldconfig_ran);
+}
+
+#[test]
+fn a_failed_ldconfig_fails_the_container_unless_its_rootfs_is_read_only() {
+    let e = edits(vec![], Some(&elf()));
+    let failing = || Recorder {
+        ldconfig_fails: true,
+        ..Recorder::default()
+    };
+    let writer = ldconfig(CacheWriter::Ldconfig);
+    let err = apply_on(&failing(), &target(), &e, MountApi::Auto, &writer).unwrap_err();
+    assert!(matches!(err, InjectError::Ldconfig { .. }), "{err}");
+
+    let read_only = Target {
+        readonly_rootfs: true,
+        ..target()
+    };
+    let report = apply_on(&failing(), &read_only, &e, MountApi::Auto, &writer).unwrap();
+    assert!(!report.ldcache && !report.ldconfig_ran);
+    assert_eq!(report.mounts, 1, "the files are in place all the same");
+}
