@@ -1,7 +1,6 @@
 //! The hook's error type and its mapping to exit codes.
 
 use devinject_exit::ExitCode;
-use devinject_hostconfig::ConfigError;
 
 use crate::admit::AdmitError;
 use crate::inject::InjectError;
@@ -11,9 +10,6 @@ use crate::prepare_step::PrepareStepError;
 /// Everything that can make the hook fail.
 #[derive(Debug, thiserror::Error)]
 pub enum HookError {
-    /// The host config is invalid.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
     /// The state or spec is malformed.
     #[error(transparent)]
     Input(#[from] OciError),
@@ -56,7 +52,6 @@ impl HookError {
     /// The exit code for this error.
     pub fn exit_code(&self) -> ExitCode {
         match self {
-            Self::Config(_) => ExitCode::Config,
             Self::Input(_) | Self::Stage { .. } => ExitCode::Input,
             Self::Admit(e) => e.exit_code(),
             Self::Prepare { .. } => ExitCode::Prepare,

@@ -20,7 +20,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use devinject_exit::ExitCode;
-use devinject_hostconfig::{ConfigError, HostConfig, RUNTIME_CANDIDATES};
+use devinject_hostconfig::{HostConfig, RUNTIME_CANDIDATES};
 
 use crate::admit::{asked, Admission, AdmitError};
 use crate::inject::{layout, rootfs::Rootfs};
@@ -35,9 +35,6 @@ pub enum ShimError {
     /// Bad command line.
     #[error(transparent)]
     Args(#[from] args::ArgsError),
-    /// The host config is invalid.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
     /// `config.json` is unreadable or malformed.
     #[error(transparent)]
     Input(#[from] OciError),
@@ -79,7 +76,7 @@ impl ShimError {
     pub fn exit_code(&self) -> ExitCode {
         match self {
             Self::Args(_) => ExitCode::Usage,
-            Self::Config(_) | Self::NoRuntime { .. } => ExitCode::Config,
+            Self::NoRuntime { .. } => ExitCode::Config,
             Self::Input(_) | Self::SpecEdit(_) | Self::Write { .. } => ExitCode::Input,
             Self::Admit(e) => e.exit_code(),
             Self::Prepare(_) => ExitCode::Prepare,
