@@ -1,5 +1,6 @@
 //! Running a host program from the hook or the shim: the pod-resources helper and a profile's
-//! prepare step.
+//! prepare step; and, with [`call`], work the hook does in a forked child without `exec` (the
+//! injection in the container's mount namespace), under the same deadline and bounds.
 //!
 //! Both run as root for a container, so both run the same way:
 //! - by absolute path, checked before the fork ([`check_runnable`]) so that a missing program is
@@ -245,6 +246,44 @@ pub fn run(program: Program<'_>) -> Result<Finished, ChildError> {
     })
 }
 
+/// What a forked call left: how it ended and what it wrote to its message pipe.
+#[derive(Debug)]
+pub struct Called {
+    /// How it ended.
+    pub status: WaitStatus,
+    /// What it wrote, whole (at most [`MAX_STDERR_BYTES`]).
+    pub message: Vec<u8>,
+}
+
+/// Runs `work` in a forked child (no `exec`: it shares this process's code, for work that must
+/// happen in another namespace), handing it the write end of a message pipe; its return value is
+/// the exit code. Like [`run`]: a deadline after which it is killed, and at most
+/// [`MAX_STDERR_BYTES`] of message (more kills it).
+pub fn call(limit: Duration, work: impl FnOnce(&OwnedFd) -> i32) -> Result<Called, ChildError> {
+    let spawn = |step: &'static str| move |errno| ChildError::Spawn { step, errno };
+    let (msg_r, msg_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(spawn("pipe"))?;
+    // `collect` reads two pipes; the second is closed by the child's exit, and never written.
+    let (idle_r, idle_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(spawn("pipe"))?;
+    let deadline = Instant::now() + limit;
+    let child = sys::fork_run(|| work(&msg_w)).map_err(spawn("fork"))?;
+    drop((msg_w, idle_w));
+    let message = match collect(&msg_r, &idle_r, deadline, MAX_STDERR_BYTES) {
+        Ok(Collected::Closed { stdout, .. }) => stdout,
+        Ok(Collected::TimedOut) => return Err(killed(child, ChildError::Timeout { limit })),
+        Ok(Collected::Oversize) => {
+            return Err(killed(
+                child,
+                ChildError::Oversize {
+                    max: MAX_STDERR_BYTES,
+                },
+            ))
+        }
+        Err(errno) => return Err(killed(child, spawn("read its message")(errno))),
+    };
+    let status = wait(child).map_err(spawn("wait"))?;
+    Ok(Called { status, message })
+}
+
 /// Kills and reaps the child, then returns `err`.
 fn killed(child: Pid, err: ChildError) -> ChildError {
     let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
@@ -366,6 +405,44 @@ mod tests {
         a.join().unwrap();
         b.join().unwrap();
         got
+    }
+
+    #[test]
+    fn a_call_returns_its_code_and_message() {
+        let got = call(Duration::from_secs(20), |w| {
+            let _ = nix::unistd::write(w, b"hello");
+            7
+        })
+        .unwrap();
+        assert_eq!(got.status, WaitStatus::Exited(got.status.pid().unwrap(), 7));
+        assert_eq!(got.message, b"hello");
+    }
+
+    #[test]
+    fn a_call_past_its_deadline_is_killed_and_reaped() {
+        let start = Instant::now();
+        let err = call(Duration::from_millis(200), |_| {
+            std::thread::sleep(Duration::from_secs(30));
+            0
+        })
+        .unwrap_err();
+        assert!(matches!(err, ChildError::Timeout { .. }), "{err}");
+        assert!(start.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_call_writing_more_than_the_bound_is_killed() {
+        let err = call(Duration::from_secs(20), |w| {
+            let chunk = [b'x'; 1024];
+            for _ in 0..=MAX_STDERR_BYTES / chunk.len() {
+                if nix::unistd::write(w, &chunk).is_err() {
+                    return 1;
+                }
+            }
+            0
+        })
+        .unwrap_err();
+        assert!(matches!(err, ChildError::Oversize { .. }), "{err}");
     }
 
     /// The bounds hold exactly: stdout of the bound is read whole, one byte more is oversize;

@@ -160,7 +160,7 @@ impl Host for System {
     }
 
     fn in_container(&self, ns: &OwnedFd, work: Work<'_>) -> Result<ChildOutcome, InjectError> {
-        super::run_in_namespace(ns, || work.perform())
+        super::run_in_namespace(ns, super::CHILD_LIMIT, || work.perform())
     }
 
     fn run_ldconfig(

@@ -20,19 +20,18 @@ pub mod symlinks;
 #[cfg(test)]
 mod tests;
 
-use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use devinject_devices::{ContainerEdits, DeviceNode};
 use devinject_hostconfig::{CacheWriter, MountApi};
 use nix::errno::Errno;
-use nix::fcntl::OFlag;
 use nix::sched::CloneFlags;
-use nix::sys::wait::{waitpid, WaitStatus};
+use nix::sys::wait::WaitStatus;
 
+use crate::child::{self, ChildError};
 use crate::oci::User;
-use crate::sys;
 pub use host::{Host, Work};
 use ld_so_cache::update;
 use mounts::{MountAttrs, Source};
@@ -95,6 +94,12 @@ pub enum InjectError {
         path: PathBuf,
         /// What it is instead.
         why: String,
+    },
+    /// The injection child ran past [`CHILD_LIMIT`] and was killed.
+    #[error("injecting into the container did not finish within {secs} s and was killed: a path it touches in the rootfs may be on a filesystem that does not answer (a FUSE or network volume mounted over an image directory devinject writes into, such as /dev, /etc or a library directory)")]
+    Timeout {
+        /// The limit.
+        secs: u64,
     },
     /// ldconfig ran past its time limit and was killed.
     #[error("ldconfig did not finish within {secs} s in the container and was killed: the image's /etc/ld.so.conf, a file it includes, or /var/cache/ldconfig/aux-cache may be a FIFO or device (raise ldconfig_timeout in the devinject config if the image is just large)")]
@@ -366,13 +371,20 @@ impl ChildOutcome {
     }
 }
 
-/// Runs `work` in a forked child that has joined `mnt_ns`; its error comes back as text.
+/// How long the injection child may take in the container's namespace. Its work (nodes, mounts,
+/// links, the linker cache) takes milliseconds; a path on a filesystem that never answers (a FUSE
+/// or network volume mounted into the rootfs) would otherwise hold the container's creation, and
+/// the engine's, until someone kills the runtime.
+pub const CHILD_LIMIT: Duration = Duration::from_secs(60);
+
+/// Runs `work` in a forked child that has joined `mnt_ns` ([`child::call`], under `limit`:
+/// [`CHILD_LIMIT`] but in tests); its error comes back as text.
 fn run_in_namespace(
     mnt_ns: &OwnedFd,
+    limit: Duration,
     work: impl FnOnce() -> Result<ChildOutcome, InjectError>,
 ) -> Result<ChildOutcome, InjectError> {
-    let (rd, wr) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(InjectError::Fork)?;
-    let child = sys::fork_run(|| {
+    let called = child::call(limit, |wr| {
         let result = nix::sched::setns(mnt_ns.as_fd(), CloneFlags::CLONE_NEWNS)
             .map_err(|errno| {
                 InjectError::Child(format!(
@@ -383,22 +395,24 @@ fn run_in_namespace(
         match result {
             Ok(outcome) => {
                 let (code, text) = outcome.encode();
-                let _ = nix::unistd::write(&wr, text.as_bytes());
+                let _ = nix::unistd::write(wr, text.as_bytes());
                 code
             }
             Err(e) => {
-                let _ = nix::unistd::write(&wr, e.to_string().as_bytes());
+                let _ = nix::unistd::write(wr, e.to_string().as_bytes());
                 1
             }
         }
     })
-    .map_err(InjectError::Fork)?;
-    drop(wr);
-    let mut msg = String::new();
-    let _ = std::fs::File::from(rd)
-        .take(16 * 1024)
-        .read_to_string(&mut msg);
-    match waitpid(child, None).map_err(InjectError::Fork)? {
+    .map_err(|e| match e {
+        ChildError::Spawn { errno, .. } => InjectError::Fork(errno),
+        ChildError::Timeout { limit } => InjectError::Timeout {
+            secs: limit.as_secs(),
+        },
+        other => InjectError::Child(format!("injection child: {other}")),
+    })?;
+    let msg = String::from_utf8_lossy(&called.message).into_owned();
+    match called.status {
         WaitStatus::Exited(_, 1) if !msg.is_empty() => Err(InjectError::Child(msg)),
         WaitStatus::Exited(_, code) => ChildOutcome::decode(code, msg).ok_or_else(|| {
             InjectError::Child(format!("injection child exited with status {code}"))

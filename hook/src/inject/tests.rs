@@ -462,3 +462,32 @@ fn a_failed_ldconfig_fails_the_container_unless_its_rootfs_is_read_only() {
     assert!(!report.ldcache && !report.ldconfig_ran);
     assert_eq!(report.mounts, 1, "the files are in place all the same");
 }
+
+/// The real child, in this process's own mount namespace (joining it needs root): its outcome,
+/// its error and its deadline come back typed.
+#[test]
+fn the_injection_child_reports_its_outcome_its_error_and_its_deadline() {
+    if !devinject_testkit::require_root() {
+        return;
+    }
+    let ns = host::System
+        .mount_namespace(std::process::id() as i32)
+        .unwrap();
+    let limit = std::time::Duration::from_secs(20);
+    let outcome = run_in_namespace(&ns, limit, || {
+        Ok(ChildOutcome::NeedsLdconfig("old format".into()))
+    })
+    .unwrap();
+    assert_eq!(outcome, ChildOutcome::NeedsLdconfig("old format".into()));
+
+    let err =
+        run_in_namespace(&ns, limit, || Err(InjectError::Child("no /dev".into()))).unwrap_err();
+    assert_eq!(err.to_string(), "no /dev");
+
+    let err = run_in_namespace(&ns, std::time::Duration::from_millis(300), || {
+        std::thread::sleep(std::time::Duration::from_secs(30));
+        Ok(ChildOutcome::Done)
+    })
+    .unwrap_err();
+    assert!(matches!(err, InjectError::Timeout { .. }), "{err}");
+}
