@@ -42,9 +42,10 @@
 //!   rootfs without `/dev` gets the old behaviour.
 
 use std::ffi::CString;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
@@ -60,6 +61,7 @@ use devinject_hostconfig::{CacheWriter, HostConfig};
 use super::ld_so_cache::update::{self, CACHE};
 use super::rootfs::{fd_path, Rootfs, RootfsError};
 use super::InjectError;
+use crate::child::{self, ChildError};
 use crate::sys;
 
 /// The cache ldconfig writes into the staging tmpfs (container path, in the child's namespace).
@@ -118,7 +120,8 @@ pub fn open_ldconfig(path: &Path) -> Result<OwnedFd, InjectError> {
     Ok(OwnedFd::from(file))
 }
 
-/// Runs ldconfig for `dirs` inside the container, killed after `timeout_secs` (0: never). Failures are returned with
+/// Runs ldconfig for `dirs` inside the container, killed after `timeout_secs` (0: never), in a
+/// child of [`child::call`] (the first 16 KiB of its output kept). Failures are returned with
 /// ldconfig's output; the caller decides whether they are fatal (a read-only rootfs cannot take
 /// a new cache).
 ///
@@ -133,7 +136,6 @@ pub fn refresh(
     timeout_secs: u32,
     dirs: &[PathBuf],
 ) -> Result<(), InjectError> {
-    let (rd, wr) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(InjectError::Fork)?;
     let mut dir_args = Vec::with_capacity(dirs.len());
     for d in dirs {
         dir_args.push(CString::new(d.as_os_str().as_encoded_bytes()).map_err(|_| {
@@ -142,39 +144,46 @@ pub fn refresh(
             }
         })?);
     }
-    let child = sys::fork_run(|| {
+    // The alarm armed before ldconfig's exec ends ldconfig at its limit; the deadline, a second
+    // later, also bounds the steps before it (a rootfs path that never answers).
+    let limit = match timeout_secs {
+        0 => Duration::from_secs(u64::from(u32::MAX)),
+        secs => Duration::from_secs(u64::from(secs) + 1),
+    };
+    let called = child::call(limit, |wr| {
         // Only ldconfig's output goes to the pipe; a failure before exec says which step.
-        let _ = nix::unistd::dup2_stdout(&wr);
-        let _ = nix::unistd::dup2_stderr(&wr);
+        let _ = nix::unistd::dup2_stdout(wr);
+        let _ = nix::unistd::dup2_stderr(wr);
         match in_container(mnt_ns, rootfs, ldconfig, timeout_secs, &dir_args) {
             Ok(code) => code,
             Err(msg) => {
                 let line = format!("ldconfig setup failed: {msg}\n");
-                let _ = nix::unistd::write(&wr, line.as_bytes());
+                let _ = nix::unistd::write(wr, line.as_bytes());
                 127
             }
         }
     })
-    .map_err(InjectError::Fork)?;
-    drop(wr);
-    let mut output = String::new();
-    let _ = std::fs::File::from(rd)
-        .take(64 * 1024)
-        .read_to_string(&mut output);
-    match waitpid(child, None) {
-        Ok(WaitStatus::Exited(_, 0)) => {
+    .map_err(|e| match e {
+        ChildError::Spawn { errno, .. } => InjectError::Fork(errno),
+        ChildError::Timeout { .. } => InjectError::LdconfigTimeout { secs: timeout_secs },
+        other => InjectError::Ldconfig {
+            output: other.to_string(),
+        },
+    })?;
+    let output = String::from_utf8_lossy(&called.message);
+    match called.status {
+        WaitStatus::Exited(_, 0) => {
             if !output.trim().is_empty() {
                 tracing::debug!(output = %output.trim(), "ldconfig said");
             }
             Ok(())
         }
-        Ok(WaitStatus::Exited(_, TIMED_OUT) | WaitStatus::Signaled(_, Signal::SIGALRM, _)) => {
+        WaitStatus::Exited(_, TIMED_OUT) | WaitStatus::Signaled(_, Signal::SIGALRM, _) => {
             Err(InjectError::LdconfigTimeout { secs: timeout_secs })
         }
-        Ok(status) => Err(InjectError::Ldconfig {
+        status => Err(InjectError::Ldconfig {
             output: describe_failure(status, &output),
         }),
-        Err(errno) => Err(InjectError::Fork(errno)),
     }
 }
 
