@@ -189,34 +189,32 @@ mod tests {
         assert_eq!(a.policy.policy, config.policy);
     }
 
+    /// What [`Admission::may_be_asking`] says of a container whose whole text is `text`, with
+    /// the kvm profile installed.
+    fn asking(text: &str) -> Option<ProfileSet> {
+        let dir = profiles_dir();
+        admission(dir.path())
+            .may_be_asking(|n| text.contains(n))
+            .unwrap()
+    }
+
     #[test]
     fn a_container_mentioning_no_request_is_not_asking() {
-        let dir = profiles_dir();
-        let got = admission(dir.path())
-            .may_be_asking(|n| "PATH=/bin HOME=/root".contains(n))
-            .unwrap();
-        assert!(got.is_none());
+        assert!(asking("PATH=/bin HOME=/root").is_none());
     }
 
     #[test]
     fn a_container_naming_a_request_variable_or_our_annotation_may_be_asking() {
-        let dir = profiles_dir();
-        let a = admission(dir.path());
-        let by_env = a.may_be_asking(|n| "KVM_VISIBLE_DEVICES=all".contains(n));
-        assert_eq!(by_env.unwrap().map(|p| p.iter().count()), Some(1));
+        let by_env = asking("KVM_VISIBLE_DEVICES=all");
+        assert_eq!(by_env.map(|p| p.iter().count()), Some(1));
         let annotation = format!("{}kvm", crate::ANNOTATION_PREFIX);
-        let by_annotation = a.may_be_asking(|n| annotation.contains(n));
-        assert!(by_annotation.unwrap().is_some());
+        assert!(asking(&annotation).is_some());
     }
 
     #[test]
     fn another_profiles_request_suffix_alone_is_not_asking() {
         // The suffix makes the cheap check load the profiles; no profile's variable matches.
-        let dir = profiles_dir();
-        let got = admission(dir.path())
-            .may_be_asking(|n| "GPU_VISIBLE_DEVICES=0".contains(n))
-            .unwrap();
-        assert!(got.is_none());
+        assert!(asking("GPU_VISIBLE_DEVICES=0").is_none());
     }
 
     #[test]

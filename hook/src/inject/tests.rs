@@ -159,6 +159,15 @@ impl Host for Recorder {
     }
 }
 
+/// uid and gid 1000, no supplementary group.
+fn user_1000() -> crate::oci::User {
+    crate::oci::User {
+        uid: 1000,
+        gid: 1000,
+        additional_gids: vec![],
+    }
+}
+
 fn target() -> Target {
     Target {
         pid: 4242,
@@ -321,11 +330,7 @@ fn the_classic_mount_api_asks_for_no_tree() {
 fn a_non_root_process_lacking_the_nodes_group_gets_the_node_in_its_own() {
     let host = Recorder::default();
     let t = Target {
-        user: Some(crate::oci::User {
-            uid: 1000,
-            gid: 1000,
-            additional_gids: vec![],
-        }),
+        user: Some(user_1000()),
         ..target()
     };
     // demo0 is usable by group 44 only; demo1 (0666) by anyone: it keeps its group.
@@ -343,11 +348,7 @@ fn a_non_root_process_lacking_the_nodes_group_gets_the_node_in_its_own() {
 fn nodes_to_regroup_come_with_the_hosts_filesystems() {
     let host = Recorder::default();
     let t = Target {
-        user: Some(crate::oci::User {
-            uid: 1000,
-            gid: 1000,
-            additional_gids: vec![],
-        }),
+        user: Some(user_1000()),
         regroup: vec![node("render0", 44), node("member", 1000)],
         ..target()
     };
