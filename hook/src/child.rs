@@ -212,7 +212,7 @@ pub fn run(program: Program<'_>) -> Result<Finished, ChildError> {
     })
     .map_err(spawn("fork"))?;
     drop((null, out_w, err_w));
-    let (stdout, stderr) = match collect(&out_r, &err_r, deadline, program.max_stdout) {
+    let (stdout, stderr) = match collect(Some(&out_r), &err_r, deadline, program.max_stdout) {
         Ok(Collected::Closed { stdout, stderr }) => (stdout, stderr),
         Ok(Collected::TimedOut) => {
             return Err(killed(
@@ -263,15 +263,14 @@ pub struct Called {
 pub fn call(limit: Duration, work: impl FnOnce(&OwnedFd) -> i32) -> Result<Called, ChildError> {
     let spawn = |step: &'static str| move |errno| ChildError::Spawn { step, errno };
     let (msg_r, msg_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(spawn("pipe"))?;
-    // `collect` reads a bounded pipe and a kept-in-part one: the message is the second; the
-    // first is never written, and closed by the child's exit.
-    let (idle_r, idle_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(spawn("pipe"))?;
     let deadline = Instant::now() + limit;
     let child = sys::fork_run(|| work(&msg_w)).map_err(spawn("fork"))?;
-    drop((msg_w, idle_w));
-    let message = match collect(&idle_r, &msg_r, deadline, 0) {
+    drop(msg_w);
+    // The message is read as a program's stderr is: its first bytes kept, the rest drained.
+    let message = match collect(None, &msg_r, deadline, 0) {
         Ok(Collected::Closed { stderr, .. }) => stderr,
         Ok(Collected::TimedOut) => return Err(killed(child, ChildError::Timeout { limit })),
+        // Only stdout has a bound that kills, and none is read here.
         Ok(Collected::Oversize) => return Err(killed(child, ChildError::Oversize { max: 0 })),
         Err(errno) => return Err(killed(child, spawn("read its message")(errno))),
     };
@@ -296,28 +295,33 @@ fn wait(child: Pid) -> nix::Result<WaitStatus> {
     }
 }
 
-/// Reads both pipes until both are closed, the deadline passes, or stdout goes past
-/// `max_stdout`.
+/// Reads stdout (when there is one) and stderr until both are closed, the deadline passes, or
+/// stdout goes past `max_stdout`.
 fn collect(
-    out: &OwnedFd,
+    out: Option<&OwnedFd>,
     err: &OwnedFd,
     deadline: Instant,
     max_stdout: usize,
 ) -> nix::Result<Collected> {
     let mut stdout = Vec::new();
     let mut stderr = Vec::new();
-    let mut open = [true, true];
+    let fds = [out, Some(err)];
+    let mut open = fds.map(|f| f.is_some());
     let mut buf = [0u8; 8192];
     while open.contains(&true) {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Ok(Collected::TimedOut);
         }
-        let fds = [out, err];
-        let which: Vec<usize> = (0..2).filter(|i| open[*i]).collect();
+        let which: Vec<(usize, &OwnedFd)> = fds
+            .iter()
+            .enumerate()
+            .filter_map(|(i, fd)| Some((i, (*fd)?)))
+            .filter(|(i, _)| open[*i])
+            .collect();
         let mut set: Vec<PollFd<'_>> = which
             .iter()
-            .map(|i| PollFd::new(fds[*i].as_fd(), PollFlags::POLLIN))
+            .map(|(_, fd)| PollFd::new(fd.as_fd(), PollFlags::POLLIN))
             .collect();
         // Rounded up to the next millisecond so that the deadline is reached, not spun on.
         let timeout =
@@ -327,14 +331,14 @@ fn collect(
             Err(Errno::EINTR) => continue,
             Err(e) => return Err(e),
         }
-        let ready: Vec<usize> = which
+        let ready: Vec<(usize, &OwnedFd)> = which
             .iter()
             .zip(&set)
             .filter(|(_, p)| p.revents().is_some_and(|r| !r.is_empty()))
-            .map(|(i, _)| *i)
+            .map(|(w, _)| *w)
             .collect();
-        for i in ready {
-            let n = match nix::unistd::read(fds[i], &mut buf) {
+        for (i, fd) in ready {
+            let n = match nix::unistd::read(fd, &mut buf) {
                 Ok(n) => n,
                 Err(Errno::EINTR) => continue,
                 Err(e) => return Err(e),
@@ -390,7 +394,7 @@ mod tests {
         };
         let (a, b) = (feed(out_w, stdout), feed(err_w, stderr));
         let got = collect(
-            &out_r,
+            Some(&out_r),
             &err_r,
             Instant::now() + Duration::from_secs(20),
             max,
@@ -473,7 +477,7 @@ mod tests {
         let (err_r, _err_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
         for micros in [100, 300, 600, 900, 1500] {
             let deadline = Instant::now() + Duration::from_micros(micros);
-            let got = collect(&out_r, &err_r, deadline, 16).unwrap();
+            let got = collect(Some(&out_r), &err_r, deadline, 16).unwrap();
             assert!(matches!(got, Collected::TimedOut), "{micros} µs");
             assert!(Instant::now() >= deadline, "{micros} µs: returned early");
         }
