@@ -3,8 +3,8 @@
 //! full one, and which of the specs that runtimes write today each of them accepts.
 //!
 //! The figures decide the choice recorded in hook/src/oci.rs (docs/benchmarks.md, section 12).
-//! Needs no root and no runtime: the specs are made here, shaped as runc's `runc spec` and as
-//! docker writes them for a container with devices and driver libraries.
+//! Needs no root and no runtime: the specs are made here, shaped as docker writes them for a
+//! container without devices and for one with devices and driver libraries.
 
 use std::hint::black_box;
 use std::process::ExitCode;
@@ -42,7 +42,7 @@ fn main() -> ExitCode {
     let batch = cli.batch.max(1);
     let shapes = [
         Shape {
-            name: "`runc spec` (no devices)".into(),
+            name: "docker, no devices or libraries".into(),
             bytes: to_bytes(&spec(0, 0)),
         },
         Shape {
@@ -119,7 +119,7 @@ fn to_bytes(v: &Value) -> Vec<u8> {
 }
 
 /// A `config.json` as docker writes it for a container given `devices` device nodes and
-/// `libraries` read-only bind mounts (with none of either: the shape of `runc spec`).
+/// `libraries` read-only bind mounts.
 fn spec(devices: usize, libraries: usize) -> Value {
     let caps = [
         "CAP_CHOWN",
