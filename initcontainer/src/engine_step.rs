@@ -1,13 +1,17 @@
 //! The runtime-config half of an engine's step, shared by install (configure) and uninstall
 //! (unconfigure).
 //!
-//! The change is first previewed as a dry run: that is the whole step for a dry run, and
-//! otherwise it names every file the library will touch, so that each is saved in the step's
-//! journal before the library writes it. When anything changed the engine is restarted or
-//! reloaded, and a rollback of the step does it again.
+//! A dry run asks the library for its report and diffs only. Otherwise the library makes its
+//! changes through the step's journal ([`devinject_runtime_config::host_files::HostFiles`] on
+//! [`Tx`]), which saves each file and directory before the library touches it: one pass, and a
+//! failure or kill anywhere inside it is undone like any other change of the step. When
+//! anything changed the engine is restarted or reloaded, and a rollback of the step does it
+//! again.
 
+use devinject_runtime_config::host_files::HostFiles;
 use devinject_runtime_config::{
-    configure, unconfigure, ChangeReport, ConfigureRequest, UnconfigureRequest,
+    configure, configure_through, unconfigure, unconfigure_through, ChangeReport, ConfigureRequest,
+    UnconfigureRequest,
 };
 
 use crate::activate::{activate, Outcome};
@@ -15,29 +19,52 @@ use crate::detect::Target;
 use crate::error::{InstallError, Result};
 use crate::journal::Tx;
 use crate::options::{Layout, RestartMode};
-use crate::steps::{self, StepCtx};
+use crate::steps::StepCtx;
 
 /// A runtime-config request an engine step carries out.
 pub trait Change {
-    /// Carries it out, or with `dry_run` only says what it would change.
-    fn make(&self, dry_run: bool) -> devinject_runtime_config::Result<ChangeReport>;
+    /// What it would change, writing nothing.
+    fn preview(&self) -> devinject_runtime_config::Result<ChangeReport>;
+
+    /// Carries it out through `files`.
+    fn make(&self, files: &mut dyn HostFiles) -> devinject_runtime_config::Result<ChangeReport>;
 }
 
 impl Change for ConfigureRequest {
-    fn make(&self, dry_run: bool) -> devinject_runtime_config::Result<ChangeReport> {
+    fn preview(&self) -> devinject_runtime_config::Result<ChangeReport> {
         configure(&ConfigureRequest {
-            dry_run,
+            dry_run: true,
             ..self.clone()
         })
+    }
+
+    fn make(&self, files: &mut dyn HostFiles) -> devinject_runtime_config::Result<ChangeReport> {
+        configure_through(
+            &ConfigureRequest {
+                dry_run: false,
+                ..self.clone()
+            },
+            files,
+        )
     }
 }
 
 impl Change for UnconfigureRequest {
-    fn make(&self, dry_run: bool) -> devinject_runtime_config::Result<ChangeReport> {
+    fn preview(&self) -> devinject_runtime_config::Result<ChangeReport> {
         unconfigure(&UnconfigureRequest {
-            dry_run,
+            dry_run: true,
             ..self.clone()
         })
+    }
+
+    fn make(&self, files: &mut dyn HostFiles) -> devinject_runtime_config::Result<ChangeReport> {
+        unconfigure_through(
+            &UnconfigureRequest {
+                dry_run: false,
+                ..self.clone()
+            },
+            files,
+        )
     }
 }
 
@@ -53,8 +80,8 @@ pub fn apply(
     record: impl FnOnce(&mut Tx<'_>) -> Result<()>,
 ) -> Result<()> {
     let engine = target.engine;
-    let preview = change.make(true).map_err(InstallError::runtime(engine))?;
     let Some(tx) = cx.tx.as_deref_mut() else {
+        let preview = change.preview().map_err(InstallError::runtime(engine))?;
         for c in &preview.changes {
             cx.report
                 .changes
@@ -70,22 +97,13 @@ pub fn apply(
         return Ok(());
     };
 
-    // Save everything the library is about to touch, then let it work.
-    let mut touched: Vec<_> = preview.changes.iter().map(|c| c.path.clone()).collect();
-    touched.push(preview.state_file.clone());
-    for path in &touched {
-        steps::protect_engine_file(tx, layout, path)?;
-    }
-    let done = change.make(false).map_err(InstallError::runtime(engine))?;
+    let done = change.make(tx).map_err(InstallError::runtime(engine))?;
     for c in &done.changes {
         cx.report
             .changes
             .push(format!("{} {}", c.action, c.path.display()));
     }
     cx.report.notes.extend(done.notes.iter().cloned());
-    if done.changed() {
-        tx.changed()?;
-    }
     record(tx)?;
 
     if done.changed() {

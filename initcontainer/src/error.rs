@@ -112,7 +112,17 @@ impl InstallError {
 
     /// Wraps a runtime-config error for `engine`.
     pub(crate) fn runtime(engine: Engine) -> impl FnOnce(RuntimeConfigError) -> Self {
-        move |source| InstallError::RuntimeConfig { engine, source }
+        move |source| match source {
+            // The journal's own error, passed through the library's change: it is ours.
+            RuntimeConfigError::Files(inner) => match inner.downcast::<InstallError>() {
+                Ok(ours) => *ours,
+                Err(other) => InstallError::RuntimeConfig {
+                    engine,
+                    source: RuntimeConfigError::Files(other),
+                },
+            },
+            source => InstallError::RuntimeConfig { engine, source },
+        }
     }
 
     /// Whether the error is about the content of a host file or a profile (nothing was changed

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use devinject_runtime_config::host_root::resolve_in_root;
+use devinject_runtime_config::host_root::{host_path_of, resolve_in_root};
 
 /// The host's root as seen by this process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,10 +37,7 @@ impl HostRoot {
 
     /// The host path of `access`, a path below the root.
     pub fn host_of(&self, access: &Path) -> PathBuf {
-        match access.strip_prefix(&self.root) {
-            Ok(rel) => Path::new("/").join(rel),
-            Err(_) => access.to_path_buf(),
-        }
+        host_path_of(&self.root, access)
     }
 }
 

@@ -20,7 +20,8 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use devinject_runtime_config::atomic_write;
+use devinject_runtime_config::host_files::HostFiles;
+use devinject_runtime_config::{atomic_write, Result as LibResult, RuntimeConfigError};
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
 
@@ -53,6 +54,15 @@ enum Before {
     Symlink {
         /// Its target.
         target: PathBuf,
+    },
+    /// An empty directory (the step removed it).
+    Directory {
+        /// Permission bits.
+        mode: u32,
+        /// Owner.
+        uid: u32,
+        /// Group.
+        gid: u32,
     },
 }
 
@@ -238,6 +248,17 @@ impl Journal {
                         restored.push(entry.path.clone());
                     }
                 }
+                Before::Directory { mode, uid, gid } => {
+                    if current.is_none() {
+                        fs::create_dir(&access)
+                            .map_err(|e| InstallError::io("restore directory", &access, e))?;
+                        fs::set_permissions(&access, fs::Permissions::from_mode(*mode))
+                            .map_err(|e| InstallError::io("set the mode of", &access, e))?;
+                        std::os::unix::fs::lchown(&access, Some(*uid), Some(*gid))
+                            .map_err(|e| InstallError::io("restore the owner of", &access, e))?;
+                        restored.push(entry.path.clone());
+                    }
+                }
                 Before::Symlink { target } => {
                     let same = fs::read_link(&access).is_ok_and(|t| &t == target);
                     if !same {
@@ -389,20 +410,50 @@ impl Tx<'_> {
         Ok(missing)
     }
 
-    /// Remembers that someone else (the runtime configuration library) may create the
-    /// directories `dirs` (host paths, outermost first, none existing yet) during this step, so
-    /// that undoing the step removes them when they are empty.
-    pub fn expect_dirs(&mut self, dirs: &[PathBuf]) -> Result<()> {
-        let new: Vec<PathBuf> = dirs
-            .iter()
-            .filter(|d| !self.file.created_dirs.contains(d))
-            .cloned()
-            .collect();
-        if new.is_empty() {
-            return Ok(());
+    /// Removes the directory `host` when it is empty, saving its mode and owner first so that
+    /// undoing the step makes it again. A missing or non-empty directory is left as it is.
+    pub fn remove_empty_dir(&mut self, host: &Path) -> Result<bool> {
+        let access = self.journal.host.access(host);
+        let meta = match fs::symlink_metadata(&access) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(InstallError::io("stat", access, e)),
+            Ok(m) => m,
+        };
+        let empty = meta.is_dir()
+            && fs::read_dir(&access)
+                .map_err(|e| InstallError::io("read directory", &access, e))?
+                .next()
+                .is_none();
+        if !empty {
+            return Ok(false);
         }
-        self.file.created_dirs.extend(new);
-        self.persist()
+        if !self.file.entries.iter().any(|e| e.path == host) {
+            self.file.entries.push(Entry {
+                path: host.to_path_buf(),
+                before: Before::Directory {
+                    mode: meta.mode() & 0o7777,
+                    uid: meta.uid(),
+                    gid: meta.gid(),
+                },
+            });
+            self.persist()?;
+        }
+        match fs::remove_dir(&access) {
+            Ok(()) => {}
+            // Filled or removed by someone else since the check: not ours to remove.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::DirectoryNotEmpty
+                ) =>
+            {
+                return Ok(false)
+            }
+            Err(e) => return Err(InstallError::io("remove directory", &access, e)),
+        }
+        debug!(dir = %host.display(), "removed directory");
+        self.changed()?;
+        Ok(true)
     }
 
     /// The directories this step created so far (host paths, outermost first).
@@ -412,6 +463,12 @@ impl Tx<'_> {
 
     /// Writes `bytes` to `host` atomically with `mode`, saving what was there first.
     pub fn write(&mut self, host: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+        self.put(host, bytes, Some(mode))
+    }
+
+    /// [`Tx::write`]; a `mode` of `None` keeps the file's current mode (or the default for a new
+    /// one), as [`atomic_write::write_atomic`] does.
+    fn put(&mut self, host: &Path, bytes: &[u8], mode: Option<u32>) -> Result<()> {
         if let Some(parent) = host.parent() {
             self.ensure_dir(parent)?;
         }
@@ -420,7 +477,7 @@ impl Tx<'_> {
         if fs::symlink_metadata(&access).is_ok_and(|m| m.file_type().is_symlink()) {
             remove(&access)?;
         }
-        write(&access, bytes, Some(mode))?;
+        write(&access, bytes, mode)?;
         debug!(path = %host.display(), "wrote");
         self.changed()
     }
@@ -471,11 +528,35 @@ impl Tx<'_> {
     }
 }
 
+/// The runtime configuration library changes the host through the step: every file it writes
+/// or removes, and every directory it makes or removes, is saved in the journal first.
+impl HostFiles for Tx<'_> {
+    fn write(&mut self, host: &Path, bytes: &[u8], mode: Option<u32>) -> LibResult<()> {
+        self.put(host, bytes, mode).map_err(to_library)
+    }
+
+    fn remove(&mut self, host: &Path) -> LibResult<()> {
+        Tx::remove(self, host).map_err(to_library)
+    }
+
+    fn create_dirs(&mut self, host: &Path) -> LibResult<Vec<PathBuf>> {
+        self.ensure_dir(host).map_err(to_library)
+    }
+
+    fn remove_empty_dir(&mut self, host: &Path) -> LibResult<bool> {
+        Tx::remove_empty_dir(self, host).map_err(to_library)
+    }
+}
+
+/// Carries the journal's error through the library, whole ([`InstallError::runtime`] takes it
+/// back out).
+fn to_library(e: InstallError) -> RuntimeConfigError {
+    RuntimeConfigError::Files(Box::new(e))
+}
+
 fn write(path: &Path, bytes: &[u8], mode: Option<u32>) -> Result<()> {
     atomic_write::write_atomic(path, bytes, mode).map_err(|e| match e {
-        devinject_runtime_config::RuntimeConfigError::Io { op, path, source } => {
-            InstallError::Io { op, path, source }
-        }
+        RuntimeConfigError::Io { op, path, source } => InstallError::Io { op, path, source },
         other => InstallError::State {
             path: path.to_path_buf(),
             message: other.to_string(),
@@ -555,6 +636,47 @@ mod tests {
         let m = fs::metadata(etc.join("owned")).expect("stat");
         assert_eq!((m.uid(), m.gid()), (1234, 5678));
         assert_eq!(fs::read_to_string(etc.join("owned")).expect("read"), "old");
+    }
+
+    /// The runtime configuration library removes the directories it made on unconfigure; a
+    /// rollback makes them again (with their mode), before putting the files back into them.
+    #[test]
+    fn a_removed_directory_comes_back_on_rollback() {
+        let (dir, _host, j) = setup();
+        let conf = dir.path().join("etc/containerd/conf.d");
+        fs::create_dir_all(&conf).expect("mkdir");
+        fs::set_permissions(&conf, fs::Permissions::from_mode(0o750)).expect("chmod");
+        fs::write(conf.join("99-devinject.toml"), "x").expect("write");
+        let mut tx = j.begin("unconfigure", None).expect("begin");
+        let dropin = Path::new("/etc/containerd/conf.d/99-devinject.toml");
+        let conf_host = Path::new("/etc/containerd/conf.d");
+        assert!(!tx.remove_empty_dir(conf_host).expect("not empty yet"));
+        HostFiles::remove(&mut tx, dropin).expect("remove");
+        assert!(HostFiles::remove_empty_dir(&mut tx, conf_host).expect("empty now"));
+        assert!(!conf.exists());
+        let (restored, _) = tx.rollback().expect("rollback");
+        assert_eq!(
+            restored,
+            vec![conf_host.to_path_buf(), dropin.to_path_buf()]
+        );
+        assert_eq!(fs::metadata(&conf).expect("stat").mode() & 0o7777, 0o750);
+        assert_eq!(
+            fs::read(conf.join("99-devinject.toml")).expect("read"),
+            b"x"
+        );
+    }
+
+    /// A failure inside the library's change (here a fault at its first write) comes back to
+    /// the installer as the journal's own error, so the step is rolled back like any other.
+    #[test]
+    fn the_journals_error_comes_back_whole_through_the_library() {
+        let (_dir, _host, j) = setup();
+        let f = Fault::parse("s:1").expect("fault");
+        let mut tx = j.begin("s", Some(&f)).expect("begin");
+        let err = HostFiles::write(&mut tx, Path::new("/a"), b"a", None).expect_err("fault");
+        let back = InstallError::runtime(devinject_runtime_config::Engine::Docker)(err);
+        assert!(matches!(back, InstallError::Injected(_)), "{back}");
+        tx.rollback().expect("rollback");
     }
 
     #[test]

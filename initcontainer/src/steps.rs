@@ -4,7 +4,7 @@
 //! engine restarts it again, so the daemon runs with the configuration that is back on disk.
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use devinject_runtime_config::{atomic_write, Activation, Engine};
 use nix::fcntl::{Flock, FlockArg};
@@ -211,36 +211,4 @@ pub fn lock(layout: &Layout) -> Result<(Flock<File>, Vec<PathBuf>)> {
     })?;
     let created = created.iter().map(|d| layout.host.host_of(d)).collect();
     Ok((lock, created))
-}
-
-/// Saves, within `tx`, an engine file the runtime-config library is about to write: the file
-/// itself and, when it is a symlink, the file it points to (the library writes through a final
-/// symlink so that a linked configuration stays linked), with the directories that may be
-/// created for them.
-pub fn protect_engine_file(tx: &mut Tx<'_>, layout: &Layout, host: &Path) -> Result<()> {
-    let paths = devinject_runtime_config::HostPaths {
-        root: layout.host.root().to_path_buf(),
-        ..Default::default()
-    };
-    let target = layout.host.host_of(&paths.access(host));
-    for p in [host.to_path_buf(), target] {
-        tx.expect_dirs(&missing_dirs(layout, &p))?;
-        tx.protect(&p)?;
-    }
-    Ok(())
-}
-
-/// The ancestors of host path `path` that do not exist yet (outermost first).
-pub fn missing_dirs(layout: &Layout, path: &Path) -> Vec<PathBuf> {
-    let mut missing = Vec::new();
-    let mut cur = path.parent();
-    while let Some(d) = cur {
-        if d.as_os_str().is_empty() || layout.access(d).exists() {
-            break;
-        }
-        missing.push(d.to_path_buf());
-        cur = d.parent();
-    }
-    missing.reverse();
-    missing
 }

@@ -103,6 +103,12 @@ pub enum RuntimeConfigError {
         source: std::io::Error,
     },
 
+    /// The caller's [`crate::host_files::HostFiles`] refused or failed a change (the
+    /// installer's journal could not save what the path held); its own error, kept whole so the
+    /// caller can take it back.
+    #[error(transparent)]
+    Files(Box<dyn std::error::Error + Send + Sync>),
+
     /// Telling a daemon to reload its configuration failed.
     #[error("cannot reload {daemon} (pid file {}): {message}", pidfile.display())]
     Reload {

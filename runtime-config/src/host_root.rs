@@ -52,6 +52,15 @@ pub fn resolve_in_root(root: &Path, host: &Path) -> PathBuf {
     under(&resolved)
 }
 
+/// The host path of `access`, a path below `root` (the inverse of [`resolve_in_root`] for a path
+/// with no link on the way); a path outside the root is returned as it is.
+pub fn host_path_of(root: &Path, access: &Path) -> PathBuf {
+    match access.strip_prefix(root) {
+        Ok(rel) => Path::new("/").join(rel),
+        Err(_) => access.to_path_buf(),
+    }
+}
+
 /// The normal components of `path` in reverse order (so that `pop` yields them in order), with
 /// `..` kept and `.` dropped.
 fn components_rev(path: &Path) -> Vec<PathBuf> {

@@ -10,7 +10,9 @@
 //!   (`toml_edit`, `serde_json::Value` with key order kept), never through our own structs, so
 //!   comments, order and unknown keys survive.
 //! - `transaction`: the engine-independent half: compare with what is on disk, diff
-//!   ([`diff`]), record the prior state ([`state`]), write atomically ([`atomic_write`]).
+//!   ([`diff`]), record the prior state ([`state`]), and make the changes through a
+//!   [`host_files::HostFiles`]: atomically on the host for `devinject-ctl`
+//!   ([`host_files::Direct`], [`atomic_write`]), through its step journal for the installer.
 //! - [`report`]: what changed and whether the engine must be restarted or reloaded.
 //! - [`reload`]: SIGHUP for dockerd.
 //! - [`cdi`]: `cdi generate`, a CDI spec per device profile from the devices crate's planner,
@@ -35,6 +37,7 @@ pub mod diff;
 pub mod doctor;
 pub mod engines;
 pub mod error;
+pub mod host_files;
 pub mod host_root;
 pub mod load;
 pub mod lock;
@@ -57,10 +60,26 @@ pub use request::{ConfigureRequest, Engine, HostPaths, Mode, UnconfigureRequest}
 /// state next to the engine's main configuration file (see [`state`]) and writes the files
 /// atomically. With `req.dry_run` nothing is written and the report carries the diffs.
 pub fn configure(req: &ConfigureRequest) -> Result<ConfigureReport> {
-    transaction::configure(req)
+    configure_through(req, &mut host_files::Direct::new(&req.paths))
+}
+
+/// [`configure`], making every change through `files` (the installer's step journal).
+pub fn configure_through(
+    req: &ConfigureRequest,
+    files: &mut dyn host_files::HostFiles,
+) -> Result<ConfigureReport> {
+    transaction::configure(req, files)
 }
 
 /// Undoes [`configure`] for `req.engine`, restoring what was there before.
 pub fn unconfigure(req: &UnconfigureRequest) -> Result<UnconfigureReport> {
-    transaction::unconfigure(req)
+    unconfigure_through(req, &mut host_files::Direct::new(&req.paths))
+}
+
+/// [`unconfigure`], making every change through `files` (the installer's step journal).
+pub fn unconfigure_through(
+    req: &UnconfigureRequest,
+    files: &mut dyn host_files::HostFiles,
+) -> Result<UnconfigureReport> {
+    transaction::unconfigure(req, files)
 }

@@ -134,6 +134,12 @@ impl HostPaths {
         crate::host_root::resolve_in_root(&self.root, host)
     }
 
+    /// The host path of `access`, a path below the root (the inverse of [`HostPaths::access`]
+    /// for a path with no link on the way).
+    pub fn host_of(&self, access: &Path) -> PathBuf {
+        crate::host_root::host_path_of(&self.root, access)
+    }
+
     /// The engine's main configuration file (host path).
     pub fn config_for(&self, engine: Engine) -> PathBuf {
         self.config

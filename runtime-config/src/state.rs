@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::atomic_write;
 use crate::error::{Result, RuntimeConfigError};
+use crate::host_files::HostFiles;
 use crate::load;
 use crate::request::{Engine, Mode};
 
@@ -142,16 +142,16 @@ impl State {
         Ok(Some(state))
     }
 
-    /// Writes the state file at `access` atomically (mode 0600: it holds copies of
-    /// configuration files).
-    pub fn save(&self, access: &Path) -> Result<()> {
+    /// Writes the state file at host path `host` through `files`, atomically (mode 0600: it
+    /// holds copies of configuration files).
+    pub fn save(&self, files: &mut dyn HostFiles, host: &Path) -> Result<()> {
         let mut text =
             serde_json::to_string_pretty(self).map_err(|e| RuntimeConfigError::State {
-                path: access.to_path_buf(),
+                path: host.to_path_buf(),
                 message: e.to_string(),
             })?;
         text.push('\n');
-        atomic_write::write_atomic(access, text.as_bytes(), Some(0o600))
+        files.write(host, text.as_bytes(), Some(0o600))
     }
 }
 
@@ -170,6 +170,10 @@ mod tests {
     #[test]
     fn round_trip_and_engine_check() {
         let dir = tempfile::tempdir().expect("tempdir");
+        let paths = crate::HostPaths {
+            root: dir.path().to_path_buf(),
+            ..crate::HostPaths::default()
+        };
         let p = dir.path().join("s");
         let mut s = State::new(Engine::Docker, Mode::Shim, "devinject");
         s.files.push(FileRecord {
@@ -179,7 +183,8 @@ mod tests {
             original_mode: Some(0o644),
             written: Some("{\"a\":1}\n".into()),
         });
-        s.save(&p).expect("save");
+        s.save(&mut crate::host_files::Direct::new(&paths), Path::new("/s"))
+            .expect("save");
         assert_eq!(State::load(&p, Engine::Docker).expect("load"), Some(s));
         let err = State::load(&p, Engine::Crio).expect_err("wrong engine");
         assert!(err.to_string().contains("records docker"), "{err}");

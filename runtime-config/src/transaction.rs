@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
-use crate::atomic_write;
 use crate::diff;
 use crate::engines::{self, Candidate, EngineEditor};
 use crate::error::{Result, RuntimeConfigError};
+use crate::host_files::HostFiles;
 use crate::load;
 use crate::lock::DirLock;
 use crate::report::{Action, Activation, ChangeReport, FileChange};
@@ -97,8 +97,6 @@ struct Session {
     editor: Box<dyn EngineEditor>,
     /// The state file (host path).
     state_host: PathBuf,
-    /// Where this process reads and writes it.
-    state_access: PathBuf,
     /// What the last configure recorded.
     old: Option<State>,
     /// Held until the session ends.
@@ -116,7 +114,6 @@ impl Session {
         Ok(Session {
             editor,
             state_host,
-            state_access,
             old,
             _lock: lock,
         })
@@ -124,7 +121,7 @@ impl Session {
 }
 
 /// Configures `req.engine`; see [`crate::configure`].
-pub fn configure(req: &ConfigureRequest) -> Result<ChangeReport> {
+pub fn configure(req: &ConfigureRequest, files: &mut dyn HostFiles) -> Result<ChangeReport> {
     validate(req)?;
     let paths = &req.paths;
     let Session {
@@ -132,7 +129,6 @@ pub fn configure(req: &ConfigureRequest) -> Result<ChangeReport> {
         state_host,
         old,
         _lock,
-        ..
     } = Session::open(req.engine, paths)?;
     let old_prior = old.as_ref().map(|s| s.prior.clone()).unwrap_or_default();
 
@@ -253,7 +249,7 @@ pub fn configure(req: &ConfigureRequest) -> Result<ChangeReport> {
     if !report.changed() {
         if old.as_ref() != Some(&new_state) {
             // Same files, but no (or an outdated) record: write the record only.
-            save_state(paths, &state_host, &mut new_state, &steps)?;
+            save_state(files, &state_host, &mut new_state, &steps)?;
         }
         report.notes.push(format!(
             "{} is already configured; nothing changed",
@@ -261,8 +257,8 @@ pub fn configure(req: &ConfigureRequest) -> Result<ChangeReport> {
         ));
         return Ok(report);
     }
-    save_state(paths, &state_host, &mut new_state, &steps)?;
-    apply(paths, &steps)?;
+    save_state(files, &state_host, &mut new_state, &steps)?;
+    apply(files, &steps)?;
     info!(engine = %req.engine, mode = %req.mode(), files = report.changes.len(), "configured");
     Ok(report)
 }
@@ -270,7 +266,7 @@ pub fn configure(req: &ConfigureRequest) -> Result<ChangeReport> {
 /// Creates the missing directories for the state file and the files to write, records them, and
 /// writes the state file.
 fn save_state(
-    paths: &HostPaths,
+    files: &mut dyn HostFiles,
     state_host: &Path,
     state: &mut State,
     steps: &[Step],
@@ -286,41 +282,29 @@ fn save_state(
         .collect();
     dirs.dedup();
     for dir in dirs {
-        for created in atomic_write::create_dirs(&paths.access(&dir))? {
-            let host = host_of(paths, &created);
-            debug!(dir = %host.display(), "created directory");
-            if !state.created_dirs.contains(&host) {
-                state.created_dirs.push(host);
+        for created in files.create_dirs(&dir)? {
+            debug!(dir = %created.display(), "created directory");
+            if !state.created_dirs.contains(&created) {
+                state.created_dirs.push(created);
             }
         }
     }
-    state.save(&paths.access(state_host))
+    state.save(files, state_host)
 }
 
-fn host_of(paths: &HostPaths, access: &Path) -> PathBuf {
-    match access.strip_prefix(&paths.root) {
-        Ok(rel) => Path::new("/").join(rel),
-        Err(_) => access.to_path_buf(),
-    }
-}
-
-fn apply(paths: &HostPaths, steps: &[Step]) -> Result<()> {
+fn apply(files: &mut dyn HostFiles, steps: &[Step]) -> Result<()> {
     for step in steps {
         if step.current == step.target {
             continue;
         }
         match &step.target {
             Some(text) => {
-                let access = paths.access(&step.path);
-                atomic_write::write_atomic(&access, text.as_bytes(), step.mode)?;
+                files.write(&step.path, text.as_bytes(), step.mode)?;
                 info!(path = %step.path.display(), "wrote");
             }
             None => {
-                let access = paths.access(&step.path);
-                if access.exists() {
-                    atomic_write::remove(&access)?;
-                    info!(path = %step.path.display(), "removed");
-                }
+                files.remove(&step.path)?;
+                info!(path = %step.path.display(), "removed");
             }
         }
     }
@@ -336,12 +320,11 @@ fn activation_for(editor: &dyn EngineEditor, changes: &[FileChange]) -> Activati
 }
 
 /// Unconfigures `req.engine`; see [`crate::unconfigure`].
-pub fn unconfigure(req: &UnconfigureRequest) -> Result<ChangeReport> {
+pub fn unconfigure(req: &UnconfigureRequest, files: &mut dyn HostFiles) -> Result<ChangeReport> {
     let paths = &req.paths;
     let Session {
         editor,
         state_host,
-        state_access,
         old,
         _lock,
     } = Session::open(req.engine, paths)?;
@@ -452,16 +435,13 @@ pub fn unconfigure(req: &UnconfigureRequest) -> Result<ChangeReport> {
     if req.dry_run {
         return Ok(report);
     }
-    apply(paths, &steps)?;
+    apply(files, &steps)?;
     if let Some(state) = &old {
-        atomic_write::remove(&state_access)?;
+        files.remove(&state_host)?;
         for dir in state.created_dirs.iter().rev() {
-            let access = paths.access(dir);
             // Only empty directories go; anything else put there since is not ours to remove.
-            match std::fs::remove_dir(&access) {
-                Ok(()) => debug!(dir = %dir.display(), "removed directory"),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => warn!(dir = %dir.display(), error = %e, "directory left in place"),
+            if files.remove_empty_dir(dir)? {
+                debug!(dir = %dir.display(), "removed directory");
             }
         }
     }

@@ -1,0 +1,133 @@
+//! The one way configure and unconfigure change the host: every file written or removed and
+//! every directory made or removed goes through a [`HostFiles`].
+//!
+//! `devinject-ctl` uses [`Direct`]: atomic replacement ([`crate::atomic_write`]) at the path
+//! [`HostPaths::access`] gives. The installer passes its step journal instead, which saves what
+//! each path held before letting the change through, so a failed or killed step is undone
+//! whatever part of the engine's configuration was written. The library never touches a host
+//! path any other way while configuring, so the caller sees every change as it happens and
+//! needs no preview to learn which files to protect.
+//!
+//! Paths given to a [`HostFiles`] are host paths (`/etc/containerd/config.toml`), never paths
+//! under the root prefix: each implementation resolves them itself, the same way.
+
+use std::path::{Path, PathBuf};
+
+use tracing::debug;
+
+use crate::atomic_write;
+use crate::error::{Result, RuntimeConfigError};
+use crate::request::HostPaths;
+
+/// Where configure and unconfigure make their changes.
+pub trait HostFiles {
+    /// Replaces (or creates) the file at host path `host` atomically; `mode` as for
+    /// [`atomic_write::write_atomic`] (`None`: keep the current mode, or the default). The
+    /// parent directory exists (made through [`HostFiles::create_dirs`]).
+    fn write(&mut self, host: &Path, bytes: &[u8], mode: Option<u32>) -> Result<()>;
+
+    /// Removes the file at host path `host`; a missing file is not an error.
+    fn remove(&mut self, host: &Path) -> Result<()>;
+
+    /// Creates the directory `host` and its missing parents (mode 0755). Returns the
+    /// directories created (host paths, outermost first).
+    fn create_dirs(&mut self, host: &Path) -> Result<Vec<PathBuf>>;
+
+    /// Removes the directory `host` when it is empty; a missing or non-empty directory is left
+    /// as it is (anything put there since is not ours to remove). Returns whether it went.
+    fn remove_empty_dir(&mut self, host: &Path) -> Result<bool>;
+}
+
+/// Changes made straight to the host at [`HostPaths::access`], as `devinject-ctl` makes them.
+#[derive(Debug)]
+pub struct Direct<'a> {
+    paths: &'a HostPaths,
+}
+
+impl<'a> Direct<'a> {
+    /// Changes on the host at `paths.root`.
+    pub fn new(paths: &'a HostPaths) -> Self {
+        Direct { paths }
+    }
+}
+
+impl HostFiles for Direct<'_> {
+    fn write(&mut self, host: &Path, bytes: &[u8], mode: Option<u32>) -> Result<()> {
+        atomic_write::write_atomic(&self.paths.access(host), bytes, mode)
+    }
+
+    fn remove(&mut self, host: &Path) -> Result<()> {
+        let access = self.paths.access(host);
+        if std::fs::symlink_metadata(&access).is_err() {
+            return Ok(());
+        }
+        atomic_write::remove(&access)
+    }
+
+    fn create_dirs(&mut self, host: &Path) -> Result<Vec<PathBuf>> {
+        let created = atomic_write::create_dirs(&self.paths.access(host))?;
+        Ok(created.iter().map(|a| self.paths.host_of(a)).collect())
+    }
+
+    fn remove_empty_dir(&mut self, host: &Path) -> Result<bool> {
+        let access = self.paths.access(host);
+        match std::fs::remove_dir(&access) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty => {
+                debug!(dir = %host.display(), "not empty; left in place");
+                Ok(false)
+            }
+            Err(e) => Err(RuntimeConfigError::io("remove directory", access, e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn direct_changes_land_under_the_root_and_report_host_paths() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let paths = HostPaths {
+            root: dir.path().to_path_buf(),
+            ..HostPaths::default()
+        };
+        let mut files = Direct::new(&paths);
+        let made = files
+            .create_dirs(Path::new("/etc/devinject/sub"))
+            .expect("dirs");
+        assert_eq!(
+            made,
+            vec![
+                PathBuf::from("/etc"),
+                PathBuf::from("/etc/devinject"),
+                PathBuf::from("/etc/devinject/sub")
+            ]
+        );
+        files
+            .write(Path::new("/etc/devinject/sub/f"), b"x", Some(0o600))
+            .expect("write");
+        assert_eq!(
+            std::fs::read(dir.path().join("etc/devinject/sub/f")).expect("read"),
+            b"x"
+        );
+        assert!(!files
+            .remove_empty_dir(Path::new("/etc/devinject/sub"))
+            .expect("not empty"));
+        files
+            .remove(Path::new("/etc/devinject/sub/f"))
+            .expect("remove");
+        files
+            .remove(Path::new("/etc/devinject/sub/f"))
+            .expect("a missing file is fine");
+        assert!(files
+            .remove_empty_dir(Path::new("/etc/devinject/sub"))
+            .expect("empty"));
+        assert!(!files
+            .remove_empty_dir(Path::new("/etc/devinject/sub"))
+            .expect("gone already"));
+        assert!(dir.path().join("etc/devinject").is_dir());
+    }
+}
