@@ -111,21 +111,29 @@ fn host(engine: Engine) -> tempfile::TempDir {
     tmp
 }
 
+const ENGINES: [Engine; 4] = [
+    Engine::Docker,
+    Engine::Containerd,
+    Engine::Crio,
+    Engine::Podman,
+];
+
+/// A configure of `engine` on the host at `paths` (podman has hook mode only).
+fn request(engine: Engine, paths: &HostPaths) -> ConfigureRequest {
+    let mut req = ConfigureRequest::new(engine);
+    req.paths = paths.clone();
+    if engine == Engine::Podman {
+        req.mode = Some(Mode::Hook);
+    }
+    req
+}
+
 #[test]
 fn a_layer_that_does_nothing_leaves_the_host_untouched() {
-    for engine in [
-        Engine::Docker,
-        Engine::Containerd,
-        Engine::Crio,
-        Engine::Podman,
-    ] {
+    for engine in ENGINES {
         let tmp = host(engine);
         let before = snapshot(tmp.path(), &|_| false);
-        let mut req = ConfigureRequest::new(engine);
-        req.paths = paths(tmp.path());
-        if engine == Engine::Podman {
-            req.mode = Some(Mode::Hook);
-        }
+        let req = request(engine, &paths(tmp.path()));
         let mut nothing = Recorder::new(None);
         let report = configure_through(&req, &mut nothing).expect("configure");
         assert!(
@@ -153,20 +161,11 @@ fn a_layer_that_does_nothing_leaves_the_host_untouched() {
 
 #[test]
 fn every_change_on_the_host_went_through_the_layer() {
-    for engine in [
-        Engine::Docker,
-        Engine::Containerd,
-        Engine::Crio,
-        Engine::Podman,
-    ] {
+    for engine in ENGINES {
         let tmp = host(engine);
         let paths = paths(tmp.path());
         let before = snapshot(tmp.path(), &|_| false);
-        let mut req = ConfigureRequest::new(engine);
-        req.paths = paths.clone();
-        if engine == Engine::Podman {
-            req.mode = Some(Mode::Hook);
-        }
+        let req = request(engine, &paths);
         let mut seen = Recorder::new(Some(Direct::new(&paths)));
         configure_through(&req, &mut seen).expect("configure");
         let configured = snapshot(tmp.path(), &|_| false);
