@@ -52,9 +52,10 @@ impl HookError {
     /// The exit code for this error.
     pub fn exit_code(&self) -> ExitCode {
         match self {
-            Self::Input(_) | Self::Stage { .. } => ExitCode::Input,
+            Self::Input(e) => e.exit_code(),
+            Self::Stage { .. } => ExitCode::Input,
             Self::Admit(e) => e.exit_code(),
-            Self::Prepare { .. } => ExitCode::Prepare,
+            Self::Prepare { source, .. } => source.exit_code(),
             Self::Inject { .. } => ExitCode::Inject,
             Self::Cgroup { .. } => ExitCode::Cgroup,
         }

@@ -19,6 +19,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use devinject_devices::{DeviceKind, DeviceNode};
+use devinject_exit::ExitCode;
 use serde::Deserialize;
 
 /// The largest OCI state accepted on stdin.
@@ -134,6 +135,14 @@ pub struct User {
     /// `additionalGids`.
     #[serde(default)]
     pub additional_gids: Vec<u32>,
+}
+
+impl OciError {
+    /// The documented exit code: the runtime handed over a state or spec that is unreadable or
+    /// malformed, for the hook and the shim alike.
+    pub fn exit_code(&self) -> ExitCode {
+        ExitCode::Input
+    }
 }
 
 impl User {

@@ -11,6 +11,7 @@
 use std::path::PathBuf;
 
 use devinject_devices::{DeviceId, PrepareRun, ProfileName};
+use devinject_exit::ExitCode;
 
 use crate::child::{self, ChildError, Program, Unrunnable};
 
@@ -28,6 +29,13 @@ pub struct Step {
     pub device: DeviceId,
     /// The function it was loading.
     pub function: Option<String>,
+}
+
+impl PrepareStepError {
+    /// The documented exit code, for the hook and the shim alike.
+    pub fn exit_code(&self) -> ExitCode {
+        ExitCode::Prepare
+    }
 }
 
 impl std::fmt::Display for Step {

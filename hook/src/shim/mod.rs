@@ -77,9 +77,10 @@ impl ShimError {
         match self {
             Self::Args(_) => ExitCode::Usage,
             Self::NoRuntime { .. } => ExitCode::Config,
-            Self::Input(_) | Self::SpecEdit(_) | Self::Write { .. } => ExitCode::Input,
+            Self::Input(e) => e.exit_code(),
+            Self::SpecEdit(_) | Self::Write { .. } => ExitCode::Input,
             Self::Admit(e) => e.exit_code(),
-            Self::Prepare(_) => ExitCode::Prepare,
+            Self::Prepare(e) => e.exit_code(),
             Self::Exec { .. } => ExitCode::Internal,
         }
     }
