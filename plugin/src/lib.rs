@@ -11,6 +11,8 @@
 //!   (devices, health, NUMA node, replica ids) on a `tokio::sync::watch` channel on every change;
 //! - [`kubelet`] serves the [`service`] on a fresh socket, registers, and registers again when the
 //!   kubelet restarts, the socket is removed or the `ListAndWatch` stream is lost;
+//! - [`authority`] sits between the socket and the gRPC server: it makes the socket-path
+//!   `:authority` of kubelets before 1.26 (and of C-core and Java gRPC clients) acceptable to it;
 //! - [`service`] answers the kubelet: `ListAndWatch` from the channel, `Allocate` with
 //!   [`allocate`] (env and annotations only, stateless), `GetPreferredAllocation` with
 //!   [`preferred`] (topology-aware, pure);
@@ -22,6 +24,7 @@
 pub mod advertisement;
 pub mod allocate;
 pub mod api;
+pub mod authority;
 pub mod daemon;
 pub mod error;
 pub mod health;

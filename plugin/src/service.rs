@@ -273,15 +273,14 @@ impl Drop for DeviceStream {
 }
 
 /// Serves `service` on `listener` until `shutdown` is cancelled, then drains open calls. Every
-/// connection passes through the `:authority` rewriter ([`crate::kubelet::authority`]): real
+/// connection passes through the `:authority` rewriter ([`crate::authority`]): real
 /// kubelets before 1.26 name the socket path there, which our HTTP/2 server would refuse.
 pub async fn serve(
     listener: UnixListener,
     service: DevicePluginService,
     shutdown: CancellationToken,
 ) -> Result<(), tonic::transport::Error> {
-    let incoming =
-        UnixListenerStream::new(listener).map(|conn| conn.map(crate::kubelet::authority::proxy));
+    let incoming = UnixListenerStream::new(listener).map(|conn| conn.map(crate::authority::proxy));
     tonic::transport::Server::builder()
         .add_service(DevicePluginServer::new(service))
         .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())

@@ -1,14 +1,11 @@
 //! Everything that talks to the kubelet about one resource, apart from the gRPC service itself.
 //!
 //! - [`socket`]: Unix socket plumbing for both directions;
-//! - [`authority`]: what makes the socket-path `:authority` of kubelets before 1.26 (and of
-//!   C-core and Java gRPC clients) acceptable to our HTTP/2 server;
 //! - [`registration`]: the `Register` call to `kubelet.sock`;
 //! - [`watch`]: inotify on the device-plugins directory (kubelet restarts, removed sockets);
 //! - [`lifecycle`]: per resource, serve a fresh socket, register, and start over whenever the
 //!   kubelet restarts, the socket is removed or the `ListAndWatch` stream is lost.
 
-pub mod authority;
 pub mod lifecycle;
 pub mod registration;
 pub mod socket;
