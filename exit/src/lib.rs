@@ -88,24 +88,10 @@ mod tests {
     /// undocumented, nor a documented one stay after it is gone.
     #[test]
     fn docs_list_every_code() {
-        let docs = include_str!("../../docs/hook.md");
-        let table = docs
-            .split("## Exit codes")
-            .nth(1)
-            .expect("docs/hook.md has an Exit codes section");
-        let documented: Vec<u8> = table
-            .lines()
-            .skip_while(|l| !l.starts_with("| code"))
-            .skip(2)
-            .take_while(|l| l.starts_with('|'))
-            .map(|l| {
-                l.trim_start_matches('|')
-                    .split('|')
-                    .next()
-                    .and_then(|c| c.trim().parse().ok())
-                    .unwrap_or_else(|| panic!("not a code row: {l}"))
-            })
-            .collect();
+        let documented = devinject_testkit::docs::table_codes(
+            include_str!("../../docs/hook.md"),
+            "## Exit codes",
+        );
         let codes: Vec<u8> = ExitCode::all().iter().map(|c| c.code()).collect();
         assert_eq!(documented, codes);
         // The codes are 0..=N without a gap.

@@ -60,6 +60,17 @@ impl HelperExit {
 mod tests {
     use super::*;
 
+    /// docs/policy.md's table lists exactly these codes, in order.
+    #[test]
+    fn docs_list_every_code() {
+        let documented = devinject_testkit::docs::table_codes(
+            include_str!("../../docs/policy.md"),
+            "- **Exit codes.**",
+        );
+        let codes: Vec<u8> = HelperExit::ALL.into_iter().map(HelperExit::code).collect();
+        assert_eq!(documented, codes);
+    }
+
     #[test]
     fn codes_round_trip_and_are_distinct() {
         for (i, e) in HelperExit::ALL.into_iter().enumerate() {

@@ -9,8 +9,13 @@
 //! - a line appended to the file named by `DEVINJECT_SKIP_LOG` (scripts/test.sh sets it and prints
 //!   the list, with its count, after the run).
 //!
+//! [`docs`] reads the tables the docs keep of what the code defines (exit codes), for the tests
+//! that hold them in step.
+//!
 //! This crate has no dependencies, so that the lowest crates (devices, cgroup) can use it as a
 //! dev-dependency without a cycle.
+
+pub mod docs;
 
 use std::io::Write;
 use std::path::Path;

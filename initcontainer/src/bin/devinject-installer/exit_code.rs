@@ -1,4 +1,5 @@
-//! The documented exit codes of `devinject-installer` (docs/install.md keeps the same table).
+//! The documented exit codes of `devinject-installer` (docs/install.md keeps the same table; a
+//! test holds them in step).
 
 use devinject_installer::InstallError;
 
@@ -24,6 +25,17 @@ pub enum ExitCode {
 }
 
 impl ExitCode {
+    /// Every code, in order.
+    pub const ALL: [Self; 7] = [
+        Self::Success,
+        Self::Internal,
+        Self::Usage,
+        Self::BadInput,
+        Self::System,
+        Self::Activation,
+        Self::ProbeFailed,
+    ];
+
     /// The code for a failed install or uninstall.
     pub fn for_error(err: &InstallError) -> ExitCode {
         match err {
@@ -40,5 +52,21 @@ impl ExitCode {
     /// As a process exit code.
     pub fn into_process(self) -> std::process::ExitCode {
         std::process::ExitCode::from(self as u8)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/install.md's table lists exactly these codes, in order.
+    #[test]
+    fn docs_list_every_code() {
+        let documented = devinject_testkit::docs::table_codes(
+            include_str!("../../../../docs/install.md"),
+            "### Exit codes",
+        );
+        let codes: Vec<u8> = ExitCode::ALL.into_iter().map(|c| c as u8).collect();
+        assert_eq!(documented, codes);
     }
 }

@@ -1,4 +1,5 @@
-//! The documented exit codes of devinject-ctl.
+//! The documented exit codes of devinject-ctl (docs/runtime-config.md keeps the same table; a
+//! test holds them in step).
 
 use devinject_runtime_config::RuntimeConfigError;
 
@@ -22,6 +23,17 @@ pub enum ExitCode {
 }
 
 impl ExitCode {
+    /// Every code, in order.
+    pub const ALL: [Self; 7] = [
+        Self::Success,
+        Self::Failure,
+        Self::Usage,
+        Self::BadInput,
+        Self::Io,
+        Self::External,
+        Self::Broken,
+    ];
+
     /// The code for an error chain, from the library error at its root when there is one.
     pub fn of(err: &anyhow::Error) -> Self {
         match err.downcast_ref::<RuntimeConfigError>() {
@@ -40,5 +52,21 @@ impl ExitCode {
 impl From<ExitCode> for std::process::ExitCode {
     fn from(code: ExitCode) -> Self {
         std::process::ExitCode::from(code as u8)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/runtime-config.md's table lists exactly these codes, in order.
+    #[test]
+    fn docs_list_every_code() {
+        let documented = devinject_testkit::docs::table_codes(
+            include_str!("../../../../docs/runtime-config.md"),
+            "## Exit codes of devinject-ctl",
+        );
+        let codes: Vec<u8> = ExitCode::ALL.into_iter().map(|c| c as u8).collect();
+        assert_eq!(documented, codes);
     }
 }
