@@ -36,7 +36,7 @@ fn members() -> Vec<String> {
 }
 
 /// Each member's package name and the names in one of its dependency tables.
-fn dependencies(table: &str) -> BTreeMap<String, BTreeSet<String>> {
+fn dependencies(table: &str) -> Graph {
     members()
         .iter()
         .map(|member| {
@@ -140,23 +140,25 @@ fn module_graph(crate_dir: &Path) -> Graph {
     graph
 }
 
+/// Every node `start` reaches in `graph` through one edge or more.
+fn reachable(graph: &Graph, start: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut todo = vec![start.to_string()];
+    while let Some(m) = todo.pop() {
+        for next in graph.get(&m).into_iter().flatten() {
+            if seen.insert(next.clone()) {
+                todo.push(next.clone());
+            }
+        }
+    }
+    seen
+}
+
 /// The circles of `graph`: its strongly connected components of more than one module.
 fn circles(graph: &Graph) -> Vec<Vec<String>> {
     // Two modules are in one circle when each reaches the other.
-    let reach = |start: &str| -> BTreeSet<String> {
-        let mut seen = BTreeSet::new();
-        let mut todo = vec![start.to_string()];
-        while let Some(m) = todo.pop() {
-            for next in graph.get(&m).into_iter().flatten() {
-                if seen.insert(next.clone()) {
-                    todo.push(next.clone());
-                }
-            }
-        }
-        seen
-    };
     let reaches: BTreeMap<&String, BTreeSet<String>> =
-        graph.keys().map(|m| (m, reach(m))).collect();
+        graph.keys().map(|m| (m, reachable(graph, m))).collect();
     let mut out: Vec<Vec<String>> = Vec::new();
     for m in graph.keys() {
         let circle: Vec<String> = graph
@@ -214,18 +216,7 @@ fn no_crate_has_module_circles() {
 #[test]
 fn config_readers_do_not_link_the_hook() {
     let deps = dependencies("dependencies");
-    let linked = |start: &str| -> BTreeSet<String> {
-        let mut seen = BTreeSet::new();
-        let mut todo = vec![start.to_string()];
-        while let Some(c) = todo.pop() {
-            for next in deps.get(&c).into_iter().flatten() {
-                if seen.insert(next.clone()) {
-                    todo.push(next.clone());
-                }
-            }
-        }
-        seen
-    };
+    let linked = |start: &str| reachable(&deps, start);
     assert!(
         linked("devinject-nri").contains("devinject-hook"),
         "the walk must see the NRI plugin's use of the hook's pipeline"
