@@ -1,9 +1,10 @@
 //! The shape of the workspace, kept: no crate's top-level modules import each other in a circle,
 //! and the crates that only read the host configuration do not link the hook library for it.
 //!
-//! A module's imports are the `crate::<module>` paths in its code (comments and `#[cfg(test)]`
-//! parts left out); a file below `src/<module>/` belongs to `<module>`. Binaries (`src/bin/`)
-//! are leaves and are not walked.
+//! A module's imports are the `crate::<module>` paths in its code, nested `use` groups
+//! included; comments, `#[cfg(test)]` items wherever they stand and the files of test-only
+//! modules are left out. A file below `src/<module>/` belongs to `<module>`. Binaries
+//! (`src/bin/`) are leaves and are not walked.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -85,43 +86,100 @@ fn module_of(src: &Path, file: &Path) -> String {
     first.trim_end_matches(".rs").to_string()
 }
 
-/// The modules named as `crate::<name>` in `code`, with `use crate::{a, b::c}` groups.
+/// The length of the item at the start of `s`: up to and with its `;` (or the `,` or `}` that
+/// ends a field, a variant or the enclosing block) when that comes before any `{`, else up to
+/// and with the brace that closes its first `{`.
+fn item_len(s: &str) -> usize {
+    let mut depth = 0usize;
+    for (i, c) in s.char_indices() {
+        match c {
+            ';' | ',' if depth == 0 => return i + 1,
+            '{' => depth += 1,
+            '}' if depth == 0 => return i,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    s.len()
+}
+
+/// The items of a brace group whose `{` was just passed (`a, b::{c, d}, e}`): the text of each
+/// item at its top level, up to the group's own `}`.
+fn group_items(group: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    let (mut depth, mut from) = (0usize, 0);
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                items.push(&group[from..i]);
+                return items;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&group[from..i]);
+                from = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&group[from..]);
+    items
+}
+
+/// The modules named as `crate::<name>` in `code`, with `use crate::{a, b::{c, d}}` groups.
 fn imports(code: &str) -> BTreeSet<String> {
-    let mut found = BTreeSet::new();
     let ident = |s: &str| -> String {
-        s.chars()
+        s.trim_start()
+            .chars()
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
             .collect()
     };
+    let mut found = BTreeSet::new();
     let mut rest = code;
     while let Some(at) = rest.find("crate::") {
         rest = &rest[at + "crate::".len()..];
-        if let Some(group) = rest.strip_prefix('{') {
-            let end = group.find('}').unwrap_or(group.len());
-            for part in group[..end].split(',') {
-                let name = ident(part.trim());
-                if !name.is_empty() {
-                    found.insert(name);
-                }
-            }
-        } else {
-            let name = ident(rest);
-            if !name.is_empty() {
-                found.insert(name);
-            }
-        }
+        let names = match rest.strip_prefix('{') {
+            Some(group) => group_items(group).into_iter().map(ident).collect(),
+            None => vec![ident(rest)],
+        };
+        found.extend(names.into_iter().filter(|n| !n.is_empty()));
     }
     found
 }
 
-/// A file's code without comments and without its `#[cfg(test)]` part.
-fn code_of(text: &str) -> String {
-    let before_tests = text.split("#[cfg(test)]").next().unwrap_or("");
-    before_tests
+/// A file's code without comment lines and without its `#[cfg(test)]` items, wherever they
+/// stand; and the names of the modules it declares `#[cfg(test)] mod name;` (test code in files
+/// of their own).
+fn without_tests(text: &str) -> (String, Vec<String>) {
+    let code = text
         .lines()
         .filter(|l| !l.trim_start().starts_with("//"))
         .collect::<Vec<_>>()
-        .join("\n")
+        .join("\n");
+    let mut kept = String::new();
+    let mut test_modules = Vec::new();
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        kept.push_str(&rest[..at]);
+        let item = &rest[at + "#[cfg(test)]".len()..];
+        let len = item_len(item);
+        let head = item[..len].trim();
+        let declared = head
+            .trim_start_matches("pub(crate) ")
+            .trim_start_matches("pub ")
+            .strip_prefix("mod ")
+            .and_then(|m| m.strip_suffix(';'));
+        test_modules.extend(declared.map(|m| m.trim().to_string()));
+        rest = &item[len..];
+    }
+    kept.push_str(rest);
+    (kept, test_modules)
 }
 
 type Graph = BTreeMap<String, BTreeSet<String>>;
@@ -130,12 +188,33 @@ fn module_graph(crate_dir: &Path) -> Graph {
     let src = crate_dir.join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
-    let mut graph = Graph::new();
+    let mut code = BTreeMap::new();
+    // Where the files of `#[cfg(test)] mod name;` modules are: `name.rs` and `name/` beside a
+    // `lib.rs` or `mod.rs`, under `foo/` for a `foo.rs`.
+    let mut test_only: Vec<PathBuf> = Vec::new();
     for file in files {
+        let (kept, test_modules) = without_tests(&fs::read_to_string(&file).expect("read source"));
+        let dir = file.parent().expect("a directory");
+        let stem = file.file_stem().expect("a file name");
+        let base = if ["lib", "mod", "main"].iter().any(|n| stem == *n) {
+            dir.to_path_buf()
+        } else {
+            dir.join(stem)
+        };
+        for m in test_modules {
+            test_only.push(base.join(format!("{m}.rs")));
+            test_only.push(base.join(m));
+        }
+        code.insert(file, kept);
+    }
+    let mut graph = Graph::new();
+    for (file, kept) in code {
+        if test_only.iter().any(|t| file.starts_with(t)) {
+            continue;
+        }
         let from = module_of(&src, &file);
-        let text = fs::read_to_string(&file).expect("read source");
         let to = graph.entry(from.clone()).or_default();
-        to.extend(imports(&code_of(&text)).into_iter().filter(|m| *m != from));
+        to.extend(imports(&kept).into_iter().filter(|m| *m != from));
     }
     graph
 }
@@ -185,14 +264,23 @@ fn the_circle_finder_finds_a_circle() {
     .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
     .collect();
     assert_eq!(circles(&graph), vec![vec!["a", "b", "c"]]);
+    let set =
+        |names: &[&str]| -> BTreeSet<String> { names.iter().map(|n| n.to_string()).collect() };
     assert_eq!(
         imports("use crate::{oci::Spec, policy};\nlet x = crate::child::call;"),
-        ["child", "oci", "policy"]
-            .into_iter()
-            .map(String::from)
-            .collect()
+        set(&["child", "oci", "policy"])
     );
-    assert!(imports(&code_of("// see crate::oci\n")).is_empty());
+    assert_eq!(
+        imports("use crate::{\n    inject::{self, Host},\n    policy,\n};"),
+        set(&["inject", "policy"])
+    );
+    let (kept, test_modules) = without_tests(
+        "// see crate::oci\n#[cfg(test)]\nfn helper() { if x { crate::a::f() } }\n\
+         fn real() { crate::b::g() }\n#[cfg(test)]\nmod tests;\n\
+         struct S {\n    #[cfg(test)]\n    seen: crate::c::C,\n    d: crate::d::D,\n}\n",
+    );
+    assert_eq!(imports(&kept), set(&["b", "d"]));
+    assert_eq!(test_modules, vec!["tests"]);
 }
 
 #[test]
