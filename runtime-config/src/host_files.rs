@@ -90,10 +90,7 @@ mod tests {
     #[test]
     fn direct_changes_land_under_the_root_and_report_host_paths() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let paths = HostPaths {
-            root: dir.path().to_path_buf(),
-            ..HostPaths::default()
-        };
+        let paths = HostPaths::under_root(dir.path());
         let mut files = Direct::new(&paths);
         let made = files
             .create_dirs(Path::new("/etc/devinject/sub"))

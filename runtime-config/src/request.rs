@@ -125,6 +125,15 @@ impl Default for HostPaths {
 }
 
 impl HostPaths {
+    /// The host's `/` at `root`, with the engine's default configuration file and hooks.d
+    /// directory.
+    pub fn under_root(root: impl Into<PathBuf>) -> Self {
+        HostPaths {
+            root: root.into(),
+            ..HostPaths::default()
+        }
+    }
+
     /// Where the host path `host` can be read and written by this process: every symlink on
     /// the way, absolute ones included, followed inside the root as the host follows it
     /// ([`crate::host_root`]). A configuration file kept elsewhere and linked into place
@@ -244,10 +253,7 @@ mod tests {
 
     #[test]
     fn access_joins_root_and_host_path() {
-        let p = HostPaths {
-            root: PathBuf::from("/host"),
-            ..HostPaths::default()
-        };
+        let p = HostPaths::under_root("/host");
         assert_eq!(
             p.access(Path::new("/etc/containerd/config.toml")),
             PathBuf::from("/host/etc/containerd/config.toml")

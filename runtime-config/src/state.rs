@@ -170,10 +170,7 @@ mod tests {
     #[test]
     fn round_trip_and_engine_check() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let paths = crate::HostPaths {
-            root: dir.path().to_path_buf(),
-            ..crate::HostPaths::default()
-        };
+        let paths = crate::HostPaths::under_root(dir.path());
         let p = dir.path().join("s");
         let mut s = State::new(Engine::Docker, Mode::Shim, "devinject");
         s.files.push(FileRecord {

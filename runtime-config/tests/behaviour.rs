@@ -13,23 +13,16 @@ use devinject_runtime_config::{
 };
 use support::tree::{assert_same, snapshot};
 
-fn paths(root: &Path) -> HostPaths {
-    HostPaths {
-        root: root.to_path_buf(),
-        ..HostPaths::default()
-    }
-}
-
 fn req(engine: Engine, root: &Path) -> ConfigureRequest {
     let mut r = ConfigureRequest::new(engine);
-    r.paths = paths(root);
+    r.paths = HostPaths::under_root(root);
     r.ctr_path = PathBuf::from("/nonexistent/ctr");
     r
 }
 
 fn unreq(engine: Engine, root: &Path) -> UnconfigureRequest {
     let mut r = UnconfigureRequest::new(engine);
-    r.paths = paths(root);
+    r.paths = HostPaths::under_root(root);
     r
 }
 

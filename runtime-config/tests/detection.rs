@@ -9,15 +9,8 @@ use devinject_runtime_config::{
     configure, unconfigure, ConfigureRequest, Engine, HostPaths, Mode, UnconfigureRequest,
 };
 
-fn paths(root: &Path) -> HostPaths {
-    HostPaths {
-        root: root.to_path_buf(),
-        ..HostPaths::default()
-    }
-}
-
 fn detect(engine: Engine, root: &Path) -> Vec<Integration> {
-    engines::editor(engine, &paths(root))
+    engines::editor(engine, &HostPaths::under_root(root))
         .detect()
         .expect("detect")
 }
@@ -48,7 +41,7 @@ fn configure_then_detect_finds_the_entry_for_every_engine_and_mode() {
         );
         write(root, "base.json", "{\"ociVersion\": \"1.0.2\"}\n");
         let mut req = ConfigureRequest::new(engine);
-        req.paths = paths(root);
+        req.paths = HostPaths::under_root(root);
         req.mode = Some(mode);
         req.set_as_default = default;
         req.base_spec = Some(PathBuf::from("/base.json"));
@@ -77,7 +70,7 @@ fn configure_then_detect_finds_the_entry_for_every_engine_and_mode() {
         }
 
         let mut un = UnconfigureRequest::new(engine);
-        un.paths = paths(root);
+        un.paths = HostPaths::under_root(root);
         unconfigure(&un).expect("unconfigure");
         assert!(
             detect(engine, root).is_empty(),

@@ -66,10 +66,7 @@ fn configured_host(root: &Path) {
     );
     let mut req = ConfigureRequest::new(Engine::Containerd);
     req.mode = Some(Mode::Shim);
-    req.paths = HostPaths {
-        root: root.to_path_buf(),
-        ..HostPaths::default()
-    };
+    req.paths = HostPaths::under_root(root);
     configure(&req).expect("configure containerd");
 }
 

@@ -88,10 +88,7 @@ fn request(case: &Case, root: &Path) -> ConfigureRequest {
     let mut req = ConfigureRequest::new(case.engine);
     req.mode = Some(case.mode);
     req.set_as_default = case.set_as_default;
-    req.paths = HostPaths {
-        root: root.to_path_buf(),
-        ..HostPaths::default()
-    };
+    req.paths = HostPaths::under_root(root);
     req.base_spec = case.base_spec.map(PathBuf::from);
     // Never run the host's ctr from a golden test.
     req.ctr_path = PathBuf::from("/nonexistent/ctr");

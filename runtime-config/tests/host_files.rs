@@ -76,13 +76,6 @@ impl HostFiles for Recorder<'_> {
     }
 }
 
-fn paths(root: &Path) -> HostPaths {
-    HostPaths {
-        root: root.to_path_buf(),
-        ..HostPaths::default()
-    }
-}
-
 /// The host paths whose presence or content differs between two snapshots.
 fn differing(a: &Snapshot, b: &Snapshot) -> BTreeSet<PathBuf> {
     a.keys()
@@ -133,7 +126,7 @@ fn a_layer_that_does_nothing_leaves_the_host_untouched() {
     for engine in ENGINES {
         let tmp = host(engine);
         let before = snapshot(tmp.path(), &|_| false);
-        let req = request(engine, &paths(tmp.path()));
+        let req = request(engine, &HostPaths::under_root(tmp.path()));
         let mut nothing = Recorder::new(None);
         let report = configure_through(&req, &mut nothing).expect("configure");
         assert!(
@@ -163,7 +156,7 @@ fn a_layer_that_does_nothing_leaves_the_host_untouched() {
 fn every_change_on_the_host_went_through_the_layer() {
     for engine in ENGINES {
         let tmp = host(engine);
-        let paths = paths(tmp.path());
+        let paths = HostPaths::under_root(tmp.path());
         let before = snapshot(tmp.path(), &|_| false);
         let req = request(engine, &paths);
         let mut seen = Recorder::new(Some(Direct::new(&paths)));

@@ -84,10 +84,7 @@ impl Default for DoctorRequest {
 impl DoctorRequest {
     /// The engines' view of the host's paths.
     pub fn host_paths(&self) -> HostPaths {
-        HostPaths {
-            root: self.root.clone(),
-            ..HostPaths::default()
-        }
+        HostPaths::under_root(self.root.clone())
     }
 
     /// Where the host path `host` is readable by this process.

@@ -217,10 +217,7 @@ mod tests {
     #[test]
     fn later_hooks_dirs_mask_earlier_ones() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let paths = HostPaths {
-            root: dir.path().to_path_buf(),
-            ..HostPaths::default()
-        };
+        let paths = HostPaths::under_root(dir.path());
         let usr = dir.path().join("usr/hooks.d");
         let etc = dir.path().join("etc/hooks.d");
         std::fs::create_dir_all(&usr).expect("mkdir");

@@ -160,10 +160,7 @@ mod tests {
     #[test]
     fn later_files_override_hooks_dir() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let paths = HostPaths {
-            root: dir.path().to_path_buf(),
-            ..HostPaths::default()
-        };
+        let paths = HostPaths::under_root(dir.path());
         std::fs::create_dir_all(dir.path().join("etc/crio/crio.conf.d")).expect("mkdir");
         std::fs::write(
             dir.path().join("etc/crio/crio.conf"),
