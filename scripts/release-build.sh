@@ -3,8 +3,8 @@
 # scripts/build-image.sh (the image) and scripts/bench.sh (the figures are those of what ships).
 #
 # Usage: scripts/release-build.sh DIR CARGO_SELECTION...   e.g. `DIR --workspace`, `DIR -p devinject-hook`
-# (the selection must include devinject-hook and devinject-podresources, whose glibc builds go
-# to DIR/glibc)
+# (the hook, the shim and the pod-resources helper are built whatever the selection, each package
+# on its own; the glibc builds of the shim and the helper go to DIR/glibc)
 #
 #   - Every binary: statically linked against glibc (`-C target-feature=+crt-static`) for the
 #     host's own target triple, so a FROM scratch image needs no loader and no musl toolchain.
