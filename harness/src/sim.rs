@@ -164,6 +164,10 @@ pub fn write_config(
     Ok(())
 }
 
+/// A host configuration line naming an ldconfig that does not exist: where the hook must write
+/// the linker cache itself, a fall back to ldconfig fails the container.
+pub const NO_LDCONFIG: &str = "ldconfig = \"/nonexistent/devinject-test/ldconfig\"";
+
 /// Where the demo library lands in a busybox rootfs.
 pub const LIB: &str = "/usr/lib/libdemo.so.1.0.0";
 /// Its soname link.

@@ -5,6 +5,10 @@
 //! redirect them), makes the soname links and refreshes the linker cache, from explicit arguments
 //! (no profile lookup, no request parsing: the shim did that once).
 //!
+//! A CDI spec carries the same step, but the runtime itself mounts the spec's libraries: it names
+//! them with `--mounted-library`, so the linker cache lists them (written by the hook, as for the
+//! shim) without mounting them a second time.
+//!
 //! For the NRI plugin, whose adjustment cannot add a group to the process, it also gives the
 //! nodes named by `--group-node` (which the runtime made from `linux.devices`) to the process's
 //! group when the process lacks theirs ([`crate::inject::nodes::regroup`]).
@@ -25,6 +29,9 @@ use crate::oci::{read_bounded, OciError, Spec, State, MAX_STATE_BYTES};
 pub struct FinishArgs {
     /// Host files to mount read-only.
     pub mounts: Vec<Mount>,
+    /// Libraries the runtime already mounted (a CDI spec's mounts): listed in the linker cache,
+    /// not mounted.
+    pub mounted_libraries: Vec<Mount>,
     /// Soname links to create.
     pub links: Vec<Symlink>,
     /// Directories for the linker cache.
@@ -36,25 +43,27 @@ pub struct FinishArgs {
 
 impl FinishArgs {
     /// Parses `--mount HOST CONTAINER`, `--library HOST CONTAINER` (a mount the linker cache
-    /// must list), `--link PATH=TARGET`, `--ldcache-dir DIR` and `--group-node PATH`,
+    /// must list), `--mounted-library HOST CONTAINER` (a library the runtime mounted, for the
+    /// cache only), `--link PATH=TARGET`, `--ldcache-dir DIR` and `--group-node PATH`,
     /// repeatable.
     pub fn parse(args: &[String]) -> Result<Self, String> {
         let mut out = Self::default();
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
-                flag @ ("--mount" | "--library") => {
+                flag @ ("--mount" | "--library" | "--mounted-library") => {
                     let (Some(host), Some(container)) = (it.next(), it.next()) else {
                         return Err(format!("{flag} needs HOST CONTAINER"));
                     };
-                    out.mounts.push(Mount {
+                    let (list, kind) = match flag {
+                        "--mount" => (&mut out.mounts, MountKind::File),
+                        "--library" => (&mut out.mounts, MountKind::Library),
+                        _ => (&mut out.mounted_libraries, MountKind::Library),
+                    };
+                    list.push(Mount {
                         host_path: PathBuf::from(host),
                         container_path: PathBuf::from(container),
-                        kind: if flag == "--library" {
-                            MountKind::Library
-                        } else {
-                            MountKind::File
-                        },
+                        kind,
                     });
                 }
                 "--link" => {
@@ -100,12 +109,17 @@ pub fn finish(
         .links
         .iter()
         .map(|l| ("finish --link", &l.link))
-        .chain(args.mounts.iter().flat_map(|m| {
-            [
-                ("finish --mount", &m.host_path),
-                ("finish --mount", &m.container_path),
-            ]
-        }))
+        .chain(
+            args.mounts
+                .iter()
+                .chain(&args.mounted_libraries)
+                .flat_map(|m| {
+                    [
+                        ("finish --mount", &m.host_path),
+                        ("finish --mount", &m.container_path),
+                    ]
+                }),
+        )
         .chain(args.group_nodes.iter().map(|p| ("finish --group-node", p)));
     for (what, p) in paths {
         if !p.is_absolute() {
@@ -141,6 +155,7 @@ pub fn finish(
         readonly_rootfs: spec.root.as_ref().is_some_and(|r| r.readonly),
         user: spec.process.as_ref().map(|p| p.user.clone()),
         regroup,
+        mounted_libraries: args.mounted_libraries.clone(),
     };
     inject::apply(
         &target,
@@ -182,6 +197,22 @@ mod tests {
             .unwrap();
         assert_eq!(l.mounts[0].kind, MountKind::Library);
         assert!(FinishArgs::parse(&["--library".into(), "/only-one".into()]).is_err());
+        let m = FinishArgs::parse(&[
+            "--mounted-library".into(),
+            "/h/a.so".into(),
+            "/usr/lib/a.so".into(),
+        ])
+        .unwrap();
+        assert!(
+            m.mounts.is_empty(),
+            "a mounted library is not mounted again"
+        );
+        assert_eq!(m.mounted_libraries[0].kind, MountKind::Library);
+        assert_eq!(
+            m.mounted_libraries[0].container_path,
+            PathBuf::from("/usr/lib/a.so")
+        );
+        assert!(FinishArgs::parse(&["--mounted-library".into(), "/only-one".into()]).is_err());
         assert_eq!(a.ldcache_dirs, [PathBuf::from("/usr/lib")]);
         assert!(FinishArgs::parse(&["--link".into(), "nolink".into()]).is_err());
         assert!(FinishArgs::parse(&["--bogus".into()]).is_err());

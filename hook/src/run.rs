@@ -99,6 +99,7 @@ pub fn run(config: &HostConfig, stdin: impl Read) -> Result<Outcome, HookError> 
             .then(|| spec.process.as_ref().map(|p| p.user.clone()))
             .flatten(),
         regroup: Vec::new(),
+        mounted_libraries: Vec::new(),
     };
     let report = inject::apply(
         &target,

@@ -10,7 +10,8 @@
 //! - spec-level `containerEdits` (applied once whenever any device of the kind is injected): the
 //!   control nodes, the read-only mounts of libraries, binaries and files, the profile's env,
 //!   and — when libraries are injected — a `createRuntime` hook running `devinject-hook finish`
-//!   for the soname links and the linker cache, exactly as the runtime shim wires it.
+//!   for the soname links and the linker cache, as the runtime shim wires it (the libraries named
+//!   `--mounted-library`: the runtime mounts them, the hook only lists them in the cache).
 //!
 //! The request variable (`<NAME>_VISIBLE_DEVICES`) is deliberately not set: it would make a
 //! container started through the shim or hook as well ask for the devices again.
@@ -29,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use devinject_devices::{
     access_groups, discover, plan, resolve_host_files, ContainerLayout, DeviceNode, HostRoots,
-    Mount, PlanInput, ProfileSet, Request, CDI_VENDOR,
+    Mount, MountKind, PlanInput, ProfileSet, Request, CDI_VENDOR,
 };
 use serde::Serialize;
 
@@ -355,8 +356,14 @@ pub fn validate(spec: &CdiSpec) -> std::result::Result<(), String> {
 }
 
 /// The `createRuntime` hook entry for soname links and the linker cache: the same
-/// `devinject-hook finish` the runtime shim adds (see the hook crate's `finish`).
-fn finish_hook(req: &CdiRequest, edits: &devinject_devices::ContainerEdits) -> Option<CdiHook> {
+/// `devinject-hook finish` the runtime shim adds (see the hook crate's `finish`), but naming the
+/// libraries with `--mounted-library`, since the runtime mounts them from the spec: the hook
+/// then writes the cache itself instead of running ldconfig over the directories.
+fn finish_hook(
+    req: &CdiRequest,
+    edits: &devinject_devices::ContainerEdits,
+    host_view: &dyn Fn(&Path) -> PathBuf,
+) -> Option<CdiHook> {
     if edits.symlinks().is_empty() && edits.ldcache_dirs().is_empty() {
         return None;
     }
@@ -366,6 +373,11 @@ fn finish_hook(req: &CdiRequest, edits: &devinject_devices::ContainerEdits) -> O
         args.push(c.display().to_string());
     }
     args.push("finish".to_string());
+    for m in edits.mounts.iter().filter(|m| m.kind == MountKind::Library) {
+        args.push("--mounted-library".to_string());
+        args.push(host_view(&m.host_path).display().to_string());
+        args.push(m.container_path.display().to_string());
+    }
     for l in edits.symlinks() {
         args.push("--link".to_string());
         args.push(format!("{}={}", l.link.display(), l.target));
@@ -429,7 +441,9 @@ pub fn build_spec(
             .iter()
             .map(|n| cdi_node(n, &host_view))
             .collect(),
-        hooks: finish_hook(req, &plan.edits).into_iter().collect(),
+        hooks: finish_hook(req, &plan.edits, &host_view)
+            .into_iter()
+            .collect(),
         mounts: plan
             .edits
             .mounts

@@ -202,6 +202,11 @@ fn cdi_spec_from_plain_values_maps_host_paths_and_wires_the_finish_hook() {
             "--config",
             "/etc/devinject/alt.toml",
             "finish",
+            // The runtime mounts the library: the hook only lists it in the cache, reading
+            // its flags from the host file (the host's path, without the root prefix).
+            "--mounted-library",
+            "/usr/lib/libdemo.so.1.0.0",
+            "/usr/lib64/libdemo.so.1.0.0",
             "--link",
             "/usr/lib64/libdemo.so.1=libdemo.so.1.0.0",
             "--ldcache-dir",

@@ -23,7 +23,7 @@ use devinject_tests::cri_release::{ready, Paths, ReleaseNode};
 use devinject_tests::probe::Report;
 use devinject_tests::runtimes::Release;
 use devinject_tests::sim::{
-    assert_demo_granted_0_1_in, assert_group_only_granted_0_1, demo_probe_args,
+    assert_demo_granted_0_1_in, assert_group_only_granted_0_1, demo_probe_args, NO_LDCONFIG,
 };
 
 /// The annotation the device plugin answers Allocate with in `cdi-annotations` mode for
@@ -34,11 +34,14 @@ const ANNOTATION: (&str, &str) = (
 );
 
 /// containerd with CDI on, reading the specs devinject-ctl wrote; with `group`, the
-/// accelerators are `0660 root:<group>`.
+/// accelerators are `0660 root:<group>`. The host configuration names an ldconfig that does not
+/// exist: the spec's finish hook is told which libraries the runtime mounted and writes the
+/// linker cache itself, so a fall back to ldconfig fails the container.
 fn start(release: &Release, group: Option<u32>) -> ReleaseNode {
     let paths = Paths {
         cdi: true,
         accel_group: group,
+        host_config: NO_LDCONFIG.into(),
         ..Paths::default()
     };
     ReleaseNode::start(release, &paths).unwrap_or_else(|e| panic!("{e:#}"))

@@ -3,7 +3,8 @@
 //! `--device devinject.io/<kind>=0 --device devinject.io/<kind>=1` and no devinject hook or shim
 //! at all; the container must see exactly those simulated devices (the un-granted `accel2`,
 //! bind-mounted in, denied by the cgroup), the control node, and the demo library read-only
-//! and in the linker cache (from the spec's `devinject-hook finish` createRuntime hook).
+//! and in the linker cache (written by the spec's `devinject-hook finish` createRuntime hook
+//! itself: the host configuration names no usable ldconfig).
 //!
 //! podman 4.3 reads CDI specs only from `/etc/cdi` and `/var/run/cdi` (no `cdi_spec_dirs` yet),
 //! so the spec goes to `/var/run/cdi` for the length of the test, under a profile name unique to
@@ -19,7 +20,7 @@ use devinject_tests::cri_node::cdi_generate;
 use devinject_tests::daemons::short_tempdir;
 use devinject_tests::podman::{ready, Podman};
 use devinject_tests::probe::Report;
-use devinject_tests::sim::{self, assert_demo_granted_0_1_in, demo_host};
+use devinject_tests::sim::{self, assert_demo_granted_0_1_in, demo_host, NO_LDCONFIG};
 
 /// A CDI spec directory podman 4.3 reads.
 const CDI_DIR: &str = "/var/run/cdi";
@@ -52,6 +53,9 @@ fn podman_injects_the_cdi_spec_cdi_generate_writes() {
     let tmp = short_tempdir("pcdi").expect("temp dir");
     let dir = tmp.path();
     let host = demo_host(&dir.join("sim"), &[]).expect("simulated host");
+    // The spec's finish hook writes the linker cache itself (it is told which libraries podman
+    // mounted): with no ldconfig to fall back to, a fall back fails the container.
+    host.write_config(NO_LDCONFIG).expect("host config");
     // The shipped demo profile under a name unique to this test.
     let suffix = dir
         .file_name()

@@ -24,7 +24,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use devinject_devices::{ContainerEdits, DeviceNode};
+use devinject_devices::{ContainerEdits, DeviceNode, Mount};
 use devinject_hostconfig::{CacheWriter, MountApi};
 use nix::errno::Errno;
 use nix::sched::CloneFlags;
@@ -127,6 +127,9 @@ pub struct Target {
     /// Nodes the runtime already made (from `linux.devices`) that the process may need given
     /// to its group, as above: NRI's adjustment cannot add a group to the process.
     pub regroup: Vec<DeviceNode>,
+    /// Libraries the runtime already mounted (a CDI spec's `mounts`), for the linker cache to
+    /// list beside the ones mounted here: their host files give the cache flags.
+    pub mounted_libraries: Vec<Mount>,
 }
 
 impl Target {
@@ -266,7 +269,12 @@ pub fn apply_on<H: Host>(
     let dirs = edits.ldcache_dirs();
     // The cache entries, when the hook can write the cache itself (else ldconfig runs below).
     let planned = (!dirs.is_empty() && ldconfig.writer == CacheWriter::Builtin)
-        .then(|| update::libraries(edits))
+        .then(|| {
+            update::libraries(
+                edits.mounts.iter().chain(&target.mounted_libraries),
+                edits.symlinks(),
+            )
+        })
         .flatten();
     let (libs, unmergeable) = match planned {
         Some(Ok(libs)) => (Some(libs), None),

@@ -176,6 +176,7 @@ fn target() -> Target {
         readonly_rootfs: false,
         user: None,
         regroup: Vec::new(),
+        mounted_libraries: Vec::new(),
     }
 }
 
@@ -384,6 +385,28 @@ fn the_hook_writes_the_cache_itself_and_ldconfig_does_not_run() {
     assert!(seen.writable_etc);
     assert!(!host.calls().contains(&"run_ldconfig".to_owned()));
     assert!(report.ldcache && !report.ldconfig_ran && !report.ldcache_was_current);
+}
+
+#[test]
+fn libraries_the_runtime_mounted_are_cached_by_the_hook_and_not_mounted_again() {
+    let host = Recorder {
+        outcome: RefCell::new(Some(ChildOutcome::CacheWritten)),
+        ..Recorder::default()
+    };
+    // What a CDI spec's finish hook names: the runtime made the mount, the hook the rest.
+    let mut e = edits(vec![], Some(&elf()));
+    let t = Target {
+        mounted_libraries: std::mem::take(&mut e.mounts),
+        ..target()
+    };
+    let report = apply_on(&host, &t, &e, MountApi::Auto, &builtin()).unwrap();
+    let seen = host.seen();
+    assert_eq!(seen.cache, Some(vec!["libdemo.so.1".to_owned()]));
+    assert!(seen.files.is_empty(), "nothing mounted: {:?}", seen.files);
+    assert!(host.trees.borrow().is_empty());
+    assert!(!host.calls().contains(&"run_ldconfig".to_owned()));
+    assert!(report.ldcache && !report.ldconfig_ran);
+    assert_eq!((report.mounts, report.links), (0, 1));
 }
 
 #[test]

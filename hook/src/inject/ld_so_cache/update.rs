@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
-use devinject_devices::{ContainerEdits, MountKind};
+use devinject_devices::{Mount, MountKind, Symlink};
 use nix::errno::Errno;
 use nix::fcntl::{renameat, OFlag};
 use nix::sys::stat::Mode;
@@ -43,20 +43,22 @@ pub enum UpdateError {
     Write(#[from] RootfsError),
 }
 
-/// The cache entries the container needs for the libraries `edits` mounts: each by its soname
-/// link, or by its file name when it has none, with the flags its host file's ELF header gives.
-/// `None` when `edits` mounts no library (only links and directories are known, as from an older
-/// shim's finish step): then only ldconfig can tell what the cache needs.
-pub fn libraries(edits: &ContainerEdits) -> Option<Result<Vec<Library>, Unsupported>> {
-    let libs: Vec<_> = edits
-        .mounts
-        .iter()
+/// The cache entries the container needs for the libraries among `mounts`: each by its soname
+/// link (among `links`), or by its file name when it has none, with the flags its host file's
+/// ELF header gives. `None` when there is no library (only links and directories are known, as
+/// from an older shim's or CDI spec's finish step): then only ldconfig can tell what the cache
+/// needs.
+pub fn libraries<'a>(
+    mounts: impl IntoIterator<Item = &'a Mount>,
+    links: &[Symlink],
+) -> Option<Result<Vec<Library>, Unsupported>> {
+    let libs: Vec<_> = mounts
+        .into_iter()
         .filter(|m| m.kind == MountKind::Library)
         .collect();
     if libs.is_empty() {
         return None;
     }
-    let links = edits.symlinks();
     let out = libs
         .into_iter()
         .map(|m| {
