@@ -44,28 +44,36 @@ if [ ! -d "$(rustc --print sysroot)/lib/rustlib/$musl" ]; then
   rustup target add "$musl" >&2
 fi
 
-RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
-  cargo build --locked --quiet --profile "$profile" --target "$triple" --target-dir "$target_dir" --bins "$@"
+# What each build produced, from cargo's own report (the target dir also holds binaries of
+# earlier builds, of other sources, which must not be taken for this one's).
+built=$(mktemp)
+trap 'rm -f "$built"' EXIT
+build() {
+  cargo build --locked --quiet --message-format=json-render-diagnostics --profile "$profile" \
+    --target-dir "$target_dir" "$@" >> "$built"
+}
+executables() {
+  sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' "$built" | sort -u
+}
+
+RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" build --target "$triple" --bins "$@"
 # The binaries run for every container start (the hook and the shim from devinject-hook, the
 # pod-resources helper) are built again, each package on its own: built with the rest, cargo
 # unifies every member's features into theirs (regex's Unicode tables, nix's socket module,
 # ...), which made the shipped hook 3.38 MB against 2.87 MB built alone and its peak RSS about
 # 0.5 MiB higher (docs/benchmarks.md, section 13).
 for pkg in devinject-hook devinject-podresources; do
-  RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
-    cargo build --locked --quiet --profile "$profile" --target "$triple" --target-dir "$target_dir" -p "$pkg" --bins
+  RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" build --target "$triple" -p "$pkg" --bins
 done
 musl_bins=(devinject-runtime devinject-podresources)
-cargo build --locked --quiet --profile "$profile" --target "$musl" --target-dir "$target_dir" \
-  -p devinject-hook --bin=devinject-runtime
-cargo build --locked --quiet --profile "$profile" --target "$musl" --target-dir "$target_dir" \
-  -p devinject-podresources --bin=devinject-podresources
+build --target "$musl" -p devinject-hook --bin=devinject-runtime
+build --target "$musl" -p devinject-podresources --bin=devinject-podresources
 
-# One folder with every binary just built: hard links (cargo replaces its outputs, so a later
+# One folder with every binary this run built: hard links (cargo replaces its outputs, so a later
 # build never changes what an earlier link points at), the musl builds in place of glibc's, and
 # the glibc builds of those in DIR/glibc, for the benchmarks to compare.
 mkdir -p "$dir/glibc"
-find "$target_dir/$triple/$sub" -maxdepth 1 -type f -perm -u+x ! -name '*.*' -exec ln -f {} "$dir/" \;
+executables | grep -F "/$triple/$sub/" | while read -r exe; do ln -f "$exe" "$dir/"; done
 for b in "${musl_bins[@]}"; do
   ln -f "$dir/$b" "$dir/glibc/$b"
   ln -f "$target_dir/$musl/$sub/$b" "$dir/$b"

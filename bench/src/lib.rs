@@ -8,7 +8,7 @@
 //! The binaries (`src/bin/`):
 //!
 //! - `devinject-bench`: container starts with runc, the hook, the shim and docker (rows 1 to 3,
-//!   5, 9 and 11), built on this library; `devinject-bench time` times the hook or the shim by
+//!   5, 9, 11 and 14), built on this library; `devinject-bench time` times the hook or the shim by
 //!   itself.
 //! - `device-plugin-bench`: the device plugin's registration, `Allocate` latency, health
 //!   changes and memory (row 4).
@@ -32,9 +32,11 @@
 //! - [`discovery`]: row 5, in-process.
 //! - [`storm`]: row 9, many containers started at once.
 //! - [`startup`]: row 11, the CPU of the shim's and the helper's start-up.
+//! - [`cdi_finish`]: row 14, the finish step a CDI spec carries, now and in an earlier spec.
 //! - [`stats`] and [`report`]: medians with min and max, and the Markdown tables; [`stats`] serves
 //!   every binary.
 
+pub mod cdi_finish;
 pub mod discovery;
 pub mod docker;
 pub mod host;
@@ -75,6 +77,8 @@ pub enum Part {
     Storm,
     /// Row 11: the CPU of the shim's and the helper's start-up.
     Startup,
+    /// Row 14: a CDI spec's finish step, as written now and in an earlier spec.
+    CdiFinish,
 }
 
 /// What to measure and how often.
@@ -145,6 +149,7 @@ pub fn run(opts: &Options) -> Result<Report> {
         runc: which("runc").context("runc")?,
         hook: existing(bin_dir.join("devinject-hook"))?,
         shim: existing(bin_dir.join("devinject-runtime"))?,
+        ctl: existing(bin_dir.join("devinject-ctl"))?,
         bench: std::env::current_exe().context("current exe")?,
         hook_only_runtime: Some(bin_dir.join("devinject-hook-only-runtime"))
             .filter(|p| p.is_file()),
@@ -189,6 +194,10 @@ pub fn run(opts: &Options) -> Result<Report> {
             &opts.storm_sizes,
             opts.storm_rounds,
         )?;
+    }
+    if opts.parts.contains(&Part::CdiFinish) {
+        let dir = setup.scratch.bundles.join("cdi-finish");
+        report.cdi_finish = cdi_finish::measure(opts, &dir, &setup, &factory)?;
     }
     if opts.parts.contains(&Part::Startup) {
         let host = factory.host(1, 0)?;

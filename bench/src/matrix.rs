@@ -66,9 +66,30 @@ pub fn in_turn(len: usize, round: usize) -> impl Iterator<Item = usize> {
     (0..len).map(move |i| (i + round) % len)
 }
 
+/// The wall time, CPU time and peak RSS `devinject-bench time` recorded for the timed starts of
+/// `case` (one record per start, the warm-up ones first).
+pub(crate) fn own_figures(opts: &Options, case: &Case) -> Result<(Samples, Samples, Kib)> {
+    let name = case.variant.name();
+    let recs = read_records(case.record.as_deref().expect("timed case has a record"))?;
+    ensure!(
+        recs.len() == opts.warmup + opts.runs,
+        "{name}: {} timing records for {} starts",
+        recs.len(),
+        opts.warmup + opts.runs
+    );
+    let (mut wall, mut cpu, mut rss) = (Samples::default(), Samples::default(), Kib::default());
+    for r in recs.iter().skip(opts.warmup) {
+        ensure!(r.code == 0, "{name} exited with {}", r.code);
+        wall.push(r.wall);
+        cpu.push(r.cpu);
+        rss.push(r.max_rss_kib);
+    }
+    Ok((wall, cpu, rss))
+}
+
 /// Starts every case `opts.warmup` untimed then `opts.runs` timed times, the cases taking turns
 /// ([`in_turn`]); the timed starts of each case.
-fn timed_in_turn(opts: &Options, cases: &[&Case]) -> Result<Vec<Samples>> {
+pub(crate) fn timed_in_turn(opts: &Options, cases: &[&Case]) -> Result<Vec<Samples>> {
     let mut samples = vec![Samples::default(); cases.len()];
     for round in 0..opts.warmup + opts.runs {
         for i in in_turn(cases.len(), round) {
@@ -112,33 +133,15 @@ fn row(opts: &Options, dir: &Path, setup: &Setup, host: &BenchHost) -> Result<Ma
         .map(|&v| Case::new(v, &dir.join(v.slug()), setup, host))
         .collect::<Result<Vec<_>>>()?;
     for c in &cases {
-        if c.variant != Variant::ShimOnly {
+        if c.variant == Variant::ShimOnly {
+            c.forget_records();
+        } else {
             verify(c, host)?;
-        }
-        if let Some(r) = &c.record {
-            // Only timed starts count.
-            let _ = std::fs::remove_file(r);
         }
     }
     let samples = timed_in_turn(opts, &cases.iter().collect::<Vec<_>>())?;
     let own = |v: Variant| -> Result<(Samples, Samples, Kib)> {
-        let c = cases.iter().find(|c| c.variant == v).expect("case");
-        let recs = read_records(c.record.as_deref().expect("timed case has a record"))?;
-        ensure!(
-            recs.len() == opts.warmup + opts.runs,
-            "{}: {} timing records for {} starts",
-            v.name(),
-            recs.len(),
-            opts.warmup + opts.runs
-        );
-        let (mut wall, mut cpu, mut rss) = (Samples::default(), Samples::default(), Kib::default());
-        for r in recs.iter().skip(opts.warmup) {
-            ensure!(r.code == 0, "{} exited with {}", v.name(), r.code);
-            wall.push(r.wall);
-            cpu.push(r.cpu);
-            rss.push(r.max_rss_kib);
-        }
-        Ok((wall, cpu, rss))
+        own_figures(opts, cases.iter().find(|c| c.variant == v).expect("case"))
     };
     let (hook_own, hook_cpu, hook_rss) = own(Variant::HookTimed)?;
     let (shim_own, shim_cpu, shim_rss) = own(Variant::ShimOnly)?;
@@ -169,8 +172,9 @@ pub fn probe_libs(host: &BenchHost) -> Vec<String> {
     libs
 }
 
-/// Starts `case` once with the probe and checks what it reports.
-fn verify(case: &Case, host: &BenchHost) -> Result<()> {
+/// Starts `case` once with the probe and checks what it reports (its timing record, if any,
+/// is removed after: only timed starts count).
+pub(crate) fn verify(case: &Case, host: &BenchHost) -> Result<()> {
     let nodes: Vec<&str> = host
         .nodes
         .iter()
@@ -186,6 +190,7 @@ fn verify(case: &Case, host: &BenchHost) -> Result<()> {
             devinject_tests::runc::describe(&out)
         );
     }
+    case.forget_records();
     let injected = case.variant != Variant::Native;
     check_probe(
         case.variant.name(),

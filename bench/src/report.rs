@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 
+use crate::cdi_finish::CdiFinishRow;
 use crate::discovery::DiscoveryRow;
 use crate::docker::DockerRow;
 use crate::matrix::{MatrixRow, PassThrough};
@@ -51,6 +52,8 @@ pub struct Report {
     pub storm: Vec<StormRow>,
     /// Row 11.
     pub startup: Option<Startup>,
+    /// Row 14.
+    pub cdi_finish: Vec<CdiFinishRow>,
 }
 
 /// The targets of the benchmark issue.
@@ -224,6 +227,9 @@ impl Report {
         if let Some(s) = &self.startup {
             o.push_str(&startup_table(s));
         }
+        if !self.cdi_finish.is_empty() {
+            o.push_str(&cdi_finish_table(&self.cdi_finish));
+        }
         o.push_str(&self.targets());
         o
     }
@@ -371,6 +377,30 @@ impl Report {
         }
         o
     }
+}
+
+fn cdi_finish_table(rows: &[CdiFinishRow]) -> String {
+    let mut o = String::from(
+        "### 14. A CDI spec's finish step: `runc run` with the spec's nodes and mounts, one device\n\n\
+         | L | native (no hook) | finish as written now | finish of an earlier spec (ldconfig) | now / native | earlier / native | finish CPU now | finish CPU earlier |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.libraries,
+            r.native.ms(),
+            r.current.ms(),
+            r.earlier.ms(),
+            ratio(r.current.ratio_to(&r.native)),
+            ratio(r.earlier.ratio_to(&r.native)),
+            r.current_cpu.ms(),
+            r.earlier_cpu.ms(),
+        );
+    }
+    o.push('\n');
+    o
 }
 
 fn startup_table(s: &Startup) -> String {

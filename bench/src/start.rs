@@ -38,6 +38,12 @@ pub enum Variant {
     Plain,
     /// No request, through the shim.
     ShimNothing,
+    /// The native edits, with a CDI spec's finish step as `devinject-ctl cdi generate` writes
+    /// it, timed ([`Case::time_hook`]): what a CDI runtime runs.
+    CdiFinish,
+    /// As [`Variant::CdiFinish`], with the finish step of a spec from before it named the
+    /// libraries (links and directories only: ldconfig rebuilds the cache).
+    CdiFinishEarlier,
 }
 
 impl Variant {
@@ -51,6 +57,8 @@ impl Variant {
             Self::ShimOnly => "shim-only",
             Self::Plain => "runc",
             Self::ShimNothing => "shim-nothing",
+            Self::CdiFinish => "cdi-finish",
+            Self::CdiFinishEarlier => "cdi-finish-earlier",
         }
     }
 
@@ -64,6 +72,8 @@ impl Variant {
             Self::ShimOnly => "shim only",
             Self::Plain => "runc",
             Self::ShimNothing => "shim, no request",
+            Self::CdiFinish => "CDI finish step",
+            Self::CdiFinishEarlier => "CDI finish step, earlier spec",
         }
     }
 }
@@ -77,6 +87,8 @@ pub struct Binaries {
     pub hook: PathBuf,
     /// `devinject-runtime`.
     pub shim: PathBuf,
+    /// `devinject-ctl` (the CDI spec of row 14).
+    pub ctl: PathBuf,
     /// This benchmark binary, for `time`.
     pub bench: PathBuf,
     /// The hook-only wrapper runtime (a test fixture), when built.
@@ -156,19 +168,17 @@ impl Case {
             }
             Variant::HookTimed => {
                 bundle.env(&request);
-                let mut args: Vec<String> = timed(vec![
-                    bins.hook.clone().into(),
+                let args = [
+                    bins.hook.to_string_lossy().into_owned(),
                     "--config".into(),
-                    host.config.clone().into(),
-                ])
-                .iter()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect();
-                // A hook's args start with argv[0].
-                args[0] = "devinject-bench".into();
-                bundle.spec["hooks"] = json!({ "createRuntime": [{
-                    "path": bins.bench, "args": args, "env": [], "timeout": 30,
-                }]});
+                    host.config.to_string_lossy().into_owned(),
+                ];
+                timed_hook(&mut bundle.spec, bins, &record, &args);
+                (runc, false)
+            }
+            // The hook comes from the CDI spec: [`Case::time_hook`].
+            Variant::CdiFinish | Variant::CdiFinishEarlier => {
+                native_edits(&mut bundle.spec, host);
                 (runc, false)
             }
             Variant::Shim => {
@@ -191,8 +201,32 @@ impl Case {
             runc_root: setup.scratch.runc_root.clone(),
             runtime,
             rewrite,
-            record: matches!(variant, Variant::HookTimed | Variant::ShimOnly).then_some(record),
+            record: matches!(
+                variant,
+                Variant::HookTimed
+                    | Variant::ShimOnly
+                    | Variant::CdiFinish
+                    | Variant::CdiFinishEarlier
+            )
+            .then_some(record),
         })
+    }
+
+    /// Makes `command` (a program and its arguments) the createRuntime hook, timed into this
+    /// case's record.
+    pub fn time_hook(&mut self, bins: &Binaries, command: &[String]) -> Result<()> {
+        let Some(record) = &self.record else {
+            bail!("{} keeps no timing record", self.variant.name());
+        };
+        timed_hook(&mut self.bundle.spec, bins, record, command);
+        self.bundle.write()
+    }
+
+    /// Drops what `devinject-bench time` recorded so far (starts that are not to count).
+    pub fn forget_records(&self) {
+        if let Some(r) = &self.record {
+            let _ = std::fs::remove_file(r);
+        }
     }
 
     /// Starts the container once and returns the timed part.
@@ -270,6 +304,23 @@ impl Case {
         rootfs.release()?;
         Ok((start, elapsed, out))
     }
+}
+
+/// Makes `command` (a program and its arguments) the createRuntime hook of `spec`, run under
+/// `devinject-bench time` appending to `record`, with an empty environment.
+fn timed_hook(spec: &mut Value, bins: &Binaries, record: &Path, command: &[String]) {
+    // A hook's args start with argv[0].
+    let mut args = vec![
+        "devinject-bench".to_string(),
+        "time".into(),
+        "--record".into(),
+        record.to_string_lossy().into_owned(),
+        "--".into(),
+    ];
+    args.extend(command.iter().cloned());
+    spec["hooks"] = json!({ "createRuntime": [{
+        "path": bins.bench, "args": args, "env": [], "timeout": 30,
+    }]});
 }
 
 /// What the hook and the shim inject, written into the spec directly: device nodes, their cgroup

@@ -20,7 +20,7 @@ use devinject_benchmarks::{self as bench, Options, Part};
 /// against the native path.
 ///
 /// Prints Markdown tables on stdout, progress on stderr; the figures and how they are taken are
-/// in docs/benchmarks.md (rows 1 to 3, 5, 9 and 11). Needs root; run it on a quiet machine, through
+/// in docs/benchmarks.md (rows 1 to 3, 5, 9, 11 and 14). Needs root; run it on a quiet machine, through
 /// scripts/bench.sh, which builds the release binaries first.
 #[derive(Parser, Debug)]
 #[command(name = "devinject-bench", version)]
@@ -71,7 +71,7 @@ struct RunArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "start,pass-through,docker,discovery,storm,startup"
+        default_value = "start,pass-through,docker,discovery,storm,startup,cdi-finish"
     )]
     only: Vec<Part>,
     /// Filesystem of the containers' writable layers.

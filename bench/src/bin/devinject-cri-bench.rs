@@ -29,7 +29,7 @@ use devinject_tests::cri_release::{Paths, ReleaseNode};
 use devinject_tests::runtimes;
 use devinject_tests::sim::LIB;
 
-/// Rounds per block.
+/// Rounds per block, unless `--rounds` says otherwise.
 const ROUNDS: usize = 20;
 /// Rounds run first and not counted (page cache, containerd's first-use costs).
 const WARMUP: usize = 3;
@@ -67,16 +67,20 @@ fn spec(node: &ReleaseNode, path: &str) -> ContainerSpec {
     s
 }
 
-/// Runs rounds of `paths` (each `(column, pod handler)`), alternating; the samples per path.
-fn block(node: &mut ReleaseNode, paths: &[(&str, &str)]) -> Result<Vec<Samples>> {
+/// Runs `rounds` rounds of `paths` (each `(column, pod handler)`), alternating, each round
+/// starting one path later than the one before (the first start of a round is the slower one);
+/// the samples per path.
+fn block(node: &mut ReleaseNode, paths: &[(&str, &str)], rounds: usize) -> Result<Vec<Samples>> {
     let mut pods = Vec::new();
     for (path, handler) in paths {
         pods.push(node.pod(&format!("bench-{path}"), handler)?);
     }
     let specs: Vec<ContainerSpec> = paths.iter().map(|(p, _)| spec(node, p)).collect();
     let mut samples = vec![Samples::default(); paths.len()];
-    for round in 0..WARMUP + ROUNDS {
-        for (i, ((pod, config), spec)) in pods.iter().zip(&specs).enumerate() {
+    for round in 0..WARMUP + rounds {
+        for k in 0..paths.len() {
+            let i = (round + k) % paths.len();
+            let ((pod, config), spec) = (&pods[i], &specs[i]);
             let start = Instant::now();
             match node.run(pod, config, spec)? {
                 Ok((0, _)) => {}
@@ -94,7 +98,7 @@ fn block(node: &mut ReleaseNode, paths: &[(&str, &str)]) -> Result<Vec<Samples>>
     Ok(samples)
 }
 
-fn run() -> Result<()> {
+fn run(rounds: usize) -> Result<()> {
     let release = runtimes::containerd("1.7")
         .context("containerd 1.7 is not fetched (scripts/runtimes-fetch.sh)")?;
     let paths = Paths {
@@ -113,9 +117,10 @@ fn run() -> Result<()> {
             ("cdi", ""),
             ("native-again", ""),
         ],
+        rounds,
     )?;
     node.start_nri_plugin()?;
-    let second = block(&mut node, &[("native", ""), ("nri", "")])?;
+    let second = block(&mut node, &[("native", ""), ("nri", "")], rounds)?;
     node.stop_nri_plugin();
 
     println!(
@@ -125,8 +130,8 @@ fn run() -> Result<()> {
     println!();
     println!(
         "Create, start and exit of one container (`/bin/true`, demo devices 0 and 1 and the \
-         demo library) through CRI, {ROUNDS} rounds after {WARMUP} not counted, paths \
-         alternating. Milliseconds: median [min–max]; ratio of medians to the native column \
+         demo library) through CRI, {rounds} rounds after {WARMUP} not counted, paths \
+         alternating, each round starting with the next. Milliseconds: median [min–max]; ratio of medians to the native column \
          of the same block."
     );
     println!();
@@ -154,15 +159,23 @@ fn run() -> Result<()> {
 /// on a quiet machine, through scripts/bench.sh.
 #[derive(Parser, Debug)]
 #[command(name = "devinject-cri-bench")]
-struct Cli {}
+struct Cli {
+    /// Rounds per block (each path once per round).
+    #[arg(long, default_value_t = ROUNDS)]
+    rounds: usize,
+}
 
 fn main() -> ExitCode {
-    Cli::parse();
+    let cli = Cli::parse();
+    if cli.rounds == 0 {
+        eprintln!("devinject-cri-bench: --rounds must be at least 1");
+        return ExitCode::FAILURE;
+    }
     if !nix::unistd::Uid::effective().is_root() {
         eprintln!("devinject-cri-bench: needs root");
         return ExitCode::FAILURE;
     }
-    match run() {
+    match run(cli.rounds) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("devinject-cri-bench: {e:#}");
