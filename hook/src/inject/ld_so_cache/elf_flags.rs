@@ -10,6 +10,11 @@
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+use nix::fcntl::OFlag;
+use nix::sys::stat::{fstat, Mode, SFlag};
+
+use crate::inject::rootfs::fd_path;
+
 /// `FLAG_ELF_LIBC6`: every library glibc's ldconfig lists today.
 const ELF_LIBC6: i32 = 0x0003;
 
@@ -49,8 +54,26 @@ pub fn from_header(header: &[u8]) -> Option<i32> {
 }
 
 /// The flags for the library at `path` (a host file), or `None` when it cannot be read or mapped.
+///
+/// The path is a host file the finish step or the plan names (a driver library, possibly under a
+/// driver root another container provides): it is reached as an `O_PATH` fd and read only when
+/// that is a regular file, so a FIFO or a device node there is never opened (an open can block,
+/// or act: a watchdog's node reboots the host).
 pub fn read(path: &Path) -> Option<i32> {
-    let file = std::fs::File::open(path).ok()?;
+    let fd = nix::fcntl::open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).ok()?;
+    let st = fstat(&fd).ok()?;
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+        return None;
+    }
+    // The same inode, reopened for reading: nothing is resolved by name again.
+    let file = std::fs::File::from(
+        nix::fcntl::open(
+            &fd_path(&fd),
+            OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?,
+    );
     let mut header = [0u8; 20];
     file.read_exact_at(&mut header, 0).ok()?;
     from_header(&header)
@@ -114,5 +137,27 @@ mod tests {
             return;
         }
         assert_eq!(read(Path::new(libc.unwrap())), Some(native));
+    }
+
+    #[test]
+    fn only_a_regular_file_is_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        // A FIFO without a writer: opening it for reading would wait for one, for ever.
+        let fifo = dir.path().join("libfifo.so.1");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o644)).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = fifo.clone();
+        std::thread::spawn(move || tx.send(read(&p)).unwrap());
+        let seen = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("reading the flags of a FIFO must not open it");
+        assert_eq!(seen, None);
+        assert_eq!(read(dir.path()), None, "a directory");
+        // A regular ELF file, directly and through a link (driver roots hold soname links).
+        let elf = std::env::current_exe().unwrap();
+        let link = dir.path().join("libself.so.1");
+        std::os::unix::fs::symlink(&elf, &link).unwrap();
+        assert!(read(&elf).is_some());
+        assert_eq!(read(&link), read(&elf));
     }
 }
