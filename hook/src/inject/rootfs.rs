@@ -310,39 +310,28 @@ impl Rootfs {
     /// opening anything else: see the module docs. `Ok(None)` when there is nothing at `path`
     /// (or a link there leads nowhere).
     pub fn open_regular(&self, path: &Path, max: u64) -> Result<Option<File>, ReadError> {
-        let err = |op, errno| RootfsError {
-            op,
-            path: path.to_owned(),
-            errno,
-        };
         let fd = match self.resolve(path, OFlag::O_PATH) {
             Ok(fd) => fd,
             Err(e) if e.errno == Errno::ENOENT => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let st = fstat(&fd).map_err(|e| err("stat", e))?;
-        if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
-            return Err(ReadError::NotRegular {
+        let seen = reopen_regular(&fd, max).map_err(|(op, errno)| RootfsError {
+            op,
+            path: path.to_owned(),
+            errno,
+        })?;
+        match seen {
+            Regular::File(file) => Ok(Some(file)),
+            Regular::Other(mode) => Err(ReadError::NotRegular {
                 path: path.to_owned(),
-                what: kind_name(st.st_mode),
-            });
-        }
-        let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
-        if size > max {
-            return Err(ReadError::TooLarge {
+                what: kind_name(mode),
+            }),
+            Regular::TooLarge(size) => Err(ReadError::TooLarge {
                 path: path.to_owned(),
                 size,
                 max,
-            });
+            }),
         }
-        // The same inode, reopened: nothing is resolved by name again.
-        let file = nix::fcntl::open(
-            &fd_path(&fd),
-            OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| err("reopen", e))?;
-        Ok(Some(File::from(file)))
     }
 
     /// A duplicate of the fd of directory `path` when [`Rootfs::mkdir_all`] opened it before,
@@ -369,6 +358,39 @@ impl Rootfs {
         self.dirs.borrow_mut().push((path.to_owned(), crossing, fd));
         Ok(copy)
     }
+}
+
+/// What an `O_PATH` fd names, seen through [`reopen_regular`].
+#[derive(Debug)]
+pub enum Regular {
+    /// A regular file, opened for reading.
+    File(File),
+    /// Anything else, with its mode: not opened.
+    Other(u32),
+    /// A regular file over the caller's bound, with its length: not opened.
+    TooLarge(u64),
+}
+
+/// Opens for reading the inode the `O_PATH` fd `fd` names, only when `fstat` shows a regular file
+/// of at most `max` bytes: the same inode reopened through `/proc/self/fd` (nothing is resolved
+/// by name again), non-blocking and never as a controlling terminal. A FIFO or a device node is
+/// never opened (an open can block, or act on the device). On error, the step that failed.
+pub fn reopen_regular(fd: &OwnedFd, max: u64) -> Result<Regular, (&'static str, Errno)> {
+    let st = fstat(fd).map_err(|e| ("stat", e))?;
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+        return Ok(Regular::Other(st.st_mode));
+    }
+    let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
+    if size > max {
+        return Ok(Regular::TooLarge(size));
+    }
+    let file = nix::fcntl::open(
+        &fd_path(fd),
+        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| ("reopen", e))?;
+    Ok(Regular::File(File::from(file)))
 }
 
 /// `/proc/self/fd/N`: reaches the inode `fd` names without resolving any path of the image.

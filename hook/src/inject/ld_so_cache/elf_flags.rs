@@ -11,9 +11,9 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use nix::fcntl::OFlag;
-use nix::sys::stat::{fstat, Mode, SFlag};
+use nix::sys::stat::Mode;
 
-use crate::inject::rootfs::fd_path;
+use crate::inject::rootfs::{reopen_regular, Regular};
 
 /// `FLAG_ELF_LIBC6`: every library glibc's ldconfig lists today.
 const ELF_LIBC6: i32 = 0x0003;
@@ -61,19 +61,9 @@ pub fn from_header(header: &[u8]) -> Option<i32> {
 /// or act: a watchdog's node reboots the host).
 pub fn read(path: &Path) -> Option<i32> {
     let fd = nix::fcntl::open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).ok()?;
-    let st = fstat(&fd).ok()?;
-    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+    let Ok(Regular::File(file)) = reopen_regular(&fd, u64::MAX) else {
         return None;
-    }
-    // The same inode, reopened for reading: nothing is resolved by name again.
-    let file = std::fs::File::from(
-        nix::fcntl::open(
-            &fd_path(&fd),
-            OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .ok()?,
-    );
+    };
     let mut header = [0u8; 20];
     file.read_exact_at(&mut header, 0).ok()?;
     from_header(&header)
