@@ -143,17 +143,6 @@ impl Case {
         let runc = vec![bins.runc.clone().into_os_string()];
         let request = format!("{REQUEST_ENV}=all");
         let record = dir.join("own.rec");
-        let timed = |cmd: Vec<OsString>| -> Vec<OsString> {
-            let mut v: Vec<OsString> = vec![
-                bins.bench.clone().into(),
-                "time".into(),
-                "--record".into(),
-                record.clone().into(),
-                "--".into(),
-            ];
-            v.extend(cmd);
-            v
-        };
         let (runtime, rewrite) = match variant {
             Variant::Native => {
                 bundle.env(&request);
@@ -187,7 +176,10 @@ impl Case {
             }
             Variant::ShimOnly => {
                 bundle.env(&request);
-                (timed(shim(Path::new("/bin/true"))), true)
+                (
+                    timed(&bins.bench, &record, shim(Path::new("/bin/true"))),
+                    true,
+                )
             }
             Variant::Plain => (runc, false),
             Variant::ShimNothing => (shim(&bins.runc), true),
@@ -306,18 +298,33 @@ impl Case {
     }
 }
 
+/// `command` (a program and its arguments) run under `devinject-bench time`, appending to
+/// `record`.
+fn timed(
+    bench: &Path,
+    record: &Path,
+    command: impl IntoIterator<Item = OsString>,
+) -> Vec<OsString> {
+    let mut v: Vec<OsString> = vec![
+        bench.into(),
+        "time".into(),
+        "--record".into(),
+        record.into(),
+        "--".into(),
+    ];
+    v.extend(command);
+    v
+}
+
 /// Makes `command` (a program and its arguments) the createRuntime hook of `spec`, run under
 /// `devinject-bench time` appending to `record`, with an empty environment.
 fn timed_hook(spec: &mut Value, bins: &Binaries, record: &Path, command: &[String]) {
+    let mut args: Vec<String> = timed(&bins.bench, record, command.iter().map(OsString::from))
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     // A hook's args start with argv[0].
-    let mut args = vec![
-        "devinject-bench".to_string(),
-        "time".into(),
-        "--record".into(),
-        record.to_string_lossy().into_owned(),
-        "--".into(),
-    ];
-    args.extend(command.iter().cloned());
+    args[0] = "devinject-bench".into();
     spec["hooks"] = json!({ "createRuntime": [{
         "path": bins.bench, "args": args, "env": [], "timeout": 30,
     }]});
