@@ -12,7 +12,7 @@ use crate::host_files::HostFiles;
 use crate::names::ProfileName;
 use crate::node::DeviceNode;
 use crate::plan::{ContainerEdits, HookAction, Mount, MountKind, Plan, Symlink};
-use crate::profile::{IdSource, Profile};
+use crate::profile::{IdSource, LibraryNames, Profile};
 use crate::request::{Request, RequestError, Resolve};
 
 /// Where files go in this container's image.
@@ -132,17 +132,27 @@ pub fn plan(input: PlanInput<'_>) -> Result<Option<Plan>, PlanError> {
 
     let mut links = Vec::new();
     for lib in &host_files.libraries {
-        let dest = layout.lib_dir.join(&lib.file_name);
-        edits.mounts.push(Mount {
-            host_path: lib.path.clone(),
-            container_path: dest,
-            kind: MountKind::Library,
-        });
-        if let Some(soname) = &lib.soname {
-            links.push(Symlink {
-                link: layout.lib_dir.join(soname),
-                target: lib.file_name.clone(),
-            });
+        let name = match (&lib.soname, profile.library_names) {
+            (Some(soname), LibraryNames::Soname) => soname,
+            (Some(soname), LibraryNames::File) => {
+                links.push(Symlink {
+                    link: layout.lib_dir.join(soname),
+                    target: lib.file_name.clone(),
+                });
+                &lib.file_name
+            }
+            (None, _) => &lib.file_name,
+        };
+        let dest = layout.lib_dir.join(name);
+        // Two host files under one name (two versions of a soname found by a glob): the later
+        // one is what the container gets, as with the later of two soname links.
+        match edits.mounts.iter_mut().find(|m| m.container_path == dest) {
+            Some(m) => m.host_path = lib.path.clone(),
+            None => edits.mounts.push(Mount {
+                host_path: lib.path.clone(),
+                container_path: dest,
+                kind: MountKind::Library,
+            }),
         }
     }
     for (list, kind) in [
@@ -346,6 +356,62 @@ mod tests {
             [PathBuf::from("/usr/lib/x86_64-linux-gnu")]
         );
         assert_eq!(p.edits.env, ["DEMO_VISIBLE_DEVICES=2,0", "DEMO_DRIVER=1"]);
+    }
+
+    /// `library_names = "soname"`: each library is mounted under its soname, with no link and
+    /// no versioned name; a library without a soname of its own keeps its file name; of two
+    /// files with one soname the later is mounted, once.
+    #[test]
+    fn soname_names_mount_each_library_at_its_soname_without_a_link() {
+        let (mut profile, inventory, mut files) = fixture();
+        profile.library_names = LibraryNames::Soname;
+        let lib = |path: &str, soname: Option<&str>| HostLibrary {
+            path: PathBuf::from(path),
+            file_name: Path::new(path)
+                .file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .into(),
+            soname: soname.map(Into::into),
+        };
+        files.libraries.extend([
+            lib("/opt/demo/lib/libplain.so", None),
+            lib("/opt/demo/lib2/libdemo.so.1.0.1", Some("libdemo.so.1")),
+        ]);
+        let request = Request::parse(Some("0")).unwrap();
+        let layout = ContainerLayout::default();
+        let p = plan(PlanInput {
+            profile: &profile,
+            inventory: &inventory,
+            request: &request,
+            resolve: Resolve::Ids,
+            host_files: &files,
+            layout: &layout,
+        })
+        .unwrap()
+        .unwrap();
+        let libs: Vec<_> = p
+            .edits
+            .mounts
+            .iter()
+            .filter(|m| m.kind == MountKind::Library)
+            .map(|m| {
+                (
+                    m.host_path.to_str().unwrap(),
+                    m.container_path.to_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            libs,
+            [
+                ("/opt/demo/lib2/libdemo.so.1.0.1", "/usr/lib/libdemo.so.1"),
+                ("/opt/demo/lib/libplain.so", "/usr/lib/libplain.so"),
+            ]
+        );
+        assert!(p.edits.symlinks().is_empty());
+        assert_eq!(p.edits.ldcache_dirs(), [PathBuf::from("/usr/lib")]);
     }
 
     #[test]

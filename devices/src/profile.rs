@@ -64,6 +64,21 @@ pub enum AllocateMode {
     CdiCri,
 }
 
+/// The name each injected library appears under in the container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum LibraryNames {
+    /// Its own file name (`libcuda.so.580.95`) with a soname link next to it
+    /// (`libcuda.so.1 -> libcuda.so.580.95`), as a distribution's `ldconfig` leaves a library
+    /// directory (the default).
+    #[default]
+    File,
+    /// Its soname alone: the mounted file is `libcuda.so.1`, with no link and no versioned name.
+    /// One inode created per library instead of two; docs/profiles.md says what an image then
+    /// does not see.
+    Soname,
+}
+
 /// How a device's stable id is derived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -204,6 +219,8 @@ struct RawProfile {
     #[serde(default = "default_library_dirs")]
     library_dirs: Vec<String>,
     #[serde(default)]
+    library_names: LibraryNames,
+    #[serde(default)]
     libraries: Vec<LibrarySpec>,
     #[serde(default)]
     binaries: Vec<FileSpec>,
@@ -260,6 +277,8 @@ pub struct Profile {
     pub control_nodes: Vec<NodeSpec>,
     /// Where sonames are searched (absolute, under the driver root).
     pub library_dirs: Vec<String>,
+    /// The name each library appears under in the container.
+    pub library_names: LibraryNames,
     /// Libraries to inject.
     pub libraries: Vec<LibrarySpec>,
     /// Binaries to inject into `/usr/bin` unless placed elsewhere.
@@ -452,6 +471,7 @@ impl Profile {
             device_nodes: raw.device_nodes,
             control_nodes: raw.control_nodes,
             library_dirs: raw.library_dirs,
+            library_names: raw.library_names,
             libraries: raw.libraries,
             binaries: raw.binaries,
             files: raw.files,
@@ -707,6 +727,19 @@ DEMO_DRIVER = "1"
             "glob = \"/opt/demo/lib/libdemo.so.*\"",
             &format!("soname = {soname:?}"),
         )
+    }
+
+    #[test]
+    fn library_names_are_file_unless_soname_is_asked_for() {
+        assert_eq!(parse(DEMO).unwrap().library_names, LibraryNames::File);
+        let with = |v: &str| parse(&format!("library_names = {v:?}\n{DEMO}"));
+        assert_eq!(with("soname").unwrap().library_names, LibraryNames::Soname);
+        assert_eq!(with("file").unwrap().library_names, LibraryNames::File);
+        let err = with("sonames").unwrap_err().to_string();
+        assert!(
+            err.contains("library_names") && err.contains("soname"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -978,7 +1011,7 @@ mod props {
         fn unknown_keys_are_named(key in "[a-z][a-z_]{2,12}") {
             let known = [
                 "name", "resource", "description", "request_env", "replicas", "allocate_mode",
-                "discovery", "device_nodes", "control_nodes", "library_dirs", "libraries",
+                "discovery", "device_nodes", "control_nodes", "library_dirs", "library_names", "libraries",
                 "binaries", "files", "env",
             ];
             prop_assume!(!known.contains(&key.as_str()));

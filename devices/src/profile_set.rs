@@ -22,7 +22,7 @@ impl ProfileSet {
     /// `<NAME>_VISIBLE_DEVICES` unless the profile sets `request_env`. So the answer is yes when
     /// the container mentions the prefix or that suffix, or when a profile's top-level keys (the
     /// lines before its first `[table]`) hold anything but a single-line `name`, `resource`,
-    /// `description`, `replicas`, `allocate_mode` or `library_dirs`: `request_env`, a misspelt
+    /// `description`, `replicas`, `allocate_mode`, `library_dirs` or `library_names`: `request_env`, a misspelt
     /// key, a quoted key or a multi-line value. A yes means [`ProfileSet::load_dir`] follows,
     /// which parses everything as strictly as ever; only profiles of containers that cannot be
     /// asking are left unparsed.
@@ -131,13 +131,14 @@ fn toml_files(dir: &Path) -> Result<Vec<PathBuf>, ProfileError> {
 /// True when the profile text surely keeps the default request variable: its top-level part
 /// only has blank lines, comments and single-line values of keys that do not name one.
 fn default_request_only(text: &str) -> bool {
-    const KEYS: [&str; 6] = [
+    const KEYS: [&str; 7] = [
         "name",
         "resource",
         "description",
         "replicas",
         "allocate_mode",
         "library_dirs",
+        "library_names",
     ];
     for line in text.lines() {
         let t = line.trim();
@@ -221,6 +222,14 @@ mod tests {
         std::fs::write(
             dir.path().join("x.toml"),
             "name = \"x\"\nlibrary_dirs = [\"/lib\"]\n[discovery]\nnodes = [\"x\"]\n",
+        )
+        .unwrap();
+        assert!(!may(&["PATH"]));
+        // Nor does the choice of library names make the profiles of a container that asks for
+        // nothing be parsed.
+        std::fs::write(
+            dir.path().join("x.toml"),
+            "name = \"x\"\nlibrary_names = \"soname\"\n[discovery]\nnodes = [\"x\"]\n",
         )
         .unwrap();
         assert!(!may(&["PATH"]));

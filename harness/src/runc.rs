@@ -55,6 +55,12 @@ impl Bundle {
         Ok(b)
     }
 
+    /// Replaces the command the container runs.
+    pub fn args(&mut self, args: &[&str]) -> &mut Self {
+        self.spec["process"]["args"] = json!(args);
+        self
+    }
+
     /// Adds `KEY=value` to the process env.
     pub fn env(&mut self, kv: &str) -> &mut Self {
         self.spec["process"]["env"]

@@ -73,7 +73,7 @@ pub fn demo_host(dir: &Path, profiles: &[&str]) -> Result<SimHost> {
     for (name, ma, mi) in ACCELS.iter().chain(std::iter::once(&CTL)) {
         mknod(&dev_root.join("demo").join(name), *ma, *mi, "0666")?;
     }
-    let lib = driver_root.join("opt/devinject-demo/lib");
+    let lib = driver_root.join(DEMO_LIB_DIR);
     let bin = driver_root.join("opt/devinject-demo/bin");
     std::fs::create_dir_all(&lib)?;
     std::fs::create_dir_all(&bin)?;
@@ -81,14 +81,14 @@ pub fn demo_host(dir: &Path, profiles: &[&str]) -> Result<SimHost> {
     std::fs::write(&src, "int demo_version(void) { return 1; }\n")?;
     let out = Command::new("gcc")
         .args(["-shared", "-fPIC", "-Wl,-soname,libdemo.so.1", "-o"])
-        .arg(lib.join("libdemo.so.1.0.0"))
+        .arg(lib.join(DEMO_LIB_FILE))
         .arg(&src)
         .output()
         .context("run gcc to build libdemo.so")?;
     if !out.status.success() {
         bail!("gcc failed: {}", String::from_utf8_lossy(&out.stderr));
     }
-    std::os::unix::fs::symlink("libdemo.so.1.0.0", lib.join("libdemo.so.1"))?;
+    std::os::unix::fs::symlink(DEMO_LIB_FILE, lib.join("libdemo.so.1"))?;
     let smi = bin.join("demo-smi");
     std::fs::write(
         &smi,
@@ -107,7 +107,25 @@ pub fn demo_host(dir: &Path, profiles: &[&str]) -> Result<SimHost> {
     Ok(host)
 }
 
+/// The demo library's directory under the driver root, and its file.
+const DEMO_LIB_DIR: &str = "opt/devinject-demo/lib";
+const DEMO_LIB_FILE: &str = "libdemo.so.1.0.0";
+
 impl SimHost {
+    /// The demo library's host file.
+    pub fn demo_library(&self) -> PathBuf {
+        self.driver_root.join(DEMO_LIB_DIR).join(DEMO_LIB_FILE)
+    }
+
+    /// Sets the top-level key `key = value` (TOML) in the installed profile `profile`.
+    pub fn set_profile_key(&self, profile: &str, key: &str, value: &str) -> Result<()> {
+        let path = self.profiles_dir.join(format!("{profile}.toml"));
+        let text =
+            std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
+        std::fs::write(&path, format!("{key} = {value}\n{text}"))
+            .with_context(|| format!("write {}", path.display()))
+    }
+
     /// Writes the host config for this host (its roots, `sys` below its dir) with `extra`
     /// appended.
     pub fn write_config(&self, extra: &str) -> Result<()> {

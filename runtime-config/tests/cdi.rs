@@ -217,6 +217,43 @@ fn cdi_spec_from_plain_values_maps_host_paths_and_wires_the_finish_hook() {
     cdi::validate(&spec).expect("valid");
 }
 
+/// `library_names = "soname"`: the spec mounts the library under its soname and its finish step
+/// names that mount and no link, so the hook's cache entry is the soname's own file.
+#[test]
+fn a_profile_naming_libraries_by_soname_mounts_them_there_and_links_nothing() {
+    let DemoValues {
+        mut profile,
+        inventory,
+        files,
+    } = demo_values("/host");
+    profile.library_names = devinject_devices::LibraryNames::Soname;
+    let req = CdiRequest {
+        root: PathBuf::from("/host"),
+        lib_dir: PathBuf::from("/usr/lib64"),
+        ..CdiRequest::default()
+    };
+    let spec = cdi::build_spec(&req, &profile, &inventory, &files)
+        .expect("build")
+        .expect("a spec");
+    let mount = &spec.container_edits.mounts[0];
+    assert_eq!(
+        (mount.host_path.as_str(), mount.container_path.as_str()),
+        ("/usr/lib/libdemo.so.1.0.0", "/usr/lib64/libdemo.so.1")
+    );
+    assert_eq!(
+        spec.container_edits.hooks[0].args[1..],
+        [
+            "finish",
+            "--mounted-library",
+            "/usr/lib/libdemo.so.1.0.0",
+            "/usr/lib64/libdemo.so.1",
+            "--ldcache-dir",
+            "/usr/lib64",
+        ]
+    );
+    cdi::validate(&spec).expect("valid");
+}
+
 #[test]
 fn a_profile_with_a_prepare_step_is_not_exported_and_its_old_spec_goes() {
     let Some(tmp) = simulated_host() else {

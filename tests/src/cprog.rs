@@ -135,3 +135,57 @@ pub fn shared_lib(dir: &Path, file: &str, soname: &str) -> Result<PathBuf> {
     )?;
     Ok(out)
 }
+
+/// What [`demo_user`]'s program prints when it ran with the demo library loaded.
+pub const DEMO_USER_OUTPUT: &str = "demo_version 1";
+
+/// Builds `rootfs/usr/bin/demo-user`, a dynamically linked glibc program that needs
+/// `libdemo.so.1` (linked against `demo_lib`, the demo library's host file) and prints
+/// [`DEMO_USER_OUTPUT`], and copies the host's loader and libc in, at the paths the program
+/// names: it runs in the container only when the dynamic loader finds the injected library
+/// under its soname. Returns the directory libc went into, in the container (on Debian,
+/// `/lib/x86_64-linux-gnu`): the image's library directory from then on, where the hook and the
+/// shim put injected libraries.
+pub fn demo_user(rootfs: &Path, demo_lib: &Path) -> Result<PathBuf> {
+    let out = rootfs.join("usr/bin/demo-user");
+    let lib_dir = demo_lib.parent().context("the demo library's directory")?;
+    let file = demo_lib
+        .file_name()
+        .and_then(|n| n.to_str())
+        .context("the demo library's file name")?;
+    let build = rootfs.with_file_name("demo-user-build");
+    gcc(
+        &build,
+        "demo-user",
+        "#include <stdio.h>\nint demo_version(void);\nint main(void) { printf(\"demo_version %d\\n\", demo_version()); return 0; }\n",
+        // Before the source, where the helper puts flags: kept only without `--as-needed`.
+        &[
+            "-O2",
+            "-Wl,--no-as-needed",
+            &format!("-L{}", lib_dir.display()),
+            &format!("-l:{file}"),
+        ],
+        &out,
+    )?;
+    let ldd = Command::new("ldd").arg(&out).output().context("run ldd")?;
+    let listing = String::from_utf8_lossy(&ldd.stdout);
+    // `libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)` and `/lib64/ld-linux-x86-64.so.2
+    // (0x...)`; the demo library is `not found` on the host, as it should be.
+    let mut libc_dir = None;
+    for line in listing.lines() {
+        let path = match line.split_once("=>") {
+            Some((_, right)) => right.split_whitespace().next(),
+            None => line.split_whitespace().next(),
+        };
+        let Some(path) = path.filter(|p| p.starts_with('/')) else {
+            continue;
+        };
+        let dest = rootfs.join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(dest.parent().context("a library's directory")?)?;
+        std::fs::copy(path, &dest).with_context(|| format!("copy {path} into the rootfs"))?;
+        if line.trim_start().starts_with("libc.so") {
+            libc_dir = Path::new(path).parent().map(Path::to_owned);
+        }
+    }
+    libc_dir.with_context(|| format!("ldd names no libc for demo-user: {listing}"))
+}

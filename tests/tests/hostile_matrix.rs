@@ -2,7 +2,8 @@
 //! ldconfig fallback open, read or write inside a rootfs, times every kind of object an image or
 //! a volume can put there, through the hook and through the shim with the real runc on cgroup v1
 //! and v2, with the built-in cache writer and with the ldconfig fallback
-//! (`ldcache = "ldconfig"`).
+//! (`ldcache = "ldconfig"`), and with the library mounted under its soname
+//! (`library_names = "soname"`: the soname's path is then a mount point, not a link).
 //!
 //! For each case the host canaries (a canary tree, the real host paths an escape would write,
 //! the file a hard link points to, the file behind a loop device) must stay byte-identical,
@@ -87,6 +88,17 @@ const KINDS: [Kind; 11] = [
     Kind::BlockDevice,
     Kind::ForeignMount,
 ];
+
+/// The host configuration and profile a matrix runs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Setting {
+    /// As installed: the hook writes the cache, libraries keep their file names.
+    Default,
+    /// `ldcache = "ldconfig"`: ldconfig writes the cache.
+    Ldconfig,
+    /// `library_names = "soname"` in the demo profile.
+    SonameNames,
+}
 
 /// How the container is started: runc with the hook or behind the shim, on this host's
 /// cgroup v1 or on cgroup v2 (runc in a private mount namespace with cgroup2 mounted).
@@ -359,11 +371,11 @@ fn check(h: &Host, mut b: Before, at: &str, via: Via, out: &Output, name: &str) 
     }
 }
 
-fn case_name(at: &str, kind: Kind, via: Via, ldconfig: bool) -> String {
-    format!(
-        "{at} as {kind:?} via {via:?}{}",
-        if ldconfig { " (ldconfig)" } else { "" }
-    )
+fn case_name(at: &str, kind: Kind, via: Via, setting: Setting) -> String {
+    match setting {
+        Setting::Default => format!("{at} as {kind:?} via {via:?}"),
+        _ => format!("{at} as {kind:?} via {via:?} ({setting:?})"),
+    }
 }
 
 /// The directory a planted volume was mounted on, for `kind` at `at` under `root`.
@@ -376,8 +388,8 @@ fn volume_dir(root: &Path, at: &str) -> PathBuf {
     }
 }
 
-fn run_case(h: &Host, at: &str, kind: Kind, via: Via, ldconfig: bool) -> &'static str {
-    let name = case_name(at, kind, via, ldconfig);
+fn run_case(h: &Host, at: &str, kind: Kind, via: Via, setting: Setting) -> &'static str {
+    let name = case_name(at, kind, via, setting);
     let mut b = Bundle::new(&h.dir.join("bundle"), &["/bin/true".to_owned()]).unwrap();
     b.env("DEMO_VISIBLE_DEVICES=0");
     let rootfs = b.rootfs();
@@ -430,7 +442,7 @@ fn docker_engine(h: &Host) -> Engine {
 /// One case through docker: the trap in an image layer, or in a volume where only a volume can
 /// bring it.
 fn docker_case(h: &Host, engine: &Engine, at: &str, kind: Kind) -> &'static str {
-    let name = case_name(at, kind, Via::Docker, false);
+    let name = case_name(at, kind, Via::Docker, Setting::Default);
     let work = h.dir.join("docker-case");
     let in_volume = matches!(
         kind,
@@ -509,7 +521,7 @@ fn docker_case(h: &Host, engine: &Engine, at: &str, kind: Kind) -> &'static str 
     outcome
 }
 
-fn matrix(via: Via, ldconfig: bool) {
+fn matrix(via: Via, setting: Setting) {
     if !(require_runc_demo()
         && require_binary("losetup")
         && (via != Via::Docker
@@ -525,8 +537,13 @@ fn matrix(via: Via, ldconfig: bool) {
         return;
     }
     let h = host();
-    if ldconfig {
-        set_config(&h.sim.config, "ldcache", "\"ldconfig\"").unwrap();
+    match setting {
+        Setting::Default => {}
+        Setting::Ldconfig => set_config(&h.sim.config, "ldcache", "\"ldconfig\"").unwrap(),
+        Setting::SonameNames => h
+            .sim
+            .set_profile_key("demo", "library_names", "\"soname\"")
+            .unwrap(),
     }
     let engine = (via == Via::Docker).then(|| docker_engine(&h));
     let mut tally = std::collections::BTreeMap::new();
@@ -539,42 +556,52 @@ fn matrix(via: Via, ldconfig: bool) {
             }
             let outcome = match &engine {
                 Some(engine) => docker_case(&h, engine, at, kind),
-                None => run_case(&h, at, kind, via, ldconfig),
+                None => run_case(&h, at, kind, via, setting),
             };
             *tally.entry(outcome).or_insert(0) += 1;
             cases += 1;
         }
     }
-    eprintln!("{cases} cases via {via:?} (ldconfig: {ldconfig}): {tally:?}");
+    eprintln!("{cases} cases via {via:?} ({setting:?}): {tally:?}");
     assert!(cases >= 100, "the matrix shrank to {cases} cases");
 }
 
 #[test]
 fn hook_matrix_with_the_builtin_cache_writer() {
-    matrix(Via::Hook, false);
+    matrix(Via::Hook, Setting::Default);
 }
 
 #[test]
 fn shim_matrix_with_the_builtin_cache_writer() {
-    matrix(Via::Shim, false);
+    matrix(Via::Shim, Setting::Default);
 }
 
 #[test]
 fn hook_matrix_with_the_ldconfig_fallback() {
-    matrix(Via::Hook, true);
+    matrix(Via::Hook, Setting::Ldconfig);
+}
+
+#[test]
+fn hook_matrix_with_libraries_named_by_soname() {
+    matrix(Via::Hook, Setting::SonameNames);
+}
+
+#[test]
+fn shim_matrix_with_libraries_named_by_soname() {
+    matrix(Via::Shim, Setting::SonameNames);
 }
 
 #[test]
 fn hook_matrix_on_cgroup_v2() {
-    matrix(Via::HookV2, false);
+    matrix(Via::HookV2, Setting::Default);
 }
 
 #[test]
 fn shim_matrix_on_cgroup_v2() {
-    matrix(Via::ShimV2, false);
+    matrix(Via::ShimV2, Setting::Default);
 }
 
 #[test]
 fn docker_matrix_with_the_shim() {
-    matrix(Via::Docker, false);
+    matrix(Via::Docker, Setting::Default);
 }
