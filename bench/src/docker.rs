@@ -9,10 +9,10 @@
 use std::path::Path;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
 use crate::host::{BenchHost, REQUEST_ENV};
-use crate::matrix::{check_probe, in_turn};
+use crate::matrix::{check_probe, in_turn, Libraries};
 use crate::start::Binaries;
 use crate::stats::Samples;
 use crate::Options;
@@ -23,8 +23,12 @@ use devinject_tests::skip::which;
 
 /// The shim's runtime name.
 const SHIM: &str = "devinject";
+/// The shim with the bench profile's `library_names = "soname"`.
+const SHIM_SONAME: &str = "devinject-soname";
 /// The hook-only wrapper's runtime name.
 const HOOK_ONLY: &str = "devinject-hook-only";
+/// The hook-only wrapper with the bench profile's `library_names = "soname"`.
+const HOOK_ONLY_SONAME: &str = "devinject-hook-only-soname";
 /// runc itself, registered with an argument: dockerd 20.10 then runs it through the same
 /// generated wrapper script as the runtimes above, which the default runtime does without.
 const RUNC_WITH_ARGS: &str = "runc-with-args";
@@ -36,17 +40,9 @@ pub struct DockerFigures {
     pub devices: usize,
     /// Libraries.
     pub libraries: usize,
-    /// `--device` and `-v ...:ro` flags.
-    pub native: Samples,
-    /// The same flags, with runc registered with an argument (`--debug=false`), so that dockerd
-    /// starts it through its wrapper script as it does the shim: isolates that script's cost.
-    pub native_wrapped: Samples,
-    /// `--runtime=devinject -e ...`.
-    pub shim: Samples,
-    /// The hook-only wrapper runtime, when built.
-    pub hook: Option<Samples>,
-    /// `native` again, in its own turn: the A/A pair that shows the noise.
-    pub native_again: Samples,
+    /// Each variant's name and samples, native first (what the others are divided by), with
+    /// native again among them (the A/A pair that shows the noise).
+    pub variants: Vec<(&'static str, Samples)>,
 }
 
 /// The outcome of row 3.
@@ -94,17 +90,25 @@ fn arg(p: &Path) -> String {
 fn run(opts: &Options, host: &BenchHost, bins: &Binaries) -> Result<DockerFigures> {
     let runc = arg(&bins.runc);
     let config = arg(&host.config);
+    let soname_config = arg(&host.soname_config);
     let mut runtimes = vec![
         RuntimeEntry::new(SHIM, &bins.shim, &["--config", &config, "--runtime", &runc]),
+        RuntimeEntry::new(
+            SHIM_SONAME,
+            &bins.shim,
+            &["--config", &soname_config, "--runtime", &runc],
+        ),
         RuntimeEntry::new(RUNC_WITH_ARGS, &bins.runc, &["--debug=false"]),
     ];
     if let Some(wrapper) = &bins.hook_only_runtime {
         let hook = arg(&bins.hook);
-        runtimes.push(RuntimeEntry::new(
-            HOOK_ONLY,
-            wrapper,
-            &["--hook", &hook, "--config", &config, "--runtime", &runc],
-        ));
+        for (name, config) in [(HOOK_ONLY, &config), (HOOK_ONLY_SONAME, &soname_config)] {
+            runtimes.push(RuntimeEntry::new(
+                name,
+                wrapper,
+                &["--hook", &hook, "--config", config, "--runtime", &runc],
+            ));
+        }
     }
     let engine = Engine::start(&runtimes)?;
     engine.import_busybox()?;
@@ -137,13 +141,39 @@ fn run(opts: &Options, host: &BenchHost, bins: &Binaries) -> Result<DockerFigure
     let mut wrapped = native.clone();
     wrapped.insert(2, format!("--runtime={RUNC_WITH_ARGS}"));
     let mut variants = vec![
-        ("native", native.clone(), false),
-        ("native, wrapped", wrapped, false),
-        ("shim", injected(SHIM), true),
-        ("native again", native, false),
+        (
+            "--device + -v :ro (native)",
+            native.clone(),
+            Libraries::Native,
+        ),
+        (
+            "same, runc via dockerd's wrapper script",
+            wrapped,
+            Libraries::Native,
+        ),
+        (
+            "--runtime=devinject (shim)",
+            injected(SHIM),
+            Libraries::Injected,
+        ),
+        (
+            "shim, `library_names = \"soname\"`",
+            injected(SHIM_SONAME),
+            Libraries::InjectedBySoname,
+        ),
+        ("native again (A/A)", native, Libraries::Native),
     ];
     if bins.hook_only_runtime.is_some() {
-        variants.push(("hook", injected(HOOK_ONLY), true));
+        variants.push((
+            "hook-only runtime",
+            injected(HOOK_ONLY),
+            Libraries::Injected,
+        ));
+        variants.push((
+            "hook-only runtime, `library_names = \"soname\"`",
+            injected(HOOK_ONLY_SONAME),
+            Libraries::InjectedBySoname,
+        ));
     }
 
     let nodes: Vec<&str> = host
@@ -153,7 +183,7 @@ fn run(opts: &Options, host: &BenchHost, bins: &Binaries) -> Result<DockerFigure
         .collect();
     let libs = crate::matrix::probe_libs(host);
     let lib_refs: Vec<&str> = libs.iter().map(String::as_str).collect();
-    for (name, args, injects) in &variants {
+    for (name, args, expect) in &variants {
         let mut a: Vec<String> = args.clone();
         a.push(IMAGE.into());
         a.extend(probe_args(&nodes, &lib_refs));
@@ -161,7 +191,7 @@ fn run(opts: &Options, host: &BenchHost, bins: &Binaries) -> Result<DockerFigure
         if !out.status.success() {
             bail!("docker {name}: probe container failed: {}", describe(&out));
         }
-        check_probe(name, &String::from_utf8_lossy(&out.stdout), host, *injects)?;
+        check_probe(name, &String::from_utf8_lossy(&out.stdout), host, *expect)?;
     }
 
     let mut samples = vec![Samples::default(); variants.len()];
@@ -181,14 +211,13 @@ fn run(opts: &Options, host: &BenchHost, bins: &Binaries) -> Result<DockerFigure
             }
         }
     }
-    let mut it = samples.into_iter();
     Ok(DockerFigures {
         devices: host.nodes.len(),
         libraries: host.libs.len(),
-        native: it.next().context("native samples")?,
-        native_wrapped: it.next().context("wrapped native samples")?,
-        shim: it.next().context("shim samples")?,
-        native_again: it.next().context("native again samples")?,
-        hook: it.next(),
+        variants: variants
+            .iter()
+            .map(|(name, _, _)| *name)
+            .zip(samples)
+            .collect(),
     })
 }

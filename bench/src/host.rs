@@ -12,6 +12,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
+use devinject_devices::LibraryNames;
 use devinject_tests::sim::{mknod, shipped_profiles, write_config};
 
 /// The char major of the simulated devices.
@@ -54,6 +55,8 @@ pub struct BenchHost {
     pub libs: Vec<BenchLib>,
     /// The host config file (`--config`) for the hook and the shim.
     pub config: PathBuf,
+    /// The same host with the bench profile's `library_names = "soname"`.
+    pub soname_config: PathBuf,
     /// The dev root.
     pub dev_root: PathBuf,
     /// The driver root.
@@ -97,33 +100,48 @@ impl HostFactory {
         let nodes = self.dev_root(&dev_root, devices)?;
         let driver_root = self.dir.join(format!("driver-{libraries}"));
         let libs = self.driver_root(&driver_root, libraries)?;
-        let profiles_dir = self.dir.join(format!("profiles-{libraries}"));
-        self.profiles(&profiles_dir, libraries)?;
         let sys_root = self.dir.join("sys");
         std::fs::create_dir_all(&sys_root)?;
-        let config = self.dir.join(format!("config-{devices}-{libraries}.toml"));
-        write_config(
-            &config,
-            &profiles_dir,
-            &dev_root,
-            &driver_root,
-            &sys_root,
-            "",
-        )?;
-        // The default log level, as an installed node runs: the test harness's `info` would time
-        // log formatting too.
-        let text = std::fs::read_to_string(&config)?
-            .replace("log_level = \"info\"", "log_level = \"warn\"");
-        std::fs::write(&config, text)?;
+        let roots = [&dev_root, &driver_root, &sys_root];
+        let (config, profiles_dir) = self.config(devices, libraries, LibraryNames::File, roots)?;
+        let (soname_config, _) = self.config(devices, libraries, LibraryNames::Soname, roots)?;
         Ok(BenchHost {
             nodes,
             libs,
             config,
+            soname_config,
             dev_root,
             driver_root,
             sys_root,
             profiles_dir,
         })
+    }
+
+    /// Writes the host config for `devices` and `libraries` whose bench profile names
+    /// libraries by `names` (with its profiles dir); returns both paths.
+    fn config(
+        &self,
+        devices: usize,
+        libraries: usize,
+        names: LibraryNames,
+        [dev_root, driver_root, sys_root]: [&PathBuf; 3],
+    ) -> Result<(PathBuf, PathBuf)> {
+        let suffix = match names {
+            LibraryNames::File => "",
+            LibraryNames::Soname => "-soname",
+        };
+        let profiles = self.dir.join(format!("profiles-{libraries}{suffix}"));
+        self.profiles(&profiles, libraries, names)?;
+        let config = self
+            .dir
+            .join(format!("config-{devices}-{libraries}{suffix}.toml"));
+        write_config(&config, &profiles, dev_root, driver_root, sys_root, "")?;
+        // The default log level, as an installed node runs: the test harness's `info` would time
+        // log formatting too.
+        let text = std::fs::read_to_string(&config)?
+            .replace("log_level = \"info\"", "log_level = \"warn\"");
+        std::fs::write(&config, text)?;
+        Ok((config, profiles))
     }
 
     fn dev_root(&self, root: &Path, devices: usize) -> Result<Vec<BenchNode>> {
@@ -176,7 +194,7 @@ impl HostFactory {
         Ok(libs)
     }
 
-    fn profiles(&self, dir: &Path, libraries: usize) -> Result<()> {
+    fn profiles(&self, dir: &Path, libraries: usize, names: LibraryNames) -> Result<()> {
         if dir.exists() {
             return Ok(());
         }
@@ -187,15 +205,24 @@ impl HostFactory {
                 std::fs::copy(&path, dir.join(path.file_name().expect("file name")))?;
             }
         }
-        std::fs::write(dir.join(format!("{PROFILE}.toml")), profile_text(libraries))?;
+        std::fs::write(
+            dir.join(format!("{PROFILE}.toml")),
+            profile_text(libraries, names),
+        )?;
         Ok(())
     }
 }
 
-/// The `bench` profile: every `bench/accelN` node is a device; with libraries, one glob for them.
-pub fn profile_text(libraries: usize) -> String {
+/// The `bench` profile: every `bench/accelN` node is a device; with libraries, one glob for them,
+/// named in the container by `names`.
+pub fn profile_text(libraries: usize, names: LibraryNames) -> String {
+    let names = match names {
+        LibraryNames::File => "file",
+        LibraryNames::Soname => "soname",
+    };
     let mut t = format!(
         "name = \"{PROFILE}\"\nresource = \"devinject.io/{PROFILE}\"\ndescription = \"Benchmark devices\"\n\
+         library_names = \"{names}\"\n\
          [discovery]\nnodes = [\"{PROFILE}/accel[0-9]*\"]\nid = \"index\"\n"
     );
     if libraries > 0 {

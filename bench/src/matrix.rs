@@ -191,18 +191,32 @@ pub(crate) fn verify(case: &Case, host: &BenchHost) -> Result<()> {
         );
     }
     case.forget_records();
-    let injected = case.variant != Variant::Native;
+    let expect = if case.variant == Variant::Native {
+        Libraries::Native
+    } else {
+        Libraries::Injected
+    };
     check_probe(
         case.variant.name(),
         &String::from_utf8_lossy(&out.stdout),
         host,
-        injected,
+        expect,
     )
 }
 
-/// Checks a probe report: every node with its numbers, every library mounted read-only, and
-/// when devinject `injected` them, every soname linked and in the linker cache.
-pub fn check_probe(name: &str, stdout: &str, host: &BenchHost, injected: bool) -> Result<()> {
+/// What a variant's container must show of the libraries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Libraries {
+    /// Each mounted read-only under its file name (`-v` as native passes it).
+    Native,
+    /// Each under its file name, its soname linked and in the linker cache.
+    Injected,
+    /// Each under its soname alone, in the linker cache (`library_names = "soname"`).
+    InjectedBySoname,
+}
+
+/// Checks a probe report: every node with its numbers, and every library as `expect` says.
+pub fn check_probe(name: &str, stdout: &str, host: &BenchHost, expect: Libraries) -> Result<()> {
     let report = Report::parse(stdout);
     for n in &host.nodes {
         let r = report.nodes.get(&n.container_path);
@@ -214,16 +228,29 @@ pub fn check_probe(name: &str, stdout: &str, host: &BenchHost, injected: bool) -
     }
     for l in &host.libs {
         let file = report.libs.get(&format!("/usr/lib/{}", l.file_name));
+        let soname = report.libs.get(&format!("/usr/lib/{}", l.soname));
+        if expect == Libraries::InjectedBySoname {
+            ensure!(
+                soname.is_some_and(|r| r.present && r.read_only && r.in_ldcache),
+                "{name}: library {} not mounted read-only or not in the linker cache: {soname:?}",
+                l.soname
+            );
+            ensure!(
+                file.is_some_and(|r| !r.present),
+                "{name}: {} is there beside its soname: {file:?}",
+                l.file_name
+            );
+            continue;
+        }
         ensure!(
             file.is_some_and(|r| r.present && r.read_only),
             "{name}: library {} not mounted read-only: {file:?}",
             l.file_name
         );
-        if injected {
-            let link = report.libs.get(&format!("/usr/lib/{}", l.soname));
+        if expect == Libraries::Injected {
             ensure!(
-                link.is_some_and(|r| r.present && r.in_ldcache),
-                "{name}: soname {} not linked or not in the linker cache: {link:?}",
+                soname.is_some_and(|r| r.present && r.in_ldcache),
+                "{name}: soname {} not linked or not in the linker cache: {soname:?}",
                 l.soname
             );
         }

@@ -173,29 +173,24 @@ impl Report {
                     let _ = writeln!(o, "{why}\n");
                 }
                 DockerRow::Measured(f) => {
+                    let runs = f.variants.first().map_or(0, |(_, s)| s.len());
                     let _ = writeln!(
                         o,
-                        "| N | L | runs | --device + -v :ro | same, runc via dockerd's wrapper script | --runtime=devinject | shim/native | shim/wrapped native | hook-only runtime | hook/native | native again (A/A) | A/A ratio |"
+                        "{} devices, {} libraries, {runs} runs of each, in turn:\n\n\
+                         | variant | median [min–max] ms | / native |\n|---|---|---|",
+                        f.devices, f.libraries
                     );
-                    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|");
-                    let (hook, hook_ratio) = match &f.hook {
-                        Some(h) => (h.ms().to_string(), ratio(h.ratio_to(&f.native))),
-                        None => ("not built".into(), "–".into()),
-                    };
-                    let _ = writeln!(
-                        o,
-                        "| {} | {} | {} | {} | {} | {} | {} | {} | {hook} | {hook_ratio} | {} | {} |\n",
-                        f.devices,
-                        f.libraries,
-                        f.native.len(),
-                        f.native.ms(),
-                        f.native_wrapped.ms(),
-                        f.shim.ms(),
-                        ratio(f.shim.ratio_to(&f.native)),
-                        ratio(f.shim.ratio_to(&f.native_wrapped)),
-                        f.native_again.ms(),
-                        ratio(f.native_again.ratio_to(&f.native)),
-                    );
+                    if let Some((_, native)) = f.variants.first() {
+                        for (name, s) in &f.variants {
+                            let _ = writeln!(
+                                o,
+                                "| {name} | {} | {} |",
+                                s.ms(),
+                                ratio(s.ratio_to(native))
+                            );
+                        }
+                    }
+                    let _ = writeln!(o);
                 }
             }
         }
