@@ -214,17 +214,18 @@ impl HostFactory {
 }
 
 /// The `bench` profile: every `bench/accelN` node is a device; with libraries, one glob for them,
-/// named in the container by `names`.
+/// named in the container by `names` (the key is written only when not the default, so that
+/// binaries from before the key read the default profile too, as `--compare` and A/B runs do).
 pub fn profile_text(libraries: usize, names: LibraryNames) -> String {
-    let names = match names {
-        LibraryNames::File => "file",
-        LibraryNames::Soname => "soname",
-    };
     let mut t = format!(
-        "name = \"{PROFILE}\"\nresource = \"devinject.io/{PROFILE}\"\ndescription = \"Benchmark devices\"\n\
-         library_names = \"{names}\"\n\
-         [discovery]\nnodes = [\"{PROFILE}/accel[0-9]*\"]\nid = \"index\"\n"
+        "name = \"{PROFILE}\"\nresource = \"devinject.io/{PROFILE}\"\ndescription = \"Benchmark devices\"\n"
     );
+    if names == LibraryNames::Soname {
+        t.push_str("library_names = \"soname\"\n");
+    }
+    t.push_str(&format!(
+        "[discovery]\nnodes = [\"{PROFILE}/accel[0-9]*\"]\nid = \"index\"\n"
+    ));
     if libraries > 0 {
         t.push_str(&format!(
             "[[libraries]]\nglob = \"{LIB_DIR}/libbench*.so.*\"\n"
