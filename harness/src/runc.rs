@@ -29,6 +29,15 @@ pub fn container_id(prefix: &str) -> String {
     )
 }
 
+/// How devinject is wired into runc ([`Bundle::run_via`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// runc with `devinject-hook` as a `createRuntime` hook.
+    Hook,
+    /// `devinject-runtime` (the shim) in front of runc.
+    Shim,
+}
+
 impl Bundle {
     /// Creates a bundle in `dir` with a busybox rootfs and runc's default spec, not a terminal,
     /// running `args`.
@@ -203,6 +212,22 @@ impl Bundle {
     /// Writes the spec and runs the container to completion with `runc run`.
     pub fn run(&self, id: &str) -> Result<Output> {
         self.run_with(&[RUNC], id)
+    }
+
+    /// Runs the container to completion with devinject wired in by `via`, reading host config
+    /// `config`: the hook as a `createRuntime` hook of runc, or the shim in front of runc.
+    pub fn run_via(&mut self, via: Via, config: &Path, id: &str) -> Result<Output> {
+        match via {
+            Via::Hook => {
+                self.hook("createRuntime", &crate::bins::bin("devinject-hook"), config);
+                self.run(id)
+            }
+            Via::Shim => {
+                let cmd = shim_command(config, &runc_path());
+                let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+                self.run_with(&cmd, id)
+            }
+        }
     }
 
     /// Like [`Bundle::run`], but through `runtime` (a command and its leading arguments, e.g. the

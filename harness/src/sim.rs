@@ -80,7 +80,12 @@ pub fn demo_host(dir: &Path, profiles: &[&str]) -> Result<SimHost> {
     let src = dir.join("libdemo.c");
     std::fs::write(&src, "int demo_version(void) { return 1; }\n")?;
     let out = Command::new("gcc")
-        .args(["-shared", "-fPIC", "-Wl,-soname,libdemo.so.1", "-o"])
+        .args([
+            "-shared",
+            "-fPIC",
+            &format!("-Wl,-soname,{DEMO_SONAME}"),
+            "-o",
+        ])
         .arg(lib.join(DEMO_LIB_FILE))
         .arg(&src)
         .output()
@@ -88,7 +93,7 @@ pub fn demo_host(dir: &Path, profiles: &[&str]) -> Result<SimHost> {
     if !out.status.success() {
         bail!("gcc failed: {}", String::from_utf8_lossy(&out.stderr));
     }
-    std::os::unix::fs::symlink(DEMO_LIB_FILE, lib.join("libdemo.so.1"))?;
+    std::os::unix::fs::symlink(DEMO_LIB_FILE, lib.join(DEMO_SONAME))?;
     let smi = bin.join("demo-smi");
     std::fs::write(
         &smi,
@@ -107,9 +112,12 @@ pub fn demo_host(dir: &Path, profiles: &[&str]) -> Result<SimHost> {
     Ok(host)
 }
 
-/// The demo library's directory under the driver root, and its file.
+/// The demo library's directory under the driver root.
 const DEMO_LIB_DIR: &str = "opt/devinject-demo/lib";
-const DEMO_LIB_FILE: &str = "libdemo.so.1.0.0";
+/// The demo library's file name.
+pub const DEMO_LIB_FILE: &str = "libdemo.so.1.0.0";
+/// Its soname.
+pub const DEMO_SONAME: &str = "libdemo.so.1";
 
 impl SimHost {
     /// The demo library's host file.

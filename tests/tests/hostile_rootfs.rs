@@ -13,13 +13,10 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use devinject_tests::bins::bin;
 use devinject_tests::canary::{Canary, HostGuard, MARK};
 use devinject_tests::hostile::{self, char_node, climb, dir, fifo, file, link, mirror};
 use devinject_tests::probe::Report;
-use devinject_tests::runc::{
-    container_id, describe, hook_failure, runc_path, shim_command, Bundle,
-};
+use devinject_tests::runc::{self, container_id, describe, hook_failure, Bundle};
 use devinject_tests::sim::{demo_host, demo_probe_args, set_config, SimHost, LIB, SONAME};
 use devinject_tests::skip::require_runc_demo;
 
@@ -146,18 +143,12 @@ fn run_one(rig: &Rig, name: &str, case: &Case, via: Via, baseline: Option<&BTree
     let ctx = format!("{name} via {via:?}");
     let (mut b, guard) = prepare(rig, case, via);
     let id = container_id("hostile");
-    let out = match via {
+    let applier = match via {
         Via::Plain => unreachable!("plain runs are baselines"),
-        Via::Hook => {
-            b.hook("createRuntime", &bin("devinject-hook"), &rig.host.config);
-            b.run(&id).unwrap()
-        }
-        Via::Shim => {
-            let cmd = shim_command(&rig.host.config, &runc_path());
-            let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
-            b.run_with(&refs, &id).unwrap()
-        }
+        Via::Hook => runc::Via::Hook,
+        Via::Shim => runc::Via::Shim,
     };
+    let out = b.run_via(applier, &rig.host.config, &id).unwrap();
     let expect = match via {
         Via::Hook | Via::Plain => case.hook,
         Via::Shim => case.shim,

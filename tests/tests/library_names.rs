@@ -5,33 +5,17 @@
 
 use std::path::Path;
 
-use devinject_tests::bins::bin;
 use devinject_tests::cprog::{demo_user, DEMO_USER_OUTPUT};
 use devinject_tests::probe::{probe_args, Report};
-use devinject_tests::runc::{container_id, describe, runc_path, shim_command, Bundle};
-use devinject_tests::sim::{demo_host, NO_LDCONFIG};
-
-/// The demo library's file name and soname.
-const FILE: &str = "libdemo.so.1.0.0";
-const SONAME: &str = "libdemo.so.1";
+use devinject_tests::runc::{container_id, describe, Bundle, Via};
+use devinject_tests::sim::{demo_host, DEMO_LIB_FILE, DEMO_SONAME, NO_LDCONFIG};
 use devinject_tests::skip::require_runc_demo;
-
-/// How the container is given its devices.
-#[derive(Debug, Clone, Copy)]
-enum Route {
-    Hook,
-    Shim,
-}
 
 /// Starts a container asking for demo device 0 on a host whose demo profile has
 /// `library_names = names` (unset when `None`); returns the probe's report of the library's
 /// file name and soname in the image's library directory, those two paths, and the
 /// container's output.
-fn start(
-    dir: &Path,
-    names: Option<&str>,
-    route: Route,
-) -> (Report, [String; 2], std::process::Output) {
+fn start(dir: &Path, names: Option<&str>, via: Via) -> (Report, [String; 2], std::process::Output) {
     let host = demo_host(&dir.join("host"), &["demo"]).unwrap();
     // The hook writes the cache entry itself: no ldconfig to fall back to.
     host.write_config(NO_LDCONFIG).unwrap();
@@ -41,22 +25,14 @@ fn start(
     }
     let mut b = Bundle::new(&dir.join("bundle"), &["/bin/true"]).unwrap();
     let lib_dir = demo_user(&b.rootfs(), &host.demo_library()).unwrap();
-    let [file, soname] = [FILE, SONAME].map(|n| lib_dir.join(n).display().to_string());
+    let [file, soname] =
+        [DEMO_LIB_FILE, DEMO_SONAME].map(|n| lib_dir.join(n).display().to_string());
     let probe = probe_args(&[], &[&file, &soname]).join(" ");
     b.args(&["/bin/sh", "-c", &format!("{probe} && /usr/bin/demo-user")]);
     b.env("DEMO_VISIBLE_DEVICES=0");
-    let id = container_id("libnames");
-    let out = match route {
-        Route::Hook => {
-            b.hook("createRuntime", &bin("devinject-hook"), &host.config);
-            b.run(&id).unwrap()
-        }
-        Route::Shim => {
-            let cmd = shim_command(&host.config, &runc_path());
-            let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
-            b.run_with(&cmd, &id).unwrap()
-        }
-    };
+    let out = b
+        .run_via(via, &host.config, &container_id("libnames"))
+        .unwrap();
     let report = Report::parse(&String::from_utf8_lossy(&out.stdout));
     (report, [file, soname], out)
 }
@@ -66,11 +42,11 @@ fn soname_names_mount_each_library_once_under_its_soname_and_it_loads() {
     if !require_runc_demo() {
         return;
     }
-    for route in [Route::Hook, Route::Shim] {
+    for via in [Via::Hook, Via::Shim] {
         for names in [None, Some("file"), Some("soname")] {
             let t = tempfile::tempdir().unwrap();
-            let (report, [file, soname], out) = start(t.path(), names, route);
-            let ctx = format!("{route:?}, library_names {names:?}: {}", describe(&out));
+            let (report, [file, soname], out) = start(t.path(), names, via);
+            let ctx = format!("{via:?}, library_names {names:?}: {}", describe(&out));
             assert!(out.status.success(), "{ctx}");
             let (file, soname) = (report.lib(&file), report.lib(&soname));
             assert!(soname.present && soname.read_only, "{ctx}");

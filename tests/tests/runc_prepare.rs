@@ -13,10 +13,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use devinject_devices::prepare_step::PREPARE_PATH;
-use devinject_tests::bins::bin;
-use devinject_tests::runc::{
-    container_id, describe, hook_failure, runc_path, shim_command, Bundle,
-};
+use devinject_tests::runc::{container_id, describe, hook_failure, Bundle, Via};
 use devinject_tests::sim::{demo_host, mknod, SimHost};
 use devinject_tests::skip::require_runc_demo;
 use serde_json::json;
@@ -103,13 +100,6 @@ fn bundle(dir: &Path, sys: &Path, env: &[&str]) -> Bundle {
     b
 }
 
-/// How devinject is wired into runc.
-#[derive(Debug, Clone, Copy)]
-enum Via {
-    Hook,
-    Shim,
-}
-
 const BOTH: [Via; 2] = [Via::Hook, Via::Shim];
 
 /// One run: its temp dir (bind it, as `_t`, to keep the files), the host, its sysfs-like
@@ -126,18 +116,7 @@ fn run(via: Via, env: &[&str], tag: &str) -> Ran {
     let t = tempfile::tempdir().unwrap();
     let (host, sys) = fpga_host(t.path());
     let mut b = bundle(t.path(), &sys, env);
-    let id = container_id(tag);
-    let out = match via {
-        Via::Hook => {
-            b.hook("createRuntime", &bin("devinject-hook"), &host.config);
-            b.run(&id).unwrap()
-        }
-        Via::Shim => {
-            let cmd = shim_command(&host.config, &runc_path());
-            let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
-            b.run_with(&cmd, &id).unwrap()
-        }
-    };
+    let out = b.run_via(via, &host.config, &container_id(tag)).unwrap();
     Ran {
         _t: t,
         host,
