@@ -22,6 +22,7 @@
 pub mod discovery;
 pub mod elf_linkage;
 mod elf_soname;
+pub mod finish_args;
 pub mod host_files;
 pub mod names;
 pub mod node;
@@ -36,6 +37,7 @@ pub mod roots;
 /// The device-rule vocabulary the plan is written in, shared with the cgroup crate.
 pub use devinject_device_rule::{Access, DeviceKind, DeviceRule};
 pub use discovery::{discover, Device, DiscoveryError, Inventory};
+pub use finish_args::FinishArgs;
 pub use host_files::{resolve_host_files, HostFiles, ResolveError};
 pub use names::{DeviceId, NameError, ProfileName, ResourceName, CDI_VENDOR};
 pub use node::{access_groups, DeviceNode};

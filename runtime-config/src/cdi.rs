@@ -29,8 +29,8 @@
 use std::path::{Path, PathBuf};
 
 use devinject_devices::{
-    access_groups, discover, plan, resolve_host_files, ContainerLayout, DeviceNode, HostRoots,
-    Mount, MountKind, PlanInput, ProfileSet, Request, CDI_VENDOR,
+    access_groups, discover, plan, resolve_host_files, ContainerLayout, DeviceNode, FinishArgs,
+    HostRoots, Mount, MountKind, PlanInput, ProfileSet, Request, CDI_VENDOR,
 };
 use serde::Serialize;
 
@@ -367,25 +367,27 @@ fn finish_hook(
     if edits.symlinks().is_empty() && edits.ldcache_dirs().is_empty() {
         return None;
     }
+    let finish = FinishArgs {
+        mounted_libraries: edits
+            .mounts
+            .iter()
+            .filter(|m| m.kind == MountKind::Library)
+            .map(|m| Mount {
+                host_path: host_view(&m.host_path),
+                ..m.clone()
+            })
+            .collect(),
+        links: edits.symlinks().to_vec(),
+        ldcache_dirs: edits.ldcache_dirs().to_vec(),
+        ..FinishArgs::default()
+    };
     let mut args = vec!["devinject-hook".to_string()];
     if let Some(c) = &req.hook_config {
         args.push("--config".to_string());
         args.push(c.display().to_string());
     }
     args.push("finish".to_string());
-    for m in edits.mounts.iter().filter(|m| m.kind == MountKind::Library) {
-        args.push("--mounted-library".to_string());
-        args.push(host_view(&m.host_path).display().to_string());
-        args.push(m.container_path.display().to_string());
-    }
-    for l in edits.symlinks() {
-        args.push("--link".to_string());
-        args.push(format!("{}={}", l.link.display(), l.target));
-    }
-    for d in edits.ldcache_dirs() {
-        args.push("--ldcache-dir".to_string());
-        args.push(d.display().to_string());
-    }
+    args.extend(finish.to_args());
     Some(CdiHook {
         hook_name: "createRuntime".to_string(),
         path: req.hook_path.display().to_string(),

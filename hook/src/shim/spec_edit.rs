@@ -16,7 +16,7 @@
 
 use std::path::Path;
 
-use devinject_devices::{ContainerEdits, MountKind};
+use devinject_devices::{ContainerEdits, FinishArgs};
 use serde_json::{json, Map, Value};
 
 /// Why the spec could not be edited.
@@ -262,37 +262,23 @@ pub fn finish_hook(
     {
         return None;
     }
-    let mut args = vec![json!("devinject-hook")];
+    let finish = FinishArgs {
+        mounts: edits.mounts.clone(),
+        links: edits.symlinks().to_vec(),
+        ldcache_dirs: edits.ldcache_dirs().to_vec(),
+        group_nodes: group_nodes.into_iter().map(Path::to_owned).collect(),
+        ..FinishArgs::default()
+    };
+    let mut args = vec!["devinject-hook".to_owned()];
     if let Some(c) = config {
         // The hook runs in whatever directory the runtime chooses: a relative path given to the
         // shim or the NRI plugin would name another file there.
         let c = std::path::absolute(c).unwrap_or_else(|_| c.to_owned());
-        args.push(json!("--config"));
-        args.push(json!(c));
+        args.push("--config".to_owned());
+        args.push(c.to_string_lossy().into_owned());
     }
-    args.push(json!("finish"));
-    for m in &edits.mounts {
-        // Libraries apart: the finish step adds them to the linker cache itself.
-        args.push(json!(if m.kind == MountKind::Library {
-            "--library"
-        } else {
-            "--mount"
-        }));
-        args.push(json!(m.host_path));
-        args.push(json!(m.container_path));
-    }
-    for l in edits.symlinks() {
-        args.push(json!("--link"));
-        args.push(json!(format!("{}={}", l.link.display(), l.target)));
-    }
-    for d in edits.ldcache_dirs() {
-        args.push(json!("--ldcache-dir"));
-        args.push(json!(d));
-    }
-    for p in group_nodes {
-        args.push(json!("--group-node"));
-        args.push(json!(p));
-    }
+    args.push("finish".to_owned());
+    args.extend(finish.to_args());
     Some(json!({ "path": hook, "args": args, "env": [], "timeout": 30 }))
 }
 
@@ -301,7 +287,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use devinject_devices::{DeviceKind, DeviceNode, HookAction, Mount, Symlink};
+    use devinject_devices::{DeviceKind, DeviceNode, HookAction, Mount, MountKind, Symlink};
 
     pub(super) fn edits() -> ContainerEdits {
         let node = DeviceNode {
@@ -600,7 +586,7 @@ mod props {
     use serde_json::{json, Value};
 
     use super::*;
-    use devinject_devices::{DeviceKind, DeviceNode, HookAction, Mount, Symlink};
+    use devinject_devices::{DeviceKind, DeviceNode, HookAction, Mount, MountKind, Symlink};
 
     const REQUEST_ENV: &str = "DEMO_VISIBLE_DEVICES";
 

@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use devinject_devices::{AllocateMode, Profile};
+use devinject_devices::{AllocateMode, FinishArgs, Profile};
 use devinject_hostconfig::HostConfig;
 
 use crate::cdi::{self, CdiReport, CdiRequest};
@@ -85,12 +85,19 @@ fn generated_with(specs: &BTreeMap<String, Option<String>>) -> CdiRequest {
         .as_array()
         .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
         .unwrap_or_default();
-    for pair in args.windows(2) {
-        match pair[0] {
-            "--config" => req.hook_config = Some(PathBuf::from(pair[1])),
-            "--ldcache-dir" => req.lib_dir = PathBuf::from(pair[1]),
-            _ => {}
-        }
+    // `devinject-hook [--config FILE] finish FINISH-ARGS...`
+    let Some(at) = args.iter().position(|a| *a == "finish") else {
+        return req;
+    };
+    if let ["--config", file] = args[1..at] {
+        req.hook_config = Some(PathBuf::from(file));
+    }
+    let tail: Vec<String> = args[at + 1..].iter().map(|a| (*a).to_owned()).collect();
+    if let Some(dir) = FinishArgs::parse(&tail)
+        .ok()
+        .and_then(|f| f.ldcache_dirs.into_iter().next())
+    {
+        req.lib_dir = dir;
     }
     req
 }

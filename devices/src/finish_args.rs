@@ -1,0 +1,201 @@
+//! The arguments of `devinject-hook finish`, the createRuntime step that the shim's spec, a CDI
+//! spec and the NRI plugin's adjustment each carry: written by those three, read by the hook.
+//! One type for both directions, so what a writer puts and what the hook reads cannot drift.
+
+use std::path::PathBuf;
+
+use crate::{Mount, MountKind, Symlink};
+
+/// What to finish.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FinishArgs {
+    /// Host files to mount read-only.
+    pub mounts: Vec<Mount>,
+    /// Libraries the runtime already mounted (a CDI spec's mounts): listed in the linker cache,
+    /// not mounted.
+    pub mounted_libraries: Vec<Mount>,
+    /// Soname links to create.
+    pub links: Vec<Symlink>,
+    /// Directories for the linker cache.
+    pub ldcache_dirs: Vec<PathBuf>,
+    /// Container paths of `linux.devices` nodes to give to the process's group if it lacks
+    /// theirs.
+    pub group_nodes: Vec<PathBuf>,
+}
+
+impl FinishArgs {
+    /// Parses `--mount HOST CONTAINER`, `--library HOST CONTAINER` (a mount the linker cache
+    /// must list), `--mounted-library HOST CONTAINER` (a library the runtime mounted, for the
+    /// cache only), `--link PATH=TARGET`, `--ldcache-dir DIR` and `--group-node PATH`,
+    /// repeatable.
+    pub fn parse(args: &[String]) -> Result<Self, String> {
+        let mut out = Self::default();
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            match a.as_str() {
+                flag @ ("--mount" | "--library" | "--mounted-library") => {
+                    let (Some(host), Some(container)) = (it.next(), it.next()) else {
+                        return Err(format!("{flag} needs HOST CONTAINER"));
+                    };
+                    let (list, kind) = match flag {
+                        "--mount" => (&mut out.mounts, MountKind::File),
+                        "--library" => (&mut out.mounts, MountKind::Library),
+                        _ => (&mut out.mounted_libraries, MountKind::Library),
+                    };
+                    list.push(Mount {
+                        host_path: PathBuf::from(host),
+                        container_path: PathBuf::from(container),
+                        kind,
+                    });
+                }
+                "--link" => {
+                    let v = it.next().ok_or("--link needs PATH=TARGET")?;
+                    let (link, target) = v.split_once('=').ok_or("--link needs PATH=TARGET")?;
+                    out.links.push(Symlink {
+                        link: PathBuf::from(link),
+                        target: target.to_owned(),
+                    });
+                }
+                "--ldcache-dir" => {
+                    out.ldcache_dirs.push(PathBuf::from(
+                        it.next().ok_or("--ldcache-dir needs a directory")?,
+                    ));
+                }
+                "--group-node" => {
+                    out.group_nodes.push(PathBuf::from(
+                        it.next().ok_or("--group-node needs a container path")?,
+                    ));
+                }
+                other => return Err(format!("unknown finish argument {other:?}")),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The arguments that [`FinishArgs::parse`] reads back into `self`: `--mount` or
+    /// `--library` per mount (by its kind), `--mounted-library`, `--link`, `--ldcache-dir`,
+    /// `--group-node`, in that order. A path that is not UTF-8 is written lossily (an OCI hook's
+    /// arguments are JSON strings); the hook then reports the file it cannot find.
+    pub fn to_args(&self) -> Vec<String> {
+        let path = |p: &PathBuf| p.to_string_lossy().into_owned();
+        let mut out = Vec::new();
+        for m in &self.mounts {
+            out.push(
+                if m.kind == MountKind::Library {
+                    "--library"
+                } else {
+                    "--mount"
+                }
+                .to_owned(),
+            );
+            out.extend([path(&m.host_path), path(&m.container_path)]);
+        }
+        for m in &self.mounted_libraries {
+            out.push("--mounted-library".to_owned());
+            out.extend([path(&m.host_path), path(&m.container_path)]);
+        }
+        for l in &self.links {
+            out.push("--link".to_owned());
+            out.push(format!("{}={}", l.link.to_string_lossy(), l.target));
+        }
+        for d in &self.ldcache_dirs {
+            out.extend(["--ldcache-dir".to_owned(), path(d)]);
+        }
+        for g in &self.group_nodes {
+            out.extend(["--group-node".to_owned(), path(g)]);
+        }
+        out
+    }
+
+    /// True when there is nothing to finish.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_links_and_dirs() {
+        let a = FinishArgs::parse(&[
+            "--mount".into(),
+            "/h/libx.so.1.2".into(),
+            "/usr/lib/libx.so.1.2".into(),
+            "--link".into(),
+            "/usr/lib/libx.so.1=libx.so.1.2".into(),
+            "--ldcache-dir".into(),
+            "/usr/lib".into(),
+        ])
+        .unwrap();
+        assert_eq!(a.mounts[0].host_path, PathBuf::from("/h/libx.so.1.2"));
+        assert_eq!(
+            a.mounts[0].container_path,
+            PathBuf::from("/usr/lib/libx.so.1.2")
+        );
+        assert_eq!(a.links[0].target, "libx.so.1.2");
+        assert_eq!(a.mounts[0].kind, MountKind::File);
+        assert!(FinishArgs::parse(&["--mount".into(), "/only-one".into()]).is_err());
+        let l = FinishArgs::parse(&["--library".into(), "/h/a.so".into(), "/usr/lib/a.so".into()])
+            .unwrap();
+        assert_eq!(l.mounts[0].kind, MountKind::Library);
+        assert!(FinishArgs::parse(&["--library".into(), "/only-one".into()]).is_err());
+        let m = FinishArgs::parse(&[
+            "--mounted-library".into(),
+            "/h/a.so".into(),
+            "/usr/lib/a.so".into(),
+        ])
+        .unwrap();
+        assert!(
+            m.mounts.is_empty(),
+            "a mounted library is not mounted again"
+        );
+        assert_eq!(m.mounted_libraries[0].kind, MountKind::Library);
+        assert_eq!(
+            m.mounted_libraries[0].container_path,
+            PathBuf::from("/usr/lib/a.so")
+        );
+        assert!(FinishArgs::parse(&["--mounted-library".into(), "/only-one".into()]).is_err());
+        assert_eq!(a.ldcache_dirs, [PathBuf::from("/usr/lib")]);
+        assert!(FinishArgs::parse(&["--link".into(), "nolink".into()]).is_err());
+        assert!(FinishArgs::parse(&["--bogus".into()]).is_err());
+        let g = FinishArgs::parse(&["--group-node".into(), "/dev/dri/renderD128".into()]).unwrap();
+        assert_eq!(g.group_nodes, [PathBuf::from("/dev/dri/renderD128")]);
+        assert!(FinishArgs::parse(&["--group-node".into()]).is_err());
+    }
+
+    #[test]
+    fn what_is_written_reads_back_the_same() {
+        let lib = |h: &str, c: &str, kind| Mount {
+            host_path: PathBuf::from(h),
+            container_path: PathBuf::from(c),
+            kind,
+        };
+        let args = FinishArgs {
+            mounts: vec![
+                lib("/h/libx.so.1.2", "/usr/lib/libx.so.1.2", MountKind::Library),
+                lib("/h/tool", "/usr/bin/tool", MountKind::File),
+            ],
+            mounted_libraries: vec![lib(
+                "/h/liby.so.3",
+                "/usr/lib/liby.so.3",
+                MountKind::Library,
+            )],
+            links: vec![Symlink {
+                link: PathBuf::from("/usr/lib/libx.so.1"),
+                target: "libx.so.1.2".into(),
+            }],
+            ldcache_dirs: vec![PathBuf::from("/usr/lib")],
+            group_nodes: vec![PathBuf::from("/dev/dri/renderD128")],
+        };
+        let written = args.to_args();
+        assert_eq!(FinishArgs::parse(&written), Ok(args));
+        assert_eq!(
+            &written[..3],
+            ["--library", "/h/libx.so.1.2", "/usr/lib/libx.so.1.2"]
+        );
+        assert!(FinishArgs::default().to_args().is_empty());
+        assert!(FinishArgs::default().is_empty());
+    }
+}
