@@ -35,11 +35,14 @@
 //! - [`cdi_finish`]: row 14, the finish step a CDI spec carries, now and in an earlier spec.
 //! - [`stats`] and [`report`]: medians with min and max, and the Markdown tables; [`stats`] serves
 //!   every binary.
+//! - [`interval`]: a 95% interval of a ratio of medians, resampling the rounds of a benchmark
+//!   whose variants alternate.
 
 pub mod cdi_finish;
 pub mod discovery;
 pub mod docker;
 pub mod host;
+pub mod interval;
 pub mod matrix;
 pub mod overlay;
 pub mod report;

@@ -20,6 +20,11 @@ impl Samples {
         self.values.len()
     }
 
+    /// The timings, in the order they were taken.
+    pub fn values(&self) -> &[Duration] {
+        &self.values
+    }
+
     /// True when nothing was measured.
     pub fn is_empty(&self) -> bool {
         self.values.is_empty()

@@ -1,33 +1,40 @@
 //! `devinject-cri-bench`: what each injection path costs a container start on containerd 1.7
 //! (Debian 13's, from scripts/runtimes-fetch.sh), driven through CRI as the kubelet drives it.
 //! One containerd with every path on: CDI, NRI and the `devinject` runtime entry. The same
-//! container (`/bin/true`, the demo devices 0 and 1 and the demo library) is created, started
-//! and waited for, in rounds that alternate the paths:
+//! container (`/bin/true`, the demo devices 0 and 1 and the demo library) is created, started,
+//! waited for and removed, in rounds that alternate the paths:
 //!
 //! - native: the nodes as CRI `devices` and the library as a read-only CRI mount, plain runc
 //!   (what a device plugin's `DeviceSpec`s and mounts give; no linker cache), twice per round
 //!   (an A/A pair: the noise of the machine);
 //! - shim: the request variable, in a pod on the `devinject` runtime;
 //! - CDI: the device plugin's `cdi.k8s.io/` annotation, plain runc;
-//! - NRI: the request variable, plain runc, with `devinject-nri` connected (a second block of
-//!   rounds, against its own native column: NRI asks the plugin about every container, those
-//!   asking for nothing too, and that cost is in both of its columns).
+//! - native with `devinject-nri` connected (NRI asks the plugin about every container, those
+//!   asking for nothing too);
+//! - NRI: the request variable, plain runc, with `devinject-nri` connected.
+//!
+//! The plugin is started before and stopped after the paths that want it, untimed, so that all
+//! six are taken in the same rounds. Each exit is seen on containerd's container event, not by
+//! polling (`--poll`, the earlier method, quantises it to the poll's steps). Every call is timed
+//! on its own, and each ratio comes with a 95% interval from resampling the rounds.
 //!
 //! Prints a Markdown section on stdout. Binaries come from `DEVINJECT_BIN_DIR` (scripts/bench.sh
 //! points it at the release build). Needs root. Figures are wall times: run on a quiet machine.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use devinject_benchmarks::interval::{ratio_of_medians, RESAMPLES};
 use devinject_benchmarks::stats::{short, Samples};
 use devinject_tests::cri::ContainerSpec;
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::cri_release::{Paths, ReleaseNode};
 use devinject_tests::runtimes;
 use devinject_tests::sim::LIB;
+use k8s_cri::v1::PodSandboxConfig;
 
 /// Rounds per block, unless `--rounds` says otherwise.
 const ROUNDS: usize = 20;
@@ -43,7 +50,7 @@ fn spec(node: &ReleaseNode, path: &str) -> ContainerSpec {
         ..ContainerSpec::default()
     };
     match path {
-        "native" | "native-again" => {
+        "native" | "native-again" | "native-nri" => {
             for n in ["accel0", "accel1", "ctl"] {
                 s.devices.push((
                     node.host.dev_root.join("demo").join(n),
@@ -67,38 +74,113 @@ fn spec(node: &ReleaseNode, path: &str) -> ContainerSpec {
     s
 }
 
-/// Runs `rounds` rounds of `paths` (each `(column, pod handler)`), alternating, each round
-/// starting one path later than the one before (the first start of a round is the slower one);
-/// the samples per path.
-fn block(node: &mut ReleaseNode, paths: &[(&str, &str)], rounds: usize) -> Result<Vec<Samples>> {
-    let mut pods = Vec::new();
-    for (path, handler) in paths {
-        pods.push(node.pod(&format!("bench-{path}"), handler)?);
+/// The timings of one path: the whole start and each CRI call in it.
+#[derive(Debug, Clone, Default)]
+struct Timings {
+    /// `CreateContainer` to the end of `RemoveContainer`.
+    total: Samples,
+    /// `CreateContainer` (the shim's and NRI's planning; CDI's spec edits).
+    create: Samples,
+    /// `StartContainer` (runc's create hooks run here: the finish step).
+    start: Samples,
+    /// From `StartContainer`'s answer to the exit the runtime reports.
+    exit: Samples,
+    /// `RemoveContainer` (the runtime's `delete`).
+    remove: Samples,
+}
+
+/// Creates, starts, waits for and removes `spec` in `pod`, timing each call.
+fn timed_run(
+    node: &mut ReleaseNode,
+    pod: &str,
+    pod_config: &PodSandboxConfig,
+    spec: &ContainerSpec,
+) -> Result<[Duration; 4]> {
+    let cri = &mut node.cri;
+    let t0 = Instant::now();
+    let id = cri.create_container(pod, &spec.config(), pod_config)?;
+    let t1 = Instant::now();
+    cri.start_container(&id)?;
+    let t2 = Instant::now();
+    let status = cri.wait_exited(&id, Duration::from_secs(60))?;
+    let t3 = Instant::now();
+    cri.remove_container(&id)?;
+    let t4 = Instant::now();
+    if status.exit_code != 0 {
+        bail!(
+            "{} exited {}: {}",
+            spec.name,
+            status.exit_code,
+            status.message
+        );
     }
-    let specs: Vec<ContainerSpec> = paths.iter().map(|(p, _)| spec(node, p)).collect();
-    let mut samples = vec![Samples::default(); paths.len()];
+    Ok([t1 - t0, t2 - t1, t3 - t2, t4 - t3])
+}
+
+/// One column of the benchmark.
+struct Path {
+    /// Its name, which picks the container's spec.
+    column: &'static str,
+    /// The pod's runtime handler (`""`: plain runc).
+    handler: &'static str,
+    /// Whether `devinject-nri` is connected while it runs.
+    nri: bool,
+}
+
+/// Runs `rounds` rounds of `paths`, alternating, each round starting one path later than the
+/// one before (the first start of a round is the slower one), connecting `devinject-nri` for
+/// the paths that want it and stopping it for the others (untimed); the timings per path,
+/// sample `i` of each from round `i`.
+fn block(node: &mut ReleaseNode, paths: &[Path], rounds: usize) -> Result<Vec<Timings>> {
+    let mut pods = Vec::new();
+    for p in paths {
+        pods.push(node.pod(&format!("bench-{}", p.column), p.handler)?);
+    }
+    let specs: Vec<ContainerSpec> = paths.iter().map(|p| spec(node, p.column)).collect();
+    let mut timings = vec![Timings::default(); paths.len()];
+    let mut nri = false;
     for round in 0..WARMUP + rounds {
         for k in 0..paths.len() {
             let i = (round + k) % paths.len();
-            let ((pod, config), spec) = (&pods[i], &specs[i]);
-            let start = Instant::now();
-            match node.run(pod, config, spec)? {
-                Ok((0, _)) => {}
-                Ok((code, out)) => bail!("{} exited {code}: {out}", spec.name),
-                Err(e) => bail!("{}: {e}", spec.name),
+            if paths[i].nri != nri {
+                if paths[i].nri {
+                    node.start_nri_plugin()?;
+                } else {
+                    node.stop_nri_plugin();
+                }
+                nri = paths[i].nri;
             }
+            let ((pod, config), spec) = (&pods[i], &specs[i]);
+            let phases =
+                timed_run(node, pod, config, spec).with_context(|| node.containerd.log_tail())?;
             if round >= WARMUP {
-                samples[i].push(start.elapsed());
+                let t = &mut timings[i];
+                t.total.push(phases.iter().sum());
+                for (s, d) in [&mut t.create, &mut t.start, &mut t.exit, &mut t.remove]
+                    .into_iter()
+                    .zip(phases)
+                {
+                    s.push(d);
+                }
             }
         }
     }
+    node.stop_nri_plugin();
     for (pod, _) in &pods {
         node.cri.remove_pod(pod)?;
     }
-    Ok(samples)
+    Ok(timings)
 }
 
-fn run(rounds: usize) -> Result<()> {
+/// `[lo–hi]`, the 95% interval of `a`'s median over `base`'s, or `–`.
+fn interval(a: &Samples, base: &Samples) -> String {
+    match ratio_of_medians(a, base, RESAMPLES) {
+        Some((lo, hi)) => format!("[{}–{}]", short(lo), short(hi)),
+        None => "–".into(),
+    }
+}
+
+fn run(rounds: usize, poll: bool) -> Result<()> {
     let release = runtimes::containerd("1.7")
         .context("containerd 1.7 is not fetched (scripts/runtimes-fetch.sh)")?;
     let paths = Paths {
@@ -109,44 +191,79 @@ fn run(rounds: usize) -> Result<()> {
         host_config: "policy = \"env\"".into(),
     };
     let mut node = ReleaseNode::start(&release, &paths)?;
-    let first = block(
+    if !poll {
+        node.cri.follow_events()?;
+    }
+    let path = |column, handler, nri| Path {
+        column,
+        handler,
+        nri,
+    };
+    let t = block(
         &mut node,
         &[
-            ("native", ""),
-            ("shim", "devinject"),
-            ("cdi", ""),
-            ("native-again", ""),
+            path("native", "", false),
+            path("shim", "devinject", false),
+            path("cdi", "", false),
+            path("native-again", "", false),
+            path("native-nri", "", true),
+            path("nri", "", true),
         ],
         rounds,
     )?;
-    node.start_nri_plugin()?;
-    let second = block(&mut node, &[("native", ""), ("nri", "")], rounds)?;
-    node.stop_nri_plugin();
 
+    let wait = if poll {
+        "the exit seen by polling `ContainerStatus` (20, 40, 80 ms apart: the earlier method)"
+    } else {
+        "the exit seen on containerd's container event (`GetContainerEvents`)"
+    };
     println!(
         "### Container start by injection path (containerd {})",
         release.version
     );
     println!();
     println!(
-        "Create, start and exit of one container (`/bin/true`, demo devices 0 and 1 and the \
-         demo library) through CRI, {rounds} rounds after {WARMUP} not counted, paths \
-         alternating, each round starting with the next. Milliseconds: median [min–max]; ratio of medians to the native column \
-         of the same block."
+        "Create, start, exit and removal of one container (`/bin/true`, demo devices 0 and 1 \
+         and the demo library) through CRI, {wait}; {rounds} rounds after {WARMUP} not counted, \
+         paths alternating, each round starting with the next (`devinject-nri` connected for \
+         the two paths that name it, stopped for the others, untimed). Milliseconds: median \
+         [min–max]; ratio of medians to the native column, with its 95% interval from \
+         {RESAMPLES} resamples of the rounds."
     );
     println!();
-    println!("| path | ms | ratio to native |");
-    println!("|---|---|---|");
+    println!("| path | ms | ratio to native | 95% interval |");
+    println!("|---|---|---|---|");
     let rows = [
-        ("native (CRI devices and mount)", &first[0], &first[0]),
-        ("native again (A/A)", &first[3], &first[0]),
-        ("runtime shim", &first[1], &first[0]),
-        ("CDI (containerd injects)", &first[2], &first[0]),
-        ("native, devinject-nri connected", &second[0], &first[0]),
-        ("NRI plugin", &second[1], &second[0]),
+        ("native (CRI devices and mount)", &t[0], &t[0]),
+        ("native again (A/A)", &t[3], &t[0]),
+        ("runtime shim", &t[1], &t[0]),
+        ("CDI (containerd injects)", &t[2], &t[0]),
+        ("native, devinject-nri connected", &t[4], &t[0]),
+        ("NRI plugin", &t[5], &t[0]),
+        ("NRI plugin, against native with it connected", &t[5], &t[4]),
     ];
-    for (name, s, base) in rows {
-        println!("| {name} | {} | {} |", s.ms(), short(s.ratio_to(base)));
+    for (name, t, base) in rows {
+        println!(
+            "| {name} | {} | {} | {} |",
+            t.total.ms(),
+            short(t.total.ratio_to(&base.total)),
+            interval(&t.total, &base.total)
+        );
+    }
+    println!();
+    println!("Where the time goes: each CRI call's median, ms.");
+    println!();
+    println!("| path | create | start | to exit | remove |");
+    println!("|---|---|---|---|---|");
+    for (name, t, _) in &rows[..6] {
+        let ms = |s: &Samples| short(s.median().as_secs_f64() * 1e3);
+        println!(
+            "| {name} | {} | {} | {} | {} |",
+            ms(&t.create),
+            ms(&t.start),
+            ms(&t.exit),
+            ms(&t.remove)
+        );
     }
     Ok(())
 }
@@ -163,6 +280,10 @@ struct Cli {
     /// Rounds per block (each path once per round).
     #[arg(long, default_value_t = ROUNDS)]
     rounds: usize,
+    /// See each exit by polling `ContainerStatus` (20, 40, 80 ms apart), as the benchmark did
+    /// before it followed containerd's container events: to compare the two methods.
+    #[arg(long)]
+    poll: bool,
 }
 
 fn main() -> ExitCode {
@@ -175,7 +296,7 @@ fn main() -> ExitCode {
         eprintln!("devinject-cri-bench: needs root");
         return ExitCode::FAILURE;
     }
-    match run(cli.rounds) {
+    match run(cli.rounds, cli.poll) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("devinject-cri-bench: {e:#}");
