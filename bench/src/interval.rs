@@ -6,6 +6,8 @@
 //! interval then holds what the rounds disagree on, not the drift of the machine's load over
 //! the run, which both variants share.
 
+use std::time::Duration;
+
 use crate::stats::Samples;
 
 /// Resamples per interval.
@@ -22,38 +24,20 @@ pub fn ratio_of_medians(a: &Samples, base: &Samples, resamples: usize) -> Option
         return None;
     }
     let mut rng = SplitMix64(0x5eed_0fde_711e_7c00);
-    let mut ratios = Vec::with_capacity(resamples);
-    let (mut xa, mut xb) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for _ in 0..resamples {
-        xa.clear();
-        xb.clear();
-        for _ in 0..n {
-            let i = rng.below(n);
-            xa.push(a[i].as_secs_f64());
-            xb.push(b[i].as_secs_f64());
-        }
-        let mb = median(&mut xb);
-        if mb > 0.0 {
-            ratios.push(median(&mut xa) / mb);
-        }
-    }
+    let mut ratios: Vec<f64> = (0..resamples)
+        .map(|_| {
+            let rounds: Vec<usize> = (0..n).map(|_| rng.below(n)).collect();
+            let pick = |v: &[Duration]| rounds.iter().map(|&i| v[i]).collect::<Samples>();
+            pick(a).ratio_to(&pick(b))
+        })
+        .filter(|r| r.is_finite())
+        .collect();
     if ratios.is_empty() {
         return None;
     }
     ratios.sort_by(f64::total_cmp);
     let at = |q: f64| ratios[((q * ratios.len() as f64) as usize).min(ratios.len() - 1)];
     Some((at(0.025), at(0.975)))
-}
-
-/// The median of `v` (reordered); the mean of the middle two for an even length.
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 /// A small, fixed-seed generator (SplitMix64): resampling needs spread, not secrecy, and the
@@ -78,14 +62,9 @@ impl SplitMix64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn samples(ms: &[u64]) -> Samples {
-        let mut s = Samples::default();
-        for &m in ms {
-            s.push(Duration::from_millis(m));
-        }
-        s
+        ms.iter().copied().map(Duration::from_millis).collect()
     }
 
     #[test]

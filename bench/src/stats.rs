@@ -82,6 +82,14 @@ impl Samples {
     }
 }
 
+impl FromIterator<Duration> for Samples {
+    fn from_iter<I: IntoIterator<Item = Duration>>(iter: I) -> Self {
+        Self {
+            values: iter.into_iter().collect(),
+        }
+    }
+}
+
 /// Formats [`Samples`] as `12.34 [11.90–15.02]` (milliseconds).
 #[derive(Debug)]
 pub struct Ms<'a>(&'a Samples);
@@ -189,11 +197,7 @@ mod tests {
     use super::*;
 
     fn samples(ms: &[u64]) -> Samples {
-        let mut s = Samples::default();
-        for &m in ms {
-            s.push(Duration::from_millis(m));
-        }
-        s
+        ms.iter().copied().map(Duration::from_millis).collect()
     }
 
     #[test]
