@@ -4,7 +4,7 @@
 //! [`Cri`] remembers the pod sandboxes it ran and stops and removes them when dropped, also when
 //! a test fails; drop it before the containerd it talks to.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -35,7 +35,14 @@ pub struct Cri {
     images: ImageServiceClient<Channel>,
     pods: Vec<String>,
     /// The runtime's container events, once [`Cri::follow_events`] has asked for them.
-    events: Option<UnboundedReceiver<std::result::Result<ContainerEventResponse, tonic::Status>>>,
+    events: Option<Events>,
+}
+
+/// The container events followed, and the stops read while waiting for another container's.
+#[derive(Debug)]
+struct Events {
+    rx: UnboundedReceiver<std::result::Result<ContainerEventResponse, tonic::Status>>,
+    stopped: HashSet<String>,
 }
 
 impl std::fmt::Debug for Cri {
@@ -225,13 +232,16 @@ impl Cri {
         });
         // Let the task send its request before the caller's next call.
         self.rt.block_on(tokio::task::yield_now());
-        self.events = Some(rx);
+        self.events = Some(Events {
+            rx,
+            stopped: HashSet::new(),
+        });
         Ok(())
     }
 
-    /// Waits until the container `id` has exited: on its stop event when following events
-    /// (earlier events, of other containers too, are passed over), otherwise by polling
-    /// `ContainerStatus`.
+    /// Waits until the container `id` has exited: on its stop event when following events (the
+    /// stops of other containers read on the way are kept for their own wait), otherwise by
+    /// polling `ContainerStatus`.
     pub fn wait_exited(&mut self, id: &str, deadline: Duration) -> Result<ContainerStatus> {
         if self.events.is_some() {
             self.wait_stop_event(id, deadline)?;
@@ -250,20 +260,24 @@ impl Cri {
         })
     }
 
-    /// Reads container events until the stop event of `id`.
+    /// Reads container events until the stop event of `id`, or finds it among those read before.
     fn wait_stop_event(&mut self, id: &str, deadline: Duration) -> Result<()> {
         let Some(events) = self.events.as_mut() else {
             bail!("not following container events");
         };
+        if events.stopped.remove(id) {
+            return Ok(());
+        }
         let stopped = ContainerEventType::ContainerStoppedEvent as i32;
         self.rt.block_on(async {
             tokio::time::timeout(deadline, async {
                 loop {
-                    match events.recv().await {
-                        Some(Ok(e))
-                            if e.container_id == id && e.container_event_type == stopped =>
-                        {
-                            return Ok(())
+                    match events.rx.recv().await {
+                        Some(Ok(e)) if e.container_event_type == stopped => {
+                            if e.container_id == id {
+                                return Ok(());
+                            }
+                            events.stopped.insert(e.container_id);
                         }
                         Some(Ok(_)) => {}
                         Some(Err(s)) => {
