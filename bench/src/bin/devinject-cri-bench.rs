@@ -83,9 +83,10 @@ struct Timings {
     create: Samples,
     /// `StartContainer` (runc's create hooks run here: the finish step).
     start: Samples,
-    /// From `StartContainer`'s answer to the exit the runtime reports.
+    /// From `StartContainer`'s answer to the exit containerd reports (after it has had the
+    /// runtime `kill` and `delete` the task).
     exit: Samples,
-    /// `RemoveContainer` (the runtime's `delete`).
+    /// `RemoveContainer`.
     remove: Samples,
 }
 
@@ -117,8 +118,8 @@ fn timed_run(
     Ok([t1 - t0, t2 - t1, t3 - t2, t4 - t3])
 }
 
-/// One column of the benchmark.
-struct Path {
+/// One column of the benchmark: a way of giving the container its devices.
+struct Column {
     /// Its name, which picks the container's spec.
     column: &'static str,
     /// The pod's runtime handler (`""`: plain runc).
@@ -131,7 +132,7 @@ struct Path {
 /// one before (the first start of a round is the slower one), connecting `devinject-nri` for
 /// the paths that want it and stopping it for the others (untimed); the timings per path,
 /// sample `i` of each from round `i`.
-fn block(node: &mut ReleaseNode, paths: &[Path], rounds: usize) -> Result<Vec<Timings>> {
+fn block(node: &mut ReleaseNode, paths: &[Column], rounds: usize) -> Result<Vec<Timings>> {
     let mut pods = Vec::new();
     for p in paths {
         pods.push(node.pod(&format!("bench-{}", p.column), p.handler)?);
@@ -194,7 +195,7 @@ fn run(rounds: usize, poll: bool) -> Result<()> {
     if !poll {
         node.cri.follow_events()?;
     }
-    let path = |column, handler, nri| Path {
+    let path = |column, handler, nri| Column {
         column,
         handler,
         nri,
