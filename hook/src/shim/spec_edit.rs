@@ -246,29 +246,25 @@ pub fn finish_hook(
     edits: &ContainerEdits,
     access: GroupAccess,
 ) -> Option<Value> {
-    let group_nodes: Vec<&Path> = match access {
+    let group_nodes = match access {
         GroupAccess::ProcessGroups => Vec::new(),
         GroupAccess::NodeGroup => edits
             .device_nodes
             .iter()
             .filter(|n| n.access_group().is_some())
-            .map(|n| n.container_path.as_path())
+            .map(|n| n.container_path.clone())
             .collect(),
     };
-    if edits.mounts.is_empty()
-        && edits.symlinks().is_empty()
-        && edits.ldcache_dirs().is_empty()
-        && group_nodes.is_empty()
-    {
-        return None;
-    }
     let finish = FinishArgs {
         mounts: edits.mounts.clone(),
         links: edits.symlinks().to_vec(),
         ldcache_dirs: edits.ldcache_dirs().to_vec(),
-        group_nodes: group_nodes.into_iter().map(Path::to_owned).collect(),
+        group_nodes,
         ..FinishArgs::default()
     };
+    if finish.is_empty() {
+        return None;
+    }
     let mut args = vec!["devinject-hook".to_owned()];
     if let Some(c) = config {
         // The hook runs in whatever directory the runtime chooses: a relative path given to the
