@@ -26,6 +26,7 @@ pub mod finish_args;
 pub mod host_files;
 pub mod names;
 pub mod node;
+pub mod node_volume;
 pub mod plan;
 pub mod planner;
 pub mod prepare_step;

@@ -78,6 +78,8 @@ impl ShimError {
             Self::Args(_) => ExitCode::Usage,
             Self::NoRuntime { .. } => ExitCode::Config,
             Self::Input(e) => e.exit_code(),
+            // Where the hook's applier refuses the same volume, with the same code.
+            Self::SpecEdit(SpecEditError::NodeInVolume(_)) => ExitCode::Inject,
             Self::SpecEdit(_) | Self::Write { .. } => ExitCode::Input,
             Self::Admit(e) => e.exit_code(),
             Self::Prepare(e) => e.exit_code(),

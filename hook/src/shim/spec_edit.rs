@@ -40,6 +40,9 @@ pub enum SpecEditError {
         /// What we need.
         wanted: String,
     },
+    /// A node would be made by the runtime in a volume the spec mounts.
+    #[error(transparent)]
+    NodeInVolume(#[from] devinject_devices::node_volume::NodeInVolume),
 }
 
 fn object<'a>(
@@ -86,6 +89,7 @@ pub fn apply(
     finish: Option<Value>,
 ) -> Result<(), SpecEditError> {
     let userns = has_user_namespace(spec);
+    check_node_volumes(spec, edits)?;
     let mut node_binds = Vec::new();
     {
         let linux = object(spec, "linux", "linux")?;
@@ -216,6 +220,38 @@ pub fn apply(
             list.push(hook);
         }
     }
+    Ok(())
+}
+
+/// Refuses nodes the runtime would make in a volume the spec mounts (see
+/// [`devinject_devices::node_volume`]); a spec whose `mounts` are not entries of that shape says
+/// nothing, and is left to the runtime's own checks.
+fn check_node_volumes(spec: &Value, edits: &ContainerEdits) -> Result<(), SpecEditError> {
+    use devinject_devices::node_volume::{check, SpecMount};
+    let Some(mounts) = spec.get("mounts").and_then(Value::as_array) else {
+        return Ok(());
+    };
+    let mounts: Vec<SpecMount<'_>> = mounts
+        .iter()
+        .filter_map(|m| {
+            let options = m.get("options").and_then(Value::as_array);
+            Some(SpecMount {
+                destination: m.get("destination")?.as_str()?,
+                kind: m.get("type").and_then(Value::as_str).unwrap_or(""),
+                bind: options.is_some_and(|o| {
+                    o.iter()
+                        .any(|v| matches!(v.as_str(), Some("bind" | "rbind")))
+                }),
+            })
+        })
+        .collect();
+    check(
+        edits
+            .device_nodes
+            .iter()
+            .map(|n| n.container_path.as_path()),
+        &mounts,
+    )?;
     Ok(())
 }
 
@@ -805,6 +841,16 @@ mod props {
                     seen.push((n.kind.to_string(), u64::from(n.major), u64::from(n.minor)));
                 }
                 seen.iter().any(|s| *s != seen[0])
+            }
+            SpecEditError::NodeInVolume(v) => {
+                let covers = |m: &Value| {
+                    m.get("destination")
+                        .and_then(Value::as_str)
+                        .is_some_and(|d| v.node.parent().is_some_and(|p| p.starts_with(d)))
+                };
+                let mounts = original.get("mounts").and_then(Value::as_array);
+                e.device_nodes.iter().any(|n| n.container_path == v.node)
+                    && mounts.is_some_and(|ms| ms.iter().any(covers))
             }
         }
     }
