@@ -111,3 +111,28 @@ pub fn fork_run(child: impl FnOnce() -> i32) -> nix::Result<Pid> {
         }
     }
 }
+
+/// Whether `fd` names the root of a mount (`statx` `STATX_ATTR_MOUNT_ROOT`, Linux 5.8). `None`
+/// when the kernel does not report the attribute.
+pub fn is_mount_root(fd: impl AsFd) -> nix::Result<Option<bool>> {
+    let empty: &CStr = c"";
+    let mut buf = std::mem::MaybeUninit::<libc::statx>::zeroed();
+    // SAFETY: statx(2) fills at most one `struct statx` at `buf`, which is a zeroed buffer of
+    // exactly that type; the fd is borrowed for the call and the path is a valid empty C string
+    // (AT_EMPTY_PATH: the fd itself is looked at).
+    let ret = unsafe {
+        libc::statx(
+            fd.as_fd().as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_BASIC_STATS,
+            buf.as_mut_ptr(),
+        )
+    };
+    Errno::result(ret)?;
+    // SAFETY: statx returned success, so the kernel wrote the struct; it was zeroed before, so
+    // every field is initialised either way.
+    let st = unsafe { buf.assume_init() };
+    let attr = libc::STATX_ATTR_MOUNT_ROOT as u64;
+    Ok((st.stx_attributes_mask & attr != 0).then_some(st.stx_attributes & attr != 0))
+}

@@ -41,6 +41,11 @@ pub trait Host {
     /// Host uid and gid of the container's root when it has a user namespace.
     fn userns_owner(&self, target: &Target) -> Option<(u32, u32)>;
 
+    /// Whether the rootfs at `rootfs` is a mount of its own in the runtime's namespace (as an
+    /// engine's per-container layer is), rather than a plain directory that other containers
+    /// may run from.
+    fn rootfs_is_own_mount(&self, rootfs: &Path) -> Result<bool, InjectError>;
+
     /// Does `work` inside `ns`.
     fn in_container(
         &self,
@@ -69,7 +74,7 @@ pub struct Work<'a> {
     pub nodes: Vec<(&'a DeviceNode, Option<Source>, u32)>,
     /// Nodes the runtime made, to give to the process's group.
     pub regroup: Vec<(&'a DeviceNode, u32)>,
-    /// The host's filesystems (for `regroup`).
+    /// The host's filesystems (for `regroup`, and for where nodes may be made).
     pub host_devs: Vec<(u32, u32)>,
     /// Files to mount read-only: container path and source.
     pub files: Vec<(&'a Path, Source)>,
@@ -81,13 +86,21 @@ pub struct Work<'a> {
     pub cache: Option<&'a [Library]>,
     /// The rootfs is read-only: a cache that cannot be written is only a warning.
     pub readonly_rootfs: bool,
+    /// The rootfs is read-only and not a mount of its own: nothing is written into it
+    /// ([`Rootfs::shared_read_only`]).
+    pub shared_read_only: bool,
 }
 
 impl Work<'_> {
     /// Performs the work; must run inside the container's mount namespace.
     pub fn perform(self) -> Result<ChildOutcome, InjectError> {
         nix::sys::stat::umask(Mode::empty());
-        let root = Rootfs::open(self.rootfs)?.with_userns_owner(self.userns_owner);
+        let mut root = Rootfs::open(self.rootfs)?
+            .with_userns_owner(self.userns_owner)
+            .with_host_filesystems(self.host_devs.clone());
+        if self.shared_read_only {
+            root = root.shared_read_only();
+        }
         for (node, source, gid) in self.nodes {
             nodes::create(&root, node, source, gid)?;
         }
@@ -157,6 +170,24 @@ impl Host for System {
 
     fn userns_owner(&self, target: &Target) -> Option<(u32, u32)> {
         target.userns_owner()
+    }
+
+    fn rootfs_is_own_mount(&self, rootfs: &Path) -> Result<bool, InjectError> {
+        let err = |errno| InjectError::Source {
+            path: rootfs.to_owned(),
+            errno,
+        };
+        let fd = nix::fcntl::open(
+            rootfs,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(err)?;
+        // Kernels before 5.8 do not say: the rootfs is then taken for a shared one, which
+        // refuses writes rather than risk them.
+        Ok(crate::sys::is_mount_root(&fd)
+            .map_err(err)?
+            .unwrap_or(false))
     }
 
     fn in_container(&self, ns: &OwnedFd, work: Work<'_>) -> Result<ChildOutcome, InjectError> {

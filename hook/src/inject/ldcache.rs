@@ -59,7 +59,7 @@ use devinject_devices::elf_linkage::{linkage_from, Linkage};
 use devinject_hostconfig::{CacheWriter, HostConfig};
 
 use super::ld_so_cache::update::{self, CACHE};
-use super::rootfs::{fd_path, Rootfs, RootfsError};
+use super::rootfs::{fd_path, Crossing, Rootfs, RootfsError};
 use super::InjectError;
 use crate::child::{self, ChildError};
 use crate::sys;
@@ -360,8 +360,9 @@ fn remove_cache_temp(root: &Rootfs) -> Result<(), RootfsError> {
 /// Copies the staged cache to `/etc/ld.so.cache` (see [`update::install`]).
 fn install(root: &Rootfs) -> Result<(), RootfsError> {
     // ldconfig always writes its cache; a stand-in that did not leaves the old one, as before.
-    match update::read(root, STAGED) {
-        Ok(cache) if !cache.is_empty() => update::install(root, &cache),
+    // The staged cache is on the tmpfs `stage` mounted in this child's own namespace.
+    match update::read(root, STAGED, Crossing::Allowed) {
+        Ok(cache) if !cache.is_empty() => update::install(root, &cache, None),
         _ => {
             tracing::debug!("ldconfig left no cache to install");
             Ok(())

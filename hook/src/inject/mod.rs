@@ -214,12 +214,16 @@ pub fn apply_on<H: Host>(
     {
         return Ok(report);
     }
-    // The filesystems the host shows: a node to regroup must be on none of them.
-    let host_devs = if regroup.is_empty() {
+    // The filesystems the host shows: a node to regroup, or a node's directory off the
+    // rootfs's own mount, must be on none of them.
+    let host_devs = if regroup.is_empty() && edits.device_nodes.is_empty() {
         Vec::new()
     } else {
         host.host_filesystems()?
     };
+    // A read-only rootfs that is a plain directory may be the image of other containers too:
+    // nothing is written into it (the runtime makes it read-only only after the hooks).
+    let shared_read_only = target.readonly_rootfs && !host.rootfs_is_own_mount(&target.rootfs)?;
     let mnt_ns = host.mount_namespace(target.pid)?;
 
     // Host side: every source becomes a detached, already read-only tree when the kernel can.
@@ -268,6 +272,10 @@ pub fn apply_on<H: Host>(
 
     let dirs = edits.ldcache_dirs();
     // The cache entries, when the hook can write the cache itself (else ldconfig runs below).
+    if shared_read_only && !dirs.is_empty() {
+        tracing::warn!("read-only rootfs shared as a plain directory: linker cache not refreshed");
+    }
+    let dirs = if shared_read_only { &[][..] } else { dirs };
     let planned = (!dirs.is_empty() && ldconfig.writer == CacheWriter::Builtin)
         .then(|| {
             update::libraries(
@@ -305,6 +313,7 @@ pub fn apply_on<H: Host>(
         writable_etc: !dirs.is_empty(),
         cache: libs.as_deref(),
         readonly_rootfs: target.readonly_rootfs,
+        shared_read_only,
     };
     let outcome = host.in_container(&mnt_ns, work)?;
     report.nodes = edits.device_nodes.len();

@@ -83,7 +83,8 @@ pub fn prepare_tree(host_path: &Path, attrs: MountAttrs) -> Result<Option<Source
 /// Makes sure a non-directory placeholder exists at `container_path` and returns an fd to it. An
 /// image's symlink, FIFO or socket at that name is replaced (inside the rootfs only); a
 /// directory is an error. File placeholders ([`MountAttrs::File`]) must lie on the rootfs's own
-/// mount ([`Rootfs::writable_dir`]); device nodes go into the runtime's `/dev` tmpfs.
+/// mount ([`Rootfs::writable_dir`]); device nodes go into the runtime's `/dev` tmpfs
+/// ([`Rootfs::node_dir`]).
 pub fn placeholder(
     root: &Rootfs,
     container_path: &Path,
@@ -92,7 +93,7 @@ pub fn placeholder(
     let (parent, name) = split(container_path)?;
     let dir = match attrs {
         MountAttrs::File => root.writable_dir(&parent)?,
-        MountAttrs::Device => root.mkdir_all(&parent)?,
+        MountAttrs::Device => root.node_dir(&parent)?,
     };
     let rerr = |op, errno| {
         InjectError::Rootfs(RootfsError {

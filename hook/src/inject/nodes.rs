@@ -1,6 +1,7 @@
 //! Device nodes in the container's `/dev`.
 //!
-//! Normally a node is made with `mknodat` in the runtime's `/dev` tmpfs, with the host node's
+//! Normally a node is made with `mknodat` in the runtime's `/dev` tmpfs (never in a volume:
+//! [`Rootfs::node_dir`]), with the host node's
 //! type, numbers, mode and owner. In a user namespace `mknod` is refused and a node on a tmpfs
 //! mounted there would not work anyway, so the host node is bind-mounted instead (as runc does
 //! for its own devices under user namespaces).
@@ -45,7 +46,7 @@ pub fn create(
         return attach(root, path, source, MountAttrs::Device);
     }
     let (parent, name) = split(path)?;
-    let dir = root.mkdir_all(&parent)?;
+    let dir = root.node_dir(&parent)?;
     let rerr = |op, errno| {
         InjectError::Rootfs(RootfsError {
             op,

@@ -13,11 +13,23 @@
 //!   (a regular file, within a size bound) and only then reopens that same inode for reading
 //!   through `/proc/self/fd`: an image's watchdog node, disk or FIFO at a path we read is
 //!   refused, never opened.
-//! - **Writes stay on the rootfs's own mount.** [`Rootfs::writable_dir`] resolves with
-//!   `RESOLVE_NO_XDEV`: a directory of the image that leads onto another mount (a volume the
-//!   container's own user could not write, a host directory bind-mounted in) is refused, so the
-//!   hook never creates, replaces or deletes anything there with its root credentials. Device
-//!   nodes are the exception: they go into the runtime's `/dev` tmpfs ([`Rootfs::mkdir_all`]).
+//! - **Reads and writes stay on the rootfs's own filesystem.** [`Rootfs::open_regular`] and
+//!   [`Rootfs::writable_dir`] resolve with `RESOLVE_NO_XDEV`: a path of the image that leads
+//!   onto another mount is refused. That is procfs and sysfs, which the runtime mounts before our
+//!   hooks run (`/etc/ld.so.cache -> /proc/kmsg` would have root read, and so consume, the host
+//!   kernel's log), and every volume (a host directory the container's own user could not write,
+//!   mounted by the spec at the very path we write). So the hook never reads anything for the
+//!   container from, and never creates, replaces or deletes anything with its root credentials
+//!   in, a filesystem that is not the image's.
+//! - **Device nodes go onto the container's own tmpfs.** A node's directories
+//!   ([`Rootfs::node_dir`]) must each be on the rootfs's own mount or on a tmpfs whose device
+//!   number no host mount has (the runtime's `/dev`, made in the container's namespace): a volume
+//!   over `/dev` or `/dev/<dir>` holding a host directory is refused before anything is made in it.
+//! - **A shared read-only rootfs is never written.** With `root.readonly` on a rootfs that is
+//!   not a mount of its own (a plain image directory several containers may run from, e.g.
+//!   podman `--rootfs DIR --read-only` or runc bundles over one image), every write is refused
+//!   ([`Rootfs::shared_read_only`]); the runtime makes such a rootfs read-only only after our
+//!   hooks, so the kernel would not have stopped us.
 
 use std::cell::RefCell;
 use std::ffi::OsStr;
@@ -50,6 +62,9 @@ fn hint(op: &str, errno: Errno) -> &'static str {
     match (op, errno) {
         (_, Errno::EXDEV) => {
             " (this path leads onto another mount, e.g. a volume, where devinject does not write as root: mount the volume elsewhere, or give the image this directory)"
+        }
+        (_, Errno::EROFS) => {
+            " (the spec makes the rootfs read-only, and it is a plain directory, not a filesystem mounted for this container alone: other containers may run from it, so devinject writes nothing into it; put this path in the image, or give the container a writable layer of its own)"
         }
         ("resolve", Errno::ELOOP) => {
             " (a symlink in the image on this path loops or leads through /proc: fix the image)"
@@ -133,6 +148,11 @@ pub struct Rootfs {
     /// filesystem mounted inside that namespace (the runtime's `/dev` tmpfs) must belong to an
     /// id mapped there, or the kernel refuses with EOVERFLOW.
     userns_owner: Option<(u32, u32)>,
+    /// The device numbers of the host's mounts: a node's directory off the rootfs's own mount
+    /// must be on a tmpfs with none of them ([`Rootfs::node_dir`]).
+    host_devs: Vec<(u32, u32)>,
+    /// Every write is refused: see [`Rootfs::shared_read_only`].
+    read_only: bool,
     /// Directories [`Rootfs::mkdir_all`] has opened, by normalised container path and whether
     /// they were resolved without crossing a mount. A plan puts every library and soname link in
     /// one directory: resolving it from the root again for each (one `openat2` per component)
@@ -146,8 +166,12 @@ pub struct Rootfs {
 pub enum Crossing {
     /// Anywhere inside the rootfs (reads; device nodes in the runtime's `/dev` tmpfs).
     Allowed,
-    /// Only the rootfs's own mount (`RESOLVE_NO_XDEV`): where the hook writes files.
+    /// Only the rootfs's own mount (`RESOLVE_NO_XDEV`): what the hook reads, and where it
+    /// writes files.
     SameMount,
+    /// Each directory on the rootfs's own mount or on a tmpfs only the container's mount
+    /// namespace holds: where device nodes go ([`Rootfs::node_dir`]).
+    NodeDir,
 }
 
 impl Rootfs {
@@ -167,8 +191,25 @@ impl Rootfs {
             fd,
             path: path.to_owned(),
             userns_owner: None,
+            host_devs: Vec::new(),
+            read_only: false,
             dirs: RefCell::new(Vec::new()),
         })
+    }
+
+    /// Sets the device numbers of the host's mounts, for [`Rootfs::node_dir`].
+    pub fn with_host_filesystems(mut self, host_devs: Vec<(u32, u32)>) -> Self {
+        self.host_devs = host_devs;
+        self
+    }
+
+    /// Refuses every write into the rootfs (`EROFS`, with the fix in the message): for a
+    /// read-only rootfs that is not a mount of its own. The runtime makes the rootfs read-only
+    /// only after the hooks, and a plain directory may be the image several containers run
+    /// from: a placeholder, link or cache written there would show up in all of them.
+    pub fn shared_read_only(mut self) -> Self {
+        self.read_only = true;
+        self
     }
 
     /// Sets the owner used for creations that the kernel refuses to root (see the field).
@@ -263,7 +304,78 @@ impl Rootfs {
     /// [`Rootfs::mkdir_all`] for a directory the hook writes files into: every component,
     /// existing or created, must be on the rootfs's own mount (see the module docs).
     pub fn writable_dir(&self, dir: &Path) -> Result<OwnedFd, RootfsError> {
+        self.refuse_when_read_only(dir)?;
         self.mkdir_all_with(dir, Crossing::SameMount)
+    }
+
+    /// [`Rootfs::mkdir_all`] for the directory of a device node: every component, existing or
+    /// created, must be on the rootfs's own mount (writable) or on a tmpfs whose device number
+    /// no host mount has, which only the container's mount namespace holds: the runtime's
+    /// `/dev`. A volume over `/dev` or below it (a host directory, a host tmpfs) is refused
+    /// before anything is made in it, so no node of ours ever lands in a host directory.
+    pub fn node_dir(&self, dir: &Path) -> Result<OwnedFd, RootfsError> {
+        let fd = self.mkdir_all_with(dir, Crossing::NodeDir)?;
+        self.refuse_write_unless_container_tmpfs(&fd, dir)?;
+        Ok(fd)
+    }
+
+    fn refuse_when_read_only(&self, dir: &Path) -> Result<(), RootfsError> {
+        if self.read_only {
+            return Err(RootfsError {
+                op: "write into",
+                path: dir.to_owned(),
+                errno: Errno::EROFS,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether the directory `fd` (at `path`) is on a tmpfs whose device number no host mount
+    /// has: one only the container's mount namespace holds (the runtime's `/dev`).
+    fn on_container_tmpfs(&self, fd: &OwnedFd, path: &Path) -> Result<bool, RootfsError> {
+        let err = |op, errno| RootfsError {
+            op,
+            path: path.to_owned(),
+            errno,
+        };
+        let st = fstat(fd).map_err(|e| err("stat", e))?;
+        let fs = nix::sys::statfs::fstatfs(fd).map_err(|e| err("statfs", e))?;
+        let dev = (
+            devinject_devices::node::major(st.st_dev),
+            devinject_devices::node::minor(st.st_dev),
+        );
+        Ok(fs.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC && !self.host_devs.contains(&dev))
+    }
+
+    /// For [`Crossing::NodeDir`]: whether the directory `fd` (at `path`) may lead to a node:
+    /// on the container's own tmpfs, or on the image's filesystem.
+    fn check_node_dir(&self, fd: &OwnedFd, path: &Path) -> Result<(), RootfsError> {
+        if self.on_container_tmpfs(fd, path)? {
+            return Ok(());
+        }
+        self.resolve_with(
+            path,
+            OFlag::O_PATH | OFlag::O_DIRECTORY,
+            Crossing::SameMount,
+        )
+        .map(drop)
+        .map_err(|e| RootfsError {
+            op: "create device nodes in",
+            ..e
+        })
+    }
+
+    /// With [`Rootfs::shared_read_only`], refuses a write into the directory `fd` unless it is
+    /// on the container's own tmpfs.
+    fn refuse_write_unless_container_tmpfs(
+        &self,
+        fd: &OwnedFd,
+        path: &Path,
+    ) -> Result<(), RootfsError> {
+        if self.read_only && !self.on_container_tmpfs(fd, path)? {
+            return self.refuse_when_read_only(path);
+        }
+        Ok(())
     }
 
     fn mkdir_all_with(&self, dir: &Path, crossing: Crossing) -> Result<OwnedFd, RootfsError> {
@@ -273,9 +385,18 @@ impl Rootfs {
         if let Some(fd) = self.cached(&cur.join(comps.iter().collect::<PathBuf>()), crossing)? {
             return Ok(fd);
         }
+        // A node's directories are resolved wherever they lead, then each is checked.
+        let resolve = |path: &Path| -> Result<OwnedFd, RootfsError> {
+            if crossing != Crossing::NodeDir {
+                return self.resolve_with(path, flags, crossing);
+            }
+            let fd = self.resolve_with(path, flags, Crossing::Allowed)?;
+            self.check_node_dir(&fd, path)?;
+            Ok(fd)
+        };
         let mut fd = match self.cached(&cur, crossing)? {
             Some(fd) => fd,
-            None => self.remember(&cur, crossing, self.resolve_with(&cur, flags, crossing)?)?,
+            None => self.remember(&cur, crossing, resolve(&cur)?)?,
         };
         for comp in comps {
             cur.push(comp);
@@ -283,9 +404,10 @@ impl Rootfs {
                 fd = next;
                 continue;
             }
-            let next = match self.resolve_with(&cur, flags, crossing) {
+            let next = match resolve(&cur) {
                 Ok(next) => next,
                 Err(e) if e.errno == Errno::ENOENT => {
+                    self.refuse_write_unless_container_tmpfs(&fd, &cur)?;
                     match self.create(|| mkdirat(fd.as_fd(), comp, Mode::from_bits_truncate(0o755)))
                     {
                         Ok(()) | Err(Errno::EEXIST) => {}
@@ -297,7 +419,7 @@ impl Rootfs {
                             })
                         }
                     }
-                    self.resolve_with(&cur, flags, crossing)?
+                    resolve(&cur)?
                 }
                 Err(e) => return Err(e),
             };
@@ -307,10 +429,17 @@ impl Rootfs {
     }
 
     /// Opens the regular file at `path` for reading, at most `max` bytes long, without ever
-    /// opening anything else: see the module docs. `Ok(None)` when there is nothing at `path`
-    /// (or a link there leads nowhere).
-    pub fn open_regular(&self, path: &Path, max: u64) -> Result<Option<File>, ReadError> {
-        let fd = match self.resolve(path, OFlag::O_PATH) {
+    /// opening anything else: see the module docs. `crossing`: [`Crossing::SameMount`] for
+    /// every file of the image (never procfs, sysfs or a volume); [`Crossing::Allowed`] only for
+    /// a file on a mount of our own. `Ok(None)` when there is nothing at `path` (or a link
+    /// there leads nowhere).
+    pub fn open_regular(
+        &self,
+        path: &Path,
+        max: u64,
+        crossing: Crossing,
+    ) -> Result<Option<File>, ReadError> {
+        let fd = match self.resolve_with(path, OFlag::O_PATH, crossing) {
             Ok(fd) => fd,
             Err(e) if e.errno == Errno::ENOENT => return Ok(None),
             Err(e) => return Err(e.into()),
@@ -569,6 +698,160 @@ mod tests {
             "{err}"
         );
         assert!(!Path::new("/nowhere").exists());
+    }
+
+    /// A mount made by a test on the host, detached again when dropped.
+    struct TestMount(PathBuf);
+
+    impl TestMount {
+        fn tmpfs(at: &Path) -> Self {
+            std::fs::create_dir_all(at).unwrap();
+            nix::mount::mount(
+                Some("tmpfs"),
+                at,
+                Some("tmpfs"),
+                nix::mount::MsFlags::empty(),
+                Some("size=1m"),
+            )
+            .unwrap();
+            Self(at.to_owned())
+        }
+
+        fn bind(source: &Path, at: &Path) -> Self {
+            std::fs::create_dir_all(at).unwrap();
+            nix::mount::mount(
+                Some(source),
+                at,
+                None::<&str>,
+                nix::mount::MsFlags::MS_BIND | nix::mount::MsFlags::MS_REC,
+                None::<&str>,
+            )
+            .unwrap();
+            Self(at.to_owned())
+        }
+
+        fn dev(&self) -> (u32, u32) {
+            let st = nix::sys::stat::stat(&self.0).unwrap();
+            (
+                devinject_devices::node::major(st.st_dev),
+                devinject_devices::node::minor(st.st_dev),
+            )
+        }
+    }
+
+    impl Drop for TestMount {
+        fn drop(&mut self) {
+            let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+
+    /// Issue 32, finding 5: `/etc/ld.so.cache -> /proc/kmsg` had the hook read, as root, a
+    /// regular file of procfs. What the hook reads of the image resolves on the rootfs's own
+    /// filesystem only: procfs, sysfs and volumes are refused before anything is opened.
+    #[test]
+    fn reads_stay_on_the_rootfs_own_filesystem() {
+        if !devinject_testkit::require_root() {
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("rootfs");
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        std::fs::write(root.join("etc/own"), "image\n").unwrap();
+        let _proc = TestMount::bind(Path::new("/proc"), &root.join("proc"));
+        let vol = TestMount::tmpfs(&root.join("vol"));
+        std::fs::write(vol.0.join("file"), "volume\n").unwrap();
+        for (name, target) in [
+            ("kmsg", "/proc/kmsg"),
+            ("version", "/proc/version"),
+            ("volume", "/vol/file"),
+        ] {
+            symlink(target, root.join("etc").join(name)).unwrap();
+        }
+        symlink("own", root.join("etc/link-to-own")).unwrap();
+        let r = Rootfs::open(&root).unwrap();
+        for name in ["kmsg", "version", "volume"] {
+            let path = Path::new("/etc").join(name);
+            match r.open_regular(&path, 1 << 20, Crossing::SameMount) {
+                Err(ReadError::Rootfs(e)) => assert_eq!(e.errno, Errno::EXDEV, "{name}: {e}"),
+                other => panic!("{name} was read: {other:?}"),
+            }
+        }
+        let mut own = r
+            .open_regular(Path::new("/etc/link-to-own"), 1 << 20, Crossing::SameMount)
+            .unwrap()
+            .expect("a file of the image");
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut own, &mut text).unwrap();
+        assert_eq!(text, "image\n");
+    }
+
+    /// Issue 32, finding 6: a volume over `/dev/<dir>` got the hook's `0666` nodes in its host
+    /// directory. A node's directory is on the image's filesystem or on a tmpfs no host mount
+    /// shows (the runtime's `/dev`); anything else is refused before a directory is made in it.
+    #[test]
+    fn node_directories_are_the_container_tmpfs_or_the_image() {
+        if !devinject_testkit::require_root() {
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("rootfs");
+        std::fs::create_dir_all(root.join("image-dev")).unwrap();
+        let dev = TestMount::tmpfs(&root.join("dev"));
+        let host_dir = t.path().join("host-dir");
+        std::fs::create_dir_all(&host_dir).unwrap();
+        let _vol = TestMount::bind(&host_dir, &dev.0.join("vol"));
+        let host_tmpfs = TestMount::tmpfs(&t.path().join("host-tmpfs"));
+        let _shown = TestMount::bind(&host_tmpfs.0, &dev.0.join("shown"));
+
+        // The tmpfs is the container's when no host mount has its device number.
+        let others = vec![host_tmpfs.dev()];
+        let r = Rootfs::open(&root).unwrap().with_host_filesystems(others);
+        r.node_dir(Path::new("/dev/demo")).unwrap();
+        r.node_dir(Path::new("/image-dev/demo")).unwrap();
+        assert!(root.join("dev/demo").is_dir() && root.join("image-dev/demo").is_dir());
+        for (dir, made) in [
+            ("/dev/vol/demo", host_dir.join("demo")),
+            ("/dev/shown/demo", host_tmpfs.0.join("demo")),
+        ] {
+            let err = r.node_dir(Path::new(dir)).unwrap_err();
+            assert_eq!(err.errno, Errno::EXDEV, "{dir}: {err}");
+            assert!(
+                err.to_string().contains("another mount, e.g. a volume"),
+                "{err}"
+            );
+            assert!(!made.exists(), "{dir}: made {}", made.display());
+        }
+        // The same tmpfs, when the host shows it, is a volume too.
+        let r = Rootfs::open(&root)
+            .unwrap()
+            .with_host_filesystems(vec![dev.dev()]);
+        let err = r.node_dir(Path::new("/dev/other")).unwrap_err();
+        assert_eq!(err.errno, Errno::EXDEV, "{err}");
+        assert!(!root.join("dev/other").exists());
+    }
+
+    /// Issue 32, finding 7: a read-only rootfs that may be shared is never written, while the
+    /// container's own `/dev` tmpfs still takes its nodes.
+    #[test]
+    fn a_shared_read_only_rootfs_refuses_every_write_and_says_why() {
+        if !devinject_testkit::require_root() {
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("rootfs");
+        std::fs::create_dir_all(root.join("usr/lib")).unwrap();
+        let _dev = TestMount::tmpfs(&root.join("dev"));
+        let r = Rootfs::open(&root).unwrap().shared_read_only();
+        for dir in ["/usr/lib", "/etc", "/usr/lib/new"] {
+            let err = r.writable_dir(Path::new(dir)).unwrap_err();
+            assert_eq!(err.errno, Errno::EROFS, "{dir}");
+            assert!(err.to_string().contains("writes nothing into it"), "{err}");
+        }
+        let err = r.node_dir(Path::new("/image-dev")).unwrap_err();
+        assert_eq!(err.errno, Errno::EROFS, "{err}");
+        r.node_dir(Path::new("/dev/demo")).unwrap();
+        assert!(!root.join("etc").exists() && !root.join("image-dev").exists());
+        assert!(!root.join("usr/lib/new").exists());
     }
 
     #[test]

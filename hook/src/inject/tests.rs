@@ -40,6 +40,7 @@ struct Seen {
     /// Sonames the hook writes into the cache itself.
     cache: Option<Vec<String>>,
     userns_owner: Option<(u32, u32)>,
+    shared_read_only: bool,
 }
 
 /// A host that records what it is asked and answers as told.
@@ -51,6 +52,8 @@ struct Recorder {
     outcome: RefCell<Option<ChildOutcome>>,
     /// Whether ldconfig fails.
     ldconfig_fails: bool,
+    /// Whether the rootfs is a plain directory rather than a mount of its own.
+    plain_rootfs: bool,
     /// Every call, by name.
     calls: RefCell<Vec<String>>,
     /// What each child was given.
@@ -106,6 +109,10 @@ impl Host for Recorder {
         target.bind_nodes.then_some((100_000, 100_000))
     }
 
+    fn rootfs_is_own_mount(&self, _rootfs: &Path) -> Result<bool, InjectError> {
+        Ok(!self.plain_rootfs)
+    }
+
     fn in_container(&self, ns: &i32, work: Work<'_>) -> Result<ChildOutcome, InjectError> {
         self.call("in_container");
         assert_eq!(*ns, 4242, "the child joins the target's namespace");
@@ -132,6 +139,7 @@ impl Host for Recorder {
                 .cache
                 .map(|libs| libs.iter().map(|l| l.soname.clone()).collect()),
             userns_owner: work.userns_owner,
+            shared_read_only: work.shared_read_only,
         });
         Ok(self
             .outcome
@@ -255,9 +263,15 @@ fn made_nodes_need_no_source_and_keep_their_group() {
     let host = Recorder::default();
     let e = edits(vec![node("demo0", 44)], None);
     let report = apply_on(&host, &target(), &e, MountApi::Auto, &builtin()).unwrap();
-    assert_eq!(host.calls(), ["mount_namespace", "in_container"]);
+    // The host's filesystems go with the nodes: a node's directory off the rootfs's own mount
+    // must be on none of them (issue 32, finding 6).
+    assert_eq!(
+        host.calls(),
+        ["host_filesystems", "mount_namespace", "in_container"]
+    );
     let seen = host.seen();
     assert_eq!(seen.nodes, [("/dev/demo0".into(), None, 44)]);
+    assert_eq!(seen.host_devs, [(0, 21), (8, 1)]);
     assert_eq!(seen.userns_owner, None);
     assert!(!seen.writable_etc);
     assert_eq!(seen.cache, None);
@@ -485,6 +499,45 @@ fn a_failed_ldconfig_fails_the_container_unless_its_rootfs_is_read_only() {
     let report = apply_on(&failing(), &read_only, &e, MountApi::Auto, &writer).unwrap();
     assert!(!report.ldcache && !report.ldconfig_ran);
     assert_eq!(report.mounts, 1, "the files are in place all the same");
+}
+
+/// Issue 32, finding 7: a read-only rootfs that is a plain directory (an image several
+/// containers may run from) is handed to the child as one to write nothing into, and no linker
+/// cache is planned or left to ldconfig; a read-only rootfs that is a mount of its own (an
+/// engine's per-container layer) is written as before.
+#[test]
+fn a_read_only_rootfs_shared_as_a_plain_directory_is_never_written() {
+    let e = edits(vec![], Some(&elf()));
+    let read_only = Target {
+        readonly_rootfs: true,
+        ..target()
+    };
+    for writer in [builtin(), ldconfig(CacheWriter::Ldconfig)] {
+        let shared = Recorder {
+            plain_rootfs: true,
+            ..Recorder::default()
+        };
+        let report = apply_on(&shared, &read_only, &e, MountApi::Auto, &writer).unwrap();
+        let seen = shared.seen();
+        assert!(seen.shared_read_only);
+        assert_eq!(seen.cache, None);
+        assert!(!seen.writable_etc);
+        assert!(!report.ldconfig_ran && !report.ldcache);
+        assert!(!shared.calls().contains(&"run_ldconfig".to_owned()));
+
+        let own = Recorder::default();
+        apply_on(&own, &read_only, &e, MountApi::Auto, &writer).unwrap();
+        let seen = own.seen();
+        assert!(!seen.shared_read_only);
+        assert!(seen.writable_etc);
+    }
+    // A writable rootfs is never taken for a shared read-only one, whatever it is mounted as.
+    let plain = Recorder {
+        plain_rootfs: true,
+        ..Recorder::default()
+    };
+    apply_on(&plain, &target(), &e, MountApi::Auto, &builtin()).unwrap();
+    assert!(!plain.seen().shared_read_only);
 }
 
 /// The real child, in this process's own mount namespace (joining it needs root): its outcome,

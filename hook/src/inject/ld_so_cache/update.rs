@@ -14,7 +14,7 @@ use nix::sys::stat::Mode;
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
 use super::{elf_flags, Cache, Library, Unsupported};
-use crate::inject::rootfs::{ReadError, Rootfs, RootfsError};
+use crate::inject::rootfs::{Crossing, ReadError, Rootfs, RootfsError};
 
 /// The cache, in the container.
 pub const CACHE: &str = "/etc/ld.so.cache";
@@ -86,33 +86,62 @@ pub fn libraries<'a>(
     Some(out)
 }
 
-/// Adds `libs` to the container's cache (creating it when the image has none).
+/// Who may read a cache: its permission bits and owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    /// Permission bits (`0o7777` at most).
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+}
+
+/// Adds `libs` to the container's cache (creating it when the image has none). The new cache
+/// gets the old one's mode and owner: a cache the image kept from the container's user
+/// (`0600 root`) stays so, rather than being handed to it readable (issue 32, finding 6).
 pub fn update(root: &Rootfs, libs: &[Library]) -> Result<Updated, UpdateError> {
-    let old = read(root, CACHE).map_err(UpdateError::Unsupported)?;
+    let (old, access) =
+        read_with_access(root, CACHE, Crossing::SameMount).map_err(UpdateError::Unsupported)?;
     let mut cache = Cache::parse(&old)?;
     cache.add(libs);
     let new = cache.to_bytes();
     if new == old {
         return Ok(Updated::AlreadyCurrent);
     }
-    install(root, &new)?;
+    install(root, &new, access)?;
     Ok(Updated::Written)
 }
 
 /// Reads a regular file inside the rootfs, bounded; empty when there is none or it is not a
-/// regular file. Nothing else is ever opened: a device node, FIFO or socket the image put there
-/// is seen through an `O_PATH` fd and left alone ([`Rootfs::open_regular`]). Larger than
-/// [`MAX_CACHE_BYTES`] is [`Unsupported`].
-pub fn read(root: &Rootfs, path: &str) -> Result<Vec<u8>, Unsupported> {
-    let file = match root.open_regular(Path::new(path), MAX_CACHE_BYTES) {
+/// regular file where `crossing` allows. Nothing else is ever opened: a device node,
+/// FIFO or socket the image put there is seen through an `O_PATH` fd and left alone, and a
+/// link onto procfs, sysfs or a volume is not followed ([`Rootfs::open_regular`]). Larger than
+/// [`MAX_CACHE_BYTES`] is [`Unsupported`]. `crossing`: see [`Rootfs::open_regular`].
+pub fn read(root: &Rootfs, path: &str, crossing: Crossing) -> Result<Vec<u8>, Unsupported> {
+    read_with_access(root, path, crossing).map(|(bytes, _)| bytes)
+}
+
+/// [`read`], with the file's [`Access`] when there was one.
+fn read_with_access(
+    root: &Rootfs,
+    path: &str,
+    crossing: Crossing,
+) -> Result<(Vec<u8>, Option<Access>), Unsupported> {
+    let file = match root.open_regular(Path::new(path), MAX_CACHE_BYTES, crossing) {
         Ok(Some(file)) => file,
-        Ok(None) => return Ok(Vec::new()),
+        Ok(None) => return Ok((Vec::new(), None)),
         Err(ReadError::TooLarge { .. }) => return Err(Unsupported::Damaged("larger than 64 MiB")),
         Err(e) => {
             tracing::debug!(error = %e, "not read: replaced by a new cache");
-            return Ok(Vec::new());
+            return Ok((Vec::new(), None));
         }
     };
+    let access = nix::sys::stat::fstat(&file).ok().map(|st| Access {
+        mode: st.st_mode & 0o7777,
+        uid: st.st_uid,
+        gid: st.st_gid,
+    });
     let mut buf = Vec::new();
     file.take(MAX_CACHE_BYTES + 1)
         .read_to_end(&mut buf)
@@ -120,7 +149,7 @@ pub fn read(root: &Rootfs, path: &str) -> Result<Vec<u8>, Unsupported> {
     if buf.len() as u64 > MAX_CACHE_BYTES {
         return Err(Unsupported::Damaged("larger than 64 MiB"));
     }
-    Ok(buf)
+    Ok((buf, access))
 }
 
 /// Puts `bytes` in place as `/etc/ld.so.cache`: a temp file in `/etc` (an image's file or link
@@ -128,18 +157,18 @@ pub fn read(root: &Rootfs, path: &str) -> Result<Vec<u8>, Unsupported> {
 /// link to a host file there is never written), then a rename, both on the `/etc` fd resolved
 /// in-root on the rootfs's own mount ([`Rootfs::writable_dir`]: an `/etc` on a volume is
 /// refused). No `fsync`: the cache lives in a throw-away layer, and ld.so ignores a truncated
-/// one.
-pub fn install(root: &Rootfs, bytes: &[u8]) -> Result<(), RootfsError> {
+/// one. `access`: the mode and owner to give it; `None`, `0644` and the creator's.
+pub fn install(root: &Rootfs, bytes: &[u8], access: Option<Access>) -> Result<(), RootfsError> {
     let etc = root.writable_dir(Path::new("/etc"))?;
     let err = |op, errno| RootfsError {
         op,
         path: Path::new(CACHE).to_owned(),
         errno,
     };
-    install_in(&etc, bytes).map_err(|e| err("write", e))
+    install_in(&etc, bytes, access).map_err(|e| err("write", e))
 }
 
-fn install_in(etc: &OwnedFd, bytes: &[u8]) -> Result<(), Errno> {
+fn install_in(etc: &OwnedFd, bytes: &[u8], access: Option<Access>) -> Result<(), Errno> {
     match unlinkat(etc, TEMP_NAME, UnlinkatFlags::NoRemoveDir) {
         Ok(()) | Err(Errno::ENOENT) => {}
         Err(e) => return Err(e),
@@ -154,7 +183,15 @@ fn install_in(etc: &OwnedFd, bytes: &[u8]) -> Result<(), Errno> {
     let written = file
         .write_all(bytes)
         .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)));
-    let moded = nix::sys::stat::fchmod(&file, Mode::from_bits_truncate(0o644));
+    let mode = access.map_or(0o644, |a| a.mode);
+    let moded = nix::sys::stat::fchmod(&file, Mode::from_bits_truncate(mode)).and_then(|()| {
+        let Some(a) = access else { return Ok(()) };
+        nix::unistd::fchown(
+            &file,
+            Some(nix::unistd::Uid::from_raw(a.uid)),
+            Some(nix::unistd::Gid::from_raw(a.gid)),
+        )
+    });
     drop(file);
     if let Err(e) = written.and(moded) {
         let _ = unlinkat(etc, TEMP_NAME, UnlinkatFlags::NoRemoveDir);
