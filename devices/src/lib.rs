@@ -16,12 +16,16 @@
 //! 6. [`prepare_step`] plans the runs of a profile's prepare program, one per allocated device,
 //!    with the function the container chose when the profile lists it.
 //!
+//! Every error that quotes a value a container wrote shows it through [`excerpt::Excerpt`],
+//! bounded and escaped.
+//!
 //! The hook applies a plan inside the container's mount namespace, the runtime shim writes it into
 //! `config.json`, and the CDI exporter writes it as a CDI spec.
 
 pub mod discovery;
 pub mod elf_linkage;
 mod elf_soname;
+pub mod excerpt;
 pub mod finish_args;
 pub mod host_files;
 pub mod names;
@@ -38,6 +42,7 @@ pub mod roots;
 /// The device-rule vocabulary the plan is written in, shared with the cgroup crate.
 pub use devinject_device_rule::{Access, DeviceKind, DeviceRule};
 pub use discovery::{discover, Device, DiscoveryError, Inventory};
+pub use excerpt::Excerpt;
 pub use finish_args::FinishArgs;
 pub use host_files::{resolve_host_files, HostFiles, ResolveError};
 pub use names::{DeviceId, NameError, ProfileName, ResourceName, CDI_VENDOR};

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::discovery::Inventory;
+use crate::excerpt::Excerpt;
 use crate::names::{DeviceId, ProfileName};
 use crate::profile::Profile;
 
@@ -25,7 +26,7 @@ pub enum FunctionError {
         origin: String,
     },
     /// The function is not one the profile lists.
-    #[error("profile {profile} has no function {function:?} (from {origin}): use one of {known}")]
+    #[error("profile {profile} has no function {:?} (from {origin}): use one of {known}", Excerpt(.function))]
     Unknown {
         /// The profile.
         profile: ProfileName,
@@ -37,7 +38,7 @@ pub enum FunctionError {
         known: String,
     },
     /// A function was asked for devices the container does not get.
-    #[error("{origin} asks for function {function:?} of profile {profile}, but the container gets no {profile} device: request the devices too, or remove it")]
+    #[error("{origin} asks for function {:?} of profile {profile}, but the container gets no {profile} device: request the devices too, or remove it", Excerpt(.function))]
     NoDevices {
         /// The profile.
         profile: ProfileName,
@@ -46,6 +47,26 @@ pub enum FunctionError {
         /// Where it came from.
         origin: String,
     },
+    /// The annotation and the variable name different functions: the device would get one and
+    /// the process see the other (issue 32, finding 9).
+    #[error(transparent)]
+    Conflict(Box<FunctionConflict>),
+}
+
+/// A function named differently by a container's annotation and its variable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("profile {profile}: annotation {annotation} asks for function {:?} but env {env} for {:?}: the device would get one and the process would see the other: set only one of them, or both to the same function", Excerpt(.annotation_value), Excerpt(.env_value))]
+pub struct FunctionConflict {
+    /// The profile.
+    pub profile: ProfileName,
+    /// The annotation's key.
+    pub annotation: String,
+    /// The annotation's value.
+    pub annotation_value: String,
+    /// The variable's name.
+    pub env: String,
+    /// The variable's value.
+    pub env_value: String,
 }
 
 /// A container's choice of function for one profile, as found in its annotations or env.
@@ -57,6 +78,40 @@ pub struct FunctionRequest {
     pub origin: String,
     /// The raw value.
     pub value: String,
+}
+
+impl FunctionRequest {
+    /// The function a container chose for `profile`, from the value of its annotation
+    /// (`devinject.io/<profile>.function`) and of its variable (`<NAME>_FUNCTION`): the one
+    /// that is set, or either when both name the same function. Both set to different
+    /// functions is [`FunctionError::Conflict`]: the annotation would choose what the device
+    /// gets, while the process, whose env the hook cannot change, would read the variable.
+    /// This is the one place the choice is made, for the hook, the shim and the NRI plugin.
+    pub fn choose(
+        profile: &Profile,
+        annotation: Option<&str>,
+        env: Option<&str>,
+    ) -> Result<Option<Self>, FunctionError> {
+        let (origin, value) = match (annotation, env) {
+            (None, None) => return Ok(None),
+            (Some(a), Some(e)) if a != e => {
+                return Err(FunctionError::Conflict(Box::new(FunctionConflict {
+                    profile: profile.name.clone(),
+                    annotation: profile.function_annotation(),
+                    annotation_value: a.to_owned(),
+                    env: profile.function_env(),
+                    env_value: e.to_owned(),
+                })))
+            }
+            (Some(a), _) => (format!("annotation {}", profile.function_annotation()), a),
+            (None, Some(e)) => (format!("env {}", profile.function_env()), e),
+        };
+        Ok(Some(Self {
+            profile: profile.name.clone(),
+            origin,
+            value: value.to_owned(),
+        }))
+    }
 }
 
 /// One run of a profile's prepare program, for one device.
@@ -289,6 +344,59 @@ resource = "example.com/fpga-nlb3"
             err.to_string().contains("remove env FPGA_FUNCTION"),
             "{err}"
         );
+    }
+
+    /// Issue 32, finding 9: a 200 KiB function value was echoed whole into the refusal.
+    #[test]
+    fn a_huge_function_value_gives_a_short_refusal_naming_the_variable_finding_9() {
+        let huge = "n".repeat(200 << 10);
+        let p = profile(FPGA);
+        for err in [
+            prepare_runs(&p, &inventory(), &ids(&["0"]), Some(&asks(&huge))).unwrap_err(),
+            prepare_runs(&p, &inventory(), &[], Some(&asks(&huge))).unwrap_err(),
+            FunctionRequest::choose(&p, Some(&huge), Some(&format!("{huge}x"))).unwrap_err(),
+        ] {
+            let text = err.to_string();
+            assert!(text.len() < 600, "{} bytes: {}", text.len(), &text[..600]);
+            assert!(text.contains("FPGA_FUNCTION"), "{text}");
+            assert!(text.contains("(204800 bytes in all)"), "{text}");
+        }
+    }
+
+    /// Issue 32, finding 9: with the function in both the annotation and the variable, the
+    /// device got the annotation's and the process saw the variable's.
+    #[test]
+    fn the_annotation_and_the_variable_must_agree_on_the_function_finding_9() {
+        let p = profile(FPGA);
+        let err = FunctionRequest::choose(&p, Some("nlb3"), Some("nlb0")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "profile fpga: annotation devinject.io/fpga.function asks for function \"nlb3\" but env FPGA_FUNCTION for \"nlb0\": the device would get one and the process would see the other: set only one of them, or both to the same function"
+        );
+        let chosen = |a, e| {
+            FunctionRequest::choose(&p, a, e)
+                .unwrap()
+                .map(|f| (f.origin, f.value))
+        };
+        assert_eq!(
+            chosen(Some("nlb3"), Some("nlb3")),
+            Some((
+                "annotation devinject.io/fpga.function".into(),
+                "nlb3".into()
+            ))
+        );
+        assert_eq!(
+            chosen(Some("nlb3"), None),
+            Some((
+                "annotation devinject.io/fpga.function".into(),
+                "nlb3".into()
+            ))
+        );
+        assert_eq!(
+            chosen(None, Some("nlb0")),
+            Some(("env FPGA_FUNCTION".into(), "nlb0".into()))
+        );
+        assert_eq!(chosen(None, None), None);
     }
 
     #[test]

@@ -41,6 +41,17 @@ pub enum ProfileError {
         /// What is wrong and how to fix it.
         problem: String,
     },
+    /// The profile shares its devices (`replicas` > 1) and prepares them (`[prepare]`): one
+    /// container's start would reprogram a device another container is using (issue 32,
+    /// finding 3). Refused rather than allowed for the function already loaded, which would need
+    /// durable per-device state on the node (docs/prepare.md, "Shared devices").
+    #[error("profile {path}: keys `replicas` (= {replicas}) and `[prepare]` cannot be combined: a shared device is used by several containers at once, and each one's start would run the prepare program on it under the others: set `replicas = 1` or remove the `[prepare]` section")]
+    SharedPrepare {
+        /// The profile file.
+        path: PathBuf,
+        /// The profile's replica count.
+        replicas: u32,
+    },
     /// The file name does not match the profile's `name`.
     #[error("profile {path} declares name {name:?}: rename the file to {name}.toml or fix `name`")]
     FileName {
@@ -459,6 +470,12 @@ impl Profile {
         }
         if let Some(prepare) = &raw.prepare {
             check_prepare(prepare, &resource).map_err(|(key, problem)| invalid(&key, problem))?;
+            if raw.replicas > 1 {
+                return Err(ProfileError::SharedPrepare {
+                    path: path.to_owned(),
+                    replicas: raw.replicas,
+                });
+            }
         }
         Ok(Self {
             name,
@@ -788,6 +805,48 @@ DEMO_DRIVER = "1"
         assert_eq!(p.prepare.as_ref().unwrap().timeout_ms, 1);
         assert_eq!(p.function_env(), "DEMO_FUNCTION");
         assert_eq!(p.function_annotation(), "devinject.io/demo.function");
+    }
+
+    /// Issue 32, finding 3: with a shared device, pod B's start loaded its function into the
+    /// physical device pod A was using. Such a profile does not load, naming the file, both keys
+    /// and the fix; a prepare step with one replica, and replicas without one, still load.
+    #[test]
+    fn a_shared_device_with_a_prepare_step_does_not_load_finding_3() {
+        let shared = format!(
+            "replicas = 2\n{}",
+            prepare("command = [\"/opt/p\"]\nfunctions = [{ id = \"nlb3\" }]")
+        );
+        let err = parse(&shared).unwrap_err();
+        assert!(
+            matches!(err, ProfileError::SharedPrepare { replicas: 2, .. }),
+            "{err}"
+        );
+        let text = err.to_string();
+        for needle in [
+            "/p/demo.toml",
+            "`replicas` (= 2)",
+            "`[prepare]`",
+            "set `replicas = 1` or remove the `[prepare]` section",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing: {text}");
+        }
+        assert!(parse(&format!(
+            "replicas = 1\n{}",
+            prepare("command = [\"/opt/p\"]")
+        ))
+        .is_ok());
+        assert!(parse(&format!("replicas = 2\n{DEMO}")).is_ok());
+        // Every consumer loads profiles through `Profile::load`: a directory holding such a
+        // profile fails to load as a whole.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("demo.toml"), &shared).unwrap();
+        let err = crate::ProfileSet::load_dir(dir.path()).unwrap_err();
+        assert!(matches!(err, ProfileError::SharedPrepare { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .contains(&dir.path().join("demo.toml").display().to_string()),
+            "{err}"
+        );
     }
 
     #[test]

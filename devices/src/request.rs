@@ -14,10 +14,12 @@
 //! the kubelet granted, an annotation, and every profile whose ids are numbers resolve as ids
 //! only: a granted `1` on a host with `accel0` and `accel2` must never become `accel2`.
 //!
-//! Unknown ids, duplicates, empty items and oversize input are errors naming the offending value:
-//! a bad request never injects anything.
+//! Unknown ids, duplicates, empty items and oversize input are errors naming the offending value
+//! (through [`Excerpt`], so a message stays short whatever the value): a bad request never
+//! injects anything.
 
 use crate::discovery::Device;
+use crate::excerpt::Excerpt;
 
 /// The longest request value accepted.
 pub const MAX_REQUEST_BYTES: usize = 4096;
@@ -40,25 +42,25 @@ pub enum RequestError {
         count: usize,
     },
     /// An item is empty (`0,,1`, a trailing comma).
-    #[error("request {value:?} has an empty item: separate ids with single commas")]
+    #[error("request {:?} has an empty item: separate ids with single commas", Excerpt(.value))]
     EmptyItem {
         /// The whole value.
         value: String,
     },
     /// An item has characters no id can have.
-    #[error("request item {item:?} is malformed: ids use A-Z a-z 0-9 . _ - : and an optional ::N replica suffix")]
+    #[error("request item {:?} is malformed: ids use A-Z a-z 0-9 . _ - : and an optional ::N replica suffix", Excerpt(.item))]
     Malformed {
         /// The item.
         item: String,
     },
     /// `all`, `none` or `void` mixed into a list.
-    #[error("request item {item:?} cannot be combined with other items: use it alone")]
+    #[error("request item {:?} cannot be combined with other items: use it alone", Excerpt(.item))]
     KeywordInList {
         /// The keyword.
         item: String,
     },
     /// An item names no discovered device.
-    #[error("unknown device {item:?}: known ids are {known}")]
+    #[error("unknown device {:?}: known ids are {known}", Excerpt(.item))]
     Unknown {
         /// The item.
         item: String,
@@ -67,7 +69,7 @@ pub enum RequestError {
     },
     /// An item the kubelet granted names no discovered device: it was unplugged, failed or
     /// renamed between the allocation and the container start.
-    #[error("device {item} was granted but is gone (unplugged or failed since the kubelet allocated it; known ids are {known}): delete the pod so that it is scheduled again")]
+    #[error("device {} was granted but is gone (unplugged or failed since the kubelet allocated it; known ids are {known}): delete the pod so that it is scheduled again", Excerpt(.item))]
     Gone {
         /// The item.
         item: String,
@@ -75,7 +77,7 @@ pub enum RequestError {
         known: String,
     },
     /// Two items name the same device.
-    #[error("device {item:?} is requested twice (as {first:?} and {item:?})")]
+    #[error("device {:?} is requested twice (as {:?} and {:?})", Excerpt(.item), Excerpt(.first), Excerpt(.item))]
     Duplicate {
         /// The second item.
         item: String,
@@ -83,7 +85,7 @@ pub enum RequestError {
         first: String,
     },
     /// A replica suffix out of range.
-    #[error("request item {item:?}: replica {replica} is out of range (the profile shares each device {replicas} times)")]
+    #[error("request item {:?}: replica {replica} is out of range (the profile shares each device {replicas} times)", Excerpt(.item))]
     Replica {
         /// The item.
         item: String,

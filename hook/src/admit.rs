@@ -107,19 +107,21 @@ pub struct Asked {
 }
 
 /// The container's requests and functions under `profiles` (`env` looks up its environment);
-/// `None` when it asks for nothing.
+/// `Ok(None)` when it asks for nothing. A function chosen twice, differently, is refused here.
 pub fn asked<'a>(
     profiles: ProfileSet,
     env: impl Fn(&str) -> Option<&'a str> + Copy,
     annotations: &BTreeMap<String, String>,
-) -> Option<Asked> {
+) -> Result<Option<Asked>, AdmitError> {
     let requests = find_requests(&profiles, env, annotations);
-    let functions = find_functions(&profiles, env, annotations);
-    (!requests.is_empty() || !functions.is_empty()).then_some(Asked {
-        profiles,
-        requests,
-        functions,
-    })
+    let functions = find_functions(&profiles, env, annotations).map_err(PrepareError::from)?;
+    Ok(
+        (!requests.is_empty() || !functions.is_empty()).then_some(Asked {
+            profiles,
+            requests,
+            functions,
+        }),
+    )
 }
 
 impl Asked {

@@ -79,27 +79,21 @@ pub fn find_requests<'a>(
         .collect()
 }
 
-/// The functions the container chose (docs/prepare.md), per profile: our annotation
-/// (`devinject.io/<profile>.function`), else the profile's function variable (`DEMO_FUNCTION`).
+/// The functions the container chose (docs/prepare.md), per profile, from our annotation
+/// (`devinject.io/<profile>.function`) and the profile's function variable (`DEMO_FUNCTION`),
+/// as [`FunctionRequest::choose`] decides: both set to different functions is an error.
 pub fn find_functions<'a>(
     profiles: &ProfileSet,
     env: impl Fn(&str) -> Option<&'a str>,
     annotations: &BTreeMap<String, String>,
-) -> Vec<FunctionRequest> {
+) -> Result<Vec<FunctionRequest>, FunctionError> {
     profiles
         .iter()
         .filter_map(|p| {
-            let (origin, value, _) = annotation_or_env(
-                &p.function_annotation(),
-                &p.function_env(),
-                &env,
-                annotations,
-            )?;
-            Some(FunctionRequest {
-                profile: p.name.clone(),
-                origin,
-                value,
-            })
+            let annotation = annotations
+                .get(&p.function_annotation())
+                .map(String::as_str);
+            FunctionRequest::choose(p, annotation, env(&p.function_env())).transpose()
         })
         .collect()
 }

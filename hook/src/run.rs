@@ -61,7 +61,7 @@ pub fn run(config: &HostConfig, stdin: impl Read) -> Result<Outcome, HookError> 
     let Some(profiles) = admission.may_be_asking(mentions)? else {
         return Ok(Outcome::Nothing);
     };
-    let Some(asked) = asked(profiles, |name| spec.env(name), &annotations) else {
+    let Some(asked) = asked(profiles, |name| spec.env(name), &annotations)? else {
         return Ok(Outcome::Nothing);
     };
     if state.status != "creating" || state.pid <= 0 {

@@ -5,7 +5,7 @@
 //! may use keeps the host's owner here; the finish hook gives it to the process's group when the
 //! process lacks that one (`--group-node`): NRI's adjustment cannot add a group to the process.
 
-use devinject_devices::ContainerEdits;
+use devinject_devices::{ContainerEdits, Excerpt};
 use serde_json::Value;
 
 use crate::api;
@@ -14,7 +14,7 @@ use crate::api;
 #[derive(Debug, thiserror::Error)]
 pub enum AdjustError {
     /// NRI's adjustment has no bind mount for a node in a user namespace.
-    #[error("container {container} runs in a user namespace, where devices must be bind-mounted; NRI mode does not do that yet: run it with the devinject runtime (runtimeClassName: devinject)")]
+    #[error("container {} runs in a user namespace, where devices must be bind-mounted; NRI mode does not do that yet: run it with the devinject runtime (runtimeClassName: devinject)", Excerpt(.container))]
     UserNamespace {
         /// The container.
         container: String,

@@ -141,7 +141,7 @@ impl Plugin {
             return Ok(None);
         };
         let env = |name: &str| env_value(&container.env, name);
-        let Some(asked) = asked(profiles, env, &container.annotations) else {
+        let Some(asked) = asked(profiles, env, &container.annotations)? else {
             return Ok(None);
         };
         // The rootfs is not mounted yet when NRI asks: libraries go to the default layout's

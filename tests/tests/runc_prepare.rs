@@ -7,7 +7,8 @@
 //!   untouched.
 //! - A function the profile does not list, a function without the profile's devices, a program
 //!   that fails and one that outlives its deadline each fail the start with devinject's message,
-//!   and the container's process never runs.
+//!   and the container's process never runs; so does a function named differently by the
+//!   annotation and the variable, and a huge function value is refused in a short message.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -125,6 +126,24 @@ fn run(via: Via, env: &[&str], tag: &str) -> Ran {
     }
 }
 
+/// How a failed start ended: the exit code of the hook or the shim, and devinject's line.
+fn refusal(via: Via, out: &std::process::Output) -> (Option<i32>, Option<String>) {
+    match via {
+        Via::Hook => {
+            let failure = hook_failure(out).expect("the hook must fail");
+            (Some(failure.code), failure.line("devinject: "))
+        }
+        Via::Shim => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let line = stderr
+                .lines()
+                .find(|l| l.starts_with("devinject"))
+                .map(str::to_owned);
+            (out.status.code(), line)
+        }
+    }
+}
+
 /// The ports' function files, `-` where there is none.
 fn programmed(sys: &Path) -> Vec<String> {
     (0..3)
@@ -230,20 +249,7 @@ fn bad_functions_and_failing_programs_fail_the_start() {
         for (env, message, code, what) in cases {
             let Ran { _t, sys, out, .. } = run(via, env, "prepare-bad");
             let ctx = format!("{via:?}, {what}\n{}", describe(&out));
-            let (got_code, said) = match via {
-                Via::Hook => {
-                    let failure = hook_failure(&out).expect("the hook must fail");
-                    (Some(failure.code), failure.line("devinject: "))
-                }
-                Via::Shim => {
-                    let stderr = String::from_utf8_lossy(&out.stderr);
-                    let line = stderr
-                        .lines()
-                        .find(|l| l.starts_with("devinject"))
-                        .map(str::to_owned);
-                    (out.status.code(), line)
-                }
-            };
+            let (got_code, said) = refusal(via, &out);
             assert_eq!(got_code, Some(code), "{ctx}");
             assert!(
                 said.as_deref().unwrap_or_default().contains(message),
@@ -255,5 +261,78 @@ fn bad_functions_and_failing_programs_fail_the_start() {
             );
             assert_eq!(programmed(&sys), ["-", "-", "-"], "{ctx}");
         }
+    }
+}
+
+/// Issue 32, finding 9: with the function in both the annotation and the variable, the device
+/// got the annotation's while the process read the variable's. Both set and different now fail
+/// the start naming both, before anything is programmed; both set to the same function start.
+#[test]
+fn an_annotation_and_a_variable_naming_different_functions_fail_the_start_finding_9() {
+    if !require_runc_demo() {
+        return;
+    }
+    for via in BOTH {
+        for (variable, fails) in [("nlb0", true), ("nlb3", false)] {
+            let t = tempfile::tempdir().unwrap();
+            let (host, sys) = fpga_host(t.path());
+            let function_env = format!("FPGA_SIM_FUNCTION={variable}");
+            let mut b = bundle(
+                t.path(),
+                &sys,
+                &["FPGA_SIM_VISIBLE_DEVICES=0", function_env.as_str()],
+            );
+            b.annotation("devinject.io/fpga-sim.function", "nlb3");
+            let out = b
+                .run_via(via, &host.config, &container_id("prepare-both"))
+                .unwrap();
+            let ctx = format!("{via:?}, variable {variable}\n{}", describe(&out));
+            if !fails {
+                assert!(out.status.success(), "{ctx}");
+                assert_eq!(programmed(&sys), ["nlb3", "-", "-"], "{ctx}");
+                continue;
+            }
+            let (code, said) = refusal(via, &out);
+            assert_eq!(code, Some(5), "{ctx}");
+            let said = said.unwrap_or_default();
+            assert!(
+                said.contains("annotation devinject.io/fpga-sim.function asks for function \"nlb3\" but env FPGA_SIM_FUNCTION for \"nlb0\""),
+                "{said}\n{ctx}"
+            );
+            assert!(
+                !String::from_utf8_lossy(&out.stdout).contains(RAN),
+                "the container's process must not run\n{ctx}"
+            );
+            assert_eq!(programmed(&sys), ["-", "-", "-"], "{ctx}");
+        }
+    }
+}
+
+/// Issue 32, finding 9: a 200 KiB function value was echoed whole into the refusal that the
+/// engine's user reads. It is refused in a few hundred bytes that still name the variable.
+#[test]
+fn a_huge_function_value_is_refused_in_a_short_message_finding_9() {
+    if !require_runc_demo() {
+        return;
+    }
+    let huge = format!("FPGA_SIM_FUNCTION={}", "n".repeat(200 << 10));
+    for via in BOTH {
+        let Ran { _t, sys, out, .. } = run(
+            via,
+            &["FPGA_SIM_VISIBLE_DEVICES=0", huge.as_str()],
+            "prepare-huge",
+        );
+        let (code, said) = refusal(via, &out);
+        let said = said.unwrap_or_default();
+        let ctx = format!("{via:?}: {} bytes of stderr", out.stderr.len());
+        assert_eq!(code, Some(5), "{ctx}");
+        assert!(said.len() < 400, "{} bytes: {ctx}", said.len());
+        assert!(
+            said.contains("has no function \"nnnn")
+                && said.contains("(from env FPGA_SIM_FUNCTION)"),
+            "{said}\n{ctx}"
+        );
+        assert!(out.stderr.len() < 4096, "{ctx}");
+        assert_eq!(programmed(&sys), ["-", "-", "-"], "{ctx}");
     }
 }

@@ -259,3 +259,51 @@ fn shim_reads_every_runc_spelling_of_the_bundle() {
         );
     }
 }
+
+/// Issue 32, finding 9: a flag's value may begin with `-`: runc runs `run --pid-file --config
+/// --bundle B ID` with bundle B and its pid file named `--config`, but the shim refused the
+/// line. Run from a directory holding a decoy `config.json`, the shim must inject into B.
+#[test]
+fn shim_takes_a_flag_value_that_begins_with_a_dash_finding_9() {
+    if !require_runc_demo() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let host = demo_host(&t.path().join("host"), &["demo"]).unwrap();
+    let b = bundle(t.path(), &host, Some("0,1"));
+    b.write().unwrap();
+    let decoy = t.path().join("decoy");
+    std::fs::create_dir_all(&decoy).unwrap();
+    let original = std::fs::read(b.dir.join("config.json")).unwrap();
+    std::fs::write(decoy.join("config.json"), &original).unwrap();
+    let id = container_id("dash-value");
+    let state = t.path().join("state");
+    let shim = shim_cmd(&host, &runc_path());
+    let out = std::process::Command::new(&shim[0])
+        .args(&shim[1..])
+        .arg("--root")
+        .arg(&state)
+        .args(["run", "--pid-file", "--config", "--bundle"])
+        .arg(&b.dir)
+        .arg(&id)
+        .current_dir(&decoy)
+        .output()
+        .unwrap();
+    let _ = std::process::Command::new(runc_path())
+        .arg("--root")
+        .arg(&state)
+        .args(["delete", "--force", &id])
+        .output();
+    assert!(out.status.success(), "{}", describe(&out));
+    let report = Report::parse(&String::from_utf8_lossy(&out.stdout));
+    assert_demo_granted_0_1(&report, &out);
+    assert!(
+        decoy.join("--config").is_file(),
+        "runc wrote its pid file under the name `--config`"
+    );
+    assert_eq!(
+        std::fs::read(decoy.join("config.json")).unwrap(),
+        original,
+        "the decoy in the working directory was edited"
+    );
+}

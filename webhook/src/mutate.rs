@@ -42,7 +42,7 @@ pub enum Refusal {
         second: String,
     },
     /// The container already names another function.
-    #[error("container {container} asks for {name} (function {function}) but sets {env}={set}: remove the variable")]
+    #[error("container {container} asks for {name} (function {function}) but sets {env}={}: remove the variable", devinject_devices::Excerpt(.set))]
     Conflict {
         /// The container.
         container: String,

@@ -26,6 +26,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use devinject_devices::Excerpt;
+
 /// The keys one CRI runtime writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CriKeys {
@@ -79,9 +81,10 @@ pub struct PodRef {
 
 impl fmt::Display for PodRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)?;
+        // A pod can write these annotations itself (see the module docs): bounded, escaped.
+        write!(f, "{}/{}", Excerpt(&self.namespace), Excerpt(&self.name))?;
         if let Some(uid) = &self.uid {
-            write!(f, " (uid {uid})")?;
+            write!(f, " (uid {})", Excerpt(uid))?;
         }
         Ok(())
     }
@@ -118,7 +121,7 @@ pub enum IdentityError {
         missing: &'static str,
     },
     /// containerd and CRI-O keys disagree.
-    #[error("the container's annotations disagree: {first_key}={first_value:?} but {second_key}={second_value:?}: one of them was set by the pod, so neither is trusted")]
+    #[error("the container's annotations disagree: {first_key}={:?} but {second_key}={:?}: one of them was set by the pod, so neither is trusted", Excerpt(.first_value), Excerpt(.second_value))]
     Conflict {
         /// containerd's key.
         first_key: &'static str,

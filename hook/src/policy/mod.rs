@@ -23,7 +23,7 @@ pub mod identity;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use devinject_devices::{ProfileName, ProfileSet, Request, Resolve};
+use devinject_devices::{Excerpt, ProfileName, ProfileSet, Request, Resolve};
 use devinject_hostconfig::{NonKubernetes, OnDenied, PolicySettings, RequestPolicy};
 use devinject_podresources_protocol::Answer;
 
@@ -93,7 +93,7 @@ pub enum PolicyError {
         pod: String,
     },
     /// The pod is known but not the container.
-    #[error("{profile} devices refused: the kubelet lists no container {container:?} in pod {pod} (it lists {listed}); ordinary init containers are not listed by the pod-resources API and cannot get devices under the kubernetes policy")]
+    #[error("{profile} devices refused: the kubelet lists no container {:?} in pod {pod} (it lists {listed}); ordinary init containers are not listed by the pod-resources API and cannot get devices under the kubernetes policy", Excerpt(.container))]
     ContainerUnknown {
         /// The profile.
         profile: ProfileName,
@@ -111,7 +111,7 @@ pub enum PolicyError {
 
 /// A request that names other devices than the kubelet granted the container.
 #[derive(Debug, thiserror::Error)]
-#[error("{profile} devices refused: container {container:?} of pod {pod} asks for {requested} ({origin}), but the kubelet granted it {granted} of {resource}: request devices with `resources.limits: {{{resource}: N}}` instead of setting {origin_key} yourself")]
+#[error("{profile} devices refused: container {:?} of pod {pod} asks for {} ({origin}), but the kubelet granted it {granted} of {resource}: request devices with `resources.limits: {{{resource}: N}}` instead of setting {origin_key} yourself", Excerpt(.container), Excerpt(.requested))]
 pub struct NotGranted {
     /// The profile.
     pub profile: ProfileName,

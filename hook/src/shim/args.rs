@@ -184,9 +184,11 @@ fn parse_one<'a>(
     }
 }
 
-/// urfave/cli v1's `reorderArgs`: flags written after positional arguments are moved in front of
-/// them (with the argument after a flag written without `=`, when that does not start with a
-/// dash), up to a `--`.
+/// urfave/cli v1.22's `reorderArgs` (the version runc vendors): flags written after positional
+/// arguments are moved in front of them, each with the argument after it when it was written
+/// without `=` and that argument is not itself one of the command's flags, whatever it starts
+/// with (`--pid-file --config`, `--console-socket --`: issue 32, finding 9); a `--` that is not
+/// such a value stops the reordering.
 fn reorder_args(args: &[OsString], set: &'static [Flag]) -> Vec<OsString> {
     // urfave/cli's `argIsFlag`: up to two leading dashes off, up to the first `=`, a known name.
     let is_flag = |a: &OsStr| {
@@ -203,12 +205,12 @@ fn reorder_args(args: &[OsString], set: &'static [Flag]) -> Vec<OsString> {
     let (mut flags, mut rest) = (Vec::new(), Vec::new());
     let mut may_be_value = false;
     for (i, a) in args.iter().enumerate() {
-        if a == "--" {
-            rest.extend_from_slice(&args[i..]);
-            break;
-        } else if may_be_value && !a.as_bytes().starts_with(b"-") {
+        if may_be_value && !is_flag(a) {
             may_be_value = false;
             flags.push(a.clone());
+        } else if a == "--" {
+            rest.extend_from_slice(&args[i..]);
+            break;
         } else if is_flag(a) {
             flags.push(a.clone());
             may_be_value = !a.as_bytes().contains(&b'=');
@@ -434,15 +436,6 @@ mod tests {
                     got: vec!["id".into(), "-b".into(), "/b".into()],
                 },
             ),
-            // urfave/cli leaves the unknown-looking `-x` behind the reordered flags, so
-            // `--pid-file` takes `-b` as its value and `/b` is an argument.
-            (
-                &["create", "--pid-file", "-x", "-b", "/b", "id"],
-                ArgsError::ContainerId {
-                    command: "create".into(),
-                    got: vec!["/b".into(), "-x".into(), "id".into()],
-                },
-            ),
             (
                 &["create", "-b", "/b"],
                 ArgsError::ContainerId {
@@ -460,6 +453,55 @@ mod tests {
         }
         // Commands whose bundle we do not edit are not parsed past the command.
         assert!(ShimArgs::parse(os_args(&["delete", "--force", "--whatever", "id"])).is_ok());
+    }
+
+    /// Issue 32, finding 9: the shim refused `create --pid-file --config --bundle B
+    /// --console-socket --runtime ID`, which runc runs with bundle B. A flag that takes a value
+    /// takes the next argument, whatever it starts with; urfave/cli moves it along with its flag
+    /// unless it is one of the command's flags. Each line here was run through runc 1.1.5, which
+    /// failed with `chdir /b` (the bundle it chose), or else as noted.
+    #[test]
+    fn a_flag_value_may_begin_with_a_dash_finding_9() {
+        let parsed = |line: &[&str]| ShimArgs::parse(os_args(line));
+        for line in [
+            &[
+                "create",
+                "--pid-file",
+                "--config",
+                "--bundle",
+                "/b",
+                "--console-socket",
+                "--runtime",
+                "id",
+            ][..],
+            &["create", "--pid-file", "-x", "-b", "/b", "id"],
+            &["create", "--pid-file=--x", "-b", "/b", "id"],
+            &["create", "id", "--pid-file", "--config", "--bundle", "/b"],
+            // After a flag, `--` is its value, not the end of the flags.
+            &["create", "id", "--pid-file", "--", "--bundle", "/b"],
+            &["create", "--pid-file", "--", "--bundle", "/b", "id"],
+            // `-b` is a flag of create: it is not moved as a value, but Go's flag package still
+            // gives it to `--console-socket`, and `--bundle /b` follows.
+            &["create", "--console-socket", "-b", "--bundle", "/b", "id"],
+        ] {
+            let a = parsed(line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+            assert_eq!(a.bundle, Some(PathBuf::from("/b")), "{line:?}");
+        }
+        // Global flags: `runc --log --debug create ...` logs to a file named `--debug`.
+        let a = parsed(&["--log", "--debug", "create", "-b", "/b", "id"]).unwrap();
+        assert_eq!(
+            (a.log, a.bundle),
+            (Some(PathBuf::from("--debug")), Some(PathBuf::from("/b")))
+        );
+        // A boolean before the id still stops flag parsing there (runc: "requires exactly 1
+        // argument(s)"), even though urfave/cli moved the id along as if it were a value.
+        assert_eq!(
+            parsed(&["create", "--no-pivot", "id", "-b", "/b"]).unwrap_err(),
+            ArgsError::ContainerId {
+                command: "create".into(),
+                got: vec!["id".into(), "-b".into(), "/b".into()],
+            }
+        );
     }
 
     #[test]

@@ -147,7 +147,7 @@ pub fn edit_bundle(
         return Ok(BundleEdit::Untouched);
     };
     let spec = Spec::parse(&bytes, &what)?;
-    let Some(asked) = asked(profiles, |n| spec.env(n), &spec.annotations) else {
+    let Some(asked) = asked(profiles, |n| spec.env(n), &spec.annotations)? else {
         return Ok(BundleEdit::Untouched);
     };
     let rootfs = spec.rootfs(bundle)?;
