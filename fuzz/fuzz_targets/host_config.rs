@@ -11,7 +11,11 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     match HostConfig::parse(text, Path::new("/etc/devinject/config.toml")) {
-        Ok(c) => assert!(c.pod_resources_timeout_ms > 0),
+        Ok(c) => assert!(
+            c.pod_resources_timeout_ms > 0
+                && (1..=devinject_hostconfig::MAX_NRI_REQUEST_BUDGET_MS)
+                    .contains(&c.nri_request_budget_ms)
+        ),
         Err(e) => assert!(e.to_string().contains("/etc/devinject/config.toml")),
     }
 });

@@ -428,10 +428,14 @@ pub const DEMO_FUNCTION: (&str, &str) = ("nlb3", "devinject.io/demo-nlb3");
 /// The function whose prepare run fails, with this message on stderr.
 pub const DEMO_BROKEN_FUNCTION: (&str, &str) = ("broken", "bitstream broken does not fit");
 
+/// The function whose prepare run takes this many seconds (within the profile's deadline,
+/// beyond containerd's NRI request timeout: issue 32, finding 4).
+pub const DEMO_SLOW_FUNCTION: (&str, u32) = ("slow", 3);
+
 /// Gives `host`'s demo profile a prepare step (docs/prepare.md) that "programs" a device the
 /// way an FPGA's would: its program writes the function into `<dir>/accelN/function` of a
 /// sysfs-like directory, which it returns. Functions: [`DEMO_FUNCTION`] (with its friendly
-/// name) and [`DEMO_BROKEN_FUNCTION`], whose run fails. Profiles are read per container, so a
+/// name), [`DEMO_BROKEN_FUNCTION`], whose run fails, and [`DEMO_SLOW_FUNCTION`]. Profiles are read per container, so a
 /// running hook, shim or NRI plugin uses it from the next container on.
 pub fn add_demo_prepare_step(host: &SimHost) -> Result<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
@@ -439,11 +443,13 @@ pub fn add_demo_prepare_step(host: &SimHost) -> Result<PathBuf> {
     std::fs::create_dir_all(&sys)?;
     let program = host.dir.join("demo-program");
     let (broken, message) = DEMO_BROKEN_FUNCTION;
+    let (slow, seconds) = DEMO_SLOW_FUNCTION;
     std::fs::write(
         &program,
         format!(
             "#!/bin/sh\nset -e\n\
              [ \"$DEVINJECT_FUNCTION\" != {broken} ] || {{ echo '{message}' >&2; exit 3; }}\n\
+             [ \"$DEVINJECT_FUNCTION\" != {slow} ] || exec sleep {seconds}\n\
              out=\"$1/accel$DEVINJECT_DEVICE\"\nmkdir -p \"$out\"\n\
              printf '%s' \"$DEVINJECT_FUNCTION\" > \"$out/function\"\n"
         ),
@@ -455,7 +461,7 @@ pub fn add_demo_prepare_step(host: &SimHost) -> Result<PathBuf> {
     text.push_str(&format!(
         "\n[prepare]\ncommand = [\"{}\", \"{}\"]\ntimeout_ms = 5000\n\
          [[prepare.functions]]\nid = \"{function}\"\nresource = \"{friendly}\"\n\
-         [[prepare.functions]]\nid = \"{broken}\"\n",
+         [[prepare.functions]]\nid = \"{broken}\"\n[[prepare.functions]]\nid = \"{slow}\"\n",
         program.display(),
         sys.display()
     ));

@@ -9,6 +9,7 @@
 //! written `config.json`.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use devinject_devices::{DeviceId, PrepareRun, ProfileName};
 use devinject_exit::ExitCode;
@@ -86,6 +87,15 @@ pub enum PrepareStepError {
         /// What went wrong.
         source: ChildError,
     },
+    /// It was cut short by its caller's deadline, before its own: killed when the time the
+    /// caller had left ran out, or not started when none was left.
+    #[error("{step} did not finish within the {} ms its caller had left and was killed", left.as_millis())]
+    OutOfTime {
+        /// Which run.
+        step: Box<Step>,
+        /// The time it was given.
+        left: Duration,
+    },
     /// It ran and failed.
     #[error("{step} failed ({status}): {output}")]
     Failed {
@@ -101,12 +111,40 @@ pub enum PrepareStepError {
 /// Runs every prepare step in order; stops at the first failure.
 pub fn run_all(runs: &[PrepareRun]) -> Result<(), PrepareStepError> {
     for r in runs {
-        run_one(r)?;
+        run_one(r, r.limit)?;
     }
     Ok(())
 }
 
-fn run_one(r: &PrepareRun) -> Result<(), PrepareStepError> {
+/// [`run_all`], every step also finished by `deadline`: each runs under the lesser of its own
+/// limit and the time left, and one the deadline cuts short is killed (the NRI plugin must
+/// answer the engine in time whatever a program does: issue 32, finding 4).
+pub fn run_all_by(runs: &[PrepareRun], deadline: Instant) -> Result<(), PrepareStepError> {
+    for r in runs {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left >= r.limit {
+            run_one(r, r.limit)?;
+            continue;
+        }
+        let out_of_time = || PrepareStepError::OutOfTime {
+            step: Step::of(r),
+            left,
+        };
+        if left.is_zero() {
+            return Err(out_of_time());
+        }
+        match run_one(r, left) {
+            Err(PrepareStepError::Run {
+                source: ChildError::Timeout { .. },
+                ..
+            }) => return Err(out_of_time()),
+            other => other?,
+        }
+    }
+    Ok(())
+}
+
+fn run_one(r: &PrepareRun, limit: Duration) -> Result<(), PrepareStepError> {
     child::check_runnable(&r.program).map_err(|e| PrepareStepError::Unrunnable {
         step: Step::of(r),
         problem: match e {
@@ -119,7 +157,7 @@ fn run_one(r: &PrepareRun) -> Result<(), PrepareStepError> {
         path: &r.program,
         args: &r.args,
         env: &r.env,
-        limit: r.limit,
+        limit,
         max_stdout: MAX_STDOUT_BYTES,
     })
     .map_err(|source| PrepareStepError::Run {
@@ -141,7 +179,6 @@ fn run_one(r: &PrepareRun) -> Result<(), PrepareStepError> {
 mod tests {
     use std::ffi::OsString;
     use std::path::Path;
-    use std::time::{Duration, Instant};
 
     use devinject_devices::DeviceId;
 
@@ -222,6 +259,54 @@ mod tests {
             ),
             "{err}"
         );
+
+        // A caller's deadline before the step's own: killed at the deadline, and said so;
+        // steps after the deadline are not started.
+        let started = Instant::now();
+        let err = run_all_by(
+            &[run_of(&hangs, "1", 5000)],
+            Instant::now() + Duration::from_millis(300),
+        )
+        .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert!(
+            matches!(err, PrepareStepError::OutOfTime { left, .. } if left <= Duration::from_millis(300)),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .contains("for device 1 (function nlb3) did not finish within"),
+            "{err}"
+        );
+        let before = std::fs::read_to_string(&log).unwrap();
+        let err = run_all_by(&[run_of(&ok, "3", 5000)], Instant::now()).unwrap_err();
+        assert!(matches!(err, PrepareStepError::OutOfTime { .. }), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(&log).unwrap(),
+            before,
+            "not started"
+        );
+        // A step's own deadline, shorter than the caller's, is still its own timeout.
+        let err = run_all_by(
+            &[run_of(&hangs, "1", 200)],
+            Instant::now() + Duration::from_secs(10),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PrepareStepError::Run {
+                    source: ChildError::Timeout { .. },
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        run_all_by(
+            &[run_of(&ok, "5", 5000)],
+            Instant::now() + Duration::from_secs(10),
+        )
+        .unwrap();
 
         let missing = d.join("nowhere");
         let err = run_all(&[run_of(&missing, "0", 5000)]).unwrap_err();

@@ -95,7 +95,20 @@ pub struct HostConfig {
     pub non_kubernetes: NonKubernetes,
     /// Under the `kubernetes` policy: requests the kubelet did not grant.
     pub on_denied: OnDenied,
+    /// How long the NRI plugin may take to answer containerd about one container, prepare
+    /// steps included, in milliseconds. containerd drops a plugin that answers later than its
+    /// `plugin_request_timeout` (2 s by default) and creates containers without it: keep this
+    /// safely below that setting (issue 32, finding 4). When containerd sends its timeout, the
+    /// plugin also stays within three quarters of it.
+    pub nri_request_budget_ms: u64,
 }
+
+/// The default for `nri_request_budget_ms`: three quarters of containerd's default
+/// `plugin_request_timeout` (2 s).
+pub const DEFAULT_NRI_REQUEST_BUDGET_MS: u64 = 1500;
+
+/// The largest `nri_request_budget_ms`: a prepare step's own longest deadline (5 minutes).
+pub const MAX_NRI_REQUEST_BUDGET_MS: u64 = 300_000;
 
 /// The default for `pod_resources_timeout_ms`: container creation waits at most this long.
 pub const DEFAULT_POD_RESOURCES_TIMEOUT_MS: u64 = 2000;
@@ -128,6 +141,7 @@ impl Default for HostConfig {
             pod_resources_helper: None,
             non_kubernetes: NonKubernetes::Env,
             on_denied: OnDenied::Fail,
+            nri_request_budget_ms: DEFAULT_NRI_REQUEST_BUDGET_MS,
         }
     }
 }
@@ -163,6 +177,15 @@ impl HostConfig {
             return Err(ConfigError::Parse {
                 path: path.to_owned(),
                 message: "pod_resources_timeout_ms is 0: give the kubelet at least 1 ms (the default is 2000)".into(),
+            });
+        }
+        if !(1..=MAX_NRI_REQUEST_BUDGET_MS).contains(&config.nri_request_budget_ms) {
+            return Err(ConfigError::Parse {
+                path: path.to_owned(),
+                message: format!(
+                    "nri_request_budget_ms is {}: give the NRI plugin 1 to {MAX_NRI_REQUEST_BUDGET_MS} ms, below containerd's plugin_request_timeout (the default is {DEFAULT_NRI_REQUEST_BUDGET_MS})",
+                    config.nri_request_budget_ms
+                ),
             });
         }
         if let Some(helper) = config
@@ -267,6 +290,26 @@ mod tests {
     }
 
     #[test]
+    fn the_nri_request_budget_stays_below_containerds_default_timeout_and_is_bounded() {
+        let p = Path::new("/c.toml");
+        let c = HostConfig::parse("", p).unwrap();
+        assert_eq!(c.nri_request_budget_ms, 1500, "under containerd's 2 s");
+        let c = HostConfig::parse("nri_request_budget_ms = 45000\n", p).unwrap();
+        assert_eq!(c.nri_request_budget_ms, 45_000);
+        for bad in ["0", "300001"] {
+            let err = HostConfig::parse(&format!("nri_request_budget_ms = {bad}\n"), p)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("nri_request_budget_ms")
+                    && err.contains("plugin_request_timeout")
+                    && err.contains("/c.toml"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
     fn policy_keys() {
         let p = Path::new("/c.toml");
         let c = HostConfig::parse("", p).unwrap();
@@ -328,7 +371,7 @@ mod props {
 
     const PATH: &str = "/etc/devinject/config.toml";
 
-    const KNOWN: [&str; 16] = [
+    const KNOWN: [&str; 17] = [
         "ldcache",
         "profiles_dir",
         "dev_root",
@@ -345,6 +388,7 @@ mod props {
         "pod_resources_helper",
         "non_kubernetes",
         "on_denied",
+        "nri_request_budget_ms",
     ];
 
     fn quoted(s: &str) -> String {

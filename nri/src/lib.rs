@@ -8,10 +8,12 @@
 //! - [`mux`]: NRI's two connections over one socket.
 //! - [`framing`]: ttrpc messages on a connection; [`envelope`]: ttrpc's request and response.
 //! - [`api`]: the NRI messages (our own subset of NRI's protocol, `proto/`).
-//! - [`session`]: register, then serve, over one connection.
+//! - [`session`]: register, then serve, over one connection, each container on its own thread.
 //! - [`plugin`]: what each call does; [`adjust`]: a plan as an adjustment.
+//! - [`budget`]: how long a request may take (containerd drops a plugin that is late).
 
 pub mod adjust;
+pub mod budget;
 pub mod error;
 pub mod framing;
 pub mod mux;

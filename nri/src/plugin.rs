@@ -3,9 +3,11 @@
 //! env and annotations, the host's request policy, the planner) and answers with the plan as an
 //! adjustment ([`crate::adjust`]). A refusal fails the container's creation with the policy's
 //! message, which the kubelet shows on the pod. The profiles' prepare steps run here, before the
-//! answer ([`devinject_hook::prepare_step`]).
+//! answer ([`devinject_hook::prepare_step`]), within the request's budget ([`crate::budget`]).
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use devinject_devices::ContainerLayout;
 use devinject_hook::admit::{asked, Admission, AdmitError};
@@ -17,6 +19,7 @@ use prost::Message;
 
 use crate::adjust::{adjustment, AdjustError};
 use crate::api;
+use crate::budget::{BudgetError, RequestBudget};
 use crate::error::NriError;
 
 /// NRI's plugin service.
@@ -35,13 +38,15 @@ pub struct Failure {
 }
 
 /// gRPC's `INVALID_ARGUMENT`.
-const INVALID_ARGUMENT: i32 = 3;
+pub(crate) const INVALID_ARGUMENT: i32 = 3;
 /// gRPC's `PERMISSION_DENIED`.
 const PERMISSION_DENIED: i32 = 7;
 /// gRPC's `FAILED_PRECONDITION`.
 const FAILED_PRECONDITION: i32 = 9;
 /// gRPC's `UNIMPLEMENTED`.
 const UNIMPLEMENTED: i32 = 12;
+/// gRPC's `INTERNAL`.
+pub(crate) const INTERNAL: i32 = 13;
 
 /// Why a container was not created.
 #[derive(Debug, thiserror::Error)]
@@ -52,14 +57,21 @@ enum CreateError {
     Adjust(#[from] AdjustError),
     #[error(transparent)]
     Prepare(#[from] PrepareStepError),
+    #[error(transparent)]
+    Budget(#[from] BudgetError),
 }
 
-/// The plugin: the host settings it admits containers under.
+/// The plugin: the host settings it admits containers under. Shared by the threads that
+/// serve a session's requests ([`crate::session`]).
 #[derive(Debug)]
 pub struct Plugin {
     admission: Admission,
     config_path: Option<PathBuf>,
     hook: PathBuf,
+    budget: Duration,
+    /// The runtime's request timeout in milliseconds, as its last `Configure` said (0: not
+    /// said).
+    runtime_timeout_ms: AtomicU64,
 }
 
 impl Plugin {
@@ -74,11 +86,38 @@ impl Plugin {
             admission: Admission::from_config(&config),
             config_path,
             hook,
+            budget: Duration::from_millis(config.nri_request_budget_ms),
+            runtime_timeout_ms: AtomicU64::new(0),
         }
     }
 
-    /// Answers `method` of the plugin service with the encoded response, or a failure.
-    pub fn call(&self, service: &str, method: &str, payload: &[u8]) -> Result<Vec<u8>, Failure> {
+    /// The budget each request gets now.
+    pub fn budget(&self) -> RequestBudget {
+        let ms = self.runtime_timeout_ms.load(Ordering::Relaxed);
+        RequestBudget {
+            configured: self.budget,
+            runtime_timeout: (ms > 0).then(|| Duration::from_millis(ms)),
+        }
+    }
+
+    /// The failure of a request refused for its budget without `call`'s answer.
+    pub fn refused(&self, error: BudgetError) -> Failure {
+        tracing::warn!("refused: {error}");
+        Failure {
+            code: FAILED_PRECONDITION,
+            message: format!("devinject: {error}"),
+        }
+    }
+
+    /// Answers `method` of the plugin service with the encoded response, or a failure; the
+    /// work a container's creation does (its prepare steps) ends by `deadline`.
+    pub fn call(
+        &self,
+        service: &str,
+        method: &str,
+        payload: &[u8],
+        deadline: Instant,
+    ) -> Result<Vec<u8>, Failure> {
         if service != SERVICE {
             return Err(Failure {
                 code: UNIMPLEMENTED,
@@ -88,11 +127,23 @@ impl Plugin {
         match method {
             "Configure" => {
                 let req = decode::<api::ConfigureRequest>(payload, "ConfigureRequest")?;
+                let timeout_ms = u64::try_from(req.request_timeout).unwrap_or(0);
+                self.runtime_timeout_ms.store(timeout_ms, Ordering::Relaxed);
+                let budget = self.budget();
                 tracing::info!(
                     runtime = %req.runtime_name,
                     version = %req.runtime_version,
+                    request_timeout_ms = timeout_ms,
+                    budget_ms = budget.get().as_millis() as u64,
                     "configured by the runtime"
                 );
+                if budget.get() < budget.configured {
+                    tracing::warn!(
+                        "nri_request_budget_ms ({} ms) is more than three quarters of the runtime's plugin_request_timeout ({timeout_ms} ms): answering within {} ms",
+                        budget.configured.as_millis(),
+                        budget.get().as_millis()
+                    );
+                }
                 Ok(api::ConfigureResponse { events: EVENTS }.encode_to_vec())
             }
             "Synchronize" => Ok(api::SynchronizeResponse { more: false }.encode_to_vec()),
@@ -100,7 +151,7 @@ impl Plugin {
                 let req = decode::<api::CreateContainerRequest>(payload, "CreateContainerRequest")?;
                 let container = req.container.unwrap_or_default();
                 let pod = req.pod.unwrap_or_default();
-                match self.create_container(&container) {
+                match self.create_container(&container, deadline) {
                     Ok(adjust) => Ok(api::CreateContainerResponse { adjust }.encode_to_vec()),
                     Err(e) => {
                         tracing::warn!(
@@ -129,6 +180,7 @@ impl Plugin {
     fn create_container(
         &self,
         container: &api::Container,
+        deadline: Instant,
     ) -> Result<Option<api::ContainerAdjustment>, CreateError> {
         let mentions = |needle: &str| {
             container.env.iter().any(|e| e.contains(needle))
@@ -155,7 +207,23 @@ impl Plugin {
             return Ok(None);
         };
         // Before the adjustment: a failed prepare step fails the creation with nothing done.
-        prepare_step::run_all(&plan.prepare)?;
+        // Within the request's budget, so that a slow one fails its own container only and
+        // containerd keeps the plugin (issue 32, finding 4).
+        if !plan.prepare.is_empty() && Instant::now() >= deadline {
+            return Err(BudgetError::Admission {
+                budget: self.budget(),
+            }
+            .into());
+        }
+        prepare_step::run_all_by(&plan.prepare, deadline).map_err(|e| match e {
+            PrepareStepError::OutOfTime { step, .. } => {
+                CreateError::Budget(BudgetError::PrepareStep {
+                    step,
+                    budget: self.budget(),
+                })
+            }
+            other => CreateError::Prepare(other),
+        })?;
         let request_envs = asked.request_envs();
         let finish = spec_edit::finish_hook(
             &self.hook,

@@ -17,6 +17,9 @@
 //!   whose host nodes are `0660 root:4242`: NRI cannot add a group to the process, so the finish
 //!   hook gives the nodes runc made to the process's group; the un-granted accel2 (bind-mounted
 //!   with the host's owner) stays refused.
+//! - A prepare step slower than containerd's NRI request timeout (issue 32, finding 4) fails
+//!   only its own container, within the plugin's request budget and with a message naming the
+//!   budget and the fix; containerd keeps the plugin, and the next container gets its devices.
 //!
 //! The host configuration's request policy is `env` here (no kubelet); the `kubernetes` policy
 //! on this path is the real kubelet's test. Needs root, runc, busybox, gcc, the built binaries
@@ -25,13 +28,14 @@
 
 use std::path::PathBuf;
 
+use devinject_nri::session::REGISTERED;
 use devinject_tests::cri::ContainerSpec;
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::cri_release::{ready, Paths, ReleaseNode};
 use devinject_tests::probe::Report;
 use devinject_tests::sim::{
     add_demo_prepare_step, assert_demo_granted_0_1_in, assert_group_only_granted_0_1,
-    demo_probe_args, DEMO_BROKEN_FUNCTION, DEMO_FUNCTION, LIB,
+    demo_probe_args, DEMO_BROKEN_FUNCTION, DEMO_FUNCTION, DEMO_SLOW_FUNCTION, LIB,
 };
 
 /// The probe asking for `request` (`DEMO_VISIBLE_DEVICES`), with accel2 bind-mounted.
@@ -198,4 +202,83 @@ fn containerd_1_7_gives_a_non_root_container_its_nodes_through_nri() {
 #[test]
 fn containerd_2_gives_a_non_root_container_its_nodes_through_nri() {
     non_root_opens_group_owned_devices_through_nri("2");
+}
+
+/// Issue 32, finding 4: a prepare step that outlives containerd's `plugin_request_timeout` (2 s
+/// by default) made containerd close the plugin and create that container, and every one after
+/// it until the plugin reconnected, without devinject. The plugin answers within its request
+/// budget instead: only the slow container fails, and the plugin stays.
+fn a_slow_prepare_step_fails_only_its_container_and_keeps_the_plugin(series: &str) {
+    let Some(release) = ready(series) else {
+        return;
+    };
+    let paths = Paths {
+        nri: true,
+        host_config: "policy = \"env\"".into(),
+        ..Paths::default()
+    };
+    let mut node = ReleaseNode::start(&release, &paths).unwrap_or_else(|e| panic!("{e:#}"));
+    node.start_nri_plugin().unwrap_or_else(|e| panic!("{e:#}"));
+    let sys = add_demo_prepare_step(&node.host).unwrap();
+    let (pod, config) = node.pod("nri-slow", "").unwrap_or_else(|e| panic!("{e:#}"));
+    let (slow, seconds) = DEMO_SLOW_FUNCTION;
+    let spec = ContainerSpec {
+        env: vec![
+            ("DEMO_VISIBLE_DEVICES".into(), "1".into()),
+            ("DEMO_FUNCTION".into(), slow.into()),
+        ],
+        mounts: vec![(sys.clone(), PathBuf::from("/sys-fpga"))],
+        ..probe(&node, "slow", None)
+    };
+    let started = std::time::Instant::now();
+    let slow_outcome = node
+        .run(&pod, &config, &spec)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let slow_took = started.elapsed();
+    // At once, as another pod's would: a container asking for devices, with no prepare step.
+    let spec = probe(&node, "after-slow", Some("0,1"));
+    let next = node
+        .run(&pod, &config, &spec)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let containerd_log =
+        std::fs::read_to_string(node.containerd.daemon().log()).unwrap_or_default();
+    let closed: Vec<&str> = containerd_log
+        .lines()
+        .filter(|l| l.contains("closing plugin") || l.contains("connection to plugin"))
+        .collect();
+    let plugin_log = node.nri_log();
+    let seen = format!(
+        "containerd {series}: the slow container ({seconds} s prepare step) took {slow_took:?}: \
+         {slow_outcome:?}\n--- the next container\n{next:?}\n--- containerd on the plugin\n{}\n\
+         --- plugin\n{plugin_log}",
+        closed.join("\n")
+    );
+
+    let err = slow_outcome.as_ref().expect_err(&format!(
+        "the slow prepare step must fail its own container\n{seen}"
+    ));
+    assert!(
+        err.contains("profile demo for device 1 (function slow)")
+            && err.contains("NRI request budget of 1500 ms")
+            && err.contains("plugin_request_timeout")
+            && err.contains("nri_request_budget_ms"),
+        "{seen}"
+    );
+    assert!(slow_took < std::time::Duration::from_secs(2), "{seen}");
+    assert!(closed.is_empty(), "containerd must keep the plugin\n{seen}");
+    assert_eq!(plugin_log.matches(REGISTERED).count(), 1, "{seen}");
+    let (code, output) = next.unwrap_or_else(|e| panic!("{e}\n{seen}"));
+    assert_eq!(code, 0, "{seen}");
+    assert_demo_granted_0_1_in(&Report::parse(&output), &seen);
+    node.cri.remove_pod(&pod).expect("remove pod");
+}
+
+#[test]
+fn containerd_1_7_keeps_the_nri_plugin_when_a_prepare_step_is_slow() {
+    a_slow_prepare_step_fails_only_its_container_and_keeps_the_plugin("1.7");
+}
+
+#[test]
+fn containerd_2_keeps_the_nri_plugin_when_a_prepare_step_is_slow() {
+    a_slow_prepare_step_fails_only_its_container_and_keeps_the_plugin("2");
 }

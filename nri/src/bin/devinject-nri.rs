@@ -3,6 +3,7 @@
 //! containerd restart or upgrade needs nothing from anyone.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -61,7 +62,7 @@ fn main() -> anyhow::Result<()> {
         std::env::set_current_dir("/").context("chdir to / in the host root")?;
     }
     let config = HostConfig::load(args.config.as_deref()).context("load the host configuration")?;
-    let plugin = Plugin::new(config, args.config.clone());
+    let plugin = Arc::new(Plugin::new(config, args.config.clone()));
     let registration = Registration {
         name: args.name.clone(),
         index: args.index.clone(),
