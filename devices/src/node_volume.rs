@@ -11,6 +11,8 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use crate::Excerpt;
+
 /// One entry of the spec's `mounts`, as far as this rule reads it.
 #[derive(Debug, Clone, Copy)]
 pub struct SpecMount<'a> {
@@ -58,28 +60,15 @@ pub fn check<'a>(
         } else if m.kind.is_empty() {
             "a mount of no type".to_owned()
         } else {
-            format!("a {} mount", bounded(m.kind, 32))
+            format!("a {} mount", Excerpt(m.kind))
         };
         return Err(NodeInVolume {
             node: node.to_owned(),
-            mount: bounded(m.destination, 256),
+            mount: Excerpt(m.destination).to_string(),
             what,
         });
     }
     Ok(())
-}
-
-/// `text` cut to at most `max` bytes (on a character boundary), marked when cut: what a
-/// message quotes of a spec is bounded.
-fn bounded(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}... ({} bytes)", &text[..end], text.len())
 }
 
 /// `path` as runc cleans a destination: absolute, without `.` and empty components; `..` kept
@@ -186,6 +175,6 @@ mod tests {
         let err = check([Path::new("/dev/kvm")], &[m]).unwrap_err();
         let text = err.to_string();
         assert!(text.len() < 1024, "{}", text.len());
-        assert!(text.contains("(100000 bytes)"), "{text}");
+        assert!(text.contains("(100000 bytes in all)"), "{text}");
     }
 }
