@@ -1,15 +1,27 @@
-//! Running a host program from the hook or the shim: the pod-resources helper and a profile's
-//! prepare step; and, with [`call`], work the hook does in a forked child without `exec` (the
-//! injection in the container's mount namespace), under the same deadline and bounds.
+//! Running a host program from the hook, the shim or the NRI plugin: the pod-resources helper
+//! and a profile's prepare step; and, with [`call`], work the hook does in a forked child without
+//! `exec` (the injection in the container's mount namespace, ldconfig), under the same deadline
+//! and bounds.
 //!
-//! Both run as root for a container, so both run the same way:
+//! All run as root for a container, so all run the same way:
 //! - by absolute path, checked before the fork ([`check_runnable`]) so that a missing program is
 //!   named with its fix by the caller;
 //! - with exactly the environment the caller gives (nothing of the container's or the runtime's
-//!   reaches it) and stdin from `/dev/null`;
-//! - under a deadline, after which it is killed; it also dies with its parent
-//!   (`PR_SET_PDEATHSIG`, see `sys::fork_run`), and an alarm armed before `exec` ends it should
-//!   it close its output and hang (reported as the timeout it is, [`ChildError::Timeout`]);
+//!   reaches it), stdin from `/dev/null`, and exactly the descriptors 0, 1 and 2: every other
+//!   one is closed right before `exec` (`close_range`), whether or not it was close-on-exec
+//!   (issue 32, finding 2);
+//! - as pid 1 of a PID namespace of its own (`sys::fork_contained`), so that whatever ends it
+//!   ends everything it started, however that detached itself (`setsid`, a double fork, a
+//!   daemon): when it exits, or is killed, the kernel kills every process left in its namespace
+//!   (issue 32, finding 1). A helper it leaves holding its stdout therefore dies with it rather
+//!   than holding the start until the deadline;
+//! - under a deadline, after which it is killed with all it started ([`ChildError::Timeout`]).
+//!   The wait is bounded by the same deadline as the reading of its output (its pidfd is polled
+//!   with the pipes), so a program that closes its output and hangs times out too. As init of
+//!   its namespace it ignores every signal it has no handler for but `SIGKILL` and `SIGSTOP`
+//!   from outside (an alarm, its own `kill`, a `SIGTERM` from the host), so it is ended with
+//!   `SIGKILL`. It also dies with its parent
+//!   (`PR_SET_PDEATHSIG`), taking its namespace along;
 //! - with its output read within bounds: more stdout than the caller allows kills it, and only
 //!   the first [`MAX_STDERR_BYTES`] of stderr are kept.
 //!
@@ -191,32 +203,38 @@ pub fn run(program: Program<'_>) -> Result<Finished, ChildError> {
     .map_err(spawn("open /dev/null"))?;
     let (out_r, out_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(spawn("pipe"))?;
     let (err_r, err_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(spawn("pipe"))?;
-    // Whole seconds, rounded up: the backstop never fires before the deadline below.
-    let alarm_secs = u32::try_from(program.limit.as_secs() + 1).unwrap_or(u32::MAX);
     let deadline = Instant::now() + program.limit;
-    let child = sys::fork_run(|| {
-        // Only async-signal-safe calls from here on: the parent may have had other threads
-        // (tests) holding locks at the fork.
+    let child = sys::fork_contained(|| {
+        // Only async-signal-safe calls from here on: the parent may have other threads (the NRI
+        // plugin, tests) that held locks at the fork.
         let redirected = nix::unistd::dup2_stdin(&null)
             .and_then(|()| nix::unistd::dup2_stdout(&out_w))
-            .and_then(|()| nix::unistd::dup2_stderr(&err_w));
+            .and_then(|()| nix::unistd::dup2_stderr(&err_w))
+            // Exactly 0-2 (issue 32, finding 2): nothing the engine or a caller left open
+            // without close-on-exec reaches the program.
+            .and_then(|()| sys::close_range(3, u32::MAX));
         if redirected.is_err() {
             return EXEC_FAILED;
         }
-        nix::unistd::alarm::set(alarm_secs);
         let Err(errno) = nix::unistd::execve(&argv[0], &argv, &env);
         let stderr = std::io::stderr();
         let _ = nix::unistd::write(stderr.as_fd(), exec_failed.as_bytes());
         let _ = nix::unistd::write(stderr.as_fd(), errno.desc().as_bytes());
         EXEC_FAILED
     })
-    .map_err(spawn("fork"))?;
+    .map_err(spawn("start it in a PID namespace of its own"))?;
     drop((null, out_w, err_w));
-    let (stdout, stderr) = match collect(Some(&out_r), &err_r, deadline, program.max_stdout) {
+    let (stdout, stderr) = match collect(
+        Some(&out_r),
+        &err_r,
+        child.pidfd.as_ref(),
+        deadline,
+        program.max_stdout,
+    ) {
         Ok(Collected::Closed { stdout, stderr }) => (stdout, stderr),
         Ok(Collected::TimedOut) => {
             return Err(killed(
-                child,
+                child.pid,
                 ChildError::Timeout {
                     limit: program.limit,
                 },
@@ -224,21 +242,27 @@ pub fn run(program: Program<'_>) -> Result<Finished, ChildError> {
         }
         Ok(Collected::Oversize) => {
             return Err(killed(
-                child,
+                child.pid,
                 ChildError::Oversize {
                     max: program.max_stdout,
                 },
             ))
         }
-        Err(errno) => return Err(killed(child, spawn("read its output")(errno))),
+        Err(errno) => return Err(killed(child.pid, spawn("read its output")(errno))),
     };
-    let status = wait(child).map_err(spawn("wait"))?;
-    if let WaitStatus::Signaled(_, Signal::SIGALRM, _) = status {
-        // The backstop armed before `exec` ended it: it outlived its deadline.
-        return Err(ChildError::Timeout {
-            limit: program.limit,
-        });
-    }
+    let status = match reap(child.pid, deadline) {
+        Ok(Some(status)) => status,
+        // It closed its output and went on: the deadline ends it all the same.
+        Ok(None) => {
+            return Err(killed(
+                child.pid,
+                ChildError::Timeout {
+                    limit: program.limit,
+                },
+            ))
+        }
+        Err(errno) => return Err(killed(child.pid, spawn("wait")(errno))),
+    };
     Ok(Finished {
         status,
         stdout,
@@ -264,21 +288,28 @@ pub fn call(limit: Duration, work: impl FnOnce(&OwnedFd) -> i32) -> Result<Calle
     let spawn = |step: &'static str| move |errno| ChildError::Spawn { step, errno };
     let (msg_r, msg_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(spawn("pipe"))?;
     let deadline = Instant::now() + limit;
-    let child = sys::fork_run(|| work(&msg_w)).map_err(spawn("fork"))?;
+    let child = sys::fork_contained(|| work(&msg_w))
+        .map_err(spawn("start it in a PID namespace of its own"))?;
     drop(msg_w);
+    let pid = child.pid;
     // The message is read as a program's stderr is: its first bytes kept, the rest drained.
-    let message = match collect(None, &msg_r, deadline, 0) {
+    let message = match collect(None, &msg_r, child.pidfd.as_ref(), deadline, 0) {
         Ok(Collected::Closed { stderr, .. }) => stderr,
-        Ok(Collected::TimedOut) => return Err(killed(child, ChildError::Timeout { limit })),
+        Ok(Collected::TimedOut) => return Err(killed(pid, ChildError::Timeout { limit })),
         // Only stdout has a bound that kills, and none is read here.
-        Ok(Collected::Oversize) => return Err(killed(child, ChildError::Oversize { max: 0 })),
-        Err(errno) => return Err(killed(child, spawn("read its message")(errno))),
+        Ok(Collected::Oversize) => return Err(killed(pid, ChildError::Oversize { max: 0 })),
+        Err(errno) => return Err(killed(pid, spawn("read its message")(errno))),
     };
-    let status = wait(child).map_err(spawn("wait"))?;
+    let status = match reap(pid, deadline) {
+        Ok(Some(status)) => status,
+        Ok(None) => return Err(killed(pid, ChildError::Timeout { limit })),
+        Err(errno) => return Err(killed(pid, spawn("wait")(errno))),
+    };
     Ok(Called { status, message })
 }
 
-/// Kills and reaps the child, then returns `err`.
+/// Kills and reaps the child, then returns `err`. The child is init of its own PID namespace:
+/// the kernel kills everything left in it, and the wait returns once all of it is gone.
 fn killed(child: Pid, err: ChildError) -> ChildError {
     let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
     let _ = wait(child);
@@ -295,17 +326,39 @@ fn wait(child: Pid) -> nix::Result<WaitStatus> {
     }
 }
 
-/// Reads stdout (when there is one) and stderr until both are closed, the deadline passes, or
-/// stdout goes past `max_stdout`.
+/// Reaps the child by `deadline`: `None` if it is still running then. Once [`collect`] has seen
+/// its pidfd readable this returns at once; without a pidfd (kernels before 5.3) it looks every
+/// 10 ms.
+fn reap(child: Pid, deadline: Instant) -> nix::Result<Option<WaitStatus>> {
+    loop {
+        match nix::sys::wait::waitpid(child, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e),
+            Ok(WaitStatus::StillAlive) => {}
+            Ok(status) => return Ok(Some(status)),
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        std::thread::sleep(left.min(Duration::from_millis(10)));
+    }
+}
+
+/// Reads stdout (when there is one) and stderr until both are closed and the child has ended
+/// (its pidfd readable, when there is one), the deadline passes, or stdout goes past
+/// `max_stdout`. The child ending ends everything it started (it is init of its own PID
+/// namespace), so the pipes then close too.
 fn collect(
     out: Option<&OwnedFd>,
     err: &OwnedFd,
+    exit: Option<&OwnedFd>,
     deadline: Instant,
     max_stdout: usize,
 ) -> nix::Result<Collected> {
     let mut stdout = Vec::new();
     let mut stderr = Vec::new();
-    let fds = [out, Some(err)];
+    let fds = [out, Some(err), exit];
     let mut open = fds.map(|f| f.is_some());
     let mut buf = [0u8; 8192];
     while open.contains(&true) {
@@ -338,6 +391,11 @@ fn collect(
             .map(|(w, _)| *w)
             .collect();
         for (i, fd) in ready {
+            if i == 2 {
+                // The pidfd: readable once the child has ended; there is nothing to read.
+                open[i] = false;
+                continue;
+            }
             let n = match nix::unistd::read(fd, &mut buf) {
                 Ok(n) => n,
                 Err(Errno::EINTR) => continue,
@@ -365,6 +423,9 @@ pub(crate) mod test_support {
     use std::os::unix::fs::PermissionsExt;
     use std::path::{Path, PathBuf};
 
+    use nix::sys::signal::Signal;
+    use nix::unistd::Pid;
+
     /// A shell script `dir/name` running `body`, executable. Write every script a test needs
     /// before it runs any: a script still open for writing while another test thread forks
     /// cannot be executed (ETXTBSY).
@@ -374,10 +435,43 @@ pub(crate) mod test_support {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         path
     }
+
+    /// Sends `signal`, from outside its PID namespace, to the first process found running
+    /// `program` (its command line's first word), from a thread, to join. A program is init of
+    /// its own namespace and ignores every signal without a handler but `SIGKILL` and `SIGSTOP`
+    /// from outside: a test that needs one ended by a signal has it `exec` `program` (a link to
+    /// `sleep`) once ready, and kills it from here.
+    pub(crate) fn signal_when_running(
+        program: PathBuf,
+        signal: Signal,
+    ) -> std::thread::JoinHandle<()> {
+        let wanted = [program.as_os_str().as_encoded_bytes(), b"\0"].concat();
+        std::thread::spawn(move || {
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while std::time::Instant::now() < until {
+                for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+                    let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+                        continue;
+                    };
+                    let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+                        continue;
+                    };
+                    if cmdline.starts_with(&wanted) {
+                        nix::sys::signal::kill(Pid::from_raw(pid), signal).unwrap();
+                        return;
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            panic!("{} never ran", program.display());
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::test_support::script;
     use super::*;
 
@@ -396,6 +490,7 @@ mod tests {
         let got = collect(
             Some(&out_r),
             &err_r,
+            None,
             Instant::now() + Duration::from_secs(20),
             max,
         )
@@ -477,7 +572,7 @@ mod tests {
         let (err_r, _err_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
         for micros in [100, 300, 600, 900, 1500] {
             let deadline = Instant::now() + Duration::from_micros(micros);
-            let got = collect(Some(&out_r), &err_r, deadline, 16).unwrap();
+            let got = collect(Some(&out_r), &err_r, None, deadline, 16).unwrap();
             assert!(matches!(got, Collected::TimedOut), "{micros} µs");
             assert!(Instant::now() >= deadline, "{micros} µs: returned early");
         }
@@ -508,62 +603,156 @@ mod tests {
         assert_eq!(finished.failure_message(), "err");
     }
 
-    /// The descriptors from 3 that an `ls -l` of a `fd` directory shows leading to `/dev/null`.
-    fn dev_null_fds(listing: &str) -> Vec<u32> {
+    /// The descriptors an `ls -l` of a `fd` directory shows, with their targets.
+    fn listed_fds(listing: &str) -> Vec<(u32, String)> {
         listing
             .lines()
             .filter_map(|l| l.rsplit_once(" -> "))
-            .filter(|(_, target)| *target == "/dev/null")
-            .filter_map(|(head, _)| head.rsplit(' ').next()?.parse().ok())
-            .filter(|&fd| fd >= 3)
+            .filter_map(|(head, target)| {
+                Some((head.rsplit(' ').next()?.parse().ok()?, target.into()))
+            })
             .collect()
     }
 
-    /// The program gets stdin, stdout and stderr and nothing else of ours: the `/dev/null` that
-    /// becomes its stdin is opened close-on-exec, so it does not stay open a second time.
+    /// Issue 32, finding 2: a descriptor the caller holds without close-on-exec (an engine's
+    /// `--preserve-fds`, a caller's open file) does not reach the program: it gets 0, 1 and 2,
+    /// and nothing else but the directory its own listing opens.
     #[test]
-    fn only_the_standard_descriptors_reach_the_program() {
-        let ours: Vec<u32> = std::fs::read_dir("/proc/self/fd")
-            .unwrap()
-            .flatten()
-            .filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == Path::new("/dev/null")))
-            .filter_map(|e| e.file_name().to_str()?.parse().ok())
-            .collect();
-        let finished = run(Program {
+    fn only_descriptors_0_to_2_reach_the_program_issue_32_finding_2() {
+        let t = tempfile::tempdir().unwrap();
+        let inherited = t.path().join("inherited");
+        std::fs::write(&inherited, "").unwrap();
+        let open = nix::fcntl::open(&inherited, OFlag::O_RDONLY, Mode::empty()).unwrap();
+        let got = run(Program {
             path: Path::new("/bin/ls"),
             args: &["-l".into(), "/proc/self/fd/".into()],
             env: &[],
             limit: Duration::from_secs(20),
             max_stdout: 64 << 10,
-        })
-        .unwrap();
+        });
+        drop(open);
+        let finished = got.unwrap();
         assert_eq!(finished.failure(), None, "{}", finished.message());
         let listing = String::from_utf8(finished.stdout).unwrap();
-        assert!(listing.contains(" 0 -> /dev/null"), "{listing}");
-        let extra: Vec<u32> = dev_null_fds(&listing)
-            .into_iter()
-            .filter(|fd| !ours.contains(fd))
-            .collect();
-        assert_eq!(extra, Vec::<u32>::new(), "{listing}");
+        let fds = listed_fds(&listing);
+        let numbers: Vec<u32> = fds.iter().map(|(fd, _)| *fd).collect();
+        assert_eq!(numbers, [0, 1, 2, 3], "{listing}");
+        assert_eq!(fds[0].1, "/dev/null", "{listing}");
+        assert!(
+            fds[3].1.starts_with("/proc/") && fds[3].1.ends_with("/fd"),
+            "only the listing's own directory may be open: {listing}"
+        );
     }
 
-    /// A program the alarm ends (here it raises SIGALRM itself) outlived its deadline.
-    #[test]
-    fn a_program_ended_by_the_alarm_timed_out() {
-        let t = tempfile::tempdir().unwrap();
-        let path = script(t.path(), "alarmed", "kill -ALRM $$");
-        let err = run(Program {
+    /// A link to `sleep` inside `dir`: every process running it names `dir` in its command line.
+    fn sleeper(dir: &Path) -> PathBuf {
+        let path = dir.join("sleeper");
+        std::os::unix::fs::symlink("/bin/sleep", &path).unwrap();
+        path
+    }
+
+    /// The processes whose command line names `marker`, killed (so that a failing test leaves
+    /// nothing behind), as `pid: command line`.
+    fn survivors(marker: &Path) -> Vec<String> {
+        let marker = marker.as_os_str().as_bytes();
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+                continue;
+            };
+            if cmdline.windows(marker.len()).any(|w| w == marker) {
+                let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+                found.push(format!(
+                    "{pid}: {}",
+                    String::from_utf8_lossy(&cmdline).replace('\0', " ")
+                ));
+            }
+        }
+        found
+    }
+
+    /// Runs `body` as a script in `dir` under `limit`, timed.
+    fn run_script(
+        dir: &Path,
+        body: &str,
+        limit: Duration,
+    ) -> (Result<Finished, ChildError>, Duration) {
+        let path = script(dir, "program", body);
+        let start = Instant::now();
+        let got = run(Program {
             path: &path,
             args: &[],
             env: &[],
-            limit: Duration::from_secs(20),
-            max_stdout: 0,
-        })
-        .unwrap_err();
+            limit,
+            max_stdout: 4096,
+        });
+        (got, start.elapsed())
+    }
+
+    /// Issue 32, finding 1: a program that exits at once but leaves a helper holding its stdout,
+    /// detached with `setsid`, finishes at once, and the helper ends with it.
+    #[test]
+    fn a_detached_helper_holding_stdout_ends_with_the_program_issue_32_finding_1() {
+        let t = tempfile::tempdir().unwrap();
+        let sleeper = sleeper(t.path());
+        let (got, took) = run_script(
+            t.path(),
+            &format!("setsid {} 300 &\necho started", sleeper.display()),
+            Duration::from_secs(20),
+        );
+        let left = survivors(t.path());
+        let finished = got.unwrap();
+        assert_eq!(finished.failure(), None, "{}", finished.message());
+        assert_eq!(finished.stdout, b"started\n");
+        assert!(took < Duration::from_secs(10), "took {took:?}");
+        assert_eq!(left, Vec::<String>::new(), "left running");
+    }
+
+    /// Issue 32, finding 1: a program killed at its deadline takes with it what it started, here
+    /// a child that hangs and a grandchild detached by a double fork and `setsid`.
+    #[test]
+    fn a_program_killed_at_its_deadline_takes_its_detached_children_issue_32_finding_1() {
+        let t = tempfile::tempdir().unwrap();
+        let sleeper = sleeper(t.path());
+        let s = sleeper.display();
+        let (got, took) = run_script(
+            t.path(),
+            &format!("(setsid {s} 300 >/dev/null 2>&1 &)\n{s} 300"),
+            Duration::from_millis(500),
+        );
+        let left = survivors(t.path());
+        let err = got.unwrap_err();
+        assert!(matches!(err, ChildError::Timeout { .. }), "{err}");
+        assert!(took < Duration::from_secs(10), "took {took:?}");
+        assert_eq!(left, Vec::<String>::new(), "left running");
+    }
+
+    /// A program that closes its output and hangs is killed at its deadline all the same, and
+    /// the outcome is the timeout it is.
+    #[test]
+    fn a_program_that_closes_its_output_and_hangs_times_out() {
+        let t = tempfile::tempdir().unwrap();
+        let sleeper = sleeper(t.path());
+        let (got, took) = run_script(
+            t.path(),
+            &format!("exec >/dev/null 2>&1\nexec {} 300", sleeper.display()),
+            Duration::from_millis(300),
+        );
+        let left = survivors(t.path());
+        let err = got.unwrap_err();
         assert!(
-            matches!(err, ChildError::Timeout { limit } if limit == Duration::from_secs(20)),
+            matches!(err, ChildError::Timeout { limit } if limit == Duration::from_millis(300)),
             "{err}"
         );
+        assert!(took < Duration::from_secs(10), "took {took:?}");
+        assert_eq!(left, Vec::<String>::new(), "left running");
     }
 
     #[test]

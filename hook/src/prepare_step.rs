@@ -183,7 +183,9 @@ mod tests {
     use devinject_devices::DeviceId;
 
     use super::*;
-    use crate::child::test_support::script;
+    use nix::sys::signal::Signal;
+
+    use crate::child::test_support::{script, signal_when_running};
 
     fn run_of(program: &Path, device: &str, limit_ms: u64) -> PrepareRun {
         PrepareRun {
@@ -216,7 +218,9 @@ mod tests {
             ),
         );
         let fails = script(d, "fails", "echo 'bitstream nlb3 does not fit' >&2\nexit 4");
-        let silent = script(d, "silent", "kill -TERM $$");
+        let silent_sleep = d.join("silent-sleep");
+        std::os::unix::fs::symlink("/bin/sleep", &silent_sleep).unwrap();
+        let silent = script(d, "silent", &format!("exec {} 30", silent_sleep.display()));
         let hangs = script(d, "hangs", "exec /bin/sleep 30");
 
         // In order, each with its device; the first failure stops the rest.
@@ -234,9 +238,12 @@ mod tests {
             )
         );
         assert!(!std::fs::read_to_string(&log).unwrap().contains(" 3 "));
-        let err = run_all(&[run_of(&silent, "1", 5000)]).unwrap_err();
+        // Ended by a signal: SIGKILL from outside, the one an init of its namespace cannot ignore.
+        let killer = signal_when_running(silent_sleep, Signal::SIGKILL);
+        let err = run_all(&[run_of(&silent, "1", 20000)]).unwrap_err();
+        killer.join().unwrap();
         assert!(
-            err.to_string().ends_with("(killed by SIGTERM): no message"),
+            err.to_string().ends_with("(killed by SIGKILL): no message"),
             "{err}"
         );
 

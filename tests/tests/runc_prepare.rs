@@ -26,7 +26,8 @@ const PORTS: [(&str, u32, u32); 3] = [("port0", 10, 237), ("port1", 10, 234), ("
 const RAN: &str = "the container process ran";
 
 /// A demo host with an `fpga-sim` profile: ports under `dev/fpga-sim`, a prepare program that
-/// writes `sys/class/fpga-sim/portN/{env,function}` (failing for `broken`, hanging for `slow`).
+/// writes `sys/class/fpga-sim/portN/{env,function}` (failing for `broken`, hanging for `slow`;
+/// leaving a detached sleeper for `detached`, and one holding its output as it hangs for `stuck`).
 fn fpga_host(dir: &Path) -> (SimHost, PathBuf) {
     let host = demo_host(&dir.join("host"), &["demo"]).unwrap();
     let ports = host.dev_root.join("fpga-sim");
@@ -47,12 +48,17 @@ mkdir -p "$out"
 case "$DEVINJECT_FUNCTION" in
   broken) echo "bitstream broken does not fit port$DEVINJECT_DEVICE" >&2; exit 3 ;;
   slow) exec /bin/sleep 30 ;;
+  detached) setsid "$1/sleeper" 300 </dev/null >/dev/null 2>&1 & ;;
+  stuck) setsid "$1/sleeper" 300 & exec /bin/sleep 30 ;;
 esac
 printf '%s' "$DEVINJECT_FUNCTION" > "$out/function"
 "#,
     )
     .unwrap();
     std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // What `detached` and `stuck` leave behind: every process running it names the host's
+    // directory in its command line.
+    std::os::unix::fs::symlink("/bin/sleep", sys.join("sleeper")).unwrap();
     std::fs::write(
         host.profiles_dir.join("fpga-sim.toml"),
         format!(
@@ -72,6 +78,10 @@ resource = "devinject.io/fpga-sim-nlb3"
 id = "broken"
 [[prepare.functions]]
 id = "slow"
+[[prepare.functions]]
+id = "detached"
+[[prepare.functions]]
+id = "stuck"
 "#,
             program.display(),
             sys.display()
@@ -222,7 +232,7 @@ fn bad_functions_and_failing_programs_fail_the_start() {
     let cases: [(&[&str], &str, i32, &str); 4] = [
         (
             &["FPGA_SIM_VISIBLE_DEVICES=0", "FPGA_SIM_FUNCTION=nlb9"],
-            "profile fpga-sim has no function \"nlb9\" (from env FPGA_SIM_FUNCTION): use one of nlb0, nlb3, broken, slow",
+            "profile fpga-sim has no function \"nlb9\" (from env FPGA_SIM_FUNCTION): use one of nlb0, nlb3, broken, slow, detached, stuck",
             5,
             "unknown",
         ),
@@ -334,5 +344,59 @@ fn a_huge_function_value_is_refused_in_a_short_message_finding_9() {
         );
         assert!(out.stderr.len() < 4096, "{ctx}");
         assert_eq!(programmed(&sys), ["-", "-", "-"], "{ctx}");
+    }
+}
+
+/// The host processes whose command line names `marker`, killed (so that a failing test leaves
+/// nothing behind), as `pid: command line`.
+fn survivors(marker: &Path) -> Vec<String> {
+    let marker = marker.as_os_str().as_encoded_bytes();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        if cmdline.windows(marker.len()).any(|w| w == marker) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            found.push(format!(
+                "{pid}: {}",
+                String::from_utf8_lossy(&cmdline).replace('\0', " ")
+            ));
+        }
+    }
+    found
+}
+
+/// Issue 32, finding 1: nothing a prepare program starts outlives the start, however it
+/// detaches (`setsid`, with or without its output): not when the program exits at once (the
+/// start succeeds), not when it hangs and is killed at its deadline (the start fails).
+#[test]
+fn nothing_a_prepare_program_starts_outlives_the_start_issue_32_finding_1() {
+    if !require_runc_demo() {
+        return;
+    }
+    for via in BOTH {
+        for (function, starts) in [("detached", true), ("stuck", false)] {
+            let env = format!("FPGA_SIM_FUNCTION={function}");
+            let Ran { _t, host, out, .. } = run(
+                via,
+                &["FPGA_SIM_VISIBLE_DEVICES=0", &env],
+                "prepare-detached",
+            );
+            let left = survivors(&host.dir);
+            let ctx = format!("{via:?}, {function}\n{}", describe(&out));
+            assert_eq!(out.status.success(), starts, "{ctx}");
+            assert_eq!(left, Vec::<String>::new(), "left on the host\n{ctx}");
+        }
     }
 }

@@ -43,7 +43,7 @@
 
 use std::ffi::CString;
 use std::io::Write;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -127,8 +127,10 @@ pub fn open_ldconfig(path: &Path) -> Result<OwnedFd, InjectError> {
 ///
 /// The image decides what ldconfig reads: a FIFO as `/etc/ld.so.conf`, as a file it includes or
 /// as `/var/cache/ldconfig/aux-cache` blocks it in `open` forever. An alarm armed before `exec`
-/// (it survives `exec`) bounds that; and the children die with the hook (`PR_SET_PDEATHSIG`, see
-/// `sys::fork_run`) when the runtime kills the hook on its own timeout.
+/// (it survives `exec`; ldconfig is not the init of the namespace, so it is delivered) bounds
+/// that; and the children die with the hook (`PR_SET_PDEATHSIG`, see `sys::fork_run`) when the
+/// runtime kills the hook on its own timeout. The child of [`child::call`] is init of its own PID
+/// namespace: whatever ldconfig starts ends with it.
 pub fn refresh(
     mnt_ns: &OwnedFd,
     rootfs: &Path,
@@ -233,6 +235,13 @@ fn in_container(
             if timeout_secs > 0 {
                 nix::unistd::alarm::set(timeout_secs);
             }
+            // ldconfig gets 0-2 and, for the exec, its own close-on-exec descriptor; nothing
+            // else (issue 32, finding 2).
+            let keep =
+                u32::try_from(ldconfig.as_raw_fd()).map_err(|_| "bad descriptor".to_owned())?;
+            sys::close_range(3, keep.saturating_sub(1))
+                .and_then(|()| sys::close_range(keep + 1, u32::MAX))
+                .map_err(|e| format!("close descriptors: {e}"))?;
             let env: [CString; 0] = [];
             let e = nix::unistd::fexecve(ldconfig.as_fd(), &argv, &env).unwrap_err();
             Err(format!("exec: {e}"))

@@ -11,8 +11,9 @@
 //!   runtime's environment reaches it;
 //! - under a deadline of `pod_resources_timeout_ms` plus [`MARGIN`] (its own deadline for the
 //!   kubelet is `pod_resources_timeout_ms`, so normally it answers or says why first), after
-//!   which it is killed; it also dies with the hook (`PR_SET_PDEATHSIG`, see `sys::fork_run`),
-//!   and an alarm armed before `exec` ends it should it close its output and hang;
+//!   which it is killed with everything it started (it runs as pid 1 of a PID namespace of its
+//!   own, see [`crate::child`]), also should it close its output and hang; it also dies with the
+//!   hook (`PR_SET_PDEATHSIG`);
 //! - with its output read within bounds: [`MAX_ANSWER_BYTES`] of stdout (more kills it), and
 //!   [`child::MAX_STDERR_BYTES`] of stderr kept.
 //!
@@ -250,7 +251,7 @@ mod tests {
     use nix::sys::signal::Signal;
 
     use super::*;
-    use crate::child::test_support::script;
+    use crate::child::test_support::{script, signal_when_running};
 
     fn helper(path: &Path, timeout_ms: u64) -> PodResourcesHelper {
         PodResourcesHelper {
@@ -294,7 +295,13 @@ mod tests {
             "echo 'the kubelet'\"'\"'s pod-resources socket /k/kubelet.sock does not exist: is the kubelet running?' >&2\nexit 3",
         );
         let silent = script(d, "silent", "exit 6");
-        let crashed = script(d, "crashed", "echo 'oops' >&2\nkill -TERM $$");
+        let crashed_sleep = d.join("crashed-sleep");
+        std::os::unix::fs::symlink("/bin/sleep", &crashed_sleep).unwrap();
+        let crashed = script(
+            d,
+            "crashed",
+            &format!("echo 'oops' >&2\nexec {} 30", crashed_sleep.display()),
+        );
         let usage = script(d, "usage", "echo 'devinject-podresources: unknown argument \"--pod=x\"' >&2\necho 'usage: ...' >&2\nexit 2");
         let hangs = script(d, "hangs", "exec /bin/sleep 30");
         let chatty = script(
@@ -367,10 +374,13 @@ mod tests {
             "{err}"
         );
 
+        // Ended by a signal: SIGKILL from outside, the one an init of its namespace cannot ignore.
+        let killer = signal_when_running(crashed_sleep, Signal::SIGKILL);
         let err = ask(&crashed).unwrap_err();
+        killer.join().unwrap();
         assert!(matches!(err, LookupError::Failed { .. }), "{err}");
         assert!(
-            err.to_string().contains("(killed by SIGTERM): oops"),
+            err.to_string().contains("(killed by SIGKILL): oops"),
             "{err}"
         );
         let err = ask(&usage).unwrap_err();
@@ -425,19 +435,24 @@ mod tests {
         assert!(matches!(err, LookupError::Argument { .. }), "{err}");
     }
 
-    /// A helper that the alarm armed before `exec` ended (it closed its output and hung past
-    /// the deadline) timed out; any other signal is a failure named by the signal.
+    /// A helper that closed its output and hangs past the deadline timed out; any other
+    /// signal is a failure named by the signal.
     #[test]
-    fn an_alarmed_helper_timed_out() {
-        // Ended by SIGALRM, as the backstop armed before `exec` would: a timeout naming the
-        // deadline (the configured 200 ms plus the margin).
+    fn a_helper_that_closes_its_output_and_hangs_timed_out() {
+        // A timeout naming the deadline (the configured 200 ms plus the margin).
         let t = tempfile::tempdir().unwrap();
-        let alarmed = script(t.path(), "alarmed", "kill -ALRM $$");
-        let err = helper(&alarmed, 200)
+        let hangs = script(
+            t.path(),
+            "hangs-quietly",
+            "exec >/dev/null 2>&1\nexec /bin/sleep 30",
+        );
+        let start = Instant::now();
+        let err = helper(&hangs, 200)
             .lookup("ml", "trainer", "main")
             .unwrap_err();
         assert!(matches!(err, LookupError::Timeout { .. }), "{err}");
         assert!(err.to_string().contains("within 700 ms"), "{err}");
+        assert!(start.elapsed() < Duration::from_secs(5));
         // Another signal is a failure naming it.
         let path = Path::new("/opt/devinject/devinject-podresources");
         let killed = Finished {
