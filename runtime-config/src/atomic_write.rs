@@ -1,17 +1,19 @@
-//! Replacing host files atomically.
+//! Replacing host files atomically, at a path as this process names it.
 //!
 //! A daemon may read its configuration at any moment (containerd on restart, CRI-O on reload,
 //! podman on every command), so a file is never seen half-written: the new content goes to a
 //! temporary file in the same directory, is flushed with `fsync`, given the old file's mode and
 //! owner, and renamed over the old one; the directory is then synced so the rename survives a
 //! crash. This follows cargo's `paths::write_atomic`.
+//!
+//! These take a path as this process names it (the root `/`) and are
+//! [`crate::host_dir::HostDir`] underneath: the final name is never followed, and only a
+//! regular file with one link is replaced or removed (issue 32, finding 8).
 
-use std::fs::{self, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::error::{Result, RuntimeConfigError};
+use crate::error::Result;
+use crate::host_dir::{self, HostDir};
 
 /// Mode given to files that did not exist before.
 pub const DEFAULT_FILE_MODE: u32 = 0o644;
@@ -20,117 +22,61 @@ pub const DEFAULT_FILE_MODE: u32 = 0o644;
 ///
 /// `mode`: the permission bits to give the file; `None` keeps the current file's mode, or
 /// [`DEFAULT_FILE_MODE`] for a new file. The owner of an existing file is kept. The parent
-/// directory must exist.
+/// directory must exist. A symlink, FIFO, device node, directory or hard link at `path` is an
+/// error, left as it is ([`crate::RuntimeConfigError::NotAFile`]).
 pub fn write_atomic(path: &Path, contents: &[u8], mode: Option<u32>) -> Result<()> {
-    let dir = parent_of(path);
-    let name = path
-        .file_name()
-        .ok_or_else(|| {
-            RuntimeConfigError::io(
-                "write",
-                path,
-                std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"),
-            )
-        })?
-        .to_string_lossy()
-        .into_owned();
-    let existing = match fs::metadata(path) {
-        Ok(meta) => Some(meta),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(RuntimeConfigError::io("stat", path, e)),
-    };
-    let mode = mode
-        .or_else(|| existing.as_ref().map(|m| m.mode() & 0o7777))
-        .unwrap_or(DEFAULT_FILE_MODE);
-
-    let tmp = dir.join(format!(".{name}.devinject-tmp-{}", std::process::id()));
-    let result = write_temp(&tmp, contents, mode, existing.as_ref()).and_then(|()| {
-        fs::rename(&tmp, path)
-            .map_err(|e| RuntimeConfigError::io("rename temporary file onto", path, e))
-    });
-    if result.is_err() {
-        // Best effort: the temporary file is ours and useless now.
-        let _ = fs::remove_file(&tmp);
-        return result;
-    }
-    sync_dir(&dir)
+    let (dir, name) = host_dir::split(path)?;
+    existing_dir(&dir)?.write(name, contents, mode)
 }
 
-fn write_temp(
-    tmp: &Path,
-    contents: &[u8],
-    mode: u32,
-    existing: Option<&fs::Metadata>,
-) -> Result<()> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(tmp)
-        .map_err(|e| RuntimeConfigError::io("create temporary file", tmp, e))?;
-    file.write_all(contents)
-        .map_err(|e| RuntimeConfigError::io("write temporary file", tmp, e))?;
-    // The umask applied to `mode` above; set the exact bits.
-    file.set_permissions(fs::Permissions::from_mode(mode))
-        .map_err(|e| RuntimeConfigError::io("set the mode of", tmp, e))?;
-    if let Some(meta) = existing {
-        let (uid, gid) = (meta.uid(), meta.gid());
-        // Only root can give a file away; keep the owner when we can, and do not fail when the
-        // file already belongs to us.
-        if let Err(e) = std::os::unix::fs::fchown(&file, Some(uid), Some(gid)) {
-            if e.kind() != std::io::ErrorKind::PermissionDenied {
-                return Err(RuntimeConfigError::io("set the owner of", tmp, e));
-            }
-        }
-    }
-    file.sync_all()
-        .map_err(|e| RuntimeConfigError::io("fsync temporary file", tmp, e))
-}
-
-/// Removes `path` (which must exist) and syncs its directory.
+/// Removes `path` (which must exist and be a regular file with one link) and syncs its
+/// directory.
 pub fn remove(path: &Path) -> Result<()> {
-    fs::remove_file(path).map_err(|e| RuntimeConfigError::io("remove", path, e))?;
-    sync_dir(&parent_of(path))
+    let (dir, name) = host_dir::split(path)?;
+    if existing_dir(&dir)?.remove(name)? {
+        Ok(())
+    } else {
+        Err(crate::RuntimeConfigError::io(
+            "remove",
+            path,
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        ))
+    }
 }
 
 /// Creates `dir` and any missing parents with mode 0755; returns the directories that were
 /// created, outermost first, so that they can be removed again.
 pub fn create_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut missing = Vec::new();
-    let mut cur = Some(dir);
-    while let Some(d) = cur {
-        if d.as_os_str().is_empty() || d.exists() {
-            break;
-        }
-        missing.push(d.to_path_buf());
-        cur = d.parent();
-    }
-    missing.reverse();
-    for d in &missing {
-        fs::DirBuilder::new()
-            .mode(0o755)
-            .create(d)
-            .map_err(|e| RuntimeConfigError::io("create directory", d, e))?;
-    }
-    Ok(missing)
+    let dir = absolute(dir);
+    Ok(HostDir::create(Path::new("/"), &dir)?.1)
 }
 
-fn parent_of(path: &Path) -> PathBuf {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    }
+fn existing_dir(dir: &Path) -> Result<HostDir> {
+    let dir = absolute(dir);
+    HostDir::open(Path::new("/"), &dir)?.ok_or_else(|| {
+        crate::RuntimeConfigError::io(
+            "open directory",
+            &dir,
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        )
+    })
 }
 
-fn sync_dir(dir: &Path) -> Result<()> {
-    let d = fs::File::open(dir).map_err(|e| RuntimeConfigError::io("open directory", dir, e))?;
-    d.sync_all()
-        .map_err(|e| RuntimeConfigError::io("fsync directory", dir, e))
+/// `path` made absolute against the working directory (the fd-based layer starts at `/`).
+fn absolute(path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        return path.to_path_buf();
+    }
+    std::env::current_dir()
+        .map(|cwd| cwd.join(path))
+        .unwrap_or_else(|_| path.to_path_buf())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     #[test]
     fn replaces_content_and_keeps_mode() {

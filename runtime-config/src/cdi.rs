@@ -34,11 +34,10 @@ use devinject_devices::{
 };
 use serde::Serialize;
 
-use crate::atomic_write;
 use crate::diff;
 use crate::engines::docker::render_json;
 use crate::error::{Result, RuntimeConfigError};
-use crate::load;
+use crate::host_dir::{HostDir, Name};
 use crate::report::{Action, FileChange};
 
 /// Default directory CDI specs are written to (CDI's static directory).
@@ -503,9 +502,8 @@ pub fn build_spec(
 /// Writes (or, for a dry run, diffs) a CDI spec per profile with devices, and removes our
 /// specs of profiles without devices.
 pub fn generate(req: &CdiRequest) -> Result<CdiReport> {
-    let access = |host: &Path| req.access(host);
     let roots = req.access_roots();
-    let profiles = ProfileSet::load_dir(&access(&req.profiles_dir)).map_err(devices_error)?;
+    let profiles = ProfileSet::load_dir(&req.access(&req.profiles_dir)).map_err(devices_error)?;
     let mut report = CdiReport {
         profiles: Vec::new(),
         changes: Vec::new(),
@@ -544,9 +542,17 @@ pub fn generate(req: &CdiRequest) -> Result<CdiReport> {
         });
         writes.push((host_file, content));
     }
+    // Every spec name is looked at before anything is written, so a refusal leaves all specs as
+    // they were. The names are ours: nothing at them is followed or opened before its type is
+    // known, whatever the root (issue 32, finding 8).
+    let mut dir = HostDir::open(&req.root, &req.output_dir)?;
+    let mut steps = Vec::new();
     for (host_file, content) in writes {
-        let path = access(&host_file);
-        let current = load::read_optional(&path)?;
+        let name = std::ffi::OsString::from(host_file.file_name().unwrap_or_default());
+        let current = match &dir {
+            Some(d) => d.read(&name, Name::Ours)?,
+            None => None,
+        };
         if current == content {
             continue;
         }
@@ -564,15 +570,26 @@ pub fn generate(req: &CdiRequest) -> Result<CdiReport> {
             path: host_file,
             action,
         });
-        if req.dry_run {
-            continue;
-        }
+        steps.push((name, content));
+    }
+    if req.dry_run {
+        return Ok(report);
+    }
+    for (name, content) in steps {
         match content {
             Some(text) => {
-                atomic_write::create_dirs(&access(&req.output_dir))?;
-                atomic_write::write_atomic(&path, text.as_bytes(), None)?;
+                if dir.is_none() {
+                    dir = Some(HostDir::create(&req.root, &req.output_dir)?.0);
+                }
+                if let Some(d) = &dir {
+                    d.write(&name, text.as_bytes(), None)?;
+                }
             }
-            None => atomic_write::remove(&path)?,
+            None => {
+                if let Some(d) = &dir {
+                    d.remove(&name)?;
+                }
+            }
         }
     }
     Ok(report)

@@ -60,6 +60,35 @@ pub enum RuntimeConfigError {
         path: PathBuf,
     },
 
+    /// Something other than a regular file (with one link, at our own names) is at a path
+    /// devinject reads, replaces or removes: it is neither followed, opened, replaced nor removed
+    /// (issue 32, finding 8).
+    #[error(
+        "{} is a {what}, not a regular file devinject can use; devinject neither follows, opens, \
+         replaces nor removes it: remove it (or move it away) and run again",
+        path.display()
+    )]
+    NotAFile {
+        /// The path (as seen by this process).
+        path: PathBuf,
+        /// What is there: "symbolic link", "FIFO", "character device", ...
+        what: &'static str,
+    },
+
+    /// A host file is larger than any file devinject reads.
+    #[error(
+        "{} is {size} bytes, more than the {max} devinject reads; it is not a file devinject wrote: move it away and run again",
+        path.display()
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+        /// The bound.
+        max: u64,
+    },
+
     /// The request cannot be carried out for this engine.
     #[error("{0}")]
     InvalidRequest(String),
@@ -142,6 +171,8 @@ impl RuntimeConfigError {
             RuntimeConfigError::Syntax { .. }
                 | RuntimeConfigError::Unsupported { .. }
                 | RuntimeConfigError::NotOurs { .. }
+                | RuntimeConfigError::NotAFile { .. }
+                | RuntimeConfigError::TooLarge { .. }
                 | RuntimeConfigError::State { .. }
                 | RuntimeConfigError::Devices { .. }
         )

@@ -1,8 +1,9 @@
 //! The one way configure and unconfigure change the host: every file written or removed and
 //! every directory made or removed goes through a [`HostFiles`].
 //!
-//! `devinject-ctl` uses [`Direct`]: atomic replacement ([`crate::atomic_write`]) at the path
-//! [`HostPaths::access`] gives. The installer passes its step journal instead, which saves what
+//! `devinject-ctl` uses [`Direct`]: atomic replacement through [`crate::host_dir`], in the
+//! directory opened inside the root, the final name never followed (only a regular file with
+//! one link is replaced or removed). The installer passes its step journal instead, which saves what
 //! each path held before letting the change through, so a failed or killed step is undone
 //! whatever part of the engine's configuration was written. The library never touches a host
 //! path any other way while configuring, so the caller sees every change as it happens and
@@ -15,14 +16,14 @@ use std::path::{Path, PathBuf};
 
 use tracing::debug;
 
-use crate::atomic_write;
 use crate::error::{Result, RuntimeConfigError};
+use crate::host_dir::{self, HostDir};
 use crate::request::HostPaths;
 
 /// Where configure and unconfigure make their changes.
 pub trait HostFiles {
-    /// Replaces (or creates) the file at host path `host` atomically; `mode` as for
-    /// [`atomic_write::write_atomic`] (`None`: keep the current mode, or the default). The
+    /// Replaces (or creates) the file at host path `host` atomically, never following what is
+    /// at its name; `mode` as for [`crate::atomic_write::write_atomic`] (`None`: keep the current mode, or the default). The
     /// parent directory exists (made through [`HostFiles::create_dirs`]).
     fn write(&mut self, host: &Path, bytes: &[u8], mode: Option<u32>) -> Result<()>;
 
@@ -51,35 +52,48 @@ impl<'a> Direct<'a> {
     }
 }
 
+impl Direct<'_> {
+    /// The directory holding host path `host`, when it exists.
+    fn dir_of<'n>(&self, host: &'n Path) -> Result<(Option<HostDir>, &'n std::ffi::OsStr)> {
+        let (dir, name) = host_dir::split(host)?;
+        Ok((HostDir::open(&self.paths.root, &dir)?, name))
+    }
+}
+
 impl HostFiles for Direct<'_> {
     fn write(&mut self, host: &Path, bytes: &[u8], mode: Option<u32>) -> Result<()> {
-        atomic_write::write_atomic(&self.paths.access(host), bytes, mode)
+        match self.dir_of(host)? {
+            (Some(dir), name) => dir.write(name, bytes, mode),
+            (None, _) => Err(RuntimeConfigError::io(
+                "open the directory of",
+                self.paths.access(host),
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            )),
+        }
     }
 
     fn remove(&mut self, host: &Path) -> Result<()> {
-        let access = self.paths.access(host);
-        if std::fs::symlink_metadata(&access).is_err() {
-            return Ok(());
+        if let (Some(dir), name) = self.dir_of(host)? {
+            dir.remove(name)?;
         }
-        atomic_write::remove(&access)
+        Ok(())
     }
 
     fn create_dirs(&mut self, host: &Path) -> Result<Vec<PathBuf>> {
-        let created = atomic_write::create_dirs(&self.paths.access(host))?;
-        Ok(created.iter().map(|a| self.paths.host_of(a)).collect())
+        // Where the host's own links lead (`/etc/docker -> /srv/docker`), inside the root.
+        let real = self.paths.behind_links(host);
+        Ok(HostDir::create(&self.paths.root, &real)?.1)
     }
 
     fn remove_empty_dir(&mut self, host: &Path) -> Result<bool> {
-        let access = self.paths.access(host);
-        match std::fs::remove_dir(&access) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty => {
-                debug!(dir = %host.display(), "not empty; left in place");
-                Ok(false)
-            }
-            Err(e) => Err(RuntimeConfigError::io("remove directory", access, e)),
+        let gone = match self.dir_of(host)? {
+            (Some(dir), name) => dir.remove_empty_dir(name)?,
+            (None, _) => false,
+        };
+        if !gone {
+            debug!(dir = %host.display(), "missing or not empty; left in place");
         }
+        Ok(gone)
     }
 }
 

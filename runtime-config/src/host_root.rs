@@ -11,10 +11,12 @@
 //! symlink and resolving its target inside the prefix (absolute targets from the prefix, `..`
 //! never above it), the semantics of `openat2(RESOLVE_IN_ROOT)`. Unlike `openat2` it also
 //! answers for paths that do not exist yet (a file to create, a directory `mkdir -p` will make):
-//! the missing rest is appended as it is. Every component of the result that exists is checked
-//! not to be a symlink, so the kernel resolves the returned path exactly as walked. The host's
-//! files are the administrator's, not an adversary's: a link changed between the walk and the
-//! use is out of scope here (the hook's rootfs code is where that matters).
+//! the missing rest is appended as it is. The root `/` is walked the same way, so that `--root /`
+//! and `--root DIR` follow the same links. This walk decides only *where* a host path is (and is
+//! used for the engine's own configuration file, which may be linked into place); the files
+//! themselves are read, replaced and removed through [`crate::host_dir`], which opens the
+//! directory inside the root with `openat2(RESOLVE_IN_ROOT)` and never follows or opens what is
+//! at a final name before its type is known (issue 32, finding 8).
 
 use std::path::{Component, Path, PathBuf};
 
@@ -23,10 +25,12 @@ const MAX_LINKS: usize = 40;
 
 /// Where the host path `host` is for this process, when the host's `/` is at `root`.
 pub fn resolve_in_root(root: &Path, host: &Path) -> PathBuf {
-    if root == Path::new("/") {
-        // The kernel follows the host's links as the host does.
+    if root == Path::new("/") && !host.is_absolute() {
+        // Relative to the working directory, as given on the command line.
         return host.to_path_buf();
     }
+    // `/` is walked the same way as any other root (issue 32, finding 8): whether a link is
+    // followed must not depend on where the host is seen from.
     let under = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
     let mut resolved = PathBuf::from("/");
     let mut pending = components_rev(host);
@@ -118,7 +122,7 @@ mod tests {
     }
 
     #[test]
-    fn the_hosts_own_root_is_left_to_the_kernel() {
+    fn the_hosts_own_root_is_walked_the_same_way() {
         assert_eq!(
             resolve_in_root(Path::new("/"), Path::new("/etc/x")),
             PathBuf::from("/etc/x")

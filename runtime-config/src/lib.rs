@@ -13,6 +13,9 @@
 //!   ([`diff`]), record the prior state ([`state`]), and make the changes through a
 //!   [`host_files::HostFiles`]: atomically on the host for `devinject-ctl`
 //!   ([`host_files::Direct`], [`atomic_write`]), through its step journal for the installer.
+//! - [`host_dir`]: every host file read, replaced or removed goes through a directory fd
+//!   opened inside the root prefix; nothing at our own file names is followed or opened before
+//!   its type is known.
 //! - [`report`]: what changed and whether the engine must be restarted or reloaded.
 //! - [`reload`]: SIGHUP for dockerd.
 //! - [`cdi`]: `cdi generate`, a CDI spec per device profile from the devices crate's planner,
@@ -37,6 +40,7 @@ pub mod diff;
 pub mod doctor;
 pub mod engines;
 pub mod error;
+pub mod host_dir;
 pub mod host_files;
 pub mod host_root;
 pub mod load;

@@ -7,23 +7,22 @@
 use std::path::Path;
 
 use crate::error::{Result, RuntimeConfigError};
+use crate::host_dir::{self, Name};
 
-/// Reads a text file; `None` when it does not exist.
+/// Reads a text file (a path as this process names it); `None` when it does not exist.
+///
+/// Through [`crate::host_dir`]: a link at the final name is not followed, and anything but a
+/// regular file within [`crate::host_dir::MAX_FILE_BYTES`] is refused unopened (a FIFO there
+/// would block the read for ever, a device node would be opened).
 pub fn read_optional(path: &Path) -> Result<Option<String>> {
-    match std::fs::read(path) {
-        Ok(bytes) => {
-            String::from_utf8(bytes)
-                .map(Some)
-                .map_err(|_| RuntimeConfigError::Unsupported {
-                    path: path.to_path_buf(),
-                    line: None,
-                    problem: "the file is not UTF-8 text".to_string(),
-                    fix: "fix its encoding".to_string(),
-                })
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(RuntimeConfigError::io("read", path, e)),
-    }
+    let path = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| crate::RuntimeConfigError::io("read", path, e))?
+            .join(path)
+    };
+    host_dir::read(Path::new("/"), &path, Name::Theirs)
 }
 
 /// The 1-based line and column of byte `offset` in `text`.

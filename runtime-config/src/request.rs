@@ -143,6 +143,20 @@ impl HostPaths {
         crate::host_root::resolve_in_root(&self.root, host)
     }
 
+    /// The host path of the file behind host path `host`: every link on the way, the final one
+    /// included, followed inside the root ([`HostPaths::access`]). Used only for the engine's
+    /// own configuration file, which an administrator may link into place; our own names are
+    /// never resolved this way (issue 32, finding 8).
+    pub fn behind_links(&self, host: &Path) -> PathBuf {
+        self.host_of(&self.access(host))
+    }
+
+    /// Reads the file at host path `host` (its final name not followed; see
+    /// [`crate::host_dir`]); `None` when there is none.
+    pub fn read(&self, host: &Path, whose: crate::host_dir::Name) -> crate::Result<Option<String>> {
+        crate::host_dir::read(&self.root, host, whose)
+    }
+
     /// The host path of `access`, a path below the root (the inverse of [`HostPaths::access`]
     /// for a path with no link on the way).
     pub fn host_of(&self, access: &Path) -> PathBuf {

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RuntimeConfigError};
+use crate::host_dir::{self, Name};
 use crate::host_files::HostFiles;
-use crate::load;
 use crate::request::{Engine, Mode};
 
 /// Version of the state file format.
@@ -117,13 +117,16 @@ impl State {
         self.files.iter().find(|f| f.path == path)
     }
 
-    /// Reads the state file at `access`; `None` when there is none.
-    pub fn load(access: &Path, engine: Engine) -> Result<Option<State>> {
-        let Some(text) = load::read_optional(access)? else {
+    /// Reads the state file at host path `host` below `root`; `None` when there is none. Its
+    /// name is ours: anything but a regular file with one link there is refused unopened
+    /// ([`crate::host_dir`]).
+    pub fn load(root: &Path, host: &Path, engine: Engine) -> Result<Option<State>> {
+        let Some(text) = host_dir::read(root, host, Name::Ours)? else {
             return Ok(None);
         };
+        let access = crate::host_root::resolve_in_root(root, host);
         let damaged = |message: String| RuntimeConfigError::State {
-            path: access.to_path_buf(),
+            path: access.clone(),
             message,
         };
         let state: State = serde_json::from_str(&text).map_err(|e| damaged(e.to_string()))?;
@@ -171,7 +174,6 @@ mod tests {
     fn round_trip_and_engine_check() {
         let dir = tempfile::tempdir().expect("tempdir");
         let paths = crate::HostPaths::under_root(dir.path());
-        let p = dir.path().join("s");
         let mut s = State::new(Engine::Docker, Mode::Shim, "devinject");
         s.files.push(FileRecord {
             path: PathBuf::from("/etc/docker/daemon.json"),
@@ -182,8 +184,11 @@ mod tests {
         });
         s.save(&mut crate::host_files::Direct::new(&paths), Path::new("/s"))
             .expect("save");
-        assert_eq!(State::load(&p, Engine::Docker).expect("load"), Some(s));
-        let err = State::load(&p, Engine::Crio).expect_err("wrong engine");
+        assert_eq!(
+            State::load(dir.path(), Path::new("/s"), Engine::Docker).expect("load"),
+            Some(s)
+        );
+        let err = State::load(dir.path(), Path::new("/s"), Engine::Crio).expect_err("wrong engine");
         assert!(err.to_string().contains("records docker"), "{err}");
     }
 
@@ -192,7 +197,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path().join("s");
         std::fs::write(&p, "{").expect("write");
-        let err = State::load(&p, Engine::Docker).expect_err("damaged");
+        let err = State::load(dir.path(), Path::new("/s"), Engine::Docker).expect_err("damaged");
         assert!(err.to_string().contains(&p.display().to_string()), "{err}");
     }
 }

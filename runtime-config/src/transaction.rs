@@ -2,7 +2,6 @@
 //! with the plan, record the prior state, write atomically (or only diff, for a dry run).
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use tracing::{debug, info};
@@ -10,6 +9,7 @@ use tracing::{debug, info};
 use crate::diff;
 use crate::engines::{self, Candidate, EngineEditor};
 use crate::error::{Result, RuntimeConfigError};
+use crate::host_dir::{self, Entry, Name};
 use crate::host_files::HostFiles;
 use crate::load;
 use crate::lock::DirLock;
@@ -19,7 +19,11 @@ use crate::state::{self, FileKind, FileRecord, Prior, State};
 
 /// One file operation: bring `path` from `current` to `target`.
 struct Step {
+    /// The plan's host path, as reported and recorded.
     path: PathBuf,
+    /// The host path read and written: `path` itself for our own files, the file behind its
+    /// links for the engine's own configuration ([`file_at`]).
+    at: PathBuf,
     current: Option<String>,
     target: Option<String>,
     /// Mode to give the file; `None` keeps the current one.
@@ -84,11 +88,25 @@ fn validate(req: &ConfigureRequest) -> Result<()> {
     Ok(())
 }
 
-fn mode_of(path: &Path) -> Result<Option<u32>> {
-    match std::fs::metadata(path) {
-        Ok(m) => Ok(Some(m.mode() & 0o7777)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(RuntimeConfigError::io("stat", path, e)),
+/// Where the file the plan names `host` is read and written, and whose name that is: our own
+/// names are never followed (issue 32, finding 8); the engine's own configuration file may be
+/// linked into place by the administrator, and is edited where the link leads, inside the root.
+fn file_at(paths: &HostPaths, host: &Path, kind: FileKind) -> (PathBuf, Name) {
+    match kind {
+        FileKind::Owned => (host.to_path_buf(), Name::Ours),
+        FileKind::Edited => (paths.behind_links(host), Name::Theirs),
+    }
+}
+
+/// The content of the file at `at` (see [`file_at`]).
+fn read_at(paths: &HostPaths, at: &Path, whose: Name) -> Result<Option<String>> {
+    paths.read(at, whose)
+}
+
+fn mode_of(paths: &HostPaths, at: &Path) -> Result<Option<u32>> {
+    match host_dir::entry(&paths.root, at)? {
+        Entry::File(st) => Ok(Some(st.st_mode & 0o7777)),
+        _ => Ok(None),
     }
 }
 
@@ -110,7 +128,7 @@ impl Session {
         let state_host = state::state_path(editor.config());
         let state_access = paths.access(&state_host);
         let lock = DirLock::acquire(&state_access)?;
-        let old = State::load(&state_access, engine)?;
+        let old = State::load(&paths.root, &state_host, engine)?;
         Ok(Session {
             editor,
             state_host,
@@ -166,9 +184,10 @@ pub fn configure(req: &ConfigureRequest, files: &mut dyn HostFiles) -> Result<Ch
     let mut steps = Vec::new();
     for file in &plan.files {
         let access = paths.access(&file.path);
-        let current = load::read_optional(&access)?;
+        let (at, whose) = file_at(paths, &file.path, file.kind);
+        let current = read_at(paths, &at, whose)?;
         let record = old.as_ref().and_then(|s| s.file(&file.path));
-        let current_mode = mode_of(&access)?;
+        let current_mode = mode_of(paths, &at)?;
         let base = bases
             .get(&file.path)
             .cloned()
@@ -210,6 +229,7 @@ pub fn configure(req: &ConfigureRequest, files: &mut dyn HostFiles) -> Result<Ch
         });
         steps.push(Step {
             path: file.path.clone(),
+            at,
             current,
             target: Some(file.content.clone()),
             mode: None,
@@ -222,9 +242,11 @@ pub fn configure(req: &ConfigureRequest, files: &mut dyn HostFiles) -> Result<Ch
             if plan.files.iter().any(|f| f.path == record.path) {
                 continue;
             }
-            let current = load::read_optional(&paths.access(&record.path))?;
+            let (at, whose) = file_at(paths, &record.path, record.kind);
+            let current = read_at(paths, &at, whose)?;
             steps.push(Step {
                 path: record.path.clone(),
+                at,
                 current,
                 target: record.original.clone(),
                 mode: record.original_mode,
@@ -276,7 +298,7 @@ fn save_state(
             steps
                 .iter()
                 .filter(|s| s.target.is_some())
-                .map(|s| s.path.as_path()),
+                .map(|s| s.at.as_path()),
         )
         .filter_map(|p| p.parent().map(Path::to_path_buf))
         .collect();
@@ -299,11 +321,11 @@ fn apply(files: &mut dyn HostFiles, steps: &[Step]) -> Result<()> {
         }
         match &step.target {
             Some(text) => {
-                files.write(&step.path, text.as_bytes(), step.mode)?;
+                files.write(&step.at, text.as_bytes(), step.mode)?;
                 info!(path = %step.path.display(), "wrote");
             }
             None => {
-                files.remove(&step.path)?;
+                files.remove(&step.at)?;
                 info!(path = %step.path.display(), "removed");
             }
         }
@@ -334,7 +356,8 @@ pub fn unconfigure(req: &UnconfigureRequest, files: &mut dyn HostFiles) -> Resul
     match &old {
         Some(state) => {
             for record in state.files.iter().rev() {
-                let current = load::read_optional(&paths.access(&record.path))?;
+                let (at, whose) = file_at(paths, &record.path, record.kind);
+                let current = read_at(paths, &at, whose)?;
                 let (target, mode) = if current == record.written {
                     (record.original.clone(), record.original_mode)
                 } else {
@@ -366,6 +389,7 @@ pub fn unconfigure(req: &UnconfigureRequest, files: &mut dyn HostFiles) -> Resul
                 };
                 steps.push(Step {
                     path: record.path.clone(),
+                    at,
                     current,
                     target,
                     mode,
@@ -376,11 +400,13 @@ pub fn unconfigure(req: &UnconfigureRequest, files: &mut dyn HostFiles) -> Resul
             for candidate in editor.candidates(req) {
                 match candidate {
                     Candidate::Owned { path, ours } => {
-                        let current = load::read_optional(&paths.access(&path))?;
+                        let (at, whose) = file_at(paths, &path, FileKind::Owned);
+                        let current = read_at(paths, &at, whose)?;
                         if let Some(text) = &current {
                             if ours(text) {
                                 steps.push(Step {
                                     path,
+                                    at,
                                     current,
                                     target: None,
                                     mode: None,
@@ -389,7 +415,8 @@ pub fn unconfigure(req: &UnconfigureRequest, files: &mut dyn HostFiles) -> Resul
                         }
                     }
                     Candidate::Edited { path } => {
-                        let current = load::read_optional(&paths.access(&path))?;
+                        let (at, whose) = file_at(paths, &path, FileKind::Edited);
+                        let current = read_at(paths, &at, whose)?;
                         if let Some(text) = &current {
                             let reverted = editor.revert_edited(
                                 &path,
@@ -399,6 +426,7 @@ pub fn unconfigure(req: &UnconfigureRequest, files: &mut dyn HostFiles) -> Resul
                             )?;
                             steps.push(Step {
                                 path,
+                                at,
                                 current,
                                 target: Some(reverted),
                                 mode: None,

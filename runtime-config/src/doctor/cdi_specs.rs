@@ -55,7 +55,14 @@ fn our_specs(req: &DoctorRequest, dir: &Path) -> BTreeMap<String, Option<String>
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
             let profile = spec_profile(&name)?.to_string();
-            Some((profile, std::fs::read_to_string(e.path()).ok()))
+            // Through the fd layer: a FIFO or device node at a spec name is never opened
+            // (issue 32, finding 8).
+            let text = req
+                .host_paths()
+                .read(&dir.join(&name), crate::host_dir::Name::Ours)
+                .ok()
+                .flatten();
+            Some((profile, text))
         })
         .collect()
 }

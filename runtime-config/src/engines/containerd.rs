@@ -596,7 +596,7 @@ impl EngineEditor for Containerd {
     }
 
     fn candidates(&self, _req: &UnconfigureRequest) -> Vec<Candidate> {
-        let dropin_access = self.paths.access(&self.dropin);
+        let (paths, dropin) = (self.paths.clone(), self.dropin.clone());
         let spec = self.spec.display().to_string();
         vec![
             Candidate::Edited {
@@ -610,7 +610,9 @@ impl EngineEditor for Containerd {
                 path: self.spec.clone(),
                 // The base spec is ours when our drop-in (still there, or just read) names it.
                 ours: Box::new(move |_| {
-                    std::fs::read_to_string(&dropin_access).is_ok_and(|d| d.contains(&spec))
+                    paths
+                        .read(&dropin, crate::host_dir::Name::Ours)
+                        .is_ok_and(|d| d.is_some_and(|d| d.contains(&spec)))
                 }),
             },
         ]
