@@ -175,6 +175,29 @@ impl HostDir {
     /// Reads the text file at `name`; `None` when there is nothing. Anything but a regular file
     /// (and, for [`Name::Ours`], one with one link) is refused unopened.
     pub fn read(&self, name: &OsStr, whose: Name) -> Result<Option<String>> {
+        let Some((bytes, _)) = self.read_bytes(name, whose, MAX_FILE_BYTES)? else {
+            return Ok(None);
+        };
+        String::from_utf8(bytes)
+            .map(Some)
+            .map_err(|_| RuntimeConfigError::Unsupported {
+                path: self.shown(name),
+                line: None,
+                problem: "the file is not UTF-8 text".to_string(),
+                fix: "fix its encoding".to_string(),
+            })
+    }
+
+    /// Reads the file at `name` as bytes, at most `max` of them, with what `fstat` said of the
+    /// inode read; `None` when there is nothing. The same checks as [`HostDir::read`]; for
+    /// callers whose files are not text or may be larger (the installer's binaries and their
+    /// backups).
+    pub fn read_bytes(
+        &self,
+        name: &OsStr,
+        whose: Name,
+        max: u64,
+    ) -> Result<Option<(Vec<u8>, FileStat)>> {
         let shown = self.shown(name);
         if self.checked(name, whose)?.is_none() {
             return Ok(None);
@@ -199,11 +222,11 @@ impl HostDir {
             return Err(self.not_a_file(name, "hard link (the file has other names)"));
         }
         let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
-        if size > MAX_FILE_BYTES {
+        if size > max {
             return Err(RuntimeConfigError::TooLarge {
                 path: shown,
                 size,
-                max: MAX_FILE_BYTES,
+                max,
             });
         }
         let file = nix::fcntl::open(
@@ -214,24 +237,17 @@ impl HostDir {
         .map_err(|e| io("reopen", &shown, e))?;
         let mut bytes = Vec::new();
         File::from(file)
-            .take(MAX_FILE_BYTES + 1)
+            .take(max.saturating_add(1))
             .read_to_end(&mut bytes)
             .map_err(|e| RuntimeConfigError::io("read", &shown, e))?;
-        if bytes.len() as u64 > MAX_FILE_BYTES {
+        if bytes.len() as u64 > max {
             return Err(RuntimeConfigError::TooLarge {
                 path: shown,
                 size: bytes.len() as u64,
-                max: MAX_FILE_BYTES,
+                max,
             });
         }
-        String::from_utf8(bytes)
-            .map(Some)
-            .map_err(|_| RuntimeConfigError::Unsupported {
-                path: shown,
-                line: None,
-                problem: "the file is not UTF-8 text".to_string(),
-                fix: "fix its encoding".to_string(),
-            })
+        Ok(Some((bytes, st)))
     }
 
     /// Replaces (or creates) the file at `name` with `contents` atomically (see the module
@@ -239,6 +255,18 @@ impl HostDir {
     /// [`crate::atomic_write::DEFAULT_FILE_MODE`] for a new file. The owner of an existing file
     /// is kept. Only a regular file with one link is replaced.
     pub fn write(&self, name: &OsStr, contents: &[u8], mode: Option<u32>) -> Result<()> {
+        self.write_owned(name, contents, mode, None)
+    }
+
+    /// [`HostDir::write`], the new file owned by `owner` (uid, gid) instead of the current
+    /// file's owner: for putting back a file saved earlier, whoever owns the name now.
+    pub fn write_owned(
+        &self,
+        name: &OsStr,
+        contents: &[u8],
+        mode: Option<u32>,
+        owner: Option<(u32, u32)>,
+    ) -> Result<()> {
         let shown = self.shown(name);
         if name.is_empty() || name.as_bytes().contains(&b'/') || name == ".." || name == "." {
             return Err(RuntimeConfigError::io(
@@ -251,18 +279,17 @@ impl HostDir {
         let mode = mode
             .or_else(|| existing.as_ref().map(|st| st.st_mode & 0o7777))
             .unwrap_or(crate::atomic_write::DEFAULT_FILE_MODE);
+        let owner = owner.or_else(|| existing.as_ref().map(|st| (st.st_uid, st.st_gid)));
         let mut tmp = OsString::from(".");
         tmp.push(name);
         tmp.push(format!(".devinject-tmp-{}", std::process::id()));
-        let result = self
-            .write_temp(&tmp, contents, mode, existing.as_ref())
-            .and_then(|()| {
-                // Checked again right before the rename: what is there now is still ours to
-                // replace.
-                self.checked(name, Name::Ours)?;
-                renameat(self.fd.as_fd(), tmp.as_os_str(), self.fd.as_fd(), name)
-                    .map_err(|e| io("rename temporary file onto", &shown, e))
-            });
+        let result = self.write_temp(&tmp, contents, mode, owner).and_then(|()| {
+            // Checked again right before the rename: what is there now is still ours to
+            // replace.
+            self.checked(name, Name::Ours)?;
+            renameat(self.fd.as_fd(), tmp.as_os_str(), self.fd.as_fd(), name)
+                .map_err(|e| io("rename temporary file onto", &shown, e))
+        });
         if result.is_err() {
             // Best effort: the temporary file is ours and useless now.
             let _ = unlinkat(self.fd.as_fd(), tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
@@ -276,7 +303,7 @@ impl HostDir {
         tmp: &OsStr,
         contents: &[u8],
         mode: u32,
-        existing: Option<&FileStat>,
+        owner: Option<(u32, u32)>,
     ) -> Result<()> {
         let shown = self.shown(tmp);
         let fd = openat(
@@ -297,13 +324,13 @@ impl HostDir {
         // The umask applied to `mode` above; set the exact bits.
         fchmod(file.as_fd(), Mode::from_bits_truncate(mode))
             .map_err(|e| io("set the mode of", &shown, e))?;
-        if let Some(st) = existing {
+        if let Some((uid, gid)) = owner {
             // Only root can give a file away; keep the owner when we can, and do not fail when
             // the file already belongs to us.
             match fchown(
                 file.as_fd(),
-                Some(Uid::from_raw(st.st_uid)),
-                Some(Gid::from_raw(st.st_gid)),
+                Some(Uid::from_raw(uid)),
+                Some(Gid::from_raw(gid)),
             ) {
                 Ok(()) | Err(Errno::EPERM) => {}
                 Err(e) => return Err(io("set the owner of", &shown, e)),
