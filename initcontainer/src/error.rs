@@ -32,6 +32,12 @@ pub enum InstallError {
         source: RuntimeConfigError,
     },
 
+    /// A host file at a name the installer reads, replaces or removes (the journal, its
+    /// backups, the install record, an installed file) is not a regular file with one link, is
+    /// too large, or could not be reached through its directory's fd (issue 32, finding 8).
+    #[error(transparent)]
+    HostFile(RuntimeConfigError),
+
     /// No container engine was found on the host, or the one asked for is not there.
     #[error("{0}")]
     Detect(String),
@@ -129,7 +135,9 @@ impl InstallError {
     /// by the failing step, the user must fix a file), as opposed to the system.
     pub fn is_bad_input(&self) -> bool {
         match self {
-            InstallError::RuntimeConfig { source, .. } => source.is_bad_input(),
+            InstallError::RuntimeConfig { source, .. } | InstallError::HostFile(source) => {
+                source.is_bad_input()
+            }
             InstallError::Profiles(_)
             | InstallError::HostConfigRejected { .. }
             | InstallError::Template { .. }

@@ -4,8 +4,9 @@
 //! and the first time it replaces a file that was there before the installer, it saves that
 //! file under `originals/` for [`take`] to put back.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+
+use devinject_runtime_config::host_dir::Entry;
 
 use crate::error::{InstallError, Result};
 use crate::host::HostRoot;
@@ -23,21 +24,17 @@ pub enum Put {
     Replaced,
 }
 
-/// Reads `access` if it exists, with its mode.
-fn current(access: &Path) -> Result<Option<(Vec<u8>, u32)>> {
-    match std::fs::metadata(access) {
-        Ok(m) => {
-            let bytes = std::fs::read(access).map_err(|e| InstallError::io("read", access, e))?;
-            Ok(Some((bytes, m.mode() & 0o7777)))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(InstallError::io("stat", access, e)),
-    }
+/// Reads host path `host` if something is there, with its mode: only a regular file with one
+/// link; anything else at the name is refused unopened (issue 32, finding 8).
+fn current(host_root: &HostRoot, host: &Path) -> Result<Option<(Vec<u8>, u32)>> {
+    Ok(host_root
+        .read(host)?
+        .map(|(bytes, st)| (bytes, st.st_mode & 0o7777)))
 }
 
 /// Whether host path `host` holds `bytes` with `mode`.
 pub fn is_current(host_root: &HostRoot, host: &Path, bytes: &[u8], mode: u32) -> Result<bool> {
-    Ok(current(&host_root.access(host))?.is_some_and(|(b, m)| b == bytes && m == mode))
+    Ok(current(host_root, host)?.is_some_and(|(b, m)| b == bytes && m == mode))
 }
 
 /// Makes host path `host` hold `bytes` with `mode`, within step `tx`, recording it in `record`.
@@ -53,8 +50,7 @@ pub fn put(
     mode: u32,
     role: FileRole,
 ) -> Result<Put> {
-    let access = host_root.access(host);
-    let now = current(&access)?;
+    let now = current(host_root, host)?;
     let outcome = match &now {
         Some((b, m)) if b == bytes && *m == mode => Put::Unchanged,
         Some(_) => Put::Replaced,
@@ -95,8 +91,7 @@ pub fn take(
     record: &mut Record,
     file: &InstalledFile,
 ) -> Result<Option<String>> {
-    let access = host_root.access(&file.path);
-    let exists = std::fs::symlink_metadata(&access).is_ok();
+    let exists = !matches!(host_root.entry(&file.path)?, Entry::Missing);
     let line = match (&file.original, exists) {
         (Some(_), _) => Some(format!("restore {}", file.path.display())),
         (None, true) => Some(format!("remove {}", file.path.display())),
@@ -107,9 +102,13 @@ pub fn take(
     };
     match &file.original {
         Some(name) => {
-            let saved = host_root.access(&store.original_path(name));
-            let bytes =
-                std::fs::read(&saved).map_err(|e| InstallError::io("read original", &saved, e))?;
+            let saved = store.original_path(name);
+            let Some((bytes, _)) = host_root.read(&saved)? else {
+                return Err(InstallError::State {
+                    path: host_root.access(&saved),
+                    message: format!("the saved original of {} is missing", file.path.display()),
+                });
+            };
             tx.write(&file.path, &bytes, file.original_mode.unwrap_or(0o644))?;
             tx.remove(&store.original_path(name))?;
         }

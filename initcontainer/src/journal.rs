@@ -15,13 +15,20 @@
 //! A step that restarts a daemon after changing its configuration records that in the journal
 //! ([`Tx::activate_on_undo`]), so that undoing the step also tells the daemon, and it does not
 //! keep running with a configuration that is no longer on disk.
+//!
+//! Every file the journal reads, replaces or removes (the paths a step changes, its backups,
+//! `journal.json` itself) is reached through its directory's fd ([`HostRoot::read`] and its
+//! siblings): at each such name only a regular file with one link, or nothing, is accepted; a
+//! link, FIFO, device node or hard link there is refused, naming it, before the step writes
+//! anything (issue 32, finding 8).
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use devinject_runtime_config::host_dir::Entry as HostEntry;
 use devinject_runtime_config::host_files::HostFiles;
-use devinject_runtime_config::{atomic_write, Result as LibResult, RuntimeConfigError};
+use devinject_runtime_config::{Result as LibResult, RuntimeConfigError};
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
 
@@ -50,7 +57,8 @@ enum Before {
         /// Group.
         gid: u32,
     },
-    /// A symlink.
+    /// A symlink (written by earlier versions only: a link at a path a step changes is now
+    /// refused, never replaced).
     Symlink {
         /// Its target.
         target: PathBuf,
@@ -119,26 +127,31 @@ impl Journal {
         }
     }
 
-    fn file(&self) -> PathBuf {
-        self.host.access(&self.state_dir.join("journal.json"))
+    /// The journal file's host path.
+    fn host_file(&self) -> PathBuf {
+        self.state_dir.join("journal.json")
     }
 
+    /// The journal file as this process names it (for messages).
+    fn file(&self) -> PathBuf {
+        self.host.access(&self.host_file())
+    }
+
+    /// The backups' directory (host path).
     fn backups(&self) -> PathBuf {
-        self.host.access(&self.state_dir.join("journal"))
+        self.state_dir.join("journal")
     }
 
     fn load(&self) -> Result<Option<JournalFile>> {
         let path = self.file();
-        let text = match fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(InstallError::io("read", path, e)),
+        let Some((bytes, _)) = self.host.read(&self.host_file())? else {
+            return Ok(None);
         };
         let damaged = |message: String| InstallError::State {
             path: path.clone(),
             message,
         };
-        let j: JournalFile = serde_json::from_str(&text).map_err(|e| damaged(e.to_string()))?;
+        let j: JournalFile = serde_json::from_slice(&bytes).map_err(|e| damaged(e.to_string()))?;
         if j.format != FORMAT {
             return Err(damaged(format!("format {} is not {FORMAT}", j.format)));
         }
@@ -146,17 +159,14 @@ impl Journal {
     }
 
     fn save(&self, j: &JournalFile) -> Result<()> {
-        let state_dir = self.host.access(&self.state_dir);
-        atomic_write::create_dirs(&state_dir).map_err(|e| InstallError::State {
-            path: state_dir.clone(),
-            message: e.to_string(),
-        })?;
+        self.host.create_dir(&self.state_dir)?;
         let mut text = serde_json::to_string_pretty(j).map_err(|e| InstallError::State {
             path: self.file(),
             message: e.to_string(),
         })?;
         text.push('\n');
-        write(&self.file(), text.as_bytes(), Some(0o600))
+        self.host
+            .write(&self.host_file(), text.as_bytes(), Some(0o600), None)
     }
 
     /// Whether an interrupted step left its journal.
@@ -209,11 +219,10 @@ impl Journal {
         let mut restored = Vec::new();
         for entry in j.entries.iter().rev() {
             let access = self.host.access(&entry.path);
-            let current = fs::symlink_metadata(&access).ok();
             match &entry.before {
                 Before::Absent => {
-                    if current.is_some() {
-                        remove(&access)?;
+                    // Only a regular file is ours to remove; anything else is refused.
+                    if self.host.remove(&entry.path)? {
                         restored.push(entry.path.clone());
                     }
                 }
@@ -224,32 +233,29 @@ impl Journal {
                     gid,
                 } => {
                     let saved = self.backups().join(backup);
-                    let bytes =
-                        fs::read(&saved).map_err(|e| InstallError::io("read backup", &saved, e))?;
-                    if current.as_ref().is_some_and(|m| m.file_type().is_symlink()) {
-                        remove(&access)?;
-                    }
-                    let unchanged = current.as_ref().is_some_and(|m| {
-                        m.is_file()
-                            && m.mode() & 0o7777 == *mode
-                            && (m.uid(), m.gid()) == (*uid, *gid)
-                    }) && fs::read(&access).is_ok_and(|b| b == bytes);
+                    let Some((bytes, _)) = self.host.read(&saved)? else {
+                        return Err(InstallError::State {
+                            path: self.host.access(&saved),
+                            message: format!("the backup of {} is missing", entry.path.display()),
+                        });
+                    };
+                    // What is there now is read through the same checks: a link or FIFO put
+                    // there since is refused, not followed or replaced.
+                    let unchanged = self.host.read(&entry.path)?.is_some_and(|(now, st)| {
+                        now == bytes
+                            && st.st_mode & 0o7777 == *mode
+                            && (st.st_uid, st.st_gid) == (*uid, *gid)
+                    });
                     if !unchanged {
-                        write(&access, &bytes, Some(*mode))?;
-                        // The new file is ours: give it back to its owner (the installer runs
-                        // as root; a file that was ours already needs nothing).
-                        let now = fs::symlink_metadata(&access)
-                            .map_err(|e| InstallError::io("stat", &access, e))?;
-                        if (now.uid(), now.gid()) != (*uid, *gid) {
-                            std::os::unix::fs::lchown(&access, Some(*uid), Some(*gid)).map_err(
-                                |e| InstallError::io("restore the owner of", &access, e),
-                            )?;
-                        }
+                        // Given back to its owner, whoever owns the name now (the installer
+                        // runs as root).
+                        self.host
+                            .write(&entry.path, &bytes, Some(*mode), Some((*uid, *gid)))?;
                         restored.push(entry.path.clone());
                     }
                 }
                 Before::Directory { mode, uid, gid } => {
-                    if current.is_none() {
+                    if fs::symlink_metadata(&access).is_err() {
                         fs::create_dir(&access)
                             .map_err(|e| InstallError::io("restore directory", &access, e))?;
                         fs::set_permissions(&access, fs::Permissions::from_mode(*mode))
@@ -262,9 +268,7 @@ impl Journal {
                 Before::Symlink { target } => {
                     let same = fs::read_link(&access).is_ok_and(|t| &t == target);
                     if !same {
-                        if current.is_some() {
-                            remove(&access)?;
-                        }
+                        self.host.remove(&entry.path)?;
                         std::os::unix::fs::symlink(target, &access)
                             .map_err(|e| InstallError::io("restore symlink", &access, e))?;
                         restored.push(entry.path.clone());
@@ -280,27 +284,36 @@ impl Journal {
                 Err(e) => warn!(dir = %dir.display(), error = %e, "directory left in place"),
             }
         }
-        self.discard()?;
+        self.discard(j)?;
         if !restored.is_empty() {
             info!(step = %j.step, files = restored.len(), "undone");
         }
         Ok(restored)
     }
 
-    /// Deletes the journal and its backups.
-    fn discard(&self) -> Result<()> {
-        let file = self.file();
-        match fs::remove_file(&file) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(InstallError::io("remove", file, e)),
+    /// Deletes the journal and its backups: the backups `j` names, the one a run killed in
+    /// [`Tx::protect`] wrote before naming it, then the backup directory when nothing else is
+    /// in it. Each through [`HostRoot::remove`]: only a regular file is removed.
+    fn discard(&self, j: &JournalFile) -> Result<()> {
+        for entry in &j.entries {
+            if let Before::File { backup, .. } = &entry.before {
+                self.host.remove(&self.backups().join(backup))?;
+            }
         }
-        let backups = self.backups();
-        match fs::remove_dir_all(&backups) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(InstallError::io("remove", backups, e)),
+        let unnamed = self.backups().join(j.entries.len().to_string());
+        self.host.remove(&unnamed)?;
+        if let Some(state) = self.host.open_dir(&self.state_dir)? {
+            let name = std::ffi::OsStr::new("journal");
+            let gone = state
+                .remove_empty_dir(name)
+                .map_err(InstallError::HostFile)?;
+            if !gone && !matches!(state.entry(name), Ok(HostEntry::Missing)) {
+                let dir = self.host.access(&self.backups());
+                warn!(dir = %dir.display(), "backup directory not empty; left in place");
+            }
         }
+        self.host.remove(&self.host_file())?;
+        Ok(())
     }
 }
 
@@ -338,35 +351,23 @@ impl Tx<'_> {
         if self.file.entries.iter().any(|e| e.path == host) {
             return Ok(());
         }
-        let access = self.journal.host.access(host);
-        let before = match fs::symlink_metadata(&access) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Before::Absent,
-            Err(e) => return Err(InstallError::io("stat", access, e)),
-            Ok(m) if m.file_type().is_symlink() => Before::Symlink {
-                target: fs::read_link(&access)
-                    .map_err(|e| InstallError::io("read link", &access, e))?,
-            },
-            Ok(m) if m.is_file() => {
+        // Read through the directory's fd: a link, FIFO, device node or hard link at the name
+        // is refused here, before the step changes anything (issue 32, finding 8).
+        let before = match self.journal.host.read(host)? {
+            None => Before::Absent,
+            Some((bytes, st)) => {
                 let backup = format!("{}", self.file.entries.len());
-                let bytes = fs::read(&access).map_err(|e| InstallError::io("read", &access, e))?;
                 let dir = self.journal.backups();
-                atomic_write::create_dirs(&dir).map_err(|e| InstallError::State {
-                    path: dir.clone(),
-                    message: e.to_string(),
-                })?;
-                write(&dir.join(&backup), &bytes, Some(0o600))?;
+                self.journal.host.create_dir(&dir)?;
+                self.journal
+                    .host
+                    .write(&dir.join(&backup), &bytes, Some(0o600), None)?;
                 Before::File {
                     backup,
-                    mode: m.mode() & 0o7777,
-                    uid: m.uid(),
-                    gid: m.gid(),
+                    mode: st.st_mode & 0o7777,
+                    uid: st.st_uid,
+                    gid: st.st_gid,
                 }
-            }
-            Ok(_) => {
-                return Err(InstallError::InvalidRequest(format!(
-                    "{} is not a regular file; move it away and run again",
-                    access.display()
-                )))
             }
         };
         self.file.entries.push(Entry {
@@ -473,23 +474,18 @@ impl Tx<'_> {
             self.ensure_dir(parent)?;
         }
         self.protect(host)?;
-        let access = self.journal.host.access(host);
-        if fs::symlink_metadata(&access).is_ok_and(|m| m.file_type().is_symlink()) {
-            remove(&access)?;
-        }
-        write(&access, bytes, mode)?;
+        self.journal.host.write(host, bytes, mode, None)?;
         debug!(path = %host.display(), "wrote");
         self.changed()
     }
 
     /// Removes `host`, saving it first. Missing files are fine.
     pub fn remove(&mut self, host: &Path) -> Result<()> {
-        let access = self.journal.host.access(host);
-        if fs::symlink_metadata(&access).is_err() {
+        if matches!(self.journal.host.entry(host)?, HostEntry::Missing) {
             return Ok(());
         }
         self.protect(host)?;
-        remove(&access)?;
+        self.journal.host.remove(host)?;
         debug!(path = %host.display(), "removed");
         self.changed()
     }
@@ -513,7 +509,7 @@ impl Tx<'_> {
     /// Ends the step: its changes stay.
     pub fn commit(self) -> Result<()> {
         if self.saved {
-            self.journal.discard()?;
+            self.journal.discard(&self.file)?;
         }
         Ok(())
     }
@@ -552,26 +548,6 @@ impl HostFiles for Tx<'_> {
 /// back out).
 fn to_library(e: InstallError) -> RuntimeConfigError {
     RuntimeConfigError::Files(Box::new(e))
-}
-
-fn write(path: &Path, bytes: &[u8], mode: Option<u32>) -> Result<()> {
-    atomic_write::write_atomic(path, bytes, mode).map_err(|e| match e {
-        RuntimeConfigError::Io { op, path, source } => InstallError::Io { op, path, source },
-        other => InstallError::State {
-            path: path.to_path_buf(),
-            message: other.to_string(),
-        },
-    })
-}
-
-fn remove(path: &Path) -> Result<()> {
-    fs::remove_file(path).map_err(|e| InstallError::io("remove", path, e))?;
-    if let Some(dir) = path.parent() {
-        if let Ok(d) = fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -693,11 +669,8 @@ mod tests {
     fn recover_undoes_a_step_left_by_a_killed_run() {
         let (dir, _host, j) = setup();
         fs::write(dir.path().join("f"), "orig").expect("write");
-        std::os::unix::fs::symlink("/somewhere", dir.path().join("l")).expect("symlink");
         let mut tx = j.begin("payload", None).expect("begin");
         tx.write(Path::new("/f"), b"changed", 0o644).expect("write");
-        tx.write(Path::new("/l"), b"file now", 0o644)
-            .expect("write");
         // Simulate a kill: the transaction is never finished.
         std::mem::forget(tx);
         assert_eq!(j.pending().expect("pending").as_deref(), Some("payload"));
@@ -705,17 +678,23 @@ mod tests {
             j.begin("other", None).is_err(),
             "a pending journal blocks new steps"
         );
+        // A backup named by no entry yet, as a kill inside `protect` leaves it.
+        fs::write(
+            dir.path().join("opt/devinject/.installer/journal/1"),
+            "unnamed",
+        )
+        .expect("write");
         let rec = j.recover().expect("recover").expect("something to recover");
         assert_eq!(rec.step, "payload");
         assert_eq!(
             fs::read_to_string(dir.path().join("f")).expect("read"),
             "orig"
         );
-        assert_eq!(
-            fs::read_link(dir.path().join("l")).expect("link"),
-            PathBuf::from("/somewhere")
-        );
         assert!(j.recover().expect("again").is_none());
+        assert!(
+            !dir.path().join("opt/devinject/.installer/journal").exists(),
+            "the backups go, the unnamed one too"
+        );
     }
 
     #[test]

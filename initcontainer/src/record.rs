@@ -111,16 +111,16 @@ impl RecordStore {
     /// Reads the record; `None` when there is none.
     pub fn load(&self) -> Result<Option<Record>> {
         let access = self.host.access(&self.path());
-        let text = match std::fs::read_to_string(&access) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(InstallError::io("read", access, e)),
+        // Through the directory's fd: a link, FIFO or device node at the record's name is
+        // refused, naming it (issue 32, finding 8).
+        let Some((text, _)) = self.host.read(&self.path())? else {
+            return Ok(None);
         };
         let damaged = |message: String| InstallError::State {
             path: access.clone(),
             message,
         };
-        let r: Record = serde_json::from_str(&text).map_err(|e| damaged(e.to_string()))?;
+        let r: Record = serde_json::from_slice(&text).map_err(|e| damaged(e.to_string()))?;
         if r.format != FORMAT {
             return Err(damaged(format!(
                 "format {} is not {FORMAT}; it was written by another installer version",
@@ -141,8 +141,11 @@ impl RecordStore {
     /// Writes `record` within the step `tx`, when it differs from what is on disk.
     pub fn save(&self, tx: &mut Tx<'_>, record: &Record) -> Result<()> {
         let bytes = Self::render(record);
-        let access = self.host.access(&self.path());
-        if std::fs::read(&access).is_ok_and(|b| b == bytes) {
+        if self
+            .host
+            .read(&self.path())?
+            .is_some_and(|(b, _)| b == bytes)
+        {
             return Ok(());
         }
         tx.write(&self.path(), &bytes, 0o600)
@@ -151,16 +154,8 @@ impl RecordStore {
     /// Writes `record` outside any step (atomically). Used once, to remember the directories
     /// the installer created for its own state before the first step.
     pub fn save_now(&self, record: &Record) -> Result<()> {
-        let access = self.host.access(&self.path());
-        devinject_runtime_config::atomic_write::write_atomic(
-            &access,
-            &Self::render(record),
-            Some(0o600),
-        )
-        .map_err(|e| InstallError::State {
-            path: access.clone(),
-            message: e.to_string(),
-        })
+        self.host
+            .write(&self.path(), &Self::render(record), Some(0o600), None)
     }
 
     /// Removes the record within the step `tx`.

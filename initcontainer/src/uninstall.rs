@@ -134,8 +134,12 @@ pub fn uninstall(
             return save_record(cx, &store, &mut record);
         }
         let config = layout.host_config();
-        let ours = std::fs::read_to_string(layout.access(&config))
-            .is_ok_and(|t| t.starts_with(host_config::MARKER));
+        // Through the directory's fd: a FIFO or device node at the host config's name is
+        // refused, naming it, not opened (issue 32, finding 8).
+        let ours = layout
+            .host
+            .read(&config)?
+            .is_some_and(|(t, _)| t.starts_with(host_config::MARKER.as_bytes()));
         if ours && !keep_for_running.contains(&config) {
             remove_unrecorded(&mut cx, &config)?;
         }
@@ -313,14 +317,8 @@ fn finish(
 ) -> Result<()> {
     let layout = &opts.layout;
     let host = &layout.host;
-    let remove_file = |host_path: &Path| -> Result<()> {
-        let access = host.access(host_path);
-        match std::fs::remove_file(&access) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(InstallError::io("remove", access, e)),
-        }
-    };
+    // Only a regular file with one link is removed (issue 32, finding 8).
+    let remove_file = |host_path: &Path| -> Result<()> { host.remove(host_path).map(|_| ()) };
     let remove_dir = |host_path: &Path| {
         let access = host.access(host_path);
         match std::fs::remove_dir(&access) {
