@@ -35,6 +35,7 @@ pub mod plan;
 pub mod planner;
 pub mod prepare_step;
 pub mod profile;
+pub mod profile_file;
 pub mod profile_set;
 pub mod request;
 pub mod roots;

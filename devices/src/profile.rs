@@ -52,6 +52,15 @@ pub enum ProfileError {
         /// The profile's replica count.
         replicas: u32,
     },
+    /// Something other than a regular file (after links) ends in `.toml` in a profiles
+    /// directory: it is not opened (issue 32, finding 8).
+    #[error("profile {path} is a {what}, not a regular file: devinject does not open it; remove it from the profiles directory or rename it so it does not end in .toml")]
+    NotAFile {
+        /// The profile path.
+        path: PathBuf,
+        /// What it is: "FIFO", "character device", ...
+        what: &'static str,
+    },
     /// The file name does not match the profile's `name`.
     #[error("profile {path} declares name {name:?}: rename the file to {name}.toml or fix `name`")]
     FileName {
@@ -303,12 +312,11 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// Reads, parses and validates a profile file.
+    /// Reads, parses and validates a profile file. Links are followed; what they lead to must
+    /// be a regular file of bounded size, checked through the fd before it is read
+    /// ([`crate::profile_file`]).
     pub fn load(path: &Path) -> Result<Self, ProfileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        let text = crate::profile_file::read(path)?;
         let profile = Self::parse(&text, path)?;
         if path.file_stem().and_then(|s| s.to_str()) != Some(profile.name.as_str()) {
             return Err(ProfileError::FileName {

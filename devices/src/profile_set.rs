@@ -34,10 +34,7 @@ impl ProfileSet {
             return Ok(true);
         }
         for path in toml_files(dir)? {
-            let text = std::fs::read_to_string(&path).map_err(|source| ProfileError::Read {
-                path: path.clone(),
-                source,
-            })?;
+            let text = crate::profile_file::read(&path)?;
             if !default_request_only(&text) {
                 return Ok(true);
             }

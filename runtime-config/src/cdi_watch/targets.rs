@@ -24,6 +24,7 @@ use std::path::{Component, Path, PathBuf};
 use devinject_devices::profile::IdSource;
 use devinject_devices::{resolve_host_files, HostRoots, Profile};
 use inotify::WatchMask;
+use tracing::warn;
 
 use crate::cdi::{file_name, CdiRequest};
 
@@ -123,8 +124,10 @@ pub(crate) fn targets(req: &CdiRequest) -> Targets {
     t
 }
 
-/// Every `*.toml` in `dir` that loads; a broken one is left out (the refresh reports it, and
-/// the directory's watch notices its repair).
+/// Every `*.toml` in `dir` that loads; a broken one (invalid, or not a regular file) is left
+/// out of the watches and logged, naming it, as `cdi generate` refuses it; the directory's
+/// watch notices its repair. Read as every consumer reads a profile ([`Profile::load`]): a FIFO
+/// or device node there is refused through its fd, never opened (issue 32, finding 8).
 fn load_profiles(dir: &Path) -> Vec<Profile> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
@@ -135,7 +138,20 @@ fn load_profiles(dir: &Path) -> Vec<Profile> {
         .filter(|p| p.extension().is_some_and(|x| x == "toml"))
         .collect();
     files.sort();
-    files.iter().filter_map(|f| Profile::load(f).ok()).collect()
+    files
+        .iter()
+        .filter_map(|f| match Profile::load(f) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                warn!(
+                    profile = %f.display(),
+                    error = %e,
+                    "profile not loaded: its devices are not watched until it is fixed"
+                );
+                None
+            }
+        })
+        .collect()
 }
 
 fn node_targets(t: &mut Targets, roots: &HostRoots, p: &Profile) {

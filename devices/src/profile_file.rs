@@ -1,0 +1,121 @@
+//! Reading one profile file: through an fd that shows it is a regular file of bounded size
+//! before a byte is read.
+//!
+//! # Why
+//! Issue 32, finding 8: a FIFO named `x.toml` in the profiles directory blocked `cdi generate`,
+//! its `--watch` refresher and every consumer of the directory in `open` for ever; a device
+//! node there was opened (and read) by root. A profile may legitimately be a symlink an
+//! administrator set (a ConfigMap's `..data` links, a profile kept elsewhere), so links are
+//! followed; what they lead to is checked through the fd: the path is opened `O_PATH` (which
+//! opens nothing: no FIFO open blocks, no device driver runs), `fstat` says what the inode is,
+//! and only a regular file within [`MAX_PROFILE_BYTES`] is reopened (non-blocking, through
+//! `/proc/self/fd`, the same inode) and read. Anything else is [`ProfileError::NotAFile`],
+//! naming the path, what it is and the fix, like any other bad profile.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{open, OFlag};
+use nix::sys::stat::{fstat, Mode, SFlag};
+
+use crate::profile::ProfileError;
+
+/// The largest profile read: real profiles are a few KiB.
+pub const MAX_PROFILE_BYTES: u64 = 1 << 20;
+
+/// The text of the profile file at `path` (links followed), checked as the module says.
+pub fn read(path: &Path) -> Result<String, ProfileError> {
+    let err = |e: nix::errno::Errno| ProfileError::Read {
+        path: path.to_owned(),
+        source: std::io::Error::from(e),
+    };
+    let fd = open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).map_err(err)?;
+    let st = fstat(fd.as_fd()).map_err(err)?;
+    let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
+    if kind != SFlag::S_IFREG {
+        return Err(ProfileError::NotAFile {
+            path: path.to_owned(),
+            what: what(kind),
+        });
+    }
+    let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
+    if size > MAX_PROFILE_BYTES {
+        return Err(too_large(path, size));
+    }
+    let file = open(
+        &PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
+        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(err)?;
+    let mut bytes = Vec::new();
+    File::from(file)
+        .take(MAX_PROFILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|source| ProfileError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+    if bytes.len() as u64 > MAX_PROFILE_BYTES {
+        return Err(too_large(path, bytes.len() as u64));
+    }
+    String::from_utf8(bytes).map_err(|e| ProfileError::Read {
+        path: path.to_owned(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+    })
+}
+
+fn too_large(path: &Path, size: u64) -> ProfileError {
+    ProfileError::Invalid {
+        path: path.to_owned(),
+        key: "(file)".into(),
+        problem: format!(
+            "is {size} bytes, more than the {MAX_PROFILE_BYTES} a profile may have: \
+             it is not a profile; move it out of the profiles directory"
+        ),
+    }
+}
+
+fn what(kind: SFlag) -> &'static str {
+    match kind {
+        SFlag::S_IFIFO => "FIFO",
+        SFlag::S_IFSOCK => "socket",
+        SFlag::S_IFCHR => "character device",
+        SFlag::S_IFBLK => "block device",
+        SFlag::S_IFDIR => "directory",
+        _ => "special file",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_fifo_or_directory_is_refused_unopened_and_a_link_to_a_file_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("x.toml");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o600)).unwrap();
+        let start = Instant::now();
+        let err = read(&fifo).unwrap_err();
+        assert!(start.elapsed() < Duration::from_secs(5));
+        let msg = err.to_string();
+        assert!(msg.contains("is a FIFO") && msg.contains("x.toml"), "{msg}");
+        std::fs::create_dir(dir.path().join("d.toml")).unwrap();
+        assert!(read(&dir.path().join("d.toml"))
+            .unwrap_err()
+            .to_string()
+            .contains("is a directory"));
+        std::fs::write(dir.path().join("real"), "name = \"x\"\n").unwrap();
+        std::os::unix::fs::symlink("real", dir.path().join("l.toml")).unwrap();
+        assert_eq!(read(&dir.path().join("l.toml")).unwrap(), "name = \"x\"\n");
+        std::os::unix::fs::symlink("x.toml", dir.path().join("lf.toml")).unwrap();
+        assert!(read(&dir.path().join("lf.toml"))
+            .unwrap_err()
+            .to_string()
+            .contains("is a FIFO"));
+    }
+}
