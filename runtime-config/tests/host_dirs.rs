@@ -403,3 +403,93 @@ fn issue_32_finding_8_the_cdi_refresher_reports_a_fifo_at_its_spec_name_and_keep
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// What can be put into the profiles directory under a profile's name.
+const PROFILE_PLANTS: [(&str, Planted); 3] = [
+    ("x.toml", Planted::Fifo),
+    ("x.toml", Planted::CharDevice),
+    // An administrator's (relative) link is followed: what it leads to is checked.
+    ("y.toml", Planted::LinkInside),
+];
+
+#[test]
+fn issue_32_finding_8_a_fifo_or_device_named_like_a_profile_is_refused_unopened() {
+    if !require_root() {
+        return;
+    }
+    let mut problems = Vec::new();
+    for (name, what) in PROFILE_PLANTS {
+        for root in [Root::Prefix, Root::Host] {
+            let case = format!("cdi generate: {what:?} at profiles/{name}, {root:?}");
+            let host = Host::new();
+            let host_name = format!("/etc/devinject/profiles/{name}");
+            let shown = host.root().join(host_name.trim_start_matches('/'));
+            // The link leads to a FIFO beside the canary.
+            let expected = if what == Planted::LinkInside {
+                nix::unistd::mkfifo(
+                    &host.root().join("etc/fifo"),
+                    NixMode::from_bits_truncate(0o644),
+                )
+                .expect("mkfifo");
+                symlink("../../fifo", &shown).expect("symlink");
+                format!("{} is a FIFO", shown.display())
+            } else {
+                host.plant(root, &host_name, what);
+                format!("{} {}", shown.display(), what.what())
+            };
+            let outcome = run_cdi(&host, root);
+            match &outcome {
+                Err(e) if e.contains(&expected) && e.contains("profiles directory") => {}
+                other => problems.push(format!(
+                    "{case}: expected an error saying {expected:?}, got {other:?}"
+                )),
+            }
+            if fs::read_to_string(host.root().join("etc/canary"))
+                .ok()
+                .as_deref()
+                != Some(CANARY)
+            {
+                problems.push(format!("{case}: the canary changed"));
+            }
+            if host.root().join(SPEC.trim_start_matches('/')).exists() {
+                problems.push(format!("{case}: a spec was written"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn issue_32_finding_8_the_cdi_refresher_reports_a_fifo_named_like_a_profile_and_keeps_running() {
+    if !require_root() {
+        return;
+    }
+    let host = Host::new();
+    let fifo = host.root().join("etc/devinject/profiles/x.toml");
+    host.plant(
+        Root::Prefix,
+        "/etc/devinject/profiles/x.toml",
+        Planted::Fifo,
+    );
+    let mut watcher = Watcher::start(host.root());
+    let reported = format!("{} is a FIFO", fifo.display());
+    watcher.wait("the FIFO is reported", |err| err.contains(&reported));
+    // The watcher's own look at the profiles names it too, not only the refresh.
+    watcher.wait("the watcher says the profile is not watched", |err| {
+        err.contains("profile not loaded") && err.contains(&fifo.display().to_string())
+    });
+    let spec = host.root().join(SPEC.trim_start_matches('/'));
+    assert!(
+        !spec.exists(),
+        "a spec was written beside a refused profile"
+    );
+
+    // Gone: the refresher, still running, writes the spec.
+    fs::remove_file(&fifo).expect("remove the FIFO");
+    let start = Instant::now();
+    while !fs::read_to_string(&spec).is_ok_and(|t| t.contains("devinject.io/kvm")) {
+        watcher.assert_running("the spec is written once the FIFO is gone");
+        assert!(start.elapsed() < BOUND, "no spec within {BOUND:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
