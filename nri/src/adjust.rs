@@ -35,10 +35,12 @@ pub fn refuse_nodes_in_volumes(
     let mounts: Vec<SpecMount<'_>> = container
         .mounts
         .iter()
-        .map(|m| SpecMount {
-            destination: &m.destination,
-            kind: &m.r#type,
-            bind: m.options.iter().any(|o| o == "bind" || o == "rbind"),
+        .map(|m| {
+            SpecMount::new(
+                &m.destination,
+                &m.r#type,
+                m.options.iter().map(String::as_str),
+            )
         })
         .collect();
     check(
