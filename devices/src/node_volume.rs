@@ -24,6 +24,21 @@ pub struct SpecMount<'a> {
     pub bind: bool,
 }
 
+impl<'a> SpecMount<'a> {
+    /// The mount at `destination` of type `kind` (empty when absent) with `options`.
+    pub fn new(
+        destination: &'a str,
+        kind: &'a str,
+        options: impl IntoIterator<Item = &'a str>,
+    ) -> Self {
+        Self {
+            destination,
+            kind,
+            bind: options.into_iter().any(|o| o == "bind" || o == "rbind"),
+        }
+    }
+}
+
 /// A device node that a spec mount other than a fresh tmpfs would hold.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the spec mounts {what} at {mount}, where device node {node} would be made: devinject makes no device node in a volume (it would land in the volume's host directory); mount the volume elsewhere than /dev")]

@@ -13,12 +13,44 @@ use crate::api;
 /// Why a plan cannot be written as an adjustment.
 #[derive(Debug, thiserror::Error)]
 pub enum AdjustError {
+    /// The runtime would make a node in a volume the container mounts.
+    #[error(transparent)]
+    NodeInVolume(#[from] devinject_devices::node_volume::NodeInVolume),
     /// NRI's adjustment has no bind mount for a node in a user namespace.
     #[error("container {} runs in a user namespace, where devices must be bind-mounted; NRI mode does not do that yet: run it with the devinject runtime (runtimeClassName: devinject)", Excerpt(.container))]
     UserNamespace {
         /// The container.
         container: String,
     },
+}
+
+/// Refuses nodes of `edits` that the runtime would make in a volume `container` mounts over
+/// `/dev` or below it: the runtime makes the adjustment's nodes by path, after the container's
+/// mounts (issue 32, finding 6; the rule is [`devinject_devices::node_volume`]).
+pub fn refuse_nodes_in_volumes(
+    container: &api::Container,
+    edits: &ContainerEdits,
+) -> Result<(), AdjustError> {
+    use devinject_devices::node_volume::{check, SpecMount};
+    let mounts: Vec<SpecMount<'_>> = container
+        .mounts
+        .iter()
+        .map(|m| {
+            SpecMount::new(
+                &m.destination,
+                &m.r#type,
+                m.options.iter().map(String::as_str),
+            )
+        })
+        .collect();
+    check(
+        edits
+            .device_nodes
+            .iter()
+            .map(|n| n.container_path.as_path()),
+        &mounts,
+    )?;
+    Ok(())
 }
 
 /// The adjustment for `container`. `request_envs` are the request variables whose values are
@@ -137,6 +169,32 @@ mod tests {
             env: env.iter().map(|e| e.to_string()).collect(),
             ..api::Container::default()
         }
+    }
+
+    fn mount(destination: &str, kind: &str, options: &[&str]) -> api::Mount {
+        api::Mount {
+            destination: destination.into(),
+            r#type: kind.into(),
+            source: "/var/lib/kubelet/pods/x/volumes/dir".into(),
+            options: options.iter().map(|o| o.to_string()).collect(),
+        }
+    }
+
+    /// Issue 32, finding 6: containerd makes the adjustment's nodes by path after the
+    /// container's mounts; a volume over the node's directory is refused, naming both.
+    #[test]
+    fn a_volume_over_a_node_directory_is_refused() {
+        let dev = mount("/dev", "tmpfs", &["nosuid", "strictatime", "mode=755"]);
+        let mut c = container(&[]);
+        c.mounts = vec![dev.clone(), mount("/data", "bind", &["rbind", "rw"])];
+        refuse_nodes_in_volumes(&c, &edits(0o666, 0)).unwrap();
+        c.mounts = vec![dev, mount("/dev/demo", "bind", &["rbind", "rw"])];
+        let err = refuse_nodes_in_volumes(&c, &edits(0o666, 0)).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("/dev/demo/accel0") && text.contains("at /dev/demo"),
+            "{text}"
+        );
     }
 
     #[test]

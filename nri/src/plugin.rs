@@ -17,7 +17,7 @@ use devinject_hook::shim::spec_edit;
 use devinject_hostconfig::HostConfig;
 use prost::Message;
 
-use crate::adjust::{adjustment, AdjustError};
+use crate::adjust::{adjustment, refuse_nodes_in_volumes, AdjustError};
 use crate::api;
 use crate::budget::{BudgetError, RequestBudget};
 use crate::error::NriError;
@@ -206,6 +206,7 @@ impl Plugin {
         else {
             return Ok(None);
         };
+        refuse_nodes_in_volumes(container, &plan.edits)?;
         // Before the adjustment: a failed prepare step fails the creation with nothing done.
         // Within the request's budget, so that a slow one fails its own container only and
         // containerd keeps the plugin (issue 32, finding 4).

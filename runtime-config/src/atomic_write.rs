@@ -13,10 +13,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::Result;
+pub use crate::host_dir::DEFAULT_FILE_MODE;
 use crate::host_dir::{self, HostDir};
-
-/// Mode given to files that did not exist before.
-pub const DEFAULT_FILE_MODE: u32 = 0o644;
 
 /// Atomically replaces (or creates) `path` with `contents`.
 ///

@@ -44,6 +44,8 @@ use nix::unistd::{fchown, unlinkat, Gid, Uid, UnlinkatFlags};
 
 use crate::error::{Result, RuntimeConfigError};
 
+/// Mode given to files that did not exist before.
+pub const DEFAULT_FILE_MODE: u32 = 0o644;
 /// The largest host file read: configuration files and specs are far smaller; anything larger
 /// at one of these names is not what we look for.
 pub const MAX_FILE_BYTES: u64 = 16 << 20;
@@ -252,7 +254,7 @@ impl HostDir {
 
     /// Replaces (or creates) the file at `name` with `contents` atomically (see the module
     /// docs). `mode`: the permission bits; `None` keeps the current file's, or
-    /// [`crate::atomic_write::DEFAULT_FILE_MODE`] for a new file. The owner of an existing file
+    /// [`DEFAULT_FILE_MODE`] for a new file. The owner of an existing file
     /// is kept. Only a regular file with one link is replaced.
     pub fn write(&self, name: &OsStr, contents: &[u8], mode: Option<u32>) -> Result<()> {
         self.write_owned(name, contents, mode, None)
@@ -278,7 +280,7 @@ impl HostDir {
         let existing = self.checked(name, Name::Ours)?;
         let mode = mode
             .or_else(|| existing.as_ref().map(|st| st.st_mode & 0o7777))
-            .unwrap_or(crate::atomic_write::DEFAULT_FILE_MODE);
+            .unwrap_or(DEFAULT_FILE_MODE);
         let owner = owner.or_else(|| existing.as_ref().map(|st| (st.st_uid, st.st_gid)));
         let mut tmp = OsString::from(".");
         tmp.push(name);

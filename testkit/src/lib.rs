@@ -9,6 +9,9 @@
 //! - a line appended to the file named by `DEVINJECT_SKIP_LOG` (scripts/test.sh sets it and prints
 //!   the list, with its count, after the run).
 //!
+//! [`processes`] lists the host's processes by their command line, for tests that check that
+//! nothing is left running.
+//!
 //! [`docs`] reads the tables the docs keep of what the code defines (exit codes), for the tests
 //! that hold them in step.
 //!
@@ -16,6 +19,7 @@
 //! dev-dependency without a cycle.
 
 pub mod docs;
+pub mod processes;
 
 use std::io::Write;
 use std::path::Path;

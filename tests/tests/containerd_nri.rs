@@ -9,6 +9,8 @@
 //!   `accel3` absent, and the demo library read-only and in the linker cache (the finish hook).
 //! - A container asking for nothing is left alone.
 //! - A request naming a device that does not exist fails the creation with devinject's message.
+//! - A volume the container mounts over the nodes' directory fails the creation, and its host
+//!   directory is left as it was: runc would make the nodes in it (issue 32, finding 6).
 //! - The plugin connects again after containerd restarts.
 //! - A profile's prepare step (docs/prepare.md) runs in the plugin before it answers: the
 //!   container reads the function loaded into its granted device; a failing run fails the
@@ -29,6 +31,7 @@
 use std::path::PathBuf;
 
 use devinject_nri::session::REGISTERED;
+use devinject_tests::canary::HostGuard;
 use devinject_tests::cri::ContainerSpec;
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::cri_release::{ready, Paths, ReleaseNode};
@@ -96,6 +99,24 @@ fn injects_through_nri(series: &str) {
     let spec = probe(&node, "bad", Some("9"));
     let err = run(&mut node, &spec).expect_err("a request for a missing device must fail");
     assert!(err.contains("devinject") && err.contains('9'), "{err}");
+
+    // A volume over the nodes' directory (issue 32, finding 6): runc makes the adjustment's
+    // nodes by path after the container's mounts, so they would land in the volume's host
+    // directory. The creation is refused naming it, and the directory stays as it was.
+    let volume = node.host.dir.join("pod-volume");
+    std::fs::create_dir_all(&volume).unwrap();
+    std::fs::write(volume.join("keep"), "the volume's own\n").unwrap();
+    let guard = HostGuard::new(vec![volume.clone()]);
+    let spec = ContainerSpec {
+        mounts: vec![(volume.clone(), PathBuf::from("/dev/demo"))],
+        ..probe(&node, "volume", Some("0"))
+    };
+    let err = run(&mut node, &spec).expect_err("a node in a volume must be refused");
+    assert!(
+        err.contains("devinject") && err.contains("device node /dev/demo/accel0"),
+        "{err}"
+    );
+    guard.assert_unchanged(&format!("containerd {series}: a volume over /dev/demo"));
 
     // A prepare step: run by the plugin on the granted device before it answers.
     let sys = add_demo_prepare_step(&node.host).unwrap();

@@ -350,31 +350,17 @@ fn a_huge_function_value_is_refused_in_a_short_message_finding_9() {
 /// The host processes whose command line names `marker`, killed (so that a failing test leaves
 /// nothing behind), as `pid: command line`.
 fn survivors(marker: &Path) -> Vec<String> {
-    let marker = marker.as_os_str().as_encoded_bytes();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        if cmdline.windows(marker.len()).any(|w| w == marker) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-            found.push(format!(
-                "{pid}: {}",
-                String::from_utf8_lossy(&cmdline).replace('\0', " ")
-            ));
-        }
+    let found = devinject_testkit::processes::naming(marker.as_os_str().as_encoded_bytes());
+    for (pid, _) in &found {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
     found
+        .into_iter()
+        .map(|(pid, cmdline)| format!("{pid}: {cmdline}"))
+        .collect()
 }
 
 /// Issue 32, finding 1: nothing a prepare program starts outlives the start, however it

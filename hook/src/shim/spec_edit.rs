@@ -235,14 +235,11 @@ fn check_node_volumes(spec: &Value, edits: &ContainerEdits) -> Result<(), SpecEd
         .iter()
         .filter_map(|m| {
             let options = m.get("options").and_then(Value::as_array);
-            Some(SpecMount {
-                destination: m.get("destination")?.as_str()?,
-                kind: m.get("type").and_then(Value::as_str).unwrap_or(""),
-                bind: options.is_some_and(|o| {
-                    o.iter()
-                        .any(|v| matches!(v.as_str(), Some("bind" | "rbind")))
-                }),
-            })
+            Some(SpecMount::new(
+                m.get("destination")?.as_str()?,
+                m.get("type").and_then(Value::as_str).unwrap_or(""),
+                options.into_iter().flatten().filter_map(Value::as_str),
+            ))
         })
         .collect();
     check(
