@@ -74,7 +74,13 @@ mod tests {
     }
 
     fn merge(env: &mut Vec<String>, granted: &[String], request: &[&str]) {
-        merge_env(env, |s| Some(s.as_str()), |s| s.to_owned(), granted, request);
+        merge_env(
+            env,
+            |s| Some(s.as_str()),
+            |s| s.to_owned(),
+            granted,
+            request,
+        );
     }
 
     #[test]
