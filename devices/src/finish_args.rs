@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::{Mount, MountKind, Symlink};
+use crate::{ContainerEdits, Mount, MountKind, Symlink};
 
 /// What to finish.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -23,7 +23,40 @@ pub struct FinishArgs {
     pub group_nodes: Vec<PathBuf>,
 }
 
+/// How a non-root process comes to use a granted node only its group may use
+/// ([`DeviceNode::access_group`](crate::DeviceNode::access_group)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupAccess {
+    /// The group is added to `process.user.additionalGids` (the shim edits the spec).
+    ProcessGroups,
+    /// The finish step gives the node the runtime made to the process's own group (NRI, whose
+    /// adjustment cannot add a group to the process).
+    NodeGroup,
+}
+
 impl FinishArgs {
+    /// What is left to do after the runtime applied `edits` as the shim and NRI write them:
+    /// mount the files read-only, make the soname links, refresh the linker cache and, with
+    /// [`GroupAccess::NodeGroup`], give group-only nodes to the process's group.
+    pub fn after_runtime(edits: &ContainerEdits, access: GroupAccess) -> Self {
+        let group_nodes = match access {
+            GroupAccess::ProcessGroups => Vec::new(),
+            GroupAccess::NodeGroup => edits
+                .device_nodes
+                .iter()
+                .filter(|n| n.access_group().is_some())
+                .map(|n| n.container_path.clone())
+                .collect(),
+        };
+        Self {
+            mounts: edits.mounts.clone(),
+            links: edits.symlinks().to_vec(),
+            ldcache_dirs: edits.ldcache_dirs().to_vec(),
+            group_nodes,
+            ..Self::default()
+        }
+    }
+
     /// Parses `--mount HOST CONTAINER`, `--library HOST CONTAINER` (a mount the linker cache
     /// must list), `--mounted-library HOST CONTAINER` (a library the runtime mounted, for the
     /// cache only), `--link PATH=TARGET`, `--ldcache-dir DIR` and `--group-node PATH`,

@@ -25,8 +25,10 @@
 pub mod discovery;
 pub mod elf_linkage;
 mod elf_soname;
+pub mod env_merge;
 pub mod excerpt;
 pub mod finish_args;
+pub mod finish_invocation;
 pub mod host_files;
 pub mod names;
 pub mod node;
@@ -43,8 +45,10 @@ pub mod roots;
 /// The device-rule vocabulary the plan is written in, shared with the cgroup crate.
 pub use devinject_device_rule::{Access, DeviceKind, DeviceRule};
 pub use discovery::{discover, Device, DiscoveryError, Inventory};
+pub use env_merge::{env_edits, merge_env};
 pub use excerpt::Excerpt;
-pub use finish_args::FinishArgs;
+pub use finish_args::{FinishArgs, GroupAccess};
+pub use finish_invocation::{FinishInvocation, HookCommand, FINISH_TIMEOUT_SECS, HOOK_ARGV0};
 pub use host_files::{resolve_host_files, HostFiles, ResolveError};
 pub use names::{DeviceId, NameError, ProfileName, ResourceName, CDI_VENDOR};
 pub use node::{access_groups, DeviceNode};

@@ -1,12 +1,12 @@
 //! A container's plan as an NRI container adjustment: the nodes as devices (containerd also
 //! allows each in the device cgroup), the profile's env, and the `createRuntime` hook that
 //! mounts the files read-only and refreshes the linker cache, exactly as the runtime shim
-//! writes them into `config.json` ([`devinject_hook::shim::spec_edit`]). A node only its group
+//! writes them into `config.json` (both from one [`FinishInvocation`] and one
+//! [`devinject_devices::env_merge`] rule). A node only its group
 //! may use keeps the host's owner here; the finish hook gives it to the process's group when the
 //! process lacks that one (`--group-node`): NRI's adjustment cannot add a group to the process.
 
-use devinject_devices::{ContainerEdits, Excerpt};
-use serde_json::Value;
+use devinject_devices::{env_edits, ContainerEdits, Excerpt, FinishInvocation};
 
 use crate::api;
 
@@ -55,12 +55,12 @@ pub fn refuse_nodes_in_volumes(
 
 /// The adjustment for `container`. `request_envs` are the request variables whose values are
 /// replaced by the granted list (any other variable the container sets is kept); `finish` is
-/// the shim's `createRuntime` hook entry, when files or group-only nodes need it.
+/// the `createRuntime` finish step, when files or group-only nodes need it.
 pub fn adjustment(
     container: &api::Container,
     edits: &ContainerEdits,
     request_envs: &[&str],
-    finish: Option<&Value>,
+    finish: Option<&FinishInvocation>,
 ) -> Result<api::ContainerAdjustment, AdjustError> {
     let userns = container
         .linux
@@ -84,23 +84,15 @@ pub fn adjustment(
             gid: Some(api::OptionalUInt32 { value: n.gid }),
         })
         .collect();
-    let has_key = |key: &str| {
-        container
-            .env
-            .iter()
-            .any(|e| e.split_once('=').map_or(e.as_str(), |(k, _)| k) == key)
-    };
-    let env = edits
-        .env
-        .iter()
-        .filter_map(|kv| {
+    let container_env = container.env.iter().map(String::as_str);
+    let env = env_edits(container_env, &edits.env, request_envs)
+        .into_iter()
+        .map(|kv| {
             let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
-            // The granted list replaces what the container wrote; the profile's other
-            // variables do not override the container's own.
-            (request_envs.contains(&key) || !has_key(key)).then(|| api::KeyValue {
+            api::KeyValue {
                 key: key.to_owned(),
                 value: value.to_owned(),
-            })
+            }
         })
         .collect();
     let hooks = finish.map(|h| api::Hooks {
@@ -114,35 +106,23 @@ pub fn adjustment(
     })
 }
 
-/// The shim's hook entry (`path`, `args`, `env`, `timeout`) as an NRI hook.
-fn hook(entry: &Value) -> api::Hook {
-    let strings = |key: &str| -> Vec<String> {
-        entry[key]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+/// `finish` as an NRI hook.
+pub fn hook(finish: &FinishInvocation) -> api::Hook {
     api::Hook {
-        path: entry["path"].as_str().unwrap_or_default().to_owned(),
-        args: strings("args"),
-        env: strings("env"),
-        timeout: entry["timeout"]
-            .as_i64()
-            .map(|value| api::OptionalInt { value }),
+        path: finish.path().to_string_lossy().into_owned(),
+        args: finish.argv(),
+        env: finish.env(),
+        timeout: Some(api::OptionalInt {
+            value: i64::from(finish.timeout_secs()),
+        }),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
+    use std::path::{Path, PathBuf};
 
-    use devinject_devices::{DeviceKind, DeviceNode};
-    use serde_json::json;
+    use devinject_devices::{DeviceKind, DeviceNode, FinishArgs, HookCommand};
 
     use super::*;
 
@@ -199,7 +179,17 @@ mod tests {
 
     #[test]
     fn nodes_env_and_the_finish_hook_become_the_adjustment() {
-        let hook = json!({"path": "/opt/devinject/bin/devinject-hook", "args": ["devinject-hook", "finish"], "env": [], "timeout": 30});
+        let links = FinishArgs {
+            ldcache_dirs: vec![PathBuf::from("/usr/lib")],
+            ..FinishArgs::default()
+        };
+        let hook = HookCommand::new(
+            Path::new("/opt/devinject/bin/devinject-hook"),
+            None,
+            Path::new("/"),
+        )
+        .finish(links)
+        .unwrap();
         let c = container(&["DEMO_VISIBLE_DEVICES=all", "DEMO_DRIVER=mine"]);
         let a = adjustment(&c, &edits(0o666, 0), &["DEMO_VISIBLE_DEVICES"], Some(&hook)).unwrap();
         let d = &a.linux.unwrap().devices[0];
@@ -217,7 +207,10 @@ mod tests {
         assert_eq!(env, [("DEMO_VISIBLE_DEVICES", "0")]);
         let h = &a.hooks.unwrap().create_runtime[0];
         assert_eq!(h.path, "/opt/devinject/bin/devinject-hook");
-        assert_eq!(h.args, ["devinject-hook", "finish"]);
+        assert_eq!(
+            h.args,
+            ["devinject-hook", "finish", "--ldcache-dir", "/usr/lib"]
+        );
         assert_eq!(h.timeout.as_ref().map(|t| t.value), Some(30));
     }
 

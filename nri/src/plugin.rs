@@ -9,11 +9,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use devinject_devices::ContainerLayout;
+use devinject_devices::{ContainerLayout, FinishArgs, GroupAccess, HookCommand};
 use devinject_hook::admit::{asked, Admission, AdmitError};
 use devinject_hook::oci::env_value;
 use devinject_hook::prepare_step::{self, PrepareStepError};
-use devinject_hook::shim::spec_edit;
 use devinject_hostconfig::HostConfig;
 use prost::Message;
 
@@ -66,8 +65,8 @@ enum CreateError {
 #[derive(Debug)]
 pub struct Plugin {
     admission: Admission,
-    config_path: Option<PathBuf>,
-    hook: PathBuf,
+    /// The hook the finish step runs, with the configuration it reads.
+    hook: HookCommand,
     budget: Duration,
     /// The runtime's request timeout in milliseconds, as its last `Configure` said (0: not
     /// said).
@@ -82,10 +81,11 @@ impl Plugin {
             .hook
             .clone()
             .unwrap_or_else(devinject_hook::shim::default_hook_path);
+        // The configuration was read in this directory; the runtime runs the hook in another.
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
         Self {
             admission: Admission::from_config(&config),
-            config_path,
-            hook,
+            hook: HookCommand::new(&hook, config_path.as_deref(), &cwd),
             budget: Duration::from_millis(config.nri_request_budget_ms),
             runtime_timeout_ms: AtomicU64::new(0),
         }
@@ -226,12 +226,10 @@ impl Plugin {
             other => CreateError::Prepare(other),
         })?;
         let request_envs = asked.request_envs();
-        let finish = spec_edit::finish_hook(
-            &self.hook,
-            self.config_path.as_deref(),
+        let finish = self.hook.finish(FinishArgs::after_runtime(
             &plan.edits,
-            spec_edit::GroupAccess::NodeGroup,
-        );
+            GroupAccess::NodeGroup,
+        ));
         let adjust = adjustment(container, &plan.edits, &request_envs, finish.as_ref())?;
         tracing::info!(
             container = %container.name,

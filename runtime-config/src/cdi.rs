@@ -30,12 +30,13 @@ use std::path::{Path, PathBuf};
 
 use devinject_devices::{
     access_groups, discover, plan, resolve_host_files, ContainerLayout, DeviceNode, FinishArgs,
-    HostRoots, Mount, MountKind, PlanInput, ProfileSet, Request, CDI_VENDOR,
+    FinishInvocation, HostRoots, Mount, MountKind, PlanInput, ProfileSet, Request, CDI_VENDOR,
 };
 use serde::Serialize;
 
 use crate::diff;
 use crate::engines::docker::render_json;
+use crate::engines::hooksd::hook_command;
 use crate::error::{Result, RuntimeConfigError};
 use crate::host_dir::{HostDir, Name};
 use crate::report::{Action, FileChange};
@@ -380,20 +381,23 @@ fn finish_hook(
         ldcache_dirs: edits.ldcache_dirs().to_vec(),
         ..FinishArgs::default()
     };
-    let mut args = vec!["devinject-hook".to_string()];
-    if let Some(c) = &req.hook_config {
-        args.push("--config".to_string());
-        args.push(c.display().to_string());
+    hook_command(&req.hook_path, req.hook_config.as_deref())
+        .finish(finish)
+        .as_ref()
+        .map(CdiHook::create_runtime)
+}
+
+impl CdiHook {
+    /// `finish` as a CDI `createRuntime` hook.
+    pub fn create_runtime(finish: &FinishInvocation) -> Self {
+        CdiHook {
+            hook_name: "createRuntime".to_string(),
+            path: finish.path().display().to_string(),
+            args: finish.argv(),
+            env: finish.env(),
+            timeout: finish.timeout_secs(),
+        }
     }
-    args.push("finish".to_string());
-    args.extend(finish.to_args());
-    Some(CdiHook {
-        hook_name: "createRuntime".to_string(),
-        path: req.hook_path.display().to_string(),
-        args,
-        env: Vec::new(),
-        timeout: 30,
-    })
 }
 
 /// Builds the spec for one profile from what was found on the host; `None` without devices.

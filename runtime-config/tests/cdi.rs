@@ -154,8 +154,8 @@ fn cdi_generate_writes_a_minimal_valid_spec_and_removes_stale_ones() {
     assert!(!out.exists());
 }
 
-#[test]
-fn cdi_spec_from_plain_values_maps_host_paths_and_wires_the_finish_hook() {
+/// The demo profile's spec from plain values of a host below `/host`, with `req`'s options.
+fn demo_spec(req: CdiRequest) -> cdi::CdiSpec {
     let DemoValues {
         profile,
         inventory,
@@ -163,13 +163,20 @@ fn cdi_spec_from_plain_values_maps_host_paths_and_wires_the_finish_hook() {
     } = demo_values("/host");
     let req = CdiRequest {
         root: PathBuf::from("/host"),
+        ..req
+    };
+    cdi::build_spec(&req, &profile, &inventory, &files)
+        .expect("build")
+        .expect("a spec")
+}
+
+#[test]
+fn cdi_spec_from_plain_values_maps_host_paths_and_wires_the_finish_hook() {
+    let spec = demo_spec(CdiRequest {
         hook_config: Some(PathBuf::from("/etc/devinject/alt.toml")),
         lib_dir: PathBuf::from("/usr/lib64"),
         ..CdiRequest::default()
-    };
-    let spec = cdi::build_spec(&req, &profile, &inventory, &files)
-        .expect("build")
-        .expect("a spec");
+    });
     // Host paths are the host's, without the root prefix; equal to the container path, so no
     // hostPath; the device name starts with a letter. The nodes are `0660` of group 44: the
     // group is added (CDI 0.7.0), for the nodes of each device and the control node.
@@ -219,6 +226,97 @@ fn cdi_spec_from_plain_values_maps_host_paths_and_wires_the_finish_hook() {
 
 /// `library_names = "soname"`: the spec mounts the library under its soname and its finish step
 /// names that mount and no link, so the hook's cache entry is the soname's own file.
+/// Issue 34: the CDI spec wrote `--config` as given, and the runtime runs the hook in the
+/// bundle directory, where a relative path names another file.
+#[test]
+fn a_relative_hook_config_is_written_absolute_in_the_cdi_spec() {
+    let spec = demo_spec(CdiRequest {
+        hook_config: Some(PathBuf::from("conf/alt.toml")),
+        ..CdiRequest::default()
+    });
+    let cwd = std::env::current_dir().expect("cwd");
+    assert_eq!(
+        spec.container_edits.hooks[0].args[1..3],
+        [
+            "--config".to_owned(),
+            cwd.join("conf/alt.toml").display().to_string()
+        ]
+    );
+}
+
+/// Issue 34: the finish step is one value rendered four ways; the shim's `config.json` entry,
+/// the CDI hook and the NRI hook carry the same path, argv, env and timeout, each argv reads
+/// back to the same arguments, and the hooks.d file runs the same binary with the same
+/// configuration.
+#[test]
+fn every_rendering_of_the_finish_step_carries_the_same_invocation() {
+    use devinject_devices::{
+        FinishArgs, FinishInvocation, HookCommand, Mount, MountKind, Symlink, FINISH_TIMEOUT_SECS,
+    };
+    let args = FinishArgs {
+        mounts: vec![Mount {
+            host_path: PathBuf::from("/h/libx.so.1.2"),
+            container_path: PathBuf::from("/usr/lib/libx.so.1.2"),
+            kind: MountKind::Library,
+        }],
+        links: vec![Symlink {
+            link: PathBuf::from("/usr/lib/libx.so.1"),
+            target: "libx.so.1.2".into(),
+        }],
+        ldcache_dirs: vec![PathBuf::from("/usr/lib")],
+        group_nodes: vec![PathBuf::from("/dev/dri/renderD128")],
+        ..FinishArgs::default()
+    };
+    let hook = HookCommand::new(
+        Path::new("/opt/devinject/bin/devinject-hook"),
+        Some(Path::new("conf.toml")),
+        Path::new("/etc/devinject"),
+    );
+    let finish = hook.finish(args.clone()).expect("something to finish");
+    let config = Some(PathBuf::from("/etc/devinject/conf.toml"));
+
+    let oci = devinject_hook::shim::spec_edit::oci_hook(&finish);
+    let cdi = serde_json::to_value(cdi::CdiHook::create_runtime(&finish)).expect("json");
+    let nri = devinject_nri::adjust::hook(&finish);
+    let nri = serde_json::json!({
+        "path": nri.path,
+        "args": nri.args,
+        "env": nri.env,
+        "timeout": nri.timeout.map(|t| t.value),
+    });
+    for (name, rendered) in [("oci", &oci), ("cdi", &cdi), ("nri", &nri)] {
+        assert_eq!(
+            rendered["path"], "/opt/devinject/bin/devinject-hook",
+            "{name}"
+        );
+        assert_eq!(rendered["args"], serde_json::json!(finish.argv()), "{name}");
+        assert_eq!(rendered["env"], serde_json::json!([]), "{name}");
+        assert_eq!(rendered["timeout"], FINISH_TIMEOUT_SECS, "{name}");
+        let argv: Vec<String> = serde_json::from_value(rendered["args"].clone()).expect("argv");
+        assert_eq!(
+            FinishInvocation::parse_argv(&argv),
+            Ok((config.clone(), args.clone())),
+            "{name}"
+        );
+    }
+    assert_eq!(cdi["hookName"], "createRuntime");
+
+    let hooks_d: serde_json::Value = serde_json::from_str(
+        &devinject_runtime_config::engines::hooksd::hook_json(&finish.hook),
+    )
+    .expect("json");
+    assert_eq!(hooks_d["hook"]["path"], oci["path"]);
+    assert_eq!(
+        hooks_d["hook"]["args"],
+        serde_json::json!(["devinject-hook", "--config", "/etc/devinject/conf.toml"]),
+        "the applier: the finish step's argv up to `finish`"
+    );
+    assert_eq!(
+        hooks_d["hook"]["args"].as_array().expect("args")[..],
+        oci["args"].as_array().expect("args")[..3]
+    );
+}
+
 #[test]
 fn a_profile_naming_libraries_by_soname_mounts_them_there_and_links_nothing() {
     let DemoValues {

@@ -263,3 +263,36 @@ fn hook_config_is_passed_to_the_hook_in_hooksd_and_the_containerd_base_spec() {
         );
     }
 }
+
+/// Issue 34: the hooks.d file wrote `--config` as given, and CRI-O and podman run the hook in
+/// the bundle directory, where a relative path names another file.
+#[test]
+fn a_relative_hook_config_is_written_absolute_in_the_hooksd_file() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = root_arg(tmp.path());
+    let out = Command::new(env!("CARGO_BIN_EXE_devinject-ctl"))
+        .args([
+            "runtime",
+            "configure",
+            "--runtime",
+            "podman",
+            "--root",
+            &root,
+        ])
+        .args(["--hook-config", "conf/devinject.toml"])
+        .current_dir(tmp.path())
+        .output()
+        .expect("run devinject-ctl");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let file = tmp.path().join("etc/containers/oci/hooks.d/devinject.json");
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&file).expect("hooks.d file")).expect("json");
+    assert_eq!(
+        written["hook"]["args"],
+        serde_json::json!([
+            "devinject-hook",
+            "--config",
+            tmp.path().join("conf/devinject.toml").display().to_string()
+        ])
+    );
+}

@@ -14,9 +14,10 @@
 //! together with the soname links and the linker cache. Device nodes stay in the spec: the
 //! runtime creates them in its own `/dev` tmpfs, which the image cannot reach into.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use devinject_devices::{ContainerEdits, FinishArgs};
+pub use devinject_devices::GroupAccess;
+use devinject_devices::{merge_env, ContainerEdits, FinishArgs, FinishInvocation, HookCommand};
 use serde_json::{json, Map, Value};
 
 /// Why the spec could not be edited.
@@ -193,25 +194,7 @@ pub fn apply(
     {
         let process = object(spec, "process", "process")?;
         let env = array(process, "env", "process.env")?;
-        for kv in &edits.env {
-            let key = kv.split_once('=').map_or(kv.as_str(), |(k, _)| k);
-            let prefix = format!("{key}=");
-            let has_key = |e: &Value| e.as_str().is_some_and(|s| s.starts_with(&prefix));
-            match env.iter().position(has_key) {
-                Some(i) if request_envs.contains(&key) => {
-                    // The granted list replaces every copy the user set: the process would see
-                    // the last one (runc sets them in order), and the planner read that one.
-                    env[i] = json!(kv);
-                    let mut seen = 0;
-                    env.retain(|e| {
-                        seen += usize::from(has_key(e));
-                        !has_key(e) || seen == 1
-                    });
-                }
-                Some(_) => {}
-                None => env.push(json!(kv)),
-            }
-        }
+        merge_env(env, Value::as_str, |kv| json!(kv), &edits.env, request_envs);
     }
     if let Some(hook) = finish {
         let hooks = object(spec, "hooks", "hooks")?;
@@ -258,57 +241,31 @@ fn has_user_namespace(spec: &Value) -> bool {
         .is_some_and(|ns| ns.iter().any(|n| n.get("type") == Some(&json!("user"))))
 }
 
-/// How a non-root process comes to use a granted node only its group may use
-/// ([`DeviceNode::access_group`](devinject_devices::DeviceNode::access_group)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GroupAccess {
-    /// The group is added to `process.user.additionalGids` (the shim edits the spec).
-    ProcessGroups,
-    /// The finish step gives the node the runtime made to the process's own group (NRI, whose
-    /// adjustment cannot add a group to the process).
-    NodeGroup,
-}
-
 /// The createRuntime hook entry that mounts the plan's files read-only, makes soname links,
 /// refreshes the linker cache and, with [`GroupAccess::NodeGroup`], gives group-only nodes to
-/// the process's group; `None` when there is none of these to do. It gets an explicit empty
-/// env: nothing of the container's (CVE-2025-23266 class).
+/// the process's group; `None` when there is none of these to do. A relative `config` is taken
+/// in this process's working directory, where it was read.
 pub fn finish_hook(
     hook: &Path,
     config: Option<&Path>,
     edits: &ContainerEdits,
     access: GroupAccess,
 ) -> Option<Value> {
-    let group_nodes = match access {
-        GroupAccess::ProcessGroups => Vec::new(),
-        GroupAccess::NodeGroup => edits
-            .device_nodes
-            .iter()
-            .filter(|n| n.access_group().is_some())
-            .map(|n| n.container_path.clone())
-            .collect(),
-    };
-    let finish = FinishArgs {
-        mounts: edits.mounts.clone(),
-        links: edits.symlinks().to_vec(),
-        ldcache_dirs: edits.ldcache_dirs().to_vec(),
-        group_nodes,
-        ..FinishArgs::default()
-    };
-    if finish.is_empty() {
-        return None;
-    }
-    let mut args = vec!["devinject-hook".to_owned()];
-    if let Some(c) = config {
-        // The hook runs in whatever directory the runtime chooses: a relative path given to the
-        // shim or the NRI plugin would name another file there.
-        let c = std::path::absolute(c).unwrap_or_else(|_| c.to_owned());
-        args.push("--config".to_owned());
-        args.push(c.to_string_lossy().into_owned());
-    }
-    args.push("finish".to_owned());
-    args.extend(finish.to_args());
-    Some(json!({ "path": hook, "args": args, "env": [], "timeout": 30 }))
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    HookCommand::new(hook, config, &cwd)
+        .finish(FinishArgs::after_runtime(edits, access))
+        .as_ref()
+        .map(oci_hook)
+}
+
+/// `finish` as an OCI runtime spec hook entry (`path`, `args`, `env`, `timeout`).
+pub fn oci_hook(finish: &FinishInvocation) -> Value {
+    json!({
+        "path": finish.path(),
+        "args": finish.argv(),
+        "env": finish.env(),
+        "timeout": finish.timeout_secs(),
+    })
 }
 
 #[cfg(test)]

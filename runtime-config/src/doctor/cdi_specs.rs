@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use devinject_devices::{AllocateMode, FinishArgs, Profile};
+use devinject_devices::{AllocateMode, FinishInvocation, Profile, HOOK_ARGV0};
 use devinject_hostconfig::HostConfig;
 
 use crate::cdi::{self, CdiReport, CdiRequest};
@@ -79,7 +79,7 @@ fn generated_with(specs: &BTreeMap<String, Option<String>>) -> CdiRequest {
             spec["containerEdits"]["hooks"]
                 .as_array()?
                 .iter()
-                .find(|h| h["args"][0] == "devinject-hook")
+                .find(|h| h["args"][0] == HOOK_ARGV0)
                 .cloned()
         });
     let Some(hook) = hook else {
@@ -88,22 +88,20 @@ fn generated_with(specs: &BTreeMap<String, Option<String>>) -> CdiRequest {
     if let Some(path) = hook["path"].as_str() {
         req.hook_path = PathBuf::from(path);
     }
-    let args: Vec<&str> = hook["args"]
+    let argv: Vec<String> = hook["args"]
         .as_array()
-        .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str())
+                .map(str::to_owned)
+                .collect()
+        })
         .unwrap_or_default();
-    // `devinject-hook [--config FILE] finish FINISH-ARGS...`
-    let Some(at) = args.iter().position(|a| *a == "finish") else {
+    let Ok((config, finish)) = FinishInvocation::parse_argv(&argv) else {
         return req;
     };
-    if let ["--config", file] = args[1..at] {
-        req.hook_config = Some(PathBuf::from(file));
-    }
-    let tail: Vec<String> = args[at + 1..].iter().map(|a| (*a).to_owned()).collect();
-    if let Some(dir) = FinishArgs::parse(&tail)
-        .ok()
-        .and_then(|f| f.ldcache_dirs.into_iter().next())
-    {
+    req.hook_config = config;
+    if let Some(dir) = finish.ldcache_dirs.into_iter().next() {
         req.lib_dir = dir;
     }
     req

@@ -353,7 +353,8 @@ impl Containerd {
             .ok_or_else(|| not_object("`hooks.createRuntime`"))?;
         let ours = hook_path.display().to_string();
         stage.retain(|h| h.get("path").and_then(Json::as_str) != Some(ours.as_str()));
-        stage.push(json!({ "path": ours, "args": hooksd::hook_args(hook_path, hook_config) }));
+        let hook = hooksd::hook_command(hook_path, hook_config);
+        stage.push(json!({ "path": ours, "args": hook.argv() }));
         Ok(render_json(&spec, Some(source)))
     }
 

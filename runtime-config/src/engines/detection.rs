@@ -222,7 +222,10 @@ mod tests {
         let etc = dir.path().join("etc/hooks.d");
         std::fs::create_dir_all(&usr).expect("mkdir");
         std::fs::create_dir_all(&etc).expect("mkdir");
-        let ours = crate::engines::hooksd::hook_json(Path::new("/bin/devinject-hook"), None);
+        let ours = crate::engines::hooksd::hook_json(&crate::engines::hooksd::hook_command(
+            Path::new("/bin/devinject-hook"),
+            None,
+        ));
         std::fs::write(usr.join("devinject.json"), &ours).expect("write");
         std::fs::write(usr.join("broken.json"), "{").expect("write");
         std::fs::write(

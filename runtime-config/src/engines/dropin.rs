@@ -145,7 +145,10 @@ impl DropinEngine {
                 files.push(PlannedFile {
                     path: self.hook_file.clone(),
                     kind: FileKind::Owned,
-                    content: hooksd::hook_json(&req.hook_path, req.hook_config.as_deref()),
+                    content: hooksd::hook_json(&hooksd::hook_command(
+                        &req.hook_path,
+                        req.hook_config.as_deref(),
+                    )),
                     marker: None,
                 });
                 if let Some(dirs) = self.hooks_dir_needed()? {

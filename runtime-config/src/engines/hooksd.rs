@@ -25,6 +25,7 @@
 
 use std::path::{Path, PathBuf};
 
+use devinject_devices::HookCommand;
 use serde_json::json;
 
 use crate::error::{Result, RuntimeConfigError};
@@ -41,30 +42,26 @@ pub const USR_HOOKS_DIR: &str = "/usr/share/containers/oci/hooks.d";
 /// The administrator's hooks directory.
 pub const ETC_HOOKS_DIR: &str = "/etc/containers/oci/hooks.d";
 
-/// The argv the hook is run with: its name, plus `--config FILE` when the host configuration
-/// is not at its default path. `devinject-hook` with no subcommand is the namespace applier
-/// (docs/hook.md); it reads the OCI state on stdin and its configuration from `config` or
-/// `/etc/devinject/config.toml`, and works at `prestart` and `createRuntime` alike.
-pub fn hook_args(hook_path: &Path, config: Option<&Path>) -> Vec<String> {
-    let name = hook_path.file_name().map_or_else(
-        || "devinject-hook".to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    );
-    let mut args = vec![name];
-    if let Some(c) = config {
-        args.push("--config".to_string());
-        args.push(c.display().to_string());
-    }
-    args
+/// The hook at `hook_path`, with `--config FILE` when the host configuration is not at its
+/// default path. A relative `config` is taken in this process's working directory, where the
+/// command line named it: the runtime runs the hook in a directory of its own (runc: the
+/// bundle), where the same relative path names another file (issue 34).
+pub fn hook_command(hook_path: &Path, config: Option<&Path>) -> HookCommand {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    HookCommand::new(hook_path, config, &cwd)
 }
 
-/// The hooks.d JSON document for `hook_path` (with `config` as in [`hook_args`]).
-pub fn hook_json(hook_path: &Path, config: Option<&Path>) -> String {
+/// The hooks.d JSON document running `hook`: `devinject-hook [--config FILE]` with no
+/// subcommand is the namespace applier (docs/hook.md); it reads the OCI state on stdin and its
+/// configuration from `--config` or `/etc/devinject/config.toml`, and works at `prestart` and
+/// `createRuntime` alike. No `timeout`: the applier runs the profiles' prepare steps, each under
+/// its own `timeout_ms`.
+pub fn hook_json(hook: &HookCommand) -> String {
     let doc = json!({
         "version": "1.0.0",
         "hook": {
-            "path": hook_path.display().to_string(),
-            "args": hook_args(hook_path, config),
+            "path": hook.path(),
+            "args": hook.argv(),
         },
         "when": { "always": true },
         "stages": [HOOK_STAGE],
@@ -137,7 +134,7 @@ mod tests {
 
     #[test]
     fn hook_file_is_oci_hooks_1_0_0() {
-        let text = hook_json(Path::new("/opt/bin/devinject-hook"), None);
+        let text = hook_json(&hook_command(Path::new("/opt/bin/devinject-hook"), None));
         let v: serde_json::Value = serde_json::from_str(&text).expect("json");
         assert_eq!(v["version"], "1.0.0");
         assert_eq!(v["hook"]["args"], json!(["devinject-hook"]));
@@ -146,10 +143,10 @@ mod tests {
         assert!(is_our_hook(&text, Path::new("/opt/bin/devinject-hook")));
         assert!(!is_our_hook(&text, Path::new("/usr/bin/other")));
         assert!(text.ends_with("}\n"));
-        let with_config = hook_json(
+        let with_config = hook_json(&hook_command(
             Path::new("/opt/bin/devinject-hook"),
             Some(Path::new("/srv/devinject.toml")),
-        );
+        ));
         let v: serde_json::Value = serde_json::from_str(&with_config).expect("json");
         assert_eq!(
             v["hook"]["args"],
