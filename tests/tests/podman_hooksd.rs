@@ -27,8 +27,10 @@ fn podman_runs_the_hooksd_hook_devinject_ctl_writes() {
     let dir = tmp.path();
     let host = demo_host(&dir.join("sim"), &["demo"]).expect("simulated host");
 
-    // The host's configuration, below a temp root.
+    // The host's configuration, below a temp root (a host's root exists: devinject-ctl opens
+    // it as the directory every host path is resolved in, and creates nothing above it).
     let root = dir.join("host");
+    std::fs::create_dir_all(&root).expect("the temp root");
     let mut configure = std::process::Command::new(bin("devinject-ctl"));
     configure
         .args(["runtime", "configure", "--runtime", "podman", "--root"])
