@@ -7,8 +7,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-/// The runc binary.
-pub const RUNC: &str = "runc";
+/// The variable naming the runc every runc-level test runs (docs/testing.md): unset, `runc` on
+/// `PATH` (Debian's). scripts/test.sh sets it to the runc 1.4 of scripts/runc-build.sh for a
+/// second run of the runc tier.
+pub const RUNC_ENV: &str = "DEVINJECT_RUNC";
 
 /// An OCI bundle: `config.json` plus a busybox rootfs.
 #[derive(Debug)]
@@ -44,7 +46,7 @@ impl Bundle {
     pub fn new(dir: &Path, args: &[impl AsRef<str>]) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
         crate::rootfs::busybox(&dir.join("rootfs"))?;
-        let out = Command::new(RUNC)
+        let out = Command::new(runc_path())
             .arg("spec")
             .current_dir(dir)
             .output()
@@ -172,7 +174,7 @@ impl Bundle {
 
     /// Runs `runc --root <state root> <args>`.
     pub fn runc(&self, args: &[&str]) -> Result<Output> {
-        Command::new(RUNC)
+        Command::new(runc_path())
             .arg("--root")
             .arg(self.state_root())
             .args(args)
@@ -187,7 +189,7 @@ impl Bundle {
         self.write()?;
         let log_path = self.dir.join(format!("{id}.log"));
         let log = std::fs::File::create(&log_path).context("create the container log")?;
-        let status = Command::new(RUNC)
+        let status = Command::new(runc_path())
             .arg("--root")
             .arg(self.state_root())
             .args(["run", "--detach", "--bundle"])
@@ -211,7 +213,7 @@ impl Bundle {
 
     /// Writes the spec and runs the container to completion with `runc run`.
     pub fn run(&self, id: &str) -> Result<Output> {
-        self.run_with(&[RUNC], id)
+        self.run_with(&[&runc_path()], id)
     }
 
     /// Runs the container to completion with devinject wired in by `via`, reading host config
@@ -245,7 +247,7 @@ impl Bundle {
             .output()
             .context("runc run")?;
         // Leave nothing behind if runc failed half-way.
-        let _ = Command::new(RUNC)
+        let _ = Command::new(runc_path())
             .arg("--root")
             .arg(&state)
             .args(["delete", "--force", id])
@@ -265,10 +267,29 @@ pub fn walkable_tempdir() -> Result<tempfile::TempDir> {
     Ok(t)
 }
 
-/// The absolute path of runc on `PATH` (the shim is given it with `--runtime`).
+/// The runc the tests run, as an absolute path: `$DEVINJECT_RUNC` when set, else `runc` on
+/// `PATH`; `None` when there is none. A `DEVINJECT_RUNC` that names no file is a mistake, not a
+/// missing prerequisite: it panics rather than letting the tests skip or fall back to another
+/// runc.
+pub fn runc_binary() -> Option<PathBuf> {
+    match std::env::var_os(RUNC_ENV).filter(|v| !v.is_empty()) {
+        Some(path) => {
+            let path = PathBuf::from(path);
+            assert!(
+                path.is_absolute() && path.is_file(),
+                "{RUNC_ENV}={} is not an absolute path to a file (scripts/runc-build.sh prints one)",
+                path.display()
+            );
+            Some(path)
+        }
+        None => devinject_testkit::which("runc"),
+    }
+}
+
+/// [`runc_binary`] as a string, for command lines (the shim is given it with `--runtime`).
 pub fn runc_path() -> String {
-    devinject_testkit::which(RUNC)
-        .expect("runc on PATH")
+    runc_binary()
+        .expect("runc on PATH (apt-get install runc), or DEVINJECT_RUNC")
         .to_string_lossy()
         .into_owned()
 }
