@@ -309,7 +309,8 @@ pub fn shim_command(config: &Path, runtime: &str) -> Vec<String> {
 }
 
 /// A failed hook as runc reports it: `error running hook #N: exit status CODE, stdout: ...,
-/// stderr: ...`.
+/// stderr: ...` (runc 1.1), or `error running createRuntime hook #N: ...` (runc 1.2 on names
+/// the hook's stage).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookFailure {
     /// The hook's exit status.
@@ -332,8 +333,7 @@ impl HookFailure {
 /// The failed hook in runc's output, if a hook failed.
 pub fn hook_failure(out: &Output) -> Option<HookFailure> {
     let text = String::from_utf8_lossy(&out.stderr);
-    let at = text.find("error running hook")?;
-    let rest = &text[at..];
+    let rest = hook_error(&text)?;
     let status = rest.find("exit status ")? + "exit status ".len();
     let digits: String = rest[status..]
         .chars()
@@ -346,6 +346,21 @@ pub fn hook_failure(out: &Output) -> Option<HookFailure> {
     Some(HookFailure {
         code: digits.parse().ok()?,
         stderr,
+    })
+}
+
+/// The text from runc's `error running [STAGE ]hook #` on, if it has one.
+fn hook_error(text: &str) -> Option<&str> {
+    const LEAD: &str = "error running ";
+    text.match_indices(LEAD).find_map(|(at, _)| {
+        let after = &text[at + LEAD.len()..];
+        let stage_len = after
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|&n| after[n..].starts_with(" hook #"))
+            .map_or(0, |n| n + 1);
+        after[stage_len..]
+            .starts_with("hook #")
+            .then_some(&text[at..])
     })
 }
 
@@ -419,4 +434,52 @@ pub fn describe(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{ExitStatus, Output};
+
+    use super::hook_failure;
+
+    fn failed(stderr: &str) -> Output {
+        Output {
+            status: ExitStatus::from_raw(256),
+            stdout: Vec::new(),
+            stderr: stderr.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_hook_failure_is_read_as_runc_1_1_words_it() {
+        let out = failed(
+            "msg=\"container_linux.go:380: starting container process caused: error running \
+             hook #0: exit status 7, stdout: , stderr: devinject: no\\n\"",
+        );
+        let f = hook_failure(&out).expect("a hook failure");
+        assert_eq!(f.code, 7);
+        assert_eq!(f.line("devinject: ").as_deref(), Some("devinject: no"));
+    }
+
+    #[test]
+    fn a_hook_failure_is_read_as_runc_1_2_and_later_word_it_with_the_stage() {
+        let out = failed(
+            "msg=\"runc run failed: unable to start container process: error during container \
+             init: error running createRuntime hook #0: exit status 9, stdout: , stderr: \
+             devinject: refused\\n\"",
+        );
+        let f = hook_failure(&out).expect("a hook failure");
+        assert_eq!(f.code, 9);
+        assert_eq!(f.line("devinject: ").as_deref(), Some("devinject: refused"));
+    }
+
+    #[test]
+    fn other_errors_are_no_hook_failure() {
+        assert_eq!(
+            hook_failure(&failed("error running the container: x")),
+            None
+        );
+        assert_eq!(hook_failure(&failed("exit status 1")), None);
+    }
 }
