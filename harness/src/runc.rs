@@ -286,6 +286,30 @@ pub fn runc_binary() -> Option<PathBuf> {
     }
 }
 
+/// The version of [`runc_binary`] as `(major, minor, patch)`, from the first line of `runc
+/// --version` (`runc version 1.4.3`), for the few expectations where runc's own behaviour
+/// changed between releases (docs/testing.md, "runc 1.4"). Panics when it cannot be read.
+pub fn runc_version() -> (u32, u32, u32) {
+    static VERSION: std::sync::OnceLock<(u32, u32, u32)> = std::sync::OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let runc = runc_path();
+        let out = Command::new(&runc)
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("{runc} --version: {e}"));
+        let text = String::from_utf8_lossy(&out.stdout);
+        parse_version(&text).unwrap_or_else(|| panic!("{runc} --version said {text:?}"))
+    })
+}
+
+/// `(major, minor, patch)` from `runc version X.Y.Z[-suffix]` on the first line.
+fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
+    let v = text.lines().next()?.strip_prefix("runc version ")?;
+    let mut parts = v.split(|c: char| !c.is_ascii_digit());
+    let mut next = || parts.next()?.parse().ok();
+    Some((next()?, next()?, next()?))
+}
+
 /// [`runc_binary`] as a string, for command lines (the shim is given it with `--runtime`).
 pub fn runc_path() -> String {
     runc_binary()
@@ -441,7 +465,19 @@ mod tests {
     use std::os::unix::process::ExitStatusExt;
     use std::process::{ExitStatus, Output};
 
-    use super::hook_failure;
+    use super::{hook_failure, parse_version};
+
+    #[test]
+    fn runc_versions_are_read_from_the_first_line() {
+        let debian = "runc version 1.1.5+ds1\ncommit: 1.1.5+ds1-1+deb12u1\nspec: 1.0.2-dev\n";
+        assert_eq!(parse_version(debian), Some((1, 1, 5)));
+        assert_eq!(
+            parse_version("runc version 1.4.3\nspec: 1.3.0\n"),
+            Some((1, 4, 3))
+        );
+        assert_eq!(parse_version("runc version 1.2.0-rc.1\n"), Some((1, 2, 0)));
+        assert_eq!(parse_version("crun version 1.8.1\n"), None);
+    }
 
     fn failed(stderr: &str) -> Output {
         Output {
