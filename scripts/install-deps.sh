@@ -14,6 +14,8 @@ if [ "${1:-test}" = test ]; then
   # golang-go, openssl: the cluster tier's Kubernetes build (scripts/kube-build.sh) and certificates
   want+=(containerd docker.io crun protobuf-compiler iproute2 libc6-dev podman conmon python3-venv debootstrap
     golang-go openssl)
+  # libseccomp-dev, pkg-config: runc 1.4's seccomp support, built with cgo (scripts/runc-build.sh)
+  want+=(libseccomp-dev pkg-config)
   # The grpc-java client of the device plugin's interop test (tests/clients/java, built below):
   # the JDK, grpc-java and its stub generator, protobuf-java, and what grpc-java needs at run time
   # that its package does not depend on (guava, perfmark, gson). Debian builds Netty without its

@@ -36,6 +36,23 @@ export DEVINJECT_SKIP_LOG="$PWD/target/skipped-tests.txt"
 rm -f "$DEVINJECT_SKIP_LOG"
 status=0
 cargo test --workspace --no-fail-fast || status=$?
+# The runc tier again on runc 1.4 (docs/testing.md, "runc 1.4"), built from its Go module into a
+# cache outside the tree (scripts/runc-build.sh; about two minutes the first time on 2 cores):
+# under CI always; locally once scripts/runc-build.sh has built it. The docker case of the hostile
+# matrix is left to the docker tier.
+runc_tier=(runc_hook runc_shim runc_non_root runc_cgroup_v2 runc_prepare library_names hostile_rootfs
+  hostile_matrix hostile_filesystems hostile_node_group)
+if [ "${CI:-}" = true ] || [ "${CI:-}" = 1 ]; then
+  runc14=$(scripts/runc-build.sh)
+else
+  runc14=$(scripts/runc-build.sh --if-built) ||
+    echo "test.sh: SKIPPED the runc tier on runc 1.4 (runs under CI=true, or after scripts/runc-build.sh)"
+fi
+if [ -n "${runc14:-}" ]; then
+  echo "test.sh: the runc tier again on $("$runc14" --version | sed -n 1p) ($runc14)"
+  DEVINJECT_RUNC=$runc14 cargo test -p devinject-tests --no-fail-fast "${runc_tier[@]/#/--test=}" \
+    -- --skip docker_matrix_with_the_shim || status=$?
+fi
 if [ -s "$DEVINJECT_SKIP_LOG" ]; then
   echo "test.sh: $(wc -l <"$DEVINJECT_SKIP_LOG") tests skipped (they passed without running):"
   sort "$DEVINJECT_SKIP_LOG"

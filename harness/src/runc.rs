@@ -7,8 +7,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-/// The runc binary.
-pub const RUNC: &str = "runc";
+/// The variable naming the runc every runc-level test runs (docs/testing.md): unset, `runc` on
+/// `PATH` (Debian's). scripts/test.sh sets it to the runc 1.4 of scripts/runc-build.sh for a
+/// second run of the runc tier.
+pub const RUNC_ENV: &str = "DEVINJECT_RUNC";
 
 /// An OCI bundle: `config.json` plus a busybox rootfs.
 #[derive(Debug)]
@@ -44,7 +46,7 @@ impl Bundle {
     pub fn new(dir: &Path, args: &[impl AsRef<str>]) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
         crate::rootfs::busybox(&dir.join("rootfs"))?;
-        let out = Command::new(RUNC)
+        let out = Command::new(runc_path())
             .arg("spec")
             .current_dir(dir)
             .output()
@@ -172,7 +174,7 @@ impl Bundle {
 
     /// Runs `runc --root <state root> <args>`.
     pub fn runc(&self, args: &[&str]) -> Result<Output> {
-        Command::new(RUNC)
+        Command::new(runc_path())
             .arg("--root")
             .arg(self.state_root())
             .args(args)
@@ -187,7 +189,7 @@ impl Bundle {
         self.write()?;
         let log_path = self.dir.join(format!("{id}.log"));
         let log = std::fs::File::create(&log_path).context("create the container log")?;
-        let status = Command::new(RUNC)
+        let status = Command::new(runc_path())
             .arg("--root")
             .arg(self.state_root())
             .args(["run", "--detach", "--bundle"])
@@ -211,7 +213,7 @@ impl Bundle {
 
     /// Writes the spec and runs the container to completion with `runc run`.
     pub fn run(&self, id: &str) -> Result<Output> {
-        self.run_with(&[RUNC], id)
+        self.run_with(&[&runc_path()], id)
     }
 
     /// Runs the container to completion with devinject wired in by `via`, reading host config
@@ -245,7 +247,7 @@ impl Bundle {
             .output()
             .context("runc run")?;
         // Leave nothing behind if runc failed half-way.
-        let _ = Command::new(RUNC)
+        let _ = Command::new(runc_path())
             .arg("--root")
             .arg(&state)
             .args(["delete", "--force", id])
@@ -265,10 +267,53 @@ pub fn walkable_tempdir() -> Result<tempfile::TempDir> {
     Ok(t)
 }
 
-/// The absolute path of runc on `PATH` (the shim is given it with `--runtime`).
+/// The runc the tests run, as an absolute path: `$DEVINJECT_RUNC` when set, else `runc` on
+/// `PATH`; `None` when there is none. A `DEVINJECT_RUNC` that names no file is a mistake, not a
+/// missing prerequisite: it panics rather than letting the tests skip or fall back to another
+/// runc.
+pub fn runc_binary() -> Option<PathBuf> {
+    match std::env::var_os(RUNC_ENV).filter(|v| !v.is_empty()) {
+        Some(path) => {
+            let path = PathBuf::from(path);
+            assert!(
+                path.is_absolute() && path.is_file(),
+                "{RUNC_ENV}={} is not an absolute path to a file (scripts/runc-build.sh prints one)",
+                path.display()
+            );
+            Some(path)
+        }
+        None => devinject_testkit::which("runc"),
+    }
+}
+
+/// The version of [`runc_binary`] as `(major, minor, patch)`, from the first line of `runc
+/// --version` (`runc version 1.4.3`), for the few expectations where runc's own behaviour
+/// changed between releases (docs/testing.md, "runc 1.4"). Panics when it cannot be read.
+pub fn runc_version() -> (u32, u32, u32) {
+    static VERSION: std::sync::OnceLock<(u32, u32, u32)> = std::sync::OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let runc = runc_path();
+        let out = Command::new(&runc)
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("{runc} --version: {e}"));
+        let text = String::from_utf8_lossy(&out.stdout);
+        parse_version(&text).unwrap_or_else(|| panic!("{runc} --version said {text:?}"))
+    })
+}
+
+/// `(major, minor, patch)` from `runc version X.Y.Z[-suffix]` on the first line.
+fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
+    let v = text.lines().next()?.strip_prefix("runc version ")?;
+    let mut parts = v.split(|c: char| !c.is_ascii_digit());
+    let mut next = || parts.next()?.parse().ok();
+    Some((next()?, next()?, next()?))
+}
+
+/// [`runc_binary`] as a string, for command lines (the shim is given it with `--runtime`).
 pub fn runc_path() -> String {
-    devinject_testkit::which(RUNC)
-        .expect("runc on PATH")
+    runc_binary()
+        .expect("runc on PATH (apt-get install runc), or DEVINJECT_RUNC")
         .to_string_lossy()
         .into_owned()
 }
@@ -288,7 +333,8 @@ pub fn shim_command(config: &Path, runtime: &str) -> Vec<String> {
 }
 
 /// A failed hook as runc reports it: `error running hook #N: exit status CODE, stdout: ...,
-/// stderr: ...`.
+/// stderr: ...` (runc 1.1), or `error running createRuntime hook #N: ...` (runc 1.2 on names
+/// the hook's stage).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookFailure {
     /// The hook's exit status.
@@ -311,8 +357,7 @@ impl HookFailure {
 /// The failed hook in runc's output, if a hook failed.
 pub fn hook_failure(out: &Output) -> Option<HookFailure> {
     let text = String::from_utf8_lossy(&out.stderr);
-    let at = text.find("error running hook")?;
-    let rest = &text[at..];
+    let rest = hook_error(&text)?;
     let status = rest.find("exit status ")? + "exit status ".len();
     let digits: String = rest[status..]
         .chars()
@@ -325,6 +370,21 @@ pub fn hook_failure(out: &Output) -> Option<HookFailure> {
     Some(HookFailure {
         code: digits.parse().ok()?,
         stderr,
+    })
+}
+
+/// The text from runc's `error running [STAGE ]hook #` on, if it has one.
+fn hook_error(text: &str) -> Option<&str> {
+    const LEAD: &str = "error running ";
+    text.match_indices(LEAD).find_map(|(at, _)| {
+        let after = &text[at + LEAD.len()..];
+        let stage_len = after
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|&n| after[n..].starts_with(" hook #"))
+            .map_or(0, |n| n + 1);
+        after[stage_len..]
+            .starts_with("hook #")
+            .then_some(&text[at..])
     })
 }
 
@@ -398,4 +458,64 @@ pub fn describe(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{ExitStatus, Output};
+
+    use super::{hook_failure, parse_version};
+
+    #[test]
+    fn runc_versions_are_read_from_the_first_line() {
+        let debian = "runc version 1.1.5+ds1\ncommit: 1.1.5+ds1-1+deb12u1\nspec: 1.0.2-dev\n";
+        assert_eq!(parse_version(debian), Some((1, 1, 5)));
+        assert_eq!(
+            parse_version("runc version 1.4.3\nspec: 1.3.0\n"),
+            Some((1, 4, 3))
+        );
+        assert_eq!(parse_version("runc version 1.2.0-rc.1\n"), Some((1, 2, 0)));
+        assert_eq!(parse_version("crun version 1.8.1\n"), None);
+    }
+
+    fn failed(stderr: &str) -> Output {
+        Output {
+            status: ExitStatus::from_raw(256),
+            stdout: Vec::new(),
+            stderr: stderr.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_hook_failure_is_read_as_runc_1_1_words_it() {
+        let out = failed(
+            "msg=\"container_linux.go:380: starting container process caused: error running \
+             hook #0: exit status 7, stdout: , stderr: devinject: no\\n\"",
+        );
+        let f = hook_failure(&out).expect("a hook failure");
+        assert_eq!(f.code, 7);
+        assert_eq!(f.line("devinject: ").as_deref(), Some("devinject: no"));
+    }
+
+    #[test]
+    fn a_hook_failure_is_read_as_runc_1_2_and_later_word_it_with_the_stage() {
+        let out = failed(
+            "msg=\"runc run failed: unable to start container process: error during container \
+             init: error running createRuntime hook #0: exit status 9, stdout: , stderr: \
+             devinject: refused\\n\"",
+        );
+        let f = hook_failure(&out).expect("a hook failure");
+        assert_eq!(f.code, 9);
+        assert_eq!(f.line("devinject: ").as_deref(), Some("devinject: refused"));
+    }
+
+    #[test]
+    fn other_errors_are_no_hook_failure() {
+        assert_eq!(
+            hook_failure(&failed("error running the container: x")),
+            None
+        );
+        assert_eq!(hook_failure(&failed("exit status 1")), None);
+    }
 }

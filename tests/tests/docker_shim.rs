@@ -21,7 +21,7 @@ use devinject_tests::runc::{container_id, describe, Bundle};
 use devinject_tests::sim::{
     self, assert_demo_granted_0_1, demo_host, demo_probe_args, SimHost, ACCELS, CTL,
 };
-use devinject_tests::skip::{require, require_binary, require_root, which};
+use devinject_tests::skip::{require, require_binary, require_root};
 use serde_json::Value;
 
 /// The shim's runtime name in daemon.json.
@@ -41,8 +41,10 @@ fn ready() -> bool {
         && require_binary("gcc")
 }
 
+/// The runc behind the devinject runtimes: `DEVINJECT_RUNC` or Debian's (docker's own `runc`
+/// runtime stays docker's).
 fn runc_path() -> PathBuf {
-    which("runc").expect("runc on PATH")
+    devinject_tests::runc::runc_binary().expect("runc on PATH")
 }
 
 fn path_str(p: &Path) -> String {

@@ -74,8 +74,8 @@ fn batch(mode: Mode) {
     let guard = HostGuard::new(roots);
     let runtime: Vec<String> = match mode {
         Mode::Shim => shim_command(&host.config, &runc_path()),
-        Mode::Hook => vec![devinject_tests::runc::RUNC.to_owned()],
-        Mode::HookCgroupV2 => cgroup_v2(&[devinject_tests::runc::RUNC]),
+        Mode::Hook => vec![runc_path()],
+        Mode::HookCgroupV2 => cgroup_v2(&[&runc_path()]),
     };
     let (nodes, libs) = probe_paths();
     let args = probe_args(

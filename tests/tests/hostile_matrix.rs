@@ -36,7 +36,7 @@ use devinject_tests::docker::{Engine, RuntimeEntry};
 use devinject_tests::hostile::{self, char_node, climb, dir, fifo, file, link};
 use devinject_tests::runc::{cgroup_v2, container_id, describe, runc_path, shim_command, Bundle};
 use devinject_tests::sim::{demo_host, set_config, SimHost};
-use devinject_tests::skip::{require, require_binary, require_runc_demo, which};
+use devinject_tests::skip::{require, require_binary, require_runc_demo};
 use inotify::{Inotify, WatchMask};
 
 /// Paths where a file of ours (or ldconfig's) goes.
@@ -423,7 +423,7 @@ fn run_case(h: &Host, at: &str, kind: Kind, via: Via, setting: Setting) -> &'sta
 /// The docker engine of the docker cases: the shim registered as `devinject`, on `vfs`, with a
 /// plain busybox image for the cases that bring their trap in a volume.
 fn docker_engine(h: &Host) -> Engine {
-    let runc = which("runc").expect("runc on PATH");
+    let runc = runc_path();
     let shim = RuntimeEntry::new(
         "devinject",
         &bin("devinject-runtime"),
@@ -431,7 +431,7 @@ fn docker_engine(h: &Host) -> Engine {
             "--config".to_owned(),
             h.sim.config.to_str().unwrap().to_owned(),
             "--runtime".to_owned(),
-            runc.to_str().unwrap().to_owned(),
+            runc,
         ],
     );
     let engine = Engine::start_with(&[shim], &["--storage-driver=vfs"]).unwrap();

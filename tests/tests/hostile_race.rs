@@ -59,7 +59,7 @@ fn race(shim: bool, extra_config: Option<(&str, &str)>) {
         shim_command(&host.config, &runc_path())
     } else {
         b.hook("createRuntime", &bin("devinject-hook"), &host.config);
-        vec![devinject_tests::runc::RUNC.to_owned()]
+        vec![runc_path()]
     };
     let runtime: Vec<&str> = runtime.iter().map(String::as_str).collect();
     let rootfs = b.rootfs();

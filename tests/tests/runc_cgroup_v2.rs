@@ -8,7 +8,9 @@ use std::path::Path;
 
 use devinject_tests::bins::bin;
 use devinject_tests::probe::{probe_args, Report};
-use devinject_tests::runc::{cgroup_v2, container_id, describe, sh_in_cgroup_v2, Bundle};
+use devinject_tests::runc::{
+    cgroup_v2, container_id, describe, runc_path, sh_in_cgroup_v2, Bundle,
+};
 use devinject_tests::sim::{
     assert_demo_granted_0_1, demo_host, demo_probe_args, mknod, shipped_profiles, write_config,
 };
@@ -44,7 +46,7 @@ fn v2_demo_devices_granted_by_program_replacement() {
     b.env("DEMO_VISIBLE_DEVICES=0,1")
         .hook("createRuntime", &bin("devinject-hook"), &host.config)
         .bind_node(&host.dev_root.join("demo/accel2"), "/dev/demo/accel2");
-    let prefix = cgroup_v2(&["runc"]);
+    let prefix = cgroup_v2(&[&runc_path()]);
     let prefix_refs: Vec<&str> = prefix.iter().map(String::as_str).collect();
     let out = b.run_with(&prefix_refs, &container_id("v2")).unwrap();
     assert!(out.status.success(), "{}", describe(&out));
@@ -88,7 +90,7 @@ fn v2_real_kvm() {
     let mut b = Bundle::new(&t.path().join("bundle"), &args).unwrap();
     b.env("KVM_VISIBLE_DEVICES=all")
         .hook("createRuntime", &bin("devinject-hook"), &config);
-    let prefix = cgroup_v2(&["runc"]);
+    let prefix = cgroup_v2(&[&runc_path()]);
     let prefix_refs: Vec<&str> = prefix.iter().map(String::as_str).collect();
     let out = b.run_with(&prefix_refs, &container_id("v2kvm")).unwrap();
     assert!(out.status.success(), "{}", describe(&out));
@@ -136,7 +138,7 @@ fn v2_sixteen_devices_in_one_replacement() {
     b.env(&format!("MANY_VISIBLE_DEVICES={}", request.join(",")))
         .hook("createRuntime", &bin("devinject-hook"), &config)
         .bind_node(&dev.join("many/m16"), "/dev/many/m16");
-    let prefix = cgroup_v2(&["runc"]);
+    let prefix = cgroup_v2(&[&runc_path()]);
     let prefix_refs: Vec<&str> = prefix.iter().map(String::as_str).collect();
     let out = b.run_with(&prefix_refs, &container_id("v2many")).unwrap();
     assert!(out.status.success(), "{}", describe(&out));
@@ -171,11 +173,12 @@ fn v2_runc_update_after_hook_grant() {
     let state = b.dir.join("runc-state");
     let probe = "/bin/sh /probe.sh /dev/demo/accel0 /dev/null --";
     let script = format!(
-        "R='runc --root {state}'; $R run -d --bundle {bundle} {id} >/dev/null 2>&1 </dev/null || exit 10; \
+        "R='{runc} --root {state}'; $R run -d --bundle {bundle} {id} >/dev/null 2>&1 </dev/null || exit 10; \
          echo BEFORE; $R exec {id} {probe}; \
          echo '{{}}' > {state}/empty.json; $R update -r {state}/empty.json {id} || echo update-failed; \
          echo AFTER; $R exec {id} {probe}; \
          $R kill {id} KILL; $R delete --force {id}",
+        runc = runc_path(),
         state = state.display(),
         bundle = b.dir.display(),
     );
@@ -187,9 +190,9 @@ fn v2_runc_update_after_hook_grant() {
     let ra = Report::parse(after);
     assert_eq!(rb.node("/dev/demo/accel0").open, "ok", "{}", describe(&out));
     assert_eq!(ra.node("/dev/null").open, "ok", "{}", describe(&out));
-    // Measured with runc 1.1.5 on this host: `runc update` leaves the device program alone
-    // (runc skips device rules on update), so the hook's replacement program survives and the
-    // grant stays. What does wipe hook-made grants is a re-application from the spec by another
+    // Measured with runc 1.1.5 and 1.4.3 on this host: `runc update` leaves the device program
+    // alone (runc skips device rules on update), so the hook's replacement program survives and
+    // the grant stays. What does wipe hook-made grants is a re-application from the spec by another
     // manager (systemd's own device program on daemon-reload with the systemd driver, a
     // re-created cgroup): the shim puts devices into config.json for that reason.
     assert_eq!(

@@ -98,13 +98,13 @@ impl Case {
                 self.bundle.run(&id).unwrap()
             }
             Via::Shim => {
-                let runc = devinject_tests::skip::which("runc").expect("runc on PATH");
+                let runc = devinject_tests::runc::runc_path();
                 let cmd = [
                     bin("devinject-runtime").to_string_lossy().into_owned(),
                     "--config".into(),
                     self.host.config.to_string_lossy().into_owned(),
                     "--runtime".into(),
-                    runc.to_string_lossy().into_owned(),
+                    runc,
                 ];
                 let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
                 self.bundle.run_with(&refs, &id).unwrap()
