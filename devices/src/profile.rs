@@ -71,6 +71,24 @@ pub enum ProfileError {
     },
 }
 
+impl From<crate::profile_file::ProfileFileError> for ProfileError {
+    fn from(e: crate::profile_file::ProfileFileError) -> Self {
+        use crate::profile_file::{ProfileFileError as F, MAX_PROFILE_BYTES};
+        match e {
+            F::Read { path, source } => Self::Read { path, source },
+            F::NotAFile { path, what } => Self::NotAFile { path, what },
+            F::TooLarge { path, size } => Self::Invalid {
+                path,
+                key: "(file)".into(),
+                problem: format!(
+                    "is {size} bytes, more than the {MAX_PROFILE_BYTES} a profile may have: \
+                     it is not a profile; move it out of the profiles directory"
+                ),
+            },
+        }
+    }
+}
+
 /// How the device plugin answers `Allocate` for this profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -316,7 +334,7 @@ impl Profile {
     /// be a regular file of bounded size, checked through the fd before it is read
     /// ([`crate::profile_file`]).
     pub fn load(path: &Path) -> Result<Self, ProfileError> {
-        let text = crate::profile_file::read(path)?;
+        let text = crate::profile_file::read(path).map_err(ProfileError::from)?;
         let profile = Self::parse(&text, path)?;
         if path.file_stem().and_then(|s| s.to_str()) != Some(profile.name.as_str()) {
             return Err(ProfileError::FileName {

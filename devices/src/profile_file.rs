@@ -20,14 +20,42 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::{open, OFlag};
 use nix::sys::stat::{fstat, Mode, SFlag};
 
-use crate::profile::ProfileError;
+/// Why a profile file was not read; `crate::profile` turns it into its `ProfileError`, whose
+/// words these are.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileFileError {
+    /// Opening, checking or reading it failed.
+    #[error("cannot read profile {path}: {source}")]
+    Read {
+        /// The profile path.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Something other than a regular file (after links).
+    #[error("profile {path} is a {what}, not a regular file: devinject does not open it; remove it from the profiles directory or rename it so it does not end in .toml")]
+    NotAFile {
+        /// The profile path.
+        path: PathBuf,
+        /// What it is: "FIFO", "character device", ...
+        what: &'static str,
+    },
+    /// Larger than [`MAX_PROFILE_BYTES`].
+    #[error("profile {path} is {size} bytes, more than the {MAX_PROFILE_BYTES} a profile may have: it is not a profile; move it out of the profiles directory")]
+    TooLarge {
+        /// The profile path.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+    },
+}
 
 /// The largest profile read: real profiles are a few KiB.
 pub const MAX_PROFILE_BYTES: u64 = 1 << 20;
 
 /// The text of the profile file at `path` (links followed), checked as the module says.
-pub fn read(path: &Path) -> Result<String, ProfileError> {
-    let err = |e: nix::errno::Errno| ProfileError::Read {
+pub fn read(path: &Path) -> Result<String, ProfileFileError> {
+    let err = |e: nix::errno::Errno| ProfileFileError::Read {
         path: path.to_owned(),
         source: std::io::Error::from(e),
     };
@@ -35,7 +63,7 @@ pub fn read(path: &Path) -> Result<String, ProfileError> {
     let st = fstat(fd.as_fd()).map_err(err)?;
     let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
     if kind != SFlag::S_IFREG {
-        return Err(ProfileError::NotAFile {
+        return Err(ProfileFileError::NotAFile {
             path: path.to_owned(),
             what: what(kind),
         });
@@ -54,27 +82,23 @@ pub fn read(path: &Path) -> Result<String, ProfileError> {
     File::from(file)
         .take(MAX_PROFILE_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|source| ProfileError::Read {
+        .map_err(|source| ProfileFileError::Read {
             path: path.to_owned(),
             source,
         })?;
     if bytes.len() as u64 > MAX_PROFILE_BYTES {
         return Err(too_large(path, bytes.len() as u64));
     }
-    String::from_utf8(bytes).map_err(|e| ProfileError::Read {
+    String::from_utf8(bytes).map_err(|e| ProfileFileError::Read {
         path: path.to_owned(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
     })
 }
 
-fn too_large(path: &Path, size: u64) -> ProfileError {
-    ProfileError::Invalid {
+fn too_large(path: &Path, size: u64) -> ProfileFileError {
+    ProfileFileError::TooLarge {
         path: path.to_owned(),
-        key: "(file)".into(),
-        problem: format!(
-            "is {size} bytes, more than the {MAX_PROFILE_BYTES} a profile may have: \
-             it is not a profile; move it out of the profiles directory"
-        ),
+        size,
     }
 }
 
