@@ -86,6 +86,20 @@ pub fn check<'a>(
     Ok(())
 }
 
+/// [`check`] for the device nodes of `edits`, the ones the runtime makes.
+pub fn check_edits(
+    edits: &crate::ContainerEdits,
+    mounts: &[SpecMount<'_>],
+) -> Result<(), NodeInVolume> {
+    check(
+        edits
+            .device_nodes
+            .iter()
+            .map(|n| n.container_path.as_path()),
+        mounts,
+    )
+}
+
 /// `path` as runc cleans a destination: absolute, without `.` and empty components; `..` kept
 /// (it cannot climb above `/` and no spec of an engine has one).
 fn normal(path: &Path) -> PathBuf {

@@ -73,17 +73,14 @@ pub enum ProfileError {
 
 impl From<crate::profile_file::ProfileFileError> for ProfileError {
     fn from(e: crate::profile_file::ProfileFileError) -> Self {
-        use crate::profile_file::{ProfileFileError as F, MAX_PROFILE_BYTES};
+        use crate::profile_file::{too_large_problem, ProfileFileError as F};
         match e {
             F::Read { path, source } => Self::Read { path, source },
             F::NotAFile { path, what } => Self::NotAFile { path, what },
             F::TooLarge { path, size } => Self::Invalid {
                 path,
                 key: "(file)".into(),
-                problem: format!(
-                    "is {size} bytes, more than the {MAX_PROFILE_BYTES} a profile may have: \
-                     it is not a profile; move it out of the profiles directory"
-                ),
+                problem: too_large_problem(size),
             },
         }
     }

@@ -41,7 +41,7 @@ pub enum ProfileFileError {
         what: &'static str,
     },
     /// Larger than [`MAX_PROFILE_BYTES`].
-    #[error("profile {path} is {size} bytes, more than the {MAX_PROFILE_BYTES} a profile may have: it is not a profile; move it out of the profiles directory")]
+    #[error("profile {path} {}", too_large_problem(*size))]
     TooLarge {
         /// The profile path.
         path: PathBuf,
@@ -93,6 +93,14 @@ pub fn read(path: &Path) -> Result<String, ProfileFileError> {
         path: path.to_owned(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
     })
+}
+
+/// What is wrong with a profile file of `size` bytes, over [`MAX_PROFILE_BYTES`].
+pub fn too_large_problem(size: u64) -> String {
+    format!(
+        "is {size} bytes, more than the {MAX_PROFILE_BYTES} a profile may have: \
+         it is not a profile; move it out of the profiles directory"
+    )
 }
 
 fn too_large(path: &Path, size: u64) -> ProfileFileError {

@@ -31,7 +31,7 @@ pub fn refuse_nodes_in_volumes(
     container: &api::Container,
     edits: &ContainerEdits,
 ) -> Result<(), AdjustError> {
-    use devinject_devices::node_volume::{check, SpecMount};
+    use devinject_devices::node_volume::{check_edits, SpecMount};
     let mounts: Vec<SpecMount<'_>> = container
         .mounts
         .iter()
@@ -43,13 +43,7 @@ pub fn refuse_nodes_in_volumes(
             )
         })
         .collect();
-    check(
-        edits
-            .device_nodes
-            .iter()
-            .map(|n| n.container_path.as_path()),
-        &mounts,
-    )?;
+    check_edits(edits, &mounts)?;
     Ok(())
 }
 

@@ -210,7 +210,7 @@ pub fn apply(
 /// [`devinject_devices::node_volume`]); a spec whose `mounts` are not entries of that shape says
 /// nothing, and is left to the runtime's own checks.
 fn check_node_volumes(spec: &Value, edits: &ContainerEdits) -> Result<(), SpecEditError> {
-    use devinject_devices::node_volume::{check, SpecMount};
+    use devinject_devices::node_volume::{check_edits, SpecMount};
     let Some(mounts) = spec.get("mounts").and_then(Value::as_array) else {
         return Ok(());
     };
@@ -225,13 +225,7 @@ fn check_node_volumes(spec: &Value, edits: &ContainerEdits) -> Result<(), SpecEd
             ))
         })
         .collect();
-    check(
-        edits
-            .device_nodes
-            .iter()
-            .map(|n| n.container_path.as_path()),
-        &mounts,
-    )?;
+    check_edits(edits, &mounts)?;
     Ok(())
 }
 
