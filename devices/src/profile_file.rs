@@ -9,7 +9,7 @@
 //! followed; what they lead to is checked through the fd: the path is opened `O_PATH` (which
 //! opens nothing: no FIFO open blocks, no device driver runs), `fstat` says what the inode is,
 //! and only a regular file within [`MAX_PROFILE_BYTES`] is reopened (non-blocking, through
-//! `/proc/self/fd`, the same inode) and read. Anything else is [`ProfileError::NotAFile`],
+//! `/proc/self/fd`, the same inode) and read. Anything else is [`ProfileFileError::NotAFile`],
 //! naming the path, what it is and the fix, like any other bad profile.
 
 use std::fs::File;
