@@ -40,7 +40,7 @@ cargo test --workspace --no-fail-fast || status=$?
 # cache outside the tree (scripts/runc-build.sh; about two minutes the first time on 2 cores):
 # under CI always; locally once scripts/runc-build.sh has built it. The docker case of the hostile
 # matrix is left to the docker tier.
-runc_tier=(runc_hook runc_shim runc_non_root runc_cgroup_v2 runc_prepare library_names hostile_rootfs
+runc_tier=(runc_hook runc_shim runc_non_root runc_cgroup_v2 runc_prepare library_names hostile_rootfs docker_28
   hostile_matrix hostile_filesystems hostile_node_group)
 if [ "${CI:-}" = true ] || [ "${CI:-}" = 1 ]; then
   runc14=$(scripts/runc-build.sh)

@@ -419,6 +419,7 @@ pub fn containerd_config_dump(config: &Path) -> Result<toml_edit::DocumentMut> {
 pub struct Dockerd {
     daemon: Daemon,
     dir: PathBuf,
+    bin: Option<PathBuf>,
 }
 
 impl Dockerd {
@@ -429,15 +430,35 @@ impl Dockerd {
         json!({ "deprecated-key-path": dir.join("key.json") })
     }
 
-    /// Starts dockerd with daemon.json `config`, talking to `containerd`, with `extra_args`
-    /// (e.g. `--storage-driver=vfs`), and waits until the server answers `docker version`.
+    /// Starts the machine's dockerd with daemon.json `config`, talking to `containerd`, with
+    /// `extra_args` (e.g. `--storage-driver=vfs`), and waits until the server answers
+    /// `docker version`.
     pub fn start(
         dir: &Path,
         containerd: &Containerd,
         config: &Path,
         extra_args: &[&str],
     ) -> Result<Self> {
-        let mut cmd = Command::new("dockerd");
+        Self::start_release(dir, containerd, config, extra_args, None)
+    }
+
+    /// [`Dockerd::start`] of another release: dockerd, docker-proxy and the docker CLI from `bin`
+    /// (see [`crate::runtimes::docker`]); `None`: the machine's.
+    pub fn start_release(
+        dir: &Path,
+        containerd: &Containerd,
+        config: &Path,
+        extra_args: &[&str],
+        bin: Option<&Path>,
+    ) -> Result<Self> {
+        let program = bin.map_or_else(|| PathBuf::from("dockerd"), |b| b.join("dockerd"));
+        let mut cmd = Command::new(program);
+        if let Some(bin) = bin {
+            // dockerd finds docker-proxy on PATH: the release's own first.
+            let path = std::env::var_os("PATH").unwrap_or_default();
+            let paths = std::iter::once(bin.to_owned()).chain(std::env::split_paths(&path));
+            cmd.env("PATH", std::env::join_paths(paths).context("PATH")?);
+        }
         cmd.args(["--iptables=false", "--ip6tables=false", "--bridge=none"])
             .args(extra_args)
             .arg("--data-root")
@@ -456,6 +477,7 @@ impl Dockerd {
         let mut d = Self {
             daemon,
             dir: dir.to_owned(),
+            bin: bin.map(Path::to_owned),
         };
         let probe = d.clone_cli();
         d.daemon
@@ -474,6 +496,7 @@ impl Dockerd {
     fn clone_cli(&self) -> DockerCli {
         DockerCli {
             dir: self.dir.clone(),
+            bin: self.bin.clone(),
         }
     }
 
@@ -529,11 +552,17 @@ impl Dockerd {
 #[derive(Debug, Clone)]
 struct DockerCli {
     dir: PathBuf,
+    /// The release's bin dir holding its `docker`; `None`: the machine's.
+    bin: Option<PathBuf>,
 }
 
 impl DockerCli {
     fn command(&self) -> Command {
-        let mut cmd = Command::new("docker");
+        let program = self
+            .bin
+            .as_ref()
+            .map_or_else(|| PathBuf::from("docker"), |b| b.join("docker"));
+        let mut cmd = Command::new(program);
         cmd.env("DOCKER_CONFIG", self.dir.join("cli"))
             .env_remove("DOCKER_HOST")
             .env_remove("DOCKER_CONTEXT")

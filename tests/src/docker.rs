@@ -21,6 +21,7 @@ use crate::daemons::{
     output_within, short_tempdir, unmount_below, Containerd, Dockerd, CLI_DEADLINE,
 };
 use crate::runc::describe;
+use crate::runtimes::Release;
 
 /// The tag under which [`Engine::import_busybox`] imports the test image.
 pub const IMAGE: &str = "devinject-busybox:test";
@@ -49,6 +50,73 @@ impl RuntimeEntry {
     }
 }
 
+/// Which containerd and docker an [`Engine`] runs (`None`: the machine's), and what daemon.json
+/// gets beyond the engine's own settings and `runtimes`.
+#[derive(Debug, Clone, Default)]
+pub struct EngineRelease {
+    /// A fetched containerd ([`crate::runtimes::containerd`]).
+    pub containerd: Option<Release>,
+    /// A fetched docker ([`crate::runtimes::docker`]).
+    pub docker: Option<Release>,
+    /// More daemon.json settings (e.g. `cdi-spec-dirs`).
+    pub daemon_json: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The devinject shim's runtime name in daemon.json ([`shim_runtime`]).
+pub const SHIM: &str = "devinject";
+/// The hook-only wrapper's runtime name in daemon.json ([`hook_only_runtime`]).
+pub const HOOK_ONLY: &str = "devinject-hook-only";
+/// The name under which [`runc_runtime`] registers the runc under test.
+pub const RUNC_UNDER_TEST: &str = "runc-under-test";
+
+/// The runc behind the devinject runtimes: `DEVINJECT_RUNC` or Debian's (docker's own `runc`
+/// runtime stays docker's).
+pub fn runc_path() -> PathBuf {
+    crate::runc::runc_binary().expect("runc on PATH")
+}
+
+fn path_str(p: &Path) -> String {
+    p.to_str().expect("utf-8 path").to_owned()
+}
+
+/// The shim `devinject-runtime` registered as [`SHIM`], with the host config `config` and the
+/// runc under test by path.
+pub fn shim_runtime(config: &Path) -> RuntimeEntry {
+    RuntimeEntry::new(
+        SHIM,
+        &crate::bins::bin("devinject-runtime"),
+        &[
+            "--config".to_owned(),
+            path_str(config),
+            "--runtime".to_owned(),
+            path_str(&runc_path()),
+        ],
+    )
+}
+
+/// The hook-only wrapper (`devinject-hook` added as a `createRuntime` hook in front of the runc
+/// under test, the way legacy runtime wrappers do it) registered as [`HOOK_ONLY`].
+pub fn hook_only_runtime(config: &Path) -> RuntimeEntry {
+    RuntimeEntry::new(
+        HOOK_ONLY,
+        &crate::bins::bin("devinject-hook-only-runtime"),
+        &[
+            "--hook".to_owned(),
+            path_str(&crate::bins::bin("devinject-hook")),
+            "--config".to_owned(),
+            path_str(config),
+            "--runtime".to_owned(),
+            path_str(&runc_path()),
+        ],
+    )
+}
+
+/// The runc under test with nothing of devinject in front, registered as [`RUNC_UNDER_TEST`]
+/// (docker's own `runc` is whatever runc is on PATH).
+pub fn runc_runtime() -> RuntimeEntry {
+    RuntimeEntry::new(RUNC_UNDER_TEST, &runc_path(), &[] as &[&str])
+}
+
 /// A running private containerd + dockerd pair.
 #[derive(Debug)]
 pub struct Engine {
@@ -66,6 +134,16 @@ impl Engine {
 
     /// [`Engine::start`] with more dockerd arguments (e.g. `--storage-driver=vfs`).
     pub fn start_with(runtimes: &[RuntimeEntry], dockerd_args: &[&str]) -> Result<Self> {
+        Self::start_release(runtimes, dockerd_args, &EngineRelease::default())
+    }
+
+    /// [`Engine::start_with`] on the containerd and docker of `release`, with its daemon.json
+    /// settings.
+    pub fn start_release(
+        runtimes: &[RuntimeEntry],
+        dockerd_args: &[&str],
+        release: &EngineRelease,
+    ) -> Result<Self> {
         let dir = short_tempdir("dk")?;
         let root = dir.path().to_owned();
         // From here on, an early return drops the half-started engine, which tears it down.
@@ -84,9 +162,13 @@ impl Engine {
             Containerd::private_settings(&ctd_dir)
         );
         std::fs::write(&config, text).context("write containerd's config")?;
-        let containerd = engine
-            .containerd
-            .insert(Containerd::start(&ctd_dir, &config)?);
+        let containerd_bin = release.containerd.as_ref().map(|r| r.bin.as_path());
+        let containerd = engine.containerd.insert(Containerd::start_release_via(
+            &ctd_dir,
+            &config,
+            &[],
+            containerd_bin,
+        )?);
 
         let mut rts = serde_json::Map::new();
         for rt in runtimes {
@@ -97,10 +179,20 @@ impl Engine {
         }
         let mut daemon_json = Dockerd::base_config(&engine.root);
         daemon_json["runtimes"] = rts.into();
+        for (key, value) in &release.daemon_json {
+            daemon_json[key] = value.clone();
+        }
         let daemon_config = engine.root.join("daemon.json");
         std::fs::write(&daemon_config, serde_json::to_vec_pretty(&daemon_json)?)
             .context("write daemon.json")?;
-        let dockerd = Dockerd::start(&engine.root, containerd, &daemon_config, dockerd_args)?;
+        let docker_bin = release.docker.as_ref().map(|r| r.bin.as_path());
+        let dockerd = Dockerd::start_release(
+            &engine.root,
+            containerd,
+            &daemon_config,
+            dockerd_args,
+            docker_bin,
+        )?;
         engine.dockerd = Some(dockerd);
         Ok(engine)
     }

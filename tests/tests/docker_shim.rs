@@ -11,11 +11,13 @@
 //! `hook_only_grant_survives_updates_on_cgroup_v1_cgroupfs` gives the measurement, the reason, and
 //! the setups where it does not.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 
 use devinject_tests::bins::bin;
-use devinject_tests::docker::{Engine, RuntimeEntry, IMAGE};
+use devinject_tests::docker::{
+    hook_only_runtime, runc_path, shim_runtime, Engine, HOOK_ONLY, IMAGE, SHIM,
+};
 use devinject_tests::probe::{probe_args, Report};
 use devinject_tests::runc::{container_id, describe, Bundle};
 use devinject_tests::sim::{
@@ -23,11 +25,6 @@ use devinject_tests::sim::{
 };
 use devinject_tests::skip::{require, require_binary, require_root};
 use serde_json::Value;
-
-/// The shim's runtime name in daemon.json.
-const SHIM: &str = "devinject";
-/// The hook-only wrapper's runtime name in daemon.json.
-const HOOK_ONLY: &str = "devinject-hook-only";
 
 fn ready() -> bool {
     require_root()
@@ -39,46 +36,6 @@ fn ready() -> bool {
         && require_binary("tar")
         && require_binary("/bin/busybox")
         && require_binary("gcc")
-}
-
-/// The runc behind the devinject runtimes: `DEVINJECT_RUNC` or Debian's (docker's own `runc`
-/// runtime stays docker's).
-fn runc_path() -> PathBuf {
-    devinject_tests::runc::runc_binary().expect("runc on PATH")
-}
-
-fn path_str(p: &Path) -> String {
-    p.to_str().expect("utf-8 path").to_owned()
-}
-
-/// The shim registered as `devinject`, with the host config `config` and runc by path.
-fn shim_runtime(config: &Path) -> RuntimeEntry {
-    RuntimeEntry::new(
-        SHIM,
-        &bin("devinject-runtime"),
-        &[
-            "--config".to_owned(),
-            path_str(config),
-            "--runtime".to_owned(),
-            path_str(&runc_path()),
-        ],
-    )
-}
-
-/// The hook-only wrapper registered as `devinject-hook-only`.
-fn hook_only_runtime(config: &Path) -> RuntimeEntry {
-    RuntimeEntry::new(
-        HOOK_ONLY,
-        Path::new(env!("CARGO_BIN_EXE_devinject-hook-only-runtime")),
-        &[
-            "--hook".to_owned(),
-            path_str(&bin("devinject-hook")),
-            "--config".to_owned(),
-            path_str(config),
-            "--runtime".to_owned(),
-            path_str(&runc_path()),
-        ],
-    )
 }
 
 /// A simulated demo host and an engine with the shim and the hook-only wrapper registered for
