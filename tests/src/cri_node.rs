@@ -43,9 +43,11 @@ pub fn containerd_config(dir: &Path) -> String {
          [plugins.\"{CRI}\".cni]\n    bin_dir = \"{d}/cni/bin\"\n    conf_dir = \"{d}/cni/conf\"\n  \
          [plugins.\"{CRI}\".containerd]\n    default_runtime_name = \"runc\"\n    \
          [plugins.\"{CRI}\".containerd.runtimes.runc]\n      runtime_type = \"io.containerd.runc.v2\"\n      \
-         [plugins.\"{CRI}\".containerd.runtimes.runc.options]\n        Root = \"{d}/runc\"\n",
+         [plugins.\"{CRI}\".containerd.runtimes.runc.options]\n        Root = \"{d}/runc\"\n        \
+         BinaryName = \"{runc}\"\n",
         private = Containerd::private_settings(dir),
         d = dir.display(),
+        runc = path_str(&crate::runc::runc_binary().expect("runc on PATH")),
     )
 }
 

@@ -94,7 +94,7 @@ impl ReleaseNode {
                 std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o660))?;
             }
         }
-        let runc = crate::skip::which("runc").context("runc")?;
+        let runc = crate::runc::runc_binary().context("runc")?;
         host.write_config(&format!(
             "runtime = {runc:?}\nhook = {:?}\n{}",
             bin("devinject-hook"),

@@ -1,8 +1,9 @@
 //! Cross-node bin-packing (issue 18) on a real kube-scheduler with two real nodes
 //! ([`devinject_tests::cluster`]: two kubelets, each with its own namespace, containerd, cgroup
 //! root, device plugin and two simulated demo devices). The scheduler runs with the shipped
-//! deploy/scheduler/kube-scheduler-config-v1beta1.yaml, only its kubeconfig and serving address
-//! made the test's, so the test proves the file users get:
+//! deploy/scheduler/kube-scheduler-config.yaml (`v1`; on 1.20 its `v1beta1` twin), only its
+//! kubeconfig (and on 1.20 its serving address) made the test's, so the test proves the file
+//! users get:
 //!
 //! - with the `devinject-binpack` profile, two 1-device pods land on the same node, and a
 //!   2-device pod then still finds a node (the other, whole) and gets both its devices;
@@ -19,8 +20,9 @@
 //!
 //! Needs what tests/cluster.rs needs; skipped otherwise, a failure under CI.
 
-use devinject_tests::cluster::install::workspace_path;
-use devinject_tests::cluster::{ready, Cluster, Setup, Shape};
+use devinject_tests::cluster::{
+    ready, shipped_scheduler_config, Cluster, Kubernetes, Setup, Shape,
+};
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::probe::Report;
 use devinject_tests::sim::{assert_demo_granted_exactly, demo_probe_args};
@@ -148,8 +150,8 @@ fn the_binpack_profile_fills_one_node_first_and_the_default_one_spreads() {
     let shape = Shape {
         nodes: 2,
         devices: DEVICES,
-        scheduler_config: Some(workspace_path(
-            "deploy/scheduler/kube-scheduler-config-v1beta1.yaml",
+        scheduler_config: Some(shipped_scheduler_config(
+            &Kubernetes::find().expect("checked by ready"),
         )),
     };
     let c = Cluster::start_shaped(Setup::Ctl, &shape).unwrap_or_else(|e| panic!("cluster: {e:#}"));

@@ -2,7 +2,8 @@
 //! users install it, with no engine configuration edit and no engine restart, and removed the
 //! same way:
 //!
-//! 1. the node's containerd is the 1.7 release with NRI enabled on its default socket
+//! 1. the node's containerd is containerd 2 on Kubernetes 1.36 (the 1.7 release on 1.20) with NRI
+//!    enabled on its default socket
 //!    ([`Setup::DaemonSetNri`]), nothing of devinject on the node; the image built by
 //!    scripts/build-image.sh (which ships `devinject-nri`) is imported into it;
 //! 2. `kubectl apply -f deploy/devinject-nri.yaml` with only `hostNetwork: true` patched in (no
@@ -18,7 +19,7 @@
 //! From before the install to after the uninstall, containerd's `config.toml` stays byte for
 //! byte the same and containerd is the same process: nothing edited it, nothing restarted it.
 //!
-//! Needs what tests/cluster_install.rs needs, plus containerd 1.7 (scripts/runtimes-fetch.sh);
+//! Needs what tests/cluster_install.rs needs, plus the node's containerd (scripts/runtimes-fetch.sh);
 //! skipped otherwise, a failure under CI.
 
 use devinject_nri::session::REGISTERED;
@@ -80,7 +81,7 @@ fn installed_through_nri_with_no_engine_edit_nor_restart_it_serves_the_examples_
         containerd: release.bin.clone(),
     })
     .unwrap_or_else(|e| panic!("{e:#}"));
-    eprintln!("containerd 1.7: package {}", release.version);
+    eprintln!("node containerd: package {}", release.version);
     let before = std::fs::read(c.containerd_config()).unwrap();
     let text = String::from_utf8_lossy(&before);
     assert!(

@@ -45,51 +45,23 @@ use crate::skip::{require, require_binary, require_root};
 
 pub mod image;
 pub mod install;
+pub mod kubernetes;
 pub mod node;
 pub mod pki;
 
+pub use kubernetes::Kubernetes;
 pub use node::Node;
 
-/// The Kubernetes release the tier runs.
-pub const VERSION: &str = "v1.20.2";
 /// The first node's name; further nodes are `devinject-node-2`, `devinject-node-3`, ...
 pub const NODE: &str = "devinject-node";
 /// How long the cluster may take to come up, or a pod to finish.
 pub const SLOW: Duration = Duration::from_secs(120);
 
-/// The directory holding kubelet, kube-apiserver, kube-controller-manager, kube-scheduler, etcd
-/// and kubectl: `DEVINJECT_KUBE_BIN`, or scripts/kube-build.sh's cache. `None` when they are not
-/// all there.
-pub fn kube_bin_dir() -> Option<PathBuf> {
-    let dir = match std::env::var_os("DEVINJECT_KUBE_BIN") {
-        Some(d) => PathBuf::from(d),
-        None => {
-            let cache = std::env::var_os("DEVINJECT_KUBE_CACHE")
-                .map(PathBuf::from)
-                .or_else(|| {
-                    std::env::var_os("HOME")
-                        .map(|h| Path::new(&h).join(".cache/devinject/kubernetes-1.20.2"))
-                })?;
-            cache.join("bin")
-        }
-    };
-    [
-        "kubelet",
-        "kube-apiserver",
-        "kube-controller-manager",
-        "kube-scheduler",
-        "etcd",
-        "kubectl",
-    ]
-    .iter()
-    .all(|b| dir.join(b).is_file())
-    .then_some(dir)
-}
-
 /// Whether this machine can run a cluster: root, containerd and ctr, runc, openssl, unshare,
-/// nsenter, busybox, gcc and the Kubernetes binaries; each missing one is a loud skip (a failure
-/// under CI).
+/// nsenter, busybox, gcc and the Kubernetes binaries, and for today's release containerd 2
+/// (scripts/runtimes-fetch.sh); each missing one is a loud skip (a failure under CI).
 pub fn ready() -> bool {
+    let kubernetes = Kubernetes::find();
     require_root()
         && require_binary("containerd")
         && require_binary("ctr")
@@ -100,13 +72,23 @@ pub fn ready() -> bool {
         && require_binary("/bin/busybox")
         && require_binary("gcc")
         && require(
-            kube_bin_dir().is_some(),
-            "needs the Kubernetes v1.20.2 binaries (scripts/kube-build.sh)",
+            kubernetes.is_some(),
+            "needs the Kubernetes binaries (DEVINJECT_KUBE_BIN: scripts/kube-module-build.sh, \
+             or the v1.20.2 of scripts/kube-build.sh)",
+        )
+        && require(
+            kubernetes.is_some_and(|k| k.is_legacy()) || crate::runtimes::containerd("2").is_some(),
+            "needs containerd 2 for Kubernetes >= 1.24 (scripts/runtimes-fetch.sh)",
         )
 }
 
-/// [`ready`], and containerd `series` fetched (scripts/runtimes-fetch.sh) for the node.
+/// [`ready`], and the node's containerd fetched (scripts/runtimes-fetch.sh): `series` on the
+/// compatibility release, containerd 2 on today's ([`kubernetes`]).
 pub fn ready_with_containerd(series: &str) -> Option<crate::runtimes::Release> {
+    let series = match Kubernetes::find() {
+        Some(k) if !k.is_legacy() => "2",
+        _ => series,
+    };
     let release = crate::runtimes::containerd(series);
     (ready()
         && require(
@@ -133,7 +115,7 @@ pub struct Cluster {
     etcd: Option<Daemon>,
     /// Mount points made on the host for the node namespaces, removed again when empty.
     mount_points: Vec<PathBuf>,
-    bin: PathBuf,
+    kubernetes: Kubernetes,
     kubeconfig: PathBuf,
     root: PathBuf,
     _dir: tempfile::TempDir,
@@ -178,11 +160,15 @@ pub enum Setup {
     /// whose binaries are in `containerd` (1.7 or later, see [`crate::runtimes`]) with
     /// `enable_cdi` reading the specs `devinject-ctl cdi generate` wrote (their `createRuntime`
     /// hook is `devinject-hook finish`); pods run on its default runtime, plain runc; the device
-    /// plugin runs as a process with the demo profile in `cdi-annotations` allocate mode, so
-    /// that its Allocate answer is a `cdi.k8s.io/` annotation the kubelet passes to the CRI.
+    /// plugin runs as a process with the demo profile in `allocate_mode`: `cdi-annotations`
+    /// ([`CDI_ALLOCATE_MODE`]), so that its Allocate answer is a `cdi.k8s.io/` annotation the
+    /// kubelet passes to the CRI, or `cdi-cri`, so that it is the answer's `cdi_devices`, which a
+    /// kubelet >= 1.28 passes as the container's CDI devices.
     Cdi {
         /// The containerd release's bin dir.
         containerd: PathBuf,
+        /// The demo profile's `allocate_mode`.
+        allocate_mode: &'static str,
     },
     /// NRI, with nothing of devinject's in the runtime: the node's containerd is the release
     /// whose binaries are in `containerd` (1.7 or later) with NRI enabled, `devinject-nri` runs
@@ -208,8 +194,10 @@ pub enum Setup {
 /// [`Setup::DaemonSetNri`] (in the node's namespace; the host's `/run/nri` is not touched).
 pub const NRI_SOCKET: &str = "/var/run/nri/nri.sock";
 
-/// The allocate mode [`Setup::Cdi`] gives the demo profile (docs/profiles.md).
+/// The allocate mode that makes the plugin answer with a CDI annotation (docs/profiles.md).
 pub const CDI_ALLOCATE_MODE: &str = "cdi-annotations";
+/// The allocate mode that makes the plugin answer with `cdi_devices` (docs/profiles.md).
+pub const CDI_CRI_ALLOCATE_MODE: &str = "cdi-cri";
 
 /// The annotation devinject's admission webhook puts on a pod it rewrote.
 pub const WEBHOOK_ANNOTATION: &str = "devinject.io/functions";
@@ -242,7 +230,14 @@ impl Cluster {
     /// scheduler; returns once every node is Ready (and, where the test runs the device plugin,
     /// advertises its devices).
     pub fn start_shaped(setup: Setup, shape: &Shape) -> Result<Self> {
-        let bin_dir = kube_bin_dir().context("the Kubernetes binaries (scripts/kube-build.sh)")?;
+        let kubernetes = Kubernetes::find().context(
+            "the Kubernetes binaries (scripts/kube-module-build.sh or scripts/kube-build.sh)",
+        )?;
+        println!(
+            "cluster: Kubernetes {} from {}",
+            kubernetes.version(),
+            kubernetes.binary("").display()
+        );
         let dir = short_tempdir("k8s")?;
         let root = dir.path().to_owned();
         let mut c = Self {
@@ -252,7 +247,7 @@ impl Cluster {
             apiserver: None,
             etcd: None,
             mount_points: Vec::new(),
-            bin: bin_dir,
+            kubernetes,
             kubeconfig: root.join("kubeconfig"),
             root,
             _dir: dir,
@@ -263,7 +258,12 @@ impl Cluster {
     }
 
     fn kube(&self, name: &str) -> PathBuf {
-        self.bin.join(name)
+        self.kubernetes.binary(name)
+    }
+
+    /// The Kubernetes release it runs.
+    pub fn kubernetes(&self) -> &Kubernetes {
+        &self.kubernetes
     }
 
     fn start_control_plane(&mut self, scheduler_config: Option<&Path>) -> Result<()> {
@@ -288,7 +288,6 @@ impl Cluster {
         api.arg(format!("--etcd-servers={client}"))
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--secure-port={api_port}"))
-            .arg("--insecure-port=0")
             .arg("--advertise-address=127.0.0.1")
             .arg("--endpoint-reconciler-type=none")
             .arg(format!(
@@ -320,6 +319,10 @@ impl Cluster {
             // endpoints (a host-network pod's address) instead of its cluster IP.
             .arg("--enable-aggregator-routing=true")
             .arg("--allow-privileged=true");
+        if self.kubernetes.is_legacy() {
+            // Off by default since 1.20's successors, removed in 1.24.
+            api.arg("--insecure-port=0");
+        }
         self.apiserver = Some(Daemon::start(
             "kube-apiserver",
             api,
@@ -339,7 +342,6 @@ impl Cluster {
         let mut cm = Command::new(self.kube("kube-controller-manager"));
         cm.arg(format!("--kubeconfig={}", p(&self.kubeconfig)))
             .arg("--bind-address=127.0.0.1")
-            .arg("--port=0")
             .arg("--secure-port=0")
             .arg("--leader-elect=false")
             .arg(format!(
@@ -352,6 +354,10 @@ impl Cluster {
             ))
             .arg(format!("--root-ca-file={}", p(&pki.ca)))
             .arg("--use-service-account-credentials=false");
+        if self.kubernetes.is_legacy() {
+            // The insecure port, removed in 1.24.
+            cm.arg("--port=0");
+        }
         self.controller_manager = Some(Daemon::start(
             "kube-controller-manager",
             cm,
@@ -373,15 +379,24 @@ impl Cluster {
                 let file = self.root.join("scheduler-config.yaml");
                 std::fs::write(
                     &file,
-                    scheduler_config(&text, &self.kubeconfig, free_port()?),
+                    scheduler_config(
+                        &text,
+                        &self.kubeconfig,
+                        match self.kubernetes.is_legacy() {
+                            true => Some(free_port()?),
+                            false => None,
+                        },
+                    ),
                 )?;
                 sched.arg(format!("--config={}", file.display()));
             }
             None => {
                 sched
                     .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
-                    .arg("--port=0")
                     .arg("--leader-elect=false");
+                if self.kubernetes.is_legacy() {
+                    sched.arg("--port=0");
+                }
             }
         }
         self.scheduler = Some(Daemon::start(
@@ -396,7 +411,6 @@ impl Cluster {
     /// they are Ready, then starts what `setup` runs as processes on each.
     fn start_nodes(&mut self, setup: &Setup, shape: &Shape) -> Result<()> {
         self.make_mount_points(matches!(setup, Setup::DaemonSetNri { .. }))?;
-        let kubelet = self.kube("kubelet");
         for i in 0..shape.nodes {
             let name = match i {
                 0 => NODE.to_owned(),
@@ -405,7 +419,7 @@ impl Cluster {
             let node = Node::new(&name, self.root.join(&name), shape.devices)?;
             self.nodes.push(node);
             let node = self.nodes.last_mut().expect("just pushed");
-            node.start(setup, &kubelet, &self.kubeconfig)?;
+            node.start(setup, &self.kubernetes, &self.kubeconfig)?;
         }
         self.wait_node_ready()?;
         if matches!(setup, Setup::Ctl | Setup::Cdi { .. } | Setup::Nri { .. }) {
@@ -803,19 +817,28 @@ impl Cluster {
 }
 
 /// The kube-scheduler configuration `shipped` made this cluster's: its
-/// `clientConnection.kubeconfig` is `kubeconfig`, and its insecure serving (healthz and metrics,
-/// which 1.20 takes from the file and not from `--port`) listens on 127.0.0.1:`port`. Each of the
-/// three keys must be in the file exactly once, so that nothing else of it changes unseen.
-pub fn scheduler_config(shipped: &str, kubeconfig: &Path, port: u16) -> String {
-    let mut text = shipped.to_owned();
-    for (key, value) in [
-        ("kubeconfig", kubeconfig.display().to_string()),
-        ("healthzBindAddress", format!("127.0.0.1:{port}")),
-        ("metricsBindAddress", format!("127.0.0.1:{port}")),
-    ] {
-        text = set_yaml_value(&text, key, &value);
+/// `clientConnection.kubeconfig` is `kubeconfig`, and, with `insecure_port` (1.20, which takes
+/// its insecure serving from the file and not from `--port`; `v1` has none), its healthz and
+/// metrics listen on 127.0.0.1:`port`. Each key must be in the file exactly once, so that nothing
+/// else of it changes unseen.
+pub fn scheduler_config(shipped: &str, kubeconfig: &Path, insecure_port: Option<u16>) -> String {
+    let mut text = set_yaml_value(shipped, "kubeconfig", &kubeconfig.display().to_string());
+    if let Some(port) = insecure_port {
+        for key in ["healthzBindAddress", "metricsBindAddress"] {
+            text = set_yaml_value(&text, key, &format!("127.0.0.1:{port}"));
+        }
     }
     text
+}
+
+/// The shipped bin-packing scheduler configuration in the API `kubernetes` reads.
+pub fn shipped_scheduler_config(kubernetes: &Kubernetes) -> PathBuf {
+    let file = if kubernetes.scheduler_api().ends_with("/v1") {
+        "deploy/scheduler/kube-scheduler-config.yaml"
+    } else {
+        "deploy/scheduler/kube-scheduler-config-v1beta1.yaml"
+    };
+    install::workspace_path(file)
 }
 
 /// `text` with the value of the one line whose key is `key` set to `value` (its indentation
@@ -856,7 +879,7 @@ mod tests {
         let shipped = "# note\nclientConnection:\n  kubeconfig: /etc/kubernetes/scheduler.conf\n\
                        healthzBindAddress: 127.0.0.1:10251\nmetricsBindAddress: 127.0.0.1:10251\n\
                        profiles:\n  - schedulerName: devinject-binpack\n";
-        let out = scheduler_config(shipped, Path::new("/tmp/k/kubeconfig"), 4242);
+        let out = scheduler_config(shipped, Path::new("/tmp/k/kubeconfig"), Some(4242));
         assert_eq!(
             out,
             "# note\nclientConnection:\n  kubeconfig: /tmp/k/kubeconfig\n\
@@ -868,6 +891,20 @@ mod tests {
     #[test]
     #[should_panic(expected = "must set healthzBindAddress once")]
     fn a_scheduler_configuration_without_its_serving_address_is_refused() {
-        scheduler_config("clientConnection:\n  kubeconfig: x\n", Path::new("/k"), 1);
+        scheduler_config(
+            "clientConnection:\n  kubeconfig: x\n",
+            Path::new("/k"),
+            Some(1),
+        );
+    }
+
+    #[test]
+    fn a_v1_scheduler_configuration_gets_only_the_test_kubeconfig() {
+        let shipped = "apiVersion: kubescheduler.config.k8s.io/v1\nclientConnection:\n  \
+                       kubeconfig: /etc/kubernetes/scheduler.conf\nprofiles: []\n";
+        assert_eq!(
+            scheduler_config(shipped, Path::new("/k"), None),
+            shipped.replace("/etc/kubernetes/scheduler.conf", "/k")
+        );
     }
 }

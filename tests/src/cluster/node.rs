@@ -15,7 +15,7 @@ use anyhow::{Context, Result};
 use devinject_nri::session::REGISTERED;
 use serde_json::Value;
 
-use super::{free_port, Setup, CDI_ALLOCATE_MODE, KUBELET_ROOT, NRI_SOCKET, SLOW};
+use super::{free_port, Kubernetes, Setup, KUBELET_ROOT, NRI_SOCKET, SLOW};
 use crate::bins::bin;
 use crate::cri::Cri;
 use crate::cri_node::{
@@ -24,7 +24,6 @@ use crate::cri_node::{
 };
 use crate::daemons::{poll, run_ok, Containerd, Daemon};
 use crate::sim::{demo_host, SimHost, ACCELS};
-use crate::skip::which;
 
 /// The directories of the host that every node's namespace covers with its own (the cluster
 /// makes them on the host where they are missing). With `nri`, `/run/nri` too.
@@ -138,8 +137,20 @@ impl Node {
 
     /// Starts the node's namespace and containerd (set up as `setup` says, with the test
     /// images), then its kubelet, registering with the apiserver of `kubeconfig`.
-    pub(super) fn start(&mut self, setup: &Setup, kubelet: &Path, kubeconfig: &Path) -> Result<()> {
+    pub(super) fn start(
+        &mut self,
+        setup: &Setup,
+        kubernetes: &Kubernetes,
+        kubeconfig: &Path,
+    ) -> Result<()> {
         self.write_containerd_config(setup)?;
+        if !kubernetes.is_legacy() {
+            // Kubernetes 1.36 supports no containerd 1.x: every node of today's tier runs
+            // containerd 2, whatever the setup would run on 1.20 ([`super::kubernetes`]).
+            let release = crate::runtimes::containerd("2")
+                .context("containerd 2 (scripts/runtimes-fetch.sh)")?;
+            self.containerd_release = Some(release.bin);
+        }
         self.start_namespace(matches!(setup, Setup::DaemonSetNri { .. }))?;
         self.make_cgroup_root()?;
         let containerd = self.start_containerd()?;
@@ -149,7 +160,7 @@ impl Node {
         drop(cri);
         let socket = containerd.socket();
         self.containerd = Some(containerd);
-        self.start_kubelet(kubelet, kubeconfig, &socket)
+        self.start_kubelet(kubernetes, kubeconfig, &socket)
     }
 
     /// containerd's configuration as `setup` wants it (and, where the test sets devinject up
@@ -169,8 +180,11 @@ impl Node {
         std::fs::create_dir_all(self.dir.join("node/etc-devinject"))?;
         std::fs::create_dir_all(self.dir.join("node/opt"))?;
         let text = match setup {
-            Setup::Cdi { containerd } => {
-                set_allocate_mode(&self.host.profiles_dir.join("demo.toml"), CDI_ALLOCATE_MODE)?;
+            Setup::Cdi {
+                containerd,
+                allocate_mode,
+            } => {
+                set_allocate_mode(&self.host.profiles_dir.join("demo.toml"), allocate_mode)?;
                 let specs = self.cdi_spec_dir();
                 cdi_generate(&self.host, &specs)?;
                 self.containerd_release = Some(containerd.clone());
@@ -190,7 +204,7 @@ impl Node {
         std::fs::write(&config, text)?;
         if matches!(setup, Setup::Ctl | Setup::Nri { .. }) {
             // The host configuration: the `kubernetes` policy asks this node's kubelet.
-            let runc = which("runc").context("runc")?;
+            let runc = crate::runc::runc_binary().context("runc")?;
             self.host.write_config(&format!(
                 "runtime = {:?}\nhook = {:?}\npod_resources_socket = \"{KUBELET_ROOT}/pod-resources/kubelet.sock\"",
                 runc,
@@ -205,7 +219,7 @@ impl Node {
 
     fn start_kubelet(
         &mut self,
-        kubelet: &Path,
+        kubernetes: &Kubernetes,
         kubeconfig: &Path,
         containerd: &Path,
     ) -> Result<()> {
@@ -223,29 +237,42 @@ impl Node {
                  evictionHard: {{\"nodefs.available\": \"1%\", \"imagefs.available\": \"1%\", \"memory.available\": \"1Mi\"}}\n\
                  imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n\
                  resolvConf: /etc/resolv.conf\nserializeImagePulls: false\n\
-                 volumePluginDir: {plugins}\n",
+                 volumePluginDir: {plugins}\n{today}",
                 cgroup_root = self.cgroup_root(),
                 plugins = self.dir.join("volume-plugins").display(),
+                today = if kubernetes.is_legacy() {
+                    String::new()
+                } else {
+                    // The endpoint moved into the file (1.27); the machine's cgroups are v1,
+                    // which 1.35's kubelet refuses unless told (KEP-5573).
+                    format!(
+                        "containerRuntimeEndpoint: unix://{}\nfailCgroupV1: false\n",
+                        containerd.display()
+                    )
+                },
             ),
         )?;
-        let mut cmd = self.in_node(kubelet)?;
+        let mut cmd = self.in_node(&kubernetes.binary("kubelet"))?;
         cmd.arg(format!("--config={}", config.display()))
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .arg("--container-runtime=remote")
-            .arg(format!(
-                "--container-runtime-endpoint=unix://{}",
-                containerd.display()
-            ))
-            .arg(format!("--root-dir={KUBELET_ROOT}"))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()));
+        if kubernetes.is_legacy() {
+            cmd.arg("--container-runtime=remote")
+                .arg(format!(
+                    "--container-runtime-endpoint=unix://{}",
+                    containerd.display()
+                ))
+                // Since 1.27 the runtime's own setting (containerd's `sandbox_image`) says it.
+                .arg(format!(
+                    "--pod-infra-container-image={}",
+                    crate::cri_node::PAUSE
+                ));
+        }
+        cmd.arg(format!("--root-dir={KUBELET_ROOT}"))
             .arg(format!(
                 "--cert-dir={}",
                 self.dir.join("kubelet-certs").display()
             ))
             .arg(format!("--hostname-override={}", self.name))
-            .arg(format!(
-                "--pod-infra-container-image={}",
-                crate::cri_node::PAUSE
-            ))
             .arg("--v=2");
         self.kubelet_command = Some(copy_command(&cmd));
         self.kubelet = Some(Daemon::start("kubelet", cmd, &self.kubelet_log_path())?);
