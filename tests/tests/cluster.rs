@@ -18,6 +18,9 @@
 //! One cluster at a time: the kubelets would share the `kubepods` cgroups.
 
 use std::sync::Mutex;
+use std::time::Duration;
+
+use devinject_podresources::{PodResourcesClient, Rpc};
 
 use devinject_tests::cluster::{ready, Cluster};
 use devinject_tests::cri_node::BUSYBOX;
@@ -99,6 +102,8 @@ fn pods_get_exactly_their_allocated_devices_and_forged_requests_are_refused() {
     assert_eq!(ids.len(), 2, "the kubelet allocated two devices: {ids:?}");
     assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
 
+    the_kubelet_answers_the_policy_with_get_where_it_can(&c);
+
     // Asked for nothing, sets the variable itself: the policy asks the kubelet and refuses.
     c.apply(&pod(
         "forger",
@@ -137,6 +142,63 @@ fn pods_get_exactly_their_allocated_devices_and_forged_requests_are_refused() {
         .expect("the scheduler refuses it");
     assert!(why.contains("Insufficient devinject.io/demo"), "{why}");
     assert_eq!(c.pod("too-many").unwrap()["status"]["phase"], "Pending");
+}
+
+/// The policy's question, asked of the real kubelet for a running pod holding one device: a
+/// kubelet >= 1.34 answers `Get` for that one pod (the policy then reads one pod, not the node's
+/// every pod); 1.20's has no `Get`, and the client falls back to `List`. Either way the answer is
+/// the device the kubelet's checkpoint says it allocated.
+fn the_kubelet_answers_the_policy_with_get_where_it_can(c: &Cluster) {
+    let hold = vec!["/bin/sleep".to_owned(), "600".to_owned()];
+    c.apply(&pod("held", &hold, 1, &[], 0)).expect("create pod");
+    c.wait_pod("held", "Running", |p| {
+        (p["status"]["phase"] == "Running").then_some(())
+    })
+    .expect("the pod runs");
+    let uid = c.pod("held").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ids = c.allocated(&uid, "main", "devinject.io/demo").unwrap();
+    let socket = c
+        .in_node_ns("/var/lib/kubelet/pod-resources/kubelet.sock")
+        .expect("the node's namespace");
+    let lookup = PodResourcesClient::new(socket, Duration::from_secs(5))
+        .pod("default", "held")
+        .expect("the kubelet answers");
+    let expected = if c.kubernetes().minor() >= 34 {
+        Rpc::Get
+    } else {
+        Rpc::List
+    };
+    println!(
+        "pod-resources on Kubernetes {}: answered by {}",
+        c.kubernetes().version(),
+        lookup.answered_by
+    );
+    assert_eq!(lookup.answered_by, expected, "{}", c.kubernetes().version());
+    let granted: Vec<String> = lookup
+        .entries
+        .iter()
+        .flat_map(|p| &p.containers)
+        .filter(|ct| ct.name == "main")
+        .flat_map(|ct| &ct.devices)
+        .filter(|d| d.resource_name == "devinject.io/demo")
+        .flat_map(|d| d.device_ids.clone())
+        .collect();
+    assert_eq!(
+        granted, ids,
+        "the kubelet's answer is its checkpoint's allocation"
+    );
+    c.kubectl(&[
+        "delete",
+        "pod",
+        "held",
+        "--grace-period=0",
+        "--force",
+        "--wait=false",
+    ])
+    .expect("delete the pod");
 }
 
 #[test]

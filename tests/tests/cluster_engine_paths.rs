@@ -1,6 +1,7 @@
 //! The paths with nothing of devinject's in the runtime, end to end on a real cluster
-//! ([`devinject_tests::cluster`]): kubelet v1.20.2 and containerd 1.7 (Debian 13's), pods naming
-//! no RuntimeClass and running on the default runtime, plain runc.
+//! ([`devinject_tests::cluster`]): Kubernetes 1.36 on containerd 2 (and the compatibility
+//! release 1.20.2 on containerd 1.7, Debian 13's), pods naming no RuntimeClass and running on the
+//! default runtime, plain runc.
 //!
 //! - CDI ([`Setup::Cdi`]): the real device plugin, in `cdi-annotations` allocate mode, answers
 //!   Allocate with `cdi.k8s.io/devinject_demo: devinject.io/demo=<id>,...`; the kubelet passes
@@ -18,17 +19,20 @@
 //! numbers, opening), not the others, the control node, and the demo library read-only and in
 //! the linker cache.
 //!
-//! Needs root, runc, openssl, unshare, nsenter, the Kubernetes binaries (scripts/kube-build.sh)
-//! and containerd 1.7 (scripts/runtimes-fetch.sh); skipped otherwise, a failure under CI. One
+//! Needs root, runc, openssl, unshare, nsenter, the Kubernetes binaries
+//! (scripts/kube-module-build.sh or scripts/kube-build.sh) and the node's containerd
+//! (scripts/runtimes-fetch.sh); skipped otherwise, a failure under CI. One
 //! cluster at a time: the kubelets would share the `kubepods` cgroups.
 
 use std::sync::Mutex;
 
-use devinject_tests::cluster::{ready_with_containerd, Cluster, Setup};
+use devinject_tests::cluster::{
+    ready_with_containerd, Cluster, Setup, CDI_ALLOCATE_MODE, CDI_CRI_ALLOCATE_MODE,
+};
 use devinject_tests::cri_node::{BUSYBOX, HANDLER};
 use devinject_tests::probe::Report;
 use devinject_tests::runtimes::Release;
-use devinject_tests::sim::{assert_demo_granted_exactly, demo_probe_args};
+use devinject_tests::sim::{assert_demo_granted_exactly, demo_probe_args, ACCELS};
 
 static ONE_CLUSTER: Mutex<()> = Mutex::new(());
 
@@ -63,17 +67,24 @@ fn pod(name: &str, devices: u32, env: &[(&str, &str)]) -> String {
     )
 }
 
-#[test]
-fn containerd_1_7_with_cdi_gives_a_pod_on_plain_runc_exactly_its_allocated_devices() {
-    let Some(release) = ready() else {
-        return;
-    };
-    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+/// Starts a node on CDI with the demo profile in `allocate_mode` and nothing of devinject's in
+/// the runtime, runs a pod asking for two devices, and returns the cluster, the ids the kubelet
+/// allocated, the probe's output and the container's CRI annotations.
+fn run_on_cdi(
+    release: &Release,
+    allocate_mode: &'static str,
+) -> (
+    Cluster,
+    Vec<String>,
+    String,
+    std::collections::HashMap<String, String>,
+) {
     let c = Cluster::start_with(Setup::Cdi {
         containerd: release.bin.clone(),
+        allocate_mode,
     })
     .unwrap_or_else(|e| panic!("cluster: {e:#}"));
-    eprintln!("containerd 1.7: package {}", release.version);
+    eprintln!("node containerd: package {}", release.version);
 
     // Nothing of devinject's in the runtime: CDI is on, and runc is the only runtime.
     let config = std::fs::read_to_string(c.containerd_config()).expect("containerd config");
@@ -96,24 +107,57 @@ fn containerd_1_7_with_cdi_gives_a_pod_on_plain_runc_exactly_its_allocated_devic
     let uid = pod["metadata"]["uid"].as_str().expect("uid").to_owned();
     let ids = c.allocated(&uid, "main", RESOURCE).expect("checkpoint");
     assert_eq!(ids.len(), 2, "the kubelet allocated two devices: {ids:?}");
-
-    // The plugin's answer reached containerd through the kubelet, naming those devices.
     let status = c
         .cri_container_status("cdi", "main")
         .expect("the container's CRI status");
-    let want: Vec<String> = ids.iter().map(|i| format!("{RESOURCE}={i}")).collect();
-    assert_eq!(
-        status.annotations.get(ANNOTATION),
-        Some(&want.join(",")),
-        "the CDI annotation the kubelet passed: {:?}",
-        status.annotations
-    );
-
-    assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+    (c, ids, out, status.annotations)
 }
 
 #[test]
-fn containerd_1_7_with_nri_gives_a_pod_exactly_its_allocated_devices_and_refuses_forgers() {
+fn with_cdi_annotations_a_pod_on_plain_runc_gets_exactly_its_allocated_devices() {
+    let Some(release) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let (_c, ids, out, annotations) = run_on_cdi(&release, CDI_ALLOCATE_MODE);
+    // The plugin's answer reached containerd through the kubelet, naming those devices.
+    let want: Vec<String> = ids.iter().map(|i| format!("{RESOURCE}={i}")).collect();
+    assert_eq!(
+        annotations.get(ANNOTATION),
+        Some(&want.join(",")),
+        "the CDI annotation the kubelet passed: {annotations:?}"
+    );
+    assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+}
+
+/// `cdi-cri`: the plugin names the devices in the Allocate answer's `cdi_devices` (KEP-4009),
+/// with no annotation. A kubelet >= 1.28 passes them to containerd as the container's CDI
+/// devices, and the pod sees exactly them; 1.20's kubelet knows no such field and drops it, and
+/// the pod sees none (which is why the mode needs a kubelet >= 1.28, docs/profiles.md).
+#[test]
+fn with_cdi_devices_in_the_allocate_answer_a_pod_gets_exactly_its_allocated_devices() {
+    let Some(release) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let (c, ids, out, annotations) = run_on_cdi(&release, CDI_CRI_ALLOCATE_MODE);
+    assert!(
+        !annotations.keys().any(|k| k.starts_with("cdi.k8s.io/")),
+        "no CDI annotation: {annotations:?}"
+    );
+    let report = Report::parse(&out);
+    if c.kubernetes().minor() >= 28 {
+        assert_demo_granted_exactly(&report, &ids, &out);
+    } else {
+        for (name, _, _) in ACCELS {
+            let node = report.node(&format!("/dev/demo/{name}"));
+            assert_eq!(node.kind, "missing", "1.20 drops cdi_devices: {out}");
+        }
+    }
+}
+
+#[test]
+fn with_nri_a_pod_gets_exactly_its_allocated_devices_and_forgers_are_refused() {
     let Some(release) = ready() else {
         return;
     };
