@@ -6,7 +6,8 @@
 # benchmark, the CDI watcher's refresh latency (cdi-watch-bench), the cost of parsing config.json
 # (oci-parse-bench), each injection path on
 # containerd 1.7 (devinject-cri-bench) when scripts/runtimes-fetch.sh has fetched it, and the
-# real cluster's (devinject-cluster-bench) when scripts/kube-build.sh has built Kubernetes. Run
+# real cluster's (devinject-cluster-bench, on Kubernetes 1.36 with containerd 2 and runc 1.4)
+# when scripts/kube-module-build.sh and scripts/runc-build.sh have built them. Run
 # it on a quiet machine: figures are wall times.
 #
 # The binaries are built as they ship, by scripts/release-build.sh (as for the image, in
@@ -49,8 +50,9 @@ else
 fi
 
 echo
-if kube=$(scripts/kube-build.sh --if-built); then
-  DEVINJECT_BIN_DIR="$out" DEVINJECT_KUBE_BIN="$kube" "$out/devinject-cluster-bench" --compare "glibc=$glibc"
+if kube=$(scripts/kube-module-build.sh --if-built) && runc14=$(scripts/runc-build.sh --if-built); then
+  DEVINJECT_BIN_DIR="$out" DEVINJECT_KUBE_BIN="$kube" DEVINJECT_RUNC="$runc14" \
+    "$out/devinject-cluster-bench" --compare "glibc=$glibc"
 else
-  echo "not measured: the real cluster (build its Kubernetes once with scripts/kube-build.sh)"
+  echo "not measured: the real cluster (build it once with scripts/kube-module-build.sh and scripts/runc-build.sh)"
 fi

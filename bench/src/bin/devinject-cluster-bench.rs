@@ -1,14 +1,15 @@
 //! `devinject-cluster-bench`: what devinject costs on a real cluster (the test tier's
-//! Kubernetes v1.20.2, [`devinject_tests::cluster`]), run by scripts/bench.sh when the
-//! Kubernetes binaries are built. Prints a Markdown section on stdout:
+//! Kubernetes, [`devinject_tests::cluster`]: 1.36 on containerd 2 and runc 1.4 as
+//! scripts/bench.sh runs it), run by scripts/bench.sh when the Kubernetes binaries are built. Prints a Markdown section on stdout:
 //!
 //! - pod created -> Ready, with one device through the devinject runtime, against the same pod
 //!   with no device on plain runc, alternating, on the same cluster (both through `kubectl
 //!   create` and `kubectl wait`, whose own cost is in both columns);
 //! - the `kubernetes` policy's cost per container start: the pod-resources helper as the hook
-//!   and the shim run it (fork, exec with an empty environment, `List` from the real kubelet,
-//!   the answer), with 1 and with 100 pods on the node, and another build of the helper
-//!   alongside, run by run, with `--compare NAME=DIR`;
+//!   and the shim run it (fork, exec with an empty environment, `Get` from a kubelet >= 1.34 or
+//!   `List` from an older one, the answer), with 1 and with 100 pods on the node, the same build
+//!   again as an A/A pair, and another build of the helper alongside, run by run, with
+//!   `--compare NAME=DIR`;
 //! - kubelet restart -> plugin registered again, from the kubelet's "serving the registration
 //!   socket" to its "got a registration request", as its own log stamps them.
 //!
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use devinject_benchmarks::stats::{children_cpu, Samples};
-use devinject_podresources_protocol::Request;
+use devinject_podresources_protocol::{Answer, Request, Rpc};
 use devinject_tests::bins::bin;
 use devinject_tests::cluster::{Cluster, SLOW};
 use devinject_tests::cri_node::BUSYBOX;
@@ -75,9 +76,9 @@ fn pod_start(c: &Cluster, name: &str, with_device: bool) -> Result<Duration> {
     Ok(took)
 }
 
-/// One run of the pod-resources helper as the policy runs it: its wall time, and its CPU (user
-/// and system, from the rusage of reaped children).
-fn helper_once(helper: &Path, socket: &Path, pod: &str) -> Result<(Duration, Duration)> {
+/// One run of the pod-resources helper as the policy runs it: its wall time, its CPU (user and
+/// system, from the rusage of reaped children), and which RPC answered it.
+fn helper_once(helper: &Path, socket: &Path, pod: &str) -> Result<(Duration, Duration, Rpc)> {
     let cpu_before = children_cpu()?;
     let start = Instant::now();
     let lookup = Request {
@@ -100,23 +101,42 @@ fn helper_once(helper: &Path, socket: &Path, pod: &str) -> Result<(Duration, Dur
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    Ok((took, children_cpu()? - cpu_before))
+    let cpu = children_cpu()? - cpu_before;
+    let answer = Answer::parse(&out.stdout).with_context(|| {
+        format!(
+            "devinject-podresources printed no answer: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })?;
+    Ok((took, cpu, answer.answered_by))
+}
+
+/// Wall and CPU times of one helper, and the RPC that answered its runs.
+#[derive(Debug, Clone, Default)]
+struct HelperRuns {
+    wall: Samples,
+    cpu: Samples,
+    answered_by: Option<Rpc>,
 }
 
 /// The wall and CPU times of each helper in `helpers`, run in turn, [`HELPER_RUNS`] times each.
-fn helper_runs(c: &Cluster, pod: &str, helpers: &[PathBuf]) -> Result<Vec<(Samples, Samples)>> {
+fn helper_runs(c: &Cluster, pod: &str, helpers: &[PathBuf]) -> Result<Vec<HelperRuns>> {
     let socket = c.in_node_ns("/var/lib/kubelet/pod-resources/kubelet.sock")?;
     for helper in helpers {
         for _ in 0..5 {
             helper_once(helper, &socket, pod)?;
         }
     }
-    let mut out = vec![(Samples::default(), Samples::default()); helpers.len()];
+    let mut out = vec![HelperRuns::default(); helpers.len()];
     for _ in 0..HELPER_RUNS {
-        for (helper, (wall, cpu)) in helpers.iter().zip(&mut out) {
-            let (w, c) = helper_once(helper, &socket, pod)?;
-            wall.push(w);
-            cpu.push(c);
+        for (helper, runs) in helpers.iter().zip(&mut out) {
+            let (w, c, rpc) = helper_once(helper, &socket, pod)?;
+            runs.wall.push(w);
+            runs.cpu.push(c);
+            if runs.answered_by.is_some_and(|r| r != rpc) {
+                bail!("{} was answered by both Get and List", helper.display());
+            }
+            runs.answered_by = Some(rpc);
         }
     }
     Ok(out)
@@ -138,8 +158,13 @@ fn row(name: &str, s: &Samples) -> String {
 }
 
 fn run(compare: Option<(String, PathBuf)>) -> Result<()> {
-    // The shipped helper first; the compared build's rows say its name.
-    let mut helpers = vec![(String::new(), bin("devinject-podresources"))];
+    // The shipped helper first, then the same binary again (an A/A pair: how far two runs of
+    // one build differ on this machine now); the compared build's rows say its name.
+    let shipped = bin("devinject-podresources");
+    let mut helpers = vec![
+        (String::new(), shipped.clone()),
+        (", A/A: the same build again".to_owned(), shipped),
+    ];
     if let Some((name, dir)) = compare {
         let helper = dir.join("devinject-podresources");
         if !helper.is_file() {
@@ -150,10 +175,11 @@ fn run(compare: Option<(String, PathBuf)>) -> Result<()> {
     let paths: Vec<PathBuf> = helpers.iter().map(|(_, p)| p.clone()).collect();
     let mut c = Cluster::start()?;
     c.runtime_class()?;
-    emit(
-        "### 6. A real cluster (Kubernetes v1.20.2, containerd 1.6, one node)\n\n\
+    emit(&format!(
+        "### 6. A real cluster (Kubernetes {}, one node)\n\n\
          | figure | runs | median ms | p99 ms | [min–max] ms |\n|---|---|---|---|---|",
-    );
+        c.kubernetes().version()
+    ));
 
     // Kubelet restart -> the plugin registered again (first, on a node with no pods): from the
     // kubelet's own log, which stamps both ends to the microsecond.
@@ -216,21 +242,28 @@ fn run(compare: Option<(String, PathBuf)>) -> Result<()> {
     })?;
     let hundred = helper_runs(&c, "asker", &paths)?;
     for (i, (build, _)) in helpers.iter().enumerate() {
+        let rpc = |runs: &HelperRuns| runs.answered_by.map_or("?".to_owned(), |r| r.to_string());
         emit(&row(
-            &format!("policy helper (exec + List), 1 pod on the node{build}"),
-            &one[i].0,
+            &format!(
+                "policy helper (exec + {}), 1 pod on the node{build}",
+                rpc(&one[i])
+            ),
+            &one[i].wall,
         ));
         emit(&row(
-            &format!("policy helper (exec + List), 100 pods on the node{build}"),
-            &hundred[i].0,
+            &format!(
+                "policy helper (exec + {}), 100 pods on the node{build}",
+                rpc(&hundred[i])
+            ),
+            &hundred[i].wall,
         ));
         emit(&row(
             &format!("policy helper's CPU (user + sys), 1 pod{build}"),
-            &one[i].1,
+            &one[i].cpu,
         ));
         emit(&row(
             &format!("policy helper's CPU (user + sys), 100 pods{build}"),
-            &hundred[i].1,
+            &hundred[i].cpu,
         ));
     }
     c.kubectl(&[
