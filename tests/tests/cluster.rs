@@ -1,5 +1,5 @@
-//! The product on a real cluster ([`devinject_tests::cluster`]): Kubernetes v1.20.2's control
-//! plane and kubelet, containerd over CRI with the `devinject` runtime written by
+//! The product on a real cluster ([`devinject_tests::cluster`]): Kubernetes' control plane and
+//! kubelet (1.36, and 1.20.2 for compatibility), containerd over CRI with the `devinject` runtime written by
 //! `devinject-ctl`, and the real device plugin, which the kubelet reaches over gRPC-Go (its
 //! `:authority` is the socket path). Pods ask for `devinject.io/demo` through resource limits:
 //!
@@ -11,7 +11,11 @@
 //! - after a kubelet restart the plugin registers again and the next pod is granted, and after a
 //!   containerd restart too;
 //! - a device unplugged between admission (Allocate) and the container's start fails the start
-//!   with "granted but is gone", never another device (issue 19).
+//!   with "granted but is gone", never another device (issue 19);
+//! - the policy's pod-resources question is answered by `Get` on a kubelet >= 1.34, by `List` on
+//!   1.20, with the checkpoint's devices;
+//! - a device gone while a pod holds it shows as Unhealthy in that pod's
+//!   `allocatedResourcesStatus` on 1.36 (absent on 1.20).
 //!
 //! Needs root, containerd, runc, openssl, unshare, nsenter and the Kubernetes binaries
 //! (scripts/kube-build.sh; scripts/test.sh builds them); skipped otherwise, a failure under CI.
@@ -273,4 +277,60 @@ fn a_device_unplugged_after_allocation_fails_the_start_and_never_swaps_in_anothe
         message.contains("device 1 of devinject.io/demo was granted but is gone"),
         "{message}"
     );
+}
+
+/// Device health in the pod's status (KEP-4680, beta and on by default in 1.36): a running pod
+/// holds one device; the device's node goes away, the plugin reports it Unhealthy over
+/// ListAndWatch, and the kubelet puts that into the holder's
+/// `status.containerStatuses[].allocatedResourcesStatus`. 1.20 has no such field, and the test
+/// wants it absent there.
+#[test]
+fn a_device_gone_unhealthy_shows_in_the_status_of_the_pod_holding_it() {
+    if !ready() {
+        return;
+    }
+    let (_one, c) = start();
+    let hold = vec!["/bin/sleep".to_owned(), "600".to_owned()];
+    c.apply(&pod("holder", &hold, 1, &[], 0))
+        .expect("create pod");
+    c.wait_pod("holder", "Running", |p| {
+        (p["status"]["phase"] == "Running").then_some(())
+    })
+    .expect("the pod runs");
+    let uid = c.pod("holder").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ids = c.allocated(&uid, "main", "devinject.io/demo").unwrap();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let id = &ids[0];
+    let (name, _, _) = ACCELS[id.parse::<usize>().expect("a numeric id")];
+    std::fs::remove_file(c.host().dev_root.join("demo").join(name)).expect("unplug it");
+
+    let statuses =
+        |p: &Value| p["status"]["containerStatuses"][0]["allocatedResourcesStatus"].clone();
+    if c.kubernetes().minor() >= 36 {
+        let status = c
+            .wait_pod("holder", "its device Unhealthy in its status", |p| {
+                let s = statuses(p);
+                let unhealthy = s.as_array()?.iter().any(|r| {
+                    r["name"] == "devinject.io/demo"
+                        && r["resources"].as_array().is_some_and(|rs| {
+                            rs.iter().any(|x| {
+                                x["resourceID"] == id.as_str() && x["health"] == "Unhealthy"
+                            })
+                        })
+                });
+                unhealthy.then_some(s)
+            })
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+        println!(
+            "$ kubectl get pod holder -o jsonpath='{{.status.containerStatuses[0].allocatedResourcesStatus}}'\n{status}"
+        );
+    } else {
+        // Give the kubelet the time it would need, then look.
+        std::thread::sleep(Duration::from_secs(10));
+        let pod = c.pod("holder").unwrap();
+        assert!(statuses(&pod).is_null(), "{pod}");
+    }
 }
