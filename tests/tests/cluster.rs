@@ -1,7 +1,8 @@
 //! The product on a real cluster ([`devinject_tests::cluster`]): Kubernetes' control plane and
-//! kubelet (1.36, and 1.20.2 for compatibility), containerd over CRI with the `devinject` runtime written by
-//! `devinject-ctl`, and the real device plugin, which the kubelet reaches over gRPC-Go (its
-//! `:authority` is the socket path). Pods ask for `devinject.io/demo` through resource limits:
+//! kubelet (1.36, and 1.20.2 for compatibility), containerd over CRI with the `devinject` runtime
+//! written by `devinject-ctl`, and the real device plugin, which the kubelet reaches over gRPC-Go
+//! (its `:authority` is the socket path on 1.20, `localhost` since 1.26). Pods ask for
+//! `devinject.io/demo` through resource limits:
 //!
 //! - a pod gets exactly the devices the kubelet's checkpoint says it allocated, with the
 //!   library read-only and in the linker cache, and nothing else;
