@@ -69,11 +69,15 @@ cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
 
 # The toolchain as a fresh machine has it: rustup's toolchains read-only, its proxies and
 # cargo's settings, and an empty registry cache (crates come from crates.io, as they would).
-home=${HOME:-/root}
+# rustup's and cargo's homes are where this machine's say (RUSTUP_HOME, CARGO_HOME), by default
+# below $HOME.
+rustup_home=${RUSTUP_HOME:-${HOME:-/root}/.rustup}
+cargo_home=${CARGO_HOME:-${HOME:-/root}/.cargo}
 mkdir -p "$root/root/.rustup" "$root/root/.cargo"
-cp -a "$home/.cargo/bin" "$root/root/.cargo/"
-cp "$home"/.cargo/config* "$root/root/.cargo/" 2>/dev/null || true
-cp "$home/.rustup/settings.toml" "$root/root/.rustup/"
+mkdir -p "$root/root/.cargo/bin"
+cp -a "$(dirname "$(command -v rustup)")/." "$root/root/.cargo/bin/"
+cp "$cargo_home"/config* "$root/root/.cargo/" 2>/dev/null || true
+cp "$rustup_home/settings.toml" "$root/root/.rustup/"
 
 # The commit under test, cloned as a user would.
 commit=$(git -C "$repo" rev-parse HEAD)
@@ -100,7 +104,7 @@ fi
 # joins a container's mount namespace gets that namespace's root, which under a chroot would be
 # this machine's). Everything mounted for it goes away with it.
 unshare -m sh -euc '
-  root=$1 home=$2 steps=$3
+  root=$1 rustup_home=$2 steps=$3
   mount --make-rprivate /
   # The root must be a mount point, for pivot_root and for runc (it makes / a slave mount).
   mount --bind "$root" "$root"
@@ -108,7 +112,7 @@ unshare -m sh -euc '
   mount --rbind /sys "$root/sys"
   mount --rbind /dev "$root/dev"
   mkdir -p "$root/root/.rustup/toolchains"
-  mount --bind "$home/.rustup/toolchains" "$root/root/.rustup/toolchains"
+  mount --bind "$rustup_home/toolchains" "$root/root/.rustup/toolchains"
   mount -o remount,bind,ro "$root/root/.rustup/toolchains"
   mount -t tmpfs tmpfs "$root/tmp"
   cd "$root"
@@ -120,5 +124,5 @@ unshare -m sh -euc '
   exec env -i HOME=/root PATH=/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     RUSTUP_HOME=/root/.rustup CARGO_HOME=/root/.cargo TERM=dumb LANG=C.UTF-8 \
     sh -c "$steps"
-' fresh-root "$root" "$home" "$steps"
+' fresh-root "$root" "$rustup_home" "$steps"
 echo "fresh-root-test: passed"
