@@ -407,16 +407,66 @@ pub fn host_network_pod(
         linux: Some(LinuxPodSandboxConfig {
             cgroup_parent: cgroup_parent.path(),
             security_context: Some(LinuxSandboxSecurityContext {
-                namespace_options: Some(NamespaceOption {
-                    network: NamespaceMode::Node as i32,
-                    pid: NamespaceMode::Container as i32,
-                    ipc: NamespaceMode::Pod as i32,
-                    ..Default::default()
-                }),
+                namespace_options: Some(host_network_namespaces()),
                 ..Default::default()
             }),
             ..Default::default()
         }),
+        ..Default::default()
+    }
+}
+
+/// Runs a host-network pod `name` ([`host_network_pod`]) with runtime `handler` (`""`: the
+/// default), logging below `root/logs/<name>`, its cgroups below `cgroups`.
+pub fn run_pod(
+    cri: &mut Cri,
+    root: &Path,
+    cgroups: &CgroupParent,
+    name: &str,
+    handler: &str,
+) -> Result<(String, PodSandboxConfig)> {
+    let log_dir = root.join("logs").join(name);
+    std::fs::create_dir_all(&log_dir)?;
+    let config = host_network_pod(name, &format!("uid-{name}"), &log_dir, cgroups);
+    let id = cri.run_pod_sandbox(&config, handler)?;
+    Ok((id, config))
+}
+
+/// Creates `spec` in `pod`, starts it and waits for its end: its exit code and output. A
+/// creation that fails is `Ok(Err(message))`.
+pub fn run_to_exit(
+    cri: &mut Cri,
+    pod: &str,
+    pod_config: &PodSandboxConfig,
+    spec: &ContainerSpec,
+) -> Result<std::result::Result<(i32, String), String>> {
+    let id = match cri.create_container(pod, &spec.config(), pod_config) {
+        Ok(id) => id,
+        Err(e) => return Ok(Err(format!("{e:#}"))),
+    };
+    cri.start_container(&id)?;
+    let status = cri.wait_exited(&id, Duration::from_secs(60))?;
+    let log = Path::new(&pod_config.log_directory).join(&spec.log_path);
+    let output = read_log(&log)?;
+    cri.remove_container(&id)?;
+    if status.exit_code != 0 && output.is_empty() {
+        bail!(
+            "{} exited {}: {}",
+            spec.name,
+            status.exit_code,
+            status.message
+        );
+    }
+    Ok(Ok((status.exit_code, output)))
+}
+
+/// The namespaces of a `hostNetwork: true` pod and its containers: the node's network, a PID
+/// namespace per container, the pod's IPC.
+fn host_network_namespaces() -> NamespaceOption {
+    NamespaceOption {
+        network: NamespaceMode::Node as i32,
+        pid: NamespaceMode::Container as i32,
+        ipc: NamespaceMode::Pod as i32,
         ..Default::default()
     }
 }
@@ -454,8 +504,11 @@ impl ContainerSpec {
                 name: self.name.clone(),
                 attempt: 0,
             }),
+            // As the kubelet sends it since 1.29: CRI-O verifies the signature policy of the
+            // image the user named, and refuses a request without it.
             image: Some(ImageSpec {
                 image: self.image.clone(),
+                user_specified_image: self.image.clone(),
                 ..Default::default()
             }),
             command: self.command.clone(),
@@ -487,10 +540,13 @@ impl ContainerSpec {
                 })
                 .collect(),
             log_path: self.log_path.clone(),
-            linux: self.user.map(|(uid, gid)| LinuxContainerConfig {
+            // The pod's namespaces, as the kubelet repeats them for each container (CRI-O
+            // refuses a container whose PID namespace differs from its sandbox's).
+            linux: Some(LinuxContainerConfig {
                 security_context: Some(LinuxContainerSecurityContext {
-                    run_as_user: Some(Int64Value { value: uid }),
-                    run_as_group: Some(Int64Value { value: gid }),
+                    namespace_options: Some(host_network_namespaces()),
+                    run_as_user: self.user.map(|(uid, _)| Int64Value { value: uid }),
+                    run_as_group: self.user.map(|(_, gid)| Int64Value { value: gid }),
                     ..Default::default()
                 }),
                 ..Default::default()

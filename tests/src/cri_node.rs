@@ -6,7 +6,7 @@
 //! same rootfs).
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result};
@@ -180,8 +180,19 @@ fn ctl_configure(config: &Path, mode: &str) -> Command {
 
 /// Builds the busybox and pause images from one rootfs and imports them for the CRI plugin.
 pub fn import_images(root: &Path, containerd: &Containerd, cri: &mut Cri) {
+    for (tag, archive) in test_image_archives(root).expect("image archives") {
+        containerd
+            .import(K8S_NAMESPACE, &archive)
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", containerd.log_tail()));
+        cri.wait_image(tag).expect("image visible to CRI");
+    }
+}
+
+/// [`BUSYBOX`] and [`PAUSE`] from one busybox rootfs in `root`, as docker-save archives there:
+/// each tag and its archive.
+pub fn test_image_archives(root: &Path) -> Result<Vec<(&'static str, PathBuf)>> {
     let rootfs = root.join("image-rootfs");
-    crate::rootfs::busybox(&rootfs).expect("busybox rootfs");
+    crate::rootfs::busybox(&rootfs).context("busybox rootfs")?;
     let images = [
         (
             BUSYBOX,
@@ -198,12 +209,11 @@ pub fn import_images(root: &Path, containerd: &Containerd, cri: &mut Cri) {
             },
         ),
     ];
+    let mut out = Vec::new();
     for (i, (tag, config)) in images.iter().enumerate() {
         let archive = root.join(format!("image{i}.tar"));
-        docker_archive(&rootfs, tag, config, &archive).expect("image archive");
-        containerd
-            .import(K8S_NAMESPACE, &archive)
-            .unwrap_or_else(|e| panic!("{e:#}\n{}", containerd.log_tail()));
-        cri.wait_image(tag).expect("image visible to CRI");
+        docker_archive(&rootfs, tag, config, &archive).context("image archive")?;
+        out.push((*tag, archive));
     }
+    Ok(out)
 }

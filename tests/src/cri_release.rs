@@ -7,11 +7,11 @@
 
 use devinject_nri::session::REGISTERED;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use k8s_cri::v1::PodSandboxConfig;
 
 use crate::bins::bin;
@@ -203,43 +203,18 @@ impl ReleaseNode {
 
     /// Runs a host-network pod `name` with runtime `handler` (`""`: plain runc).
     pub fn pod(&mut self, name: &str, handler: &str) -> Result<(String, PodSandboxConfig)> {
-        let log_dir = self.root.join("logs").join(name);
-        std::fs::create_dir_all(&log_dir)?;
-        let config = cri::host_network_pod(name, &format!("uid-{name}"), &log_dir, &self.cgroups);
-        let id = self
-            .cri
-            .run_pod_sandbox(&config, handler)
-            .with_context(|| self.containerd.log_tail())?;
-        Ok((id, config))
+        cri::run_pod(&mut self.cri, &self.root, &self.cgroups, name, handler)
+            .with_context(|| self.containerd.log_tail())
     }
 
-    /// Creates `spec` in `pod`, starts it and waits for its end: its exit code and output. A
-    /// creation that fails is `Ok(Err(message))`.
+    /// Creates `spec` in `pod`, starts it and waits for its end ([`cri::run_to_exit`]).
     pub fn run(
         &mut self,
         pod: &str,
         pod_config: &PodSandboxConfig,
         spec: &ContainerSpec,
     ) -> Result<std::result::Result<(i32, String), String>> {
-        let id = match self.cri.create_container(pod, &spec.config(), pod_config) {
-            Ok(id) => id,
-            Err(e) => return Ok(Err(format!("{e:#}"))),
-        };
-        self.cri
-            .start_container(&id)
-            .with_context(|| self.containerd.log_tail())?;
-        let status = self.cri.wait_exited(&id, Duration::from_secs(60))?;
-        let log = Path::new(&pod_config.log_directory).join(&spec.log_path);
-        let output = cri::read_log(&log)?;
-        self.cri.remove_container(&id)?;
-        if status.exit_code != 0 && output.is_empty() {
-            bail!(
-                "{} exited {}: {}",
-                spec.name,
-                status.exit_code,
-                status.message
-            );
-        }
-        Ok(Ok((status.exit_code, output)))
+        cri::run_to_exit(&mut self.cri, pod, pod_config, spec)
+            .with_context(|| self.containerd.log_tail())
     }
 }

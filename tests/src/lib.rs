@@ -33,6 +33,7 @@ pub mod cprog;
 pub mod cri;
 pub mod cri_node;
 pub mod cri_release;
+pub mod crio;
 pub mod daemons;
 pub mod docker;
 pub mod hostile;
