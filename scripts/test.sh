@@ -8,18 +8,20 @@ ci=false
 if [ "${CI:-}" = true ] || [ "${CI:-}" = 1 ]; then ci=true; fi
 cluster=$ci
 [ "${DEVINJECT_CLUSTER:-}" = 1 ] && cluster=true
-# Kubernetes 1.36 and etcd 3.6 for the cluster tier (docs/testing.md, "The cluster tier"), built
-# from their Go modules into a cache outside the tree (scripts/kube-module-build.sh; about 20
-# minutes of 2 cores the first time, then nothing): in the background, at the lowest priority,
-# while the lints, the build and every other test run; the tier waits for it at the end.
-kube_log=$PWD/target/kube-module-build.log
-if $cluster; then
-  mkdir -p target
-  # Its own session, so that an early exit ends the whole build (go and its compilers) with it.
-  setsid nice -n 19 scripts/kube-module-build.sh >"$kube_log.bin" 2>"$kube_log" &
-  kube_build=$!
-  trap 'kill -- -"$kube_build" 2>/dev/null || true' EXIT
-fi
+# The stack of today, built from Go modules into caches outside the tree, in the background at
+# the lowest priority while the lints, the build and every other test run (about 15 minutes of 2
+# cores the first time, then nothing); what needs them waits at the end:
+# - CRI-O 1.36 with crictl and the CNI loopback plugin (scripts/crio-build.sh), for
+#   tests/crio_cri.rs: always;
+# - Kubernetes 1.36 and etcd 3.6 (scripts/kube-module-build.sh) for the cluster tier
+#   (docs/testing.md, "The cluster tier"): where the cluster tier runs.
+today_log=$PWD/target/today-build.log
+mkdir -p target
+# Its own session, so that an early exit ends the whole build (go and its compilers) with it.
+setsid nice -n 19 bash -c "scripts/crio-build.sh >'$today_log.crio' && \
+  if $cluster; then scripts/kube-module-build.sh >'$today_log.kube'; fi" 2>"$today_log" &
+today_build=$!
+trap 'kill -- -"$today_build" 2>/dev/null || true' EXIT
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 RUSTDOCFLAGS=-Dwarnings cargo doc --workspace --no-deps --quiet
@@ -52,11 +54,12 @@ export DEVINJECT_GRPC_GO_CLIENT
 export DEVINJECT_SKIP_LOG="$PWD/target/skipped-tests.txt"
 rm -f "$DEVINJECT_SKIP_LOG"
 status=0
-# Every test but the cluster tier's, and of the cluster tier on 1.20 only tests/cluster.rs (the
-# device plugin as an old kubelet dials and lists it); the whole tier runs on today's release
-# below.
+# Every test but CRI-O's and the cluster tier's, and of the cluster tier on 1.20 only
+# tests/cluster.rs (the device plugin as an old kubelet dials and lists it); CRI-O and the whole
+# tier on today's release run below.
 compat_cluster=(cluster)
-mapfile -t suite < <(find tests/tests -maxdepth 1 -name '*.rs' ! -name 'cluster*' -printf '%f\n' | sed 's/\.rs$//' | sort)
+mapfile -t suite < <(find tests/tests -maxdepth 1 -name '*.rs' ! -name 'cluster*' ! -name 'crio*' \
+  -printf '%f\n' | sed 's/\.rs$//' | sort)
 cargo test --workspace --exclude devinject-tests --no-fail-fast || status=$?
 cargo test -p devinject-tests --no-fail-fast --lib --bins "${suite[@]/#/--test=}" \
   "${compat_cluster[@]/#/--test=}" || status=$?
@@ -77,23 +80,28 @@ if [ -n "${runc14:-}" ]; then
   DEVINJECT_RUNC=$runc14 cargo test -p devinject-tests --no-fail-fast "${runc_tier[@]/#/--test=}" \
     -- --skip docker_matrix_with_the_shim || status=$?
 fi
-# The whole cluster tier on Kubernetes 1.36, its nodes on containerd 2 and runc 1.4
-# (tests/src/cluster/kubernetes.rs), once the background build is done.
+# CRI-O 1.36 on runc 1.4 (tests/crio_cri.rs), and the whole cluster tier on Kubernetes 1.36, its
+# nodes on containerd 2 and runc 1.4 (tests/src/cluster/kubernetes.rs), once the background
+# build is done.
 cluster_tier=(cluster cluster_binpack cluster_engine_paths cluster_install cluster_install_nri
   cluster_install_webhook cluster_webhook)
-if $cluster; then
-  if wait "$kube_build"; then
-    kube136=$(cat "$kube_log.bin")
+if wait "$today_build"; then
+  crio_bin=$(cat "$today_log.crio")
+  echo "test.sh: CRI-O on $("$crio_bin/crio" --version | sed -n 1p) and ${runc14:-runc}"
+  DEVINJECT_CRIO_BIN=$crio_bin DEVINJECT_RUNC=${runc14:-} cargo test -p devinject-tests --no-fail-fast \
+    --test=crio_cri || status=$?
+  if $cluster; then
+    kube136=$(cat "$today_log.kube")
     echo "test.sh: the cluster tier on $("$kube136/kubelet" --version) and $("$runc14" --version | sed -n 1p)"
     DEVINJECT_KUBE_BIN=$kube136 DEVINJECT_RUNC=$runc14 cargo test -p devinject-tests --no-fail-fast \
       "${cluster_tier[@]/#/--test=}" || status=$?
   else
-    echo "test.sh: scripts/kube-module-build.sh failed:" >&2
-    tail -n 40 "$kube_log" >&2
-    status=1
+    echo "test.sh: SKIPPED the cluster tier on Kubernetes 1.36 (runs under CI=true, or with DEVINJECT_CLUSTER=1)"
   fi
 else
-  echo "test.sh: SKIPPED the cluster tier on Kubernetes 1.36 (runs under CI=true, or with DEVINJECT_CLUSTER=1)"
+  echo "test.sh: building the stack of today failed (scripts/crio-build.sh, scripts/kube-module-build.sh):" >&2
+  tail -n 40 "$today_log" >&2
+  status=1
 fi
 if [ -s "$DEVINJECT_SKIP_LOG" ]; then
   echo "test.sh: $(wc -l <"$DEVINJECT_SKIP_LOG") tests skipped (they passed without running):"
