@@ -52,13 +52,10 @@ if complete; then echo "$bin"; exit 0; fi
 [ "${1:-}" = --if-built ] && exit 1
 
 # The Go the go.mod files ask for (CRI-O's `go 1.26.3`).
-need=1.26.3
-command -v go >/dev/null || fail "needs Go >= $need on PATH (https://go.dev/dl)"
-have=$(go env GOVERSION | sed 's/^go//')
-[ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1)" = "$need" ] ||
-  fail "needs Go >= $need, found $(command -v go) at $have (put a newer Go first on PATH)"
-pkg-config --exists libseccomp 2>/dev/null ||
-  fail "needs libseccomp's headers and pkg-config (apt-get install libseccomp-dev pkg-config; scripts/install-deps.sh test)"
+# shellcheck source=scripts/lib/go-build.sh
+. scripts/lib/go-build.sh
+go_at_least 1.26.3
+libseccomp_headers
 command -v gcc >/dev/null || fail "needs gcc for pinns (apt-get install gcc)"
 
 rm -rf "$dir/modules" && mkdir -p "$bin" "$dir/modules"

@@ -54,11 +54,9 @@ if complete; then echo "$bin"; exit 0; fi
 [ "${1:-}" = --if-built ] && exit 1
 
 # The Go both go.mod files ask for (`go 1.26.0`). GOTOOLCHAIN=local keeps go from fetching another.
-need=1.26.0
-command -v go >/dev/null || fail "needs Go >= $need on PATH (https://go.dev/dl)"
-have=$(go env GOVERSION | sed 's/^go//')
-[ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1)" = "$need" ] ||
-  fail "needs Go >= $need, found $(command -v go) at $have (put a newer Go first on PATH)"
+# shellcheck source=scripts/lib/go-build.sh
+. scripts/lib/go-build.sh
+go_at_least 1.26.0
 
 mkdir -p "$bin" "$dir/kube-module" "$dir/etcd-module"
 cp "$kube_module/go.mod" "$kube_module/go.sum" "$dir/kube-module/"

@@ -35,14 +35,11 @@ fi
 
 # The Go that runc's go.mod asks for (`go 1.24.0`; Debian 12's 1.19 is too old). GOTOOLCHAIN=local
 # below keeps go from fetching another toolchain.
-need=1.24.0
-command -v go >/dev/null || fail "needs Go >= $need on PATH (https://go.dev/dl, or Debian's golang-1.24 or later)"
-have=$(go env GOVERSION | sed 's/^go//')
-[ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1)" = "$need" ] ||
-  fail "needs Go >= $need, found $(command -v go) at $have (put a newer Go first on PATH)"
+# shellcheck source=scripts/lib/go-build.sh
+. scripts/lib/go-build.sh
+go_at_least 1.24.0
 # cgo against libseccomp, as runc's seccomp build tag wants (scripts/install-deps.sh test).
-pkg-config --exists libseccomp 2>/dev/null ||
-  fail "needs libseccomp's headers and pkg-config (apt-get install libseccomp-dev pkg-config; scripts/install-deps.sh test)"
+libseccomp_headers
 
 mkdir -p "$dir/module"
 cp "$module/go.mod" "$module/go.sum" "$dir/module/"
