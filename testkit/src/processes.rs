@@ -26,11 +26,24 @@ mod tests {
     #[test]
     fn finds_a_process_by_a_word_of_its_command_line() {
         let marker = format!("devinject-testkit-marker-{}", std::process::id());
+        // The shell's builtin `read` waits on the pipe in the shell itself: a command it would
+        // exec instead (`sleep`) would replace the command line holding the marker.
         let mut child = std::process::Command::new("/bin/sh")
-            .args(["-c", "sleep 30", &marker])
+            .args(["-c", "read line", &marker])
+            .stdin(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        let found = super::naming(marker.as_bytes());
+        // The kernel lets the parent of a vfork-style spawn go on before the new program's
+        // command line is in place (`/proc/<pid>/cmdline` reads empty for that moment): look
+        // again until it shows, for at most 5 s.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let found = loop {
+            let found = super::naming(marker.as_bytes());
+            if !found.is_empty() || std::time::Instant::now() > deadline {
+                break found;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(found.len(), 1, "{found:?}");
