@@ -190,12 +190,13 @@ mod tests {
 
     #[test]
     fn a_child_that_burns_cpu_is_charged_for_it() {
-        // 200 ms of busy shell arithmetic: the figure must see most of it, and /bin/true far less.
+        // A fixed amount of shell arithmetic (about 0.3 s of CPU here), not a span of wall time:
+        // on a loaded machine a wall-time loop gets only a share of a core, so its CPU is no
+        // floor. The figure must see at least 100 ms of it, and /bin/true far less.
         let busy: Vec<OsString> = vec![
             "/bin/sh".into(),
             "-c".into(),
-            "end=$(( $(date +%s%N) + 200000000 )); while [ $(date +%s%N) -lt $end ]; do :; done"
-                .into(),
+            "i=0; while [ $i -lt 150000 ]; do i=$((i + 1)); done".into(),
         ];
         let burnt = cpu_of(&busy, true).unwrap();
         let idle = cpu_of(&["/bin/true".into()], true).unwrap();
