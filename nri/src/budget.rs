@@ -1,15 +1,16 @@
 //! The request budget: how long the plugin may take to answer the runtime about one container.
 //!
 //! # Why
-//! NRI gives a plugin `plugin_request_timeout` (containerd's `[plugins."io.containerd.nri.v1.nri"]`,
-//! 2 s by default) per request; a plugin that answers later is closed, and the runtime creates
+//! NRI gives a plugin a timeout per request (containerd's `plugin_request_timeout` in
+//! `[plugins."io.containerd.nri.v1.nri"]`, CRI-O's `nri_plugin_request_timeout` in `[crio.nri]`;
+//! 2 s by default in both); a plugin that answers later is closed, and the runtime creates
 //! that container, and every other until the plugin connects again, without it. A profile's
 //! prepare step runs inside the answer, so one pod choosing a slow function would take devinject
 //! off the node for everyone (issue 32, finding 4). Every request is therefore answered within a
 //! budget safely below that timeout, whatever a prepare step or the kubelet does: the lesser of
 //! `nri_request_budget_ms` (the host configuration, 1.5 s by default) and three quarters of the
-//! timeout the runtime announces at `Configure` (NRI 0.8 and later: containerd 2.x; containerd
-//! 1.7 announces none). A request that runs out of budget fails only its own container, with
+//! timeout the runtime announces at `Configure` (NRI 0.8 and later: containerd 2.x, CRI-O 1.36;
+//! containerd 1.7 announces none). A request that runs out of budget fails only its own container, with
 //! [`BudgetError`]'s message naming the settings to raise.
 
 use std::time::Duration;
@@ -21,7 +22,7 @@ use devinject_hook::prepare_step::Step;
 pub struct RequestBudget {
     /// `nri_request_budget_ms`.
     pub configured: Duration,
-    /// The runtime's `plugin_request_timeout`, when it announced it.
+    /// The runtime's request timeout, when it announced it.
     pub runtime_timeout: Option<Duration>,
 }
 
@@ -51,13 +52,13 @@ impl std::fmt::Display for RequestBudget {
 }
 
 /// The fix, said once for every budget error.
-const FIX: &str = "raise plugin_request_timeout in containerd's [plugins.\"io.containerd.nri.v1.nri\"] and devinject's nri_request_budget_ms (the host configuration) to at most three quarters of it, or run such pods with the devinject runtime (runtimeClassName: devinject), which has no such limit";
+const FIX: &str = "raise it (containerd: plugin_request_timeout in [plugins.\"io.containerd.nri.v1.nri\"]; CRI-O: nri_plugin_request_timeout in [crio.nri]) and devinject's nri_request_budget_ms (the host configuration) to at most three quarters of it, or run such pods with the devinject runtime (runtimeClassName: devinject), which has no such limit";
 
 /// A request that ran out of its budget. The container fails; the plugin stays connected.
 #[derive(Debug, thiserror::Error)]
 pub enum BudgetError {
     /// A prepare step was killed at the budget, or not started for want of it.
-    #[error("{step} did not finish within the {budget} and was killed: containerd drops an NRI plugin that answers later than its plugin_request_timeout ({}); for a slower function {FIX}", budget.runtime_timeout_words())]
+    #[error("{step} did not finish within the {budget} and was killed: the runtime drops an NRI plugin that answers later than its request timeout ({}); for a slower function {FIX}", budget.runtime_timeout_words())]
     PrepareStep {
         /// Which run.
         step: Box<Step>,
@@ -66,7 +67,7 @@ pub enum BudgetError {
     },
     /// Admitting the container (the request policy asking the kubelet, the planner) took the
     /// whole budget.
-    #[error("the container was not admitted within the {budget} (is the kubelet's pod-resources API slow to answer?): containerd drops an NRI plugin that answers later than its plugin_request_timeout ({}); {FIX}", budget.runtime_timeout_words())]
+    #[error("the container was not admitted within the {budget} (is the kubelet's pod-resources API slow to answer?): the runtime drops an NRI plugin that answers later than its request timeout ({}); {FIX}", budget.runtime_timeout_words())]
     Admission {
         /// The budget.
         budget: RequestBudget,
@@ -125,7 +126,9 @@ mod tests {
         let text = e.to_string();
         for part in [
             "the prepare program /opt/fpga/load of profile fpga for device 1 (function nlb3) did not finish within the NRI request budget of 1500 ms",
-            "plugin_request_timeout (2000 ms here)",
+            "request timeout (2000 ms here)",
+            "containerd: plugin_request_timeout in [plugins.\"io.containerd.nri.v1.nri\"]",
+            "CRI-O: nri_plugin_request_timeout in [crio.nri]",
             "nri_request_budget_ms",
             "runtimeClassName: devinject",
         ] {

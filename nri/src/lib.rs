@@ -10,7 +10,7 @@
 //! - [`api`]: the NRI messages (our own subset of NRI's protocol, `proto/`).
 //! - [`session`]: register, then serve, over one connection, each container on its own thread.
 //! - [`plugin`]: what each call does; [`adjust`]: a plan as an adjustment.
-//! - [`budget`]: how long a request may take (containerd drops a plugin that is late).
+//! - [`budget`]: how long a request may take (the runtime drops a plugin that is late).
 
 pub mod adjust;
 pub mod budget;

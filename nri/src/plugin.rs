@@ -139,7 +139,7 @@ impl Plugin {
                 );
                 if budget.get() < budget.configured {
                     tracing::warn!(
-                        "nri_request_budget_ms ({} ms) is more than three quarters of the runtime's plugin_request_timeout ({timeout_ms} ms): answering within {} ms",
+                        "nri_request_budget_ms ({} ms) is more than three quarters of the runtime's NRI request timeout ({timeout_ms} ms): answering within {} ms",
                         budget.configured.as_millis(),
                         budget.get().as_millis()
                     );

@@ -1,32 +1,43 @@
 //! A CRI-O node driven through CRI as the kubelet would (CRI-O 1.36, built from its Go module by
 //! scripts/crio-build.sh), with each injection path CRI-O users configure: CDI (on by default in
 //! CRI-O; the specs `devinject-ctl cdi generate` writes, in `cdi_spec_dirs`), the hook through
-//! hooks.d (`hooks_dir`), and the shim as a runtime handler's `runtime_path`.
+//! hooks.d (`hooks_dir`), the shim as a runtime handler's `runtime_path`, and NRI (`[crio.nri]`,
+//! with `devinject-nri` connecting to its `nri_listen` socket).
 //!
 //! Everything CRI-O keeps is in one temp dir: its configuration (`--config`, with an empty
 //! `--config-dir`, so `/etc/crio` is never read), storage (`vfs`, shared with a private podman
-//! that loads the test images into it), run and state files, socket, the runc state, and the
-//! CNI configuration (a loopback network; pods use the host network). Pods' cgroups are below a
+//! that loads the test images into it), run and state files, socket, the runc state, the NRI
+//! socket and plugin directories (never the host's `/var/run/nri`), and the CNI configuration (a
+//! loopback network; pods use the host network). Pods' cgroups are below a
 //! [`CgroupParent`] of the test's, managed by cgroupfs. conmon is Debian's; `pinns` and the
-//! loopback plugin come with CRI-O's build. [`CrioNode`] stops CRI-O and removes what it made
-//! when dropped, also when a test fails.
+//! loopback plugin come with CRI-O's build. [`CrioNode`] stops the NRI plugin and CRI-O and
+//! removes what they made when dropped, also when a test fails.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use devinject_nri::session::REGISTERED;
 use k8s_cri::v1::PodSandboxConfig;
 
 use crate::bins::bin;
 use crate::cri::{self, CgroupParent, ContainerSpec, Cri};
 use crate::cri_node::{test_image_archives, PAUSE};
-use crate::daemons::{short_tempdir, unmount_below, Daemon};
+use crate::daemons::{poll, short_tempdir, unmount_below, Daemon};
 use crate::podman::Podman;
 use crate::sim::{demo_host, SimHost};
 use crate::skip::{require, require_binary, require_root, which};
 
 /// The runtime handler the shim is registered under.
 pub const SHIM_HANDLER: &str = "devinject";
+
+/// CRI-O's `nri_plugin_request_timeout` on a node with NRI on: CRI-O 1.36's default (NRI
+/// 0.11's `DefaultPluginRequestTimeout`), written out so the tests state what they run under.
+pub const NRI_REQUEST_TIMEOUT: &str = "2s";
+
+/// CRI-O's `nri_plugin_registration_timeout` on a node with NRI on: CRI-O 1.36's default.
+pub const NRI_REGISTRATION_TIMEOUT: &str = "5s";
 
 /// The CRI-O binaries (crio, pinns, the loopback plugin): `DEVINJECT_CRIO_BIN`, or
 /// scripts/crio-build.sh's cache. `None` when they are not all there.
@@ -74,15 +85,19 @@ pub struct Paths {
     /// `--mode shim`: the drop-in naming the shim as the [`SHIM_HANDLER`] handler's
     /// `runtime_path`, in CRI-O's `--config-dir`.
     pub shim: bool,
+    /// `[crio.nri]` enabled, its socket (`nri_listen`) and plugin directories in the node's
+    /// directory; [`CrioNode::start_nri_plugin`] connects `devinject-nri` to it.
+    pub nri: bool,
     /// Added to the host configuration (e.g. `ldconfig = ...`).
     pub host_config: String,
 }
 
-/// The node. Fields drop in order: the CRI client (its pods), CRI-O, the pods' cgroups, what
-/// is still mounted below the directory, then the files.
+/// The node. Fields drop in order: the CRI client (its pods), the NRI plugin, CRI-O, the pods'
+/// cgroups, what is still mounted below the directory, then the files.
 pub struct CrioNode {
     /// The CRI client.
     pub cri: Cri,
+    nri_plugin: Option<Daemon>,
     crio: Daemon,
     cgroups: CgroupParent,
     /// The simulated devices and the host configuration.
@@ -170,10 +185,16 @@ impl CrioNode {
         }
         let conmon = which("conmon").context("conmon")?;
         let config = root.join("crio.conf");
-        std::fs::write(
-            &config,
-            crio_config(&root, bin, &runc, &conmon, &hooks, &specs),
-        )?;
+        let mut text = crio_config(&root, bin, &runc, &conmon, &hooks, &specs);
+        if paths.nri {
+            for d in ["nri-plugins", "nri-conf"] {
+                std::fs::create_dir_all(root.join(d))?;
+            }
+            text += &crio_nri_settings(&root);
+        } else {
+            text += "\n[crio.nri]\nenable_nri = false\n";
+        }
+        std::fs::write(&config, text)?;
 
         std::fs::write(
             root.join("policy.json"),
@@ -221,6 +242,7 @@ impl CrioNode {
             .into_owned();
         Ok(Self {
             cri,
+            nri_plugin: None,
             crio,
             cgroups: CgroupParent::new(&name),
             host,
@@ -250,6 +272,62 @@ impl CrioNode {
     pub fn log_tail(&self) -> String {
         self.crio.log_tail()
     }
+
+    /// CRI-O's whole log so far.
+    pub fn crio_log(&self) -> String {
+        std::fs::read_to_string(self.crio.log()).unwrap_or_default()
+    }
+
+    /// Starts `devinject-nri` on the node's NRI socket (`nri_listen`; [`Paths::nri`] must be
+    /// on) and waits until it has registered with CRI-O.
+    pub fn start_nri_plugin(&mut self) -> Result<()> {
+        let mut cmd = Command::new(bin("devinject-nri"));
+        cmd.arg("--socket")
+            .arg(nri_socket(&self.root))
+            .arg("--config")
+            .arg(&self.host.config);
+        self.nri_plugin = Some(Daemon::start(
+            "devinject-nri",
+            cmd,
+            &self.root.join("nri.log"),
+        )?);
+        self.wait_nri_registered(1)
+    }
+
+    /// Waits until `devinject-nri` has registered `times` times in all.
+    pub fn wait_nri_registered(&mut self, times: usize) -> Result<()> {
+        let log = self.root.join("nri.log");
+        poll("devinject-nri to register", Duration::from_secs(30), || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            Ok((text.matches(REGISTERED).count() >= times).then_some(()))
+        })
+        .with_context(|| format!("{}\n--- crio\n{}", self.nri_log(), self.crio.log_tail()))
+    }
+
+    /// The last lines of `devinject-nri`'s log.
+    pub fn nri_log(&self) -> String {
+        crate::daemons::tail(&self.root.join("nri.log"), 40)
+    }
+}
+
+/// The NRI socket of a node in `root` with [`Paths::nri`] on.
+fn nri_socket(root: &Path) -> PathBuf {
+    root.join("nri.sock")
+}
+
+/// `[crio.nri]` on, everything below `root`: the socket externally started plugins connect to,
+/// the directories of pre-installed plugins and their configuration (empty), and the
+/// timeouts at CRI-O's defaults.
+fn crio_nri_settings(root: &Path) -> String {
+    format!(
+        "\n[crio.nri]\nenable_nri = true\nnri_listen = \"{socket}\"\n\
+         nri_plugin_dir = \"{d}/nri-plugins\"\nnri_plugin_config_dir = \"{d}/nri-conf\"\n\
+         nri_disable_connections = false\n\
+         nri_plugin_registration_timeout = \"{NRI_REGISTRATION_TIMEOUT}\"\n\
+         nri_plugin_request_timeout = \"{NRI_REQUEST_TIMEOUT}\"\n",
+        socket = nri_socket(root).display(),
+        d = root.display(),
+    )
 }
 
 fn bin_path(name: &str) -> String {
@@ -276,7 +354,8 @@ fn configure(etc: &Path, args: &[&str], host: &SimHost) -> Result<()> {
 }
 
 /// CRI-O's main configuration: every path in `root`, the runc under test as the default runtime,
-/// cgroupfs, the hooks and CDI directories, no NRI, metrics or infra container.
+/// cgroupfs, the hooks and CDI directories, no metrics or infra container; `[crio.nri]` is
+/// added by the caller.
 fn crio_config(
     root: &Path,
     bin: &Path,
@@ -311,7 +390,7 @@ fn crio_config(
     text += &format!(
         "[crio.image]\npause_image = \"{PAUSE}\"\nsignature_policy = \"{d}/policy.json\"\n\n\
          [crio.network]\nnetwork_dir = \"{d}/cni\"\nplugin_dirs = [\"{bin}\"]\n\n\
-         [crio.metrics]\nenable_metrics = false\n\n[crio.nri]\nenable_nri = false\n",
+         [crio.metrics]\nenable_metrics = false\n",
         bin = bin.display(),
     );
     text
