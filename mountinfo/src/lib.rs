@@ -19,14 +19,17 @@
 //! assert_eq!(mount.fs_type, "tmpfs");
 //! ```
 
+mod decimal;
 mod error;
 mod escape;
+mod limits;
 mod mount;
 mod optional_field;
 mod parse;
 
 pub use error::{Field, Malformed, ParseError};
 pub use escape::{escape, unescape, MANGLED};
+pub use limits::{MAX_LINE_LEN, MAX_OPTIONAL_FIELDS};
 pub use mount::Mount;
 pub use optional_field::OptionalField;
-pub use parse::{parse, parse_line, MAX_LINE_LEN, MAX_OPTIONAL_FIELDS};
+pub use parse::{parse, parse_line};

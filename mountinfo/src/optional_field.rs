@@ -2,6 +2,8 @@
 
 use std::ffi::OsString;
 
+use crate::decimal::decimal;
+
 /// One optional field (proc(5) field 7), from `Documentation/filesystems/sharedsubtree.rst`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OptionalField {
@@ -23,7 +25,7 @@ impl OptionalField {
     pub fn parse(raw: &[u8]) -> Self {
         let numbered = |tag: &[u8]| -> Option<u32> {
             let number = raw.strip_prefix(tag)?.strip_prefix(b":")?;
-            crate::parse::decimal(number)
+            decimal(number)
         };
         if let Some(n) = numbered(b"shared") {
             OptionalField::Shared(n)

@@ -2,16 +2,10 @@
 
 use std::ffi::OsString;
 
-use crate::{unescape, Field, Malformed, Mount, OptionalField, ParseError};
-
-/// The longest line read, in bytes. The kernel's longest fields are paths of up to 4096
-/// bytes, four times as long once escaped, and option lists; an overlay mount with hundreds of
-/// layers stays well below this.
-pub const MAX_LINE_LEN: usize = 1 << 20;
-
-/// The most optional fields read before the separator. The kernel writes at most four
-/// (`shared`, `master`, `propagate_from`, `unbindable`).
-pub const MAX_OPTIONAL_FIELDS: usize = 64;
+use crate::decimal::decimal;
+use crate::{
+    unescape, Field, Malformed, Mount, OptionalField, ParseError, MAX_LINE_LEN, MAX_OPTIONAL_FIELDS,
+};
 
 /// Reads a mountinfo file lazily: one result per non-empty line, an error naming the line's
 /// number and text. A caller may skip bad lines or stop at the first.
@@ -79,17 +73,6 @@ fn options(raw: &[u8]) -> Vec<OsString> {
         .filter(|o| !o.is_empty())
         .map(unescape)
         .collect()
-}
-
-/// A decimal number of ASCII digits only (no sign, no spaces) that fits 32 bits.
-pub(crate) fn decimal(raw: &[u8]) -> Option<u32> {
-    if raw.is_empty() {
-        return None;
-    }
-    raw.iter().try_fold(0u32, |acc, &d| {
-        let digit = d.is_ascii_digit().then(|| u32::from(d - b'0'))?;
-        acc.checked_mul(10)?.checked_add(digit)
-    })
 }
 
 /// `major:minor` as two numbers.
