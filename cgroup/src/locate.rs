@@ -19,6 +19,7 @@
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
+use devinject_mountinfo::Mount;
 use nix::sys::statfs::{CGROUP2_SUPER_MAGIC, CGROUP_SUPER_MAGIC};
 
 use crate::error::{CgroupError, Result};
@@ -60,7 +61,7 @@ pub fn container_cgroups_at(
         return Ok(found);
     }
     let mountinfo_file = proc_root.join("self").join("mountinfo");
-    let mounts = parse_mountinfo(&mountinfo_file, &read(&mountinfo_file)?)?;
+    let mounts = parse_mountinfo(&mountinfo_file, &read_bytes(&mountinfo_file)?)?;
 
     let unreachable = |hierarchy, cgroup: &str| CgroupError::Unreachable {
         pid,
@@ -73,16 +74,16 @@ pub fn container_cgroups_at(
 
     if let Some(entry) = v1_devices_entry(&entries) {
         let dir = resolve(&mounts, &entry.path, |m| {
-            m.fstype == "cgroup" && m.super_options.split(',').any(|o| o == "devices")
+            m.fs_type == "cgroup" && m.has_super_option("devices")
         })
         .ok_or_else(|| unreachable("devices (cgroup v1)", &entry.path))?;
         found.v1_devices = Some(dir);
     }
 
-    let v2_mounted = mounts.iter().any(|m| m.fstype == "cgroup2");
+    let v2_mounted = mounts.iter().any(|m| m.fs_type == "cgroup2");
     if let Some(entry) = v2_entry(&entries) {
         if v2_mounted {
-            let dir = resolve(&mounts, &entry.path, |m| m.fstype == "cgroup2")
+            let dir = resolve(&mounts, &entry.path, |m| m.fs_type == "cgroup2")
                 .ok_or_else(|| unreachable("cgroup v2", &entry.path))?;
             found.v2 = Some(dir);
             found.v2_is_root = entry.path == "/";
@@ -153,6 +154,14 @@ fn read(path: &Path) -> Result<String> {
     })
 }
 
+/// [`read`] for a file whose paths need not be UTF-8 (mountinfo).
+fn read_bytes(path: &Path) -> Result<Vec<u8>> {
+    fs::read(path).map_err(|source| CgroupError::ReadProc {
+        path: path.to_owned(),
+        source,
+    })
+}
+
 /// One line of `/proc/<pid>/cgroup`: `hierarchy-ID:controller-list:cgroup-path`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CgroupEntry {
@@ -195,56 +204,18 @@ pub fn parse_proc_cgroup(file: &Path, text: &str) -> Result<Vec<CgroupEntry>> {
     })
 }
 
-/// The fields of one mountinfo line that matter here (proc(5)).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Mount {
-    root: String,
-    mount_point: PathBuf,
-    fstype: String,
-    super_options: String,
-}
-
-fn parse_mountinfo(file: &Path, text: &str) -> Result<Vec<Mount>> {
-    parse_lines(file, text, |line| {
-        // 36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
-        let (before, after) = line.split_once(" - ")?;
-        let before: Vec<&str> = before.split(' ').collect();
-        let after: Vec<&str> = after.split(' ').collect();
-        if before.len() < 6 || after.len() < 3 {
-            return None;
-        }
-        Some(Mount {
-            root: unescape(before[3]),
-            mount_point: PathBuf::from(unescape(before[4])),
-            fstype: after[0].to_owned(),
-            super_options: after[2].to_owned(),
+/// The mounts of a mountinfo `file` holding `text`; the first line that does not parse is
+/// an error naming `file` and the line.
+fn parse_mountinfo(file: &Path, text: &[u8]) -> Result<Vec<Mount>> {
+    devinject_mountinfo::parse(text)
+        .map(|mount| {
+            mount.map_err(|e| CgroupError::MalformedProc {
+                path: file.to_owned(),
+                line: e.line(),
+                text: e.text().to_owned(),
+            })
         })
-    })
-}
-
-/// Undoes mountinfo's octal escapes (`\040` space, `\011` tab, `\012` newline, `\134` `\`).
-fn unescape(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes
-            .get(i + 1..i + 4)
-            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
-        if let (b'\\', Some(digits)) = (bytes[i], octal) {
-            let value = digits
-                .iter()
-                .fold(0u32, |acc, b| acc * 8 + u32::from(b - b'0'));
-            if let Ok(byte) = u8::try_from(value) {
-                out.push(byte);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+        .collect()
 }
 
 /// The directory for `cgroup` under the last mount that `matches`, contains it and exists.
@@ -511,6 +482,8 @@ mod tests {
 
     #[test]
     fn escaped_mount_points_are_decoded() {
+        use devinject_mountinfo::unescape;
+
         assert_eq!(unescape(r"/mnt/with\040space"), "/mnt/with space");
         assert_eq!(unescape(r"/a\134b\011c"), "/a\\b\tc");
         assert_eq!(unescape(r"/trailing\04"), r"/trailing\04");

@@ -608,13 +608,12 @@ pub fn kill_shims_of(socket: &Path) {
 
 /// Lazily unmounts every mount at or below `dir`, deepest first.
 pub fn unmount_below(dir: &Path) {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+    let Ok(info) = std::fs::read("/proc/self/mountinfo") else {
         return;
     };
-    let mut points: Vec<PathBuf> = info
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .map(|p| PathBuf::from(unescape_mountinfo(p)))
+    let mut points: Vec<PathBuf> = devinject_mountinfo::parse(&info)
+        .filter_map(Result::ok)
+        .map(|m| m.mount_point)
         .filter(|p| p.starts_with(dir))
         .collect();
     points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
@@ -626,36 +625,16 @@ pub fn unmount_below(dir: &Path) {
     }
 }
 
-/// Undoes mountinfo's octal escapes (`\040` for a space, ...).
-fn unescape_mountinfo(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn unescapes_mountinfo_paths() {
-        assert_eq!(unescape_mountinfo(r"/tmp/dk1/a\040b"), "/tmp/dk1/a b");
-        assert_eq!(unescape_mountinfo(r"/plain"), "/plain");
-        assert_eq!(unescape_mountinfo(r"/end\04"), r"/end\04");
+        use devinject_mountinfo::unescape;
+        assert_eq!(unescape(r"/tmp/dk1/a\040b"), "/tmp/dk1/a b");
+        assert_eq!(unescape(r"/plain"), "/plain");
+        assert_eq!(unescape(r"/end\04"), r"/end\04");
     }
 
     #[test]

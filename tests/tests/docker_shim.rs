@@ -482,29 +482,29 @@ fn json_diff(a: &Value, b: &Value) -> Vec<String> {
 /// sources; keeps the mount point, its options, the fs type and the super options (with the
 /// overlay's layer paths dropped).
 fn mount_view(mountinfo: &str) -> Vec<String> {
-    mountinfo
-        .lines()
-        .map(|l| {
-            let (pre, post) = l.split_once(" - ").unwrap_or((l, ""));
-            let pre: Vec<&str> = pre.split(' ').collect();
-            let post: Vec<&str> = post.split(' ').collect();
-            let fstype = post.first().copied().unwrap_or("");
-            let sopts = post.get(2).copied().unwrap_or("");
-            let sopts = if fstype == "overlay" {
-                sopts
-                    .split(',')
-                    .filter(|o| !o.contains('='))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            } else {
-                sopts.to_owned()
+    let list = |options: &[std::ffi::OsString]| {
+        options
+            .iter()
+            .map(|o| o.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    devinject_mountinfo::parse(mountinfo.as_bytes())
+        .map(|mount| {
+            let m = match mount {
+                Ok(m) => m,
+                Err(e) => return e.to_string(),
             };
+            let mut super_options = m.super_options.clone();
+            if m.fs_type == "overlay" {
+                super_options.retain(|o| !o.to_string_lossy().contains('='));
+            }
             format!(
                 "{} {} {} {}",
-                pre.get(4).unwrap_or(&""),
-                pre.get(5).unwrap_or(&""),
-                fstype,
-                sopts
+                m.mount_point.display(),
+                list(&m.mount_options),
+                m.fs_type.to_string_lossy(),
+                list(&super_options)
             )
         })
         .collect()

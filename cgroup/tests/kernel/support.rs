@@ -198,15 +198,14 @@ pub fn own_v1_devices_dir() -> Option<PathBuf> {
             .any(|c| c == "devices")
             .then(|| path.to_owned())
     })?;
-    let mounts = fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
-    mounts.lines().rev().find_map(|line| {
-        let (before, after) = line.split_once(" - ")?;
-        let before: Vec<&str> = before.split(' ').collect();
-        let after: Vec<&str> = after.split(' ').collect();
-        let is_devices =
-            after.first() == Some(&"cgroup") && after.get(2)?.split(',').any(|o| o == "devices");
-        let relative = Path::new(&path).strip_prefix(before.get(3)?).ok()?;
-        let dir = Path::new(before.get(4)?).join(relative);
+    let text = fs::read("/proc/self/mountinfo").expect("read mountinfo");
+    let mounts: Vec<_> = devinject_mountinfo::parse(&text)
+        .filter_map(Result::ok)
+        .collect();
+    mounts.iter().rev().find_map(|m| {
+        let is_devices = m.fs_type == "cgroup" && m.has_super_option("devices");
+        let relative = Path::new(&path).strip_prefix(&m.root).ok()?;
+        let dir = m.mount_point.join(relative);
         (is_devices && dir.is_dir()).then_some(dir)
     })
 }

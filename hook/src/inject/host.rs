@@ -153,7 +153,7 @@ impl Host for System {
 
     fn host_filesystems(&self) -> Result<Vec<(u32, u32)>, InjectError> {
         let path = Path::new("/proc/self/mountinfo");
-        let text = std::fs::read_to_string(path).map_err(|e| InjectError::Source {
+        let text = std::fs::read(path).map_err(|e| InjectError::Source {
             path: path.to_owned(),
             errno: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
         })?;

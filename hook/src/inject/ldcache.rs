@@ -385,7 +385,7 @@ fn install(root: &Rootfs) -> Result<(), RootfsError> {
 fn detach_procfs(rootfs: &Path) -> Result<(), String> {
     let root = std::fs::canonicalize(rootfs)
         .map_err(|e| format!("resolve the rootfs {}: {e}", rootfs.display()))?;
-    let text = std::fs::read_to_string("/proc/self/mountinfo")
+    let text = std::fs::read("/proc/self/mountinfo")
         .map_err(|e| format!("read /proc/self/mountinfo: {e}"))?;
     for point in super::mountinfo::procfs_under(&text, &root) {
         match umount2(&point, MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW) {

@@ -8,14 +8,14 @@
 
 use std::path::{Path, PathBuf};
 
-/// Mount points of procfs mounts at or below `root`, deepest first. `text` is a mountinfo file;
-/// `root` must be canonical (mountinfo paths are).
-pub fn procfs_under(text: &str, root: &Path) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = text
-        .lines()
-        .filter_map(parse_line)
-        .filter(|(_, fstype)| *fstype == "proc")
-        .map(|(point, _)| point)
+use devinject_mountinfo::Mount;
+
+/// Mount points of procfs mounts at or below `root`, deepest first. `text` is a mountinfo file
+/// (lines that do not parse are passed over); `root` must be canonical (mountinfo paths are).
+pub fn procfs_under(text: impl AsRef<[u8]>, root: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = mounts(text.as_ref())
+        .filter(|m| m.fs_type == "proc")
+        .map(|m| m.mount_point)
         .filter(|p| p.starts_with(root))
         .collect();
     out.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
@@ -25,49 +25,21 @@ pub fn procfs_under(text: &str, root: &Path) -> Vec<PathBuf> {
 /// The `(major, minor)` device numbers of every filesystem mounted in a mountinfo file
 /// `text`: a file whose `st_dev` is not among the host's is on a filesystem only a container's
 /// namespace holds.
-pub fn devices(text: &str) -> Vec<(u32, u32)> {
-    text.lines()
-        .filter_map(|l| {
-            let (major, minor) = l.split(' ').nth(2)?.split_once(':')?;
-            Some((major.parse().ok()?, minor.parse().ok()?))
-        })
-        .collect()
+pub fn devices(text: impl AsRef<[u8]>) -> Vec<(u32, u32)> {
+    mounts(text.as_ref()).map(|m| (m.major, m.minor)).collect()
 }
 
-/// `(mount point, fstype)` of one mountinfo line (proc(5): the fstype follows the ` - `
-/// separator, after a variable number of optional fields).
-fn parse_line(line: &str) -> Option<(PathBuf, &str)> {
-    let (before, after) = line.split_once(" - ")?;
-    let point = before.split(' ').nth(4)?;
-    let fstype = after.split(' ').next()?;
-    Some((PathBuf::from(unescape(point)), fstype))
-}
-
-/// Undoes the kernel's octal escapes (`\040` for a space, `\011`, `\012`, `\134`).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal = b
-            .get(i + 1..i + 4)
-            .filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match octal {
-            Some(d) => {
-                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
-                i += 4;
-            }
-            None => {
-                out.push(b[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+/// The mounts of `text` whose lines parse. Both questions above have a safe answer without a
+/// line the kernel would never write, so such a line is passed over rather than failing the
+/// container's start.
+fn mounts(text: &[u8]) -> impl Iterator<Item = Mount> + '_ {
+    devinject_mountinfo::parse(text).filter_map(Result::ok)
 }
 
 #[cfg(test)]
 mod tests {
+    use devinject_mountinfo::unescape;
+
     use super::*;
 
     const TEXT: &str = "\

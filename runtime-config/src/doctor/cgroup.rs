@@ -44,32 +44,22 @@ pub struct Cgroups {
     pub systemd_init: bool,
 }
 
-/// Parses a mountinfo table (proc(5)) into the cgroup layout.
-pub fn parse_mountinfo(text: &str) -> (Option<CgroupVersion>, Option<PathBuf>, Option<PathBuf>) {
+/// Parses a mountinfo table (proc(5)) into the cgroup layout; lines that do not parse are
+/// passed over (a report about the rest is more use than none).
+pub fn parse_mountinfo(
+    text: impl AsRef<[u8]>,
+) -> (Option<CgroupVersion>, Option<PathBuf>, Option<PathBuf>) {
     let mut v1 = false;
     let mut devices = None;
     let mut unified = None;
-    for line in text.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let Some(point) = left.split(' ').nth(4) else {
-            continue;
-        };
-        let mut r = right.split(' ');
-        let (Some(fstype), _, Some(options)) = (r.next(), r.next(), r.next()) else {
-            continue;
-        };
-        let point = PathBuf::from(point.replace("\\040", " "));
-        match fstype {
-            "cgroup" => {
-                v1 = true;
-                if options.split(',').any(|o| o == "devices") {
-                    devices = Some(point);
-                }
+    for mount in devinject_mountinfo::parse(text.as_ref()).filter_map(Result::ok) {
+        if mount.fs_type == "cgroup" {
+            v1 = true;
+            if mount.has_super_option("devices") {
+                devices = Some(mount.mount_point);
             }
-            "cgroup2" => unified = Some(point),
-            _ => {}
+        } else if mount.fs_type == "cgroup2" {
+            unified = Some(mount.mount_point);
         }
     }
     let version = match (v1, &unified) {
@@ -88,7 +78,7 @@ pub fn check(req: &DoctorRequest, report: &mut DoctorReport) -> Cgroups {
         .is_dir();
     let sources = ["/proc/1/mountinfo", "/proc/self/mountinfo"];
     let table = sources.iter().find_map(|s| {
-        std::fs::read_to_string(req.access(std::path::Path::new(s)))
+        std::fs::read(req.access(std::path::Path::new(s)))
             .ok()
             .map(|t| (*s, t))
     });

@@ -368,10 +368,12 @@ impl Node {
         let pid = holder.pid().context("holder pid")?;
         // The script execs `sleep` once its last mount is made.
         holder.wait_ready("the node namespace's mounts", || {
-            std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
-                .is_ok_and(|m| m.lines().any(|l| l.contains(" /etc/devinject ")))
-                && std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                    .is_ok_and(|c| c.trim() == "sleep")
+            std::fs::read(format!("/proc/{pid}/mountinfo")).is_ok_and(|m| {
+                devinject_mountinfo::parse(&m)
+                    .filter_map(Result::ok)
+                    .any(|mount| mount.mount_point.as_os_str() == "/etc/devinject")
+            }) && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "sleep")
         })?;
         self.namespace = Some(holder);
         Ok(())
