@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use devinject_devices::{
-    discover, plan, resolve_host_files, ContainerLayout, HostRoots, PlanInput, Profile, Request,
+    discover, plan, resolve_driver_files, ContainerLayout, HostRoots, PlanInput, Profile, Request,
 };
 
 use crate::host::{BenchHost, PROFILE};
@@ -27,7 +27,7 @@ pub struct DiscoveryRow {
     pub load: Samples,
     /// `discover` alone.
     pub discover: Samples,
-    /// `resolve_host_files` alone.
+    /// `resolve_driver_files` alone.
     pub resolve: Samples,
     /// `discover` + `plan` for `all`.
     pub discover_and_plan: Samples,
@@ -64,7 +64,7 @@ pub fn measure(opts: &Options, host: &BenchHost) -> Result<DiscoveryRow> {
         let disc = t.elapsed();
 
         let t = Instant::now();
-        let files = resolve_host_files(&profile, &roots)?;
+        let files = resolve_driver_files(&profile, &roots)?;
         let resolve = t.elapsed();
 
         let t = Instant::now();
@@ -74,7 +74,7 @@ pub fn measure(opts: &Options, host: &BenchHost) -> Result<DiscoveryRow> {
             inventory: &inventory2,
             request: &request,
             resolve: devinject_devices::Resolve::Ids,
-            host_files: &files,
+            driver_files: &files,
             layout: &layout,
         })?
         .context("a plan for `all`")?;

@@ -8,7 +8,7 @@
 //!    [`profile_set`] loads a directory of them.
 //! 2. [`discovery`] finds the profile's devices under a [`roots::HostRoots`] (device nodes from
 //!    globs under the dev root, stable ids and NUMA nodes from sysfs) and its control nodes.
-//! 3. [`host_files`] resolves the profile's libraries, binaries and other files on the host.
+//! 3. [`driver_files`] resolves the profile's libraries, binaries and other files on the host.
 //! 4. [`request`] parses what a container asked for (`all`, `none`, `void`, a list of ids or
 //!    indices) and selects devices from the inventory.
 //! 5. [`planner`] turns all of that into a [`plan::Plan`]: a list of container edits in the shape
@@ -23,13 +23,13 @@
 //! `config.json`, and the CDI exporter writes it as a CDI spec.
 
 pub mod discovery;
+pub mod driver_files;
 pub mod elf_linkage;
 mod elf_soname;
 pub mod env_merge;
 pub mod excerpt;
 pub mod finish_args;
 pub mod finish_invocation;
-pub mod host_files;
 pub mod names;
 pub mod node;
 pub mod node_volume;
@@ -45,11 +45,11 @@ pub mod roots;
 /// The device-rule vocabulary the plan is written in, shared with the cgroup crate.
 pub use devinject_device_rule::{Access, DeviceKind, DeviceRule};
 pub use discovery::{discover, Device, DiscoveryError, Inventory};
+pub use driver_files::{resolve_driver_files, DriverFiles, ResolveError};
 pub use env_merge::{env_edits, merge_env};
 pub use excerpt::Excerpt;
 pub use finish_args::{FinishArgs, GroupAccess};
 pub use finish_invocation::{FinishInvocation, HookCommand, FINISH_TIMEOUT_SECS, HOOK_ARGV0};
-pub use host_files::{resolve_host_files, HostFiles, ResolveError};
 pub use names::{DeviceId, NameError, ProfileName, ResourceName, CDI_VENDOR};
 pub use node::{access_groups, DeviceNode};
 pub use plan::{ContainerEdits, HookAction, Mount, MountKind, Plan, Symlink};

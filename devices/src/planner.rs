@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use crate::discovery::Inventory;
-use crate::host_files::HostFiles;
+use crate::driver_files::DriverFiles;
 use crate::names::ProfileName;
 use crate::node::DeviceNode;
 use crate::plan::{ContainerEdits, HookAction, Mount, MountKind, Plan, Symlink};
@@ -70,7 +70,7 @@ pub struct PlanInput<'a> {
     /// ids are numbers.
     pub resolve: Resolve,
     /// The kind's files on the host.
-    pub host_files: &'a HostFiles,
+    pub driver_files: &'a DriverFiles,
     /// Where files go in this image.
     pub layout: &'a ContainerLayout,
 }
@@ -82,7 +82,7 @@ pub fn plan(input: PlanInput<'_>) -> Result<Option<Plan>, PlanError> {
         inventory,
         request,
         resolve,
-        host_files,
+        driver_files,
         layout,
     } = input;
     if !request.wants_anything() {
@@ -131,7 +131,7 @@ pub fn plan(input: PlanInput<'_>) -> Result<Option<Plan>, PlanError> {
     edits.cgroup_rules.dedup();
 
     let mut links = Vec::new();
-    for lib in &host_files.libraries {
+    for lib in &driver_files.libraries {
         let name = match (&lib.soname, profile.library_names) {
             (Some(soname), LibraryNames::Soname) => soname,
             (Some(soname), LibraryNames::File) => {
@@ -156,8 +156,8 @@ pub fn plan(input: PlanInput<'_>) -> Result<Option<Plan>, PlanError> {
         }
     }
     for (list, kind) in [
-        (&host_files.binaries, MountKind::Binary),
-        (&host_files.files, MountKind::File),
+        (&driver_files.binaries, MountKind::Binary),
+        (&driver_files.files, MountKind::File),
     ] {
         for f in list {
             edits.mounts.push(Mount {
@@ -170,7 +170,7 @@ pub fn plan(input: PlanInput<'_>) -> Result<Option<Plan>, PlanError> {
     if !links.is_empty() {
         edits.hooks.push(HookAction::CreateSymlinks(links));
     }
-    if !host_files.libraries.is_empty() {
+    if !driver_files.libraries.is_empty() {
         edits.hooks.push(HookAction::UpdateLdcache {
             dirs: vec![layout.lib_dir.clone()],
         });
@@ -199,7 +199,7 @@ mod tests {
 
     use super::*;
     use crate::discovery::Device;
-    use crate::host_files::{HostFile, HostLibrary};
+    use crate::driver_files::{HostFile, HostLibrary};
     use crate::names::DeviceId;
     use crate::node::DeviceNode;
     use crate::DeviceKind;
@@ -217,7 +217,7 @@ mod tests {
         }
     }
 
-    fn fixture() -> (Profile, Inventory, HostFiles) {
+    fn fixture() -> (Profile, Inventory, DriverFiles) {
         let profile = Profile::parse(
             "name = \"demo\"\nresource = \"devinject.io/demo\"\n[discovery]\nnodes = [\"demo/accel*\"]\n[env]\nDEMO_DRIVER = \"1\"\n",
             Path::new("demo.toml"),
@@ -237,7 +237,7 @@ mod tests {
             devices,
             control_nodes: vec![node("/dev/demo/ctl", 99)],
         };
-        let files = HostFiles {
+        let files = DriverFiles {
             libraries: vec![HostLibrary {
                 path: PathBuf::from("/opt/demo/lib/libdemo.so.1.0.0"),
                 file_name: "libdemo.so.1.0.0".into(),
@@ -283,7 +283,7 @@ mod tests {
             inventory: &inventory,
             request: &request,
             resolve,
-            host_files: &files,
+            driver_files: &files,
             layout: &layout,
         })
     }
@@ -386,7 +386,7 @@ mod tests {
             inventory: &inventory,
             request: &request,
             resolve: Resolve::Ids,
-            host_files: &files,
+            driver_files: &files,
             layout: &layout,
         })
         .unwrap()

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use devinject_devices::{
-    discover, plan, prepare_runs, resolve_host_files, ContainerEdits, ContainerLayout,
+    discover, plan, prepare_runs, resolve_driver_files, ContainerEdits, ContainerLayout,
     DiscoveryError, FunctionError, FunctionRequest, HostRoots, Inventory, Plan, PlanError,
     PlanInput, PrepareRun, ProfileName, ProfileSet, Request, RequestError, Resolve, ResolveError,
 };
@@ -158,8 +158,8 @@ pub fn plan_container(
             continue;
         };
         let inventory = discover(profile, roots)?;
-        let host_files = resolve_host_files(profile, roots)?;
-        let needs_layout = !host_files.libraries.is_empty();
+        let driver_files = resolve_driver_files(profile, roots)?;
+        let needs_layout = !driver_files.libraries.is_empty();
         if needs_layout && layout_value.is_none() {
             layout_value = layout.take().map(|f| f());
         }
@@ -170,7 +170,7 @@ pub fn plan_container(
             inventory: &inventory,
             request: &request,
             resolve: source.resolve,
-            host_files: &host_files,
+            driver_files: &driver_files,
             layout: l,
         })? {
             tracing::info!(profile = %p.profile, devices = ?p.devices, origin = %source.origin, "planned");

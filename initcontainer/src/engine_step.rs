@@ -2,13 +2,13 @@
 //! (unconfigure).
 //!
 //! A dry run asks the library for its report and diffs only. Otherwise the library makes its
-//! changes through the step's journal ([`devinject_runtime_config::host_files::HostFiles`] on
+//! changes through the step's journal ([`devinject_runtime_config::host_writer::HostWriter`] on
 //! [`Tx`]), which saves each file and directory before the library touches it: one pass, and a
 //! failure or kill anywhere inside it is undone like any other change of the step. When
 //! anything changed the engine is restarted or reloaded, and a rollback of the step does it
 //! again.
 
-use devinject_runtime_config::host_files::HostFiles;
+use devinject_runtime_config::host_writer::HostWriter;
 use devinject_runtime_config::{
     configure, configure_through, unconfigure, unconfigure_through, ChangeReport, ConfigureRequest,
     UnconfigureRequest,
@@ -27,7 +27,7 @@ pub trait Change {
     fn preview(&self) -> devinject_runtime_config::Result<ChangeReport>;
 
     /// Carries it out through `files`.
-    fn make(&self, files: &mut dyn HostFiles) -> devinject_runtime_config::Result<ChangeReport>;
+    fn make(&self, files: &mut dyn HostWriter) -> devinject_runtime_config::Result<ChangeReport>;
 }
 
 impl Change for ConfigureRequest {
@@ -38,7 +38,7 @@ impl Change for ConfigureRequest {
         })
     }
 
-    fn make(&self, files: &mut dyn HostFiles) -> devinject_runtime_config::Result<ChangeReport> {
+    fn make(&self, files: &mut dyn HostWriter) -> devinject_runtime_config::Result<ChangeReport> {
         configure_through(
             &ConfigureRequest {
                 dry_run: false,
@@ -57,7 +57,7 @@ impl Change for UnconfigureRequest {
         })
     }
 
-    fn make(&self, files: &mut dyn HostFiles) -> devinject_runtime_config::Result<ChangeReport> {
+    fn make(&self, files: &mut dyn HostWriter) -> devinject_runtime_config::Result<ChangeReport> {
         unconfigure_through(
             &UnconfigureRequest {
                 dry_run: false,

@@ -27,7 +27,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use devinject_runtime_config::host_dir::Entry as HostEntry;
-use devinject_runtime_config::host_files::HostFiles;
+use devinject_runtime_config::host_writer::HostWriter;
 use devinject_runtime_config::{Result as LibResult, RuntimeConfigError};
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
@@ -526,7 +526,7 @@ impl Tx<'_> {
 
 /// The runtime configuration library changes the host through the step: every file it writes
 /// or removes, and every directory it makes or removes, is saved in the journal first.
-impl HostFiles for Tx<'_> {
+impl HostWriter for Tx<'_> {
     fn write(&mut self, host: &Path, bytes: &[u8], mode: Option<u32>) -> LibResult<()> {
         self.put(host, bytes, mode).map_err(to_library)
     }
@@ -627,8 +627,8 @@ mod tests {
         let dropin = Path::new("/etc/containerd/conf.d/99-devinject.toml");
         let conf_host = Path::new("/etc/containerd/conf.d");
         assert!(!tx.remove_empty_dir(conf_host).expect("not empty yet"));
-        HostFiles::remove(&mut tx, dropin).expect("remove");
-        assert!(HostFiles::remove_empty_dir(&mut tx, conf_host).expect("empty now"));
+        HostWriter::remove(&mut tx, dropin).expect("remove");
+        assert!(HostWriter::remove_empty_dir(&mut tx, conf_host).expect("empty now"));
         assert!(!conf.exists());
         let (restored, _) = tx.rollback().expect("rollback");
         assert_eq!(
@@ -649,7 +649,7 @@ mod tests {
         let (_dir, _host, j) = setup();
         let f = Fault::parse("s:1").expect("fault");
         let mut tx = j.begin("s", Some(&f)).expect("begin");
-        let err = HostFiles::write(&mut tx, Path::new("/a"), b"a", None).expect_err("fault");
+        let err = HostWriter::write(&mut tx, Path::new("/a"), b"a", None).expect_err("fault");
         let back = InstallError::runtime(devinject_runtime_config::Engine::Docker)(err);
         assert!(matches!(back, InstallError::Injected(_)), "{back}");
         tx.rollback().expect("rollback");

@@ -29,7 +29,7 @@
 use std::path::{Path, PathBuf};
 
 use devinject_devices::{
-    access_groups, discover, plan, resolve_host_files, ContainerLayout, DeviceNode, FinishArgs,
+    access_groups, discover, plan, resolve_driver_files, ContainerLayout, DeviceNode, FinishArgs,
     FinishInvocation, HostRoots, Mount, MountKind, PlanInput, ProfileSet, Request, CDI_VENDOR,
 };
 use serde::Serialize;
@@ -405,7 +405,7 @@ pub fn build_spec(
     req: &CdiRequest,
     profile: &devinject_devices::Profile,
     inventory: &devinject_devices::Inventory,
-    host_files: &devinject_devices::HostFiles,
+    driver_files: &devinject_devices::DriverFiles,
 ) -> Result<Option<CdiSpec>> {
     if inventory.devices.is_empty() {
         return Ok(None);
@@ -418,7 +418,7 @@ pub fn build_spec(
         inventory,
         request: &Request::All,
         resolve: devinject_devices::Resolve::Ids,
-        host_files,
+        driver_files,
         layout: &layout,
     })
     .map_err(devices_error)?
@@ -522,7 +522,7 @@ pub fn generate(req: &CdiRequest) -> Result<CdiReport> {
         let spec = if inventory.devices.is_empty() || not_exported.is_some() {
             None
         } else {
-            let files = resolve_host_files(profile, &roots).map_err(devices_error)?;
+            let files = resolve_driver_files(profile, &roots).map_err(devices_error)?;
             build_spec(req, profile, &inventory, &files)?
         };
         let host_file = req.output_dir.join(file_name(&name));

@@ -132,7 +132,7 @@ pub enum RuntimeConfigError {
         source: std::io::Error,
     },
 
-    /// The caller's [`crate::host_files::HostFiles`] refused or failed a change (the
+    /// The caller's [`crate::host_writer::HostWriter`] refused or failed a change (the
     /// installer's journal could not save what the path held); its own error, kept whole so the
     /// caller can take it back.
     #[error(transparent)]

@@ -11,8 +11,8 @@
 //!   comments, order and unknown keys survive.
 //! - `transaction`: the engine-independent half: compare with what is on disk, diff
 //!   ([`diff`]), record the prior state ([`state`]), and make the changes through a
-//!   [`host_files::HostFiles`]: atomically on the host for `devinject-ctl`
-//!   ([`host_files::Direct`], [`atomic_write`]), through its step journal for the installer.
+//!   [`host_writer::HostWriter`]: atomically on the host for `devinject-ctl`
+//!   ([`host_writer::Direct`], [`atomic_write`]), through its step journal for the installer.
 //! - [`host_dir`]: every host file read, replaced or removed goes through a directory fd
 //!   opened inside the root prefix; nothing at our own file names is followed or opened before
 //!   its type is known.
@@ -41,8 +41,8 @@ pub mod doctor;
 pub mod engines;
 pub mod error;
 pub mod host_dir;
-pub mod host_files;
 pub mod host_root;
+pub mod host_writer;
 pub mod load;
 pub mod lock;
 pub mod reload;
@@ -64,26 +64,26 @@ pub use request::{ConfigureRequest, Engine, HostPaths, Mode, UnconfigureRequest}
 /// state next to the engine's main configuration file (see [`state`]) and writes the files
 /// atomically. With `req.dry_run` nothing is written and the report carries the diffs.
 pub fn configure(req: &ConfigureRequest) -> Result<ConfigureReport> {
-    configure_through(req, &mut host_files::Direct::new(&req.paths))
+    configure_through(req, &mut host_writer::Direct::new(&req.paths))
 }
 
 /// [`configure`], making every change through `files` (the installer's step journal).
 pub fn configure_through(
     req: &ConfigureRequest,
-    files: &mut dyn host_files::HostFiles,
+    files: &mut dyn host_writer::HostWriter,
 ) -> Result<ConfigureReport> {
     transaction::configure(req, files)
 }
 
 /// Undoes [`configure`] for `req.engine`, restoring what was there before.
 pub fn unconfigure(req: &UnconfigureRequest) -> Result<UnconfigureReport> {
-    unconfigure_through(req, &mut host_files::Direct::new(&req.paths))
+    unconfigure_through(req, &mut host_writer::Direct::new(&req.paths))
 }
 
 /// [`unconfigure`], making every change through `files` (the installer's step journal).
 pub fn unconfigure_through(
     req: &UnconfigureRequest,
-    files: &mut dyn host_files::HostFiles,
+    files: &mut dyn host_writer::HostWriter,
 ) -> Result<UnconfigureReport> {
     transaction::unconfigure(req, files)
 }

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RuntimeConfigError};
 use crate::host_dir::{self, Name};
-use crate::host_files::HostFiles;
+use crate::host_writer::HostWriter;
 use crate::request::{Engine, Mode};
 
 /// Version of the state file format.
@@ -147,7 +147,7 @@ impl State {
 
     /// Writes the state file at host path `host` through `files`, atomically (mode 0600: it
     /// holds copies of configuration files).
-    pub fn save(&self, files: &mut dyn HostFiles, host: &Path) -> Result<()> {
+    pub fn save(&self, files: &mut dyn HostWriter, host: &Path) -> Result<()> {
         let mut text =
             serde_json::to_string_pretty(self).map_err(|e| RuntimeConfigError::State {
                 path: host.to_path_buf(),
@@ -182,8 +182,11 @@ mod tests {
             original_mode: Some(0o644),
             written: Some("{\"a\":1}\n".into()),
         });
-        s.save(&mut crate::host_files::Direct::new(&paths), Path::new("/s"))
-            .expect("save");
+        s.save(
+            &mut crate::host_writer::Direct::new(&paths),
+            Path::new("/s"),
+        )
+        .expect("save");
         assert_eq!(
             State::load(dir.path(), Path::new("/s"), Engine::Docker).expect("load"),
             Some(s)

@@ -10,7 +10,7 @@ use crate::diff;
 use crate::engines::{self, Candidate, EngineEditor};
 use crate::error::{Result, RuntimeConfigError};
 use crate::host_dir::{self, Entry, Name};
-use crate::host_files::HostFiles;
+use crate::host_writer::HostWriter;
 use crate::load;
 use crate::lock::DirLock;
 use crate::report::{Action, Activation, ChangeReport, FileChange};
@@ -139,7 +139,7 @@ impl Session {
 }
 
 /// Configures `req.engine`; see [`crate::configure`].
-pub fn configure(req: &ConfigureRequest, files: &mut dyn HostFiles) -> Result<ChangeReport> {
+pub fn configure(req: &ConfigureRequest, files: &mut dyn HostWriter) -> Result<ChangeReport> {
     validate(req)?;
     let paths = &req.paths;
     let Session {
@@ -288,7 +288,7 @@ pub fn configure(req: &ConfigureRequest, files: &mut dyn HostFiles) -> Result<Ch
 /// Creates the missing directories for the state file and the files to write, records them, and
 /// writes the state file.
 fn save_state(
-    files: &mut dyn HostFiles,
+    files: &mut dyn HostWriter,
     state_host: &Path,
     state: &mut State,
     steps: &[Step],
@@ -314,7 +314,7 @@ fn save_state(
     state.save(files, state_host)
 }
 
-fn apply(files: &mut dyn HostFiles, steps: &[Step]) -> Result<()> {
+fn apply(files: &mut dyn HostWriter, steps: &[Step]) -> Result<()> {
     for step in steps {
         if step.current == step.target {
             continue;
@@ -342,7 +342,7 @@ fn activation_for(editor: &dyn EngineEditor, changes: &[FileChange]) -> Activati
 }
 
 /// Unconfigures `req.engine`; see [`crate::unconfigure`].
-pub fn unconfigure(req: &UnconfigureRequest, files: &mut dyn HostFiles) -> Result<ChangeReport> {
+pub fn unconfigure(req: &UnconfigureRequest, files: &mut dyn HostWriter) -> Result<ChangeReport> {
     let paths = &req.paths;
     let Session {
         editor,

@@ -22,7 +22,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Component, Path, PathBuf};
 
 use devinject_devices::profile::IdSource;
-use devinject_devices::{resolve_host_files, HostRoots, Profile};
+use devinject_devices::{resolve_driver_files, HostRoots, Profile};
 use inotify::WatchMask;
 use tracing::warn;
 
@@ -218,7 +218,7 @@ fn driver_targets(t: &mut Targets, roots: &HostRoots, p: &Profile) {
         pattern_targets(t, &roots.driver_root, &f.path, FILES);
     }
     // What the specs mount: the real files the names above resolve to, wherever links lead.
-    if let Ok(files) = resolve_host_files(p, roots) {
+    if let Ok(files) = resolve_driver_files(p, roots) {
         let real = files
             .libraries
             .iter()

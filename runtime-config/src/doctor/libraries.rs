@@ -1,6 +1,6 @@
 //! The driver's libraries, binaries and files of every profile with devices on this host.
 
-use devinject_devices::{resolve_host_files, Inventory, Profile};
+use devinject_devices::{resolve_driver_files, Inventory, Profile};
 use devinject_hostconfig::HostConfig;
 
 use crate::doctor::{devices, DoctorReport, DoctorRequest, Section, Severity};
@@ -17,7 +17,7 @@ pub fn check(
     let mut libraries = false;
     for (p, _) in found {
         let name = p.name.as_str();
-        match resolve_host_files(p, &roots) {
+        match resolve_driver_files(p, &roots) {
             Err(e) => report.add(
                 Section::Libraries,
                 name,

@@ -3,8 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use devinject_devices::host_files::HostLibrary;
-use devinject_devices::{Device, DeviceId, DeviceKind, DeviceNode, HostFiles, Inventory, Profile};
+use devinject_devices::driver_files::HostLibrary;
+use devinject_devices::{
+    Device, DeviceId, DeviceKind, DeviceNode, DriverFiles, Inventory, Profile,
+};
 
 /// What `cdi::build_spec` takes besides the request.
 pub struct DemoValues {
@@ -13,7 +15,7 @@ pub struct DemoValues {
     /// `accel0` (10:1) and the control node `ctl` (10:2), mode 0660, gid 44.
     pub inventory: Inventory,
     /// `libdemo.so.1.0.0` (soname `libdemo.so.1`) in `/usr/lib`.
-    pub files: HostFiles,
+    pub files: DriverFiles,
 }
 
 /// The demo values with every host path below `root` (`""` for the host's own paths).
@@ -44,7 +46,7 @@ pub fn demo_values(root: &str) -> DemoValues {
         }],
         control_nodes: vec![node("ctl", 2)],
     };
-    let files = HostFiles {
+    let files = DriverFiles {
         libraries: vec![HostLibrary {
             path: PathBuf::from(format!("{root}/usr/lib/libdemo.so.1.0.0")),
             file_name: "libdemo.so.1.0.0".into(),

@@ -1,4 +1,4 @@
-//! Resolving a profile's libraries, binaries and files on the host.
+//! The driver files of a profile: its libraries, binaries and other files, resolved on the host.
 //!
 //! Profile paths are absolute host paths interpreted under the driver root. Symlinks are followed
 //! (the host is trusted) but the result must stay under the driver root. Libraries are
@@ -78,7 +78,7 @@ pub struct HostFile {
 
 /// Everything the profile injects besides device nodes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HostFiles {
+pub struct DriverFiles {
     /// Libraries, in profile order.
     pub libraries: Vec<HostLibrary>,
     /// Binaries.
@@ -88,11 +88,14 @@ pub struct HostFiles {
 }
 
 /// Finds the profile's libraries, binaries and files under the driver root.
-pub fn resolve_host_files(profile: &Profile, roots: &HostRoots) -> Result<HostFiles, ResolveError> {
+pub fn resolve_driver_files(
+    profile: &Profile,
+    roots: &HostRoots,
+) -> Result<DriverFiles, ResolveError> {
     let pname = profile.name.clone();
     let mut real_paths = RealPaths::new(&roots.driver_root, &pname);
     let mut known: HashSet<PathBuf> = HashSet::new();
-    let mut out = HostFiles::default();
+    let mut out = DriverFiles::default();
     for lib in &profile.libraries {
         let (what, candidates) = match (&lib.soname, &lib.glob) {
             (Some(soname), _) => {
@@ -334,7 +337,7 @@ mod tests {
         std::fs::write(lib.join("libdemo.so.1.0.0"), b"not elf").unwrap();
         std::os::unix::fs::symlink("libdemo.so.1.0.0", lib.join("libdemo.so.1")).unwrap();
         let p = profile("[[libraries]]\nglob = \"/lib/libdemo.so.*\"\n");
-        let files = resolve_host_files(&p, &roots(dir.path())).unwrap();
+        let files = resolve_driver_files(&p, &roots(dir.path())).unwrap();
         assert_eq!(files.libraries.len(), 1);
         assert_eq!(files.libraries[0].file_name, "libdemo.so.1.0.0");
     }
@@ -347,10 +350,10 @@ mod tests {
         let p = profile(
             "[[libraries]]\nsoname = \"libx.so.1\"\n[[libraries]]\nsoname = \"liby.so.1\"\noptional = true\n",
         );
-        let files = resolve_host_files(&p, &roots(dir.path())).unwrap();
+        let files = resolve_driver_files(&p, &roots(dir.path())).unwrap();
         assert_eq!(files.libraries.len(), 1);
         let p = profile("[[libraries]]\nsoname = \"liby.so.1\"\n");
-        let err = resolve_host_files(&p, &roots(dir.path()))
+        let err = resolve_driver_files(&p, &roots(dir.path()))
             .unwrap_err()
             .to_string();
         assert!(err.contains("liby.so.1"), "{err}");
@@ -362,7 +365,7 @@ mod tests {
         std::fs::create_dir(dir.path().join("lib")).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", dir.path().join("lib/libz.so.1")).unwrap();
         let p = profile("[[libraries]]\nsoname = \"libz.so.1\"\n");
-        let err = resolve_host_files(&p, &roots(dir.path()))
+        let err = resolve_driver_files(&p, &roots(dir.path()))
             .unwrap_err()
             .to_string();
         assert!(err.contains("outside the driver root"), "{err}");
@@ -410,7 +413,7 @@ mod tests {
         let p = profile(
             "[[libraries]]\nsoname = \"libdemo.so.1.0.0\"\n[[libraries]]\nsoname = \"libsame.so.2\"\n",
         );
-        let files = resolve_host_files(&p, &roots(dir.path())).unwrap();
+        let files = resolve_driver_files(&p, &roots(dir.path())).unwrap();
         let got: Vec<_> = files
             .libraries
             .iter()
@@ -448,7 +451,7 @@ mod tests {
             "[[binaries]]\npath = \"/opt/demo/bin/demo-smi\"\n",
             "[[binaries]]\npath = \"/opt/other/bin/demo-smi\"\n",
         ));
-        let files = resolve_host_files(&p, &roots(dir.path())).unwrap();
+        let files = resolve_driver_files(&p, &roots(dir.path())).unwrap();
         let dest = |v: &[HostFile]| -> Vec<PathBuf> {
             v.iter().map(|f| f.container_path.clone()).collect()
         };
@@ -477,7 +480,7 @@ mod tests {
         let p = profile(
             "[[binaries]]\npath = \"/opt/demo/bin/demo-smi\"\n[[files]]\npath = \"/opt/demo/fw.bin\"\n",
         );
-        let files = resolve_host_files(&p, &roots(dir.path())).unwrap();
+        let files = resolve_driver_files(&p, &roots(dir.path())).unwrap();
         assert_eq!(
             files.binaries[0].container_path,
             PathBuf::from("/usr/bin/demo-smi")

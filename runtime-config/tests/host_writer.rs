@@ -1,4 +1,4 @@
-//! Configure and unconfigure change the host only through the `HostFiles` they are given: a
+//! Configure and unconfigure change the host only through the `HostWriter` they are given: a
 //! layer that records and does nothing leaves the host untouched, and a layer that records and
 //! passes the change on sees every file and directory that differs afterwards. The installer's
 //! journal relies on this to save each path before the library changes it.
@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use devinject_runtime_config::host_files::{Direct, HostFiles};
+use devinject_runtime_config::host_writer::{Direct, HostWriter};
 use devinject_runtime_config::{
     configure_through, unconfigure_through, ConfigureRequest, Engine, HostPaths, Mode,
     UnconfigureRequest,
@@ -31,7 +31,7 @@ impl<'a> Recorder<'a> {
     }
 }
 
-impl HostFiles for Recorder<'_> {
+impl HostWriter for Recorder<'_> {
     fn write(
         &mut self,
         host: &Path,

@@ -1,5 +1,5 @@
 //! The one way configure and unconfigure change the host: every file written or removed and
-//! every directory made or removed goes through a [`HostFiles`].
+//! every directory made or removed goes through a [`HostWriter`].
 //!
 //! `devinject-ctl` uses [`Direct`]: atomic replacement through [`crate::host_dir`], in the
 //! directory opened inside the root, the final name never followed (only a regular file with
@@ -9,7 +9,7 @@
 //! path any other way while configuring, so the caller sees every change as it happens and
 //! needs no preview to learn which files to protect.
 //!
-//! Paths given to a [`HostFiles`] are host paths (`/etc/containerd/config.toml`), never paths
+//! Paths given to a [`HostWriter`] are host paths (`/etc/containerd/config.toml`), never paths
 //! under the root prefix: each implementation resolves them itself, the same way.
 
 use std::path::{Path, PathBuf};
@@ -21,10 +21,10 @@ use crate::host_dir::{self, HostDir};
 use crate::request::HostPaths;
 
 /// Where configure and unconfigure make their changes.
-pub trait HostFiles {
+pub trait HostWriter {
     /// Replaces (or creates) the file at host path `host` atomically, never following what is
     /// at its name; `mode` as for [`crate::atomic_write::write_atomic`] (`None`: keep the current mode, or the default). The
-    /// parent directory exists (made through [`HostFiles::create_dirs`]).
+    /// parent directory exists (made through [`HostWriter::create_dirs`]).
     fn write(&mut self, host: &Path, bytes: &[u8], mode: Option<u32>) -> Result<()>;
 
     /// Removes the file at host path `host`; a missing file is not an error.
@@ -60,7 +60,7 @@ impl Direct<'_> {
     }
 }
 
-impl HostFiles for Direct<'_> {
+impl HostWriter for Direct<'_> {
     fn write(&mut self, host: &Path, bytes: &[u8], mode: Option<u32>) -> Result<()> {
         match self.dir_of(host)? {
             (Some(dir), name) => dir.write(name, bytes, mode),
