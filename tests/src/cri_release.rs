@@ -5,11 +5,8 @@
 //! `devinject` handler. Used by tests/containerd_cdi.rs, tests/containerd_nri.rs and
 //! `devinject-cri-bench`.
 
-use devinject_nri::session::REGISTERED;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::process::Command;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use k8s_cri::v1::PodSandboxConfig;
@@ -20,7 +17,8 @@ use crate::cri_node::{
     cdi_generate, configure_shim_env, containerd_cdi_config, containerd_config,
     containerd_nri_settings, import_images, nri_socket, CONTAINERD_NRI_OFF, SHIM_CONFIG_ENV,
 };
-use crate::daemons::{poll, short_tempdir, Containerd, Daemon};
+use crate::daemons::{short_tempdir, Containerd, Daemon};
+use crate::nri_plugin;
 use crate::runtimes::Release;
 use crate::sim::{demo_host, SimHost, ACCELS};
 use crate::skip::{require, require_binary, require_root};
@@ -150,14 +148,9 @@ impl ReleaseNode {
 
     /// Starts `devinject-nri` on the node's NRI socket and waits until it has registered.
     pub fn start_nri_plugin(&mut self) -> Result<()> {
-        let mut cmd = Command::new(bin("devinject-nri"));
-        cmd.arg("--socket")
-            .arg(nri_socket(&self.root.join("ctd")))
-            .arg("--config")
-            .arg(&self.host.config);
-        self.nri_plugin = Some(Daemon::start(
-            "devinject-nri",
-            cmd,
+        self.nri_plugin = Some(nri_plugin::start(
+            &nri_socket(&self.root.join("ctd")),
+            &self.host.config,
             &self.root.join("nri.log"),
         )?);
         self.wait_nri_registered(1)
@@ -172,23 +165,13 @@ impl ReleaseNode {
 
     /// Waits until `devinject-nri` has registered `times` times in all.
     pub fn wait_nri_registered(&mut self, times: usize) -> Result<()> {
-        let log = self.root.join("nri.log");
-        poll("devinject-nri to register", Duration::from_secs(30), || {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            Ok((text.matches(REGISTERED).count() >= times).then_some(()))
-        })
-        .with_context(|| {
-            format!(
-                "{}\n--- containerd\n{}",
-                self.nri_log(),
-                self.containerd.log_tail()
-            )
-        })
+        nri_plugin::wait_registered(&self.root.join("nri.log"), times)
+            .with_context(|| format!("--- containerd\n{}", self.containerd.log_tail()))
     }
 
     /// The last lines of `devinject-nri`'s log.
     pub fn nri_log(&self) -> String {
-        crate::daemons::tail(&self.root.join("nri.log"), 40)
+        nri_plugin::log_tail(&self.root.join("nri.log"))
     }
 
     /// Stops containerd and starts it again on the same configuration.

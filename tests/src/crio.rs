@@ -15,16 +15,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use devinject_nri::session::REGISTERED;
 use k8s_cri::v1::PodSandboxConfig;
 
 use crate::bins::bin;
 use crate::cri::{self, CgroupParent, ContainerSpec, Cri};
 use crate::cri_node::{test_image_archives, PAUSE};
-use crate::daemons::{poll, short_tempdir, unmount_below, Daemon};
+use crate::daemons::{short_tempdir, unmount_below, Daemon};
+use crate::nri_plugin;
 use crate::podman::Podman;
 use crate::sim::{demo_host, SimHost};
 use crate::skip::{require, require_binary, require_root, which};
@@ -281,14 +280,9 @@ impl CrioNode {
     /// Starts `devinject-nri` on the node's NRI socket (`nri_listen`; [`Paths::nri`] must be
     /// on) and waits until it has registered with CRI-O.
     pub fn start_nri_plugin(&mut self) -> Result<()> {
-        let mut cmd = Command::new(bin("devinject-nri"));
-        cmd.arg("--socket")
-            .arg(nri_socket(&self.root))
-            .arg("--config")
-            .arg(&self.host.config);
-        self.nri_plugin = Some(Daemon::start(
-            "devinject-nri",
-            cmd,
+        self.nri_plugin = Some(nri_plugin::start(
+            &nri_socket(&self.root),
+            &self.host.config,
             &self.root.join("nri.log"),
         )?);
         self.wait_nri_registered(1)
@@ -296,17 +290,13 @@ impl CrioNode {
 
     /// Waits until `devinject-nri` has registered `times` times in all.
     pub fn wait_nri_registered(&mut self, times: usize) -> Result<()> {
-        let log = self.root.join("nri.log");
-        poll("devinject-nri to register", Duration::from_secs(30), || {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            Ok((text.matches(REGISTERED).count() >= times).then_some(()))
-        })
-        .with_context(|| format!("{}\n--- crio\n{}", self.nri_log(), self.crio.log_tail()))
+        nri_plugin::wait_registered(&self.root.join("nri.log"), times)
+            .with_context(|| format!("--- crio\n{}", self.crio.log_tail()))
     }
 
     /// The last lines of `devinject-nri`'s log.
     pub fn nri_log(&self) -> String {
-        crate::daemons::tail(&self.root.join("nri.log"), 40)
+        nri_plugin::log_tail(&self.root.join("nri.log"))
     }
 }
 

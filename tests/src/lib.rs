@@ -39,6 +39,7 @@ pub mod docker;
 pub mod hostile;
 pub mod image;
 pub mod kubelet;
+pub mod nri_plugin;
 pub mod podman;
 pub mod podresources;
 pub mod runtimes;

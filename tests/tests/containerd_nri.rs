@@ -30,11 +30,11 @@
 
 use std::path::PathBuf;
 
-use devinject_nri::session::REGISTERED;
 use devinject_tests::canary::HostGuard;
 use devinject_tests::cri::ContainerSpec;
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::cri_release::{ready, Paths, ReleaseNode};
+use devinject_tests::nri_plugin::SlowPrepareRun;
 use devinject_tests::probe::Report;
 use devinject_tests::sim::{
     add_demo_prepare_step, assert_demo_granted_0_1_in, assert_group_only_granted_0_1,
@@ -261,36 +261,17 @@ fn a_slow_prepare_step_fails_only_its_container_and_keeps_the_plugin(series: &st
     let next = node
         .run(&pod, &config, &spec)
         .unwrap_or_else(|e| panic!("{e:#}"));
-    let containerd_log =
-        std::fs::read_to_string(node.containerd.daemon().log()).unwrap_or_default();
-    let closed: Vec<&str> = containerd_log
-        .lines()
-        .filter(|l| l.contains("closing plugin") || l.contains("connection to plugin"))
-        .collect();
-    let plugin_log = node.nri_log();
-    let seen = format!(
-        "containerd {series}: the slow container ({seconds} s prepare step) took {slow_took:?}: \
-         {slow_outcome:?}\n--- the next container\n{next:?}\n--- containerd on the plugin\n{}\n\
-         --- plugin\n{plugin_log}",
-        closed.join("\n")
-    );
-
-    let err = slow_outcome.as_ref().expect_err(&format!(
-        "the slow prepare step must fail its own container\n{seen}"
-    ));
-    assert!(
-        err.contains("profile demo for device 1 (function slow)")
-            && err.contains("NRI request budget of 1500 ms")
-            && err.contains("plugin_request_timeout")
-            && err.contains("nri_request_budget_ms"),
-        "{seen}"
-    );
-    assert!(slow_took < std::time::Duration::from_secs(2), "{seen}");
-    assert!(closed.is_empty(), "containerd must keep the plugin\n{seen}");
-    assert_eq!(plugin_log.matches(REGISTERED).count(), 1, "{seen}");
-    let (code, output) = next.unwrap_or_else(|e| panic!("{e}\n{seen}"));
-    assert_eq!(code, 0, "{seen}");
-    assert_demo_granted_0_1_in(&Report::parse(&output), &seen);
+    SlowPrepareRun {
+        runtime: &format!("containerd {series}"),
+        timeout_key: "plugin_request_timeout",
+        step_seconds: seconds,
+        took: slow_took,
+        slow: &slow_outcome,
+        next: &next,
+        runtime_log: &std::fs::read_to_string(node.containerd.daemon().log()).unwrap_or_default(),
+        plugin_log: &node.nri_log(),
+    }
+    .assert_kept();
     node.cri.remove_pod(&pod).expect("remove pod");
 }
 

@@ -31,10 +31,10 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use devinject_nri::session::REGISTERED;
 use devinject_tests::cri::ContainerSpec;
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::crio::{ready, CrioNode, Paths, NRI_REQUEST_TIMEOUT, SHIM_HANDLER};
+use devinject_tests::nri_plugin::SlowPrepareRun;
 use devinject_tests::probe::Report;
 use devinject_tests::sim::{
     add_demo_prepare_step, assert_demo_granted_0_1_in, demo_probe_args, ACCELS, DEMO_SLOW_FUNCTION,
@@ -218,35 +218,16 @@ fn crio_keeps_the_nri_plugin_when_a_prepare_step_is_slow() {
     let next = node
         .run(&pod, &config, &spec)
         .unwrap_or_else(|e| panic!("{e:#}"));
-    // What the NRI library in CRI-O logs when it drops a plugin.
-    let crio_log = node.crio_log();
-    let closed: Vec<&str> = crio_log
-        .lines()
-        .filter(|l| l.contains("closing plugin") || l.contains("connection to plugin"))
-        .collect();
-    let plugin_log = node.nri_log();
-    let seen = format!(
-        "CRI-O: the slow container ({seconds} s prepare step) took {slow_took:?}: \
-         {slow_outcome:?}\n--- the next container\n{next:?}\n--- CRI-O on the plugin\n{}\n\
-         --- plugin\n{plugin_log}",
-        closed.join("\n")
-    );
-
-    let err = slow_outcome.as_ref().expect_err(&format!(
-        "the slow prepare step must fail its own container\n{seen}"
-    ));
-    assert!(
-        err.contains("profile demo for device 1 (function slow)")
-            && err.contains("NRI request budget of 1500 ms")
-            && err.contains("nri_plugin_request_timeout")
-            && err.contains("nri_request_budget_ms"),
-        "{seen}"
-    );
-    assert!(slow_took < std::time::Duration::from_secs(2), "{seen}");
-    assert!(closed.is_empty(), "CRI-O must keep the plugin\n{seen}");
-    assert_eq!(plugin_log.matches(REGISTERED).count(), 1, "{seen}");
-    let (code, output) = next.unwrap_or_else(|e| panic!("{e}\n{seen}"));
-    assert_eq!(code, 0, "{seen}");
-    assert_demo_granted_0_1_in(&Report::parse(&output), &seen);
+    SlowPrepareRun {
+        runtime: "CRI-O",
+        timeout_key: "nri_plugin_request_timeout",
+        step_seconds: seconds,
+        took: slow_took,
+        slow: &slow_outcome,
+        next: &next,
+        runtime_log: &node.crio_log(),
+        plugin_log: &node.nri_log(),
+    }
+    .assert_kept();
     node.cri.remove_pod(&pod).expect("remove pod");
 }
