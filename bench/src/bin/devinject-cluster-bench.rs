@@ -278,12 +278,21 @@ fn run(compare: Option<(String, PathBuf)>) -> Result<()> {
     Ok(())
 }
 
-/// From a kubelet log: the time from "Serving device plugin registration server" to the
+/// What the kubelet logs when its device plugin registration server is up again: 1.20 says
+/// "Serving", 1.36 "Starting" (pkg/kubelet/cm/devicemanager/plugin/v1beta1/server.go, at -v=2).
+const SERVING: [&str; 2] = [
+    "Serving device plugin registration server",
+    "Starting device plugin registration server",
+];
+
+/// From a kubelet log: the time from the registration server being up ([`SERVING`]) to the
 /// plugin's "Got registration request", once both are there.
 fn registration_latency(log: &str) -> Option<Duration> {
     // klog: `I1123 09:14:39.211457   19122 manager.go:278] ...`
-    let stamp = |needle: &str| -> Option<f64> {
-        let line = log.lines().find(|l| l.contains(needle))?;
+    let stamp = |needles: &[&str]| -> Option<f64> {
+        let line = log
+            .lines()
+            .find(|l| needles.iter().any(|n| l.contains(n)))?;
         let time = line.split_whitespace().nth(1)?;
         let mut parts = time.split(':');
         let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
@@ -293,8 +302,8 @@ fn registration_latency(log: &str) -> Option<Duration> {
                 + s.parse::<f64>().ok()?,
         )
     };
-    let served = stamp("Serving device plugin registration server")?;
-    let registered = stamp("Got registration request from device plugin")?;
+    let served = stamp(&SERVING)?;
+    let registered = stamp(&["Got registration request from device plugin"])?;
     Some(Duration::from_secs_f64((registered - served).max(0.0)))
 }
 
@@ -329,5 +338,29 @@ fn main() -> ExitCode {
             eprintln!("devinject-cluster-bench: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registration_is_timed_from_the_server_line_of_either_release() {
+        let got = "I1125 08:48:41.500000   12 server.go:161] \"Got registration request from \
+                   device plugin with resource\" resourceName=\"devinject.io/demo\"";
+        // As kubelet 1.20.2 and 1.36.3 each print it.
+        for serving in [
+            "Serving device plugin registration server on \\\"/var/lib/kubelet/device-plugins/kubelet.sock\\\"",
+            "Starting device plugin registration server",
+        ] {
+            let log = format!("I1125 08:48:41.250000   12 server.go:87] \"{serving}\"\n{got}\n");
+            assert_eq!(
+                registration_latency(&log),
+                Some(Duration::from_millis(250)),
+                "{log}"
+            );
+        }
+        assert_eq!(registration_latency(got), None);
     }
 }
