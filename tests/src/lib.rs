@@ -42,5 +42,6 @@ pub mod kubelet;
 pub mod nri_plugin;
 pub mod podman;
 pub mod podresources;
+pub mod runc_args;
 pub mod runtimes;
 pub mod skip;
