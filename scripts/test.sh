@@ -84,7 +84,7 @@ fi
 # nodes on containerd 2 and runc 1.4 (tests/src/cluster/kubernetes.rs), once the background
 # build is done.
 cluster_tier=(cluster cluster_binpack cluster_engine_paths cluster_install cluster_install_nri
-  cluster_install_webhook cluster_webhook)
+  cluster_install_webhook cluster_webhook cluster_crio)
 if wait "$today_build"; then
   crio_bin=$(cat "$today_log.crio")
   echo "test.sh: CRI-O on $("$crio_bin/crio" --version | sed -n 1p) and ${runc14:-runc}"
@@ -93,7 +93,7 @@ if wait "$today_build"; then
   if $cluster; then
     kube136=$(cat "$today_log.kube")
     echo "test.sh: the cluster tier on $("$kube136/kubelet" --version) and $("$runc14" --version | sed -n 1p)"
-    DEVINJECT_KUBE_BIN=$kube136 DEVINJECT_RUNC=$runc14 cargo test -p devinject-tests --no-fail-fast \
+    DEVINJECT_KUBE_BIN=$kube136 DEVINJECT_RUNC=$runc14 DEVINJECT_CRIO_BIN=$crio_bin cargo test -p devinject-tests --no-fail-fast \
       "${cluster_tier[@]/#/--test=}" || status=$?
   else
     echo "test.sh: SKIPPED the cluster tier on Kubernetes 1.36 (runs under CI=true, or with DEVINJECT_CLUSTER=1)"

@@ -141,12 +141,6 @@ impl CrioNode {
         if paths.cdi {
             eprintln!("{}", crate::cri_node::cdi_generate(&host, &specs)?);
         }
-        let cni = root.join("cni");
-        std::fs::create_dir_all(&cni)?;
-        std::fs::write(
-            cni.join("10-loopback.conflist"),
-            r#"{"cniVersion": "1.0.0", "name": "devinject-loopback", "plugins": [{"type": "loopback"}]}"#,
-        )?;
         // The host's engine configuration as devinject-ctl writes it, below a root of the node's.
         let etc = root.join("host");
         let hooks = etc.join("etc/containers/oci/hooks.d");
@@ -194,25 +188,8 @@ impl CrioNode {
             text += "\n[crio.nri]\nenable_nri = false\n";
         }
         std::fs::write(&config, text)?;
-
-        std::fs::write(
-            root.join("policy.json"),
-            r#"{"default": [{"type": "insecureAcceptAnything"}]}"#,
-        )?;
-
-        // The images, into the storage CRI-O will open: a podman on the same directory has the
-        // same root (`storage`), run root (`run`) and driver (`vfs`).
-        let podman = Podman::new(&root, &hooks)?;
-        for (tag, archive) in test_image_archives(&root)? {
-            let out = podman.run(&["load", "--input", path_str(&archive)?])?;
-            if !out.status.success() {
-                bail!(
-                    "podman load {tag}: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-        }
-        drop(podman);
+        write_root_files(&root)?;
+        load_test_images(&root, &hooks)?;
 
         // The shim's drop-in is read as CRI-O reads it on a node. The hook's only names the
         // host's hooks.d directories (paths outside the temp root), so CRI-O is pointed at the
@@ -343,10 +320,51 @@ fn configure(etc: &Path, args: &[&str], host: &SimHost) -> Result<()> {
     Ok(())
 }
 
+/// The files below `root` that [`crio_config`] names: the CNI configuration (a loopback
+/// network; pods use the host network) and an image policy that accepts the test's images.
+pub(crate) fn write_root_files(root: &Path) -> Result<()> {
+    let cni = root.join("cni");
+    std::fs::create_dir_all(&cni)?;
+    std::fs::write(
+        cni.join("10-loopback.conflist"),
+        r#"{"cniVersion": "1.0.0", "name": "devinject-loopback", "plugins": [{"type": "loopback"}]}"#,
+    )?;
+    std::fs::write(
+        root.join("policy.json"),
+        r#"{"default": [{"type": "insecureAcceptAnything"}]}"#,
+    )?;
+    Ok(())
+}
+
+/// Loads the docker-save `archive` with `podman`, which must be on the storage of a CRI-O:
+/// `Podman::new(root, ..)` for a CRI-O whose root is `root` has the same root (`storage`), run
+/// root (`run`) and driver (`vfs`).
+pub(crate) fn load_image(podman: &Podman, archive: &Path) -> Result<()> {
+    let out = podman.run(&["load", "--input", path_str(archive)?])?;
+    if !out.status.success() {
+        bail!(
+            "podman load {}: {}",
+            archive.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// The test images ([`test_image_archives`]) into the storage of the CRI-O whose root is
+/// `root`.
+pub(crate) fn load_test_images(root: &Path, hooks: &Path) -> Result<()> {
+    let podman = Podman::new(root, hooks)?;
+    for (_, archive) in test_image_archives(root)? {
+        load_image(&podman, &archive)?;
+    }
+    Ok(())
+}
+
 /// CRI-O's main configuration: every path in `root`, the runc under test as the default runtime,
 /// cgroupfs, the hooks and CDI directories, no metrics or infra container; `[crio.nri]` is
 /// added by the caller.
-fn crio_config(
+pub(crate) fn crio_config(
     root: &Path,
     bin: &Path,
     runc: &Path,

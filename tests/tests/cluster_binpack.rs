@@ -153,6 +153,7 @@ fn the_binpack_profile_fills_one_node_first_and_the_default_one_spreads() {
         scheduler_config: Some(shipped_scheduler_config(
             &Kubernetes::find().expect("checked by ready"),
         )),
+        ..Shape::default()
     };
     let c = Cluster::start_shaped(Setup::Ctl, &shape).unwrap_or_else(|e| panic!("cluster: {e:#}"));
     c.runtime_class().expect("RuntimeClass");

@@ -133,6 +133,9 @@ pub struct Shape {
     /// serving addresses, which become the test's (see [`scheduler_config`]); `None`: the
     /// scheduler's defaults.
     pub scheduler_config: Option<PathBuf>,
+    /// The CRI-O bin dir (scripts/crio-build.sh): the nodes run CRI-O ([`node`]'s `crio`)
+    /// instead of containerd, with [`Setup::DaemonSet`] or [`Setup::Cdi`]; `None`: containerd.
+    pub crio: Option<PathBuf>,
 }
 
 impl Default for Shape {
@@ -142,6 +145,7 @@ impl Default for Shape {
             nodes: 1,
             devices: ACCELS.len(),
             scheduler_config: None,
+            crio: None,
         }
     }
 }
@@ -416,7 +420,12 @@ impl Cluster {
                 0 => NODE.to_owned(),
                 _ => format!("{NODE}-{}", i + 1),
             };
-            let node = Node::new(&name, self.root.join(&name), shape.devices)?;
+            let node = Node::new(
+                &name,
+                self.root.join(&name),
+                shape.devices,
+                shape.crio.clone(),
+            )?;
             self.nodes.push(node);
             let node = self.nodes.last_mut().expect("just pushed");
             node.start(setup, &self.kubernetes, &self.kubeconfig)?;
@@ -504,6 +513,11 @@ impl Cluster {
     /// Restarts the first node's kubelet ([`Node::restart_kubelet`]).
     pub fn restart_kubelet(&mut self) -> Result<()> {
         self.node_mut().restart_kubelet()
+    }
+
+    /// Restarts the first node's CRI-O ([`Node::restart_crio`]).
+    pub fn restart_crio(&mut self) -> Result<()> {
+        self.node_mut().restart_crio()
     }
 
     /// Restarts the first node's containerd ([`Node::restart_containerd`]).
@@ -724,7 +738,7 @@ impl Cluster {
             .with_context(|| format!("pod {name} has no container id for {container}"))?;
         // `containerd://<id>`
         let id = id.split_once("://").map_or(id, |(_, id)| id);
-        Cri::connect(&self.node_of(name)?.containerd()?.socket())?.container_status(id)
+        Cri::connect(&self.node_of(name)?.cri_socket()?)?.container_status(id)
     }
 
     /// The device ids the kubelets' checkpoints say they allocated to `container` of the pod with

@@ -1,9 +1,11 @@
-//! One node of the test cluster: its private mount namespace, containerd, kubelet, device plugin
-//! (and `devinject-nri` with [`Setup::Nri`]) and simulated devices, all under its own directory.
+//! One node of the test cluster: its private mount namespace, containerd (or CRI-O, [`crio`]),
+//! kubelet, device plugin (and `devinject-nri` with [`Setup::Nri`]) and simulated devices, all
+//! under its own directory.
 //!
 //! Nodes share the machine, so everything a kubelet would take for itself is made per node: the
 //! mount namespace gives each its own `/var/lib/kubelet` (and so its own constant
-//! `device-plugins` directory), `/var/log/pods`, `/etc/containerd`, `/etc/devinject` and `/opt`;
+//! `device-plugins` directory), `/var/log/pods`, `/etc/containerd`, `/etc/crio`, `/etc/devinject`
+//! and `/opt`;
 //! each kubelet has its own ports, node name and `cgroupRoot` (`/<node name>`, on every cgroup
 //! hierarchy), so that the kubelets' `kubepods` trees never meet; each containerd has its own
 //! root, state and socket.
@@ -25,12 +27,15 @@ use crate::cri_node::{
 use crate::daemons::{poll, run_ok, Containerd, Daemon};
 use crate::sim::{demo_host, SimHost, ACCELS};
 
+mod crio;
+
 /// The directories of the host that every node's namespace covers with its own (the cluster
 /// makes them on the host where they are missing). With `nri`, `/run/nri` too.
 pub(super) fn host_mount_points(nri: bool) -> Vec<&'static str> {
     let mut dirs = vec![
         "/var/lib/kubelet",
         "/etc/containerd",
+        "/etc/crio",
         "/etc/devinject",
         "/var/log/pods",
         "/var/log/containers",
@@ -54,6 +59,9 @@ pub struct Node {
     containerd: Option<Containerd>,
     /// The bin dir of the containerd release the node runs; `None`: the machine's.
     containerd_release: Option<PathBuf>,
+    crio: Option<Daemon>,
+    /// The CRI-O bin dir of a node on CRI-O; `None`: the node runs containerd.
+    crio_bin: Option<PathBuf>,
     namespace: Option<Daemon>,
     /// Whether the node's cgroup root was made (and so is removed at teardown).
     cgroup_root_made: bool,
@@ -72,8 +80,13 @@ impl std::fmt::Debug for Node {
 
 impl Node {
     /// A node named `name` in `dir` (made), with the demo profile's first `devices` simulated
-    /// accelerators; nothing runs yet.
-    pub(super) fn new(name: &str, dir: PathBuf, devices: usize) -> Result<Self> {
+    /// accelerators, on CRI-O from `crio_bin` or else on containerd; nothing runs yet.
+    pub(super) fn new(
+        name: &str,
+        dir: PathBuf,
+        devices: usize,
+        crio_bin: Option<PathBuf>,
+    ) -> Result<Self> {
         std::fs::create_dir_all(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
         let host = demo_host(&dir.join("sim"), &["demo"])?;
         for (accel, _, _) in ACCELS.iter().skip(devices) {
@@ -89,6 +102,8 @@ impl Node {
             kubelet_command: None,
             containerd: None,
             containerd_release: None,
+            crio: None,
+            crio_bin,
             namespace: None,
             cgroup_root_made: false,
             host,
@@ -143,6 +158,17 @@ impl Node {
         kubernetes: &Kubernetes,
         kubeconfig: &Path,
     ) -> Result<()> {
+        if let Some(bin) = self.crio_bin.clone() {
+            anyhow::ensure!(
+                !kubernetes.is_legacy(),
+                "a CRI-O node needs today's Kubernetes release"
+            );
+            self.write_crio_config(setup, &bin)?;
+            self.start_namespace(false)?;
+            self.make_cgroup_root()?;
+            self.crio = Some(self.start_crio(&bin)?);
+            return self.start_kubelet(kubernetes, kubeconfig, &self.crio_socket());
+        }
         self.write_containerd_config(setup)?;
         if !kubernetes.is_legacy() {
             // Kubernetes 1.36 supports no containerd 1.x: every node of today's tier runs
@@ -221,7 +247,7 @@ impl Node {
         &mut self,
         kubernetes: &Kubernetes,
         kubeconfig: &Path,
-        containerd: &Path,
+        runtime: &Path,
     ) -> Result<()> {
         let (port, healthz) = (free_port()?, free_port()?);
         let config = self.dir.join("kubelet.yaml");
@@ -247,7 +273,7 @@ impl Node {
                     // which 1.35's kubelet refuses unless told (KEP-5573).
                     format!(
                         "containerRuntimeEndpoint: unix://{}\nfailCgroupV1: false\n",
-                        containerd.display()
+                        runtime.display()
                     )
                 },
             ),
@@ -259,7 +285,7 @@ impl Node {
             cmd.arg("--container-runtime=remote")
                 .arg(format!(
                     "--container-runtime-endpoint=unix://{}",
-                    containerd.display()
+                    runtime.display()
                 ))
                 // Since 1.27 the runtime's own setting (containerd's `sandbox_image`) says it.
                 .arg(format!(
@@ -327,6 +353,14 @@ impl Node {
         self.containerd.as_ref().and_then(Containerd::pid)
     }
 
+    /// The socket of the node's runtime, CRI-O's or containerd's.
+    pub fn cri_socket(&self) -> Result<PathBuf> {
+        match self.crio_bin {
+            Some(_) => Ok(self.crio_socket()),
+            None => Ok(self.containerd()?.socket()),
+        }
+    }
+
     /// The node's containerd.
     pub fn containerd(&self) -> Result<&Containerd> {
         self.containerd
@@ -346,19 +380,37 @@ impl Node {
     /// are peers of nothing outside it.
     fn start_namespace(&mut self, nri: bool) -> Result<()> {
         let node = self.dir.join("node");
-        for dir in ["log-pods", "log-containers", "run-nri"] {
+        for dir in [
+            "log-pods",
+            "log-containers",
+            "run-nri",
+            "etc-crio",
+            "etc-containerd",
+            "etc-devinject",
+            "opt",
+        ] {
             std::fs::create_dir_all(node.join(dir))?;
         }
         let mut script = String::from(
             "set -e; mount -t tmpfs -o mode=0755 devinject-node /var/lib/kubelet; \
              mount --bind \"$0/opt\" /opt; \
              mount --bind \"$0/etc-containerd\" /etc/containerd; \
+             mount --bind \"$0/etc-crio\" /etc/crio; \
              mount --bind \"$0/log-pods\" /var/log/pods; \
              mount --bind \"$0/log-containers\" /var/log/containers; \
              mount --bind \"$0/etc-devinject\" /etc/devinject; ",
         );
         if nri {
             script.push_str("mount --bind \"$0/run-nri\" /run/nri; mount --make-rshared /; ");
+        }
+        if self.crio_bin.is_some() {
+            // This machine's kernel has the hugetlb controller but no v1 hierarchy of it: CRI-O
+            // (which asks /proc/cgroups) passes the kubelet's hugepage limits to runc, which
+            // then fails every container ("cannot set hugetlb limit"); containerd ignores them
+            // by default (`disable_hugetlb_controller`). The node has no huge page sizes.
+            script.push_str(
+                "mount -t tmpfs -o ro,mode=0755 devinject-node /sys/kernel/mm/hugepages; ",
+            );
         }
         script.push_str("exec sleep infinity");
         let mut cmd = Command::new("unshare");
@@ -521,6 +573,9 @@ impl Node {
         if let Some(c) = &self.containerd {
             s.push_str(&c.log_tail());
         }
+        if let Some(c) = &self.crio {
+            s.push_str(&c.log_tail());
+        }
         s
     }
 
@@ -548,6 +603,7 @@ impl Node {
             }
         }
         self.containerd = None;
+        self.stop_crio();
         if let Some(mut holder) = self.namespace.take() {
             holder.stop();
         }
@@ -616,7 +672,7 @@ fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// Sets the top-level `allocate_mode` of the profile at `path` to `mode`: any such line goes,
 /// and the new one comes first, before the profile's tables.
-fn set_allocate_mode(path: &Path, mode: &str) -> Result<()> {
+pub(super) fn set_allocate_mode(path: &Path, mode: &str) -> Result<()> {
     let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
     let mut out = format!("allocate_mode = \"{mode}\"\n");
     for line in text

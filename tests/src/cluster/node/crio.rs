@@ -1,0 +1,162 @@
+//! A node on CRI-O instead of containerd ([`super::super::Shape::crio`]): CRI-O 1.36 in the
+//! node's mount namespace, reading `/etc/crio/crio.conf` and the `crio.conf.d` drop-ins there
+//! (the node's own `/etc/crio`, where the installer writes its drop-in), everything else it
+//! keeps (vfs storage, run and state files, socket, the runc state, the CNI loopback network)
+//! in the node's `crio` directory. Its images are loaded by a podman on the same storage.
+//! Short image names (`devinject:0.1.0`, the examples' `busybox:1.36`) resolve as on the CRI-O
+//! nodes users run: through a `registries.conf` whose one unqualified-search registry is
+//! Docker Hub's (where the loaded images' names are), given to CRI-O by `--registries-conf`
+//! (and an empty `--registries-conf-dir`: the machine's files are not read).
+//!
+//! Set up as users set up CRI-O: [`Setup::DaemonSet`] (nothing of devinject's; the manifests'
+//! CRI-O overlay installs it) or [`Setup::Cdi`] (CRI-O's CDI, on by default, reading the specs
+//! `devinject-ctl cdi generate` wrote).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use super::{set_allocate_mode, Node};
+use crate::bins;
+use crate::cluster::Setup;
+use crate::cri::Cri;
+use crate::cri_node::cdi_generate;
+use crate::crio::{crio_config, load_image, load_test_images, write_root_files};
+use crate::daemons::{run_ok, Daemon};
+use crate::podman::Podman;
+use crate::skip::which;
+
+/// CRI-O's configuration file and drop-in directory, as the node's namespace sees them.
+const CONFIG: &str = "/etc/crio/crio.conf";
+const DROP_INS: &str = "/etc/crio/crio.conf.d";
+
+impl Node {
+    /// Everything CRI-O keeps but its configuration.
+    fn crio_dir(&self) -> PathBuf {
+        self.dir.join("crio")
+    }
+
+    /// The node's `/etc/crio`: `crio.conf` and the `crio.conf.d` drop-ins.
+    pub fn crio_etc(&self) -> PathBuf {
+        self.dir.join("node/etc-crio")
+    }
+
+    /// CRI-O's socket.
+    pub(super) fn crio_socket(&self) -> PathBuf {
+        self.crio_dir().join("crio.sock")
+    }
+
+    fn crio_hooks_dir(&self) -> PathBuf {
+        self.crio_dir().join("hooks.d")
+    }
+
+    /// CRI-O's configuration as `setup` wants it, and the test images in its storage.
+    pub(super) fn write_crio_config(&mut self, setup: &Setup, bin: &Path) -> Result<()> {
+        let root = self.crio_dir();
+        let hooks = self.crio_hooks_dir();
+        let specs = self.cdi_spec_dir();
+        let registries = root.join("registries.conf.d");
+        for dir in [
+            &root,
+            &hooks,
+            &specs,
+            &registries,
+            &self.crio_etc().join("crio.conf.d"),
+        ] {
+            std::fs::create_dir_all(dir).with_context(|| format!("mkdir {}", dir.display()))?;
+        }
+        match setup {
+            Setup::DaemonSet => {}
+            Setup::Cdi { allocate_mode, .. } => {
+                set_allocate_mode(&self.host.profiles_dir.join("demo.toml"), allocate_mode)?;
+                cdi_generate(&self.host, &specs)?;
+            }
+            other => {
+                bail!("a CRI-O node of the cluster tier runs the DaemonSet or CDI, not {other:?}")
+            }
+        }
+        write_root_files(&root)?;
+        std::fs::write(
+            root.join("registries.conf"),
+            "unqualified-search-registries = [\"docker.io\"]\nshort-name-mode = \"enforcing\"\n",
+        )?;
+        // CRI-O's default runtime: runc, through `devinject-bounded-runc` (which see), as a
+        // script because CRI-O gives a runtime no arguments of its own.
+        let runc = root.join("bounded-runc");
+        std::fs::write(
+            &runc,
+            format!(
+                "#!/bin/sh\nexec '{}' --runtime '{}' \"$@\"\n",
+                bins::bin("devinject-bounded-runc").display(),
+                crate::runc::runc_binary().context("runc")?.display()
+            ),
+        )?;
+        std::fs::set_permissions(&runc, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+        let conmon = which("conmon").context("conmon")?;
+        let text = crio_config(&root, bin, &runc, &conmon, &hooks, &specs)
+            + "\n[crio.nri]\nenable_nri = false\n";
+        let config = self.crio_etc().join("crio.conf");
+        std::fs::write(&config, text).with_context(|| format!("write {}", config.display()))?;
+        load_test_images(&root, &hooks)
+    }
+
+    /// Loads the docker-save `archive` into CRI-O's storage.
+    pub fn crio_load(&self, archive: &Path) -> Result<()> {
+        load_image(&self.crio_podman()?, archive)
+    }
+
+    /// A podman on CRI-O's storage (`tag`, `images`).
+    pub fn crio_podman(&self) -> Result<Podman> {
+        Podman::new(&self.crio_dir(), &self.crio_hooks_dir())
+    }
+
+    /// Starts CRI-O from `bin` in the node's namespace and waits until it answers CRI.
+    pub(super) fn start_crio(&self, bin: &Path) -> Result<Daemon> {
+        let mut cmd = self.in_node(&bin.join("crio"))?;
+        cmd.args(["--config", CONFIG, "--config-dir", DROP_INS])
+            .arg("--registries-conf")
+            .arg(self.crio_dir().join("registries.conf"))
+            .arg("--registries-conf-dir")
+            .arg(self.crio_dir().join("registries.conf.d"));
+        let mut crio = Daemon::start("crio", cmd, &self.crio_dir().join("crio.log"))?;
+        let socket = self.crio_socket();
+        crio.wait_ready("CRI-O's socket", || socket.exists())?;
+        Cri::connect(&socket)?
+            .wait_ready()
+            .with_context(|| crio.log_tail())?;
+        Ok(crio)
+    }
+
+    /// Stops the node's CRI-O and starts it again on the same configuration, as an
+    /// administrator does after the installer asked for it (`--restart-mode none`); the
+    /// containers it ran go on under their conmon.
+    pub fn restart_crio(&mut self) -> Result<()> {
+        let bin = self.crio_bin.clone().context("the node runs no CRI-O")?;
+        if let Some(mut c) = self.crio.take() {
+            c.stop();
+        }
+        let log = self.crio_dir().join("crio.log");
+        let _ = std::fs::rename(&log, self.crio_dir().join("crio.log.1"));
+        self.crio = Some(self.start_crio(&bin)?);
+        Ok(())
+    }
+
+    /// The pid of the node's CRI-O.
+    pub fn crio_pid(&self) -> Option<u32> {
+        self.crio.as_ref().and_then(Daemon::pid)
+    }
+
+    /// Removes the pods CRI-O still runs (`crictl rmp --all --force`), then stops it.
+    pub(super) fn stop_crio(&mut self) {
+        if let (Some(_), Some(bin)) = (&self.crio, &self.crio_bin) {
+            let mut rmp = std::process::Command::new(bin.join("crictl"));
+            rmp.arg("--runtime-endpoint")
+                .arg(format!("unix://{}", self.crio_socket().display()))
+                .args(["rmp", "--all", "--force"]);
+            let _ = run_ok(rmp);
+        }
+        if let Some(mut c) = self.crio.take() {
+            c.stop();
+        }
+    }
+}

@@ -1,0 +1,373 @@
+//! devinject on a Kubernetes node whose runtime is CRI-O (1.36, scripts/crio-build.sh, on
+//! runc 1.4), installed and removed as users do it ([`devinject_tests::cluster`] with
+//! [`Shape::crio`]):
+//!
+//! 1. the image built by scripts/build-image.sh, loaded into CRI-O's storage;
+//! 2. `kubectl kustomize deploy/overlays/crio` (the install docs' `kubectl apply -k`) with only
+//!    the test overlay (`--restart-mode=none`: no systemd here, the test restarts CRI-O as the
+//!    installer's message says; `hostNetwork: true`: no CNI here);
+//! 3. the init container writes CRI-O's drop-in (the `devinject` runtime handler, the shim as
+//!    its `runtime_path`), the plugin serves the node's real kvm, tun and fuse devices, and the
+//!    shipped examples run through the RuntimeClass and see their devices;
+//! 4. a pod asking for no kvm that sets `KVM_VISIBLE_DEVICES` is refused;
+//! 5. CRI-O restarts under a pod that holds its device: the pod keeps it, and a new pod is
+//!    granted one afterwards;
+//! 6. the uninstall of docs/uninstall.md (with the CRI-O edits it names) restores `/etc/crio`
+//!    byte for byte and leaves no file of devinject on the node.
+//!
+//! And CDI as CRI-O has it on by default: the device plugin in `cdi-cri` mode names the devices
+//! in its Allocate answer's `cdi_devices`, the kubelet passes them in CreateContainer, and CRI-O
+//! injects them from the specs `devinject-ctl cdi generate` wrote, with nothing of devinject's
+//! in its configuration.
+//!
+//! Needs what tests/cluster_install.rs needs, plus CRI-O and podman; skipped otherwise, a
+//! failure under CI.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use devinject_tests::cluster::install::{
+    assert_files_gone, init_output, patch, rollout, run_example, show_and_run_examples,
+    test_overlay, workspace_file, workspace_path, Via, EXAMPLE_IMAGE, NS,
+};
+use devinject_tests::cluster::{image, Cluster, Setup, Shape, CDI_CRI_ALLOCATE_MODE, NODE, SLOW};
+use devinject_tests::cri::Cri;
+use devinject_tests::cri_node::BUSYBOX;
+use devinject_tests::daemons::poll;
+use devinject_tests::probe::Report;
+use devinject_tests::sim::{assert_demo_granted_exactly, demo_probe_args};
+use devinject_tests::skip::require;
+use k8s_cri::v1::ContainerState;
+
+/// One cluster at a time: the nodes share the host's mount points.
+static ONE_CLUSTER: Mutex<()> = Mutex::new(());
+
+/// The CRI-O bin dir when this machine can run a CRI-O node with the install's needs.
+fn ready() -> Option<PathBuf> {
+    let crio = devinject_tests::crio::ready()?;
+    (devinject_tests::cluster::install::ready()
+        && require(
+            devinject_tests::cluster::Kubernetes::find().is_some_and(|k| !k.is_legacy()),
+            "a CRI-O node needs today's Kubernetes (DEVINJECT_KUBE_BIN: scripts/kube-module-build.sh)",
+        ))
+    .then_some(crio)
+}
+
+fn start(crio: PathBuf, setup: Setup) -> Cluster {
+    let shape = Shape {
+        crio: Some(crio),
+        ..Shape::default()
+    };
+    let c = Cluster::start_shaped(setup, &shape).unwrap_or_else(|e| panic!("cluster: {e:#}"));
+    let nodes = c
+        .kubectl(&["get", "nodes", "-o", "wide"])
+        .unwrap_or_default();
+    eprintln!("$ kubectl get nodes -o wide\n{nodes}");
+    assert!(
+        nodes.contains("cri-o://1.36"),
+        "the node runs CRI-O: {nodes}"
+    );
+    c
+}
+
+/// What a CRI-O node of this machine differs in from the manifests' target: [`test_overlay`],
+/// and no `system-node-critical` priority. The kubelet gives a critical pod's containers an
+/// `oom_score_adj` of -997, which this machine refuses even to root; containerd is told to
+/// clamp it (`restrict_oom_score_adj`), CRI-O has no such setting.
+fn crio_overlay(manifest: &str) -> String {
+    patch(
+        &test_overlay(manifest),
+        "      priorityClassName: system-node-critical\n",
+        "",
+        1,
+    )
+}
+
+/// Every file and directory below `dir`, with the files' bytes.
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let rel = e.path().strip_prefix(dir).unwrap().to_owned();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(e.path());
+                out.insert(rel, None);
+            } else {
+                out.insert(rel, Some(std::fs::read(e.path()).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+/// A pod on the RuntimeClass asking for `limits`, running `command`.
+fn pod(name: &str, limits: &str, env: &str, command: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostNetwork: true\n  \
+         runtimeClassName: devinject\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 0\n  \
+         containers:\n  - name: main\n    image: busybox:1.36\n    command: {command}\n    \
+         env: [{env}]\n    resources: {{limits: {{{limits}}}}}\n"
+    )
+}
+
+#[test]
+fn installed_on_crio_from_the_manifests_it_injects_survives_a_restart_and_uninstalls() {
+    let Some(crio) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let t = tempfile::tempdir().unwrap();
+    let (archive, tag) = image::build(t.path()).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(tag, "devinject:0.1.0", "the manifests' image");
+    let mut c = start(crio, Setup::DaemonSet);
+    let etc = c.node().crio_etc();
+    let before = tree(&etc);
+
+    // The node readied for the manifests: the image in CRI-O's storage, the examples' image
+    // tagged, the node labelled.
+    c.node()
+        .crio_load(&archive)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let podman = c.node().crio_podman().unwrap();
+    let tagged = podman.run(&["tag", BUSYBOX, EXAMPLE_IMAGE]).unwrap();
+    assert!(tagged.status.success(), "podman tag: {tagged:?}");
+    let images = podman
+        .run(&["images", "--format", "{{.Repository}}:{{.Tag}}"])
+        .unwrap();
+    eprintln!(
+        "CRI-O's images:\n{}",
+        String::from_utf8_lossy(&images.stdout)
+    );
+    c.kubectl(&["label", "node", NODE, "devinject.io/enabled=true"])
+        .unwrap();
+
+    // Install, from the CRI-O overlay as `kubectl apply -k deploy/overlays/crio` renders it.
+    let overlay = workspace_path("deploy/overlays/crio").display().to_string();
+    let rendered = c
+        .kubectl(&["kustomize", &overlay])
+        .expect("kubectl kustomize");
+    c.apply(&crio_overlay(&rendered))
+        .expect("kubectl apply -k deploy/overlays/crio");
+    let install = init_output(&c, "app.kubernetes.io/component=node", "install");
+    assert!(
+        install.contains("systemctl restart crio"),
+        "the installer asks for a CRI-O restart:\n{install}"
+    );
+    let installed = tree(&etc);
+    let drop_in = installed
+        .iter()
+        .find_map(|(p, b)| match b {
+            Some(b) if p.parent() == Some(Path::new("crio.conf.d")) => {
+                Some((p.clone(), String::from_utf8_lossy(b).into_owned()))
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("the installer wrote a drop-in: {:?}", installed.keys()));
+    eprintln!("{}:\n{}", drop_in.0.display(), drop_in.1);
+    assert!(
+        drop_in.1.contains("[crio.runtime.runtimes.devinject]")
+            && drop_in.1.contains("/opt/devinject/"),
+        "the drop-in names the devinject handler and its shim: {}",
+        drop_in.1
+    );
+    assert_eq!(
+        installed.get(Path::new("crio.conf")),
+        before.get(Path::new("crio.conf")),
+        "the main configuration is not edited"
+    );
+    c.restart_crio().expect("restart CRI-O");
+    rollout(&c, "devinject");
+    for resource in ["devinject.io/kvm", "devinject.io/tun", "devinject.io/fuse"] {
+        c.wait_allocatable(resource, "1")
+            .unwrap_or_else(|e| panic!("{e:#}"));
+    }
+    show_and_run_examples(&c, Via::RuntimeClass);
+
+    // Asked for tun, sets the kvm request variable itself: refused, naming it.
+    c.apply(&pod(
+        "tun-forging-kvm",
+        "devinject.io/tun: 1",
+        "{name: KVM_VISIBLE_DEVICES, value: all}",
+        "[ls, -l, /dev/kvm]",
+    ))
+    .expect("apply the forger");
+    let refused = c
+        .wait_refusal("tun-forging-kvm")
+        .expect("the forged kvm request is refused");
+    assert!(
+        refused.contains("KVM_VISIBLE_DEVICES") && !refused.contains("TUN_VISIBLE_DEVICES"),
+        "the refusal names the forged variable only: {refused}"
+    );
+    eprintln!("tun-forging-kvm: {refused}");
+    c.kubectl(&["delete", "pod", "tun-forging-kvm", "--wait=false"])
+        .unwrap();
+
+    // CRI-O restarts under a pod that keeps opening its device.
+    c.apply(&pod(
+        "kvm-holder",
+        "devinject.io/kvm: 1",
+        "",
+        "[sh, -c, 'while true; do if head -c 0 /dev/kvm; then echo kvm-open-ok; \
+         else echo kvm-open-failed; fi; sleep 0.5; done']",
+    ))
+    .expect("apply the holder");
+    c.wait_pod("kvm-holder", "running", |p| {
+        (p["status"]["phase"] == "Running").then_some(())
+    })
+    .expect("the holder runs");
+    let pid = c.node().crio_pid();
+    c.restart_crio().expect("restart CRI-O");
+    assert_ne!(c.node().crio_pid(), pid, "CRI-O restarted");
+    let lines = c
+        .container_log("kvm-holder", "main")
+        .unwrap_or_default()
+        .lines()
+        .count();
+    poll("new lines from the holder", SLOW, || {
+        Ok((c
+            .container_log("kvm-holder", "main")
+            .unwrap_or_default()
+            .lines()
+            .count()
+            > lines + 2)
+            .then_some(()))
+    })
+    .unwrap();
+    let seen = c.container_log("kvm-holder", "main").unwrap_or_default();
+    assert!(
+        !seen.contains("kvm-open-failed") && seen.lines().last() == Some("kvm-open-ok"),
+        "the running pod kept its device through CRI-O's restart:\n{seen}"
+    );
+    let phase = c.pod("kvm-holder").unwrap()["status"]["phase"].clone();
+    assert_eq!(phase, "Running", "the holder still runs");
+    eprintln!(
+        "kvm-holder: {} opens of /dev/kvm, all ok, across a CRI-O restart",
+        seen.lines().count()
+    );
+    // After the restart a new pod is granted (tun: the holder has the node's only kvm).
+    run_example(
+        &c,
+        "tun",
+        "/dev/net/tun",
+        "10, 200",
+        "devinject-example-tun-after-restart",
+        Via::RuntimeClass,
+    );
+    // Gone before the uninstall, which otherwise leaves the shim to the holder's conmon. With
+    // no grace period the API object goes at once: the container is waited for on the node.
+    let holder = c.pod("kvm-holder").unwrap()["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
+        .and_then(|id| id.strip_prefix("cri-o://"))
+        .expect("the holder's container id")
+        .to_owned();
+    c.kubectl(&["delete", "pod", "kvm-holder"]).unwrap();
+    let socket = c.node().cri_socket().unwrap();
+    poll("the holder's container to stop", SLOW, || {
+        let status = Cri::connect(&socket)?.container_status(&holder);
+        Ok(status
+            .map_or(true, |s| s.state != ContainerState::ContainerRunning as i32)
+            .then_some(()))
+    })
+    .unwrap();
+
+    // Uninstall, as docs/uninstall.md says: the install's overlay, and the engine and image as
+    // for the install (`--runtime=crio`, the node's /etc/crio in place of /etc/containerd, the
+    // image's local name).
+    c.kubectl(&["-n", NS, "delete", "ds/devinject"]).unwrap();
+    let uninstall = crio_overlay(&workspace_file("deploy/uninstall/daemonset.yaml"));
+    let uninstall = patch(&uninstall, "--runtime=containerd", "--runtime=crio", 1);
+    let uninstall = patch(
+        &uninstall,
+        "mountPath: /host/etc/containerd",
+        "mountPath: /host/etc/crio",
+        1,
+    );
+    let uninstall = patch(
+        &uninstall,
+        "path: /etc/containerd\n",
+        "path: /etc/crio\n",
+        1,
+    );
+    let uninstall = patch(
+        &uninstall,
+        "image: devinject:0.1.0\n",
+        "image: localhost/devinject:0.1.0\n",
+        2,
+    );
+    c.apply(&uninstall).expect("apply the uninstall DaemonSet");
+    let removed = init_output(&c, "app.kubernetes.io/component=uninstall", "uninstall");
+    eprintln!("uninstall:\n{removed}");
+    assert!(
+        removed.contains("systemctl restart crio"),
+        "the uninstaller asks for a CRI-O restart:\n{removed}"
+    );
+    rollout(&c, "devinject-uninstall");
+    c.restart_crio().expect("restart CRI-O");
+    assert!(
+        tree(&etc) == before,
+        "/etc/crio is byte-identical to before the install: {:?}",
+        tree(&etc).keys().collect::<Vec<_>>()
+    );
+    assert_files_gone(&c);
+}
+
+/// `cdi-cri` on CRI-O: the plugin's `cdi_devices` reach CRI-O through the kubelet, and CRI-O's
+/// CDI (on by default) injects exactly the allocated devices into a pod on plain runc.
+#[test]
+fn with_cdi_devices_in_the_allocate_answer_crio_injects_exactly_the_allocated_devices() {
+    let Some(crio) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let c = start(
+        crio,
+        Setup::Cdi {
+            containerd: PathBuf::new(),
+            allocate_mode: CDI_CRI_ALLOCATE_MODE,
+        },
+    );
+    let etc = c.node().crio_etc();
+    let config = std::fs::read_to_string(etc.join("crio.conf")).unwrap();
+    assert!(
+        [
+            "runtimes.devinject",
+            "devinject-hook",
+            "devinject-runtime",
+            "/opt/devinject"
+        ]
+        .iter()
+        .all(|s| !config.contains(s))
+            && tree(&etc.join("crio.conf.d")).is_empty(),
+        "nothing of devinject's in CRI-O's configuration: {config}"
+    );
+    let command = serde_json::to_string(&demo_probe_args()).unwrap();
+    c.apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: cdi\nspec:\n  hostNetwork: true\n  \
+         restartPolicy: Never\n  automountServiceAccountToken: false\n  \
+         terminationGracePeriodSeconds: 0\n  containers:\n  - name: main\n    image: {BUSYBOX}\n    \
+         imagePullPolicy: Never\n    command: {command}\n    \
+         resources: {{limits: {{devinject.io/demo: 2}}}}\n"
+    ))
+    .expect("create pod");
+    let phase = c.wait_pod_done("cdi").expect("pod finishes");
+    let out = c.container_log("cdi", "main").unwrap_or_default();
+    assert_eq!(phase, "Succeeded", "{out}\n{}", c.logs());
+    let uid = c.pod("cdi").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ids = c.allocated(&uid, "main", "devinject.io/demo").unwrap();
+    assert_eq!(ids.len(), 2, "the kubelet allocated two devices: {ids:?}");
+    let status = c.cri_container_status("cdi", "main").unwrap();
+    assert!(
+        !status
+            .annotations
+            .keys()
+            .any(|k| k.starts_with("cdi.k8s.io/")),
+        "no CDI annotation: {:?}",
+        status.annotations
+    );
+    assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+}
