@@ -10,7 +10,8 @@
 //! - [`options`]: what to install where ([`options::Layout`], [`options::InstallOptions`]).
 //! - [`host`]: host paths versus the paths this process opens.
 //! - [`detect`]: which engine the node runs (containerd, CRI-O, docker; k3s/RKE2 containerd).
-//! - [`host_config`]: the hook's `config.toml`, checked with the hook's own parser.
+//! - [`host_config`]: the hook's and shim's `config.toml`, checked with the strict parser they
+//!   read it with before it is written.
 //! - [`k3s`]: the containerd template that survives k3s/RKE2 regenerating `config.toml`.
 //! - [`activate`]: restart/reload through systemd in the host's namespaces, or by signal,
 //!   behind the [`activate::HostControl`] trait (with a recording fake).
