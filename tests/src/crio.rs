@@ -183,7 +183,7 @@ impl CrioNode {
             for d in ["nri-plugins", "nri-conf"] {
                 std::fs::create_dir_all(root.join(d))?;
             }
-            text += &crio_nri_settings(&root);
+            text += &crio_nri_settings(&root, &nri_socket(&root));
         } else {
             text += "\n[crio.nri]\nenable_nri = false\n";
         }
@@ -282,17 +282,17 @@ fn nri_socket(root: &Path) -> PathBuf {
     root.join("nri.sock")
 }
 
-/// `[crio.nri]` on, everything below `root`: the socket externally started plugins connect to,
-/// the directories of pre-installed plugins and their configuration (empty), and the
-/// timeouts at CRI-O's defaults.
-fn crio_nri_settings(root: &Path) -> String {
+/// `[crio.nri]` on: `socket`, which externally started plugins connect to, the directories of
+/// pre-installed plugins and their configuration (empty) below `root`, and the timeouts at
+/// CRI-O's defaults.
+pub(crate) fn crio_nri_settings(root: &Path, socket: &Path) -> String {
     format!(
         "\n[crio.nri]\nenable_nri = true\nnri_listen = \"{socket}\"\n\
          nri_plugin_dir = \"{d}/nri-plugins\"\nnri_plugin_config_dir = \"{d}/nri-conf\"\n\
          nri_disable_connections = false\n\
          nri_plugin_registration_timeout = \"{NRI_REGISTRATION_TIMEOUT}\"\n\
          nri_plugin_request_timeout = \"{NRI_REQUEST_TIMEOUT}\"\n",
-        socket = nri_socket(root).display(),
+        socket = socket.display(),
         d = root.display(),
     )
 }

@@ -15,6 +15,10 @@
 //! 6. the uninstall of docs/uninstall.md (with the CRI-O edits it names) restores `/etc/crio`
 //!    byte for byte and leaves no file of devinject on the node.
 //!
+//! NRI as CRI-O 1.36 has it on by default: the NRI manifests install `devinject-nri` with no
+//! edit of CRI-O's configuration and no restart; the examples run on the default runtime, a
+//! forgery is refused at creation, and the uninstall leaves `/etc/crio` and CRI-O as they were.
+//!
 //! And CDI as CRI-O has it on by default: the device plugin in `cdi-cri` mode names the devices
 //! in its Allocate answer's `cdi_devices`, the kubelet passes them in CreateContainer, and CRI-O
 //! injects them from the specs `devinject-ctl cdi generate` wrote, with nothing of devinject's
@@ -27,9 +31,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use devinject_nri::session::REGISTERED;
 use devinject_tests::cluster::install::{
-    assert_files_gone, init_output, patch, rollout, run_example, show_and_run_examples,
-    test_overlay, workspace_file, workspace_path, Via, EXAMPLE_IMAGE, NS,
+    assert_files_gone, host_network, init_output, patch, pods, rollout, run_example,
+    show_and_run_examples, test_overlay, workspace_file, workspace_path, Via, EXAMPLE_IMAGE, NS,
 };
 use devinject_tests::cluster::{image, Cluster, Setup, Shape, CDI_CRI_ALLOCATE_MODE, NODE, SLOW};
 use devinject_tests::cri::Cri;
@@ -63,7 +68,6 @@ fn start(crio: PathBuf, setup: Setup) -> Cluster {
     let nodes = c
         .kubectl(&["get", "nodes", "-o", "wide"])
         .unwrap_or_default();
-    eprintln!("$ kubectl get nodes -o wide\n{nodes}");
     assert!(
         nodes.contains("cri-o://1.36"),
         "the node runs CRI-O: {nodes}"
@@ -76,12 +80,48 @@ fn start(crio: PathBuf, setup: Setup) -> Cluster {
 /// `oom_score_adj` of -997, which this machine refuses even to root; containerd is told to
 /// clamp it (`restrict_oom_score_adj`), CRI-O has no such setting.
 fn crio_overlay(manifest: &str) -> String {
+    no_critical_priority(&test_overlay(manifest))
+}
+
+/// `manifest` without its `system-node-critical` priority (see [`crio_overlay`]).
+fn no_critical_priority(manifest: &str) -> String {
     patch(
-        &test_overlay(manifest),
+        manifest,
         "      priorityClassName: system-node-critical\n",
         "",
         1,
     )
+}
+
+/// `manifest`'s `times` images named as `podman load` names them on a CRI-O node (see
+/// deploy/overlays/crio).
+fn local_image(manifest: &str, times: usize) -> String {
+    patch(
+        manifest,
+        "image: devinject:0.1.0\n",
+        "image: localhost/devinject:0.1.0\n",
+        times,
+    )
+}
+
+/// Readies the node for the manifests: the image archive in CRI-O's storage, the examples'
+/// image tagged, the node labelled.
+fn prepare_crio_node(c: &Cluster, archive: &Path) {
+    c.node()
+        .crio_load(archive)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let podman = c.node().crio_podman().unwrap();
+    let tagged = podman.run(&["tag", BUSYBOX, EXAMPLE_IMAGE]).unwrap();
+    assert!(tagged.status.success(), "podman tag: {tagged:?}");
+    let images = podman
+        .run(&["images", "--format", "{{.Repository}}:{{.Tag}}"])
+        .unwrap();
+    eprintln!(
+        "CRI-O's images:\n{}",
+        String::from_utf8_lossy(&images.stdout)
+    );
+    c.kubectl(&["label", "node", NODE, "devinject.io/enabled=true"])
+        .unwrap();
 }
 
 /// Every file and directory below `dir`, with the files' bytes.
@@ -125,23 +165,7 @@ fn installed_on_crio_from_the_manifests_it_injects_survives_a_restart_and_uninst
     let etc = c.node().crio_etc();
     let before = tree(&etc);
 
-    // The node readied for the manifests: the image in CRI-O's storage, the examples' image
-    // tagged, the node labelled.
-    c.node()
-        .crio_load(&archive)
-        .unwrap_or_else(|e| panic!("{e:#}"));
-    let podman = c.node().crio_podman().unwrap();
-    let tagged = podman.run(&["tag", BUSYBOX, EXAMPLE_IMAGE]).unwrap();
-    assert!(tagged.status.success(), "podman tag: {tagged:?}");
-    let images = podman
-        .run(&["images", "--format", "{{.Repository}}:{{.Tag}}"])
-        .unwrap();
-    eprintln!(
-        "CRI-O's images:\n{}",
-        String::from_utf8_lossy(&images.stdout)
-    );
-    c.kubectl(&["label", "node", NODE, "devinject.io/enabled=true"])
-        .unwrap();
+    prepare_crio_node(&c, &archive);
 
     // Install, from the CRI-O overlay as `kubectl apply -k deploy/overlays/crio` renders it.
     let overlay = workspace_path("deploy/overlays/crio").display().to_string();
@@ -290,12 +314,7 @@ fn installed_on_crio_from_the_manifests_it_injects_survives_a_restart_and_uninst
         "path: /etc/crio\n",
         1,
     );
-    let uninstall = patch(
-        &uninstall,
-        "image: devinject:0.1.0\n",
-        "image: localhost/devinject:0.1.0\n",
-        2,
-    );
+    let uninstall = local_image(&uninstall, 2);
     c.apply(&uninstall).expect("apply the uninstall DaemonSet");
     let removed = init_output(&c, "app.kubernetes.io/component=uninstall", "uninstall");
     eprintln!("uninstall:\n{removed}");
@@ -370,4 +389,102 @@ fn with_cdi_devices_in_the_allocate_answer_crio_injects_exactly_the_allocated_de
         status.annotations
     );
     assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+}
+
+/// A pod on the default runtime that sets `KVM_VISIBLE_DEVICES=all` itself, asking the
+/// scheduler for nothing, and says whether it sees `/dev/kvm`.
+fn kvm_forger(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostNetwork: true\n  \
+         restartPolicy: Never\n  terminationGracePeriodSeconds: 0\n  containers:\n  - name: main\n    \
+         image: busybox:1.36\n    command: [sh, -c, 'if [ -e /dev/kvm ]; then echo kvm-present; \
+         else echo kvm-absent; fi']\n    env: [{{name: KVM_VISIBLE_DEVICES, value: all}}]\n"
+    )
+}
+
+/// NRI as CRI-O 1.36 has it by default (`enable_nri`, the default socket): the NRI manifests
+/// install the plugin with no CRI-O edit and no restart, the examples run on the default
+/// runtime, a forgery is refused at creation, and the uninstall leaves `/etc/crio` and CRI-O's
+/// process as they were.
+#[test]
+fn installed_through_nri_on_crio_with_no_edit_nor_restart_it_serves_the_examples_and_uninstalls() {
+    let Some(crio) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let t = tempfile::tempdir().unwrap();
+    let (archive, _) = image::build(t.path()).unwrap_or_else(|e| panic!("{e:#}"));
+    let c = start(
+        crio,
+        Setup::DaemonSetNri {
+            containerd: PathBuf::new(),
+        },
+    );
+    let etc = c.node().crio_etc();
+    let before = tree(&etc);
+    let pid = c.node().crio_pid().expect("CRI-O runs");
+    let untouched = |when: &str| {
+        assert_eq!(
+            c.node().crio_pid(),
+            Some(pid),
+            "CRI-O not restarted ({when})"
+        );
+        assert!(tree(&etc) == before, "/etc/crio as before ({when})");
+    };
+    prepare_crio_node(&c, &archive);
+
+    let manifest = host_network(&no_critical_priority(&local_image(
+        &workspace_file("deploy/devinject-nri.yaml"),
+        3,
+    )));
+    c.apply(&manifest)
+        .expect("kubectl apply -f deploy/devinject-nri.yaml");
+    let install = init_output(&c, "app.kubernetes.io/component=node", "install");
+    assert!(
+        !install.contains("ACTION NEEDED") && !install.contains("crio.conf.d"),
+        "the installer configured no engine and asks for nothing:\n{install}"
+    );
+    rollout(&c, "devinject");
+    for resource in ["devinject.io/kvm", "devinject.io/tun", "devinject.io/fuse"] {
+        c.wait_allocatable(resource, "1")
+            .unwrap_or_else(|e| panic!("{e:#}"));
+    }
+    let mut nri_log = String::new();
+    poll("devinject-nri to register with CRI-O", SLOW, || {
+        if let Some(pod) = pods(&c, NS, "app.kubernetes.io/component=node").first() {
+            nri_log = c.pod_log(pod, "nri").unwrap_or_default();
+        }
+        Ok(nri_log.contains(REGISTERED).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n--- nri\n{nri_log}\n{}", c.logs()));
+    untouched("after the install");
+    show_and_run_examples(&c, Via::Nri);
+    c.apply(&kvm_forger("kvm-forger"))
+        .expect("apply the forger");
+    let refused = c.wait_refusal("kvm-forger").expect("the forger is refused");
+    assert!(refused.contains("KVM_VISIBLE_DEVICES"), "{refused}");
+    eprintln!("kvm-forger: {refused}");
+    c.kubectl(&["delete", "pod", "kvm-forger", "--wait=false"])
+        .unwrap();
+
+    c.kubectl(&["-n", NS, "delete", "ds/devinject"]).unwrap();
+    poll("the DaemonSet's pods to go", SLOW, || {
+        Ok(pods(&c, NS, "app.kubernetes.io/component=node")
+            .is_empty()
+            .then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    let uninstall = host_network(&no_critical_priority(&local_image(
+        &workspace_file("deploy/uninstall/daemonset.yaml"),
+        2,
+    )));
+    c.apply(&uninstall).expect("apply the uninstall DaemonSet");
+    let removed = init_output(&c, "app.kubernetes.io/component=uninstall", "uninstall");
+    assert!(
+        !removed.contains("ACTION NEEDED") && !removed.contains("unconfigure-"),
+        "the uninstaller touched no engine:\n{removed}"
+    );
+    rollout(&c, "devinject-uninstall");
+    assert_files_gone(&c);
+    untouched("after the uninstall");
 }

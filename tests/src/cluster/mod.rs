@@ -258,6 +258,11 @@ impl Cluster {
         };
         c.start_control_plane(shape.scheduler_config.as_deref())?;
         c.start_nodes(&setup, shape)?;
+        // The nodes as a user sees them, their runtime and its version included.
+        println!(
+            "$ kubectl get nodes -o wide\n{}",
+            c.kubectl(&["get", "nodes", "-o", "wide"])?
+        );
         Ok(c)
     }
 

@@ -164,7 +164,7 @@ impl Node {
                 "a CRI-O node needs today's Kubernetes release"
             );
             self.write_crio_config(setup, &bin)?;
-            self.start_namespace(false)?;
+            self.start_namespace(matches!(setup, Setup::DaemonSetNri { .. }))?;
             self.make_cgroup_root()?;
             self.crio = Some(self.start_crio(&bin)?);
             return self.start_kubelet(kubernetes, kubeconfig, &self.crio_socket());

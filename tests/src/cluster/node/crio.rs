@@ -9,8 +9,9 @@
 //! (and an empty `--registries-conf-dir`: the machine's files are not read).
 //!
 //! Set up as users set up CRI-O: [`Setup::DaemonSet`] (nothing of devinject's; the manifests'
-//! CRI-O overlay installs it) or [`Setup::Cdi`] (CRI-O's CDI, on by default, reading the specs
-//! `devinject-ctl cdi generate` wrote).
+//! CRI-O overlay installs it), [`Setup::DaemonSetNri`] (NRI on its default socket, as CRI-O
+//! 1.36 has it by default; the NRI manifests install the plugin) or [`Setup::Cdi`] (CRI-O's
+//! CDI, on by default, reading the specs `devinject-ctl cdi generate` wrote).
 
 use std::path::{Path, PathBuf};
 
@@ -18,10 +19,10 @@ use anyhow::{bail, Context, Result};
 
 use super::{set_allocate_mode, Node};
 use crate::bins;
-use crate::cluster::Setup;
+use crate::cluster::{Setup, NRI_SOCKET};
 use crate::cri::Cri;
 use crate::cri_node::cdi_generate;
-use crate::crio::{crio_config, load_image, load_test_images, write_root_files};
+use crate::crio::{crio_config, crio_nri_settings, load_image, load_test_images, write_root_files};
 use crate::daemons::{run_ok, Daemon};
 use crate::podman::Podman;
 use crate::skip::which;
@@ -66,13 +67,13 @@ impl Node {
             std::fs::create_dir_all(dir).with_context(|| format!("mkdir {}", dir.display()))?;
         }
         match setup {
-            Setup::DaemonSet => {}
+            Setup::DaemonSet | Setup::DaemonSetNri { .. } => {}
             Setup::Cdi { allocate_mode, .. } => {
                 set_allocate_mode(&self.host.profiles_dir.join("demo.toml"), allocate_mode)?;
                 cdi_generate(&self.host, &specs)?;
             }
             other => {
-                bail!("a CRI-O node of the cluster tier runs the DaemonSet or CDI, not {other:?}")
+                bail!("a CRI-O node of the cluster tier runs the DaemonSets or CDI, not {other:?}")
             }
         }
         write_root_files(&root)?;
@@ -93,8 +94,16 @@ impl Node {
         )?;
         std::fs::set_permissions(&runc, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
         let conmon = which("conmon").context("conmon")?;
-        let text = crio_config(&root, bin, &runc, &conmon, &hooks, &specs)
-            + "\n[crio.nri]\nenable_nri = false\n";
+        let mut text = crio_config(&root, bin, &runc, &conmon, &hooks, &specs);
+        text += &match setup {
+            Setup::DaemonSetNri { .. } => {
+                for d in ["nri-plugins", "nri-conf"] {
+                    std::fs::create_dir_all(root.join(d))?;
+                }
+                crio_nri_settings(&root, Path::new(NRI_SOCKET))
+            }
+            _ => "\n[crio.nri]\nenable_nri = false\n".to_owned(),
+        };
         let config = self.crio_etc().join("crio.conf");
         std::fs::write(&config, text).with_context(|| format!("write {}", config.display()))?;
         load_test_images(&root, &hooks)
