@@ -1,6 +1,6 @@
-//! One node of the test cluster: its private mount namespace, containerd (or CRI-O, [`crio`]),
-//! kubelet, device plugin (and `devinject-nri` with [`Setup::Nri`]) and simulated devices, all
-//! under its own directory.
+//! One node of the test cluster: its private mount namespace, containerd (or CRI-O, in
+//! `node/crio.rs`), kubelet, device plugin (and `devinject-nri` with [`Setup::Nri`]) and simulated
+//! devices, all under its own directory.
 //!
 //! Nodes share the machine, so everything a kubelet would take for itself is made per node: the
 //! mount namespace gives each its own `/var/lib/kubelet` (and so its own constant
