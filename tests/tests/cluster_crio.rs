@@ -19,6 +19,11 @@
 //! edit of CRI-O's configuration and no restart; the examples run on the default runtime, a
 //! forgery is refused at creation, and the uninstall leaves `/etc/crio` and CRI-O as they were.
 //!
+//! The hook through hooks.d (`deploy/overlays/crio-hook`, `--mode=hook`): the installer writes
+//! the hook file and a drop-in adding its directory to CRI-O's `hooks_dir`; after the restart
+//! the examples run on the default runtime, a forgery is refused, and the uninstall restores
+//! `/etc/crio` and `/etc/containers/oci/hooks.d` byte for byte.
+//!
 //! And CDI as CRI-O has it on by default: the device plugin in `cdi-cri` mode names the devices
 //! in its Allocate answer's `cdi_devices`, the kubelet passes them in CreateContainer, and CRI-O
 //! injects them from the specs `devinject-ctl cdi generate` wrote, with nothing of devinject's
@@ -122,6 +127,27 @@ fn prepare_crio_node(c: &Cluster, archive: &Path) {
     );
     c.kubectl(&["label", "node", NODE, "devinject.io/enabled=true"])
         .unwrap();
+}
+
+/// The uninstall DaemonSet as docs/uninstall.md has it edited for CRI-O: the engine and image
+/// as for the install (`--runtime=crio`, the node's `/etc/crio` in place of `/etc/containerd`,
+/// the image's local name), with [`crio_overlay`]'s test edits.
+fn crio_uninstall() -> String {
+    let uninstall = crio_overlay(&workspace_file("deploy/uninstall/daemonset.yaml"));
+    let uninstall = patch(&uninstall, "--runtime=containerd", "--runtime=crio", 1);
+    let uninstall = patch(
+        &uninstall,
+        "mountPath: /host/etc/containerd",
+        "mountPath: /host/etc/crio",
+        1,
+    );
+    let uninstall = patch(
+        &uninstall,
+        "path: /etc/containerd\n",
+        "path: /etc/crio\n",
+        1,
+    );
+    local_image(&uninstall, 2)
 }
 
 /// Every file and directory below `dir`, with the files' bytes.
@@ -300,22 +326,8 @@ fn installed_on_crio_from_the_manifests_it_injects_survives_a_restart_and_uninst
     // for the install (`--runtime=crio`, the node's /etc/crio in place of /etc/containerd, the
     // image's local name).
     c.kubectl(&["-n", NS, "delete", "ds/devinject"]).unwrap();
-    let uninstall = crio_overlay(&workspace_file("deploy/uninstall/daemonset.yaml"));
-    let uninstall = patch(&uninstall, "--runtime=containerd", "--runtime=crio", 1);
-    let uninstall = patch(
-        &uninstall,
-        "mountPath: /host/etc/containerd",
-        "mountPath: /host/etc/crio",
-        1,
-    );
-    let uninstall = patch(
-        &uninstall,
-        "path: /etc/containerd\n",
-        "path: /etc/crio\n",
-        1,
-    );
-    let uninstall = local_image(&uninstall, 2);
-    c.apply(&uninstall).expect("apply the uninstall DaemonSet");
+    c.apply(&crio_uninstall())
+        .expect("apply the uninstall DaemonSet");
     let removed = init_output(&c, "app.kubernetes.io/component=uninstall", "uninstall");
     eprintln!("uninstall:\n{removed}");
     assert!(
@@ -458,7 +470,7 @@ fn installed_through_nri_on_crio_with_no_edit_nor_restart_it_serves_the_examples
     })
     .unwrap_or_else(|e| panic!("{e:#}\n--- nri\n{nri_log}\n{}", c.logs()));
     untouched("after the install");
-    show_and_run_examples(&c, Via::Nri);
+    show_and_run_examples(&c, Via::DefaultRuntime);
     c.apply(&kvm_forger("kvm-forger"))
         .expect("apply the forger");
     let refused = c.wait_refusal("kvm-forger").expect("the forger is refused");
@@ -487,4 +499,112 @@ fn installed_through_nri_on_crio_with_no_edit_nor_restart_it_serves_the_examples
     rollout(&c, "devinject-uninstall");
     assert_files_gone(&c);
     untouched("after the uninstall");
+}
+
+/// The hook through hooks.d, as CRI-O users who want an OCI hook rather than a runtime handler
+/// configure it (`deploy/overlays/crio-hook`): the installer writes the hook file into the
+/// node's `/etc/containers/oci/hooks.d` and a drop-in adding that directory to CRI-O's
+/// `hooks_dir`; after the CRI-O restart it asks for, the examples run on the default runtime
+/// (there is no RuntimeClass) and see their devices through the hook, a forged request is
+/// refused, and the uninstall (with the hooks directory mounted, as docs/uninstall.md says)
+/// restores `/etc/crio` and `/etc/containers/oci/hooks.d` byte for byte.
+#[test]
+fn installed_as_a_hooksd_hook_on_crio_it_serves_the_examples_refuses_a_forgery_and_uninstalls() {
+    let Some(crio) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let t = tempfile::tempdir().unwrap();
+    let (archive, _) = image::build(t.path()).unwrap_or_else(|e| panic!("{e:#}"));
+    let mut c = start(crio, Setup::DaemonSet);
+    let etc = c.node().crio_etc();
+    let hooks = c.node().oci_hooks_etc();
+    let before = (tree(&etc), tree(&hooks));
+    prepare_crio_node(&c, &archive);
+
+    let overlay = workspace_path("deploy/overlays/crio-hook")
+        .display()
+        .to_string();
+    let rendered = c
+        .kubectl(&["kustomize", &overlay])
+        .expect("kubectl kustomize");
+    assert!(
+        !rendered.contains("kind: RuntimeClass"),
+        "the hook overlay ships no RuntimeClass:\n{rendered}"
+    );
+    c.apply(&crio_overlay(&rendered))
+        .expect("kubectl apply -k deploy/overlays/crio-hook");
+    let install = init_output(&c, "app.kubernetes.io/component=node", "install");
+    assert!(
+        install.contains("systemctl restart crio"),
+        "the installer asks for a CRI-O restart (for `hooks_dir`):\n{install}"
+    );
+    let hook_file = std::fs::read_to_string(hooks.join("devinject.json"))
+        .unwrap_or_else(|e| panic!("the installer wrote the hook file: {e}\n{install}"));
+    eprintln!("/etc/containers/oci/hooks.d/devinject.json:\n{hook_file}");
+    assert!(
+        hook_file.contains("/opt/devinject/") && hook_file.contains("createRuntime"),
+        "the hook file runs the installed hook at createRuntime: {hook_file}"
+    );
+    let drop_in = std::fs::read_to_string(etc.join("crio.conf.d/99-devinject.conf"))
+        .unwrap_or_else(|e| panic!("the installer wrote CRI-O's drop-in: {e}\n{install}"));
+    eprintln!("crio.conf.d/99-devinject.conf:\n{drop_in}");
+    assert!(
+        drop_in.contains("hooks_dir") && drop_in.contains("/etc/containers/oci/hooks.d"),
+        "the drop-in adds the hooks directory to CRI-O's hooks_dir: {drop_in}"
+    );
+    assert!(
+        !drop_in.contains("runtimes.devinject"),
+        "hook mode adds no runtime handler: {drop_in}"
+    );
+    c.restart_crio().expect("restart CRI-O");
+    rollout(&c, "devinject");
+    for resource in ["devinject.io/kvm", "devinject.io/tun", "devinject.io/fuse"] {
+        c.wait_allocatable(resource, "1")
+            .unwrap_or_else(|e| panic!("{e:#}"));
+    }
+    show_and_run_examples(&c, Via::DefaultRuntime);
+    c.apply(&kvm_forger("kvm-forger"))
+        .expect("apply the forger");
+    let refused = c.wait_refusal("kvm-forger").expect("the forger is refused");
+    assert!(refused.contains("KVM_VISIBLE_DEVICES"), "{refused}");
+    eprintln!("kvm-forger: {refused}");
+    c.kubectl(&["delete", "pod", "kvm-forger", "--wait=false"])
+        .unwrap();
+
+    c.kubectl(&["-n", NS, "delete", "ds/devinject"]).unwrap();
+    let uninstall = patch(
+        &crio_uninstall(),
+        "          volumeMounts:\n",
+        "          volumeMounts:\n            - name: host-oci-hooks\n              \
+         mountPath: /host/etc/containers/oci/hooks.d\n",
+        1,
+    );
+    let uninstall = patch(
+        &uninstall,
+        "      volumes:\n",
+        "      volumes:\n        - name: host-oci-hooks\n          hostPath:\n            \
+         path: /etc/containers/oci/hooks.d\n            type: DirectoryOrCreate\n",
+        1,
+    );
+    c.apply(&uninstall).expect("apply the uninstall DaemonSet");
+    let removed = init_output(&c, "app.kubernetes.io/component=uninstall", "uninstall");
+    eprintln!("uninstall:\n{removed}");
+    assert!(
+        removed.contains("systemctl restart crio"),
+        "the uninstaller asks for a CRI-O restart:\n{removed}"
+    );
+    rollout(&c, "devinject-uninstall");
+    c.restart_crio().expect("restart CRI-O");
+    assert!(
+        tree(&etc) == before.0,
+        "/etc/crio is byte-identical to before the install: {:?}",
+        tree(&etc).keys().collect::<Vec<_>>()
+    );
+    assert!(
+        tree(&hooks) == before.1,
+        "/etc/containers/oci/hooks.d is as before the install: {:?}",
+        tree(&hooks).keys().collect::<Vec<_>>()
+    );
+    assert_files_gone(&c);
 }

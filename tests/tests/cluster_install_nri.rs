@@ -137,7 +137,7 @@ fn installed_through_nri_with_no_engine_edit_nor_restart_it_serves_the_examples_
     );
     untouched(&c, pid, &before, "after the rollout");
     // The examples, without their runtimeClassName, on the host network.
-    show_and_run_examples(&c, Via::Nri);
+    show_and_run_examples(&c, Via::DefaultRuntime);
     // Asked for none, sets the request variable itself: refused at creation.
     c.apply(&kvm_forger("kvm-forger"))
         .expect("apply the forger");

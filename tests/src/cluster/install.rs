@@ -171,8 +171,9 @@ pub fn files_in(c: &Cluster, dir: &str) -> Vec<String> {
 pub enum Via {
     /// As shipped: `runtimeClassName: devinject`, the runtime shim.
     RuntimeClass,
-    /// The default runtime, adjusted by `devinject-nri`: the `runtimeClassName` line goes.
-    Nri,
+    /// The default runtime, adjusted by `devinject-nri` or run with the hook through hooks.d:
+    /// the `runtimeClassName` line goes.
+    DefaultRuntime,
 }
 
 /// The shipped examples of real host devices: name, node, `ls -l`'s numbers.
@@ -210,7 +211,7 @@ pub fn run_example(c: &Cluster, name: &str, node: &str, rdev: &str, pod: &str, v
     let yaml = workspace_file(&format!("deploy/examples/{name}.yaml"));
     let runtime_class = match via {
         Via::RuntimeClass => "  runtimeClassName: devinject\n",
-        Via::Nri => "",
+        Via::DefaultRuntime => "",
     };
     let yaml = patch(
         &yaml,
@@ -233,7 +234,7 @@ pub fn run_example(c: &Cluster, name: &str, node: &str, rdev: &str, pod: &str, v
         out.starts_with('c') && out.contains(rdev) && out.trim_end().ends_with(node),
         "{pod} sees its device: {out}"
     );
-    if via == Via::Nri {
+    if via == Via::DefaultRuntime {
         assert!(
             c.pod(pod).expect("pod")["spec"]["runtimeClassName"].is_null(),
             "{pod} ran on the default runtime"

@@ -458,12 +458,17 @@ impl Cluster {
     }
 
     /// Makes the host directories the node namespaces mount over ([`node::host_mount_points`])
-    /// where they are missing, and remembers them for the teardown.
+    /// where they are missing, with their missing parents, and remembers each directory it
+    /// made for the teardown (which removes them deepest first).
     fn make_mount_points(&mut self, nri: bool) -> Result<()> {
         for dir in node::host_mount_points(nri) {
-            if !Path::new(dir).exists() {
-                std::fs::create_dir_all(dir).with_context(|| format!("mkdir {dir}"))?;
-                self.mount_points.push(PathBuf::from(dir));
+            let missing: Vec<&Path> = Path::new(dir)
+                .ancestors()
+                .take_while(|d| !d.exists())
+                .collect();
+            for d in missing.into_iter().rev() {
+                std::fs::create_dir(d).with_context(|| format!("mkdir {}", d.display()))?;
+                self.mount_points.push(d.to_owned());
             }
         }
         Ok(())
@@ -829,7 +834,7 @@ impl Cluster {
         for node in &mut self.nodes {
             node.remove_cgroups();
         }
-        for dir in self.mount_points.drain(..) {
+        for dir in self.mount_points.drain(..).rev() {
             let _ = std::fs::remove_dir(dir);
         }
     }

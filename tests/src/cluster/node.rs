@@ -4,8 +4,8 @@
 //!
 //! Nodes share the machine, so everything a kubelet would take for itself is made per node: the
 //! mount namespace gives each its own `/var/lib/kubelet` (and so its own constant
-//! `device-plugins` directory), `/var/log/pods`, `/etc/containerd`, `/etc/crio`, `/etc/devinject`
-//! and `/opt`;
+//! `device-plugins` directory), `/var/log/pods`, `/etc/containerd`, `/etc/crio`,
+//! `/etc/containers/oci/hooks.d`, `/etc/devinject` and `/opt`;
 //! each kubelet has its own ports, node name and `cgroupRoot` (`/<node name>`, on every cgroup
 //! hierarchy), so that the kubelets' `kubepods` trees never meet; each containerd has its own
 //! root, state and socket.
@@ -29,6 +29,9 @@ use crate::sim::{demo_host, SimHost, ACCELS};
 
 mod crio;
 
+/// The administrator's hooks.d directory, which CRI-O reads when its `hooks_dir` names it.
+pub const OCI_HOOKS_DIR: &str = "/etc/containers/oci/hooks.d";
+
 /// The directories of the host that every node's namespace covers with its own (the cluster
 /// makes them on the host where they are missing). With `nri`, `/run/nri` too.
 pub(super) fn host_mount_points(nri: bool) -> Vec<&'static str> {
@@ -36,6 +39,7 @@ pub(super) fn host_mount_points(nri: bool) -> Vec<&'static str> {
         "/var/lib/kubelet",
         "/etc/containerd",
         "/etc/crio",
+        OCI_HOOKS_DIR,
         "/etc/devinject",
         "/var/log/pods",
         "/var/log/containers",
@@ -370,8 +374,8 @@ impl Node {
 
     /// The namespace the node runs in: a private mount namespace, held open by a sleeping
     /// process, where `/var/lib/kubelet` is a fresh tmpfs and `/opt`, `/etc/containerd`,
-    /// `/etc/devinject`, `/var/log/pods` and `/var/log/containers` are the node's own
-    /// directories: what the node writes there (the installer included) stays in the test, and
+    /// `/etc/crio`, `/etc/containers/oci/hooks.d`, `/etc/devinject`, `/var/log/pods` and
+    /// `/var/log/containers` are the node's own directories: what the node writes there (the installer included) stays in the test, and
     /// no kubelet collects another node's pod logs. (`/opt` is on disk, not a tmpfs: files the
     /// installer copies there would be charged to its memory limit as unreclaimable.) With
     /// `nri`, `/run/nri` is the node's own too (containerd's default NRI socket is there), and
@@ -385,6 +389,7 @@ impl Node {
             "log-containers",
             "run-nri",
             "etc-crio",
+            "etc-oci-hooks",
             "etc-containerd",
             "etc-devinject",
             "opt",
@@ -396,6 +401,7 @@ impl Node {
              mount --bind \"$0/opt\" /opt; \
              mount --bind \"$0/etc-containerd\" /etc/containerd; \
              mount --bind \"$0/etc-crio\" /etc/crio; \
+             mount --bind \"$0/etc-oci-hooks\" /etc/containers/oci/hooks.d; \
              mount --bind \"$0/log-pods\" /var/log/pods; \
              mount --bind \"$0/log-containers\" /var/log/containers; \
              mount --bind \"$0/etc-devinject\" /etc/devinject; ",

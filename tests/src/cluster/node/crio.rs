@@ -42,6 +42,12 @@ impl Node {
         self.dir.join("node/etc-crio")
     }
 
+    /// The node's `/etc/containers/oci/hooks.d` ([`super::OCI_HOOKS_DIR`]), where the installer
+    /// writes the hook file in hook mode.
+    pub fn oci_hooks_etc(&self) -> PathBuf {
+        self.dir.join("node/etc-oci-hooks")
+    }
+
     /// CRI-O's socket.
     pub(super) fn crio_socket(&self) -> PathBuf {
         self.crio_dir().join("crio.sock")
