@@ -13,9 +13,10 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     let descriptors = protox::compile(PROTOS, ["src/api"])?;
     tonic_prost_build::configure()
-        .build_client(true)
-        // The server side is for test kubelets; it costs the helper nothing it does not call.
-        .build_server(true)
+        // The client is devinject-grpc-unary: only the messages and, for test kubelets, the
+        // server are generated.
+        .build_client(false)
+        .build_server(std::env::var_os("CARGO_FEATURE_SERVER").is_some())
         .compile_fds(descriptors)?;
     Ok(())
 }

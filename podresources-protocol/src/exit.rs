@@ -15,17 +15,15 @@ pub enum HelperExit {
     Socket = 3,
     /// Connecting to the socket failed: the kubelet is not listening.
     Connect = 4,
-    /// The kubelet answered with an error.
+    /// The kubelet answered with an error, or with something that is not an answer.
     Kubelet = 5,
     /// The kubelet did not answer within the timeout.
     Timeout = 6,
-    /// The helper could not start its I/O runtime.
-    Runtime = 7,
 }
 
 impl HelperExit {
     /// Every code, in order.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 7] = [
         Self::Answered,
         Self::Internal,
         Self::Usage,
@@ -33,7 +31,6 @@ impl HelperExit {
         Self::Connect,
         Self::Kubelet,
         Self::Timeout,
-        Self::Runtime,
     ];
 
     /// The numeric code.
@@ -51,7 +48,7 @@ impl HelperExit {
     pub fn is_kubelet_failure(self) -> bool {
         matches!(
             self,
-            Self::Socket | Self::Connect | Self::Kubelet | Self::Timeout | Self::Runtime
+            Self::Socket | Self::Connect | Self::Kubelet | Self::Timeout
         )
     }
 }
@@ -77,7 +74,8 @@ mod tests {
             assert_eq!(usize::from(e.code()), i);
             assert_eq!(HelperExit::from_code(i32::from(e.code())), Some(e));
         }
-        assert_eq!(HelperExit::from_code(8), None);
+        // 7 was "the I/O runtime could not start", gone with the async runtime.
+        assert_eq!(HelperExit::from_code(7), None);
         assert_eq!(HelperExit::from_code(127), None);
         assert_eq!(HelperExit::from_code(-1), None);
     }
@@ -89,6 +87,6 @@ mod tests {
             .filter(|e| e.is_kubelet_failure())
             .map(HelperExit::code)
             .collect();
-        assert_eq!(passed, [3, 4, 5, 6, 7]);
+        assert_eq!(passed, [3, 4, 5, 6]);
     }
 }

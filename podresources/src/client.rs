@@ -1,10 +1,10 @@
 //! A blocking pod-resources client for short-lived processes (the `devinject-podresources`
 //! helper that the hook and the runtime shim execute).
 //!
-//! Each call builds a tokio current-thread runtime (no worker threads; the Unix socket
-//! connector never touches the blocking pool), runs the whole exchange on it under one
-//! deadline, and drops it before returning: when [`PodResourcesClient::pod`] returns, the
-//! process has exactly the threads it had before, so a caller that forks afterwards may.
+//! Each call is one gRPC unary call on a connection of its own ([`devinject_grpc_unary`]: no
+//! async runtime, no thread, nothing left when it returns), all of a lookup under one
+//! deadline. tonic did the same through a tokio runtime per call, at three times the CPU
+//! (docs/benchmarks.md, "the policy helper"), which the policy's 1 ms budget cannot pay.
 //!
 //! The kubelet rate-limits this API (since Kubernetes 1.27, 100 calls/s with a burst of 10,
 //! answered with `RESOURCE_EXHAUSTED`): many containers starting at once are retried with a short
@@ -12,23 +12,31 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+pub use devinject_grpc_unary::Code;
+use devinject_grpc_unary::{Call, CallError};
 pub use devinject_podresources_protocol::Rpc;
-use hyper_util::rt::TokioIo;
-use tokio::net::UnixStream;
-use tonic::transport::{Channel, Endpoint, Uri};
-use tonic::Code;
-use tower::service_fn;
+use prost::Message;
 
-use crate::v1::pod_resources_lister_client::PodResourcesListerClient;
-use crate::v1::{GetPodResourcesRequest, ListPodResourcesRequest, PodResources};
+use crate::v1::{
+    GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
+    ListPodResourcesResponse, PodResources,
+};
 
 /// The largest answer accepted: a `List` on a big node is far below this.
 const MAX_MESSAGE_BYTES: usize = 16 << 20;
 
 /// First wait after a rate-limited call; doubled each time, within the deadline.
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
+
+/// The gRPC method path of `rpc`.
+pub(crate) fn method(rpc: Rpc) -> &'static str {
+    match rpc {
+        Rpc::Get => "/v1.PodResourcesLister/Get",
+        Rpc::List => "/v1.PodResourcesLister/List",
+    }
+}
 
 /// Why the kubelet could not be asked.
 #[derive(Debug, thiserror::Error)]
@@ -81,11 +89,15 @@ pub enum PodResourcesError {
         /// The deadline.
         timeout: Duration,
     },
-    /// The I/O runtime could not be started.
-    #[error("cannot start the I/O runtime for the pod-resources call: {source}")]
-    Runtime {
-        /// The system error.
-        source: io::Error,
+    /// The kubelet's answer broke the protocol, or was too large.
+    #[error("the kubelet's pod-resources {rpc} on {path} gave no usable answer: {message}")]
+    Answer {
+        /// The socket.
+        path: PathBuf,
+        /// `Get` or `List`.
+        rpc: Rpc,
+        /// What was wrong with it.
+        message: String,
     },
 }
 
@@ -124,37 +136,52 @@ impl PodResourcesClient {
     /// namespace when `Get` is not available (before Kubernetes 1.34 it is off by default) or
     /// does not know the pod.
     pub fn pod(&self, namespace: &str, name: &str) -> Result<PodLookup, PodResourcesError> {
-        self.block_on(self.lookup(namespace, name))
+        self.check_socket()?;
+        let deadline = Instant::now() + self.timeout;
+        let request = GetPodResourcesRequest {
+            pod_name: name.to_owned(),
+            pod_namespace: namespace.to_owned(),
+        };
+        match self.call::<GetPodResourcesResponse>(Rpc::Get, &request.encode_to_vec(), deadline) {
+            Ok(response) => {
+                if let Some(pod) = response.pod_resources {
+                    if pod.name == name && pod.namespace == namespace {
+                        return Ok(PodLookup {
+                            entries: vec![pod],
+                            answered_by: Rpc::Get,
+                        });
+                    }
+                }
+                tracing::debug!(%namespace, pod = %name, "Get had no matching pod; trying List");
+            }
+            // Unimplemented (kubelet < 1.27), Unknown "Get method disabled" (gate off) or
+            // Unknown "not found": List is the authority in every case.
+            Err(PodResourcesError::Rpc { code, message, .. }) => {
+                tracing::debug!(%namespace, pod = %name, ?code, %message, "Get failed; trying List");
+            }
+            Err(other) => return Err(other),
+        }
+        let all = self.list_by(deadline)?;
+        Ok(PodLookup {
+            entries: all
+                .into_iter()
+                .filter(|p| p.name == name && p.namespace == namespace)
+                .collect(),
+            answered_by: Rpc::List,
+        })
     }
 
     /// Every pod the kubelet reports (`List`).
     pub fn list(&self) -> Result<Vec<PodResources>, PodResourcesError> {
-        self.block_on(async {
-            let mut client = self.connect().await?;
-            self.list_all(&mut client).await
-        })
+        self.check_socket()?;
+        self.list_by(Instant::now() + self.timeout)
     }
 
-    /// Runs `work` on a fresh current-thread runtime under the deadline, then drops the runtime.
-    fn block_on<T>(
-        &self,
-        work: impl std::future::Future<Output = Result<T, PodResourcesError>>,
-    ) -> Result<T, PodResourcesError> {
-        self.check_socket()?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_io()
-            .enable_time()
-            .build()
-            .map_err(|source| PodResourcesError::Runtime { source })?;
-        let result = runtime.block_on(async { tokio::time::timeout(self.timeout, work).await });
-        // Dropping the runtime cancels the connection task; nothing outlives the call.
-        drop(runtime);
-        result.unwrap_or_else(|_| {
-            Err(PodResourcesError::Timeout {
-                path: self.socket.clone(),
-                timeout: self.timeout,
-            })
-        })
+    fn list_by(&self, deadline: Instant) -> Result<Vec<PodResources>, PodResourcesError> {
+        let request = ListPodResourcesRequest {}.encode_to_vec();
+        Ok(self
+            .call::<ListPodResourcesResponse>(Rpc::List, &request, deadline)?
+            .pod_resources)
     }
 
     /// A missing socket is the common misconfiguration: say so before trying to connect.
@@ -177,112 +204,73 @@ impl PodResourcesClient {
         }
     }
 
-    async fn connect(&self) -> Result<PodResourcesListerClient<Channel>, PodResourcesError> {
-        let target = self.socket.clone();
-        // The URI is required but unused: the connector decides where to go.
-        let channel = Endpoint::from_static("http://localhost")
-            .connect_with_connector(service_fn(move |_: Uri| {
-                let target = target.clone();
-                async move { Ok::<_, io::Error>(TokioIo::new(UnixStream::connect(target).await?)) }
-            }))
-            .await
-            .map_err(|e| PodResourcesError::Connect {
-                path: self.socket.clone(),
-                message: chain(&e),
-            })?;
-        Ok(PodResourcesListerClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES))
-    }
-
-    async fn lookup(&self, namespace: &str, name: &str) -> Result<PodLookup, PodResourcesError> {
-        let mut client = self.connect().await?;
-        let request = GetPodResourcesRequest {
-            pod_name: name.to_owned(),
-            pod_namespace: namespace.to_owned(),
-        };
-        let got = retry_rate_limited(|| {
-            let mut c = client.clone();
-            let r = request.clone();
-            async move { c.get(r).await }
-        })
-        .await;
-        match got {
-            Ok(response) => {
-                if let Some(pod) = response.into_inner().pod_resources {
-                    if pod.name == name && pod.namespace == namespace {
-                        return Ok(PodLookup {
-                            entries: vec![pod],
-                            answered_by: Rpc::Get,
-                        });
-                    }
-                }
-                tracing::debug!(%namespace, pod = %name, "Get had no matching pod; trying List");
-            }
-            Err(status) => {
-                // Unimplemented (kubelet < 1.27), Unknown "Get method disabled" (gate off) or
-                // Unknown "not found": List is the authority in every case.
-                tracing::debug!(%namespace, pod = %name, code = ?status.code(), message = status.message(), "Get failed; trying List");
-            }
-        }
-        let all = self.list_all(&mut client).await?;
-        Ok(PodLookup {
-            entries: all
-                .into_iter()
-                .filter(|p| p.name == name && p.namespace == namespace)
-                .collect(),
-            answered_by: Rpc::List,
-        })
-    }
-
-    async fn list_all(
+    /// Calls `rpc` until it is answered other than `RESOURCE_EXHAUSTED`, waiting 10 ms, 20 ms,
+    /// ... in between, all before `deadline`; decodes the answer.
+    fn call<T: Message + Default>(
         &self,
-        client: &mut PodResourcesListerClient<Channel>,
-    ) -> Result<Vec<PodResources>, PodResourcesError> {
-        let listed = retry_rate_limited(|| {
-            let mut c = client.clone();
-            async move { c.list(ListPodResourcesRequest {}).await }
-        })
-        .await
-        .map_err(|status| PodResourcesError::Rpc {
-            path: self.socket.clone(),
-            rpc: Rpc::List,
-            code: status.code(),
-            message: status.message().to_owned(),
-        })?;
-        Ok(listed.into_inner().pod_resources)
-    }
-}
-
-/// Calls `call` again while the kubelet answers `RESOURCE_EXHAUSTED`, waiting 10 ms, 20 ms, ...
-/// (the caller's deadline ends the loop).
-async fn retry_rate_limited<T, F, Fut>(mut call: F) -> Result<T, tonic::Status>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
-{
-    let mut wait = FIRST_BACKOFF;
-    loop {
-        match call().await {
-            Err(status) if status.code() == Code::ResourceExhausted => {
-                tracing::debug!(
-                    wait_ms = wait.as_millis() as u64,
-                    "pod-resources call rate-limited"
-                );
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_millis(200));
+        rpc: Rpc,
+        request: &[u8],
+        deadline: Instant,
+    ) -> Result<T, PodResourcesError> {
+        let call = Call {
+            socket: &self.socket,
+            method: method(rpc),
+            request,
+            deadline,
+            max_answer: MAX_MESSAGE_BYTES,
+        };
+        let mut wait = FIRST_BACKOFF;
+        loop {
+            match devinject_grpc_unary::call(&call) {
+                Ok(answer) => {
+                    return T::decode(answer.as_slice()).map_err(|e| PodResourcesError::Answer {
+                        path: self.socket.clone(),
+                        rpc,
+                        message: format!("undecodable {rpc} answer: {e}"),
+                    })
+                }
+                Err(CallError::Status {
+                    code: Code::ResourceExhausted,
+                    ..
+                }) if Instant::now() + wait < deadline => {
+                    tracing::debug!(
+                        wait_ms = wait.as_millis() as u64,
+                        "pod-resources call rate-limited"
+                    );
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(Duration::from_millis(200));
+                }
+                Err(e) => return Err(self.error(rpc, e)),
             }
-            other => return other,
         }
     }
-}
 
-/// An error and its causes on one line.
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
+    /// The error for `rpc`'s failure `e`.
+    fn error(&self, rpc: Rpc, e: CallError) -> PodResourcesError {
+        let path = self.socket.clone();
+        match e {
+            CallError::Connect { source } => PodResourcesError::Connect {
+                path,
+                message: source.to_string(),
+            },
+            CallError::Timeout => PodResourcesError::Timeout {
+                path,
+                timeout: self.timeout,
+            },
+            CallError::Status { code, message } => PodResourcesError::Rpc {
+                path,
+                rpc,
+                code,
+                message,
+            },
+            other @ (CallError::Io { .. }
+            | CallError::Protocol { .. }
+            | CallError::AnswerTooLarge { .. }
+            | CallError::RequestTooLarge { .. }) => PodResourcesError::Answer {
+                path,
+                rpc,
+                message: other.to_string(),
+            },
+        }
     }
-    out
 }

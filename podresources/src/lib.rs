@@ -1,12 +1,12 @@
 //! The kubelet's pod-resources API (v1), for checking what the kubelet granted a container, and
 //! `devinject-podresources`, the helper that the hook and the runtime shim execute to ask it.
 //!
-//! - [`v1`]: the messages, the `PodResourcesLister` client and server, generated at build time
-//!   from our own `src/api/podresources_v1.proto` (see `src/api/README.md` for the upstream
-//!   version it matches).
+//! - [`v1`]: the messages (and with feature `server` the `PodResourcesLister` server),
+//!   generated at build time from our own `src/api/podresources_v1.proto` (see
+//!   `src/api/README.md` for the upstream version it matches).
 //! - [`client`]: a blocking client for short-lived processes: one pod by name and namespace
-//!   through `Get`, falling back to `List`, under one deadline, on a runtime that is gone before
-//!   the call returns.
+//!   through `Get`, falling back to `List`, under one deadline, each call a gRPC unary call of
+//!   `devinject-grpc-unary` (no async runtime, no thread).
 //! - [`answer`]: the client's result reduced to what the policy needs about one container, in
 //!   the shape of `devinject-podresources-protocol`.
 //! - `src/bin/devinject-podresources.rs`: the helper itself: arguments in, one call, the answer
@@ -15,7 +15,8 @@
 //! - `testing` (feature `testing`): pods as the kubelet reports them, built from plain values
 //!   for the tests of code that reads them.
 //!
-//! The server side is used by the test kubelet in `tests/`; nothing in devinject serves this API.
+//! - `server` (feature `server`): the generated server, used by the test kubelet in `tests/`;
+//!   nothing in devinject serves this API.
 
 pub mod answer;
 pub mod client;
@@ -25,10 +26,10 @@ pub mod testing;
 pub use client::{PodLookup, PodResourcesClient, PodResourcesError, Rpc};
 pub use devinject_podresources_protocol::DEFAULT_SOCKET;
 
-/// Messages and the `PodResourcesLister` client and server.
+/// The messages, and with feature `server` the `PodResourcesLister` server.
 #[allow(missing_docs, clippy::doc_markdown)]
 pub mod v1 {
-    tonic::include_proto!("v1");
+    include!(concat!(env!("OUT_DIR"), "/v1.rs"));
 }
 
 #[cfg(test)]
@@ -136,13 +137,18 @@ mod tests {
         assert_eq!(response.encode_to_vec(), [0x0a, 0, 0x12, 1, 1, 0x1a, 0]);
     }
 
+    /// The client's method paths are the generated server's (built with feature `server`,
+    /// which the workspace's tests turn on).
+    #[cfg(feature = "server")]
     #[test]
     fn grpc_paths_use_the_v1_package() {
         use super::v1::pod_resources_lister_server::PodResourcesListerServer;
+        use crate::client::method;
+        use crate::Rpc;
         use tonic::server::NamedService;
-        assert_eq!(
-            <PodResourcesListerServer<()> as NamedService>::NAME,
-            "v1.PodResourcesLister"
-        );
+        let service = <PodResourcesListerServer<()> as NamedService>::NAME;
+        assert_eq!(service, "v1.PodResourcesLister");
+        assert_eq!(method(Rpc::Get), format!("/{service}/Get"));
+        assert_eq!(method(Rpc::List), format!("/{service}/List"));
     }
 }

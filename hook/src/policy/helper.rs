@@ -1,9 +1,9 @@
 //! The real [`GrantSource`]: `devinject-podresources`, executed only when a Kubernetes
 //! container asks for devices, the way the hook runs any host program ([`crate::child`]).
 //!
-//! The gRPC client (tonic, tokio, hyper) would make a binary that runs for every container half
-//! as large again (docs/policy.md has the figures), so it lives in the helper, and the hook and
-//! the shim pay for it only when they need the kubelet's answer. The helper runs
+//! The gRPC client lives in the helper (docs/policy.md says why and what it costs), so the hook
+//! and the shim link none and pay for it only when they need the kubelet's answer. The helper
+//! runs
 //! - by absolute path (the configured `pod_resources_helper`, else next to the running hook or
 //!   shim, where the installer puts all three), checked before the fork so that a missing one
 //!   is named with the fix;

@@ -65,8 +65,7 @@ fn kind(e: &PodResourcesError) -> HelperExit {
         | PodResourcesError::NotASocket { .. }
         | PodResourcesError::Stat { .. } => HelperExit::Socket,
         PodResourcesError::Connect { .. } => HelperExit::Connect,
-        PodResourcesError::Rpc { .. } => HelperExit::Kubelet,
+        PodResourcesError::Rpc { .. } | PodResourcesError::Answer { .. } => HelperExit::Kubelet,
         PodResourcesError::Timeout { .. } => HelperExit::Timeout,
-        PodResourcesError::Runtime { .. } => HelperExit::Runtime,
     }
 }
