@@ -34,12 +34,17 @@ else
   echo "test.sh: SKIPPED the fresh-root test (runs under CI=true, or with DEVINJECT_FRESH_ROOT=1)"
 fi
 # The compatibility release of the cluster tier, Kubernetes v1.20.2 (what old kubelets do
-# differently), built once from Debian's source package into a cache outside the tree
-# (scripts/kube-build.sh; minutes the first time): under CI always; locally only with
-# DEVINJECT_CLUSTER=1, else the cluster tests skip and say so.
-if $cluster; then
+# differently: the socket path as `:authority`, `List` without `Get`), built from Debian's
+# source package into a cache outside the tree (scripts/kube-build.sh; over ten minutes of 2
+# cores the first time, all of it before the first test): only with DEVINJECT_KUBE_COMPAT=1.
+# CI leaves it out to stay within its time; what it proved is kept by the real old gRPC
+# clients of tests/device_plugin_real_clients.rs (the dialing) and by the pod-resources tests
+# with `Get` switched off (`List`). See docs/testing.md.
+compat_cluster=()
+if [ "${DEVINJECT_KUBE_COMPAT:-}" = 1 ]; then
   DEVINJECT_KUBE_BIN=$(scripts/kube-build.sh)
   export DEVINJECT_KUBE_BIN
+  compat_cluster=(cluster)
 fi
 # The newer containerd releases (1.7 and 2.x, tests/containerd_cdi.rs), unpacked from Debian 13's
 # and unstable's packages into target/runtimes (scripts/runtimes-fetch.sh; seconds): always.
@@ -54,10 +59,9 @@ export DEVINJECT_GRPC_GO_CLIENT
 export DEVINJECT_SKIP_LOG="$PWD/target/skipped-tests.txt"
 rm -f "$DEVINJECT_SKIP_LOG"
 status=0
-# Every test but CRI-O's and the cluster tier's, and of the cluster tier on 1.20 only
-# tests/cluster.rs (the device plugin as an old kubelet dials and lists it); CRI-O and the whole
-# tier on today's release run below.
-compat_cluster=(cluster)
+# Every test but CRI-O's and the cluster tier's (with DEVINJECT_KUBE_COMPAT=1 also
+# tests/cluster.rs on 1.20: the device plugin as an old kubelet dials and lists it); CRI-O and
+# the whole tier on today's release run below.
 mapfile -t suite < <(find tests/tests -maxdepth 1 -name '*.rs' ! -name 'cluster*' ! -name 'crio*' \
   -printf '%f\n' | sed 's/\.rs$//' | sort)
 cargo test --workspace --exclude devinject-tests --no-fail-fast || status=$?
