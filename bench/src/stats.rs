@@ -162,9 +162,18 @@ impl fmt::Display for Kib {
 /// peak RSS among them (KiB), from `getrusage(RUSAGE_CHILDREN)`. The difference across one
 /// waited-for child is that child's CPU.
 pub fn children_usage() -> anyhow::Result<(Duration, u64)> {
-    use nix::sys::resource::{getrusage, UsageWho};
-    let usage =
-        getrusage(UsageWho::RUSAGE_CHILDREN).map_err(|e| anyhow::anyhow!("getrusage: {e}"))?;
+    usage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+}
+
+/// The CPU (user + system) the calling thread has used so far.
+pub fn thread_cpu() -> anyhow::Result<Duration> {
+    Ok(usage(nix::sys::resource::UsageWho::RUSAGE_THREAD)?.0)
+}
+
+/// CPU (user + system) and peak RSS in KiB of `who`.
+fn usage(who: nix::sys::resource::UsageWho) -> anyhow::Result<(Duration, u64)> {
+    use nix::sys::resource::getrusage;
+    let usage = getrusage(who).map_err(|e| anyhow::anyhow!("getrusage: {e}"))?;
     let tv = |t: nix::sys::time::TimeVal| {
         Duration::from_secs(u64::try_from(t.tv_sec()).unwrap_or(0))
             + Duration::from_micros(u64::try_from(t.tv_usec()).unwrap_or(0))

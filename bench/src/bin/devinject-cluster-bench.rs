@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use devinject_benchmarks::stats::{children_cpu, Samples};
+use devinject_benchmarks::stats::{children_cpu, thread_cpu, Samples};
+use devinject_podresources::PodResourcesClient;
 use devinject_podresources_protocol::{Answer, Request, Rpc};
 use devinject_tests::bins::bin;
 use devinject_tests::cluster::{Cluster, SLOW};
@@ -116,6 +117,31 @@ fn helper_once(helper: &Path, socket: &Path, pod: &str) -> Result<(Duration, Dur
     Ok((took, cpu, answer.answered_by))
 }
 
+/// What asks the kubelet in a run.
+#[derive(Debug, Clone)]
+enum Asker {
+    /// The helper at this path, executed as the policy executes it.
+    Helper(PathBuf),
+    /// The helper's client called in this process, as a policy that did not execute the helper
+    /// would call it: the cost of the call without the process.
+    InProcess,
+}
+
+/// One run of the client in this process: its wall time, this thread's CPU, the RPC.
+fn in_process_once(socket: &Path, pod: &str) -> Result<(Duration, Duration, Rpc)> {
+    let cpu_before = thread_cpu()?;
+    let start = Instant::now();
+    let lookup = PodResourcesClient::new(socket, Duration::from_secs(2))
+        .pod("default", pod)
+        .context("the pod-resources client")?;
+    let took = start.elapsed();
+    let cpu = thread_cpu()? - cpu_before;
+    if lookup.entries.is_empty() {
+        bail!("the kubelet does not know pod {pod}");
+    }
+    Ok((took, cpu, lookup.answered_by))
+}
+
 /// Wall and CPU times of one helper, and the RPC that answered its runs.
 #[derive(Debug, Clone, Default)]
 struct HelperRuns {
@@ -125,11 +151,14 @@ struct HelperRuns {
 }
 
 /// The wall and CPU times of each helper in `helpers`, run in turn, [`HELPER_RUNS`] times each.
-fn helper_runs(c: &Cluster, pod: &str, helpers: &[PathBuf]) -> Result<Vec<HelperRuns>> {
+fn helper_runs(c: &Cluster, pod: &str, helpers: &[Asker]) -> Result<Vec<HelperRuns>> {
     let socket = c.in_node_ns("/var/lib/kubelet/pod-resources/kubelet.sock")?;
-    let spaced = |helper: &PathBuf| {
+    let spaced = |helper: &Asker| {
         let began = Instant::now();
-        let run = helper_once(helper, &socket, pod);
+        let run = match helper {
+            Asker::Helper(path) => helper_once(path, &socket, pod),
+            Asker::InProcess => in_process_once(&socket, pod),
+        };
         std::thread::sleep(HELPER_SPACING.saturating_sub(began.elapsed()));
         run
     };
@@ -145,7 +174,7 @@ fn helper_runs(c: &Cluster, pod: &str, helpers: &[PathBuf]) -> Result<Vec<Helper
             runs.wall.push(w);
             runs.cpu.push(c);
             if runs.answered_by.is_some_and(|r| r != rpc) {
-                bail!("{} was answered by both Get and List", helper.display());
+                bail!("{helper:?} was answered by both Get and List");
             }
             runs.answered_by = Some(rpc);
         }
@@ -183,7 +212,12 @@ fn run(compare: Option<(String, PathBuf)>) -> Result<()> {
         }
         helpers.push((format!(", {name} build"), helper));
     }
-    let paths: Vec<PathBuf> = helpers.iter().map(|(_, p)| p.clone()).collect();
+    let mut paths: Vec<Asker> = helpers
+        .iter()
+        .map(|(_, p)| Asker::Helper(p.clone()))
+        .collect();
+    // Last, the same client without the process: what a policy calling it in-process would pay.
+    paths.push(Asker::InProcess);
     let mut c = Cluster::start()?;
     c.runtime_class()?;
     emit(&format!(
@@ -253,6 +287,7 @@ fn run(compare: Option<(String, PathBuf)>) -> Result<()> {
     })?;
     let hundred = helper_runs(&c, "asker", &paths)?;
     for (i, (build, _)) in helpers.iter().enumerate() {
+        let build = build.as_str();
         let rpc = |runs: &HelperRuns| runs.answered_by.map_or("?".to_owned(), |r| r.to_string());
         emit(&row(
             &format!(
@@ -275,6 +310,17 @@ fn run(compare: Option<(String, PathBuf)>) -> Result<()> {
         emit(&row(
             &format!("policy helper's CPU (user + sys), 100 pods{build}"),
             &hundred[i].cpu,
+        ));
+    }
+    let (one, hundred) = (&one[helpers.len()], &hundred[helpers.len()]);
+    for (pods, runs) in [("1 pod", one), ("100 pods", hundred)] {
+        emit(&row(
+            &format!("the helper's client called in-process (no exec), {pods} on the node"),
+            &runs.wall,
+        ));
+        emit(&row(
+            &format!("the same, this thread's CPU, {pods}"),
+            &runs.cpu,
         ));
     }
     c.kubectl(&[
