@@ -227,12 +227,7 @@ fn installed_on_crio_from_the_manifests_it_injects_survives_a_restart_and_uninst
         before.get(Path::new("crio.conf")),
         "the main configuration is not edited"
     );
-    c.restart_crio().expect("restart CRI-O");
-    rollout(&c, "devinject");
-    for resource in ["devinject.io/kvm", "devinject.io/tun", "devinject.io/fuse"] {
-        c.wait_allocatable(resource, "1")
-            .unwrap_or_else(|e| panic!("{e:#}"));
-    }
+    restart_crio_for_the_install(&mut c);
     show_and_run_examples(&c, Via::RuntimeClass);
 
     // Asked for tun, sets the kvm request variable itself: refused, naming it.
@@ -326,16 +321,7 @@ fn installed_on_crio_from_the_manifests_it_injects_survives_a_restart_and_uninst
     // for the install (`--runtime=crio`, the node's /etc/crio in place of /etc/containerd, the
     // image's local name).
     c.kubectl(&["-n", NS, "delete", "ds/devinject"]).unwrap();
-    c.apply(&crio_uninstall())
-        .expect("apply the uninstall DaemonSet");
-    let removed = init_output(&c, "app.kubernetes.io/component=uninstall", "uninstall");
-    eprintln!("uninstall:\n{removed}");
-    assert!(
-        removed.contains("systemctl restart crio"),
-        "the uninstaller asks for a CRI-O restart:\n{removed}"
-    );
-    rollout(&c, "devinject-uninstall");
-    c.restart_crio().expect("restart CRI-O");
+    uninstall_and_restart_crio(&mut c, &crio_uninstall());
     assert!(
         tree(&etc) == before,
         "/etc/crio is byte-identical to before the install: {:?}",
@@ -414,6 +400,43 @@ fn kvm_forger(name: &str) -> String {
     )
 }
 
+/// CRI-O restarted as the installer asked, the DaemonSet rolled out and the node's kvm, tun and
+/// fuse advertised.
+fn restart_crio_for_the_install(c: &mut Cluster) {
+    c.restart_crio().expect("restart CRI-O");
+    rollout(c, "devinject");
+    for resource in ["devinject.io/kvm", "devinject.io/tun", "devinject.io/fuse"] {
+        c.wait_allocatable(resource, "1")
+            .unwrap_or_else(|e| panic!("{e:#}"));
+    }
+}
+
+/// Applies the uninstall DaemonSet `manifest`, checks that its uninstaller asks for a CRI-O
+/// restart, waits for it and restarts CRI-O as asked.
+fn uninstall_and_restart_crio(c: &mut Cluster, manifest: &str) {
+    c.apply(manifest).expect("apply the uninstall DaemonSet");
+    let removed = init_output(c, "app.kubernetes.io/component=uninstall", "uninstall");
+    eprintln!("uninstall:\n{removed}");
+    assert!(
+        removed.contains("systemctl restart crio"),
+        "the uninstaller asks for a CRI-O restart:\n{removed}"
+    );
+    rollout(c, "devinject-uninstall");
+    c.restart_crio().expect("restart CRI-O");
+}
+
+/// A pod asking for nothing that sets `KVM_VISIBLE_DEVICES` itself is refused, naming the
+/// variable; the pod is then deleted.
+fn refuse_kvm_forger(c: &Cluster) {
+    c.apply(&kvm_forger("kvm-forger"))
+        .expect("apply the forger");
+    let refused = c.wait_refusal("kvm-forger").expect("the forger is refused");
+    assert!(refused.contains("KVM_VISIBLE_DEVICES"), "{refused}");
+    eprintln!("kvm-forger: {refused}");
+    c.kubectl(&["delete", "pod", "kvm-forger", "--wait=false"])
+        .unwrap();
+}
+
 /// NRI as CRI-O 1.36 has it by default (`enable_nri`, the default socket): the NRI manifests
 /// install the plugin with no CRI-O edit and no restart, the examples run on the default
 /// runtime, a forgery is refused at creation, and the uninstall leaves `/etc/crio` and CRI-O's
@@ -471,13 +494,7 @@ fn installed_through_nri_on_crio_with_no_edit_nor_restart_it_serves_the_examples
     .unwrap_or_else(|e| panic!("{e:#}\n--- nri\n{nri_log}\n{}", c.logs()));
     untouched("after the install");
     show_and_run_examples(&c, Via::DefaultRuntime);
-    c.apply(&kvm_forger("kvm-forger"))
-        .expect("apply the forger");
-    let refused = c.wait_refusal("kvm-forger").expect("the forger is refused");
-    assert!(refused.contains("KVM_VISIBLE_DEVICES"), "{refused}");
-    eprintln!("kvm-forger: {refused}");
-    c.kubectl(&["delete", "pod", "kvm-forger", "--wait=false"])
-        .unwrap();
+    refuse_kvm_forger(&c);
 
     c.kubectl(&["-n", NS, "delete", "ds/devinject"]).unwrap();
     poll("the DaemonSet's pods to go", SLOW, || {
@@ -557,20 +574,9 @@ fn installed_as_a_hooksd_hook_on_crio_it_serves_the_examples_refuses_a_forgery_a
         !drop_in.contains("runtimes.devinject"),
         "hook mode adds no runtime handler: {drop_in}"
     );
-    c.restart_crio().expect("restart CRI-O");
-    rollout(&c, "devinject");
-    for resource in ["devinject.io/kvm", "devinject.io/tun", "devinject.io/fuse"] {
-        c.wait_allocatable(resource, "1")
-            .unwrap_or_else(|e| panic!("{e:#}"));
-    }
+    restart_crio_for_the_install(&mut c);
     show_and_run_examples(&c, Via::DefaultRuntime);
-    c.apply(&kvm_forger("kvm-forger"))
-        .expect("apply the forger");
-    let refused = c.wait_refusal("kvm-forger").expect("the forger is refused");
-    assert!(refused.contains("KVM_VISIBLE_DEVICES"), "{refused}");
-    eprintln!("kvm-forger: {refused}");
-    c.kubectl(&["delete", "pod", "kvm-forger", "--wait=false"])
-        .unwrap();
+    refuse_kvm_forger(&c);
 
     c.kubectl(&["-n", NS, "delete", "ds/devinject"]).unwrap();
     let uninstall = patch(
@@ -587,15 +593,7 @@ fn installed_as_a_hooksd_hook_on_crio_it_serves_the_examples_refuses_a_forgery_a
          path: /etc/containers/oci/hooks.d\n            type: DirectoryOrCreate\n",
         1,
     );
-    c.apply(&uninstall).expect("apply the uninstall DaemonSet");
-    let removed = init_output(&c, "app.kubernetes.io/component=uninstall", "uninstall");
-    eprintln!("uninstall:\n{removed}");
-    assert!(
-        removed.contains("systemctl restart crio"),
-        "the uninstaller asks for a CRI-O restart:\n{removed}"
-    );
-    rollout(&c, "devinject-uninstall");
-    c.restart_crio().expect("restart CRI-O");
+    uninstall_and_restart_crio(&mut c, &uninstall);
     assert!(
         tree(&etc) == before.0,
         "/etc/crio is byte-identical to before the install: {:?}",
