@@ -35,7 +35,7 @@ else
 fi
 # The compatibility release of the cluster tier, Kubernetes v1.20.2 (what old kubelets do
 # differently: the socket path as `:authority`, `List` without `Get`), built from Debian's
-# source package into a cache outside the tree (scripts/kube-build.sh; over ten minutes of 2
+# source package into a cache outside the tree (scripts/kube-build.sh; about seven minutes of 2
 # cores the first time, all of it before the first test): only with DEVINJECT_KUBE_COMPAT=1.
 # CI leaves it out to stay within its time; what it proved is kept by the real old gRPC
 # clients of tests/device_plugin_real_clients.rs (the dialing) and by the pod-resources tests
