@@ -38,8 +38,9 @@ use std::sync::Mutex;
 
 use devinject_nri::session::REGISTERED;
 use devinject_tests::cluster::install::{
-    assert_files_gone, host_network, init_output, patch, pods, rollout, run_example,
-    show_and_run_examples, test_overlay, workspace_file, workspace_path, Via, EXAMPLE_IMAGE, NS,
+    assert_files_gone, host_network, init_output, log_after_new_lines, patch, pods, rollout,
+    run_example, show_and_run_examples, test_overlay, workspace_file, workspace_path, Via,
+    EXAMPLE_IMAGE, NS,
 };
 use devinject_tests::cluster::{image, Cluster, Setup, Shape, CDI_CRI_ALLOCATE_MODE, NODE, SLOW};
 use devinject_tests::cri::Cri;
@@ -265,22 +266,7 @@ fn installed_on_crio_from_the_manifests_it_injects_survives_a_restart_and_uninst
     let pid = c.node().crio_pid();
     c.restart_crio().expect("restart CRI-O");
     assert_ne!(c.node().crio_pid(), pid, "CRI-O restarted");
-    let lines = c
-        .container_log("kvm-holder", "main")
-        .unwrap_or_default()
-        .lines()
-        .count();
-    poll("new lines from the holder", SLOW, || {
-        Ok((c
-            .container_log("kvm-holder", "main")
-            .unwrap_or_default()
-            .lines()
-            .count()
-            > lines + 2)
-            .then_some(()))
-    })
-    .unwrap();
-    let seen = c.container_log("kvm-holder", "main").unwrap_or_default();
+    let seen = log_after_new_lines(&c, "kvm-holder");
     assert!(
         !seen.contains("kvm-open-failed") && seen.lines().last() == Some("kvm-open-ok"),
         "the running pod kept its device through CRI-O's restart:\n{seen}"

@@ -18,12 +18,12 @@
 //! /dev/fuse; skipped otherwise, a failure under CI.
 
 use devinject_tests::cluster::install::{
-    assert_files_gone, init_output, prepare_node, ready, rollout, run_example,
+    assert_files_gone, init_output, log_after_new_lines, prepare_node, ready, rollout, run_example,
     show_and_run_examples, test_overlay, workspace_file, workspace_path, Via, NS,
 };
-use devinject_tests::cluster::{image, Cluster, Setup, SLOW};
+use devinject_tests::cluster::{image, Cluster, Setup};
 use devinject_tests::cri_node::K8S_NAMESPACE;
-use devinject_tests::daemons::{poll, run_ok};
+use devinject_tests::daemons::run_ok;
 
 #[test]
 fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_byte() {
@@ -168,19 +168,7 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
         .unwrap();
     assert_eq!(images, "devinject:0.1.1", "the upgrade rolled out");
     // The holder kept its device through both: its latest lines still open it.
-    let seen = c.container_log("kvm-holder", "main").unwrap_or_default();
-    let lines = seen.lines().count();
-    poll("new lines from the holder", SLOW, || {
-        Ok((c
-            .container_log("kvm-holder", "main")
-            .unwrap_or_default()
-            .lines()
-            .count()
-            > lines + 2)
-            .then_some(()))
-    })
-    .unwrap();
-    let seen = c.container_log("kvm-holder", "main").unwrap_or_default();
+    let seen = log_after_new_lines(&c, "kvm-holder");
     assert!(
         !seen.contains("kvm-open-failed") && seen.lines().last() == Some("kvm-open-ok"),
         "the running pod kept its device through the plugin's restart and the upgrade:\n{seen}"

@@ -121,6 +121,18 @@ pub fn init_output(c: &Cluster, selector: &str, container: &str) -> String {
         .unwrap_or_else(|e| panic!("{e:#}"))
 }
 
+/// The log of pod `pod`'s container `main` once it has written at least three lines more than
+/// when this was called: a holder that keeps opening its device has gone on doing so.
+pub fn log_after_new_lines(c: &Cluster, pod: &str) -> String {
+    let log = || c.container_log(pod, "main").unwrap_or_default();
+    let lines = log().lines().count();
+    poll("new lines from the holder", SLOW, || {
+        Ok((log().lines().count() > lines + 2).then_some(()))
+    })
+    .unwrap();
+    log()
+}
+
 /// `kubectl rollout status` of DaemonSet `ds` in [`NS`]; panics with the logs when it does not
 /// complete.
 pub fn rollout(c: &Cluster, ds: &str) {
