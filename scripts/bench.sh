@@ -11,7 +11,7 @@
 # it on a quiet machine: figures are wall times.
 #
 # The binaries are built as they ship, by scripts/release-build.sh (as for the image, in
-# target/image): release profile, static, the runtime shim and the pod-resources helper against
+# target/image): release profile, static, the runtime shim and devinject-podresources against
 # musl and the rest against glibc.
 set -euo pipefail
 cd "$(dirname "$0")/.."

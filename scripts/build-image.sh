@@ -4,7 +4,7 @@
 # Usage: scripts/build-image.sh [TAG]          (default: devinject:<workspace version>)
 #
 # The binaries are built by scripts/release-build.sh: static, against glibc, except the runtime
-# shim and the pod-resources helper, against musl (that script says why). Environment:
+# shim and devinject-podresources, against musl (that script says why). Environment:
 #   DOCKER      the docker command, e.g. "docker -H unix:///run/other.sock" (default: docker)
 #   PROFILE     cargo profile: release (default) or dev (faster to build, bigger binaries)
 #   TARGET_DIR  cargo target directory (default: target/image, apart from normal builds
@@ -19,8 +19,8 @@ docker_cmd=${DOCKER:-docker}
 target_dir=${TARGET_DIR:-target/image}
 out="$target_dir/bin"
 
-# devinject-podresources is the helper the hook and the shim execute to ask the kubelet what a
-# pod was granted; it is installed next to them.
+# devinject-podresources asks the kubelet what a container was granted, as the request policy
+# does in-process, for checking by hand; it is installed next to the hook and the shim.
 # devinject-nri is the NRI plugin the nri overlay runs in the pod (deploy/overlays/nri).
 # devinject-webhook is the admission webhook of deploy/overlays/webhook.
 packages=(-p devinject-installer -p devinject-hook -p devinject-podresources -p devinject-runtime-config

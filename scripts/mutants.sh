@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Mutation testing with cargo-mutants over the code that decides what a container gets: the
 # request parser and planner (devices/), the request policy (hook/src/policy, and
-# hook/src/child.rs, which runs its pod-resources helper) and the device cgroup rules (cgroup/, and
+# hook/src/child.rs, which runs prepare programs) and the device cgroup rules (cgroup/, and
 # rule/, the device-rule vocabulary it and the planner share).
 # A mutant that survives is a change to that code no test notices: each one gets a test, or a
 # written reason in docs/mutants.md.

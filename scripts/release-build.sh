@@ -3,7 +3,7 @@
 # scripts/build-image.sh (the image) and scripts/bench.sh (the figures are those of what ships).
 #
 # Usage: scripts/release-build.sh DIR CARGO_SELECTION...   e.g. `DIR --workspace`, `DIR -p devinject-hook`
-# (the hook, the shim and the pod-resources helper are built whatever the selection, each package
+# (the hook, the shim and devinject-podresources are built whatever the selection, each package
 # on its own; the glibc builds of the shim and the helper go to DIR/glibc)
 #
 #   - Every binary: statically linked against glibc (`-C target-feature=+crt-static`) for the
@@ -11,8 +11,9 @@
 #   - The binaries a container start executes, except the hook, are linked against musl
 #     instead: the runtime shim (`devinject-runtime`), which the engine runs for every container,
 #     several times each (create, start, state, kill, delete), almost always for one that asks
-#     for nothing; and the pod-resources helper, which the request policy runs for every
-#     Kubernetes container asking for devices. Static glibc spends a few hundred microseconds
+#     for nothing; and `devinject-podresources`, which the request policy executed before it
+#     made the same call in-process (built the same way, so that it measures as it did).
+#     Static glibc spends a few hundred microseconds
 #     before `main` probing the CPU's caches with `cpuid` (`init_cacheinfo`), an instruction that
 #     traps to the hypervisor on a virtual machine, which is what most nodes are; musl does no
 #     such probing (docs/benchmarks.md, "Start-up of the shim and the helper").
@@ -57,8 +58,8 @@ executables() {
 }
 
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" build --target "$triple" --bins "$@"
-# The binaries run for every container start (the hook and the shim from devinject-hook, the
-# pod-resources helper) are built again, each package on its own: built with the rest, cargo
+# The binaries run for every container start (the hook and the shim from devinject-hook), and
+# devinject-podresources with them, are built again, each package on its own: built with the rest, cargo
 # unifies every member's features into theirs (regex's Unicode tables, nix's socket module,
 # ...), which made the shipped hook 3.38 MB against 2.87 MB built alone and its peak RSS about
 # 0.5 MiB higher (docs/benchmarks.md, section 13).

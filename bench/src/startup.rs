@@ -44,7 +44,7 @@ impl Binary {
     pub fn label(self) -> &'static str {
         match self {
             Self::Shim => "shim, no request, in front of `/bin/true`",
-            Self::Helper => "helper, no kubelet listening",
+            Self::Helper => "devinject-podresources, no kubelet listening",
         }
     }
 }

@@ -1,5 +1,5 @@
 //! One gRPC unary call over a Unix socket, blocking, with no async runtime: what a short-lived
-//! process asking a local daemon one question needs (the pod-resources helper asking the
+//! process asking a local daemon one question needs (the request policy asking the
 //! kubelet).
 //!
 //! # Why not tonic

@@ -19,7 +19,7 @@ use devinject_devices::{ContainerLayout, FunctionRequest, HostRoots, ProfileErro
 use devinject_exit::ExitCode;
 use devinject_hostconfig::{HostConfig, PolicySettings};
 
-use crate::policy::helper::PodResourcesHelper;
+use crate::policy::kubelet::PodResources;
 use crate::policy::{self, PolicyError};
 use crate::prepare::{
     find_functions, find_requests, plan_container, ContainerPlan, PrepareError, RequestSource,
@@ -61,7 +61,7 @@ pub struct Admission {
     /// The request policy.
     pub policy: PolicySettings,
     /// The kubelet's pod-resources API, for the `kubernetes` policy.
-    pub kubelet: PodResourcesHelper,
+    pub kubelet: PodResources,
     /// The host roots discovery and file resolution work under.
     pub roots: HostRoots,
 }
@@ -72,7 +72,7 @@ impl Admission {
         Self {
             profiles_dir: config.profiles_dir.clone(),
             policy: config.policy_settings(),
-            kubelet: PodResourcesHelper::from_config(config),
+            kubelet: PodResources::from_config(config),
             roots: config.roots(),
         }
     }
@@ -186,7 +186,7 @@ mod tests {
         let a = Admission::from_config(&config);
         assert_eq!(a.profiles_dir, PathBuf::from("/etc/p"));
         assert_eq!(a.roots.dev_root, PathBuf::from("/host/dev"));
-        assert_eq!(a.kubelet, PodResourcesHelper::from_config(&config));
+        assert_eq!(a.kubelet, PodResources::from_config(&config));
         assert_eq!(a.kubelet.timeout, std::time::Duration::from_millis(1234));
         assert_eq!(a.policy.policy, config.policy);
     }

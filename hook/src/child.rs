@@ -1,5 +1,5 @@
-//! Running a host program from the hook, the shim or the NRI plugin: the pod-resources helper
-//! and a profile's prepare step; and, with [`call`], work the hook does in a forked child without
+//! Running a host program from the hook, the shim or the NRI plugin: a profile's prepare step;
+//! and, with [`call`], work the hook does in a forked child without
 //! `exec` (the injection in the container's mount namespace, ldconfig), under the same deadline
 //! and bounds.
 //!
@@ -13,7 +13,7 @@
 //! - as pid 1 of a PID namespace of its own (`sys::fork_contained`), so that whatever ends it
 //!   ends everything it started, however that detached itself (`setsid`, a double fork, a
 //!   daemon): when it exits, or is killed, the kernel kills every process left in its namespace
-//!   (issue 32, finding 1). A helper it leaves holding its stdout therefore dies with it rather
+//!   (issue 32, finding 1). A process it leaves holding its stdout therefore dies with it rather
 //!   than holding the start until the deadline;
 //! - under a deadline, after which it is killed with all it started ([`ChildError::Timeout`]).
 //!   The wait is bounded by the same deadline as the reading of its output (its pidfd is polled

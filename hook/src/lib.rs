@@ -1,7 +1,7 @@
 //! The OCI hook (namespace applier) and the runtime shim (spec applier).
 //!
 //! The host configuration (`/etc/devinject/config.toml`) is read with `devinject-hostconfig`;
-//! its settings are plain data, turned into what runs here ([`policy::helper::PodResourcesHelper`],
+//! its settings are plain data, turned into what runs here ([`policy::kubelet::PodResources`],
 //! [`inject::ldcache::Ldconfig`]). The exit codes are `devinject-exit`'s.
 //!
 //! - [`oci`]: the OCI state and the parts of `config.json` we read, size-bounded.
@@ -13,7 +13,7 @@
 //! - [`prepare_step`]: running the profiles' prepare programs before the container starts.
 //! - [`inject`]: applying a plan inside the container's mount namespace, safely against a hostile
 //!   rootfs ([`inject::rootfs`]), then [`cgroup_rules`] for the device cgroup.
-//! - [`child`]: running a host program (the pod-resources helper, a prepare step) under a
+//! - [`child`]: running a host program (a prepare step) under a
 //!   deadline, with a given environment and bounded output.
 //! - [`run`]: one hook invocation; [`error`] maps failures to the documented exit codes.
 //!

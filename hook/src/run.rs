@@ -3,8 +3,7 @@
 //! 1. Read the OCI state (bounded) and the bundle's `config.json`.
 //! 2. Find the container's requests (our annotation, else the profile's env variable), then
 //! 3. check them against the request policy ([`crate::policy`]: in Kubernetes, what the kubelet
-//!    granted, asked through the `devinject-podresources` helper, which has exited before
-//!    anything else forks) and
+//!    granted, asked of its pod-resources API in-process, before anything forks) and
 //! 4. plan, discovery and file resolution only for profiles that were asked for: steps 2 to 4
 //!    are [`crate::admit`], shared with the shim and the NRI plugin.
 //! 5. Run the profiles' prepare steps on the host ([`crate::prepare_step`]), then

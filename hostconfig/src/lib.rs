@@ -10,7 +10,7 @@
 //! - [`inject`]: how the hook injects (`mount_api`, `ldcache`).
 //!
 //! The settings are plain data: the hook turns them into what it runs (the pod-resources
-//! helper, the ldconfig child), so this crate links none of that. docs/hook.md lists the keys;
+//! client, the ldconfig child), so this crate links none of that. docs/hook.md lists the keys;
 //! a test here checks the list against the parser.
 
 pub mod inject;
@@ -88,9 +88,12 @@ pub struct HostConfig {
     pub pod_resources_socket: PathBuf,
     /// How long the kubelet may take to answer, in milliseconds.
     pub pod_resources_timeout_ms: u64,
-    /// The `devinject-podresources` helper that asks the kubelet (an absolute path). Unset:
-    /// next to the running hook or shim.
-    pub pod_resources_helper: Option<PathBuf>,
+    /// Obsolete: `pod_resources_helper`, the helper program earlier releases executed to ask
+    /// the kubelet; the hook and the shim now ask it themselves. Accepted, so that a config
+    /// written for an earlier release still loads, and ignored; `devinject-ctl doctor` says to
+    /// remove it.
+    #[serde(rename = "pod_resources_helper")]
+    pub obsolete_pod_resources_helper: Option<toml::Value>,
     /// Under the `kubernetes` policy: containers without CRI annotations.
     pub non_kubernetes: NonKubernetes,
     /// Under the `kubernetes` policy: requests the kubelet did not grant.
@@ -138,7 +141,7 @@ impl Default for HostConfig {
             policy: RequestPolicy::Kubernetes,
             pod_resources_socket: PathBuf::from(devinject_podresources_protocol::DEFAULT_SOCKET),
             pod_resources_timeout_ms: DEFAULT_POD_RESOURCES_TIMEOUT_MS,
-            pod_resources_helper: None,
+            obsolete_pod_resources_helper: None,
             non_kubernetes: NonKubernetes::Env,
             on_denied: OnDenied::Fail,
             nri_request_budget_ms: DEFAULT_NRI_REQUEST_BUDGET_MS,
@@ -185,19 +188,6 @@ impl HostConfig {
                 message: format!(
                     "nri_request_budget_ms is {}: give the NRI plugin 1 to {MAX_NRI_REQUEST_BUDGET_MS} ms, below containerd's plugin_request_timeout (the default is {DEFAULT_NRI_REQUEST_BUDGET_MS})",
                     config.nri_request_budget_ms
-                ),
-            });
-        }
-        if let Some(helper) = config
-            .pod_resources_helper
-            .as_ref()
-            .filter(|h| !h.is_absolute())
-        {
-            return Err(ConfigError::Parse {
-                path: path.to_owned(),
-                message: format!(
-                    "pod_resources_helper {:?} is not an absolute path: give the full path of devinject-podresources, or leave the key out to use the one next to the hook",
-                    helper.display().to_string()
                 ),
             });
         }
@@ -328,7 +318,6 @@ mod tests {
         assert_eq!(c.policy, RequestPolicy::Env);
         assert_eq!(c.pod_resources_socket, Path::new("/k/pr.sock"));
         assert_eq!(c.pod_resources_timeout_ms, 50);
-        assert_eq!(c.pod_resources_helper, None, "next to the hook by default");
         assert_eq!(c.non_kubernetes, NonKubernetes::Refuse);
         assert_eq!(c.on_denied, OnDenied::Ignore);
         let err = HostConfig::parse("policy = \"kube\"\n", p)
@@ -339,24 +328,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("pod_resources_timeout_ms"), "{err}");
-        let c = HostConfig::parse(
-            "pod_resources_helper = \"/opt/devinject/bin/devinject-podresources\"\n",
-            p,
-        )
-        .unwrap();
-        assert_eq!(
-            c.pod_resources_helper.as_deref(),
-            Some(Path::new("/opt/devinject/bin/devinject-podresources"))
-        );
-        let err = HostConfig::parse("pod_resources_helper = \"bin/devinject-podresources\"\n", p)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("pod_resources_helper")
-                && err.contains("not an absolute path")
-                && err.contains("/c.toml"),
-            "{err}"
-        );
+        // An earlier release's key still loads, whatever it holds, and changes nothing.
+        for old in [
+            "\"/opt/devinject/bin/devinject-podresources\"",
+            "\"bin/devinject-podresources\"",
+        ] {
+            let c = HostConfig::parse(&format!("pod_resources_helper = {old}\n"), p).unwrap();
+            assert!(c.obsolete_pod_resources_helper.is_some());
+            assert_eq!(
+                c.pod_resources_socket,
+                HostConfig::default().pod_resources_socket
+            );
+        }
     }
 }
 
@@ -465,7 +448,7 @@ mod props {
                     let msg = e.to_string();
                     prop_assert!(msg.contains(PATH), "{}", msg);
                     // The parser's message names the key (or the line) it stopped at.
-                    prop_assert!(msg.contains("line") || msg.contains("pod_resources_timeout_ms") || msg.contains("pod_resources_helper"), "{}", msg);
+                    prop_assert!(msg.contains("line") || msg.contains("pod_resources_timeout_ms"), "{}", msg);
                 }
             }
         }

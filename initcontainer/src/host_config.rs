@@ -32,10 +32,6 @@ pub fn render(settings: &HostConfigSettings, layout: &Layout, targets: &[Target]
     }
     doc.insert("log_level", value(settings.log_level.as_str()));
     doc.insert("hook", path(&layout.hook_path()));
-    doc.insert(
-        "pod_resources_helper",
-        path(&layout.podresources_helper_path()),
-    );
     let bundled = targets
         .iter()
         .filter_map(Target::bundled_runc)
@@ -98,10 +94,7 @@ mod tests {
             text.contains("hook = \"/opt/devinject/bin/devinject-hook\""),
             "{text}"
         );
-        assert!(
-            text.contains("pod_resources_helper = \"/opt/devinject/bin/devinject-podresources\""),
-            "{text}"
-        );
+        assert!(!text.contains("pod_resources_helper"), "{text}");
         assert!(text.contains("policy = \"kubernetes\""), "{text}");
         assert!(
             text.contains("pod_resources_socket = \"/var/lib/kubelet/pod-resources/kubelet.sock\""),

@@ -31,9 +31,9 @@ use crate::record::{EngineRecord, FileRole, Record, RecordStore};
 use crate::report::{Failure, Report};
 use crate::steps::{self, Runner, StepCtx};
 
-/// The binaries copied to `<prefix>/bin`. `devinject-podresources` is the helper the hook and
-/// the shim execute to ask the kubelet what a pod was granted; they look for it next to
-/// themselves, and the host config names it too.
+/// The binaries copied to `<prefix>/bin`. `devinject-podresources` asks the kubelet what a
+/// container was granted, as the request policy does, for checking that by hand
+/// (docs/policy.md).
 pub const BINARIES: [&str; 4] = [
     "devinject-hook",
     "devinject-podresources",

@@ -1,7 +1,7 @@
 //! Installs devinject on a node from a DaemonSet init container, and takes it off again.
 //!
 //! The init container mounts the host's directories under a root (`--host-root /host`), and
-//! [`install::install`] puts the hook, the shim, the pod-resources helper, devinject-ctl, the
+//! [`install::install`] puts the hook, the shim, devinject-podresources, devinject-ctl, the
 //! profiles and the hook's host configuration there, then configures the node's container engine through the runtime-config
 //! library and restarts it when (and only when) its configuration changed.
 //! [`uninstall::uninstall`] undoes all of it.

@@ -148,11 +148,6 @@ impl Layout {
         self.bin_dir().join("devinject-hook")
     }
 
-    /// The host path of the pod-resources helper the hook and the shim execute.
-    pub fn podresources_helper_path(&self) -> PathBuf {
-        self.bin_dir().join("devinject-podresources")
-    }
-
     /// The host config file (host path).
     pub fn host_config(&self) -> PathBuf {
         self.config_dir.join("config.toml")

@@ -1,4 +1,5 @@
-//! The helper's answer on stdout: what the kubelet lists for one container, as versioned JSON.
+//! What the kubelet lists for one container: the policy's input, and the versioned JSON
+//! `devinject-podresources` prints.
 //!
 //! ```json
 //! {"version":1,"answered_by":"Get","pods":[
@@ -13,8 +14,8 @@
 //!   kubelet lists for the pod instead.
 //! - `answered_by` is `Get` or `List`, for logs.
 //!
-//! A reader refuses unknown fields and any other `version`: a hook and a helper from different
-//! releases fail with a message saying so, never with a guess. The document is at most
+//! A reader refuses unknown fields and any other `version`: a script reading the output of
+//! another release fails with a message saying so, never with a guess. The document is at most
 //! [`MAX_ANSWER_BYTES`].
 
 use std::collections::BTreeMap;

@@ -1,15 +1,15 @@
-//! The helper's exit codes. Keep docs/policy.md in step with this enum.
+//! `devinject-podresources`' exit codes. Keep docs/policy.md in step with this enum.
 
-/// Why `devinject-podresources` exited. With [`HelperExit::Answered`] the answer is on stdout;
+/// Why `devinject-podresources` exited. With [`ToolExit::Answered`] the answer is on stdout;
 /// with any other code stdout is empty and stderr holds the message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum HelperExit {
+pub enum ToolExit {
     /// The kubelet answered; the answer is on stdout.
     Answered = 0,
     /// A bug or an unexpected failure (the answer could not be written).
     Internal = 1,
-    /// Bad command line: the caller and the helper come from different releases.
+    /// Bad command line.
     Usage = 2,
     /// No socket at the configured path, something else there, or it cannot be examined.
     Socket = 3,
@@ -21,7 +21,7 @@ pub enum HelperExit {
     Timeout = 6,
 }
 
-impl HelperExit {
+impl ToolExit {
     /// Every code, in order.
     pub const ALL: [Self; 7] = [
         Self::Answered,
@@ -42,15 +42,6 @@ impl HelperExit {
     pub fn from_code(code: i32) -> Option<Self> {
         Self::ALL.into_iter().find(|e| i32::from(e.code()) == code)
     }
-
-    /// The kubelet could not be asked, and the helper's message says why and what to check:
-    /// the caller shows that message as it is.
-    pub fn is_kubelet_failure(self) -> bool {
-        matches!(
-            self,
-            Self::Socket | Self::Connect | Self::Kubelet | Self::Timeout
-        )
-    }
 }
 
 #[cfg(test)]
@@ -64,29 +55,19 @@ mod tests {
             include_str!("../../docs/policy.md"),
             "- **Exit codes.**",
         );
-        let codes: Vec<u8> = HelperExit::ALL.into_iter().map(HelperExit::code).collect();
+        let codes: Vec<u8> = ToolExit::ALL.into_iter().map(ToolExit::code).collect();
         assert_eq!(documented, codes);
     }
 
     #[test]
     fn codes_round_trip_and_are_distinct() {
-        for (i, e) in HelperExit::ALL.into_iter().enumerate() {
+        for (i, e) in ToolExit::ALL.into_iter().enumerate() {
             assert_eq!(usize::from(e.code()), i);
-            assert_eq!(HelperExit::from_code(i32::from(e.code())), Some(e));
+            assert_eq!(ToolExit::from_code(i32::from(e.code())), Some(e));
         }
         // 7 was "the I/O runtime could not start", gone with the async runtime.
-        assert_eq!(HelperExit::from_code(7), None);
-        assert_eq!(HelperExit::from_code(127), None);
-        assert_eq!(HelperExit::from_code(-1), None);
-    }
-
-    #[test]
-    fn only_kubelet_side_failures_pass_their_message_on() {
-        let passed: Vec<u8> = HelperExit::ALL
-            .into_iter()
-            .filter(|e| e.is_kubelet_failure())
-            .map(HelperExit::code)
-            .collect();
-        assert_eq!(passed, [3, 4, 5, 6]);
+        assert_eq!(ToolExit::from_code(7), None);
+        assert_eq!(ToolExit::from_code(127), None);
+        assert_eq!(ToolExit::from_code(-1), None);
     }
 }

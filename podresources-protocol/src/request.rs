@@ -1,18 +1,18 @@
-//! The helper's command line, written by the policy and parsed by the helper.
+//! `devinject-podresources`' command line.
 //!
 //! ```text
 //! devinject-podresources --socket=PATH --timeout-ms=N --namespace=NS --pod=NAME --container=NAME
 //! ```
 //!
-//! The policy always writes `--flag=value`, so a value that starts with `-` (annotations come
-//! from the pod's author) can never be taken for a flag; by hand, `--flag value` works too.
+//! [`Request::to_args`] always writes `--flag=value`, so a value that starts with `-` can never
+//! be taken for a flag; by hand, `--flag value` works too.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// The usage line the helper prints on `--help` and with a usage error.
+/// The usage line the tool prints on `--help` and with a usage error.
 pub const USAGE: &str = "usage: devinject-podresources --socket=PATH --timeout-ms=N --namespace=NS --pod=NAME --container=NAME";
 
 const SOCKET: &str = "--socket";
@@ -38,7 +38,7 @@ pub struct Request {
     pub container: String,
 }
 
-/// What a command line asks the helper to do.
+/// What a command line asks the tool to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Invocation {
     /// Look a container up.
@@ -49,7 +49,7 @@ pub enum Invocation {
     Version,
 }
 
-/// Why a command line was refused (exit code [`crate::HelperExit::Usage`]).
+/// Why a command line was refused (exit code [`crate::ToolExit::Usage`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UsageError {
     /// Not one of the flags.
@@ -175,7 +175,7 @@ mod tests {
     }
 
     #[test]
-    fn what_the_policy_writes_the_helper_reads() {
+    fn what_is_written_is_read_back() {
         let r = request();
         let args = r.to_args();
         assert_eq!(

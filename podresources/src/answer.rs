@@ -1,5 +1,6 @@
-//! The helper's answer for one container, from the kubelet's entries for its pod. Tested
-//! through the helper against the test kubelet (`tests/tests/podresources_helper.rs`).
+//! The answer about one container, from the kubelet's entries for its pod: what the policy
+//! checks and the tool prints. Tested against the test kubelet
+//! (`tests/tests/podresources_helper.rs`).
 
 use std::collections::BTreeMap;
 

@@ -1,10 +1,10 @@
-//! A blocking pod-resources client for short-lived processes (the `devinject-podresources`
-//! helper that the hook and the runtime shim execute).
+//! A blocking pod-resources client for short-lived processes: the hook and the runtime shim
+//! call it in-process for every Kubernetes container that asks for devices.
 //!
 //! Each call is one gRPC unary call on a connection of its own ([`devinject_grpc_unary`]: no
 //! async runtime, no thread, nothing left when it returns), all of a lookup under one
 //! deadline. tonic did the same through a tokio runtime per call, at three times the CPU
-//! (docs/benchmarks.md, "the policy helper"), which the policy's 1 ms budget cannot pay.
+//! (docs/benchmarks.md, section 6), which the policy's 1 ms budget cannot pay.
 //!
 //! The kubelet rate-limits this API (since Kubernetes 1.27, 100 calls/s with a burst of 10,
 //! answered with `RESOURCE_EXHAUSTED`): many containers starting at once are retried with a short

@@ -1,5 +1,6 @@
-//! The kubelet's pod-resources API (v1), for checking what the kubelet granted a container, and
-//! `devinject-podresources`, the helper that the hook and the runtime shim execute to ask it.
+//! The kubelet's pod-resources API (v1), for checking what the kubelet granted a container: the
+//! client the request policy of the hook, the runtime shim and the NRI plugin calls, and
+//! `devinject-podresources`, the same call from a shell.
 //!
 //! - [`v1`]: the messages (and with feature `server` the `PodResourcesLister` server),
 //!   generated at build time from our own `src/api/podresources_v1.proto` (see
@@ -9,8 +10,8 @@
 //!   `devinject-grpc-unary` (no async runtime, no thread).
 //! - [`answer`]: the client's result reduced to what the policy needs about one container, in
 //!   the shape of `devinject-podresources-protocol`.
-//! - `src/bin/devinject-podresources.rs`: the helper itself: arguments in, one call, the answer
-//!   on stdout or a message and an exit code from the protocol crate.
+//! - `src/bin/devinject-podresources.rs`: the tool: arguments in, one call, the answer on
+//!   stdout or a message and an exit code from the protocol crate.
 //!
 //! - `testing` (feature `testing`): pods as the kubelet reports them, built from plain values
 //!   for the tests of code that reads them.

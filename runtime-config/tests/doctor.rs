@@ -309,36 +309,32 @@ fn doctor_finds_the_simulated_devices_and_their_library() {
     );
 }
 
-/// On a Kubernetes node under the default `kubernetes` policy, the pod-resources helper must be
-/// next to the installed shim (or where the config says): its absence is an error naming the path.
+/// A config written for an earlier release, with `pod_resources_helper`, still loads; the
+/// doctor warns that the key is ignored and says to remove it.
 #[test]
-fn kubernetes_node_without_the_pod_resources_helper() {
+fn an_obsolete_pod_resources_helper_key_is_a_warning() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path();
     configured_host(root);
-    std::fs::create_dir_all(root.join("var/lib/kubelet")).expect("mkdir kubelet");
-    let helper_errors = |findings: &[Finding]| -> Vec<String> {
-        find(findings, Section::HostConfig, Severity::Error)
-            .into_iter()
+    let obsolete = |findings: &[Finding]| -> Vec<String> {
+        findings
+            .iter()
             .filter(|f| f.subject == "pod_resources_helper")
-            .map(|f| f.message.clone())
+            .map(|f| format!("{:?}: {} / {:?}", f.severity, f.message, f.fix))
             .collect()
     };
-    let findings = report(root);
-    let errors = helper_errors(&findings);
-    assert_eq!(errors.len(), 1, "{findings:#?}");
-    assert!(
-        errors[0].contains("/usr/local/bin/devinject-podresources is not an executable file"),
-        "{}",
-        errors[0]
+    assert!(obsolete(&report(root)).is_empty());
+    write(
+        root,
+        "etc/devinject/config.toml",
+        b"pod_resources_helper = \"/opt/devinject/bin/devinject-podresources\"\n",
     );
-    assert_eq!(ctl_doctor(root, &[]).status.code(), Some(6));
-
-    executable(root, "usr/local/bin/devinject-podresources", b"#!/bin/sh\n");
-    assert!(helper_errors(&report(root)).is_empty());
-
-    // Not a Kubernetes node: nothing asks the kubelet, so nothing to check.
-    std::fs::remove_dir(root.join("var/lib/kubelet")).expect("rmdir kubelet");
-    std::fs::remove_file(root.join("usr/local/bin/devinject-podresources")).expect("rm helper");
-    assert!(helper_errors(&report(root)).is_empty());
+    let found = obsolete(&report(root));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with("Warning: pod_resources_helper is obsolete and ignored")
+            && found[0].contains("remove pod_resources_helper from"),
+        "{}",
+        found[0]
+    );
 }

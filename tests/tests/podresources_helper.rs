@@ -1,18 +1,20 @@
-//! `devinject-podresources`, the helper the request policy executes, against a test kubelet
-//! speaking the real v1 API: its answer for a granted container (NUMA-split entries merged), an
-//! unknown pod and an unknown container; its exit codes and messages for a missing socket, a
-//! stale one, a failing kubelet, a kubelet that does not answer and a bad command line; and the
-//! hook's lookup executing it as the policy does. Needs no root; needs the workspace's binaries
-//! built (`cargo build --workspace --bins`).
+//! `devinject-podresources`, the tool that asks the kubelet what a container was granted as the
+//! request policy does, against a test kubelet speaking the real v1 API: its answer for a
+//! granted container (NUMA-split entries merged), an unknown pod and an unknown container; its
+//! exit codes and messages for a missing socket, a stale one, a failing kubelet, a kubelet that
+//! does not answer and a bad command line; and the policy's own lookup, in-process, giving the
+//! same answer. Needs no root; needs the workspace's binaries built
+//! (`cargo build --workspace --bins`).
 
 use std::ffi::OsString;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use devinject_hook::policy::helper::{LookupError, PodResourcesHelper};
+use devinject_hook::policy::kubelet::PodResources;
 use devinject_hook::policy::GrantSource;
-use devinject_podresources_protocol::{Answer, HelperExit, PodEntry, Request, Rpc};
+use devinject_podresources::PodResourcesError;
+use devinject_podresources_protocol::{Answer, PodEntry, Request, Rpc, ToolExit};
 use devinject_tests::bins::bin;
 use devinject_tests::podresources::{pod, FakeKubelet};
 
@@ -126,25 +128,21 @@ fn each_failure_has_its_exit_code_and_one_line() {
         "the kubelet's pod-resources socket {} does not exist",
         missing.display()
     );
-    let cases: [(&Path, HelperExit, &[&str]); 4] = [
+    let cases: [(&Path, ToolExit, &[&str]); 4] = [
         (
             &missing,
-            HelperExit::Socket,
+            ToolExit::Socket,
             &[&missing_text, "pod_resources_socket"],
         ),
-        (
-            &stale,
-            HelperExit::Connect,
-            &["cannot connect", "stale.sock"],
-        ),
+        (&stale, ToolExit::Connect, &["cannot connect", "stale.sock"]),
         (
             failing.socket(),
-            HelperExit::Kubelet,
+            ToolExit::Kubelet,
             &["List on", "test kubelet failure"],
         ),
         (
             stalled.socket(),
-            HelperExit::Timeout,
+            ToolExit::Timeout,
             &["did not answer within 300 ms"],
         ),
     ];
@@ -170,35 +168,44 @@ fn each_failure_has_its_exit_code_and_one_line() {
     }
 
     let out = helper(&["--pod=x".into()]);
-    assert_eq!(out.status.code(), Some(i32::from(HelperExit::Usage.code())));
+    assert_eq!(out.status.code(), Some(i32::from(ToolExit::Usage.code())));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--socket is required"), "{err}");
 }
 
+/// The policy's lookup (the hook's, the shim's and the NRI plugin's) asks the same kubelet
+/// in-process and reduces the answer as the tool does; a kubelet that stalls costs it no more
+/// than its deadline.
 #[test]
-fn the_hooks_lookup_executes_the_helper() {
+fn the_policys_lookup_asks_the_kubelet_in_process() {
     let t = tempfile::tempdir().unwrap();
     let k = kubelet(&t.path().join("kubelet.sock"));
-    let lookup = |socket: &Path| PodResourcesHelper {
-        path: Some(bin("devinject-podresources")),
+    let lookup = |socket: &Path, timeout_ms: u64| PodResources {
         socket: socket.to_owned(),
-        timeout: Duration::from_secs(2),
+        timeout: Duration::from_millis(timeout_ms),
     };
-    let a = lookup(k.socket())
+    let a = lookup(k.socket(), 2000)
         .lookup("other", "trainer", "main")
         .unwrap();
+    assert_eq!(a.answered_by, Rpc::Get);
     assert_eq!(a.pods, [PodEntry::found(&[(DEMO, &["3"])])]);
-    // The kubelet's failure, in the words the hook used when it called the kubelet itself.
-    let missing = t.path().join("nowhere.sock");
-    let err = lookup(&missing)
+    let in_process = lookup(k.socket(), 2000)
+        .lookup("ml", "trainer", "main")
+        .unwrap();
+    assert_eq!(in_process, ask(&k, "trainer", "main"), "the tool's answer");
+    k.stall();
+    let start = Instant::now();
+    let err = lookup(k.socket(), 300)
         .lookup("ml", "trainer", "main")
         .unwrap_err();
-    let LookupError::Kubelet { kind, message } = err else {
-        panic!("a kubelet failure: {err}");
-    };
-    assert_eq!(kind, HelperExit::Socket);
-    assert_eq!(
-        message,
-        devinject_podresources::PodResourcesError::SocketMissing { path: missing }.to_string()
+    assert!(matches!(err, PodResourcesError::Timeout { .. }), "{err}");
+    assert!(
+        err.to_string().contains("did not answer within 300 ms"),
+        "{err}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
     );
 }

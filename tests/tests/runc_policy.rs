@@ -1,10 +1,9 @@
 //! The request policy with the real runc, through the hook and through the shim, against a test
 //! kubelet serving the pod-resources v1 API: granted devices are injected; a pod that sets the
 //! request variable itself, copies another pod's annotations, or names a pod the kubelet does
-//! not know gets nothing and a clear message (exit code 9); a missing kubelet socket is named,
-//! and so is a missing pod-resources helper; non-Kubernetes containers are honoured as
-//! configured. The kubelet is asked through `devinject-podresources`, found next to the hook
-//! and the shim as on an installed node.
+//! not know gets nothing and a clear message (exit code 9); a missing kubelet socket is named;
+//! non-Kubernetes containers are honoured as configured. The hook and the shim ask the kubelet
+//! themselves, in-process; an obsolete `pod_resources_helper` key changes nothing.
 
 use std::process::Output;
 
@@ -431,41 +430,36 @@ fn shim_names_a_missing_kubelet_socket() {
     check(Via::Shim, missing_socket_is_named());
 }
 
-const NO_HELPER: &str =
+/// A config written for an earlier release names the helper those releases executed: it is
+/// ignored, so a path where nothing is changes nothing.
+const OBSOLETE_HELPER: &str =
     "policy = \"kubernetes\"\npod_resources_helper = \"/nonexistent/devinject-podresources\"\n";
 
-const MISSING_HELPER: [&str; 3] = [
-    "the device grant cannot be checked",
-    "the pod-resources helper /nonexistent/devinject-podresources does not exist",
-    "or set `pod_resources_helper` in the devinject config",
-];
-
-/// A kubelet serves the pod, but the helper that would ask it is not where the config says:
-/// refused naming the helper, and no kubelet call is made.
-fn missing_helper_is_named() -> [Start; 1] {
+/// The kubelet is asked in-process: a granted container gets its devices with one `Get`,
+/// whatever an obsolete `pod_resources_helper` says.
+fn asked_in_process() -> [Start; 1] {
     [Start {
-        name: "missing helper",
-        config: NO_HELPER,
+        name: "obsolete helper key",
+        config: OBSOLETE_HELPER,
         pods: Some(vec![pod(
             "ml",
             "trainer",
             &[("main", &[(DEMO, &["0", "1"])])],
         )]),
         pod_keys: vec![(Cri::Containerd, "trainer", "uid-1")],
-        outcome: Outcome::Refused(&MISSING_HELPER),
-        calls: Some(&[]),
+        calls: Some(&["Get"]),
         ..Start::default()
     }]
 }
 
 #[test]
-fn hook_names_a_missing_helper() {
-    check(Via::Hook, missing_helper_is_named());
+fn hook_asks_the_kubelet_in_process() {
+    check(Via::Hook, asked_in_process());
 }
 
 #[test]
-fn shim_names_a_missing_helper() {
-    check(Via::Shim, missing_helper_is_named());
+fn shim_asks_the_kubelet_in_process() {
+    check(Via::Shim, asked_in_process());
 }
 
 fn non_kubernetes_container() -> [Start; 4] {

@@ -5,11 +5,12 @@
 //! - pod created -> Ready, with one device through the devinject runtime, against the same pod
 //!   with no device on plain runc, alternating, on the same cluster (both through `kubectl
 //!   create` and `kubectl wait`, whose own cost is in both columns);
-//! - the `kubernetes` policy's cost per container start: the pod-resources helper as the hook
-//!   and the shim run it (fork, exec with an empty environment, `Get` from a kubelet >= 1.34 or
-//!   `List` from an older one, the answer), with 1 and with 100 pods on the node, the same build
-//!   again as an A/A pair, and another build of the helper alongside, run by run, with
-//!   `--compare NAME=DIR`;
+//! - the `kubernetes` policy's cost per container start: the lookup the hook and the shim make
+//!   in-process (`Get` from a kubelet >= 1.34 or `List` from an older one, the answer reduced
+//!   to one container), with 1 and with 100 pods on the node, and again as an A/A pair; beside
+//!   it, run by run, the same client through `devinject-podresources` executed as the policy
+//!   once executed it (fork, exec with an empty environment), and another build of that tool
+//!   with `--compare NAME=DIR`;
 //! - kubelet restart -> plugin registered again, from the kubelet's "serving the registration
 //!   socket" to its "got a registration request", as its own log stamps them.
 //!
@@ -24,8 +25,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use devinject_benchmarks::stats::{children_cpu, thread_cpu, Samples};
-use devinject_podresources::PodResourcesClient;
-use devinject_podresources_protocol::{Answer, Request, Rpc};
+use devinject_hook::policy::kubelet::PodResources;
+use devinject_hook::policy::GrantSource;
+use devinject_podresources_protocol::{Answer, PodEntry, Request, Rpc};
 use devinject_tests::bins::bin;
 use devinject_tests::cluster::{Cluster, SLOW};
 use devinject_tests::cri_node::BUSYBOX;
@@ -33,13 +35,13 @@ use devinject_tests::daemons::poll;
 
 /// Pod starts per variant.
 const POD_RUNS: usize = 10;
-/// Helper runs per node size.
-const HELPER_RUNS: usize = 100;
-/// The least time between two helper runs. The kubelet (1.27 and later) rejects pod-resources
-/// calls beyond 100 a second after a burst of 10 (`ResourceExhausted`, which the helper's client
-/// retries after a pause): runs back to back measured that pause, 13 ms median on 1.36 against
-/// 1.3 ms for an unthrottled run. A node starts far fewer containers than that.
-const HELPER_SPACING: Duration = Duration::from_millis(15);
+/// Lookups per asker and node size.
+const LOOKUPS: usize = 100;
+/// The least time between two lookups. The kubelet (1.27 and later) rejects pod-resources
+/// calls beyond 100 a second after a burst of 10 (`ResourceExhausted`, which the client
+/// retries after a pause): lookups back to back measured that pause, 13 ms median on 1.36
+/// against 1.3 ms for an unthrottled one. A node starts far fewer containers than that.
+const LOOKUP_SPACING: Duration = Duration::from_millis(15);
 /// Kubelet restarts.
 const RESTARTS: usize = 3;
 
@@ -82,9 +84,9 @@ fn pod_start(c: &Cluster, name: &str, with_device: bool) -> Result<Duration> {
     Ok(took)
 }
 
-/// One run of the pod-resources helper as the policy runs it: its wall time, its CPU (user and
-/// system, from the rusage of reaped children), and which RPC answered it.
-fn helper_once(helper: &Path, socket: &Path, pod: &str) -> Result<(Duration, Duration, Rpc)> {
+/// One run of `devinject-podresources` as the policy once executed it: its wall time, its CPU
+/// (user and system, from the rusage of reaped children), and which RPC answered it.
+fn tool_once(tool: &Path, socket: &Path, pod: &str) -> Result<(Duration, Duration, Rpc)> {
     let cpu_before = children_cpu()?;
     let start = Instant::now();
     let lookup = Request {
@@ -94,7 +96,7 @@ fn helper_once(helper: &Path, socket: &Path, pod: &str) -> Result<(Duration, Dur
         pod: pod.into(),
         container: "main".into(),
     };
-    let out = Command::new(helper)
+    let out = Command::new(tool)
         .env_clear()
         .stdin(Stdio::null())
         .args(lookup.to_args())
@@ -120,61 +122,70 @@ fn helper_once(helper: &Path, socket: &Path, pod: &str) -> Result<(Duration, Dur
 /// What asks the kubelet in a run.
 #[derive(Debug, Clone)]
 enum Asker {
-    /// The helper at this path, executed as the policy executes it.
-    Helper(PathBuf),
-    /// The helper's client called in this process, as a policy that did not execute the helper
-    /// would call it: the cost of the call without the process.
-    InProcess,
+    /// The policy's lookup, in this process, as the hook and the shim make it.
+    Policy,
+    /// `devinject-podresources` at this path, executed as the policy once executed it.
+    Tool(PathBuf),
 }
 
-/// One run of the client in this process: its wall time, this thread's CPU, the RPC.
-fn in_process_once(socket: &Path, pod: &str) -> Result<(Duration, Duration, Rpc)> {
+/// One lookup of the policy's, in this process: its wall time, this thread's CPU, the RPC.
+fn policy_once(socket: &Path, pod: &str) -> Result<(Duration, Duration, Rpc)> {
+    let kubelet = PodResources {
+        socket: socket.to_owned(),
+        timeout: Duration::from_secs(2),
+    };
     let cpu_before = thread_cpu()?;
     let start = Instant::now();
-    let lookup = PodResourcesClient::new(socket, Duration::from_secs(2))
-        .pod("default", pod)
-        .context("the pod-resources client")?;
+    let answer = kubelet
+        .lookup("default", pod, "main")
+        .context("the policy's pod-resources lookup")?;
     let took = start.elapsed();
     let cpu = thread_cpu()? - cpu_before;
-    if lookup.entries.is_empty() {
-        bail!("the kubelet does not know pod {pod}");
+    if !matches!(&answer.pods[..], [PodEntry::Found { .. }]) {
+        bail!("the kubelet lists no container main of pod {pod}: {answer:?}");
     }
-    Ok((took, cpu, lookup.answered_by))
+    Ok((took, cpu, answer.answered_by))
 }
 
-/// Wall and CPU times of one helper, and the RPC that answered its runs.
+/// Wall and CPU times of one asker's lookups, and the RPC that answered them.
 #[derive(Debug, Clone, Default)]
-struct HelperRuns {
+struct Lookups {
     wall: Samples,
     cpu: Samples,
     answered_by: Option<Rpc>,
 }
 
-/// The wall and CPU times of each helper in `helpers`, run in turn, [`HELPER_RUNS`] times each.
-fn helper_runs(c: &Cluster, pod: &str, helpers: &[Asker]) -> Result<Vec<HelperRuns>> {
+impl Lookups {
+    fn rpc(&self) -> String {
+        self.answered_by.map_or("?".to_owned(), |r| r.to_string())
+    }
+}
+
+/// The wall and CPU times of each of `askers`, in turn, [`LOOKUPS`] times each.
+fn lookups(c: &Cluster, pod: &str, askers: &[Asker]) -> Result<Vec<Lookups>> {
     let socket = c.in_node_ns("/var/lib/kubelet/pod-resources/kubelet.sock")?;
-    let spaced = |helper: &Asker| {
+    let spaced = |asker: &Asker| {
         let began = Instant::now();
-        let run = match helper {
-            Asker::Helper(path) => helper_once(path, &socket, pod),
-            Asker::InProcess => in_process_once(&socket, pod),
+        let run = match asker {
+            Asker::Policy => policy_once(&socket, pod),
+            Asker::Tool(path) => tool_once(path, &socket, pod),
         };
-        std::thread::sleep(HELPER_SPACING.saturating_sub(began.elapsed()));
+        std::thread::sleep(LOOKUP_SPACING.saturating_sub(began.elapsed()));
         run
     };
-    for helper in helpers {
+    for asker in askers {
         for _ in 0..5 {
-            spaced(helper)?;
+            spaced(asker)?;
         }
     }
-    let mut out = vec![HelperRuns::default(); helpers.len()];
-    for _ in 0..HELPER_RUNS {
-        for (helper, runs) in helpers.iter().zip(&mut out) {
-            let (w, c, rpc) = spaced(helper)?;
+    let mut out = vec![Lookups::default(); askers.len()];
+    for _ in 0..LOOKUPS {
+        for (asker, runs) in askers.iter().zip(&mut out) {
+            let (w, c, rpc) = spaced(asker)?;
             runs.wall.push(w);
             runs.cpu.push(c);
             if runs.answered_by.is_some_and(|r| r != rpc) {
-                bail!("{helper:?} was answered by both Get and List");
+                bail!("{asker:?} was answered by both Get and List");
             }
             runs.answered_by = Some(rpc);
         }
@@ -198,26 +209,31 @@ fn row(name: &str, s: &Samples) -> String {
 }
 
 fn run(compare: Option<(String, PathBuf)>) -> Result<()> {
-    // The shipped helper first, then the same binary again (an A/A pair: how far two runs of
-    // one build differ on this machine now); the compared build's rows say its name.
-    let shipped = bin("devinject-podresources");
-    let mut helpers = vec![
-        (String::new(), shipped.clone()),
-        (", A/A: the same build again".to_owned(), shipped),
+    // The policy's lookup, then the same again (an A/A pair: how far two runs of one thing
+    // differ on this machine now); then the same client executed as a process, the shipped
+    // tool and the compared build, whose rows say its name.
+    let mut askers = vec![
+        ("the policy's lookup in-process".to_owned(), Asker::Policy),
+        (
+            "the policy's lookup in-process, A/A: the same again".to_owned(),
+            Asker::Policy,
+        ),
+        (
+            "devinject-podresources executed (the policy before)".to_owned(),
+            Asker::Tool(bin("devinject-podresources")),
+        ),
     ];
     if let Some((name, dir)) = compare {
-        let helper = dir.join("devinject-podresources");
-        if !helper.is_file() {
-            bail!("{} is not built (--compare)", helper.display());
+        let tool = dir.join("devinject-podresources");
+        if !tool.is_file() {
+            bail!("{} is not built (--compare)", tool.display());
         }
-        helpers.push((format!(", {name} build"), helper));
+        askers.push((
+            format!("devinject-podresources executed, {name} build"),
+            Asker::Tool(tool),
+        ));
     }
-    let mut paths: Vec<Asker> = helpers
-        .iter()
-        .map(|(_, p)| Asker::Helper(p.clone()))
-        .collect();
-    // Last, the same client without the process: what a policy calling it in-process would pay.
-    paths.push(Asker::InProcess);
+    let (names, askers): (Vec<String>, Vec<Asker>) = askers.into_iter().unzip();
     let mut c = Cluster::start()?;
     c.runtime_class()?;
     emit(&format!(
@@ -257,7 +273,7 @@ fn run(compare: Option<(String, PathBuf)>) -> Result<()> {
         &device,
     ));
 
-    // The policy's helper with 1 pod, then with 100.
+    // The policy's lookups with 1 pod on the node, then with 100.
     c.apply(&pod_yaml("asker", true))?;
     c.kubectl(&[
         "wait",
@@ -265,7 +281,7 @@ fn run(compare: Option<(String, PathBuf)>) -> Result<()> {
         "pod/asker",
         "--timeout=120s",
     ])?;
-    let one = helper_runs(&c, "asker", &paths)?;
+    let one = lookups(&c, "asker", &askers)?;
     let mut list = String::new();
     for i in 0..99 {
         list += &pod_yaml(&format!("filler-{i}"), false);
@@ -285,43 +301,21 @@ fn run(compare: Option<(String, PathBuf)>) -> Result<()> {
             .count();
         Ok((running >= 100).then_some(()))
     })?;
-    let hundred = helper_runs(&c, "asker", &paths)?;
-    for (i, (build, _)) in helpers.iter().enumerate() {
-        let build = build.as_str();
-        let rpc = |runs: &HelperRuns| runs.answered_by.map_or("?".to_owned(), |r| r.to_string());
-        emit(&row(
-            &format!(
-                "policy helper (exec + {}), 1 pod on the node{build}",
-                rpc(&one[i])
-            ),
-            &one[i].wall,
-        ));
-        emit(&row(
-            &format!(
-                "policy helper (exec + {}), 100 pods on the node{build}",
-                rpc(&hundred[i])
-            ),
-            &hundred[i].wall,
-        ));
-        emit(&row(
-            &format!("policy helper's CPU (user + sys), 1 pod{build}"),
-            &one[i].cpu,
-        ));
-        emit(&row(
-            &format!("policy helper's CPU (user + sys), 100 pods{build}"),
-            &hundred[i].cpu,
-        ));
-    }
-    let (one, hundred) = (&one[helpers.len()], &hundred[helpers.len()]);
-    for (pods, runs) in [("1 pod", one), ("100 pods", hundred)] {
-        emit(&row(
-            &format!("the helper's client called in-process (no exec), {pods} on the node"),
-            &runs.wall,
-        ));
-        emit(&row(
-            &format!("the same, this thread's CPU, {pods}"),
-            &runs.cpu,
-        ));
+    let hundred = lookups(&c, "asker", &askers)?;
+    for (i, name) in names.iter().enumerate() {
+        for (pods, runs) in [("1 pod", &one[i]), ("100 pods", &hundred[i])] {
+            emit(&row(
+                &format!("{name} ({}), {pods} on the node", runs.rpc()),
+                &runs.wall,
+            ));
+        }
+        let cpu = match askers[i] {
+            Asker::Policy => "this thread's CPU",
+            Asker::Tool(_) => "its CPU (user + sys)",
+        };
+        for (pods, runs) in [("1 pod", &one[i]), ("100 pods", &hundred[i])] {
+            emit(&row(&format!("{name}: {cpu}, {pods}"), &runs.cpu));
+        }
     }
     c.kubectl(&[
         "delete",
@@ -381,8 +375,8 @@ fn emit(line: &str) {
 #[derive(Parser, Debug)]
 #[command(name = "devinject-cluster-bench")]
 struct Cli {
-    /// Another build of the pod-resources helper to run alongside the shipped one, as NAME=DIR
-    /// (scripts/bench.sh passes the glibc build of the helper it ships built against musl).
+    /// Another build of `devinject-podresources` to run alongside the shipped one, as NAME=DIR
+    /// (scripts/bench.sh passes the glibc build of the tool it ships built against musl).
     #[arg(long, value_parser = devinject_benchmarks::stats::name_and_dir)]
     compare: Option<(String, PathBuf)>,
 }

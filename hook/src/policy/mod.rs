@@ -8,28 +8,27 @@
 //!
 //! 1. [`identity`] reads the pod (namespace, name, UID) and container name from the CRI
 //!    runtime's annotations, refusing annotations that disagree.
-//! 2. The kubelet is asked about that container ([`GrantSource`]; for real, [`helper`] executes
-//!    `devinject-podresources`, which calls `Get`, falling back to `List`), once, and only when a
-//!    request asks for something: containers that ask for nothing, and non-Kubernetes
-//!    containers, never reach the kubelet, and the hook links no gRPC client.
+//! 2. The kubelet is asked about that container ([`GrantSource`]; for real, [`kubelet`] calls
+//!    `Get`, falling back to `List`), once, and only when a request asks for something:
+//!    containers that ask for nothing, and non-Kubernetes containers, never reach the kubelet.
 //! 3. [`grant`] compares each request with what the container got of the profile's resource.
 //!
 //! Under [`RequestPolicy::Env`] every request is honoured (plain docker or podman hosts, where
 //! whoever starts a container is already trusted). See docs/policy.md.
 
 pub mod grant;
-pub mod helper;
 pub mod identity;
+pub mod kubelet;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use devinject_devices::{Excerpt, ProfileName, ProfileSet, Request, Resolve};
 use devinject_hostconfig::{NonKubernetes, OnDenied, PolicySettings, RequestPolicy};
+use devinject_podresources::PodResourcesError;
 use devinject_podresources_protocol::Answer;
 
 use crate::prepare::RequestSource;
 use grant::{describe, Grant, Mismatch};
-use helper::LookupError;
 use identity::{Identity, IdentityError, PodRef};
 
 /// Why a request was refused. Every variant exits with [`devinject_exit::ExitCode::Policy`].
@@ -72,7 +71,7 @@ pub enum PolicyError {
         /// The pod.
         pod: String,
         /// Why.
-        source: LookupError,
+        source: PodResourcesError,
     },
     /// The kubelet does not know the pod.
     #[error("{profile} devices refused: the kubelet knows no pod {pod} (asked with {origin}); a container that names another pod in its annotations gets nothing")]
@@ -131,11 +130,16 @@ pub struct NotGranted {
     pub origin_key: String,
 }
 
-/// Where the kubelet's view of a container comes from: the helper
-/// ([`helper::PodResourcesHelper`]), or a fake in tests.
+/// Where the kubelet's view of a container comes from: its pod-resources API
+/// ([`kubelet::PodResources`]), or a fake in tests.
 pub trait GrantSource {
     /// What the kubelet lists for container `container` of pod `namespace/pod`.
-    fn lookup(&self, namespace: &str, pod: &str, container: &str) -> Result<Answer, LookupError>;
+    fn lookup(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+    ) -> Result<Answer, PodResourcesError>;
 }
 
 /// The requests the policy lets through, in order. Requests that ask for nothing (`void`, unset)
@@ -347,7 +351,7 @@ mod tests {
     use std::path::Path;
 
     use devinject_devices::Profile;
-    use devinject_podresources_protocol::{HelperExit, PodEntry, Rpc};
+    use devinject_podresources_protocol::{PodEntry, Rpc};
 
     use super::identity::{CONTAINERD, CRIO};
     use super::*;
@@ -373,7 +377,7 @@ mod tests {
         grant: PodEntry,
     }
 
-    /// A kubelet that answers from a fixed list, as the helper reduces it, and records what it
+    /// A kubelet that answers from a fixed list, as the client reduces it, and records what it
     /// was asked.
     struct FakeKubelet {
         pods: Option<Vec<ListedPod>>,
@@ -402,12 +406,11 @@ mod tests {
             namespace: &str,
             pod: &str,
             container: &str,
-        ) -> Result<Answer, LookupError> {
+        ) -> Result<Answer, PodResourcesError> {
             self.asked.borrow_mut().push(format!("{namespace}/{pod}"));
             let Some(pods) = &self.pods else {
-                return Err(LookupError::Kubelet {
-                    kind: HelperExit::Socket,
-                    message: "the kubelet's pod-resources socket /var/lib/kubelet/pod-resources/kubelet.sock does not exist".into(),
+                return Err(PodResourcesError::SocketMissing {
+                    path: "/var/lib/kubelet/pod-resources/kubelet.sock".into(),
                 });
             };
             let entries = pods

@@ -19,7 +19,7 @@ struct Args {
     /// containerd's NRI socket.
     #[arg(long, value_name = "PATH", default_value = "/var/run/nri/nri.sock")]
     socket: PathBuf,
-    /// The host configuration (profiles, policy, pod-resources helper), as for the hook.
+    /// The host configuration (profiles, policy, pod-resources socket), as for the hook.
     #[arg(long, value_name = "PATH")]
     config: Option<PathBuf>,
     /// The plugin's name.

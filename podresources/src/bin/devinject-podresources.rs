@@ -1,11 +1,11 @@
 //! `devinject-podresources`: asks the kubelet's pod-resources API what one container was
-//! granted. The request policy of `devinject-hook` and `devinject-runtime` executes it, so that
-//! neither links a gRPC client for the few containers that need one.
+//! granted, with the call and the reduction the request policy of `devinject-hook` and
+//! `devinject-runtime` makes in-process, for checking by hand what the policy would get.
 //!
 //! Usage: `devinject-podresources --socket=PATH --timeout-ms=N --namespace=NS --pod=NAME
 //! --container=NAME`. On success the answer is JSON on stdout; on failure stderr holds one
 //! line, the message to show, and the exit code says which kind of failure it was
-//! (`devinject_podresources_protocol::HelperExit`, docs/policy.md). It reads no environment and
+//! (`devinject_podresources_protocol::ToolExit`, docs/policy.md). It reads no environment and
 //! no stdin and starts no logging, so that stderr carries only that message.
 
 use std::io::Write;
@@ -13,9 +13,9 @@ use std::process::ExitCode;
 
 use devinject_podresources::{answer, PodResourcesClient, PodResourcesError};
 use devinject_podresources_protocol::request::USAGE;
-use devinject_podresources_protocol::{HelperExit, Invocation, Request};
+use devinject_podresources_protocol::{Invocation, Request, ToolExit};
 
-fn exit(code: HelperExit) -> ExitCode {
+fn exit(code: ToolExit) -> ExitCode {
     ExitCode::from(code.code())
 }
 
@@ -24,15 +24,15 @@ fn main() -> ExitCode {
         Ok(Invocation::Lookup(r)) => r,
         Ok(Invocation::Help) => {
             println!("{USAGE}");
-            return exit(HelperExit::Answered);
+            return exit(ToolExit::Answered);
         }
         Ok(Invocation::Version) => {
             println!("devinject-podresources {}", env!("CARGO_PKG_VERSION"));
-            return exit(HelperExit::Answered);
+            return exit(ToolExit::Answered);
         }
         Err(e) => {
             eprintln!("devinject-podresources: {e}\n{USAGE}");
-            return exit(HelperExit::Usage);
+            return exit(ToolExit::Usage);
         }
     };
     let client = PodResourcesClient::new(&request.socket, request.timeout);
@@ -47,25 +47,25 @@ fn main() -> ExitCode {
         Ok(j) => j,
         Err(e) => {
             eprintln!("devinject-podresources: {e}");
-            return exit(HelperExit::Internal);
+            return exit(ToolExit::Internal);
         }
     };
     let mut out = std::io::stdout().lock();
     if let Err(e) = out.write_all(&json).and_then(|()| out.flush()) {
         eprintln!("devinject-podresources: cannot write the answer to stdout: {e}");
-        return exit(HelperExit::Internal);
+        return exit(ToolExit::Internal);
     }
-    exit(HelperExit::Answered)
+    exit(ToolExit::Answered)
 }
 
 /// The documented exit code for a failed lookup.
-fn kind(e: &PodResourcesError) -> HelperExit {
+fn kind(e: &PodResourcesError) -> ToolExit {
     match e {
         PodResourcesError::SocketMissing { .. }
         | PodResourcesError::NotASocket { .. }
-        | PodResourcesError::Stat { .. } => HelperExit::Socket,
-        PodResourcesError::Connect { .. } => HelperExit::Connect,
-        PodResourcesError::Rpc { .. } | PodResourcesError::Answer { .. } => HelperExit::Kubelet,
-        PodResourcesError::Timeout { .. } => HelperExit::Timeout,
+        | PodResourcesError::Stat { .. } => ToolExit::Socket,
+        PodResourcesError::Connect { .. } => ToolExit::Connect,
+        PodResourcesError::Rpc { .. } | PodResourcesError::Answer { .. } => ToolExit::Kubelet,
+        PodResourcesError::Timeout { .. } => ToolExit::Timeout,
     }
 }

@@ -3,8 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use devinject_hostconfig::{HostConfig, RequestPolicy, DEFAULT_CONFIG_PATH};
-use devinject_podresources_protocol::HELPER_NAME;
+use devinject_hostconfig::{HostConfig, DEFAULT_CONFIG_PATH};
 
 use crate::doctor::{DoctorReport, DoctorRequest, Section, Severity};
 
@@ -130,51 +129,20 @@ pub fn check(req: &DoctorRequest, report: &mut DoctorReport) -> HostConfig {
             );
         }
     }
-    check_helper(req, &config, &subject, report);
+    check_obsolete(&config, &subject, report);
     config
 }
 
-/// Under the `kubernetes` policy on a Kubernetes node, the hook and the shim run the
-/// pod-resources helper for every container that asks for devices: it must be where they look.
-fn check_helper(
-    req: &DoctorRequest,
-    config: &HostConfig,
-    subject: &str,
-    report: &mut DoctorReport,
-) {
-    if config.policy != RequestPolicy::Kubernetes || !req.access(&req.kubelet_dir).is_dir() {
-        return;
-    }
-    let wanted: Vec<PathBuf> = match &config.pod_resources_helper {
-        Some(path) => vec![path.clone()],
-        // Next to whichever of the hook and the shim is installed (each looks beside itself).
-        None => [
-            config
-                .hook
-                .clone()
-                .or_else(|| req.find_binary("devinject-hook")),
-            req.find_binary("devinject-runtime"),
-        ]
-        .into_iter()
-        .flatten()
-        .map(|bin| bin.with_file_name(HELPER_NAME))
-        .collect(),
-    };
-    for path in wanted {
-        if crate::doctor::is_executable(&req.access(&path)) {
-            continue;
-        }
+/// `pod_resources_helper` is accepted for configs written for earlier releases, and ignored:
+/// say so, so that nobody keeps a helper around for it.
+fn check_obsolete(config: &HostConfig, subject: &str, report: &mut DoctorReport) {
+    if config.obsolete_pod_resources_helper.is_some() {
         report.add(
             Section::HostConfig,
             "pod_resources_helper",
-            Severity::Error,
-            format!(
-                "the pod-resources helper {} is not an executable file: under the kubernetes policy every container that asks for devices is refused",
-                path.display()
-            ),
-            Some(format!(
-                "install {HELPER_NAME} there (the installer does), or set pod_resources_helper in {subject}"
-            )),
+            Severity::Warning,
+            "pod_resources_helper is obsolete and ignored: the hook and the shim ask the kubelet's pod-resources API themselves".to_owned(),
+            Some(format!("remove pod_resources_helper from {subject}")),
         );
     }
 }

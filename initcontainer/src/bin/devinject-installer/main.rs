@@ -1,4 +1,4 @@
-//! `devinject-installer`: installs devinject on a node (hook, shim, pod-resources helper,
+//! `devinject-installer`: installs devinject on a node (hook, shim, devinject-podresources,
 //! devinject-ctl, profiles, host config, engine configuration) from a DaemonSet init container,
 //! or uninstalls it.
 //!
