@@ -4,6 +4,14 @@
 //! override the user's. The shim applies the rule to `config.json`, the NRI plugin writes the
 //! same entries into its adjustment (issue 34: one rule, not one per engine).
 
+/// The value of variable `name` in `KEY=value` entries `env`: the last one wins, as the process
+/// sees it after `execve`.
+pub fn env_value<'a>(env: &'a [String], name: &str) -> Option<&'a str> {
+    env.iter()
+        .rev()
+        .find_map(|e| e.strip_prefix(name)?.strip_prefix('='))
+}
+
 /// The name an entry of the container's env sets: what precedes its first `=`; an entry
 /// without one sets nothing (`getenv` does not see it).
 fn name(entry: &str) -> Option<&str> {

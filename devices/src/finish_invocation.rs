@@ -21,6 +21,14 @@ pub const HOOK_ARGV0: &str = "devinject-hook";
 /// The subcommand that runs the finish step.
 const FINISH: &str = "finish";
 
+/// `devinject-hook` next to the running executable, where the installer puts the hook, the
+/// shim and the NRI plugin's binary; used when the host config names no `hook`.
+pub fn default_hook_path() -> PathBuf {
+    std::env::current_exe()
+        .map(|e| e.with_file_name(HOOK_ARGV0))
+        .unwrap_or_else(|_| PathBuf::from("/opt/devinject/bin/devinject-hook"))
+}
+
 /// `devinject-hook [--config FILE]`: the binary and the host configuration it reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookCommand {

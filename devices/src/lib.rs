@@ -46,10 +46,12 @@ pub mod roots;
 pub use devinject_device_rule::{Access, DeviceKind, DeviceRule};
 pub use discovery::{discover, Device, DiscoveryError, Inventory};
 pub use driver_files::{resolve_driver_files, DriverFiles, ResolveError};
-pub use env_merge::{env_edits, merge_env};
+pub use env_merge::{env_edits, env_value, merge_env};
 pub use excerpt::Excerpt;
 pub use finish_args::{FinishArgs, GroupAccess};
-pub use finish_invocation::{FinishInvocation, HookCommand, FINISH_TIMEOUT_SECS, HOOK_ARGV0};
+pub use finish_invocation::{
+    default_hook_path, FinishInvocation, HookCommand, FINISH_TIMEOUT_SECS, HOOK_ARGV0,
+};
 pub use names::{DeviceId, NameError, ProfileName, ResourceName, CDI_VENDOR};
 pub use node::{access_groups, DeviceNode};
 pub use plan::{ContainerEdits, HookAction, Mount, MountKind, Plan, Symlink};

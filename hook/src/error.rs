@@ -2,10 +2,10 @@
 
 use devinject_exit::ExitCode;
 
-use crate::admit::AdmitError;
 use crate::inject::InjectError;
 use crate::oci::OciError;
-use crate::prepare_step::PrepareStepError;
+use devinject_admission::admit::AdmitError;
+use devinject_contained::prepare_step::PrepareStepError;
 
 /// Everything that can make the hook fail.
 #[derive(Debug, thiserror::Error)]

@@ -14,6 +14,7 @@
 //! ([`crate::shim::spec_edit`]) for the same reason: a typed round trip would drop or reject
 //! what it does not model.
 
+use devinject_devices::env_value;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -350,13 +351,6 @@ fn check_oci_version(v: &str, what: &str) -> Result<(), OciError> {
             problem: format!("ociVersion {v:?} is not supported: devinject understands 1.x"),
         })
     }
-}
-
-/// The value of variable `name` in `KEY=value` entries `env` (the last one wins, as in execve).
-pub fn env_value<'a>(env: &'a [String], name: &str) -> Option<&'a str> {
-    env.iter()
-        .rev()
-        .find_map(|e| e.strip_prefix(name)?.strip_prefix('='))
 }
 
 #[cfg(test)]

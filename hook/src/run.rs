@@ -2,11 +2,11 @@
 //!
 //! 1. Read the OCI state (bounded) and the bundle's `config.json`.
 //! 2. Find the container's requests (our annotation, else the profile's env variable), then
-//! 3. check them against the request policy ([`crate::policy`]: in Kubernetes, what the kubelet
+//! 3. check them against the request policy ([`devinject_admission::policy`]: in Kubernetes, what the kubelet
 //!    granted, asked of its pod-resources API in-process, before anything forks) and
 //! 4. plan, discovery and file resolution only for profiles that were asked for: steps 2 to 4
-//!    are [`crate::admit`], shared with the shim and the NRI plugin.
-//! 5. Run the profiles' prepare steps on the host ([`crate::prepare_step`]), then
+//!    are [`devinject_admission::admit`], shared with the shim and the NRI plugin.
+//! 5. Run the profiles' prepare steps on the host ([`devinject_contained::prepare_step`]), then
 //! 6. apply in the container's mount namespace, then set device cgroup rules.
 //!
 //! Nothing is injected unless every step up to the plan succeeded: a bad request fails the
@@ -16,13 +16,13 @@ use std::io::Read;
 
 use devinject_hostconfig::HostConfig;
 
-use crate::admit::{asked, Admission};
 use crate::cgroup_rules;
 use crate::error::HookError;
 use crate::inject::ldcache::Ldconfig;
 use crate::inject::{self, layout, rootfs::Rootfs, Target};
 use crate::oci::{read_bounded, Spec, State, MAX_STATE_BYTES};
-use crate::prepare_step;
+use devinject_admission::admit::{asked, Admission};
+use devinject_contained::prepare_step;
 
 /// What the hook did.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use devinject_hook::prepare_step::Step;
+use devinject_contained::prepare_step::Step;
 
 /// The plugin's budget per request: the configured one and the runtime's timeout, when known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,18 +1,18 @@
 //! The plugin's service: what containerd calls over NRI. Only container creation does work;
-//! it runs the same admission as the runtime shim ([`devinject_hook::admit`]: the container's
+//! it runs the same admission as the runtime shim ([`devinject_admission::admit`]: the container's
 //! env and annotations, the host's request policy, the planner) and answers with the plan as an
 //! adjustment ([`crate::adjust`]). A refusal fails the container's creation with the policy's
 //! message, which the kubelet shows on the pod. The profiles' prepare steps run here, before the
-//! answer ([`devinject_hook::prepare_step`]), within the request's budget ([`crate::budget`]).
+//! answer ([`devinject_contained::prepare_step`]), within the request's budget ([`crate::budget`]).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use devinject_admission::admit::{asked, Admission, AdmitError};
+use devinject_contained::prepare_step::{self, PrepareStepError};
+use devinject_devices::env_value;
 use devinject_devices::{ContainerLayout, FinishArgs, GroupAccess, HookCommand};
-use devinject_hook::admit::{asked, Admission, AdmitError};
-use devinject_hook::oci::env_value;
-use devinject_hook::prepare_step::{self, PrepareStepError};
 use devinject_hostconfig::HostConfig;
 use prost::Message;
 
@@ -80,7 +80,7 @@ impl Plugin {
         let hook = config
             .hook
             .clone()
-            .unwrap_or_else(devinject_hook::shim::default_hook_path);
+            .unwrap_or_else(devinject_devices::default_hook_path);
         // The configuration was read in this directory; the runtime runs the hook in another.
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
         Self {
@@ -162,7 +162,7 @@ impl Plugin {
                         Err(Failure {
                             code: match &e {
                                 CreateError::Admit(AdmitError::Policy(_)) => PERMISSION_DENIED,
-                                CreateError::Admit(AdmitError::Prepare(_)) => INVALID_ARGUMENT,
+                                CreateError::Admit(AdmitError::Plan(_)) => INVALID_ARGUMENT,
                                 _ => FAILED_PRECONDITION,
                             },
                             message: format!("devinject: {e}"),

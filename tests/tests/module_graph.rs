@@ -300,20 +300,27 @@ fn no_crate_has_module_circles() {
 
 /// Issue 17: `devinject-ctl`, the installer, the device plugin and the host configuration
 /// crate read the host configuration; none links the hook library to do it, directly or
-/// through another crate (tests may, through the test harness).
+/// through another crate (tests may, through the test harness). Issue 34: the NRI plugin
+/// admits through `devinject-admission` and runs prepare steps through `devinject-contained`,
+/// not through the hook, and the admission core links no engine path.
 #[test]
 fn config_readers_do_not_link_the_hook() {
     let deps = dependencies("dependencies");
     let linked = |start: &str| reachable(&deps, start);
     assert!(
-        linked("devinject-nri").contains("devinject-hook"),
-        "the walk must see the NRI plugin's use of the hook's pipeline"
+        linked("devinject-hook").contains("devinject-admission")
+            && linked("devinject-nri").contains("devinject-admission")
+            && linked("devinject-nri").contains("devinject-contained"),
+        "the walk must see the hook's and the NRI plugin's use of the admission core"
     );
     for reader in [
         "devinject-runtime-config",
         "devinject-installer",
         "devinject-device-plugin",
         "devinject-hostconfig",
+        "devinject-nri",
+        "devinject-admission",
+        "devinject-contained",
     ] {
         assert!(
             deps.contains_key(reader),
@@ -322,7 +329,8 @@ fn config_readers_do_not_link_the_hook() {
         assert!(
             !linked(reader).contains("devinject-hook"),
             "{reader} links devinject-hook; read the host configuration through \
-             devinject-hostconfig"
+             devinject-hostconfig, admit through devinject-admission, run host programs through \
+             devinject-contained"
         );
     }
 }

@@ -11,8 +11,8 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use devinject_hook::policy::kubelet::PodResources;
-use devinject_hook::policy::GrantSource;
+use devinject_admission::policy::kubelet::PodResources;
+use devinject_admission::policy::GrantSource;
 use devinject_podresources::PodResourcesError;
 use devinject_podresources_protocol::{Answer, PodEntry, Request, Rpc, ToolExit};
 use devinject_tests::bins::bin;

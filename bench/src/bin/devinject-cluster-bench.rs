@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use devinject_admission::policy::kubelet::PodResources;
+use devinject_admission::policy::GrantSource;
 use devinject_benchmarks::stats::{children_cpu, thread_cpu, Samples};
-use devinject_hook::policy::kubelet::PodResources;
-use devinject_hook::policy::GrantSource;
 use devinject_podresources_protocol::{Answer, PodEntry, Request, Rpc};
 use devinject_tests::bins::bin;
 use devinject_tests::cluster::{Cluster, SLOW};

@@ -61,8 +61,9 @@ use devinject_hostconfig::{CacheWriter, HostConfig};
 use super::ld_so_cache::update::{self, CACHE};
 use super::rootfs::{fd_path, Crossing, Rootfs, RootfsError};
 use super::InjectError;
-use crate::child::{self, ChildError};
 use crate::sys;
+use devinject_contained::child::{self, ChildError};
+use devinject_contained::sys::{close_range, fork_run};
 
 /// The cache ldconfig writes into the staging tmpfs (container path, in the child's namespace).
 const STAGED: &str = "/dev/ld.so.cache";
@@ -228,7 +229,7 @@ fn in_container(
         c"/etc/ld.so.conf".to_owned(),
     ];
     argv.extend(dirs.iter().cloned());
-    let run = sys::fork_run(|| {
+    let run = fork_run(|| {
         let step = (|| -> Result<(), String> {
             nix::unistd::chroot(rootfs).map_err(|e| format!("chroot: {e}"))?;
             nix::unistd::chdir("/").map_err(|e| format!("chdir: {e}"))?;
@@ -239,8 +240,8 @@ fn in_container(
             // else (issue 32, finding 2).
             let keep =
                 u32::try_from(ldconfig.as_raw_fd()).map_err(|_| "bad descriptor".to_owned())?;
-            sys::close_range(3, keep.saturating_sub(1))
-                .and_then(|()| sys::close_range(keep + 1, u32::MAX))
+            close_range(3, keep.saturating_sub(1))
+                .and_then(|()| close_range(keep + 1, u32::MAX))
                 .map_err(|e| format!("close descriptors: {e}"))?;
             let env: [CString; 0] = [];
             let e = nix::unistd::fexecve(ldconfig.as_fd(), &argv, &env).unwrap_err();

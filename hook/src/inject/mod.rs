@@ -30,8 +30,8 @@ use nix::errno::Errno;
 use nix::sched::CloneFlags;
 use nix::sys::wait::WaitStatus;
 
-use crate::child::{self, ChildError};
 use crate::oci::User;
+use devinject_contained::child::{self, ChildError};
 pub use host::{Host, Work};
 use ld_so_cache::update;
 use mounts::{MountAttrs, Source};

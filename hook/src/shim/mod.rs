@@ -1,7 +1,7 @@
 //! The runtime shim `devinject-runtime`: the spec applier in front of runc or crun.
 //!
 //! On `create` and `run` it plans the container's requests, runs the profiles' prepare steps
-//! ([`crate::prepare_step`]) and writes the plan into the bundle's `config.json` ([`spec_edit`]),
+//! ([`devinject_contained::prepare_step`]) and writes the plan into the bundle's `config.json` ([`spec_edit`]),
 //! then execs the real runtime with the arguments it was given.
 //! Every other command is exec'd at once. A container that asks for nothing has its bundle left
 //! byte-for-byte untouched.
@@ -22,11 +22,11 @@ use std::path::{Path, PathBuf};
 use devinject_exit::ExitCode;
 use devinject_hostconfig::{HostConfig, RUNTIME_CANDIDATES};
 
-use crate::admit::{asked, Admission, AdmitError};
 use crate::inject::{layout, rootfs::Rootfs};
 use crate::oci::{read_spec_bytes, OciError, Spec};
-use crate::prepare_step::{self, PrepareStepError};
 use args::ShimArgs;
+use devinject_admission::admit::{asked, Admission, AdmitError};
+use devinject_contained::prepare_step::{self, PrepareStepError};
 use spec_edit::SpecEditError;
 
 /// Why the shim failed.
@@ -165,7 +165,10 @@ pub fn edit_bundle(
             what: what.clone(),
             message: e.to_string(),
         })?;
-    let hook = config.hook.clone().unwrap_or_else(default_hook_path);
+    let hook = config
+        .hook
+        .clone()
+        .unwrap_or_else(devinject_devices::default_hook_path);
     let request_envs = asked.request_envs();
     let finish = spec_edit::finish_hook(
         &hook,
@@ -185,13 +188,6 @@ pub fn edit_bundle(
         .flat_map(|p| p.devices.iter().map(move |d| format!("{}:{d}", p.profile)))
         .collect();
     Ok(BundleEdit::Edited(grants))
-}
-
-/// `devinject-hook` next to the running shim.
-pub fn default_hook_path() -> PathBuf {
-    std::env::current_exe()
-        .map(|e| e.with_file_name("devinject-hook"))
-        .unwrap_or_else(|_| PathBuf::from("/opt/devinject/bin/devinject-hook"))
 }
 
 /// Writes `bytes` to `path` through a temp file in the same directory, keeping the mode.

@@ -14,7 +14,7 @@ use devinject_devices::{
 
 /// Why a container's plan could not be made.
 #[derive(Debug, thiserror::Error)]
-pub enum PrepareError {
+pub enum ContainerPlanError {
     /// A request value is malformed.
     #[error("profile {profile}: {source} (from {origin})")]
     Request {
@@ -133,15 +133,16 @@ pub fn plan_container(
     requests: &[RequestSource],
     functions: &[FunctionRequest],
     layout: impl FnOnce() -> ContainerLayout,
-) -> Result<Option<ContainerPlan>, PrepareError> {
+) -> Result<Option<ContainerPlan>, ContainerPlanError> {
     // Parse every request before touching the host, so a bad value fails fast and cheaply.
     let mut parsed = Vec::new();
     for r in requests {
-        let request = Request::parse(Some(&r.value)).map_err(|source| PrepareError::Request {
-            profile: r.profile.clone(),
-            origin: r.origin.clone(),
-            source,
-        })?;
+        let request =
+            Request::parse(Some(&r.value)).map_err(|source| ContainerPlanError::Request {
+                profile: r.profile.clone(),
+                origin: r.origin.clone(),
+                source,
+            })?;
         if request.wants_anything() {
             parsed.push((r, request));
         }

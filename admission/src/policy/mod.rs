@@ -27,7 +27,7 @@ use devinject_hostconfig::{NonKubernetes, OnDenied, PolicySettings, RequestPolic
 use devinject_podresources::PodResourcesError;
 use devinject_podresources_protocol::Answer;
 
-use crate::prepare::RequestSource;
+use crate::container_plan::RequestSource;
 use grant::{describe, Grant, Mismatch};
 use identity::{Identity, IdentityError, PodRef};
 

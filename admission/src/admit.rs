@@ -19,11 +19,11 @@ use devinject_devices::{ContainerLayout, FunctionRequest, HostRoots, ProfileErro
 use devinject_exit::ExitCode;
 use devinject_hostconfig::{HostConfig, PolicySettings};
 
+use crate::container_plan::{
+    find_functions, find_requests, plan_container, ContainerPlan, ContainerPlanError, RequestSource,
+};
 use crate::policy::kubelet::PodResources;
 use crate::policy::{self, PolicyError};
-use crate::prepare::{
-    find_functions, find_requests, plan_container, ContainerPlan, PrepareError, RequestSource,
-};
 
 /// Why a container's requests were not admitted.
 #[derive(Debug, thiserror::Error)]
@@ -36,7 +36,7 @@ pub enum AdmitError {
     Policy(#[from] PolicyError),
     /// The request could not be planned.
     #[error(transparent)]
-    Prepare(#[from] PrepareError),
+    Plan(#[from] ContainerPlanError),
 }
 
 impl AdmitError {
@@ -45,10 +45,14 @@ impl AdmitError {
         match self {
             Self::Profiles(_) => ExitCode::Config,
             Self::Policy(_) => ExitCode::Policy,
-            Self::Prepare(
-                PrepareError::Request { .. } | PrepareError::Plan(_) | PrepareError::Function(_),
+            Self::Plan(
+                ContainerPlanError::Request { .. }
+                | ContainerPlanError::Plan(_)
+                | ContainerPlanError::Function(_),
             ) => ExitCode::Request,
-            Self::Prepare(PrepareError::Discovery(_) | PrepareError::Resolve(_)) => ExitCode::Host,
+            Self::Plan(ContainerPlanError::Discovery(_) | ContainerPlanError::Resolve(_)) => {
+                ExitCode::Host
+            }
         }
     }
 }
@@ -89,7 +93,7 @@ impl Admission {
             return Ok(None);
         }
         let profiles = ProfileSet::load_dir(&self.profiles_dir)?;
-        if !mentions(crate::ANNOTATION_PREFIX)
+        if !mentions(devinject_devices::plan::ANNOTATION_PREFIX)
             && !profiles.iter().any(|p| mentions(p.request_env()))
         {
             return Ok(None);
@@ -114,7 +118,8 @@ pub fn asked<'a>(
     annotations: &BTreeMap<String, String>,
 ) -> Result<Option<Asked>, AdmitError> {
     let requests = find_requests(&profiles, env, annotations);
-    let functions = find_functions(&profiles, env, annotations).map_err(PrepareError::from)?;
+    let functions =
+        find_functions(&profiles, env, annotations).map_err(ContainerPlanError::from)?;
     Ok(
         (!requests.is_empty() || !functions.is_empty()).then_some(Asked {
             profiles,
@@ -209,7 +214,7 @@ mod tests {
     fn a_container_naming_a_request_variable_or_our_annotation_may_be_asking() {
         let by_env = asking("KVM_VISIBLE_DEVICES=all");
         assert_eq!(by_env.map(|p| p.iter().count()), Some(1));
-        let annotation = format!("{}kvm", crate::ANNOTATION_PREFIX);
+        let annotation = format!("{}kvm", devinject_devices::plan::ANNOTATION_PREFIX);
         assert!(asking(&annotation).is_some());
     }
 
