@@ -124,6 +124,17 @@ pub struct ContainerPlan {
     pub prepare: Vec<PrepareRun>,
 }
 
+impl ContainerPlan {
+    /// What the container gets, as `profile:device` per device, in plan order: what every
+    /// engine path logs and reports.
+    pub fn granted(&self) -> Vec<String> {
+        self.plans
+            .iter()
+            .flat_map(|p| p.devices.iter().map(move |d| format!("{}:{d}", p.profile)))
+            .collect()
+    }
+}
+
 /// Plans the container. `layout` is called at most once, and only when a profile injects files.
 /// `Ok(None)` when nothing was asked for. A function for a profile none of whose devices the
 /// container gets is an error, whatever else it asked for.
@@ -203,4 +214,29 @@ fn check_functions_have_devices(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use devinject_devices::DeviceId;
+
+    use super::*;
+
+    fn plan(profile: &str, devices: &[&str]) -> Plan {
+        Plan {
+            profile: ProfileName::new(profile).unwrap(),
+            devices: devices.iter().map(|d| DeviceId::new(d).unwrap()).collect(),
+            edits: ContainerEdits::default(),
+        }
+    }
+
+    #[test]
+    fn granted_names_each_device_with_its_profile_in_plan_order() {
+        let c = ContainerPlan {
+            plans: vec![plan("demo", &["1", "0"]), plan("kvm", &["kvm"])],
+            edits: ContainerEdits::default(),
+            prepare: Vec::new(),
+        };
+        assert_eq!(c.granted(), ["demo:1", "demo:0", "kvm:kvm"]);
+    }
 }

@@ -50,8 +50,8 @@ impl FinishArgs {
         };
         Self {
             mounts: edits.mounts.clone(),
-            links: edits.symlinks().to_vec(),
-            ldcache_dirs: edits.ldcache_dirs().to_vec(),
+            links: edits.symlinks.clone(),
+            ldcache_dirs: edits.ldcache_dirs.clone(),
             group_nodes,
             ..Self::default()
         }

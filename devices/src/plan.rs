@@ -52,18 +52,6 @@ pub struct Symlink {
     pub target: String,
 }
 
-/// Work a spec cannot express, done by our hook (CDI would call these hooks).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub enum HookAction {
-    /// Create these symlinks (soname links).
-    CreateSymlinks(Vec<Symlink>),
-    /// Refresh the container's linker cache with these extra directories.
-    UpdateLdcache {
-        /// Directories holding injected libraries.
-        dirs: Vec<PathBuf>,
-    },
-}
-
 /// Edits to one container, CDI-shaped.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ContainerEdits {
@@ -73,8 +61,12 @@ pub struct ContainerEdits {
     pub device_nodes: Vec<DeviceNode>,
     /// Files to bind-mount read-only.
     pub mounts: Vec<Mount>,
-    /// Work for our hook.
-    pub hooks: Vec<HookAction>,
+    /// Soname links to create among the injected libraries: work a spec cannot express, done
+    /// by our finish hook (CDI would call it a hook).
+    pub symlinks: Vec<Symlink>,
+    /// Directories of injected libraries the container's linker cache must learn about: work
+    /// for our finish hook too.
+    pub ldcache_dirs: Vec<PathBuf>,
     /// Device cgroup rules (one per node).
     pub cgroup_rules: Vec<DeviceRule>,
 }
@@ -91,7 +83,8 @@ impl ContainerEdits {
         self.env.is_empty()
             && self.device_nodes.is_empty()
             && self.mounts.is_empty()
-            && self.hooks.is_empty()
+            && self.symlinks.is_empty()
+            && self.ldcache_dirs.is_empty()
             && self.cgroup_rules.is_empty()
     }
 
@@ -121,35 +114,14 @@ impl ContainerEdits {
                 self.mounts.push(m);
             }
         }
-        for h in other.hooks {
-            match h {
-                HookAction::CreateSymlinks(mut v) => {
-                    if let Some(HookAction::CreateSymlinks(mine)) = self
-                        .hooks
-                        .iter_mut()
-                        .find(|x| matches!(x, HookAction::CreateSymlinks(_)))
-                    {
-                        v.retain(|s| !mine.contains(s));
-                        mine.extend(v);
-                    } else {
-                        self.hooks.push(HookAction::CreateSymlinks(v));
-                    }
-                }
-                HookAction::UpdateLdcache { dirs } => {
-                    if let Some(HookAction::UpdateLdcache { dirs: mine }) = self
-                        .hooks
-                        .iter_mut()
-                        .find(|x| matches!(x, HookAction::UpdateLdcache { .. }))
-                    {
-                        for d in dirs {
-                            if !mine.contains(&d) {
-                                mine.push(d);
-                            }
-                        }
-                    } else {
-                        self.hooks.push(HookAction::UpdateLdcache { dirs });
-                    }
-                }
+        for l in other.symlinks {
+            if !self.symlinks.contains(&l) {
+                self.symlinks.push(l);
+            }
+        }
+        for d in other.ldcache_dirs {
+            if !self.ldcache_dirs.contains(&d) {
+                self.ldcache_dirs.push(d);
             }
         }
         for r in other.cgroup_rules {
@@ -157,28 +129,6 @@ impl ContainerEdits {
                 self.cgroup_rules.push(r);
             }
         }
-    }
-
-    /// The soname links to create, if any.
-    pub fn symlinks(&self) -> &[Symlink] {
-        self.hooks
-            .iter()
-            .find_map(|h| match h {
-                HookAction::CreateSymlinks(v) => Some(v.as_slice()),
-                _ => None,
-            })
-            .unwrap_or(&[])
-    }
-
-    /// The directories the linker cache must learn about, if any.
-    pub fn ldcache_dirs(&self) -> &[PathBuf] {
-        self.hooks
-            .iter()
-            .find_map(|h| match h {
-                HookAction::UpdateLdcache { dirs } => Some(dirs.as_slice()),
-                _ => None,
-            })
-            .unwrap_or(&[])
     }
 }
 
@@ -244,7 +194,11 @@ mod tests {
                 ..Default::default()
             },
             ContainerEdits {
-                hooks: vec![HookAction::UpdateLdcache { dirs: Vec::new() }],
+                symlinks: vec![link("/usr/lib/libx.so", "libx.so.1")],
+                ..Default::default()
+            },
+            ContainerEdits {
+                ldcache_dirs: vec!["/usr/lib".into()],
                 ..Default::default()
             },
             ContainerEdits {
@@ -294,7 +248,7 @@ mod tests {
     }
 
     /// Two profiles may share a control node, a library, a soname link or a cache dir: each
-    /// appears once, in first-come order, and one hook of each kind holds them all.
+    /// appears once, in first-come order.
     #[test]
     fn merge_keeps_one_of_each_in_order() {
         let ctl = node("/dev/ctl", 0, 0o666, 0);
@@ -302,27 +256,19 @@ mod tests {
             env: vec!["A=1".into()],
             device_nodes: vec![node("/dev/accel0", 1, 0o666, 0), ctl.clone()],
             mounts: vec![mount("/usr/lib/liba.so.1")],
-            hooks: vec![
-                HookAction::CreateSymlinks(vec![link("/usr/lib/liba.so", "liba.so.1")]),
-                HookAction::UpdateLdcache {
-                    dirs: vec!["/usr/lib".into()],
-                },
-            ],
+            symlinks: vec![link("/usr/lib/liba.so", "liba.so.1")],
+            ldcache_dirs: vec!["/usr/lib".into()],
             cgroup_rules: vec![ctl.rule()],
         };
         let b = ContainerEdits {
             env: vec!["A=1".into(), "B=2".into()],
             device_nodes: vec![ctl.clone(), node("/dev/accel1", 2, 0o666, 0)],
             mounts: vec![mount("/usr/lib/liba.so.1"), mount("/usr/lib/libb.so.1")],
-            hooks: vec![
-                HookAction::CreateSymlinks(vec![
-                    link("/usr/lib/liba.so", "liba.so.1"),
-                    link("/usr/lib/libb.so", "libb.so.1"),
-                ]),
-                HookAction::UpdateLdcache {
-                    dirs: vec!["/usr/lib".into(), "/opt/lib".into()],
-                },
+            symlinks: vec![
+                link("/usr/lib/liba.so", "liba.so.1"),
+                link("/usr/lib/libb.so", "libb.so.1"),
             ],
+            ldcache_dirs: vec!["/usr/lib".into(), "/opt/lib".into()],
             cgroup_rules: vec![ctl.rule(), node("/dev/accel1", 2, 0o666, 0).rule()],
         };
         a.merge(b);
@@ -346,44 +292,20 @@ mod tests {
                 "/usr/lib/libb.so.1".into()
             ]
         );
-        assert_eq!(a.hooks.len(), 2, "{:?}", a.hooks);
         assert_eq!(
-            a.symlinks(),
+            a.symlinks,
             [
                 link("/usr/lib/liba.so", "liba.so.1"),
                 link("/usr/lib/libb.so", "libb.so.1")
             ]
         );
         assert_eq!(
-            a.ldcache_dirs(),
+            a.ldcache_dirs,
             [PathBuf::from("/usr/lib"), "/opt/lib".into()]
         );
         assert_eq!(
             a.cgroup_rules,
             [ctl.rule(), node("/dev/accel1", 2, 0o666, 0).rule()]
         );
-    }
-
-    #[test]
-    fn hooks_of_each_kind_are_found_in_any_order() {
-        let mut edits = ContainerEdits::default();
-        assert!(edits.symlinks().is_empty() && edits.ldcache_dirs().is_empty());
-        edits.merge(ContainerEdits {
-            hooks: vec![HookAction::UpdateLdcache {
-                dirs: vec!["/usr/lib".into()],
-            }],
-            ..Default::default()
-        });
-        assert_eq!(edits.ldcache_dirs(), [PathBuf::from("/usr/lib")]);
-        assert!(edits.symlinks().is_empty());
-        edits.merge(ContainerEdits {
-            hooks: vec![HookAction::CreateSymlinks(vec![link(
-                "/usr/lib/a.so",
-                "a.so.1",
-            )])],
-            ..Default::default()
-        });
-        assert_eq!(edits.symlinks(), [link("/usr/lib/a.so", "a.so.1")]);
-        assert_eq!(edits.ldcache_dirs(), [PathBuf::from("/usr/lib")]);
     }
 }

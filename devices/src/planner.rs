@@ -11,7 +11,7 @@ use crate::discovery::Inventory;
 use crate::driver_files::DriverFiles;
 use crate::names::ProfileName;
 use crate::node::DeviceNode;
-use crate::plan::{ContainerEdits, HookAction, Mount, MountKind, Plan, Symlink};
+use crate::plan::{ContainerEdits, Mount, MountKind, Plan, Symlink};
 use crate::profile::{IdSource, LibraryNames, Profile};
 use crate::request::{Request, RequestError, Resolve};
 
@@ -167,13 +167,9 @@ pub fn plan(input: PlanInput<'_>) -> Result<Option<Plan>, PlanError> {
             });
         }
     }
-    if !links.is_empty() {
-        edits.hooks.push(HookAction::CreateSymlinks(links));
-    }
+    edits.symlinks = links;
     if !driver_files.libraries.is_empty() {
-        edits.hooks.push(HookAction::UpdateLdcache {
-            dirs: vec![layout.lib_dir.clone()],
-        });
+        edits.ldcache_dirs = vec![layout.lib_dir.clone()];
     }
 
     let ids: Vec<_> = devices.iter().map(|d| d.id.clone()).collect();
@@ -345,14 +341,14 @@ mod tests {
             PathBuf::from("/usr/bin/demo-smi")
         );
         assert_eq!(
-            p.edits.symlinks(),
+            p.edits.symlinks,
             [Symlink {
                 link: PathBuf::from("/usr/lib/x86_64-linux-gnu/libdemo.so.1"),
                 target: "libdemo.so.1.0.0".into()
             }]
         );
         assert_eq!(
-            p.edits.ldcache_dirs(),
+            p.edits.ldcache_dirs,
             [PathBuf::from("/usr/lib/x86_64-linux-gnu")]
         );
         assert_eq!(p.edits.env, ["DEMO_VISIBLE_DEVICES=2,0", "DEMO_DRIVER=1"]);
@@ -410,8 +406,8 @@ mod tests {
                 ("/opt/demo/lib/libplain.so", "/usr/lib/libplain.so"),
             ]
         );
-        assert!(p.edits.symlinks().is_empty());
-        assert_eq!(p.edits.ldcache_dirs(), [PathBuf::from("/usr/lib")]);
+        assert!(p.edits.symlinks.is_empty());
+        assert_eq!(p.edits.ldcache_dirs, [PathBuf::from("/usr/lib")]);
     }
 
     #[test]
@@ -457,7 +453,7 @@ mod tests {
         a.merge(b);
         assert_eq!(a.device_nodes.len(), 3, "accel0, ctl, accel1");
         assert_eq!(a.mounts.len(), 2);
-        assert_eq!(a.symlinks().len(), 1);
-        assert_eq!(a.ldcache_dirs().len(), 1);
+        assert_eq!(a.symlinks.len(), 1);
+        assert_eq!(a.ldcache_dirs.len(), 1);
     }
 }

@@ -13,8 +13,8 @@
 //! nodes named by `--group-node` (which the runtime made from `linux.devices`) to the process's
 //! group when the process lacks theirs ([`crate::inject::nodes::regroup`]).
 
+use devinject_devices::ContainerEdits;
 pub use devinject_devices::FinishArgs;
-use devinject_devices::{ContainerEdits, HookAction};
 use devinject_hostconfig::HostConfig;
 use std::io::Read;
 
@@ -61,20 +61,12 @@ pub fn finish(
             }));
         }
     }
-    let mut edits = ContainerEdits {
+    let edits = ContainerEdits {
         mounts: args.mounts.clone(),
+        symlinks: args.links.clone(),
+        ldcache_dirs: args.ldcache_dirs.clone(),
         ..ContainerEdits::default()
     };
-    if !args.links.is_empty() {
-        edits
-            .hooks
-            .push(HookAction::CreateSymlinks(args.links.clone()));
-    }
-    if !args.ldcache_dirs.is_empty() {
-        edits.hooks.push(HookAction::UpdateLdcache {
-            dirs: args.ldcache_dirs.clone(),
-        });
-    }
     let regroup = args
         .group_nodes
         .iter()

@@ -116,11 +116,7 @@ pub fn run(config: &HostConfig, stdin: impl Read) -> Result<Outcome, HookError> 
             source,
         }
     })?;
-    let devices = plan
-        .plans
-        .iter()
-        .flat_map(|p| p.devices.iter().map(move |d| format!("{}:{d}", p.profile)))
-        .collect();
+    let devices = plan.granted();
     tracing::info!(
         ?devices,
         nodes = report.nodes,

@@ -233,12 +233,7 @@ impl Plugin {
         let adjust = adjustment(container, &plan.edits, &request_envs, finish.as_ref())?;
         tracing::info!(
             container = %container.name,
-            devices = %plan
-                .plans
-                .iter()
-                .flat_map(|p| p.devices.iter().map(move |d| format!("{}:{d}", p.profile)))
-                .collect::<Vec<_>>()
-                .join(","),
+            devices = %plan.granted().join(","),
             "injecting"
         );
         Ok(Some(adjust))

@@ -364,7 +364,7 @@ fn finish_hook(
     edits: &devinject_devices::ContainerEdits,
     host_view: &dyn Fn(&Path) -> PathBuf,
 ) -> Option<CdiHook> {
-    if edits.symlinks().is_empty() && edits.ldcache_dirs().is_empty() {
+    if edits.symlinks.is_empty() && edits.ldcache_dirs.is_empty() {
         return None;
     }
     let finish = FinishArgs {
@@ -377,8 +377,8 @@ fn finish_hook(
                 ..m.clone()
             })
             .collect(),
-        links: edits.symlinks().to_vec(),
-        ldcache_dirs: edits.ldcache_dirs().to_vec(),
+        links: edits.symlinks.clone(),
+        ldcache_dirs: edits.ldcache_dirs.clone(),
         ..FinishArgs::default()
     };
     hook_command(&req.hook_path, req.hook_config.as_deref())

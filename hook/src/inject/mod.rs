@@ -209,7 +209,8 @@ pub fn apply_on<H: Host>(
         .collect();
     if edits.device_nodes.is_empty()
         && edits.mounts.is_empty()
-        && edits.hooks.is_empty()
+        && edits.symlinks.is_empty()
+        && edits.ldcache_dirs.is_empty()
         && regroup.is_empty()
     {
         return Ok(report);
@@ -270,7 +271,7 @@ pub fn apply_on<H: Host>(
     }
     report.new_mount_api = new_api;
 
-    let dirs = edits.ldcache_dirs();
+    let dirs = &edits.ldcache_dirs;
     // The cache entries, when the hook can write the cache itself (else ldconfig runs below).
     if shared_read_only && !dirs.is_empty() {
         tracing::warn!("read-only rootfs shared as a plain directory: linker cache not refreshed");
@@ -280,7 +281,7 @@ pub fn apply_on<H: Host>(
         .then(|| {
             update::libraries(
                 edits.mounts.iter().chain(&target.mounted_libraries),
-                edits.symlinks(),
+                &edits.symlinks,
             )
         })
         .flatten();
@@ -309,7 +310,7 @@ pub fn apply_on<H: Host>(
             .map(|m| m.container_path.as_path())
             .zip(file_sources)
             .collect(),
-        links: edits.symlinks(),
+        links: &edits.symlinks,
         writable_etc: !dirs.is_empty(),
         cache: libs.as_deref(),
         readonly_rootfs: target.readonly_rootfs,
@@ -318,7 +319,7 @@ pub fn apply_on<H: Host>(
     let outcome = host.in_container(&mnt_ns, work)?;
     report.nodes = edits.device_nodes.len();
     report.mounts = edits.mounts.len();
-    report.links = edits.symlinks().len();
+    report.links = edits.symlinks.len();
 
     let ldconfig_because = match outcome {
         ChildOutcome::CacheWritten => {

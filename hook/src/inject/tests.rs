@@ -6,9 +6,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
-use devinject_devices::{
-    ContainerEdits, DeviceKind, DeviceNode, HookAction, Mount, MountKind, Symlink,
-};
+use devinject_devices::{ContainerEdits, DeviceKind, DeviceNode, Mount, MountKind, Symlink};
 use devinject_hostconfig::{CacheWriter, MountApi};
 
 use super::*;
@@ -215,13 +213,11 @@ fn edits(nodes: Vec<DeviceNode>, library: Option<&Path>) -> ContainerEdits {
             container_path: "/usr/lib/libdemo.so.1.2".into(),
             kind: MountKind::Library,
         });
-        e.hooks.push(HookAction::CreateSymlinks(vec![Symlink {
+        e.symlinks.push(Symlink {
             link: "/usr/lib/libdemo.so.1".into(),
             target: "libdemo.so.1.2".into(),
-        }]));
-        e.hooks.push(HookAction::UpdateLdcache {
-            dirs: vec!["/usr/lib".into()],
         });
+        e.ldcache_dirs.push("/usr/lib".into());
     }
     e
 }

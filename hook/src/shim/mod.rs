@@ -182,12 +182,7 @@ pub fn edit_bundle(
         message: e.to_string(),
     })?;
     write_atomic(&path, &out)?;
-    let grants = plan
-        .plans
-        .iter()
-        .flat_map(|p| p.devices.iter().map(move |d| format!("{}:{d}", p.profile)))
-        .collect();
-    Ok(BundleEdit::Edited(grants))
+    Ok(BundleEdit::Edited(plan.granted()))
 }
 
 /// Writes `bytes` to `path` through a temp file in the same directory, keeping the mode.

@@ -267,7 +267,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use devinject_devices::{DeviceKind, DeviceNode, HookAction, Mount, MountKind, Symlink};
+    use devinject_devices::{DeviceKind, DeviceNode, Mount, MountKind, Symlink};
 
     pub(super) fn edits() -> ContainerEdits {
         let node = DeviceNode {
@@ -293,15 +293,11 @@ mod tests {
                 container_path: PathBuf::from("/usr/lib/libdemo.so.1.0.0"),
                 kind: MountKind::Library,
             }],
-            hooks: vec![
-                HookAction::CreateSymlinks(vec![Symlink {
-                    link: PathBuf::from("/usr/lib/libdemo.so.1"),
-                    target: "libdemo.so.1.0.0".into(),
-                }]),
-                HookAction::UpdateLdcache {
-                    dirs: vec![PathBuf::from("/usr/lib")],
-                },
-            ],
+            symlinks: vec![Symlink {
+                link: PathBuf::from("/usr/lib/libdemo.so.1"),
+                target: "libdemo.so.1.0.0".into(),
+            }],
+            ldcache_dirs: vec![PathBuf::from("/usr/lib")],
         }
     }
 
@@ -566,7 +562,7 @@ mod props {
     use serde_json::{json, Value};
 
     use super::*;
-    use devinject_devices::{DeviceKind, DeviceNode, HookAction, Mount, MountKind, Symlink};
+    use devinject_devices::{DeviceKind, DeviceNode, Mount, MountKind, Symlink};
 
     const REQUEST_ENV: &str = "DEMO_VISIBLE_DEVICES";
 
@@ -710,16 +706,16 @@ mod props {
                 cgroup_rules: device_nodes.iter().map(DeviceNode::rule).collect(),
                 device_nodes,
                 mounts,
-                hooks: if links {
-                    vec![
-                        HookAction::CreateSymlinks(vec![Symlink {
-                            link: PathBuf::from("/usr/lib/libx.so.1"),
-                            target: "libx.so.1.0".into(),
-                        }]),
-                        HookAction::UpdateLdcache {
-                            dirs: vec![PathBuf::from("/usr/lib")],
-                        },
-                    ]
+                symlinks: if links {
+                    vec![Symlink {
+                        link: PathBuf::from("/usr/lib/libx.so.1"),
+                        target: "libx.so.1.0".into(),
+                    }]
+                } else {
+                    vec![]
+                },
+                ldcache_dirs: if links {
+                    vec![PathBuf::from("/usr/lib")]
                 } else {
                     vec![]
                 },
