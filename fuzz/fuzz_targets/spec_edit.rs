@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use devinject_devices::{
-    ContainerEdits, DeviceKind, DeviceNode, HookAction, Mount, MountKind, Symlink,
+    ContainerEdits, DeviceKind, DeviceNode, Mount, MountKind, Symlink,
 };
 use devinject_hook::shim::spec_edit::{apply, finish_hook, GroupAccess};
 use libfuzzer_sys::fuzz_target;
@@ -35,16 +35,16 @@ fn edits(selector: u8) -> ContainerEdits {
             container_path: PathBuf::from("/usr/lib/libdemo.so.1.0.0"),
             kind: MountKind::Library,
         }],
-        hooks: if selector & 4 != 0 {
-            vec![
-                HookAction::CreateSymlinks(vec![Symlink {
-                    link: PathBuf::from("/usr/lib/libdemo.so.1"),
-                    target: "libdemo.so.1.0.0".into(),
-                }]),
-                HookAction::UpdateLdcache {
-                    dirs: vec![PathBuf::from("/usr/lib")],
-                },
-            ]
+        symlinks: if selector & 4 != 0 {
+            vec![Symlink {
+                link: PathBuf::from("/usr/lib/libdemo.so.1"),
+                target: "libdemo.so.1.0.0".into(),
+            }]
+        } else {
+            vec![]
+        },
+        ldcache_dirs: if selector & 4 != 0 {
+            vec![PathBuf::from("/usr/lib")]
         } else {
             vec![]
         },
