@@ -4,23 +4,24 @@
 //! the container) and applies the plan its own way; what is asked for, what the policy allows
 //! and what gets planned is decided here, once.
 //!
-//! Three steps, so that a caller can do what it must between them (the shim parses the spec
-//! only after the first, the hook checks its stage before the last):
-//! [`Admission::may_be_asking`] tells cheaply that a container asks for nothing, [`asked`] finds
-//! its requests, and [`Asked::admit`] checks them against the host's request policy and plans
-//! them. The steps read only the settings in [`Admission`] (where the profiles are, the policy,
-//! the kubelet to ask, the host roots), not the whole host configuration: what else the config
-//! holds (how to mount, which linker cache writer, which runtime) belongs to the callers.
+//! Two calls, so that a caller reads the container only when it may be asking (the shim
+//! parses `config.json` only then): [`Admission::may_be_asking`] tells cheaply that a container
+//! asks for nothing, and [`Admission::admit`] finds its requests, lets the caller check what it
+//! must once it knows the container asks for something (the hook its stage), checks the requests
+//! against the host's request policy and plans them. They read only the settings in
+//! [`Admission`] (where the profiles are, the policy, the kubelet to ask, the host roots), not the
+//! whole host configuration: what else the config holds (how to mount, which linker cache
+//! writer, which runtime) belongs to the callers.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use devinject_devices::{ContainerLayout, FunctionRequest, HostRoots, ProfileError, ProfileSet};
+use devinject_devices::{ContainerLayout, HostRoots, ProfileError, ProfileSet};
 use devinject_exit::ExitCode;
 use devinject_hostconfig::{HostConfig, PolicySettings};
 
 use crate::container_plan::{
-    find_functions, find_requests, plan_container, ContainerPlan, ContainerPlanError, RequestSource,
+    find_functions, find_requests, plan_container, ContainerPlan, ContainerPlanError,
 };
 use crate::policy::kubelet::PodResources;
 use crate::policy::{self, PolicyError};
@@ -102,61 +103,69 @@ impl Admission {
     }
 }
 
-/// A container's requests, found, not yet authorized.
+/// A container as an engine path reads it: the hook and the shim from `config.json`, the NRI
+/// plugin from containerd's description of the container.
+pub trait Container {
+    /// The value of its environment variable `name` (the last entry wins, as the process sees
+    /// it).
+    fn env(&self, name: &str) -> Option<&str>;
+    /// Its annotations.
+    fn annotations(&self) -> &BTreeMap<String, String>;
+}
+
+/// What admission decided for a container that asks for something.
 #[derive(Debug)]
-pub struct Asked {
-    profiles: ProfileSet,
-    requests: Vec<RequestSource>,
-    functions: Vec<FunctionRequest>,
+pub struct Admitted {
+    /// The plan: per profile, the devices granted and the edits; all edits merged; the prepare
+    /// steps to run before the container starts.
+    pub plan: ContainerPlan,
+    /// The request variable of every profile, whose values the granted list replaces in the
+    /// container's env.
+    pub request_envs: Vec<String>,
 }
 
-/// The container's requests and functions under `profiles` (`env` looks up its environment);
-/// `Ok(None)` when it asks for nothing. A function chosen twice, differently, is refused here.
-pub fn asked<'a>(
-    profiles: ProfileSet,
-    env: impl Fn(&str) -> Option<&'a str> + Copy,
-    annotations: &BTreeMap<String, String>,
-) -> Result<Option<Asked>, AdmitError> {
-    let requests = find_requests(&profiles, env, annotations);
-    let functions =
-        find_functions(&profiles, env, annotations).map_err(ContainerPlanError::from)?;
-    Ok(
-        (!requests.is_empty() || !functions.is_empty()).then_some(Asked {
-            profiles,
-            requests,
-            functions,
-        }),
-    )
-}
-
-impl Asked {
-    /// The request variables of every profile (whose values the granted list replaces).
-    pub fn request_envs(&self) -> Vec<&str> {
-        self.profiles.iter().map(|p| p.request_env()).collect()
+impl Admitted {
+    /// [`Self::request_envs`] borrowed, as the env merge takes them.
+    pub fn request_env_names(&self) -> Vec<&str> {
+        self.request_envs.iter().map(String::as_str).collect()
     }
+}
 
-    /// The requests checked by the host policy and planned. `layout` is called at most once,
-    /// when files are injected. `Ok(None)`: nothing left to inject.
-    pub fn admit(
+impl Admission {
+    /// Admits `container`, which [`Self::may_be_asking`] found may be asking under `profiles`:
+    /// its requests and functions (a function chosen twice, differently, is refused); then
+    /// `ready`, the caller's own check once the container is known to ask for something, before
+    /// the kubelet is asked; then the host's request policy and the plan. `layout` is called at
+    /// most once, when files are injected. `Ok(None)`: the container asks for nothing, or
+    /// nothing is left to inject.
+    pub fn admit<E: From<AdmitError>>(
         &self,
-        admission: &Admission,
-        annotations: &BTreeMap<String, String>,
+        profiles: ProfileSet,
+        container: &impl Container,
+        ready: impl FnOnce() -> Result<(), E>,
         layout: impl FnOnce() -> ContainerLayout,
-    ) -> Result<Option<ContainerPlan>, AdmitError> {
-        let requests = policy::authorize(
-            admission.policy,
-            &self.profiles,
-            self.requests.clone(),
-            annotations,
-            &admission.kubelet,
-        )?;
-        Ok(plan_container(
-            &admission.roots,
-            &self.profiles,
-            &requests,
-            &self.functions,
-            layout,
-        )?)
+    ) -> Result<Option<Admitted>, E> {
+        let env = |name: &str| container.env(name);
+        let annotations = container.annotations();
+        let requests = find_requests(&profiles, env, annotations);
+        let functions =
+            find_functions(&profiles, env, annotations).map_err(|e| AdmitError::Plan(e.into()))?;
+        if requests.is_empty() && functions.is_empty() {
+            return Ok(None);
+        }
+        ready()?;
+        let requests =
+            policy::authorize(self.policy, &profiles, requests, annotations, &self.kubelet)
+                .map_err(AdmitError::from)?;
+        let plan = plan_container(&self.roots, &profiles, &requests, &functions, layout)
+            .map_err(AdmitError::from)?;
+        Ok(plan.map(|plan| Admitted {
+            plan,
+            request_envs: profiles
+                .iter()
+                .map(|p| p.request_env().to_owned())
+                .collect(),
+        }))
     }
 }
 
@@ -233,5 +242,108 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, AdmitError::Profiles(_)), "{err}");
         assert_eq!(err.exit_code(), ExitCode::Config);
+    }
+
+    /// A container with these env entries and annotations.
+    struct Fake {
+        env: Vec<String>,
+        annotations: BTreeMap<String, String>,
+    }
+
+    impl Container for Fake {
+        fn env(&self, name: &str) -> Option<&str> {
+            devinject_devices::env_value(&self.env, name)
+        }
+
+        fn annotations(&self) -> &BTreeMap<String, String> {
+            &self.annotations
+        }
+    }
+
+    /// Why admission stopped, as a test error: the caller's own, or admission's.
+    #[derive(Debug)]
+    enum Stopped {
+        NotReady,
+        Admit(AdmitError),
+    }
+
+    impl From<AdmitError> for Stopped {
+        fn from(e: AdmitError) -> Self {
+            Self::Admit(e)
+        }
+    }
+
+    /// Admits a container with `env` under the kvm profile and the default (kubernetes)
+    /// policy, with no kubelet socket; `ready` answers as given. Returns the outcome and
+    /// whether `ready` ran.
+    fn admit_with(env: &[&str], ready_ok: bool) -> (Result<Option<Admitted>, Stopped>, bool) {
+        let dir = profiles_dir();
+        let admission = Admission::from_config(&HostConfig {
+            profiles_dir: dir.path().to_owned(),
+            pod_resources_socket: dir.path().join("no-kubelet.sock"),
+            ..HostConfig::default()
+        });
+        let container = Fake {
+            env: env.iter().map(|e| (*e).to_owned()).collect(),
+            annotations: [
+                ("io.kubernetes.cri.container-type", "container"),
+                ("io.kubernetes.cri.sandbox-uid", "uid-1"),
+                ("io.kubernetes.cri.sandbox-name", "pod"),
+                ("io.kubernetes.cri.sandbox-namespace", "default"),
+                ("io.kubernetes.cri.container-name", "main"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+        };
+        let profiles = admission
+            .may_be_asking(|n| env.iter().any(|e| e.contains(n)))
+            .unwrap()
+            .expect("the profiles are loaded");
+        let ran = std::cell::Cell::new(false);
+        let out = admission.admit(
+            profiles,
+            &container,
+            || {
+                ran.set(true);
+                if ready_ok {
+                    Ok(())
+                } else {
+                    Err(Stopped::NotReady)
+                }
+            },
+            ContainerLayout::default,
+        );
+        (out, ran.get())
+    }
+
+    /// A container that mentions a request variable without setting it asks for nothing: not
+    /// admitted, and the caller's check does not run. One that sets it to `void` asks, for no
+    /// device: checked by the caller, then nothing to inject, and no kubelet needed.
+    #[test]
+    fn asking_for_nothing_admits_nothing() {
+        let (out, ran) = admit_with(&["NOTE=KVM_VISIBLE_DEVICES"], true);
+        assert!(matches!(out, Ok(None)), "{out:?}");
+        assert!(!ran);
+        let (out, ran) = admit_with(&["KVM_VISIBLE_DEVICES=void"], true);
+        assert!(matches!(out, Ok(None)), "{out:?}");
+        assert!(ran);
+    }
+
+    /// The caller's check runs once the container asks for something, before the policy: its
+    /// error stops admission before the kubelet is asked.
+    #[test]
+    fn the_callers_check_runs_before_the_policy() {
+        let (out, ran) = admit_with(&["KVM_VISIBLE_DEVICES=all"], false);
+        assert!(ran);
+        assert!(matches!(out, Err(Stopped::NotReady)), "{out:?}");
+        // Ready: the policy runs, and with no kubelet it refuses.
+        let (out, ran) = admit_with(&["KVM_VISIBLE_DEVICES=all"], true);
+        assert!(ran);
+        let Err(Stopped::Admit(e @ AdmitError::Policy(_))) = out else {
+            panic!("a policy refusal: {out:?}");
+        };
+        assert!(e.to_string().contains("no-kubelet.sock"), "{e}");
+        assert_eq!(e.exit_code(), ExitCode::Policy);
     }
 }

@@ -260,6 +260,17 @@ pub fn read_spec_bytes(bundle: &Path) -> Result<(PathBuf, String, Vec<u8>), OciE
     Ok((path, what, bytes))
 }
 
+/// The container as the shim reads it: its `config.json` alone.
+impl devinject_admission::admit::Container for Spec {
+    fn env(&self, name: &str) -> Option<&str> {
+        Spec::env(self, name)
+    }
+
+    fn annotations(&self) -> &BTreeMap<String, String> {
+        &self.annotations
+    }
+}
+
 impl Spec {
     /// Reads and parses `<bundle>/config.json`.
     pub fn load(bundle: &Path) -> Result<Self, OciError> {

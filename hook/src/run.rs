@@ -21,7 +21,10 @@ use crate::error::HookError;
 use crate::inject::ldcache::Ldconfig;
 use crate::inject::{self, layout, rootfs::Rootfs, Target};
 use crate::oci::{read_bounded, Spec, State, MAX_STATE_BYTES};
-use devinject_admission::admit::{asked, Admission};
+use std::cell::OnceCell;
+use std::collections::BTreeMap;
+
+use devinject_admission::admit::{Admission, Container};
 use devinject_contained::prepare_step;
 
 /// What the hook did.
@@ -36,6 +39,23 @@ pub enum Outcome {
         /// What the applier did.
         report: inject::Report,
     },
+}
+
+/// The container as the hook reads it: its `config.json`, and the annotations of the spec and
+/// the state together.
+struct Bundle<'a> {
+    spec: &'a Spec,
+    annotations: &'a BTreeMap<String, String>,
+}
+
+impl Container for Bundle<'_> {
+    fn env(&self, name: &str) -> Option<&str> {
+        self.spec.env(name)
+    }
+
+    fn annotations(&self) -> &BTreeMap<String, String> {
+        self.annotations
+    }
 }
 
 /// Runs the hook with the state read from `stdin`.
@@ -60,24 +80,38 @@ pub fn run(config: &HostConfig, stdin: impl Read) -> Result<Outcome, HookError> 
     let Some(profiles) = admission.may_be_asking(mentions)? else {
         return Ok(Outcome::Nothing);
     };
-    let Some(asked) = asked(profiles, |name| spec.env(name), &annotations)? else {
-        return Ok(Outcome::Nothing);
-    };
-    if state.status != "creating" || state.pid <= 0 {
-        return Err(HookError::Stage {
-            status: state.status,
-        });
-    }
-    let rootfs_path = spec.rootfs(&state.bundle)?;
     let span = tracing::info_span!("hook", container = %state.id);
     let _guard = span.enter();
-    let plan = asked.admit(&admission, &annotations, || {
-        Rootfs::open(&rootfs_path)
+    // Known once the container asks for something, and only then.
+    let rootfs = OnceCell::new();
+    let ready = || {
+        if state.status != "creating" || state.pid <= 0 {
+            return Err(HookError::Stage {
+                status: state.status.clone(),
+            });
+        }
+        let _ = rootfs.set(spec.rootfs(&state.bundle)?);
+        Ok(())
+    };
+    let layout = || {
+        rootfs
+            .get()
+            .and_then(|r| Rootfs::open(r).ok())
             .map(|r| layout::detect(&r))
             .unwrap_or_default()
-    })?;
-    let Some(plan) = plan else {
+    };
+    let container = Bundle {
+        spec: &spec,
+        annotations: &annotations,
+    };
+    let Some(admitted) = admission.admit(profiles, &container, ready, layout)? else {
         return Ok(Outcome::Nothing);
+    };
+    let plan = admitted.plan;
+    // Set by `ready`, which admission runs before it plans.
+    let rootfs_path = match rootfs.into_inner() {
+        Some(r) => r,
+        None => spec.rootfs(&state.bundle)?,
     };
     prepare_step::run_all(&plan.prepare).map_err(|source| HookError::Prepare {
         id: state.id.clone(),
@@ -124,4 +158,65 @@ pub fn run(config: &HostConfig, stdin: impl Read) -> Result<Outcome, HookError> 
         "injected"
     );
     Ok(Outcome::Injected { devices, report })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use devinject_exit::ExitCode;
+    use devinject_hostconfig::RequestPolicy;
+
+    use super::*;
+
+    /// A bundle whose container has `env`, a host config with the shipped kvm profile under
+    /// the env policy, and the OCI state of that bundle at `status`.
+    fn start(dir: &Path, env: &str, status: &str) -> (HostConfig, Vec<u8>) {
+        let profiles = dir.join("profiles");
+        std::fs::create_dir_all(&profiles).unwrap();
+        let kvm = concat!(env!("CARGO_MANIFEST_DIR"), "/../profiles/kvm.toml");
+        std::fs::copy(kvm, profiles.join("kvm.toml")).unwrap();
+        let bundle = dir.join("bundle");
+        std::fs::create_dir_all(bundle.join("rootfs")).unwrap();
+        std::fs::write(
+            bundle.join("config.json"),
+            serde_json::json!({
+                "ociVersion": "1.1.0",
+                "root": {"path": "rootfs"},
+                "process": {"env": [env], "user": {"uid": 0, "gid": 0}},
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let state = serde_json::json!({
+            "ociVersion": "1.1.0", "id": "c1", "status": status, "pid": 4242,
+            "bundle": bundle,
+        });
+        let config = HostConfig {
+            profiles_dir: profiles,
+            policy: RequestPolicy::Env,
+            ..HostConfig::default()
+        };
+        (config, state.to_string().into_bytes())
+    }
+
+    /// The stage is checked once the container asks for something, before anything else: a
+    /// hook configured at the wrong stage fails such a container with the fix, and leaves one
+    /// that asks for nothing alone.
+    #[test]
+    fn the_stage_is_checked_only_for_a_container_that_asks() {
+        let t = tempfile::tempdir().unwrap();
+        let (config, state) = start(t.path(), "KVM_VISIBLE_DEVICES=all", "running");
+        let err = run(&config, state.as_slice()).unwrap_err();
+        assert!(matches!(err, HookError::Stage { .. }), "{err}");
+        assert!(
+            err.to_string().contains("\"running\"")
+                && err.to_string().contains("prestart or createRuntime"),
+            "{err}"
+        );
+        assert_eq!(err.exit_code(), ExitCode::Input);
+        let t = tempfile::tempdir().unwrap();
+        let (config, state) = start(t.path(), "NOTE=KVM_VISIBLE_DEVICES", "running");
+        assert_eq!(run(&config, state.as_slice()).unwrap(), Outcome::Nothing);
+    }
 }

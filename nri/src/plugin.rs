@@ -5,11 +5,12 @@
 //! message, which the kubelet shows on the pod. The profiles' prepare steps run here, before the
 //! answer ([`devinject_contained::prepare_step`]), within the request's budget ([`crate::budget`]).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use devinject_admission::admit::{asked, Admission, AdmitError};
+use devinject_admission::admit::{Admission, AdmitError, Container};
 use devinject_contained::prepare_step::{self, PrepareStepError};
 use devinject_devices::env_value;
 use devinject_devices::{ContainerLayout, FinishArgs, GroupAccess, HookCommand};
@@ -71,6 +72,17 @@ pub struct Plugin {
     /// The runtime's request timeout in milliseconds, as its last `Configure` said (0: not
     /// said).
     runtime_timeout_ms: AtomicU64,
+}
+
+/// The container as containerd describes it to NRI.
+impl Container for api::Container {
+    fn env(&self, name: &str) -> Option<&str> {
+        env_value(&self.env, name)
+    }
+
+    fn annotations(&self) -> &BTreeMap<String, String> {
+        &self.annotations
+    }
 }
 
 impl Plugin {
@@ -192,20 +204,18 @@ impl Plugin {
         let Some(profiles) = self.admission.may_be_asking(mentions)? else {
             return Ok(None);
         };
-        let env = |name: &str| env_value(&container.env, name);
-        let Some(asked) = asked(profiles, env, &container.annotations)? else {
-            return Ok(None);
-        };
         // The rootfs is not mounted yet when NRI asks: libraries go to the default layout's
         // directory, and the finish hook puts them in the linker cache there.
-        let Some(plan) = asked.admit(
-            &self.admission,
-            &container.annotations,
+        let Some(admitted) = self.admission.admit(
+            profiles,
+            container,
+            || Ok::<(), CreateError>(()),
             ContainerLayout::default,
         )?
         else {
             return Ok(None);
         };
+        let plan = &admitted.plan;
         refuse_nodes_in_volumes(container, &plan.edits)?;
         // Before the adjustment: a failed prepare step fails the creation with nothing done.
         // Within the request's budget, so that a slow one fails its own container only and
@@ -225,7 +235,7 @@ impl Plugin {
             }
             other => CreateError::Prepare(other),
         })?;
-        let request_envs = asked.request_envs();
+        let request_envs = admitted.request_env_names();
         let finish = self.hook.finish(FinishArgs::after_runtime(
             &plan.edits,
             GroupAccess::NodeGroup,

@@ -14,6 +14,7 @@ pub mod spec_edit;
 /// given no `--config` (containerd's `BinaryName` takes no arguments).
 pub const CONFIG_ENV: &str = "DEVINJECT_CONFIG";
 
+use std::cell::OnceCell;
 use std::ffi::CString;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
@@ -25,7 +26,7 @@ use devinject_hostconfig::{HostConfig, RUNTIME_CANDIDATES};
 use crate::inject::{layout, rootfs::Rootfs};
 use crate::oci::{read_spec_bytes, OciError, Spec};
 use args::ShimArgs;
-use devinject_admission::admit::{asked, Admission, AdmitError};
+use devinject_admission::admit::{Admission, AdmitError};
 use devinject_contained::prepare_step::{self, PrepareStepError};
 use spec_edit::SpecEditError;
 
@@ -147,18 +148,23 @@ pub fn edit_bundle(
         return Ok(BundleEdit::Untouched);
     };
     let spec = Spec::parse(&bytes, &what)?;
-    let Some(asked) = asked(profiles, |n| spec.env(n), &spec.annotations)? else {
-        return Ok(BundleEdit::Untouched);
+    // Known once the container asks for something, and only then.
+    let rootfs = OnceCell::new();
+    let ready = || {
+        let _ = rootfs.set(spec.rootfs(bundle)?);
+        Ok::<(), ShimError>(())
     };
-    let rootfs = spec.rootfs(bundle)?;
-    let plan = asked.admit(&admission, &spec.annotations, || {
-        Rootfs::open(&rootfs)
+    let layout = || {
+        rootfs
+            .get()
+            .and_then(|r| Rootfs::open(r).ok())
             .map(|r| layout::detect(&r))
             .unwrap_or_default()
-    })?;
-    let Some(plan) = plan else {
+    };
+    let Some(admitted) = admission.admit(profiles, &spec, ready, layout)? else {
         return Ok(BundleEdit::Untouched);
     };
+    let plan = &admitted.plan;
     prepare_step::run_all(&plan.prepare)?;
     let mut value: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| OciError::Parse {
@@ -169,7 +175,7 @@ pub fn edit_bundle(
         .hook
         .clone()
         .unwrap_or_else(devinject_devices::default_hook_path);
-    let request_envs = asked.request_envs();
+    let request_envs = admitted.request_env_names();
     let finish = spec_edit::finish_hook(
         &hook,
         config_path,
