@@ -1,7 +1,8 @@
 //! Running a host program from the hook, the shim or the NRI plugin: a profile's prepare step;
-//! and, with [`call`], work the hook does in a forked child without
-//! `exec` (the injection in the container's mount namespace, ldconfig), under the same deadline
-//! and bounds.
+//! and, with [`call`], work the hook does in a forked child without `exec` (the injection in the
+//! container's mount namespace, ldconfig), under the same deadline and bounds.
+//!
+//! # Security
 //!
 //! All run as root for a container, so all run the same way:
 //! - by absolute path, checked before the fork ([`check_runnable`]) so that a missing program is
@@ -20,8 +21,7 @@
 //!   with the pipes), so a program that closes its output and hangs times out too. As init of
 //!   its namespace it ignores every signal it has no handler for but `SIGKILL` and `SIGSTOP`
 //!   from outside (an alarm, its own `kill`, a `SIGTERM` from the host), so it is ended with
-//!   `SIGKILL`. It also dies with its parent
-//!   (`PR_SET_PDEATHSIG`), taking its namespace along;
+//!   `SIGKILL`. It also dies with its parent (`PR_SET_PDEATHSIG`), taking its namespace along;
 //! - with its output read within bounds: more stdout than the caller allows kills it, and only
 //!   the first [`MAX_STDERR_BYTES`] of stderr are kept.
 //!

@@ -7,6 +7,15 @@
 //! whatever links the image holds resolve inside the chroot (CVE-2025-23267 class). `-X` leaves
 //! links alone: we made the soname links ourselves.
 //!
+//! # When
+//!
+//! ldconfig is the fallback: the hook writes the cache itself when it can
+//! ([`super::ld_so_cache`]), and runs ldconfig only for what that cannot handle (an image cache in
+//! an old or damaged format, a library whose cache flags it cannot tell, links known without
+//! their libraries) or when the host config asks for it (`ldcache = "ldconfig"`).
+//!
+//! # Security
+//!
 //! A chroot alone does not contain a process that can reach a procfs: before `pivot_root` the
 //! container's `/proc/1/root` is runc init's root, the host's `/`, and an image linking
 //! `/var/cache -> /proc/1/root/<dir>` had ldconfig create `<dir>/ldconfig/aux-cache` on the host
@@ -14,11 +23,6 @@
 //! it put host libraries into the container's cache. So the child detaches every procfs mount
 //! under the rootfs from its private copy of the namespace before it chroots
 //! ([`super::mountinfo`]); ldconfig needs no `/proc`.
-//!
-//! ldconfig is the fallback: the hook writes the cache itself when it can
-//! ([`super::ld_so_cache`]), and runs ldconfig only for what that cannot handle (an image cache in
-//! an old or damaged format, a library whose cache flags it cannot tell, links known without
-//! their libraries) or when the host config asks for it (`ldcache = "ldconfig"`).
 //!
 //! ldconfig opens what the image holds, as host root, and writes with `O_TRUNC` and without
 //! `O_EXCL`: its aux cache at `/var/cache/ldconfig/aux-cache~` always, and the cache's temp file.
@@ -32,14 +36,16 @@
 //! that ldconfig creates a new file of its own. The ldconfig binary itself must be static
 //! ([`open_ldconfig`]): a `PT_INTERP` would have the kernel load the image's `ld-linux` as root.
 //!
+//! # Speed
+//!
 //! ldconfig `fsync`s the cache it writes, which cost 8–46 ms per container start on the ext4
-//!   disks measured (docs/benchmarks.md), more than everything else the hook does. A container's
-//!   cache needs no durability: it lives in a throw-away layer, and a cache lost in a crash is
-//!   rebuilt by the next start (ld.so ignores a truncated one). So ldconfig writes it into a
-//!   private tmpfs mounted over the rootfs's `/dev` in the child's own mount namespace (nothing
-//!   reads `/dev` there, and the container never sees it), where `fsync` is free, and the child
-//!   then installs it as `/etc/ld.so.cache` with a temp file and a rename, resolved in-root. A
-//!   rootfs without `/dev` gets the old behaviour.
+//! disks measured (docs/benchmarks.md), more than everything else the hook does. A container's
+//! cache needs no durability: it lives in a throw-away layer, and a cache lost in a crash is
+//! rebuilt by the next start (ld.so ignores a truncated one). So ldconfig writes it into a
+//! private tmpfs mounted over the rootfs's `/dev` in the child's own mount namespace (nothing
+//! reads `/dev` there, and the container never sees it), where `fsync` is free, and the child
+//! then installs it as `/etc/ld.so.cache` with a temp file and a rename, resolved in-root. A
+//! rootfs without `/dev` gets the old behaviour.
 
 use std::ffi::CString;
 use std::io::Write;

@@ -7,7 +7,9 @@
 //! resolved, and the final file is handled with `*at` calls on that parent fd with
 //! `AT_SYMLINK_NOFOLLOW` / `O_NOFOLLOW`: no step re-resolves a path the image could have swapped.
 //!
-//! Two rules hold for everything the hook does as root in a rootfs:
+//! # Security
+//!
+//! These rules hold for everything the hook does as root in a rootfs:
 //! - **Nothing is opened before its type is known.** [`Rootfs::open_regular`] resolves `O_PATH`
 //!   (which never runs a driver's `open` nor blocks on a FIFO), checks the inode through that fd
 //!   (a regular file, within a size bound) and only then reopens that same inode for reading
