@@ -8,6 +8,7 @@
 //! through a pipe. Mounts made there die with the container's namespace and never propagate to
 //! the host.
 
+pub mod at_name;
 pub mod host;
 pub mod layout;
 pub mod ld_so_cache;

@@ -16,8 +16,9 @@ use nix::mount::MsFlags;
 use nix::sys::stat::{fstat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
+use super::at_name::{self, AtName};
 pub(crate) use super::rootfs::fd_path;
-use super::rootfs::{entry_at, open_nofollow, split, Entry, Rootfs, RootfsError};
+use super::rootfs::{entry_at, open_nofollow, split, Rootfs, RootfsError};
 use super::InjectError;
 use crate::sys;
 
@@ -114,14 +115,14 @@ pub fn placeholder(
         Ok(_) | Err(Errno::EEXIST) => Ok(()),
         Err(e) => Err(e),
     };
-    match entry_at(&dir, name, container_path)? {
-        Entry::File | Entry::Device { .. } => {}
-        Entry::Dir => return Err(rerr("mount a file over a directory at", Errno::EISDIR)),
-        Entry::Symlink | Entry::Other => {
+    match at_name::for_mount_target(entry_at(&dir, name, container_path)?) {
+        AtName::Keep => {}
+        AtName::Refuse { op, errno } => return Err(rerr(op, errno)),
+        AtName::Replace => {
             unlinkat(&dir, name, UnlinkatFlags::NoRemoveDir).map_err(|e| rerr("replace", e))?;
             root.create(ensure).map_err(|e| rerr("create", e))?;
         }
-        Entry::Missing => root.create(ensure).map_err(|e| rerr("create", e))?,
+        AtName::Make => root.create(ensure).map_err(|e| rerr("create", e))?,
     }
     let target = open_nofollow(&dir, name, container_path)?;
     // Between the checks above and this open the image cannot run, but a volume shared with

@@ -22,8 +22,9 @@ use nix::sys::stat::{fstat, mknodat, Mode, SFlag};
 use nix::sys::statfs::{fstatfs, TMPFS_MAGIC};
 use nix::unistd::{fchownat, Gid, Uid};
 
+use super::at_name::{self, AtName};
 use super::mounts::{attach, MountAttrs, Source};
-use super::rootfs::{entry_at, kind_name, split, Entry, Rootfs, RootfsError};
+use super::rootfs::{entry_at, kind_name, split, Rootfs, RootfsError};
 use super::InjectError;
 
 /// Creates `node` in the rootfs, with group `gid`: by mknod when `bind` is `None`, else by
@@ -56,23 +57,11 @@ pub fn create(
     };
     let kind = file_type(node.kind);
     let rdev = makedev(node.major, node.minor);
-    match entry_at(&dir, name, path)? {
-        Entry::Missing => {}
-        // Already there (e.g. the engine passed it with --device): keep it.
-        Entry::Device { kind: k, rdev: r } if k == kind && r == rdev => return Ok(()),
-        Entry::Device { .. } => {
-            return Err(rerr(
-                "create device node (a different device exists)",
-                Errno::EEXIST,
-            ))
-        }
-        Entry::Dir | Entry::File => {
-            return Err(rerr(
-                "create device node (a file or directory exists)",
-                Errno::EEXIST,
-            ))
-        }
-        Entry::Symlink | Entry::Other => {
+    match at_name::for_node(entry_at(&dir, name, path)?, kind, rdev) {
+        AtName::Make => {}
+        AtName::Keep => return Ok(()),
+        AtName::Refuse { op, errno } => return Err(rerr(op, errno)),
+        AtName::Replace => {
             nix::unistd::unlinkat(&dir, name, nix::unistd::UnlinkatFlags::NoRemoveDir)
                 .map_err(|e| rerr("replace", e))?;
         }
@@ -116,27 +105,15 @@ pub fn regroup(
     };
     let fd = root.resolve(path, OFlag::O_PATH | OFlag::O_NOFOLLOW)?;
     let st = fstat(&fd).map_err(|e| rerr("stat", e))?;
-    let want = file_type(node.kind);
-    let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
-    if kind != want || st.st_rdev != makedev(node.major, node.minor) {
-        return Err(refuse(format!(
-            "it is {}, not the runtime's {} node {}:{}",
-            describe(st.st_mode, st.st_rdev),
-            node.kind.letter(),
-            node.major,
-            node.minor
-        )));
-    }
     let fs = fstatfs(&fd).map_err(|e| rerr("statfs", e))?;
-    if fs.filesystem_type() != TMPFS_MAGIC {
-        return Err(refuse(
-            "it is not on a tmpfs of the container (the runtime's /dev)".into(),
-        ));
-    }
-    if host_devs.contains(&(major(st.st_dev), minor(st.st_dev))) {
-        return Err(refuse(
-            "its filesystem is mounted on the host too (a volume)".into(),
-        ));
+    let found = Found {
+        mode: st.st_mode,
+        rdev: st.st_rdev,
+        dev: st.st_dev,
+        on_tmpfs: fs.filesystem_type() == TMPFS_MAGIC,
+    };
+    if let Some(why) = regroup_refusal(node, &found, host_devs) {
+        return Err(refuse(why));
     }
     fchownat(
         &fd,
@@ -146,6 +123,41 @@ pub fn regroup(
         AtFlags::AT_EMPTY_PATH,
     )
     .map_err(|e| rerr("chown", e))
+}
+
+/// What [`regroup`] found at the node's path, through its `O_PATH` fd.
+#[derive(Debug, Clone, Copy)]
+struct Found {
+    /// `st_mode`.
+    mode: u32,
+    /// `st_rdev`.
+    rdev: u64,
+    /// `st_dev`: the filesystem it is on.
+    dev: u64,
+    /// Whether that filesystem is a tmpfs.
+    on_tmpfs: bool,
+}
+
+/// Why what was found may not be given to the process's group, if it may not: it must be the
+/// node asked for, on a tmpfs no host mount shows (`host_devs`).
+fn regroup_refusal(node: &DeviceNode, found: &Found, host_devs: &[(u32, u32)]) -> Option<String> {
+    let kind = SFlag::from_bits_truncate(found.mode & SFlag::S_IFMT.bits());
+    if kind != file_type(node.kind) || found.rdev != makedev(node.major, node.minor) {
+        return Some(format!(
+            "it is {}, not the runtime's {} node {}:{}",
+            describe(found.mode, found.rdev),
+            node.kind.letter(),
+            node.major,
+            node.minor
+        ));
+    }
+    if !found.on_tmpfs {
+        return Some("it is not on a tmpfs of the container (the runtime's /dev)".into());
+    }
+    if host_devs.contains(&(major(found.dev), minor(found.dev))) {
+        return Some("its filesystem is mounted on the host too (a volume)".into());
+    }
+    None
 }
 
 /// The file type bits of a node of `kind`.
@@ -162,5 +174,84 @@ fn describe(mode: u32, rdev: u64) -> String {
     match SFlag::from_bits_truncate(mode & SFlag::S_IFMT.bits()) {
         SFlag::S_IFCHR | SFlag::S_IFBLK => format!("{what} {}:{}", major(rdev), minor(rdev)),
         _ => what.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+
+    use super::*;
+
+    fn render() -> DeviceNode {
+        DeviceNode {
+            host_path: "/dev/dri/renderD128".into(),
+            container_path: "/dev/dri/renderD128".into(),
+            kind: DeviceKind::Char,
+            major: 226,
+            minor: 128,
+            mode: 0o660,
+            uid: 0,
+            gid: 107,
+        }
+    }
+
+    /// The runtime's node for `render()` on the container's `/dev` tmpfs (device 0:50).
+    fn runtimes() -> Found {
+        Found {
+            mode: SFlag::S_IFCHR.bits() | 0o660,
+            rdev: makedev(226, 128),
+            dev: makedev(0, 50),
+            on_tmpfs: true,
+        }
+    }
+
+    #[test]
+    fn only_the_runtimes_node_on_the_containers_tmpfs_is_regrouped() {
+        let host_devs = [(0, 22), (8, 1)];
+        assert_eq!(regroup_refusal(&render(), &runtimes(), &host_devs), None);
+        let cases = [
+            (
+                Found {
+                    rdev: makedev(226, 129),
+                    ..runtimes()
+                },
+                "it is a character device 226:129, not the runtime's c node 226:128",
+            ),
+            (
+                Found {
+                    mode: SFlag::S_IFBLK.bits() | 0o660,
+                    ..runtimes()
+                },
+                "it is a block device 226:128, not the runtime's c node 226:128",
+            ),
+            (
+                Found {
+                    mode: SFlag::S_IFREG.bits() | 0o644,
+                    ..runtimes()
+                },
+                "it is a regular file, not the runtime's c node",
+            ),
+            (
+                Found {
+                    on_tmpfs: false,
+                    ..runtimes()
+                },
+                "not on a tmpfs of the container",
+            ),
+            (
+                Found {
+                    dev: makedev(0, 22),
+                    ..runtimes()
+                },
+                "mounted on the host too (a volume)",
+            ),
+        ];
+        for (found, why) in cases {
+            let got = regroup_refusal(&render(), &found, &host_devs);
+            assert!(
+                got.as_deref().is_some_and(|g| g.contains(why)),
+                "{found:?}: {got:?}"
+            );
+        }
     }
 }

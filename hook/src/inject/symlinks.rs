@@ -11,7 +11,8 @@ use nix::unistd::{symlinkat, unlinkat, UnlinkatFlags};
 
 use devinject_devices::Symlink;
 
-use super::rootfs::{entry_at, split, Entry, Rootfs, RootfsError};
+use super::at_name::{self, AtName};
+use super::rootfs::{entry_at, split, Rootfs, RootfsError};
 use super::InjectError;
 
 /// Creates `link` in the rootfs.
@@ -34,21 +35,12 @@ pub fn create(root: &Rootfs, link: &Symlink) -> Result<(), InjectError> {
         Err(Errno::EEXIST) => {}
         Err(e) => return Err(rerr("symlink", e)),
     }
-    match entry_at(&dir, name, &link.link)? {
-        Entry::Missing => {}
-        Entry::Symlink => {
-            if readlinkat(&dir, name).is_ok_and(|t| t == *link.target) {
-                return Ok(());
-            }
-            unlinkat(&dir, name, UnlinkatFlags::NoRemoveDir).map_err(|e| rerr("replace", e))?;
-        }
-        Entry::Dir => {
-            return Err(rerr(
-                "create soname link (a directory exists)",
-                Errno::EISDIR,
-            ))
-        }
-        Entry::File | Entry::Device { .. } | Entry::Other => {
+    let points_at_target = || readlinkat(&dir, name).is_ok_and(|t| t == *link.target);
+    match at_name::for_link(entry_at(&dir, name, &link.link)?, points_at_target) {
+        AtName::Make => {}
+        AtName::Keep => return Ok(()),
+        AtName::Refuse { op, errno } => return Err(rerr(op, errno)),
+        AtName::Replace => {
             unlinkat(&dir, name, UnlinkatFlags::NoRemoveDir).map_err(|e| rerr("replace", e))?;
         }
     }
