@@ -14,6 +14,7 @@
 //!
 //! Nothing here writes to the host or the container, or starts a process: the callers apply
 //! the plan and run the prepare steps it lists.
+#![warn(missing_docs)]
 
 pub mod admit;
 pub mod container_plan;

@@ -36,6 +36,7 @@
 //! keeps it. `systemctl daemon-reload` with the systemd cgroup driver re-attaches systemd's
 //! own program without our rules (NVIDIA/nvidia-container-toolkit#48). Devices listed in the
 //! container spec survive that; this crate is the fallback for runtimes that only run hooks.
+#![warn(missing_docs)]
 
 use std::path::PathBuf;
 

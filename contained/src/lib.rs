@@ -9,6 +9,7 @@
 //! - [`prepare_step`]: the prepare programs a plan lists, run in order within their budget.
 //! - [`sys`]: the unsafe code: `fork` (plain, and into a new PID namespace) and the descriptor
 //!   and pidfd syscalls around it.
+#![warn(missing_docs)]
 
 pub mod child;
 pub mod prepare_step;

@@ -21,6 +21,7 @@
 //!
 //! The hook applies a plan inside the container's mount namespace, the runtime shim writes it into
 //! `config.json`, and the CDI exporter writes it as a CDI spec.
+#![warn(missing_docs)]
 
 pub mod discovery;
 pub mod driver_files;

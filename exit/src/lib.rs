@@ -6,6 +6,7 @@
 //! live in this small crate: the hook maps its errors to them, and the installer words its own
 //! errors with the same [`describe`] without linking the hook. Keep `docs/hook.md` in step with
 //! this enum (a test here checks it).
+#![warn(missing_docs)]
 
 /// Why the hook or shim exited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,6 +21,7 @@
 //! caller's `max_answer`, and time by the caller's deadline, checked before every read and
 //! write. Flow control never stalls the answer: the client opens its windows to the largest
 //! value HTTP/2 allows and enforces `max_answer` itself.
+#![warn(missing_docs)]
 
 mod error;
 mod exchange;

@@ -12,6 +12,7 @@
 //! The settings are plain data: the hook turns them into what it runs (the pod-resources
 //! client, the ldconfig child), so this crate links none of that. docs/hook.md lists the keys;
 //! a test here checks the list against the parser.
+#![warn(missing_docs)]
 
 pub mod inject;
 pub mod policy;

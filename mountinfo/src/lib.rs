@@ -18,6 +18,7 @@
 //! assert_eq!(mount.mount_point, std::path::Path::new("/run/my root"));
 //! assert_eq!(mount.fs_type, "tmpfs");
 //! ```
+#![warn(missing_docs)]
 
 mod decimal;
 mod error;

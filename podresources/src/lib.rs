@@ -18,6 +18,7 @@
 //!
 //! - `server` (feature `server`): the generated server, used by the test kubelet in `tests/`;
 //!   nothing in devinject serves this API.
+#![warn(missing_docs)]
 
 pub mod answer;
 pub mod client;

@@ -13,6 +13,7 @@
 //!
 //! With the `serde` feature the types serialize as the plan always has: the kind as `Char` /
 //! `Block`, the access as its letters.
+#![warn(missing_docs)]
 
 use std::fmt;
 use std::str::FromStr;

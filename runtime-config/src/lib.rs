@@ -31,6 +31,7 @@
 //! nobody edited it in between, and otherwise removes only devinject's entries; a file that does
 //! not parse is reported with its line and never written; `dry_run` writes nothing and returns
 //! the diffs. See `docs/runtime-config.md` for the resulting configuration of each engine.
+#![warn(missing_docs)]
 
 pub mod atomic_write;
 pub mod cdi;

@@ -17,6 +17,7 @@
 //!
 //! This crate has no dependencies, so that the lowest crates (devices, cgroup) can use it as a
 //! dev-dependency without a cycle.
+#![warn(missing_docs)]
 
 pub mod docs;
 pub mod processes;
