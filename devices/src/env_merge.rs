@@ -4,6 +4,8 @@
 //! override the user's. The shim applies the rule to `config.json`, the NRI plugin writes the
 //! same entries into its adjustment (issue 34: one rule, not one per engine).
 
+use crate::plan::EnvVar;
+
 /// The value of variable `name` in `KEY=value` entries `env`: the last one wins, as the process
 /// sees it after `execve`.
 pub fn env_value<'a>(env: &'a [String], name: &str) -> Option<&'a str> {
@@ -18,26 +20,21 @@ fn name(entry: &str) -> Option<&str> {
     entry.split_once('=').map(|(k, _)| k)
 }
 
-/// The name of a granted entry (always `NAME=VALUE` from the planner).
-fn granted_name(kv: &str) -> &str {
-    kv.split_once('=').map_or(kv, |(k, _)| k)
-}
-
 /// The entries of `granted` the container's env gets, in order: every request variable among
 /// `request_envs`, and every other variable that neither the `container`'s entries nor an
 /// earlier granted entry set.
 pub fn env_edits<'c, 'a>(
     container: impl IntoIterator<Item = &'c str>,
-    granted: &'a [String],
+    granted: &'a [EnvVar],
     request_envs: &[&str],
-) -> Vec<&'a str> {
+) -> Vec<&'a EnvVar> {
     let set: Vec<&str> = container.into_iter().filter_map(name).collect();
-    let mut out: Vec<&'a str> = Vec::new();
-    for kv in granted {
-        let k = granted_name(kv);
-        let taken = set.contains(&k) || out.iter().any(|o| granted_name(o) == k);
+    let mut out: Vec<&'a EnvVar> = Vec::new();
+    for var in granted {
+        let k = var.name.as_str();
+        let taken = set.contains(&k) || out.iter().any(|o| o.name == k);
         if request_envs.contains(&k) || !taken {
-            out.push(kv);
+            out.push(var);
         }
     }
     out
@@ -50,17 +47,17 @@ pub fn env_edits<'c, 'a>(
 pub fn merge_env<T>(
     container: &mut Vec<T>,
     entry: impl Fn(&T) -> Option<&str>,
-    make: impl Fn(&str) -> T,
-    granted: &[String],
+    make: impl Fn(&EnvVar) -> T,
+    granted: &[EnvVar],
     request_envs: &[&str],
 ) {
     let edits = env_edits(container.iter().filter_map(&entry), granted, request_envs);
-    for kv in edits {
-        let k = granted_name(kv);
+    for var in edits {
+        let k = var.name.as_str();
         let named = |e: &T| entry(e).and_then(name) == Some(k);
         match container.iter().position(named) {
             Some(i) => {
-                container[i] = make(kv);
+                container[i] = make(var);
                 let mut seen = false;
                 container.retain(|e| {
                     let later = seen && named(e);
@@ -68,7 +65,7 @@ pub fn merge_env<T>(
                     !later
                 });
             }
-            None => container.push(make(kv)),
+            None => container.push(make(var)),
         }
     }
 }
@@ -81,29 +78,41 @@ mod tests {
         v.iter().map(|s| (*s).to_owned()).collect()
     }
 
-    fn merge(env: &mut Vec<String>, granted: &[String], request: &[&str]) {
-        merge_env(
-            env,
-            |s| Some(s.as_str()),
-            |s| s.to_owned(),
-            granted,
-            request,
-        );
+    /// `NAME=value` entries as the planner's variables.
+    fn vars(v: &[&str]) -> Vec<EnvVar> {
+        v.iter()
+            .map(|e| {
+                let (k, v) = e.split_once('=').unwrap();
+                EnvVar::new(k, v)
+            })
+            .collect()
+    }
+
+    /// What [`env_edits`] chose, as entries.
+    fn entries(v: Vec<&EnvVar>) -> Vec<String> {
+        v.into_iter().map(EnvVar::entry).collect()
+    }
+
+    fn merge(env: &mut Vec<String>, granted: &[EnvVar], request: &[&str]) {
+        merge_env(env, |s| Some(s.as_str()), EnvVar::entry, granted, request);
     }
 
     #[test]
     fn a_name_granted_twice_is_set_once_unless_it_is_the_request() {
-        let granted = strings(&["A=1", "A=2", "R=1", "R=2"]);
+        let granted = vars(&["A=1", "A=2", "R=1", "R=2"]);
         let mut env = Vec::new();
         merge(&mut env, &granted, &["R"]);
         assert_eq!(env, ["A=1", "R=2"]);
-        assert_eq!(env_edits([], &granted, &["R"]), ["A=1", "R=1", "R=2"]);
+        assert_eq!(
+            entries(env_edits([], &granted, &["R"])),
+            ["A=1", "R=1", "R=2"]
+        );
     }
 
     #[test]
     fn an_entry_without_a_value_sets_no_name() {
         let mut env = strings(&["KEEP", "X=1"]);
-        merge(&mut env, &strings(&["KEEP=ours"]), &[]);
+        merge(&mut env, &vars(&["KEEP=ours"]), &[]);
         assert_eq!(env, ["KEEP", "X=1", "KEEP=ours"]);
     }
 
@@ -115,10 +124,14 @@ mod tests {
             "DEMO_DRIVER=mine",
             "DEMO_VISIBLE_DEVICES=1",
         ]);
-        let granted = strings(&["DEMO_VISIBLE_DEVICES=0", "DEMO_DRIVER=1", "DEMO_NEW=x"]);
+        let granted = vars(&["DEMO_VISIBLE_DEVICES=0", "DEMO_DRIVER=1", "DEMO_NEW=x"]);
         let request = ["DEMO_VISIBLE_DEVICES"];
         assert_eq!(
-            env_edits(env.iter().map(String::as_str), &granted, &request),
+            entries(env_edits(
+                env.iter().map(String::as_str),
+                &granted,
+                &request
+            )),
             ["DEMO_VISIBLE_DEVICES=0", "DEMO_NEW=x"]
         );
         merge(&mut env, &granted, &request);
@@ -138,7 +151,7 @@ mod tests {
         let mut env = strings(&["DEMO_VISIBLE_DEVICES_X=1"]);
         merge(
             &mut env,
-            &strings(&["DEMO_VISIBLE_DEVICES=0"]),
+            &vars(&["DEMO_VISIBLE_DEVICES=0"]),
             &["DEMO_VISIBLE_DEVICES"],
         );
         assert_eq!(env, ["DEMO_VISIBLE_DEVICES_X=1", "DEMO_VISIBLE_DEVICES=0"]);

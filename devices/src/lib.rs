@@ -55,7 +55,7 @@ pub use finish_invocation::{
 };
 pub use names::{DeviceId, NameError, ProfileName, ResourceName, CDI_VENDOR};
 pub use node::{access_groups, DeviceNode};
-pub use plan::{ContainerEdits, Mount, MountKind, Plan, Symlink};
+pub use plan::{ContainerEdits, EnvVar, Mount, MountKind, Plan, Symlink};
 pub use planner::{plan, ContainerLayout, PlanError, PlanInput};
 pub use prepare_step::{prepare_runs, FunctionError, FunctionRequest, PrepareRun};
 pub use profile::{AllocateMode, LibraryNames, Profile, ProfileError};

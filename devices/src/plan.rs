@@ -16,6 +16,31 @@ use crate::node::DeviceNode;
 /// Prefix of every annotation devinject reads or writes.
 pub const ANNOTATION_PREFIX: &str = "devinject.io/";
 
+/// A variable the plan sets in the container's env: typed, so that no consumer splits a
+/// `NAME=value` string again (the NRI adjustment wants them apart, OCI and CDI together).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EnvVar {
+    /// The variable's name (a profile's `[env]` key or request variable: never holds `=`).
+    pub name: String,
+    /// Its value.
+    pub value: String,
+}
+
+impl EnvVar {
+    /// `name=value`.
+    pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            value: value.into(),
+        }
+    }
+
+    /// The `NAME=value` entry of an OCI `process.env` or a CDI `env` list.
+    pub fn entry(&self) -> String {
+        format!("{}={}", self.name, self.value)
+    }
+}
+
 /// A bind mount of a host file into the container (always read-only, nosuid, nodev).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Mount {
@@ -55,8 +80,8 @@ pub struct Symlink {
 /// Edits to one container, CDI-shaped.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ContainerEdits {
-    /// `KEY=value` entries to add to the process env.
-    pub env: Vec<String>,
+    /// Variables to set in the process env.
+    pub env: Vec<EnvVar>,
     /// Device nodes to create.
     pub device_nodes: Vec<DeviceNode>,
     /// Files to bind-mount read-only.
@@ -182,7 +207,7 @@ mod tests {
         let n = node("/dev/dri/renderD128", 128, 0o660, 107);
         let one_part = [
             ContainerEdits {
-                env: vec!["A=1".into()],
+                env: vec![EnvVar::new("A", "1")],
                 ..Default::default()
             },
             ContainerEdits {
@@ -253,7 +278,7 @@ mod tests {
     fn merge_keeps_one_of_each_in_order() {
         let ctl = node("/dev/ctl", 0, 0o666, 0);
         let mut a = ContainerEdits {
-            env: vec!["A=1".into()],
+            env: vec![EnvVar::new("A", "1")],
             device_nodes: vec![node("/dev/accel0", 1, 0o666, 0), ctl.clone()],
             mounts: vec![mount("/usr/lib/liba.so.1")],
             symlinks: vec![link("/usr/lib/liba.so", "liba.so.1")],
@@ -261,7 +286,7 @@ mod tests {
             cgroup_rules: vec![ctl.rule()],
         };
         let b = ContainerEdits {
-            env: vec!["A=1".into(), "B=2".into()],
+            env: vec![EnvVar::new("A", "1"), EnvVar::new("B", "2")],
             device_nodes: vec![ctl.clone(), node("/dev/accel1", 2, 0o666, 0)],
             mounts: vec![mount("/usr/lib/liba.so.1"), mount("/usr/lib/libb.so.1")],
             symlinks: vec![
@@ -272,7 +297,7 @@ mod tests {
             cgroup_rules: vec![ctl.rule(), node("/dev/accel1", 2, 0o666, 0).rule()],
         };
         a.merge(b);
-        assert_eq!(a.env, ["A=1", "B=2"]);
+        assert_eq!(a.env, [EnvVar::new("A", "1"), EnvVar::new("B", "2")]);
         let paths = |v: &[DeviceNode]| -> Vec<PathBuf> {
             v.iter().map(|n| n.container_path.clone()).collect()
         };

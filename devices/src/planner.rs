@@ -11,7 +11,7 @@ use crate::discovery::Inventory;
 use crate::driver_files::DriverFiles;
 use crate::names::ProfileName;
 use crate::node::DeviceNode;
-use crate::plan::{ContainerEdits, Mount, MountKind, Plan, Symlink};
+use crate::plan::{ContainerEdits, EnvVar, Mount, MountKind, Plan, Symlink};
 use crate::profile::{IdSource, LibraryNames, Profile};
 use crate::request::{Request, RequestError, Resolve};
 
@@ -178,10 +178,10 @@ pub fn plan(input: PlanInput<'_>) -> Result<Option<Plan>, PlanError> {
     } else {
         ids.iter().map(|i| i.as_str()).collect::<Vec<_>>().join(",")
     };
-    edits.env.push(format!("{}={granted}", profile.request_env));
+    edits.env.push(EnvVar::new(&profile.request_env, granted));
     edits
         .env
-        .extend(profile.env.iter().map(|(k, v)| format!("{k}={v}")));
+        .extend(profile.env.iter().map(|(k, v)| EnvVar::new(k, v)));
     Ok(Some(Plan {
         profile: profile.name.clone(),
         devices: ids,
@@ -351,7 +351,13 @@ mod tests {
             p.edits.ldcache_dirs,
             [PathBuf::from("/usr/lib/x86_64-linux-gnu")]
         );
-        assert_eq!(p.edits.env, ["DEMO_VISIBLE_DEVICES=2,0", "DEMO_DRIVER=1"]);
+        assert_eq!(
+            p.edits.env,
+            [
+                EnvVar::new("DEMO_VISIBLE_DEVICES", "2,0"),
+                EnvVar::new("DEMO_DRIVER", "1")
+            ]
+        );
     }
 
     /// `library_names = "soname"`: each library is mounted under its soname, with no link and
@@ -428,7 +434,7 @@ mod tests {
         assert!(p.edits.device_nodes.is_empty());
         assert!(p.edits.cgroup_rules.is_empty());
         assert_eq!(p.edits.mounts.len(), 2);
-        assert_eq!(p.edits.env[0], "DEMO_VISIBLE_DEVICES=none");
+        assert_eq!(p.edits.env[0], EnvVar::new("DEMO_VISIBLE_DEVICES", "none"));
     }
 
     #[test]

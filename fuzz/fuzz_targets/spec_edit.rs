@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use devinject_devices::{
-    ContainerEdits, DeviceKind, DeviceNode, Mount, MountKind, Symlink,
+    ContainerEdits, DeviceKind, DeviceNode, EnvVar, Mount, MountKind, Symlink,
 };
 use devinject_hook::shim::spec_edit::{apply, finish_hook, GroupAccess};
 use libfuzzer_sys::fuzz_target;
@@ -25,8 +25,8 @@ fn edits(selector: u8) -> ContainerEdits {
     let nodes: Vec<DeviceNode> = (0..u32::from(selector % 3)).map(node).collect();
     ContainerEdits {
         env: vec![
-            "DEMO_VISIBLE_DEVICES=0,1".into(),
-            "DEMO_DRIVER_VERSION=1.0".into(),
+            EnvVar::new("DEMO_VISIBLE_DEVICES", "0,1"),
+            EnvVar::new("DEMO_DRIVER_VERSION", "1.0"),
         ],
         cgroup_rules: nodes.iter().map(DeviceNode::rule).collect(),
         device_nodes: nodes,

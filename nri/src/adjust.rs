@@ -81,12 +81,9 @@ pub fn adjustment(
     let container_env = container.env.iter().map(String::as_str);
     let env = env_edits(container_env, &edits.env, request_envs)
         .into_iter()
-        .map(|kv| {
-            let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
-            api::KeyValue {
-                key: key.to_owned(),
-                value: value.to_owned(),
-            }
+        .map(|var| api::KeyValue {
+            key: var.name.clone(),
+            value: var.value.clone(),
         })
         .collect();
     let hooks = finish.map(|h| api::Hooks {
@@ -116,13 +113,16 @@ pub fn hook(finish: &FinishInvocation) -> api::Hook {
 mod tests {
     use std::path::{Path, PathBuf};
 
-    use devinject_devices::{DeviceKind, DeviceNode, FinishArgs, HookCommand};
+    use devinject_devices::{DeviceKind, DeviceNode, EnvVar, FinishArgs, HookCommand};
 
     use super::*;
 
     fn edits(mode: u32, gid: u32) -> ContainerEdits {
         ContainerEdits {
-            env: vec!["DEMO_VISIBLE_DEVICES=0".into(), "DEMO_DRIVER=1".into()],
+            env: vec![
+                EnvVar::new("DEMO_VISIBLE_DEVICES", "0"),
+                EnvVar::new("DEMO_DRIVER", "1"),
+            ],
             device_nodes: vec![DeviceNode {
                 host_path: PathBuf::from("/h/dev/demo/accel0"),
                 container_path: PathBuf::from("/dev/demo/accel0"),

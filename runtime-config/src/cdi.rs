@@ -29,8 +29,9 @@
 use std::path::{Path, PathBuf};
 
 use devinject_devices::{
-    access_groups, discover, plan, resolve_driver_files, ContainerLayout, DeviceNode, FinishArgs,
-    FinishInvocation, HostRoots, Mount, MountKind, PlanInput, ProfileSet, Request, CDI_VENDOR,
+    access_groups, discover, plan, resolve_driver_files, ContainerLayout, DeviceNode, EnvVar,
+    FinishArgs, FinishInvocation, HostRoots, Mount, MountKind, PlanInput, ProfileSet, Request,
+    CDI_VENDOR,
 };
 use serde::Serialize;
 
@@ -432,14 +433,13 @@ pub fn build_spec(
             _ => p.to_path_buf(),
         }
     };
-    let request_prefix = format!("{}=", profile.request_env());
     let mut common = CdiEdits {
         env: plan
             .edits
             .env
             .iter()
-            .filter(|e| !e.starts_with(&request_prefix))
-            .cloned()
+            .filter(|e| e.name != profile.request_env())
+            .map(EnvVar::entry)
             .collect(),
         device_nodes: inventory
             .control_nodes

@@ -194,7 +194,13 @@ pub fn apply(
     {
         let process = object(spec, "process", "process")?;
         let env = array(process, "env", "process.env")?;
-        merge_env(env, Value::as_str, |kv| json!(kv), &edits.env, request_envs);
+        merge_env(
+            env,
+            Value::as_str,
+            |var| json!(var.entry()),
+            &edits.env,
+            request_envs,
+        );
     }
     if let Some(hook) = finish {
         let hooks = object(spec, "hooks", "hooks")?;
@@ -267,7 +273,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use devinject_devices::{DeviceKind, DeviceNode, Mount, MountKind, Symlink};
+    use devinject_devices::{DeviceKind, DeviceNode, EnvVar, Mount, MountKind, Symlink};
 
     pub(super) fn edits() -> ContainerEdits {
         let node = DeviceNode {
@@ -282,9 +288,9 @@ mod tests {
         };
         ContainerEdits {
             env: vec![
-                "DEMO_VISIBLE_DEVICES=0".into(),
-                "DEMO_DRIVER_VERSION=1.0".into(),
-                "KEEP=ours".into(),
+                EnvVar::new("DEMO_VISIBLE_DEVICES", "0"),
+                EnvVar::new("DEMO_DRIVER_VERSION", "1.0"),
+                EnvVar::new("KEEP", "ours"),
             ],
             cgroup_rules: vec![node.rule()],
             device_nodes: vec![node],
@@ -562,7 +568,7 @@ mod props {
     use serde_json::{json, Value};
 
     use super::*;
-    use devinject_devices::{DeviceKind, DeviceNode, Mount, MountKind, Symlink};
+    use devinject_devices::{DeviceKind, DeviceNode, EnvVar, Mount, MountKind, Symlink};
 
     const REQUEST_ENV: &str = "DEMO_VISIBLE_DEVICES";
 
@@ -696,7 +702,11 @@ mod props {
             kind: MountKind::Library,
         });
         (
-            vec("(DEMO_VISIBLE_DEVICES|KEEP|NEW)=[a-z0-9,]{0,4}", 0..4),
+            vec(
+                ("DEMO_VISIBLE_DEVICES|KEEP|NEW", "[a-z0-9,]{0,4}")
+                    .prop_map(|(k, v)| EnvVar::new(k, v)),
+                0..4,
+            ),
             vec(node, 0..4),
             vec(mount, 0..3),
             any::<bool>(),
@@ -844,7 +854,7 @@ mod props {
                 let new_env = new_env.as_array().unwrap();
                 let is_request =
                     |v: &Value| v.as_str().is_some_and(|s| s.starts_with("DEMO_VISIBLE_DEVICES="));
-                let granted = e.env.iter().any(|kv| kv.starts_with("DEMO_VISIBLE_DEVICES="));
+                let granted = e.env.iter().any(|v| v.name == "DEMO_VISIBLE_DEVICES");
                 let mut seen = false;
                 let old_env: Vec<&Value> = old_env
                     .iter()
@@ -881,8 +891,8 @@ mod props {
                 prop_assert!(args.as_array().is_some_and(|a| a.contains(&dest)), "{:?} not in {}", dest, args);
             }
             let env = at(&once, &["process", "env"]);
-            for kv in &e.env {
-                let key = format!("{}=", kv.split_once('=').unwrap().0);
+            for var in &e.env {
+                let key = format!("{}=", var.name);
                 prop_assert!(env.as_array().unwrap().iter().any(|x| x.as_str().is_some_and(|s| s.starts_with(&key))));
             }
             if let Some(h) = hook {
