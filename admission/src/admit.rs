@@ -115,16 +115,18 @@ pub trait Container {
 
 /// What admission decided for a container that asks for something.
 #[derive(Debug)]
-pub struct Admitted {
+pub struct Admitted<R = ()> {
     /// The plan: per profile, the devices granted and the edits; all edits merged; the prepare
     /// steps to run before the container starts.
     pub plan: ContainerPlan,
     /// The request variable of every profile, whose values the granted list replaces in the
     /// container's env.
     pub request_envs: Vec<String>,
+    /// What the caller's own check gave ([`Admission::admit`]'s `ready`).
+    pub ready: R,
 }
 
-impl Admitted {
+impl<R> Admitted<R> {
     /// [`Self::request_envs`] borrowed, as the env merge takes them.
     pub fn request_env_names(&self) -> Vec<&str> {
         self.request_envs.iter().map(String::as_str).collect()
@@ -135,16 +137,17 @@ impl Admission {
     /// Admits `container`, which [`Self::may_be_asking`] found may be asking under `profiles`:
     /// its requests and functions (a function chosen twice, differently, is refused); then
     /// `ready`, the caller's own check once the container is known to ask for something, before
-    /// the kubelet is asked; then the host's request policy and the plan. `layout` is called at
-    /// most once, when files are injected. `Ok(None)`: the container asks for nothing, or
-    /// nothing is left to inject.
-    pub fn admit<E: From<AdmitError>>(
+    /// the kubelet is asked (what it gives comes back in [`Admitted::ready`]); then the host's
+    /// request policy and the plan. `layout` is called at most once, with what `ready` gave,
+    /// when files are injected. `Ok(None)`: the container asks for nothing, or nothing is left
+    /// to inject.
+    pub fn admit<R, E: From<AdmitError>>(
         &self,
         profiles: ProfileSet,
         container: &impl Container,
-        ready: impl FnOnce() -> Result<(), E>,
-        layout: impl FnOnce() -> ContainerLayout,
-    ) -> Result<Option<Admitted>, E> {
+        ready: impl FnOnce() -> Result<R, E>,
+        layout: impl FnOnce(&R) -> ContainerLayout,
+    ) -> Result<Option<Admitted<R>>, E> {
         let env = |name: &str| container.env(name);
         let annotations = container.annotations();
         let requests = find_requests(&profiles, env, annotations);
@@ -153,18 +156,21 @@ impl Admission {
         if requests.is_empty() && functions.is_empty() {
             return Ok(None);
         }
-        ready()?;
+        let ready = ready()?;
         let requests =
             policy::authorize(self.policy, &profiles, requests, annotations, &self.kubelet)
                 .map_err(AdmitError::from)?;
-        let plan = plan_container(&self.roots, &profiles, &requests, &functions, layout)
-            .map_err(AdmitError::from)?;
+        let plan = plan_container(&self.roots, &profiles, &requests, &functions, || {
+            layout(&ready)
+        })
+        .map_err(AdmitError::from)?;
         Ok(plan.map(|plan| Admitted {
             plan,
             request_envs: profiles
                 .iter()
                 .map(|p| p.request_env().to_owned())
                 .collect(),
+            ready,
         }))
     }
 }
@@ -312,7 +318,7 @@ mod tests {
                     Err(Stopped::NotReady)
                 }
             },
-            ContainerLayout::default,
+            |()| ContainerLayout::default(),
         );
         (out, ran.get())
     }

@@ -5,8 +5,8 @@
 //! # Why not tonic
 //!
 //! tonic is the client everywhere else. For one call from a process that lives for that call,
-//! it costs more than the call: measured on Kubernetes 1.36 (docs/benchmarks.md, "the policy
-//! helper"), the tonic helper spent 1.5 ms of CPU per start building a tokio runtime, a
+//! it costs more than the call: measured on Kubernetes 1.36 (docs/benchmarks.md, section 6,
+//! "The helper on `devinject-grpc-unary`"), the tonic helper spent 1.5 ms of CPU per start building a tokio runtime, a
 //! channel with its worker task and a hyper connection, for a 200-byte exchange, and the
 //! policy's target is 1 ms for the whole start. This crate writes the HTTP/2 frames of one
 //! stream itself (RFC 9113: the connection preface, SETTINGS, one HEADERS and DATA frame out;

@@ -12,20 +12,18 @@
 //! Nothing is injected unless every step up to the plan succeeded: a bad request fails the
 //! container before anything is touched.
 
+use std::collections::BTreeMap;
 use std::io::Read;
 
+use devinject_admission::admit::{Admission, Container};
+use devinject_contained::prepare_step;
 use devinject_hostconfig::HostConfig;
 
 use crate::cgroup_rules;
 use crate::error::HookError;
 use crate::inject::ldcache::Ldconfig;
-use crate::inject::{self, layout, rootfs::Rootfs, Target};
+use crate::inject::{self, layout, Target};
 use crate::oci::{read_bounded, Spec, State, MAX_STATE_BYTES};
-use std::cell::OnceCell;
-use std::collections::BTreeMap;
-
-use devinject_admission::admit::{Admission, Container};
-use devinject_contained::prepare_step;
 
 /// What the hook did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,37 +80,26 @@ pub fn run(config: &HostConfig, stdin: impl Read) -> Result<Outcome, HookError> 
     };
     let span = tracing::info_span!("hook", container = %state.id);
     let _guard = span.enter();
-    // Known once the container asks for something, and only then.
-    let rootfs = OnceCell::new();
+    // Checked once the container asks for something, and only then: the stage, and where
+    // the rootfs is.
     let ready = || {
         if state.status != "creating" || state.pid <= 0 {
             return Err(HookError::Stage {
                 status: state.status.clone(),
             });
         }
-        let _ = rootfs.set(spec.rootfs(&state.bundle)?);
-        Ok(())
-    };
-    let layout = || {
-        rootfs
-            .get()
-            .and_then(|r| Rootfs::open(r).ok())
-            .map(|r| layout::detect(&r))
-            .unwrap_or_default()
+        Ok(spec.rootfs(&state.bundle)?)
     };
     let container = Bundle {
         spec: &spec,
         annotations: &annotations,
     };
-    let Some(admitted) = admission.admit(profiles, &container, ready, layout)? else {
+    let Some(admitted) = admission.admit(profiles, &container, ready, |r| layout::of_rootfs(r))?
+    else {
         return Ok(Outcome::Nothing);
     };
     let plan = admitted.plan;
-    // Set by `ready`, which admission runs before it plans.
-    let rootfs_path = match rootfs.into_inner() {
-        Some(r) => r,
-        None => spec.rootfs(&state.bundle)?,
-    };
+    let rootfs_path = admitted.ready;
     prepare_step::run_all(&plan.prepare).map_err(|source| HookError::Prepare {
         id: state.id.clone(),
         source,

@@ -210,7 +210,7 @@ impl Plugin {
             profiles,
             container,
             || Ok::<(), CreateError>(()),
-            ContainerLayout::default,
+            |()| ContainerLayout::default(),
         )?
         else {
             return Ok(None);

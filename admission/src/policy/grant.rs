@@ -3,8 +3,9 @@
 //! The kubelet's pod-resources API lists, per pod (by name and namespace) and container (by
 //! name), the device ids each extended resource got, exactly as the device plugin advertised
 //! them; the answer carries that for the container asked about. A shared device is advertised
-//! once per replica as `id::N`; the container gets the physical device `id` either way, so both sides are compared as sets of physical ids. A
-//! request is honoured only when it names exactly the granted physical devices.
+//! once per replica as `id::N`; the container gets the physical device `id` either way, so both
+//! sides are compared as sets of physical ids. A request is honoured only when it names exactly
+//! the granted physical devices.
 
 use std::collections::BTreeSet;
 

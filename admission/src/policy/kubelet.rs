@@ -6,7 +6,7 @@
 //! `pod_resources_timeout_ms`. The hook and the shim once executed the client as a helper
 //! process (`devinject-podresources`, now a tool for asking by hand) so as not to link it;
 //! measured at 100 pods, starting that process cost as much as the call itself
-//! (docs/benchmarks.md, "the policy at 100 pods"), and the client starts nothing of its own,
+//! (docs/benchmarks.md, section 6, "The policy's lookup in-process"), and the client starts nothing of its own,
 //! so it is linked.
 
 use std::path::PathBuf;

@@ -5,7 +5,7 @@
 //! exists in the image wins; looking is done with in-root resolution, so a hostile image can only
 //! choose among its own directories.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use devinject_devices::ContainerLayout;
 
@@ -28,6 +28,12 @@ pub fn candidates() -> Vec<PathBuf> {
     v.push(PathBuf::from("/usr/lib64"));
     v.push(PathBuf::from("/usr/lib"));
     v
+}
+
+/// The layout of the rootfs at `path`: [`detect`]ed, or the default when the rootfs cannot be
+/// opened (the failure then surfaces where the hook or the shim uses the rootfs).
+pub fn of_rootfs(path: &Path) -> ContainerLayout {
+    Rootfs::open(path).map(|r| detect(&r)).unwrap_or_default()
 }
 
 /// Picks the image's library dir (`/usr/lib`, created if need be, when none exists).

@@ -14,7 +14,6 @@ pub mod spec_edit;
 /// given no `--config` (containerd's `BinaryName` takes no arguments).
 pub const CONFIG_ENV: &str = "DEVINJECT_CONFIG";
 
-use std::cell::OnceCell;
 use std::ffi::CString;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
@@ -23,7 +22,7 @@ use std::path::{Path, PathBuf};
 use devinject_exit::ExitCode;
 use devinject_hostconfig::{HostConfig, RUNTIME_CANDIDATES};
 
-use crate::inject::{layout, rootfs::Rootfs};
+use crate::inject::layout;
 use crate::oci::{read_spec_bytes, OciError, Spec};
 use args::ShimArgs;
 use devinject_admission::admit::{Admission, AdmitError};
@@ -148,20 +147,9 @@ pub fn edit_bundle(
         return Ok(BundleEdit::Untouched);
     };
     let spec = Spec::parse(&bytes, &what)?;
-    // Known once the container asks for something, and only then.
-    let rootfs = OnceCell::new();
-    let ready = || {
-        let _ = rootfs.set(spec.rootfs(bundle)?);
-        Ok::<(), ShimError>(())
-    };
-    let layout = || {
-        rootfs
-            .get()
-            .and_then(|r| Rootfs::open(r).ok())
-            .map(|r| layout::detect(&r))
-            .unwrap_or_default()
-    };
-    let Some(admitted) = admission.admit(profiles, &spec, ready, layout)? else {
+    // Where the rootfs is: looked up once the container asks for something, and only then.
+    let ready = || Ok::<_, ShimError>(spec.rootfs(bundle)?);
+    let Some(admitted) = admission.admit(profiles, &spec, ready, |r| layout::of_rootfs(r))? else {
         return Ok(BundleEdit::Untouched);
     };
     let plan = &admitted.plan;
