@@ -16,6 +16,7 @@ pub mod ldcache;
 pub mod mountinfo;
 pub mod mounts;
 pub mod nodes;
+pub mod ns_calls;
 pub mod rootfs;
 pub mod symlinks;
 #[cfg(test)]

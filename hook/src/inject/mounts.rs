@@ -11,13 +11,12 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{openat, OFlag};
+use nix::fcntl::OFlag;
 use nix::mount::MsFlags;
 use nix::sys::stat::{fstat, Mode, SFlag};
-use nix::unistd::{unlinkat, UnlinkatFlags};
 
 use super::at_name::{self, AtName};
-pub(crate) use super::rootfs::fd_path;
+use super::ns_calls::NsCalls;
 use super::rootfs::{entry_at, open_nofollow, split, Rootfs, RootfsError};
 use super::InjectError;
 use crate::sys;
@@ -105,21 +104,24 @@ pub fn placeholder(
     };
     // The usual case, a name the image does not have: the file we create is the target, with
     // no second lookup (`O_EXCL | O_NOFOLLOW`: it is new and ours, nothing else to check).
-    match root.create(|| create_file(&dir, name)) {
+    let create = |calls: &dyn NsCalls| calls.create_file(dir.as_fd(), name, 0o644, false);
+    match root.create(create) {
         Ok(target) => return Ok(target),
         Err(Errno::EEXIST) => {}
         Err(e) => return Err(rerr("create", e)),
     }
     // Someone else's file may appear between our calls: that is fine, it is checked below.
-    let ensure = || match create_file(&dir, name) {
+    let ensure = |calls: &dyn NsCalls| match create(calls) {
         Ok(_) | Err(Errno::EEXIST) => Ok(()),
         Err(e) => Err(e),
     };
-    match at_name::for_mount_target(entry_at(&dir, name, container_path)?) {
+    match at_name::for_mount_target(entry_at(root.calls(), &dir, name, container_path)?) {
         AtName::Keep => {}
         AtName::Refuse { op, errno } => return Err(rerr(op, errno)),
         AtName::Replace => {
-            unlinkat(&dir, name, UnlinkatFlags::NoRemoveDir).map_err(|e| rerr("replace", e))?;
+            root.calls()
+                .unlink_at(dir.as_fd(), name)
+                .map_err(|e| rerr("replace", e))?;
             root.create(ensure).map_err(|e| rerr("create", e))?;
         }
         AtName::Make => root.create(ensure).map_err(|e| rerr("create", e))?,
@@ -135,16 +137,6 @@ pub fn placeholder(
     Ok(target)
 }
 
-/// Creates an empty file `name` in `dir` and opens it; `EEXIST` when the name is taken.
-fn create_file(dir: impl AsFd, name: &std::ffi::OsStr) -> nix::Result<OwnedFd> {
-    openat(
-        dir,
-        name,
-        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(0o644),
-    )
-}
-
 /// Attaches `source` at `container_path` inside `root` (called in the container's namespace).
 pub fn attach(
     root: &Rootfs,
@@ -157,34 +149,159 @@ pub fn attach(
         path: container_path.to_owned(),
         errno,
     };
+    let calls = root.calls();
     match source {
-        Source::Tree(tree) => sys::move_mount(&tree, &target).map_err(merr),
+        Source::Tree(tree) => calls.move_mount(tree.as_fd(), target.as_fd()).map_err(merr),
         Source::Path(host) => {
             let src = nix::fcntl::open(&host, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
                 .map_err(|errno| InjectError::Source {
                     path: host.clone(),
                     errno,
                 })?;
-            nix::mount::mount(
-                Some(&fd_path(&src)),
-                &fd_path(&target),
-                None::<&str>,
-                MsFlags::MS_BIND,
-                None::<&str>,
-            )
-            .map_err(merr)?;
+            calls
+                .bind_mount(src.as_fd(), target.as_fd())
+                .map_err(merr)?;
             // The fd still names the placeholder underneath; reopen to reach the new mount.
             let (parent, name) = split(container_path)?;
             let dir = root.resolve(&parent, OFlag::O_PATH | OFlag::O_DIRECTORY)?;
             let mounted = open_nofollow(&dir, name, container_path)?;
-            nix::mount::mount(
-                None::<&str>,
-                &fd_path(&mounted),
-                None::<&str>,
-                MsFlags::MS_BIND | MsFlags::MS_REMOUNT | attrs.classic(),
-                None::<&str>,
-            )
-            .map_err(merr)
+            calls
+                .remount_bind(mounted.as_fd(), attrs.classic())
+                .map_err(merr)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::ns_calls::recording::{fake_rootfs, Call};
+    use super::*;
+
+    const LIB: &str = "/usr/lib/libdemo.so.1.2";
+
+    fn tree() -> Source {
+        Source::Tree(std::fs::File::open("/").unwrap().into())
+    }
+
+    fn create_target() -> Call {
+        Call::Create {
+            path: LIB.into(),
+            mode: 0o644,
+            write: false,
+        }
+    }
+
+    fn move_onto_target() -> Call {
+        Call::MoveMount { target: LIB.into() }
+    }
+
+    #[test]
+    fn a_file_goes_onto_a_new_empty_placeholder_in_one_move() {
+        let (_t, fake, root) = fake_rootfs();
+        attach(&root, Path::new(LIB), tree(), MountAttrs::File).unwrap();
+        let mkdir = |p: &str| Call::Mkdir {
+            path: p.into(),
+            mode: 0o755,
+        };
+        assert_eq!(
+            fake.changes(),
+            vec![
+                mkdir("/usr"),
+                mkdir("/usr/lib"),
+                create_target(),
+                move_onto_target()
+            ]
+        );
+    }
+
+    #[test]
+    fn an_image_file_at_the_target_is_mounted_over_as_it_is() {
+        let (t, fake, root) = fake_rootfs();
+        std::fs::create_dir_all(t.path().join("usr/lib")).unwrap();
+        std::fs::write(t.path().join("usr/lib/libdemo.so.1.2"), "image").unwrap();
+        attach(&root, Path::new(LIB), tree(), MountAttrs::File).unwrap();
+        assert_eq!(fake.changes(), vec![create_target(), move_onto_target()]);
+    }
+
+    #[test]
+    fn an_image_link_at_the_target_is_replaced_by_an_empty_file() {
+        let (t, fake, root) = fake_rootfs();
+        std::fs::create_dir_all(t.path().join("usr/lib")).unwrap();
+        std::os::unix::fs::symlink("/etc/shadow", t.path().join("usr/lib/libdemo.so.1.2")).unwrap();
+        attach(&root, Path::new(LIB), tree(), MountAttrs::File).unwrap();
+        let unlink = Call::Unlink { path: LIB.into() };
+        assert_eq!(
+            fake.changes(),
+            vec![create_target(), unlink, create_target(), move_onto_target()]
+        );
+        let st = std::fs::symlink_metadata(t.path().join("usr/lib/libdemo.so.1.2")).unwrap();
+        assert!(st.is_file() && st.len() == 0);
+    }
+
+    #[test]
+    fn a_directory_at_the_target_is_refused_and_nothing_is_mounted() {
+        let (t, fake, root) = fake_rootfs();
+        std::fs::create_dir_all(t.path().join("usr/lib/libdemo.so.1.2")).unwrap();
+        let err = attach(&root, Path::new(LIB), tree(), MountAttrs::File).unwrap_err();
+        assert!(err.to_string().contains("over a directory"), "{err}");
+        assert_eq!(fake.changes(), vec![create_target()]);
+    }
+
+    #[test]
+    fn without_the_new_api_a_path_is_bound_then_remounted_read_only() {
+        let (t, fake, root) = fake_rootfs();
+        let host = t.path().join("host-lib");
+        std::fs::write(&host, "host").unwrap();
+        let host = host.canonicalize().unwrap();
+        attach(
+            &root,
+            Path::new(LIB),
+            Source::Path(host.clone()),
+            MountAttrs::File,
+        )
+        .unwrap();
+        let changes = fake.changes();
+        assert_eq!(
+            changes[changes.len() - 3..],
+            [
+                create_target(),
+                Call::BindMount {
+                    source: host,
+                    target: LIB.into()
+                },
+                Call::Remount {
+                    target: LIB.into(),
+                    flags: MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bound_device_in_a_user_namespace_stays_writable_but_noexec() {
+        let (t, fake, root) = fake_rootfs();
+        let host = t.path().join("host-node");
+        std::fs::write(&host, "").unwrap();
+        let node = Path::new("/dev/demo0");
+        attach(&root, node, Source::Path(host), MountAttrs::Device).unwrap();
+        let remount = fake.changes().pop().unwrap();
+        assert_eq!(
+            remount,
+            Call::Remount {
+                target: node.into(),
+                flags: MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC
+            }
+        );
+    }
+
+    #[test]
+    fn a_failed_move_names_the_container_path() {
+        let (_t, fake, root) = fake_rootfs();
+        fake.fail_next("move_mount", Errno::EPERM);
+        let err = attach(&root, Path::new(LIB), tree(), MountAttrs::File).unwrap_err();
+        assert!(
+            matches!(&err, InjectError::Mount { path, errno: Errno::EPERM } if path == Path::new(LIB)),
+            "{err}"
+        );
     }
 }

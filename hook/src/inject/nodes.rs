@@ -12,15 +12,15 @@
 //! runtime made the node (NRI, whose adjustment cannot add a group to the process), [`regroup`]
 //! changes the group of that node, and of nothing else.
 
+use std::os::fd::AsFd;
 use std::path::Path;
 
 use devinject_devices::node::{major, makedev, minor};
 use devinject_devices::{DeviceKind, DeviceNode};
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag};
-use nix::sys::stat::{fstat, mknodat, Mode, SFlag};
+use nix::fcntl::OFlag;
+use nix::sys::stat::{fstat, SFlag};
 use nix::sys::statfs::{fstatfs, TMPFS_MAGIC};
-use nix::unistd::{fchownat, Gid, Uid};
 
 use super::at_name::{self, AtName};
 use super::mounts::{attach, MountAttrs, Source};
@@ -57,25 +57,23 @@ pub fn create(
     };
     let kind = file_type(node.kind);
     let rdev = makedev(node.major, node.minor);
-    match at_name::for_node(entry_at(&dir, name, path)?, kind, rdev) {
+    let calls = root.calls();
+    match at_name::for_node(entry_at(calls, &dir, name, path)?, kind, rdev) {
         AtName::Make => {}
         AtName::Keep => return Ok(()),
         AtName::Refuse { op, errno } => return Err(rerr(op, errno)),
         AtName::Replace => {
-            nix::unistd::unlinkat(&dir, name, nix::unistd::UnlinkatFlags::NoRemoveDir)
+            calls
+                .unlink_at(dir.as_fd(), name)
                 .map_err(|e| rerr("replace", e))?;
         }
     }
-    mknodat(&dir, name, kind, Mode::from_bits_truncate(node.mode), rdev)
+    calls
+        .mknod_at(dir.as_fd(), name, kind, node.mode, rdev)
         .map_err(|e| rerr("mknod", e))?;
-    fchownat(
-        &dir,
-        name,
-        Some(Uid::from_raw(node.uid)),
-        Some(Gid::from_raw(gid)),
-        AtFlags::AT_SYMLINK_NOFOLLOW,
-    )
-    .map_err(|e| rerr("chown", e))?;
+    calls
+        .chown_at(dir.as_fd(), name, Some(node.uid), Some(gid))
+        .map_err(|e| rerr("chown", e))?;
     Ok(())
 }
 
@@ -115,14 +113,9 @@ pub fn regroup(
     if let Some(why) = regroup_refusal(node, &found, host_devs) {
         return Err(refuse(why));
     }
-    fchownat(
-        &fd,
-        "",
-        None,
-        Some(Gid::from_raw(gid)),
-        AtFlags::AT_EMPTY_PATH,
-    )
-    .map_err(|e| rerr("chown", e))
+    root.calls()
+        .chown_fd(fd.as_fd(), None, Some(gid))
+        .map_err(|e| rerr("chown", e))
 }
 
 /// What [`regroup`] found at the node's path, through its `O_PATH` fd.
@@ -179,7 +172,9 @@ fn describe(mode: u32, rdev: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::os::fd::OwnedFd;
 
+    use super::super::ns_calls::recording::{fake_rootfs, Call};
     use super::*;
 
     fn render() -> DeviceNode {
@@ -253,5 +248,155 @@ mod tests {
                 "{found:?}: {got:?}"
             );
         }
+    }
+
+    fn mkdirs(paths: &[&str]) -> Vec<Call> {
+        paths
+            .iter()
+            .map(|p| Call::Mkdir {
+                path: p.into(),
+                mode: 0o755,
+            })
+            .collect()
+    }
+
+    fn mknod_render() -> Call {
+        Call::Mknod {
+            path: "/dev/dri/renderD128".into(),
+            kind: SFlag::S_IFCHR,
+            mode: 0o660,
+            rdev: makedev(226, 128),
+        }
+    }
+
+    fn chown_render(gid: u32) -> Call {
+        Call::Chown {
+            path: "/dev/dri/renderD128".into(),
+            uid: Some(0),
+            gid: Some(gid),
+            by_fd: false,
+        }
+    }
+
+    #[test]
+    fn a_missing_node_is_made_with_its_numbers_mode_owner_and_the_given_group() {
+        let (_t, fake, root) = fake_rootfs();
+        create(&root, &render(), None, 1000).unwrap();
+        let mut want = mkdirs(&["/dev", "/dev/dri"]);
+        want.extend([mknod_render(), chown_render(1000)]);
+        assert_eq!(fake.changes(), want);
+    }
+
+    #[test]
+    fn the_same_node_already_there_is_kept_untouched() {
+        let (t, fake, root) = fake_rootfs();
+        std::fs::create_dir_all(t.path().join("dev/dri")).unwrap();
+        fake.seed_node(
+            "/dev/dri/renderD128",
+            SFlag::S_IFCHR,
+            0o600,
+            makedev(226, 128),
+        );
+        create(&root, &render(), None, 107).unwrap();
+        assert_eq!(fake.changes(), vec![]);
+    }
+
+    #[test]
+    fn a_link_or_fifo_at_the_name_is_replaced_by_the_node() {
+        for what in ["link", "fifo"] {
+            let (t, fake, root) = fake_rootfs();
+            let dri = t.path().join("dev/dri");
+            std::fs::create_dir_all(&dri).unwrap();
+            match what {
+                "link" => std::os::unix::fs::symlink("/etc/shadow", dri.join("renderD128")),
+                _ => nix::unistd::mkfifo(
+                    &dri.join("renderD128"),
+                    nix::sys::stat::Mode::from_bits_truncate(0o600),
+                )
+                .map_err(std::io::Error::from),
+            }
+            .unwrap();
+            create(&root, &render(), None, 107).unwrap();
+            let unlink = Call::Unlink {
+                path: "/dev/dri/renderD128".into(),
+            };
+            assert_eq!(
+                fake.changes(),
+                vec![unlink, mknod_render(), chown_render(107)],
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_file_directory_or_other_device_at_the_name_is_refused_and_nothing_is_made() {
+        for what in ["file", "dir", "device"] {
+            let (t, fake, root) = fake_rootfs();
+            let dri = t.path().join("dev/dri");
+            std::fs::create_dir_all(&dri).unwrap();
+            match what {
+                "file" => std::fs::write(dri.join("renderD128"), "image").unwrap(),
+                "dir" => std::fs::create_dir(dri.join("renderD128")).unwrap(),
+                _ => fake.seed_node("/dev/dri/renderD128", SFlag::S_IFCHR, 0o666, makedev(1, 3)),
+            }
+            let err = create(&root, &render(), None, 107).unwrap_err();
+            assert!(
+                matches!(&err, InjectError::Rootfs(e) if e.errno == Errno::EEXIST),
+                "{what}: {err}"
+            );
+            assert_eq!(fake.changes(), vec![], "{what}");
+        }
+    }
+
+    #[test]
+    fn a_node_outside_dev_is_refused_before_any_call() {
+        let (_t, fake, root) = fake_rootfs();
+        for path in ["/etc/renderD128", "/dev"] {
+            let node = DeviceNode {
+                container_path: path.into(),
+                ..render()
+            };
+            let err = create(&root, &node, None, 107).unwrap_err();
+            assert!(err.to_string().contains("outside /dev"), "{err}");
+        }
+        assert_eq!(fake.calls(), vec![]);
+    }
+
+    #[test]
+    fn a_bound_node_is_an_empty_placeholder_with_the_tree_moved_onto_it() {
+        let (_t, fake, root) = fake_rootfs();
+        let tree: OwnedFd = std::fs::File::open("/").unwrap().into();
+        create(&root, &render(), Some(Source::Tree(tree)), 107).unwrap();
+        let mut want = mkdirs(&["/dev", "/dev/dri"]);
+        want.extend([
+            Call::Create {
+                path: "/dev/dri/renderD128".into(),
+                mode: 0o644,
+                write: false,
+            },
+            Call::MoveMount {
+                target: "/dev/dri/renderD128".into(),
+            },
+        ]);
+        assert_eq!(
+            fake.changes(),
+            want,
+            "no mknod, no chown: the host node's owner"
+        );
+    }
+
+    #[test]
+    fn what_is_not_the_runtimes_node_is_never_regrouped() {
+        let (t, fake, root) = fake_rootfs();
+        let dri = t.path().join("dev/dri");
+        std::fs::create_dir_all(&dri).unwrap();
+        std::fs::write(dri.join("renderD128"), "a volume's file").unwrap();
+        let err = regroup(&root, &render(), 1000, &[]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("it is a regular file, not the runtime's c node 226:128"),
+            "{err}"
+        );
+        assert_eq!(fake.calls(), vec![]);
     }
 }

@@ -38,11 +38,13 @@ use std::ffi::OsStr;
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 
 use nix::errno::Errno;
-use nix::fcntl::AtFlags;
 use nix::fcntl::{openat, openat2, OFlag, OpenHow, ResolveFlag};
-use nix::sys::stat::{fstat, fstatat, mkdirat, Mode, SFlag};
+use nix::sys::stat::{fstat, Mode, SFlag};
+
+use super::ns_calls::{NsCalls, Syscalls};
 
 /// How often a resolution raced by a host-wide rename or mount (EAGAIN) is retried.
 const RESOLVE_RETRIES: u32 = 128;
@@ -142,10 +144,11 @@ pub enum Entry {
 }
 
 /// An open rootfs.
-#[derive(Debug)]
 pub struct Rootfs {
     fd: OwnedFd,
     path: PathBuf,
+    /// The calls that change the tree ([`Syscalls`], or a test's recording fake).
+    calls: Rc<dyn NsCalls>,
     /// Host uid and gid of the container's root in a user namespace: files created on a
     /// filesystem mounted inside that namespace (the runtime's `/dev` tmpfs) must belong to an
     /// id mapped there, or the kernel refuses with EOVERFLOW.
@@ -161,6 +164,16 @@ pub struct Rootfs {
     /// was ~400 path walks at 64 libraries. Holding the fd is also what the `*at` calls want:
     /// the directory cannot be swapped under us.
     dirs: RefCell<Vec<(PathBuf, Crossing, OwnedFd)>>,
+}
+
+impl std::fmt::Debug for Rootfs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rootfs")
+            .field("path", &self.path)
+            .field("userns_owner", &self.userns_owner)
+            .field("read_only", &self.read_only)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Whether a resolution may cross onto another mount.
@@ -192,11 +205,25 @@ impl Rootfs {
         Ok(Self {
             fd,
             path: path.to_owned(),
+            calls: Rc::new(Syscalls),
             userns_owner: None,
             host_devs: Vec::new(),
             read_only: false,
             dirs: RefCell::new(Vec::new()),
         })
+    }
+
+    /// Makes every change through `calls` instead of the kernel's own calls: a unit test's
+    /// recording fake.
+    pub fn with_calls(mut self, calls: Rc<dyn NsCalls>) -> Self {
+        self.calls = calls;
+        self
+    }
+
+    /// The calls that change the tree: every creation, replacement, owner change and mount in
+    /// the rootfs goes through them.
+    pub fn calls(&self) -> &dyn NsCalls {
+        &*self.calls
     }
 
     /// Sets the device numbers of the host's mounts, for [`Rootfs::node_dir`].
@@ -222,14 +249,13 @@ impl Rootfs {
 
     /// Runs a creating `*at` call; on EOVERFLOW (a filesystem mounted in the container's user
     /// namespace, where host root is unmapped) retries it as the container's root.
-    pub fn create<T>(&self, f: impl Fn() -> nix::Result<T>) -> nix::Result<T> {
-        match (f(), self.userns_owner) {
+    pub fn create<T>(&self, f: impl Fn(&dyn NsCalls) -> nix::Result<T>) -> nix::Result<T> {
+        let calls = self.calls();
+        match (f(calls), self.userns_owner) {
             (Err(Errno::EOVERFLOW), Some((uid, gid))) => {
-                let old_gid = nix::unistd::setfsgid(nix::unistd::Gid::from_raw(gid));
-                let old_uid = nix::unistd::setfsuid(nix::unistd::Uid::from_raw(uid));
-                let r = f();
-                nix::unistd::setfsuid(old_uid);
-                nix::unistd::setfsgid(old_gid);
+                let (old_uid, old_gid) = calls.set_fs_ids(uid, gid);
+                let r = f(calls);
+                calls.set_fs_ids(old_uid, old_gid);
                 r
             }
             (r, _) => r,
@@ -410,8 +436,7 @@ impl Rootfs {
                 Ok(next) => next,
                 Err(e) if e.errno == Errno::ENOENT => {
                     self.refuse_write_unless_container_tmpfs(&fd, &cur)?;
-                    match self.create(|| mkdirat(fd.as_fd(), comp, Mode::from_bits_truncate(0o755)))
-                    {
+                    match self.create(|calls| calls.mkdir_at(fd.as_fd(), comp, 0o755)) {
                         Ok(()) | Err(Errno::EEXIST) => {}
                         Err(errno) => {
                             return Err(RootfsError {
@@ -525,8 +550,8 @@ pub fn reopen_regular(fd: &OwnedFd, max: u64) -> Result<Regular, (&'static str, 
 }
 
 /// `/proc/self/fd/N`: reaches the inode `fd` names without resolving any path of the image.
-pub fn fd_path(fd: &OwnedFd) -> PathBuf {
-    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+pub fn fd_path(fd: impl AsFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd()))
 }
 
 fn dup(fd: &OwnedFd, path: &Path) -> Result<OwnedFd, RootfsError> {
@@ -537,18 +562,23 @@ fn dup(fd: &OwnedFd, path: &Path) -> Result<OwnedFd, RootfsError> {
     })
 }
 
-/// What is at `name` in the directory `dir` (symlinks not followed).
-pub fn entry_at(dir: impl AsFd, name: &OsStr, shown: &Path) -> Result<Entry, RootfsError> {
-    match fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+/// What is at `name` in the directory `dir` (symlinks not followed), as `calls` sees it.
+pub fn entry_at(
+    calls: &dyn NsCalls,
+    dir: impl AsFd,
+    name: &OsStr,
+    shown: &Path,
+) -> Result<Entry, RootfsError> {
+    match calls.stat_at(dir.as_fd(), name) {
         Ok(st) => {
-            let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
+            let kind = SFlag::from_bits_truncate(st.mode & SFlag::S_IFMT.bits());
             Ok(match kind {
                 SFlag::S_IFREG => Entry::File,
                 SFlag::S_IFDIR => Entry::Dir,
                 SFlag::S_IFLNK => Entry::Symlink,
                 SFlag::S_IFCHR | SFlag::S_IFBLK => Entry::Device {
                     kind,
-                    rdev: st.st_rdev,
+                    rdev: st.rdev,
                 },
                 _ => Entry::Other,
             })
@@ -854,6 +884,31 @@ mod tests {
         r.node_dir(Path::new("/dev/demo")).unwrap();
         assert!(!root.join("etc").exists() && !root.join("image-dev").exists());
         assert!(!root.join("usr/lib/new").exists());
+    }
+
+    #[test]
+    fn missing_directories_are_made_one_mkdirat_each_and_only_those() {
+        use super::super::ns_calls::recording::{fake_rootfs, Call};
+        let (t, fake, root) = fake_rootfs();
+        std::fs::create_dir_all(t.path().join("usr")).unwrap();
+        root.mkdir_all(Path::new("/usr/lib/x86_64-linux-gnu"))
+            .unwrap();
+        root.writable_dir(Path::new("/usr/lib/x86_64-linux-gnu"))
+            .unwrap();
+        let mkdir = |p: &str| Call::Mkdir {
+            path: p.into(),
+            mode: 0o755,
+        };
+        assert_eq!(
+            fake.changes(),
+            vec![mkdir("/usr/lib"), mkdir("/usr/lib/x86_64-linux-gnu")]
+        );
+        // A shared read-only rootfs is refused before any call.
+        let (_t, fake, root) = fake_rootfs();
+        let root = root.shared_read_only();
+        let err = root.writable_dir(Path::new("/etc")).unwrap_err();
+        assert_eq!(err.errno, Errno::EROFS);
+        assert_eq!(fake.calls(), vec![]);
     }
 
     #[test]

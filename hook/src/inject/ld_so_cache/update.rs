@@ -3,17 +3,17 @@
 //! container's mount namespace; every path is resolved in-root ([`Rootfs`]), so an image's links
 //! cannot lead the read or the write anywhere else.
 
+use std::ffi::OsStr;
 use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
 use devinject_devices::{Mount, MountKind, Symlink};
 use nix::errno::Errno;
-use nix::fcntl::{renameat, OFlag};
 use nix::sys::stat::Mode;
-use nix::unistd::{unlinkat, UnlinkatFlags};
 
 use super::{elf_flags, Cache, Library, Unsupported};
+use crate::inject::ns_calls::NsCalls;
 use crate::inject::rootfs::{Crossing, ReadError, Rootfs, RootfsError};
 
 /// The cache, in the container.
@@ -165,20 +165,21 @@ pub fn install(root: &Rootfs, bytes: &[u8], access: Option<Access>) -> Result<()
         path: Path::new(CACHE).to_owned(),
         errno,
     };
-    install_in(&etc, bytes, access).map_err(|e| err("write", e))
+    install_in(root.calls(), &etc, bytes, access).map_err(|e| err("write", e))
 }
 
-fn install_in(etc: &OwnedFd, bytes: &[u8], access: Option<Access>) -> Result<(), Errno> {
-    match unlinkat(etc, TEMP_NAME, UnlinkatFlags::NoRemoveDir) {
+fn install_in(
+    calls: &dyn NsCalls,
+    etc: &OwnedFd,
+    bytes: &[u8],
+    access: Option<Access>,
+) -> Result<(), Errno> {
+    let temp = OsStr::new(TEMP_NAME);
+    match calls.unlink_at(etc.as_fd(), temp) {
         Ok(()) | Err(Errno::ENOENT) => {}
         Err(e) => return Err(e),
     }
-    let fd = nix::fcntl::openat(
-        etc,
-        TEMP_NAME,
-        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(0o644),
-    )?;
+    let fd = calls.create_file(etc.as_fd(), temp, 0o644, true)?;
     let mut file = std::fs::File::from(fd);
     let written = file
         .write_all(bytes)
@@ -186,16 +187,101 @@ fn install_in(etc: &OwnedFd, bytes: &[u8], access: Option<Access>) -> Result<(),
     let mode = access.map_or(0o644, |a| a.mode);
     let moded = nix::sys::stat::fchmod(&file, Mode::from_bits_truncate(mode)).and_then(|()| {
         let Some(a) = access else { return Ok(()) };
-        nix::unistd::fchown(
-            &file,
-            Some(nix::unistd::Uid::from_raw(a.uid)),
-            Some(nix::unistd::Gid::from_raw(a.gid)),
-        )
+        calls.chown_fd(file.as_fd(), Some(a.uid), Some(a.gid))
     });
     drop(file);
     if let Err(e) = written.and(moded) {
-        let _ = unlinkat(etc, TEMP_NAME, UnlinkatFlags::NoRemoveDir);
+        let _ = calls.unlink_at(etc.as_fd(), temp);
         return Err(e);
     }
-    renameat(etc, TEMP_NAME, etc, "ld.so.cache")
+    calls
+        .rename_at(etc.as_fd(), temp, OsStr::new("ld.so.cache"))
+        .inspect_err(|_| {
+            let _ = calls.unlink_at(etc.as_fd(), temp);
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::ns_calls::recording::{fake_rootfs, Call};
+    use super::*;
+
+    const TEMP: &str = "/etc/ld.so.cache~devinject";
+
+    fn unlink_temp() -> Call {
+        Call::Unlink { path: TEMP.into() }
+    }
+
+    fn create_temp() -> Call {
+        Call::Create {
+            path: TEMP.into(),
+            mode: 0o644,
+            write: true,
+        }
+    }
+
+    fn rename() -> Call {
+        Call::Rename {
+            from: TEMP.into(),
+            to: CACHE.into(),
+        }
+    }
+
+    #[test]
+    fn a_new_cache_is_a_new_temp_file_given_the_old_owner_then_renamed() {
+        let (t, fake, root) = fake_rootfs();
+        let etc = t.path().join("etc");
+        std::fs::create_dir(&etc).unwrap();
+        std::fs::write(etc.join("ld.so.cache"), "old").unwrap();
+        // A stale temp file of an earlier, killed start is removed, never written through.
+        std::fs::write(etc.join("ld.so.cache~devinject"), "stale").unwrap();
+        let access = Access {
+            mode: 0o600,
+            uid: 0,
+            gid: 42,
+        };
+        install(&root, b"new", Some(access)).unwrap();
+        let chown = Call::Chown {
+            path: TEMP.into(),
+            uid: Some(0),
+            gid: Some(42),
+            by_fd: true,
+        };
+        assert_eq!(
+            fake.changes(),
+            vec![unlink_temp(), create_temp(), chown, rename()]
+        );
+        assert_eq!(std::fs::read(etc.join("ld.so.cache")).unwrap(), b"new");
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(etc.join("ld.so.cache"))
+                .unwrap()
+                .permissions(),
+        );
+        assert_eq!(mode & 0o7777, 0o600);
+    }
+
+    #[test]
+    fn a_cache_the_image_lacked_gets_no_owner_change() {
+        let (t, fake, root) = fake_rootfs();
+        std::fs::create_dir(t.path().join("etc")).unwrap();
+        install(&root, b"new", None).unwrap();
+        assert_eq!(fake.changes(), vec![unlink_temp(), create_temp(), rename()]);
+    }
+
+    #[test]
+    fn a_failed_rename_leaves_the_old_cache_and_no_temp_file() {
+        let (t, fake, root) = fake_rootfs();
+        let etc = t.path().join("etc");
+        std::fs::create_dir(&etc).unwrap();
+        std::fs::write(etc.join("ld.so.cache"), "old").unwrap();
+        fake.fail_next("rename", Errno::EIO);
+        let err = install(&root, b"new", None).unwrap_err();
+        assert!(err.to_string().contains("write /etc/ld.so.cache"), "{err}");
+        assert_eq!(
+            fake.changes(),
+            vec![unlink_temp(), create_temp(), rename(), unlink_temp()]
+        );
+        assert_eq!(std::fs::read(etc.join("ld.so.cache")).unwrap(), b"old");
+        assert!(!etc.join("ld.so.cache~devinject").exists());
+    }
 }
