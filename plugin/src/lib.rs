@@ -24,7 +24,8 @@
 pub mod advertisement;
 pub mod allocate;
 pub mod api;
-pub mod authority;
+/// The `:authority` rewriter, in its own crate since the DRA driver serves the same kubelet.
+pub use devinject_h2_authority as authority;
 pub mod daemon;
 pub mod error;
 pub mod health;

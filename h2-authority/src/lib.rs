@@ -272,6 +272,16 @@ impl AsyncWrite for Proxied {
 
 /// Puts an accepted client connection behind a rewriter; returns what tonic serves.
 pub fn proxy(client: tokio::net::UnixStream) -> Proxied {
+    proxy_until(client, std::future::pending())
+}
+
+/// [`proxy`], and the client's connection is cut when `abandon` completes, whatever the server
+/// still does with it: a server that gives up on its open calls (a shutdown cut short) must not
+/// leave its clients waiting on a connection that only the rewriter still holds.
+pub fn proxy_until(
+    client: tokio::net::UnixStream,
+    abandon: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Proxied {
     let (ours, theirs) = tokio::io::duplex(64 << 10);
     tokio::spawn(async move {
         let (client_read, mut client_write) = client.into_split();
@@ -279,7 +289,7 @@ pub fn proxy(client: tokio::net::UnixStream) -> Proxied {
         let up = async {
             let r = Rewriter::new().pump(client_read, server_write).await;
             if let Err(e) = &r {
-                tracing::warn!(error = %e, "closing a device plugin connection: its HTTP/2 was not understood");
+                tracing::warn!(error = %e, "closing a gRPC connection: its HTTP/2 was not understood");
             }
         };
         let down = async {
@@ -287,10 +297,11 @@ pub fn proxy(client: tokio::net::UnixStream) -> Proxied {
             let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
             let _ = client_write.shutdown().await;
         };
-        // Either direction ending ends the connection.
+        // Either direction ending ends the connection, as does the server abandoning it.
         tokio::select! {
             () = up => {}
             () = down => {}
+            () = abandon => {}
         }
     });
     Proxied(ours)

@@ -1,0 +1,18 @@
+//! devinject's DRA driver: a kubelet plugin for Dynamic Resource Allocation (`resource.k8s.io/v1`)
+//! driven by the same profiles as the device plugin. It publishes the discovered devices as
+//! ResourceSlices, and prepares an allocated claim by writing a transient CDI spec with the
+//! planner's edits (docs/dra.md).
+#![warn(missing_docs)]
+
+pub mod api;
+pub mod checkpoint;
+pub mod claim;
+pub mod claim_spec;
+pub mod driver;
+pub mod naming;
+pub mod node_service;
+pub mod prepared;
+pub mod registration;
+pub mod serve;
+pub mod slices;
+pub mod socket;

@@ -1,0 +1,204 @@
+//! `devinject-dra`: devinject's DRA driver, a kubelet plugin for Dynamic Resource Allocation
+//! driven by devinject's profiles (docs/dra.md).
+//!
+//! `devinject-dra [OPTIONS]` serves: it registers with the kubelet through its plugin registry,
+//! publishes this node's devices as ResourceSlices and prepares the claims the kubelet hands it.
+//! `devinject-dra device-classes` prints the DeviceClasses of the profiles, to apply once per
+//! cluster (the manifests ship them).
+//!
+//! Exit codes: 0 after SIGTERM/SIGINT, 1 on a failure at run time, 2 on bad arguments, 3 on a
+//! configuration mistake (invalid profile, no node name, no API server credentials).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use devinject_devices::{HostRoots, ProfileSet};
+use devinject_dra::claim_spec::SpecContext;
+use devinject_dra::driver::{Driver, DriverConfig};
+use devinject_dra::naming::DEFAULT_DRIVER;
+use devinject_dra::serve::{serve, ServeConfig};
+use devinject_dra::slices::device_class;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Debug, Parser)]
+#[command(version, args_conflicts_with_subcommands = true)]
+struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the DeviceClass of every profile (YAML documents for `kubectl apply -f -`).
+    DeviceClasses {
+        /// The directory of device profiles (*.toml).
+        #[arg(long, default_value = "/etc/devinject/profiles")]
+        profiles_dir: PathBuf,
+        /// The DRA driver name.
+        #[arg(long, default_value = DEFAULT_DRIVER)]
+        driver: String,
+    },
+}
+
+/// Serve devinject's profiles to the kubelet as a DRA driver.
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// This node's name as its kubelet registered it (the downward API's `spec.nodeName`).
+    #[arg(long, env = "NODE_NAME")]
+    node_name: Option<String>,
+    /// A kubeconfig for the API server; default: the pod's service account.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// The DRA driver name the ResourceSlices and DeviceClasses use.
+    #[arg(long, default_value = DEFAULT_DRIVER)]
+    driver: String,
+    /// The directory of device profiles (*.toml).
+    #[arg(long, default_value = "/etc/devinject/profiles")]
+    profiles_dir: PathBuf,
+    /// Where device nodes are.
+    #[arg(long, default_value = "/dev")]
+    dev_root: PathBuf,
+    /// Where sysfs is.
+    #[arg(long, default_value = "/sys")]
+    sys_root: PathBuf,
+    /// Where the driver's user-space files are.
+    #[arg(long, default_value = "/")]
+    driver_root: PathBuf,
+    /// The CDI spec directory the container runtime reads.
+    #[arg(long, default_value = "/var/run/cdi")]
+    cdi_dir: PathBuf,
+    /// `devinject-hook` as the runtime runs it, for the claim specs' finish hook.
+    #[arg(long, default_value = "/opt/devinject/bin/devinject-hook")]
+    hook_path: PathBuf,
+    /// `--config` for the finish hook.
+    #[arg(long)]
+    hook_config: Option<PathBuf>,
+    /// The kubelet's plugins directory: the driver's socket and checkpoint go below
+    /// `<dir>/<driver>/`.
+    #[arg(long, default_value = "/var/lib/kubelet/plugins")]
+    plugins_dir: PathBuf,
+    /// The kubelet's plugin registry, where it looks for registration sockets.
+    #[arg(long, default_value = "/var/lib/kubelet/plugins_registry")]
+    registry_dir: PathBuf,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match args.command {
+        Some(Command::DeviceClasses {
+            profiles_dir,
+            driver,
+        }) => print_device_classes(&profiles_dir, &driver),
+        None => run(args.serve),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("devinject-dra: {e:#}");
+            ExitCode::from(if e.is::<ConfigurationError>() { 3 } else { 1 })
+        }
+    }
+}
+
+/// A mistake in what the driver was given, as opposed to a failure at run time (exit code 3).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct ConfigurationError(String);
+
+fn print_device_classes(profiles_dir: &std::path::Path, driver: &str) -> Result<()> {
+    let profiles =
+        ProfileSet::load_dir(profiles_dir).map_err(|e| ConfigurationError(e.to_string()))?;
+    for profile in profiles.iter() {
+        let class = device_class(driver, profile.name.as_str());
+        println!(
+            "---\n{}",
+            serde_json::to_string_pretty(&class).context("render a DeviceClass")?
+        );
+    }
+    Ok(())
+}
+
+fn run(args: ServeArgs) -> Result<()> {
+    let node = args
+        .node_name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| {
+            ConfigurationError(
+            "no node name: pass --node-name or set NODE_NAME (the downward API's spec.nodeName)"
+                .into(),
+        )
+        })?;
+    let profiles =
+        ProfileSet::load_dir(&args.profiles_dir).map_err(|e| ConfigurationError(e.to_string()))?;
+    let driver_dir = args.plugins_dir.join(&args.driver);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("start the async runtime")?;
+    runtime.block_on(async move {
+        let client: kube::Client = client(args.kubeconfig.as_deref()).await?;
+        let config = DriverConfig {
+            node: node.clone(),
+            profiles: profiles.clone(),
+            roots: HostRoots {
+                dev_root: args.dev_root,
+                sys_root: args.sys_root,
+                driver_root: args.driver_root,
+            },
+            spec: SpecContext {
+                driver: args.driver.clone(),
+                root: PathBuf::from("/"),
+                cdi_dir: args.cdi_dir,
+                hook_path: args.hook_path,
+                hook_config: args.hook_config,
+                lib_dir: devinject_devices::ContainerLayout::default().lib_dir,
+            },
+            checkpoint: driver_dir.join("checkpoint.json"),
+        };
+        let roots = config.roots.clone();
+        let driver = Driver::new(config, client.clone())?;
+        serve(
+            ServeConfig {
+                driver: args.driver,
+                node,
+                profiles,
+                roots,
+                socket: driver_dir.join("dra.sock"),
+                registration_dir: args.registry_dir,
+            },
+            driver,
+            client,
+        )
+        .await
+        .context("devinject-dra stopped")
+    })
+}
+
+/// The API server client: from `kubeconfig`, or inferred (the pod's service account).
+async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| ConfigurationError(format!("kubeconfig {}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| ConfigurationError(format!("kubeconfig {}: {e}", path.display())))?
+        }
+        None => kube::Config::infer().await.map_err(|e| {
+            ConfigurationError(format!(
+                "no API server credentials (not in a pod, and no --kubeconfig): {e}"
+            ))
+        })?,
+    };
+    kube::Client::try_from(config).context("make the API server client")
+}

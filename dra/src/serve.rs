@@ -1,0 +1,197 @@
+//! The running driver: the DRA node service and the registration service on their sockets, the
+//! ResourceSlice publisher, and shutdown on SIGTERM/SIGINT. If any part stops by itself the
+//! driver stops with an error, so it never looks registered while a part of it is dead (the
+//! DaemonSet restarts it).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use devinject_devices::{discover, HostRoots, ProfileSet};
+use k8s_openapi::api::resource::v1::ResourceSlice;
+use kube::api::{Patch, PatchParams};
+use kube::Api;
+use tokio::signal::unix::{signal, SignalKind};
+use tracing::{debug, info, warn};
+
+use crate::node_service::NodeService;
+use crate::prepared::Claims;
+use crate::registration::{RegistrationService, RegistrationState};
+use crate::slices::{resource_slice, same_content};
+use crate::socket::{self, ServedSocket};
+
+/// What the driver logs each time the kubelet confirms its registration: tests and operators
+/// look for it.
+pub const REGISTERED: &str = "the kubelet registered devinject-dra";
+
+/// How often the publisher looks for hot-plugged, unplugged or unhealthy devices: the issue's
+/// bound is 1 s from the change to the slice.
+pub const RESCAN: Duration = Duration::from_millis(500);
+
+/// The field manager of the driver's server-side applies.
+const FIELD_MANAGER: &str = "devinject-dra";
+
+/// What to serve and where.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// The DRA driver name.
+    pub driver: String,
+    /// This node's name.
+    pub node: String,
+    /// The profiles whose devices are published.
+    pub profiles: ProfileSet,
+    /// Where device nodes and sysfs are.
+    pub roots: HostRoots,
+    /// The DRA service socket (`<plugins dir>/<driver>/dra.sock`).
+    pub socket: PathBuf,
+    /// The kubelet's plugin registry directory.
+    pub registration_dir: PathBuf,
+}
+
+/// Why the driver stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A socket could not be served, or its server failed.
+    #[error(transparent)]
+    Socket(#[from] socket::SocketError),
+    /// The registration service could not be made.
+    #[error(transparent)]
+    Registration(#[from] crate::registration::RegistrationError),
+    /// The signal handlers could not be installed.
+    #[error("cannot install the SIGTERM/SIGINT handlers: {0}")]
+    Signals(std::io::Error),
+    /// A slice could not be built from the profiles (a naming conflict, too many devices).
+    #[error(transparent)]
+    Slice(#[from] crate::slices::SliceError),
+}
+
+/// Serves until SIGTERM or SIGINT (then `Ok`), or until a part fails.
+pub async fn serve<C: Claims>(
+    config: ServeConfig,
+    claims: C,
+    client: kube::Client,
+) -> Result<(), ServeError> {
+    let mut terminate = signal(SignalKind::terminate()).map_err(ServeError::Signals)?;
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(ServeError::Signals)?;
+    let service = NodeService::new(Arc::new(claims));
+    let mut dra = socket::serve(&config.socket, service.routes()).await?;
+    let registration = RegistrationService::new(&config.driver, &config.socket)?;
+    let mut state = registration.subscribe();
+    let reg_path = config
+        .registration_dir
+        .join(format!("{}-reg.sock", config.driver));
+    let mut reg = socket::serve(&reg_path, registration.into_routes()).await?;
+    info!(
+        driver = %config.driver,
+        node = %config.node,
+        socket = %config.socket.display(),
+        registration = %reg_path.display(),
+        "serving"
+    );
+    let publisher = publish(&config, client);
+    tokio::pin!(publisher);
+    let outcome = loop {
+        tokio::select! {
+            _ = terminate.recv() => break Ok(()),
+            _ = interrupt.recv() => break Ok(()),
+            r = dra.stopped() => break r.map_err(ServeError::from),
+            r = reg.stopped() => break r.map_err(ServeError::from),
+            r = &mut publisher => break r,
+            changed = state.changed() => {
+                if changed.is_err() {
+                    continue;
+                }
+                match &*state.borrow_and_update() {
+                    RegistrationState::Registered => info!("{REGISTERED}"),
+                    RegistrationState::Refused(why) => warn!(%why, "the kubelet refused devinject-dra"),
+                    RegistrationState::Waiting => {}
+                }
+            }
+        }
+    };
+    stop(reg).await;
+    stop(dra).await;
+    outcome
+}
+
+async fn stop(socket: ServedSocket) {
+    let path = socket.path().to_owned();
+    if let Err(e) = socket.shutdown().await {
+        warn!(socket = %path.display(), error = %e, "stopping a server");
+    }
+}
+
+/// Publishes one ResourceSlice per profile and keeps it current: every [`RESCAN`] discovery
+/// runs again and a slice whose devices changed is applied with the next pool generation.
+/// Errors of the API server are logged and retried; only a slice that cannot be built (a
+/// mistake in the profiles or too many devices) stops the driver.
+async fn publish(config: &ServeConfig, client: kube::Client) -> Result<(), ServeError> {
+    let api: Api<ResourceSlice> = Api::all(client);
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    // What the API server holds, as far as this driver knows: profile -> slice.
+    let mut published: std::collections::BTreeMap<String, ResourceSlice> = Default::default();
+    let mut ticker = tokio::time::interval(RESCAN);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        for profile in config.profiles.iter() {
+            let name = profile.name.as_str();
+            let inventory = match discover(profile, &config.roots) {
+                Ok(i) => i,
+                Err(e) => {
+                    warn!(profile = name, error = %e, "discovery failed; the slice stays as it was");
+                    continue;
+                }
+            };
+            let generation = match published.get(name) {
+                Some(slice) => slice.spec.pool.generation,
+                None => current_generation(&api, &config.node, name).await,
+            };
+            let slice = resource_slice(
+                &config.driver,
+                &config.node,
+                profile,
+                &inventory,
+                generation,
+            )?;
+            if published
+                .get(name)
+                .is_some_and(|old| same_content(&old.spec, &slice.spec))
+            {
+                continue;
+            }
+            let mut slice = slice;
+            slice.spec.pool.generation = generation + 1;
+            let slice_name = slice.metadata.name.clone().unwrap_or_default();
+            match api.patch(&slice_name, &params, &Patch::Apply(&slice)).await {
+                Ok(_) => {
+                    info!(
+                        profile = name,
+                        slice = %slice_name,
+                        devices = slice.spec.devices.as_ref().map_or(0, Vec::len),
+                        generation = slice.spec.pool.generation,
+                        "published the ResourceSlice"
+                    );
+                    published.insert(name.to_owned(), slice);
+                }
+                Err(e) => {
+                    warn!(profile = name, slice = %slice_name, error = %e, "publishing the ResourceSlice failed; retrying")
+                }
+            }
+        }
+    }
+}
+
+/// The pool generation of the slice the API server holds for `profile` on `node` (0 when none),
+/// so that a restarted driver publishes a higher one.
+async fn current_generation(api: &Api<ResourceSlice>, node: &str, profile: &str) -> i64 {
+    let name = crate::slices::slice_name(node, profile);
+    match api.get_opt(&name).await {
+        Ok(Some(slice)) => slice.spec.pool.generation,
+        Ok(None) => 0,
+        Err(e) => {
+            debug!(slice = %name, error = %e, "reading the current slice");
+            0
+        }
+    }
+}

@@ -1,0 +1,460 @@
+//! What the driver publishes to the API server: one ResourceSlice per profile and node holding
+//! the profile's healthy devices, and one DeviceClass per profile that selects them.
+//!
+//! # Layout
+//! - One pool per node and profile ([`naming::pool`]), published as one slice
+//!   (`resourceSliceCount: 1`) of at most [`MAX_DEVICES_PER_SLICE`] devices, the API server's
+//!   limit for a slice without taints or counters.
+//! - Each device is named by [`naming::DeviceNames`] (collisions are an error, never a merge)
+//!   and carries the attributes `profile` (string), `id` (string, the profile's device id, what
+//!   the device plugin advertises), `index` (int, the discovery index) and `numaNode` (int,
+//!   when sysfs tells one). The names are unqualified, so they take the driver's domain: a CEL
+//!   selector reads `device.attributes["devinject.io"].profile`.
+//! - Unhealthy devices are left out of the slice rather than tainted: device taints
+//!   (`DRADeviceTaints`) are still feature-gated in Kubernetes 1.36, and a device absent from
+//!   the pool cannot be allocated on any cluster. A device that recovers comes back.
+//!
+//! The caller sets the slice's owner reference (the node or the plugin's pod), bumps
+//! `pool.generation` on a change, and uses [`same_content`] to skip updates that change nothing
+//! but the generation.
+
+use std::collections::BTreeMap;
+
+use devinject_devices::{Inventory, Profile};
+use k8s_openapi::api::resource::v1::{
+    CELDeviceSelector, Device, DeviceAttribute, DeviceClass, DeviceClassSpec, DeviceSelector,
+    ResourcePool, ResourceSlice, ResourceSliceSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use tracing::debug;
+
+use crate::naming::{self, DeviceNames, NamingError};
+
+/// The most devices one ResourceSlice may hold (without taints or counters).
+pub const MAX_DEVICES_PER_SLICE: usize = 128;
+/// The longest object name (a DNS subdomain).
+const MAX_NAME: usize = 253;
+
+/// Attribute: the profile the device belongs to (string).
+pub const ATTR_PROFILE: &str = "profile";
+/// Attribute: the device's id in its profile (string).
+pub const ATTR_ID: &str = "id";
+/// Attribute: the device's discovery index (int).
+pub const ATTR_INDEX: &str = "index";
+/// Attribute: the device's NUMA node (int), when known.
+pub const ATTR_NUMA_NODE: &str = "numaNode";
+
+/// Why a profile's devices cannot be published.
+#[derive(Debug, thiserror::Error)]
+pub enum SliceError {
+    /// A device could not be given a DRA name.
+    #[error(transparent)]
+    Naming(#[from] NamingError),
+    /// More healthy devices than one slice holds.
+    #[error("profile {profile} on node {node}: {count} healthy devices, more than the {max} one ResourceSlice holds: narrow the profile's discovery.nodes")]
+    TooManyDevices {
+        /// The profile.
+        profile: String,
+        /// The node.
+        node: String,
+        /// How many devices there are.
+        count: usize,
+        /// [`MAX_DEVICES_PER_SLICE`].
+        max: usize,
+    },
+}
+
+/// A `Result` with a [`SliceError`].
+pub type Result<T> = std::result::Result<T, SliceError>;
+
+/// The name of the slice of `profile` on `node`: `<node>-<profile>-<hash>`, a DNS subdomain of
+/// at most 253 characters. The hash (of the pool name) keeps it stable across restarts and
+/// apart from another node's and profile's whose names join to the same text (`a-b` + `c` and
+/// `a` + `b-c`).
+pub fn slice_name(node: &str, profile: &str) -> String {
+    let hash = format!(
+        "{:08x}",
+        fnv1a(naming::pool(node, profile).as_bytes()) as u32
+    );
+    let mut prefix = subdomain(&format!("{node}-{profile}"));
+    let room = MAX_NAME - 1 - hash.len();
+    if prefix.len() > room {
+        prefix.truncate(room);
+        prefix = prefix.trim_end_matches(['-', '.']).to_owned();
+    }
+    if prefix.is_empty() {
+        hash
+    } else {
+        format!("{prefix}-{hash}")
+    }
+}
+
+/// The ResourceSlice of `profile`'s healthy devices in `inventory` on `node`, published by
+/// `driver` as generation `generation` of the node's pool for the profile.
+pub fn resource_slice(
+    driver: &str,
+    node: &str,
+    profile: &Profile,
+    inventory: &Inventory,
+    generation: i64,
+) -> Result<ResourceSlice> {
+    let pname = profile.name.as_str();
+    // Named over every device, healthy or not, so a device's name does not depend on another's
+    // health and a collision shows as soon as both exist.
+    DeviceNames::new(pname, inventory.devices.iter().map(|d| d.id.as_str()))?;
+    let healthy: Vec<_> = inventory.devices.iter().filter(|d| d.healthy).collect();
+    if healthy.len() > MAX_DEVICES_PER_SLICE {
+        return Err(SliceError::TooManyDevices {
+            profile: pname.to_owned(),
+            node: node.to_owned(),
+            count: healthy.len(),
+            max: MAX_DEVICES_PER_SLICE,
+        });
+    }
+    let mut devices = Vec::with_capacity(healthy.len());
+    for d in &healthy {
+        let mut attributes = BTreeMap::new();
+        attributes.insert(ATTR_PROFILE.to_owned(), string(pname));
+        attributes.insert(ATTR_ID.to_owned(), string(d.id.as_str()));
+        attributes.insert(
+            ATTR_INDEX.to_owned(),
+            int(i64::try_from(d.index).unwrap_or(i64::MAX)),
+        );
+        if let Some(numa) = d.numa_node {
+            attributes.insert(ATTR_NUMA_NODE.to_owned(), int(numa));
+        }
+        devices.push(Device {
+            name: naming::device(pname, d.id.as_str())?,
+            attributes: Some(attributes),
+            ..Device::default()
+        });
+    }
+    let left_out = inventory.devices.len() - healthy.len();
+    if left_out > 0 {
+        debug!(
+            profile = pname,
+            node,
+            unhealthy = left_out,
+            "unhealthy devices left out of the slice"
+        );
+    }
+    Ok(ResourceSlice {
+        metadata: ObjectMeta {
+            name: Some(slice_name(node, pname)),
+            ..ObjectMeta::default()
+        },
+        spec: ResourceSliceSpec {
+            driver: driver.to_owned(),
+            node_name: Some(node.to_owned()),
+            pool: ResourcePool {
+                name: naming::pool(node, pname),
+                generation,
+                resource_slice_count: 1,
+            },
+            devices: Some(devices),
+            ..ResourceSliceSpec::default()
+        },
+    })
+}
+
+/// Whether two slice specs publish the same thing, their pool generations aside: when they do,
+/// the publisher leaves the slice as it is. An absent and an empty device list are the same.
+pub fn same_content(a: &ResourceSliceSpec, b: &ResourceSliceSpec) -> bool {
+    let normal = |s: &ResourceSliceSpec| {
+        let mut s = s.clone();
+        s.pool.generation = 0;
+        if s.devices.as_ref().is_some_and(Vec::is_empty) {
+            s.devices = None;
+        }
+        s
+    };
+    normal(a) == normal(b)
+}
+
+/// The DeviceClass `<profile>.<driver>` (e.g. `demo.devinject.io`) that selects `profile`'s
+/// devices of `driver`: what a ResourceClaim names in `deviceClassName`.
+pub fn device_class(driver: &str, profile: &str) -> DeviceClass {
+    DeviceClass {
+        metadata: ObjectMeta {
+            name: Some(format!("{profile}.{driver}")),
+            ..ObjectMeta::default()
+        },
+        spec: DeviceClassSpec {
+            selectors: Some(vec![DeviceSelector {
+                cel: Some(CELDeviceSelector {
+                    expression: format!(
+                        "device.driver == \"{driver}\" && device.attributes[\"{driver}\"].{ATTR_PROFILE} == \"{profile}\""
+                    ),
+                }),
+            }]),
+            ..DeviceClassSpec::default()
+        },
+    }
+}
+
+fn string(s: &str) -> DeviceAttribute {
+    DeviceAttribute {
+        string: Some(s.to_owned()),
+        ..DeviceAttribute::default()
+    }
+}
+
+fn int(i: i64) -> DeviceAttribute {
+    DeviceAttribute {
+        int: Some(i),
+        ..DeviceAttribute::default()
+    }
+}
+
+/// `s` as a DNS subdomain: lower case, anything but `[a-z0-9.-]` as `-`, each dot-separated
+/// label trimmed of `-` at its ends, empty labels dropped.
+fn subdomain(s: &str) -> String {
+    let mapped: String = s
+        .chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    mapped
+        .split('.')
+        .map(|label| label.trim_matches('-'))
+        .filter(|label| !label.is_empty())
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// 64-bit FNV-1a: a hash that, unlike std's, is the same in every build and release.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use devinject_devices::{DeviceId, DeviceKind, DeviceNode};
+    use std::path::{Path, PathBuf};
+
+    fn profile() -> Profile {
+        Profile::parse(
+            "name = \"demo\"\nresource = \"devinject.io/demo\"\n[discovery]\nnodes = [\"demo/accel[0-9]*\"]\n",
+            Path::new("demo.toml"),
+        )
+        .unwrap()
+    }
+
+    fn device(
+        id: &str,
+        index: usize,
+        numa: Option<i64>,
+        healthy: bool,
+    ) -> devinject_devices::Device {
+        devinject_devices::Device {
+            id: DeviceId::new(id).unwrap(),
+            index,
+            name: format!("accel{index}"),
+            nodes: vec![DeviceNode {
+                host_path: PathBuf::from(format!("/dev/demo/accel{index}")),
+                container_path: PathBuf::from(format!("/dev/demo/accel{index}")),
+                kind: DeviceKind::Char,
+                major: 240,
+                minor: index as u32,
+                mode: 0o666,
+                uid: 0,
+                gid: 0,
+            }],
+            numa_node: numa,
+            healthy,
+        }
+    }
+
+    fn inventory(devices: Vec<devinject_devices::Device>) -> Inventory {
+        Inventory {
+            devices,
+            control_nodes: vec![],
+        }
+    }
+
+    /// Kubernetes' IsDNS1123Subdomain: at most 253 characters, no limit per label.
+    fn is_subdomain(s: &str) -> bool {
+        s.len() <= 253
+            && s.split('.').all(|l| {
+                !l.is_empty()
+                    && l.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+                    && l.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+                    && l.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            })
+    }
+
+    #[test]
+    fn the_slice_holds_the_healthy_devices_with_their_attributes() {
+        let inv = inventory(vec![
+            device("GPU-A", 0, Some(1), true),
+            device("GPU-B", 1, None, false),
+            device("GPU-C", 2, None, true),
+        ]);
+        let slice = resource_slice("devinject.io", "node-a", &profile(), &inv, 7).unwrap();
+        let spec = &slice.spec;
+        assert_eq!(spec.driver, "devinject.io");
+        assert_eq!(spec.node_name.as_deref(), Some("node-a"));
+        assert_eq!(
+            spec.pool,
+            ResourcePool {
+                name: "node-a/demo".into(),
+                generation: 7,
+                resource_slice_count: 1,
+            }
+        );
+        let devices = spec.devices.as_ref().unwrap();
+        let names: Vec<_> = devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["demo-gpu-a", "demo-gpu-c"],
+            "the unhealthy device is left out"
+        );
+        let a = devices[0].attributes.as_ref().unwrap();
+        assert_eq!(a["profile"].string.as_deref(), Some("demo"));
+        assert_eq!(a["id"].string.as_deref(), Some("GPU-A"));
+        assert_eq!(a["index"].int, Some(0));
+        assert_eq!(a["numaNode"].int, Some(1));
+        let c = devices[1].attributes.as_ref().unwrap();
+        assert_eq!(c["index"].int, Some(2));
+        assert!(
+            !c.contains_key("numaNode"),
+            "unknown NUMA node is not published"
+        );
+        assert_eq!(c.len(), 3);
+        assert_eq!(
+            slice.metadata.name.as_deref(),
+            Some(slice_name("node-a", "demo").as_str())
+        );
+        assert!(slice.metadata.owner_references.is_none());
+    }
+
+    #[test]
+    fn attribute_names_are_c_identifiers_of_at_most_32_characters() {
+        for name in [ATTR_PROFILE, ATTR_ID, ATTR_INDEX, ATTR_NUMA_NODE] {
+            assert!(name.len() <= 32, "{name}");
+            assert!(
+                name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'),
+                "{name}"
+            );
+            assert!(
+                name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn colliding_device_names_are_an_error_even_when_one_is_unhealthy() {
+        let inv = inventory(vec![
+            device("a.b", 0, None, true),
+            device("a_b", 1, None, false),
+        ]);
+        let err = resource_slice("devinject.io", "n", &profile(), &inv, 1).unwrap_err();
+        assert!(
+            matches!(err, SliceError::Naming(NamingError::Collision { .. })),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn more_than_128_healthy_devices_are_refused() {
+        let many = (0..=MAX_DEVICES_PER_SLICE)
+            .map(|i| device(&i.to_string(), i, None, true))
+            .collect();
+        let err = resource_slice("devinject.io", "n", &profile(), &inventory(many), 1).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SliceError::TooManyDevices {
+                    count: 129,
+                    max: 128,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let mut many: Vec<_> = (0..=MAX_DEVICES_PER_SLICE)
+            .map(|i| device(&i.to_string(), i, None, true))
+            .collect();
+        many[5].healthy = false;
+        let slice = resource_slice("devinject.io", "n", &profile(), &inventory(many), 1).unwrap();
+        assert_eq!(slice.spec.devices.unwrap().len(), 128);
+    }
+
+    #[test]
+    fn slice_names_are_stable_distinct_dns_subdomains() {
+        let a = slice_name("node-a", "demo");
+        assert_eq!(a, slice_name("node-a", "demo"));
+        assert!(
+            a.starts_with("node-a-demo-") && a.len() == "node-a-demo-".len() + 8,
+            "{a}"
+        );
+        assert_ne!(slice_name("a-b", "c"), slice_name("a", "b-c"));
+        for (node, profile) in [
+            ("node-a", "demo"),
+            ("Worker_1.Example.COM", "kvm"),
+            ("-.x.-", "demo"),
+            (&"n".repeat(253), "demo"),
+            (
+                &format!("{}.{}", "a".repeat(240), "b".repeat(12)),
+                "coral-edgetpu",
+            ),
+        ] {
+            let name = slice_name(node, profile);
+            assert!(is_subdomain(&name), "{node} {profile}: {name}");
+        }
+        assert!(slice_name("Worker_1.Example.COM", "kvm").starts_with("worker-1.example.com-kvm-"));
+    }
+
+    #[test]
+    fn specs_that_differ_only_in_generation_are_the_same() {
+        let inv = inventory(vec![device("0", 0, None, true), device("1", 1, None, true)]);
+        let one = resource_slice("devinject.io", "n", &profile(), &inv, 1)
+            .unwrap()
+            .spec;
+        let two = resource_slice("devinject.io", "n", &profile(), &inv, 2)
+            .unwrap()
+            .spec;
+        assert!(same_content(&one, &two));
+        let mut sick = inv.clone();
+        sick.devices[1].healthy = false;
+        let three = resource_slice("devinject.io", "n", &profile(), &sick, 3)
+            .unwrap()
+            .spec;
+        assert!(!same_content(&one, &three));
+        let mut numa = inv;
+        numa.devices[0].numa_node = Some(0);
+        let four = resource_slice("devinject.io", "n", &profile(), &numa, 1)
+            .unwrap()
+            .spec;
+        assert!(!same_content(&one, &four));
+        let none = resource_slice("devinject.io", "n", &profile(), &inventory(vec![]), 1)
+            .unwrap()
+            .spec;
+        let mut absent = none.clone();
+        absent.devices = None;
+        assert!(same_content(&none, &absent));
+    }
+
+    #[test]
+    fn the_device_class_selects_the_profile_by_driver_and_attribute() {
+        let class = device_class("devinject.io", "demo");
+        assert_eq!(class.metadata.name.as_deref(), Some("demo.devinject.io"));
+        let selectors = class.spec.selectors.unwrap();
+        assert_eq!(selectors.len(), 1);
+        assert_eq!(
+            selectors[0].cel.as_ref().unwrap().expression,
+            r#"device.driver == "devinject.io" && device.attributes["devinject.io"].profile == "demo""#
+        );
+    }
+}
