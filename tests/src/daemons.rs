@@ -176,6 +176,14 @@ impl Daemon {
         result.map_err(|e| e.context(self.log_tail()))
     }
 
+    /// SIGKILL at once, as a crash or the OOM killer would: the daemon cleans up nothing.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// SIGTERM, a bounded wait, then SIGKILL.
     pub fn stop(&mut self) {
         let Some(mut child) = self.child.take() else {

@@ -321,6 +321,7 @@ fn config_readers_do_not_link_the_hook() {
         "devinject-nri",
         "devinject-admission",
         "devinject-contained",
+        "devinject-dra",
     ] {
         assert!(
             deps.contains_key(reader),
@@ -331,6 +332,24 @@ fn config_readers_do_not_link_the_hook() {
             "{reader} links devinject-hook; read the host configuration through \
              devinject-hostconfig, admit through devinject-admission, run host programs through \
              devinject-contained"
+        );
+    }
+}
+
+/// Issue 35: the DRA driver shares the kubelet-facing pieces through leaf crates (the
+/// `:authority` rewriter, the profiles, the CDI renderer), never through another binary's crate.
+#[test]
+fn the_dra_driver_links_no_other_engine_path() {
+    let deps = dependencies("dependencies");
+    let linked = reachable(&deps, "devinject-dra");
+    assert!(
+        linked.contains("devinject-h2-authority") && linked.contains("devinject-runtime-config"),
+        "the walk must see the DRA driver's leaf crates: {linked:?}"
+    );
+    for other in ["devinject-hook", "devinject-device-plugin", "devinject-nri"] {
+        assert!(
+            !linked.contains(other),
+            "devinject-dra links {other}; move what it needs into a leaf crate"
         );
     }
 }

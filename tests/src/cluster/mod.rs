@@ -192,6 +192,16 @@ pub enum Setup {
         /// The containerd release's bin dir.
         containerd: PathBuf,
     },
+    /// Dynamic Resource Allocation, with nothing of devinject's in the runtime: the node's
+    /// containerd (or CRI-O, with [`Shape::crio`]) reads CDI specs from the node's
+    /// [`Node::cdi_spec_dir`], which starts empty; `devinject-dra` runs as a process on each node
+    /// with the cluster's kubeconfig, publishes the demo devices as ResourceSlices and writes a
+    /// transient spec per prepared claim there. No device plugin runs; the test applies the
+    /// DeviceClasses (`devinject-dra device-classes`). Pods run on plain runc.
+    Dra {
+        /// The containerd release's bin dir (ignored on CRI-O).
+        containerd: PathBuf,
+    },
 }
 
 /// containerd's default NRI socket, where the node's containerd listens in
@@ -205,6 +215,9 @@ pub const CDI_CRI_ALLOCATE_MODE: &str = "cdi-cri";
 
 /// The annotation devinject's admission webhook puts on a pod it rewrote.
 pub const WEBHOOK_ANNOTATION: &str = "devinject.io/functions";
+
+/// The DRA driver name devinject's driver publishes under (its default).
+pub const DRA_DRIVER: &str = "devinject.io";
 
 /// The kubelet's root dir, in the node's namespace (its tmpfs).
 pub const KUBELET_ROOT: &str = "/var/lib/kubelet";
@@ -447,6 +460,12 @@ impl Cluster {
                 node.start_nri_plugin()?;
             }
         }
+        if matches!(setup, Setup::Dra { .. }) {
+            for node in &mut self.nodes {
+                node.start_dra_plugin(&self.kubeconfig)?;
+            }
+            self.wait_resource_slices(shape.devices * self.nodes.len())?;
+        }
         // Pods need the namespace's default service account, which the controller makes.
         poll("the default service account", SLOW, || {
             Ok(self
@@ -472,6 +491,38 @@ impl Cluster {
             }
         }
         Ok(())
+    }
+
+    /// Waits until the ResourceSlices of devinject's DRA driver list `devices` devices in all.
+    pub fn wait_resource_slices(&self, devices: usize) -> Result<()> {
+        poll(
+            &format!("ResourceSlices listing {devices} devices"),
+            SLOW,
+            || Ok((self.resource_slice_devices()?.len() == devices).then_some(())),
+        )
+        .map_err(|e| e.context(self.logs()))
+    }
+
+    /// The devices of devinject's DRA driver in the cluster's ResourceSlices, as
+    /// `(pool, device name)`.
+    pub fn resource_slice_devices(&self) -> Result<Vec<(String, String)>> {
+        let list: Value =
+            serde_json::from_str(&self.kubectl(&["get", "resourceslices", "-o", "json"])?)
+                .context("parse the ResourceSlices")?;
+        let mut devices = Vec::new();
+        for slice in list["items"].as_array().into_iter().flatten() {
+            if slice["spec"]["driver"] != DRA_DRIVER {
+                continue;
+            }
+            let pool = slice["spec"]["pool"]["name"].as_str().unwrap_or_default();
+            for d in slice["spec"]["devices"].as_array().into_iter().flatten() {
+                devices.push((
+                    pool.to_owned(),
+                    d["name"].as_str().unwrap_or_default().to_owned(),
+                ));
+            }
+        }
+        Ok(devices)
     }
 
     /// The nodes, the first named [`NODE`].
@@ -518,6 +569,11 @@ impl Cluster {
     /// The first node's CDI spec directory ([`Setup::Cdi`]).
     pub fn cdi_spec_dir(&self) -> PathBuf {
         self.node().cdi_spec_dir()
+    }
+
+    /// SIGKILLs the first node's DRA driver and starts it again ([`Node::restart_dra_plugin`]).
+    pub fn restart_dra_plugin(&mut self) -> Result<()> {
+        self.node_mut().restart_dra_plugin()
     }
 
     /// Restarts the first node's kubelet ([`Node::restart_kubelet`]).

@@ -58,6 +58,9 @@ pub struct Node {
     dir: PathBuf,
     plugin: Option<Daemon>,
     nri_plugin: Option<Daemon>,
+    dra_plugin: Option<Daemon>,
+    /// How `devinject-dra` is started on this node ([`Setup::Dra`]), to start it again.
+    dra_command: Option<Command>,
     kubelet: Option<Daemon>,
     kubelet_command: Option<Command>,
     containerd: Option<Containerd>,
@@ -102,6 +105,8 @@ impl Node {
             dir,
             plugin: None,
             nri_plugin: None,
+            dra_plugin: None,
+            dra_command: None,
             kubelet: None,
             kubelet_command: None,
             containerd: None,
@@ -228,6 +233,13 @@ impl Node {
                 self.containerd_release = Some(containerd.clone());
                 containerd_config(&ctd_dir)
                     + &containerd_nri_settings_on(&ctd_dir, Path::new(NRI_SOCKET))
+            }
+            Setup::Dra { containerd } => {
+                let specs = self.cdi_spec_dir();
+                std::fs::create_dir_all(&specs)
+                    .with_context(|| format!("mkdir {}", specs.display()))?;
+                self.containerd_release = Some(containerd.clone());
+                containerd_cdi_config(&ctd_dir, &specs) + CONTAINERD_NRI_OFF
             }
             Setup::Ctl | Setup::DaemonSet => containerd_config(&ctd_dir),
         };
@@ -517,6 +529,70 @@ impl Node {
         .map_err(|e| e.context(self.logs()))
     }
 
+    /// Starts `devinject-dra` in the node's namespace with the cluster's `kubeconfig`, once the
+    /// kubelet's plugin registry is there; it registers with the kubelet and publishes the
+    /// node's devices.
+    pub(super) fn start_dra_plugin(&mut self, kubeconfig: &Path) -> Result<()> {
+        let registry = self.in_node_ns(&format!("{KUBELET_ROOT}/plugins_registry"))?;
+        self.kubelet
+            .as_mut()
+            .expect("started")
+            .wait_ready("the kubelet's plugin registry", || registry.is_dir())?;
+        let mut cmd = self.in_node(&bin("devinject-dra"))?;
+        cmd.arg("--node-name")
+            .arg(&self.name)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("--profiles-dir")
+            .arg(&self.host.profiles_dir)
+            .arg("--dev-root")
+            .arg(&self.host.dev_root)
+            .arg("--sys-root")
+            .arg(self.host.dir.join("sys"))
+            .arg("--driver-root")
+            .arg(&self.host.driver_root)
+            .arg("--hook-path")
+            .arg(bin("devinject-hook"))
+            .arg("--hook-config")
+            .arg(&self.host.config)
+            .arg("--cdi-dir")
+            .arg(self.cdi_spec_dir())
+            .env("RUST_LOG", "devinject_dra=debug,info");
+        self.dra_command = Some(copy_command(&cmd));
+        self.dra_plugin = Some(Daemon::start("devinject-dra", cmd, &self.dra_log_path())?);
+        self.wait_dra_registered(1)
+    }
+
+    fn dra_log_path(&self) -> PathBuf {
+        self.dir.join("dra.log")
+    }
+
+    /// Waits until the kubelet has told `devinject-dra` `times` times in all that it registered
+    /// (its log).
+    fn wait_dra_registered(&self, times: usize) -> Result<()> {
+        poll("the kubelet to register devinject-dra", SLOW, || {
+            let log = std::fs::read_to_string(self.dra_log_path()).unwrap_or_default();
+            Ok((log.matches(devinject_dra::serve::REGISTERED).count() >= times).then_some(()))
+        })
+        .map_err(|e| e.context(self.logs()))
+    }
+
+    /// Kills `devinject-dra` (SIGKILL: no cleanup of its own) and starts it again, as a crash
+    /// and the DaemonSet's restart would; returns once the kubelet has registered it again.
+    pub fn restart_dra_plugin(&mut self) -> Result<()> {
+        if let Some(mut d) = self.dra_plugin.take() {
+            d.kill();
+        }
+        let cmd = copy_command(
+            self.dra_command
+                .as_ref()
+                .context("devinject-dra never ran")?,
+        );
+        // A new log: the registration counted is the new process's.
+        self.dra_plugin = Some(Daemon::start("devinject-dra", cmd, &self.dra_log_path())?);
+        self.wait_dra_registered(1)
+    }
+
     /// The device ids the node's kubelet checkpoint says it allocated to `container` of the pod
     /// with `uid`, for `resource`.
     pub fn allocated(&self, uid: &str, container: &str, resource: &str) -> Result<Vec<String>> {
@@ -570,9 +646,14 @@ impl Node {
     /// The last lines of the node's logs, headed by its name, for failure messages.
     pub fn logs(&self) -> String {
         let mut s = format!("=== node {} in {}\n", self.name, self.dir.display());
-        for d in [&self.kubelet, &self.plugin, &self.nri_plugin]
-            .into_iter()
-            .flatten()
+        for d in [
+            &self.kubelet,
+            &self.plugin,
+            &self.nri_plugin,
+            &self.dra_plugin,
+        ]
+        .into_iter()
+        .flatten()
         {
             s.push_str(&d.log_tail());
         }
@@ -587,7 +668,12 @@ impl Node {
 
     /// Stops the plugins and the kubelet (its pods should be gone by then).
     pub(super) fn stop_daemons(&mut self) {
-        for d in [&mut self.nri_plugin, &mut self.plugin, &mut self.kubelet] {
+        for d in [
+            &mut self.dra_plugin,
+            &mut self.nri_plugin,
+            &mut self.plugin,
+            &mut self.kubelet,
+        ] {
             if let Some(mut d) = d.take() {
                 d.stop();
             }

@@ -73,13 +73,14 @@ impl Node {
             std::fs::create_dir_all(dir).with_context(|| format!("mkdir {}", dir.display()))?;
         }
         match setup {
-            Setup::DaemonSet | Setup::DaemonSetNri { .. } => {}
+            // DRA: the spec directory starts empty; devinject-dra writes a spec per claim.
+            Setup::DaemonSet | Setup::DaemonSetNri { .. } | Setup::Dra { .. } => {}
             Setup::Cdi { allocate_mode, .. } => {
                 set_allocate_mode(&self.host.profiles_dir.join("demo.toml"), allocate_mode)?;
                 cdi_generate(&self.host, &specs)?;
             }
             other => {
-                bail!("a CRI-O node of the cluster tier runs the DaemonSets or CDI, not {other:?}")
+                bail!("a CRI-O node of the cluster tier runs the DaemonSets, CDI or DRA, not {other:?}")
             }
         }
         write_root_files(&root)?;

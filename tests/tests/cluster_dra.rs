@@ -1,0 +1,383 @@
+//! Dynamic Resource Allocation end to end on a real cluster ([`devinject_tests::cluster`],
+//! [`Setup::Dra`]): Kubernetes 1.36's control plane, scheduler and kubelet, containerd 2 with CDI
+//! on and nothing of devinject's in the runtime, and `devinject-dra` as the node's DRA driver
+//! (registered through the kubelet's plugin registry, its ResourceSlices published through the
+//! API server). Pods name no RuntimeClass and run on plain runc.
+//!
+//! - the driver's ResourceSlice lists the node's demo devices, in the pool `<node>/demo`;
+//! - a pod whose ResourceClaimTemplate asks for one device of the shipped DeviceClass is
+//!   scheduled by the real scheduler, and sees exactly the device the claim's allocation names
+//!   (probe), the control node and the library read-only and in the linker cache; the claim's
+//!   transient CDI spec is on the node while the pod runs and gone once it is deleted;
+//! - two pods holding a claim each at the same time get different devices;
+//! - a claim for more devices than the node has leaves its pod Pending, unschedulable;
+//! - a pod that holds no claim and sets the request variable itself gets nothing;
+//! - a device unplugged leaves the slice (the publisher rescans every 500 ms) and no claim is
+//!   allocated to it; plugged in again, it is published and allocated again;
+//! - the same claims on a CRI-O 1.36 node, CDI on;
+//! - the driver SIGKILLed while a pod holds a prepared claim: started again, it registers again,
+//!   and the pod's deletion still removes exactly that claim's spec (its checkpoint).
+//!
+//! Needs root, runc, openssl, unshare, nsenter, Kubernetes >= 1.34 (scripts/kube-module-build.sh)
+//! and containerd 2 (scripts/runtimes-fetch.sh); skipped otherwise, a failure under CI. One
+//! cluster at a time: the kubelets would share the `kubepods` cgroups.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+
+use devinject_tests::bins::bin;
+use devinject_tests::cluster::{
+    ready_with_containerd, Cluster, Kubernetes, Setup, Shape, DRA_DRIVER,
+};
+use devinject_tests::cri_node::BUSYBOX;
+use devinject_tests::daemons::{poll, run_ok};
+use devinject_tests::probe::Report;
+use devinject_tests::runtimes::Release;
+use devinject_tests::sim::{assert_demo_granted_exactly, demo_probe_args, ACCELS, CTL, LIB};
+use devinject_tests::skip::require;
+use serde_json::Value;
+
+static ONE_CLUSTER: Mutex<()> = Mutex::new(());
+
+/// The DeviceClass `devinject-dra device-classes` ships for the demo profile.
+const CLASS: &str = "demo.devinject.io";
+
+/// containerd 2 and a Kubernetes release with DRA GA (1.34 or later).
+fn ready() -> Option<Release> {
+    let release = ready_with_containerd("2")?;
+    let today = Kubernetes::find().is_some_and(|k| !k.is_legacy());
+    require(
+        today,
+        "DRA needs Kubernetes >= 1.34 (DEVINJECT_KUBE_BIN: scripts/kube-module-build.sh)",
+    )
+    .then_some(release)
+}
+
+/// [`ready`], and CRI-O 1.36 (scripts/crio-build.sh): its bin dir.
+fn ready_crio() -> Option<(Release, PathBuf)> {
+    let release = ready()?;
+    let crio = devinject_tests::crio::ready()?;
+    Some((release, crio))
+}
+
+/// A cluster on DRA whose node runs containerd from `release`, or CRI-O from `crio`, with the
+/// shipped DeviceClasses applied.
+fn start(release: &Release, crio: Option<PathBuf>) -> Cluster {
+    let shape = Shape {
+        crio,
+        ..Shape::default()
+    };
+    let c = Cluster::start_shaped(
+        Setup::Dra {
+            containerd: release.bin.clone(),
+        },
+        &shape,
+    )
+    .unwrap_or_else(|e| panic!("cluster: {e:#}"));
+    // The DeviceClasses as the manifests ship them: printed by the driver from the profiles.
+    let mut classes = Command::new(bin("devinject-dra"));
+    classes
+        .args(["device-classes", "--profiles-dir"])
+        .arg(&c.host().profiles_dir);
+    let yaml = run_ok(classes).expect("devinject-dra device-classes");
+    c.apply(&yaml).expect("apply the DeviceClasses");
+    c
+}
+
+/// A ResourceClaimTemplate `name` asking for `count` demo devices.
+fn claim_template(name: &str, count: u32) -> String {
+    format!(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata:\n  name: {name}\n\
+         spec:\n  spec:\n    devices:\n      requests:\n      - name: demo\n        exactly:\n          \
+         deviceClassName: {CLASS}\n          allocationMode: ExactCount\n          count: {count}\n"
+    )
+}
+
+/// A pod on the default runtime running the demo probe and then sleeping (so its claim stays
+/// prepared until the test deletes it), its one container holding the claim made from
+/// `template`.
+fn pod(name: &str, template: &str) -> String {
+    let probe = demo_probe_args()
+        .iter()
+        .map(|a| format!("'{a}'"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let command = vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        format!("{probe}; echo probe-done; exec sleep 3600"),
+    ];
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostNetwork: true\n  \
+         restartPolicy: Never\n  automountServiceAccountToken: false\n  \
+         terminationGracePeriodSeconds: 0\n  resourceClaims:\n  - name: demo\n    \
+         resourceClaimTemplateName: {template}\n  containers:\n  - name: main\n    \
+         image: {BUSYBOX}\n    imagePullPolicy: Never\n    command: {command}\n    \
+         resources:\n      claims:\n      - name: demo\n",
+        command = serde_json::to_string(&command).expect("json"),
+    )
+}
+
+/// A pod on the default runtime with no claim, setting the demo profile's request variable.
+fn forger(name: &str) -> String {
+    pod(name, "unused")
+        .replace(
+            "  resourceClaims:\n  - name: demo\n    resourceClaimTemplateName: unused\n",
+            "",
+        )
+        .replace(
+            "    resources:\n      claims:\n      - name: demo\n",
+            "    env: [{name: DEMO_VISIBLE_DEVICES, value: all}]\n",
+        )
+}
+
+/// Asserts that the probe's container saw no demo device, control node or library.
+fn assert_demo_granted_nothing(report: &Report, out: &str) {
+    for (name, _, _) in ACCELS.iter().chain(std::iter::once(&CTL)) {
+        assert_eq!(
+            report.node(&format!("/dev/demo/{name}")).kind,
+            "missing",
+            "{name} without a claim:\n{out}"
+        );
+    }
+    assert!(
+        !report.lib(LIB).present,
+        "the library without a claim:\n{out}"
+    );
+}
+
+/// Waits until pod `name` has run the probe; its output.
+fn probe_output(c: &Cluster, name: &str) -> String {
+    poll(
+        &format!("pod {name} to run the probe"),
+        devinject_tests::cluster::SLOW,
+        || {
+            let out = c.container_log(name, "main").unwrap_or_default();
+            Ok(out.contains("probe-done").then_some(out))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()))
+}
+
+/// The claim pod `name` holds (made from its template): its JSON.
+fn claim_of(c: &Cluster, name: &str) -> Value {
+    let pod = c.pod(name).expect("pod");
+    let claim = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+        .as_str()
+        .unwrap_or_else(|| panic!("pod {name} names no claim: {pod}"))
+        .to_owned();
+    serde_json::from_str(
+        &c.kubectl(&["get", "resourceclaim", &claim, "-o", "json"])
+            .expect("get the claim"),
+    )
+    .expect("claim JSON")
+}
+
+/// The demo device ids the claim's allocation names (DRA device `demo-<id>`).
+fn allocated_ids(claim: &Value) -> Vec<String> {
+    claim["status"]["allocation"]["devices"]["results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["driver"] == DRA_DRIVER)
+        .map(|r| {
+            r["device"]
+                .as_str()
+                .and_then(|d| d.strip_prefix("demo-"))
+                .unwrap_or_else(|| panic!("a demo device: {r}"))
+                .to_owned()
+        })
+        .collect()
+}
+
+/// The transient spec file of `claim` on the node.
+fn spec_file(c: &Cluster, claim: &Value) -> PathBuf {
+    let uid = claim["metadata"]["uid"].as_str().expect("uid");
+    c.cdi_spec_dir()
+        .join(format!("k8s.{DRA_DRIVER}-demo_{uid}.json"))
+}
+
+fn delete_pod(c: &Cluster, name: &str) {
+    c.kubectl(&["delete", "pod", name, "--wait=true", "--timeout=120s"])
+        .expect("delete pod");
+}
+
+fn wait_gone(c: &Cluster, file: &std::path::Path) {
+    poll(
+        &format!("{} to be removed", file.display()),
+        devinject_tests::cluster::SLOW,
+        || Ok((!file.exists()).then_some(())),
+    )
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+}
+
+#[test]
+fn claims_get_exactly_their_allocated_devices_through_a_transient_cdi_spec() {
+    let Some(release) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    claims_get_exactly_their_devices(&start(&release, None));
+}
+
+#[test]
+fn on_crio_claims_get_exactly_their_allocated_devices_through_a_transient_cdi_spec() {
+    let Some((release, crio)) = ready_crio() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let c = start(&release, Some(crio));
+    let nodes = c
+        .kubectl(&["get", "nodes", "-o", "wide"])
+        .unwrap_or_default();
+    assert!(nodes.contains("cri-o://"), "the node runs CRI-O:\n{nodes}");
+    claims_get_exactly_their_devices(&c);
+}
+
+/// The scenario of the module's first points on the running cluster `c`.
+fn claims_get_exactly_their_devices(c: &Cluster) {
+    // The slice lists every demo device of the node, in the node's pool.
+    let mut devices = c.resource_slice_devices().expect("slices");
+    devices.sort();
+    let want: Vec<(String, String)> = (0..ACCELS.len())
+        .map(|i| (format!("{}/demo", c.node().name()), format!("demo-{i}")))
+        .collect();
+    assert_eq!(devices, want);
+    println!(
+        "$ kubectl get resourceslices\n{}",
+        c.kubectl(&["get", "resourceslices"]).unwrap_or_default()
+    );
+
+    c.apply(&claim_template("one-demo", 1)).expect("template");
+    c.apply(&pod("first", "one-demo")).expect("create pod");
+    c.apply(&pod("second", "one-demo")).expect("create pod");
+    let first = probe_output(c, "first");
+    let second = probe_output(c, "second");
+    let (claim1, claim2) = (claim_of(c, "first"), claim_of(c, "second"));
+    let (ids1, ids2) = (allocated_ids(&claim1), allocated_ids(&claim2));
+    assert_eq!((ids1.len(), ids2.len()), (1, 1), "{claim1}\n{claim2}");
+    assert_ne!(ids1, ids2, "two pods, one exclusive device");
+    assert_demo_granted_exactly(&Report::parse(&first), &ids1, &first);
+    assert_demo_granted_exactly(&Report::parse(&second), &ids2, &second);
+    println!(
+        "$ kubectl get resourceclaims\n{}",
+        c.kubectl(&["get", "resourceclaims"]).unwrap_or_default()
+    );
+
+    // The claim's spec is there while the pod runs, and only its devices are in it.
+    let spec1 = spec_file(c, &claim1);
+    let text = std::fs::read_to_string(&spec1)
+        .unwrap_or_else(|e| panic!("{}: {e}\n{}", spec1.display(), c.logs()));
+    let spec: Value = serde_json::from_str(&text).expect("spec JSON");
+    assert_eq!(spec["kind"], format!("k8s.{DRA_DRIVER}/demo"), "{text}");
+    assert_eq!(spec["devices"].as_array().map(Vec::len), Some(1), "{text}");
+
+    // More devices than the node has: the scheduler leaves the pod Pending.
+    c.apply(&claim_template("too-many", ACCELS.len() as u32 + 1))
+        .expect("template");
+    c.apply(&pod("greedy", "too-many")).expect("create pod");
+    let why = c
+        .wait_pod("greedy", "unschedulable", |p| {
+            p["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|cond| cond["type"] == "PodScheduled" && cond["reason"] == "Unschedulable")
+                .map(|cond| cond["message"].as_str().unwrap_or_default().to_owned())
+        })
+        .expect("the greedy pod stays unschedulable");
+    assert_eq!(
+        c.pod("greedy").unwrap()["status"]["phase"],
+        "Pending",
+        "{why}"
+    );
+
+    // A pod that holds no claim and sets the demo profile's request variable itself gets
+    // nothing: no device reaches a container but through its claim.
+    c.apply(&forger("forger")).expect("create pod");
+    let out = probe_output(c, "forger");
+    assert_demo_granted_nothing(&Report::parse(&out), &out);
+
+    // Deleting the pod unprepares its claim: its spec goes, the other pod's stays.
+    delete_pod(c, "first");
+    wait_gone(c, &spec1);
+    assert!(
+        spec_file(c, &claim2).exists(),
+        "the second pod's spec stays"
+    );
+}
+
+#[test]
+fn a_driver_killed_while_a_claim_is_prepared_unprepares_it_after_its_restart() {
+    let Some(release) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = start(&release, None);
+    c.apply(&claim_template("one-demo", 1)).expect("template");
+    c.apply(&pod("held", "one-demo")).expect("create pod");
+    let out = probe_output(&c, "held");
+    let claim = claim_of(&c, "held");
+    assert_demo_granted_exactly(&Report::parse(&out), &allocated_ids(&claim), &out);
+    let spec = spec_file(&c, &claim);
+    assert!(spec.exists(), "{}\n{}", spec.display(), c.logs());
+
+    c.restart_dra_plugin()
+        .unwrap_or_else(|e| panic!("restart the driver: {e:#}"));
+    delete_pod(&c, "held");
+    wait_gone(&c, &spec);
+
+    // The restarted driver prepares new claims as before.
+    c.apply(&pod("after", "one-demo")).expect("create pod");
+    let out = probe_output(&c, "after");
+    let claim = claim_of(&c, "after");
+    assert_demo_granted_exactly(&Report::parse(&out), &allocated_ids(&claim), &out);
+}
+
+#[test]
+fn an_unplugged_device_leaves_the_slice_and_no_claim_is_allocated_to_it() {
+    let Some(release) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let c = start(&release, None);
+    let (last, major, minor) = ACCELS[ACCELS.len() - 1];
+    let node = c.host().dev_root.join("demo").join(last);
+    std::fs::remove_file(&node).expect("unplug");
+    let unplugged = std::time::Instant::now();
+    c.wait_resource_slices(ACCELS.len() - 1)
+        .unwrap_or_else(|e| panic!("the slice follows the unplug: {e:#}"));
+    println!("the slice withdrew {last} within {:?}", unplugged.elapsed());
+
+    // All the node has left, and not one more: the scheduler allocates from the slice.
+    let left = ACCELS.len() as u32 - 1;
+    c.apply(&claim_template("all-left", left))
+        .expect("template");
+    c.apply(&pod("rest", "all-left")).expect("create pod");
+    let out = probe_output(&c, "rest");
+    let ids = allocated_ids(&claim_of(&c, "rest"));
+    let want: Vec<String> = (0..ACCELS.len() - 1).map(|i| i.to_string()).collect();
+    assert_eq!(sorted(ids.clone()), want, "never the unplugged device");
+    assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+
+    // Plugged in again, it is published again and allocated to the next claim.
+    devinject_tests::sim::mknod(&node, major, minor, "0666").expect("replug");
+    c.wait_resource_slices(ACCELS.len())
+        .unwrap_or_else(|e| panic!("the slice follows the replug: {e:#}"));
+    c.apply(&claim_template("one-demo", 1)).expect("template");
+    c.apply(&pod("replugged", "one-demo")).expect("create pod");
+    let out = probe_output(&c, "replugged");
+    let ids = allocated_ids(&claim_of(&c, "replugged"));
+    assert_eq!(
+        ids,
+        vec![(ACCELS.len() - 1).to_string()],
+        "the replugged device"
+    );
+    assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
