@@ -24,15 +24,13 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use hyper_util::rt::TokioIo;
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::service::Routes;
-use tonic::transport::{Channel, Endpoint, Server, Uri};
-use tower::service_fn;
+use tonic::transport::{Channel, Server};
 use tracing::{debug, info, warn};
 
 /// The mode of a socket directory [`serve`] creates.
@@ -337,13 +335,7 @@ impl Drop for ServedSocket {
 /// A gRPC channel over the Unix socket at `path`, as the kubelet dials a plugin: connected once,
 /// with `localhost` as the authority.
 pub async fn connect(path: &Path) -> Result<Channel> {
-    let target = path.to_owned();
-    // The URI is required by the API but unused: the connector decides where to go.
-    Endpoint::from_static("http://localhost")
-        .connect_with_connector(service_fn(move |_: Uri| {
-            let target = target.clone();
-            async move { Ok::<_, io::Error>(TokioIo::new(UnixStream::connect(target).await?)) }
-        }))
+    devinject_h2_authority::connect(path)
         .await
         .map_err(|source| SocketError::Connect {
             path: path.to_owned(),

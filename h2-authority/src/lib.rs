@@ -307,6 +307,24 @@ pub fn proxy_until(
     Proxied(ours)
 }
 
+/// A gRPC channel over the Unix socket at `path`, dialled as today's kubelet dials a plugin:
+/// connected once (no reconnects), with `localhost` as the `:authority`.
+pub async fn connect(
+    path: &std::path::Path,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let target = path.to_owned();
+    // The URI is required by the API but unused: the connector decides where to go.
+    tonic::transport::Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_: http::Uri| {
+            let target = target.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(target).await?;
+                Ok::<_, io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+        .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,10 +3,8 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use hyper_util::rt::TokioIo;
-use tokio::net::{UnixListener, UnixStream};
-use tonic::transport::{Channel, Endpoint, Uri};
-use tower::service_fn;
+use tokio::net::UnixListener;
+use tonic::transport::Channel;
 
 /// Why a socket could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -50,14 +48,7 @@ pub fn bind(path: &Path) -> Result<UnixListener, SocketError> {
 /// A gRPC channel over the Unix socket at `path`, connected once (no reconnects: a lost
 /// connection means a restart the lifecycle handles).
 pub async fn connect(path: &Path) -> Result<Channel, SocketError> {
-    let target = path.to_owned();
-    // The URI is required by the API but unused: the connector decides where to go. The
-    // authority is `localhost`, as the kubelet uses.
-    Endpoint::from_static("http://localhost")
-        .connect_with_connector(service_fn(move |_: Uri| {
-            let target = target.clone();
-            async move { Ok::<_, io::Error>(TokioIo::new(UnixStream::connect(target).await?)) }
-        }))
+    devinject_h2_authority::connect(path)
         .await
         .map_err(|source| SocketError::Connect {
             path: path.to_owned(),
