@@ -15,6 +15,8 @@
 //! - a device unplugged leaves the slice (the publisher rescans every 500 ms) and no claim is
 //!   allocated to it; plugged in again, it is published and allocated again;
 //! - the same claims on a CRI-O 1.36 node, CDI on;
+//! - the shipped kvm, tun and fuse profiles: one pod holding a claim of each opens the machine's
+//!   real `/dev/kvm`, `/dev/net/tun` and `/dev/fuse` (nodes with their numbers) and nothing else;
 //! - the driver SIGKILLed while a pod holds a prepared claim: started again, it registers again,
 //!   and the pod's deletion still removes exactly that claim's spec (its checkpoint).
 //!
@@ -75,14 +77,19 @@ fn start(release: &Release, crio: Option<PathBuf>) -> Cluster {
         &shape,
     )
     .unwrap_or_else(|e| panic!("cluster: {e:#}"));
-    // The DeviceClasses as the manifests ship them: printed by the driver from the profiles.
+    apply_device_classes(&c);
+    c
+}
+
+/// Applies the DeviceClasses of the node's profiles, as `devinject-dra device-classes` prints
+/// them.
+fn apply_device_classes(c: &Cluster) {
     let mut classes = Command::new(bin("devinject-dra"));
     classes
         .args(["device-classes", "--profiles-dir"])
         .arg(&c.host().profiles_dir);
     let yaml = run_ok(classes).expect("devinject-dra device-classes");
     c.apply(&yaml).expect("apply the DeviceClasses");
-    c
 }
 
 /// A ResourceClaimTemplate `name` asking for `count` demo devices.
@@ -380,4 +387,108 @@ fn an_unplugged_device_leaves_the_slice_and_no_claim_is_allocated_to_it() {
 fn sorted(mut v: Vec<String>) -> Vec<String> {
     v.sort();
     v
+}
+
+/// The kernel devices of the kvm, tun and fuse profiles, as `(profile, path under /dev)`.
+const KERNEL_DEVICES: [(&str, &str); 3] = [("kvm", "kvm"), ("tun", "net/tun"), ("fuse", "fuse")];
+
+#[test]
+fn the_kvm_tun_and_fuse_profiles_serve_the_real_kernel_devices_through_claims() {
+    let Some(release) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = start(&release, None);
+    // The node's device root gets the machine's own kvm, tun and fuse nodes (their numbers, so
+    // that opening them opens the kernel's devices) and the shipped profiles that find them.
+    let mut numbers = Vec::new();
+    for (profile, dev) in KERNEL_DEVICES {
+        let real = std::path::Path::new("/dev").join(dev);
+        let meta = std::fs::metadata(&real)
+            .unwrap_or_else(|e| panic!("{}: {e} (the machine must have it)", real.display()));
+        let rdev = std::os::unix::fs::MetadataExt::rdev(&meta);
+        let (major, minor) = (
+            nix::sys::stat::major(rdev) as u32,
+            nix::sys::stat::minor(rdev) as u32,
+        );
+        let node = c.host().dev_root.join(dev);
+        std::fs::create_dir_all(node.parent().expect("parent")).expect("mkdir");
+        devinject_tests::sim::mknod(&node, major, minor, "0666").expect("mknod");
+        std::fs::copy(
+            devinject_tests::sim::shipped_profiles().join(format!("{profile}.toml")),
+            c.host().profiles_dir.join(format!("{profile}.toml")),
+        )
+        .expect("copy the profile");
+        numbers.push((format!("/dev/{dev}"), major, minor));
+    }
+    // The driver reads its profiles at start.
+    c.restart_dra_plugin()
+        .unwrap_or_else(|e| panic!("restart the driver: {e:#}"));
+    c.wait_resource_slices(ACCELS.len() + KERNEL_DEVICES.len())
+        .unwrap_or_else(|e| panic!("the kernel devices' slices: {e:#}"));
+    apply_device_classes(&c);
+
+    let mut claims = String::new();
+    let mut refs = String::new();
+    for (profile, _) in KERNEL_DEVICES {
+        c.apply(&format!(
+            "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata:\n  name: one-{profile}\n\
+             spec:\n  spec:\n    devices:\n      requests:\n      - name: dev\n        exactly:\n          \
+             deviceClassName: {profile}.{DRA_DRIVER}\n"
+        ))
+        .expect("template");
+        claims += &format!("  - name: {profile}\n    resourceClaimTemplateName: one-{profile}\n");
+        refs += &format!("      - name: {profile}\n");
+    }
+    let demo: Vec<String> = ACCELS
+        .iter()
+        .map(|(name, _, _)| format!("/dev/demo/{name}"))
+        .collect();
+    let paths: Vec<&str> = numbers
+        .iter()
+        .map(|(p, _, _)| p.as_str())
+        .chain(demo.iter().map(String::as_str))
+        .collect();
+    let probe = devinject_tests::probe::probe_args(&paths, &[])
+        .iter()
+        .map(|a| format!("'{a}'"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let command = serde_json::to_string(&[
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        format!("{probe}; echo probe-done; exec sleep 3600"),
+    ])
+    .expect("json");
+    c.apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kernel\nspec:\n  hostNetwork: true\n  \
+         restartPolicy: Never\n  automountServiceAccountToken: false\n  \
+         terminationGracePeriodSeconds: 0\n  resourceClaims:\n{claims}  containers:\n  - name: main\n    \
+         image: {BUSYBOX}\n    imagePullPolicy: Never\n    command: {command}\n    \
+         resources:\n      claims:\n{refs}"
+    ))
+    .expect("create pod");
+    let out = probe_output(&c, "kernel");
+    let report = Report::parse(&out);
+    for (path, major, minor) in &numbers {
+        let node = report.node(path);
+        assert_eq!(
+            (
+                node.kind.as_str(),
+                node.major,
+                node.minor,
+                node.open.as_str()
+            ),
+            ("c", *major, *minor, "ok"),
+            "{path} through its claim:\n{out}"
+        );
+    }
+    // Only the claimed devices: none of the demo accelerators.
+    for (name, _, _) in ACCELS {
+        assert_eq!(
+            report.node(&format!("/dev/demo/{name}")).kind,
+            "missing",
+            "{out}"
+        );
+    }
 }
