@@ -1,5 +1,6 @@
 //! The driver behind the node service: prepares a claim by reading its allocation from the API
-//! server, checking every device against what discovery finds on this node now, and writing one
+//! server, checking every device against what discovery finds on this node now, running the
+//! profile's prepare step with the function the claim's configuration chose, and writing one
 //! transient CDI spec per profile; unprepares it by removing exactly the files its checkpoint
 //! entry names. The checkpoint is saved before the kubelet hears of a prepared claim, so a
 //! driver killed at any point unprepares after its restart what it wrote before.
@@ -7,15 +8,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use devinject_devices::{discover, resolve_driver_files, HostRoots, Profile, ProfileSet};
+use devinject_contained::prepare_step::run_all;
+use devinject_devices::{
+    discover, prepare_runs, resolve_driver_files, DeviceId, FunctionRequest, HostRoots, PrepareRun,
+    Profile, ProfileSet,
+};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::Api;
 use tokio::sync::Mutex;
 use tracing::{info, warn};
 
 use crate::checkpoint::{Checkpoint, ClaimEntry};
-use crate::claim::{self, AllocatedDevice};
-use crate::claim_spec::{self, SpecContext};
+use crate::claim::{self, AllocatedDevice, Allocation};
+use crate::claim_spec::{self, ClaimSpec, SpecContext};
 use crate::naming::{self, DeviceNames};
 use crate::prepared::{ClaimRef, Claims, PreparedDevice};
 
@@ -82,17 +87,17 @@ impl Driver {
         self.config.profiles.get(name)
     }
 
-    /// Writes the specs of `claim`'s devices (its UID checked: `uid`), grouped by profile;
-    /// returns its checkpoint entry, which holds the answer. A failure removes what this call
-    /// wrote.
-    fn write_specs(
+    /// Plans `claim`'s devices (its UID checked: `uid`), grouped by profile: each device mapped
+    /// back to a discovered, healthy one, the profile's prepare runs with the function the
+    /// claim's configuration chose for its request, and the spec, built but not written.
+    fn plan(
         &self,
-        claim: &ClaimRef,
+        what: &str,
         uid: &str,
-        devices: &[AllocatedDevice],
-    ) -> Result<ClaimEntry, String> {
+        allocation: &Allocation,
+    ) -> Result<Vec<ProfilePlan>, String> {
         let mut by_profile: BTreeMap<String, Vec<&AllocatedDevice>> = BTreeMap::new();
-        for d in devices {
+        for d in &allocation.devices {
             let profile = self
                 .profile_of(&d.pool)
                 .ok_or_else(|| format!("pool {} is not one of this node's", d.pool))?;
@@ -101,82 +106,115 @@ impl Driver {
                 .or_default()
                 .push(d);
         }
-        let mut written: Vec<String> = Vec::new();
-        let mut answer = Vec::new();
-        let result = (|| {
-            for (name, devices) in &by_profile {
-                let profile = self.config.profiles.get(name).ok_or("profile vanished")?;
-                if profile.prepare.is_some() {
-                    return Err(format!(
-                        "profile {name} has a prepare step, which devinject-dra does not run \
-                         yet: serve it through the device plugin with the runtime shim or NRI \
-                         (docs/prepare.md)"
-                    ));
-                }
-                let inventory = discover(profile, &self.config.roots)
-                    .map_err(|e| format!("profile {name}: discovery: {e}"))?;
-                let names = DeviceNames::new(name, inventory.devices.iter().map(|d| d.id.as_str()))
-                    .map_err(|e| e.to_string())?;
-                let mut pairs = Vec::new();
-                for d in devices {
-                    let id = names.id(&d.device).ok_or_else(|| {
+        let mut plans = Vec::new();
+        for (name, devices) in by_profile {
+            let profile = self.config.profiles.get(&name).ok_or("profile vanished")?;
+            let inventory = discover(profile, &self.config.roots)
+                .map_err(|e| format!("profile {name}: discovery: {e}"))?;
+            let names = DeviceNames::new(&name, inventory.devices.iter().map(|d| d.id.as_str()))
+                .map_err(|e| e.to_string())?;
+            let mut pairs = Vec::new();
+            // The devices of each chosen function (none: the profile's default), in claim order.
+            let mut by_function: BTreeMap<Option<String>, Vec<DeviceId>> = BTreeMap::new();
+            for d in &devices {
+                let id = names.id(&d.device).ok_or_else(|| {
+                    format!(
+                        "device {} of pool {} is not on this node any more (unplugged since it \
+                         was allocated): delete the pod so that the claim is allocated again",
+                        d.device, d.pool
+                    )
+                })?;
+                let device = inventory
+                    .by_id(id)
+                    .filter(|dev| dev.healthy)
+                    .ok_or_else(|| {
                         format!(
-                            "device {} of pool {} is not on this node any more (unplugged since \
-                             it was allocated): delete the pod so that the claim is allocated \
-                             again",
+                            "device {} of pool {} is unhealthy: delete the pod so that the claim \
+                         is allocated again",
                             d.device, d.pool
                         )
                     })?;
-                    let healthy = inventory.by_id(id).is_some_and(|dev| dev.healthy);
-                    if !healthy {
-                        return Err(format!(
-                            "device {} of pool {} is unhealthy: delete the pod so that the \
-                             claim is allocated again",
-                            d.device, d.pool
-                        ));
-                    }
-                    pairs.push((d.device.clone(), id.to_owned()));
-                }
-                let files = resolve_driver_files(profile, &self.config.roots)
-                    .map_err(|e| format!("profile {name}: driver files: {e}"))?;
-                let spec =
-                    claim_spec::build(&self.config.spec, uid, profile, &inventory, &files, &pairs)
-                        .map_err(|e| e.to_string())?;
-                claim_spec::write(&self.config.spec, &spec).map_err(|e| e.to_string())?;
-                written.push(spec.file_name.clone());
-                for d in devices {
-                    answer.push(PreparedDevice {
-                        request_names: vec![d.request.clone()],
-                        pool_name: d.pool.clone(),
-                        device_name: d.device.clone(),
-                        cdi_device_ids: spec
-                            .cdi_device_ids
-                            .get(&d.device)
-                            .into_iter()
-                            .cloned()
-                            .collect(),
-                    });
-                }
+                pairs.push((d.device.clone(), id.to_owned()));
+                by_function
+                    .entry(allocation.config(&d.request).function)
+                    .or_default()
+                    .push(device.id.clone());
             }
-            Ok(())
-        })();
-        match result {
-            Ok(()) => Ok(ClaimEntry {
-                claim: claim.clone(),
-                profiles: by_profile.into_keys().collect(),
-                spec_files: written,
-                devices: answer,
-            }),
-            Err(e) => {
-                for file in &written {
+            let mut runs = Vec::new();
+            for (function, ids) in &by_function {
+                let request = function.as_ref().map(|value| FunctionRequest {
+                    profile: profile.name.clone(),
+                    origin: format!("the opaque parameter `function` of {what}"),
+                    value: value.clone(),
+                });
+                runs.extend(
+                    prepare_runs(profile, &inventory, ids, request.as_ref())
+                        .map_err(|e| e.to_string())?,
+                );
+            }
+            let files = resolve_driver_files(profile, &self.config.roots)
+                .map_err(|e| format!("profile {name}: driver files: {e}"))?;
+            let spec =
+                claim_spec::build(&self.config.spec, uid, profile, &inventory, &files, &pairs)
+                    .map_err(|e| e.to_string())?;
+            let answer = devices
+                .iter()
+                .map(|d| PreparedDevice {
+                    request_names: vec![d.request.clone()],
+                    pool_name: d.pool.clone(),
+                    device_name: d.device.clone(),
+                    cdi_device_ids: spec
+                        .cdi_device_ids
+                        .get(&d.device)
+                        .into_iter()
+                        .cloned()
+                        .collect(),
+                })
+                .collect();
+            plans.push(ProfilePlan {
+                profile: name,
+                runs,
+                spec,
+                answer,
+            });
+        }
+        Ok(plans)
+    }
+
+    /// Writes the planned specs; returns the claim's checkpoint entry, which holds the answer.
+    /// A failure removes what this call wrote.
+    fn write(&self, claim: &ClaimRef, plans: Vec<ProfilePlan>) -> Result<ClaimEntry, String> {
+        let mut entry = ClaimEntry {
+            claim: claim.clone(),
+            profiles: Vec::new(),
+            spec_files: Vec::new(),
+            devices: Vec::new(),
+        };
+        for plan in plans {
+            if let Err(e) = claim_spec::write(&self.config.spec, &plan.spec) {
+                for file in &entry.spec_files {
                     if let Err(undo) = claim_spec::remove_file(&self.config.spec, file) {
                         warn!(%file, error = %undo, "could not remove a claim spec after a failed prepare");
                     }
                 }
-                Err(e)
+                return Err(e.to_string());
             }
+            entry.profiles.push(plan.profile);
+            entry.spec_files.push(plan.spec.file_name);
+            entry.devices.extend(plan.answer);
         }
+        Ok(entry)
     }
+}
+
+/// What preparing a claim does for one profile.
+struct ProfilePlan {
+    profile: String,
+    /// The profile's prepare runs, one per device, with the claim's function.
+    runs: Vec<PrepareRun>,
+    spec: ClaimSpec,
+    /// The devices as the kubelet is told.
+    answer: Vec<PreparedDevice>,
 }
 
 impl Claims for Driver {
@@ -201,8 +239,20 @@ impl Claims for Driver {
             &self.pools(),
         )
         .map_err(|e| e.to_string())?;
+        let plans = self
+            .plan(&what, &uid, &allocation)
+            .map_err(|e| format!("{what}: {e}"))?;
+        // The prepare programs run before any spec is written, each contained (its own PID
+        // namespace, deadline, bounded output), off the async thread: a failure leaves nothing.
+        let runs: Vec<PrepareRun> = plans.iter().flat_map(|p| p.runs.iter().cloned()).collect();
+        if !runs.is_empty() {
+            tokio::task::spawn_blocking(move || run_all(&runs))
+                .await
+                .map_err(|e| format!("{what}: the prepare step's task: {e}"))?
+                .map_err(|e| format!("{what}: {e}"))?;
+        }
         let entry = self
-            .write_specs(&claim, &uid, &allocation.devices)
+            .write(&claim, plans)
             .map_err(|e| format!("{what}: {e}"))?;
         let (spec_files, devices) = (entry.spec_files.clone(), entry.devices.clone());
         if let Err(e) = checkpoint.insert(&uid, entry) {

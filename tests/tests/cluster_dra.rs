@@ -17,6 +17,9 @@
 //! - the same claims on a CRI-O 1.36 node, CDI on;
 //! - the shipped kvm, tun and fuse profiles: one pod holding a claim of each opens the machine's
 //!   real `/dev/kvm`, `/dev/net/tun` and `/dev/fuse` (nodes with their numbers) and nothing else;
+//! - a claim's opaque `function` parameter is loaded into exactly its device by the profile's
+//!   prepare step before the pod starts; a function whose program fails keeps the pod from
+//!   starting, with the program's message in the pod's events;
 //! - the driver SIGKILLed while a pod holds a prepared claim: started again, it registers again,
 //!   and the pod's deletion still removes exactly that claim's spec (its checkpoint).
 //!
@@ -491,4 +494,76 @@ fn the_kvm_tun_and_fuse_profiles_serve_the_real_kernel_devices_through_claims() 
             "{out}"
         );
     }
+}
+
+/// A ResourceClaimTemplate `name` asking for one demo device whose opaque configuration chooses
+/// the prepare step's `function`.
+fn claim_template_with_function(name: &str, function: &str) -> String {
+    claim_template(name, 1)
+        + &format!(
+            "      config:\n      - opaque:\n          driver: {DRA_DRIVER}\n          parameters:\n            \
+             function: {function}\n"
+        )
+}
+
+#[test]
+fn a_claims_function_is_loaded_into_its_device_before_the_pod_starts() {
+    let Some(release) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = start(&release, None);
+    let sys = devinject_tests::sim::add_demo_prepare_step(c.host()).expect("prepare step");
+    // The driver reads its profiles at start.
+    c.restart_dra_plugin()
+        .unwrap_or_else(|e| panic!("restart the driver: {e:#}"));
+
+    let (function, _) = devinject_tests::sim::DEMO_FUNCTION;
+    c.apply(&claim_template_with_function("loaded", function))
+        .expect("template");
+    c.apply(&pod("fpga", "loaded")).expect("create pod");
+    let out = probe_output(&c, "fpga");
+    let ids = allocated_ids(&claim_of(&c, "fpga"));
+    assert_eq!(ids.len(), 1, "{out}");
+    assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+    // The program ran for exactly that device, with the claim's function.
+    for (i, (name, _, _)) in ACCELS.iter().enumerate() {
+        let loaded = std::fs::read_to_string(sys.join(name).join("function")).ok();
+        if ids.contains(&i.to_string()) {
+            assert_eq!(loaded.as_deref(), Some(function), "{name}\n{}", c.logs());
+        } else {
+            assert_eq!(loaded, None, "{name} was not claimed");
+        }
+    }
+
+    // A function whose program fails: the pod does not start, and its events say why.
+    let (broken, message) = devinject_tests::sim::DEMO_BROKEN_FUNCTION;
+    c.apply(&claim_template_with_function("broken", broken))
+        .expect("template");
+    c.apply(&pod("unloadable", "broken")).expect("create pod");
+    let event = poll(
+        "the prepare failure in the pod's events",
+        devinject_tests::cluster::SLOW,
+        || {
+            let events = c.kubectl(&[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=unloadable",
+                "-o",
+                "jsonpath={.items[*].message}",
+            ])?;
+            Ok(events.contains(message).then_some(events))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    println!("events of the pod whose function fails to load: {event}");
+    let pod = c.pod("unloadable").expect("pod");
+    assert_ne!(pod["status"]["phase"], "Running", "{pod}");
+    assert!(
+        c.container_log("unloadable", "main")
+            .unwrap_or_default()
+            .is_empty(),
+        "the container never ran"
+    );
 }
