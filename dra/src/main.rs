@@ -41,6 +41,10 @@ enum Command {
         /// The DRA driver name.
         #[arg(long, default_value = DEFAULT_DRIVER)]
         driver: String,
+        /// Leave out `extendedResourceName`: pods asking for the profiles' resources in their
+        /// limits are then served by the device plugin only.
+        #[arg(long)]
+        no_extended_resources: bool,
     },
 }
 
@@ -97,7 +101,8 @@ fn main() -> ExitCode {
         Some(Command::DeviceClasses {
             profiles_dir,
             driver,
-        }) => print_device_classes(&profiles_dir, &driver),
+            no_extended_resources,
+        }) => print_device_classes(&profiles_dir, &driver, no_extended_resources),
         None => run(args.serve),
     };
     match result {
@@ -114,11 +119,16 @@ fn main() -> ExitCode {
 #[error("{0}")]
 struct ConfigurationError(String);
 
-fn print_device_classes(profiles_dir: &std::path::Path, driver: &str) -> Result<()> {
+fn print_device_classes(
+    profiles_dir: &std::path::Path,
+    driver: &str,
+    no_extended_resources: bool,
+) -> Result<()> {
     let profiles =
         ProfileSet::load_dir(profiles_dir).map_err(|e| ConfigurationError(e.to_string()))?;
     for profile in profiles.iter() {
-        let class = device_class(driver, profile.name.as_str());
+        let extended = (!no_extended_resources).then(|| profile.resource_name());
+        let class = device_class(driver, profile.name.as_str(), extended);
         println!(
             "---\n{}",
             serde_json::to_string_pretty(&class).context("render a DeviceClass")?

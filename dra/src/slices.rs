@@ -173,7 +173,12 @@ pub fn same_content(a: &ResourceSliceSpec, b: &ResourceSliceSpec) -> bool {
 
 /// The DeviceClass `<profile>.<driver>` (e.g. `demo.devinject.io`) that selects `profile`'s
 /// devices of `driver`: what a ResourceClaim names in `deviceClassName`.
-pub fn device_class(driver: &str, profile: &str) -> DeviceClass {
+///
+/// With `extended_resource` (the profile's device-plugin resource, e.g. `devinject.io/demo`) the
+/// class also serves pods that ask for that resource in their limits, unchanged (KEP-5004, beta
+/// in 1.36): the scheduler makes them a claim of this class on nodes where no device plugin
+/// advertises the resource, and leaves them to the device plugin where one does.
+pub fn device_class(driver: &str, profile: &str, extended_resource: Option<&str>) -> DeviceClass {
     DeviceClass {
         metadata: ObjectMeta {
             name: Some(format!("{profile}.{driver}")),
@@ -187,6 +192,7 @@ pub fn device_class(driver: &str, profile: &str) -> DeviceClass {
                     ),
                 }),
             }]),
+            extended_resource_name: extended_resource.map(str::to_owned),
             ..DeviceClassSpec::default()
         },
     }
@@ -448,8 +454,14 @@ mod tests {
 
     #[test]
     fn the_device_class_selects_the_profile_by_driver_and_attribute() {
-        let class = device_class("devinject.io", "demo");
+        let class = device_class("devinject.io", "demo", Some("devinject.io/demo"));
         assert_eq!(class.metadata.name.as_deref(), Some("demo.devinject.io"));
+        assert_eq!(
+            class.spec.extended_resource_name.as_deref(),
+            Some("devinject.io/demo")
+        );
+        let plain = device_class("devinject.io", "demo", None);
+        assert_eq!(plain.spec.extended_resource_name, None);
         let selectors = class.spec.selectors.unwrap();
         assert_eq!(selectors.len(), 1);
         assert_eq!(

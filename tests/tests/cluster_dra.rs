@@ -15,6 +15,8 @@
 //! - a device unplugged leaves the slice (the publisher rescans every 500 ms) and no claim is
 //!   allocated to it; plugged in again, it is published and allocated again;
 //! - the same claims on a CRI-O 1.36 node, CDI on;
+//! - a pod asking for `devinject.io/demo` in its limits, as for the device plugin, is served
+//!   through DRA unchanged (the DeviceClass's `extendedResourceName`, KEP-5004);
 //! - the shipped kvm, tun and fuse profiles: one pod holding a claim of each opens the machine's
 //!   real `/dev/kvm`, `/dev/net/tun` and `/dev/fuse` (nodes with their numbers) and nothing else;
 //! - a claim's opaque `function` parameter is loaded into exactly its device by the profile's
@@ -566,4 +568,46 @@ fn a_claims_function_is_loaded_into_its_device_before_the_pod_starts() {
             .is_empty(),
         "the container never ran"
     );
+}
+
+#[test]
+fn a_pod_asking_for_the_extended_resource_is_served_through_dra_unchanged() {
+    let Some(release) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let c = start(&release, None);
+    // A device-plugin-style pod: a resource limit, no claim. No device plugin runs here: the
+    // DeviceClass's extendedResourceName makes the scheduler claim a device for it.
+    let yaml = pod("classic", "unused")
+        .replace(
+            "  resourceClaims:\n  - name: demo\n    resourceClaimTemplateName: unused\n",
+            "",
+        )
+        .replace(
+            "    resources:\n      claims:\n      - name: demo\n",
+            "    resources:\n      limits:\n        devinject.io/demo: 1\n",
+        );
+    c.apply(&yaml).expect("create pod");
+    let out = probe_output(&c, "classic");
+    let claims: Value = serde_json::from_str(
+        &c.kubectl(&["get", "resourceclaims", "-o", "json"])
+            .expect("claims"),
+    )
+    .expect("JSON");
+    let claim = claims["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|cl| {
+            cl["metadata"]["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|o| o["kind"] == "Pod" && o["name"] == "classic")
+        })
+        .unwrap_or_else(|| panic!("the scheduler's claim for the pod: {claims}\n{}", c.logs()));
+    let ids = allocated_ids(claim);
+    assert_eq!(ids.len(), 1, "{claim}");
+    assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
 }
