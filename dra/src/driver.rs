@@ -24,6 +24,10 @@ use crate::claim_spec::{self, ClaimSpec, SpecContext};
 use crate::naming::{self, DeviceNames};
 use crate::prepared::{ClaimRef, Claims, PreparedDevice};
 
+/// What the driver logs for each claim it prepared, with `took_us`, the time from the kubelet's
+/// call to the answer (the benchmark reads it).
+pub const PREPARED: &str = "prepared";
+
 /// What the driver serves and where it writes.
 #[derive(Debug, Clone)]
 pub struct DriverConfig {
@@ -219,6 +223,7 @@ struct ProfilePlan {
 
 impl Claims for Driver {
     async fn prepare(&self, claim: ClaimRef) -> Result<Vec<PreparedDevice>, String> {
+        let started = std::time::Instant::now();
         let what = format!("claim {}/{} ({})", claim.namespace, claim.name, claim.uid);
         let uid = naming::claim_uid(&claim.uid)
             .map_err(|e| e.to_string())?
@@ -261,7 +266,12 @@ impl Claims for Driver {
             }
             return Err(format!("{what}: {e}"));
         }
-        info!(claim = %what, devices = devices.len(), "prepared");
+        info!(
+            claim = %what,
+            devices = devices.len(),
+            took_us = started.elapsed().as_micros() as u64,
+            "{PREPARED}"
+        );
         Ok(devices)
     }
 

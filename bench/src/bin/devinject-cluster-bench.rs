@@ -12,7 +12,11 @@
 //!   once executed it (fork, exec with an empty environment), and another build of that tool
 //!   with `--compare NAME=DIR`;
 //! - kubelet restart -> plugin registered again, from the kubelet's "serving the registration
-//!   socket" to its "got a registration request", as its own log stamps them.
+//!   socket" to its "got a registration request", as its own log stamps them;
+//! - on a second cluster whose node runs `devinject-dra` (CDI on containerd 2, no device
+//!   plugin): pod created -> Ready with one device through a ResourceClaimTemplate, against the
+//!   same pod with no device and against itself (an A/A pair), alternating; and the driver's
+//!   NodePrepareResources time, from its own log.
 //!
 //! Binaries come from `DEVINJECT_BIN_DIR` (scripts/bench.sh points it at the release build).
 //! Needs root. Figures are wall times: run it on a quiet machine.
@@ -29,7 +33,7 @@ use devinject_admission::policy::GrantSource;
 use devinject_benchmarks::stats::{children_cpu, thread_cpu, Samples};
 use devinject_podresources_protocol::{Answer, PodEntry, Request, Rpc};
 use devinject_tests::bins::bin;
-use devinject_tests::cluster::{Cluster, SLOW};
+use devinject_tests::cluster::{Cluster, Setup, SLOW};
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::daemons::poll;
 
@@ -62,10 +66,31 @@ fn pod_yaml(name: &str, with_device: bool) -> String {
     )
 }
 
+/// Pod `name` on the default runtime holding a claim of one demo device from the template
+/// [`DRA_TEMPLATE`].
+fn dra_pod_yaml(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostNetwork: true\n  \
+         automountServiceAccountToken: false\n  terminationGracePeriodSeconds: 0\n  \
+         resourceClaims:\n  - name: demo\n    resourceClaimTemplateName: {DRA_TEMPLATE}\n  \
+         containers:\n  - name: main\n    image: {BUSYBOX}\n    imagePullPolicy: Never\n    \
+         command: [/bin/sleep, '3600']\n    resources:\n      claims:\n      - name: demo\n"
+    )
+}
+
+/// The ResourceClaimTemplate of the DRA pods: one device of the demo profile's class.
+const DRA_TEMPLATE: &str = "one-demo";
+
 /// Creates pod `name` and waits until it is Ready; returns the time taken.
 fn pod_start(c: &Cluster, name: &str, with_device: bool) -> Result<Duration> {
+    let yaml = pod_yaml(name, with_device);
+    pod_start_of(c, name, &yaml)
+}
+
+/// Creates pod `name` from `yaml` and waits until it is Ready; returns the time taken.
+fn pod_start_of(c: &Cluster, name: &str, yaml: &str) -> Result<Duration> {
     let start = Instant::now();
-    c.apply(&pod_yaml(name, with_device))?;
+    c.apply(yaml)?;
     c.kubectl(&[
         "wait",
         "--for=condition=Ready",
@@ -325,8 +350,80 @@ fn run(compare: Option<(String, PathBuf)>) -> Result<()> {
         "--force",
         "--wait=true",
     ])?;
+    drop(c);
+    dra()
+}
 
+/// The DRA rows: a cluster whose node runs `devinject-dra`, pods with a claim of one device
+/// against pods with none and against themselves, alternating, after one untimed start of each;
+/// then the driver's NodePrepareResources times from its log.
+fn dra() -> Result<()> {
+    let containerd = devinject_tests::runtimes::containerd("2")
+        .context("containerd 2 (scripts/runtimes-fetch.sh)")?;
+    let c = Cluster::start_with(Setup::Dra {
+        containerd: containerd.bin,
+    })?;
+    let mut classes = Command::new(bin("devinject-dra"));
+    classes
+        .args(["device-classes", "--profiles-dir"])
+        .arg(&c.host().profiles_dir);
+    let out = classes.output().context("devinject-dra device-classes")?;
+    if !out.status.success() {
+        bail!(
+            "devinject-dra device-classes: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    c.apply(&String::from_utf8_lossy(&out.stdout))?;
+    c.apply(&format!(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata:\n  name: {DRA_TEMPLATE}\n\
+         spec:\n  spec:\n    devices:\n      requests:\n      - name: demo\n        exactly:\n          \
+         deviceClassName: demo.devinject.io\n"
+    ))?;
+    pod_start(&c, "warm-plain", false)?;
+    pod_start_of(&c, "warm-dra", &dra_pod_yaml("warm-dra"))?;
+    let (mut plain, mut claimed, mut again) =
+        (Samples::default(), Samples::default(), Samples::default());
+    for i in 0..POD_RUNS {
+        plain.push(pod_start(&c, &format!("plain-{i}"), false)?);
+        let name = format!("dra-{i}");
+        claimed.push(pod_start_of(&c, &name, &dra_pod_yaml(&name))?);
+        let name = format!("dra-aa-{i}");
+        again.push(pod_start_of(&c, &name, &dra_pod_yaml(&name))?);
+    }
+    emit(&format!(
+        "\n### 6b. DRA on a real cluster (Kubernetes {}, one node, containerd 2, devinject-dra)\n\n\
+         | figure | runs | median ms | p99 ms | [min–max] ms |\n|---|---|---|---|---|",
+        c.kubernetes().version()
+    ));
+    emit(&row("pod created → Ready, plain runc, no device", &plain));
+    emit(&row(
+        "pod created → Ready, 1 device through a DRA claim",
+        &claimed,
+    ));
+    emit(&row(
+        "pod created → Ready, 1 device through a DRA claim, A/A: the same again",
+        &again,
+    ));
+    let mut prepare = Samples::default();
+    for took in prepare_times(&c.dra_log()) {
+        prepare.push(took);
+    }
+    emit(&row(
+        "devinject-dra NodePrepareResources (its log)",
+        &prepare,
+    ));
     Ok(())
+}
+
+/// The `took_us` of every claim `devinject-dra` logs as prepared.
+fn prepare_times(log: &str) -> Vec<Duration> {
+    log.lines()
+        .filter(|l| l.contains(devinject_dra::driver::PREPARED))
+        .filter_map(|l| l.split("took_us=").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+        .map(Duration::from_micros)
+        .collect()
 }
 
 /// What the kubelet logs when its device plugin registration server is up again: 1.20 says
@@ -379,11 +476,19 @@ struct Cli {
     /// (scripts/bench.sh passes the glibc build of the tool it ships built against musl).
     #[arg(long, value_parser = devinject_benchmarks::stats::name_and_dir)]
     compare: Option<(String, PathBuf)>,
+    /// Only the DRA rows (section 6b).
+    #[arg(long)]
+    dra_only: bool,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli.compare) {
+    let result = if cli.dra_only {
+        dra()
+    } else {
+        run(cli.compare)
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("devinject-cluster-bench: {e:#}");
@@ -395,6 +500,17 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prepare_times_are_read_from_the_drivers_prepared_lines() {
+        let log = "2026-11-25T19:16:26Z  INFO devinject_dra::driver: prepared claim=claim default/a (u) devices=1 took_us=1234\n\
+                   2026-11-25T19:16:27Z  INFO devinject_dra::driver: unprepared claim=x specs=1\n\
+                   2026-11-25T19:16:28Z  INFO devinject_dra::driver: prepared claim=claim default/b (v) devices=1 took_us=87 \n";
+        assert_eq!(
+            prepare_times(log),
+            [Duration::from_micros(1234), Duration::from_micros(87)]
+        );
+    }
 
     #[test]
     fn registration_is_timed_from_the_server_line_of_either_release() {

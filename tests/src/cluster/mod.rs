@@ -571,6 +571,11 @@ impl Cluster {
         self.node().cdi_spec_dir()
     }
 
+    /// The first node's `devinject-dra` log ([`Setup::Dra`]).
+    pub fn dra_log(&self) -> String {
+        self.node().dra_log()
+    }
+
     /// SIGKILLs the first node's DRA driver and starts it again ([`Node::restart_dra_plugin`]).
     pub fn restart_dra_plugin(&mut self) -> Result<()> {
         self.node_mut().restart_dra_plugin()

@@ -567,6 +567,11 @@ impl Node {
         self.dir.join("dra.log")
     }
 
+    /// `devinject-dra`'s log ([`Setup::Dra`]; empty when it never ran).
+    pub fn dra_log(&self) -> String {
+        std::fs::read_to_string(self.dra_log_path()).unwrap_or_default()
+    }
+
     /// Waits until the kubelet has told `devinject-dra` `times` times in all that it registered
     /// (its log).
     fn wait_dra_registered(&self, times: usize) -> Result<()> {
