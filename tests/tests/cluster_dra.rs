@@ -22,6 +22,8 @@
 //! - a claim's opaque `function` parameter is loaded into exactly its device by the profile's
 //!   prepare step before the pod starts; a function whose program fails keeps the pod from
 //!   starting, with the program's message in the pod's events;
+//! - an admin-access claim (KEP-5018, in a namespace marked for it) gets the device another
+//!   pod's claim holds, and no other;
 //! - the driver SIGKILLed while a pod holds a prepared claim: started again, it registers again,
 //!   and the pod's deletion still removes exactly that claim's spec (its checkpoint).
 //!
@@ -610,4 +612,53 @@ fn a_pod_asking_for_the_extended_resource_is_served_through_dra_unchanged() {
     let ids = allocated_ids(claim);
     assert_eq!(ids.len(), 1, "{claim}");
     assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+}
+
+#[test]
+fn an_admin_access_claim_gets_the_device_another_pod_holds_and_no_other() {
+    let Some(release) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let c = start(&release, None);
+    // Device 0, chosen by its `id` attribute, held by an ordinary pod.
+    let by_id = |name: &str, namespace: &str, admin: bool| {
+        format!(
+            "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata:\n  name: {name}\n  \
+             namespace: {namespace}\nspec:\n  spec:\n    devices:\n      requests:\n      - name: demo\n        \
+             exactly:\n          deviceClassName: {CLASS}\n          adminAccess: {admin}\n          \
+             selectors:\n          - cel:\n              expression: 'device.attributes[\"{DRA_DRIVER}\"].id == \"0\"'\n"
+        )
+    };
+    c.apply(&by_id("device-0", "default", false))
+        .expect("template");
+    c.apply(&pod("holder", "device-0")).expect("create pod");
+    let out = probe_output(&c, "holder");
+    assert_eq!(allocated_ids(&claim_of(&c, "holder")), ["0"], "{out}");
+
+    // Admin access (KEP-5018) is for namespaces an administrator marked.
+    c.apply(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ops\n  labels:\n    \
+         resource.kubernetes.io/admin-access: \"true\"\n",
+    )
+    .expect("namespace");
+    c.apply(&by_id("device-0-admin", "ops", true))
+        .expect("template");
+    let admin_pod = pod("monitor", "device-0-admin")
+        .replace("  name: monitor\n", "  name: monitor\n  namespace: ops\n");
+    c.apply(&admin_pod).expect("create pod");
+    let out = poll(
+        "the admin pod to run the probe",
+        devinject_tests::cluster::SLOW,
+        || {
+            let pod: Value = serde_json::from_str(
+                &c.kubectl(&["get", "pod", "-n", "ops", "monitor", "-o", "json"])?,
+            )?;
+            let out = c.pod_log(&pod, "main").unwrap_or_default();
+            Ok(out.contains("probe-done").then_some(out))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    // The device the spec names, though another pod holds it, and nothing else.
+    assert_demo_granted_exactly(&Report::parse(&out), &["0".to_owned()], &out);
 }
