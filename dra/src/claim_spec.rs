@@ -260,20 +260,6 @@ pub fn write(ctx: &SpecContext, spec: &ClaimSpec) -> Result<()> {
     Ok(())
 }
 
-/// Builds and writes the spec of claim `uid` for `profile` ([`build`], then [`write()`]).
-pub fn prepare(
-    ctx: &SpecContext,
-    uid: &str,
-    profile: &Profile,
-    inventory: &Inventory,
-    driver_files: &DriverFiles,
-    devices: &[(String, String)],
-) -> Result<ClaimSpec> {
-    let spec = build(ctx, uid, profile, inventory, driver_files, devices)?;
-    write(ctx, &spec)?;
-    Ok(spec)
-}
-
 /// Removes the spec of claim `uid` for `profile`; returns whether there was one. Only that one
 /// regular file is removed; anything else at its name is refused and left.
 pub fn remove(ctx: &SpecContext, profile: &str, uid: &str) -> Result<bool> {
@@ -377,6 +363,20 @@ mod tests {
     use std::os::unix::fs::{symlink, PermissionsExt};
 
     const UID: &str = "0b5e6f4c-2a7d-4f1e-9c3b-1d2e3f4a5b6c";
+
+    /// [`build`], then [`write()`], as the driver does with its prepare runs in between.
+    fn prepare(
+        ctx: &SpecContext,
+        uid: &str,
+        profile: &Profile,
+        inventory: &Inventory,
+        driver_files: &DriverFiles,
+        devices: &[(String, String)],
+    ) -> Result<ClaimSpec> {
+        let spec = build(ctx, uid, profile, inventory, driver_files, devices)?;
+        write(ctx, &spec)?;
+        Ok(spec)
+    }
 
     fn profile() -> Profile {
         let text = r#"

@@ -64,11 +64,6 @@ impl Driver {
     /// The driver of `config`, asking the API server through `client`; loads the checkpoint.
     pub fn new(config: DriverConfig, client: kube::Client) -> Result<Self, DriverError> {
         let checkpoint = Checkpoint::load(&config.checkpoint)?;
-        info!(
-            claims = checkpoint.claims().count(),
-            file = %config.checkpoint.display(),
-            "checkpoint loaded"
-        );
         Ok(Self {
             config,
             client,
@@ -196,11 +191,7 @@ impl Driver {
         };
         for plan in plans {
             if let Err(e) = claim_spec::write(&self.config.spec, &plan.spec) {
-                for file in &entry.spec_files {
-                    if let Err(undo) = claim_spec::remove_file(&self.config.spec, file) {
-                        warn!(%file, error = %undo, "could not remove a claim spec after a failed prepare");
-                    }
-                }
+                self.undo(&entry.spec_files);
                 return Err(e.to_string());
             }
             entry.profiles.push(plan.profile);
@@ -209,6 +200,23 @@ impl Driver {
         }
         Ok(entry)
     }
+
+    /// Removes the specs a failed prepare wrote; what cannot be removed is logged (the
+    /// kubelet's next prepare or unprepare of the claim removes it).
+    fn undo(&self, spec_files: &[String]) {
+        for file in spec_files {
+            if let Err(e) = claim_spec::remove_file(&self.config.spec, file) {
+                warn!(%file, error = %e, "could not remove a claim spec after a failed prepare");
+            }
+        }
+    }
+}
+
+/// How a claim is named in messages, and its UID, checked before it names files.
+fn label(claim: &ClaimRef) -> Result<(String, String), String> {
+    let what = format!("claim {}/{} ({})", claim.namespace, claim.name, claim.uid);
+    let uid = naming::claim_uid(&claim.uid).map_err(|e| e.to_string())?;
+    Ok((what, uid.to_owned()))
 }
 
 /// What preparing a claim does for one profile.
@@ -224,10 +232,7 @@ struct ProfilePlan {
 impl Claims for Driver {
     async fn prepare(&self, claim: ClaimRef) -> Result<Vec<PreparedDevice>, String> {
         let started = std::time::Instant::now();
-        let what = format!("claim {}/{} ({})", claim.namespace, claim.name, claim.uid);
-        let uid = naming::claim_uid(&claim.uid)
-            .map_err(|e| e.to_string())?
-            .to_owned();
+        let (what, uid) = label(&claim)?;
         let mut checkpoint = self.checkpoint.lock().await;
         if let Some(entry) = checkpoint.get(&uid) {
             return Ok(entry.devices.clone());
@@ -261,9 +266,7 @@ impl Claims for Driver {
             .map_err(|e| format!("{what}: {e}"))?;
         let (spec_files, devices) = (entry.spec_files.clone(), entry.devices.clone());
         if let Err(e) = checkpoint.insert(&uid, entry) {
-            for file in &spec_files {
-                let _ = claim_spec::remove_file(&self.config.spec, file);
-            }
+            self.undo(&spec_files);
             return Err(format!("{what}: {e}"));
         }
         info!(
@@ -276,10 +279,7 @@ impl Claims for Driver {
     }
 
     async fn unprepare(&self, claim: ClaimRef) -> Result<(), String> {
-        let what = format!("claim {}/{} ({})", claim.namespace, claim.name, claim.uid);
-        let uid = naming::claim_uid(&claim.uid)
-            .map_err(|e| e.to_string())?
-            .to_owned();
+        let (what, uid) = label(&claim)?;
         let mut checkpoint = self.checkpoint.lock().await;
         // The names a prepare of this claim can have written, whether or not its checkpoint
         // entry was saved (a driver killed between the spec and the checkpoint): each is this

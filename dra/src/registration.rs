@@ -24,6 +24,10 @@ use crate::api::{PLUGIN_TYPE, SUPPORTED_VERSIONS};
 /// The longest error text from the kubelet that is kept and logged, in bytes.
 pub const MAX_ERROR_LEN: usize = 1024;
 
+/// What the driver logs each time the kubelet confirms its registration (a kubelet restart
+/// registers it again): tests and operators look for it.
+pub const REGISTERED: &str = "the kubelet registered devinject-dra";
+
 /// What the kubelet last said about our registration.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum RegistrationState {
@@ -116,7 +120,7 @@ impl RegistrationService {
     fn record(&self, status: RegistrationStatus) {
         let next = if status.plugin_registered {
             if status.error.is_empty() {
-                info!(driver = %self.driver, "registered with the kubelet");
+                info!(driver = %self.driver, "{REGISTERED}");
             } else {
                 let error = bounded(status.error);
                 warn!(driver = %self.driver, %error, "registered with the kubelet, which reported an error");

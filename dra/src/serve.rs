@@ -16,13 +16,9 @@ use tracing::{debug, info, warn};
 
 use crate::node_service::NodeService;
 use crate::prepared::Claims;
-use crate::registration::{RegistrationService, RegistrationState};
+use crate::registration::RegistrationService;
 use crate::slices::{resource_slice, same_content};
 use crate::socket::{self, ServedSocket};
-
-/// What the driver logs each time the kubelet confirms its registration: tests and operators
-/// look for it.
-pub const REGISTERED: &str = "the kubelet registered devinject-dra";
 
 /// How often the publisher looks for hot-plugged, unplugged or unhealthy devices: the issue's
 /// bound is 1 s from the change to the slice.
@@ -76,7 +72,6 @@ pub async fn serve<C: Claims>(
     let service = NodeService::new(Arc::new(claims));
     let mut dra = socket::serve(&config.socket, service.routes()).await?;
     let registration = RegistrationService::new(&config.driver, &config.socket)?;
-    let mut state = registration.subscribe();
     let reg_path = config
         .registration_dir
         .join(format!("{}-reg.sock", config.driver));
@@ -88,26 +83,12 @@ pub async fn serve<C: Claims>(
         registration = %reg_path.display(),
         "serving"
     );
-    let publisher = publish(&config, client);
-    tokio::pin!(publisher);
-    let outcome = loop {
-        tokio::select! {
-            _ = terminate.recv() => break Ok(()),
-            _ = interrupt.recv() => break Ok(()),
-            r = dra.stopped() => break r.map_err(ServeError::from),
-            r = reg.stopped() => break r.map_err(ServeError::from),
-            r = &mut publisher => break r,
-            changed = state.changed() => {
-                if changed.is_err() {
-                    continue;
-                }
-                match &*state.borrow_and_update() {
-                    RegistrationState::Registered => info!("{REGISTERED}"),
-                    RegistrationState::Refused(why) => warn!(%why, "the kubelet refused devinject-dra"),
-                    RegistrationState::Waiting => {}
-                }
-            }
-        }
+    let outcome = tokio::select! {
+        _ = terminate.recv() => Ok(()),
+        _ = interrupt.recv() => Ok(()),
+        r = dra.stopped() => r.map_err(ServeError::from),
+        r = reg.stopped() => r.map_err(ServeError::from),
+        r = publish(&config, client) => r,
     };
     stop(reg).await;
     stop(dra).await;

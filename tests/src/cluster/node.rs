@@ -577,7 +577,10 @@ impl Node {
     fn wait_dra_registered(&self, times: usize) -> Result<()> {
         poll("the kubelet to register devinject-dra", SLOW, || {
             let log = std::fs::read_to_string(self.dra_log_path()).unwrap_or_default();
-            Ok((log.matches(devinject_dra::serve::REGISTERED).count() >= times).then_some(()))
+            Ok(
+                (log.matches(devinject_dra::registration::REGISTERED).count() >= times)
+                    .then_some(()),
+            )
         })
         .map_err(|e| e.context(self.logs()))
     }
