@@ -32,15 +32,14 @@
 //! cluster at a time: the kubelets would share the `kubepods` cgroups.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Mutex;
 
-use devinject_tests::bins::bin;
+use devinject_tests::cluster::dra::{claim_template, demo_claim_template, device_class};
 use devinject_tests::cluster::{
     ready_with_containerd, Cluster, Kubernetes, Setup, Shape, DRA_DRIVER,
 };
 use devinject_tests::cri_node::BUSYBOX;
-use devinject_tests::daemons::{poll, run_ok};
+use devinject_tests::daemons::poll;
 use devinject_tests::probe::Report;
 use devinject_tests::runtimes::Release;
 use devinject_tests::sim::{assert_demo_granted_exactly, demo_probe_args, ACCELS, CTL, LIB};
@@ -48,9 +47,6 @@ use devinject_tests::skip::require;
 use serde_json::Value;
 
 static ONE_CLUSTER: Mutex<()> = Mutex::new(());
-
-/// The DeviceClass `devinject-dra device-classes` ships for the demo profile.
-const CLASS: &str = "demo.devinject.io";
 
 /// containerd 2 and a Kubernetes release with DRA GA (1.34 or later).
 fn ready() -> Option<Release> {
@@ -84,35 +80,21 @@ fn start(release: &Release, crio: Option<PathBuf>) -> Cluster {
         &shape,
     )
     .unwrap_or_else(|e| panic!("cluster: {e:#}"));
-    apply_device_classes(&c);
+    c.apply_dra_device_classes().expect("the DeviceClasses");
     c
-}
-
-/// Applies the DeviceClasses of the node's profiles, as `devinject-dra device-classes` prints
-/// them.
-fn apply_device_classes(c: &Cluster) {
-    let mut classes = Command::new(bin("devinject-dra"));
-    classes
-        .args(["device-classes", "--profiles-dir"])
-        .arg(&c.host().profiles_dir);
-    let yaml = run_ok(classes).expect("devinject-dra device-classes");
-    c.apply(&yaml).expect("apply the DeviceClasses");
-}
-
-/// A ResourceClaimTemplate `name` asking for `count` demo devices.
-fn claim_template(name: &str, count: u32) -> String {
-    format!(
-        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata:\n  name: {name}\n\
-         spec:\n  spec:\n    devices:\n      requests:\n      - name: demo\n        exactly:\n          \
-         deviceClassName: {CLASS}\n          allocationMode: ExactCount\n          count: {count}\n"
-    )
 }
 
 /// A pod on the default runtime running the demo probe and then sleeping (so its claim stays
 /// prepared until the test deletes it), its one container holding the claim made from
 /// `template`.
 fn pod(name: &str, template: &str) -> String {
-    let probe = demo_probe_args()
+    pod_holding(name, &[("demo", template)], &demo_probe_args())
+}
+
+/// A pod on the default runtime running the probe `probe` (its arguments) and then sleeping, its
+/// one container holding a claim per `(claim name, template)` of `claims`.
+fn pod_holding(name: &str, claims: &[(&str, &str)], probe: &[String]) -> String {
+    let probe = probe
         .iter()
         .map(|a| format!("'{a}'"))
         .collect::<Vec<_>>()
@@ -122,13 +104,17 @@ fn pod(name: &str, template: &str) -> String {
         "-c".to_owned(),
         format!("{probe}; echo probe-done; exec sleep 3600"),
     ];
+    let (mut pod_claims, mut refs) = (String::new(), String::new());
+    for (claim, template) in claims {
+        pod_claims += &format!("  - name: {claim}\n    resourceClaimTemplateName: {template}\n");
+        refs += &format!("      - name: {claim}\n");
+    }
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostNetwork: true\n  \
          restartPolicy: Never\n  automountServiceAccountToken: false\n  \
-         terminationGracePeriodSeconds: 0\n  resourceClaims:\n  - name: demo\n    \
-         resourceClaimTemplateName: {template}\n  containers:\n  - name: main\n    \
-         image: {BUSYBOX}\n    imagePullPolicy: Never\n    command: {command}\n    \
-         resources:\n      claims:\n      - name: demo\n",
+         terminationGracePeriodSeconds: 0\n  resourceClaims:\n{pod_claims}  containers:\n  \
+         - name: main\n    image: {BUSYBOX}\n    imagePullPolicy: Never\n    command: {command}\n    \
+         resources:\n      claims:\n{refs}",
         command = serde_json::to_string(&command).expect("json"),
     )
 }
@@ -263,7 +249,8 @@ fn claims_get_exactly_their_devices(c: &Cluster) {
         c.kubectl(&["get", "resourceslices"]).unwrap_or_default()
     );
 
-    c.apply(&claim_template("one-demo", 1)).expect("template");
+    c.apply(&demo_claim_template("one-demo", 1))
+        .expect("template");
     c.apply(&pod("first", "one-demo")).expect("create pod");
     c.apply(&pod("second", "one-demo")).expect("create pod");
     let first = probe_output(c, "first");
@@ -288,7 +275,7 @@ fn claims_get_exactly_their_devices(c: &Cluster) {
     assert_eq!(spec["devices"].as_array().map(Vec::len), Some(1), "{text}");
 
     // More devices than the node has: the scheduler leaves the pod Pending.
-    c.apply(&claim_template("too-many", ACCELS.len() as u32 + 1))
+    c.apply(&demo_claim_template("too-many", ACCELS.len() as u32 + 1))
         .expect("template");
     c.apply(&pod("greedy", "too-many")).expect("create pod");
     let why = c
@@ -329,7 +316,8 @@ fn a_driver_killed_while_a_claim_is_prepared_unprepares_it_after_its_restart() {
     };
     let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
     let mut c = start(&release, None);
-    c.apply(&claim_template("one-demo", 1)).expect("template");
+    c.apply(&demo_claim_template("one-demo", 1))
+        .expect("template");
     c.apply(&pod("held", "one-demo")).expect("create pod");
     let out = probe_output(&c, "held");
     let claim = claim_of(&c, "held");
@@ -366,7 +354,7 @@ fn an_unplugged_device_leaves_the_slice_and_no_claim_is_allocated_to_it() {
 
     // All the node has left, and not one more: the scheduler allocates from the slice.
     let left = ACCELS.len() as u32 - 1;
-    c.apply(&claim_template("all-left", left))
+    c.apply(&demo_claim_template("all-left", left))
         .expect("template");
     c.apply(&pod("rest", "all-left")).expect("create pod");
     let out = probe_output(&c, "rest");
@@ -379,7 +367,8 @@ fn an_unplugged_device_leaves_the_slice_and_no_claim_is_allocated_to_it() {
     devinject_tests::sim::mknod(&node, major, minor, "0666").expect("replug");
     c.wait_resource_slices(ACCELS.len())
         .unwrap_or_else(|e| panic!("the slice follows the replug: {e:#}"));
-    c.apply(&claim_template("one-demo", 1)).expect("template");
+    c.apply(&demo_claim_template("one-demo", 1))
+        .expect("template");
     c.apply(&pod("replugged", "one-demo")).expect("create pod");
     let out = probe_output(&c, "replugged");
     let ids = allocated_ids(&claim_of(&c, "replugged"));
@@ -433,19 +422,17 @@ fn the_kvm_tun_and_fuse_profiles_serve_the_real_kernel_devices_through_claims() 
         .unwrap_or_else(|e| panic!("restart the driver: {e:#}"));
     c.wait_resource_slices(ACCELS.len() + KERNEL_DEVICES.len())
         .unwrap_or_else(|e| panic!("the kernel devices' slices: {e:#}"));
-    apply_device_classes(&c);
+    c.apply_dra_device_classes().expect("the DeviceClasses");
 
-    let mut claims = String::new();
-    let mut refs = String::new();
+    let mut claims = Vec::new();
     for (profile, _) in KERNEL_DEVICES {
-        c.apply(&format!(
-            "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata:\n  name: one-{profile}\n\
-             spec:\n  spec:\n    devices:\n      requests:\n      - name: dev\n        exactly:\n          \
-             deviceClassName: {profile}.{DRA_DRIVER}\n"
+        c.apply(&claim_template(
+            &format!("one-{profile}"),
+            &device_class(profile),
+            1,
         ))
         .expect("template");
-        claims += &format!("  - name: {profile}\n    resourceClaimTemplateName: one-{profile}\n");
-        refs += &format!("      - name: {profile}\n");
+        claims.push((profile, format!("one-{profile}")));
     }
     let demo: Vec<String> = ACCELS
         .iter()
@@ -456,23 +443,11 @@ fn the_kvm_tun_and_fuse_profiles_serve_the_real_kernel_devices_through_claims() 
         .map(|(p, _, _)| p.as_str())
         .chain(demo.iter().map(String::as_str))
         .collect();
-    let probe = devinject_tests::probe::probe_args(&paths, &[])
-        .iter()
-        .map(|a| format!("'{a}'"))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let command = serde_json::to_string(&[
-        "/bin/sh".to_owned(),
-        "-c".to_owned(),
-        format!("{probe}; echo probe-done; exec sleep 3600"),
-    ])
-    .expect("json");
-    c.apply(&format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kernel\nspec:\n  hostNetwork: true\n  \
-         restartPolicy: Never\n  automountServiceAccountToken: false\n  \
-         terminationGracePeriodSeconds: 0\n  resourceClaims:\n{claims}  containers:\n  - name: main\n    \
-         image: {BUSYBOX}\n    imagePullPolicy: Never\n    command: {command}\n    \
-         resources:\n      claims:\n{refs}"
+    let claims: Vec<(&str, &str)> = claims.iter().map(|(p, t)| (*p, t.as_str())).collect();
+    c.apply(&pod_holding(
+        "kernel",
+        &claims,
+        &devinject_tests::probe::probe_args(&paths, &[]),
     ))
     .expect("create pod");
     let out = probe_output(&c, "kernel");
@@ -503,7 +478,7 @@ fn the_kvm_tun_and_fuse_profiles_serve_the_real_kernel_devices_through_claims() 
 /// A ResourceClaimTemplate `name` asking for one demo device whose opaque configuration chooses
 /// the prepare step's `function`.
 fn claim_template_with_function(name: &str, function: &str) -> String {
-    claim_template(name, 1)
+    demo_claim_template(name, 1)
         + &format!(
             "      config:\n      - opaque:\n          driver: {DRA_DRIVER}\n          parameters:\n            \
              function: {function}\n"
@@ -623,11 +598,12 @@ fn an_admin_access_claim_gets_the_device_another_pod_holds_and_no_other() {
     let c = start(&release, None);
     // Device 0, chosen by its `id` attribute, held by an ordinary pod.
     let by_id = |name: &str, namespace: &str, admin: bool| {
-        format!(
-            "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata:\n  name: {name}\n  \
-             namespace: {namespace}\nspec:\n  spec:\n    devices:\n      requests:\n      - name: demo\n        \
-             exactly:\n          deviceClassName: {CLASS}\n          adminAccess: {admin}\n          \
-             selectors:\n          - cel:\n              expression: 'device.attributes[\"{DRA_DRIVER}\"].id == \"0\"'\n"
+        demo_claim_template(name, 1).replace(
+            &format!("  name: {name}\n"),
+            &format!("  name: {name}\n  namespace: {namespace}\n"),
+        ) + &format!(
+            "          adminAccess: {admin}\n          selectors:\n          - cel:\n              \
+             expression: 'device.attributes[\"{DRA_DRIVER}\"].id == \"0\"'\n"
         )
     };
     c.apply(&by_id("device-0", "default", false))

@@ -33,6 +33,7 @@ use devinject_admission::policy::GrantSource;
 use devinject_benchmarks::stats::{children_cpu, thread_cpu, Samples};
 use devinject_podresources_protocol::{Answer, PodEntry, Request, Rpc};
 use devinject_tests::bins::bin;
+use devinject_tests::cluster::dra::demo_claim_template;
 use devinject_tests::cluster::{Cluster, Setup, SLOW};
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::daemons::poll;
@@ -363,23 +364,8 @@ fn dra() -> Result<()> {
     let c = Cluster::start_with(Setup::Dra {
         containerd: containerd.bin,
     })?;
-    let mut classes = Command::new(bin("devinject-dra"));
-    classes
-        .args(["device-classes", "--profiles-dir"])
-        .arg(&c.host().profiles_dir);
-    let out = classes.output().context("devinject-dra device-classes")?;
-    if !out.status.success() {
-        bail!(
-            "devinject-dra device-classes: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    c.apply(&String::from_utf8_lossy(&out.stdout))?;
-    c.apply(&format!(
-        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata:\n  name: {DRA_TEMPLATE}\n\
-         spec:\n  spec:\n    devices:\n      requests:\n      - name: demo\n        exactly:\n          \
-         deviceClassName: demo.devinject.io\n"
-    ))?;
+    c.apply_dra_device_classes()?;
+    c.apply(&demo_claim_template(DRA_TEMPLATE, 1))?;
     pod_start(&c, "warm-plain", false)?;
     pod_start_of(&c, "warm-dra", &dra_pod_yaml("warm-dra"))?;
     let (mut plain, mut claimed, mut again) =

@@ -43,6 +43,7 @@ use crate::daemons::{
 use crate::sim::{SimHost, ACCELS};
 use crate::skip::{require, require_binary, require_root};
 
+pub mod dra;
 pub mod image;
 pub mod install;
 pub mod kubernetes;
