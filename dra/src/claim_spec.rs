@@ -181,7 +181,10 @@ pub fn build(
                 id: (*id).to_owned(),
             });
         };
-        allocated.devices.push(device.clone());
+        // Two shares of one shared device are one device to the renderer.
+        if allocated.by_id(id).is_none() {
+            allocated.devices.push(device.clone());
+        }
     }
     let no_devices = || ClaimSpecError::NoDevices {
         uid: uid.to_owned(),
@@ -196,7 +199,7 @@ pub fn build(
         .ok_or_else(no_devices)?;
     // The renderer names each device by its id (plus `all`, unless a device is called that):
     // take ours by id, in allocation order, and leave the rest.
-    let mut by_id: BTreeMap<String, _> = rendered
+    let by_id: BTreeMap<String, _> = rendered
         .devices
         .into_iter()
         .map(|d| (d.name.clone(), d))
@@ -209,7 +212,7 @@ pub fn build(
     };
     let mut cdi_device_ids = BTreeMap::new();
     for (name, id) in &wanted {
-        let mut device = by_id.remove(*id).ok_or_else(no_devices)?;
+        let mut device = by_id.get(*id).cloned().ok_or_else(no_devices)?;
         device.name = naming::cdi_device(uid, name);
         spec.devices.push(device);
         cdi_device_ids.insert(
@@ -483,6 +486,34 @@ DEMO_DRIVER_VERSION = "1.0"
         assert_eq!(spec.cdi_device_ids.len(), 2);
         // Additional gids need CDI 0.7.0.
         assert_eq!(spec.spec.cdi_version, "0.7.0");
+    }
+
+    #[test]
+    fn two_shares_of_one_shared_device_are_two_cdi_devices_with_its_node() {
+        let spec = build(
+            &ctx(Path::new("/")),
+            UID,
+            &profile(),
+            &inventory(),
+            &driver_files(),
+            &pairs(&[("demo-1--0", "1"), ("demo-1--1", "1")]),
+        )
+        .unwrap();
+        let names: Vec<_> = spec.spec.devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [format!("{UID}-demo-1--0"), format!("{UID}-demo-1--1")]
+        );
+        for d in &spec.spec.devices {
+            let nodes: Vec<_> = d
+                .container_edits
+                .device_nodes
+                .iter()
+                .map(|n| n.path.as_str())
+                .collect();
+            assert_eq!(nodes, ["/dev/demo/accel1"], "{}", d.name);
+        }
+        assert_eq!(spec.cdi_device_ids.len(), 2);
     }
 
     #[test]

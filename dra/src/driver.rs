@@ -21,8 +21,10 @@ use tracing::{info, warn};
 use crate::checkpoint::{Checkpoint, ClaimEntry};
 use crate::claim::{self, AllocatedDevice, Allocation};
 use crate::claim_spec::{self, ClaimSpec, SpecContext};
-use crate::naming::{self, DeviceNames};
+use crate::naming;
 use crate::prepared::{ClaimRef, Claims, PreparedDevice};
+use crate::slices::device_names;
+use devinject_devices::request::split_replica;
 
 /// What the driver logs for each claim it prepared, with `took_us`, the time from the kubelet's
 /// call to the answer (the benchmark reads it).
@@ -110,19 +112,20 @@ impl Driver {
             let profile = self.config.profiles.get(&name).ok_or("profile vanished")?;
             let inventory = discover(profile, &self.config.roots)
                 .map_err(|e| format!("profile {name}: discovery: {e}"))?;
-            let names = DeviceNames::new(&name, inventory.devices.iter().map(|d| d.id.as_str()))
-                .map_err(|e| e.to_string())?;
+            let names = device_names(profile, &inventory).map_err(|e| e.to_string())?;
             let mut pairs = Vec::new();
             // The devices of each chosen function (none: the profile's default), in claim order.
             let mut by_function: BTreeMap<Option<String>, Vec<DeviceId>> = BTreeMap::new();
             for d in &devices {
-                let id = names.id(&d.device).ok_or_else(|| {
+                let published = names.id(&d.device).ok_or_else(|| {
                     format!(
                         "device {} of pool {} is not on this node any more (unplugged since it \
                          was allocated): delete the pod so that the claim is allocated again",
                         d.device, d.pool
                     )
                 })?;
+                // A share of a shared device stands for the device itself.
+                let id = split_replica(published).map_or(published, |(id, _)| id);
                 let device = inventory
                     .by_id(id)
                     .filter(|dev| dev.healthy)

@@ -15,11 +15,12 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use devinject_devices::{HostRoots, ProfileSet};
+use devinject_dra::api_client::ApiConfig;
 use devinject_dra::claim_spec::SpecContext;
 use devinject_dra::driver::{Driver, DriverConfig};
 use devinject_dra::naming::DEFAULT_DRIVER;
 use devinject_dra::serve::{serve, ServeConfig};
-use devinject_dra::slices::device_class;
+use devinject_dra::slices::device_classes_manifest;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Parser)]
@@ -88,6 +89,11 @@ struct ServeArgs {
     /// The kubelet's plugin registry, where it looks for registration sockets.
     #[arg(long, default_value = "/var/lib/kubelet/plugins_registry")]
     registry_dir: PathBuf,
+    /// Where the host's `/` is mounted (the DaemonSet pod's hostPath): the driver chroots there
+    /// once it has its API server credentials, so that every other path above, every path it
+    /// writes into a CDI spec and every prepare step it runs is the host's.
+    #[arg(long, value_name = "DIR")]
+    host_root: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -126,14 +132,10 @@ fn print_device_classes(
 ) -> Result<()> {
     let profiles =
         ProfileSet::load_dir(profiles_dir).map_err(|e| ConfigurationError(e.to_string()))?;
-    for profile in profiles.iter() {
-        let extended = (!no_extended_resources).then(|| profile.resource_name());
-        let class = device_class(driver, profile.name.as_str(), extended);
-        println!(
-            "---\n{}",
-            serde_json::to_string_pretty(&class).context("render a DeviceClass")?
-        );
-    }
+    print!(
+        "{}",
+        device_classes_manifest(driver, &profiles, !no_extended_resources)
+    );
     Ok(())
 }
 
@@ -148,15 +150,27 @@ fn run(args: ServeArgs) -> Result<()> {
                 .into(),
         )
         })?;
-    let profiles =
-        ProfileSet::load_dir(&args.profiles_dir).map_err(|e| ConfigurationError(e.to_string()))?;
     let driver_dir = args.plugins_dir.join(&args.driver);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("start the async runtime")?;
     runtime.block_on(async move {
-        let client: kube::Client = client(args.kubeconfig.as_deref()).await?;
+        let api = ApiConfig::load(args.kubeconfig.as_deref(), args.host_root.is_some())
+            .await
+            .map_err(|e| ConfigurationError(e.to_string()))?;
+        // Made before the chroot: it reads the CA bundle by its path in the pod.
+        let client = kube::Client::try_from(api.config).context("make the API server client")?;
+        if let Some(root) = &args.host_root {
+            nix::unistd::chroot(root)
+                .with_context(|| format!("chroot into the host root {}", root.display()))?;
+            std::env::set_current_dir("/").context("chdir to / in the host root")?;
+        }
+        // The token's directory stays open for the client's life (api_client.rs).
+        let _token_dir = api.token_dir;
+        // Every path from here on is the host's.
+        let profiles = ProfileSet::load_dir(&args.profiles_dir)
+            .map_err(|e| ConfigurationError(e.to_string()))?;
         let config = DriverConfig {
             node: node.clone(),
             profiles: profiles.clone(),
@@ -192,23 +206,4 @@ fn run(args: ServeArgs) -> Result<()> {
         .await
         .context("devinject-dra stopped")
     })
-}
-
-/// The API server client: from `kubeconfig`, or inferred (the pod's service account).
-async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| ConfigurationError(format!("kubeconfig {}: {e}", path.display())))?;
-            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| ConfigurationError(format!("kubeconfig {}: {e}", path.display())))?
-        }
-        None => kube::Config::infer().await.map_err(|e| {
-            ConfigurationError(format!(
-                "no API server credentials (not in a pod, and no --kubeconfig): {e}"
-            ))
-        })?,
-    };
-    kube::Client::try_from(config).context("make the API server client")
 }

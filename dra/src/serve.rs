@@ -111,6 +111,9 @@ async fn publish(config: &ServeConfig, client: kube::Client) -> Result<(), Serve
     let params = PatchParams::apply(FIELD_MANAGER).force();
     // What the API server holds, as far as this driver knows: profile -> slice.
     let mut published: std::collections::BTreeMap<String, ResourceSlice> = Default::default();
+    // The last discovery error of each profile, logged when it first appears or changes, not at
+    // every rescan (a node without a profile's driver fails the same way twice a second).
+    let mut failing: std::collections::BTreeMap<String, String> = Default::default();
     let mut ticker = tokio::time::interval(RESCAN);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -118,9 +121,18 @@ async fn publish(config: &ServeConfig, client: kube::Client) -> Result<(), Serve
         for profile in config.profiles.iter() {
             let name = profile.name.as_str();
             let inventory = match discover(profile, &config.roots) {
-                Ok(i) => i,
+                Ok(i) => {
+                    if failing.remove(name).is_some() {
+                        info!(profile = name, "discovery works again");
+                    }
+                    i
+                }
                 Err(e) => {
-                    warn!(profile = name, error = %e, "discovery failed; the slice stays as it was");
+                    let error = e.to_string();
+                    if failing.get(name) != Some(&error) {
+                        warn!(profile = name, error = %error, "discovery failed; the slice stays as it was until it works");
+                        failing.insert(name.to_owned(), error);
+                    }
                     continue;
                 }
             };

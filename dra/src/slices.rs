@@ -10,6 +10,10 @@
 //!   the device plugin advertises), `index` (int, the discovery index) and `numaNode` (int,
 //!   when sysfs tells one). The names are unqualified, so they take the driver's domain: a CEL
 //!   selector reads `device.attributes["devinject.io"].profile`.
+//! - A profile that shares its devices (`replicas` = N > 1) publishes each as N devices, one
+//!   per share, named after the replica ids the device plugin advertises (`<id>::<n>`, see
+//!   [`published_ids`]) and carrying the attribute `replica`; each share is allocated to one
+//!   claim at a time, so N claims share the device, as N containers do through the plugin.
 //! - Unhealthy devices are left out of the slice rather than tainted: device taints
 //!   (`DRADeviceTaints`) are still feature-gated in Kubernetes 1.36, and a device absent from
 //!   the pool cannot be allocated on any cluster. A device that recovers comes back.
@@ -43,6 +47,36 @@ pub const ATTR_ID: &str = "id";
 pub const ATTR_INDEX: &str = "index";
 /// Attribute: the device's NUMA node (int), when known.
 pub const ATTR_NUMA_NODE: &str = "numaNode";
+/// Attribute: which share of a shared device this is (int, 0 to `replicas` - 1), on the
+/// devices of a profile with `replicas` > 1 only.
+pub const ATTR_REPLICA: &str = "replica";
+
+/// The ids device `id` of `profile` is published under: `id` itself, or, where the profile
+/// shares its devices (`replicas` > 1), one replica id per share (`<id>::<n>`, what the device
+/// plugin advertises), each a device of its own in the slice that one claim at a time holds.
+pub fn published_ids(profile: &Profile, id: &str) -> Vec<String> {
+    if profile.replicas <= 1 {
+        return vec![id.to_owned()];
+    }
+    (0..profile.replicas)
+        .map(|n| devinject_devices::request::replica_id(id, n))
+        .collect()
+}
+
+/// The DRA names of every device of `profile` in `inventory`, shares included (see
+/// [`published_ids`]): healthy or not, so that a device's name does not depend on another's
+/// health and a collision shows as soon as both exist.
+pub fn device_names(profile: &Profile, inventory: &Inventory) -> Result<DeviceNames> {
+    let ids: Vec<String> = inventory
+        .devices
+        .iter()
+        .flat_map(|d| published_ids(profile, d.id.as_str()))
+        .collect();
+    Ok(DeviceNames::new(
+        profile.name.as_str(),
+        ids.iter().map(String::as_str),
+    )?)
+}
 
 /// Why a profile's devices cannot be published.
 #[derive(Debug, thiserror::Error)]
@@ -99,35 +133,43 @@ pub fn resource_slice(
     generation: i64,
 ) -> Result<ResourceSlice> {
     let pname = profile.name.as_str();
-    // Named over every device, healthy or not, so a device's name does not depend on another's
-    // health and a collision shows as soon as both exist.
-    DeviceNames::new(pname, inventory.devices.iter().map(|d| d.id.as_str()))?;
+    device_names(profile, inventory)?;
     let healthy: Vec<_> = inventory.devices.iter().filter(|d| d.healthy).collect();
-    if healthy.len() > MAX_DEVICES_PER_SLICE {
+    let shares = usize::try_from(profile.replicas.max(1)).unwrap_or(usize::MAX);
+    let count = healthy.len().saturating_mul(shares);
+    if count > MAX_DEVICES_PER_SLICE {
         return Err(SliceError::TooManyDevices {
             profile: pname.to_owned(),
             node: node.to_owned(),
-            count: healthy.len(),
+            count,
             max: MAX_DEVICES_PER_SLICE,
         });
     }
-    let mut devices = Vec::with_capacity(healthy.len());
+    let mut devices = Vec::with_capacity(count);
     for d in &healthy {
-        let mut attributes = BTreeMap::new();
-        attributes.insert(ATTR_PROFILE.to_owned(), string(pname));
-        attributes.insert(ATTR_ID.to_owned(), string(d.id.as_str()));
-        attributes.insert(
-            ATTR_INDEX.to_owned(),
-            int(i64::try_from(d.index).unwrap_or(i64::MAX)),
-        );
-        if let Some(numa) = d.numa_node {
-            attributes.insert(ATTR_NUMA_NODE.to_owned(), int(numa));
+        for (replica, published) in published_ids(profile, d.id.as_str()).iter().enumerate() {
+            let mut attributes = BTreeMap::new();
+            attributes.insert(ATTR_PROFILE.to_owned(), string(pname));
+            attributes.insert(ATTR_ID.to_owned(), string(d.id.as_str()));
+            attributes.insert(
+                ATTR_INDEX.to_owned(),
+                int(i64::try_from(d.index).unwrap_or(i64::MAX)),
+            );
+            if let Some(numa) = d.numa_node {
+                attributes.insert(ATTR_NUMA_NODE.to_owned(), int(numa));
+            }
+            if profile.replicas > 1 {
+                attributes.insert(
+                    ATTR_REPLICA.to_owned(),
+                    int(i64::try_from(replica).unwrap_or(i64::MAX)),
+                );
+            }
+            devices.push(Device {
+                name: naming::device(pname, published)?,
+                attributes: Some(attributes),
+                ..Device::default()
+            });
         }
-        devices.push(Device {
-            name: naming::device(pname, d.id.as_str())?,
-            attributes: Some(attributes),
-            ..Device::default()
-        });
     }
     let left_out = inventory.devices.len() - healthy.len();
     if left_out > 0 {
@@ -198,6 +240,27 @@ pub fn device_class(driver: &str, profile: &str, extended_resource: Option<&str>
     }
 }
 
+/// The DeviceClass of every profile in `profiles`, as one manifest of YAML documents (each a
+/// `---` line and the class in JSON): what `devinject-dra device-classes` prints and
+/// deploy/overlays/dra/deviceclasses.yaml ships. With `extended_resources`, each class maps the
+/// profile's resource name (see [`device_class`]).
+pub fn device_classes_manifest(
+    driver: &str,
+    profiles: &devinject_devices::ProfileSet,
+    extended_resources: bool,
+) -> String {
+    let mut out = String::new();
+    for profile in profiles.iter() {
+        let extended = extended_resources.then(|| profile.resource_name());
+        let class = device_class(driver, profile.name.as_str(), extended.as_deref());
+        out.push_str("---\n");
+        // A DeviceClass is plain data: serialising it cannot fail.
+        out.push_str(&serde_json::to_string_pretty(&class).unwrap_or_default());
+        out.push('\n');
+    }
+    out
+}
+
 fn string(s: &str) -> DeviceAttribute {
     DeviceAttribute {
         string: Some(s.to_owned()),
@@ -246,6 +309,25 @@ mod tests {
     use super::*;
     use devinject_devices::{DeviceId, DeviceKind, DeviceNode};
     use std::path::{Path, PathBuf};
+
+    #[test]
+    fn the_shipped_device_classes_are_those_of_the_shipped_profiles() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let profiles =
+            devinject_devices::ProfileSet::load_dir(&repo.join("deploy/base/profiles")).unwrap();
+        let shipped =
+            std::fs::read_to_string(repo.join("deploy/overlays/dra/deviceclasses.yaml")).unwrap();
+        let body: String = shipped
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(
+            body,
+            device_classes_manifest(crate::naming::DEFAULT_DRIVER, &profiles, true),
+            "deploy/overlays/dra/deviceclasses.yaml is stale: run scripts/render-manifests.sh"
+        );
+    }
 
     fn profile() -> Profile {
         Profile::parse(
@@ -297,6 +379,44 @@ mod tests {
                     && l.chars()
                         .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
             })
+    }
+
+    #[test]
+    fn a_shared_profile_publishes_a_device_per_share_of_each_healthy_device() {
+        let shared = Profile::parse(
+            "name = \"demo\"\nresource = \"devinject.io/demo\"\nreplicas = 3\n[discovery]\nnodes = [\"demo/accel[0-9]*\"]\n",
+            Path::new("demo.toml"),
+        )
+        .unwrap();
+        let inv = inventory(vec![
+            device("0", 0, None, true),
+            device("1", 1, None, false),
+        ]);
+        let slice = resource_slice("devinject.io", "node-a", &shared, &inv, 1).unwrap();
+        let devices = slice.spec.devices.unwrap();
+        let names: Vec<_> = devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["demo-0--0", "demo-0--1", "demo-0--2"]);
+        for (n, d) in devices.iter().enumerate() {
+            let a = d.attributes.as_ref().unwrap();
+            assert_eq!(a["id"].string.as_deref(), Some("0"), "the physical device");
+            assert_eq!(a["replica"].int, Some(n as i64));
+        }
+        let names = device_names(&shared, &inv).unwrap();
+        assert_eq!(
+            names.id("demo-1--2"),
+            Some("1::2"),
+            "named even while unhealthy"
+        );
+        let plain = resource_slice("devinject.io", "node-a", &profile(), &inv, 1).unwrap();
+        let devices = plain.spec.devices.unwrap();
+        assert!(
+            !devices[0]
+                .attributes
+                .as_ref()
+                .unwrap()
+                .contains_key("replica"),
+            "no replica attribute where nothing is shared"
+        );
     }
 
     #[test]

@@ -1,0 +1,142 @@
+//! The API server's configuration, made before the driver chroots into the host's `/`.
+//!
+//! In its DaemonSet pod the driver chroots into the host root (`--host-root`), so that every
+//! path it reads, writes, executes or hands the runtime is the host's. The pod's service
+//! account token lives in the pod's own filesystem, which the chroot leaves behind, and the
+//! kubelet rotates it (a projected token lasts an hour): the client must read it again after
+//! the chroot. [`ApiConfig::load`] therefore opens the token's directory before the chroot
+//! and points the client at the token through that descriptor (`/proc/self/fd/<n>/token`),
+//! which stays the pod's directory whatever the root is, and sees each rotation (the kubelet
+//! swaps the directory's `..data` link; the descriptor holds the directory, not a file).
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{open, OFlag};
+use nix::sys::stat::Mode;
+
+/// Where a pod's service account credentials are mounted (the token, `ca.crt`, `namespace`).
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// Why the API server's configuration could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiClientError {
+    /// The kubeconfig given cannot be read or used.
+    #[error("kubeconfig {}: {message}; pass a readable kubeconfig with --kubeconfig, or none in a pod", path.display())]
+    Kubeconfig {
+        /// The file.
+        path: PathBuf,
+        /// What kube-rs said.
+        message: String,
+    },
+    /// Not in a pod, or the pod has no service account token.
+    #[error("no API server credentials: not in a pod with a service account token ({message}), and no --kubeconfig given; mount the token (the manifests' projected volume) or pass --kubeconfig")]
+    InCluster {
+        /// What kube-rs said.
+        message: String,
+    },
+    /// The token's directory cannot be held open for use after the chroot.
+    #[error("cannot open the service account directory {SERVICE_ACCOUNT_DIR} to keep its token readable after the chroot: {source}")]
+    TokenDir {
+        /// The error of open(2).
+        source: nix::Error,
+    },
+}
+
+/// A client configuration, and what it needs kept open.
+#[derive(Debug)]
+pub struct ApiConfig {
+    /// The configuration for [`kube::Client::try_from`].
+    pub config: kube::Config,
+    /// The service account directory the token is read through, held for the process's life
+    /// when the configuration is in-cluster and a chroot follows.
+    pub token_dir: Option<OwnedFd>,
+}
+
+impl ApiConfig {
+    /// The configuration from `kubeconfig`, else the pod's service account. With
+    /// `chroot_follows`, an in-cluster token is read through a descriptor of its directory (see
+    /// the module's documentation); a kubeconfig is read whole here, before the chroot.
+    pub async fn load(
+        kubeconfig: Option<&Path>,
+        chroot_follows: bool,
+    ) -> Result<Self, ApiClientError> {
+        if let Some(path) = kubeconfig {
+            let kubeconfig_error = |e: &dyn std::fmt::Display| ApiClientError::Kubeconfig {
+                path: path.to_owned(),
+                message: e.to_string(),
+            };
+            let file =
+                kube::config::Kubeconfig::read_from(path).map_err(|e| kubeconfig_error(&e))?;
+            let config = kube::Config::from_custom_kubeconfig(
+                file,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .map_err(|e| kubeconfig_error(&e))?;
+            return Ok(Self {
+                config,
+                token_dir: None,
+            });
+        }
+        let mut config = kube::Config::incluster().map_err(|e| ApiClientError::InCluster {
+            message: e.to_string(),
+        })?;
+        if !chroot_follows {
+            return Ok(Self {
+                config,
+                token_dir: None,
+            });
+        }
+        let dir = open(
+            SERVICE_ACCOUNT_DIR,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|source| ApiClientError::TokenDir { source })?;
+        config.auth_info.token_file = Some(token_through(&dir));
+        Ok(Self {
+            config,
+            token_dir: Some(dir),
+        })
+    }
+}
+
+/// The token's path through the held directory: the same file before and after a chroot, as
+/// long as a procfs is mounted at `/proc` in the new root (the host's is).
+fn token_through(dir: &OwnedFd) -> String {
+    format!("/proc/self/fd/{}/token", dir.as_raw_fd())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_is_read_through_the_held_directory_even_after_it_is_renamed() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("serviceaccount");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("token"), "first").unwrap();
+        let fd = open(&dir, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty()).unwrap();
+        let path = token_through(&fd);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "first");
+        // The path the client knows no longer leads there: the descriptor still does, and sees
+        // the kubelet's rotation.
+        std::fs::rename(&dir, t.path().join("moved")).unwrap();
+        std::fs::write(t.path().join("moved/token"), "rotated").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "rotated");
+    }
+
+    #[tokio::test]
+    async fn a_missing_kubeconfig_names_the_file_and_the_fix() {
+        let e = ApiConfig::load(Some(Path::new("/nonexistent/kubeconfig")), false)
+            .await
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("/nonexistent/kubeconfig") && text.contains("--kubeconfig"),
+            "{text}"
+        );
+    }
+}
