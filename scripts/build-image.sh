@@ -23,10 +23,11 @@ out="$target_dir/bin"
 # does in-process, for checking by hand; it is installed next to the hook and the shim.
 # devinject-nri is the NRI plugin the nri overlay runs in the pod (deploy/overlays/nri).
 # devinject-webhook is the admission webhook of deploy/overlays/webhook.
+# devinject-dra is the DRA driver the dra overlay runs in the pod (deploy/overlays/dra).
 packages=(-p devinject-installer -p devinject-hook -p devinject-podresources -p devinject-runtime-config
-  -p devinject-nri -p devinject-webhook)
+  -p devinject-nri -p devinject-webhook -p devinject-dra)
 bins=(devinject-installer devinject-hook devinject-podresources devinject-runtime devinject-ctl devinject-nri
-  devinject-webhook)
+  devinject-webhook devinject-dra)
 # The device plugin binary lives on its own branch until merged; ship it when it is here.
 if [ -f plugin/src/main.rs ]; then
   packages+=(-p devinject-device-plugin)
@@ -49,7 +50,7 @@ for b in "${bins[@]}"; do
     exit 1
   fi
   case "$b" in
-    devinject-installer|devinject-device-plugin|devinject-nri|devinject-webhook) install -m 0755 "$f" "$stage/usr/bin/$b" ;;
+    devinject-installer|devinject-device-plugin|devinject-nri|devinject-webhook|devinject-dra) install -m 0755 "$f" "$stage/usr/bin/$b" ;;
     *) install -m 0755 "$f" "$stage/usr/share/devinject/bin/$b" ;;
   esac
 done

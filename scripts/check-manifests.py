@@ -12,7 +12,9 @@ render, and the manifests agree with the profiles and the installer.
   configuration must give the same resources the same weights.
 - Kustomizations: with kubectl (kustomize built in) every one is rendered, and deploy/devinject.yaml
   must equal the render of deploy/base, deploy/devinject-nri.yaml that of deploy/overlays/nri,
-  deploy/devinject-webhook.yaml that of deploy/overlays/webhook. Without kubectl, every file a kustomization names must
+  deploy/devinject-webhook.yaml that of deploy/overlays/webhook, deploy/devinject-dra.yaml that of
+  deploy/overlays/dra (objects of API versions newer than K8S_VERSIONS are checked against the
+  versions that serve them). Without kubectl, every file a kustomization names must
   exist and parse, and the render is reported as skipped.
 - deploy/base/profiles/ holds exactly the repository's profiles/, every profile has an example
   pod asking for its resource, and the RuntimeClass handler is the installer's runtime name.
@@ -40,6 +42,15 @@ RENDERED = {
     "base": "devinject.yaml",
     "overlays/nri": "devinject-nri.yaml",
     "overlays/webhook": "devinject-webhook.yaml",
+    "overlays/dra": "devinject-dra.yaml",
+}
+# API versions newer than some of K8S_VERSIONS: their objects are checked against the versions
+# that serve them, and at least against NEWEST.
+NEWEST = "1.36.0"
+INTRODUCED = {
+    ("resource.k8s.io/v1", None): "1.34.0",
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): "1.30.0",
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): "1.30.0",
 }
 
 failures = []
@@ -62,7 +73,7 @@ def validate_objects(label, docs):
         if kind == "KubeSchedulerConfiguration":
             check_scheduler_config(f"{label}: {kind}/{name}", doc)
             continue
-        for version in K8S_VERSIONS:
+        for version in versions_for(doc.get("apiVersion"), kind):
             try:
                 kubernetes_validate.validate(doc, version, strict=True)
             except kubernetes_validate.ValidationError as e:
@@ -70,6 +81,15 @@ def validate_objects(label, docs):
             except kubernetes_validate.SchemaNotFoundError:
                 fail(f"{label}: {kind}/{name}: no schema for {doc.get('apiVersion')} in {version}")
     print(f"ok   {label}: {len(docs)} object(s)")
+
+
+def versions_for(api_version, kind):
+    """The versions in K8S_VERSIONS (and NEWEST) that serve kind in api_version."""
+    since = INTRODUCED.get((api_version, kind), INTRODUCED.get((api_version, None)))
+    if since is None:
+        return K8S_VERSIONS
+    key = lambda v: tuple(int(x) for x in v.split("."))
+    return sorted({v for v in K8S_VERSIONS + [NEWEST] if key(v) >= key(since)}, key=key)
 
 
 def profiles():
@@ -243,6 +263,8 @@ def check_kustomizations(kubectl):
             check_rendered_file(label, plain, out.stdout)
         if kdir == DEPLOY / "base":
             check_rendered_base(rendered)
+        if kdir == DEPLOY / "overlays/dra":
+            check_rendered_dra(rendered)
 
 
 def check_rendered_file(label, name, render):
@@ -254,6 +276,31 @@ def check_rendered_file(label, name, render):
         fail(f"deploy/{name} is not the render of {label}: run scripts/render-manifests.sh")
     else:
         print(f"ok   deploy/{name} is the render of {label}")
+
+
+def check_rendered_dra(rendered):
+    """The DRA overlay runs the driver instead of the device plugin, unprivileged, with its
+    token, RBAC, the slice policy and a DeviceClass per profile."""
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in rendered}
+    for want in [("ClusterRole", "devinject-dra"), ("ClusterRoleBinding", "devinject-dra"),
+                 ("ValidatingAdmissionPolicy", "devinject-dra-resourceslices"),
+                 ("ValidatingAdmissionPolicyBinding", "devinject-dra-resourceslices")]:
+        if want not in kinds:
+            fail(f"overlays/dra has no {want[0]}/{want[1]}")
+    classes = {d["metadata"]["name"] for d in rendered if d["kind"] == "DeviceClass"}
+    for name, data in profiles().items():
+        profile = data.get("name", name.removesuffix(".toml"))
+        if not any(c.startswith(f"{profile}.") for c in classes):
+            fail(f"overlays/dra has no DeviceClass for profile {profile}")
+    for d in rendered:
+        if d["kind"] != "DaemonSet":
+            continue
+        names = [c["name"] for c in d["spec"]["template"]["spec"]["containers"]]
+        if names != ["dra"]:
+            fail(f"overlays/dra: the DaemonSet runs {names}, not the dra container alone")
+        for c in d["spec"]["template"]["spec"]["containers"]:
+            if c.get("securityContext", {}).get("privileged"):
+                fail("overlays/dra: the driver must not be privileged")
 
 
 def check_rendered_base(rendered):
