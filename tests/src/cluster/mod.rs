@@ -118,6 +118,8 @@ pub struct Cluster {
     mount_points: Vec<PathBuf>,
     kubernetes: Kubernetes,
     kubeconfig: PathBuf,
+    /// The API server's port on 127.0.0.1 (0 until the control plane starts).
+    api_port: u16,
     root: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -202,7 +204,33 @@ pub enum Setup {
     Dra {
         /// The containerd release's bin dir (ignored on CRI-O).
         containerd: PathBuf,
+        /// What else serves the demo devices on the node (containerd only).
+        beside: DraBeside,
     },
+    /// As users install devinject as a DRA driver: the node's containerd 2 reads CDI specs from
+    /// its default directory, `/var/run/cdi` (in the node's namespace, a directory of the
+    /// test's: the host's is not touched), and nothing of devinject is on the node; the test
+    /// applies the DRA manifests. The node's `/` is a shared mount, as for
+    /// [`Setup::DaemonSetNri`].
+    DaemonSetDra {
+        /// The containerd release's bin dir.
+        containerd: PathBuf,
+    },
+}
+
+/// What serves the node beside `devinject-dra` in [`Setup::Dra`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DraBeside {
+    /// Nothing: DRA alone.
+    Nothing,
+    /// `devinject-nri` on containerd's NRI socket under the `kubernetes` policy, as
+    /// [`Setup::Nri`] runs it: an engine path beside the DRA driver.
+    Nri,
+    /// The device plugin, answering with CDI devices (`cdi-cri`) from the specs
+    /// `devinject-ctl cdi generate` wrote, as [`Setup::Cdi`] runs it: the device plugin path
+    /// and the DRA path on one node, for the benchmark (the two hand out the same devices, so
+    /// only one pod at a time may hold one).
+    DevicePlugin,
 }
 
 /// containerd's default NRI socket, where the node's containerd listens in
@@ -216,6 +244,10 @@ pub const CDI_CRI_ALLOCATE_MODE: &str = "cdi-cri";
 
 /// The annotation devinject's admission webhook puts on a pod it rewrote.
 pub const WEBHOOK_ANNOTATION: &str = "devinject.io/functions";
+
+/// The CDI directory runtimes read by default and devinject-dra writes by default; in the
+/// node's namespace with [`Setup::DaemonSetDra`].
+pub const DEFAULT_CDI_DIR: &str = "/var/run/cdi";
 
 /// The DRA driver name devinject's driver publishes under (its default).
 pub const DRA_DRIVER: &str = "devinject.io";
@@ -267,6 +299,7 @@ impl Cluster {
             mount_points: Vec::new(),
             kubernetes,
             kubeconfig: root.join("kubeconfig"),
+            api_port: 0,
             root,
             _dir: dir,
         };
@@ -305,6 +338,7 @@ impl Cluster {
         self.etcd = Some(Daemon::start("etcd", etcd, &self.root.join("etcd.log"))?);
 
         let server = format!("https://127.0.0.1:{api_port}");
+        self.api_port = api_port;
         std::fs::write(&self.kubeconfig, pki::kubeconfig(&pki, &server))?;
         let p = |p: &Path| p.display().to_string();
         let mut api = Command::new(self.kube("kube-apiserver"));
@@ -433,7 +467,7 @@ impl Cluster {
     /// Starts `shape.nodes` nodes (their containerd and kubelet side by side), waits until
     /// they are Ready, then starts what `setup` runs as processes on each.
     fn start_nodes(&mut self, setup: &Setup, shape: &Shape) -> Result<()> {
-        self.make_mount_points(matches!(setup, Setup::DaemonSetNri { .. }))?;
+        self.make_mount_points(setup)?;
         for i in 0..shape.nodes {
             let name = match i {
                 0 => NODE.to_owned(),
@@ -450,13 +484,29 @@ impl Cluster {
             node.start(setup, &self.kubernetes, &self.kubeconfig)?;
         }
         self.wait_node_ready()?;
-        if matches!(setup, Setup::Ctl | Setup::Cdi { .. } | Setup::Nri { .. }) {
+        if matches!(
+            setup,
+            Setup::Ctl
+                | Setup::Cdi { .. }
+                | Setup::Nri { .. }
+                | Setup::Dra {
+                    beside: DraBeside::DevicePlugin,
+                    ..
+                }
+        ) {
             for node in &mut self.nodes {
                 node.start_plugin()?;
             }
             self.wait_allocatable("devinject.io/demo", &shape.devices.to_string())?;
         }
-        if matches!(setup, Setup::Nri { .. }) {
+        if matches!(
+            setup,
+            Setup::Nri { .. }
+                | Setup::Dra {
+                    beside: DraBeside::Nri,
+                    ..
+                }
+        ) {
             for node in &mut self.nodes {
                 node.start_nri_plugin()?;
             }
@@ -480,8 +530,8 @@ impl Cluster {
     /// Makes the host directories the node namespaces mount over ([`node::host_mount_points`])
     /// where they are missing, with their missing parents, and remembers each directory it
     /// made for the teardown (which removes them deepest first).
-    fn make_mount_points(&mut self, nri: bool) -> Result<()> {
-        for dir in node::host_mount_points(nri) {
+    fn make_mount_points(&mut self, setup: &Setup) -> Result<()> {
+        for dir in node::host_mount_points(setup) {
             let missing: Vec<&Path> = Path::new(dir)
                 .ancestors()
                 .take_while(|d| !d.exists())
@@ -678,6 +728,27 @@ impl Cluster {
     pub fn kubectl(&self, args: &[&str]) -> Result<String> {
         let mut cmd = self.kubectl_command();
         cmd.args(args);
+        run_ok(cmd).map(|s| s.trim().to_owned())
+    }
+
+    /// The API server's port on 127.0.0.1, where a pod on the host network reaches it (there is
+    /// no kube-proxy for the `kubernetes` Service's address).
+    pub fn api_port(&self) -> u16 {
+        self.api_port
+    }
+
+    /// Runs `kubectl args` authenticated by `token` alone (no client certificate); its stdout,
+    /// trimmed.
+    pub fn kubectl_with_token(&self, token: &str, args: &[&str]) -> Result<String> {
+        let mut cmd = Command::new(self.kube("kubectl"));
+        cmd.arg("--kubeconfig=/dev/null")
+            .arg(format!("--server=https://127.0.0.1:{}", self.api_port))
+            .arg(format!(
+                "--certificate-authority={}",
+                self.root.join("pki").join("ca.crt").display()
+            ))
+            .arg(format!("--token={token}"))
+            .args(args);
         run_ok(cmd).map(|s| s.trim().to_owned())
     }
 

@@ -17,7 +17,10 @@ use anyhow::{Context, Result};
 use devinject_nri::session::REGISTERED;
 use serde_json::Value;
 
-use super::{free_port, Kubernetes, Setup, KUBELET_ROOT, NRI_SOCKET, SLOW};
+use super::{
+    free_port, DraBeside, Kubernetes, Setup, CDI_CRI_ALLOCATE_MODE, DEFAULT_CDI_DIR, KUBELET_ROOT,
+    NRI_SOCKET, SLOW,
+};
 use crate::bins::bin;
 use crate::cri::Cri;
 use crate::cri_node::{
@@ -33,8 +36,9 @@ mod crio;
 pub const OCI_HOOKS_DIR: &str = "/etc/containers/oci/hooks.d";
 
 /// The directories of the host that every node's namespace covers with its own (the cluster
-/// makes them on the host where they are missing). With `nri`, `/run/nri` too.
-pub(super) fn host_mount_points(nri: bool) -> Vec<&'static str> {
+/// makes them on the host where they are missing), and those `setup` adds: `/run/nri` for
+/// NRI's socket, `/run/cdi` for the specs of the DRA driver's pod.
+pub(super) fn host_mount_points(setup: &Setup) -> Vec<&'static str> {
     let mut dirs = vec![
         "/var/lib/kubelet",
         "/etc/containerd",
@@ -44,10 +48,18 @@ pub(super) fn host_mount_points(nri: bool) -> Vec<&'static str> {
         "/var/log/pods",
         "/var/log/containers",
     ];
-    if nri {
-        dirs.push("/run/nri");
-    }
+    dirs.extend(own_run_dir(setup));
     dirs
+}
+
+/// The directory below `/run` the node namespace of `setup` has of its own (a DaemonSet's pod
+/// writes there through a hostPath), if any.
+fn own_run_dir(setup: &Setup) -> Option<&'static str> {
+    match setup {
+        Setup::DaemonSetNri { .. } => Some("/run/nri"),
+        Setup::DaemonSetDra { .. } => Some("/run/cdi"),
+        _ => None,
+    }
 }
 
 /// A node of the cluster. Its processes are stopped by the cluster's teardown, in dependency
@@ -173,7 +185,7 @@ impl Node {
                 "a CRI-O node needs today's Kubernetes release"
             );
             self.write_crio_config(setup, &bin)?;
-            self.start_namespace(matches!(setup, Setup::DaemonSetNri { .. }))?;
+            self.start_namespace(setup)?;
             self.make_cgroup_root()?;
             self.crio = Some(self.start_crio(&bin)?);
             return self.start_kubelet(kubernetes, kubeconfig, &self.crio_socket());
@@ -186,7 +198,7 @@ impl Node {
                 .context("containerd 2 (scripts/runtimes-fetch.sh)")?;
             self.containerd_release = Some(release.bin);
         }
-        self.start_namespace(matches!(setup, Setup::DaemonSetNri { .. }))?;
+        self.start_namespace(setup)?;
         self.make_cgroup_root()?;
         let containerd = self.start_containerd()?;
         let mut cri = Cri::connect(&containerd.socket())?;
@@ -234,17 +246,41 @@ impl Node {
                 containerd_config(&ctd_dir)
                     + &containerd_nri_settings_on(&ctd_dir, Path::new(NRI_SOCKET))
             }
-            Setup::Dra { containerd } => {
+            Setup::DaemonSetDra { containerd } => {
+                self.containerd_release = Some(containerd.clone());
+                containerd_cdi_config(&ctd_dir, Path::new(DEFAULT_CDI_DIR)) + CONTAINERD_NRI_OFF
+            }
+            Setup::Dra { containerd, beside } => {
                 let specs = self.cdi_spec_dir();
                 std::fs::create_dir_all(&specs)
                     .with_context(|| format!("mkdir {}", specs.display()))?;
+                if *beside == DraBeside::DevicePlugin {
+                    set_allocate_mode(
+                        &self.host.profiles_dir.join("demo.toml"),
+                        CDI_CRI_ALLOCATE_MODE,
+                    )?;
+                    cdi_generate(&self.host, &specs)?;
+                }
                 self.containerd_release = Some(containerd.clone());
-                containerd_cdi_config(&ctd_dir, &specs) + CONTAINERD_NRI_OFF
+                containerd_cdi_config(&ctd_dir, &specs)
+                    + &if *beside == DraBeside::Nri {
+                        containerd_nri_settings(&ctd_dir)
+                    } else {
+                        CONTAINERD_NRI_OFF.to_owned()
+                    }
             }
             Setup::Ctl | Setup::DaemonSet => containerd_config(&ctd_dir),
         };
         std::fs::write(&config, text)?;
-        if matches!(setup, Setup::Ctl | Setup::Nri { .. }) {
+        if matches!(
+            setup,
+            Setup::Ctl
+                | Setup::Nri { .. }
+                | Setup::Dra {
+                    beside: DraBeside::Nri,
+                    ..
+                }
+        ) {
             // The host configuration: the `kubernetes` policy asks this node's kubelet.
             let runc = crate::runc::runc_binary().context("runc")?;
             self.host.write_config(&format!(
@@ -390,16 +426,17 @@ impl Node {
     /// `/var/log/containers` are the node's own directories: what the node writes there (the installer included) stays in the test, and
     /// no kubelet collects another node's pod logs. (`/opt` is on disk, not a tmpfs: files the
     /// installer copies there would be charged to its memory limit as unreclaimable.) With
-    /// `nri`, `/run/nri` is the node's own too (containerd's default NRI socket is there), and
-    /// the namespace's mounts are then made shared, as a systemd host's are, for the NRI pod's
-    /// `HostToContainer` hostPath of `/`; they stay in the namespace, copies of the host's that
-    /// are peers of nothing outside it.
-    fn start_namespace(&mut self, nri: bool) -> Result<()> {
+    /// [`Setup::DaemonSetNri`], `/run/nri` is the node's own too (containerd's default NRI
+    /// socket is there), with [`Setup::DaemonSetDra`] `/run/cdi` (where `/var/run/cdi`, the
+    /// default CDI directory, leads), and the namespace's mounts are then made shared, as a
+    /// systemd host's are, for the pod's `HostToContainer` hostPath of `/`; they stay in the
+    /// namespace, copies of the host's that are peers of nothing outside it.
+    fn start_namespace(&mut self, setup: &Setup) -> Result<()> {
         let node = self.dir.join("node");
         for dir in [
             "log-pods",
             "log-containers",
-            "run-nri",
+            "run-own",
             "etc-crio",
             "etc-oci-hooks",
             "etc-containerd",
@@ -418,8 +455,10 @@ impl Node {
              mount --bind \"$0/log-containers\" /var/log/containers; \
              mount --bind \"$0/etc-devinject\" /etc/devinject; ",
         );
-        if nri {
-            script.push_str("mount --bind \"$0/run-nri\" /run/nri; mount --make-rshared /; ");
+        if let Some(dir) = own_run_dir(setup) {
+            script.push_str(&format!(
+                "mount --bind \"$0/run-own\" {dir}; mount --make-rshared /; "
+            ));
         }
         if self.crio_bin.is_some() {
             // This machine's kernel has the hugetlb controller but no v1 hierarchy of it: CRI-O

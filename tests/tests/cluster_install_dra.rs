@@ -1,0 +1,279 @@
+//! devinject installed as a DRA driver on a real Kubernetes 1.36 cluster
+//! ([`devinject_tests::cluster`], [`Setup::DaemonSetDra`]) the way users install it, and removed
+//! the same way:
+//!
+//! 1. the node runs containerd 2 with CDI on its default directory (`/var/run/cdi`, the node's
+//!    own), nothing of devinject on the node; the image built by scripts/build-image.sh (which
+//!    ships `devinject-dra`) is imported into it;
+//! 2. `kubectl apply -f deploy/devinject-dra.yaml` with only `hostNetwork: true` and the API
+//!    server's address patched in (no CNI, no kube-proxy here): the init container installs the
+//!    files and configures no engine; the `dra` container chroots into the node's `/`,
+//!    registers with the kubelet and publishes the node's real kvm, tun and fuse as
+//!    ResourceSlices with the pod's own, pod-bound service account token;
+//! 3. the shipped examples (`deploy/examples/{kvm,tun,fuse}.yaml`, which ask for the profiles'
+//!    resources in their limits) run unchanged but for their `runtimeClassName`: the shipped
+//!    DeviceClasses map those resources to DRA (KEP-5004), and each pod sees its device; a pod
+//!    holding a ResourceClaim of the kvm class sees `/dev/kvm`, and its claim's CDI spec is in
+//!    the node's `/var/run/cdi` while it runs and gone after;
+//! 4. the shipped policy holds the driver's account to its node: with a token bound to the
+//!    driver's pod, a ResourceSlice of another node is refused; with a token bound to no pod, any
+//!    slice is; the account may not read Secrets;
+//! 5. the DaemonSet deleted and the shipped uninstall DaemonSet applied, every file of devinject
+//!    is gone from the node, and containerd's configuration is byte for byte what it was.
+//!
+//! Needs what tests/cluster_install.rs needs, Kubernetes >= 1.34 and containerd 2
+//! (scripts/runtimes-fetch.sh); skipped otherwise, a failure under CI.
+
+use devinject_dra::registration::REGISTERED;
+use devinject_tests::cluster::dra::{claim_template, device_class};
+use devinject_tests::cluster::install::{
+    assert_files_gone, files_in, host_network, init_output, patch, pods, prepare_node, ready,
+    rollout, show_and_run_examples, workspace_file, workspace_path, Via, NS,
+};
+use devinject_tests::cluster::{
+    image, ready_with_containerd, Cluster, Kubernetes, Setup, DEFAULT_CDI_DIR, NODE, SLOW,
+};
+use devinject_tests::cri_node::BUSYBOX;
+use devinject_tests::daemons::poll;
+use devinject_tests::skip::require;
+
+/// Where [`DEFAULT_CDI_DIR`] leads on the node (`/var/run` is a link to `/run`), as a path
+/// through the node's `/proc/<pid>/root`, where the link would lead to the test's own `/run`.
+const NODE_CDI_DIR: &str = "/run/cdi";
+
+/// The label of the devinject DaemonSet's pods.
+const NODE_PODS: &str = "app.kubernetes.io/component=node";
+
+/// The manifest as shipped, but on the host network and with the API server's address as a pod
+/// there reaches it (no kube-proxy serves the `kubernetes` Service's address here).
+fn test_manifest(c: &Cluster) -> String {
+    let manifest = host_network(&workspace_file("deploy/devinject-dra.yaml"));
+    patch(
+        &manifest,
+        "        env:\n        - name: NODE_NAME\n",
+        &format!(
+            "        env:\n        - name: KUBERNETES_SERVICE_HOST\n          value: 127.0.0.1\n        \
+             - name: KUBERNETES_SERVICE_PORT\n          value: \"{}\"\n        - name: NODE_NAME\n",
+            c.api_port()
+        ),
+        1,
+    )
+}
+
+/// A ResourceSlice of the driver for `node`, in a pool of its own.
+fn forged_slice(node: &str) -> String {
+    format!(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata:\n  name: forged-{node}\n\
+         spec:\n  driver: devinject.io\n  nodeName: {node}\n  pool:\n    name: {node}/forged\n    \
+         generation: 1\n    resourceSliceCount: 1\n  devices:\n  - name: forged-0\n"
+    )
+}
+
+/// A pod holding a claim of the kvm DeviceClass, listing `/dev/kvm` and then sleeping.
+fn kvm_claimant(name: &str, template: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostNetwork: true\n  \
+         restartPolicy: Never\n  terminationGracePeriodSeconds: 0\n  resourceClaims:\n  \
+         - name: kvm\n    resourceClaimTemplateName: {template}\n  containers:\n  - name: main\n    \
+         image: {BUSYBOX}\n    imagePullPolicy: Never\n    \
+         command: [sh, -c, 'ls -l /dev/kvm; echo listed; exec sleep 3600']\n    resources:\n      \
+         claims:\n      - name: kvm\n"
+    )
+}
+
+#[test]
+fn installed_as_a_dra_driver_it_serves_claims_and_the_examples_and_uninstalls() {
+    if !ready() {
+        return;
+    }
+    let Some(release) = ready_with_containerd("2") else {
+        return;
+    };
+    if !require(
+        Kubernetes::find().is_some_and(|k| !k.is_legacy()),
+        "DRA needs Kubernetes >= 1.34 (DEVINJECT_KUBE_BIN: scripts/kube-module-build.sh)",
+    ) {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (archive, tag) = image::build(t.path()).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(tag, "devinject:0.1.0", "the manifests' image");
+    let c = Cluster::start_with(Setup::DaemonSetDra {
+        containerd: release.bin.clone(),
+    })
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let before = std::fs::read(c.containerd_config()).unwrap();
+    prepare_node(&c, &archive);
+
+    // Install.
+    c.apply(&test_manifest(&c))
+        .expect("kubectl apply -f deploy/devinject-dra.yaml");
+    let install = init_output(&c, NODE_PODS, "install");
+    eprintln!(
+        "$ kubectl -n {NS} logs <pod> -c install\n{}",
+        install.trim_end()
+    );
+    assert!(
+        !install.contains("ACTION NEEDED") && !install.contains("runtime-containerd"),
+        "the installer configured no engine and asks for nothing:\n{install}"
+    );
+    rollout(&c, "devinject");
+    let pod = pods(&c, NS, NODE_PODS)
+        .first()
+        .cloned()
+        .expect("the DaemonSet's pod");
+    let pod_name = pod["metadata"]["name"].as_str().unwrap().to_owned();
+    let mut dra_log = String::new();
+    poll("devinject-dra to register and publish", SLOW, || {
+        dra_log = c.pod_log(&pod, "dra").unwrap_or_default();
+        let devices = c.resource_slice_devices().unwrap_or_default();
+        let published = ["kvm-", "tun-", "fuse-"]
+            .iter()
+            .all(|p| devices.iter().any(|(_, d)| d.starts_with(p)));
+        Ok((dra_log.contains(REGISTERED) && published).then_some(()))
+    })
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e:#}\n--- the dra container's log\n{dra_log}\n{}",
+            c.logs()
+        )
+    });
+    eprintln!(
+        "$ kubectl -n {NS} logs {pod_name} -c dra\n{}",
+        dra_log.trim_end()
+    );
+    eprintln!(
+        "$ kubectl get resourceslices,deviceclasses\n{}",
+        c.kubectl(&["get", "resourceslices,deviceclasses"])
+            .unwrap_or_default()
+    );
+    assert_eq!(
+        c.kubectl(&["get", "runtimeclass", "-o", "name"]).unwrap(),
+        "",
+        "no RuntimeClass: pods run on the default runtime"
+    );
+
+    // The examples as shipped, their resources served through the DeviceClasses' mapping.
+    show_and_run_examples(&c, Via::DefaultRuntime);
+    let allocatable = c
+        .kubectl(&["get", "node", NODE, "-o", "jsonpath={.status.allocatable}"])
+        .unwrap();
+    assert!(
+        !allocatable.contains("devinject.io/kvm"),
+        "no device plugin advertised the resources: DRA served them ({allocatable})"
+    );
+    // A claim of the kvm class: the device, and its spec in the node's CDI directory.
+    c.apply(&claim_template("kvm", &device_class("kvm"), 1))
+        .expect("apply the claim template");
+    c.apply(&kvm_claimant("kvm-claimant", "kvm"))
+        .expect("apply the pod");
+    let mut out = String::new();
+    poll("the pod to list /dev/kvm", SLOW, || {
+        out = c.container_log("kvm-claimant", "main").unwrap_or_default();
+        Ok(out.contains("listed").then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}: {out}"));
+    assert!(
+        out.starts_with('c') && out.contains("10, 232"),
+        "the claimant sees the real /dev/kvm: {out}"
+    );
+    let specs = files_in(&c, NODE_CDI_DIR);
+    eprintln!(
+        "$ ls {DEFAULT_CDI_DIR}  # on the node\n{}",
+        specs.join("\n")
+    );
+    assert!(
+        specs.iter().any(|f| f.contains("kvm")),
+        "the claim's spec is in the node's CDI directory: {specs:?}"
+    );
+    c.kubectl(&["delete", "pod", "kvm-claimant", "--wait=true"])
+        .unwrap();
+    poll("the claim's spec to go", SLOW, || {
+        Ok(files_in(&c, NODE_CDI_DIR).is_empty().then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}: {:?}", files_in(&c, NODE_CDI_DIR)));
+
+    // The account's scope: its node's slices, with a token bound to its pod; nothing else.
+    let uid = pod["metadata"]["uid"].as_str().unwrap();
+    let bound = c
+        .kubectl(&[
+            "-n",
+            NS,
+            "create",
+            "token",
+            "devinject",
+            "--bound-object-kind=Pod",
+            &format!("--bound-object-name={pod_name}"),
+            &format!("--bound-object-uid={uid}"),
+        ])
+        .unwrap();
+    let unbound = c
+        .kubectl(&["-n", NS, "create", "token", "devinject"])
+        .unwrap();
+    let slice_file = t.path().join("forged.yaml");
+    std::fs::write(&slice_file, forged_slice("another-node")).unwrap();
+    let file = slice_file.display().to_string();
+    let refused = c
+        .kubectl_with_token(&bound, &["create", "-f", &file])
+        .expect_err("another node's slice must be refused");
+    // The error leads with kubectl's command line, token included: only the answer is shown.
+    let answer = format!("{refused:#}");
+    eprintln!(
+        "another node's slice, with the pod's token: {}",
+        answer
+            .lines()
+            .filter(|l| l.contains("denied"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        format!("{refused:#}").contains("may change only that node"),
+        "refused by the shipped policy: {refused:#}"
+    );
+    std::fs::write(&slice_file, forged_slice(NODE)).unwrap();
+    let refused = c
+        .kubectl_with_token(&unbound, &["create", "-f", &file])
+        .expect_err("a token bound to no pod must not change slices");
+    assert!(
+        format!("{refused:#}").contains("names no node"),
+        "refused by the shipped policy: {refused:#}"
+    );
+    let refused = c
+        .kubectl_with_token(&bound, &["-n", NS, "get", "secrets"])
+        .expect_err("the account reads no Secrets");
+    assert!(format!("{refused:#}").contains("forbidden"), "{refused:#}");
+
+    // Uninstall, as docs/uninstall.md says.
+    c.kubectl(&["-n", NS, "delete", "ds/devinject"]).unwrap();
+    poll("the DaemonSet's pods to go", SLOW, || {
+        Ok(pods(&c, NS, NODE_PODS).is_empty().then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    let uninstall = host_network(&workspace_file("deploy/uninstall/daemonset.yaml"));
+    c.apply(&uninstall).expect("apply the uninstall DaemonSet");
+    let removed = init_output(&c, "app.kubernetes.io/component=uninstall", "uninstall");
+    eprintln!(
+        "$ kubectl -n {NS} logs <pod> -c uninstall\n{}",
+        removed.trim_end()
+    );
+    assert!(
+        !removed.contains("ACTION NEEDED") && !removed.contains("unconfigure-"),
+        "the uninstaller touched no engine:\n{removed}"
+    );
+    rollout(&c, "devinject-uninstall");
+    assert_files_gone(&c);
+    assert!(
+        std::fs::read(c.containerd_config()).unwrap() == before,
+        "containerd's config.toml is byte-identical to before the install"
+    );
+    c.kubectl(&[
+        "delete",
+        "-f",
+        &workspace_path("deploy/devinject-dra.yaml")
+            .display()
+            .to_string(),
+        "--ignore-not-found",
+        "--wait=false",
+    ])
+    .expect("the last uninstall step succeeds");
+}
