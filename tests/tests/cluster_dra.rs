@@ -25,7 +25,12 @@
 //! - an admin-access claim (KEP-5018, in a namespace marked for it) gets the device another
 //!   pod's claim holds, and no other;
 //! - the driver SIGKILLed while a pod holds a prepared claim: started again, it registers again,
-//!   and the pod's deletion still removes exactly that claim's spec (its checkpoint).
+//!   and the pod's deletion still removes exactly that claim's spec (its checkpoint);
+//! - a profile sharing its one device twice (`replicas = 2`) publishes two devices, two pods'
+//!   claims hold one share each and both see the device, a third pod waits unschedulable;
+//! - beside `devinject-nri` under the `kubernetes` policy: a claim holder gets exactly its device,
+//!   and one that also sets the request variable, like a pod with no claim that does, is refused
+//!   (the kubelet granted it no device-plugin device; its claim is reported apart, KEP-3695).
 //!
 //! Needs root, runc, openssl, unshare, nsenter, Kubernetes >= 1.34 (scripts/kube-module-build.sh)
 //! and containerd 2 (scripts/runtimes-fetch.sh); skipped otherwise, a failure under CI. One
@@ -36,7 +41,7 @@ use std::sync::Mutex;
 
 use devinject_tests::cluster::dra::{claim_template, demo_claim_template, device_class};
 use devinject_tests::cluster::{
-    ready_with_containerd, Cluster, Kubernetes, Setup, Shape, DRA_DRIVER,
+    ready_with_containerd, Cluster, DraBeside, Kubernetes, Setup, Shape, DRA_DRIVER,
 };
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::daemons::poll;
@@ -76,6 +81,7 @@ fn start(release: &Release, crio: Option<PathBuf>) -> Cluster {
     let c = Cluster::start_shaped(
         Setup::Dra {
             containerd: release.bin.clone(),
+            beside: DraBeside::Nothing,
         },
         &shape,
     )
@@ -310,6 +316,56 @@ fn claims_get_exactly_their_devices(c: &Cluster) {
 }
 
 #[test]
+fn beside_nri_a_claim_gets_its_device_and_a_forged_request_is_refused() {
+    let Some(release) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::start_shaped(
+        Setup::Dra {
+            containerd: release.bin.clone(),
+            beside: DraBeside::Nri,
+        },
+        &Shape::default(),
+    )
+    .unwrap_or_else(|e| panic!("cluster: {e:#}"));
+    c.apply_dra_device_classes().expect("the DeviceClasses");
+    c.apply(&demo_claim_template("one-demo", 1))
+        .expect("template");
+    // The claim's spec carries no request variable: devinject-nri, asked about the container,
+    // finds nothing to adjust and the pod gets exactly its claim's device.
+    c.apply(&pod("holder", "one-demo")).expect("create pod");
+    let out = probe_output(&c, "holder");
+    let claim = claim_of(&c, "holder");
+    assert_demo_granted_exactly(&Report::parse(&out), &allocated_ids(&claim), &out);
+    // A claim holder asking for every device by the variable: the kubelet granted the
+    // container no device-plugin device (its DRA claim is reported apart, KEP-3695), so the
+    // request policy refuses the container rather than widening the claim.
+    let greedy = pod("greedy", "one-demo").replace(
+        "    resources:\n      claims:\n      - name: demo\n",
+        "    env: [{name: DEMO_VISIBLE_DEVICES, value: all}]\n    resources:\n      claims:\n      - name: demo\n",
+    );
+    assert!(greedy.contains("DEMO_VISIBLE_DEVICES"), "{greedy}");
+    c.apply(&greedy).expect("create pod");
+    let refused = c
+        .wait_refusal("greedy")
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    eprintln!("greedy: {refused}");
+    assert!(refused.contains("DEMO_VISIBLE_DEVICES"), "{refused}");
+    // No claim at all: the same.
+    c.apply(&forger("forger")).expect("create pod");
+    let refused = c.wait_refusal("forger").expect("the forger is refused");
+    assert!(refused.contains("DEMO_VISIBLE_DEVICES"), "{refused}");
+    for pod in ["greedy", "forger"] {
+        assert_ne!(
+            c.pod(pod).unwrap()["status"]["phase"],
+            "Succeeded",
+            "{pod} must not run"
+        );
+    }
+}
+
+#[test]
 fn a_driver_killed_while_a_claim_is_prepared_unprepares_it_after_its_restart() {
     let Some(release) = ready() else {
         return;
@@ -378,6 +434,69 @@ fn an_unplugged_device_leaves_the_slice_and_no_claim_is_allocated_to_it() {
         "the replugged device"
     );
     assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+}
+
+#[test]
+fn a_shared_profile_lets_one_claim_per_replica_hold_the_same_device() {
+    let Some(release) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = Cluster::start_shaped(
+        Setup::Dra {
+            containerd: release.bin.clone(),
+            beside: DraBeside::Nothing,
+        },
+        &Shape {
+            devices: 1,
+            ..Shape::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("cluster: {e:#}"));
+    c.apply_dra_device_classes().expect("the DeviceClasses");
+    // The demo profile shares its one device twice; the driver reads its profiles at start.
+    let profile = c.host().profiles_dir.join("demo.toml");
+    let text = std::fs::read_to_string(&profile).unwrap();
+    std::fs::write(&profile, format!("replicas = 2\n{text}")).unwrap();
+    c.restart_dra_plugin()
+        .unwrap_or_else(|e| panic!("restart the driver: {e:#}"));
+    c.wait_resource_slices(2)
+        .unwrap_or_else(|e| panic!("a device per share: {e:#}"));
+    let mut names: Vec<String> = c
+        .resource_slice_devices()
+        .unwrap()
+        .into_iter()
+        .map(|(_, d)| d)
+        .collect();
+    names.sort();
+    assert_eq!(names, ["demo-0--0", "demo-0--1"]);
+
+    c.apply(&demo_claim_template("one-demo", 1))
+        .expect("template");
+    let mut shares = Vec::new();
+    for name in ["share-a", "share-b"] {
+        c.apply(&pod(name, "one-demo")).expect("create pod");
+        let out = probe_output(&c, name);
+        let ids = allocated_ids(&claim_of(&c, name));
+        assert_eq!(ids.len(), 1, "{ids:?}");
+        // The share stands for device 0, which the pod sees, and nothing else.
+        assert_demo_granted_exactly(&Report::parse(&out), &["0".to_owned()], &out);
+        shares.extend(ids);
+    }
+    assert_eq!(sorted(shares), ["0--0", "0--1"], "one share each");
+    // Both shares held: a third claim waits.
+    c.apply(&pod("share-c", "one-demo")).expect("create pod");
+    let why = c
+        .wait_pod("share-c", "unschedulable", |p| {
+            p["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|cond| cond["type"] == "PodScheduled" && cond["reason"] == "Unschedulable")
+                .map(|cond| cond["message"].as_str().unwrap_or_default().to_owned())
+        })
+        .expect("the third pod stays unschedulable");
+    eprintln!("share-c: {why}");
 }
 
 fn sorted(mut v: Vec<String>) -> Vec<String> {
