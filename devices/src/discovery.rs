@@ -4,7 +4,7 @@
 //! device. Devices are ordered by glob, then naturally by name (`accel2` before `accel10`), and
 //! that order gives indices. Ids come from the index, the node name or a sysfs attribute.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use crate::names::{DeviceId, ProfileName};
@@ -80,7 +80,13 @@ pub struct Device {
     pub numa_node: Option<i64>,
     /// Health from the profile's sysfs attribute (true when none is configured).
     pub healthy: bool,
+    /// The profile's `discovery.attributes_sysfs` that could be read, by name (an attribute
+    /// whose file is missing, empty or longer than [`MAX_ATTRIBUTE_VALUE`] is left out).
+    pub attributes: BTreeMap<String, String>,
 }
+
+/// The longest attribute value kept (the DRA API's limit for a string attribute).
+pub const MAX_ATTRIBUTE_VALUE: usize = 64;
 
 /// Everything discovery found for one profile.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -190,6 +196,7 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
             .as_deref()
             .map(|a| health_from_attr(&roots.in_sys_root(&subst(a))))
             .unwrap_or(true);
+        let attributes = read_attributes(profile, roots, &subst, &name);
         devices.push(Device {
             id,
             index,
@@ -197,6 +204,7 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
             nodes,
             numa_node,
             healthy,
+            attributes,
         });
     }
     let control_nodes = nodes_from_specs(&profile.control_nodes, roots, &pname, &|t| t.to_owned())?;
@@ -313,6 +321,33 @@ fn read_attr(path: &Path) -> Option<String> {
     (!line.is_empty()).then_some(line)
 }
 
+/// The device's sysfs attributes the profile names that can be read and published.
+fn read_attributes(
+    profile: &Profile,
+    roots: &HostRoots,
+    subst: &dyn Fn(&str) -> String,
+    device: &str,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (name, attr) in &profile.discovery.attributes_sysfs {
+        let at = roots.in_sys_root(&subst(attr));
+        match read_attr(&at) {
+            Some(v) if v.len() <= MAX_ATTRIBUTE_VALUE => {
+                out.insert(name.clone(), v);
+            }
+            Some(v) => tracing::debug!(
+                profile = %profile.name, device, attribute = %name, len = v.len(),
+                "attribute value too long to publish; left out"
+            ),
+            None => tracing::debug!(
+                profile = %profile.name, device, attribute = %name, path = %at.display(),
+                "attribute unreadable; left out"
+            ),
+        }
+    }
+    out
+}
+
 fn health_from_attr(path: &Path) -> bool {
     match read_attr(path) {
         Some(v) => !matches!(
@@ -352,6 +387,7 @@ mod tests {
             nodes: vec![node],
             numa_node: None,
             healthy: true,
+            attributes: Default::default(),
         }
     }
 

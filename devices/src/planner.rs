@@ -227,6 +227,7 @@ mod tests {
                 nodes: vec![node(&format!("/dev/demo/accel{i}"), i as u32)],
                 numa_node: None,
                 healthy: true,
+                attributes: Default::default(),
             })
             .collect();
         let inventory = Inventory {

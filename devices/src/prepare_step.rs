@@ -265,6 +265,7 @@ resource = "example.com/fpga-nlb3"
             }],
             numa_node: None,
             healthy: true,
+            attributes: Default::default(),
         };
         Inventory {
             devices: vec![device(0), device(2)],

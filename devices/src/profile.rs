@@ -151,6 +151,41 @@ pub struct DiscoverySpec {
     /// render nodes only).
     #[serde(default)]
     pub require_sysfs: BTreeMap<String, String>,
+    /// Attributes each device carries, by name, read from sysfs (the first line of the file;
+    /// `{name}` and `{n}` as above), e.g. `vendor = "class/drm/{name}/device/vendor"`. The DRA
+    /// driver publishes them in the ResourceSlice, where a claim's CEL selector can read them.
+    /// A name is a C identifier of at most [`MAX_ATTRIBUTE_NAME`] characters, not one of
+    /// [`DEVICE_ATTRIBUTES`].
+    #[serde(default)]
+    pub attributes_sysfs: BTreeMap<String, String>,
+}
+
+/// The attributes every published device carries already; a profile's
+/// `discovery.attributes_sysfs` may not reuse these names.
+pub const DEVICE_ATTRIBUTES: [&str; 5] = ["profile", "id", "index", "numaNode", "replica"];
+
+/// The longest attribute name (the DRA API's limit for a device attribute).
+pub const MAX_ATTRIBUTE_NAME: usize = 32;
+
+/// Why `name` cannot name a device attribute, if it cannot.
+fn attribute_name_problem(name: &str) -> Option<String> {
+    let identifier = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !identifier || name.len() > MAX_ATTRIBUTE_NAME {
+        Some(format!(
+            "is not a C identifier of at most {MAX_ATTRIBUTE_NAME} characters (letters, digits, `_`; not a digit first): rename it"
+        ))
+    } else if DEVICE_ATTRIBUTES.contains(&name) {
+        Some(format!(
+            "is an attribute every device carries already ({}): choose another name",
+            DEVICE_ATTRIBUTES.join(", ")
+        ))
+    } else {
+        None
+    }
 }
 
 /// One extra node per device, or a control node shared by all devices of the kind.
@@ -441,6 +476,13 @@ impl Profile {
         for a in raw.discovery.require_sysfs.keys() {
             check_relative(a).map_err(|p| invalid(&format!("discovery.require_sysfs.{a}"), p))?;
         }
+        for (name, a) in &raw.discovery.attributes_sysfs {
+            let key = format!("discovery.attributes_sysfs.{name}");
+            if let Some(problem) = attribute_name_problem(name) {
+                return Err(invalid(&key, problem));
+            }
+            check_relative(a).map_err(|p| invalid(&key, p))?;
+        }
         for (list, key) in [
             (&raw.device_nodes, "device_nodes"),
             (&raw.control_nodes, "control_nodes"),
@@ -626,6 +668,42 @@ DEMO_DRIVER = "1"
 
     fn parse(text: &str) -> Result<Profile, ProfileError> {
         Profile::parse(text, Path::new("/p/demo.toml"))
+    }
+
+    #[test]
+    fn an_attribute_name_must_be_a_short_identifier_of_its_own() {
+        let with = |name: &str| {
+            Profile::parse(
+                &format!(
+                    "name = \"x\"\nresource = \"a.io/x\"\n[discovery]\nnodes = [\"x\"]\n\
+                     [discovery.attributes_sysfs]\n{name} = \"class/x/{{name}}/vendor\"\n"
+                ),
+                Path::new("x.toml"),
+            )
+        };
+        assert!(with("vendor").is_ok());
+        assert!(with("pci_device_2").is_ok());
+        for (bad, says) in [
+            ("\"2vendor\"", "C identifier"),
+            ("\"ven-dor\"", "C identifier"),
+            (&"a".repeat(33), "at most 32"),
+            ("id", "every device carries"),
+            ("numaNode", "every device carries"),
+        ] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("discovery.attributes_sysfs") && e.contains(says),
+                "{bad}: {e}"
+            );
+        }
+        let e = Profile::parse(
+            "name = \"x\"\nresource = \"a.io/x\"\n[discovery]\nnodes = [\"x\"]\n\
+             [discovery.attributes_sysfs]\nvendor = \"../etc/shadow\"\n",
+            Path::new("x.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("discovery.attributes_sysfs.vendor"), "{e}");
     }
 
     #[test]

@@ -298,6 +298,7 @@ mod tests {
                 nodes: vec![],
                 numa_node: None,
                 healthy: true,
+                attributes: Default::default(),
             })
             .collect()
     }

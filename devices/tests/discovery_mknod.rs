@@ -41,6 +41,12 @@ fn finds_sim_devices_ids_numa_and_control_nodes() {
             if i == 2 { "0xdead\n" } else { "0x1234\n" },
         )
         .unwrap();
+        // accel0 has a model too long to publish, accel1 none at all.
+        match i {
+            0 => std::fs::write(d.join("model"), format!("{}\n", "m".repeat(65))).unwrap(),
+            1 => {}
+            _ => std::fs::write(d.join("model"), "Sim 9000\n").unwrap(),
+        }
     }
     std::fs::write(dev.join("sim/accel-readme"), "not a node").unwrap();
     mknod_char(&dev.join("sim/ctl"), 1, 5);
@@ -55,6 +61,9 @@ id_sysfs = "class/sim/{name}/serial"
 numa_sysfs = "class/sim/{name}/numa_node"
 [discovery.require_sysfs]
 "class/sim/{name}/vendor" = "0x1234"
+[discovery.attributes_sysfs]
+vendor = "class/sim/{name}/vendor"
+model = "class/sim/{name}/model"
 [[control_nodes]]
 path = "sim/ctl"
 [[control_nodes]]
@@ -78,6 +87,24 @@ optional = true
     );
     assert_eq!(inv.devices[0].numa_node, Some(1));
     assert_eq!(inv.devices[2].numa_node, None);
+    let attributes = |i: usize| {
+        inv.devices[i]
+            .attributes
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        attributes(0),
+        ["vendor=0x1234"],
+        "a 65-byte model is left out"
+    );
+    assert_eq!(
+        attributes(1),
+        ["vendor=0x1234"],
+        "a missing model is left out"
+    );
+    assert_eq!(attributes(2), ["model=Sim 9000", "vendor=0x1234"]);
     assert_eq!(inv.devices[2].index, 2);
     assert_eq!(inv.control_nodes.len(), 1);
     assert_eq!(

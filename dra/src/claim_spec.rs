@@ -420,6 +420,7 @@ DEMO_DRIVER_VERSION = "1.0"
                 nodes: vec![node(&format!("/dev/demo/accel{i}"), i as u32, 0o660, 44)],
                 numa_node: None,
                 healthy: true,
+                attributes: Default::default(),
             })
             .collect();
         Inventory {

@@ -8,7 +8,8 @@
 //! - Each device is named by [`naming::DeviceNames`] (collisions are an error, never a merge)
 //!   and carries the attributes `profile` (string), `id` (string, the profile's device id, what
 //!   the device plugin advertises), `index` (int, the discovery index) and `numaNode` (int,
-//!   when sysfs tells one). The names are unqualified, so they take the driver's domain: a CEL
+//!   when sysfs tells one), and the profile's `discovery.attributes_sysfs` (strings, e.g. a PCI
+//!   `vendor`). The names are unqualified, so they take the driver's domain: a CEL
 //!   selector reads `device.attributes["devinject.io"].profile`.
 //! - A profile that shares its devices (`replicas` = N > 1) publishes each as N devices, one
 //!   per share, named after the replica ids the device plugin advertises (`<id>::<n>`, see
@@ -157,6 +158,9 @@ pub fn resource_slice(
             );
             if let Some(numa) = d.numa_node {
                 attributes.insert(ATTR_NUMA_NODE.to_owned(), int(numa));
+            }
+            for (name, value) in &d.attributes {
+                attributes.insert(name.clone(), string(value));
             }
             if profile.replicas > 1 {
                 attributes.insert(
@@ -359,6 +363,7 @@ mod tests {
             }],
             numa_node: numa,
             healthy,
+            attributes: Default::default(),
         }
     }
 
@@ -379,6 +384,32 @@ mod tests {
                     && l.chars()
                         .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
             })
+    }
+
+    #[test]
+    fn the_attributes_every_device_carries_are_those_profiles_may_not_name() {
+        assert_eq!(
+            devinject_devices::profile::DEVICE_ATTRIBUTES,
+            [
+                ATTR_PROFILE,
+                ATTR_ID,
+                ATTR_INDEX,
+                ATTR_NUMA_NODE,
+                ATTR_REPLICA
+            ]
+        );
+    }
+
+    #[test]
+    fn a_devices_sysfs_attributes_are_published_as_strings() {
+        let mut d = device("GPU-A", 0, None, true);
+        d.attributes.insert("vendor".into(), "0x1002".into());
+        let slice =
+            resource_slice("devinject.io", "node-a", &profile(), &inventory(vec![d]), 1).unwrap();
+        let devices = slice.spec.devices.unwrap();
+        let a = devices[0].attributes.as_ref().unwrap();
+        assert_eq!(a["vendor"].string.as_deref(), Some("0x1002"));
+        assert_eq!(a["id"].string.as_deref(), Some("GPU-A"));
     }
 
     #[test]

@@ -16,7 +16,9 @@
 //!   allocated to it; plugged in again, it is published and allocated again;
 //! - the same claims on a CRI-O 1.36 node, CDI on;
 //! - a pod asking for `devinject.io/demo` in its limits, as for the device plugin, is served
-//!   through DRA unchanged (the DeviceClass's `extendedResourceName`, KEP-5004);
+//!   through DRA unchanged (the DeviceClass's `extendedResourceName`, KEP-5004); on a node where
+//!   the device plugin advertises the resource, the same pod is left to the plugin (no claim,
+//!   nothing prepared) while a claim on that node still goes through DRA;
 //! - the shipped kvm, tun and fuse profiles: one pod holding a claim of each opens the machine's
 //!   real `/dev/kvm`, `/dev/net/tun` and `/dev/fuse` (nodes with their numbers) and nothing else;
 //! - a claim's opaque `function` parameter is loaded into exactly its device by the profile's
@@ -26,6 +28,9 @@
 //!   pod's claim holds, and no other;
 //! - the driver SIGKILLed while a pod holds a prepared claim: started again, it registers again,
 //!   and the pod's deletion still removes exactly that claim's spec (its checkpoint);
+//! - a profile's sysfs attributes (`discovery.attributes_sysfs`) are in the slice, and a claim
+//!   whose CEL selector names one device's value gets that device; a device whose sysfs health
+//!   turns bad leaves the slice (measured: about 0.1 s) and comes back when it recovers;
 //! - a profile sharing its one device twice (`replicas = 2`) publishes two devices, two pods'
 //!   claims hold one share each and both see the device, a third pod waits unschedulable;
 //! - beside `devinject-nri` under the `kubernetes` policy: a claim holder gets exactly its device,
@@ -499,6 +504,91 @@ fn a_shared_profile_lets_one_claim_per_replica_hold_the_same_device() {
     eprintln!("share-c: {why}");
 }
 
+#[test]
+fn sysfs_attributes_reach_the_slice_and_a_health_change_withdraws_the_device() {
+    let Some(release) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = start(&release, None);
+    // Each demo device gets a health and a serial attribute in the node's sysfs, which the
+    // profile names; the driver reads its profiles at start.
+    let sys = c.host().dir.join("sys/class/demo");
+    for (i, (name, _, _)) in ACCELS.iter().enumerate() {
+        std::fs::create_dir_all(sys.join(name)).unwrap();
+        std::fs::write(sys.join(name).join("health"), "ok\n").unwrap();
+        std::fs::write(sys.join(name).join("serial"), format!("SN-{i}\n")).unwrap();
+    }
+    let profile = c.host().profiles_dir.join("demo.toml");
+    let text = std::fs::read_to_string(&profile).unwrap().replacen(
+        "[discovery]\n",
+        "[discovery]\nhealth_sysfs = \"class/demo/{name}/health\"\n",
+        1,
+    ) + "\n[discovery.attributes_sysfs]\nserial = \"class/demo/{name}/serial\"\n";
+    std::fs::write(&profile, text).unwrap();
+    c.restart_dra_plugin()
+        .unwrap_or_else(|e| panic!("restart the driver: {e:#}"));
+    poll(
+        "the serials in the slice",
+        devinject_tests::cluster::SLOW,
+        || {
+            let slices: Value =
+                serde_json::from_str(&c.kubectl(&["get", "resourceslices", "-o", "json"])?)?;
+            let serials: Vec<String> = slices["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+                .filter_map(|d| {
+                    d["attributes"]["serial"]["string"]
+                        .as_str()
+                        .map(str::to_owned)
+                })
+                .collect();
+            Ok((serials.len() == ACCELS.len()).then_some(serials))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.dra_log()));
+
+    // A claim choosing its device by the sysfs attribute gets that device.
+    let chosen = "SN-2";
+    let template = demo_claim_template("by-serial", 1).replace(
+        "          count: 1\n",
+        &format!(
+            "          count: 1\n          selectors:\n          - cel:\n              \
+             expression: device.attributes[\"{DRA_DRIVER}\"].serial == \"{chosen}\"\n"
+        ),
+    );
+    assert!(template.contains(chosen), "{template}");
+    c.apply(&template).expect("template");
+    c.apply(&pod("chooser", "by-serial")).expect("create pod");
+    let out = probe_output(&c, "chooser");
+    let ids = allocated_ids(&claim_of(&c, "chooser"));
+    assert_eq!(ids, ["2"], "the device whose serial the claim chose");
+    assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+
+    // Unhealthy: withdrawn from the slice; healthy again: published again.
+    let (sick, _, _) = ACCELS[1];
+    std::fs::write(sys.join(sick).join("health"), "bad\n").unwrap();
+    let changed = std::time::Instant::now();
+    c.wait_resource_slices(ACCELS.len() - 1)
+        .unwrap_or_else(|e| panic!("the slice follows the health change: {e:#}"));
+    println!(
+        "the slice withdrew unhealthy {sick} within {:?}",
+        changed.elapsed()
+    );
+    assert!(
+        !c.resource_slice_devices()
+            .unwrap()
+            .iter()
+            .any(|(_, d)| d == "demo-1"),
+        "demo-1 is out of the slice"
+    );
+    std::fs::write(sys.join(sick).join("health"), "ok\n").unwrap();
+    c.wait_resource_slices(ACCELS.len())
+        .unwrap_or_else(|e| panic!("the slice follows the recovery: {e:#}"));
+}
+
 fn sorted(mut v: Vec<String>) -> Vec<String> {
     v.sort();
     v
@@ -673,9 +763,69 @@ fn a_pod_asking_for_the_extended_resource_is_served_through_dra_unchanged() {
     };
     let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
     let c = start(&release, None);
-    // A device-plugin-style pod: a resource limit, no claim. No device plugin runs here: the
-    // DeviceClass's extendedResourceName makes the scheduler claim a device for it.
-    let yaml = pod("classic", "unused")
+    // No device plugin runs here: the DeviceClass's extendedResourceName makes the scheduler
+    // claim a device for the pod.
+    c.apply(&classic_pod("classic")).expect("create pod");
+    let out = probe_output(&c, "classic");
+    let claim = claim_owned_by(&c, "classic")
+        .unwrap_or_else(|| panic!("the scheduler's claim for the pod\n{}", c.logs()));
+    let ids = allocated_ids(&claim);
+    assert_eq!(ids.len(), 1, "{claim}");
+    assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+}
+
+#[test]
+fn where_the_device_plugin_serves_the_node_a_limits_pod_is_left_to_it() {
+    let Some(release) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::start_shaped(
+        Setup::Dra {
+            containerd: release.bin.clone(),
+            beside: DraBeside::DevicePlugin,
+        },
+        &Shape::default(),
+    )
+    .unwrap_or_else(|e| panic!("cluster: {e:#}"));
+    c.apply_dra_device_classes().expect("the DeviceClasses");
+    // The node advertises the resource through the device plugin: the same pod gets a device
+    // from the plugin (as a CDI device), and the scheduler makes it no claim.
+    c.apply(&classic_pod("classic")).expect("create pod");
+    let out = probe_output(&c, "classic");
+    let report = Report::parse(&out);
+    let seen: Vec<String> = ACCELS
+        .iter()
+        .enumerate()
+        .filter(|(_, (name, _, _))| report.node(&format!("/dev/demo/{name}")).kind != "missing")
+        .map(|(i, _)| i.to_string())
+        .collect();
+    assert_eq!(seen.len(), 1, "one device from the plugin:\n{out}");
+    assert_demo_granted_exactly(&report, &seen, &out);
+    assert!(
+        claim_owned_by(&c, "classic").is_none(),
+        "no claim: the device plugin served the pod"
+    );
+    assert!(
+        !c.dra_log()
+            .lines()
+            .any(|l| l.contains(devinject_dra::driver::PREPARED) && l.contains("took_us")),
+        "the DRA driver prepared nothing:\n{}",
+        c.dra_log()
+    );
+    // A claim on the same node still goes through DRA.
+    delete_pod(&c, "classic");
+    c.apply(&demo_claim_template("one-demo", 1))
+        .expect("template");
+    c.apply(&pod("claimant", "one-demo")).expect("create pod");
+    let out = probe_output(&c, "claimant");
+    let ids = allocated_ids(&claim_of(&c, "claimant"));
+    assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+}
+
+/// A device-plugin-style pod: the demo resource in its limits, no claim.
+fn classic_pod(name: &str) -> String {
+    pod(name, "unused")
         .replace(
             "  resourceClaims:\n  - name: demo\n    resourceClaimTemplateName: unused\n",
             "",
@@ -683,29 +833,27 @@ fn a_pod_asking_for_the_extended_resource_is_served_through_dra_unchanged() {
         .replace(
             "    resources:\n      claims:\n      - name: demo\n",
             "    resources:\n      limits:\n        devinject.io/demo: 1\n",
-        );
-    c.apply(&yaml).expect("create pod");
-    let out = probe_output(&c, "classic");
+        )
+}
+
+/// The ResourceClaim the scheduler made for pod `name` (owned by it), if any.
+fn claim_owned_by(c: &Cluster, name: &str) -> Option<Value> {
     let claims: Value = serde_json::from_str(
         &c.kubectl(&["get", "resourceclaims", "-o", "json"])
             .expect("claims"),
     )
     .expect("JSON");
-    let claim = claims["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    claims["items"]
+        .as_array()?
+        .iter()
         .find(|cl| {
             cl["metadata"]["ownerReferences"]
                 .as_array()
                 .into_iter()
                 .flatten()
-                .any(|o| o["kind"] == "Pod" && o["name"] == "classic")
+                .any(|o| o["kind"] == "Pod" && o["name"] == name)
         })
-        .unwrap_or_else(|| panic!("the scheduler's claim for the pod: {claims}\n{}", c.logs()));
-    let ids = allocated_ids(claim);
-    assert_eq!(ids.len(), 1, "{claim}");
-    assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+        .cloned()
 }
 
 #[test]

@@ -34,7 +34,7 @@ use devinject_benchmarks::stats::{children_cpu, thread_cpu, Samples};
 use devinject_podresources_protocol::{Answer, PodEntry, Request, Rpc};
 use devinject_tests::bins::bin;
 use devinject_tests::cluster::dra::demo_claim_template;
-use devinject_tests::cluster::{Cluster, Setup, SLOW};
+use devinject_tests::cluster::{Cluster, DraBeside, Setup, SLOW};
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::daemons::poll;
 
@@ -77,6 +77,12 @@ fn dra_pod_yaml(name: &str) -> String {
          containers:\n  - name: main\n    image: {BUSYBOX}\n    imagePullPolicy: Never\n    \
          command: [/bin/sleep, '3600']\n    resources:\n      claims:\n      - name: demo\n"
     )
+}
+
+/// Pod `name` on the default runtime asking for one demo device in its limits, which the
+/// device plugin serves with a CDI device (no RuntimeClass: the engine injects the spec).
+fn plugin_cdi_pod_yaml(name: &str) -> String {
+    pod_yaml(name, true).replace("  runtimeClassName: devinject\n", "")
 }
 
 /// The ResourceClaimTemplate of the DRA pods: one device of the demo profile's class.
@@ -355,34 +361,48 @@ fn run(compare: Option<(String, PathBuf)>) -> Result<()> {
     dra()
 }
 
-/// The DRA rows: a cluster whose node runs `devinject-dra`, pods with a claim of one device
-/// against pods with none and against themselves, alternating, after one untimed start of each;
-/// then the driver's NodePrepareResources times from its log.
+/// The DRA rows: a cluster whose node runs `devinject-dra` and the device plugin (answering
+/// with CDI devices), pods with a claim of one device against pods with none, against pods
+/// asking the device plugin for one, and against themselves, alternating, after one untimed
+/// start of each; then the driver's NodePrepareResources times from its log.
 fn dra() -> Result<()> {
     let containerd = devinject_tests::runtimes::containerd("2")
         .context("containerd 2 (scripts/runtimes-fetch.sh)")?;
     let c = Cluster::start_with(Setup::Dra {
         containerd: containerd.bin,
+        beside: DraBeside::DevicePlugin,
     })?;
     c.apply_dra_device_classes()?;
     c.apply(&demo_claim_template(DRA_TEMPLATE, 1))?;
     pod_start(&c, "warm-plain", false)?;
     pod_start_of(&c, "warm-dra", &dra_pod_yaml("warm-dra"))?;
-    let (mut plain, mut claimed, mut again) =
-        (Samples::default(), Samples::default(), Samples::default());
+    pod_start_of(&c, "warm-plugin", &plugin_cdi_pod_yaml("warm-plugin"))?;
+    let (mut plain, mut plugin, mut claimed, mut again) = (
+        Samples::default(),
+        Samples::default(),
+        Samples::default(),
+        Samples::default(),
+    );
     for i in 0..POD_RUNS {
         plain.push(pod_start(&c, &format!("plain-{i}"), false)?);
+        let name = format!("plugin-{i}");
+        plugin.push(pod_start_of(&c, &name, &plugin_cdi_pod_yaml(&name))?);
         let name = format!("dra-{i}");
         claimed.push(pod_start_of(&c, &name, &dra_pod_yaml(&name))?);
         let name = format!("dra-aa-{i}");
         again.push(pod_start_of(&c, &name, &dra_pod_yaml(&name))?);
     }
     emit(&format!(
-        "\n### 6b. DRA on a real cluster (Kubernetes {}, one node, containerd 2, devinject-dra)\n\n\
+        "\n### 6b. DRA on a real cluster (Kubernetes {}, one node, containerd 2, devinject-dra \
+         beside the device plugin)\n\n\
          | figure | runs | median ms | p99 ms | [min–max] ms |\n|---|---|---|---|---|",
         c.kubernetes().version()
     ));
     emit(&row("pod created → Ready, plain runc, no device", &plain));
+    emit(&row(
+        "pod created → Ready, 1 device through the device plugin (CDI)",
+        &plugin,
+    ));
     emit(&row(
         "pod created → Ready, 1 device through a DRA claim",
         &claimed,

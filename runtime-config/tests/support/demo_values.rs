@@ -43,6 +43,7 @@ pub fn demo_values(root: &str) -> DemoValues {
             nodes: vec![node("accel0", 1)],
             numa_node: None,
             healthy: true,
+            attributes: Default::default(),
         }],
         control_nodes: vec![node("ctl", 2)],
     };
