@@ -297,6 +297,24 @@ pub fn remove_file(ctx: &SpecContext, file_name: &str) -> Result<bool> {
     Ok(removed)
 }
 
+/// Whether the spec file `file_name` is in the CDI directory as a regular file (a checkpointed
+/// claim whose spec is gone, as after a node's reboot empties `/run`, must be prepared again).
+pub fn present(ctx: &SpecContext, file_name: &str) -> Result<bool> {
+    let Some(dir) = open_dir(ctx)? else {
+        return Ok(false);
+    };
+    let name = OsStr::new(file_name);
+    match dir
+        .entry(name)
+        .map_err(|source: RuntimeConfigError| ClaimSpecError::Files {
+            file: dir.shown(name).display().to_string(),
+            source: Box::new(source),
+        })? {
+        Entry::File(_) => Ok(true),
+        _ => Ok(false),
+    }
+}
+
 /// Opens the CDI directory; `None` when it does not exist.
 fn open_dir(ctx: &SpecContext) -> Result<Option<HostDir>> {
     if let (Some(parent), Some(name)) = (ctx.cdi_dir.parent(), ctx.cdi_dir.file_name()) {
@@ -457,17 +475,22 @@ DEMO_DRIVER_VERSION = "1.0"
             .collect()
     }
 
-    #[test]
-    fn the_spec_holds_exactly_the_allocated_devices_under_claim_names() {
-        let spec = build(
+    /// The demo claim spec of `UID` for `(DRA device, id)` pairs, rooted at `/`.
+    fn build_demo(p: &[(&str, &str)]) -> ClaimSpec {
+        build(
             &ctx(Path::new("/")),
             UID,
             &profile(),
             &inventory(),
             &driver_files(),
-            &pairs(&[("demo-2", "2"), ("demo-0", "0"), ("demo-2", "2")]),
+            &pairs(p),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn the_spec_holds_exactly_the_allocated_devices_under_claim_names() {
+        let spec = build_demo(&[("demo-2", "2"), ("demo-0", "0"), ("demo-2", "2")]);
         assert_eq!(spec.file_name, format!("k8s.devinject.io-demo_{UID}.json"));
         assert_eq!(spec.spec.kind, "k8s.devinject.io/demo");
         let names: Vec<_> = spec.spec.devices.iter().map(|d| d.name.as_str()).collect();
@@ -491,15 +514,7 @@ DEMO_DRIVER_VERSION = "1.0"
 
     #[test]
     fn two_shares_of_one_shared_device_are_two_cdi_devices_with_its_node() {
-        let spec = build(
-            &ctx(Path::new("/")),
-            UID,
-            &profile(),
-            &inventory(),
-            &driver_files(),
-            &pairs(&[("demo-1--0", "1"), ("demo-1--1", "1")]),
-        )
-        .unwrap();
+        let spec = build_demo(&[("demo-1--0", "1"), ("demo-1--1", "1")]);
         let names: Vec<_> = spec.spec.devices.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(
             names,
@@ -660,6 +675,26 @@ DEMO_DRIVER_VERSION = "1.0"
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(left, [other]);
+    }
+
+    #[test]
+    fn a_written_spec_is_present_and_a_removed_or_linked_one_is_not() {
+        let root = tempfile::tempdir().unwrap();
+        let ctx = ctx(root.path());
+        assert!(
+            !present(&ctx, "k8s.devinject.io-demo_x.json").unwrap(),
+            "no directory"
+        );
+        let spec = build_demo(&[("demo-0", "0")]);
+        write(&ctx, &spec).unwrap();
+        assert!(present(&ctx, &spec.file_name).unwrap());
+        assert!(remove(&ctx, "demo", UID).unwrap());
+        assert!(!present(&ctx, &spec.file_name).unwrap());
+        symlink("/etc/passwd", shown_path(&ctx, &spec.file_name)).unwrap();
+        assert!(
+            !present(&ctx, &spec.file_name).unwrap(),
+            "a link is not our spec"
+        );
     }
 
     #[test]

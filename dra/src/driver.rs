@@ -238,7 +238,23 @@ impl Claims for Driver {
         let (what, uid) = label(&claim)?;
         let mut checkpoint = self.checkpoint.lock().await;
         if let Some(entry) = checkpoint.get(&uid) {
-            return Ok(entry.devices.clone());
+            // Prepared before: answered from the checkpoint while its specs are there. A node's
+            // reboot empties /run and the CDI directory with it while the checkpoint stays:
+            // then the claim is prepared again, its prepare steps included.
+            let mut missing = Vec::new();
+            for file in &entry.spec_files {
+                if !claim_spec::present(&self.config.spec, file).map_err(|e| e.to_string())? {
+                    missing.push(file.clone());
+                }
+            }
+            if missing.is_empty() {
+                return Ok(entry.devices.clone());
+            }
+            warn!(claim = %what, missing = ?missing, "a prepared claim's CDI spec is gone (the node rebooted?); preparing it again");
+            self.undo(&entry.spec_files.clone());
+            checkpoint
+                .remove(&uid)
+                .map_err(|e| format!("{what}: {e}"))?;
         }
         let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &claim.namespace);
         let object = api

@@ -256,7 +256,7 @@ pub fn device_classes_manifest(
     let mut out = String::new();
     for profile in profiles.iter() {
         let extended = extended_resources.then(|| profile.resource_name());
-        let class = device_class(driver, profile.name.as_str(), extended.as_deref());
+        let class = device_class(driver, profile.name.as_str(), extended);
         out.push_str("---\n");
         // A DeviceClass is plain data: serialising it cannot fail.
         out.push_str(&serde_json::to_string_pretty(&class).unwrap_or_default());

@@ -44,29 +44,22 @@
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use devinject_tests::cluster::dra::{claim_template, demo_claim_template, device_class};
-use devinject_tests::cluster::{
-    ready_with_containerd, Cluster, DraBeside, Kubernetes, Setup, Shape, DRA_DRIVER,
+use devinject_tests::cluster::dra::{
+    claim_template, demo_claim_template, device_class, ready_for_dra,
 };
+use devinject_tests::cluster::{Cluster, DraBeside, Setup, Shape, DRA_DRIVER};
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::daemons::poll;
 use devinject_tests::probe::Report;
 use devinject_tests::runtimes::Release;
 use devinject_tests::sim::{assert_demo_granted_exactly, demo_probe_args, ACCELS, CTL, LIB};
-use devinject_tests::skip::require;
 use serde_json::Value;
 
 static ONE_CLUSTER: Mutex<()> = Mutex::new(());
 
-/// containerd 2 and a Kubernetes release with DRA GA (1.34 or later).
+/// containerd 2 and a Kubernetes release with DRA GA.
 fn ready() -> Option<Release> {
-    let release = ready_with_containerd("2")?;
-    let today = Kubernetes::find().is_some_and(|k| !k.is_legacy());
-    require(
-        today,
-        "DRA needs Kubernetes >= 1.34 (DEVINJECT_KUBE_BIN: scripts/kube-module-build.sh)",
-    )
-    .then_some(release)
+    ready_for_dra()
 }
 
 /// [`ready`], and CRI-O 1.36 (scripts/crio-build.sh): its bin dir.
@@ -79,14 +72,23 @@ fn ready_crio() -> Option<(Release, PathBuf)> {
 /// A cluster on DRA whose node runs containerd from `release`, or CRI-O from `crio`, with the
 /// shipped DeviceClasses applied.
 fn start(release: &Release, crio: Option<PathBuf>) -> Cluster {
-    let shape = Shape {
-        crio,
-        ..Shape::default()
-    };
+    start_beside(
+        release,
+        DraBeside::Nothing,
+        Shape {
+            crio,
+            ..Shape::default()
+        },
+    )
+}
+
+/// A cluster on DRA of `shape` on containerd from `release`, with `beside` serving beside the
+/// driver and the shipped DeviceClasses applied.
+fn start_beside(release: &Release, beside: DraBeside, shape: Shape) -> Cluster {
     let c = Cluster::start_shaped(
         Setup::Dra {
             containerd: release.bin.clone(),
-            beside: DraBeside::Nothing,
+            beside,
         },
         &shape,
     )
@@ -289,16 +291,7 @@ fn claims_get_exactly_their_devices(c: &Cluster) {
     c.apply(&demo_claim_template("too-many", ACCELS.len() as u32 + 1))
         .expect("template");
     c.apply(&pod("greedy", "too-many")).expect("create pod");
-    let why = c
-        .wait_pod("greedy", "unschedulable", |p| {
-            p["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|cond| cond["type"] == "PodScheduled" && cond["reason"] == "Unschedulable")
-                .map(|cond| cond["message"].as_str().unwrap_or_default().to_owned())
-        })
-        .expect("the greedy pod stays unschedulable");
+    let why = unschedulable(&c, "greedy").expect("the greedy pod stays unschedulable");
     assert_eq!(
         c.pod("greedy").unwrap()["status"]["phase"],
         "Pending",
@@ -326,15 +319,7 @@ fn beside_nri_a_claim_gets_its_device_and_a_forged_request_is_refused() {
         return;
     };
     let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
-    let c = Cluster::start_shaped(
-        Setup::Dra {
-            containerd: release.bin.clone(),
-            beside: DraBeside::Nri,
-        },
-        &Shape::default(),
-    )
-    .unwrap_or_else(|e| panic!("cluster: {e:#}"));
-    c.apply_dra_device_classes().expect("the DeviceClasses");
+    let c = start_beside(&release, DraBeside::Nri, Shape::default());
     c.apply(&demo_claim_template("one-demo", 1))
         .expect("template");
     // The claim's spec carries no request variable: devinject-nri, asked about the container,
@@ -447,18 +432,14 @@ fn a_shared_profile_lets_one_claim_per_replica_hold_the_same_device() {
         return;
     };
     let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
-    let mut c = Cluster::start_shaped(
-        Setup::Dra {
-            containerd: release.bin.clone(),
-            beside: DraBeside::Nothing,
-        },
-        &Shape {
+    let mut c = start_beside(
+        &release,
+        DraBeside::Nothing,
+        Shape {
             devices: 1,
             ..Shape::default()
         },
-    )
-    .unwrap_or_else(|e| panic!("cluster: {e:#}"));
-    c.apply_dra_device_classes().expect("the DeviceClasses");
+    );
     // The demo profile shares its one device twice; the driver reads its profiles at start.
     let profile = c.host().profiles_dir.join("demo.toml");
     let text = std::fs::read_to_string(&profile).unwrap();
@@ -491,16 +472,7 @@ fn a_shared_profile_lets_one_claim_per_replica_hold_the_same_device() {
     assert_eq!(sorted(shares), ["0--0", "0--1"], "one share each");
     // Both shares held: a third claim waits.
     c.apply(&pod("share-c", "one-demo")).expect("create pod");
-    let why = c
-        .wait_pod("share-c", "unschedulable", |p| {
-            p["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|cond| cond["type"] == "PodScheduled" && cond["reason"] == "Unschedulable")
-                .map(|cond| cond["message"].as_str().unwrap_or_default().to_owned())
-        })
-        .expect("the third pod stays unschedulable");
+    let why = unschedulable(&c, "share-c").expect("the third pod stays unschedulable");
     eprintln!("share-c: {why}");
 }
 
@@ -587,6 +559,18 @@ fn sysfs_attributes_reach_the_slice_and_a_health_change_withdraws_the_device() {
     std::fs::write(sys.join(sick).join("health"), "ok\n").unwrap();
     c.wait_resource_slices(ACCELS.len())
         .unwrap_or_else(|e| panic!("the slice follows the recovery: {e:#}"));
+}
+
+/// Waits until pod `name` is unschedulable; the scheduler's message.
+fn unschedulable(c: &Cluster, name: &str) -> anyhow::Result<String> {
+    c.wait_pod(name, "unschedulable", |p| {
+        p["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|cond| cond["type"] == "PodScheduled" && cond["reason"] == "Unschedulable")
+            .map(|cond| cond["message"].as_str().unwrap_or_default().to_owned())
+    })
 }
 
 fn sorted(mut v: Vec<String>) -> Vec<String> {
@@ -780,15 +764,7 @@ fn where_the_device_plugin_serves_the_node_a_limits_pod_is_left_to_it() {
         return;
     };
     let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
-    let c = Cluster::start_shaped(
-        Setup::Dra {
-            containerd: release.bin.clone(),
-            beside: DraBeside::DevicePlugin,
-        },
-        &Shape::default(),
-    )
-    .unwrap_or_else(|e| panic!("cluster: {e:#}"));
-    c.apply_dra_device_classes().expect("the DeviceClasses");
+    let c = start_beside(&release, DraBeside::DevicePlugin, Shape::default());
     // The node advertises the resource through the device plugin: the same pod gets a device
     // from the plugin (as a CDI device), and the scheduler makes it no claim.
     c.apply(&classic_pod("classic")).expect("create pod");

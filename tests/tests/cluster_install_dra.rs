@@ -25,24 +25,19 @@
 //! (scripts/runtimes-fetch.sh); skipped otherwise, a failure under CI.
 
 use devinject_dra::registration::REGISTERED;
-use devinject_tests::cluster::dra::{claim_template, device_class};
+use devinject_tests::cluster::dra::{claim_template, device_class, ready_for_dra};
 use devinject_tests::cluster::install::{
-    assert_files_gone, files_in, host_network, init_output, patch, pods, prepare_node, ready,
-    rollout, show_and_run_examples, workspace_file, workspace_path, Via, NS,
+    delete_node_daemonset, files_in, host_network, init_output, patch, pods, prepare_node, ready,
+    rollout, show_and_run_examples, uninstall_touching_no_engine, workspace_file, workspace_path,
+    Via, NODE_PODS, NS,
 };
-use devinject_tests::cluster::{
-    image, ready_with_containerd, Cluster, Kubernetes, Setup, DEFAULT_CDI_DIR, NODE, SLOW,
-};
+use devinject_tests::cluster::{image, Cluster, Setup, DEFAULT_CDI_DIR, NODE, SLOW};
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::daemons::poll;
-use devinject_tests::skip::require;
 
 /// Where [`DEFAULT_CDI_DIR`] leads on the node (`/var/run` is a link to `/run`), as a path
 /// through the node's `/proc/<pid>/root`, where the link would lead to the test's own `/run`.
 const NODE_CDI_DIR: &str = "/run/cdi";
-
-/// The label of the devinject DaemonSet's pods.
-const NODE_PODS: &str = "app.kubernetes.io/component=node";
 
 /// The manifest as shipped, but on the host network and with the API server's address as a pod
 /// there reaches it (no kube-proxy serves the `kubernetes` Service's address here).
@@ -86,15 +81,9 @@ fn installed_as_a_dra_driver_it_serves_claims_and_the_examples_and_uninstalls() 
     if !ready() {
         return;
     }
-    let Some(release) = ready_with_containerd("2") else {
+    let Some(release) = ready_for_dra() else {
         return;
     };
-    if !require(
-        Kubernetes::find().is_some_and(|k| !k.is_legacy()),
-        "DRA needs Kubernetes >= 1.34 (DEVINJECT_KUBE_BIN: scripts/kube-module-build.sh)",
-    ) {
-        return;
-    }
     let t = tempfile::tempdir().unwrap();
     let (archive, tag) = image::build(t.path()).unwrap_or_else(|e| panic!("{e:#}"));
     assert_eq!(tag, "devinject:0.1.0", "the manifests' image");
@@ -244,24 +233,8 @@ fn installed_as_a_dra_driver_it_serves_claims_and_the_examples_and_uninstalls() 
     assert!(format!("{refused:#}").contains("forbidden"), "{refused:#}");
 
     // Uninstall, as docs/uninstall.md says.
-    c.kubectl(&["-n", NS, "delete", "ds/devinject"]).unwrap();
-    poll("the DaemonSet's pods to go", SLOW, || {
-        Ok(pods(&c, NS, NODE_PODS).is_empty().then_some(()))
-    })
-    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
-    let uninstall = host_network(&workspace_file("deploy/uninstall/daemonset.yaml"));
-    c.apply(&uninstall).expect("apply the uninstall DaemonSet");
-    let removed = init_output(&c, "app.kubernetes.io/component=uninstall", "uninstall");
-    eprintln!(
-        "$ kubectl -n {NS} logs <pod> -c uninstall\n{}",
-        removed.trim_end()
-    );
-    assert!(
-        !removed.contains("ACTION NEEDED") && !removed.contains("unconfigure-"),
-        "the uninstaller touched no engine:\n{removed}"
-    );
-    rollout(&c, "devinject-uninstall");
-    assert_files_gone(&c);
+    delete_node_daemonset(&c);
+    uninstall_touching_no_engine(&c);
     assert!(
         std::fs::read(c.containerd_config()).unwrap() == before,
         "containerd's config.toml is byte-identical to before the install"

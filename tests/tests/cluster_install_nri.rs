@@ -24,15 +24,13 @@
 
 use devinject_nri::session::REGISTERED;
 use devinject_tests::cluster::install::{
-    assert_files_gone, host_network, init_output, pods, prepare_node, ready, rollout,
-    show_and_run_examples, workspace_file, workspace_path, Via, NS,
+    delete_node_daemonset, host_network, init_output, pods, prepare_node, ready, rollout,
+    show_and_run_examples, uninstall_touching_no_engine, workspace_file, workspace_path, Via,
+    NODE_PODS, NS,
 };
 use devinject_tests::cluster::{image, ready_with_containerd, Cluster, Setup, NRI_SOCKET, SLOW};
 use devinject_tests::cri_node::HANDLER;
 use devinject_tests::daemons::poll;
-
-/// The label of the devinject DaemonSet's pods.
-const NODE_PODS: &str = "app.kubernetes.io/component=node";
 
 /// A pod on the default runtime that sets `KVM_VISIBLE_DEVICES=all` itself, asking the
 /// scheduler for nothing, and says whether it sees `/dev/kvm`.
@@ -155,11 +153,7 @@ fn installed_through_nri_with_no_engine_edit_nor_restart_it_serves_the_examples_
 
     // Uninstall, as docs/uninstall.md says. The DaemonSet goes: the plugin is out of
     // containerd as soon as its pod has, and nothing adjusts a container any more.
-    c.kubectl(&["-n", NS, "delete", "ds/devinject"]).unwrap();
-    poll("the DaemonSet's pods to go", SLOW, || {
-        Ok(pods(&c, NS, NODE_PODS).is_empty().then_some(()))
-    })
-    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    delete_node_daemonset(&c);
     c.apply(&kvm_forger("kvm-after"))
         .expect("apply the pod after the plugin");
     let phase = c.wait_pod_done("kvm-after").expect("the pod finishes");
@@ -172,19 +166,7 @@ fn installed_through_nri_with_no_engine_edit_nor_restart_it_serves_the_examples_
     );
     // The shipped uninstall DaemonSet, on the host network and nothing else: the install
     // record names no engine, so it restores none and restarts none.
-    let uninstall = host_network(&workspace_file("deploy/uninstall/daemonset.yaml"));
-    c.apply(&uninstall).expect("apply the uninstall DaemonSet");
-    let removed = init_output(&c, "app.kubernetes.io/component=uninstall", "uninstall");
-    eprintln!(
-        "$ kubectl -n {NS} logs <pod> -c uninstall\n{}",
-        removed.trim_end()
-    );
-    assert!(
-        !removed.contains("ACTION NEEDED") && !removed.contains("unconfigure-"),
-        "the uninstaller touched no engine:\n{removed}"
-    );
-    rollout(&c, "devinject-uninstall");
-    assert_files_gone(&c);
+    uninstall_touching_no_engine(&c);
     untouched(&c, pid, &before, "after the uninstall");
     c.kubectl(&[
         "delete",

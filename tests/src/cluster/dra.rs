@@ -11,6 +11,18 @@ use super::{Cluster, DRA_DRIVER};
 use crate::bins::bin;
 use crate::daemons::run_ok;
 
+/// containerd 2 and a Kubernetes release with DRA GA (1.34 or later): the containerd release,
+/// or `None` (a skip, a failure under CI) when either is missing.
+pub fn ready_for_dra() -> Option<crate::runtimes::Release> {
+    let release = super::ready_with_containerd("2")?;
+    let today = super::Kubernetes::find().is_some_and(|k| !k.is_legacy());
+    crate::skip::require(
+        today,
+        "DRA needs Kubernetes >= 1.34 (DEVINJECT_KUBE_BIN: scripts/kube-module-build.sh)",
+    )
+    .then_some(release)
+}
+
 /// The DeviceClass `devinject-dra device-classes` prints for the demo profile.
 pub const DEMO_CLASS: &str = "demo.devinject.io";
 

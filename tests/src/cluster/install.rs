@@ -14,6 +14,9 @@ use crate::skip::{require, require_binary};
 /// The namespace of the shipped manifests.
 pub const NS: &str = "devinject-system";
 
+/// The label of the devinject DaemonSet's pods.
+pub const NODE_PODS: &str = "app.kubernetes.io/component=node";
+
 /// The image the examples name, tagged from the test's busybox.
 pub const EXAMPLE_IMAGE: &str = "docker.io/library/busybox:1.36";
 
@@ -194,6 +197,35 @@ pub const EXAMPLES: [(&str, &str, &str); 3] = [
     ("tun", "/dev/net/tun", "10, 200"),
     ("fuse", "/dev/fuse", "10, 229"),
 ];
+
+/// Deletes the devinject DaemonSet (`kubectl -n devinject-system delete ds/devinject`) and waits
+/// until its pods are gone.
+pub fn delete_node_daemonset(c: &Cluster) {
+    c.kubectl(&["-n", NS, "delete", "ds/devinject"]).unwrap();
+    poll("the DaemonSet's pods to go", SLOW, || {
+        Ok(pods(c, NS, NODE_PODS).is_empty().then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+}
+
+/// Runs the shipped uninstall DaemonSet, on the host network and nothing else, for an install
+/// that configured no engine: its output names no engine step and asks for nothing, and every
+/// file of devinject is gone from the node.
+pub fn uninstall_touching_no_engine(c: &Cluster) {
+    let uninstall = host_network(&workspace_file("deploy/uninstall/daemonset.yaml"));
+    c.apply(&uninstall).expect("apply the uninstall DaemonSet");
+    let removed = init_output(c, "app.kubernetes.io/component=uninstall", "uninstall");
+    eprintln!(
+        "$ kubectl -n {NS} logs <pod> -c uninstall\n{}",
+        removed.trim_end()
+    );
+    assert!(
+        !removed.contains("ACTION NEEDED") && !removed.contains("unconfigure-"),
+        "the uninstaller touched no engine:\n{removed}"
+    );
+    rollout(c, "devinject-uninstall");
+    assert_files_gone(c);
+}
 
 /// Prints what a user sees (the DaemonSet, its pods, the node's allocatable resources), then
 /// runs each of [`EXAMPLES`] as `via` says.
