@@ -10,6 +10,7 @@ pub mod checkpoint;
 pub mod claim;
 pub mod claim_spec;
 pub mod driver;
+pub mod health;
 pub mod naming;
 pub mod node_service;
 pub mod prepared;

@@ -1,4 +1,5 @@
-//! The running driver: the DRA node service and the registration service on their sockets, the
+//! The running driver: the DRA node service (with the resource-health stream beside it) and the
+//! registration service on their sockets, the
 //! ResourceSlice publisher, and shutdown on SIGTERM/SIGINT. If any part stops by itself the
 //! driver stops with an error, so it never looks registered while a part of it is dead (the
 //! DaemonSet restarts it).
@@ -14,6 +15,7 @@ use kube::Api;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{debug, info, warn};
 
+use crate::health::{HealthConfig, HealthService};
 use crate::node_service::NodeService;
 use crate::prepared::Claims;
 use crate::registration::RegistrationService;
@@ -70,7 +72,13 @@ pub async fn serve<C: Claims>(
     let mut terminate = signal(SignalKind::terminate()).map_err(ServeError::Signals)?;
     let mut interrupt = signal(SignalKind::interrupt()).map_err(ServeError::Signals)?;
     let service = NodeService::new(Arc::new(claims));
-    let mut dra = socket::serve(&config.socket, service.routes()).await?;
+    let health = HealthService::new(HealthConfig {
+        node: config.node.clone(),
+        profiles: config.profiles.clone(),
+        roots: config.roots.clone(),
+    });
+    let routes = service.routes().add_service(health.server());
+    let mut dra = socket::serve(&config.socket, routes).await?;
     let registration = RegistrationService::new(&config.driver, &config.socket)?;
     let reg_path = config
         .registration_dir

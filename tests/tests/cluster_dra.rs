@@ -30,7 +30,8 @@
 //!   and the pod's deletion still removes exactly that claim's spec (its checkpoint);
 //! - a profile's sysfs attributes (`discovery.attributes_sysfs`) are in the slice, and a claim
 //!   whose CEL selector names one device's value gets that device; a device whose sysfs health
-//!   turns bad leaves the slice (measured: about 0.1 s) and comes back when it recovers;
+//!   turns bad leaves the slice (measured: about 0.1 s), the pod holding it shows it Unhealthy in
+//!   its status (the health stream, KEP-4680), and both follow its recovery;
 //! - a profile sharing its one device twice (`replicas = 2`) publishes two devices, two pods'
 //!   claims hold one share each and both see the device, a third pod waits unschedulable;
 //! - beside `devinject-nri` under the `kubernetes` policy: a claim holder gets exactly its device,
@@ -291,7 +292,7 @@ fn claims_get_exactly_their_devices(c: &Cluster) {
     c.apply(&demo_claim_template("too-many", ACCELS.len() as u32 + 1))
         .expect("template");
     c.apply(&pod("greedy", "too-many")).expect("create pod");
-    let why = unschedulable(&c, "greedy").expect("the greedy pod stays unschedulable");
+    let why = unschedulable(c, "greedy").expect("the greedy pod stays unschedulable");
     assert_eq!(
         c.pod("greedy").unwrap()["status"]["phase"],
         "Pending",
@@ -539,8 +540,10 @@ fn sysfs_attributes_reach_the_slice_and_a_health_change_withdraws_the_device() {
     assert_eq!(ids, ["2"], "the device whose serial the claim chose");
     assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
 
-    // Unhealthy: withdrawn from the slice; healthy again: published again.
-    let (sick, _, _) = ACCELS[1];
+    // The chooser's device turns unhealthy: withdrawn from the slice, and the pod holding it
+    // says so in its status (the health stream); healthy again: published again, and the pod's
+    // status follows.
+    let (sick, _, _) = ACCELS[2];
     std::fs::write(sys.join(sick).join("health"), "bad\n").unwrap();
     let changed = std::time::Instant::now();
     c.wait_resource_slices(ACCELS.len() - 1)
@@ -553,12 +556,45 @@ fn sysfs_attributes_reach_the_slice_and_a_health_change_withdraws_the_device() {
         !c.resource_slice_devices()
             .unwrap()
             .iter()
-            .any(|(_, d)| d == "demo-1"),
-        "demo-1 is out of the slice"
+            .any(|(_, d)| d == "demo-2"),
+        "demo-2 is out of the slice"
+    );
+    let status = device_health_in_status(&c, "chooser", "demo-2", "Unhealthy");
+    println!(
+        "the pod's status said so within {:?}: {status}",
+        changed.elapsed()
     );
     std::fs::write(sys.join(sick).join("health"), "ok\n").unwrap();
     c.wait_resource_slices(ACCELS.len())
         .unwrap_or_else(|e| panic!("the slice follows the recovery: {e:#}"));
+    device_health_in_status(&c, "chooser", "demo-2", "Healthy");
+}
+
+/// Waits until pod `name`'s status reports `health` for DRA device `device`
+/// (`allocatedResourcesStatus`, from the driver's health stream); that part of the status.
+fn device_health_in_status(c: &Cluster, name: &str, device: &str, health: &str) -> String {
+    c.wait_pod(name, &format!("{device} {health} in its status"), |p| {
+        p["status"]["containerStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|s| {
+                s["allocatedResourcesStatus"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .find(|r| {
+                r["resources"].as_array().into_iter().flatten().any(|res| {
+                    res["resourceID"]
+                        .as_str()
+                        .is_some_and(|id| id.ends_with(device))
+                        && res["health"] == health
+                })
+            })
+            .map(|r| r.to_string())
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.dra_log()))
 }
 
 /// Waits until pod `name` is unschedulable; the scheduler's message.

@@ -5,6 +5,7 @@
 //!   [`crate::registration`] on the socket in the kubelet's `plugins_registry/`.
 //! - [`v1`] and [`v1beta1`]: the `DRAPlugin` node service, both served by one implementation in
 //!   [`crate::node_service`] on the driver's own socket.
+//! - [`health_v1alpha1`]: the resource-health stream, served by [`crate::health`] there too.
 
 /// `Registration` messages, client and server (`pluginregistration.Registration`).
 #[allow(missing_docs, clippy::doc_markdown, clippy::large_enum_variant)]
@@ -23,6 +24,13 @@ pub mod v1 {
 #[allow(missing_docs, clippy::doc_markdown, clippy::large_enum_variant)]
 pub mod v1beta1 {
     tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1beta1");
+}
+
+/// The resource-health stream (`v1alpha1.DRAResourceHealth`), served by [`crate::health`] on the
+/// driver's own socket beside the node service.
+#[allow(missing_docs, clippy::doc_markdown, clippy::large_enum_variant)]
+pub mod health_v1alpha1 {
+    tonic::include_proto!("v1alpha1");
 }
 
 /// `PluginInfo.type` of a DRA driver: the kubelet hands the registration to its DRA manager.
@@ -192,6 +200,38 @@ mod tests {
         assert_eq!(
             <v1beta1::dra_plugin_server::DraPluginServer<()> as NamedService>::NAME,
             "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin"
+        );
+    }
+
+    #[test]
+    fn health_stream_message_and_path() {
+        use health_v1alpha1::*;
+        let response = NodeWatchResourcesResponse {
+            devices: vec![DeviceHealth {
+                device: Some(DeviceIdentifier {
+                    pool_name: "p".into(),
+                    device_name: "d".into(),
+                }),
+                health: HealthStatus::Unhealthy as i32,
+                last_updated_time: 5,
+                health_check_timeout_seconds: 6,
+                message: "m".into(),
+            }],
+        };
+        let expected = [
+            0x0a, 17, // devices = 1: one DeviceHealth of 17 bytes
+            0x0a, 6, // device = 1
+            0x0a, 1, b'p', // pool_name = 1
+            0x12, 1, b'd', // device_name = 2
+            0x10, 2, // health = 2: UNHEALTHY
+            0x18, 5, // last_updated_time = 3
+            0x20, 6, // health_check_timeout_seconds = 4
+            0x2a, 1, b'm', // message = 5
+        ];
+        assert_eq!(response.encode_to_vec(), expected);
+        assert_eq!(
+            <dra_resource_health_server::DraResourceHealthServer<crate::health::HealthService> as NamedService>::NAME,
+            "v1alpha1.DRAResourceHealth"
         );
     }
 
