@@ -4,7 +4,7 @@
 //! device failed says so.
 //!
 //! Each stream sends the health of every published device at once, then, every
-//! [`RESCAN`](crate::serve::RESCAN), the devices whose health changed, and every
+//! [`HealthConfig::rescan`] (the publisher's), the devices whose health changed, and every
 //! [`REFRESH`] all of them again, well within the [`TIMEOUT`] after which the kubelet would take
 //! a silent device's health for unknown. Health is the profile's sysfs health attribute, as for
 //! the slice (an unhealthy device also leaves the slice); a device that disappears (unplugged)
@@ -57,6 +57,8 @@ pub struct HealthConfig {
     pub profiles: ProfileSet,
     /// Where device nodes and sysfs are.
     pub roots: HostRoots,
+    /// How often health is read again.
+    pub rescan: Duration,
 }
 
 /// The health of every device of `config`'s profiles now; a profile whose discovery fails keeps
@@ -210,7 +212,7 @@ impl DraResourceHealth for HealthService {
                 known = now;
                 tokio::select! {
                     () = tx.closed() => break,
-                    () = tokio::time::sleep(crate::serve::RESCAN) => {}
+                    () = tokio::time::sleep(config.rescan) => {}
                 }
             }
             debug!("the kubelet closed the health stream");

@@ -76,6 +76,7 @@ pub async fn serve<C: Claims>(
         node: config.node.clone(),
         profiles: config.profiles.clone(),
         roots: config.roots.clone(),
+        rescan: RESCAN,
     });
     let routes = service.routes().add_service(health.server());
     let mut dra = socket::serve(&config.socket, routes).await?;
