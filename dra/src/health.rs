@@ -3,20 +3,23 @@
 //! pods holding it (`status.containerStatuses[].allocatedResourcesStatus`), so that a pod whose
 //! device failed says so.
 //!
-//! Each stream sends the health of every published device at once, then, every
-//! [`HealthConfig::rescan`] (the publisher's), the devices whose health changed, and every
-//! [`REFRESH`] all of them again, well within the [`TIMEOUT`] after which the kubelet would take
-//! a silent device's health for unknown. Health is the profile's sysfs health attribute, as for
-//! the slice (an unhealthy device also leaves the slice); a device that disappears (unplugged)
-//! is reported unhealthy once, since pods may still hold it. A profile whose discovery fails
-//! reports nothing new until it works again. Devices are named as in the slice, shares
-//! included ([`crate::slices::device_names`]).
+//! The stream runs no discovery of its own: it reads what the slice publisher discovered
+//! ([`Discovered`], a watch channel the publisher updates after each rescan that changed
+//! something). Each stream sends the health of every published device at once, then the
+//! devices whose health changed as soon as the publisher saw it, and every [`REFRESH`] all of
+//! them again, well within the [`TIMEOUT`] after which the kubelet would take a silent device's
+//! health for unknown. Health is the profile's sysfs health attribute, as for the slice (an
+//! unhealthy device also leaves the slice); a device that disappears (unplugged) is reported
+//! unhealthy once, since pods may still hold it. A profile whose discovery fails keeps its last
+//! inventory, so it reports nothing new until discovery works again. Devices are named as in
+//! the slice, shares included ([`crate::slices::device_names`]).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use devinject_devices::{discover, HostRoots, ProfileSet};
-use tokio::sync::mpsc;
+use devinject_devices::{Inventory, ProfileSet};
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::debug;
@@ -48,41 +51,36 @@ pub struct Observation {
     pub message: String,
 }
 
-/// Where the devices are, for the stream.
+/// The last inventory discovery found for each profile, by profile name.
+pub type Discovered = Arc<BTreeMap<String, Inventory>>;
+
+/// What the stream reports on.
 #[derive(Debug, Clone)]
 pub struct HealthConfig {
     /// This node's name (the pools are `<node>/<profile>`).
     pub node: String,
     /// The profiles whose devices are published.
     pub profiles: ProfileSet,
-    /// Where device nodes and sysfs are.
-    pub roots: HostRoots,
-    /// How often health is read again.
-    pub rescan: Duration,
+    /// What the slice publisher discovered.
+    pub discovered: watch::Receiver<Discovered>,
 }
 
-/// The health of every device of `config`'s profiles now; a profile whose discovery fails keeps
-/// what `before` knew of its pool.
+/// The health of every device in `discovered`, by pool and DRA device name.
 pub fn observe(
-    config: &HealthConfig,
-    before: &BTreeMap<DeviceKey, Observation>,
+    node: &str,
+    profiles: &ProfileSet,
+    discovered: &BTreeMap<String, Inventory>,
 ) -> BTreeMap<DeviceKey, Observation> {
     let mut now = BTreeMap::new();
-    for profile in config.profiles.iter() {
-        let pool = naming::pool(&config.node, profile.name.as_str());
-        let named = discover(profile, &config.roots).ok().and_then(|inventory| {
-            let names = device_names(profile, &inventory).ok()?;
-            Some((inventory, names))
-        });
-        let Some((inventory, names)) = named else {
-            now.extend(
-                before
-                    .iter()
-                    .filter(|((p, _), _)| *p == pool)
-                    .map(|(k, v)| (k.clone(), v.clone())),
-            );
+    for profile in profiles.iter() {
+        let Some(inventory) = discovered.get(profile.name.as_str()) else {
             continue;
         };
+        // A naming conflict stops the publisher; nothing of such a profile is published.
+        let Ok(names) = device_names(profile, inventory) else {
+            continue;
+        };
+        let pool = naming::pool(node, profile.name.as_str());
         for device in &inventory.devices {
             let observation = Observation {
                 healthy: device.healthy,
@@ -166,14 +164,14 @@ fn response(changes: Vec<(DeviceKey, Observation)>) -> NodeWatchResourcesRespons
 /// The `DRAResourceHealth` service.
 #[derive(Debug, Clone)]
 pub struct HealthService {
-    config: std::sync::Arc<HealthConfig>,
+    config: Arc<HealthConfig>,
 }
 
 impl HealthService {
     /// A service reporting the devices of `config`.
     pub fn new(config: HealthConfig) -> Self {
         Self {
-            config: std::sync::Arc::new(config),
+            config: Arc::new(config),
         }
     }
 
@@ -192,30 +190,39 @@ impl DraResourceHealth for HealthService {
         _request: Request<NodeWatchResourcesRequest>,
     ) -> Result<Response<Self::NodeWatchResourcesStream>, Status> {
         let (tx, rx) = mpsc::channel(4);
-        let config = std::sync::Arc::clone(&self.config);
+        let config = Arc::clone(&self.config);
         tokio::spawn(async move {
+            let mut discovered = config.discovered.clone();
             let mut known = BTreeMap::new();
-            let mut last_refresh: Option<tokio::time::Instant> = None;
+            let mut refresh = tokio::time::interval(REFRESH);
             loop {
-                let now = observe(&config, &known);
-                let all = last_refresh.is_none_or(|t| t.elapsed() >= REFRESH);
-                let changed = changes(&known, &now, all);
-                if all {
-                    last_refresh = Some(tokio::time::Instant::now());
-                }
-                if !changed.is_empty() {
-                    debug!(devices = changed.len(), "sending device health");
-                    if tx.send(Ok(response(changed))).await.is_err() {
-                        break;
-                    }
-                }
-                known = now;
-                tokio::select! {
+                // The first tick is at once: a new stream hears of every device.
+                let all = tokio::select! {
                     () = tx.closed() => break,
-                    () = tokio::time::sleep(config.rescan) => {}
+                    _ = refresh.tick() => true,
+                    changed = discovered.changed() => {
+                        if changed.is_err() {
+                            break; // the publisher stopped, and the driver with it
+                        }
+                        false
+                    }
+                };
+                let now = observe(
+                    &config.node,
+                    &config.profiles,
+                    &discovered.borrow_and_update(),
+                );
+                let sent = changes(&known, &now, all);
+                known = now;
+                if sent.is_empty() {
+                    continue;
+                }
+                debug!(devices = sent.len(), "sending device health");
+                if tx.send(Ok(response(sent))).await.is_err() {
+                    break;
                 }
             }
-            debug!("the kubelet closed the health stream");
+            debug!("the health stream ended");
         });
         Ok(Response::new(ReceiverStream::new(rx)))
     }
@@ -241,6 +248,47 @@ mod tests {
             healthy: false,
             message: "sick".into(),
         }
+    }
+
+    #[test]
+    fn every_share_of_a_discovered_device_is_observed_under_its_slice_name() {
+        let profiles = ProfileSet::from_profiles(vec![devinject_devices::Profile::parse(
+            "name = \"demo\"\nresource = \"devinject.io/demo\"\nreplicas = 2\n[discovery]\nnodes = [\"demo/accel[0-9]*\"]\n",
+            std::path::Path::new("demo.toml"),
+        )
+        .unwrap()], std::path::Path::new("profiles"))
+        .unwrap();
+        let device = |id: &str, index, healthy| devinject_devices::Device {
+            id: devinject_devices::DeviceId::new(id).unwrap(),
+            index,
+            name: format!("accel{index}"),
+            nodes: Vec::new(),
+            numa_node: None,
+            healthy,
+            attributes: Default::default(),
+        };
+        let discovered = BTreeMap::from([(
+            "demo".to_owned(),
+            Inventory {
+                devices: vec![device("0", 0, true), device("1", 1, false)],
+                control_nodes: Vec::new(),
+            },
+        )]);
+        let seen = observe("n", &profiles, &discovered);
+        let names: Vec<_> = seen.keys().map(|(p, d)| format!("{p} {d}")).collect();
+        assert_eq!(
+            names,
+            [
+                "n/demo demo-0--0",
+                "n/demo demo-0--1",
+                "n/demo demo-1--0",
+                "n/demo demo-1--1"
+            ]
+        );
+        assert!(seen[&key("demo-0--1")].healthy);
+        let sick = &seen[&key("demo-1--0")];
+        assert!(!sick.healthy && sick.message.contains("device 1 of profile demo"));
+        assert!(observe("n", &profiles, &BTreeMap::new()).is_empty());
     }
 
     #[test]

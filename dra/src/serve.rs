@@ -13,9 +13,10 @@ use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::{Patch, PatchParams};
 use kube::Api;
 use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::health::{HealthConfig, HealthService};
+use crate::health::{Discovered, HealthConfig, HealthService};
 use crate::node_service::NodeService;
 use crate::prepared::Claims;
 use crate::registration::RegistrationService;
@@ -72,11 +73,12 @@ pub async fn serve<C: Claims>(
     let mut terminate = signal(SignalKind::terminate()).map_err(ServeError::Signals)?;
     let mut interrupt = signal(SignalKind::interrupt()).map_err(ServeError::Signals)?;
     let service = NodeService::new(Arc::new(claims));
+    // The publisher's discovery, shared with the health stream, which runs none of its own.
+    let (discovered, watched) = watch::channel(Discovered::default());
     let health = HealthService::new(HealthConfig {
         node: config.node.clone(),
         profiles: config.profiles.clone(),
-        roots: config.roots.clone(),
-        rescan: RESCAN,
+        discovered: watched,
     });
     let routes = service.routes().add_service(health.server());
     let mut dra = socket::serve(&config.socket, routes).await?;
@@ -97,7 +99,7 @@ pub async fn serve<C: Claims>(
         _ = interrupt.recv() => Ok(()),
         r = dra.stopped() => r.map_err(ServeError::from),
         r = reg.stopped() => r.map_err(ServeError::from),
-        r = publish(&config, client) => r,
+        r = publish(&config, client, discovered) => r,
     };
     stop(reg).await;
     stop(dra).await;
@@ -113,9 +115,15 @@ async fn stop(socket: ServedSocket) {
 
 /// Publishes one ResourceSlice per profile and keeps it current: every [`RESCAN`] discovery
 /// runs again and a slice whose devices changed is applied with the next pool generation.
-/// Errors of the API server are logged and retried; only a slice that cannot be built (a
-/// mistake in the profiles or too many devices) stops the driver.
-async fn publish(config: &ServeConfig, client: kube::Client) -> Result<(), ServeError> {
+/// What discovery found goes to `discovered` (a profile whose discovery fails keeps its last
+/// inventory there, as its slice stays). Errors of the API server are logged and retried; only
+/// a slice that cannot be built (a mistake in the profiles or too many devices) stops the
+/// driver.
+async fn publish(
+    config: &ServeConfig,
+    client: kube::Client,
+    discovered: watch::Sender<Discovered>,
+) -> Result<(), ServeError> {
     let api: Api<ResourceSlice> = Api::all(client);
     let params = PatchParams::apply(FIELD_MANAGER).force();
     // What the API server holds, as far as this driver knows: profile -> slice.
@@ -123,18 +131,24 @@ async fn publish(config: &ServeConfig, client: kube::Client) -> Result<(), Serve
     // The last discovery error of each profile, logged when it first appears or changes, not at
     // every rescan (a node without a profile's driver fails the same way twice a second).
     let mut failing: std::collections::BTreeMap<String, String> = Default::default();
+    // The last inventory each profile's discovery found: what the slices and the health stream
+    // are built from.
+    let mut found: std::collections::BTreeMap<String, devinject_devices::Inventory> =
+        Default::default();
     let mut ticker = tokio::time::interval(RESCAN);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
+        let mut fresh = Vec::new();
         for profile in config.profiles.iter() {
             let name = profile.name.as_str();
-            let inventory = match discover(profile, &config.roots) {
-                Ok(i) => {
+            match discover(profile, &config.roots) {
+                Ok(inventory) => {
                     if failing.remove(name).is_some() {
                         info!(profile = name, "discovery works again");
                     }
-                    i
+                    found.insert(name.to_owned(), inventory);
+                    fresh.push(profile);
                 }
                 Err(e) => {
                     let error = e.to_string();
@@ -142,20 +156,25 @@ async fn publish(config: &ServeConfig, client: kube::Client) -> Result<(), Serve
                         warn!(profile = name, error = %error, "discovery failed; the slice stays as it was until it works");
                         failing.insert(name.to_owned(), error);
                     }
-                    continue;
                 }
-            };
+            }
+        }
+        discovered.send_if_modified(|known| {
+            let changed = **known != found;
+            if changed {
+                *known = Arc::new(found.clone());
+            }
+            changed
+        });
+        for profile in fresh {
+            let name = profile.name.as_str();
+            let inventory = &found[name];
             let generation = match published.get(name) {
                 Some(slice) => slice.spec.pool.generation,
                 None => current_generation(&api, &config.node, name).await,
             };
-            let slice = resource_slice(
-                &config.driver,
-                &config.node,
-                profile,
-                &inventory,
-                generation,
-            )?;
+            let slice =
+                resource_slice(&config.driver, &config.node, profile, inventory, generation)?;
             if published
                 .get(name)
                 .is_some_and(|old| same_content(&old.spec, &slice.spec))
