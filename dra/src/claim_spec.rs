@@ -303,16 +303,19 @@ pub fn present(ctx: &SpecContext, file_name: &str) -> Result<bool> {
     let Some(dir) = open_dir(ctx)? else {
         return Ok(false);
     };
-    let name = OsStr::new(file_name);
-    match dir
-        .entry(name)
+    Ok(matches!(
+        entry(&dir, OsStr::new(file_name))?,
+        Entry::File(_)
+    ))
+}
+
+/// What is at `name` in `dir`, looked at without following a link.
+fn entry(dir: &HostDir, name: &OsStr) -> Result<Entry> {
+    dir.entry(name)
         .map_err(|source: RuntimeConfigError| ClaimSpecError::Files {
             file: dir.shown(name).display().to_string(),
             source: Box::new(source),
-        })? {
-        Entry::File(_) => Ok(true),
-        _ => Ok(false),
-    }
+        })
 }
 
 /// Opens the CDI directory; `None` when it does not exist.
@@ -343,18 +346,12 @@ fn create_dir(ctx: &SpecContext) -> Result<HostDir> {
 /// Whether `name` in `parent` is a directory (`false`: nothing there); anything else there, a
 /// link included, is [`ClaimSpecError::NotADirectory`].
 fn is_directory(parent: &HostDir, name: &OsStr) -> Result<bool> {
-    let what =
-        match parent
-            .entry(name)
-            .map_err(|source: RuntimeConfigError| ClaimSpecError::Files {
-                file: parent.shown(name).display().to_string(),
-                source: Box::new(source),
-            })? {
-            Entry::Missing => return Ok(false),
-            Entry::Other("directory") => return Ok(true),
-            Entry::File(_) => "regular file",
-            Entry::Other(what) => what,
-        };
+    let what = match entry(parent, name)? {
+        Entry::Missing => return Ok(false),
+        Entry::Other("directory") => return Ok(true),
+        Entry::File(_) => "regular file",
+        Entry::Other(what) => what,
+    };
     Err(ClaimSpecError::NotADirectory {
         path: parent.shown(name),
         what,

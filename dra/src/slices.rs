@@ -148,20 +148,22 @@ pub fn resource_slice(
     }
     let mut devices = Vec::with_capacity(count);
     for d in &healthy {
+        // What every share of the device carries.
+        let mut common = BTreeMap::new();
+        common.insert(ATTR_PROFILE.to_owned(), string(pname));
+        common.insert(ATTR_ID.to_owned(), string(d.id.as_str()));
+        common.insert(
+            ATTR_INDEX.to_owned(),
+            int(i64::try_from(d.index).unwrap_or(i64::MAX)),
+        );
+        if let Some(numa) = d.numa_node {
+            common.insert(ATTR_NUMA_NODE.to_owned(), int(numa));
+        }
+        for (name, value) in &d.attributes {
+            common.insert(name.clone(), string(value));
+        }
         for (replica, published) in published_ids(profile, d.id.as_str()).iter().enumerate() {
-            let mut attributes = BTreeMap::new();
-            attributes.insert(ATTR_PROFILE.to_owned(), string(pname));
-            attributes.insert(ATTR_ID.to_owned(), string(d.id.as_str()));
-            attributes.insert(
-                ATTR_INDEX.to_owned(),
-                int(i64::try_from(d.index).unwrap_or(i64::MAX)),
-            );
-            if let Some(numa) = d.numa_node {
-                attributes.insert(ATTR_NUMA_NODE.to_owned(), int(numa));
-            }
-            for (name, value) in &d.attributes {
-                attributes.insert(name.clone(), string(value));
-            }
+            let mut attributes = common.clone();
             if profile.replicas > 1 {
                 attributes.insert(
                     ATTR_REPLICA.to_owned(),
