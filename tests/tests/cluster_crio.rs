@@ -38,9 +38,9 @@ use std::sync::Mutex;
 
 use devinject_nri::session::REGISTERED;
 use devinject_tests::cluster::install::{
-    assert_files_gone, host_network, init_output, log_after_new_lines, patch, pods, rollout,
-    run_example, show_and_run_examples, test_overlay, workspace_file, workspace_path, Via,
-    EXAMPLE_IMAGE, NS,
+    assert_files_gone, delete_node_daemonset, host_network, init_output, log_after_new_lines,
+    patch, pods, rollout, run_example, show_and_run_examples, test_overlay, workspace_file,
+    workspace_path, Via, EXAMPLE_IMAGE, NODE_PODS, NS,
 };
 use devinject_tests::cluster::{image, Cluster, Setup, Shape, CDI_CRI_ALLOCATE_MODE, NODE, SLOW};
 use devinject_tests::cri::Cri;
@@ -201,7 +201,7 @@ fn installed_on_crio_from_the_manifests_it_injects_survives_a_restart_and_uninst
         .expect("kubectl kustomize");
     c.apply(&crio_overlay(&rendered))
         .expect("kubectl apply -k deploy/overlays/crio");
-    let install = init_output(&c, "app.kubernetes.io/component=node", "install");
+    let install = init_output(&c, NODE_PODS, "install");
     assert!(
         install.contains("systemctl restart crio"),
         "the installer asks for a CRI-O restart:\n{install}"
@@ -460,7 +460,7 @@ fn installed_through_nri_on_crio_with_no_edit_nor_restart_it_serves_the_examples
     )));
     c.apply(&manifest)
         .expect("kubectl apply -f deploy/devinject-nri.yaml");
-    let install = init_output(&c, "app.kubernetes.io/component=node", "install");
+    let install = init_output(&c, NODE_PODS, "install");
     assert!(
         !install.contains("ACTION NEEDED") && !install.contains("crio.conf.d"),
         "the installer configured no engine and asks for nothing:\n{install}"
@@ -472,7 +472,7 @@ fn installed_through_nri_on_crio_with_no_edit_nor_restart_it_serves_the_examples
     }
     let mut nri_log = String::new();
     poll("devinject-nri to register with CRI-O", SLOW, || {
-        if let Some(pod) = pods(&c, NS, "app.kubernetes.io/component=node").first() {
+        if let Some(pod) = pods(&c, NS, NODE_PODS).first() {
             nri_log = c.pod_log(pod, "nri").unwrap_or_default();
         }
         Ok(nri_log.contains(REGISTERED).then_some(()))
@@ -482,13 +482,7 @@ fn installed_through_nri_on_crio_with_no_edit_nor_restart_it_serves_the_examples
     show_and_run_examples(&c, Via::DefaultRuntime);
     refuse_kvm_forger(&c);
 
-    c.kubectl(&["-n", NS, "delete", "ds/devinject"]).unwrap();
-    poll("the DaemonSet's pods to go", SLOW, || {
-        Ok(pods(&c, NS, "app.kubernetes.io/component=node")
-            .is_empty()
-            .then_some(()))
-    })
-    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    delete_node_daemonset(&c);
     let uninstall = host_network(&no_critical_priority(&local_image(
         &workspace_file("deploy/uninstall/daemonset.yaml"),
         2,
@@ -537,7 +531,7 @@ fn installed_as_a_hooksd_hook_on_crio_it_serves_the_examples_refuses_a_forgery_a
     );
     c.apply(&crio_overlay(&rendered))
         .expect("kubectl apply -k deploy/overlays/crio-hook");
-    let install = init_output(&c, "app.kubernetes.io/component=node", "install");
+    let install = init_output(&c, NODE_PODS, "install");
     assert!(
         install.contains("systemctl restart crio"),
         "the installer asks for a CRI-O restart (for `hooks_dir`):\n{install}"

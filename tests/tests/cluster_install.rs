@@ -19,7 +19,7 @@
 
 use devinject_tests::cluster::install::{
     assert_files_gone, init_output, log_after_new_lines, prepare_node, ready, rollout, run_example,
-    show_and_run_examples, test_overlay, workspace_file, workspace_path, Via, NS,
+    show_and_run_examples, test_overlay, workspace_file, workspace_path, Via, NODE_PODS, NS,
 };
 use devinject_tests::cluster::{image, Cluster, Setup};
 use devinject_tests::cri_node::K8S_NAMESPACE;
@@ -41,7 +41,7 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
     let manifest = test_overlay(&workspace_file("deploy/devinject.yaml"));
     c.apply(&manifest)
         .expect("kubectl apply -f deploy/devinject.yaml");
-    let install = init_output(&c, "app.kubernetes.io/component=node", "install");
+    let install = init_output(&c, NODE_PODS, "install");
     assert!(
         install.contains("systemctl restart containerd"),
         "the installer asks for a containerd restart:\n{install}"
@@ -107,16 +107,8 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
     // The plugin pod goes (evicted, crashed): the DaemonSet makes a new one, whose installer
     // finds the node installed, and whose plugin registers again: a new pod is granted (tun:
     // the holder has the node's only kvm).
-    c.kubectl(&[
-        "-n",
-        NS,
-        "delete",
-        "pod",
-        "-l",
-        "app.kubernetes.io/component=node",
-        "--wait=true",
-    ])
-    .unwrap();
+    c.kubectl(&["-n", NS, "delete", "pod", "-l", NODE_PODS, "--wait=true"])
+        .unwrap();
     rollout(&c, "devinject");
     assert!(
         std::fs::read(c.containerd_config()).unwrap() == config_installed,
@@ -161,7 +153,7 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
             "get",
             "pods",
             "-l",
-            "app.kubernetes.io/component=node",
+            NODE_PODS,
             "-o",
             "jsonpath={.items[*].spec.containers[*].image}",
         ])
