@@ -21,7 +21,8 @@ use devinject_exit::ExitCode;
 use devinject_hostconfig::{HostConfig, PolicySettings};
 
 use crate::container_plan::{
-    find_functions, find_requests, plan_container, ContainerPlan, ContainerPlanError,
+    find_capabilities, find_functions, find_requests, plan_container, ContainerPlan,
+    ContainerPlanError,
 };
 use crate::policy::kubelet::PodResources;
 use crate::policy::{self, PolicyError};
@@ -49,7 +50,8 @@ impl AdmitError {
             Self::Plan(
                 ContainerPlanError::Request { .. }
                 | ContainerPlanError::Plan(_)
-                | ContainerPlanError::Function(_),
+                | ContainerPlanError::Function(_)
+                | ContainerPlanError::Capability(_),
             ) => ExitCode::Request,
             Self::Plan(ContainerPlanError::Discovery(_) | ContainerPlanError::Resolve(_)) => {
                 ExitCode::Host
@@ -156,13 +158,20 @@ impl Admission {
         if requests.is_empty() && functions.is_empty() {
             return Ok(None);
         }
+        let capabilities =
+            find_capabilities(&profiles, env).map_err(|e| AdmitError::Plan(e.into()))?;
         let ready = ready()?;
         let requests =
             policy::authorize(self.policy, &profiles, requests, annotations, &self.kubelet)
                 .map_err(AdmitError::from)?;
-        let plan = plan_container(&self.roots, &profiles, &requests, &functions, || {
-            layout(&ready)
-        })
+        let plan = plan_container(
+            &self.roots,
+            &profiles,
+            &requests,
+            &functions,
+            &capabilities,
+            || layout(&ready),
+        )
         .map_err(AdmitError::from)?;
         Ok(plan.map(|plan| Admitted {
             plan,

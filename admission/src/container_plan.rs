@@ -7,9 +7,10 @@
 use std::collections::BTreeMap;
 
 use devinject_devices::{
-    discover, plan, prepare_runs, resolve_driver_files, ContainerEdits, ContainerLayout,
-    DiscoveryError, FunctionError, FunctionRequest, HostRoots, Inventory, Plan, PlanError,
-    PlanInput, PrepareRun, ProfileName, ProfileSet, Request, RequestError, Resolve, ResolveError,
+    discover, plan, prepare_runs, resolve_driver_files, Capabilities, CapabilityError,
+    ContainerEdits, ContainerLayout, DiscoveryError, FunctionError, FunctionRequest, HostRoots,
+    Inventory, Plan, PlanError, PlanInput, PrepareRun, ProfileName, ProfileSet, Request,
+    RequestError, Resolve, ResolveError,
 };
 
 /// Why a container's plan could not be made.
@@ -37,6 +38,9 @@ pub enum ContainerPlanError {
     /// A function request cannot be honoured.
     #[error(transparent)]
     Function(#[from] FunctionError),
+    /// The container chose a part of a driver its profile does not provide.
+    #[error(transparent)]
+    Capability(#[from] CapabilityError),
 }
 
 /// Where a container's request for one profile came from.
@@ -98,6 +102,29 @@ pub fn find_functions<'a>(
         .collect()
 }
 
+/// The parts of each driver the container chose ([`devinject_devices::capability`]), for the
+/// profiles that have groups; the others get every file.
+pub type ChosenCapabilities = BTreeMap<ProfileName, Capabilities>;
+
+/// Reads each grouped profile's capability variable from the container's env. Only the
+/// container's own env chooses: the parts are the same driver's files, which the granted
+/// devices already give access to, so no policy stands between.
+pub fn find_capabilities<'a>(
+    profiles: &ProfileSet,
+    env: impl Fn(&str) -> Option<&'a str>,
+) -> Result<ChosenCapabilities, CapabilityError> {
+    profiles
+        .iter()
+        .filter_map(|p| {
+            let spec = p.capabilities.as_ref()?;
+            Some(
+                Capabilities::chosen(&p.name, Some(spec), env(&spec.env))
+                    .map(|c| (p.name.clone(), c)),
+            )
+        })
+        .collect()
+}
+
 /// The value of annotation `key`, else of variable `var`: `(origin, value, from the
 /// annotation)`, the origin worded for messages (`annotation KEY`, `env NAME`).
 fn annotation_or_env<'a>(
@@ -143,6 +170,7 @@ pub fn plan_container(
     profiles: &ProfileSet,
     requests: &[RequestSource],
     functions: &[FunctionRequest],
+    capabilities: &ChosenCapabilities,
     layout: impl FnOnce() -> ContainerLayout,
 ) -> Result<Option<ContainerPlan>, ContainerPlanError> {
     // Parse every request before touching the host, so a bad value fails fast and cheaply.
@@ -183,6 +211,9 @@ pub fn plan_container(
             request: &request,
             resolve: source.resolve,
             driver_files: &driver_files,
+            capabilities: capabilities
+                .get(&profile.name)
+                .unwrap_or(&Capabilities::All),
             layout: l,
         })? {
             tracing::info!(profile = %p.profile, devices = ?p.devices, origin = %source.origin, "planned");
@@ -228,6 +259,36 @@ mod tests {
             devices: devices.iter().map(|d| DeviceId::new(d).unwrap()).collect(),
             edits: ContainerEdits::default(),
         }
+    }
+
+    #[test]
+    fn capabilities_are_read_for_grouped_profiles_only() {
+        let grouped = devinject_devices::Profile::parse(
+            "name = \"gpu\"\nresource = \"a.io/gpu\"\n[discovery]\nnodes = [\"gpu*\"]\n\
+             [capabilities]\nenv = \"GPU_CAPS\"\nnames = [\"compute\", \"video\"]\ndefault = [\"compute\"]\n",
+            std::path::Path::new("gpu.toml"),
+        )
+        .unwrap();
+        let plain = devinject_devices::Profile::parse(
+            "name = \"kvm\"\nresource = \"a.io/kvm\"\n[discovery]\nnodes = [\"kvm\"]\n",
+            std::path::Path::new("kvm.toml"),
+        )
+        .unwrap();
+        let set =
+            ProfileSet::from_profiles(vec![grouped, plain], std::path::Path::new("/p")).unwrap();
+        let chosen = |value: Option<&'static str>| {
+            find_capabilities(&set, move |n| (n == "GPU_CAPS").then_some(value).flatten())
+        };
+        let gpu = ProfileName::new("gpu").unwrap();
+        let got = chosen(Some("video")).unwrap();
+        assert_eq!(got.len(), 1, "the profile without groups is not in the map");
+        assert_eq!(got[&gpu], Capabilities::Only(["video".to_owned()].into()));
+        assert_eq!(
+            chosen(None).unwrap()[&gpu],
+            Capabilities::Only(["compute".to_owned()].into())
+        );
+        let e = chosen(Some("display")).unwrap_err();
+        assert!(e.to_string().contains("GPU_CAPS=\"display\""), "{e}");
     }
 
     #[test]

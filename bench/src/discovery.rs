@@ -75,6 +75,7 @@ pub fn measure(opts: &Options, host: &BenchHost) -> Result<DiscoveryRow> {
             request: &request,
             resolve: devinject_devices::Resolve::Ids,
             driver_files: &files,
+            capabilities: &devinject_devices::Capabilities::All,
             layout: &layout,
         })?
         .context("a plan for `all`")?;

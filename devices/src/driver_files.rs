@@ -65,6 +65,8 @@ pub struct HostLibrary {
     pub file_name: String,
     /// Its `DT_SONAME`, when it has one that differs from the file name.
     pub soname: Option<String>,
+    /// The part of the driver it belongs to, when the profile tags it.
+    pub capability: Option<String>,
 }
 
 /// A binary or other file found on the host.
@@ -74,6 +76,8 @@ pub struct HostFile {
     pub path: PathBuf,
     /// Where it goes in the container.
     pub container_path: PathBuf,
+    /// The part of the driver it belongs to, when the profile tags it.
+    pub capability: Option<String>,
 }
 
 /// Everything the profile injects besides device nodes.
@@ -136,6 +140,7 @@ pub fn resolve_driver_files(
                 path: real,
                 file_name,
                 soname,
+                capability: lib.capability.clone(),
             });
         }
     }
@@ -185,6 +190,7 @@ fn resolve_files(
             out.push(HostFile {
                 path: real,
                 container_path,
+                capability: spec.capability.clone(),
             });
         }
     }

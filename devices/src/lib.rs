@@ -23,6 +23,7 @@
 //! `config.json`, and the CDI exporter writes it as a CDI spec.
 #![warn(missing_docs)]
 
+pub mod capability;
 pub mod discovery;
 pub mod driver_files;
 pub mod elf_linkage;
@@ -43,6 +44,7 @@ pub mod profile_set;
 pub mod request;
 pub mod roots;
 
+pub use capability::{Capabilities, CapabilityError, CapabilitySpec};
 /// The device-rule vocabulary the plan is written in, shared with the cgroup crate.
 pub use devinject_device_rule::{Access, DeviceKind, DeviceRule};
 pub use discovery::{discover, Device, DiscoveryError, Inventory};

@@ -7,6 +7,7 @@
 
 use std::path::PathBuf;
 
+use crate::capability::Capabilities;
 use crate::discovery::Inventory;
 use crate::driver_files::DriverFiles;
 use crate::names::ProfileName;
@@ -71,6 +72,9 @@ pub struct PlanInput<'a> {
     pub resolve: Resolve,
     /// The kind's files on the host.
     pub driver_files: &'a DriverFiles,
+    /// The parts of the driver the container chose: files tagged with another part are left
+    /// out ([`crate::capability`]).
+    pub capabilities: &'a Capabilities,
     /// Where files go in this image.
     pub layout: &'a ContainerLayout,
 }
@@ -83,6 +87,7 @@ pub fn plan(input: PlanInput<'_>) -> Result<Option<Plan>, PlanError> {
         request,
         resolve,
         driver_files,
+        capabilities,
         layout,
     } = input;
     if !request.wants_anything() {
@@ -131,7 +136,12 @@ pub fn plan(input: PlanInput<'_>) -> Result<Option<Plan>, PlanError> {
     edits.cgroup_rules.dedup();
 
     let mut links = Vec::new();
-    for lib in &driver_files.libraries {
+    let libraries: Vec<_> = driver_files
+        .libraries
+        .iter()
+        .filter(|l| capabilities.includes(l.capability.as_deref()))
+        .collect();
+    for lib in &libraries {
         let name = match (&lib.soname, profile.library_names) {
             (Some(soname), LibraryNames::Soname) => soname,
             (Some(soname), LibraryNames::File) => {
@@ -159,7 +169,10 @@ pub fn plan(input: PlanInput<'_>) -> Result<Option<Plan>, PlanError> {
         (&driver_files.binaries, MountKind::Binary),
         (&driver_files.files, MountKind::File),
     ] {
-        for f in list {
+        for f in list
+            .iter()
+            .filter(|f| capabilities.includes(f.capability.as_deref()))
+        {
             edits.mounts.push(Mount {
                 host_path: f.path.clone(),
                 container_path: f.container_path.clone(),
@@ -168,7 +181,7 @@ pub fn plan(input: PlanInput<'_>) -> Result<Option<Plan>, PlanError> {
         }
     }
     edits.symlinks = links;
-    if !driver_files.libraries.is_empty() {
+    if !libraries.is_empty() {
         edits.ldcache_dirs = vec![layout.lib_dir.clone()];
     }
 
@@ -239,10 +252,12 @@ mod tests {
                 path: PathBuf::from("/opt/demo/lib/libdemo.so.1.0.0"),
                 file_name: "libdemo.so.1.0.0".into(),
                 soname: Some("libdemo.so.1".into()),
+                capability: None,
             }],
             binaries: vec![HostFile {
                 path: PathBuf::from("/opt/demo/bin/demo-smi"),
                 container_path: PathBuf::from("/usr/bin/demo-smi"),
+                capability: None,
             }],
             files: vec![],
         };
@@ -281,6 +296,7 @@ mod tests {
             request: &request,
             resolve,
             driver_files: &files,
+            capabilities: &Capabilities::All,
             layout: &layout,
         })
     }
@@ -365,6 +381,53 @@ mod tests {
     /// no versioned name; a library without a soname of its own keeps its file name; of two
     /// files with one soname the later is mounted, once.
     #[test]
+    fn files_of_parts_the_container_did_not_choose_are_left_out() {
+        let (profile, inventory, mut files) = fixture();
+        files.libraries[0].capability = Some("compute".into());
+        files.binaries[0].capability = Some("utility".into());
+        files.files.push(HostFile {
+            path: PathBuf::from("/opt/demo/icd.json"),
+            container_path: PathBuf::from("/etc/demo/icd.json"),
+            capability: None,
+        });
+        let request = Request::parse(Some("0")).unwrap();
+        let layout = ContainerLayout::default();
+        let mounted = |capabilities: &Capabilities| {
+            let p = plan(PlanInput {
+                profile: &profile,
+                inventory: &inventory,
+                request: &request,
+                resolve: Resolve::Ids,
+                driver_files: &files,
+                capabilities,
+                layout: &layout,
+            })
+            .unwrap()
+            .unwrap();
+            let paths: Vec<_> = p
+                .edits
+                .mounts
+                .iter()
+                .map(|m| m.container_path.to_str().unwrap().to_owned())
+                .collect();
+            (paths, p.edits.ldcache_dirs.len(), p.edits.symlinks.len())
+        };
+        let utility = Capabilities::Only(["utility".to_owned()].into());
+        assert_eq!(
+            mounted(&utility),
+            (
+                vec!["/usr/bin/demo-smi".into(), "/etc/demo/icd.json".into()],
+                0,
+                0
+            ),
+            "no library chosen: no library, no soname link, no ldcache run"
+        );
+        let (all, ldcache, links) = mounted(&Capabilities::All);
+        assert_eq!(all.len(), 3);
+        assert_eq!((ldcache, links), (1, 1));
+    }
+
+    #[test]
     fn soname_names_mount_each_library_at_its_soname_without_a_link() {
         let (mut profile, inventory, mut files) = fixture();
         profile.library_names = LibraryNames::Soname;
@@ -377,6 +440,7 @@ mod tests {
                 .unwrap()
                 .into(),
             soname: soname.map(Into::into),
+            capability: None,
         };
         files.libraries.extend([
             lib("/opt/demo/lib/libplain.so", None),
@@ -390,6 +454,7 @@ mod tests {
             request: &request,
             resolve: Resolve::Ids,
             driver_files: &files,
+            capabilities: &Capabilities::All,
             layout: &layout,
         })
         .unwrap()

@@ -10,6 +10,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::capability::CapabilitySpec;
 use crate::names::{NameError, ProfileName, ResourceName};
 
 /// Why a profile could not be loaded.
@@ -210,6 +211,9 @@ pub struct LibrarySpec {
     /// A missing optional library is skipped instead of failing.
     #[serde(default)]
     pub optional: bool,
+    /// The part of the driver it belongs to (one of `[capabilities].names`); untagged, it comes
+    /// with every request.
+    pub capability: Option<String>,
 }
 
 /// A binary or other file to inject.
@@ -224,6 +228,9 @@ pub struct FileSpec {
     /// A missing optional file is skipped instead of failing.
     #[serde(default)]
     pub optional: bool,
+    /// The part of the driver it belongs to (one of `[capabilities].names`); untagged, it comes
+    /// with every request.
+    pub capability: Option<String>,
 }
 
 /// A program run on the host for each allocated device before the container starts (loading
@@ -298,6 +305,7 @@ struct RawProfile {
     files: Vec<FileSpec>,
     #[serde(default)]
     env: BTreeMap<String, String>,
+    capabilities: Option<CapabilitySpec>,
     prepare: Option<PrepareSpec>,
 }
 
@@ -357,6 +365,9 @@ pub struct Profile {
     pub files: Vec<FileSpec>,
     /// Env the container gets with any device of the kind.
     pub env: BTreeMap<String, String>,
+    /// The parts of the driver a container chooses by a variable, if the profile has groups
+    /// ([`crate::capability`]).
+    pub capabilities: Option<CapabilitySpec>,
     /// The program run for each allocated device before the container starts, if any.
     pub prepare: Option<PrepareSpec>,
 }
@@ -533,6 +544,7 @@ impl Profile {
                 ));
             }
         }
+        check_capabilities(&raw, &request_env).map_err(|(key, problem)| invalid(&key, problem))?;
         if let Some(prepare) = &raw.prepare {
             check_prepare(prepare, &resource).map_err(|(key, problem)| invalid(&key, problem))?;
             if raw.replicas > 1 {
@@ -558,9 +570,65 @@ impl Profile {
             binaries: raw.binaries,
             files: raw.files,
             env: raw.env,
+            capabilities: raw.capabilities,
             prepare: raw.prepare,
         })
     }
+}
+
+/// Checks the `[capabilities]` table and every entry's `capability` tag: a tag names a declared
+/// part, and tags need the table. The error is the dotted key and the problem.
+fn check_capabilities(raw: &RawProfile, request_env: &str) -> Result<(), (String, String)> {
+    if let Some(spec) = &raw.capabilities {
+        if let Some((key, problem)) = spec.problem() {
+            return Err((format!("capabilities.{key}"), problem));
+        }
+        if !is_env_name(&spec.env) || spec.env == request_env {
+            return Err((
+                "capabilities.env".into(),
+                format!(
+                    "{:?} is not an env variable name other than the request variable {request_env}: use A-Z, 0-9 and '_'",
+                    spec.env
+                ),
+            ));
+        }
+    }
+    let tags = raw
+        .libraries
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (format!("libraries[{i}]"), &l.capability))
+        .chain(
+            [("binaries", &raw.binaries), ("files", &raw.files)]
+                .into_iter()
+                .flat_map(|(key, list)| {
+                    list.iter()
+                        .enumerate()
+                        .map(move |(i, f)| (format!("{key}[{i}]"), &f.capability))
+                }),
+        );
+    for (key, tag) in tags {
+        let Some(tag) = tag else { continue };
+        match &raw.capabilities {
+            Some(spec) if spec.declares(tag) => {}
+            Some(spec) => {
+                return Err((
+                    format!("{key}.capability"),
+                    format!(
+                        "{tag:?} is not one of capabilities.names ({}): declare it or fix the tag",
+                        spec.names.join(", ")
+                    ),
+                ))
+            }
+            None => {
+                return Err((
+                    format!("{key}.capability"),
+                    format!("is {tag:?} but the profile has no [capabilities] table: declare the parts and their variable, or remove the tag"),
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// How every function variable ends.
@@ -668,6 +736,37 @@ DEMO_DRIVER = "1"
 
     fn parse(text: &str) -> Result<Profile, ProfileError> {
         Profile::parse(text, Path::new("/p/demo.toml"))
+    }
+
+    #[test]
+    fn capability_tags_name_declared_parts_of_a_table_with_its_own_variable() {
+        let with = |table: &str, tag: &str| {
+            parse(&DEMO.replace(
+                "glob = \"/opt/demo/lib/libdemo.so.*\"",
+                &format!("glob = \"/opt/demo/lib/libdemo.so.*\"\ncapability = {tag:?}\n{table}"),
+            ))
+        };
+        let table = "[capabilities]\nenv = \"DEMO_CAPS\"\nnames = [\"compute\", \"video\"]\ndefault = [\"compute\"]";
+        let p = with(table, "video").unwrap();
+        assert_eq!(p.capabilities.unwrap().env, "DEMO_CAPS");
+        assert_eq!(p.libraries[0].capability.as_deref(), Some("video"));
+        for (table, tag, key) in [
+            (table, "graphics", "libraries[0].capability"),
+            ("", "video", "libraries[0].capability"),
+            (
+                "[capabilities]\nenv = \"DEMO_VISIBLE_DEVICES\"\nnames = [\"video\"]",
+                "video",
+                "capabilities.env",
+            ),
+            (
+                "[capabilities]\nenv = \"DEMO_CAPS\"\nnames = [\"video\"]\ndefault = [\"compute\"]",
+                "video",
+                "capabilities.default[0]",
+            ),
+        ] {
+            let e = with(table, tag).unwrap_err().to_string();
+            assert!(e.contains(&format!("key `{key}`")), "{table} / {tag}: {e}");
+        }
     }
 
     #[test]

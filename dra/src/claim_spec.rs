@@ -450,6 +450,7 @@ DEMO_DRIVER_VERSION = "1.0"
                 path: PathBuf::from("/opt/devinject-demo/lib/libdemo.so.1.0"),
                 file_name: "libdemo.so.1.0".into(),
                 soname: Some("libdemo.so.1".into()),
+                capability: None,
             }],
             ..DriverFiles::default()
         }

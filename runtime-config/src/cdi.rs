@@ -420,6 +420,9 @@ pub fn build_spec(
         request: &Request::All,
         resolve: devinject_devices::Resolve::Ids,
         driver_files,
+        // A spec cannot read the container's env: it carries every part of the driver, as
+        // NVIDIA's generated specs do.
+        capabilities: &devinject_devices::Capabilities::All,
         layout: &layout,
     })
     .map_err(devices_error)?

@@ -52,6 +52,7 @@ pub fn demo_values(root: &str) -> DemoValues {
             path: PathBuf::from(format!("{root}/usr/lib/libdemo.so.1.0.0")),
             file_name: "libdemo.so.1.0.0".into(),
             soname: Some("libdemo.so.1".into()),
+            capability: None,
         }],
         binaries: Vec::new(),
         files: Vec::new(),
