@@ -40,6 +40,7 @@ pub fn measure(opts: &Options, host: &BenchHost) -> Result<DiscoveryRow> {
     let roots = HostRoots {
         dev_root: host.dev_root.clone(),
         sys_root: host.sys_root.clone(),
+        proc_root: "/proc".into(),
         driver_root: host.driver_root.clone(),
     };
     let request = Request::parse(Some("all"))?;

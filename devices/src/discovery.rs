@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
+use crate::alias::{keep_unambiguous, read_alias_files, usable};
 use crate::names::{DeviceId, ProfileName};
 use crate::node::{DeviceNode, NodeError};
 use crate::profile::{IdSource, NodeSpec, Profile};
@@ -83,6 +84,16 @@ pub struct Device {
     /// The profile's `discovery.attributes_sysfs` that could be read, by name (an attribute
     /// whose file is missing, empty or longer than [`MAX_ATTRIBUTE_VALUE`] is left out).
     pub attributes: BTreeMap<String, String>,
+    /// Other ids requests may name it by (`discovery.aliases`: a GPU's UUID, its bus id), each
+    /// naming this device only ([`crate::alias`]).
+    pub aliases: Vec<DeviceId>,
+}
+
+impl Device {
+    /// True when `name` is its id or one of its aliases.
+    pub fn answers_to(&self, name: &str) -> bool {
+        self.id.as_str() == name || self.aliases.iter().any(|a| a.as_str() == name)
+    }
 }
 
 /// The longest attribute value kept (the DRA API's limit for a string attribute).
@@ -101,6 +112,11 @@ impl Inventory {
     /// The device with id `id`.
     pub fn by_id(&self, id: &str) -> Option<&Device> {
         self.devices.iter().find(|d| d.id.as_str() == id)
+    }
+
+    /// The device with id or alias `name`.
+    pub fn by_name(&self, name: &str) -> Option<&Device> {
+        self.devices.iter().find(|d| d.answers_to(name))
     }
 }
 
@@ -125,6 +141,12 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
         profile: pname.clone(),
         source,
     };
+    let alias_values = profile
+        .discovery
+        .aliases
+        .as_ref()
+        .map(|spec| read_alias_files(spec, roots, &pname))
+        .unwrap_or_default();
     let mut devices: Vec<Device> = Vec::new();
     for path in matched {
         let node = match DeviceNode::from_host(&path, &roots.dev_root) {
@@ -147,10 +169,40 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
             tracing::debug!(profile = %pname, node = %name, "sysfs attributes do not match the profile");
             continue;
         }
+        let own_values = n.and_then(|n| alias_values.get(&n));
+        let mut aliases: Vec<DeviceId> = profile
+            .discovery
+            .aliases
+            .iter()
+            .flat_map(|spec| &spec.keys)
+            .filter_map(|k| own_values?.get(k))
+            .filter_map(|v| usable(v))
+            .collect();
+        let index_id = n.map_or_else(|| index.to_string(), |n| n.to_string());
         let id_text = match profile.discovery.id {
             // The node's own number (`accel2` → `2`, `nvidia1` → `1`) rather than its position,
             // so removing one device does not renumber the others under the kubelet's feet.
-            IdSource::Index => n.map_or_else(|| index.to_string(), |n| n.to_string()),
+            IdSource::Index => index_id,
+            IdSource::Alias => {
+                let first = profile
+                    .discovery
+                    .aliases
+                    .as_ref()
+                    .and_then(|a| a.keys.first());
+                match first
+                    .and_then(|k| own_values?.get(k))
+                    .and_then(|v| usable(v))
+                {
+                    Some(alias) => {
+                        aliases.retain(|a| *a != alias);
+                        alias.as_str().to_owned()
+                    }
+                    None => {
+                        tracing::warn!(profile = %pname, node = %name, "no alias to take the id from; the device keeps its index as id");
+                        index_id
+                    }
+                }
+            }
             IdSource::Name => name.clone(),
             IdSource::Sysfs => {
                 let attr = profile.discovery.id_sysfs.as_deref().unwrap_or_default();
@@ -205,7 +257,15 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
             numa_node,
             healthy,
             attributes,
+            aliases,
         });
+    }
+    {
+        let mut pairs: Vec<_> = devices
+            .iter_mut()
+            .map(|d| (&d.id, &mut d.aliases))
+            .collect();
+        keep_unambiguous(&pname, &mut pairs);
     }
     let control_nodes = nodes_from_specs(&profile.control_nodes, roots, &pname, &|t| t.to_owned())?;
     Ok(Inventory {
@@ -388,6 +448,7 @@ mod tests {
             numa_node: None,
             healthy: true,
             attributes: Default::default(),
+            aliases: Vec::new(),
         }
     }
 
@@ -436,6 +497,7 @@ mod tests {
         let roots = HostRoots {
             dev_root: dev,
             sys_root: dir.path().join("sys"),
+            proc_root: dir.path().join("proc"),
             driver_root: "/".into(),
         };
         for optional in [false, true] {

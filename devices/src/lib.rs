@@ -23,6 +23,7 @@
 //! `config.json`, and the CDI exporter writes it as a CDI spec.
 #![warn(missing_docs)]
 
+pub mod alias;
 pub mod capability;
 pub mod discovery;
 pub mod driver_files;

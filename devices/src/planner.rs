@@ -241,6 +241,7 @@ mod tests {
                 numa_node: None,
                 healthy: true,
                 attributes: Default::default(),
+                aliases: Vec::new(),
             })
             .collect();
         let inventory = Inventory {

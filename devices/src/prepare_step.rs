@@ -266,6 +266,7 @@ resource = "example.com/fpga-nlb3"
             numa_node: None,
             healthy: true,
             attributes: Default::default(),
+            aliases: Vec::new(),
         };
         Inventory {
             devices: vec![device(0), device(2)],

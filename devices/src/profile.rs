@@ -127,6 +127,22 @@ pub enum IdSource {
     Name,
     /// The first line of the sysfs attribute named by `discovery.id_sysfs`.
     Sysfs,
+    /// The device's value of the first of `discovery.aliases.keys` (NVIDIA's device plugin
+    /// advertises `GPU UUID`); its index when its file does not say.
+    Alias,
+}
+
+/// Other ids a device answers to, read from one file per device of `Key: value` lines (NVIDIA:
+/// `/proc/driver/nvidia/gpus/<bus>/information`).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AliasSpec {
+    /// A glob of the files, relative to the proc root (`driver/nvidia/gpus/*/information`).
+    pub files: String,
+    /// The key whose value is the number ending the device's node name (`Device Minor`).
+    pub device_key: String,
+    /// The keys whose values the device also answers to (`GPU UUID`, `Bus Location`).
+    pub keys: Vec<String>,
 }
 
 /// How devices are found.
@@ -159,6 +175,8 @@ pub struct DiscoverySpec {
     /// [`DEVICE_ATTRIBUTES`].
     #[serde(default)]
     pub attributes_sysfs: BTreeMap<String, String>,
+    /// Other ids each device answers to in requests ([`AliasSpec`]).
+    pub aliases: Option<AliasSpec>,
 }
 
 /// The attributes every published device carries already; a profile's
@@ -223,7 +241,7 @@ pub struct FileSpec {
     /// Absolute host path; may be a glob.
     pub path: String,
     /// Where it goes in the container; binaries default to `/usr/bin/<name>`, files to their
-    /// host path.
+    /// host path. Ending in `/`, a directory each match goes into under its own name.
     pub container_path: Option<String>,
     /// A missing optional file is skipped instead of failing.
     #[serde(default)]
@@ -474,6 +492,37 @@ impl Profile {
                 "discovery.id",
                 "is \"sysfs\" but discovery.id_sysfs is not set: name the attribute".into(),
             ));
+        }
+        match (&raw.discovery.aliases, raw.discovery.id) {
+            (None, IdSource::Alias) => {
+                return Err(invalid(
+                    "discovery.id",
+                    "is \"alias\" but [discovery.aliases] is not set: name the file and its keys"
+                        .into(),
+                ))
+            }
+            (Some(a), _) => {
+                check_relative(&a.files).map_err(|p| invalid("discovery.aliases.files", p))?;
+                glob::Pattern::new(&a.files)
+                    .map_err(|e| invalid("discovery.aliases.files", format!("bad glob: {e}")))?;
+                if a.keys.is_empty() {
+                    return Err(invalid(
+                        "discovery.aliases.keys",
+                        "is empty: name at least one key, e.g. [\"GPU UUID\"]".into(),
+                    ));
+                }
+                for (i, k) in std::iter::once(&a.device_key).chain(&a.keys).enumerate() {
+                    if k.is_empty() || k.contains(':') || k.contains('\n') || k.trim() != k {
+                        let key = if i == 0 {
+                            "discovery.aliases.device_key".to_owned()
+                        } else {
+                            format!("discovery.aliases.keys[{}]", i - 1)
+                        };
+                        return Err(invalid(&key, format!("{k:?} is not a key of a `Key: value` line: no ':', no newline, no surrounding blanks")));
+                    }
+                }
+            }
+            (None, _) => {}
         }
         for (key, attr) in [
             ("discovery.id_sysfs", &raw.discovery.id_sysfs),

@@ -20,6 +20,7 @@
 
 use crate::discovery::Device;
 use crate::excerpt::Excerpt;
+use crate::names::DeviceId;
 
 /// The longest request value accepted.
 pub const MAX_REQUEST_BYTES: usize = 4096;
@@ -213,16 +214,13 @@ impl Request {
                     });
                 }
             }
-            let found = devices
-                .iter()
-                .position(|d| d.id.as_str() == base)
-                .or_else(|| {
-                    if !positions || !all_digits(base) {
-                        return None;
-                    }
-                    let idx: usize = base.parse().ok()?;
-                    (idx < devices.len()).then_some(idx)
-                });
+            let found = devices.iter().position(|d| d.answers_to(base)).or_else(|| {
+                if !positions || !all_digits(base) {
+                    return None;
+                }
+                let idx: usize = base.parse().ok()?;
+                (idx < devices.len()).then_some(idx)
+            });
             let Some(idx) = found else {
                 let (item, known) = (item.clone(), known_ids(devices));
                 return Err(match resolve {
@@ -277,7 +275,17 @@ fn known_ids(devices: &[Device]) -> String {
     if devices.is_empty() {
         return "(none discovered)".into();
     }
-    let ids: Vec<&str> = devices.iter().take(16).map(|d| d.id.as_str()).collect();
+    let ids: Vec<String> = devices
+        .iter()
+        .take(16)
+        .map(|d| match d.aliases.as_slice() {
+            [] => d.id.to_string(),
+            aliases => {
+                let aliases: Vec<&str> = aliases.iter().map(DeviceId::as_str).collect();
+                format!("{} ({})", d.id, aliases.join(", "))
+            }
+        })
+        .collect();
     let more = if devices.len() > 16 { ", ..." } else { "" };
     format!("{}{more}", ids.join(", "))
 }
@@ -299,6 +307,7 @@ mod tests {
                 numa_node: None,
                 healthy: true,
                 attributes: Default::default(),
+                aliases: Vec::new(),
             })
             .collect()
     }

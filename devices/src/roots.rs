@@ -10,6 +10,8 @@ pub struct HostRoots {
     pub dev_root: PathBuf,
     /// sysfs (`/sys`).
     pub sys_root: PathBuf,
+    /// procfs (`/proc`), where some drivers describe their devices.
+    pub proc_root: PathBuf,
     /// Where driver libraries, binaries and files are (`/`, or e.g. `/run/nvidia/driver`).
     pub driver_root: PathBuf,
 }
@@ -19,6 +21,7 @@ impl Default for HostRoots {
         Self {
             dev_root: PathBuf::from("/dev"),
             sys_root: PathBuf::from("/sys"),
+            proc_root: PathBuf::from("/proc"),
             driver_root: PathBuf::from("/"),
         }
     }
@@ -28,6 +31,11 @@ impl HostRoots {
     /// `path` (absolute, as written in a profile) under the driver root.
     pub fn in_driver_root(&self, path: &str) -> PathBuf {
         join_under(&self.driver_root, path)
+    }
+
+    /// `path` (relative, as written in a profile) under the proc root.
+    pub fn in_proc_root(&self, path: &str) -> PathBuf {
+        join_under(&self.proc_root, path)
     }
 
     /// `path` (relative, as written in a profile) under the sys root.

@@ -76,6 +76,7 @@ optional = true
     let roots = HostRoots {
         dev_root: dev.clone(),
         sys_root: sys,
+        proc_root: "/proc".into(),
         driver_root: "/".into(),
     };
     let inv = discover(&profile, &roots).unwrap();
@@ -147,6 +148,7 @@ fn index_ids_survive_removal_of_a_middle_device() {
     let roots = HostRoots {
         dev_root: dev.clone(),
         sys_root: t.path().join("sys"),
+        proc_root: t.path().join("proc"),
         driver_root: "/".into(),
     };
     std::fs::remove_file(dev.join("sim/accel1")).unwrap();
@@ -154,4 +156,113 @@ fn index_ids_survive_removal_of_a_middle_device() {
     let ids: Vec<_> = inv.devices.iter().map(|d| d.id.to_string()).collect();
     assert_eq!(ids, ["0", "2"]);
     assert_eq!(inv.devices[1].nodes[0].minor, 2, "id 2 is still accel2");
+}
+
+/// NVIDIA's `/proc/driver/nvidia/gpus/<bus>/information`, shortened to the lines aliases use.
+fn information(uuid: &str, bus: &str, minor: u32) -> String {
+    format!("Model: \t\t NVIDIA H100\nGPU UUID: \t {uuid}\nBus Location: \t {bus}\nDevice Minor: \t {minor}\n")
+}
+
+#[test]
+fn aliases_from_the_drivers_information_files_name_their_device_only() {
+    use devinject_devices::{Request, Resolve};
+    if !can_mknod() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (dev, proc) = (t.path().join("dev"), t.path().join("proc"));
+    std::fs::create_dir_all(&dev).unwrap();
+    for (minor, uuid, bus) in [
+        (
+            0,
+            "GPU-aaaaaaaa-0000-0000-0000-000000000000",
+            "0000:1a:00.0",
+        ),
+        (
+            1,
+            "GPU-bbbbbbbb-0000-0000-0000-000000000000",
+            "0000:1b:00.0",
+        ),
+        // A third file claims device 1's UUID: that alias names two devices, and is dropped.
+        (
+            2,
+            "GPU-bbbbbbbb-0000-0000-0000-000000000000",
+            "0000:1c:00.0",
+        ),
+    ] {
+        mknod_char(&dev.join(format!("nvidia{minor}")), 195, minor);
+        let d = proc.join(format!("driver/nvidia/gpus/{bus}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("information"), information(uuid, bus, minor)).unwrap();
+    }
+    let roots = HostRoots {
+        dev_root: dev,
+        sys_root: t.path().join("sys"),
+        proc_root: proc,
+        driver_root: "/".into(),
+    };
+    let profile = |id: &str| {
+        Profile::parse(
+            &format!(
+                "name = \"nvidia\"\nresource = \"nvidia.com/gpu\"\n[discovery]\nnodes = [\"nvidia[0-9]*\"]\nid = {id:?}\n\
+                 [discovery.aliases]\nfiles = \"driver/nvidia/gpus/*/information\"\ndevice_key = \"Device Minor\"\nkeys = [\"GPU UUID\", \"Bus Location\"]\n"
+            ),
+            Path::new("nvidia.toml"),
+        )
+        .unwrap()
+    };
+    let inv = discover(&profile("index"), &roots).unwrap();
+    let names = |i: usize| -> Vec<String> {
+        let d = &inv.devices[i];
+        std::iter::once(&d.id)
+            .chain(&d.aliases)
+            .map(|a| a.to_string())
+            .collect()
+    };
+    assert_eq!(
+        names(0),
+        [
+            "0",
+            "GPU-aaaaaaaa-0000-0000-0000-000000000000",
+            "0000:1a:00.0"
+        ]
+    );
+    assert_eq!(
+        names(1),
+        ["1", "0000:1b:00.0"],
+        "the UUID two files claim is nobody's"
+    );
+    assert_eq!(names(2), ["2", "0000:1c:00.0"]);
+    let select = |req: &str| {
+        Request::parse(Some(req))
+            .unwrap()
+            .select(&inv.devices, 1, Resolve::Granted)
+            .map(|s| s.indices)
+    };
+    assert_eq!(
+        select("GPU-aaaaaaaa-0000-0000-0000-000000000000,0000:1c:00.0").unwrap(),
+        [0, 2]
+    );
+    assert!(select("GPU-bbbbbbbb-0000-0000-0000-000000000000").is_err());
+    assert!(select("0,0000:1a:00.0").is_err(), "one device named twice");
+
+    // `id = "alias"`: the device plugin advertises the UUID; two devices with one UUID are
+    // refused, naming both.
+    let e = discover(&profile("alias"), &roots).unwrap_err().to_string();
+    assert!(e.contains("nvidia1") && e.contains("nvidia2"), "{e}");
+    std::fs::write(
+        roots
+            .proc_root
+            .join("driver/nvidia/gpus/0000:1c:00.0/information"),
+        information(
+            "GPU-cccccccc-0000-0000-0000-000000000000",
+            "0000:1c:00.0",
+            2,
+        ),
+    )
+    .unwrap();
+    let inv = discover(&profile("alias"), &roots).unwrap();
+    let ids: Vec<_> = inv.devices.iter().map(|d| d.id.to_string()).collect();
+    assert_eq!(ids[0], "GPU-aaaaaaaa-0000-0000-0000-000000000000");
+    assert_eq!(inv.devices[0].aliases.len(), 1);
 }

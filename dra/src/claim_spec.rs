@@ -436,6 +436,7 @@ DEMO_DRIVER_VERSION = "1.0"
                 numa_node: None,
                 healthy: true,
                 attributes: Default::default(),
+                aliases: Vec::new(),
             })
             .collect();
         Inventory {

@@ -266,6 +266,7 @@ mod tests {
             numa_node: None,
             healthy,
             attributes: Default::default(),
+            aliases: Vec::new(),
         };
         let discovered = BTreeMap::from([(
             "demo".to_owned(),

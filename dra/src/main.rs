@@ -70,6 +70,9 @@ struct ServeArgs {
     /// Where sysfs is.
     #[arg(long, default_value = "/sys")]
     sys_root: PathBuf,
+    /// Where procfs is (a profile's `discovery.aliases` files).
+    #[arg(long, default_value = "/proc")]
+    proc_root: PathBuf,
     /// Where the driver's user-space files are.
     #[arg(long, default_value = "/")]
     driver_root: PathBuf,
@@ -177,6 +180,7 @@ fn run(args: ServeArgs) -> Result<()> {
             roots: HostRoots {
                 dev_root: args.dev_root,
                 sys_root: args.sys_root,
+                proc_root: args.proc_root,
                 driver_root: args.driver_root,
             },
             spec: SpecContext {

@@ -366,6 +366,7 @@ mod tests {
             numa_node: numa,
             healthy,
             attributes: Default::default(),
+            aliases: Vec::new(),
         }
     }
 

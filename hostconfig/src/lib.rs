@@ -59,6 +59,9 @@ pub struct HostConfig {
     pub dev_root: PathBuf,
     /// Root of sysfs.
     pub sys_root: PathBuf,
+    /// Root of procfs, where some drivers describe their devices (NVIDIA's
+    /// `driver/nvidia/gpus/<bus>/information`).
+    pub proc_root: PathBuf,
     /// Root under which driver libraries, binaries and files are found.
     pub driver_root: PathBuf,
     /// The host's `ldconfig`, run chrooted in the container to refresh its linker cache. It must
@@ -131,6 +134,7 @@ impl Default for HostConfig {
             profiles_dir: PathBuf::from("/etc/devinject/profiles"),
             dev_root: PathBuf::from("/dev"),
             sys_root: PathBuf::from("/sys"),
+            proc_root: PathBuf::from("/proc"),
             driver_root: PathBuf::from("/"),
             ldconfig: PathBuf::from("/sbin/ldconfig"),
             ldconfig_timeout: 10,
@@ -209,6 +213,7 @@ impl HostConfig {
         HostRoots {
             dev_root: self.dev_root.clone(),
             sys_root: self.sys_root.clone(),
+            proc_root: self.proc_root.clone(),
             driver_root: self.driver_root.clone(),
         }
     }
@@ -355,11 +360,12 @@ mod props {
 
     const PATH: &str = "/etc/devinject/config.toml";
 
-    const KNOWN: [&str; 17] = [
+    const KNOWN: [&str; 18] = [
         "ldcache",
         "profiles_dir",
         "dev_root",
         "sys_root",
+        "proc_root",
         "driver_root",
         "ldconfig",
         "mount_api",
@@ -402,6 +408,7 @@ mod props {
             path.clone().prop_map(|v| ("profiles_dir", v)),
             path.clone().prop_map(|v| ("dev_root", v)),
             path.clone().prop_map(|v| ("sys_root", v)),
+            path.clone().prop_map(|v| ("proc_root", v)),
             path.clone().prop_map(|v| ("driver_root", v)),
             path.clone().prop_map(|v| ("ldconfig", v)),
             path.clone().prop_map(|v| ("runtime", v)),

@@ -42,6 +42,9 @@ struct Args {
     /// Where sysfs is.
     #[arg(long, default_value = "/sys")]
     sys_root: PathBuf,
+    /// Where procfs is (a profile's `discovery.aliases` files).
+    #[arg(long, default_value = "/proc")]
+    proc_root: PathBuf,
     /// A profile to serve, even before its devices appear (repeatable). Default: every profile
     /// that finds devices at start.
     #[arg(long = "profile", value_name = "NAME")]
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
         roots: HostRoots {
             dev_root: args.dev_root,
             sys_root: args.sys_root,
+            proc_root: args.proc_root,
             ..HostRoots::default()
         },
         profiles: args.profiles,

@@ -194,6 +194,7 @@ impl CdiRequest {
         HostRoots {
             dev_root: self.access(&self.roots.dev_root),
             sys_root: self.access(&self.roots.sys_root),
+            proc_root: self.access(&self.roots.proc_root),
             driver_root: self.access(&self.roots.driver_root),
         }
     }

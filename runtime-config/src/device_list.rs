@@ -129,6 +129,7 @@ pub fn list(req: &DeviceListRequest) -> Result<DeviceList> {
     let roots = HostRoots {
         dev_root: under(&req.root, &req.roots.dev_root),
         sys_root: under(&req.root, &req.roots.sys_root),
+        proc_root: under(&req.root, &req.roots.proc_root),
         driver_root: under(&req.root, &req.roots.driver_root),
     };
     let mut out = DeviceList::default();

@@ -154,6 +154,7 @@ fn cdi_generate_on_a_simulated_host_writes_specs_the_library_reads() {
         roots: devinject_devices::HostRoots {
             dev_root: host.dev_root.clone(),
             sys_root: tmp.path().join("sys"),
+            proc_root: tmp.path().join("proc"),
             driver_root: host.driver_root.clone(),
         },
         output_dir: output.clone(),

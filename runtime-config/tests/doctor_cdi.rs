@@ -24,6 +24,7 @@ fn generate(host: &SimHost, cdi_dir: &Path) {
         roots: HostRoots {
             dev_root: host.dev_root.clone(),
             sys_root: host.dir.join("sys"),
+            proc_root: host.dir.join("proc"),
             driver_root: host.driver_root.clone(),
         },
         output_dir: cdi_dir.to_path_buf(),

@@ -204,6 +204,7 @@ fn cdi_request(host: &Host, root: Root) -> CdiRequest {
         roots: HostRoots {
             dev_root: host.host_path(root, "/dev"),
             sys_root: host.host_path(root, "/sys"),
+            proc_root: host.host_path(root, "/proc"),
             driver_root: host.host_path(root, "/"),
         },
         output_dir: host.host_path(root, "/etc/cdi"),

@@ -201,6 +201,7 @@ pub fn check(
             roots: devinject_devices::HostRoots {
                 dev_root: host.dev_root.clone(),
                 sys_root: host.sys_root.clone(),
+                proc_root: host.proc_root.clone(),
                 driver_root: host.driver_root.clone(),
             },
             output_dir: dir.to_path_buf(),

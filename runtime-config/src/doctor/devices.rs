@@ -10,6 +10,7 @@ pub fn roots(req: &DoctorRequest, host: &HostConfig) -> HostRoots {
     HostRoots {
         dev_root: req.access(&host.dev_root),
         sys_root: req.access(&host.sys_root),
+        proc_root: req.access(&host.proc_root),
         driver_root: req.access(&host.driver_root),
     }
 }

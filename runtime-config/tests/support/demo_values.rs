@@ -44,6 +44,7 @@ pub fn demo_values(root: &str) -> DemoValues {
             numa_node: None,
             healthy: true,
             attributes: Default::default(),
+            aliases: Vec::new(),
         }],
         control_nodes: vec![node("ctl", 2)],
     };

@@ -27,6 +27,9 @@ pub struct GenerateArgs {
     /// Where sysfs is.
     #[arg(long, value_name = "DIR", default_value = "/sys")]
     sys_root: PathBuf,
+    /// Where procfs is (a profile's `discovery.aliases` files).
+    #[arg(long, value_name = "DIR", default_value = "/proc")]
+    proc_root: PathBuf,
     /// Where the driver's libraries and files are (e.g. /run/nvidia/driver).
     #[arg(long, value_name = "DIR", default_value = "/")]
     driver_root: PathBuf,
@@ -69,6 +72,7 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
         roots: HostRoots {
             dev_root: args.dev_root.clone(),
             sys_root: args.sys_root.clone(),
+            proc_root: args.proc_root.clone(),
             driver_root: args.driver_root.clone(),
         },
         output_dir: args.output.clone(),

@@ -23,6 +23,9 @@ pub struct ListArgs {
     /// Where sysfs is.
     #[arg(long, value_name = "DIR", default_value = "/sys")]
     sys_root: PathBuf,
+    /// Where procfs is (a profile's `discovery.aliases` files).
+    #[arg(long, value_name = "DIR", default_value = "/proc")]
+    proc_root: PathBuf,
     /// Directory where the host's / is reachable; paths are read below it.
     #[arg(long, value_name = "DIR", default_value = "/")]
     root: PathBuf,
@@ -41,6 +44,7 @@ pub fn run(args: &ListArgs) -> anyhow::Result<()> {
         roots: HostRoots {
             dev_root: args.dev_root.clone(),
             sys_root: args.sys_root.clone(),
+            proc_root: args.proc_root.clone(),
             ..HostRoots::default()
         },
     };
