@@ -55,6 +55,11 @@ export DEVINJECT_RUNTIMES
 # then cached): always.
 DEVINJECT_GRPC_GO_CLIENT=$(scripts/grpc-go-client.sh)
 export DEVINJECT_GRPC_GO_CLIENT
+# Vendors' user-space driver stacks (Debian 12's NVIDIA 535, ROCm 5.2, Intel compute runtime),
+# pinned by scripts/vendor-stacks/packages.lock and unpacked into driver roots in a cache outside
+# the tree (scripts/vendor-stacks-fetch.sh; a minute the first time): always.
+DEVINJECT_VENDOR_STACKS=$(scripts/vendor-stacks-fetch.sh)
+export DEVINJECT_VENDOR_STACKS
 # Every skip is put on the record here (testkit/); under CI=true a skip is a failure.
 export DEVINJECT_SKIP_LOG="$PWD/target/skipped-tests.txt"
 rm -f "$DEVINJECT_SKIP_LOG"

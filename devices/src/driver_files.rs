@@ -176,6 +176,8 @@ fn resolve_files(
         for m in matches {
             let real = real_paths.resolve(&m)?;
             let container_path = match &spec.container_path {
+                // A destination ending in `/` is a directory: each match keeps its name there.
+                Some(c) if c.ends_with('/') => PathBuf::from(c).join(file_name(&m)),
                 // An explicit destination only makes sense for a single match.
                 Some(c) if single => PathBuf::from(c),
                 Some(c) => PathBuf::from(c).join(file_name(&m)),
@@ -346,6 +348,29 @@ mod tests {
         let files = resolve_driver_files(&p, &roots(dir.path())).unwrap();
         assert_eq!(files.libraries.len(), 1);
         assert_eq!(files.libraries[0].file_name, "libdemo.so.1.0.0");
+    }
+
+    #[test]
+    fn a_destination_ending_in_a_slash_is_a_directory_even_for_one_match() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("x")).unwrap();
+        std::fs::write(dir.path().join("x/libglx.so.535.1"), b"").unwrap();
+        let files = |dest: &str| {
+            let p = profile(&format!(
+                "[[files]]\npath = \"/x/libglx.so.*\"\ncontainer_path = {dest:?}\ncapability = \"display\"\n[capabilities]\nenv = \"C\"\nnames = [\"display\"]\n"
+            ));
+            resolve_driver_files(&p, &roots(dir.path())).unwrap().files
+        };
+        let one = files("/usr/lib/ext/");
+        assert_eq!(
+            one[0].container_path,
+            Path::new("/usr/lib/ext/libglx.so.535.1")
+        );
+        assert_eq!(one[0].capability.as_deref(), Some("display"));
+        assert_eq!(
+            files("/usr/lib/ext")[0].container_path,
+            Path::new("/usr/lib/ext")
+        );
     }
 
     #[test]

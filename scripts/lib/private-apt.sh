@@ -1,26 +1,31 @@
 # shellcheck shell=bash
 # A private apt configuration, sourced by the scripts that fetch packages the tests run but the
-# machine must not have installed (scripts/kube-build.sh, scripts/runtimes-fetch.sh).
+# machine must not have installed (scripts/kube-build.sh, scripts/runtimes-fetch.sh,
+# scripts/vendor-stacks-fetch.sh).
 #
-#   private_apt DIR TYPES [SUITE]
+#   private_apt DIR TYPES [SUITE [COMPONENTS]]
 #
 # makes DIR/apt.conf with its own lists, cache, state and (empty) configuration parts, whose
 # sources are this machine's own (same mirrors, components and keys, from its deb822 and
 # one-line sources) for this release's suites, as TYPES ("deb" or "deb deb-src"); with SUITE,
 # only the release's main suite, renamed SUITE (e.g. trixie, sid: no -updates or -security,
-# whose names differ between suites). Exports APT_CONFIG and runs `apt-get update`. The
-# machine's sources, lists and package state are never touched, and no mirror's host is
-# written anywhere but DIR.
+# whose names differ between suites; "" keeps the release's suites). COMPONENTS (e.g.
+# "contrib non-free") are added to each source's own components. Exports APT_CONFIG and runs
+# `apt-get update`. The machine's sources, lists and package state are never touched, and no
+# mirror's host is written anywhere but DIR.
 private_apt() {
-  local dir=$1 types=$2 suite=${3:-}
+  local dir=$1 types=$2 suite=${3:-} components=${4:-}
   mkdir -p "$dir"/{lists/partial,cache/archives/partial,parts,sources.d,state}
-  python3 - "$dir/sources.d/machine.sources" "$types" "$suite" <<'PY'
+  python3 - "$dir/sources.d/machine.sources" "$types" "$suite" "$components" <<'PY'
 import glob, re, sys
-out, types, suite = sys.argv[1], sys.argv[2], sys.argv[3]
+out, types, suite, extra = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split()
 codename = dict(l.strip().split("=", 1) for l in open("/etc/os-release") if "=" in l)["VERSION_CODENAME"].strip('"')
 
 def wanted(s):
     return s == codename if suite else s.split("-")[0] == codename
+
+def components(c):
+    return c + "".join(" " + e for e in extra if e not in c.split())
 
 stanzas = []
 for path in sorted(glob.glob("/etc/apt/sources.list.d/*.sources")):
@@ -37,6 +42,8 @@ for path in sorted(glob.glob("/etc/apt/sources.list.d/*.sources")):
         if suites:
             fields["Suites"] = suite or " ".join(suites)
             fields["Types"] = types
+            if "Components" in fields:
+                fields["Components"] = components(fields["Components"])
             stanzas.append(fields)
 for path in ["/etc/apt/sources.list"] + sorted(glob.glob("/etc/apt/sources.list.d/*.list")):
     try:
@@ -47,7 +54,7 @@ for path in ["/etc/apt/sources.list"] + sorted(glob.glob("/etc/apt/sources.list.
         m = re.match(r"^deb\s+(\[[^]]*\]\s+)?(\S+)\s+(\S+)\s+(.+)$", line.strip())
         if m and wanted(m.group(3)):
             opts = dict(o.split("=", 1) for o in (m.group(1) or "").strip("[] \n").split() if "=" in o)
-            f = {"Types": types, "URIs": m.group(2), "Suites": suite or m.group(3), "Components": m.group(4)}
+            f = {"Types": types, "URIs": m.group(2), "Suites": suite or m.group(3), "Components": components(m.group(4))}
             if "signed-by" in opts:
                 f["Signed-By"] = opts["signed-by"]
             stanzas.append(f)

@@ -167,10 +167,22 @@ pub fn demo_user(rootfs: &Path, demo_lib: &Path) -> Result<PathBuf> {
         ],
         &out,
     )?;
-    let ldd = Command::new("ldd").arg(&out).output().context("run ldd")?;
+    copy_linked_libraries(rootfs, &out)
+}
+
+/// Copies the host libraries `program` links (as `ldd` lists them: libc, the loader, ...) into
+/// `rootfs` at the same paths, so the program runs there; libraries `ldd` does not find on the
+/// host are left out. Returns the directory libc went into, in the container (on Debian,
+/// `/lib/x86_64-linux-gnu`): the image's library directory, where the hook and the shim put
+/// injected libraries.
+pub fn copy_linked_libraries(rootfs: &Path, program: &Path) -> Result<PathBuf> {
+    let ldd = Command::new("ldd")
+        .arg(program)
+        .output()
+        .context("run ldd")?;
     let listing = String::from_utf8_lossy(&ldd.stdout);
     // `libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)` and `/lib64/ld-linux-x86-64.so.2
-    // (0x...)`; the demo library is `not found` on the host, as it should be.
+    // (0x...)`; a library only the container has is `not found` on the host, as it should be.
     let mut libc_dir = None;
     for line in listing.lines() {
         let path = match line.split_once("=>") {
@@ -187,5 +199,20 @@ pub fn demo_user(rootfs: &Path, demo_lib: &Path) -> Result<PathBuf> {
             libc_dir = Path::new(path).parent().map(Path::to_owned);
         }
     }
-    libc_dir.with_context(|| format!("ldd names no libc for demo-user: {listing}"))
+    libc_dir.with_context(|| format!("ldd names no libc for {}: {listing}", program.display()))
+}
+
+/// Builds `rootfs/usr/bin/<name>` from C `source`, a dynamically linked glibc program (gcc
+/// `args` before the source), with the host libraries it links copied in
+/// ([`copy_linked_libraries`]); returns the image's library directory.
+pub fn glibc_program(rootfs: &Path, name: &str, source: &str, args: &[&str]) -> Result<PathBuf> {
+    let out = rootfs.join("usr/bin").join(name);
+    gcc(
+        &rootfs.with_file_name(format!("{name}-build")),
+        name,
+        source,
+        args,
+        &out,
+    )?;
+    copy_linked_libraries(rootfs, &out)
 }

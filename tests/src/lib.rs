@@ -45,3 +45,4 @@ pub mod podresources;
 pub mod runc_args;
 pub mod runtimes;
 pub mod skip;
+pub mod vendor;

@@ -1,0 +1,345 @@
+//! The nvidia profile against NVIDIA's real 535 user space (Debian 12's packages, unpacked by
+//! `scripts/vendor-stacks-fetch.sh`) on a simulated node, through the hook and the shim on the
+//! real runc: NVIDIA's own tools and libraries run in the container and fail only at the kernel
+//! boundary; `NVIDIA_DRIVER_CAPABILITIES` chooses the parts as NVIDIA's toolkit does; a GPU is
+//! granted by index, UUID or bus id alike. The capability table of docs/profiles.md is held to
+//! what the profile finds in the packages.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use devinject_devices::{resolve_driver_files, HostRoots, Profile};
+use devinject_tests::cprog::glibc_program;
+use devinject_tests::runc::{container_id, describe, Bundle, Via};
+use devinject_tests::sim::shipped_profiles;
+use devinject_tests::skip::require_runc_demo;
+use devinject_tests::vendor::{
+    nvidia_host, stacks, VendorHost, CUINIT_C, DLOPEN_C, GPU0_BUS, GPU0_UUID,
+};
+
+/// Each part's files as the container sees them (file names; a soname beside its versioned
+/// file), found by the shipped profile in the unpacked packages.
+fn parts(driver_root: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let profile = Profile::load(&shipped_profiles().join("nvidia.toml")).unwrap();
+    let roots = HostRoots {
+        driver_root: driver_root.to_owned(),
+        ..HostRoots::default()
+    };
+    let files = resolve_driver_files(&profile, &roots).unwrap();
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut add = |part: &Option<String>, name: String| {
+        out.entry(part.clone().unwrap_or_else(|| "(every part)".into()))
+            .or_default()
+            .insert(name);
+    };
+    for l in &files.libraries {
+        add(
+            &l.capability,
+            l.soname.clone().unwrap_or(l.file_name.clone()),
+        );
+    }
+    for f in files.binaries.iter().chain(&files.files) {
+        let name = f.container_path.file_name().unwrap().to_string_lossy();
+        add(&f.capability, name.into_owned());
+    }
+    out
+}
+
+/// The table docs/profiles.md must hold, in the profile's order of parts.
+fn table(parts: &BTreeMap<String, BTreeSet<String>>) -> String {
+    let profile = Profile::load(&shipped_profiles().join("nvidia.toml")).unwrap();
+    let names = &profile.capabilities.unwrap().names;
+    let mut t = String::from(
+        "| part | what the container gets from Debian 12's NVIDIA 535 packages |\n|---|---|\n",
+    );
+    for name in names {
+        let files = parts.get(name).map_or_else(
+            || "(nothing in these packages)".to_owned(),
+            |f| {
+                f.iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        );
+        t.push_str(&format!("| `{name}` | {files} |\n"));
+    }
+    t
+}
+
+#[test]
+fn the_capability_table_is_what_the_profile_finds_in_the_535_packages() {
+    let Some(stacks) = stacks() else { return };
+    let parts = parts(&stacks.join("nvidia"));
+    for (part, must) in [
+        (
+            "compute",
+            &[
+                "libcuda.so.1",
+                "libnvidia-ptxjitcompiler.so.1",
+                "libnvidia-nvvm.so.4",
+                "libnvidia-opencl.so.1",
+                "nvidia.icd",
+            ][..],
+        ),
+        (
+            "utility",
+            &["libnvidia-ml.so.1", "nvidia-smi", "nvidia-debugdump"],
+        ),
+        (
+            "video",
+            &[
+                "libnvcuvid.so.1",
+                "libnvidia-encode.so.1",
+                "libvdpau_nvidia.so.1",
+            ],
+        ),
+        (
+            "graphics",
+            &[
+                "libGLX_nvidia.so.0",
+                "libEGL_nvidia.so.0",
+                "nvidia_icd.json",
+                "10_nvidia.json",
+            ],
+        ),
+        ("display", &["nvidia_drv.so"]),
+        ("ngx", &["libnvidia-ngx.so.1", "nvngx.dll"]),
+    ] {
+        for m in must {
+            assert!(
+                parts[part].contains(*m),
+                "{part} lacks {m}: {:?}",
+                parts[part]
+            );
+        }
+    }
+    // Every NVIDIA library of the packages belongs to a part.
+    let claimed: BTreeSet<&String> = parts.values().flatten().collect();
+    let mut unclaimed = Vec::new();
+    for dir in [
+        "usr/lib/x86_64-linux-gnu",
+        "usr/lib/x86_64-linux-gnu/nvidia/current",
+    ] {
+        for e in std::fs::read_dir(stacks.join("nvidia").join(dir)).unwrap() {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            let versioned = name.contains(".so.535.");
+            let soname_of_claimed = claimed
+                .iter()
+                .any(|c| name.starts_with(c.split(".so").next().unwrap()));
+            if versioned && !soname_of_claimed {
+                unclaimed.push(name);
+            }
+        }
+    }
+    assert!(
+        unclaimed.is_empty(),
+        "libraries no part injects: {unclaimed:?}"
+    );
+    let docs = std::fs::read_to_string(shipped_profiles().join("../docs/profiles.md")).unwrap();
+    let want = table(&parts);
+    assert!(
+        docs.contains(&want),
+        "docs/profiles.md's capability table differs from what the profile finds; it should read:\n{want}"
+    );
+}
+
+/// What one container saw: its output and exit.
+struct Seen {
+    out: std::process::Output,
+    text: String,
+}
+
+/// Runs a container on `host` asking for `request` with `capabilities` (unset when `None`),
+/// through `via`: nvidia-smi, the cuInit program, the dlopen program on `libraries`, then lists
+/// what it has of the driver.
+fn run(host: &VendorHost, dir: &Path, via: Via, request: &str, capabilities: Option<&str>) -> Seen {
+    let mut b = Bundle::new(&dir.join("bundle"), &["/bin/true"]).unwrap();
+    let rootfs = b.rootfs();
+    glibc_program(&rootfs, "cuinit", CUINIT_C, &["-O2"]).unwrap();
+    glibc_program(&rootfs, "dlopen-check", DLOPEN_C, &["-O2"]).unwrap();
+    // nvidia-smi links glibc only (libnvidia-ml is loaded at run time): the image's glibc.
+    devinject_tests::cprog::copy_linked_libraries(
+        &rootfs,
+        &host.driver_root.join("usr/lib/nvidia/current/nvidia-smi"),
+    )
+    .unwrap();
+    let script = "nvidia-smi -L; echo \"smi exit $?\"; cuinit; \
+        dlopen-check libnvidia-ml.so.1 libnvidia-encode.so.1 libEGL_nvidia.so.0; \
+        ls /dev; ls /usr/share/vulkan/icd.d; echo \"granted $NVIDIA_VISIBLE_DEVICES\"";
+    b.args(&["/bin/sh", "-c", script]);
+    b.env(&format!("NVIDIA_VISIBLE_DEVICES={request}"));
+    if let Some(c) = capabilities {
+        b.env(&format!("NVIDIA_DRIVER_CAPABILITIES={c}"));
+    }
+    let out = b
+        .run_via(via, &host.config, &container_id("nvidia"))
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Seen { out, text }
+}
+
+impl Seen {
+    fn has(&self, line: &str) -> bool {
+        self.text.lines().any(|l| l.trim() == line)
+    }
+}
+
+#[test]
+fn nvidias_tools_run_on_its_real_libraries_and_stop_at_the_kernel() {
+    let Some(stacks) = stacks() else { return };
+    if !require_runc_demo() {
+        return;
+    }
+    for via in [Via::Hook, Via::Shim] {
+        let t = tempfile::tempdir().unwrap();
+        let host = nvidia_host(&t.path().join("host"), &stacks, &["nvidia"]).unwrap();
+        let seen = run(&host, t.path(), via, "0", None);
+        let ctx = format!("{via:?}: {}\n{}", describe(&seen.out), seen.text);
+        assert!(seen.out.status.success(), "{ctx}");
+        // nvidia-smi starts, loads NVML and finds no kernel driver behind /dev/nvidiactl.
+        assert!(
+            seen.text
+                .contains("couldn't communicate with the NVIDIA driver"),
+            "{ctx}"
+        );
+        assert!(
+            !seen.has("smi exit 0") && !seen.has("smi exit 127"),
+            "{ctx}"
+        );
+        // libcuda.so.1 loads by soname and answers cuInit with the driver's own error.
+        let cu = seen
+            .text
+            .lines()
+            .find(|l| l.starts_with("cuInit "))
+            .unwrap_or_else(|| panic!("cuInit was not called: {ctx}"));
+        assert!(!cu.starts_with("cuInit 0 "), "{ctx}");
+        assert!(cu.contains("CUDA_ERROR_"), "{ctx}");
+        // The default parts: utility and compute, no video or graphics.
+        assert!(seen.has("loaded libnvidia-ml.so.1"), "{ctx}");
+        assert!(
+            seen.text.contains("not loaded libnvidia-encode.so.1"),
+            "{ctx}"
+        );
+        assert!(seen.text.contains("not loaded libEGL_nvidia.so.0"), "{ctx}");
+        for node in [
+            "nvidia0",
+            "nvidiactl",
+            "nvidia-uvm",
+            "nvidia-uvm-tools",
+            "nvidia-modeset",
+        ] {
+            assert!(seen.has(node), "{node}: {ctx}");
+        }
+        assert!(seen.has("granted 0"), "{ctx}");
+    }
+}
+
+#[test]
+fn driver_capabilities_choose_the_parts_as_nvidias_toolkit_does() {
+    let Some(stacks) = stacks() else { return };
+    if !require_runc_demo() {
+        return;
+    }
+    for via in [Via::Hook, Via::Shim] {
+        let t = tempfile::tempdir().unwrap();
+        let host = nvidia_host(&t.path().join("host"), &stacks, &["nvidia"]).unwrap();
+
+        let seen = run(
+            &host,
+            &t.path().join("a"),
+            via,
+            "0",
+            Some("compute,video,graphics"),
+        );
+        let ctx = format!("{via:?}: {}\n{}", describe(&seen.out), seen.text);
+        assert!(seen.out.status.success(), "{ctx}");
+        assert!(seen.has("loaded libnvidia-encode.so.1"), "video: {ctx}");
+        assert!(seen.has("loaded libEGL_nvidia.so.0"), "graphics: {ctx}");
+        assert!(seen.has("nvidia_icd.json"), "the Vulkan ICD: {ctx}");
+        assert!(
+            seen.text.contains("not loaded libnvidia-ml.so.1"),
+            "no utility: {ctx}"
+        );
+        assert!(
+            seen.has("smi exit 127"),
+            "no nvidia-smi without utility: {ctx}"
+        );
+
+        let seen = run(&host, &t.path().join("b"), via, "0", Some("all"));
+        assert!(
+            seen.has("loaded libnvidia-ml.so.1") && seen.has("loaded libnvidia-encode.so.1"),
+            "all: {}",
+            seen.text
+        );
+
+        let seen = run(
+            &host,
+            &t.path().join("c"),
+            via,
+            "0",
+            Some("compute,holography"),
+        );
+        assert!(
+            !seen.out.status.success(),
+            "an unknown part must fail the start: {}",
+            seen.text
+        );
+        // The hook's message reaches the caller inside runc's, its quotes escaped.
+        assert!(
+            seen.text.contains("NVIDIA_DRIVER_CAPABILITIES=")
+                && seen.text.contains("holography")
+                && seen.text.contains("which the profile does not provide"),
+            "{}",
+            seen.text
+        );
+    }
+}
+
+#[test]
+fn a_gpu_is_asked_for_by_index_uuid_or_bus_id_alike() {
+    let Some(stacks) = stacks() else { return };
+    if !require_runc_demo() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let host = nvidia_host(&t.path().join("host"), &stacks, &["nvidia"]).unwrap();
+    for (i, request) in [GPU0_UUID, GPU0_BUS].into_iter().enumerate() {
+        for via in [Via::Hook, Via::Shim] {
+            let seen = run(
+                &host,
+                &t.path().join(format!("{i}-{via:?}")),
+                via,
+                request,
+                None,
+            );
+            let ctx = format!("{via:?}, {request}: {}\n{}", describe(&seen.out), seen.text);
+            assert!(seen.out.status.success(), "{ctx}");
+            assert!(seen.has("nvidia0"), "{ctx}");
+            // The shim writes the granted id into the env; a hook cannot change the env.
+            let env = if via == Via::Shim { "0" } else { request };
+            assert!(seen.has(&format!("granted {env}")), "{ctx}");
+        }
+    }
+    let seen = run(
+        &host,
+        &t.path().join("x"),
+        Via::Hook,
+        "GPU-00000000-0000-0000-0000-000000000000",
+        None,
+    );
+    assert!(
+        !seen.out.status.success(),
+        "an unknown UUID must fail: {}",
+        seen.text
+    );
+    assert!(
+        seen.text.contains(GPU0_UUID),
+        "the error lists the known names: {}",
+        seen.text
+    );
+}
