@@ -179,8 +179,13 @@ fn ctl_configure(config: &Path, mode: &str) -> Command {
 }
 
 /// Builds the busybox and pause images from one rootfs and imports them for the CRI plugin.
-pub fn import_images(root: &Path, containerd: &Containerd, cri: &mut Cri) {
-    for (tag, archive) in test_image_archives(root).expect("image archives") {
+pub fn import_images(
+    root: &Path,
+    containerd: &Containerd,
+    cri: &mut Cri,
+    image: Option<fn(&Path) -> Result<()>>,
+) {
+    for (tag, archive) in test_image_archives(root, image).expect("image archives") {
         containerd
             .import(K8S_NAMESPACE, &archive)
             .unwrap_or_else(|e| panic!("{e:#}\n{}", containerd.log_tail()));
@@ -188,11 +193,17 @@ pub fn import_images(root: &Path, containerd: &Containerd, cri: &mut Cri) {
     }
 }
 
-/// [`BUSYBOX`] and [`PAUSE`] from one busybox rootfs in `root`, as docker-save archives there:
-/// each tag and its archive.
-pub fn test_image_archives(root: &Path) -> Result<Vec<(&'static str, PathBuf)>> {
+/// [`BUSYBOX`] and [`PAUSE`] from one busybox rootfs in `root`, to which `image` adds when
+/// given, as docker-save archives there: each tag and its archive.
+pub fn test_image_archives(
+    root: &Path,
+    image: Option<fn(&Path) -> Result<()>>,
+) -> Result<Vec<(&'static str, PathBuf)>> {
     let rootfs = root.join("image-rootfs");
     crate::rootfs::busybox(&rootfs).context("busybox rootfs")?;
+    if let Some(add) = image {
+        add(&rootfs).context("the test's additions to the image")?;
+    }
     let images = [
         (
             BUSYBOX,

@@ -6,7 +6,7 @@
 //! `devinject-cri-bench`.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use k8s_cri::v1::PodSandboxConfig;
@@ -52,6 +52,10 @@ pub struct Paths {
     pub accel_group: Option<u32>,
     /// Added to the host configuration (e.g. `policy = "env"`).
     pub host_config: String,
+    /// Another simulated host than the demo one (its roots, profiles and configuration file).
+    pub host: Option<SimHost>,
+    /// Adds to the test image's rootfs before it is archived (e.g. glibc and programs).
+    pub image: Option<fn(&Path) -> Result<()>>,
 }
 
 /// The node. Fields drop in order: the CRI client (its pods), the plugin, containerd, the
@@ -84,7 +88,10 @@ impl ReleaseNode {
     pub fn start(release: &Release, paths: &Paths) -> Result<Self> {
         let dir = short_tempdir("rel")?;
         let root = dir.path().to_owned();
-        let host = demo_host(&root.join("sim"), &["demo"])?;
+        let host = match &paths.host {
+            Some(h) => h.clone(),
+            None => demo_host(&root.join("sim"), &["demo"])?,
+        };
         if let Some(gid) = paths.accel_group {
             for (name, _, _) in ACCELS {
                 let node = host.dev_root.join("demo").join(name);
@@ -127,7 +134,7 @@ impl ReleaseNode {
         )?;
         let mut cri = Cri::connect(&containerd.socket())?;
         cri.wait_ready().with_context(|| containerd.log_tail())?;
-        import_images(&root, &containerd, &mut cri);
+        import_images(&root, &containerd, &mut cri, paths.image);
         let name = root
             .file_name()
             .context("temp dir name")?

@@ -355,7 +355,7 @@ pub(crate) fn load_image(podman: &Podman, archive: &Path) -> Result<()> {
 /// `root`.
 pub(crate) fn load_test_images(root: &Path, hooks: &Path) -> Result<()> {
     let podman = Podman::new(root, hooks)?;
-    for (_, archive) in test_image_archives(root)? {
+    for (_, archive) in test_image_archives(root, None)? {
         load_image(&podman, &archive)?;
     }
     Ok(())

@@ -108,7 +108,7 @@ impl Rig {
         let mut cri = Cri::connect(&containerd.socket()).expect("CRI client");
         cri.wait_ready()
             .unwrap_or_else(|e| panic!("{e:#}\n{}", containerd.log_tail()));
-        import_images(&root, &containerd, &mut cri);
+        import_images(&root, &containerd, &mut cri, None);
         let logs = root.join("logs");
         std::fs::create_dir_all(&logs).expect("mkdir logs");
         let name = root.file_name().expect("temp dir name").to_string_lossy();

@@ -188,8 +188,8 @@ fn run(rounds: usize, poll: bool) -> Result<()> {
         cdi: true,
         nri: true,
         shim: true,
-        accel_group: None,
         host_config: "policy = \"env\"".into(),
+        ..Paths::default()
     };
     let mut node = ReleaseNode::start(&release, &paths)?;
     if !poll {

@@ -203,7 +203,7 @@ impl Node {
         let containerd = self.start_containerd()?;
         let mut cri = Cri::connect(&containerd.socket())?;
         cri.wait_ready()?;
-        import_images(&self.dir, &containerd, &mut cri);
+        import_images(&self.dir, &containerd, &mut cri, None);
         drop(cri);
         let socket = containerd.socket();
         self.containerd = Some(containerd);

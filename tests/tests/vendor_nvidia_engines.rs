@@ -1,0 +1,209 @@
+//! The nvidia profile on NVIDIA's real 535 user space (tests/tests/vendor_nvidia.rs's node)
+//! through the engine paths, on real containerd 2 driven through CRI as the kubelet drives it:
+//! the CDI spec `devinject-ctl cdi generate` writes (containerd injects it; every part of the
+//! driver, as a spec cannot read the container's env), and `devinject-nri` (which reads
+//! `NVIDIA_DRIVER_CAPABILITIES` from the container as the hook does). In both, `nvidia-smi` and
+//! `cuInit` run on the injected libraries and stop at the kernel.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::Context;
+use devinject_tests::cprog::{copy_linked_libraries, glibc_program};
+use devinject_tests::cri::ContainerSpec;
+use devinject_tests::cri_node::BUSYBOX;
+use devinject_tests::cri_release::{ready, Paths, ReleaseNode};
+use devinject_tests::daemons::short_tempdir;
+use devinject_tests::sim::SimHost;
+use devinject_tests::vendor::{nvidia_host, stacks, VendorHost, CUINIT_C, DLOPEN_C};
+
+/// What the container runs: nvidia-smi, cuInit, the dlopen check, its nodes.
+const SCRIPT: &str = "nvidia-smi -L; echo \"smi exit $?\"; cuinit; \
+    dlopen-check libnvidia-ml.so.1 libnvidia-encode.so.1 libEGL_nvidia.so.0; ls /dev";
+
+/// The image: busybox, the programs and the glibc they and NVIDIA's tools link.
+fn image(rootfs: &Path) -> anyhow::Result<()> {
+    let stacks = std::env::var_os("DEVINJECT_VENDOR_STACKS").context("DEVINJECT_VENDOR_STACKS")?;
+    glibc_program(rootfs, "cuinit", CUINIT_C, &["-O2"])?;
+    glibc_program(rootfs, "dlopen-check", DLOPEN_C, &["-O2"])?;
+    copy_linked_libraries(
+        rootfs,
+        &Path::new(&stacks).join("nvidia/usr/lib/nvidia/current/nvidia-smi"),
+    )?;
+    Ok(())
+}
+
+/// The vendor node as the CRI node's host, its proc root in the host configuration.
+fn sim_host(h: &VendorHost) -> SimHost {
+    SimHost {
+        dir: h.dir.clone(),
+        dev_root: h.dev_root.clone(),
+        driver_root: h.driver_root.clone(),
+        profiles_dir: h.profiles_dir.clone(),
+        config: h.config.clone(),
+    }
+}
+
+/// Starts containerd 2 with `paths` on a fresh NVIDIA node, `None` when a peer is missing.
+fn node(dir: &Path, cdi: bool, nri: bool) -> Option<ReleaseNode> {
+    let stacks = stacks()?;
+    let release = ready("2")?;
+    let host = nvidia_host(&dir.join("host"), &stacks, &["nvidia"]).unwrap();
+    let paths = Paths {
+        cdi,
+        nri,
+        host_config: format!("policy = \"env\"\nproc_root = {:?}", host.proc_root),
+        host: Some(sim_host(&host)),
+        image: Some(image),
+        ..Paths::default()
+    };
+    let mut node = ReleaseNode::start(&release, &paths).unwrap_or_else(|e| panic!("{e:#}"));
+    if nri {
+        node.start_nri_plugin().unwrap_or_else(|e| panic!("{e:#}"));
+    }
+    Some(node)
+}
+
+fn run(
+    node: &mut ReleaseNode,
+    name: &str,
+    env: &[(&str, &str)],
+    annotations: &[(&str, &str)],
+) -> (i32, String) {
+    let (pod, config) = node.pod(name, "").unwrap_or_else(|e| panic!("{e:#}"));
+    let spec = ContainerSpec {
+        name: name.into(),
+        image: BUSYBOX.into(),
+        command: vec!["/bin/sh".into(), "-c".into(), SCRIPT.into()],
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        annotations: annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<HashMap<_, _>>(),
+        log_path: format!("{name}.log"),
+        ..ContainerSpec::default()
+    };
+    node.run(&pod, &config, &spec)
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// Asserts NVIDIA's tools ran on the injected driver and stopped at the kernel.
+fn assert_stopped_at_the_kernel(output: &str, ctx: &str) {
+    assert!(
+        output.contains("couldn't communicate with the NVIDIA driver"),
+        "{ctx}:\n{output}"
+    );
+    assert!(
+        output
+            .lines()
+            .any(|l| l.starts_with("cuInit 100 CUDA_ERROR_NO_DEVICE")),
+        "{ctx}:\n{output}"
+    );
+    assert!(output.lines().any(|l| l == "nvidia0"), "{ctx}:\n{output}");
+}
+
+#[test]
+fn containerd_injects_the_cdi_spec_of_nvidias_real_driver() {
+    let dir = short_tempdir("vcdi").unwrap();
+    let Some(mut node) = node(dir.path(), true, false) else {
+        return;
+    };
+    let (code, output) = run(
+        &mut node,
+        "cdi",
+        &[],
+        &[("cdi.k8s.io/devinject_nvidia", "devinject.io/nvidia=0")],
+    );
+    assert_eq!(code, 0, "{output}");
+    assert_stopped_at_the_kernel(&output, "CDI");
+    // A spec carries every part.
+    for lib in [
+        "libnvidia-ml.so.1",
+        "libnvidia-encode.so.1",
+        "libEGL_nvidia.so.0",
+    ] {
+        assert!(
+            output.lines().any(|l| l == format!("loaded {lib}")),
+            "{lib}:\n{output}"
+        );
+    }
+    // Nothing asked: nothing injected.
+    let (code, output) = run(&mut node, "plain", &[], &[]);
+    assert_eq!(code, 0, "{output}");
+    assert!(output.contains("smi exit 127"), "{output}");
+    assert!(output.contains("load failed"), "{output}");
+}
+
+#[test]
+fn the_nri_plugin_injects_the_parts_the_container_chose() {
+    let dir = short_tempdir("vnri").unwrap();
+    let Some(mut node) = node(dir.path(), false, true) else {
+        return;
+    };
+    let (code, output) = run(
+        &mut node,
+        "default",
+        &[("NVIDIA_VISIBLE_DEVICES", "0")],
+        &[],
+    );
+    assert_eq!(code, 0, "{output}\n--- plugin\n{}", node.nri_log());
+    assert_stopped_at_the_kernel(&output, "NRI, default parts");
+    assert!(output.contains("loaded libnvidia-ml.so.1"), "{output}");
+    assert!(
+        output.contains("not loaded libnvidia-encode.so.1"),
+        "{output}"
+    );
+
+    let (code, output) = run(
+        &mut node,
+        "video",
+        &[
+            ("NVIDIA_VISIBLE_DEVICES", "0"),
+            ("NVIDIA_DRIVER_CAPABILITIES", "compute,video"),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{output}\n--- plugin\n{}", node.nri_log());
+    assert!(
+        output.lines().any(|l| l == "loaded libnvidia-encode.so.1"),
+        "{output}"
+    );
+    assert!(output.contains("not loaded libnvidia-ml.so.1"), "{output}");
+    assert!(
+        output.contains("smi exit 127"),
+        "no utility, no nvidia-smi: {output}"
+    );
+
+    // Every part: an answer of about 5 KB, which containerd reads only in frames of at most
+    // 4096 bytes (else it drops the plugin and creates the container without its devices).
+    let (code, output) = run(
+        &mut node,
+        "all",
+        &[
+            ("NVIDIA_VISIBLE_DEVICES", "0"),
+            ("NVIDIA_DRIVER_CAPABILITIES", "all"),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{output}\n--- plugin\n{}", node.nri_log());
+    assert_stopped_at_the_kernel(&output, "NRI, every part");
+    for lib in [
+        "libnvidia-ml.so.1",
+        "libnvidia-encode.so.1",
+        "libEGL_nvidia.so.0",
+    ] {
+        assert!(
+            output.lines().any(|l| l == format!("loaded {lib}")),
+            "{lib}:\n{output}"
+        );
+    }
+    assert!(
+        !node.nri_log().contains("closed the connection"),
+        "{}",
+        node.nri_log()
+    );
+}
