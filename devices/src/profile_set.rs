@@ -22,10 +22,12 @@ impl ProfileSet {
     /// `<NAME>_VISIBLE_DEVICES` unless the profile sets `request_env`. So the answer is yes when
     /// the container mentions the prefix or that suffix, or when a profile's top-level keys (the
     /// lines before its first `[table]`) hold anything but a single-line `name`, `resource`,
-    /// `description`, `replicas`, `allocate_mode`, `library_dirs` or `library_names`: `request_env`, a misspelt
-    /// key, a quoted key or a multi-line value. A yes means [`ProfileSet::load_dir`] follows,
+    /// `description`, `replicas`, `allocate_mode`, `library_dirs`, `library_names` or a plain
+    /// `request_env` the container does not mention: a misspelt key, a quoted key or a
+    /// multi-line value. A yes means [`ProfileSet::load_dir`] follows,
     /// which parses everything as strictly as ever; only profiles of containers that cannot be
-    /// asking are left unparsed.
+    /// asking are left unparsed. A `request_env` written as a plain single-line string is read
+    /// here too: the answer is yes when the container mentions it.
     pub fn may_be_requested(
         dir: &Path,
         mentions: impl Fn(&str) -> bool,
@@ -35,8 +37,9 @@ impl ProfileSet {
         }
         for path in toml_files(dir)? {
             let text = crate::profile_file::read(&path)?;
-            if !default_request_only(&text) {
-                return Ok(true);
+            match request_variables(&text) {
+                Some(vars) if !vars.iter().any(|v| mentions(v)) => {}
+                _ => return Ok(true),
             }
         }
         Ok(false)
@@ -125,9 +128,11 @@ fn toml_files(dir: &Path) -> Result<Vec<PathBuf>, ProfileError> {
     Ok(paths)
 }
 
-/// True when the profile text surely keeps the default request variable: its top-level part
-/// only has blank lines, comments and single-line values of keys that do not name one.
-fn default_request_only(text: &str) -> bool {
+/// The request variables a profile text names besides the default one, when that can be told
+/// without parsing: its top-level part (before the first `[table]`) only has blank lines,
+/// comments, single-line values of keys that do not name a variable, and `request_env` as a
+/// plain string of env-name characters. `None`: it cannot be told, parse it.
+fn request_variables(text: &str) -> Option<Vec<String>> {
     const KEYS: [&str; 7] = [
         "name",
         "resource",
@@ -137,26 +142,34 @@ fn default_request_only(text: &str) -> bool {
         "library_dirs",
         "library_names",
     ];
+    let mut out = Vec::new();
     for line in text.lines() {
         let t = line.trim();
         if t.starts_with('[') {
-            return true;
+            return Some(out);
         }
         if t.is_empty() || t.starts_with('#') {
             continue;
         }
-        let Some((key, value)) = t.split_once('=') else {
-            return false;
-        };
-        let value = value.trim();
+        let (key, value) = t.split_once('=')?;
+        let (key, value) = (key.trim(), value.trim());
+        if key == "request_env" {
+            let (name, rest) = value.strip_prefix('"')?.split_once('"')?;
+            let rest = rest.trim();
+            if !crate::profile::is_env_name(name) || !(rest.is_empty() || rest.starts_with('#')) {
+                return None;
+            }
+            out.push(name.to_owned());
+            continue;
+        }
         let multi_line = value.starts_with("\"\"\"")
             || value.starts_with("'''")
             || (value.starts_with('[') && !value.contains(']'));
-        if !KEYS.contains(&key.trim()) || multi_line {
-            return false;
+        if !KEYS.contains(&key) || multi_line {
+            return None;
         }
     }
-    true
+    Some(out)
 }
 
 #[cfg(test)]
@@ -201,8 +214,18 @@ mod tests {
         assert!(may(&["KVM_VISIBLE_DEVICES"]));
         assert!(may(&["devinject.io/kvm.devices"]));
         // Anything at the top level that could name another variable means a real parse.
+        // A plain request variable is looked for in the container.
+        std::fs::write(
+            dir.path().join("x.toml"),
+            "name = \"x\"\nrequest_env = \"X_GPUS\" # NVIDIA-style\n[discovery]\nnodes = [\"x\"]\n",
+        )
+        .unwrap();
+        assert!(!may(&["PATH"]));
+        assert!(may(&["X_GPUS"]));
         for text in [
-            "name = \"x\"\nrequest_env = \"X_GPUS\"\n",
+            "name = \"x\"\nrequest_env = 'X_GPUS'\n",
+            "name = \"x\"\nrequest_env = \"X_GPUS\" extra\n",
+            "name = \"x\"\nrequest_env = \"X-GPUS\"\n",
             "name = \"x\"\nrequst_env = \"X_GPUS\"\n",
             "\"request_env\" = \"X_GPUS\"\n",
             "name = \"x\"\nlibrary_dirs = [\n  \"/lib\",\n]\n",
@@ -234,13 +257,18 @@ mod tests {
     }
 
     #[test]
-    fn every_shipped_profile_keeps_the_default_request_variable() {
+    fn every_shipped_profiles_request_variable_is_told_without_parsing() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
         for path in toml_files(&dir).unwrap() {
             let text = std::fs::read_to_string(&path).unwrap();
             let p = Profile::load(&path).unwrap();
-            assert!(default_request_only(&text), "{}", path.display());
-            assert_eq!(p.request_env(), p.name.default_request_env());
+            let vars = request_variables(&text).unwrap_or_else(|| panic!("{}", path.display()));
+            assert!(
+                p.request_env() == p.name.default_request_env()
+                    || vars == [p.request_env().to_owned()],
+                "{}",
+                path.display()
+            );
         }
     }
 

@@ -343,3 +343,56 @@ fn a_gpu_is_asked_for_by_index_uuid_or_bus_id_alike() {
         seen.text
     );
 }
+
+#[test]
+fn imex_channels_come_with_nvidia_imex_channels() {
+    let Some(stacks) = stacks() else { return };
+    if !require_runc_demo() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let host = nvidia_host(&t.path().join("host"), &stacks, &["nvidia", "nvidia-imex"]).unwrap();
+    let channels = host.dev_root.join("nvidia-caps-imex-channels");
+    std::fs::create_dir_all(&channels).unwrap();
+    for n in 0..2 {
+        devinject_tests::sim::mknod(&channels.join(format!("channel{n}")), 508, n, "0666").unwrap();
+    }
+    for via in [Via::Hook, Via::Shim] {
+        for (i, imex) in [Some("1"), None].into_iter().enumerate() {
+            let dir = t.path().join(format!("{via:?}-{i}"));
+            let mut b = Bundle::new(&dir, &["/bin/true"]).unwrap();
+            b.args(&[
+                "/bin/sh",
+                "-c",
+                "ls /dev /dev/nvidia-caps-imex-channels 2>&1; cat /dev/nvidia-caps-imex-channels/channel1 2>&1; true",
+            ]);
+            b.env("NVIDIA_VISIBLE_DEVICES=0");
+            if let Some(v) = imex {
+                b.env(&format!("NVIDIA_IMEX_CHANNELS={v}"));
+            }
+            let out = b.run_via(via, &host.config, &container_id("imex")).unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let ctx = format!(
+                "{via:?}, NVIDIA_IMEX_CHANNELS={imex:?}: {}\n{text}",
+                describe(&out)
+            );
+            assert!(out.status.success(), "{ctx}");
+            assert!(text.lines().any(|l| l == "nvidia0"), "{ctx}");
+            if imex.is_some() {
+                assert!(text.lines().any(|l| l == "channel1"), "{ctx}");
+                assert!(
+                    !text.lines().any(|l| l == "channel0"),
+                    "only the channel asked for: {ctx}"
+                );
+                // The node is the host's (no driver answers it here): opening it reaches the
+                // kernel, which has no such device, rather than the cgroup's refusal.
+                assert!(text.contains("No such device or address"), "{ctx}");
+            } else {
+                assert!(
+                    !text.lines().any(|l| l == "nvidia-caps-imex-channels"),
+                    "{ctx}"
+                );
+            }
+        }
+    }
+}
