@@ -1,7 +1,8 @@
 //! The vendor-stack tier: vendors' real user-space driver files, as Debian 12 packages them,
 //! unpacked into driver roots by `scripts/vendor-stacks-fetch.sh` (`DEVINJECT_VENDOR_STACKS`
 //! names the directory it prints), on a simulated node: device nodes with the driver's numbers
-//! under a dev root and the driver's procfs files under a proc root. The kernel side is all that
+//! under a dev root, and the driver's procfs files (NVIDIA) or the sysfs the profiles match on
+//! (AMD, Intel) under a proc or sys root. The kernel side is all that
 //! is simulated: a vendor's tool in the container loads its real libraries and fails only where
 //! it talks to the kernel.
 
@@ -144,6 +145,185 @@ int main(int argc, char **argv) {
         if (h) printf("loaded %s\n", argv[i]);
         else printf("not loaded %s: %s\n", argv[i], dlerror());
     }
+    return 0;
+}
+"#;
+
+/// The number the simulated `/dev/kfd` has: kfd's major is dynamic, taken from the top of the
+/// kernel's extended range here so that no driver answers it.
+pub const KFD: (u32, u32) = (510, 0);
+
+/// A GPU of a simulated node: its render node's number (`renderD<n>`, 226:n) and the PCI
+/// function's attributes in sysfs.
+struct DrmGpu {
+    render: u32,
+    bus: &'static str,
+    vendor: &'static str,
+    device: &'static str,
+    numa_node: &'static str,
+}
+
+/// `gpus`' render nodes under `dir/dev/dri`, and their sysfs under `dir/sys` as the kernel lays
+/// it out: the PCI function's attributes under `devices/`, `class/drm/renderD<n>` a link to the
+/// node's directory below the function, whose `device` links back to it (the profiles read
+/// `class/drm/{name}/device/vendor` through both links, as on a host). Returns the dev root.
+fn drm_gpus(dir: &Path, gpus: &[DrmGpu]) -> Result<PathBuf> {
+    let dev_root = dir.join("dev");
+    std::fs::create_dir_all(dev_root.join("dri"))?;
+    let sys = dir.join("sys");
+    std::fs::create_dir_all(sys.join("class/drm"))?;
+    for g in gpus {
+        let node = format!("renderD{}", g.render);
+        // DRM's fixed major; render nodes are minors 128 and up.
+        mknod(&dev_root.join("dri").join(&node), 226, g.render, "0666")?;
+        let function = sys.join("devices/pci0000:00/0000:00:01.0").join(g.bus);
+        std::fs::create_dir_all(&function)?;
+        for (attr, value) in [
+            ("vendor", g.vendor),
+            ("device", g.device),
+            ("subsystem_vendor", g.vendor),
+            ("subsystem_device", "0x0000"),
+            ("numa_node", g.numa_node),
+        ] {
+            std::fs::write(function.join(attr), format!("{value}\n"))?;
+        }
+        let drm = function.join("drm").join(&node);
+        std::fs::create_dir_all(&drm)?;
+        std::os::unix::fs::symlink(format!("../../../{}", g.bus), drm.join("device"))?;
+        std::os::unix::fs::symlink(
+            format!("../../devices/pci0000:00/0000:00:01.0/{}/drm/{node}", g.bus),
+            sys.join("class/drm").join(&node),
+        )?;
+    }
+    Ok(dev_root)
+}
+
+/// AMD's nodes for two GPUs, `renderD128` and `renderD129` (226:128, 226:129; vendor 0x1002 in
+/// sysfs, Navi 21 and MI210), and `/dev/kfd` ([`KFD`]), with `stacks/amd` (ROCm 5.2) as driver
+/// root and the shipped `profiles`.
+pub fn amd_host(dir: &Path, stacks: &Path, profiles: &[&str]) -> Result<VendorHost> {
+    let dev_root = drm_gpus(
+        dir,
+        &[
+            DrmGpu {
+                render: 128,
+                bus: "0000:03:00.0",
+                vendor: "0x1002",
+                device: "0x73bf",
+                numa_node: "0",
+            },
+            DrmGpu {
+                render: 129,
+                bus: "0000:83:00.0",
+                vendor: "0x1002",
+                device: "0x740f",
+                numa_node: "1",
+            },
+        ],
+    )?;
+    mknod(&dev_root.join("kfd"), KFD.0, KFD.1, "0666")?;
+    let proc_root = dir.join("proc");
+    std::fs::create_dir_all(&proc_root)?;
+    host(dir, dev_root, proc_root, stacks.join("amd"), profiles)
+}
+
+/// An Intel GPU, `renderD128` (226:128; vendor 0x8086 in sysfs, an Arc A770), beside a render
+/// node of another vendor's, `renderD129` (a virtio GPU, 0x1af4), with `stacks/intel` (the
+/// compute runtime 22.43) as driver root and the shipped `profiles`.
+pub fn intel_host(dir: &Path, stacks: &Path, profiles: &[&str]) -> Result<VendorHost> {
+    let dev_root = drm_gpus(
+        dir,
+        &[
+            DrmGpu {
+                render: 128,
+                bus: "0000:03:00.0",
+                vendor: "0x8086",
+                device: "0x56a0",
+                numa_node: "-1",
+            },
+            DrmGpu {
+                render: 129,
+                bus: "0000:00:04.0",
+                vendor: "0x1af4",
+                device: "0x1050",
+                numa_node: "-1",
+            },
+        ],
+    )?;
+    let proc_root = dir.join("proc");
+    std::fs::create_dir_all(&proc_root)?;
+    host(dir, dev_root, proc_root, stacks.join("intel"), profiles)
+}
+
+/// Installs `files` of a vendor's unpacked packages (paths under `driver_root`, a soname link
+/// as a link) into the image at `rootfs`, at the paths the packages give them, with the host
+/// libraries they link (glibc, libstdc++, libdrm, ...) at the host's paths: an image with the
+/// vendor's packages installed. The vendor's own libraries they link must be among `files`.
+pub fn install_in_image(rootfs: &Path, driver_root: &Path, files: &[&str]) -> Result<()> {
+    let mut lib_path = Vec::new();
+    for f in files {
+        let rel = f.trim_start_matches('/');
+        let (from, to) = (driver_root.join(rel), rootfs.join(rel));
+        std::fs::create_dir_all(to.parent().context("a file's directory")?)?;
+        let meta = std::fs::symlink_metadata(&from).with_context(|| format!("{f} in the stack"))?;
+        if meta.file_type().is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&from)?, &to)?;
+        } else {
+            std::fs::copy(&from, &to).with_context(|| format!("copy {f} into the image"))?;
+        }
+        let dir = from.parent().context("a file's directory")?.to_owned();
+        if !lib_path.contains(&dir) {
+            lib_path.push(dir);
+        }
+    }
+    let lib_path = std::env::join_paths(&lib_path)?;
+    for f in files {
+        let from = driver_root.join(f.trim_start_matches('/'));
+        if std::fs::symlink_metadata(&from)?.file_type().is_symlink() {
+            continue;
+        }
+        let ldd = std::process::Command::new("ldd")
+            .arg(&from)
+            .env("LD_LIBRARY_PATH", &lib_path)
+            .output()
+            .context("run ldd")?;
+        // `libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)`, `/lib64/ld-linux-x86-64.so.2
+        // (0x...)`; the vendor's own (under the driver root) are installed above.
+        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+            let path = match line.split_once("=>") {
+                Some((_, right)) => right.split_whitespace().next(),
+                None => line.split_whitespace().next(),
+            };
+            let Some(path) = path.filter(|p| p.starts_with('/')) else {
+                continue;
+            };
+            if Path::new(path).starts_with(driver_root) {
+                continue;
+            }
+            let dest = rootfs.join(path.trim_start_matches('/'));
+            std::fs::create_dir_all(dest.parent().context("a library's directory")?)?;
+            std::fs::copy(path, &dest).with_context(|| format!("copy {path} into the image"))?;
+        }
+    }
+    Ok(())
+}
+
+/// A program that loads `libhsa-runtime64.so.1` as a ROCm application does (by soname) and
+/// calls `hsa_init()`, which opens `/dev/kfd` and talks to the amdkfd driver: prints
+/// `hsa_init 0x<status> <hsa_status_string>`, or `load failed: <why>`.
+pub const HSA_INIT_C: &str = r#"
+#include <dlfcn.h>
+#include <stdio.h>
+int main(void) {
+    void *hsa = dlopen("libhsa-runtime64.so.1", RTLD_NOW);
+    if (!hsa) { printf("load failed: %s\n", dlerror()); return 2; }
+    int (*init)(void) = (int (*)(void))dlsym(hsa, "hsa_init");
+    int (*status_string)(int, const char **) = (int (*)(int, const char **))dlsym(hsa, "hsa_status_string");
+    if (!init || !status_string) { printf("load failed: no hsa_init\n"); return 3; }
+    int r = init();
+    const char *s = "?";
+    status_string(r, &s);
+    printf("hsa_init 0x%x %s\n", r, s);
     return 0;
 }
 "#;
