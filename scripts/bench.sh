@@ -10,13 +10,38 @@
 # when scripts/kube-module-build.sh and scripts/runc-build.sh have built them. Run
 # it on a quiet machine: figures are wall times.
 #
+# `scripts/bench.sh nvidia-toolkit [--rounds N] [--warmup N]` runs only the comparison with
+# NVIDIA's Container Toolkit (nvidia-toolkit-bench: NVIDIA's runtime in cdi mode, the hook and the
+# shim on NVIDIA's real 535 user space, docs/benchmarks.md), fetching the driver stacks
+# (scripts/vendor-stacks-fetch.sh) and building the toolkit (scripts/nvidia-toolkit-build.sh)
+# first; the full run ends with it when both are already there.
+#
 # The binaries are built as they ship, by scripts/release-build.sh (as for the image, in
 # target/image): release profile, static, the runtime shim and devinject-podresources against
 # musl and the rest against glibc.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh test
-out=$(scripts/release-build.sh target/image/bin --workspace)
+section=all
+if [ "${1:-}" = nvidia-toolkit ]; then
+  section=nvidia-toolkit
+  shift
+  DEVINJECT_VENDOR_STACKS=$(scripts/vendor-stacks-fetch.sh)
+  DEVINJECT_NVIDIA_TOOLKIT=$(scripts/nvidia-toolkit-build.sh)
+  out=$(scripts/release-build.sh target/image/bin -p devinject-benchmarks)
+else
+  out=$(scripts/release-build.sh target/image/bin --workspace)
+fi
+# nvidia-toolkit-bench: the toolkit comparison, with the prerequisites it was given.
+nvidia_toolkit() {
+  echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs" >&2
+  DEVINJECT_BIN_DIR="$out" DEVINJECT_VENDOR_STACKS="$1" DEVINJECT_NVIDIA_TOOLKIT="$2" \
+    "$out/nvidia-toolkit-bench" "${@:3}"
+}
+if [ "$section" = nvidia-toolkit ]; then
+  nvidia_toolkit "$DEVINJECT_VENDOR_STACKS" "$DEVINJECT_NVIDIA_TOOLKIT" "$@"
+  exit
+fi
 case " $* " in
   *" --help "* | *" -h "*) exec "$out/devinject-bench" "$@" ;;
 esac
@@ -55,4 +80,11 @@ if kube=$(scripts/kube-module-build.sh --if-built) && runc14=$(scripts/runc-buil
     "$out/devinject-cluster-bench" --compare "glibc=$glibc"
 else
   echo "not measured: the real cluster (build it once with scripts/kube-module-build.sh and scripts/runc-build.sh)"
+fi
+
+echo
+if stacks=$(scripts/vendor-stacks-fetch.sh --if-fetched) && toolkit=$(scripts/nvidia-toolkit-build.sh --if-built); then
+  nvidia_toolkit "$stacks" "$toolkit"
+else
+  echo "not measured: NVIDIA's Container Toolkit against devinject (run scripts/bench.sh nvidia-toolkit)"
 fi

@@ -60,6 +60,12 @@ export DEVINJECT_GRPC_GO_CLIENT
 # the tree (scripts/vendor-stacks-fetch.sh; a minute the first time): always.
 DEVINJECT_VENDOR_STACKS=$(scripts/vendor-stacks-fetch.sh)
 export DEVINJECT_VENDOR_STACKS
+# NVIDIA's Container Toolkit 1.20.2 (nvidia-container-runtime, nvidia-ctk, nvidia-cdi-hook), the
+# reference tests/vendor_nvidia_toolkit.rs compares the hook and the shim against on the same
+# driver root, built from its Go module into a cache outside the tree
+# (scripts/nvidia-toolkit-build.sh; about 45 s of 2 cores the first time, then cached): always.
+DEVINJECT_NVIDIA_TOOLKIT=$(scripts/nvidia-toolkit-build.sh)
+export DEVINJECT_NVIDIA_TOOLKIT
 # Every skip is put on the record here (testkit/); under CI=true a skip is a failure.
 export DEVINJECT_SKIP_LOG="$PWD/target/skipped-tests.txt"
 rm -f "$DEVINJECT_SKIP_LOG"

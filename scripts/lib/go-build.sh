@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # What the scripts that build a pinned component from its Go modules (runc-build.sh,
-# kube-module-build.sh, crio-build.sh) check before a build. Each function calls the script's own
+# kube-module-build.sh, crio-build.sh, nvidia-toolkit-build.sh) check before a build. Each function calls the script's own
 # `fail` with the reason and the fix.
 
 # go_at_least VERSION: the `go` first on PATH is VERSION or newer (what a go.mod's `go` line asks;

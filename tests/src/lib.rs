@@ -23,6 +23,8 @@
 //! - [`hostile`]: booby-trapping a rootfs (links out, FIFOs, files for dirs) and a swapper thread.
 //! - [`cprog`]: small C programs built with gcc (a marker-leaving preload library, a recording
 //!   stand-in for ldconfig).
+//! - [`nvidia_toolkit`]: NVIDIA's Container Toolkit (its runtime in `cdi` mode, `nvidia-ctk cdi
+//!   generate`) on the vendor-stack node, and a create/start/wait/delete cycle through any runtime.
 //! - [`podresources`]: a test kubelet serving the pod-resources v1 API on a Unix socket, for the
 //!   request policy tests.
 
@@ -40,6 +42,7 @@ pub mod hostile;
 pub mod image;
 pub mod kubelet;
 pub mod nri_plugin;
+pub mod nvidia_toolkit;
 pub mod podman;
 pub mod podresources;
 pub mod runc_args;
