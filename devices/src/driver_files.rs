@@ -67,6 +67,8 @@ pub struct HostLibrary {
     pub soname: Option<String>,
     /// The part of the driver it belongs to, when the profile tags it.
     pub capability: Option<String>,
+    /// Other names it answers to in the image's library directory (the profile's `links`).
+    pub links: Vec<String>,
 }
 
 /// A binary or other file found on the host.
@@ -141,6 +143,7 @@ pub fn resolve_driver_files(
                 file_name,
                 soname,
                 capability: lib.capability.clone(),
+                links: lib.links.clone(),
             });
         }
     }

@@ -153,6 +153,13 @@ pub fn plan(input: PlanInput<'_>) -> Result<Option<Plan>, PlanError> {
             }
             (None, _) => &lib.file_name,
         };
+        for extra in &lib.links {
+            // To the soname, which names the file in either `library_names`.
+            links.push(Symlink {
+                link: layout.lib_dir.join(extra),
+                target: lib.soname.clone().unwrap_or_else(|| lib.file_name.clone()),
+            });
+        }
         let dest = layout.lib_dir.join(name);
         // Two host files under one name (two versions of a soname found by a glob): the later
         // one is what the container gets, as with the later of two soname links.
@@ -254,6 +261,7 @@ mod tests {
                 file_name: "libdemo.so.1.0.0".into(),
                 soname: Some("libdemo.so.1".into()),
                 capability: None,
+                links: Vec::new(),
             }],
             binaries: vec![HostFile {
                 path: PathBuf::from("/opt/demo/bin/demo-smi"),
@@ -442,6 +450,7 @@ mod tests {
                 .into(),
             soname: soname.map(Into::into),
             capability: None,
+            links: Vec::new(),
         };
         files.libraries.extend([
             lib("/opt/demo/lib/libplain.so", None),

@@ -232,6 +232,11 @@ pub struct LibrarySpec {
     /// The part of the driver it belongs to (one of `[capabilities].names`); untagged, it comes
     /// with every request.
     pub capability: Option<String>,
+    /// Other names it answers to in the image's library directory, each a link to its soname
+    /// (`libcuda.so`, which applications `dlopen` though it is a development name, as NVIDIA's
+    /// toolkit makes it).
+    #[serde(default)]
+    pub links: Vec<String>,
 }
 
 /// A binary or other file to inject.
@@ -576,6 +581,16 @@ impl Profile {
                 }
             }
         }
+        for (i, lib) in raw.libraries.iter().enumerate() {
+            for (j, l) in lib.links.iter().enumerate() {
+                if l.is_empty() || l.contains('/') || !l.contains(".so") || l == "." || l == ".." {
+                    return Err(invalid(
+                        &format!("libraries[{i}].links[{j}]"),
+                        format!("{l:?} is not a library file name: use a name like libfoo.so"),
+                    ));
+                }
+            }
+        }
         for (list, key) in [(&raw.binaries, "binaries"), (&raw.files, "files")] {
             for (i, f) in list.iter().enumerate() {
                 check_absolute(&f.path).map_err(|p| invalid(&format!("{key}[{i}].path"), p))?;
@@ -815,6 +830,24 @@ DEMO_DRIVER = "1"
         ] {
             let e = with(table, tag).unwrap_err().to_string();
             assert!(e.contains(&format!("key `{key}`")), "{table} / {tag}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_librarys_links_are_plain_library_names() {
+        let with = |links: &str| {
+            parse(&DEMO.replace(
+                "glob = \"/opt/demo/lib/libdemo.so.*\"",
+                &format!("glob = \"/opt/demo/lib/libdemo.so.*\"\nlinks = {links}"),
+            ))
+        };
+        assert_eq!(
+            with("[\"libdemo.so\"]").unwrap().libraries[0].links,
+            ["libdemo.so"]
+        );
+        for bad in ["[\"../libdemo.so\"]", "[\"\"]", "[\"demo\"]"] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains("key `libraries[0].links[0]`"), "{bad}: {e}");
         }
     }
 

@@ -452,6 +452,7 @@ DEMO_DRIVER_VERSION = "1.0"
                 file_name: "libdemo.so.1.0".into(),
                 soname: Some("libdemo.so.1".into()),
                 capability: None,
+                links: Vec::new(),
             }],
             ..DriverFiles::default()
         }

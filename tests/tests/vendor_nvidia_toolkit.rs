@@ -44,22 +44,6 @@ const DLOPEN: &[&str] = &[
     "libnvidia-ngx.so.1",
 ];
 
-/// Names NVIDIA's container resolves and ours does not, as found by this test: the driver
-/// root's development links (`libcuda.so -> libcuda.so.1`, the linker names a build's `-lcuda`
-/// looks for, and that a few programs `dlopen`, e.g. `libnvidia-ml.so`). NVIDIA's generator
-/// mirrors every link it finds beside a driver library (`create-symlinks`), and ldconfig then
-/// lists them in the cache; devinject injects sonames only. Not a deliberate difference: a gap,
-/// pinned here so that the change that closes it must also empty this list.
-const NOT_YET_OURS: &[&str] = &[
-    "libcuda.so",
-    "libnvcuvid.so",
-    "libnvidia-encode.so",
-    "libnvidia-fbc.so",
-    "libnvidia-ml.so",
-    "libnvidia-ngx.so",
-    "libnvidia-opticalflow.so",
-];
-
 /// What one container saw.
 #[derive(Debug)]
 struct Seen {
@@ -217,11 +201,12 @@ fn the_hook_and_the_shim_inject_what_nvidias_runtime_injects_from_its_cdi_spec()
             .difference(&ours.libraries)
             .map(String::as_str)
             .collect();
-        let not_yet: BTreeSet<&str> = NOT_YET_OURS.iter().copied().collect();
+        // NVIDIA's generator mirrors every link beside a driver library (`create-symlinks`),
+        // the development names `libcuda.so` and others among them, and ldconfig lists them:
+        // the nvidia profile's `links` give the same names.
         assert!(
-            missing == not_yet,
-            "{path:?} lacks libraries NVIDIA's runtime injects: {missing:?} (known: {not_yet:?}; \
-             drop from NOT_YET_OURS what is injected now)\n{ctx}"
+            missing.is_empty(),
+            "{path:?} lacks libraries NVIDIA's runtime injects: {missing:?}\n{ctx}"
         );
         let missing: Vec<&String> = theirs.binaries.difference(&ours.binaries).collect();
         assert!(

@@ -54,6 +54,7 @@ pub fn demo_values(root: &str) -> DemoValues {
             file_name: "libdemo.so.1.0.0".into(),
             soname: Some("libdemo.so.1".into()),
             capability: None,
+            links: Vec::new(),
         }],
         binaries: Vec::new(),
         files: Vec::new(),

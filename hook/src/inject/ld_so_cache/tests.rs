@@ -619,3 +619,40 @@ fn caches_that_amplify_are_refused_and_what_is_accepted_stays_linear() {
         );
     }
 }
+
+#[test]
+fn a_library_is_cached_under_its_soname_link_and_its_other_links() {
+    use devinject_devices::{Mount, MountKind, Symlink};
+    let dir = Path::new("/usr/lib/x86_64-linux-gnu");
+    let mount = Mount {
+        host_path: PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"),
+        container_path: dir.join("libcuda.so.535.309.01"),
+        kind: MountKind::Library,
+    };
+    let link = |name: &str, target: &str| Symlink {
+        link: dir.join(name),
+        target: target.into(),
+    };
+    let links = [
+        link("libcuda.so.1", "libcuda.so.535.309.01"),
+        link("libcuda.so", "libcuda.so.1"),
+        // Another directory's link of the same name is not this library's.
+        Symlink {
+            link: PathBuf::from("/lib/libcuda.so"),
+            target: "libcuda.so.1".into(),
+        },
+    ];
+    let libs = update::libraries([&mount], &links).unwrap().unwrap();
+    let names: Vec<(&str, &Path)> = libs
+        .iter()
+        .map(|l| (l.soname.as_str(), l.path.as_path()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("libcuda.so.1", dir.join("libcuda.so.1").as_path()),
+            ("libcuda.so", dir.join("libcuda.so").as_path()),
+        ]
+    );
+    assert_eq!(libs[0].flags, libs[1].flags);
+}

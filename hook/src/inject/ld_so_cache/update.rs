@@ -59,31 +59,55 @@ pub fn libraries<'a>(
     if libs.is_empty() {
         return None;
     }
-    let out = libs
-        .into_iter()
-        .map(|m| {
-            let lib = m.container_path.as_path();
-            let unsupported = || Unsupported::Flags(m.host_path.display().to_string());
-            let file_name = lib
-                .file_name()
+    let mut out = Vec::new();
+    for m in libs {
+        let lib = m.container_path.as_path();
+        let unsupported = || Unsupported::Flags(m.host_path.display().to_string());
+        let name_of = |p: &Path| {
+            p.file_name()
                 .and_then(|n| n.to_str())
-                .ok_or_else(unsupported)?;
-            let link = links
-                .iter()
-                .find(|l| l.target == file_name && l.link.parent() == lib.parent());
-            let path = link.map_or(lib, |l| l.link.as_path());
-            Ok(Library {
-                soname: path
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .ok_or_else(unsupported)?
-                    .to_owned(),
-                path: path.to_owned(),
-                flags: elf_flags::read(&m.host_path).ok_or_else(unsupported)?,
-            })
-        })
-        .collect();
-    Some(out)
+                .map(str::to_owned)
+                .ok_or_else(unsupported)
+        };
+        let file_name = match name_of(lib) {
+            Ok(n) => n,
+            Err(e) => return Some(Err(e)),
+        };
+        let in_dir = |l: &&Symlink| l.link.parent() == lib.parent();
+        let soname_link = links.iter().filter(in_dir).find(|l| l.target == file_name);
+        let path = soname_link.map_or(lib, |l| l.link.as_path());
+        let flags = match elf_flags::read(&m.host_path).ok_or_else(unsupported) {
+            Ok(f) => f,
+            Err(e) => return Some(Err(e)),
+        };
+        let soname = match name_of(path) {
+            Ok(n) => n,
+            Err(e) => return Some(Err(e)),
+        };
+        // The library's other names (a profile's `links`: `libcuda.so`), links to its soname,
+        // are in the cache too, as ldconfig lists a development link.
+        let others: Vec<&Symlink> = links
+            .iter()
+            .filter(in_dir)
+            .filter(|l| l.target == soname && l.link != path)
+            .collect();
+        out.push(Library {
+            soname,
+            path: path.to_owned(),
+            flags,
+        });
+        for l in others {
+            match name_of(&l.link) {
+                Ok(n) => out.push(Library {
+                    soname: n,
+                    path: l.link.clone(),
+                    flags,
+                }),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+    Some(Ok(out))
 }
 
 /// Who may read a cache: its permission bits and owner.
