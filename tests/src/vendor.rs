@@ -327,3 +327,62 @@ int main(void) {
     return 0;
 }
 "#;
+
+/// What one container of the vendor tier saw: its exit, its output (stdout then stderr) and the
+/// probe's report, when it ran the probe.
+pub struct Seen {
+    /// The runtime's output, exit status included.
+    pub out: std::process::Output,
+    /// stdout, then stderr.
+    pub text: String,
+    /// The probe's report read from stdout (empty when the container ran no probe).
+    pub report: crate::probe::Report,
+}
+
+impl Seen {
+    /// What `out` shows.
+    pub fn new(out: std::process::Output) -> Self {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let text = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        let report = crate::probe::Report::parse(&stdout);
+        Self { out, text, report }
+    }
+
+    /// True when a line of the output is `line` (blanks around it aside).
+    pub fn has(&self, line: &str) -> bool {
+        self.text.lines().any(|l| l.trim() == line)
+    }
+
+    /// The dynamic loader's messages (`LD_DEBUG`, `<pid>: <message>`), their runs of blanks
+    /// made one space.
+    pub fn ld_debug(&self) -> Vec<String> {
+        self.text
+            .lines()
+            .filter_map(|l| l.trim_start().split_once(':'))
+            .filter(|(pid, _)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+            .map(|(_, m)| m.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect()
+    }
+
+    /// The line starting with `prefix`, its runs of blanks made one space.
+    pub fn line(&self, prefix: &str) -> Option<String> {
+        self.text
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+    }
+}
+
+/// Adds to an image's `rootfs` what the NVIDIA tests run: the cuInit program ([`CUINIT_C`], as
+/// `cuinit`), the dlopen program ([`DLOPEN_C`], as `dlopen-check`) and the glibc they and
+/// `nvidia-smi` link (found beside `nvidia_root`, the unpacked NVIDIA packages; nvidia-smi loads
+/// libnvidia-ml at run time, so glibc is all it links).
+pub fn nvidia_image(rootfs: &Path, nvidia_root: &Path) -> Result<()> {
+    crate::cprog::glibc_program(rootfs, "cuinit", CUINIT_C, &["-O2"])?;
+    crate::cprog::glibc_program(rootfs, "dlopen-check", DLOPEN_C, &["-O2"])?;
+    crate::cprog::copy_linked_libraries(
+        rootfs,
+        &nvidia_root.join("usr/lib/nvidia/current/nvidia-smi"),
+    )?;
+    Ok(())
+}

@@ -8,10 +8,11 @@
 use std::path::Path;
 
 use devinject_tests::cprog::glibc_program;
-use devinject_tests::probe::Report;
 use devinject_tests::runc::{container_id, describe, Bundle, Via};
 use devinject_tests::skip::require_runc_demo;
-use devinject_tests::vendor::{amd_host, install_in_image, stacks, VendorHost, HSA_INIT_C, KFD};
+use devinject_tests::vendor::{
+    amd_host, install_in_image, stacks, Seen, VendorHost, HSA_INIT_C, KFD,
+};
 
 /// What the image carries of ROCm: rocminfo and the HSA runtime with the thunk it links, as
 /// Debian's rocminfo, libhsa-runtime64-1 and libhsakmt1 install them.
@@ -22,19 +23,6 @@ const ROCM_IN_IMAGE: [&str; 5] = [
     "usr/lib/x86_64-linux-gnu/libhsakmt.so.1",
     "usr/lib/x86_64-linux-gnu/libhsakmt.so.1.0.6",
 ];
-
-/// What one container saw: its output and exit.
-struct Seen {
-    out: std::process::Output,
-    text: String,
-    report: Report,
-}
-
-impl Seen {
-    fn has(&self, line: &str) -> bool {
-        self.text.lines().any(|l| l.trim() == line)
-    }
-}
 
 /// Runs a container on `host` through `via`, asking for `request` (`AMD_VISIBLE_DEVICES`
 /// unset when `None`), its image with ROCm when `rocm`: rocminfo, the `hsa_init` program, then
@@ -68,13 +56,7 @@ fn run(
         b.env(&format!("AMD_VISIBLE_DEVICES={r}"));
     }
     let out = b.run_via(via, &host.config, &container_id("amd")).unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report = Report::parse(&String::from_utf8_lossy(&out.stdout));
-    Seen { out, text, report }
+    Seen::new(out)
 }
 
 /// Asserts that `node` is there with the host's type, numbers and mode, and that opening it

@@ -11,11 +11,10 @@ use std::path::Path;
 
 use devinject_devices::{resolve_driver_files, HostRoots, Profile};
 use devinject_tests::cprog::glibc_program;
-use devinject_tests::probe::Report;
 use devinject_tests::runc::{container_id, describe, Bundle, Via};
 use devinject_tests::sim::shipped_profiles;
 use devinject_tests::skip::require_runc_demo;
-use devinject_tests::vendor::{install_in_image, intel_host, stacks, VendorHost, DLOPEN_C};
+use devinject_tests::vendor::{install_in_image, intel_host, stacks, Seen, VendorHost, DLOPEN_C};
 
 /// What the image carries: clinfo, the OpenCL ICD loader and the Level Zero loader, as Debian's
 /// clinfo, ocl-icd-libopencl1 and libze1 install them.
@@ -69,38 +68,6 @@ fn the_profile_finds_the_compute_runtime_in_the_packages() {
     assert_eq!(icd.trim(), IGDRCL);
 }
 
-/// What one container saw: its output and exit.
-struct Seen {
-    out: std::process::Output,
-    text: String,
-    report: Report,
-}
-
-impl Seen {
-    fn has(&self, line: &str) -> bool {
-        self.text.lines().any(|l| l.trim() == line)
-    }
-
-    /// The dynamic loader's messages (`LD_DEBUG`, `<pid>: <message>`), their runs of blanks
-    /// made one space.
-    fn ld_debug(&self) -> Vec<String> {
-        self.text
-            .lines()
-            .filter_map(|l| l.trim_start().split_once(':'))
-            .filter(|(pid, _)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
-            .map(|(_, m)| m.split_whitespace().collect::<Vec<_>>().join(" "))
-            .collect()
-    }
-
-    /// The line starting with `prefix`, its runs of blanks made one space.
-    fn line(&self, prefix: &str) -> Option<String> {
-        self.text
-            .lines()
-            .find(|l| l.starts_with(prefix))
-            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-    }
-}
-
 /// Runs a container on `host` through `via`, asking for `request` (`INTEL_GPU_VISIBLE_DEVICES`
 /// unset when `None`): clinfo, then clinfo again with the dynamic loader's trace of what it
 /// loads, the ICD files, the dlopen program on the Level Zero driver and the compiler, and the
@@ -129,13 +96,7 @@ fn run(host: &VendorHost, dir: &Path, via: Via, request: Option<&str>, bind: Opt
     let out = b
         .run_via(via, &host.config, &container_id("intel"))
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report = Report::parse(&String::from_utf8_lossy(&out.stdout));
-    Seen { out, text, report }
+    Seen::new(out)
 }
 
 /// The dynamic loader's trace of clinfo loading the Intel ICD: the library the ICD file names,

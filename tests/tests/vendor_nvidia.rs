@@ -9,12 +9,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use devinject_devices::{resolve_driver_files, HostRoots, Profile};
-use devinject_tests::cprog::glibc_program;
 use devinject_tests::runc::{container_id, describe, Bundle, Via};
 use devinject_tests::sim::shipped_profiles;
 use devinject_tests::skip::require_runc_demo;
 use devinject_tests::vendor::{
-    nvidia_host, stacks, VendorHost, CUINIT_C, DLOPEN_C, GPU0_BUS, GPU0_UUID,
+    nvidia_host, nvidia_image, stacks, Seen, VendorHost, GPU0_BUS, GPU0_UUID,
 };
 
 /// Each part's files as the container sees them (file names; a soname beside its versioned
@@ -144,26 +143,13 @@ fn the_capability_table_is_what_the_profile_finds_in_the_535_packages() {
     );
 }
 
-/// What one container saw: its output and exit.
-struct Seen {
-    out: std::process::Output,
-    text: String,
-}
-
 /// Runs a container on `host` asking for `request` with `capabilities` (unset when `None`),
 /// through `via`: nvidia-smi, the cuInit program, the dlopen program on `libraries`, then lists
 /// what it has of the driver.
 fn run(host: &VendorHost, dir: &Path, via: Via, request: &str, capabilities: Option<&str>) -> Seen {
     let mut b = Bundle::new(&dir.join("bundle"), &["/bin/true"]).unwrap();
     let rootfs = b.rootfs();
-    glibc_program(&rootfs, "cuinit", CUINIT_C, &["-O2"]).unwrap();
-    glibc_program(&rootfs, "dlopen-check", DLOPEN_C, &["-O2"]).unwrap();
-    // nvidia-smi links glibc only (libnvidia-ml is loaded at run time): the image's glibc.
-    devinject_tests::cprog::copy_linked_libraries(
-        &rootfs,
-        &host.driver_root.join("usr/lib/nvidia/current/nvidia-smi"),
-    )
-    .unwrap();
+    nvidia_image(&rootfs, &host.driver_root).unwrap();
     let script = "nvidia-smi -L; echo \"smi exit $?\"; cuinit; \
         dlopen-check libnvidia-ml.so.1 libnvidia-encode.so.1 libEGL_nvidia.so.0; \
         ls /dev; ls /usr/share/vulkan/icd.d; echo \"granted $NVIDIA_VISIBLE_DEVICES\"";
@@ -175,18 +161,7 @@ fn run(host: &VendorHost, dir: &Path, via: Via, request: &str, capabilities: Opt
     let out = b
         .run_via(via, &host.config, &container_id("nvidia"))
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Seen { out, text }
-}
-
-impl Seen {
-    fn has(&self, line: &str) -> bool {
-        self.text.lines().any(|l| l.trim() == line)
-    }
+    Seen::new(out)
 }
 
 #[test]

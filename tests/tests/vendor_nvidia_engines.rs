@@ -9,13 +9,12 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::Context;
-use devinject_tests::cprog::{copy_linked_libraries, glibc_program};
 use devinject_tests::cri::ContainerSpec;
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::cri_release::{ready, Paths, ReleaseNode};
 use devinject_tests::daemons::short_tempdir;
 use devinject_tests::sim::SimHost;
-use devinject_tests::vendor::{nvidia_host, stacks, VendorHost, CUINIT_C, DLOPEN_C};
+use devinject_tests::vendor::{nvidia_host, nvidia_image, stacks, VendorHost};
 
 /// What the container runs: nvidia-smi, cuInit, the dlopen check, its nodes.
 const SCRIPT: &str = "nvidia-smi -L; echo \"smi exit $?\"; cuinit; \
@@ -24,12 +23,7 @@ const SCRIPT: &str = "nvidia-smi -L; echo \"smi exit $?\"; cuinit; \
 /// The image: busybox, the programs and the glibc they and NVIDIA's tools link.
 fn image(rootfs: &Path) -> anyhow::Result<()> {
     let stacks = std::env::var_os("DEVINJECT_VENDOR_STACKS").context("DEVINJECT_VENDOR_STACKS")?;
-    glibc_program(rootfs, "cuinit", CUINIT_C, &["-O2"])?;
-    glibc_program(rootfs, "dlopen-check", DLOPEN_C, &["-O2"])?;
-    copy_linked_libraries(
-        rootfs,
-        &Path::new(&stacks).join("nvidia/usr/lib/nvidia/current/nvidia-smi"),
-    )?;
+    nvidia_image(rootfs, &Path::new(&stacks).join("nvidia"))?;
     Ok(())
 }
 

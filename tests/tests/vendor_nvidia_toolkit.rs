@@ -14,11 +14,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use devinject_tests::bins::bin;
-use devinject_tests::cprog::{copy_linked_libraries, glibc_program};
 use devinject_tests::nvidia_toolkit::{cycle, toolkit, InstalledStacks, Toolkit};
 use devinject_tests::runc::{container_id, runc_path, shim_command, Bundle};
 use devinject_tests::skip::require_runc_demo;
-use devinject_tests::vendor::{nvidia_host, stacks, VendorHost, CUINIT_C, DLOPEN_C};
+use devinject_tests::vendor::{nvidia_host, nvidia_image, stacks, VendorHost};
 
 /// How the container gets the GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,14 +82,7 @@ fn section(text: &str, name: &str) -> BTreeSet<String> {
 fn run(dir: &Path, host: &VendorHost, path: Route, nvidia: &(Toolkit, std::path::PathBuf)) -> Seen {
     let mut b = Bundle::new(&dir.join(format!("{path:?}")), &["/bin/true"]).unwrap();
     let rootfs = b.rootfs();
-    glibc_program(&rootfs, "cuinit", CUINIT_C, &["-O2"]).unwrap();
-    glibc_program(&rootfs, "dlopen-check", DLOPEN_C, &["-O2"]).unwrap();
-    // nvidia-smi links glibc only (libnvidia-ml is loaded at run time): the image's glibc.
-    copy_linked_libraries(
-        &rootfs,
-        &host.driver_root.join("usr/lib/nvidia/current/nvidia-smi"),
-    )
-    .unwrap();
+    nvidia_image(&rootfs, &host.driver_root).unwrap();
     // update-ldcache of NVIDIA's spec writes /etc/ld.so.conf.d into the image's /etc.
     b.args(&["/bin/sh", "-c", SCRIPT]);
     b.env(&format!("DLOPEN={}", DLOPEN.join(" ")));
