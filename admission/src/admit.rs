@@ -159,7 +159,7 @@ impl Admission {
             return Ok(None);
         }
         let capabilities =
-            find_capabilities(&profiles, env).map_err(|e| AdmitError::Plan(e.into()))?;
+            find_capabilities(&profiles, env, &requests).map_err(|e| AdmitError::Plan(e.into()))?;
         let ready = ready()?;
         let requests =
             policy::authorize(self.policy, &profiles, requests, annotations, &self.kubelet)

@@ -106,17 +106,26 @@ pub fn find_functions<'a>(
 /// profiles that have groups; the others get every file.
 pub type ChosenCapabilities = BTreeMap<ProfileName, Capabilities>;
 
-/// Reads each grouped profile's capability variable from the container's env. Only the
-/// container's own env chooses: the parts are the same driver's files, which the granted
-/// devices already give access to, so no policy stands between.
+/// Reads the capability variable of each grouped profile the container asks devices or files
+/// of (`requests`) from its env: a variable of a profile it does not ask for is not looked at,
+/// so an image built for NVIDIA's toolkit that asks only for `/dev/kvm` is not refused for its
+/// `NVIDIA_DRIVER_CAPABILITIES`. Only the container's own env chooses: the parts are the same
+/// driver's files, which the granted devices already give access to, so no policy stands
+/// between.
 pub fn find_capabilities<'a>(
     profiles: &ProfileSet,
     env: impl Fn(&str) -> Option<&'a str>,
+    requests: &[RequestSource],
 ) -> Result<ChosenCapabilities, CapabilityError> {
+    let asked = |p: &ProfileName| {
+        requests.iter().any(|r| {
+            r.profile == *p && Request::parse(Some(&r.value)).is_ok_and(|req| req.wants_anything())
+        })
+    };
     profiles
         .iter()
         .filter_map(|p| {
-            let spec = p.capabilities.as_ref()?;
+            let spec = p.capabilities.as_ref().filter(|_| asked(&p.name))?;
             Some(
                 Capabilities::chosen(&p.name, Some(spec), env(&spec.env))
                     .map(|c| (p.name.clone(), c)),
@@ -276,8 +285,19 @@ mod tests {
         .unwrap();
         let set =
             ProfileSet::from_profiles(vec![grouped, plain], std::path::Path::new("/p")).unwrap();
+        let asking = |profile: &str, value: &str| RequestSource {
+            profile: ProfileName::new(profile).unwrap(),
+            origin: "env X".into(),
+            value: value.into(),
+            resolve: Resolve::Ids,
+        };
+        let gpu_and_kvm = [asking("gpu", "0"), asking("kvm", "all")];
         let chosen = |value: Option<&'static str>| {
-            find_capabilities(&set, move |n| (n == "GPU_CAPS").then_some(value).flatten())
+            find_capabilities(
+                &set,
+                move |n| (n == "GPU_CAPS").then_some(value).flatten(),
+                &gpu_and_kvm,
+            )
         };
         let gpu = ProfileName::new("gpu").unwrap();
         let got = chosen(Some("video")).unwrap();
@@ -289,6 +309,11 @@ mod tests {
         );
         let e = chosen(Some("display")).unwrap_err();
         assert!(e.to_string().contains("GPU_CAPS=\"display\""), "{e}");
+        // A container not asking for the gpu profile's devices: its variable is not read.
+        for requests in [vec![asking("kvm", "all")], vec![asking("gpu", "void")]] {
+            let got = find_capabilities(&set, |_| Some("display"), &requests).unwrap();
+            assert!(got.is_empty(), "{requests:?}: {got:?}");
+        }
     }
 
     #[test]

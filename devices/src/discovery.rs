@@ -113,11 +113,6 @@ impl Inventory {
     pub fn by_id(&self, id: &str) -> Option<&Device> {
         self.devices.iter().find(|d| d.id.as_str() == id)
     }
-
-    /// The device with id or alias `name`.
-    pub fn by_name(&self, name: &str) -> Option<&Device> {
-        self.devices.iter().find(|d| d.answers_to(name))
-    }
 }
 
 /// Finds the profile's devices and control nodes under `roots`.
