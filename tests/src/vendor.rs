@@ -386,3 +386,20 @@ pub fn nvidia_image(rootfs: &Path, nvidia_root: &Path) -> Result<()> {
     )?;
     Ok(())
 }
+
+/// A bundle under `dir` on `host`, with the render node `bind` (e.g. `renderD129`) bind-mounted
+/// in without a grant when given: a device the container must not be able to open.
+pub fn bundle_with_bound_render_node(
+    dir: &Path,
+    host: &VendorHost,
+    bind: Option<&str>,
+) -> Result<crate::runc::Bundle> {
+    let mut b = crate::runc::Bundle::new(&dir.join("bundle"), &["/bin/true"])?;
+    if let Some(node) = bind {
+        b.bind_node(
+            &host.dev_root.join("dri").join(node),
+            &format!("/dev/dri/{node}"),
+        );
+    }
+    Ok(b)
+}

@@ -8,10 +8,11 @@
 use std::path::Path;
 
 use devinject_tests::cprog::glibc_program;
-use devinject_tests::runc::{container_id, describe, Bundle, Via};
+use devinject_tests::runc::{container_id, describe, Via};
 use devinject_tests::skip::require_runc_demo;
 use devinject_tests::vendor::{
-    amd_host, install_in_image, stacks, Seen, VendorHost, HSA_INIT_C, KFD,
+    amd_host, bundle_with_bound_render_node, install_in_image, stacks, Seen, VendorHost,
+    HSA_INIT_C, KFD,
 };
 
 /// What the image carries of ROCm: rocminfo and the HSA runtime with the thunk it links, as
@@ -36,13 +37,7 @@ fn run(
     rocm: bool,
     bind: Option<&str>,
 ) -> Seen {
-    let mut b = Bundle::new(&dir.join("bundle"), &["/bin/true"]).unwrap();
-    if let Some(node) = bind {
-        b.bind_node(
-            &host.dev_root.join("dri").join(node),
-            &format!("/dev/dri/{node}"),
-        );
-    }
+    let mut b = bundle_with_bound_render_node(dir, host, bind).unwrap();
     let rootfs = b.rootfs();
     glibc_program(&rootfs, "hsa-init", HSA_INIT_C, &["-O2"]).unwrap();
     if rocm {

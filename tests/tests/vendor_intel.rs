@@ -11,10 +11,12 @@ use std::path::Path;
 
 use devinject_devices::{resolve_driver_files, HostRoots, Profile};
 use devinject_tests::cprog::glibc_program;
-use devinject_tests::runc::{container_id, describe, Bundle, Via};
+use devinject_tests::runc::{container_id, describe, Via};
 use devinject_tests::sim::shipped_profiles;
 use devinject_tests::skip::require_runc_demo;
-use devinject_tests::vendor::{install_in_image, intel_host, stacks, Seen, VendorHost, DLOPEN_C};
+use devinject_tests::vendor::{
+    bundle_with_bound_render_node, install_in_image, intel_host, stacks, Seen, VendorHost, DLOPEN_C,
+};
 
 /// What the image carries: clinfo, the OpenCL ICD loader and the Level Zero loader, as Debian's
 /// clinfo, ocl-icd-libopencl1 and libze1 install them.
@@ -73,13 +75,7 @@ fn the_profile_finds_the_compute_runtime_in_the_packages() {
 /// loads, the ICD files, the dlopen program on the Level Zero driver and the compiler, and the
 /// probe on both render nodes. `bind` names a render node bind-mounted in without a grant.
 fn run(host: &VendorHost, dir: &Path, via: Via, request: Option<&str>, bind: Option<&str>) -> Seen {
-    let mut b = Bundle::new(&dir.join("bundle"), &["/bin/true"]).unwrap();
-    if let Some(node) = bind {
-        b.bind_node(
-            &host.dev_root.join("dri").join(node),
-            &format!("/dev/dri/{node}"),
-        );
-    }
+    let mut b = bundle_with_bound_render_node(dir, host, bind).unwrap();
     let rootfs = b.rootfs();
     glibc_program(&rootfs, "dlopen-check", DLOPEN_C, &["-O2"]).unwrap();
     install_in_image(&rootfs, &host.driver_root, &LOADERS_IN_IMAGE).unwrap();
