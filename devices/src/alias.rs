@@ -59,10 +59,27 @@ pub fn read_alias_files(spec: &AliasSpec, roots: &HostRoots, profile: &ProfileNa
     out
 }
 
+/// The first [`MAX_FILE`] bytes of `path` when it is a regular file (procfs's are): looked at
+/// through an `O_PATH` descriptor first, so a FIFO or a device node a wrong `proc_root` leads to
+/// is never opened for reading (a FIFO would block the hook).
 fn read_bounded(path: &Path) -> Option<String> {
+    use nix::fcntl::{open, OFlag};
+    use nix::sys::stat::{fstat, Mode, SFlag};
+    use std::os::fd::{AsFd, AsRawFd};
+
+    let fd = open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).ok()?;
+    let st = fstat(fd.as_fd()).ok()?;
+    if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) != SFlag::S_IFREG {
+        return None;
+    }
+    let file = open(
+        &std::path::PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
+        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
     let mut text = String::new();
-    std::fs::File::open(path)
-        .ok()?
+    std::fs::File::from(file)
         .take(MAX_FILE)
         .read_to_string(&mut text)
         .ok()?;
@@ -132,6 +149,10 @@ mod tests {
         let bad = dir.path().join("driver/nvidia/gpus/0000:1b:00.0");
         std::fs::create_dir_all(&bad).unwrap();
         std::fs::write(bad.join("information"), "Model: x\n").unwrap();
+        // A FIFO where a file should be is skipped, never opened for reading (it would block).
+        let fifo = dir.path().join("driver/nvidia/gpus/0000:1c:00.0");
+        std::fs::create_dir_all(&fifo).unwrap();
+        nix::unistd::mkfifo(&fifo.join("information"), nix::sys::stat::Mode::S_IRWXU).unwrap();
         let roots = HostRoots {
             proc_root: dir.path().to_owned(),
             ..HostRoots::default()
