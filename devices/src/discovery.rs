@@ -136,12 +136,11 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
         profile: pname.clone(),
         source,
     };
-    let alias_values = profile
-        .discovery
-        .aliases
-        .as_ref()
+    let alias_spec = profile.discovery.aliases.as_ref();
+    let alias_values = alias_spec
         .map(|spec| read_alias_files(spec, roots, &pname))
         .unwrap_or_default();
+    let alias_keys = alias_spec.map_or(&[][..], |spec| &spec.keys[..]);
     let mut devices: Vec<Device> = Vec::new();
     for path in matched {
         let node = match DeviceNode::from_host(&path, &roots.dev_root) {
@@ -165,11 +164,8 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
             continue;
         }
         let own_values = n.and_then(|n| alias_values.get(&n));
-        let mut aliases: Vec<DeviceId> = profile
-            .discovery
-            .aliases
+        let mut aliases: Vec<DeviceId> = alias_keys
             .iter()
-            .flat_map(|spec| &spec.keys)
             .filter_map(|k| own_values?.get(k))
             .filter_map(|v| usable(v))
             .collect();
@@ -179,12 +175,8 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
             // so removing one device does not renumber the others under the kubelet's feet.
             IdSource::Index => index_id,
             IdSource::Alias => {
-                let first = profile
-                    .discovery
-                    .aliases
-                    .as_ref()
-                    .and_then(|a| a.keys.first());
-                match first
+                match alias_keys
+                    .first()
                     .and_then(|k| own_values?.get(k))
                     .and_then(|v| usable(v))
                 {

@@ -580,15 +580,18 @@ impl Profile {
                     ))
                 }
             }
-        }
-        for (i, lib) in raw.libraries.iter().enumerate() {
-            for (j, l) in lib.links.iter().enumerate() {
-                if l.is_empty() || l.contains('/') || !l.contains(".so") || l == "." || l == ".." {
-                    return Err(invalid(
-                        &format!("libraries[{i}].links[{j}]"),
-                        format!("{l:?} is not a library file name: use a name like libfoo.so"),
-                    ));
-                }
+            // A name in the library directory: no `/`, and a library's (`.so`, so never `.`
+            // or `..`).
+            if let Some((j, l)) = lib
+                .links
+                .iter()
+                .enumerate()
+                .find(|(_, l)| l.contains('/') || !l.contains(".so"))
+            {
+                return Err(invalid(
+                    &format!("{key}.links[{j}]"),
+                    format!("{l:?} is not a library file name: use a name like libfoo.so"),
+                ));
             }
         }
         for (list, key) in [(&raw.binaries, "binaries"), (&raw.files, "files")] {

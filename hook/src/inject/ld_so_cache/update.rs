@@ -59,55 +59,51 @@ pub fn libraries<'a>(
     if libs.is_empty() {
         return None;
     }
-    let mut out = Vec::new();
-    for m in libs {
-        let lib = m.container_path.as_path();
-        let unsupported = || Unsupported::Flags(m.host_path.display().to_string());
-        let name_of = |p: &Path| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .map(str::to_owned)
-                .ok_or_else(unsupported)
-        };
-        let file_name = match name_of(lib) {
-            Ok(n) => n,
-            Err(e) => return Some(Err(e)),
-        };
-        let in_dir = |l: &&Symlink| l.link.parent() == lib.parent();
-        let soname_link = links.iter().filter(in_dir).find(|l| l.target == file_name);
-        let path = soname_link.map_or(lib, |l| l.link.as_path());
-        let flags = match elf_flags::read(&m.host_path).ok_or_else(unsupported) {
-            Ok(f) => f,
-            Err(e) => return Some(Err(e)),
-        };
-        let soname = match name_of(path) {
-            Ok(n) => n,
-            Err(e) => return Some(Err(e)),
-        };
-        // The library's other names (a profile's `links`: `libcuda.so`), links to its soname,
-        // are in the cache too, as ldconfig lists a development link.
-        let others: Vec<&Symlink> = links
-            .iter()
-            .filter(in_dir)
-            .filter(|l| l.target == soname && l.link != path)
-            .collect();
+    Some(libs.into_iter().try_fold(Vec::new(), |mut out, m| {
+        out.extend(entries(m, links)?);
+        Ok(out)
+    }))
+}
+
+/// The cache entries of the library mounted by `m`: under its soname link (among `links`), or
+/// its file name when it has none; then under its other names (a profile's `links`:
+/// `libcuda.so`), links to its soname, as ldconfig lists a development link. All with the
+/// flags of its host file's ELF header.
+fn entries(m: &Mount, links: &[Symlink]) -> Result<Vec<Library>, Unsupported> {
+    let lib = m.container_path.as_path();
+    let unsupported = || Unsupported::Flags(m.host_path.display().to_string());
+    let name_of = |p: &Path| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .map(str::to_owned)
+            .ok_or_else(unsupported)
+    };
+    let file_name = name_of(lib)?;
+    let in_dir = |l: &&Symlink| l.link.parent() == lib.parent();
+    let path = links
+        .iter()
+        .filter(in_dir)
+        .find(|l| l.target == file_name)
+        .map_or(lib, |l| l.link.as_path());
+    let flags = elf_flags::read(&m.host_path).ok_or_else(unsupported)?;
+    let soname = name_of(path)?;
+    let others = links
+        .iter()
+        .filter(in_dir)
+        .filter(|l| l.target == soname && l.link != path);
+    let mut out = vec![Library {
+        soname: soname.clone(),
+        path: path.to_owned(),
+        flags,
+    }];
+    for l in others {
         out.push(Library {
-            soname,
-            path: path.to_owned(),
+            soname: name_of(&l.link)?,
+            path: l.link.clone(),
             flags,
         });
-        for l in others {
-            match name_of(&l.link) {
-                Ok(n) => out.push(Library {
-                    soname: n,
-                    path: l.link.clone(),
-                    flags,
-                }),
-                Err(e) => return Some(Err(e)),
-            }
-        }
     }
-    Some(Ok(out))
+    Ok(out)
 }
 
 /// Who may read a cache: its permission bits and owner.
