@@ -59,30 +59,13 @@ pub fn read_alias_files(spec: &AliasSpec, roots: &HostRoots, profile: &ProfileNa
     out
 }
 
-/// The first [`MAX_FILE`] bytes of `path` when it is a regular file (procfs's are): looked at
-/// through an `O_PATH` descriptor first, so a FIFO or a device node a wrong `proc_root` leads to
-/// is never opened for reading (a FIFO would block the hook).
+/// The first [`MAX_FILE`] bytes of `path` when it is a regular file (procfs's are): a FIFO or a
+/// device node a wrong `proc_root` leads to is never opened for reading (a FIFO would block the
+/// hook), as with profiles ([`crate::profile_file::open_if_regular`]).
 fn read_bounded(path: &Path) -> Option<String> {
-    use nix::fcntl::{open, OFlag};
-    use nix::sys::stat::{fstat, Mode, SFlag};
-    use std::os::fd::{AsFd, AsRawFd};
-
-    let fd = open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).ok()?;
-    let st = fstat(fd.as_fd()).ok()?;
-    if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) != SFlag::S_IFREG {
-        return None;
-    }
-    let file = open(
-        &std::path::PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
-        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()?;
+    let (file, _) = crate::profile_file::open_if_regular(path).ok()?.ok()?;
     let mut text = String::new();
-    std::fs::File::from(file)
-        .take(MAX_FILE)
-        .read_to_string(&mut text)
-        .ok()?;
+    file.take(MAX_FILE).read_to_string(&mut text).ok()?;
     Some(text)
 }
 

@@ -59,28 +59,20 @@ pub fn read(path: &Path) -> Result<String, ProfileFileError> {
         path: path.to_owned(),
         source: std::io::Error::from(e),
     };
-    let fd = open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).map_err(err)?;
-    let st = fstat(fd.as_fd()).map_err(err)?;
-    let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
-    if kind != SFlag::S_IFREG {
-        return Err(ProfileFileError::NotAFile {
-            path: path.to_owned(),
-            what: what(kind),
-        });
-    }
-    let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
+    let (file, size) = match open_if_regular(path).map_err(err)? {
+        Ok(opened) => opened,
+        Err(kind) => {
+            return Err(ProfileFileError::NotAFile {
+                path: path.to_owned(),
+                what: what(kind),
+            })
+        }
+    };
     if size > MAX_PROFILE_BYTES {
         return Err(too_large(path, size));
     }
-    let file = open(
-        &PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
-        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(err)?;
     let mut bytes = Vec::new();
-    File::from(file)
-        .take(MAX_PROFILE_BYTES + 1)
+    file.take(MAX_PROFILE_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(|source| ProfileFileError::Read {
             path: path.to_owned(),
@@ -93,6 +85,30 @@ pub fn read(path: &Path) -> Result<String, ProfileFileError> {
         path: path.to_owned(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
     })
+}
+
+/// `path` (links followed) opened for reading, with its size, when it is a regular file; else
+/// what it is. Looked at through an `O_PATH` descriptor first, which opens nothing (no FIFO
+/// open blocks, no device driver runs), then reopened non-blocking through `/proc/self/fd`, the
+/// same inode. Profiles are read so, and a driver's alias files ([`crate::alias`]).
+pub(crate) fn open_if_regular(
+    path: &Path,
+) -> Result<Result<(File, u64), SFlag>, nix::errno::Errno> {
+    let fd = open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())?;
+    let st = fstat(fd.as_fd())?;
+    let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
+    if kind != SFlag::S_IFREG {
+        return Ok(Err(kind));
+    }
+    let file = open(
+        &PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
+        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    Ok(Ok((
+        File::from(file),
+        u64::try_from(st.st_size).unwrap_or(u64::MAX),
+    )))
 }
 
 /// What is wrong with a profile file of `size` bytes, over [`MAX_PROFILE_BYTES`].
