@@ -149,7 +149,7 @@ impl SimHost {
 }
 
 /// Copies the shipped `profiles` into `dir`.
-fn copy_profiles(dir: &Path, profiles: &[&str]) -> Result<()> {
+pub fn copy_profiles(dir: &Path, profiles: &[&str]) -> Result<()> {
     for p in profiles {
         std::fs::copy(
             shipped_profiles().join(format!("{p}.toml")),

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::sim::{mknod, shipped_profiles, write_config};
+use crate::sim::{copy_profiles, mknod, write_config};
 
 /// The unpacked stacks (`DEVINJECT_VENDOR_STACKS`), or `None` after the skip rule said why.
 pub fn stacks() -> Option<PathBuf> {
@@ -88,13 +88,7 @@ fn host(
     let profiles_dir = dir.join("profiles");
     std::fs::create_dir_all(&profiles_dir)?;
     std::fs::create_dir_all(dir.join("sys"))?;
-    for p in profiles {
-        std::fs::copy(
-            shipped_profiles().join(format!("{p}.toml")),
-            profiles_dir.join(format!("{p}.toml")),
-        )
-        .with_context(|| format!("copy profile {p}"))?;
-    }
+    copy_profiles(&profiles_dir, profiles)?;
     let config = dir.join("config.toml");
     write_config(
         &config,
