@@ -108,25 +108,11 @@ fn host(
     })
 }
 
-/// A program that loads `libcuda.so.1` as a CUDA application does (by soname, through the
-/// dynamic loader) and calls `cuInit(0)`: prints `cuInit <code> <name>`, or `load failed:
-/// <why>` when the library or a symbol is not there.
-pub const CUINIT_C: &str = r#"
-#include <dlfcn.h>
-#include <stdio.h>
-int main(void) {
-    void *cuda = dlopen("libcuda.so.1", RTLD_NOW);
-    if (!cuda) { printf("load failed: %s\n", dlerror()); return 2; }
-    int (*cu_init)(unsigned) = (int (*)(unsigned))dlsym(cuda, "cuInit");
-    int (*error_name)(int, const char **) = (int (*)(int, const char **))dlsym(cuda, "cuGetErrorName");
-    if (!cu_init || !error_name) { printf("load failed: no cuInit\n"); return 3; }
-    int r = cu_init(0);
-    const char *name = "?";
-    error_name(r, &name);
-    printf("cuInit %d %s\n", r, name);
-    return 0;
-}
-"#;
+/// The CUDA program of `scripts/gpu-check.sh` (`scripts/gpu-check/cuda-smoke.c`): loads
+/// `libcuda.so.1` as a CUDA application does (by soname, through the dynamic loader) and calls
+/// `cuInit(0)`; with no GPU behind the nodes it prints `cuda-smoke: cuInit failed: <code>
+/// <name>`, and `cuda-smoke: load failed: <why>` when the library is not there.
+pub const CUDA_SMOKE_C: &str = include_str!("../../scripts/gpu-check/cuda-smoke.c");
 
 /// A program that `dlopen`s each library named in its arguments by soname: prints `loaded
 /// <soname>` or `not loaded <soname>: <why>` for each.
@@ -367,12 +353,12 @@ impl Seen {
     }
 }
 
-/// Adds to an image's `rootfs` what the NVIDIA tests run: the cuInit program ([`CUINIT_C`], as
-/// `cuinit`), the dlopen program ([`DLOPEN_C`], as `dlopen-check`) and the glibc they and
+/// Adds to an image's `rootfs` what the NVIDIA tests run: the CUDA program ([`CUDA_SMOKE_C`],
+/// as `cuda-smoke`), the dlopen program ([`DLOPEN_C`], as `dlopen-check`) and the glibc they and
 /// `nvidia-smi` link (found beside `nvidia_root`, the unpacked NVIDIA packages; nvidia-smi loads
 /// libnvidia-ml at run time, so glibc is all it links).
 pub fn nvidia_image(rootfs: &Path, nvidia_root: &Path) -> Result<()> {
-    crate::cprog::glibc_program(rootfs, "cuinit", CUINIT_C, &["-O2"])?;
+    crate::cprog::glibc_program(rootfs, "cuda-smoke", CUDA_SMOKE_C, &["-O2"])?;
     crate::cprog::glibc_program(rootfs, "dlopen-check", DLOPEN_C, &["-O2"])?;
     crate::cprog::copy_linked_libraries(
         rootfs,

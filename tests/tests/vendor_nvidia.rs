@@ -150,7 +150,7 @@ fn run(host: &VendorHost, dir: &Path, via: Via, request: &str, capabilities: Opt
     let mut b = Bundle::new(&dir.join("bundle"), &["/bin/true"]).unwrap();
     let rootfs = b.rootfs();
     nvidia_image(&rootfs, &host.driver_root).unwrap();
-    let script = "nvidia-smi -L; echo \"smi exit $?\"; cuinit; \
+    let script = "nvidia-smi -L; echo \"smi exit $?\"; cuda-smoke; \
         dlopen-check libnvidia-ml.so.1 libnvidia-encode.so.1 libEGL_nvidia.so.0; \
         ls /dev; ls /usr/share/vulkan/icd.d; echo \"granted $NVIDIA_VISIBLE_DEVICES\"";
     b.args(&["/bin/sh", "-c", script]);
@@ -190,9 +190,9 @@ fn nvidias_tools_run_on_its_real_libraries_and_stop_at_the_kernel() {
         let cu = seen
             .text
             .lines()
-            .find(|l| l.starts_with("cuInit "))
+            .find(|l| l.starts_with("cuda-smoke: cuInit"))
             .unwrap_or_else(|| panic!("cuInit was not called: {ctx}"));
-        assert!(!cu.starts_with("cuInit 0 "), "{ctx}");
+        assert!(cu.starts_with("cuda-smoke: cuInit failed: "), "{ctx}");
         assert!(cu.contains("CUDA_ERROR_"), "{ctx}");
         // The default parts: utility and compute, no video or graphics.
         assert!(seen.has("loaded libnvidia-ml.so.1"), "{ctx}");

@@ -17,7 +17,7 @@ use devinject_tests::sim::SimHost;
 use devinject_tests::vendor::{nvidia_host, nvidia_image, stacks, VendorHost};
 
 /// What the container runs: nvidia-smi, cuInit, the dlopen check, its nodes.
-const SCRIPT: &str = "nvidia-smi -L; echo \"smi exit $?\"; cuinit; \
+const SCRIPT: &str = "nvidia-smi -L; echo \"smi exit $?\"; cuda-smoke; \
     dlopen-check libnvidia-ml.so.1 libnvidia-encode.so.1 libEGL_nvidia.so.0; ls /dev";
 
 /// The image: busybox, the programs and the glibc they and NVIDIA's tools link.
@@ -94,7 +94,7 @@ fn assert_stopped_at_the_kernel(output: &str, ctx: &str) {
     assert!(
         output
             .lines()
-            .any(|l| l.starts_with("cuInit 100 CUDA_ERROR_NO_DEVICE")),
+            .any(|l| l == "cuda-smoke: cuInit failed: 100 CUDA_ERROR_NO_DEVICE"),
         "{ctx}:\n{output}"
     );
     assert!(output.lines().any(|l| l == "nvidia0"), "{ctx}:\n{output}");

@@ -53,7 +53,7 @@ struct Seen {
     binaries: BTreeSet<String>,
 }
 
-const SCRIPT: &str = "nvidia-smi -L; echo \"smi exit $?\"; cuinit; \
+const SCRIPT: &str = "nvidia-smi -L; echo \"smi exit $?\"; cuda-smoke; \
     echo '== dlopen'; dlopen-check $DLOPEN; \
     echo '== dev'; ls /dev; \
     echo '== ldcache'; ldconfig -p | awk 'NR > 1 { print $1 }'; \
@@ -229,8 +229,10 @@ fn the_hook_and_the_shim_inject_what_nvidias_runtime_injects_from_its_cdi_spec()
             theirs.line_starting("smi exit "),
             "{ctx}"
         );
-        let cu = theirs.line_starting("cuInit ").expect("cuInit ran");
+        let cu = theirs
+            .line_starting("cuda-smoke: cuInit")
+            .expect("cuInit ran");
         assert!(cu.contains("CUDA_ERROR_NO_DEVICE"), "{ctx}");
-        assert_eq!(ours.line_starting("cuInit "), Some(cu), "{ctx}");
+        assert_eq!(ours.line_starting("cuda-smoke: cuInit"), Some(cu), "{ctx}");
     }
 }
