@@ -79,7 +79,11 @@ impl Fields<'_> {
 
 /// The library's `DT_SONAME`, if it is an ELF shared object that has one.
 pub fn read_soname(path: &Path) -> Option<String> {
-    let file = File::open(path).ok()?;
+    soname_of(&File::open(path).ok()?)
+}
+
+/// [`read_soname`] of a file already open (one the caller checked is a regular file).
+pub fn soname_of(file: &File) -> Option<String> {
     // The ELF header: 52 bytes for 32-bit files, 64 for 64-bit ones.
     let mut head = [0u8; 64];
     let n = file.read_at(&mut head, 0).ok()?;

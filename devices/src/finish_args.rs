@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::{ContainerEdits, Mount, MountKind, Symlink};
+use crate::{ContainerEdits, ForwardCompat, Mount, MountKind, Symlink};
 
 /// What to finish.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -18,6 +18,9 @@ pub struct FinishArgs {
     pub links: Vec<Symlink>,
     /// Directories for the linker cache.
     pub ldcache_dirs: Vec<PathBuf>,
+    /// The image's newer driver libraries to prefer in the linker cache
+    /// ([`crate::forward_compat`]).
+    pub forward_compat: Option<ForwardCompat>,
     /// Container paths of `linux.devices` nodes to give to the process's group if it lacks
     /// theirs.
     pub group_nodes: Vec<PathBuf>,
@@ -52,6 +55,7 @@ impl FinishArgs {
             mounts: edits.mounts.clone(),
             links: edits.symlinks.clone(),
             ldcache_dirs: edits.ldcache_dirs.clone(),
+            forward_compat: edits.forward_compat.clone(),
             group_nodes,
             ..Self::default()
         }
@@ -60,7 +64,7 @@ impl FinishArgs {
     /// Parses `--mount HOST CONTAINER`, `--library HOST CONTAINER` (a mount the linker cache
     /// must list), `--mounted-library HOST CONTAINER` (a library the runtime mounted, for the
     /// cache only), `--link PATH=TARGET`, `--ldcache-dir DIR` and `--group-node PATH`,
-    /// repeatable.
+    /// repeatable, and `--forward-compat DIR LIBRARY HOST_MAJOR` once.
     pub fn parse(args: &[String]) -> Result<Self, String> {
         let mut out = Self::default();
         let mut it = args.iter();
@@ -99,6 +103,23 @@ impl FinishArgs {
                         it.next().ok_or("--group-node needs a container path")?,
                     ));
                 }
+                "--forward-compat" => {
+                    const USAGE: &str = "--forward-compat needs DIR LIBRARY HOST_MAJOR";
+                    let (Some(dir), Some(library), Some(major)) = (it.next(), it.next(), it.next())
+                    else {
+                        return Err(USAGE.into());
+                    };
+                    if out.forward_compat.is_some() {
+                        return Err("--forward-compat given twice".into());
+                    }
+                    out.forward_compat = Some(ForwardCompat {
+                        dir: PathBuf::from(dir),
+                        library: library.clone(),
+                        host_major: major
+                            .parse()
+                            .map_err(|_| format!("{USAGE}: {major:?} is not a major version"))?,
+                    });
+                }
                 other => return Err(format!("unknown finish argument {other:?}")),
             }
         }
@@ -107,7 +128,7 @@ impl FinishArgs {
 
     /// The arguments that [`FinishArgs::parse`] reads back into `self`: `--mount` or
     /// `--library` per mount (by its kind), `--mounted-library`, `--link`, `--ldcache-dir`,
-    /// `--group-node`, in that order. A path that is not UTF-8 is written lossily (an OCI hook's
+    /// `--group-node`, `--forward-compat`, in that order. A path that is not UTF-8 is written lossily (an OCI hook's
     /// arguments are JSON strings); the hook then reports the file it cannot find.
     pub fn to_args(&self) -> Vec<String> {
         let path = |p: &PathBuf| p.to_string_lossy().into_owned();
@@ -136,6 +157,14 @@ impl FinishArgs {
         }
         for g in &self.group_nodes {
             out.extend(["--group-node".to_owned(), path(g)]);
+        }
+        if let Some(fc) = &self.forward_compat {
+            out.extend([
+                "--forward-compat".to_owned(),
+                path(&fc.dir),
+                fc.library.clone(),
+                fc.host_major.to_string(),
+            ]);
         }
         out
     }
@@ -221,6 +250,11 @@ mod tests {
             }],
             ldcache_dirs: vec![PathBuf::from("/usr/lib")],
             group_nodes: vec![PathBuf::from("/dev/dri/renderD128")],
+            forward_compat: Some(ForwardCompat {
+                dir: PathBuf::from("/usr/local/cuda/compat"),
+                library: "libcuda.so".into(),
+                host_major: 535,
+            }),
         };
         let written = args.to_args();
         assert_eq!(FinishArgs::parse(&written), Ok(args));
@@ -230,5 +264,29 @@ mod tests {
         );
         assert!(FinishArgs::default().to_args().is_empty());
         assert!(FinishArgs::default().is_empty());
+    }
+
+    #[test]
+    fn forward_compat_is_given_once_with_a_numeric_major() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let once = ["--forward-compat", "/c", "libcuda.so", "535"];
+        assert_eq!(
+            FinishArgs::parse(&args(&once)).unwrap().forward_compat,
+            Some(ForwardCompat {
+                dir: PathBuf::from("/c"),
+                library: "libcuda.so".into(),
+                host_major: 535
+            })
+        );
+        let twice = [once, once].concat();
+        assert!(FinishArgs::parse(&args(&twice))
+            .unwrap_err()
+            .contains("twice"));
+        let short = &once[..3];
+        assert!(FinishArgs::parse(&args(short)).is_err());
+        let word = ["--forward-compat", "/c", "libcuda.so", "new"];
+        assert!(FinishArgs::parse(&args(&word))
+            .unwrap_err()
+            .contains("\"new\" is not a major version"));
     }
 }

@@ -28,11 +28,12 @@ pub mod capability;
 pub mod discovery;
 pub mod driver_files;
 pub mod elf_linkage;
-mod elf_soname;
+pub mod elf_soname;
 pub mod env_merge;
 pub mod excerpt;
 pub mod finish_args;
 pub mod finish_invocation;
+pub mod forward_compat;
 pub mod names;
 pub mod node;
 pub mod node_volume;
@@ -56,6 +57,7 @@ pub use finish_args::{FinishArgs, GroupAccess};
 pub use finish_invocation::{
     default_hook_path, FinishInvocation, HookCommand, FINISH_TIMEOUT_SECS, HOOK_ARGV0,
 };
+pub use forward_compat::{ForwardCompat, ForwardCompatSpec};
 pub use names::{DeviceId, NameError, ProfileName, ResourceName, CDI_VENDOR};
 pub use node::{access_groups, DeviceNode};
 pub use plan::{ContainerEdits, EnvVar, Mount, MountKind, Plan, Symlink};

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use devinject_device_rule::DeviceRule;
 use serde::Serialize;
 
+use crate::forward_compat::ForwardCompat;
 use crate::names::{DeviceId, ProfileName};
 use crate::node::DeviceNode;
 
@@ -92,6 +93,10 @@ pub struct ContainerEdits {
     /// Directories of injected libraries the container's linker cache must learn about: work
     /// for our finish hook too.
     pub ldcache_dirs: Vec<PathBuf>,
+    /// The image's newer driver libraries to prefer in the linker cache, when the profile has
+    /// such and its deciding library is injected ([`crate::forward_compat`]): work for our
+    /// finish hook.
+    pub forward_compat: Option<ForwardCompat>,
     /// Device cgroup rules (one per node).
     pub cgroup_rules: Vec<DeviceRule>,
 }
@@ -148,6 +153,11 @@ impl ContainerEdits {
             if !self.ldcache_dirs.contains(&d) {
                 self.ldcache_dirs.push(d);
             }
+        }
+        // One directory per container: the first profile's (two profiles deciding by one
+        // library would be one driver described twice).
+        if self.forward_compat.is_none() {
+            self.forward_compat = other.forward_compat;
         }
         for r in other.cgroup_rules {
             if !self.cgroup_rules.contains(&r) {
@@ -283,6 +293,7 @@ mod tests {
             mounts: vec![mount("/usr/lib/liba.so.1")],
             symlinks: vec![link("/usr/lib/liba.so", "liba.so.1")],
             ldcache_dirs: vec!["/usr/lib".into()],
+            forward_compat: None,
             cgroup_rules: vec![ctl.rule()],
         };
         let b = ContainerEdits {
@@ -294,9 +305,15 @@ mod tests {
                 link("/usr/lib/libb.so", "libb.so.1"),
             ],
             ldcache_dirs: vec!["/usr/lib".into(), "/opt/lib".into()],
+            forward_compat: Some(crate::ForwardCompat {
+                dir: "/opt/compat".into(),
+                library: "libb.so".into(),
+                host_major: 2,
+            }),
             cgroup_rules: vec![ctl.rule(), node("/dev/accel1", 2, 0o666, 0).rule()],
         };
         a.merge(b);
+        assert_eq!(a.forward_compat.as_ref().unwrap().library, "libb.so");
         assert_eq!(a.env, [EnvVar::new("A", "1"), EnvVar::new("B", "2")]);
         let paths = |v: &[DeviceNode]| -> Vec<PathBuf> {
             v.iter().map(|n| n.container_path.clone()).collect()

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use crate::capability::Capabilities;
 use crate::discovery::Inventory;
 use crate::driver_files::DriverFiles;
+use crate::forward_compat::{major_of, ForwardCompat};
 use crate::names::ProfileName;
 use crate::node::DeviceNode;
 use crate::plan::{ContainerEdits, EnvVar, Mount, MountKind, Plan, Symlink};
@@ -191,6 +192,17 @@ pub fn plan(input: PlanInput<'_>) -> Result<Option<Plan>, PlanError> {
     if !libraries.is_empty() {
         edits.ldcache_dirs = vec![layout.lib_dir.clone()];
     }
+    edits.forward_compat = profile.forward_compat.as_ref().and_then(|spec| {
+        let host_major = libraries
+            .iter()
+            .filter_map(|l| major_of(&l.file_name, &spec.library))
+            .max()?;
+        Some(ForwardCompat {
+            dir: PathBuf::from(&spec.dir),
+            library: spec.library.clone(),
+            host_major,
+        })
+    });
 
     let ids: Vec<_> = devices.iter().map(|d| d.id.clone()).collect();
     let granted = if ids.is_empty() {
@@ -308,6 +320,47 @@ mod tests {
             capabilities: &Capabilities::All,
             layout: &layout,
         })
+    }
+
+    #[test]
+    fn forward_compat_carries_the_host_major_of_the_injected_library_only() {
+        let (mut profile, inventory, mut files) = fixture();
+        let request = Request::parse(Some("0")).unwrap();
+        let layout = ContainerLayout {
+            lib_dir: PathBuf::from("/usr/lib"),
+        };
+        let planned = |profile: &Profile, files: &DriverFiles| {
+            plan(PlanInput {
+                profile,
+                inventory: &inventory,
+                request: &request,
+                resolve: Resolve::Ids,
+                driver_files: files,
+                capabilities: &Capabilities::All,
+                layout: &layout,
+            })
+            .unwrap()
+            .unwrap()
+            .edits
+            .forward_compat
+        };
+        assert_eq!(planned(&profile, &files), None, "no [forward_compat]");
+        profile.forward_compat = Some(crate::ForwardCompatSpec {
+            dir: "/opt/demo/compat".into(),
+            library: "libdemo.so".into(),
+        });
+        files.libraries[0].file_name = "libdemo.so.535.216.01".into();
+        assert_eq!(
+            planned(&profile, &files),
+            Some(ForwardCompat {
+                dir: PathBuf::from("/opt/demo/compat"),
+                library: "libdemo.so".into(),
+                host_major: 535
+            })
+        );
+        // A host file whose name has no version: nothing to compare, nothing preferred.
+        files.libraries[0].file_name = "libdemo.so.1".into();
+        assert_eq!(planned(&profile, &files), None);
     }
 
     /// Issue 19: with accel1 gone, a container granted `1` got accel2 (position 1), which may

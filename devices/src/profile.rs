@@ -11,6 +11,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::Deserialize;
 
 use crate::capability::CapabilitySpec;
+use crate::forward_compat::ForwardCompatSpec;
 use crate::names::{NameError, ProfileName, ResourceName};
 
 /// Why a profile could not be loaded.
@@ -329,6 +330,7 @@ struct RawProfile {
     #[serde(default)]
     env: BTreeMap<String, String>,
     capabilities: Option<CapabilitySpec>,
+    forward_compat: Option<ForwardCompatSpec>,
     prepare: Option<PrepareSpec>,
 }
 
@@ -391,6 +393,9 @@ pub struct Profile {
     /// The parts of the driver a container chooses by a variable, if the profile has groups
     /// ([`crate::capability`]).
     pub capabilities: Option<CapabilitySpec>,
+    /// Where an image keeps newer driver libraries to prefer to the host's, if the driver has
+    /// such ([`crate::forward_compat`]).
+    pub forward_compat: Option<ForwardCompatSpec>,
     /// The program run for each allocated device before the container starts, if any.
     pub prepare: Option<PrepareSpec>,
 }
@@ -612,6 +617,9 @@ impl Profile {
             }
         }
         check_capabilities(&raw, &request_env).map_err(|(key, problem)| invalid(&key, problem))?;
+        if let Some((key, problem)) = raw.forward_compat.as_ref().and_then(|f| f.problem()) {
+            return Err(invalid(&format!("forward_compat.{key}"), problem));
+        }
         if let Some(prepare) = &raw.prepare {
             check_prepare(prepare, &resource).map_err(|(key, problem)| invalid(&key, problem))?;
             if raw.replicas > 1 {
@@ -638,6 +646,7 @@ impl Profile {
             files: raw.files,
             env: raw.env,
             capabilities: raw.capabilities,
+            forward_compat: raw.forward_compat,
             prepare: raw.prepare,
         })
     }

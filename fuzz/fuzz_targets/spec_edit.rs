@@ -48,6 +48,7 @@ fn edits(selector: u8) -> ContainerEdits {
         } else {
             vec![]
         },
+        forward_compat: None,
     }
 }
 

@@ -52,7 +52,12 @@ pub fn finish(
                     ]
                 }),
         )
-        .chain(args.group_nodes.iter().map(|p| ("finish --group-node", p)));
+        .chain(args.group_nodes.iter().map(|p| ("finish --group-node", p)))
+        .chain(
+            args.forward_compat
+                .iter()
+                .map(|f| ("finish --forward-compat", &f.dir)),
+        );
     for (what, p) in paths {
         if !p.is_absolute() {
             return Err(HookError::Input(OciError::Invalid {
@@ -65,6 +70,7 @@ pub fn finish(
         mounts: args.mounts.clone(),
         symlinks: args.links.clone(),
         ldcache_dirs: args.ldcache_dirs.clone(),
+        forward_compat: args.forward_compat.clone(),
         ..ContainerEdits::default()
     };
     let regroup = args

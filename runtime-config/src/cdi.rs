@@ -381,6 +381,7 @@ fn finish_hook(
             .collect(),
         links: edits.symlinks.clone(),
         ldcache_dirs: edits.ldcache_dirs.clone(),
+        forward_compat: edits.forward_compat.clone(),
         ..FinishArgs::default()
     };
     hook_command(&req.hook_path, req.hook_config.as_deref())

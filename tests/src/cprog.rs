@@ -124,15 +124,19 @@ pub fn ldconfig_recorder(out: &Path) -> Result<()> {
 
 /// Builds `dir/<file>`, a shared library with soname `soname`.
 pub fn shared_lib(dir: &Path, file: &str, soname: &str) -> Result<PathBuf> {
-    let out = dir.join(file);
-    let soname_flag = format!("-Wl,-soname,{soname}");
-    gcc(
+    shared_lib_from(
         dir,
         file,
+        soname,
         "int canary_function(void) { return 42; }\n",
-        &["-shared", "-fPIC", &soname_flag],
-        &out,
-    )?;
+    )
+}
+
+/// Builds `dir/<file>` from C `source`, a shared library with soname `soname`.
+pub fn shared_lib_from(dir: &Path, file: &str, soname: &str, source: &str) -> Result<PathBuf> {
+    let out = dir.join(file);
+    let soname_flag = format!("-Wl,-soname,{soname}");
+    gcc(dir, file, source, &["-shared", "-fPIC", &soname_flag], &out)?;
     Ok(out)
 }
 

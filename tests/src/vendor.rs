@@ -367,6 +367,44 @@ pub fn nvidia_image(rootfs: &Path, nvidia_root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A stand-in for NVIDIA's `cuda-compat` libcuda: the driver API cuda-smoke resolves, each call
+/// failing with 999, whose name says which library answered.
+const COMPAT_LIBCUDA_C: &str = r#"
+int cuInit(void) { return 999; }
+int cuGetErrorName(int e, const char **name) { *name = "IMAGE_COMPAT_LIBCUDA"; return 0; }
+int cuDeviceGetCount(void) { return 999; }
+int cuDeviceGet(void) { return 999; }
+int cuDeviceGetName(void) { return 999; }
+int cuCtxCreate_v2(void) { return 999; }
+int cuModuleLoadData(void) { return 999; }
+int cuModuleGetFunction(void) { return 999; }
+int cuMemAlloc_v2(void) { return 999; }
+int cuMemcpyHtoD_v2(void) { return 999; }
+int cuMemcpyDtoH_v2(void) { return 999; }
+int cuLaunchKernel(void) { return 999; }
+int cuCtxSynchronize(void) { return 999; }
+"#;
+
+/// What cuda-smoke prints when the image's compat libcuda ([`compat_libcuda`]) answered.
+pub const COMPAT_CUINIT: &str = "cuda-smoke: cuInit failed: 999 IMAGE_COMPAT_LIBCUDA";
+
+/// Builds into `dir` a compat libcuda of driver `major` (`libcuda.so.<major>.23.08`, soname
+/// `libcuda.so.1`, with its soname link), as NVIDIA's `cuda-compat` package lays it out.
+pub fn compat_libcuda(dir: &Path, major: u32) -> Result<()> {
+    let file = format!("libcuda.so.{major}.23.08");
+    crate::cprog::shared_lib_from(dir, &file, "libcuda.so.1", COMPAT_LIBCUDA_C)?;
+    std::os::unix::fs::symlink(&file, dir.join("libcuda.so.1"))?;
+    Ok(())
+}
+
+/// Puts [`compat_libcuda`] of `major` in an image as CUDA images have it:
+/// `/usr/local/cuda-12.3/compat`, behind the `/usr/local/cuda` link.
+pub fn compat_in_image(rootfs: &Path, major: u32) -> Result<()> {
+    compat_libcuda(&rootfs.join("usr/local/cuda-12.3/compat"), major)?;
+    std::os::unix::fs::symlink("cuda-12.3", rootfs.join("usr/local/cuda"))?;
+    Ok(())
+}
+
 /// A bundle under `dir` on `host`, with the render node `bind` (e.g. `renderD129`) bind-mounted
 /// in without a grant when given: a device the container must not be able to open.
 pub fn bundle_with_bound_render_node(

@@ -13,7 +13,8 @@ use devinject_tests::runc::{container_id, describe, Bundle, Via};
 use devinject_tests::sim::shipped_profiles;
 use devinject_tests::skip::require_runc_demo;
 use devinject_tests::vendor::{
-    nvidia_host, nvidia_image, stacks, Seen, VendorHost, GPU0_BUS, GPU0_UUID,
+    compat_in_image, compat_libcuda, nvidia_host, nvidia_image, stacks, Seen, VendorHost,
+    COMPAT_CUINIT, GPU0_BUS, GPU0_UUID,
 };
 
 /// Each part's files as the container sees them (file names; a soname beside its versioned
@@ -368,6 +369,97 @@ fn imex_channels_come_with_nvidia_imex_channels() {
                     "{ctx}"
                 );
             }
+        }
+    }
+}
+
+/// Where a compat directory is put in the image.
+enum Compat {
+    /// A real directory of the image, `/usr/local/cuda-12.3/compat` behind the usual
+    /// `/usr/local/cuda` link, with a libcuda of this major version.
+    Image(u32),
+    /// `/usr/local/cuda/compat` a link through procfs to the host's copy of such a directory.
+    ThroughProc(u32),
+    /// A host directory the spec mounts at `/usr/local/cuda/compat` (a volume).
+    Volume(u32),
+}
+
+/// Runs cuda-smoke on `host` through `via` with the image's compat libcuda placed as `compat`
+/// says; returns its cuInit line.
+fn cuinit_with(host: &VendorHost, dir: &Path, via: Via, compat: Compat) -> String {
+    let mut b = Bundle::new(&dir.join("bundle"), &["/bin/true"]).unwrap();
+    let rootfs = b.rootfs();
+    nvidia_image(&rootfs, &host.driver_root).unwrap();
+    let build = |in_dir: &Path, major: u32| compat_libcuda(in_dir, major).unwrap();
+    match compat {
+        Compat::Image(major) => compat_in_image(&rootfs, major).unwrap(),
+        Compat::ThroughProc(major) => {
+            let outside = dir.join("outside/compat");
+            build(&outside, major);
+            std::fs::create_dir_all(rootfs.join("usr/local/cuda")).unwrap();
+            let through = Path::new("/proc/self/root").join(outside.strip_prefix("/").unwrap());
+            std::os::unix::fs::symlink(through, rootfs.join("usr/local/cuda/compat")).unwrap();
+        }
+        Compat::Volume(major) => {
+            let outside = dir.join("volume/compat");
+            build(&outside, major);
+            std::fs::create_dir_all(rootfs.join("usr/local/cuda/compat")).unwrap();
+            b.spec["mounts"]
+                .as_array_mut()
+                .unwrap()
+                .push(serde_json::json!({
+                    "destination": "/usr/local/cuda/compat",
+                    "type": "bind",
+                    "source": outside,
+                    "options": ["rbind", "ro"],
+                }));
+        }
+    }
+    b.args(&["/bin/sh", "-c", "cuda-smoke"]);
+    b.env("NVIDIA_VISIBLE_DEVICES=0");
+    let out = b
+        .run_via(via, &host.config, &container_id("compat"))
+        .unwrap();
+    let seen = Seen::new(out);
+    seen.text
+        .lines()
+        .find(|l| l.starts_with("cuda-smoke: cuInit"))
+        .map(str::to_owned)
+        .unwrap_or_else(|| panic!("cuInit was not called: {}", seen.text))
+}
+
+#[test]
+fn an_images_newer_cuda_compat_libcuda_comes_first_and_no_other() {
+    let Some(stacks) = stacks() else { return };
+    if !require_runc_demo() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let host = nvidia_host(&t.path().join("host"), &stacks, &["nvidia"]).unwrap();
+    let n = std::sync::atomic::AtomicUsize::new(0);
+    let dir = || {
+        t.path().join(
+            n.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                .to_string(),
+        )
+    };
+    for via in [Via::Hook, Via::Shim] {
+        // 999 over the host's 535: the image's libcuda answers.
+        let line = cuinit_with(&host, &dir(), via, Compat::Image(999));
+        assert_eq!(line, COMPAT_CUINIT, "{via:?}");
+        // The host's own major, or an older one: the host's libcuda answers, with the driver's
+        // own error.
+        for older in [535, 470] {
+            let line = cuinit_with(&host, &dir(), via, Compat::Image(older));
+            assert!(line.contains("CUDA_ERROR_"), "{via:?} {older}: {line}");
+        }
+        // The directory off the image's own filesystem (procfs, a volume): not read.
+        for (what, compat) in [
+            ("through procfs", Compat::ThroughProc(999)),
+            ("on a volume", Compat::Volume(999)),
+        ] {
+            let line = cuinit_with(&host, &dir(), via, compat);
+            assert!(line.contains("CUDA_ERROR_"), "{via:?} {what}: {line}");
         }
     }
 }

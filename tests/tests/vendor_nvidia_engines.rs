@@ -3,7 +3,8 @@
 //! the CDI spec `devinject-ctl cdi generate` writes (containerd injects it; every part of the
 //! driver, as a spec cannot read the container's env), and `devinject-nri` (which reads
 //! `NVIDIA_DRIVER_CAPABILITIES` from the container as the hook does). In both, `nvidia-smi` and
-//! `cuInit` run on the injected libraries and stop at the kernel.
+//! `cuInit` run on the injected libraries and stop at the kernel, and the image's newer CUDA
+//! compat libcuda comes first in the linker cache (the finish step's `--forward-compat`).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -14,16 +15,23 @@ use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::cri_release::{ready, Paths, ReleaseNode};
 use devinject_tests::daemons::short_tempdir;
 use devinject_tests::sim::SimHost;
-use devinject_tests::vendor::{nvidia_host, nvidia_image, stacks, VendorHost};
+use devinject_tests::vendor::{
+    compat_in_image, nvidia_host, nvidia_image, stacks, VendorHost, COMPAT_CUINIT,
+};
 
-/// What the container runs: nvidia-smi, cuInit, the dlopen check, its nodes.
+/// What the container runs: nvidia-smi, cuInit through the linker cache (the image's compat
+/// libcuda first) and past it (the host's, by the library directories), the dlopen check, its
+/// nodes.
 const SCRIPT: &str = "nvidia-smi -L; echo \"smi exit $?\"; cuda-smoke; \
+    LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu:/lib/x86_64-linux-gnu:/usr/lib:/lib cuda-smoke; \
     dlopen-check libnvidia-ml.so.1 libnvidia-encode.so.1 libEGL_nvidia.so.0; ls /dev";
 
-/// The image: busybox, the programs and the glibc they and NVIDIA's tools link.
+/// The image: busybox, the programs and the glibc they and NVIDIA's tools link, and a CUDA
+/// compat libcuda newer than the node's driver.
 fn image(rootfs: &Path) -> anyhow::Result<()> {
     let stacks = std::env::var_os("DEVINJECT_VENDOR_STACKS").context("DEVINJECT_VENDOR_STACKS")?;
     nvidia_image(rootfs, &Path::new(&stacks).join("nvidia"))?;
+    compat_in_image(rootfs, 999)?;
     Ok(())
 }
 
@@ -85,8 +93,13 @@ fn run(
         .unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
-/// Asserts NVIDIA's tools ran on the injected driver and stopped at the kernel.
+/// Asserts NVIDIA's tools ran on the injected driver and stopped at the kernel, and that the
+/// image's compat libcuda answered through the linker cache.
 fn assert_stopped_at_the_kernel(output: &str, ctx: &str) {
+    assert!(
+        output.lines().any(|l| l == COMPAT_CUINIT),
+        "{ctx}: the image's compat libcuda first:\n{output}"
+    );
     assert!(
         output.contains("couldn't communicate with the NVIDIA driver"),
         "{ctx}:\n{output}"

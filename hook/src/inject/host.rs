@@ -9,7 +9,7 @@
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use devinject_devices::{DeviceNode, Symlink};
+use devinject_devices::{DeviceNode, ForwardCompat, Symlink};
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
@@ -17,7 +17,10 @@ use nix::sys::stat::Mode;
 use super::ld_so_cache::{update, Library};
 use super::mounts::{self, MountAttrs, Source};
 use super::rootfs::Rootfs;
-use super::{ldcache, mountinfo, nodes, symlinks, ChildOutcome, InjectError, Target};
+use super::{
+    forward_compat, ldcache, mountinfo, nodes, symlinks, ChildOutcome, ChildReport, InjectError,
+    Target,
+};
 
 /// What the applier asks of the host.
 pub trait Host {
@@ -51,7 +54,7 @@ pub trait Host {
         &self,
         ns: &Self::Namespace,
         work: Work<'_>,
-    ) -> Result<ChildOutcome, InjectError>;
+    ) -> Result<ChildReport, InjectError>;
 
     /// Runs `ldconfig` chrooted in the container's rootfs, inside `ns`, over `dirs`.
     fn run_ldconfig(
@@ -84,6 +87,9 @@ pub struct Work<'a> {
     pub writable_etc: bool,
     /// The libraries the hook adds to the linker cache itself; `None`: it does not write it.
     pub cache: Option<&'a [Library]>,
+    /// The image's directory of newer driver libraries to prefer, when the profile has one and
+    /// the linker cache is refreshed.
+    pub forward_compat: Option<&'a ForwardCompat>,
     /// The rootfs is read-only: a cache that cannot be written is only a warning.
     pub readonly_rootfs: bool,
     /// The rootfs is read-only and not a mount of its own: nothing is written into it
@@ -93,7 +99,7 @@ pub struct Work<'a> {
 
 impl Work<'_> {
     /// Performs the work; must run inside the container's mount namespace.
-    pub fn perform(self) -> Result<ChildOutcome, InjectError> {
+    pub fn perform(self) -> Result<ChildReport, InjectError> {
         nix::sys::stat::umask(Mode::empty());
         let mut root = Rootfs::open(self.rootfs)?
             .with_userns_owner(self.userns_owner)
@@ -116,20 +122,50 @@ impl Work<'_> {
         if self.writable_etc {
             root.writable_dir(Path::new("/etc"))?;
         }
-        let Some(libs) = self.cache else {
-            return Ok(ChildOutcome::Done);
+        let compat = match self.forward_compat {
+            Some(fc) if !self.shared_read_only => newer_libraries(&root, fc),
+            _ => None,
         };
-        match update::update(&root, libs) {
-            Ok(update::Updated::Written) => Ok(ChildOutcome::CacheWritten),
-            Ok(update::Updated::AlreadyCurrent) => Ok(ChildOutcome::CacheCurrent),
-            Err(update::UpdateError::Unsupported(why)) => {
-                Ok(ChildOutcome::NeedsLdconfig(why.to_string()))
+        let compat_preferred = compat.is_some();
+        let outcome = match self.cache {
+            None => ChildOutcome::Done,
+            Some(libs) => {
+                // The image's newer libraries first: among entries of one soname, ld.so takes
+                // the first.
+                let all: Vec<Library> = compat
+                    .into_iter()
+                    .flatten()
+                    .chain(libs.iter().cloned())
+                    .collect();
+                match update::update(&root, &all) {
+                    Ok(update::Updated::Written) => ChildOutcome::CacheWritten,
+                    Ok(update::Updated::AlreadyCurrent) => ChildOutcome::CacheCurrent,
+                    Err(update::UpdateError::Unsupported(why)) => {
+                        ChildOutcome::NeedsLdconfig(why.to_string())
+                    }
+                    Err(e @ update::UpdateError::Write(_)) if self.readonly_rootfs => {
+                        tracing::warn!(error = %e, "read-only rootfs: linker cache not refreshed; soname links are in place");
+                        ChildOutcome::Done
+                    }
+                    Err(e) => return Err(InjectError::Child(e.to_string())),
+                }
             }
-            Err(e @ update::UpdateError::Write(_)) if self.readonly_rootfs => {
-                tracing::warn!(error = %e, "read-only rootfs: linker cache not refreshed; soname links are in place");
-                Ok(ChildOutcome::Done)
-            }
-            Err(e) => Err(InjectError::Child(e.to_string())),
+        };
+        Ok(ChildReport {
+            outcome,
+            compat_preferred,
+        })
+    }
+}
+
+/// The image's newer driver libraries for `fc`, when it has them; a directory that cannot be
+/// read is only a warning (the host's libraries serve the container, as without one).
+fn newer_libraries(root: &Rootfs, fc: &ForwardCompat) -> Option<Vec<Library>> {
+    match forward_compat::newer_libraries(root, fc) {
+        Ok(libs) => libs,
+        Err(e) => {
+            tracing::warn!(error = %e, "forward compatibility: the image's libraries are not preferred");
+            None
         }
     }
 }
@@ -190,7 +226,7 @@ impl Host for System {
             .unwrap_or(false))
     }
 
-    fn in_container(&self, ns: &OwnedFd, work: Work<'_>) -> Result<ChildOutcome, InjectError> {
+    fn in_container(&self, ns: &OwnedFd, work: Work<'_>) -> Result<ChildReport, InjectError> {
         super::run_in_namespace(ns, super::CHILD_LIMIT, || work.perform())
     }
 

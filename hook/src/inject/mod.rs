@@ -9,6 +9,7 @@
 //! the host.
 
 pub mod at_name;
+pub mod forward_compat;
 pub mod host;
 pub mod layout;
 pub mod ld_so_cache;
@@ -315,10 +316,14 @@ pub fn apply_on<H: Host>(
         links: &edits.symlinks,
         writable_etc: !dirs.is_empty(),
         cache: libs.as_deref(),
+        forward_compat: edits.forward_compat.as_ref().filter(|_| !dirs.is_empty()),
         readonly_rootfs: target.readonly_rootfs,
         shared_read_only,
     };
-    let outcome = host.in_container(&mnt_ns, work)?;
+    let ChildReport {
+        outcome,
+        compat_preferred,
+    } = host.in_container(&mnt_ns, work)?;
     report.nodes = edits.device_nodes.len();
     report.mounts = edits.mounts.len();
     report.links = edits.symlinks.len();
@@ -341,6 +346,18 @@ pub fn apply_on<H: Host>(
         if let Some(why) = &ldconfig_because {
             tracing::debug!(reason = %why, "linker cache left to ldconfig");
         }
+        // ldconfig lists the directories given first ahead of the rest for a soname: the
+        // image's newer driver libraries before ours, as the hook's own cache would.
+        let compat_first: Vec<PathBuf>;
+        let dirs = match edits.forward_compat.as_ref().filter(|_| compat_preferred) {
+            Some(fc) => {
+                compat_first = std::iter::once(fc.dir.clone())
+                    .chain(dirs.iter().cloned())
+                    .collect();
+                &compat_first[..]
+            }
+            None => dirs,
+        };
         match host.run_ldconfig(&mnt_ns, &target.rootfs, ldconfig, dirs) {
             Ok(()) => {
                 report.ldcache = true;
@@ -368,25 +385,59 @@ pub enum ChildOutcome {
     NeedsLdconfig(String),
 }
 
-impl ChildOutcome {
-    /// The child's exit code, and the text it sends through the pipe.
-    fn encode(&self) -> (i32, &str) {
-        match self {
-            Self::Done => (0, ""),
-            Self::CacheWritten => (10, ""),
-            Self::CacheCurrent => (11, ""),
-            Self::NeedsLdconfig(why) => (12, why),
+/// What the injection child reports: its outcome, and whether the image's newer driver
+/// libraries are to come first in the linker cache ([`forward_compat`]), which ldconfig must
+/// know too when it writes the cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildReport {
+    /// What it did.
+    pub outcome: ChildOutcome,
+    /// The image's forward-compatibility directory is newer than the host's driver.
+    pub compat_preferred: bool,
+}
+
+impl From<ChildOutcome> for ChildReport {
+    fn from(outcome: ChildOutcome) -> Self {
+        Self {
+            outcome,
+            compat_preferred: false,
         }
     }
+}
 
-    /// The outcome an exit code and message stand for, if they are one.
+/// The exit-code bit that says [`ChildReport::compat_preferred`].
+const COMPAT_PREFERRED: i32 = 32;
+
+impl ChildReport {
+    /// The child's exit code, and the text it sends through the pipe.
+    fn encode(&self) -> (i32, &str) {
+        let (code, text) = match &self.outcome {
+            ChildOutcome::Done => (0, ""),
+            ChildOutcome::CacheWritten => (10, ""),
+            ChildOutcome::CacheCurrent => (11, ""),
+            ChildOutcome::NeedsLdconfig(why) => (12, why.as_str()),
+        };
+        let flag = if self.compat_preferred {
+            COMPAT_PREFERRED
+        } else {
+            0
+        };
+        (code | flag, text)
+    }
+
+    /// The report an exit code and message stand for, if they are one.
     fn decode(code: i32, msg: String) -> Option<Self> {
-        Some(match code {
-            0 => Self::Done,
-            10 => Self::CacheWritten,
-            11 => Self::CacheCurrent,
-            12 => Self::NeedsLdconfig(msg),
+        let compat_preferred = code & COMPAT_PREFERRED != 0;
+        let outcome = match code & !COMPAT_PREFERRED {
+            0 => ChildOutcome::Done,
+            10 => ChildOutcome::CacheWritten,
+            11 => ChildOutcome::CacheCurrent,
+            12 => ChildOutcome::NeedsLdconfig(msg),
             _ => return None,
+        };
+        Some(Self {
+            outcome,
+            compat_preferred,
         })
     }
 }
@@ -402,8 +453,8 @@ pub const CHILD_LIMIT: Duration = Duration::from_secs(60);
 fn run_in_namespace(
     mnt_ns: &OwnedFd,
     limit: Duration,
-    work: impl FnOnce() -> Result<ChildOutcome, InjectError>,
-) -> Result<ChildOutcome, InjectError> {
+    work: impl FnOnce() -> Result<ChildReport, InjectError>,
+) -> Result<ChildReport, InjectError> {
     let called = child::call(limit, |wr| {
         let result = nix::sched::setns(mnt_ns.as_fd(), CloneFlags::CLONE_NEWNS)
             .map_err(|errno| {
@@ -434,7 +485,7 @@ fn run_in_namespace(
     let msg = String::from_utf8_lossy(&called.message).into_owned();
     match called.status {
         WaitStatus::Exited(_, 1) if !msg.is_empty() => Err(InjectError::Child(msg)),
-        WaitStatus::Exited(_, code) => ChildOutcome::decode(code, msg).ok_or_else(|| {
+        WaitStatus::Exited(_, code) => ChildReport::decode(code, msg).ok_or_else(|| {
             InjectError::Child(format!("injection child exited with status {code}"))
         }),
         other if msg.is_empty() => Err(InjectError::Child(format!(

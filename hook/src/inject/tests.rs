@@ -48,6 +48,8 @@ struct Recorder {
     no_new_api: bool,
     /// What the child reports.
     outcome: RefCell<Option<ChildOutcome>>,
+    /// Whether the child found the image's forward-compatibility libraries newer.
+    compat_preferred: bool,
     /// Whether ldconfig fails.
     ldconfig_fails: bool,
     /// Whether the rootfs is a plain directory rather than a mount of its own.
@@ -111,7 +113,7 @@ impl Host for Recorder {
         Ok(!self.plain_rootfs)
     }
 
-    fn in_container(&self, ns: &i32, work: Work<'_>) -> Result<ChildOutcome, InjectError> {
+    fn in_container(&self, ns: &i32, work: Work<'_>) -> Result<ChildReport, InjectError> {
         self.call("in_container");
         assert_eq!(*ns, 4242, "the child joins the target's namespace");
         self.seen.borrow_mut().push_back(Seen {
@@ -143,7 +145,10 @@ impl Host for Recorder {
             .outcome
             .borrow_mut()
             .take()
-            .unwrap_or(ChildOutcome::Done))
+            .map_or(ChildOutcome::Done.into(), |outcome| ChildReport {
+                outcome,
+                compat_preferred: self.compat_preferred,
+            }))
     }
 
     fn run_ldconfig(
@@ -452,6 +457,31 @@ fn an_image_cache_the_hook_cannot_merge_is_left_to_ldconfig() {
 }
 
 #[test]
+fn ldconfig_is_given_a_newer_compat_directory_first_and_an_older_one_not_at_all() {
+    for preferred in [true, false] {
+        let host = Recorder {
+            outcome: RefCell::new(Some(ChildOutcome::NeedsLdconfig("old format".into()))),
+            compat_preferred: preferred,
+            ..Recorder::default()
+        };
+        let mut e = edits(vec![], Some(&elf()));
+        e.forward_compat = Some(devinject_devices::ForwardCompat {
+            dir: PathBuf::from("/usr/local/cuda/compat"),
+            library: "libcuda.so".into(),
+            host_major: 535,
+        });
+        apply_on(&host, &target(), &e, MountApi::Auto, &builtin()).unwrap();
+        let want: &[&str] = if preferred {
+            &["/usr/local/cuda/compat", "/usr/lib"]
+        } else {
+            &["/usr/lib"]
+        };
+        let want: Vec<PathBuf> = want.iter().map(PathBuf::from).collect();
+        assert_eq!(*host.ldconfig_dirs.borrow(), want, "preferred: {preferred}");
+    }
+}
+
+#[test]
 fn a_library_without_readable_flags_is_left_to_ldconfig() {
     let host = Recorder::default();
     let not_elf = tempfile::NamedTempFile::new().unwrap();
@@ -547,11 +577,13 @@ fn the_injection_child_reports_its_outcome_its_error_and_its_deadline() {
         .mount_namespace(std::process::id() as i32)
         .unwrap();
     let limit = std::time::Duration::from_secs(20);
-    let outcome = run_in_namespace(&ns, limit, || {
-        Ok(ChildOutcome::NeedsLdconfig("old format".into()))
-    })
-    .unwrap();
-    assert_eq!(outcome, ChildOutcome::NeedsLdconfig("old format".into()));
+    let report = ChildReport {
+        outcome: ChildOutcome::NeedsLdconfig("old format".into()),
+        compat_preferred: true,
+    };
+    let sent = report.clone();
+    let outcome = run_in_namespace(&ns, limit, move || Ok(sent)).unwrap();
+    assert_eq!(outcome, report);
 
     let err =
         run_in_namespace(&ns, limit, || Err(InjectError::Child("no /dev".into()))).unwrap_err();
@@ -559,7 +591,7 @@ fn the_injection_child_reports_its_outcome_its_error_and_its_deadline() {
 
     let err = run_in_namespace(&ns, std::time::Duration::from_millis(300), || {
         std::thread::sleep(std::time::Duration::from_secs(30));
-        Ok(ChildOutcome::Done)
+        Ok(ChildOutcome::Done.into())
     })
     .unwrap_err();
     assert!(matches!(err, InjectError::Timeout { .. }), "{err}");

@@ -304,6 +304,7 @@ mod tests {
                 target: "libdemo.so.1.0.0".into(),
             }],
             ldcache_dirs: vec![PathBuf::from("/usr/lib")],
+            forward_compat: None,
         }
     }
 
@@ -729,6 +730,7 @@ mod props {
                 } else {
                     vec![]
                 },
+                forward_compat: None,
             })
     }
 
