@@ -104,7 +104,7 @@ pub fn soname_of(file: &File) -> Option<String> {
     if phnum > MAX_PHDRS || phentsize > MAX_PHENTSIZE || phentsize < if is64 { 56 } else { 32 } {
         return None;
     }
-    let table = read_block(&file, phoff, phnum * phentsize)?;
+    let table = read_block(file, phoff, phnum * phentsize)?;
     let ph = Fields {
         bytes: &table,
         is64,
@@ -130,7 +130,7 @@ pub fn soname_of(file: &File) -> Option<String> {
     let (dyn_off, dyn_size) = dynamic?;
     let entry = if is64 { 16 } else { 8 };
     let dyn_size = dyn_size.min(MAX_DYN_ENTRIES * entry) / entry * entry;
-    let block = read_block(&file, dyn_off, dyn_size)?;
+    let block = read_block(file, dyn_off, dyn_size)?;
     let d = Fields {
         bytes: &block,
         is64,
