@@ -182,8 +182,16 @@ pub fn write_config(
     sys_root: &Path,
     extra: &str,
 ) -> Result<()> {
+    // Refusals go to the test's own decision log, not the machine's `/run/devinject`, unless
+    // the test names one.
+    let decisions = if extra.contains("decision_log_dir") {
+        String::new()
+    } else {
+        let dir = path.parent().unwrap_or(Path::new(".")).join("decisions");
+        format!("decision_log_dir = {dir:?}\n")
+    };
     let text = format!(
-        "profiles_dir = {:?}\ndev_root = {:?}\ndriver_root = {:?}\nsys_root = {:?}\nlog_level = \"info\"\n{extra}\n",
+        "profiles_dir = {:?}\ndev_root = {:?}\ndriver_root = {:?}\nsys_root = {:?}\nlog_level = \"info\"\n{decisions}{extra}\n",
         profiles_dir, dev_root, driver_root, sys_root
     );
     std::fs::write(path, text)?;

@@ -22,15 +22,19 @@ use crate::error::HookError;
 use crate::inject::ldcache::Ldconfig;
 use crate::inject::{self, Target};
 use crate::oci::{read_bounded, OciError, Spec, State, MAX_STATE_BYTES};
+use crate::refusal::Seen;
 
-/// Runs the finish step for the container described by the state on `stdin`.
+/// Runs the finish step for the container described by the state on `stdin`; its id goes into
+/// `seen`, for the decision log when it fails ([`crate::refusal`]).
 pub fn finish(
     config: &HostConfig,
     args: &FinishArgs,
     stdin: impl Read,
+    seen: &mut Seen,
 ) -> Result<inject::Report, HookError> {
     let bytes = read_bounded(stdin, MAX_STATE_BYTES, "OCI state on stdin")?;
     let state = State::parse(&bytes)?;
+    seen.container.clone_from(&state.id);
     if state.status != "creating" || state.pid <= 0 {
         return Err(HookError::Stage {
             status: state.status,

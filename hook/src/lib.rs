@@ -9,7 +9,8 @@
 //! - [`oci`]: the OCI state and the parts of `config.json` we read, size-bounded.
 //! - [`inject`]: applying a plan inside the container's mount namespace, safely against a hostile
 //!   rootfs ([`inject::rootfs`]), then [`cgroup_rules`] for the device cgroup.
-//! - [`run`]: one hook invocation; [`error`] maps failures to the documented exit codes.
+//! - [`run`]: one hook invocation; [`error`] maps failures to the documented exit codes;
+//!   [`refusal`] records a failed start in the node's decision log.
 //!
 //! - [`shim`]: the runtime shim `devinject-runtime`, which writes the plan into `config.json`
 //!   and execs runc or crun.
@@ -22,6 +23,7 @@ pub mod finish;
 pub mod inject;
 pub mod logging;
 pub mod oci;
+pub mod refusal;
 pub mod run;
 pub mod shim;
 #[allow(unsafe_code)]

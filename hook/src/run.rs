@@ -24,6 +24,7 @@ use crate::error::HookError;
 use crate::inject::ldcache::Ldconfig;
 use crate::inject::{self, layout, Target};
 use crate::oci::{read_bounded, Spec, State, MAX_STATE_BYTES};
+use crate::refusal::Seen;
 
 /// What the hook did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,10 +57,12 @@ impl Container for Bundle<'_> {
     }
 }
 
-/// Runs the hook with the state read from `stdin`.
-pub fn run(config: &HostConfig, stdin: impl Read) -> Result<Outcome, HookError> {
+/// Runs the hook with the state read from `stdin`; what it learns of the container on the way
+/// goes into `seen`, for the decision log when it fails ([`crate::refusal`]).
+pub fn run(config: &HostConfig, stdin: impl Read, seen: &mut Seen) -> Result<Outcome, HookError> {
     let bytes = read_bounded(stdin, MAX_STATE_BYTES, "OCI state on stdin")?;
     let state = State::parse(&bytes)?;
+    seen.container.clone_from(&state.id);
     let spec = Spec::load(&state.bundle)?;
     let mut annotations = spec.annotations.clone();
     annotations.extend(state.annotations.clone());
@@ -94,6 +97,7 @@ pub fn run(config: &HostConfig, stdin: impl Read) -> Result<Outcome, HookError> 
         spec: &spec,
         annotations: &annotations,
     };
+    seen.asking(&profiles, &container);
     let Some(admitted) = admission.admit(profiles, &container, ready, |r| layout::of_rootfs(r))?
     else {
         return Ok(Outcome::Nothing);
@@ -187,6 +191,18 @@ mod tests {
         (config, state.to_string().into_bytes())
     }
 
+    /// A refused start leaves what its decision-log entry names: the container and the
+    /// profiles it asked for.
+    #[test]
+    fn a_refused_start_has_seen_its_container_and_profiles() {
+        let t = tempfile::tempdir().unwrap();
+        let (config, state) = start(t.path(), "KVM_VISIBLE_DEVICES=all", "running");
+        let mut seen = Seen::default();
+        run(&config, state.as_slice(), &mut seen).unwrap_err();
+        assert_eq!(seen.container, "c1");
+        assert_eq!(seen.profiles, ["kvm"]);
+    }
+
     /// The stage is checked once the container asks for something, before anything else: a
     /// hook configured at the wrong stage fails such a container with the fix, and leaves one
     /// that asks for nothing alone.
@@ -194,7 +210,7 @@ mod tests {
     fn the_stage_is_checked_only_for_a_container_that_asks() {
         let t = tempfile::tempdir().unwrap();
         let (config, state) = start(t.path(), "KVM_VISIBLE_DEVICES=all", "running");
-        let err = run(&config, state.as_slice()).unwrap_err();
+        let err = run(&config, state.as_slice(), &mut Seen::default()).unwrap_err();
         assert!(matches!(err, HookError::Stage { .. }), "{err}");
         assert!(
             err.to_string().contains("\"running\"")
@@ -204,6 +220,9 @@ mod tests {
         assert_eq!(err.exit_code(), ExitCode::Input);
         let t = tempfile::tempdir().unwrap();
         let (config, state) = start(t.path(), "NOTE=KVM_VISIBLE_DEVICES", "running");
-        assert_eq!(run(&config, state.as_slice()).unwrap(), Outcome::Nothing);
+        assert_eq!(
+            run(&config, state.as_slice(), &mut Seen::default()).unwrap(),
+            Outcome::Nothing
+        );
     }
 }

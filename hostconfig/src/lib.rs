@@ -8,6 +8,7 @@
 //! - [`HostConfig`]: the file, [`HostConfig::load`] and [`HostConfig::parse`], [`ConfigError`].
 //! - [`policy`]: the request policy settings (`policy`, `non_kubernetes`, `on_denied`).
 //! - [`inject`]: how the hook injects (`mount_api`, `ldcache`).
+//! - `decision_log_dir`: where refused starts are recorded ([`HostConfig::decision_log`]).
 //!
 //! The settings are plain data: the hook turns them into what it runs (the pod-resources
 //! client, the ldconfig child), so this crate links none of that. docs/hook.md lists the keys;
@@ -108,6 +109,10 @@ pub struct HostConfig {
     /// safely below that setting (issue 32, finding 4). When containerd sends its timeout, the
     /// plugin also stays within three quarters of it.
     pub nri_request_budget_ms: u64,
+    /// The directory of the node's decision log, where the hook, the shim and the NRI plugin
+    /// record each container start they refuse (`devinject_decision_log`), which the device
+    /// plugin counts and `devinject-ctl doctor` shows. An absolute path; empty: no log.
+    pub decision_log_dir: PathBuf,
 }
 
 /// The default for `nri_request_budget_ms`: three quarters of containerd's default
@@ -150,6 +155,7 @@ impl Default for HostConfig {
             non_kubernetes: NonKubernetes::Env,
             on_denied: OnDenied::Fail,
             nri_request_budget_ms: DEFAULT_NRI_REQUEST_BUDGET_MS,
+            decision_log_dir: PathBuf::from(devinject_decision_log::DEFAULT_DIR),
         }
     }
 }
@@ -196,7 +202,23 @@ impl HostConfig {
                 ),
             });
         }
+        if !config.decision_log_dir.as_os_str().is_empty() && !config.decision_log_dir.is_absolute()
+        {
+            return Err(ConfigError::Parse {
+                path: path.to_owned(),
+                message: format!(
+                    "decision_log_dir is {:?}: give an absolute directory (the default is {}), or \"\" for no decision log",
+                    config.decision_log_dir,
+                    devinject_decision_log::DEFAULT_DIR
+                ),
+            });
+        }
         Ok(config)
+    }
+
+    /// The decision log's directory; `None` when `decision_log_dir` is empty (no log).
+    pub fn decision_log(&self) -> Option<&Path> {
+        (!self.decision_log_dir.as_os_str().is_empty()).then_some(self.decision_log_dir.as_path())
     }
 
     /// The request policy settings.
@@ -286,6 +308,24 @@ mod tests {
     }
 
     #[test]
+    fn the_decision_log_is_on_tmpfs_by_default_can_be_turned_off_and_must_be_absolute() {
+        let p = Path::new("c.toml");
+        let c = HostConfig::parse("", p).unwrap();
+        assert_eq!(c.decision_log(), Some(Path::new("/run/devinject")));
+        let c = HostConfig::parse("decision_log_dir = \"/var/log/devinject\"\n", p).unwrap();
+        assert_eq!(c.decision_log(), Some(Path::new("/var/log/devinject")));
+        let c = HostConfig::parse("decision_log_dir = \"\"\n", p).unwrap();
+        assert_eq!(c.decision_log(), None);
+        let err = HostConfig::parse("decision_log_dir = \"run/x\"\n", p)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("decision_log_dir") && err.contains("absolute") && err.contains("c.toml"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn the_nri_request_budget_stays_below_containerds_default_timeout_and_is_bounded() {
         let p = Path::new("/c.toml");
         let c = HostConfig::parse("", p).unwrap();
@@ -360,7 +400,7 @@ mod props {
 
     const PATH: &str = "/etc/devinject/config.toml";
 
-    const KNOWN: [&str; 18] = [
+    const KNOWN: [&str; 19] = [
         "ldcache",
         "profiles_dir",
         "dev_root",
@@ -379,6 +419,7 @@ mod props {
         "non_kubernetes",
         "on_denied",
         "nri_request_budget_ms",
+        "decision_log_dir",
     ];
 
     fn quoted(s: &str) -> String {
@@ -414,6 +455,7 @@ mod props {
             path.clone().prop_map(|v| ("runtime", v)),
             path.clone().prop_map(|v| ("hook", v)),
             path.clone().prop_map(|v| ("pod_resources_helper", v)),
+            path.clone().prop_map(|v| ("decision_log_dir", v)),
             path.prop_map(|v| ("pod_resources_socket", v)),
             word.clone().prop_map(|v| ("mount_api", v)),
             word.clone().prop_map(|v| ("policy", v)),
@@ -456,7 +498,13 @@ mod props {
                     let msg = e.to_string();
                     prop_assert!(msg.contains(PATH), "{}", msg);
                     // The parser's message names the key (or the line) it stopped at.
-                    prop_assert!(msg.contains("line") || msg.contains("pod_resources_timeout_ms"), "{}", msg);
+                    prop_assert!(
+                        msg.contains("line")
+                            || msg.contains("pod_resources_timeout_ms")
+                            || msg.contains("decision_log_dir"),
+                        "{}",
+                        msg
+                    );
                 }
             }
         }

@@ -11,8 +11,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode as ProcessExit;
 
+use devinject_decision_log::EnginePath;
 use devinject_exit::{describe, ExitCode};
 use devinject_hook::finish::FinishArgs;
+use devinject_hook::refusal::{self, Seen};
 use devinject_hostconfig::HostConfig;
 
 const USAGE: &str = "usage: devinject-hook [--config FILE] [finish [--mount HOST CONTAINER]... [--library HOST CONTAINER]... [--link PATH=TARGET]... [--ldcache-dir DIR]... [--group-node PATH]...]   (OCI state on stdin)";
@@ -72,14 +74,18 @@ fn main() -> ProcessExit {
     };
     devinject_hook::logging::init(&config.log_level);
     let stdin = std::io::stdin().lock();
+    let mut seen = Seen::default();
     let result = match &finish {
-        Some(f) => devinject_hook::finish::finish(&config, f, stdin).map(drop),
-        None => devinject_hook::run::run(&config, stdin).map(drop),
+        Some(f) => devinject_hook::finish::finish(&config, f, stdin, &mut seen).map(drop),
+        None => devinject_hook::run::run(&config, stdin, &mut seen).map(drop),
     };
     match result {
         Ok(()) => ProcessExit::SUCCESS,
         Err(e) => {
-            eprintln!("devinject: {}", describe(&e));
+            let message = describe(&e);
+            eprintln!("devinject: {message}");
+            // After the message, which the runtime shows whatever the log does.
+            refusal::record(&config, EnginePath::Hook, seen, e.exit_code(), &message);
             exit(e.exit_code())
         }
     }

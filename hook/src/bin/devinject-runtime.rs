@@ -12,7 +12,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode as ProcessExit;
 
+use devinject_decision_log::EnginePath;
 use devinject_exit::{describe, ExitCode};
+use devinject_hook::refusal::{self, Seen};
 use devinject_hook::shim::{self, args::ShimArgs, runtime_log, CONFIG_ENV};
 use devinject_hostconfig::HostConfig;
 
@@ -37,7 +39,16 @@ fn main() -> ProcessExit {
         }
     };
     devinject_hook::logging::init(&config.log_level);
-    let err = shim::run(&args, &config);
-    runtime_log::report(&args, &format!("devinject: {}", describe(&err)));
+    let mut seen = Seen {
+        container: args.container_id.clone().unwrap_or_default(),
+        ..Seen::default()
+    };
+    let err = shim::run(&args, &config, &mut seen);
+    let message = describe(&err);
+    runtime_log::report(&args, &format!("devinject: {message}"));
+    // A failed create or run kept a container from starting; any other command is runc's own.
+    if args.edits_bundle() {
+        refusal::record(&config, EnginePath::Shim, seen, err.exit_code(), &message);
+    }
     ProcessExit::from(err.exit_code().code())
 }

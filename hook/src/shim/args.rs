@@ -79,6 +79,8 @@ pub struct ShimArgs {
     pub command: Option<String>,
     /// The bundle of `create`/`run` (`--bundle`/`-b`; the current directory when absent).
     pub bundle: Option<PathBuf>,
+    /// The container id of `create`/`run`.
+    pub container_id: Option<String>,
     /// The runtime's `--log` file.
     pub log: Option<PathBuf>,
     /// The runtime's `--log-format`.
@@ -307,6 +309,7 @@ impl ShimArgs {
                     .collect(),
             });
         }
+        self.container_id = Some(rest[j].to_string_lossy().into_owned());
         Ok(())
     }
 
@@ -348,6 +351,7 @@ mod tests {
         assert_eq!(a.config, Some(PathBuf::from("/etc/devinject/config.toml")));
         assert_eq!(a.command.as_deref(), Some("create"));
         assert_eq!(a.bundle, Some(PathBuf::from("/run/b")));
+        assert_eq!(a.container_id.as_deref(), Some("abc"));
         assert_eq!(a.log, Some(PathBuf::from("/run/x/log.json")));
         assert_eq!(a.log_format.as_deref(), Some("json"));
         assert_eq!(

@@ -24,6 +24,7 @@ use devinject_hostconfig::{HostConfig, RUNTIME_CANDIDATES};
 
 use crate::inject::layout;
 use crate::oci::{read_spec_bytes, OciError, Spec};
+use crate::refusal::Seen;
 use args::ShimArgs;
 use devinject_admission::admit::{Admission, AdmitError};
 use devinject_contained::prepare_step::{self, PrepareStepError};
@@ -98,8 +99,9 @@ pub enum BundleEdit {
 }
 
 /// Runs the shim: edits the bundle when needed, then execs the runtime. Returns only on error,
-/// which the caller reports with [`runtime_log::report`].
-pub fn run(args: &ShimArgs, config: &HostConfig) -> ShimError {
+/// which the caller reports with [`runtime_log::report`]; what it learnt of the container by
+/// then is in `seen`, for the decision log ([`crate::refusal`]).
+pub fn run(args: &ShimArgs, config: &HostConfig, seen: &mut Seen) -> ShimError {
     let runtime = match resolve_runtime(args, config) {
         Ok(r) => r,
         Err(e) => return e,
@@ -109,7 +111,7 @@ pub fn run(args: &ShimArgs, config: &HostConfig) -> ShimError {
             .bundle
             .clone()
             .unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")));
-        if let Err(e) = edit_bundle(&bundle, config, args.config.as_deref()) {
+        if let Err(e) = edit_bundle(&bundle, config, args.config.as_deref(), seen) {
             return e;
         }
     }
@@ -132,11 +134,13 @@ pub fn resolve_runtime(args: &ShimArgs, config: &HostConfig) -> Result<PathBuf, 
 }
 
 /// Plans the bundle's container and rewrites its `config.json` (atomically) when it asked for
-/// devices. `config_path` is passed on to the finish hook.
+/// devices. `config_path` is passed on to the finish hook; the profiles the container asks for
+/// go into `seen`.
 pub fn edit_bundle(
     bundle: &Path,
     config: &HostConfig,
     config_path: Option<&Path>,
+    seen: &mut Seen,
 ) -> Result<BundleEdit, ShimError> {
     let (path, what, bytes) = read_spec_bytes(bundle)?;
     // A spec that names no request variable and no annotation of ours asked for nothing, and
@@ -149,6 +153,7 @@ pub fn edit_bundle(
     let spec = Spec::parse(&bytes, &what)?;
     // Where the rootfs is: looked up once the container asks for something, and only then.
     let ready = || Ok::<_, ShimError>(spec.rootfs(bundle)?);
+    seen.asking(&profiles, &spec);
     let Some(admitted) = admission.admit(profiles, &spec, ready, |r| layout::of_rootfs(r))? else {
         return Ok(BundleEdit::Untouched);
     };

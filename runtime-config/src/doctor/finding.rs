@@ -26,6 +26,8 @@ pub enum Section {
     Ldconfig,
     /// The kubelet's sockets.
     Kubelet,
+    /// The last refused container starts, from the decision log.
+    Refusals,
 }
 
 impl Section {
@@ -42,6 +44,7 @@ impl Section {
             Section::Cdi => "CDI specs",
             Section::Ldconfig => "ldconfig",
             Section::Kubelet => "kubelet",
+            Section::Refusals => "recent refusals",
         }
     }
 }

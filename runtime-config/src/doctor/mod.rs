@@ -13,7 +13,8 @@
 //! - [`cdi_specs`]: our CDI specs in the CDI directories are what `cdi generate` would write
 //!   now (no device gone or missing, no stale content);
 //! - [`ldconfig`]: the `ldconfig` the hook runs in containers exists and is statically linked;
-//! - [`kubelet`]: the device-plugin registration socket and the pod-resources socket.
+//! - [`kubelet`]: the device-plugin registration socket and the pod-resources socket;
+//! - [`refusals`]: the last container starts refused on this node, from the decision log.
 //!
 //! Every path is a host path read below [`DoctorRequest::root`], so an installer container (or a
 //! test) can examine a host mounted elsewhere. [`text`] renders the report for a terminal; the
@@ -30,6 +31,7 @@ pub mod kubelet;
 pub mod ldconfig;
 pub mod libraries;
 pub mod profiles;
+pub mod refusals;
 pub mod runtimes;
 pub mod text;
 
@@ -64,6 +66,8 @@ pub struct DoctorRequest {
     pub bin_dirs: Vec<PathBuf>,
     /// Directories holding CDI specs (host paths), checked for stale specs of ours.
     pub cdi_dirs: Vec<PathBuf>,
+    /// How many of the last refused starts to show from the decision log (0: none).
+    pub refusals: usize,
 }
 
 impl Default for DoctorRequest {
@@ -77,6 +81,7 @@ impl Default for DoctorRequest {
                 .iter()
                 .map(PathBuf::from)
                 .collect(),
+            refusals: refusals::DEFAULT_COUNT,
         }
     }
 }
@@ -134,6 +139,7 @@ pub fn run(req: &DoctorRequest) -> DoctorReport {
     cdi_specs::check(req, &host, &profiles, &mut report);
     ldconfig::check(req, &host, needs_ldconfig, &mut report);
     kubelet::check(req, &cgroups, &engines, &mut report);
+    refusals::check(req, &host, &mut report);
     report.findings.sort_by_key(|f| f.section);
     // Messages from the devices crate name paths as this process reaches them; show host paths.
     if req.root != Path::new("/") {

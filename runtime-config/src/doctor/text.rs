@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use crate::doctor::{DoctorReport, Section, Severity};
 
-const SECTIONS: [Section; 10] = [
+const SECTIONS: [Section; 11] = [
     Section::Cgroup,
     Section::Runtimes,
     Section::Engines,
@@ -16,6 +16,7 @@ const SECTIONS: [Section; 10] = [
     Section::Cdi,
     Section::Ldconfig,
     Section::Kubelet,
+    Section::Refusals,
 ];
 
 /// Renders `report`; the last line says whether the host is broken (`strict`: warnings count).

@@ -24,6 +24,10 @@ pub struct DoctorArgs {
     /// A directory holding CDI specs, checked for stale specs of ours (repeat for several).
     #[arg(long = "cdi-dir", value_name = "DIR", default_values = doctor::cdi_specs::DEFAULT_CDI_DIRS)]
     cdi_dirs: Vec<PathBuf>,
+    /// How many of the last refused container starts to list, from the node's decision log
+    /// (`decision_log_dir`); 0 for none.
+    #[arg(long, value_name = "N", default_value_t = doctor::refusals::DEFAULT_COUNT)]
+    refusals: usize,
     /// Print the findings as JSON.
     #[arg(long)]
     json: bool,
@@ -45,6 +49,7 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         host_config: args.config.clone(),
         kubelet_dir: args.kubelet_dir.clone(),
         cdi_dirs: args.cdi_dirs.clone(),
+        refusals: args.refusals,
         ..DoctorRequest::default()
     };
     let report = doctor::run(&req);

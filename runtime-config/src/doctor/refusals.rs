@@ -1,0 +1,198 @@
+//! The last container starts the hook, the shim and the NRI plugin refused on this node, read
+//! from the node's decision log (`decision_log_dir`, [`devinject_decision_log`]): what a user
+//! saw fail, with the time, the engine path, the container, the profiles and the reason.
+//!
+//! A refusal is something that happened, not something broken on the host: each is `info`.
+//! A log that cannot be read (a link or a FIFO planted at its name, a directory others may
+//! write) is a warning, naming the path and what to do.
+
+use devinject_decision_log::{last, Decision};
+use devinject_hostconfig::HostConfig;
+
+use crate::doctor::{DoctorReport, DoctorRequest, Section, Severity};
+
+/// How many refusals doctor shows unless told otherwise.
+pub const DEFAULT_COUNT: usize = 10;
+
+/// Adds the last [`DoctorRequest::refusals`] refusals of `host`'s decision log.
+pub fn check(req: &DoctorRequest, host: &HostConfig, report: &mut DoctorReport) {
+    if req.refusals == 0 {
+        return;
+    }
+    let Some(dir) = host.decision_log() else {
+        report.add(
+            Section::Refusals,
+            "decision_log_dir",
+            Severity::Info,
+            "decision_log_dir is empty: refused starts are not recorded on this node",
+            None,
+        );
+        return;
+    };
+    let log = dir.join(devinject_decision_log::LOG_NAME);
+    let decisions = match last(&req.access(dir), req.refusals) {
+        Ok(d) => d,
+        Err(e) => {
+            report.add(
+                Section::Refusals,
+                log.display().to_string(),
+                Severity::Warning,
+                e.to_string(),
+                Some(
+                    "the device plugin cannot count refusals either; remove what is there and \
+                     let the hook make the directory (mode 0700, root)"
+                        .to_string(),
+                ),
+            );
+            return;
+        }
+    };
+    if decisions.is_empty() {
+        report.add(
+            Section::Refusals,
+            log.display().to_string(),
+            Severity::Ok,
+            format!("no refused start recorded in {}", log.display()),
+            None,
+        );
+        return;
+    }
+    for d in &decisions {
+        report.add(
+            Section::Refusals,
+            d.container.clone(),
+            Severity::Info,
+            line(d),
+            None,
+        );
+    }
+}
+
+/// One refusal on one line: time, path, reason, container, profiles, message.
+pub fn line(d: &Decision) -> String {
+    let container = if d.container.is_empty() {
+        "(unknown container)"
+    } else {
+        &d.container
+    };
+    let profiles = if d.profiles.is_empty() {
+        String::new()
+    } else {
+        format!(" [{}]", d.profiles.join(","))
+    };
+    format!(
+        "{} {} {} {container}{profiles}: {}",
+        d.time_utc(),
+        d.path,
+        d.reason,
+        printable(&d.message)
+    )
+}
+
+/// `text` with its control characters escaped: a line of the log is one line on screen.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use devinject_decision_log::{record, EnginePath, Reason};
+
+    use super::*;
+
+    fn host(dir: &Path) -> HostConfig {
+        HostConfig {
+            decision_log_dir: dir.to_owned(),
+            ..HostConfig::default()
+        }
+    }
+
+    fn req(root: &Path, refusals: usize) -> DoctorRequest {
+        DoctorRequest {
+            root: root.to_owned(),
+            refusals,
+            ..DoctorRequest::default()
+        }
+    }
+
+    #[test]
+    fn the_last_refusals_are_listed_oldest_first_with_reason_and_message() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("run/devinject");
+        std::fs::create_dir_all(root.path().join("run")).unwrap();
+        for i in 0..12 {
+            let mut d = Decision::now(
+                EnginePath::Shim,
+                format!("c{i}"),
+                vec!["demo".into()],
+                Reason::Policy,
+                format!("profile demo: device \"{i}\" was not granted\u{7}"),
+            );
+            d.time_unix_ms = 1_798_761_599_000;
+            record(&dir, &d).unwrap();
+        }
+        let mut report = DoctorReport::default();
+        check(
+            &req(root.path(), 3),
+            &host(Path::new("/run/devinject")),
+            &mut report,
+        );
+        let lines: Vec<&str> = report.findings.iter().map(|f| f.message.as_str()).collect();
+        assert_eq!(
+            lines,
+            [9, 10, 11].map(|i| format!(
+                "2026-12-31T23:59:59Z shim policy c{i} [demo]: profile demo: device \"{i}\" was not granted\\u{{7}}"
+            ))
+        );
+        assert!(report
+            .findings
+            .iter()
+            .all(|f| f.severity == Severity::Info && f.section == Section::Refusals));
+    }
+
+    #[test]
+    fn none_recorded_off_or_unreadable() {
+        let root = tempfile::tempdir().unwrap();
+        let mut report = DoctorReport::default();
+        check(
+            &req(root.path(), 10),
+            &host(Path::new("/none")),
+            &mut report,
+        );
+        assert_eq!(report.findings[0].severity, Severity::Ok);
+        assert!(report.findings[0]
+            .message
+            .contains("no refused start recorded in /none/decisions.log"));
+        let mut report = DoctorReport::default();
+        check(&req(root.path(), 10), &host(Path::new("")), &mut report);
+        assert!(report.findings[0].message.contains("not recorded"));
+        let mut report = DoctorReport::default();
+        let dir = root.path().join("log");
+        std::fs::create_dir(&dir).unwrap();
+        nix::unistd::mkfifo(
+            &dir.join("decisions.log"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        check(&req(root.path(), 10), &host(Path::new("/log")), &mut report);
+        assert_eq!(report.findings[0].severity, Severity::Warning);
+        assert!(
+            report.findings[0].message.contains("is a FIFO"),
+            "{:?}",
+            report.findings
+        );
+        let mut report = DoctorReport::default();
+        check(&req(root.path(), 0), &host(Path::new("/log")), &mut report);
+        assert!(report.findings.is_empty(), "--refusals 0 skips the section");
+    }
+}
