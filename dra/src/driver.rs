@@ -21,6 +21,7 @@ use tracing::{info, warn};
 use crate::checkpoint::{Checkpoint, ClaimEntry};
 use crate::claim::{self, AllocatedDevice, Allocation};
 use crate::claim_spec::{self, ClaimSpec, SpecContext};
+use crate::metrics::{DraMetrics, Prepared};
 use crate::naming;
 use crate::prepared::{ClaimRef, Claims, PreparedDevice};
 use crate::slices::device_names;
@@ -52,6 +53,7 @@ pub struct Driver {
     /// One claim at a time: prepare and unprepare of one claim never interleave, and the
     /// checkpoint file is written by one writer.
     checkpoint: Mutex<Checkpoint>,
+    metrics: DraMetrics,
 }
 
 /// Why the driver could not start.
@@ -70,7 +72,14 @@ impl Driver {
             config,
             client,
             checkpoint: Mutex::new(checkpoint),
+            metrics: DraMetrics::default(),
         })
+    }
+
+    /// The same driver, counting its claims into `metrics`.
+    pub fn with_metrics(mut self, metrics: DraMetrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// This node's pools, one per profile.
@@ -232,10 +241,25 @@ struct ProfilePlan {
     answer: Vec<PreparedDevice>,
 }
 
-impl Claims for Driver {
-    async fn prepare(&self, claim: ClaimRef) -> Result<Vec<PreparedDevice>, String> {
-        let started = std::time::Instant::now();
-        let (what, uid) = label(&claim)?;
+/// A claim not prepared: its message for the kubelet, and its reason for the metrics.
+struct Refused {
+    reason: &'static str,
+    message: String,
+}
+
+/// The mapping of an error message to a [`Refused`] with `reason`.
+fn refused(reason: &'static str) -> impl Fn(String) -> Refused {
+    move |message| Refused { reason, message }
+}
+
+impl Driver {
+    /// [`Claims::prepare`], saying how it ended.
+    async fn prepare_claim(
+        &self,
+        claim: ClaimRef,
+        started: std::time::Instant,
+    ) -> Result<(Vec<PreparedDevice>, Prepared), Refused> {
+        let (what, uid) = label(&claim).map_err(refused("claim_uid"))?;
         let mut checkpoint = self.checkpoint.lock().await;
         if let Some(entry) = checkpoint.get(&uid) {
             // Prepared before: answered from the checkpoint while its specs are there. A node's
@@ -243,50 +267,60 @@ impl Claims for Driver {
             // then the claim is prepared again, its prepare steps included.
             let mut missing = Vec::new();
             for file in &entry.spec_files {
-                if !claim_spec::present(&self.config.spec, file).map_err(|e| e.to_string())? {
+                if !claim_spec::present(&self.config.spec, file)
+                    .map_err(|e| e.to_string())
+                    .map_err(refused("spec"))?
+                {
                     missing.push(file.clone());
                 }
             }
             if missing.is_empty() {
-                return Ok(entry.devices.clone());
+                return Ok((entry.devices.clone(), Prepared::FromCheckpoint));
             }
             warn!(claim = %what, missing = ?missing, "a prepared claim's CDI spec is gone (the node rebooted?); preparing it again");
             self.undo(&entry.spec_files.clone());
             checkpoint
                 .remove(&uid)
-                .map_err(|e| format!("{what}: {e}"))?;
+                .map_err(|e| format!("{what}: {e}"))
+                .map_err(refused("checkpoint"))?;
         }
         let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &claim.namespace);
         let object = api
             .get(&claim.name)
             .await
-            .map_err(|e| format!("{what}: reading it from the API server: {e}"))?;
+            .map_err(|e| format!("{what}: reading it from the API server: {e}"))
+            .map_err(refused("api"))?;
         let allocation = claim::read(
             &object,
             &uid,
             self.config.spec.driver.as_str(),
             &self.pools(),
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())
+        .map_err(refused("allocation"))?;
         let plans = self
             .plan(&what, &uid, &allocation)
-            .map_err(|e| format!("{what}: {e}"))?;
+            .map_err(|e| format!("{what}: {e}"))
+            .map_err(refused("plan"))?;
         // The prepare programs run before any spec is written, each contained (its own PID
         // namespace, deadline, bounded output), off the async thread: a failure leaves nothing.
         let runs: Vec<PrepareRun> = plans.iter().flat_map(|p| p.runs.iter().cloned()).collect();
         if !runs.is_empty() {
             tokio::task::spawn_blocking(move || run_all(&runs))
                 .await
-                .map_err(|e| format!("{what}: the prepare step's task: {e}"))?
-                .map_err(|e| format!("{what}: {e}"))?;
+                .map_err(|e| format!("{what}: the prepare step's task: {e}"))
+                .map_err(refused("prepare_step"))?
+                .map_err(|e| format!("{what}: {e}"))
+                .map_err(refused("prepare_step"))?;
         }
         let entry = self
             .write(&claim, plans)
-            .map_err(|e| format!("{what}: {e}"))?;
+            .map_err(|e| format!("{what}: {e}"))
+            .map_err(refused("spec"))?;
         let (spec_files, devices) = (entry.spec_files.clone(), entry.devices.clone());
         if let Err(e) = checkpoint.insert(&uid, entry) {
             self.undo(&spec_files);
-            return Err(format!("{what}: {e}"));
+            return Err(refused("checkpoint")(format!("{what}: {e}")));
         }
         info!(
             claim = %what,
@@ -294,10 +328,11 @@ impl Claims for Driver {
             took_us = started.elapsed().as_micros() as u64,
             "{PREPARED}"
         );
-        Ok(devices)
+        Ok((devices, Prepared::Written))
     }
 
-    async fn unprepare(&self, claim: ClaimRef) -> Result<(), String> {
+    /// [`Claims::unprepare`].
+    async fn unprepare_claim(&self, claim: ClaimRef) -> Result<(), String> {
         let (what, uid) = label(&claim)?;
         let mut checkpoint = self.checkpoint.lock().await;
         // The names a prepare of this claim can have written, whether or not its checkpoint
@@ -325,5 +360,24 @@ impl Claims for Driver {
             .map_err(|e| format!("{what}: {e}"))?;
         info!(claim = %what, specs = removed, "unprepared");
         Ok(())
+    }
+}
+
+impl Claims for Driver {
+    async fn prepare(&self, claim: ClaimRef) -> Result<Vec<PreparedDevice>, String> {
+        let started = std::time::Instant::now();
+        let result = self.prepare_claim(claim, started).await;
+        let outcome = match &result {
+            Ok((_, outcome)) => *outcome,
+            Err(refused) => Prepared::Refused(refused.reason),
+        };
+        self.metrics.prepared(outcome, started.elapsed());
+        result.map(|(devices, _)| devices).map_err(|r| r.message)
+    }
+
+    async fn unprepare(&self, claim: ClaimRef) -> Result<(), String> {
+        let result = self.unprepare_claim(claim).await;
+        self.metrics.unprepared(result.is_ok());
+        result
     }
 }

@@ -11,6 +11,7 @@ pub mod claim;
 pub mod claim_spec;
 pub mod driver;
 pub mod health;
+pub mod metrics;
 pub mod naming;
 pub mod node_service;
 pub mod prepared;

@@ -18,9 +18,13 @@ use devinject_devices::{HostRoots, ProfileSet};
 use devinject_dra::api_client::ApiConfig;
 use devinject_dra::claim_spec::SpecContext;
 use devinject_dra::driver::{Driver, DriverConfig};
+use devinject_dra::metrics::DraMetrics;
 use devinject_dra::naming::DEFAULT_DRIVER;
 use devinject_dra::serve::{serve, ServeConfig};
 use devinject_dra::slices::device_classes_manifest;
+use devinject_metrics::address::port;
+use devinject_metrics::prometheus_client::registry::Registry;
+use devinject_metrics::{register_build_info, MetricsAddress};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Parser)]
@@ -97,6 +101,11 @@ struct ServeArgs {
     /// writes into a CDI spec and every prepare step it runs is the host's.
     #[arg(long, value_name = "DIR")]
     host_root: Option<PathBuf>,
+    /// Where to serve Prometheus metrics (`GET /metrics`): `off`, an IP address (port 9473), or
+    /// an IP address and a port. Loopback unless given: the manifests pass the pod's IP.
+    #[arg(long, value_name = "ADDRESS", default_value = "127.0.0.1:9473",
+        value_parser = |s: &str| MetricsAddress::parse(s, port::DRA))]
+    metrics_address: MetricsAddress,
 }
 
 fn main() -> ExitCode {
@@ -154,6 +163,11 @@ fn run(args: ServeArgs) -> Result<()> {
         )
         })?;
     let driver_dir = args.plugins_dir.join(&args.driver);
+    let metrics = DraMetrics::default();
+    let mut registry = Registry::default();
+    register_build_info(&mut registry, "dra", env!("CARGO_PKG_VERSION"));
+    metrics.register(&mut registry);
+    let _metrics = devinject_metrics::start(args.metrics_address, registry);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -194,7 +208,7 @@ fn run(args: ServeArgs) -> Result<()> {
             checkpoint: driver_dir.join("checkpoint.json"),
         };
         let roots = config.roots.clone();
-        let driver = Driver::new(config, client.clone())?;
+        let driver = Driver::new(config, client.clone())?.with_metrics(metrics.clone());
         serve(
             ServeConfig {
                 driver: args.driver,
@@ -203,6 +217,7 @@ fn run(args: ServeArgs) -> Result<()> {
                 roots,
                 socket: driver_dir.join("dra.sock"),
                 registration_dir: args.registry_dir,
+                metrics,
             },
             driver,
             client,

@@ -20,6 +20,7 @@ use crate::api::pluginregistration::{
     InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
 };
 use crate::api::{PLUGIN_TYPE, SUPPORTED_VERSIONS};
+use crate::metrics::DraMetrics;
 
 /// The longest error text from the kubelet that is kept and logged, in bytes.
 pub const MAX_ERROR_LEN: usize = 1024;
@@ -69,6 +70,7 @@ pub struct RegistrationService {
     driver: String,
     endpoint: String,
     state: watch::Sender<RegistrationState>,
+    metrics: DraMetrics,
 }
 
 impl RegistrationService {
@@ -93,7 +95,14 @@ impl RegistrationService {
             driver: driver.to_owned(),
             endpoint,
             state: watch::Sender::new(RegistrationState::Waiting),
+            metrics: DraMetrics::default(),
         })
+    }
+
+    /// The same service, counting what the kubelet says into `metrics`.
+    pub fn with_metrics(mut self, metrics: DraMetrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// A receiver of the registration state; it sees a new value only when the state changes.
@@ -118,6 +127,7 @@ impl RegistrationService {
     }
 
     fn record(&self, status: RegistrationStatus) {
+        self.metrics.registration(status.plugin_registered);
         let next = if status.plugin_registered {
             if status.error.is_empty() {
                 info!(driver = %self.driver, "{REGISTERED}");

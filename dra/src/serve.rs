@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::health::{Discovered, HealthConfig, HealthService};
+use crate::metrics::DraMetrics;
 use crate::node_service::NodeService;
 use crate::prepared::Claims;
 use crate::registration::RegistrationService;
@@ -45,6 +46,9 @@ pub struct ServeConfig {
     pub socket: PathBuf,
     /// The kubelet's plugin registry directory.
     pub registration_dir: PathBuf,
+    /// Where the driver counts devices, slices and registrations (registered for `/metrics`
+    /// by the binary).
+    pub metrics: DraMetrics,
 }
 
 /// Why the driver stopped.
@@ -82,7 +86,8 @@ pub async fn serve<C: Claims>(
     });
     let routes = service.routes().add_service(health.server());
     let mut dra = socket::serve(&config.socket, routes).await?;
-    let registration = RegistrationService::new(&config.driver, &config.socket)?;
+    let registration = RegistrationService::new(&config.driver, &config.socket)?
+        .with_metrics(config.metrics.clone());
     let reg_path = config
         .registration_dir
         .join(format!("{}-reg.sock", config.driver));
@@ -147,6 +152,7 @@ async fn publish(
                     if failing.remove(name).is_some() {
                         info!(profile = name, "discovery works again");
                     }
+                    config.metrics.discovered(name, found.get(name), &inventory);
                     found.insert(name.to_owned(), inventory);
                     fresh.push(profile);
                 }
@@ -186,6 +192,7 @@ async fn publish(
             let slice_name = slice.metadata.name.clone().unwrap_or_default();
             match api.patch(&slice_name, &params, &Patch::Apply(&slice)).await {
                 Ok(_) => {
+                    config.metrics.slice_applied(true);
                     info!(
                         profile = name,
                         slice = %slice_name,
@@ -196,6 +203,7 @@ async fn publish(
                     published.insert(name.to_owned(), slice);
                 }
                 Err(e) => {
+                    config.metrics.slice_applied(false);
                     warn!(profile = name, slice = %slice_name, error = %e, "publishing the ResourceSlice failed; retrying")
                 }
             }

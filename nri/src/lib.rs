@@ -11,13 +11,17 @@
 //! - [`session`]: register, then serve, over one connection, each container on its own thread.
 //! - [`plugin`]: what each call does; [`adjust`]: a plan as an adjustment.
 //! - [`budget`]: how long a request may take (the runtime drops a plugin that is late).
+//! - [`metrics`]: what the plugin answered, for Prometheus.
 
 pub mod adjust;
 pub mod budget;
 pub mod error;
 pub mod framing;
+pub mod metrics;
 pub mod mux;
 pub mod plugin;
+#[cfg(test)]
+mod refusal_tests;
 pub mod session;
 
 /// NRI's messages (`proto/nri.proto`).

@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use devinject_admission::admit::{Admission, AdmitError, Container};
+use devinject_admission::container_plan::{find_requests, ContainerPlanError};
 use devinject_contained::prepare_step::{self, PrepareStepError};
+use devinject_decision_log::{record_or_warn, Decision, EnginePath, Reason};
 use devinject_devices::env_value;
 use devinject_devices::{ContainerLayout, FinishArgs, GroupAccess, HookCommand};
 use devinject_hostconfig::HostConfig;
@@ -21,6 +23,7 @@ use crate::adjust::{adjustment, refuse_nodes_in_volumes, AdjustError};
 use crate::api;
 use crate::budget::{BudgetError, RequestBudget};
 use crate::error::NriError;
+use crate::metrics::{NriMetrics, Outcome};
 
 /// NRI's plugin service.
 pub const SERVICE: &str = "nri.pkg.api.v1alpha1.Plugin";
@@ -61,6 +64,41 @@ enum CreateError {
     Budget(#[from] BudgetError),
 }
 
+impl CreateError {
+    /// The refusal's reason in `devinject_nri_refusals_total` (a fixed vocabulary).
+    fn reason(&self) -> &'static str {
+        match self {
+            Self::Admit(AdmitError::Policy(_)) => "policy",
+            Self::Admit(AdmitError::Profiles(_)) => "profiles",
+            Self::Admit(AdmitError::Plan(
+                ContainerPlanError::Discovery(_) | ContainerPlanError::Resolve(_),
+            )) => "host",
+            Self::Admit(_) => "request",
+            Self::Adjust(AdjustError::NodeInVolume(_)) => "node_in_volume",
+            Self::Adjust(AdjustError::UserNamespace { .. }) => "user_namespace",
+            Self::Prepare(_) => "prepare_step",
+            Self::Budget(BudgetError::Busy { .. }) => "busy",
+            Self::Budget(_) => "budget",
+        }
+    }
+}
+
+impl CreateError {
+    /// The refusal's word in the node's decision log: the exit code's word the hook or the
+    /// shim would have recorded for the same cause.
+    fn decision_reason(&self) -> Reason {
+        match self {
+            Self::Admit(e) => e.exit_code().into(),
+            Self::Adjust(_) => Reason::Inject,
+            Self::Prepare(e) => e.exit_code().into(),
+            Self::Budget(BudgetError::PrepareStep { .. }) => Reason::Prepare,
+            // Admission includes the kubelet's answer, which the message points at.
+            Self::Budget(BudgetError::Admission { .. }) => Reason::Policy,
+            Self::Budget(_) => Reason::Internal,
+        }
+    }
+}
+
 /// The plugin: the host settings it admits containers under. Shared by the threads that
 /// serve a session's requests ([`crate::session`]).
 #[derive(Debug)]
@@ -72,6 +110,9 @@ pub struct Plugin {
     /// The runtime's request timeout in milliseconds, as its last `Configure` said (0: not
     /// said).
     runtime_timeout_ms: AtomicU64,
+    metrics: NriMetrics,
+    /// The node's decision log, where each refusal is recorded (`decision_log_dir`).
+    decision_log: Option<PathBuf>,
 }
 
 /// The container as containerd describes it to NRI.
@@ -100,7 +141,14 @@ impl Plugin {
             hook: HookCommand::new(&hook, config_path.as_deref(), &cwd),
             budget: Duration::from_millis(config.nri_request_budget_ms),
             runtime_timeout_ms: AtomicU64::new(0),
+            metrics: NriMetrics::default(),
+            decision_log: config.decision_log().map(PathBuf::from),
         }
+    }
+
+    /// Where the plugin counts what it answers (registered for `/metrics` by the binary).
+    pub fn metrics(&self) -> &NriMetrics {
+        &self.metrics
     }
 
     /// The budget each request gets now.
@@ -159,40 +207,67 @@ impl Plugin {
                 Ok(api::ConfigureResponse { events: EVENTS }.encode_to_vec())
             }
             "Synchronize" => Ok(api::SynchronizeResponse { more: false }.encode_to_vec()),
-            "CreateContainer" => {
-                let req = decode::<api::CreateContainerRequest>(payload, "CreateContainerRequest")?;
-                let container = req.container.unwrap_or_default();
-                let pod = req.pod.unwrap_or_default();
-                match self.create_container(&container, deadline) {
-                    Ok(adjust) => Ok(api::CreateContainerResponse { adjust }.encode_to_vec()),
-                    Err(e) => {
-                        tracing::warn!(
-                            pod = %format!("{}/{}", pod.namespace, pod.name),
-                            container = %container.name,
-                            "refused: {e}"
-                        );
-                        Err(Failure {
-                            code: match &e {
-                                CreateError::Admit(AdmitError::Policy(_)) => PERMISSION_DENIED,
-                                CreateError::Admit(AdmitError::Plan(_)) => INVALID_ARGUMENT,
-                                _ => FAILED_PRECONDITION,
-                            },
-                            message: format!("devinject: {e}"),
-                        })
-                    }
-                }
-            }
+            "CreateContainer" => self.create(payload, deadline).0,
             // Shutdown and every event we did not subscribe to: an empty message is the
             // default of every response type.
             _ => Ok(Vec::new()),
         }
     }
 
-    /// The adjustment for a container being created; `None` when it asked for nothing.
+    /// Answers `CreateContainer` (its encoded `payload`), and says with what, for the metrics
+    /// the session records once the answer is sent; the work ends by `deadline`.
+    pub fn create(&self, payload: &[u8], deadline: Instant) -> (Result<Vec<u8>, Failure>, Outcome) {
+        let req = match decode::<api::CreateContainerRequest>(payload, "CreateContainerRequest") {
+            Ok(req) => req,
+            Err(failure) => return (Err(failure), Outcome::Refused("malformed")),
+        };
+        let container = req.container.unwrap_or_default();
+        let pod = req.pod.unwrap_or_default();
+        let mut asking = Vec::new();
+        match self.create_container(&container, deadline, &mut asking) {
+            Ok(adjust) => {
+                let outcome = if adjust.is_some() {
+                    Outcome::Injected
+                } else {
+                    Outcome::Unchanged
+                };
+                let answer = api::CreateContainerResponse { adjust }.encode_to_vec();
+                (Ok(answer), outcome)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    pod = %format!("{}/{}", pod.namespace, pod.name),
+                    container = %container.name,
+                    "refused: {e}"
+                );
+                let failure = Failure {
+                    code: match &e {
+                        CreateError::Admit(AdmitError::Policy(_)) => PERMISSION_DENIED,
+                        CreateError::Admit(AdmitError::Plan(_)) => INVALID_ARGUMENT,
+                        _ => FAILED_PRECONDITION,
+                    },
+                    message: format!("devinject: {e}"),
+                };
+                let decision = Decision::now(
+                    EnginePath::Nri,
+                    container.id.clone(),
+                    asking,
+                    e.decision_reason(),
+                    e.to_string(),
+                );
+                record_or_warn(self.decision_log.as_deref(), &decision);
+                (Err(failure), Outcome::Refused(e.reason()))
+            }
+        }
+    }
+
+    /// The adjustment for a container being created; `None` when it asked for nothing. The
+    /// profiles it asks for go into `asking`, for the decision log when it is refused.
     fn create_container(
         &self,
         container: &api::Container,
         deadline: Instant,
+        asking: &mut Vec<String>,
     ) -> Result<Option<api::ContainerAdjustment>, CreateError> {
         let mentions = |needle: &str| {
             container.env.iter().any(|e| e.contains(needle))
@@ -204,6 +279,10 @@ impl Plugin {
         let Some(profiles) = self.admission.may_be_asking(mentions)? else {
             return Ok(None);
         };
+        *asking = find_requests(&profiles, |n| container.env(n), container.annotations())
+            .into_iter()
+            .map(|r| r.profile.to_string())
+            .collect();
         // The rootfs is not mounted yet when NRI asks: libraries go to the default layout's
         // directory, and the finish hook puts them in the linker cache there.
         let Some(admitted) = self.admission.admit(

@@ -24,6 +24,7 @@ use crate::budget::BudgetError;
 use crate::envelope;
 use crate::error::NriError;
 use crate::framing::{Message, Stream, REQUEST, RESPONSE};
+use crate::metrics::{NriMetrics, Outcome};
 use crate::mux::{read_frame, write_frames, PLUGIN_SERVICE, RUNTIME_SERVICE};
 use crate::plugin::{Failure, Plugin, INTERNAL, INVALID_ARGUMENT};
 
@@ -67,6 +68,14 @@ pub fn serve(
 ) -> Result<End, NriError> {
     let mut trunk =
         UnixStream::connect(socket).map_err(|e| NriError::Io("connect to the NRI socket", e))?;
+    // However the session ends, the plugin is no longer connected.
+    struct Disconnected<'a>(&'a NriMetrics);
+    impl Drop for Disconnected<'_> {
+        fn drop(&mut self) {
+            self.0.disconnected();
+        }
+    }
+    let _connected = Disconnected(plugin.metrics());
     let writer: Writer = Arc::new(Mutex::new(
         trunk
             .try_clone()
@@ -152,6 +161,7 @@ pub fn serve(
                         index = %registration.index,
                         "{REGISTERED}"
                     );
+                    plugin.metrics().registered();
                 }
             }
             other => {
@@ -178,22 +188,33 @@ fn dispatch(
     // The work ends a little before the answer is due, so that a step killed at its deadline
     // is answered with its own message rather than the generic one.
     let work_deadline = deadline - budget.get() / 10;
-    let answer_now = |failure: Failure| {
+    let answer_now = |failure: Failure, reason: &'static str| {
         if let Err(e) = reply(writer, stream, Err(failure)) {
             tracing::warn!("cannot answer the runtime: {e}");
         }
+        plugin
+            .metrics()
+            .answered(Outcome::Refused(reason), arrived.elapsed());
     };
     let busy = in_flight.fetch_add(1, Ordering::SeqCst);
     if busy >= MAX_IN_FLIGHT {
         in_flight.fetch_sub(1, Ordering::SeqCst);
-        answer_now(plugin.refused(BudgetError::Busy { in_flight: busy }));
+        answer_now(
+            plugin.refused(BudgetError::Busy { in_flight: busy }),
+            "busy",
+        );
         return;
     }
     let (done, result) = mpsc::sync_channel(1);
     let work = {
         let (plugin, in_flight) = (Arc::clone(plugin), Arc::clone(in_flight));
         move || {
-            let answer = plugin.call(&req.service, &req.method, &req.payload, work_deadline);
+            let answer = if req.service == crate::plugin::SERVICE {
+                plugin.create(&req.payload, work_deadline)
+            } else {
+                let failure = plugin.call(&req.service, &req.method, &req.payload, work_deadline);
+                (failure, Outcome::Refused("malformed"))
+            };
             in_flight.fetch_sub(1, Ordering::SeqCst);
             // The answerer may have given up on it: then nobody listens.
             let _ = done.send(answer);
@@ -204,29 +225,35 @@ fn dispatch(
         .spawn(work)
     {
         in_flight.fetch_sub(1, Ordering::SeqCst);
-        answer_now(Failure {
-            code: INTERNAL,
-            message: format!("devinject: cannot start a thread for the container: {e}"),
-        });
+        answer_now(
+            Failure {
+                code: INTERNAL,
+                message: format!("devinject: cannot start a thread for the container: {e}"),
+            },
+            "internal",
+        );
         return;
     }
     let answerer = {
         let (plugin, writer) = (Arc::clone(plugin), Arc::clone(writer));
         move || {
             let left = deadline.saturating_duration_since(Instant::now());
-            let answer = match result.recv_timeout(left) {
+            let (answer, outcome) = match result.recv_timeout(left) {
                 Ok(answer) => answer,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    Err(plugin.refused(BudgetError::Admission { budget }))
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => Err(Failure {
+                Err(mpsc::RecvTimeoutError::Timeout) => (
+                    Err(plugin.refused(BudgetError::Admission { budget })),
+                    Outcome::Refused("budget"),
+                ),
+                Err(mpsc::RecvTimeoutError::Disconnected) => (Err(Failure {
                     code: INTERNAL,
                     message: "devinject: admitting the container failed unexpectedly: see devinject-nri's log".into(),
-                }),
+                }), Outcome::Refused("internal")),
             };
             if let Err(e) = reply(&writer, stream, answer) {
                 tracing::warn!("cannot answer the runtime: {e}");
             }
+            // What the runtime was sent: a late answer of the work is counted as the budget's.
+            plugin.metrics().answered(outcome, arrived.elapsed());
         }
     };
     if let Err(e) = std::thread::Builder::new()
@@ -344,7 +371,10 @@ mod tests {
             name: "devinject".into(),
             index: "10".into(),
         };
-        let session = std::thread::spawn(move || serve(&socket, &registration, &plugin));
+        let session = {
+            let plugin = Arc::clone(&plugin);
+            std::thread::spawn(move || serve(&socket, &registration, &plugin))
+        };
         let (mut trunk, _) = listener.accept().unwrap();
         let (conn, _) = read_frame(&mut trunk).unwrap().expect("the registration");
         assert_eq!(conn, RUNTIME_SERVICE);
@@ -400,5 +430,19 @@ mod tests {
         );
         drop(trunk);
         assert_eq!(session.join().unwrap().unwrap(), End::Closed);
+        // What the runtime was sent is what is counted: the budget's refusal, the session's
+        // registration, and no connection once it ended.
+        let mut registry = prometheus_client::registry::Registry::default();
+        plugin.metrics().register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            "devinject_nri_refusals_total{reason=\"budget\"} 1\n",
+            "devinject_nri_create_container_duration_seconds_count{outcome=\"refused\"} 1\n",
+            "devinject_nri_registrations_total 1\n",
+            "devinject_nri_connected 0\n",
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
     }
 }

@@ -22,6 +22,7 @@ use crate::advertisement::Advertisement;
 use crate::health::{HealthError, HealthMonitor};
 use crate::kubelet::lifecycle::{Lifecycle, LifecycleError};
 use crate::kubelet::watch::{DirWatcher, WatchError};
+use crate::metrics::PluginMetrics;
 use crate::resource::ResourceConfig;
 use crate::source::ProfileSource;
 
@@ -36,6 +37,8 @@ pub struct DaemonConfig {
     pub roots: HostRoots,
     /// Profiles to serve; empty means every profile with devices on this host.
     pub profiles: Vec<String>,
+    /// Where the daemon counts what it does (registered for `/metrics` by the binary).
+    pub metrics: PluginMetrics,
 }
 
 /// Why the daemon stopped with an error.
@@ -183,7 +186,8 @@ pub async fn run(config: DaemonConfig) -> Result<(), DaemonError> {
         let name = resource.resource_name.clone();
         let (sender, _) = watch::channel(Arc::new(Advertisement::new(resource.replicas)));
         let sender = Arc::new(sender);
-        let monitor = HealthMonitor::new(name.clone(), source, sender.clone());
+        let monitor = HealthMonitor::new(name.clone(), source, sender.clone())
+            .with_metrics(config.metrics.clone());
         monitor.rescan();
         info!(resource = %name, profile = %resource.profile, devices = sender.borrow().ids().len(),
             mode = ?resource.mode, "serving");
@@ -197,6 +201,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), DaemonError> {
             sender,
             watcher.subscribe(),
             shutdown.clone(),
+            config.metrics.clone(),
         );
         lifecycles.spawn({
             let task = format!("lifecycle of {name}");

@@ -50,6 +50,20 @@ pub enum PluginError {
     },
 }
 
+impl PluginError {
+    /// The refusal's label in `devinject_device_plugin_allocation_refusals_total`: a fixed
+    /// vocabulary, never the id a request carried.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::UnknownDevice { .. } => "unknown_device",
+            Self::DuplicateDevice { .. } => "duplicate_device",
+            Self::EmptyRequest { .. } => "empty_request",
+            Self::BadAllocationSize { .. } => "bad_allocation_size",
+            Self::ShuttingDown { .. } => "shutting_down",
+        }
+    }
+}
+
 /// The one place plugin errors become gRPC statuses.
 impl From<PluginError> for Status {
     fn from(err: PluginError) -> Self {

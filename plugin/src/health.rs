@@ -19,6 +19,7 @@ use tokio_stream::StreamExt;
 use tracing::{debug, info, warn};
 
 use crate::advertisement::Advertisement;
+use crate::metrics::PluginMetrics;
 use crate::source::DeviceSource;
 
 /// Why the health monitor stopped.
@@ -63,6 +64,7 @@ pub struct HealthMonitor<S> {
     resource: String,
     source: S,
     published: Arc<watch::Sender<Arc<Advertisement>>>,
+    metrics: PluginMetrics,
 }
 
 impl<S: DeviceSource> HealthMonitor<S> {
@@ -76,7 +78,14 @@ impl<S: DeviceSource> HealthMonitor<S> {
             resource,
             source,
             published,
+            metrics: PluginMetrics::default(),
         }
+    }
+
+    /// The same monitor, counting devices and health changes into `metrics`.
+    pub fn with_metrics(mut self, metrics: PluginMetrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Rescans once and publishes the result if it changed; true if it did.
@@ -89,7 +98,7 @@ impl<S: DeviceSource> HealthMonitor<S> {
                 return false;
             }
         };
-        let resource = &self.resource;
+        let (resource, metrics) = (&self.resource, &self.metrics);
         self.published.send_if_modified(|current| {
             let next = current.with_scan(&scan);
             if next == **current {
@@ -100,10 +109,12 @@ impl<S: DeviceSource> HealthMonitor<S> {
                     None => info!(resource = %resource, device = %device.id, healthy = device.healthy, "device appeared"),
                     Some(old) if old.healthy != device.healthy => {
                         info!(resource = %resource, device = %device.id, healthy = device.healthy, "device health changed");
+                        metrics.health_changed(resource, old.healthy, device.healthy);
                     }
                     Some(_) => {}
                 }
             }
+            metrics.advertised(resource, &next);
             *current = Arc::new(next);
             true
         })

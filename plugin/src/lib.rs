@@ -16,7 +16,9 @@
 //! - [`service`] answers the kubelet: `ListAndWatch` from the channel, `Allocate` with
 //!   [`allocate`] (env and annotations only, stateless), `GetPreferredAllocation` with
 //!   [`preferred`] (topology-aware, pure);
-//! - [`error`] maps every refusal to a gRPC status in one place.
+//! - [`error`] maps every refusal to a gRPC status in one place;
+//! - [`metrics`] counts what the parts above do, for Prometheus; [`node_refusals`] counts the
+//!   refusals the hook, the shim and the NRI plugin wrote to the node's decision log.
 //!
 //! The crate never sleeps to poll: devices, health and kubelet restarts all arrive as inotify
 //! events, and `ListAndWatch` sends only when the advertisement changes.
@@ -30,6 +32,8 @@ pub mod daemon;
 pub mod error;
 pub mod health;
 pub mod kubelet;
+pub mod metrics;
+pub mod node_refusals;
 pub mod preferred;
 pub mod resource;
 pub mod service;

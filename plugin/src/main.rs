@@ -7,8 +7,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
+use devinject_device_plugin::metrics::PluginMetrics;
+use devinject_device_plugin::node_refusals::NodeRefusals;
 use devinject_device_plugin::DaemonConfig;
 use devinject_devices::HostRoots;
+use devinject_metrics::address::port;
+use devinject_metrics::prometheus_client::registry::Registry;
+use devinject_metrics::{register_build_info, MetricsAddress};
 use tracing_subscriber::EnvFilter;
 
 /// The documented exit codes.
@@ -52,6 +57,16 @@ struct Args {
     /// Log format on stderr. The level comes from RUST_LOG (default: info).
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
+    /// Where to serve Prometheus metrics (`GET /metrics`): `off`, an IP address (port 9470), or
+    /// an IP address and a port. Loopback unless given: the manifests pass the pod's IP.
+    #[arg(long, value_name = "ADDRESS", default_value = "127.0.0.1:9470",
+        value_parser = |s: &str| MetricsAddress::parse(s, port::DEVICE_PLUGIN))]
+    metrics_address: MetricsAddress,
+    /// The node's decision log directory (the host config's `decision_log_dir`): the refusals
+    /// the hook, the shim and the NRI plugin wrote there are counted in
+    /// `devinject_node_refusals_total` at each scrape.
+    #[arg(long, value_name = "DIR", default_value = devinject_decision_log::DEFAULT_DIR)]
+    decision_log_dir: PathBuf,
 }
 
 fn main() -> ExitCode {
@@ -74,7 +89,13 @@ fn main() -> ExitCode {
             ..HostRoots::default()
         },
         profiles: args.profiles,
+        metrics: PluginMetrics::default(),
     };
+    let mut registry = Registry::default();
+    register_build_info(&mut registry, "device-plugin", env!("CARGO_PKG_VERSION"));
+    config.metrics.register(&mut registry);
+    registry.register_collector(Box::new(NodeRefusals::new(&args.decision_log_dir)));
+    let _metrics = devinject_metrics::start(args.metrics_address, registry);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -13,6 +13,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, watch};
@@ -31,6 +32,7 @@ use crate::api::v1beta1::{
     PreferredAllocationRequest, PreferredAllocationResponse,
 };
 use crate::error::PluginError;
+use crate::metrics::PluginMetrics;
 use crate::preferred::{self, Candidate};
 use crate::resource::ResourceConfig;
 
@@ -48,9 +50,29 @@ pub struct DevicePluginService {
     devices: watch::Receiver<Arc<Advertisement>>,
     stop_streams: CancellationToken,
     stream_dropped: mpsc::UnboundedSender<()>,
+    metrics: PluginMetrics,
 }
 
 impl DevicePluginService {
+    /// The answer to `Allocate`: one response per container request, or the first refusal.
+    fn answer_allocate(&self, request: &AllocateRequest) -> Result<AllocateResponse, PluginError> {
+        let advertisement = self.current()?;
+        let mut container_responses = Vec::new();
+        for (index, container) in request.container_requests.iter().enumerate() {
+            let response = allocate::container_response(
+                &self.resource,
+                &advertisement,
+                &container.devices_ids,
+                index,
+            )?;
+            debug!(devices = ?container.devices_ids, "allocated");
+            container_responses.push(response);
+        }
+        Ok(AllocateResponse {
+            container_responses,
+        })
+    }
+
     /// A service answering from `devices`. Streams end quietly when `stop_streams` is
     /// cancelled; a stream dropped by the client while live is reported on `stream_dropped`.
     pub fn new(
@@ -64,7 +86,21 @@ impl DevicePluginService {
             devices,
             stop_streams,
             stream_dropped,
+            metrics: PluginMetrics::default(),
         }
+    }
+
+    /// The same service, counting its answers into `metrics`.
+    pub fn with_metrics(mut self, metrics: PluginMetrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Counts a refusal and hands it on.
+    fn refused(&self, err: PluginError) -> PluginError {
+        self.metrics
+            .refused(&self.resource.resource_name, err.reason());
+        err
     }
 
     fn current(&self) -> Result<Arc<Advertisement>, PluginError> {
@@ -160,15 +196,17 @@ impl DevicePlugin for DevicePluginService {
         &self,
         request: Request<PreferredAllocationRequest>,
     ) -> Result<Response<PreferredAllocationResponse>, Status> {
-        let advertisement = self.current()?;
+        let advertisement = self.current().map_err(|e| self.refused(e))?;
         let mut container_responses = Vec::new();
         for container in request.into_inner().container_requests {
-            let chosen = self.preferred(
-                &advertisement,
-                &container.available_device_i_ds,
-                &container.must_include_device_i_ds,
-                container.allocation_size,
-            )?;
+            let chosen = self
+                .preferred(
+                    &advertisement,
+                    &container.available_device_i_ds,
+                    &container.must_include_device_i_ds,
+                    container.allocation_size,
+                )
+                .map_err(|e| self.refused(e))?;
             debug!(devices = ?chosen, size = container.allocation_size, "preferred");
             container_responses.push(ContainerPreferredAllocationResponse {
                 device_i_ds: chosen,
@@ -185,22 +223,20 @@ impl DevicePlugin for DevicePluginService {
         &self,
         request: Request<AllocateRequest>,
     ) -> Result<Response<AllocateResponse>, Status> {
-        let advertisement = self.current()?;
-        let mut container_responses = Vec::new();
-        for (index, container) in request.into_inner().container_requests.iter().enumerate() {
-            let response = allocate::container_response(
-                &self.resource,
-                &advertisement,
-                &container.devices_ids,
-                index,
-            )
-            .inspect_err(|err| info!(error = %err, "allocate refused"))?;
-            debug!(devices = ?container.devices_ids, "allocated");
-            container_responses.push(response);
+        let started = Instant::now();
+        let answer = self.answer_allocate(&request.into_inner());
+        let resource = &self.resource.resource_name;
+        match &answer {
+            Ok(answer) => self
+                .metrics
+                .allocated(resource, answer.container_responses.len()),
+            Err(err) => {
+                info!(error = %err, "allocate refused");
+                self.metrics.refused(resource, err.reason());
+            }
         }
-        Ok(Response::new(AllocateResponse {
-            container_responses,
-        }))
+        self.metrics.allocate_took(resource, started.elapsed());
+        Ok(Response::new(answer?))
     }
 
     async fn pre_start_container(

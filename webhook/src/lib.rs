@@ -10,8 +10,10 @@
 //! - [`review`]: the `admission.k8s.io/v1` AdmissionReview exchange.
 //! - [`server`]: the HTTPS server (rustls, hyper).
 //! - [`certs`]: the self-signed bootstrap (`devinject-webhook certs`).
+//! - [`metrics`]: reviews by outcome and their latency, for Prometheus.
 
 pub mod certs;
+pub mod metrics;
 pub mod mutate;
 pub mod review;
 pub mod server;

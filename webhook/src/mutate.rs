@@ -68,6 +68,19 @@ pub enum Refusal {
     NotAPod(String),
 }
 
+impl Refusal {
+    /// The refusal's reason in `devinject_webhook_refusals_total` (a fixed vocabulary).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Unknown { .. } => "unknown_resource",
+            Self::Mixed { .. } => "mixed_functions",
+            Self::Conflict { .. } => "variable_conflict",
+            Self::Unequal { .. } => "unequal_limits",
+            Self::NotAPod(_) => "not_a_pod",
+        }
+    }
+}
+
 /// A friendly name's meaning.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Friendly {

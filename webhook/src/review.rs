@@ -6,6 +6,7 @@
 use base64::Engine;
 use serde_json::{json, Value};
 
+use crate::metrics::Outcome;
 use crate::mutate::{mutate, Table};
 
 /// The most a review may be: the API server's own limit on a request body is 3 MiB.
@@ -24,6 +25,11 @@ pub enum ReviewError {
 
 /// The answer to one AdmissionReview body.
 pub fn answer(table: &Table, body: &[u8]) -> Result<Value, ReviewError> {
+    review(table, body).map(|(answer, _)| answer)
+}
+
+/// The answer to one AdmissionReview body, and what it says (for the metrics).
+pub fn review(table: &Table, body: &[u8]) -> Result<(Value, Outcome), ReviewError> {
     let review: Value =
         serde_json::from_slice(body).map_err(|e| ReviewError::Json(e.to_string()))?;
     let request = review
@@ -39,35 +45,40 @@ pub fn answer(table: &Table, body: &[u8]) -> Result<Value, ReviewError> {
             .and_then(Value::as_str)
             .unwrap_or("")
             .is_empty();
-    let response = match request.get("object") {
+    let (response, outcome) = match request.get("object") {
         Some(object) if is_pod => match mutate(table, object) {
-            Ok(patch) if patch.is_empty() => json!({"uid": uid, "allowed": true}),
+            Ok(patch) if patch.is_empty() => {
+                (json!({"uid": uid, "allowed": true}), Outcome::Unchanged)
+            }
             Ok(patch) => {
                 let bytes = serde_json::to_vec(&patch).unwrap_or_default();
-                json!({
+                let answer = json!({
                     "uid": uid,
                     "allowed": true,
                     "patchType": "JSONPatch",
                     "patch": base64::engine::general_purpose::STANDARD.encode(bytes),
-                })
+                });
+                (answer, Outcome::Patched)
             }
             Err(refusal) => {
                 tracing::info!(%refusal, "refused");
-                json!({
+                let answer = json!({
                     "uid": uid,
                     "allowed": false,
                     "status": {"code": 403, "reason": "Forbidden", "message": format!("devinject: {refusal}")},
-                })
+                });
+                (answer, Outcome::Refused(refusal.reason()))
             }
         },
         // Not a pod (a misconfigured webhook rule): nothing to do with it.
-        _ => json!({"uid": uid, "allowed": true}),
+        _ => (json!({"uid": uid, "allowed": true}), Outcome::Unchanged),
     };
-    Ok(json!({
+    let answer = json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
         "response": response,
-    }))
+    });
+    Ok((answer, outcome))
 }
 
 #[cfg(test)]
@@ -87,7 +98,7 @@ mod tests {
         Table::new(&ProfileSet::from_profiles(vec![p], Path::new("/p")).unwrap())
     }
 
-    fn review(limits: Value) -> Vec<u8> {
+    fn review_body(limits: Value) -> Vec<u8> {
         serde_json::to_vec(&json!({
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",
@@ -102,7 +113,7 @@ mod tests {
 
     #[test]
     fn allowed_with_a_patch_refused_with_a_message_or_left_alone() {
-        let a = answer(&table(), &review(json!({"x.io/nlb3": "1"}))).unwrap();
+        let a = answer(&table(), &review_body(json!({"x.io/nlb3": "1"}))).unwrap();
         assert_eq!(a["apiVersion"], "admission.k8s.io/v1");
         assert_eq!(a["response"]["uid"], "u-1");
         assert_eq!(a["response"]["allowed"], true);
@@ -113,7 +124,7 @@ mod tests {
         let patch: Value = serde_json::from_slice(&patch).unwrap();
         assert_eq!(patch[0]["path"], "/spec/containers/0/resources");
 
-        let a = answer(&table(), &review(json!({"x.io/nlb9": "1"}))).unwrap();
+        let a = answer(&table(), &review_body(json!({"x.io/nlb9": "1"}))).unwrap();
         assert_eq!(a["response"]["allowed"], false);
         assert_eq!(a["response"]["status"]["code"], 403);
         assert!(a["response"]["status"]["message"]
@@ -121,8 +132,19 @@ mod tests {
             .unwrap()
             .starts_with("devinject: container c asks for x.io/nlb9"));
 
-        let a = answer(&table(), &review(json!({"cpu": "1"}))).unwrap();
+        let a = answer(&table(), &review_body(json!({"cpu": "1"}))).unwrap();
         assert_eq!(a["response"], json!({"uid": "u-1", "allowed": true}));
+    }
+
+    #[test]
+    fn the_outcome_says_what_the_answer_does() {
+        let outcome = |limits| review(&table(), &review_body(limits)).unwrap().1;
+        assert_eq!(outcome(json!({"x.io/nlb3": "1"})), Outcome::Patched);
+        assert_eq!(
+            outcome(json!({"x.io/nlb9": "1"})),
+            Outcome::Refused("unknown_resource")
+        );
+        assert_eq!(outcome(json!({"cpu": "1"})), Outcome::Unchanged);
     }
 
     #[test]

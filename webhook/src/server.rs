@@ -4,6 +4,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
@@ -14,8 +15,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use crate::metrics::{Outcome, WebhookMetrics};
 use crate::mutate::Table;
-use crate::review::{answer, MAX_REVIEW_BYTES};
+use crate::review::{review, MAX_REVIEW_BYTES};
 
 /// The path the webhook configuration names.
 pub const MUTATE_PATH: &str = "/mutate";
@@ -52,8 +54,14 @@ pub fn tls_config(
     Ok(Arc::new(config))
 }
 
-/// Serves connections from `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, table: Arc<Table>) {
+/// Serves connections from `listener` until the task is dropped, counting reviews into
+/// `metrics`.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    table: Arc<Table>,
+    metrics: WebhookMetrics,
+) {
     let acceptor = TlsAcceptor::from(tls);
     loop {
         let (tcp, peer) = match listener.accept().await {
@@ -65,6 +73,7 @@ pub async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, table:
         };
         let acceptor = acceptor.clone();
         let table = table.clone();
+        let metrics = metrics.clone();
         tokio::spawn(async move {
             let stream = match acceptor.accept(tcp).await {
                 Ok(s) => s,
@@ -73,7 +82,8 @@ pub async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, table:
                     return;
                 }
             };
-            let service = hyper::service::service_fn(move |req| handle(table.clone(), req));
+            let service =
+                hyper::service::service_fn(move |req| handle(table.clone(), metrics.clone(), req));
             if let Err(e) = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
                 .await
@@ -86,6 +96,7 @@ pub async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, table:
 
 async fn handle(
     table: Arc<Table>,
+    metrics: WebhookMetrics,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let reply = |status: StatusCode, body: Vec<u8>| {
@@ -109,19 +120,29 @@ async fn handle(
             {
                 Ok(b) => b.to_bytes(),
                 Err(e) => {
+                    metrics.reviewed(Outcome::Malformed, Duration::ZERO);
                     return Ok(reply(
                         StatusCode::PAYLOAD_TOO_LARGE,
                         format!("cannot read the body: {e}").into_bytes(),
-                    ))
+                    ));
                 }
             };
-            match answer(&table, &body) {
-                Ok(v) => json(reply(
-                    StatusCode::OK,
-                    serde_json::to_vec(&v).unwrap_or_default(),
-                )),
-                Err(e) => reply(StatusCode::BAD_REQUEST, e.to_string().into_bytes()),
-            }
+            let started = Instant::now();
+            let (answered, outcome) = match review(&table, &body) {
+                Ok((v, outcome)) => (
+                    json(reply(
+                        StatusCode::OK,
+                        serde_json::to_vec(&v).unwrap_or_default(),
+                    )),
+                    outcome,
+                ),
+                Err(e) => (
+                    reply(StatusCode::BAD_REQUEST, e.to_string().into_bytes()),
+                    Outcome::Malformed,
+                ),
+            };
+            metrics.reviewed(outcome, started.elapsed());
+            answered
         }
         _ => reply(StatusCode::NOT_FOUND, b"not found".to_vec()),
     })

@@ -9,6 +9,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use devinject_hostconfig::HostConfig;
+use devinject_metrics::address::port;
+use devinject_metrics::prometheus_client::registry::Registry;
+use devinject_metrics::{register_build_info, MetricsAddress};
 use devinject_nri::plugin::Plugin;
 use devinject_nri::session::{serve, End, Registration};
 
@@ -36,6 +39,11 @@ struct Args {
     /// Exit when containerd closes the connection, instead of connecting again.
     #[arg(long)]
     once: bool,
+    /// Where to serve Prometheus metrics (`GET /metrics`): `off`, an IP address (port 9471), or
+    /// an IP address and a port. Loopback unless given: the manifests pass the pod's IP.
+    #[arg(long, value_name = "ADDRESS", default_value = "127.0.0.1:9471",
+        value_parser = |s: &str| MetricsAddress::parse(s, port::NRI))]
+    metrics_address: MetricsAddress,
 }
 
 fn index(s: &str) -> Result<String, String> {
@@ -63,6 +71,10 @@ fn main() -> anyhow::Result<()> {
     }
     let config = HostConfig::load(args.config.as_deref()).context("load the host configuration")?;
     let plugin = Arc::new(Plugin::new(config, args.config.clone()));
+    let mut registry = Registry::default();
+    register_build_info(&mut registry, "nri", env!("CARGO_PKG_VERSION"));
+    plugin.metrics().register(&mut registry);
+    let _metrics = devinject_metrics::start(args.metrics_address, registry);
     let registration = Registration {
         name: args.name.clone(),
         index: args.index.clone(),

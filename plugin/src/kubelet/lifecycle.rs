@@ -35,6 +35,7 @@ use crate::api::KUBELET_SOCKET;
 use crate::kubelet::registration;
 use crate::kubelet::socket::{self, SocketError};
 use crate::kubelet::watch::DirEvent;
+use crate::metrics::PluginMetrics;
 use crate::resource::ResourceConfig;
 use crate::service::{self, DevicePluginService};
 
@@ -72,7 +73,38 @@ enum Outcome {
     /// The daemon is stopping.
     Shutdown,
     /// Start a new incarnation.
-    Restart(&'static str),
+    Restart(Restart),
+}
+
+/// Why a new incarnation starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Restart {
+    ServerStopped,
+    SocketRemoved,
+    StreamLost,
+    KubeletRestarted,
+}
+
+impl Restart {
+    /// What the log says.
+    fn text(self) -> &'static str {
+        match self {
+            Self::ServerStopped => "gRPC server stopped",
+            Self::SocketRemoved => "socket removed",
+            Self::StreamLost => "ListAndWatch stream lost",
+            Self::KubeletRestarted => "kubelet restarted",
+        }
+    }
+
+    /// The `reason` label of `devinject_device_plugin_reregistrations_total`.
+    fn label(self) -> &'static str {
+        match self {
+            Self::ServerStopped => "server_stopped",
+            Self::SocketRemoved => "socket_removed",
+            Self::StreamLost => "stream_lost",
+            Self::KubeletRestarted => "kubelet_restarted",
+        }
+    }
 }
 
 /// Serves and registers one resource until shutdown.
@@ -82,18 +114,20 @@ pub struct Lifecycle {
     devices: Arc<watch::Sender<Arc<Advertisement>>>,
     events: broadcast::Receiver<DirEvent>,
     shutdown: CancellationToken,
+    metrics: PluginMetrics,
 }
 
 impl Lifecycle {
     /// A lifecycle for `resource`, whose devices are published on `devices`, registering with
     /// the kubelet in `kubelet_dir`, told about that directory by `events`, stopping when
-    /// `shutdown` is cancelled.
+    /// `shutdown` is cancelled, counting into `metrics`.
     pub fn new(
         resource: Arc<ResourceConfig>,
         kubelet_dir: PathBuf,
         devices: Arc<watch::Sender<Arc<Advertisement>>>,
         events: broadcast::Receiver<DirEvent>,
         shutdown: CancellationToken,
+        metrics: PluginMetrics,
     ) -> Self {
         Self {
             resource,
@@ -101,6 +135,7 @@ impl Lifecycle {
             devices,
             events,
             shutdown,
+            metrics,
         }
     }
 
@@ -130,7 +165,9 @@ impl Lifecycle {
                     return Ok(());
                 }
                 Ok(Outcome::Restart(reason)) => {
-                    info!(resource = %self.resource.resource_name, reason, "registering again");
+                    info!(resource = %self.resource.resource_name, reason = reason.text(), "registering again");
+                    self.metrics
+                        .reregistering(&self.resource.resource_name, reason.label());
                     incarnation.stop(false).await;
                 }
                 Err(err) => {
@@ -163,7 +200,7 @@ impl Lifecycle {
             tokio::select! {
                 biased;
                 () = self.shutdown.cancelled() => return Ok(Outcome::Shutdown),
-                _ = inc.server.join_next() => return Ok(Outcome::Restart("gRPC server stopped")),
+                _ = inc.server.join_next() => return Ok(Outcome::Restart(Restart::ServerStopped)),
                 result = register => match result {
                     Ok(()) => break,
                     // The kubelet answered and said no: a real problem, say so every time.
@@ -189,10 +226,10 @@ impl Lifecycle {
                 tokio::select! {
                     biased;
                     () = self.shutdown.cancelled() => return Ok(Outcome::Shutdown),
-                    _ = inc.server.join_next() => return Ok(Outcome::Restart("gRPC server stopped")),
+                    _ = inc.server.join_next() => return Ok(Outcome::Restart(Restart::ServerStopped)),
                     event = self.events.recv() => match self.classify(event, inc)? {
                         Some(Happened::KubeletSocketCreated | Happened::Unknown) => break,
-                        Some(Happened::OwnSocketRemoved) => return Ok(Outcome::Restart("socket removed")),
+                        Some(Happened::OwnSocketRemoved) => return Ok(Outcome::Restart(Restart::SocketRemoved)),
                         None => {}
                     },
                     () = &mut retry_timer, if delay.is_some() => break,
@@ -200,24 +237,25 @@ impl Lifecycle {
             }
         }
         let registered_kubelet = identity(&kubelet_socket);
+        self.metrics.registered(&self.resource.resource_name);
         info!(resource = %self.resource.resource_name, endpoint = %inc.name, "registered with the kubelet");
         loop {
             tokio::select! {
                 biased;
                 () = self.shutdown.cancelled() => return Ok(Outcome::Shutdown),
-                _ = inc.server.join_next() => return Ok(Outcome::Restart("gRPC server stopped")),
+                _ = inc.server.join_next() => return Ok(Outcome::Restart(Restart::ServerStopped)),
                 Some(()) = inc.stream_dropped.recv() => {
-                    return Ok(Outcome::Restart("ListAndWatch stream lost"));
+                    return Ok(Outcome::Restart(Restart::StreamLost));
                 }
                 event = self.events.recv() => {
                     let socket_gone = || !inc.path.exists();
                     let kubelet_new = || identity(&kubelet_socket) != registered_kubelet;
                     let reason = match self.classify(event, inc)? {
-                        Some(Happened::OwnSocketRemoved) => Some("socket removed"),
+                        Some(Happened::OwnSocketRemoved) => Some(Restart::SocketRemoved),
                         // A stale event: the socket we registered with is still there.
-                        Some(Happened::KubeletSocketCreated) => kubelet_new().then_some("kubelet restarted"),
-                        Some(Happened::Unknown) if socket_gone() => Some("socket removed"),
-                        Some(Happened::Unknown) => kubelet_new().then_some("kubelet restarted"),
+                        Some(Happened::KubeletSocketCreated) => kubelet_new().then_some(Restart::KubeletRestarted),
+                        Some(Happened::Unknown) if socket_gone() => Some(Restart::SocketRemoved),
+                        Some(Happened::Unknown) => kubelet_new().then_some(Restart::KubeletRestarted),
                         None => None,
                     };
                     if let Some(reason) = reason {
@@ -286,7 +324,8 @@ impl Incarnation {
             lifecycle.devices.subscribe(),
             stop_streams.clone(),
             dropped_tx,
-        );
+        )
+        .with_metrics(lifecycle.metrics.clone());
         let mut server = JoinSet::new();
         server.spawn(service::serve(listener, service, server_shutdown.clone()));
         debug!(resource = %lifecycle.resource.resource_name, socket = %path.display(), "serving");

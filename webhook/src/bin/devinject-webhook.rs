@@ -12,7 +12,11 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use devinject_devices::ProfileSet;
+use devinject_metrics::address::port;
+use devinject_metrics::prometheus_client::registry::Registry;
+use devinject_metrics::{register_build_info, MetricsAddress};
 use devinject_webhook::certs;
+use devinject_webhook::metrics::WebhookMetrics;
 use devinject_webhook::mutate::Table;
 use devinject_webhook::server;
 use tracing_subscriber::EnvFilter;
@@ -41,6 +45,12 @@ enum Command {
         /// Its private key (PEM).
         #[arg(long, default_value = "/etc/devinject-webhook/tls.key")]
         tls_key: PathBuf,
+        /// Where to serve Prometheus metrics (`GET /metrics`, plain HTTP): `off`, an IP address
+        /// (port 9472), or an IP address and a port. Loopback unless given: the manifests pass
+        /// the pod's IP.
+        #[arg(long, value_name = "ADDRESS", default_value = "127.0.0.1:9472",
+            value_parser = |s: &str| MetricsAddress::parse(s, port::WEBHOOK))]
+        metrics_address: MetricsAddress,
     },
     /// Write ca.crt, tls.crt and tls.key for the webhook's Service (self-signed bootstrap).
     Certs {
@@ -100,6 +110,7 @@ fn run(command: Command) -> Result<(), (u8, anyhow::Error)> {
             listen,
             tls_cert,
             tls_key,
+            metrics_address,
         } => {
             let profiles = ProfileSet::load_dir(&profiles_dir).map_err(|e| config(e.into()))?;
             let table = Table::new(&profiles);
@@ -109,6 +120,11 @@ fn run(command: Command) -> Result<(), (u8, anyhow::Error)> {
             };
             let tls = server::tls_config(&read(&tls_cert)?, &read(&tls_key)?)
                 .map_err(|e| config(e.into()))?;
+            let metrics = WebhookMetrics::default();
+            let mut registry = Registry::default();
+            register_build_info(&mut registry, "webhook", env!("CARGO_PKG_VERSION"));
+            metrics.register(&mut registry);
+            let _metrics = devinject_metrics::start(metrics_address, registry);
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -119,7 +135,7 @@ fn run(command: Command) -> Result<(), (u8, anyhow::Error)> {
                     .map_err(|e| (1, anyhow::anyhow!("cannot listen on {listen}: {e}")))?;
                 tracing::info!(%listen, friendly_names = table.len(), "serving");
                 tokio::select! {
-                    () = server::serve(listener, tls, Arc::new(table)) => Ok(()),
+                    () = server::serve(listener, tls, Arc::new(table), metrics) => Ok(()),
                     _ = tokio::signal::ctrl_c() => Ok(()),
                     () = terminated() => Ok(()),
                 }
