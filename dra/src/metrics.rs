@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use devinject_devices::Inventory;
+use devinject_metrics::{OutcomeLabels, ReasonLabels};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -25,16 +26,6 @@ struct TransitionLabels {
     profile: String,
     from: &'static str,
     to: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabels {
-    outcome: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabels {
-    reason: &'static str,
 }
 
 /// How a claim's `NodePrepareResources` ended.
@@ -230,16 +221,11 @@ impl DraMetrics {
 #[cfg(test)]
 mod tests {
     use devinject_devices::{Device, DeviceId};
-    use prometheus_client::encoding::text::encode;
 
     use super::*;
 
     fn text(metrics: &DraMetrics) -> String {
-        let mut registry = Registry::default();
-        metrics.register(&mut registry);
-        let mut text = String::new();
-        encode(&mut text, &registry).unwrap();
-        text
+        devinject_metrics::text_of(|r| metrics.register(r))
     }
 
     fn inventory(devices: &[(&str, bool)]) -> Inventory {

@@ -5,7 +5,9 @@
 //! - [`address`]: the `--metrics-address` flag (`off`, an IP, or an IP and a port) and each
 //!   component's fixed default port;
 //! - [`build_info`]: `devinject_build_info{component, version} 1`;
-//! - [`endpoint`]: `GET /metrics` over plain HTTP, served by one thread.
+//! - [`endpoint`]: `GET /metrics` over plain HTTP, served by one thread;
+//! - [`labels`]: the outcome and reason label sets several components count by;
+//! - [`text`]: a registry's text exposition.
 //!
 //! The metrics are those of the official `prometheus-client` crate, re-exported as
 //! [`prometheus_client`] so that every component encodes with the same version.
@@ -20,8 +22,12 @@
 pub mod address;
 pub mod build_info;
 pub mod endpoint;
+pub mod labels;
+pub mod text;
 
 pub use address::{AddressError, MetricsAddress};
 pub use build_info::register_build_info;
 pub use endpoint::{serve, start, Endpoint, EndpointError};
+pub use labels::{OutcomeLabels, ReasonLabels};
 pub use prometheus_client;
+pub use text::text_of;

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use devinject_metrics::{OutcomeLabels, ReasonLabels};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -35,16 +35,6 @@ impl Outcome {
             Self::Refused(_) => "refused",
         }
     }
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabels {
-    outcome: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabels {
-    reason: &'static str,
 }
 
 /// The answer's time: admission, the kubelet's pod-resources call and prepare steps, up to the
@@ -138,16 +128,10 @@ impl NriMetrics {
 
 #[cfg(test)]
 mod tests {
-    use prometheus_client::encoding::text::encode;
-
     use super::*;
 
     fn text(metrics: &NriMetrics) -> String {
-        let mut registry = Registry::default();
-        metrics.register(&mut registry);
-        let mut text = String::new();
-        encode(&mut text, &registry).unwrap();
-        text
+        devinject_metrics::text_of(|r| metrics.register(r))
     }
 
     #[test]

@@ -214,17 +214,11 @@ impl PluginMetrics {
 
 #[cfg(test)]
 mod tests {
-    use prometheus_client::encoding::text::encode;
-
     use super::*;
     use crate::advertisement::ScannedDevice;
 
     fn text(metrics: &PluginMetrics) -> String {
-        let mut registry = Registry::default();
-        metrics.register(&mut registry);
-        let mut text = String::new();
-        encode(&mut text, &registry).unwrap();
-        text
+        devinject_metrics::text_of(|r| metrics.register(r))
     }
 
     fn scanned(id: &str, healthy: bool) -> ScannedDevice {
