@@ -69,13 +69,28 @@ pub fn record_or_warn(dir: Option<&Path>, decision: &Decision) {
     }
 }
 
+/// How often a log that other writers' rotations unlinked between our open and our check is
+/// opened again.
+const OPEN_TRIES: usize = 4;
+
 fn open_log(dir: &LogDir) -> Result<(std::fs::File, FileStat)> {
-    dir.open_file(LOG_NAME, Access::Append)?
-        .ok_or_else(|| DecisionLogError::Io {
-            op: "open",
-            path: dir.file_path(LOG_NAME),
-            source: std::io::ErrorKind::NotFound.into(),
-        })
+    let mut tries = 0;
+    loop {
+        // Two rotations between our open and our `fstat` (the log renamed to `.1`, then that
+        // replaced) leave us a file with no link at all: the name holds a fresh log by then.
+        match dir.open_file(LOG_NAME, Access::Append) {
+            Err(DecisionLogError::HardLinked { links: 0, .. }) if tries + 1 < OPEN_TRIES => {
+                tries += 1;
+            }
+            opened => {
+                return opened?.ok_or_else(|| DecisionLogError::Io {
+                    op: "open",
+                    path: dir.file_path(LOG_NAME),
+                    source: std::io::ErrorKind::NotFound.into(),
+                })
+            }
+        }
+    }
 }
 
 /// Rotates the full log `full` when this writer gets the lock, and returns the new log;
