@@ -24,6 +24,7 @@ use nix::sys::stat::{fstat, fstatat, FileStat, Mode, SFlag};
 use nix::unistd::mkdir;
 
 use crate::error::{DecisionLogError, Result};
+use devinject_devices::file_kind;
 
 /// The file decisions are appended to.
 pub const LOG_NAME: &str = "decisions.log";
@@ -69,23 +70,6 @@ fn io(op: &'static str, path: &Path, errno: Errno) -> DecisionLogError {
         op,
         path: path.to_owned(),
         source: std::io::Error::from(errno),
-    }
-}
-
-fn kind(st: &FileStat) -> SFlag {
-    SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
-}
-
-fn what(kind: SFlag) -> &'static str {
-    match kind {
-        SFlag::S_IFLNK => "symbolic link",
-        SFlag::S_IFIFO => "FIFO",
-        SFlag::S_IFSOCK => "socket",
-        SFlag::S_IFCHR => "character device",
-        SFlag::S_IFBLK => "block device",
-        SFlag::S_IFDIR => "directory",
-        SFlag::S_IFREG => "regular file",
-        _ => "special file",
     }
 }
 
@@ -217,11 +201,11 @@ impl LogDir {
 
 /// Only a regular file with one link is read or written.
 fn check(path: &Path, st: &FileStat) -> Result<()> {
-    let k = kind(st);
+    let k = file_kind::of(st);
     if k != SFlag::S_IFREG {
         return Err(DecisionLogError::NotAFile {
             path: path.to_owned(),
-            what: what(k),
+            what: file_kind::name(k),
         });
     }
     if st.st_nlink != 1 {

@@ -31,6 +31,7 @@ pub mod elf_linkage;
 pub mod elf_soname;
 pub mod env_merge;
 pub mod excerpt;
+pub mod file_kind;
 pub mod finish_args;
 pub mod finish_invocation;
 pub mod forward_compat;

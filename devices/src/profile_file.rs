@@ -64,7 +64,7 @@ pub fn read(path: &Path) -> Result<String, ProfileFileError> {
         Err(kind) => {
             return Err(ProfileFileError::NotAFile {
                 path: path.to_owned(),
-                what: what(kind),
+                what: crate::file_kind::name(kind),
             })
         }
     };
@@ -123,17 +123,6 @@ fn too_large(path: &Path, size: u64) -> ProfileFileError {
     ProfileFileError::TooLarge {
         path: path.to_owned(),
         size,
-    }
-}
-
-fn what(kind: SFlag) -> &'static str {
-    match kind {
-        SFlag::S_IFIFO => "FIFO",
-        SFlag::S_IFSOCK => "socket",
-        SFlag::S_IFCHR => "character device",
-        SFlag::S_IFBLK => "block device",
-        SFlag::S_IFDIR => "directory",
-        _ => "special file",
     }
 }
 

@@ -43,6 +43,7 @@ use nix::sys::stat::{fchmod, fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
 use nix::unistd::{fchown, unlinkat, Gid, Uid, UnlinkatFlags};
 
 use crate::error::{Result, RuntimeConfigError};
+use devinject_devices::file_kind;
 
 /// Mode given to files that did not exist before.
 pub const DEFAULT_FILE_MODE: u32 = 0o644;
@@ -148,8 +149,8 @@ impl HostDir {
     /// What is at `name` (not followed).
     pub fn entry(&self, name: &OsStr) -> Result<Entry> {
         match fstatat(self.fd.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(st) if kind(&st) == SFlag::S_IFREG => Ok(Entry::File(st)),
-            Ok(st) => Ok(Entry::Other(what(kind(&st)))),
+            Ok(st) if file_kind::of(&st) == SFlag::S_IFREG => Ok(Entry::File(st)),
+            Ok(st) => Ok(Entry::Other(file_kind::name(file_kind::of(&st)))),
             Err(Errno::ENOENT) => Ok(Entry::Missing),
             Err(e) => Err(io("stat", self.shown(name), e)),
         }
@@ -217,8 +218,8 @@ impl HostDir {
         // The O_PATH fd names one inode: check it again (the name may have changed since the
         // look above), then reopen that inode, never the name.
         let st = fstat(fd.as_fd()).map_err(|e| io("stat", &shown, e))?;
-        if kind(&st) != SFlag::S_IFREG {
-            return Err(self.not_a_file(name, what(kind(&st))));
+        if file_kind::of(&st) != SFlag::S_IFREG {
+            return Err(self.not_a_file(name, file_kind::name(file_kind::of(&st))));
         }
         if whose == Name::Ours && st.st_nlink > 1 {
             return Err(self.not_a_file(name, "hard link (the file has other names)"));
@@ -361,7 +362,7 @@ impl HostDir {
     /// entry is left as it is. Returns whether it went.
     pub fn remove_empty_dir(&self, name: &OsStr) -> Result<bool> {
         match fstatat(self.fd.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(st) if kind(&st) == SFlag::S_IFDIR => {}
+            Ok(st) if file_kind::of(&st) == SFlag::S_IFDIR => {}
             Ok(_) | Err(Errno::ENOENT) => return Ok(false),
             Err(e) => return Err(io("stat", self.shown(name), e)),
         }
@@ -454,22 +455,6 @@ fn normal(path: &Path) -> impl Iterator<Item = &OsStr> {
 
 fn under(root: &Path, host: &Path) -> PathBuf {
     root.join(host.strip_prefix("/").unwrap_or(host))
-}
-
-fn kind(st: &FileStat) -> SFlag {
-    SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
-}
-
-fn what(kind: SFlag) -> &'static str {
-    match kind {
-        SFlag::S_IFLNK => "symbolic link",
-        SFlag::S_IFIFO => "FIFO",
-        SFlag::S_IFSOCK => "socket",
-        SFlag::S_IFCHR => "character device",
-        SFlag::S_IFBLK => "block device",
-        SFlag::S_IFDIR => "directory",
-        _ => "special file",
-    }
 }
 
 fn io(op: &'static str, path: impl Into<PathBuf>, errno: Errno) -> RuntimeConfigError {
