@@ -141,6 +141,7 @@ impl Lifecycle {
 
     /// Runs incarnations until shutdown (`Ok`) or an error that a new incarnation cannot fix.
     pub async fn run(mut self) -> Result<(), LifecycleError> {
+        socket::remove_stale(&self.kubelet_dir, self.resource.profile.as_str()).await;
         let mut last_stamp = 0;
         let mut quick_restarts = 0u32;
         loop {
