@@ -16,6 +16,12 @@
 # (scripts/vendor-stacks-fetch.sh) and building the toolkit (scripts/nvidia-toolkit-build.sh)
 # first; the full run ends with it when both are already there.
 #
+# `scripts/bench.sh churn [--starts N] [--seed S]` runs only the soak (churn-soak, the churn of
+# tests/tests/cluster_churn.rs run long: >= 1000 pod starts by default, on Kubernetes 1.36 with
+# containerd 2 and runc 1.4, the shim and NRI, faults on a schedule) and writes its report
+# (starts, faults of each kind, violations, the daemons' RSS, fds and threads first vs last,
+# the metrics scrapes) to target/churn-report.txt; it exits 1 on any violation.
+#
 # The binaries are built as they ship, by scripts/release-build.sh (as for the image, in
 # target/image): release profile, static, the runtime shim and devinject-podresources against
 # musl and the rest against glibc.
@@ -23,6 +29,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh test
 section=all
+if [ "${1:-}" = churn ]; then
+  shift
+  kube=$(scripts/kube-module-build.sh)
+  runc14=$(scripts/runc-build.sh)
+  runtimes=$(scripts/runtimes-fetch.sh)
+  out=$(scripts/release-build.sh target/image/bin --workspace)
+  echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs" >&2
+  report=target/churn-report.txt
+  # One cluster at a time on this machine, as for the cluster tests.
+  exec flock /tmp/devinject-cluster.lock env DEVINJECT_BIN_DIR="$out" DEVINJECT_KUBE_BIN="$kube" \
+    DEVINJECT_RUNC="$runc14" DEVINJECT_RUNTIMES="$runtimes" \
+    "$out/churn-soak" --report "$report" "$@"
+fi
 if [ "${1:-}" = nvidia-toolkit ]; then
   section=nvidia-toolkit
   shift

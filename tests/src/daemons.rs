@@ -296,6 +296,34 @@ impl Containerd {
         bin: Option<&Path>,
         env: &[(&str, &Path)],
     ) -> Result<Self> {
+        let daemon = Self::spawn(dir, config, prefix, bin, env)?;
+        Ok(Self {
+            daemon,
+            dir: dir.to_owned(),
+            config: config.to_owned(),
+            bin: bin.map(Path::to_owned),
+        })
+    }
+
+    /// Stops the daemon alone (SIGTERM) and starts it again behind `prefix` on the same
+    /// configuration, as an engine upgrade does: the shims, their containers and their mounts
+    /// stay, and the new daemon takes them back. Returns once `ctr version` answers.
+    pub fn restart_daemon(&mut self, prefix: &[String]) -> Result<()> {
+        self.daemon.stop();
+        let log = self.dir.join("containerd.log");
+        let _ = std::fs::rename(&log, self.dir.join("containerd.log.1"));
+        self.daemon = Self::spawn(&self.dir, &self.config, prefix, self.bin.as_deref(), &[])?;
+        Ok(())
+    }
+
+    /// Starts the containerd process and waits until `ctr version` answers.
+    fn spawn(
+        dir: &Path,
+        config: &Path,
+        prefix: &[String],
+        bin: Option<&Path>,
+        env: &[(&str, &Path)],
+    ) -> Result<Daemon> {
         let program = bin.map_or_else(|| PathBuf::from("containerd"), |b| b.join("containerd"));
         let mut cmd = match prefix.split_first() {
             Some((first, rest)) => {
@@ -313,21 +341,14 @@ impl Containerd {
             let paths = std::iter::once(bin.to_owned()).chain(std::env::split_paths(&path));
             cmd.env("PATH", std::env::join_paths(paths).context("PATH")?);
         }
-        let daemon = Daemon::start("containerd", cmd, &dir.join("containerd.log"))?;
-        let mut ctd = Self {
-            daemon,
-            dir: dir.to_owned(),
-            config: config.to_owned(),
-            bin: bin.map(Path::to_owned),
-        };
-        let (ctd_bin, sock) = (ctd.bin.clone(), ctd.socket());
-        ctd.daemon
-            .wait_ready("containerd to answer `ctr version`", || {
-                let mut v = ctd_ctr(ctd_bin.as_deref(), &sock);
-                v.arg("version").stdout(Stdio::null()).stderr(Stdio::null());
-                output_within(v, CLI_DEADLINE).is_some_and(|o| o.is_ok_and(|o| o.status.success()))
-            })?;
-        Ok(ctd)
+        let mut daemon = Daemon::start("containerd", cmd, &dir.join("containerd.log"))?;
+        let sock = Self::socket_in(dir);
+        daemon.wait_ready("containerd to answer `ctr version`", || {
+            let mut v = ctd_ctr(bin, &sock);
+            v.arg("version").stdout(Stdio::null()).stderr(Stdio::null());
+            output_within(v, CLI_DEADLINE).is_some_and(|o| o.is_ok_and(|o| o.status.success()))
+        })?;
+        Ok(daemon)
     }
 
     /// Its directory.

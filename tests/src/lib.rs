@@ -25,11 +25,14 @@
 //!   stand-in for ldconfig).
 //! - [`nvidia_toolkit`]: NVIDIA's Container Toolkit (its runtime in `cdi` mode, `nvidia-ctk cdi
 //!   generate`) on the vendor-stack node, and a create/start/wait/delete cycle through any runtime.
+//! - [`churn`]: pods started and deleted continuously on a two-node cluster (shim and NRI)
+//!   under scheduled faults, every start checked from inside, the nodes checked for leaks.
 //! - [`podresources`]: a test kubelet serving the pod-resources v1 API on a Unix socket, for the
 //!   request policy tests.
 
 pub use devinject_harness::{bins, probe, rootfs, runc, sim};
 pub mod canary;
+pub mod churn;
 pub mod cluster;
 pub mod cprog;
 pub mod cri;
@@ -47,5 +50,6 @@ pub mod podman;
 pub mod podresources;
 pub mod runc_args;
 pub mod runtimes;
+pub mod scrape;
 pub mod skip;
 pub mod vendor;

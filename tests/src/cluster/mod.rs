@@ -125,11 +125,12 @@ pub struct Cluster {
 }
 
 /// How many nodes the cluster has, how many demo devices each, and how its scheduler is set up.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Shape {
     /// The nodes, each with its own namespace, containerd, kubelet, plugin and devices.
     pub nodes: usize,
-    /// The demo accelerators on each node: the first `devices` of [`ACCELS`].
+    /// The demo accelerators on each node: the first `devices` of [`ACCELS`] (with
+    /// [`Shape::node_host`], the devices its host has, which a DRA cluster waits to see).
     pub devices: usize,
     /// A kube-scheduler configuration file (`kubescheduler.config.k8s.io/v1beta1`, the API of
     /// this release), used as it is but for `clientConnection.kubeconfig` and its insecure
@@ -139,6 +140,19 @@ pub struct Shape {
     /// The CRI-O bin dir (scripts/crio-build.sh): the nodes run CRI-O ([`node`]'s `crio`)
     /// instead of containerd, with [`Setup::DaemonSet`] or [`Setup::Cdi`]; `None`: containerd.
     pub crio: Option<PathBuf>,
+    /// Another node than the demo profile's: each node's simulated host made by this function
+    /// in the directory given (a vendor's real user space, `crate::vendor`), and what it adds
+    /// to the test image; `None`: the demo host and the plain test image.
+    pub node_host: Option<NodeHost>,
+}
+
+/// A node's simulated host other than the demo's ([`Shape::node_host`]).
+#[derive(Debug, Clone, Copy)]
+pub struct NodeHost {
+    /// Makes the host in the directory given.
+    pub make: fn(&Path) -> Result<SimHost>,
+    /// Adds to the test image's rootfs what the pods run.
+    pub image: fn(&Path) -> Result<()>,
 }
 
 impl Default for Shape {
@@ -149,6 +163,7 @@ impl Default for Shape {
             devices: ACCELS.len(),
             scheduler_config: None,
             crio: None,
+            node_host: None,
         }
     }
 }
@@ -280,6 +295,19 @@ impl Cluster {
     /// scheduler; returns once every node is Ready (and, where the test runs the device plugin,
     /// advertises its devices).
     pub fn start_shaped(setup: Setup, shape: &Shape) -> Result<Self> {
+        let setups = vec![setup; shape.nodes];
+        Self::start_nodes_as(&setups, shape)
+    }
+
+    /// Starts the cluster with one node per entry of `setups`, each set up as its entry says
+    /// (e.g. one node on the shim and one on NRI), with `shape`'s devices and scheduler
+    /// (`shape.nodes` is ignored); returns once every node is Ready and, where the test runs the
+    /// device plugin, advertises its devices.
+    pub fn start_per_node(setups: &[Setup], shape: &Shape) -> Result<Self> {
+        Self::start_nodes_as(setups, shape)
+    }
+
+    fn start_nodes_as(setups: &[Setup], shape: &Shape) -> Result<Self> {
         let kubernetes = Kubernetes::find().context(
             "the Kubernetes binaries (scripts/kube-module-build.sh or scripts/kube-build.sh)",
         )?;
@@ -304,7 +332,7 @@ impl Cluster {
             _dir: dir,
         };
         c.start_control_plane(shape.scheduler_config.as_deref())?;
-        c.start_nodes(&setup, shape)?;
+        c.start_nodes(setups, shape)?;
         // The nodes as a user sees them, their runtime and its version included.
         println!(
             "$ kubectl get nodes -o wide\n{}",
@@ -464,11 +492,13 @@ impl Cluster {
         Ok(())
     }
 
-    /// Starts `shape.nodes` nodes (their containerd and kubelet side by side), waits until
-    /// they are Ready, then starts what `setup` runs as processes on each.
-    fn start_nodes(&mut self, setup: &Setup, shape: &Shape) -> Result<()> {
-        self.make_mount_points(setup)?;
-        for i in 0..shape.nodes {
+    /// Starts a node per entry of `setups` (their containerd and kubelet side by side), waits
+    /// until they are Ready, then starts what each node's setup runs as processes on it.
+    fn start_nodes(&mut self, setups: &[Setup], shape: &Shape) -> Result<()> {
+        for setup in setups {
+            self.make_mount_points(setup)?;
+        }
+        for (i, setup) in setups.iter().enumerate() {
             let name = match i {
                 0 => NODE.to_owned(),
                 _ => format!("{NODE}-{}", i + 1),
@@ -478,44 +508,56 @@ impl Cluster {
                 self.root.join(&name),
                 shape.devices,
                 shape.crio.clone(),
+                shape.node_host,
             )?;
             self.nodes.push(node);
             let node = self.nodes.last_mut().expect("just pushed");
             node.start(setup, &self.kubernetes, &self.kubeconfig)?;
         }
         self.wait_node_ready()?;
-        if matches!(
-            setup,
-            Setup::Ctl
-                | Setup::Cdi { .. }
-                | Setup::Nri { .. }
-                | Setup::Dra {
-                    beside: DraBeside::DevicePlugin,
-                    ..
-                }
-        ) {
-            for node in &mut self.nodes {
+        let mut plugins = false;
+        for (node, setup) in self.nodes.iter_mut().zip(setups) {
+            if matches!(
+                setup,
+                Setup::Ctl
+                    | Setup::Cdi { .. }
+                    | Setup::Nri { .. }
+                    | Setup::Dra {
+                        beside: DraBeside::DevicePlugin,
+                        ..
+                    }
+            ) {
                 node.start_plugin()?;
+                plugins = true;
             }
+        }
+        if plugins {
             self.wait_allocatable("devinject.io/demo", &shape.devices.to_string())?;
         }
-        if matches!(
-            setup,
-            Setup::Nri { .. }
-                | Setup::Dra {
-                    beside: DraBeside::Nri,
-                    ..
-                }
-        ) {
-            for node in &mut self.nodes {
+        for (node, setup) in self.nodes.iter_mut().zip(setups) {
+            if matches!(
+                setup,
+                Setup::Nri { .. }
+                    | Setup::Dra {
+                        beside: DraBeside::Nri,
+                        ..
+                    }
+            ) {
                 node.start_nri_plugin()?;
             }
         }
-        if matches!(setup, Setup::Dra { .. }) {
-            for node in &mut self.nodes {
-                node.start_dra_plugin(&self.kubeconfig)?;
+        let dra = setups
+            .iter()
+            .filter(|s| matches!(s, Setup::Dra { .. }))
+            .count();
+        if dra > 0 {
+            let kubeconfig = self.kubeconfig.clone();
+            for (node, setup) in self.nodes.iter_mut().zip(setups) {
+                if matches!(setup, Setup::Dra { .. }) {
+                    node.start_dra_plugin(&kubeconfig)?;
+                }
             }
-            self.wait_resource_slices(shape.devices * self.nodes.len())?;
+            self.wait_resource_slices(shape.devices * dra)?;
         }
         // Pods need the namespace's default service account, which the controller makes.
         poll("the default service account", SLOW, || {
@@ -579,6 +621,11 @@ impl Cluster {
     /// The nodes, the first named [`NODE`].
     pub fn nodes(&self) -> &[Node] {
         &self.nodes
+    }
+
+    /// The nodes, to inject faults into one (restart its kubelet, containerd or plugin).
+    pub fn nodes_mut(&mut self) -> &mut [Node] {
+        &mut self.nodes
     }
 
     /// The first node, the only one unless the [`Shape`] asked for more.

@@ -18,8 +18,8 @@ use devinject_nri::session::REGISTERED;
 use serde_json::Value;
 
 use super::{
-    free_port, DraBeside, Kubernetes, Setup, CDI_CRI_ALLOCATE_MODE, DEFAULT_CDI_DIR, KUBELET_ROOT,
-    NRI_SOCKET, SLOW,
+    free_port, DraBeside, Kubernetes, NodeHost, Setup, CDI_CRI_ALLOCATE_MODE, DEFAULT_CDI_DIR,
+    KUBELET_ROOT, NRI_SOCKET, SLOW,
 };
 use crate::bins::bin;
 use crate::cri::Cri;
@@ -86,6 +86,8 @@ pub struct Node {
     cgroup_root_made: bool,
     /// The simulated devices and the host configuration the runtime uses.
     pub host: SimHost,
+    /// What the node's host adds to the test image ([`NodeHost::image`]).
+    image: Option<fn(&Path) -> Result<()>>,
 }
 
 impl std::fmt::Debug for Node {
@@ -99,19 +101,28 @@ impl std::fmt::Debug for Node {
 
 impl Node {
     /// A node named `name` in `dir` (made), with the demo profile's first `devices` simulated
-    /// accelerators, on CRI-O from `crio_bin` or else on containerd; nothing runs yet.
+    /// accelerators (or the host `node_host` makes), on CRI-O from `crio_bin` or else on
+    /// containerd; nothing runs yet.
     pub(super) fn new(
         name: &str,
         dir: PathBuf,
         devices: usize,
         crio_bin: Option<PathBuf>,
+        node_host: Option<NodeHost>,
     ) -> Result<Self> {
         std::fs::create_dir_all(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
-        let host = demo_host(&dir.join("sim"), &["demo"])?;
-        for (accel, _, _) in ACCELS.iter().skip(devices) {
-            let path = host.dev_root.join("demo").join(accel);
-            std::fs::remove_file(&path).with_context(|| format!("remove {}", path.display()))?;
-        }
+        let host = match node_host {
+            Some(h) => (h.make)(&dir.join("sim"))?,
+            None => {
+                let host = demo_host(&dir.join("sim"), &["demo"])?;
+                for (accel, _, _) in ACCELS.iter().skip(devices) {
+                    let path = host.dev_root.join("demo").join(accel);
+                    std::fs::remove_file(&path)
+                        .with_context(|| format!("remove {}", path.display()))?;
+                }
+                host
+            }
+        };
         Ok(Self {
             name: name.to_owned(),
             dir,
@@ -128,7 +139,18 @@ impl Node {
             namespace: None,
             cgroup_root_made: false,
             host,
+            image: node_host.map(|h| h.image),
         })
+    }
+
+    /// Where the node's hook, shim and NRI plugin record refusals: the host configuration's
+    /// `decision_log_dir`, which `sim::write_config` puts beside it.
+    pub fn decision_log_dir(&self) -> PathBuf {
+        self.host
+            .config
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .join("decisions")
     }
 
     /// The node's name (its kubelet's `--hostname-override`).
@@ -203,7 +225,7 @@ impl Node {
         let containerd = self.start_containerd()?;
         let mut cri = Cri::connect(&containerd.socket())?;
         cri.wait_ready()?;
-        import_images(&self.dir, &containerd, &mut cri, None);
+        import_images(&self.dir, &containerd, &mut cri, self.image);
         drop(cri);
         let socket = containerd.socket();
         self.containerd = Some(containerd);
@@ -399,6 +421,63 @@ impl Node {
         Ok(())
     }
 
+    /// Stops the node's containerd daemon alone and starts it again on the same configuration,
+    /// as an engine upgrade on a real node does: the shims and their containers keep running
+    /// and the new containerd takes them back ([`Containerd::restart_daemon`]).
+    /// [`Node::restart_containerd`] stops the shims too.
+    pub fn restart_containerd_keeping_tasks(&mut self) -> Result<()> {
+        let prefix = self.enter()?;
+        self.containerd
+            .as_mut()
+            .context("the node's containerd is not running")?
+            .restart_daemon(&prefix)
+    }
+
+    /// SIGKILLs the device plugin (no cleanup of its own: its socket stays) and starts it
+    /// again, as a crash and the DaemonSet's restart would; returns once the new process has
+    /// registered with the kubelet.
+    pub fn restart_plugin(&mut self) -> Result<()> {
+        if let Some(mut d) = self.plugin.take() {
+            d.kill();
+        }
+        self.start_plugin()?;
+        poll("the restarted device plugin to register", SLOW, || {
+            Ok((self.plugin_registrations() >= 1).then_some(()))
+        })
+        .map_err(|e| e.context(self.logs()))
+    }
+
+    /// The device plugin's pid, while it runs (it is exec'ed by `nsenter`, so this is the
+    /// plugin itself).
+    pub fn plugin_pid(&self) -> Option<u32> {
+        self.plugin.as_ref().and_then(Daemon::pid)
+    }
+
+    /// `devinject-nri`'s pid, while it runs ([`Setup::Nri`]).
+    pub fn nri_plugin_pid(&self) -> Option<u32> {
+        self.nri_plugin.as_ref().and_then(Daemon::pid)
+    }
+
+    /// How many times `devinject-nri` has registered with containerd (its log): one more after
+    /// each containerd restart.
+    pub fn nri_registrations(&self) -> usize {
+        std::fs::read_to_string(self.dir.join("nri.log"))
+            .unwrap_or_default()
+            .matches(REGISTERED)
+            .count()
+    }
+
+    /// The pid of the process holding the node's mount namespace: every daemon of the node
+    /// shares its `/proc/<pid>/ns/mnt`.
+    pub fn namespace_pid(&self) -> Option<u32> {
+        self.namespace.as_ref().and_then(Daemon::pid)
+    }
+
+    /// `program` as a command run in the node's mount namespace.
+    pub fn command_in_node(&self, program: &Path) -> Result<Command> {
+        self.in_node(program)
+    }
+
     /// The pid of the node's containerd: the same before and after a step proves the step did
     /// not restart it.
     pub fn containerd_pid(&self) -> Option<u32> {
@@ -542,7 +621,12 @@ impl Node {
             .arg("--dev-root")
             .arg(&self.host.dev_root)
             .arg("--sys-root")
-            .arg(self.host.dir.join("sys"));
+            .arg(self.host.dir.join("sys"))
+            // The node's decision log, where its hook, shim and NRI plugin record refusals
+            // (the host config's `decision_log_dir`, see `sim::write_config`).
+            .arg("--decision-log-dir")
+            .arg(self.decision_log_dir())
+            .args(metrics_address()?);
         self.plugin = Some(Daemon::start(
             "devinject-device-plugin",
             cmd,
@@ -558,7 +642,8 @@ impl Node {
         cmd.arg("--socket")
             .arg(nri_socket(&self.ctd_dir()))
             .arg("--config")
-            .arg(&self.host.config);
+            .arg(&self.host.config)
+            .args(metrics_address()?);
         let log = self.dir.join("nri.log");
         self.nri_plugin = Some(Daemon::start("devinject-nri", cmd, &log)?);
         poll("devinject-nri to register", SLOW, || {
@@ -596,6 +681,8 @@ impl Node {
             .arg(&self.host.config)
             .arg("--cdi-dir")
             .arg(self.cdi_spec_dir())
+            // Its metrics on a loopback port of its own, logged (crate::scrape).
+            .arg(crate::scrape::ANY_LOOPBACK_PORT)
             .env("RUST_LOG", "devinject_dra=debug,info");
         self.dra_command = Some(copy_command(&cmd));
         self.dra_plugin = Some(Daemon::start("devinject-dra", cmd, &self.dra_log_path())?);
@@ -822,6 +909,16 @@ pub(super) fn set_allocate_mode(path: &Path, mode: &str) -> Result<()> {
         out.push('\n');
     }
     std::fs::write(path, out).with_context(|| format!("write {}", path.display()))
+}
+
+/// `--metrics-address 127.0.0.1:<free port>` where the built `binary` serves metrics: each
+/// node's daemons on a port of their own (the default port is one per machine, and two nodes'
+/// plugins share this machine); nothing for a build without the flag.
+fn metrics_address() -> Result<Vec<String>> {
+    Ok(vec![
+        "--metrics-address".to_owned(),
+        format!("127.0.0.1:{}", free_port()?),
+    ])
 }
 
 /// A copy of `cmd`'s program and arguments (a [`Command`] cannot be cloned).

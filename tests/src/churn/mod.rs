@@ -1,0 +1,926 @@
+//! Churn on a real cluster: pods created and deleted continuously, a few at a time, each asking
+//! for a seeded random mix, through both engine paths, while faults are injected on a
+//! schedule; every start checked from inside the container, every running pod against the
+//! others, and the nodes checked for leaks and the daemons for growth at the end.
+//!
+//! The cluster ([`crate::cluster`], two nodes): node 0 runs the runtime shim (`devinject`
+//! RuntimeClass, [`Setup::Ctl`]), node 1 `devinject-nri` on containerd's NRI socket with pods on
+//! plain runc ([`Setup::Nri`]); both run the real device plugin with four demo devices and the
+//! `kubernetes` policy. Each pod asks for 0–2 demo devices on one path; every tenth is a
+//! forger (no resources, the request variable set itself), on each path in turn.
+//!
+//! The checks ([`pods::probe_problems`], the exclusivity of every device, [`leaks::leaks`],
+//! [`procstat::unbounded`]) collect violations instead of panicking; the caller fails on any.
+//! `tests/tests/cluster_churn.rs` runs the short setting, `churn-soak` (scripts/bench.sh
+//! churn) the long one; docs/testing.md and docs/benchmarks.md describe both.
+//!
+//! # Why two nodes
+//! One containerd with both the shim and NRI would run a shim pod through both paths (NRI sees
+//! every container): each path needs a node of its own.
+//!
+//! # What is not churned here
+//! kvm and a shared (replicated) resource: the simulated node has only the demo profile, with
+//! exclusive devices. CRI-O restarts: the harness's CRI-O node runs devinject only as its
+//! DaemonSets install it (an image and an install per run); `cluster_crio.rs` restarts CRI-O
+//! under a pod holding its device.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde_json::Value;
+
+use crate::cluster::{Cluster, Setup, Shape, KUBELET_ROOT};
+use crate::sim::ACCELS;
+
+pub mod faults;
+pub mod leaks;
+pub mod metrics;
+pub mod pods;
+pub mod procstat;
+pub mod rng;
+
+use faults::{ActiveFault, FaultKind};
+use pods::{EnginePath, Kind, PodPlan, PROBED, RESOURCE};
+use procstat::Sample;
+use rng::Rng;
+
+/// The environment variable that sets the number of starts (the soak: 1000).
+pub const STARTS_VAR: &str = "DEVINJECT_CHURN_STARTS";
+/// The environment variable that sets the seed (default: from the clock, printed).
+pub const SEED_VAR: &str = "DEVINJECT_CHURN_SEED";
+/// The starts of the CI setting.
+pub const CI_STARTS: usize = 150;
+/// How long a pod may take to start or be refused before it is a violation, and how long a
+/// node may take to recover from a fault.
+const STUCK: Duration = Duration::from_secs(180);
+/// How long two running pods may seem to hold one device before it is a violation: the API's
+/// phase of a pod the kubelet has just ended lags (its status is sent asynchronously).
+const OVERLAP_GRACE: Duration = Duration::from_secs(20);
+/// How long the nodes may take to clean up once the last pod is deleted.
+const CLEANUP: Duration = Duration::from_secs(180);
+/// One pod in this many is a forger.
+const FORGER_EVERY: usize = 10;
+/// The pause between two looks at the cluster.
+const TICK: Duration = Duration::from_millis(250);
+
+/// How long and how hard to churn.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Pod starts to reach (a start: the container ran and its probe reported).
+    pub starts: usize,
+    /// The seed of every random choice.
+    pub seed: u64,
+    /// Pods alive at once.
+    pub concurrency: usize,
+    /// Rounds of faults (each round injects every [`FaultKind`] once).
+    pub rounds: usize,
+}
+
+impl Settings {
+    /// `starts` starts with the seed from [`SEED_VAR`] or the clock, four pods at once, and a
+    /// round of faults per 75 starts (at least two rounds).
+    pub fn new(starts: usize) -> Self {
+        let seed = std::env::var(SEED_VAR)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(rng::clock_seed);
+        Self {
+            starts,
+            seed,
+            concurrency: 4,
+            rounds: (starts / 75).max(2),
+        }
+    }
+
+    /// The settings from the environment: [`STARTS_VAR`] or the CI setting.
+    pub fn from_env() -> Self {
+        let starts = std::env::var(STARTS_VAR)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(CI_STARTS);
+        Self::new(starts)
+    }
+}
+
+/// A daemon's readings: the first and the last of each process it ran as.
+#[derive(Debug, Clone)]
+pub struct Readings {
+    /// The component and node.
+    pub component: String,
+    /// Per pid: first and last reading.
+    pub by_pid: Vec<(u32, Sample, Sample)>,
+    /// Whether the run killed it on purpose (its first and last process differ).
+    pub killed_by_fault: bool,
+}
+
+/// What a run found.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// The settings' seed.
+    pub seed: u64,
+    /// Starts checked, per engine path.
+    pub starts: BTreeMap<&'static str, usize>,
+    /// Starts that failed while a fault was active or recovering, by reason.
+    pub failed_under_fault: BTreeMap<String, usize>,
+    /// Forged requests refused, per engine path.
+    pub forgers_refused: BTreeMap<&'static str, usize>,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<&'static str, usize>,
+    /// Pods the kernel OOM-killed after their start.
+    pub oom_killed: usize,
+    /// Every invariant violation, with its pod or node.
+    pub violations: Vec<String>,
+    /// The daemons' readings.
+    pub readings: Vec<Readings>,
+    /// containerd's own leftovers at the end ([`leaks::Found::engine_leftovers`]).
+    pub engine_leftovers: Vec<String>,
+    /// The end-of-run metrics scrapes.
+    pub scrapes: Vec<metrics::Scrape>,
+    /// How long the churn ran (cluster start and teardown excluded).
+    pub churn_time: Duration,
+}
+
+impl Outcome {
+    /// All starts.
+    pub fn total_starts(&self) -> usize {
+        self.starts.values().sum()
+    }
+
+    /// The report: settings, counts, faults, violations, readings, scrapes.
+    pub fn report(&self) -> String {
+        let mut s = String::new();
+        s.push_str(&format!(
+            "churn: seed {} ({SEED_VAR}={} repeats the mix)\n",
+            self.seed, self.seed
+        ));
+        s.push_str(&format!(
+            "churn: {} starts in {:.0} s ({})\n",
+            self.total_starts(),
+            self.churn_time.as_secs_f64(),
+            join_counts(&self.starts)
+        ));
+        s.push_str(&format!(
+            "churn: forged requests refused: {}\n",
+            join_counts(&self.forgers_refused)
+        ));
+        s.push_str(&format!(
+            "churn: OOM-killed after start: {}\n",
+            self.oom_killed
+        ));
+        s.push_str(&format!("churn: faults: {}\n", join_counts(&self.faults)));
+        s.push_str(&format!(
+            "churn: starts failed under a fault (expected): {}\n",
+            match self.failed_under_fault.is_empty() {
+                true => "none".to_owned(),
+                false => join_counts(&self.failed_under_fault),
+            }
+        ));
+        s.push_str("churn: daemons, first vs last reading (from /proc/<pid>):\n");
+        for r in &self.readings {
+            let killed = match r.killed_by_fault {
+                true => " (an incarnation; the run SIGKILLs it)",
+                false => "",
+            };
+            for (pid, first, last) in &r.by_pid {
+                s.push_str(&format!(
+                    "  {} pid {pid}{killed}: first {first}; last {last}\n",
+                    r.component
+                ));
+            }
+        }
+        s.push_str(&format!("churn: leaks checked: {}\n", leaks::CHECKED));
+        s.push_str(&format!(
+            "churn: containerd's own leftovers (shims that lived through a containerd restart, \
+             their task and pod gone; not devinject's): {}\n",
+            self.engine_leftovers.len()
+        ));
+        for l in &self.engine_leftovers {
+            s.push_str(&format!("  {l}\n"));
+        }
+        s.push_str(&format!("churn: {} violations\n", self.violations.len()));
+        for v in &self.violations {
+            s.push_str(&format!("  VIOLATION {v}\n"));
+        }
+        for m in &self.scrapes {
+            s.push_str(&format!(
+                "churn: /metrics of {}:\n{}\n",
+                m.component, m.text
+            ));
+        }
+        s
+    }
+}
+
+fn join_counts<K: std::fmt::Display>(m: &BTreeMap<K, usize>) -> String {
+    m.iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether this machine can run the churn (see [`crate::cluster::ready_with_containerd`]);
+/// the containerd release for the NRI node.
+pub fn ready() -> Option<crate::runtimes::Release> {
+    crate::cluster::ready_with_containerd("1.7")
+}
+
+/// Starts the two-node cluster, churns as `settings` say, deletes every pod and checks the
+/// nodes; the outcome lists every violation (none: the run passed).
+pub fn run(settings: &Settings, release: &crate::runtimes::Release) -> Result<Outcome> {
+    println!(
+        "churn: seed {} ({SEED_VAR}), {} starts, {} pods at once, {} rounds of faults",
+        settings.seed, settings.starts, settings.concurrency, settings.rounds
+    );
+    let setups = [
+        Setup::Ctl,
+        Setup::Nri {
+            containerd: release.bin.clone(),
+        },
+    ];
+    let cluster = Cluster::start_per_node(&setups, &Shape::default())?;
+    cluster.runtime_class()?;
+    let mut churn = Churn::new(cluster, settings.clone());
+    let started = Instant::now();
+    let result = churn.churn();
+    churn.outcome.churn_time = started.elapsed();
+    if let Err(e) = result {
+        churn.violate(format!("the run stopped: {e:#}"));
+    }
+    churn.finish();
+    Ok(churn.outcome)
+}
+
+/// A pod's place in the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Created; not yet started, refused or failed.
+    Waiting,
+    /// Started and checked; holding its devices.
+    Holding,
+    /// Started and checked, an OOM pod waiting for the kernel.
+    AwaitingOom,
+    /// Deleted; still in the API until its node is done with it.
+    Deleting,
+}
+
+#[derive(Debug, Clone)]
+struct Tracked {
+    plan: PodPlan,
+    created: Instant,
+    /// Faults begun when it was created, and whether one was active: a pod created and ended
+    /// with no fault in between must start.
+    faults_at_create: usize,
+    fault_at_create: bool,
+    state: State,
+    /// The devices its probe showed it holding.
+    observed: Vec<String>,
+}
+
+struct Churn {
+    cluster: Cluster,
+    settings: Settings,
+    rng: Rng,
+    pods: BTreeMap<String, Tracked>,
+    next_pod: usize,
+    /// Pods whose outcome was recorded (for [`faults::Condition::PodFinished`]).
+    finished: BTreeSet<String>,
+    fault: Option<ActiveFault>,
+    faults_begun: usize,
+    /// Device overlaps seen, by (node, pod, pod, device), since when.
+    overlaps: BTreeMap<(usize, String, String, String), Instant>,
+    reported_overlaps: BTreeSet<(usize, String, String, String)>,
+    /// Pod uid → name, for reports.
+    uids: BTreeMap<String, String>,
+    readings: BTreeMap<String, Vec<(u32, Sample, Sample)>>,
+    baseline: leaks::Baseline,
+    /// The shims alive when their node's containerd restarted.
+    restart_survivors: BTreeSet<u32>,
+    outcome: Outcome,
+}
+
+impl Churn {
+    fn new(cluster: Cluster, settings: Settings) -> Self {
+        let baseline = leaks::baseline(&cluster);
+        let outcome = Outcome {
+            seed: settings.seed,
+            ..Outcome::default()
+        };
+        let mut c = Self {
+            rng: Rng::new(settings.seed),
+            cluster,
+            settings,
+            pods: BTreeMap::new(),
+            next_pod: 0,
+            finished: BTreeSet::new(),
+            fault: None,
+            faults_begun: 0,
+            overlaps: BTreeMap::new(),
+            reported_overlaps: BTreeSet::new(),
+            uids: BTreeMap::new(),
+            readings: BTreeMap::new(),
+            baseline,
+            restart_survivors: BTreeSet::new(),
+            outcome,
+        };
+        c.read_daemons();
+        c
+    }
+
+    fn violate(&mut self, v: String) {
+        println!("churn: VIOLATION {v}");
+        self.outcome.violations.push(v);
+    }
+
+    fn starts(&self) -> usize {
+        self.outcome.total_starts()
+    }
+
+    fn schedule_len(&self) -> usize {
+        self.settings.rounds * FaultKind::ALL.len()
+    }
+
+    /// The start count at which fault `i` is due: spread evenly over the run.
+    fn fault_due(&self, i: usize) -> usize {
+        (i + 1) * self.settings.starts / (self.schedule_len() + 1)
+    }
+
+    fn churn(&mut self) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(120 + 20 * self.settings.starts as u64);
+        let mut next_reading = 25;
+        while self.starts() < self.settings.starts
+            || self.faults_begun < self.schedule_len()
+            || self.fault.is_some()
+        {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "not done by the run's deadline: {} starts, {} faults",
+                self.starts(),
+                self.faults_begun
+            );
+            let items = self.list_pods()?;
+            let checkpoints = self.checkpoints();
+            self.observe(&items, &checkpoints)?;
+            self.exclusive(&items, &checkpoints);
+            self.step_fault()?;
+            self.replace_pods()?;
+            if self.starts() >= next_reading {
+                self.read_daemons();
+                next_reading += 25;
+            }
+            std::thread::sleep(TICK);
+        }
+        Ok(())
+    }
+
+    fn list_pods(&self) -> Result<Vec<Value>> {
+        let text =
+            self.cluster
+                .kubectl(&["get", "pods", "-l", "devinject-churn=1", "-o", "json"])?;
+        let v: Value = serde_json::from_str(&text).context("parse the pod list")?;
+        Ok(v["items"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// Each node's kubelet checkpoint: pod uid → demo device ids; `None` for a node whose
+    /// checkpoint cannot be read now (its kubelet restarting).
+    fn checkpoints(&self) -> Vec<Option<BTreeMap<String, Vec<String>>>> {
+        self.cluster
+            .nodes()
+            .iter()
+            .map(|n| {
+                let path = n
+                    .in_node_ns(&format!(
+                        "{KUBELET_ROOT}/device-plugins/kubelet_internal_checkpoint"
+                    ))
+                    .ok()?;
+                let v: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+                let mut map: BTreeMap<String, Vec<String>> = BTreeMap::new();
+                for e in v["Data"]["PodDeviceEntries"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                {
+                    if e["ResourceName"] != RESOURCE {
+                        continue;
+                    }
+                    let uid = e["PodUID"].as_str().unwrap_or_default().to_owned();
+                    let ids = map.entry(uid).or_default();
+                    for per_numa in e["DeviceIDs"]
+                        .as_object()
+                        .into_iter()
+                        .flat_map(|m| m.values())
+                    {
+                        ids.extend(
+                            per_numa
+                                .as_array()
+                                .into_iter()
+                                .flatten()
+                                .filter_map(|i| i.as_str().map(str::to_owned)),
+                        );
+                    }
+                    ids.sort();
+                }
+                Some(map)
+            })
+            .collect()
+    }
+
+    /// Whether a pod created as `t` ran through no fault at all.
+    fn quiet(&self, t: &Tracked) -> bool {
+        !t.fault_at_create && t.faults_at_create == self.faults_begun && self.fault.is_none()
+    }
+
+    /// Looks at every tracked pod in `items` and records what it did.
+    fn observe(
+        &mut self,
+        items: &[Value],
+        checkpoints: &[Option<BTreeMap<String, Vec<String>>>],
+    ) -> Result<()> {
+        let present: BTreeSet<String> = items
+            .iter()
+            .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
+            .collect();
+        for p in items {
+            if let (Some(uid), Some(name)) = (
+                p["metadata"]["uid"].as_str(),
+                p["metadata"]["name"].as_str(),
+            ) {
+                self.uids.insert(uid.to_owned(), name.to_owned());
+            }
+        }
+        // Deleted pods the API has let go of.
+        self.pods
+            .retain(|name, t| t.state != State::Deleting || present.contains(name));
+        let mut to_delete = Vec::new();
+        for pod in items {
+            let Some(name) = pod["metadata"]["name"].as_str() else {
+                continue;
+            };
+            let Some(t) = self.pods.get(name).cloned() else {
+                continue;
+            };
+            let status = &pod["status"]["containerStatuses"][0];
+            let waiting = &status["state"]["waiting"];
+            let terminated = &status["state"]["terminated"];
+            let running = status["state"]["running"].is_object();
+            let phase = pod["status"]["phase"].as_str().unwrap_or_default();
+            let label = format!(
+                "pod {name} ({}, {} devices, {:?})",
+                t.plan.path.name(),
+                t.plan.devices,
+                t.plan.kind
+            );
+            match (t.state, t.plan.kind) {
+                (State::Waiting, Kind::Forger) => {
+                    let refusal = [&waiting["message"], &terminated["message"]]
+                        .into_iter()
+                        .filter_map(Value::as_str)
+                        .find(|m| m.contains("devinject"));
+                    if refusal.is_some() {
+                        *self
+                            .outcome
+                            .forgers_refused
+                            .entry(t.plan.path.name())
+                            .or_default() += 1;
+                        self.record_end(name);
+                        to_delete.push(name.to_owned());
+                    } else if running || terminated.is_object() {
+                        let log = self.cluster.pod_log(pod, "main").unwrap_or_default();
+                        self.violate(format!(
+                            "{label}: a forged request was not refused; the container ran and held {:?}",
+                            pods::observed_devices(&log)
+                        ));
+                        self.record_end(name);
+                        to_delete.push(name.to_owned());
+                    } else if t.created.elapsed() > STUCK {
+                        self.violate(format!("{label}: neither refused nor run after {STUCK:?}"));
+                        self.record_end(name);
+                        to_delete.push(name.to_owned());
+                    }
+                }
+                (State::Waiting, _) => {
+                    let log = match running || terminated.is_object() {
+                        true => self.cluster.pod_log(pod, "main").unwrap_or_default(),
+                        false => String::new(),
+                    };
+                    if log.contains(PROBED) {
+                        let node = t.plan.path.node();
+                        let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
+                        let Some(checkpoint) = &checkpoints[node] else {
+                            // The kubelet is restarting: look again next time.
+                            continue;
+                        };
+                        let ids = checkpoint.get(uid).cloned().unwrap_or_default();
+                        for p in pods::probe_problems(&log, &ids, t.plan.devices) {
+                            self.violate(format!("{label}, checkpoint {ids:?}: {p}"));
+                        }
+                        let observed = pods::observed_devices(&log);
+                        *self.outcome.starts.entry(t.plan.path.name()).or_default() += 1;
+                        let tracked = self.pods.get_mut(name).expect("tracked");
+                        tracked.observed = observed;
+                        tracked.state = match t.plan.kind {
+                            Kind::Oom => State::AwaitingOom,
+                            _ => State::Holding,
+                        };
+                        if t.plan.kind == Kind::Oom && self.check_oom(name, &label, terminated) {
+                            to_delete.push(name.to_owned());
+                        }
+                    } else if phase == "Failed"
+                        || terminated.is_object()
+                        || waiting["reason"]
+                            .as_str()
+                            .is_some_and(|r| r.contains("Error") || r.contains("BackOff"))
+                    {
+                        let reason = [
+                            &pod["status"]["reason"],
+                            &waiting["reason"],
+                            &terminated["reason"],
+                        ]
+                        .into_iter()
+                        .find_map(Value::as_str)
+                        .unwrap_or("unknown")
+                        .to_owned();
+                        let message = [
+                            &pod["status"]["message"],
+                            &waiting["message"],
+                            &terminated["message"],
+                        ]
+                        .into_iter()
+                        .find_map(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned();
+                        if self.quiet(&t) {
+                            self.violate(format!(
+                                "{label}: failed to start with no fault around: {reason}: {message}"
+                            ));
+                        } else {
+                            println!("churn: {label}: failed under a fault: {reason}: {message}");
+                            *self.outcome.failed_under_fault.entry(reason).or_default() += 1;
+                        }
+                        self.record_end(name);
+                        to_delete.push(name.to_owned());
+                    } else if t.created.elapsed() > STUCK {
+                        self.violate(format!(
+                            "{label}: not started after {STUCK:?} (phase {phase}, waiting {waiting})"
+                        ));
+                        self.record_end(name);
+                        to_delete.push(name.to_owned());
+                    }
+                }
+                (State::AwaitingOom, _) => {
+                    let ended = self.check_oom(name, &label, terminated);
+                    to_delete.extend(ended.then(|| name.to_owned()));
+                }
+                _ => {}
+            }
+        }
+        self.delete(&to_delete)
+    }
+
+    /// Records the end of an OOM pod once its container has terminated; true then.
+    fn check_oom(&mut self, name: &str, label: &str, terminated: &Value) -> bool {
+        if !terminated.is_object() {
+            return false;
+        }
+        match terminated["reason"].as_str() {
+            Some("OOMKilled") => self.outcome.oom_killed += 1,
+            other => self.violate(format!(
+                "{label}: allocated past its memory limit and ended {other:?}, not OOMKilled"
+            )),
+        }
+        self.record_end(name);
+        true
+    }
+
+    fn record_end(&mut self, name: &str) {
+        self.finished.insert(name.to_owned());
+    }
+
+    /// Never one exclusive device in two pods on a node at once:
+    /// - in the kubelet's checkpoint, at any moment: the kubelet drops a pod it no longer runs
+    ///   from it before it allocates that pod's devices again, so one device under two pods is
+    ///   a double grant, whatever the API says of them;
+    /// - among the pods the API shows running, by the checkpoint and by what each pod's probe
+    ///   showed it holding; as the API's phase of a pod the kubelet has just ended lags, an
+    ///   overlap there must last past [`OVERLAP_GRACE`] (each pod's probe is also held to its
+    ///   own checkpoint entry, [`pods::probe_problems`]).
+    fn exclusive(
+        &mut self,
+        items: &[Value],
+        checkpoints: &[Option<BTreeMap<String, Vec<String>>>],
+    ) {
+        for (node, checkpoint) in checkpoints.iter().enumerate() {
+            let mut by_device: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+            for (uid, ids) in checkpoint.iter().flatten() {
+                for id in ids {
+                    by_device.entry(id).or_default().insert(uid);
+                }
+            }
+            for (dev, uids) in by_device {
+                let names: Vec<String> = uids
+                    .iter()
+                    .map(|u| self.uids.get(*u).cloned().unwrap_or_else(|| u.to_string()))
+                    .collect();
+                let key = (node, names.join(","), String::new(), dev.to_owned());
+                if uids.len() > 1 && self.reported_overlaps.insert(key) {
+                    self.violate(format!(
+                        "device {dev} of node {node} allocated to {} pods at once in the kubelet's checkpoint: {names:?}",
+                        uids.len()
+                    ));
+                }
+            }
+        }
+        let mut seen = BTreeSet::new();
+        for (node, checkpoint) in checkpoints.iter().enumerate() {
+            let mut holders: Vec<(String, BTreeSet<String>)> = Vec::new();
+            for pod in items {
+                let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+                let Some(t) = self.pods.get(name) else {
+                    continue;
+                };
+                let running = pod["status"]["phase"] == "Running"
+                    && pod["status"]["containerStatuses"][0]["state"]["running"].is_object();
+                if !running || t.plan.path.node() != node {
+                    continue;
+                }
+                let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
+                let mut held: BTreeSet<String> = t.observed.iter().cloned().collect();
+                if let Some(ids) = checkpoint.as_ref().and_then(|c| c.get(uid)) {
+                    held.extend(ids.iter().cloned());
+                }
+                holders.push((name.to_owned(), held));
+            }
+            for (i, (a, ha)) in holders.iter().enumerate() {
+                for (b, hb) in &holders[i + 1..] {
+                    for dev in ha.intersection(hb) {
+                        seen.insert((node, a.clone(), b.clone(), dev.clone()));
+                    }
+                }
+            }
+        }
+        self.overlaps.retain(|k, _| seen.contains(k));
+        for k in seen {
+            let since = *self.overlaps.entry(k.clone()).or_insert_with(Instant::now);
+            if since.elapsed() > OVERLAP_GRACE && self.reported_overlaps.insert(k.clone()) {
+                let (node, a, b, dev) = k;
+                let (accel, _, _) = ACCELS[dev.parse::<usize>().unwrap_or(0) % ACCELS.len()];
+                self.violate(format!(
+                    "device {dev} ({accel}) of node {node} held by running pods {a} and {b} at once for {OVERLAP_GRACE:?}"
+                ));
+            }
+        }
+    }
+
+    /// Advances the fault in progress, or injects the next one when it is due.
+    fn step_fault(&mut self) -> Result<()> {
+        if let Some(mut fault) = self.fault.take() {
+            faults::undo_when_due(&mut self.cluster, &mut fault)?;
+            if !fault.injected() {
+                let finished = &self.finished;
+                fault.waiting_for.retain(|c| {
+                    !faults::holds(&self.cluster, c, ACCELS.len(), |n| finished.contains(n))
+                });
+            }
+            if fault.injected() || !fault.waiting_for.is_empty() {
+                anyhow::ensure!(
+                    fault.began.elapsed() < STUCK,
+                    "no recovery from {} ({}) within {STUCK:?}: still waiting for {:?}\n{}",
+                    fault.kind.name(),
+                    fault.detail,
+                    fault.waiting_for,
+                    self.cluster.logs()
+                );
+                self.fault = Some(fault);
+            } else {
+                println!(
+                    "churn: recovered from {} in {:.1} s",
+                    fault.kind.name(),
+                    fault.began.elapsed().as_secs_f64()
+                );
+            }
+            return Ok(());
+        }
+        let i = self.faults_begun;
+        if i >= self.schedule_len() || self.starts() < self.fault_due(i) {
+            return Ok(());
+        }
+        let kind = FaultKind::ALL[i % FaultKind::ALL.len()];
+        // Rounds alternate the nodes; the device plugin is killed on the shim node only, so
+        // that the NRI node's plugin lives through the whole run and its growth is measured.
+        let node = match kind {
+            FaultKind::PluginKill => EnginePath::Shim.node(),
+            _ => (i / FaultKind::ALL.len()) % EnginePath::ALL.len(),
+        };
+        if kind == FaultKind::ContainerdRestart {
+            let shims = leaks::shim_pids(&self.cluster.nodes()[node]);
+            self.restart_survivors.extend(shims);
+        }
+        let pick = self.rng.next_u64();
+        let mut fault = faults::inject(&mut self.cluster, kind, node, ACCELS.len(), pick)?;
+        self.faults_begun += 1;
+        *self.outcome.faults.entry(kind.name()).or_default() += 1;
+        println!(
+            "churn: fault {}/{} at start {}: {}",
+            i + 1,
+            self.schedule_len(),
+            self.starts(),
+            fault.detail
+        );
+        let path = EnginePath::ALL[node];
+        match kind {
+            FaultKind::OomKill => {
+                let devices = 1 + self.rng.below(2) as u32;
+                let name = self.create(path, Kind::Oom, devices)?;
+                fault.waiting_for.push(faults::Condition::PodFinished(name));
+            }
+            // Something must start on the node while its pod-resources socket is away.
+            FaultKind::PodResourcesGone => {
+                self.create(path, Kind::Probe, 1)?;
+            }
+            _ => {}
+        }
+        self.fault = Some(fault);
+        Ok(())
+    }
+
+    /// Deletes the oldest holding pods beyond the ones the run keeps, then creates pods until
+    /// [`Settings::concurrency`] are alive.
+    fn replace_pods(&mut self) -> Result<()> {
+        let alive = |pods: &BTreeMap<String, Tracked>| {
+            pods.values().filter(|t| t.state != State::Deleting).count()
+        };
+        if alive(&self.pods) >= self.settings.concurrency {
+            let mut holding: Vec<(Instant, String)> = self
+                .pods
+                .iter()
+                .filter(|(_, t)| t.state == State::Holding)
+                .map(|(n, t)| (t.created, n.clone()))
+                .collect();
+            holding.sort();
+            let excess = alive(&self.pods) + 1 - self.settings.concurrency;
+            let names: Vec<String> = holding.into_iter().take(excess).map(|(_, n)| n).collect();
+            self.delete(&names)?;
+        }
+        while alive(&self.pods) < self.settings.concurrency
+            && (self.starts() + self.waiting() < self.settings.starts
+                || self.faults_begun < self.schedule_len())
+        {
+            // Every tenth pod forges its request, on each path in turn; the others ask for a
+            // random path and count.
+            let forgers = self.next_pod / FORGER_EVERY;
+            let (path, kind, devices) = match (self.next_pod + 1) % FORGER_EVERY {
+                0 => (EnginePath::ALL[forgers % 2], Kind::Forger, 0),
+                _ => (
+                    EnginePath::ALL[self.rng.below(2) as usize],
+                    Kind::Probe,
+                    self.rng.below(3) as u32,
+                ),
+            };
+            self.create(path, kind, devices)?;
+        }
+        Ok(())
+    }
+
+    fn waiting(&self) -> usize {
+        self.pods
+            .values()
+            .filter(|t| t.state == State::Waiting && t.plan.kind != Kind::Forger)
+            .count()
+    }
+
+    fn create(&mut self, path: EnginePath, kind: Kind, devices: u32) -> Result<String> {
+        self.next_pod += 1;
+        let plan = PodPlan {
+            name: format!("churn-{}", self.next_pod),
+            path,
+            devices,
+            kind,
+        };
+        let node = self.cluster.nodes()[path.node()].name().to_owned();
+        self.cluster.apply(&plan.manifest(&node))?;
+        let name = plan.name.clone();
+        self.pods.insert(
+            name.clone(),
+            Tracked {
+                plan,
+                created: Instant::now(),
+                faults_at_create: self.faults_begun,
+                fault_at_create: self.fault.is_some(),
+                state: State::Waiting,
+                observed: Vec::new(),
+            },
+        );
+        Ok(name)
+    }
+
+    fn delete(&mut self, names: &[String]) -> Result<()> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let mut args = vec!["delete", "pod", "--wait=false", "--ignore-not-found"];
+        args.extend(names.iter().map(String::as_str));
+        self.cluster.kubectl(&args)?;
+        for n in names {
+            if let Some(t) = self.pods.get_mut(n) {
+                t.state = State::Deleting;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the device plugins and `devinject-nri` of every node from `/proc`.
+    fn read_daemons(&mut self) {
+        for node in self.cluster.nodes() {
+            for (component, pid) in [
+                ("device plugin", node.plugin_pid()),
+                ("devinject-nri", node.nri_plugin_pid()),
+            ] {
+                let Some(pid) = pid else {
+                    continue;
+                };
+                let key = format!("{component} on {}", node.name());
+                let Some(s) = procstat::sample(pid) else {
+                    continue;
+                };
+                let entries = self.readings.entry(key).or_default();
+                match entries.iter_mut().find(|(p, _, _)| *p == pid) {
+                    Some(e) => e.2 = s,
+                    None => entries.push((pid, s, s)),
+                }
+            }
+        }
+    }
+
+    /// Deletes every pod, waits for the nodes to clean up, checks them for leaks and the
+    /// daemons for growth, and scrapes their metrics.
+    fn finish(&mut self) {
+        if let Some(mut fault) = self.fault.take() {
+            if let Err(e) = faults::undo_when_due(&mut self.cluster, &mut fault) {
+                self.violate(format!("cannot undo {}: {e:#}", fault.detail));
+            }
+        }
+        self.read_daemons();
+        let _ =
+            self.cluster
+                .kubectl(&["delete", "pods", "-l", "devinject-churn=1", "--wait=false"]);
+        let gone = crate::daemons::poll("the run's pods to go", CLEANUP, || {
+            Ok(self
+                .cluster
+                .kubectl(&["get", "pods", "-l", "devinject-churn=1", "-o", "name"])?
+                .is_empty()
+                .then_some(()))
+        });
+        if let Err(e) = gone {
+            self.violate(format!("{e:#}"));
+        }
+        // The nodes clean up asynchronously (sandboxes, volumes, cgroups): what is still
+        // there when they have had their time is a leak.
+        let mut found = leaks::Found::default();
+        let clean = crate::daemons::poll("the nodes to clean up", CLEANUP, || {
+            found = leaks::leaks(&self.cluster, &self.baseline, &self.restart_survivors);
+            Ok(found.leaks.is_empty().then_some(()))
+        });
+        if clean.is_err() {
+            for f in std::mem::take(&mut found.leaks) {
+                self.violate(format!("leak: {f}"));
+            }
+        }
+        self.outcome.engine_leftovers = found.engine_leftovers;
+        self.read_daemons();
+        for (component, by_pid) in std::mem::take(&mut self.readings) {
+            let killed = by_pid.len() > 1;
+            // The process that lived through the run: growth over it is a leak.
+            if let (false, Some((pid, first, last))) = (killed, by_pid.first()) {
+                if let Some(why) = procstat::unbounded(first, last) {
+                    self.violate(format!("{component} pid {pid} grew: {why}"));
+                }
+            }
+            self.outcome.readings.push(Readings {
+                component,
+                by_pid,
+                killed_by_fault: killed,
+            });
+        }
+        self.outcome.scrapes = metrics::scrape(&self.cluster);
+        // Every forged request NRI refused reached the decision log and the NRI node's device
+        // plugin's count of it (the plugin there lives through the run).
+        let forged = self
+            .outcome
+            .forgers_refused
+            .get("nri")
+            .copied()
+            .unwrap_or(0);
+        let counted: u64 = self
+            .outcome
+            .scrapes
+            .iter()
+            .filter(|s| s.component.starts_with("devinject-device-plugin"))
+            .map(|s| metrics::node_refusals(&s.text, "nri"))
+            .sum();
+        if counted < forged as u64 {
+            self.violate(format!(
+                "the device plugins counted {counted} refusals of devinject-nri in the node's decision log, fewer than the {forged} forged requests it refused"
+            ));
+        }
+    }
+}
