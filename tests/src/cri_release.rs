@@ -176,6 +176,11 @@ impl ReleaseNode {
             .with_context(|| format!("--- containerd\n{}", self.containerd.log_tail()))
     }
 
+    /// `devinject-nri`'s `/metrics`, scraped over TCP.
+    pub fn nri_metrics(&self) -> Result<String> {
+        nri_plugin::metrics(&self.root.join("nri.log"))
+    }
+
     /// The last lines of `devinject-nri`'s log.
     pub fn nri_log(&self) -> String {
         nri_plugin::log_tail(&self.root.join("nri.log"))

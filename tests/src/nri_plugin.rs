@@ -16,10 +16,12 @@ use crate::probe::Report;
 use crate::sim::assert_demo_granted_0_1_in;
 
 /// Starts the built `devinject-nri` on the runtime's NRI `socket` with the host configuration
-/// `config`, logging to `log`. It has not registered yet: [`wait_registered`].
+/// `config`, logging to `log`, serving its metrics on a loopback port of its own ([`metrics`]).
+/// It has not registered yet: [`wait_registered`].
 pub fn start(socket: &Path, config: &Path, log: &Path) -> Result<Daemon> {
     let mut cmd = Command::new(bin("devinject-nri"));
     cmd.arg("--socket").arg(socket).arg("--config").arg(config);
+    cmd.arg(crate::scrape::ANY_LOOPBACK_PORT);
     Daemon::start("devinject-nri", cmd, log)
 }
 
@@ -31,6 +33,11 @@ pub fn wait_registered(log: &Path, times: usize) -> Result<()> {
         Ok((text.matches(REGISTERED).count() >= times).then_some(()))
     })
     .with_context(|| log_tail(log))
+}
+
+/// The `/metrics` of the plugin logging to `log`, scraped over TCP.
+pub fn metrics(log: &Path) -> Result<String> {
+    crate::scrape::from_log(&std::fs::read_to_string(log).unwrap_or_default())
 }
 
 /// The last lines of the plugin's log at `log`.

@@ -53,6 +53,7 @@ use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::daemons::poll;
 use devinject_tests::probe::Report;
 use devinject_tests::runtimes::Release;
+use devinject_tests::scrape;
 use devinject_tests::sim::{assert_demo_granted_exactly, demo_probe_args, ACCELS, CTL, LIB};
 use serde_json::Value;
 
@@ -312,6 +313,60 @@ fn claims_get_exactly_their_devices(c: &Cluster) {
         spec_file(c, &claim2).exists(),
         "the second pod's spec stays"
     );
+
+    // The driver's /metrics, scraped over TCP: the devices it publishes, both claims prepared
+    // and timed, the first one unprepared (counted once its answer is made, just after its
+    // spec went), its registration and its slice.
+    let at_least = |text: &str, series: &str, want: f64| {
+        scrape::value(text, series).is_some_and(|v| v >= want)
+    };
+    let text = poll(
+        "devinject-dra's metrics",
+        std::time::Duration::from_secs(10),
+        || {
+            let text = scrape::from_log(&c.dra_log())?;
+            Ok(at_least(
+                &text,
+                "devinject_dra_claim_unprepares_total{outcome=\"unprepared\"}",
+                1.0,
+            )
+            .then_some(text))
+        },
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e:#}\n{}",
+            scrape::from_log(&c.dra_log()).unwrap_or_default()
+        )
+    });
+    assert_eq!(
+        scrape::value(
+            &text,
+            "devinject_dra_devices{profile=\"demo\",health=\"healthy\"}"
+        ),
+        Some(ACCELS.len() as f64),
+        "{text}"
+    );
+    for (series, want) in [
+        (
+            "devinject_dra_claim_prepares_total{outcome=\"prepared\"}",
+            2.0,
+        ),
+        (
+            "devinject_dra_prepare_duration_seconds_count{outcome=\"prepared\"}",
+            2.0,
+        ),
+        (
+            "devinject_dra_registrations_total{outcome=\"registered\"}",
+            1.0,
+        ),
+        (
+            "devinject_dra_resourceslice_applies_total{outcome=\"applied\"}",
+            1.0,
+        ),
+    ] {
+        assert!(at_least(&text, series, want), "{series} < {want}:\n{text}");
+    }
 }
 
 #[test]

@@ -26,6 +26,7 @@ use devinject_tests::bins::bin;
 use devinject_tests::cluster::{ready, Cluster};
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::daemons::Daemon;
+use devinject_tests::scrape::{self, ANY_LOOPBACK_PORT};
 use devinject_tests::sim::add_demo_prepare_step;
 use serde_json::{json, Value};
 
@@ -52,7 +53,8 @@ fn start_webhook(c: &Cluster, dir: &Path) -> Daemon {
         .arg("--tls-cert")
         .arg(certs.join("tls.crt"))
         .arg("--tls-key")
-        .arg(certs.join("tls.key"));
+        .arg(certs.join("tls.key"))
+        .arg(ANY_LOOPBACK_PORT);
     let mut webhook = Daemon::start("devinject-webhook", cmd, &dir.join("webhook.log")).unwrap();
     webhook
         .wait_ready("the webhook's port", || {
@@ -132,6 +134,7 @@ fn friendly_names_are_mapped_and_their_function_is_loaded_into_the_granted_devic
     let sys = add_demo_prepare_step(c.host()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let _webhook = start_webhook(&c, dir.path());
+    let webhook_log = dir.path().join("webhook.log");
 
     let granted = pod(
         "nlb3",
@@ -225,6 +228,25 @@ fn friendly_names_are_mapped_and_their_function_is_loaded_into_the_granted_devic
     assert!(plain["metadata"]["annotations"]["devinject.io/functions"].is_null());
     assert_eq!(plain["spec"]["containers"][0]["env"], Value::Null);
     c.wait_pod_done("plain").unwrap();
+
+    // The webhook's /metrics, scraped over TCP, counted each review the API server sent: the
+    // mapped pod, the refusal by its reason, the unchanged pod; and timed them.
+    let text = scrape::from_log(&std::fs::read_to_string(&webhook_log).unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    for series in [
+        "devinject_webhook_reviews_total{outcome=\"patched\"}",
+        "devinject_webhook_reviews_total{outcome=\"refused\"}",
+        "devinject_webhook_reviews_total{outcome=\"unchanged\"}",
+        "devinject_webhook_refusals_total{reason=\"unknown_resource\"}",
+        "devinject_webhook_review_duration_seconds_count",
+    ] {
+        let value = scrape::value(&text, series).unwrap_or(0.0);
+        assert!(value >= 1.0, "{series} is {value}:\n{text}");
+    }
+    assert!(
+        !text.contains("nlb9"),
+        "a resource name as a label:\n{text}"
+    );
 
     // Granted nothing, a function and a forged request: refused by the policy, nothing loaded.
     let before: Vec<PathBuf> = std::fs::read_dir(&sys)

@@ -12,6 +12,8 @@
 //! - A volume the container mounts over the nodes' directory fails the creation, and its host
 //!   directory is left as it was: runc would make the nodes in it (issue 32, finding 6).
 //! - The plugin connects again after containerd restarts.
+//! - Its `/metrics`, scraped over TCP, count each of those answers: adjustments, refusals by
+//!   reason, registrations.
 //! - A profile's prepare step (docs/prepare.md) runs in the plugin before it answers: the
 //!   container reads the function loaded into its granted device; a failing run fails the
 //!   creation with the program's message.
@@ -36,6 +38,7 @@ use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::cri_release::{ready, Paths, ReleaseNode};
 use devinject_tests::nri_plugin::SlowPrepareRun;
 use devinject_tests::probe::Report;
+use devinject_tests::scrape;
 use devinject_tests::sim::{
     add_demo_prepare_step, assert_demo_granted_0_1_in, assert_group_only_granted_0_1,
     demo_probe_args, DEMO_BROKEN_FUNCTION, DEMO_FUNCTION, DEMO_SLOW_FUNCTION, LIB,
@@ -152,6 +155,35 @@ fn injects_through_nri(series: &str) {
     );
     node.cri.remove_pod(&pod).expect("remove pod");
 
+    // Every answer above, counted as containerd got it: two adjustments, a refusal of each
+    // kind, one registration, connected.
+    let text = node.nri_metrics().unwrap_or_else(|e| panic!("{e:#}"));
+    for (name, want) in [
+        ("devinject_nri_adjustments_total", 2.0),
+        ("devinject_nri_refusals_total{reason=\"request\"}", 1.0),
+        (
+            "devinject_nri_refusals_total{reason=\"node_in_volume\"}",
+            1.0,
+        ),
+        ("devinject_nri_refusals_total{reason=\"prepare_step\"}", 1.0),
+        (
+            "devinject_nri_create_container_duration_seconds_count{outcome=\"injected\"}",
+            2.0,
+        ),
+        (
+            "devinject_nri_create_container_duration_seconds_count{outcome=\"refused\"}",
+            3.0,
+        ),
+        ("devinject_nri_registrations_total", 1.0),
+        ("devinject_nri_connected", 1.0),
+    ] {
+        assert_eq!(
+            scrape::value(&text, name),
+            Some(want),
+            "containerd {series}: {name}\n{text}"
+        );
+    }
+
     // containerd restarts: the plugin registers again and the next container is served.
     node.restart_containerd()
         .unwrap_or_else(|e| panic!("{e:#}"));
@@ -168,6 +200,17 @@ fn injects_through_nri(series: &str) {
     assert_eq!(code, 0, "{output}");
     assert_demo_granted_0_1_in(&Report::parse(&output), &output);
     node.cri.remove_pod(&pod).expect("remove pod");
+    let text = node.nri_metrics().unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(
+        scrape::value(&text, "devinject_nri_registrations_total"),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        scrape::value(&text, "devinject_nri_adjustments_total"),
+        Some(3.0),
+        "{text}"
+    );
 }
 
 #[test]

@@ -14,6 +14,7 @@ use devinject_tests::kubelet::fake_kubelet::{
 };
 use devinject_tests::kubelet::host::TestHost;
 use devinject_tests::kubelet::plugin_process::PluginProcess;
+use devinject_tests::scrape::{self, ANY_LOOPBACK_PORT};
 use devinject_tests::skip::require_root;
 use nix::sys::signal::Signal;
 
@@ -35,6 +36,16 @@ async fn start(host: &TestHost, args: &[&str]) -> (FakeKubelet, PluginProcess, R
     let plugin = PluginProcess::spawn(host, &[], args);
     let registration = kubelet.next_registration(SLOW).await;
     (kubelet, plugin, registration)
+}
+
+/// The plugin's `/metrics`, scraped over TCP from the address it logged.
+fn metrics(plugin: &PluginProcess) -> String {
+    scrape::from_log(&plugin.log()).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+/// The value of `series` in `text`, naming the series and the scrape when it is absent.
+fn series(text: &str, series: &str) -> f64 {
+    scrape::value(text, series).unwrap_or_else(|| panic!("no {series} in\n{text}"))
 }
 
 /// Waits for the plugin to register on a socket other than `old`, list its devices there and
@@ -125,7 +136,7 @@ async fn health_faults_turn_devices_unhealthy_then_healthy_within_100ms() {
         let name = fault.name;
         eprintln!("health fault: {name}");
         let host = demo_host("", 2);
-        let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
+        let (_kubelet, plugin, mut reg) = start(&host, &[ANY_LOOPBACK_PORT]).await;
         reg.next_list(SLOW)
             .await
             .unwrap_or_else(|| panic!("{name}: no first list"));
@@ -151,6 +162,24 @@ async fn health_faults_turn_devices_unhealthy_then_healthy_within_100ms() {
             assert_eq!(health(&list), expected, "{name} {phase}");
             eprintln!("{name} {phase}: listed after {:?}", started.elapsed());
         }
+        // Each watched device went bad and came back once, and is counted so; all healthy.
+        let text = metrics(&plugin);
+        let r = "resource=\"devinject.io/demo\"";
+        let turned = fault.watch.len() as f64;
+        for (from, to) in [("healthy", "unhealthy"), ("unhealthy", "healthy")] {
+            let name_ = format!(
+                "devinject_device_plugin_health_transitions_total{{{r},from=\"{from}\",to=\"{to}\"}}"
+            );
+            assert_eq!(series(&text, &name_), turned, "{name}: {name_}");
+        }
+        assert_eq!(
+            series(
+                &text,
+                &format!("devinject_device_plugin_devices{{{r},health=\"healthy\"}}")
+            ),
+            2.0,
+            "{name}"
+        );
     }
 }
 
@@ -181,7 +210,7 @@ async fn kubelet_restart_re_registers_on_a_new_socket() {
         return;
     }
     let host = demo_host("", 2);
-    let (mut kubelet, _plugin, reg) = start(&host, &[]).await;
+    let (mut kubelet, plugin, reg) = start(&host, &[ANY_LOOPBACK_PORT]).await;
     let old = reg.request.endpoint.clone();
     // The kubelet process dies, its connections with it: the plugin loses its stream, starts a
     // new socket and keeps trying to register against the dead kubelet.sock.
@@ -211,6 +240,23 @@ async fn kubelet_restart_re_registers_on_a_new_socket() {
         .await
         .expect("Allocate after restart");
     assert_eq!(response.into_inner().container_responses.len(), 1);
+    // Two registrations the kubelets accepted, and at least one new socket with its reason
+    // (the stream lost with the old kubelet, then the socket the new one wiped).
+    let text = metrics(&plugin);
+    let r = "resource=\"devinject.io/demo\"";
+    assert_eq!(
+        series(
+            &text,
+            &format!("devinject_device_plugin_registrations_total{{{r}}}")
+        ),
+        2.0
+    );
+    let again: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("devinject_device_plugin_reregistrations_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(again >= 1.0, "no re-registration counted:\n{text}");
 }
 
 /// How a registered plugin loses its registration while the kubelet process lives on.
@@ -350,7 +396,7 @@ async fn allocate_modes() {
         let name = mode.name;
         eprintln!("allocate mode: {name}");
         let host = demo_host(mode.profile, mode.count);
-        let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
+        let (_kubelet, plugin, mut reg) = start(&host, &[ANY_LOOPBACK_PORT]).await;
         let list = reg
             .next_list(SLOW)
             .await
@@ -393,7 +439,72 @@ async fn allocate_modes() {
             "{name}: {}",
             refused.message()
         );
+
+        // Scraped as Prometheus would: one allocation, one refusal for its reason (the id it
+        // named is no label), both timed; the build, the registration and the devices.
+        let text = metrics(&plugin);
+        let r = "resource=\"devinject.io/demo\"";
+        for (name_, want) in [
+            (format!("devinject_device_plugin_allocations_total{{{r}}}"), 1.0),
+            (
+                format!("devinject_device_plugin_allocation_refusals_total{{{r},reason=\"unknown_device\"}}"),
+                1.0,
+            ),
+            (format!("devinject_device_plugin_allocate_duration_seconds_count{{{r}}}"), 2.0),
+            (format!("devinject_device_plugin_registrations_total{{{r}}}"), 1.0),
+            (
+                format!("devinject_device_plugin_devices{{{r},health=\"healthy\"}}"),
+                mode.count as f64,
+            ),
+        ] {
+            assert_eq!(series(&text, &name_), want, "{name}: {name_}");
+        }
+        assert!(
+            text.contains(&format!(
+                "devinject_build_info{{component=\"device-plugin\",version=\"{}\"}} 1\n",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{name}:\n{text}"
+        );
+        assert!(
+            !text.contains("accel9"),
+            "{name}: a device id as a label:\n{text}"
+        );
     }
+}
+
+/// The refusals the hook, the shim and the NRI plugin append to the node's decision log while
+/// the plugin runs are counted by path and reason at the next scrape; what was there before it
+/// started is not.
+#[tokio::test]
+async fn counts_the_refusals_the_node_recorded_in_its_decision_log() {
+    use devinject_decision_log::{record, Decision, EnginePath, Reason};
+    if !require_root() {
+        return;
+    }
+    let host = demo_host("", 1);
+    let log = tempfile::tempdir().expect("tempdir");
+    let refusal = |path, reason| Decision::now(path, "c0ffee", vec!["demo".into()], reason, "no");
+    record(log.path(), &refusal(EnginePath::Shim, Reason::Policy)).expect("record");
+    let dir_arg = format!("--decision-log-dir={}", log.path().display());
+    let (_kubelet, plugin, _reg) = start(&host, &[ANY_LOOPBACK_PORT, &dir_arg]).await;
+    let policy = "devinject_node_refusals_total{path=\"shim\",reason=\"policy\"}";
+    assert_eq!(series(&metrics(&plugin), policy), 0.0);
+    record(log.path(), &refusal(EnginePath::Shim, Reason::Policy)).expect("record");
+    record(log.path(), &refusal(EnginePath::Hook, Reason::Request)).expect("record");
+    let text = metrics(&plugin);
+    assert_eq!(series(&text, policy), 1.0);
+    assert_eq!(
+        series(
+            &text,
+            "devinject_node_refusals_total{path=\"hook\",reason=\"request\"}"
+        ),
+        1.0
+    );
+    assert!(
+        !text.contains("c0ffee"),
+        "a container id as a label:\n{text}"
+    );
 }
 
 /// Available ids, must-include ids, size, expected answer.
