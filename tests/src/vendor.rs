@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::sim::{copy_profiles, mknod, write_config};
+use crate::sim::{copy_profiles, mknod, write_config, SimHost};
 
 /// The unpacked stacks (`DEVINJECT_VENDOR_STACKS`), or `None` after the skip rule said why.
 pub fn stacks() -> Option<PathBuf> {
@@ -40,6 +40,20 @@ pub struct VendorHost {
     pub profiles_dir: PathBuf,
     /// The host config pointing at all of the above.
     pub config: PathBuf,
+}
+
+impl VendorHost {
+    /// The node as the CRI and cluster harnesses take a host (its proc root is in the host
+    /// configuration).
+    pub fn sim_host(&self) -> SimHost {
+        SimHost {
+            dir: self.dir.clone(),
+            dev_root: self.dev_root.clone(),
+            driver_root: self.driver_root.clone(),
+            profiles_dir: self.profiles_dir.clone(),
+            config: self.config.clone(),
+        }
+    }
 }
 
 /// The UUID and bus id of the simulated GPU 0.

@@ -5,19 +5,21 @@
 //! `NVIDIA_DRIVER_CAPABILITIES` from the container as the hook does). In both, `nvidia-smi` and
 //! `cuInit` run on the injected libraries and stop at the kernel, and the image's newer CUDA
 //! compat libcuda comes first in the linker cache (the finish step's `--forward-compat`).
+//! And through DRA on a real Kubernetes 1.36 cluster whose node is this one: a pod's claim of
+//! the `nvidia` DeviceClass gets the GPU and every part of the driver, as a CDI spec does.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::Context;
+use devinject_tests::cluster::dra::{claim_template, device_class, ready_for_dra};
+use devinject_tests::cluster::{Cluster, DraBeside, NodeHost, Setup, Shape};
 use devinject_tests::cri::ContainerSpec;
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::cri_release::{ready, Paths, ReleaseNode};
 use devinject_tests::daemons::short_tempdir;
 use devinject_tests::sim::SimHost;
-use devinject_tests::vendor::{
-    compat_in_image, nvidia_host, nvidia_image, stacks, VendorHost, COMPAT_CUINIT,
-};
+use devinject_tests::vendor::{compat_in_image, nvidia_host, nvidia_image, stacks, COMPAT_CUINIT};
 
 /// What the container runs: nvidia-smi, cuInit through the linker cache (the image's compat
 /// libcuda first) and past it (the host's, by the library directories), the dlopen check, its
@@ -35,17 +37,6 @@ fn image(rootfs: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The vendor node as the CRI node's host, its proc root in the host configuration.
-fn sim_host(h: &VendorHost) -> SimHost {
-    SimHost {
-        dir: h.dir.clone(),
-        dev_root: h.dev_root.clone(),
-        driver_root: h.driver_root.clone(),
-        profiles_dir: h.profiles_dir.clone(),
-        config: h.config.clone(),
-    }
-}
-
 /// Starts containerd 2 with `paths` on a fresh NVIDIA node, `None` when a peer is missing.
 fn node(dir: &Path, cdi: bool, nri: bool) -> Option<ReleaseNode> {
     let stacks = stacks()?;
@@ -55,7 +46,7 @@ fn node(dir: &Path, cdi: bool, nri: bool) -> Option<ReleaseNode> {
         cdi,
         nri,
         host_config: format!("policy = \"env\"\nproc_root = {:?}", host.proc_root),
-        host: Some(sim_host(&host)),
+        host: Some(host.sim_host()),
         image: Some(image),
         ..Paths::default()
     };
@@ -113,6 +104,21 @@ fn assert_stopped_at_the_kernel(output: &str, ctx: &str) {
     assert!(output.lines().any(|l| l == "nvidia0"), "{ctx}:\n{output}");
 }
 
+/// Asserts the container had every part of the driver, as a spec that cannot read the
+/// container's env gives: utility, video and graphics libraries loaded.
+fn assert_every_part(output: &str) {
+    for lib in [
+        "libnvidia-ml.so.1",
+        "libnvidia-encode.so.1",
+        "libEGL_nvidia.so.0",
+    ] {
+        assert!(
+            output.lines().any(|l| l == format!("loaded {lib}")),
+            "{lib}:\n{output}"
+        );
+    }
+}
+
 #[test]
 fn containerd_injects_the_cdi_spec_of_nvidias_real_driver() {
     let dir = short_tempdir("vcdi").unwrap();
@@ -127,17 +133,7 @@ fn containerd_injects_the_cdi_spec_of_nvidias_real_driver() {
     );
     assert_eq!(code, 0, "{output}");
     assert_stopped_at_the_kernel(&output, "CDI");
-    // A spec carries every part.
-    for lib in [
-        "libnvidia-ml.so.1",
-        "libnvidia-encode.so.1",
-        "libEGL_nvidia.so.0",
-    ] {
-        assert!(
-            output.lines().any(|l| l == format!("loaded {lib}")),
-            "{lib}:\n{output}"
-        );
-    }
+    assert_every_part(&output);
     // Nothing asked: nothing injected.
     let (code, output) = run(&mut node, "plain", &[], &[]);
     assert_eq!(code, 0, "{output}");
@@ -213,4 +209,58 @@ fn the_nri_plugin_injects_the_parts_the_container_chose() {
         "{}",
         node.nri_log()
     );
+}
+
+/// The cluster node: the NVIDIA node of the tests above.
+fn nvidia_cluster_host(dir: &Path) -> anyhow::Result<SimHost> {
+    let stacks = std::env::var_os("DEVINJECT_VENDOR_STACKS").context("DEVINJECT_VENDOR_STACKS")?;
+    Ok(nvidia_host(dir, Path::new(&stacks), &["nvidia"])?.sim_host())
+}
+
+#[test]
+fn a_dra_claim_on_nvidias_real_driver_gets_the_gpu_and_every_part() {
+    if stacks().is_none() {
+        return;
+    }
+    let Some(release) = ready_for_dra() else {
+        return;
+    };
+    let shape = Shape {
+        devices: 1,
+        node_host: Some(NodeHost {
+            make: nvidia_cluster_host,
+            image,
+        }),
+        ..Shape::default()
+    };
+    let c = Cluster::start_shaped(
+        Setup::Dra {
+            containerd: release.bin,
+            beside: DraBeside::Nothing,
+        },
+        &shape,
+    )
+    .unwrap_or_else(|e| panic!("cluster: {e:#}"));
+    c.apply_dra_device_classes()
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    c.apply(&claim_template("gpu", &device_class("nvidia"), 1))
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: cuda\nspec:\n  restartPolicy: Never\n  hostNetwork: true\n  \
+         resourceClaims:\n  - name: gpu\n    resourceClaimTemplateName: gpu\n  containers:\n  \
+         - name: c\n    image: {BUSYBOX}\n    imagePullPolicy: Never\n    command: {command}\n    \
+         resources:\n      claims:\n      - name: gpu\n",
+        command = serde_json::json!(["/bin/sh", "-c", SCRIPT]),
+    );
+    c.apply(&pod).unwrap_or_else(|e| panic!("{e:#}"));
+    let phase = c
+        .wait_pod_done("cuda")
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    let output = c
+        .container_log("cuda", "c")
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(phase, "Succeeded", "{output}\n{}", c.logs());
+    assert_stopped_at_the_kernel(&output, "DRA");
+    // A claim's spec carries every part, as a CDI spec does.
+    assert_every_part(&output);
 }
