@@ -99,7 +99,7 @@ fi
 # nodes on containerd 2 and runc 1.4 (tests/src/cluster/kubernetes.rs), once the background
 # build is done.
 cluster_tier=(cluster cluster_binpack cluster_dra cluster_engine_paths cluster_install cluster_install_dra
-  cluster_install_nri cluster_install_webhook cluster_webhook cluster_crio cluster_churn)
+  cluster_install_nri cluster_install_webhook cluster_webhook cluster_crio cluster_churn cluster_dra_nvidia)
 if wait "$today_build"; then
   crio_bin=$(cat "$today_log.crio")
   echo "test.sh: CRI-O on $("$crio_bin/crio" --version | sed -n 1p) and ${runc14:-runc}"

@@ -435,3 +435,60 @@ pub fn bundle_with_bound_render_node(
     }
     Ok(b)
 }
+
+/// What a container on an engine path (CDI, NRI, DRA) runs: nvidia-smi, cuInit through the
+/// linker cache (the image's compat libcuda first) and past it (the host's, by the library
+/// directories), the dlopen check, its nodes.
+pub const ENGINE_SCRIPT: &str = "nvidia-smi -L; echo \"smi exit $?\"; cuda-smoke; \
+    LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu:/lib/x86_64-linux-gnu:/usr/lib:/lib cuda-smoke; \
+    dlopen-check libnvidia-ml.so.1 libnvidia-encode.so.1 libEGL_nvidia.so.0; ls /dev";
+
+/// The engine paths' image: busybox, the programs and the glibc they and NVIDIA's tools link,
+/// and a CUDA compat libcuda newer than the node's driver.
+pub fn nvidia_engine_image(rootfs: &Path) -> Result<()> {
+    let stacks = std::env::var_os("DEVINJECT_VENDOR_STACKS").context("DEVINJECT_VENDOR_STACKS")?;
+    nvidia_image(rootfs, &Path::new(&stacks).join("nvidia"))?;
+    compat_in_image(rootfs, 999)?;
+    Ok(())
+}
+
+/// Asserts NVIDIA's tools ran on the injected driver and stopped at the kernel, and that the
+/// image's compat libcuda answered through the linker cache.
+pub fn assert_stopped_at_the_kernel(output: &str, ctx: &str) {
+    assert!(
+        output.lines().any(|l| l == COMPAT_CUINIT),
+        "{ctx}: the image's compat libcuda first:\n{output}"
+    );
+    assert!(
+        output.contains("couldn't communicate with the NVIDIA driver"),
+        "{ctx}:\n{output}"
+    );
+    assert!(
+        output
+            .lines()
+            .any(|l| l == "cuda-smoke: cuInit failed: 100 CUDA_ERROR_NO_DEVICE"),
+        "{ctx}:\n{output}"
+    );
+    assert!(output.lines().any(|l| l == "nvidia0"), "{ctx}:\n{output}");
+}
+
+/// Asserts the container had every part of the driver, as a spec that cannot read the
+/// container's env gives: utility, video and graphics libraries loaded.
+pub fn assert_every_part(output: &str) {
+    for lib in [
+        "libnvidia-ml.so.1",
+        "libnvidia-encode.so.1",
+        "libEGL_nvidia.so.0",
+    ] {
+        assert!(
+            output.lines().any(|l| l == format!("loaded {lib}")),
+            "{lib}:\n{output}"
+        );
+    }
+}
+
+/// The NVIDIA node of [`nvidia_host`] as a cluster's node host.
+pub fn nvidia_cluster_host(dir: &Path) -> Result<SimHost> {
+    let stacks = std::env::var_os("DEVINJECT_VENDOR_STACKS").context("DEVINJECT_VENDOR_STACKS")?;
+    Ok(nvidia_host(dir, Path::new(&stacks), &["nvidia"])?.sim_host())
+}

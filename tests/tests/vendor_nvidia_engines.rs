@@ -5,37 +5,19 @@
 //! `NVIDIA_DRIVER_CAPABILITIES` from the container as the hook does). In both, `nvidia-smi` and
 //! `cuInit` run on the injected libraries and stop at the kernel, and the image's newer CUDA
 //! compat libcuda comes first in the linker cache (the finish step's `--forward-compat`).
-//! And through DRA on a real Kubernetes 1.36 cluster whose node is this one: a pod's claim of
-//! the `nvidia` DeviceClass gets the GPU and every part of the driver, as a CDI spec does.
+//! DRA on the same node: tests/tests/cluster_dra_nvidia.rs.
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use anyhow::Context;
-use devinject_tests::cluster::dra::{claim_template, device_class, ready_for_dra};
-use devinject_tests::cluster::{Cluster, DraBeside, NodeHost, Setup, Shape};
 use devinject_tests::cri::ContainerSpec;
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::cri_release::{ready, Paths, ReleaseNode};
 use devinject_tests::daemons::short_tempdir;
-use devinject_tests::sim::SimHost;
-use devinject_tests::vendor::{compat_in_image, nvidia_host, nvidia_image, stacks, COMPAT_CUINIT};
-
-/// What the container runs: nvidia-smi, cuInit through the linker cache (the image's compat
-/// libcuda first) and past it (the host's, by the library directories), the dlopen check, its
-/// nodes.
-const SCRIPT: &str = "nvidia-smi -L; echo \"smi exit $?\"; cuda-smoke; \
-    LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu:/lib/x86_64-linux-gnu:/usr/lib:/lib cuda-smoke; \
-    dlopen-check libnvidia-ml.so.1 libnvidia-encode.so.1 libEGL_nvidia.so.0; ls /dev";
-
-/// The image: busybox, the programs and the glibc they and NVIDIA's tools link, and a CUDA
-/// compat libcuda newer than the node's driver.
-fn image(rootfs: &Path) -> anyhow::Result<()> {
-    let stacks = std::env::var_os("DEVINJECT_VENDOR_STACKS").context("DEVINJECT_VENDOR_STACKS")?;
-    nvidia_image(rootfs, &Path::new(&stacks).join("nvidia"))?;
-    compat_in_image(rootfs, 999)?;
-    Ok(())
-}
+use devinject_tests::vendor::{
+    assert_every_part, assert_stopped_at_the_kernel, nvidia_engine_image as image, nvidia_host,
+    stacks, ENGINE_SCRIPT as SCRIPT,
+};
 
 /// Starts containerd 2 with `paths` on a fresh NVIDIA node, `None` when a peer is missing.
 fn node(dir: &Path, cdi: bool, nri: bool) -> Option<ReleaseNode> {
@@ -82,41 +64,6 @@ fn run(
     node.run(&pod, &config, &spec)
         .unwrap_or_else(|e| panic!("{e:#}"))
         .unwrap_or_else(|e| panic!("{name}: {e}"))
-}
-
-/// Asserts NVIDIA's tools ran on the injected driver and stopped at the kernel, and that the
-/// image's compat libcuda answered through the linker cache.
-fn assert_stopped_at_the_kernel(output: &str, ctx: &str) {
-    assert!(
-        output.lines().any(|l| l == COMPAT_CUINIT),
-        "{ctx}: the image's compat libcuda first:\n{output}"
-    );
-    assert!(
-        output.contains("couldn't communicate with the NVIDIA driver"),
-        "{ctx}:\n{output}"
-    );
-    assert!(
-        output
-            .lines()
-            .any(|l| l == "cuda-smoke: cuInit failed: 100 CUDA_ERROR_NO_DEVICE"),
-        "{ctx}:\n{output}"
-    );
-    assert!(output.lines().any(|l| l == "nvidia0"), "{ctx}:\n{output}");
-}
-
-/// Asserts the container had every part of the driver, as a spec that cannot read the
-/// container's env gives: utility, video and graphics libraries loaded.
-fn assert_every_part(output: &str) {
-    for lib in [
-        "libnvidia-ml.so.1",
-        "libnvidia-encode.so.1",
-        "libEGL_nvidia.so.0",
-    ] {
-        assert!(
-            output.lines().any(|l| l == format!("loaded {lib}")),
-            "{lib}:\n{output}"
-        );
-    }
 }
 
 #[test]
@@ -209,58 +156,4 @@ fn the_nri_plugin_injects_the_parts_the_container_chose() {
         "{}",
         node.nri_log()
     );
-}
-
-/// The cluster node: the NVIDIA node of the tests above.
-fn nvidia_cluster_host(dir: &Path) -> anyhow::Result<SimHost> {
-    let stacks = std::env::var_os("DEVINJECT_VENDOR_STACKS").context("DEVINJECT_VENDOR_STACKS")?;
-    Ok(nvidia_host(dir, Path::new(&stacks), &["nvidia"])?.sim_host())
-}
-
-#[test]
-fn a_dra_claim_on_nvidias_real_driver_gets_the_gpu_and_every_part() {
-    if stacks().is_none() {
-        return;
-    }
-    let Some(release) = ready_for_dra() else {
-        return;
-    };
-    let shape = Shape {
-        devices: 1,
-        node_host: Some(NodeHost {
-            make: nvidia_cluster_host,
-            image,
-        }),
-        ..Shape::default()
-    };
-    let c = Cluster::start_shaped(
-        Setup::Dra {
-            containerd: release.bin,
-            beside: DraBeside::Nothing,
-        },
-        &shape,
-    )
-    .unwrap_or_else(|e| panic!("cluster: {e:#}"));
-    c.apply_dra_device_classes()
-        .unwrap_or_else(|e| panic!("{e:#}"));
-    c.apply(&claim_template("gpu", &device_class("nvidia"), 1))
-        .unwrap_or_else(|e| panic!("{e:#}"));
-    let pod = format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: cuda\nspec:\n  restartPolicy: Never\n  hostNetwork: true\n  \
-         resourceClaims:\n  - name: gpu\n    resourceClaimTemplateName: gpu\n  containers:\n  \
-         - name: c\n    image: {BUSYBOX}\n    imagePullPolicy: Never\n    command: {command}\n    \
-         resources:\n      claims:\n      - name: gpu\n",
-        command = serde_json::json!(["/bin/sh", "-c", SCRIPT]),
-    );
-    c.apply(&pod).unwrap_or_else(|e| panic!("{e:#}"));
-    let phase = c
-        .wait_pod_done("cuda")
-        .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
-    let output = c
-        .container_log("cuda", "c")
-        .unwrap_or_else(|e| panic!("{e:#}"));
-    assert_eq!(phase, "Succeeded", "{output}\n{}", c.logs());
-    assert_stopped_at_the_kernel(&output, "DRA");
-    // A claim's spec carries every part, as a CDI spec does.
-    assert_every_part(&output);
 }
