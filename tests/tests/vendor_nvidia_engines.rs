@@ -141,16 +141,7 @@ fn the_nri_plugin_injects_the_parts_the_container_chose() {
     );
     assert_eq!(code, 0, "{output}\n--- plugin\n{}", node.nri_log());
     assert_stopped_at_the_kernel(&output, "NRI, every part");
-    for lib in [
-        "libnvidia-ml.so.1",
-        "libnvidia-encode.so.1",
-        "libEGL_nvidia.so.0",
-    ] {
-        assert!(
-            output.lines().any(|l| l == format!("loaded {lib}")),
-            "{lib}:\n{output}"
-        );
-    }
+    assert_every_part(&output);
     assert!(
         !node.nri_log().contains("closed the connection"),
         "{}",

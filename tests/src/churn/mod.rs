@@ -405,19 +405,7 @@ impl Churn {
                     }
                     let uid = e["PodUID"].as_str().unwrap_or_default().to_owned();
                     let ids = map.entry(uid).or_default();
-                    for per_numa in e["DeviceIDs"]
-                        .as_object()
-                        .into_iter()
-                        .flat_map(|m| m.values())
-                    {
-                        ids.extend(
-                            per_numa
-                                .as_array()
-                                .into_iter()
-                                .flatten()
-                                .filter_map(|i| i.as_str().map(str::to_owned)),
-                        );
-                    }
+                    ids.extend(crate::cluster::node::entry_device_ids(e));
                     ids.sort();
                 }
                 Some(map)

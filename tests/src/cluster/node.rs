@@ -745,19 +745,7 @@ impl Node {
                 && e["ContainerName"] == container
                 && e["ResourceName"] == resource
             {
-                for per_numa in e["DeviceIDs"]
-                    .as_object()
-                    .into_iter()
-                    .flat_map(|m| m.values())
-                {
-                    ids.extend(
-                        per_numa
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .filter_map(|i| i.as_str().map(str::to_owned)),
-                    );
-                }
+                ids.extend(entry_device_ids(e));
             }
         }
         ids.sort();
@@ -919,6 +907,17 @@ fn metrics_address() -> Result<Vec<String>> {
         "--metrics-address".to_owned(),
         format!("127.0.0.1:{}", free_port()?),
     ])
+}
+
+/// The device ids of one entry of the kubelet checkpoint's `PodDeviceEntries`, over every NUMA
+/// node.
+pub fn entry_device_ids(entry: &Value) -> impl Iterator<Item = String> + '_ {
+    entry["DeviceIDs"]
+        .as_object()
+        .into_iter()
+        .flat_map(|m| m.values())
+        .flat_map(|per_numa| per_numa.as_array().into_iter().flatten())
+        .filter_map(|i| i.as_str().map(str::to_owned))
 }
 
 /// A copy of `cmd`'s program and arguments (a [`Command`] cannot be cloned).
