@@ -8,8 +8,6 @@
 //! the ELF header and `DT_SONAME` are read. Links in the directory are not followed: the cache
 //! names the real files, under their sonames.
 
-use std::ffi::OsStr;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use devinject_devices::elf_soname::soname_of;
@@ -20,7 +18,7 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 
 use super::ld_so_cache::{elf_flags, Library};
-use super::rootfs::{Crossing, ReadError, Rootfs};
+use super::rootfs::{Crossing, Rootfs};
 
 /// The most names read from the directory: NVIDIA's holds about ten.
 pub const MAX_ENTRIES: usize = 256;
@@ -121,23 +119,16 @@ fn regular_files(root: &Rootfs, dir: &Path) -> Result<Option<Vec<String>>, Compa
 /// ELF library we can flag, no soname).
 fn library(root: &Rootfs, path: &Path) -> Option<Library> {
     let file = match root.open_regular(path, u64::MAX, Crossing::SameMount) {
-        Ok(Some(file)) => file,
-        Ok(None) => return None,
-        Err(e @ (ReadError::NotRegular { .. } | ReadError::TooLarge { .. })) => {
-            tracing::debug!(error = %e, "not a compat library");
-            return None;
-        }
+        Ok(file) => file?,
         Err(e) => {
-            tracing::debug!(error = %e, "compat library not read");
+            tracing::debug!(error = %e, "not read as a compat library");
             return None;
         }
     };
-    let mut header = [0u8; 20];
-    file.read_exact_at(&mut header, 0).ok()?;
-    let flags = elf_flags::from_header(&header)?;
+    let flags = elf_flags::of_file(&file)?;
     let soname = soname_of(&file)?;
     // A name ld.so looks up: a file name, no directory in it.
-    if soname.contains('/') || OsStr::new(&soname).is_empty() {
+    if soname.is_empty() || soname.contains('/') {
         return None;
     }
     Some(Library {

@@ -64,6 +64,11 @@ pub fn read(path: &Path) -> Option<i32> {
     let Ok(Regular::File(file)) = reopen_regular(&fd, u64::MAX) else {
         return None;
     };
+    of_file(&file)
+}
+
+/// The flags for a library already open (a regular file the caller checked), or `None`.
+pub fn of_file(file: &std::fs::File) -> Option<i32> {
     let mut header = [0u8; 20];
     file.read_exact_at(&mut header, 0).ok()?;
     from_header(&header)
