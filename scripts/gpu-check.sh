@@ -109,12 +109,31 @@ uname -r
 if $expect_gpu; then
   nvidia-smi -L || { echo "FAIL: nvidia-smi on the host"; failed=1; }
   cat /proc/driver/nvidia/version 2>&1 | head -n 2
+  # What the profile's discovery reads, and MIG as the GPU has it (read only: the mode is the
+  # machine's to set).
+  ls -l /dev/nvidia* /dev/nvidia-caps 2>&1 | head -n 20
+  ls /proc/driver/nvidia/gpus /proc/driver/nvidia/capabilities 2>&1 | head -n 10
+  nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,mig.mode.current --format=csv 2>&1
+  nvidia-smi -L 2>&1 | grep -i mig || echo "no MIG device listed"
+  # runc needs a cgroup hierarchy; a VM's init may not mount one.
+  if ! grep -q ' /sys/fs/cgroup ' /proc/self/mountinfo; then
+    mount -t cgroup2 none /sys/fs/cgroup && echo "mounted cgroup2 on /sys/fs/cgroup"
+  fi
+  grep ' /sys/fs/cgroup' /proc/self/mountinfo | head -n 3
 fi
 # Where the host's driver libraries are (a host may keep them outside the profile's library
 # directories, e.g. /usr/local/nvidia/lib64): added to a copy of the profile.
 libcuda_dir=$( (ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 .*x86-64/ {print $NF; exit}') )
 libcuda_dir=${libcuda_dir%/*}
+if [ -z "$libcuda_dir" ] && [ "$mode" = real ]; then
+  # A driver kept off the linker cache (reached through LD_LIBRARY_PATH, e.g. /usr/local/nvidia).
+  for d in ${LD_LIBRARY_PATH//:/ } /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib64; do
+    [ -e "$d/libcuda.so.1" ] && libcuda_dir=$d && break
+  done
+fi
 smi=$(command -v nvidia-smi || true)
+# NVIDIA's spec mounts nvidia-smi at its host path: the containers' PATH has that directory too.
+smi_dir= && [ "$mode" = real ] && [ -n "$smi" ] && smi_dir=$(dirname "$(readlink -f "$smi")")
 echo "libcuda.so.1 in: ${libcuda_dir:-(not in the linker cache)}; nvidia-smi: ${smi:-(none)}"
 
 profiles=$work/profiles
@@ -123,8 +142,20 @@ cp profiles/nvidia.toml "$profiles/"
 if [ -n "$libcuda_dir" ] && [ "$mode" = real ]; then
   sed -i "s|^library_dirs = \[|library_dirs = [\"$libcuda_dir\", |" "$profiles/nvidia.toml"
 fi
-if [ -n "$smi" ] && [ "$mode" = real ] && [ "$smi" != /usr/bin/nvidia-smi ]; then
-  printf '\n[[binaries]]\npath = "%s"\ncapability = "utility"\n' "$(readlink -f "$smi")" >>"$profiles/nvidia.toml"
+if [ "$mode" = real ]; then
+  # The host's nvidia-smi program: on PATH, or beside the driver's libraries (a host may keep a
+  # wrapper script at /usr/bin/nvidia-smi that runs the one in the driver's directory, a path
+  # the container does not have). Listed ahead of the profile's binaries: the first file for a
+  # container path is the one mounted.
+  real_smi=
+  for c in "$smi" "${libcuda_dir%/*}/bin/nvidia-smi"; do
+    [ -n "$c" ] && c=$(readlink -f "$c") && head -c 4 "$c" 2>/dev/null | grep -q ELF && real_smi=$c && break
+  done
+  echo "nvidia-smi program: ${real_smi:-(none found)}"
+  if [ -n "$real_smi" ] && [ "$real_smi" != /usr/bin/nvidia-smi ]; then
+    awk -v p="$real_smi" '!done && /^\[\[binaries\]\]/ {print "[[binaries]]\npath = \"" p "\"\ncapability = \"utility\"\n"; done = 1} {print}' \
+      "$profiles/nvidia.toml" >"$profiles/nvidia.toml.new" && mv "$profiles/nvidia.toml.new" "$profiles/nvidia.toml"
+  fi
 fi
 config=$work/config.toml
 cat >"$config" <<EOF
@@ -141,6 +172,11 @@ step "devinject-ctl devices list"
 "$kit/bin/devinject-ctl" devices list --profiles-dir "$profiles" --dev-root "$dev" --sys-root "$sys" \
   --proc-root "$proc" || failed=1
 uuid=$(cat "$proc"/driver/nvidia/gpus/*/information 2>/dev/null | awk -F': *' '/^GPU UUID/ {gsub(/[ \t]/, "", $2); print $2; exit}')
+if [ -z "$uuid" ] && $expect_gpu; then
+  # Where procfs has no driver directory (a sandboxed kernel), ask NVML; the profile's alias
+  # discovery reads procfs, so this request shows whether that host is served.
+  uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0 2>/dev/null)
+fi
 echo "GPU 0's UUID: ${uuid:-(none)}"
 
 # bundle NAME HOOKS_JSON ENV_JSON_ITEMS COMMAND: an OCI bundle on its own copy of the image.
@@ -152,7 +188,7 @@ bundle() {
 {"ociVersion": "1.0.2",
  "process": {"terminal": false, "user": {"uid": 0, "gid": 0}, "cwd": "/",
    "args": ["/bin/sh", "-c", "$4"],
-   "env": ["PATH=/usr/bin:/bin:/sbin"$3],
+   "env": ["PATH=/usr/bin:/bin:/sbin${smi_dir:+:$smi_dir}"$3],
    "capabilities": {"bounding": ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_SETUID", "CAP_SETGID"],
      "effective": ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_SETUID", "CAP_SETGID"],
      "permitted": ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_SETUID", "CAP_SETGID"]},
@@ -222,12 +258,35 @@ check "the shim: NVIDIA_VISIBLE_DEVICES=0" run shim "${shim[@]}" -- \
   "$(bundle shim0 "" ', "NVIDIA_VISIBLE_DEVICES=0"' "$script")"
 
 nvidia=false
+ours=false
 if [ -x "$kit/bin/nvidia-container-runtime" ]; then
+  # Our CDI spec, as an engine's CDI support reads it: NVIDIA's runtime in cdi mode is such an
+  # engine here (no containerd on this machine), with only our spec in its directory.
+  step "CDI: devinject-ctl cdi generate"
+  mkdir -p "$work/cdi-ours" "$work/nvidia-ours"
+  if "$kit/bin/devinject-ctl" cdi generate --output "$work/cdi-ours" --profiles-dir "$profiles" \
+    --dev-root "$dev" --sys-root "$sys" --proc-root "$proc" --driver-root "$driver" \
+    --hook-path "$kit/bin/devinject-hook" --hook-config "$config"; then
+    ls "$work/cdi-ours"
+    [ -n "${OUT:-}" ] && cp "$work"/cdi-ours/*.json "$OUT/" 2>/dev/null
+    printf '[nvidia-container-runtime]\nmode = "cdi"\nruntimes = ["%s"]\n[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["%s"]\ndefault-kind = "devinject.io/nvidia"\n' \
+      "$kit/bin/runc" "$work/cdi-ours" >"$work/nvidia-ours/config.toml"
+    ours=true
+    cdi_rt=(env NVIDIA_CTK_CONFIG_FILE_PATH="$work/nvidia-ours/config.toml" "$kit/bin/nvidia-container-runtime" --root "$work/state")
+    check "CDI: our spec through nvidia-container-runtime (cdi mode), NVIDIA_VISIBLE_DEVICES=devinject.io/nvidia=0" \
+      run cdi "${cdi_rt[@]}" -- \
+      "$(bundle cdi0 "" ', "NVIDIA_VISIBLE_DEVICES=devinject.io/nvidia=0"' "$script")"
+  else
+    echo "FAIL: devinject-ctl cdi generate"
+    failed=1
+  fi
+
   step "NVIDIA's toolkit: nvidia-ctk cdi generate"
   mkdir -p "$work/cdi" "$work/nvidia"
   gen_mode=() && [ "$mode" = simulated ] && gen_mode=(--mode=management --dev-root="$work" --driver-root="$driver")
   if "$kit/bin/nvidia-ctk" cdi generate "${gen_mode[@]}" --nvidia-cdi-hook-path="$kit/bin/nvidia-cdi-hook" \
     --output="$work/cdi/nvidia.yaml" 2>&1 | tail -n 5; then
+    [ -n "${OUT:-}" ] && cp "$work/cdi/nvidia.yaml" "$OUT/" 2>/dev/null
     cat >"$work/nvidia/config.toml" <<EOF
 [nvidia-container-runtime]
 mode = "cdi"
@@ -253,6 +312,7 @@ fi
 
 step "start cost: $rounds interleaved rounds of create/start/wait/delete (container: true), create + start timed"
 paths=(runc runc-aa hook shim)
+$ours && paths+=(cdi)
 $nvidia && paths+=(nvidia)
 declare -A times
 for p in "${paths[@]}"; do
@@ -261,6 +321,7 @@ for p in "${paths[@]}"; do
     # Every part, as NVIDIA's spec injects every library of the driver.
     hook) bundle "t-$p" "$hook_json" ', "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"' "true" >/dev/null ;;
     shim) bundle "t-$p" "" ', "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"' "true" >/dev/null ;;
+    cdi) bundle "t-$p" "" ', "NVIDIA_VISIBLE_DEVICES=devinject.io/nvidia=0", "NVIDIA_DRIVER_CAPABILITIES=all"' "true" >/dev/null ;;
     nvidia) bundle "t-$p" "" ", \"NVIDIA_VISIBLE_DEVICES=$device\"" "true" >/dev/null ;;
   esac
 done
@@ -269,6 +330,7 @@ for ((r = 0; r < rounds; r++)); do
     case $p in
       runc | runc-aa | hook) rt=("${runc[@]}") ;;
       shim) rt=("${shim[@]}") ;;
+      cdi) rt=("${cdi_rt[@]}") ;;
       nvidia) rt=("$kit/bin/nvidia-container-runtime" --root "$work/state") ;;
     esac
     run "t$p" "${rt[@]}" -- "$work/bundles/t-$p" >/dev/null 2>&1 || echo "round $r: $p failed"
