@@ -1,18 +1,14 @@
 //! A scrape of each running component's Prometheus `/metrics` at the end of the run, for the
 //! report.
 //!
-//! The components serve it where their binary takes `--metrics-address` (device plugin 9470,
-//! NRI plugin 9471, webhook 9472, DRA driver 9473 by default). The cluster harness starts each
-//! node's daemons on a free port of their own (two nodes' plugins cannot share the default),
-//! and [`scrape`] takes the address from the running process's command line and reads it
-//! through [`crate::scrape::get`]. [`node_refusals`] reads the device plugin's count of the
-//! refusals the node's decision log holds.
+//! The components serve it where `--metrics-address` says (device plugin 9470, NRI plugin
+//! 9471, webhook 9472, DRA driver 9473 by default). The cluster harness starts each node's
+//! daemons on a free port of their own (two nodes' plugins cannot share the default), which
+//! [`crate::cluster::Node`] keeps; [`scrape`] reads it through [`crate::scrape::get`].
+//! [`node_refusals`] reads the device plugin's count of the refusals the node's decision log
+//! holds.
 
 use crate::cluster::Cluster;
-use std::net::SocketAddr;
-
-/// The flag that names a component's metrics address.
-const FLAG: &str = "--metrics-address";
 
 /// One component's scrape (or why there is none).
 #[derive(Debug, Clone)]
@@ -27,37 +23,31 @@ pub struct Scrape {
 pub fn scrape(cluster: &Cluster) -> Vec<Scrape> {
     let mut out = Vec::new();
     for node in cluster.nodes() {
-        for (binary, pid) in [
-            ("devinject-device-plugin", node.plugin_pid()),
-            ("devinject-nri", node.nri_plugin_pid()),
+        for (binary, running, addr) in [
+            (
+                "devinject-device-plugin",
+                node.plugin_pid().is_some(),
+                node.plugin_metrics(),
+            ),
+            (
+                "devinject-nri",
+                node.nri_plugin_pid().is_some(),
+                node.nri_metrics(),
+            ),
         ] {
-            let Some(pid) = pid else {
+            if !running {
                 continue;
-            };
+            }
             let component = format!("{binary} on {}", node.name());
-            let text = match address_of(pid).and_then(|a| a.parse::<SocketAddr>().ok()) {
+            let text = match addr {
                 Some(addr) => crate::scrape::get(addr)
                     .unwrap_or_else(|e| format!("cannot read http://{addr}/metrics: {e:#}")),
-                None => format!("not scraped: {binary} was started without {FLAG}"),
+                None => format!("not scraped: {binary} runs without a metrics address"),
             };
             out.push(Scrape { component, text });
         }
     }
     out
-}
-
-/// The `--metrics-address` value on process `pid`'s command line.
-fn address_of(pid: u32) -> Option<String> {
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let args: Vec<String> = cmdline
-        .split(|b| *b == 0)
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
-    args.iter().enumerate().find_map(|(i, a)| {
-        a.strip_prefix(&format!("{FLAG}="))
-            .map(str::to_owned)
-            .or_else(|| (a == FLAG).then(|| args.get(i + 1).cloned()).flatten())
-    })
 }
 
 /// The refusals of engine path `path` (`shim`, `nri`) a device plugin's scrape `text` counted

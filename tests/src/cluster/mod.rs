@@ -140,6 +140,9 @@ pub struct Shape {
     /// The CRI-O bin dir (scripts/crio-build.sh): the nodes run CRI-O ([`node`]'s `crio`)
     /// instead of containerd, with [`Setup::DaemonSet`] or [`Setup::Cdi`]; `None`: containerd.
     pub crio: Option<PathBuf>,
+    /// With [`Shape::crio`] and [`Cluster::start_per_node`]: the nodes (by index) that run
+    /// CRI-O, the others containerd; empty: every node runs CRI-O.
+    pub crio_nodes: Vec<usize>,
     /// Another node than the demo profile's: each node's simulated host made by this function
     /// in the directory given (a vendor's real user space, `crate::vendor`), and what it adds
     /// to the test image; `None`: the demo host and the plain test image.
@@ -163,6 +166,7 @@ impl Default for Shape {
             devices: ACCELS.len(),
             scheduler_config: None,
             crio: None,
+            crio_nodes: Vec::new(),
             node_host: None,
         }
     }
@@ -507,7 +511,10 @@ impl Cluster {
                 &name,
                 self.root.join(&name),
                 shape.devices,
-                shape.crio.clone(),
+                shape
+                    .crio
+                    .clone()
+                    .filter(|_| shape.crio_nodes.is_empty() || shape.crio_nodes.contains(&i)),
                 shape.node_host,
             )?;
             self.nodes.push(node);

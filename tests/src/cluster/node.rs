@@ -10,6 +10,7 @@
 //! hierarchy), so that the kubelets' `kubepods` trees never meet; each containerd has its own
 //! root, state and socket.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -69,7 +70,11 @@ pub struct Node {
     /// Everything of the node's lives below this directory.
     dir: PathBuf,
     plugin: Option<Daemon>,
+    /// Where the running device plugin serves its metrics.
+    plugin_metrics: Option<SocketAddr>,
     nri_plugin: Option<Daemon>,
+    /// Where the running `devinject-nri` serves its metrics.
+    nri_metrics: Option<SocketAddr>,
     dra_plugin: Option<Daemon>,
     /// How `devinject-dra` is started on this node ([`Setup::Dra`]), to start it again.
     dra_command: Option<Command>,
@@ -127,7 +132,9 @@ impl Node {
             name: name.to_owned(),
             dir,
             plugin: None,
+            plugin_metrics: None,
             nri_plugin: None,
+            nri_metrics: None,
             dra_plugin: None,
             dra_command: None,
             kubelet: None,
@@ -253,7 +260,7 @@ impl Node {
                 containerd,
                 allocate_mode,
             } => {
-                set_allocate_mode(&self.host.profiles_dir.join("demo.toml"), allocate_mode)?;
+                set_allocate_mode(&self.host.profiles_dir, allocate_mode)?;
                 let specs = self.cdi_spec_dir();
                 cdi_generate(&self.host, &specs)?;
                 self.containerd_release = Some(containerd.clone());
@@ -277,10 +284,7 @@ impl Node {
                 std::fs::create_dir_all(&specs)
                     .with_context(|| format!("mkdir {}", specs.display()))?;
                 if *beside == DraBeside::DevicePlugin {
-                    set_allocate_mode(
-                        &self.host.profiles_dir.join("demo.toml"),
-                        CDI_CRI_ALLOCATE_MODE,
-                    )?;
+                    set_allocate_mode(&self.host.profiles_dir, CDI_CRI_ALLOCATE_MODE)?;
                     cdi_generate(&self.host, &specs)?;
                 }
                 self.containerd_release = Some(containerd.clone());
@@ -458,6 +462,16 @@ impl Node {
         self.nri_plugin.as_ref().and_then(Daemon::pid)
     }
 
+    /// Where the device plugin serves its metrics, while it runs.
+    pub fn plugin_metrics(&self) -> Option<SocketAddr> {
+        self.plugin_pid().and(self.plugin_metrics)
+    }
+
+    /// Where `devinject-nri` serves its metrics, while it runs.
+    pub fn nri_metrics(&self) -> Option<SocketAddr> {
+        self.nri_plugin_pid().and(self.nri_metrics)
+    }
+
     /// How many times `devinject-nri` has registered with containerd (its log): one more after
     /// each containerd restart.
     pub fn nri_registrations(&self) -> usize {
@@ -625,8 +639,10 @@ impl Node {
             // The node's decision log, where its hook, shim and NRI plugin record refusals
             // (the host config's `decision_log_dir`, see `sim::write_config`).
             .arg("--decision-log-dir")
-            .arg(self.decision_log_dir())
-            .args(metrics_address()?);
+            .arg(self.decision_log_dir());
+        let metrics = metrics_address()?;
+        cmd.arg("--metrics-address").arg(metrics.to_string());
+        self.plugin_metrics = Some(metrics);
         self.plugin = Some(Daemon::start(
             "devinject-device-plugin",
             cmd,
@@ -642,8 +658,10 @@ impl Node {
         cmd.arg("--socket")
             .arg(nri_socket(&self.ctd_dir()))
             .arg("--config")
-            .arg(&self.host.config)
-            .args(metrics_address()?);
+            .arg(&self.host.config);
+        let metrics = metrics_address()?;
+        cmd.arg("--metrics-address").arg(metrics.to_string());
+        self.nri_metrics = Some(metrics);
         let log = self.dir.join("nri.log");
         self.nri_plugin = Some(Daemon::start("devinject-nri", cmd, &log)?);
         poll("devinject-nri to register", SLOW, || {
@@ -755,6 +773,27 @@ impl Node {
     /// The current kubelet's log (since its last start).
     pub fn kubelet_log(&self) -> String {
         std::fs::read_to_string(self.kubelet_log_path()).unwrap_or_default()
+    }
+
+    /// The lines of the node's kubelet and containerd logs, the ones a restart set aside
+    /// first, that contain `needle`: at most `max`, the first ones.
+    pub fn log_lines_with(&self, needle: &str, max: usize) -> Vec<String> {
+        let logs = [
+            self.dir.join("kubelet.log.1"),
+            self.kubelet_log_path(),
+            self.ctd_dir().join("containerd.log.1"),
+            self.ctd_dir().join("containerd.log"),
+        ];
+        logs.iter()
+            .filter_map(|p| std::fs::read_to_string(p).ok())
+            .flat_map(|text| {
+                text.lines()
+                    .filter(|l| l.contains(needle))
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .take(max)
+            .collect()
     }
 
     /// How many times the device plugin has registered with the kubelet (its log).
@@ -886,7 +925,21 @@ fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// Sets the top-level `allocate_mode` of the profile at `path` to `mode`: any such line goes,
 /// and the new one comes first, before the profile's tables.
-pub(super) fn set_allocate_mode(path: &Path, mode: &str) -> Result<()> {
+/// Sets `allocate_mode` in every profile of `profiles_dir`: a node answers every resource one
+/// way.
+pub(super) fn set_allocate_mode(profiles_dir: &Path, mode: &str) -> Result<()> {
+    let entries = std::fs::read_dir(profiles_dir)
+        .with_context(|| format!("read {}", profiles_dir.display()))?;
+    for entry in entries {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            set_profile_allocate_mode(&path, mode)?;
+        }
+    }
+    Ok(())
+}
+
+fn set_profile_allocate_mode(path: &Path, mode: &str) -> Result<()> {
     let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
     let mut out = format!("allocate_mode = \"{mode}\"\n");
     for line in text
@@ -899,14 +952,11 @@ pub(super) fn set_allocate_mode(path: &Path, mode: &str) -> Result<()> {
     std::fs::write(path, out).with_context(|| format!("write {}", path.display()))
 }
 
-/// `--metrics-address 127.0.0.1:<free port>` where the built `binary` serves metrics: each
-/// node's daemons on a port of their own (the default port is one per machine, and two nodes'
-/// plugins share this machine); nothing for a build without the flag.
-fn metrics_address() -> Result<Vec<String>> {
-    Ok(vec![
-        "--metrics-address".to_owned(),
-        format!("127.0.0.1:{}", free_port()?),
-    ])
+/// A `--metrics-address` for a node's daemon: `127.0.0.1:<free port>`, each node's daemons on
+/// a port of their own (the default port is one per machine, and two nodes' plugins share this
+/// machine).
+fn metrics_address() -> Result<SocketAddr> {
+    Ok(SocketAddr::from(([127, 0, 0, 1], free_port()?)))
 }
 
 /// The device ids of one entry of the kubelet checkpoint's `PodDeviceEntries`, over every NUMA

@@ -76,7 +76,7 @@ impl Node {
             // DRA: the spec directory starts empty; devinject-dra writes a spec per claim.
             Setup::DaemonSet | Setup::DaemonSetNri { .. } | Setup::Dra { .. } => {}
             Setup::Cdi { allocate_mode, .. } => {
-                set_allocate_mode(&self.host.profiles_dir.join("demo.toml"), allocate_mode)?;
+                set_allocate_mode(&self.host.profiles_dir, allocate_mode)?;
                 cdi_generate(&self.host, &specs)?;
             }
             other => {
