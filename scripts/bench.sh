@@ -18,7 +18,7 @@
 #
 # `scripts/bench.sh churn [--starts N] [--seed S]` runs only the soak (churn-soak, the churn of
 # tests/tests/cluster_churn.rs run long: >= 1000 pod starts by default, on Kubernetes 1.36 with
-# containerd 2 and runc 1.4, the shim and NRI, faults on a schedule) and writes its report
+# containerd 2, CRI-O 1.36 and runc 1.4, the shim, NRI and CDI, faults on a schedule) and writes its report
 # (starts, faults of each kind, violations, the daemons' RSS, fds and threads first vs last,
 # the metrics scrapes) to target/churn-report.txt; it exits 1 on any violation.
 #
@@ -34,12 +34,13 @@ if [ "${1:-}" = churn ]; then
   kube=$(scripts/kube-module-build.sh)
   runc14=$(scripts/runc-build.sh)
   runtimes=$(scripts/runtimes-fetch.sh)
+  crio=$(scripts/crio-build.sh)
   out=$(scripts/release-build.sh target/image/bin --workspace)
   echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs" >&2
   report=target/churn-report.txt
   # One cluster at a time on this machine, as for the cluster tests.
   exec flock /tmp/devinject-cluster.lock env DEVINJECT_BIN_DIR="$out" DEVINJECT_KUBE_BIN="$kube" \
-    DEVINJECT_RUNC="$runc14" DEVINJECT_RUNTIMES="$runtimes" \
+    DEVINJECT_RUNC="$runc14" DEVINJECT_RUNTIMES="$runtimes" DEVINJECT_CRIO_BIN="$crio" \
     "$out/churn-soak" --report "$report" "$@"
 fi
 if [ "${1:-}" = nvidia-toolkit ]; then

@@ -1,5 +1,5 @@
 //! `churn-soak`: the churn of `tests/tests/cluster_churn.rs` run long, as scripts/bench.sh
-//! `churn` runs it ([`devinject_tests::churn`]: two nodes, the shim and NRI, pods started and
+//! `churn` runs it ([`devinject_tests::churn`]: three nodes, the shim, NRI and CDI on CRI-O, pods started and
 //! deleted continuously under scheduled faults). Prints the report (starts, faults of each
 //! kind, violations, the daemons' first and last readings, the end-of-run metrics scrapes) and
 //! writes it to `--report`; exits 1 on any invariant violation.
@@ -16,7 +16,7 @@ use devinject_tests::churn::{ready, run, Settings};
 
 /// The soak's settings.
 #[derive(Debug, Parser)]
-#[command(about = "Pods churned through faults on a real two-node cluster")]
+#[command(about = "Pods churned through faults on a real three-node cluster")]
 struct Args {
     /// Pod starts to reach.
     #[arg(long, default_value_t = 1000)]
@@ -42,12 +42,12 @@ fn main() -> ExitCode {
 
 /// Runs the soak; whether it found no violation.
 fn soak(args: Args) -> Result<bool> {
-    let release = ready().context("this machine cannot run the cluster tier")?;
+    let peers = ready().context("this machine cannot run the cluster tier with CRI-O")?;
     let mut settings = Settings::new(args.starts);
     if let Some(seed) = args.seed {
         settings.seed = seed;
     }
-    let outcome = run(&settings, &release)?;
+    let outcome = run(&settings, &peers)?;
     let report = outcome.report();
     println!("{report}");
     if let Some(path) = &args.report {

@@ -23,6 +23,8 @@ pub enum FaultKind {
     KubeletRestart,
     /// containerd stopped and started again under running containers (the shims stay).
     ContainerdRestart,
+    /// CRI-O stopped and started again under running containers (their conmon stays).
+    CrioRestart,
     /// A demo device node removed from the simulated host for a few seconds, then made again.
     Unplug,
     /// A pod holding devices allocates past its memory limit right after its start.
@@ -36,7 +38,7 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in the order a round injects them.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::PluginKill,
         Self::Unplug,
         Self::PodResourcesGone,
@@ -44,6 +46,7 @@ impl FaultKind {
         Self::CdiFull,
         Self::KubeletRestart,
         Self::ContainerdRestart,
+        Self::CrioRestart,
     ];
 
     /// Its name in reports.
@@ -52,6 +55,7 @@ impl FaultKind {
             Self::PluginKill => "device plugin SIGKILL",
             Self::KubeletRestart => "kubelet restart",
             Self::ContainerdRestart => "containerd restart",
+            Self::CrioRestart => "CRI-O restart",
             Self::Unplug => "device unplug/replug",
             Self::OomKill => "pod OOM-killed",
             Self::CdiFull => "CDI spec dir full",
@@ -179,6 +183,12 @@ pub fn inject(
                     .waiting_for
                     .push(Condition::NriRegistered { node, before });
             }
+        }
+        FaultKind::CrioRestart => {
+            n.restart_crio()
+                .with_context(|| format!("restart the CRI-O of {name}"))?;
+            fault.detail = format!("restarted the CRI-O of {name}");
+            fault.waiting_for = vec![Condition::NodeReady(node)];
         }
         FaultKind::Unplug => {
             let (accel, major, minor) = ACCELS[(pick % devices as u64) as usize];

@@ -7,21 +7,26 @@ use std::path::{Path, PathBuf};
 use crate::cluster::{Cluster, Node, KUBELET_ROOT};
 use crate::sim::ACCELS;
 
+use super::pods::KERNEL_DEVICES;
+
 /// The CDI directories an engine reads by default, as paths with no link in them.
 const CDI_DIRS: [&str; 2] = ["/etc/cdi", "/run/cdi"];
 /// Parts of a mount point that only a pod's or container's mount has.
-const POD_MOUNTS: [&str; 3] = [
+const POD_MOUNTS: [&str; 4] = [
     "/var/lib/kubelet/pods/",
     "io.containerd.runtime.v2.task/k8s.io/",
     "io.containerd.grpc.v1.cri/sandboxes/",
+    // CRI-O's pod and container run files (the sandbox's shm).
+    "/userdata/",
 ];
 /// The programs that may run in a node's mount namespace once its pods are gone (`comm`,
-/// which the kernel cuts at 15 bytes): the namespace's holder, the kubelet, containerd and
-/// devinject's two daemons.
-const NODE_DAEMONS: [&str; 5] = [
+/// which the kernel cuts at 15 bytes): the namespace's holder, the kubelet, containerd or
+/// CRI-O and devinject's two daemons.
+const NODE_DAEMONS: [&str; 6] = [
     "sleep",
     "kubelet",
     "containerd",
+    "crio",
     "devinject-devic",
     "devinject-nri",
 ];
@@ -66,9 +71,10 @@ pub fn shim_pids(node: &Node) -> BTreeSet<u32> {
 pub struct Found {
     /// Leaks of devinject's or of the node under it: violations.
     pub leaks: Vec<String>,
-    /// containerd shims that lived through a containerd restart and stayed after their task
-    /// and pod went: containerd's own leftovers, reported but not devinject's (the NRI node,
-    /// where nothing of devinject's runs in the runtime, leaves them too).
+    /// containerd's own leftovers, reported but not devinject's: shims that lived through a
+    /// containerd restart and stayed after their task and pod went (the NRI node, where nothing
+    /// of devinject's runs in the runtime, leaves them too), and idle shims containerd itself
+    /// declared dead and forgot ([`abandoned_by_containerd`]).
     pub engine_leftovers: Vec<String>,
 }
 
@@ -81,7 +87,7 @@ pub fn leaks(cluster: &Cluster, base: &Baseline, restart_survivors: &BTreeSet<u3
         let name = node.name();
         for (pid, p) in stray_processes(node) {
             let item = format!("{name}: process: {p}");
-            match restart_survivors.contains(&pid) {
+            match restart_survivors.contains(&pid) || abandoned_by_containerd(node, pid) {
                 true => engine_leftovers.push(item),
                 false => found.push(item),
             }
@@ -120,10 +126,11 @@ pub fn leaks(cluster: &Cluster, base: &Baseline, restart_survivors: &BTreeSet<u3
 /// What is checked, for reports and docs.
 pub const CHECKED: &str = "no new file in the node's /etc/cdi or /run/cdi, neither a mount any \
     more; no mount point of a pod volume (/var/lib/kubelet/pods/), a task bundle or a sandbox \
-    in the node's mount namespace; every device-plugin socket but kubelet.sock bound by a live \
-    process; no pod cgroup left under the node's cgroup root on any hierarchy, and no cgroup \
-    there allowing a demo device explicitly; no process in the node's mount namespace but its \
-    holder, the kubelet, containerd, the device plugin and devinject-nri, and none in a pod \
+    or CRI-O's run files of a pod (userdata) in the node's mount namespace; every device-plugin \
+    socket but kubelet.sock bound by a live process; no pod cgroup left under the node's cgroup \
+    root on any hierarchy, and no cgroup there allowing a demo device or kvm explicitly; \
+    no process in the node's mount namespace but its holder, the kubelet, containerd or CRI-O, \
+    the device plugin and devinject-nri (no conmon, no shim of ours), and none in a pod \
     cgroup; no temp file (.tmp*) or task bundle under containerd's state directory, no pod \
     directory under the kubelet's";
 
@@ -197,9 +204,13 @@ fn pod_cgroups(node: &Node) -> Vec<String> {
             }
             if let Ok(list) = std::fs::read_to_string(d.join("devices.list")) {
                 for line in list.lines() {
-                    if ACCELS
+                    let numbers = ACCELS
                         .iter()
-                        .any(|(_, ma, mi)| line.starts_with(&format!("c {ma}:{mi} ")))
+                        .map(|(_, ma, mi)| (*ma, *mi))
+                        .chain(KERNEL_DEVICES.iter().map(|d| (d.major, d.minor)));
+                    if numbers
+                        .into_iter()
+                        .any(|(ma, mi)| line.starts_with(&format!("c {ma}:{mi} ")))
                     {
                         found.push(format!("{} allows {line}", d.display()));
                     }
@@ -252,7 +263,9 @@ fn stray_processes(node: &Node) -> Vec<(u32, String)> {
             found.push((
                 pid,
                 format!(
-                    "{pid} {comm}: {}{}",
+                    "{pid} {comm} (waiting in {}; children: {:?}): {}{}",
+                    std::fs::read_to_string(proc.join("wchan")).unwrap_or_default(),
+                    children(pid),
                     cmdline.trim(),
                     shim_owner(node, &cmdline)
                 ),
@@ -260,6 +273,43 @@ fn stray_processes(node: &Node) -> Vec<(u32, String)> {
         }
     }
     found
+}
+
+/// Whether `pid` is a containerd shim that holds no process and whose sandbox containerd's log
+/// says it cleaned up as a dead shim: containerd closed its connection to the shim and
+/// forgot it while the shim lived. Seen (shim node, containerd 2.1) when the kubelet restarts
+/// while a pod is in its termination grace: the pod's sandbox and container exit at the same
+/// moment (137), containerd deletes the sandbox's task first and asks the shim to shut down,
+/// which the shim declines while it still holds the container; containerd then closes its
+/// connection ("shim disconnected"), and the container's delete, a sandboxed one, sends no
+/// shutdown (`shimTask.delete` in containerd's runtime v2). containerd's bookkeeping, not a
+/// process of devinject's: devinject's runtime is not a daemon, and the shim has no child.
+fn abandoned_by_containerd(node: &Node, pid: u32) -> bool {
+    let read = |f: &str| std::fs::read_to_string(format!("/proc/{pid}/{f}")).unwrap_or_default();
+    if read("comm").trim() != "containerd-shim" || !children(pid).is_empty() {
+        return false;
+    }
+    let cmdline = read("cmdline").replace('\0', " ");
+    let mut args = cmdline.split_whitespace();
+    let Some(id) = args.by_ref().skip_while(|a| *a != "-id").nth(1) else {
+        return false;
+    };
+    !node
+        .log_lines_with(&format!("\"cleaning up dead shim\" id={id}"), 1)
+        .is_empty()
+}
+
+/// The children of process `pid`: pid, `comm` and where each waits.
+fn children(pid: u32) -> Vec<String> {
+    let list =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    list.split_whitespace()
+        .map(|c| {
+            let read =
+                |f: &str| std::fs::read_to_string(format!("/proc/{c}/{f}")).unwrap_or_default();
+            format!("{c} {} in {}", read("comm").trim(), read("wchan"))
+        })
+        .collect()
 }
 
 /// For a containerd shim (`-id <sandbox>`): the pods the node's kubelet log names beside that
@@ -270,14 +320,32 @@ fn shim_owner(node: &Node, cmdline: &str) -> String {
         return String::new();
     };
     let short = &id[..id.len().min(12)];
-    let pods: BTreeSet<String> = node
-        .kubelet_log()
-        .lines()
-        .filter(|l| l.contains(short))
+    let mut lines = node.log_lines_with(short, 200);
+    // And what happened to the containers created in it.
+    let created: Vec<String> = lines
+        .iter()
+        .filter_map(|l| {
+            let needle = "returns container id \\\"";
+            let rest = &l[l.find(needle)? + needle.len()..];
+            Some(rest.chars().take(12).collect())
+        })
+        .collect();
+    for c in created {
+        lines.extend(node.log_lines_with(&c, 40));
+    }
+    let pods: BTreeSet<String> = lines
+        .iter()
         .filter_map(|l| {
             let rest = &l[l.find("pod=\"")? + 5..];
             Some(rest[..rest.find('"')?].to_owned())
         })
+        .collect();
+    // What made it and what ended it, or not: the lines naming it in the kubelet's and
+    // containerd's logs.
+    let told: Vec<String> = lines
+        .iter()
+        .take(80)
+        .map(|l| l.chars().take(400).collect())
         .collect();
     let task = node
         .containerd()
@@ -289,7 +357,7 @@ fn shim_owner(node: &Node, cmdline: &str) -> String {
         })
         .and_then(|t| t.lines().find(|l| l.starts_with(id)).map(str::to_owned))
         .unwrap_or_else(|| "no task".to_owned());
-    format!(" (pods in the kubelet log: {pods:?}; containerd: {task})")
+    format!(" (pods in the kubelet log: {pods:?}; containerd: {task}; its log lines: {told:?})")
 }
 
 /// Temp files and task bundles under the node's containerd state, and pod directories under

@@ -3,26 +3,23 @@
 //! schedule; every start checked from inside the container, every running pod against the
 //! others, and the nodes checked for leaks and the daemons for growth at the end.
 //!
-//! The cluster ([`crate::cluster`], two nodes): node 0 runs the runtime shim (`devinject`
-//! RuntimeClass, [`Setup::Ctl`]), node 1 `devinject-nri` on containerd's NRI socket with pods on
-//! plain runc ([`Setup::Nri`]); both run the real device plugin with four demo devices and the
-//! `kubernetes` policy. Each pod asks for 0–2 demo devices on one path; every tenth is a
-//! forger (no resources, the request variable set itself), on each path in turn.
+//! The cluster ([`crate::cluster`], three nodes): node 0 runs the runtime shim (`devinject`
+//! RuntimeClass, [`Setup::Ctl`]) and node 1 `devinject-nri` on containerd's NRI socket with
+//! pods on plain runc ([`Setup::Nri`]), both on containerd 2 under the `kubernetes` policy;
+//! node 2 runs CRI-O, which injects the CDI specs `devinject-ctl cdi generate` wrote as the
+//! plugin's answers name them ([`Setup::Cdi`]). Every node runs the real device plugin with
+//! four demo devices and `/dev/kvm` shared as three replicas ([`host`]). Each pod asks for
+//! 0–2 demo devices and a kvm replica or not, on one path; every tenth is a forger (no resources, the request variable set itself, and on the CDI
+//! path a CDI annotation on the pod), on each path in turn.
 //!
 //! The checks ([`pods::probe_problems`], the exclusivity of every device, [`leaks::leaks`],
 //! [`procstat::unbounded`]) collect violations instead of panicking; the caller fails on any.
 //! `tests/tests/cluster_churn.rs` runs the short setting, `churn-soak` (scripts/bench.sh
 //! churn) the long one; docs/testing.md and docs/benchmarks.md describe both.
 //!
-//! # Why two nodes
+//! # Why a node per path
 //! One containerd with both the shim and NRI would run a shim pod through both paths (NRI sees
 //! every container): each path needs a node of its own.
-//!
-//! # What is not churned here
-//! kvm and a shared (replicated) resource: the simulated node has only the demo profile, with
-//! exclusive devices. CRI-O restarts: the harness's CRI-O node runs devinject only as its
-//! DaemonSets install it (an image and an install per run); `cluster_crio.rs` restarts CRI-O
-//! under a pod holding its device.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -30,10 +27,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use serde_json::Value;
 
-use crate::cluster::{Cluster, Setup, Shape, KUBELET_ROOT};
+use crate::cluster::{Cluster, Setup, Shape, CDI_CRI_ALLOCATE_MODE, KUBELET_ROOT};
 use crate::sim::ACCELS;
 
 pub mod faults;
+pub mod host;
 pub mod leaks;
 pub mod metrics;
 pub mod pods;
@@ -41,7 +39,9 @@ pub mod procstat;
 pub mod rng;
 
 use faults::{ActiveFault, FaultKind};
-use pods::{EnginePath, Kind, PodPlan, PROBED, RESOURCE};
+use pods::{
+    device_key, EnginePath, Grant, KernelDevice, Kind, PodPlan, KERNEL_DEVICES, PROBED, RESOURCE,
+};
 use procstat::Sample;
 use rng::Rng;
 
@@ -123,8 +123,10 @@ pub struct Outcome {
     pub starts: BTreeMap<&'static str, usize>,
     /// Starts that failed while a fault was active or recovering, by reason.
     pub failed_under_fault: BTreeMap<String, usize>,
-    /// Forged requests refused, per engine path.
+    /// Forged requests refused (shim, NRI) or run with nothing (CDI), per engine path.
     pub forgers_refused: BTreeMap<&'static str, usize>,
+    /// The most running pods that held a replica of kvm on one node at once.
+    pub most_sharing: usize,
     /// Faults injected, by kind.
     pub faults: BTreeMap<&'static str, usize>,
     /// Pods the kernel OOM-killed after their start.
@@ -161,8 +163,13 @@ impl Outcome {
             join_counts(&self.starts)
         ));
         s.push_str(&format!(
-            "churn: forged requests refused: {}\n",
+            "churn: forged requests refused (shim, NRI) or run with nothing (CDI): {}\n",
             join_counts(&self.forgers_refused)
+        ));
+        s.push_str(&format!(
+            "churn: most running pods holding a replica of {} on one node at once: {}\n",
+            pods::KVM.resource,
+            self.most_sharing
         ));
         s.push_str(&format!(
             "churn: OOM-killed after start: {}\n",
@@ -191,8 +198,9 @@ impl Outcome {
         }
         s.push_str(&format!("churn: leaks checked: {}\n", leaks::CHECKED));
         s.push_str(&format!(
-            "churn: containerd's own leftovers (shims that lived through a containerd restart, \
-             their task and pod gone; not devinject's): {}\n",
+            "churn: containerd's own leftovers (not devinject's: shims that lived through a \
+             containerd restart, their task and pod gone, and idle shims containerd declared dead \
+             and forgot): {}\n",
             self.engine_leftovers.len()
         ));
         for l in &self.engine_leftovers {
@@ -212,6 +220,13 @@ impl Outcome {
     }
 }
 
+/// Every id `grant` holds, as [`device_key`]s.
+fn grant_keys(grant: &Grant) -> impl Iterator<Item = String> + '_ {
+    grant
+        .iter()
+        .flat_map(|(resource, ids)| ids.iter().map(move |id| device_key(resource, id)))
+}
+
 fn join_counts<K: std::fmt::Display>(m: &BTreeMap<K, usize>) -> String {
     m.iter()
         .map(|(k, v)| format!("{k} {v}"))
@@ -219,15 +234,26 @@ fn join_counts<K: std::fmt::Display>(m: &BTreeMap<K, usize>) -> String {
         .join(", ")
 }
 
-/// Whether this machine can run the churn (see [`crate::cluster::ready_with_containerd`]);
-/// the containerd release for the NRI node.
-pub fn ready() -> Option<crate::runtimes::Release> {
-    crate::cluster::ready_with_containerd("1.7")
+/// The peers the churn's nodes run.
+#[derive(Debug, Clone)]
+pub struct Peers {
+    /// The containerd release of the shim and NRI nodes.
+    pub containerd: crate::runtimes::Release,
+    /// CRI-O's bin dir (scripts/crio-build.sh), for the CDI node.
+    pub crio: std::path::PathBuf,
 }
 
-/// Starts the two-node cluster, churns as `settings` say, deletes every pod and checks the
+/// Whether this machine can run the churn (see [`crate::cluster::ready_with_containerd`] and
+/// [`crate::crio::ready`]); the peers when it can.
+pub fn ready() -> Option<Peers> {
+    let containerd = crate::cluster::ready_with_containerd("1.7")?;
+    let crio = crate::crio::ready()?;
+    Some(Peers { containerd, crio })
+}
+
+/// Starts the three-node cluster, churns as `settings` say, deletes every pod and checks the
 /// nodes; the outcome lists every violation (none: the run passed).
-pub fn run(settings: &Settings, release: &crate::runtimes::Release) -> Result<Outcome> {
+pub fn run(settings: &Settings, peers: &Peers) -> Result<Outcome> {
     println!(
         "churn: seed {} ({SEED_VAR}), {} starts, {} pods at once, {} rounds of faults",
         settings.seed, settings.starts, settings.concurrency, settings.rounds
@@ -235,10 +261,23 @@ pub fn run(settings: &Settings, release: &crate::runtimes::Release) -> Result<Ou
     let setups = [
         Setup::Ctl,
         Setup::Nri {
-            containerd: release.bin.clone(),
+            containerd: peers.containerd.bin.clone(),
+        },
+        Setup::Cdi {
+            containerd: peers.containerd.bin.clone(),
+            allocate_mode: CDI_CRI_ALLOCATE_MODE,
         },
     ];
-    let cluster = Cluster::start_per_node(&setups, &Shape::default())?;
+    let shape = Shape {
+        crio: Some(peers.crio.clone()),
+        crio_nodes: vec![EnginePath::Cdi.node()],
+        node_host: Some(host::NODE_HOST),
+        ..Shape::default()
+    };
+    let cluster = Cluster::start_per_node(&setups, &shape)?;
+    for d in KERNEL_DEVICES {
+        cluster.wait_allocatable(d.resource, &d.replicas.to_string())?;
+    }
     cluster.runtime_class()?;
     let mut churn = Churn::new(cluster, settings.clone());
     let started = Instant::now();
@@ -381,9 +420,9 @@ impl Churn {
         Ok(v["items"].as_array().cloned().unwrap_or_default())
     }
 
-    /// Each node's kubelet checkpoint: pod uid → demo device ids; `None` for a node whose
-    /// checkpoint cannot be read now (its kubelet restarting).
-    fn checkpoints(&self) -> Vec<Option<BTreeMap<String, Vec<String>>>> {
+    /// Each node's kubelet checkpoint: pod uid → what it was granted of the run's resources;
+    /// `None` for a node whose checkpoint cannot be read now (its kubelet restarting).
+    fn checkpoints(&self) -> Vec<Option<BTreeMap<String, Grant>>> {
         self.cluster
             .nodes()
             .iter()
@@ -394,17 +433,23 @@ impl Churn {
                     ))
                     .ok()?;
                 let v: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
-                let mut map: BTreeMap<String, Vec<String>> = BTreeMap::new();
+                let mut map: BTreeMap<String, Grant> = BTreeMap::new();
                 for e in v["Data"]["PodDeviceEntries"]
                     .as_array()
                     .into_iter()
                     .flatten()
                 {
-                    if e["ResourceName"] != RESOURCE {
+                    let Some(resource) = e["ResourceName"].as_str().filter(|r| {
+                        *r == RESOURCE || KERNEL_DEVICES.iter().any(|d| d.resource == *r)
+                    }) else {
                         continue;
-                    }
+                    };
                     let uid = e["PodUID"].as_str().unwrap_or_default().to_owned();
-                    let ids = map.entry(uid).or_default();
+                    let ids = map
+                        .entry(uid)
+                        .or_default()
+                        .entry(resource.to_owned())
+                        .or_default();
                     ids.extend(crate::cluster::node::entry_device_ids(e));
                     ids.sort();
                 }
@@ -422,7 +467,7 @@ impl Churn {
     fn observe(
         &mut self,
         items: &[Value],
-        checkpoints: &[Option<BTreeMap<String, Vec<String>>>],
+        checkpoints: &[Option<BTreeMap<String, Grant>>],
     ) -> Result<()> {
         let present: BTreeSet<String> = items
             .iter()
@@ -453,9 +498,9 @@ impl Churn {
             let running = status["state"]["running"].is_object();
             let phase = pod["status"]["phase"].as_str().unwrap_or_default();
             let label = format!(
-                "pod {name} ({}, {} devices, {:?})",
+                "pod {name} ({}, {}, {:?})",
                 t.plan.path.name(),
-                t.plan.devices,
+                t.plan.label(),
                 t.plan.kind
             );
             match (t.state, t.plan.kind) {
@@ -464,7 +509,16 @@ impl Churn {
                         .into_iter()
                         .filter_map(Value::as_str)
                         .find(|m| m.contains("devinject"));
-                    if refusal.is_some() {
+                    let log = match running || terminated.is_object() {
+                        true => self.cluster.pod_log(pod, "main").unwrap_or_default(),
+                        false => String::new(),
+                    };
+                    // The CDI path injects only what the kubelet passed: the forger runs,
+                    // with nothing.
+                    let ignored = !t.plan.path.refuses_forgers()
+                        && log.contains(PROBED)
+                        && pods::probe_problems(&log, &Grant::new(), &t.plan).is_empty();
+                    if refusal.is_some() || ignored {
                         *self
                             .outcome
                             .forgers_refused
@@ -472,11 +526,11 @@ impl Churn {
                             .or_default() += 1;
                         self.record_end(name);
                         to_delete.push(name.to_owned());
-                    } else if running || terminated.is_object() {
-                        let log = self.cluster.pod_log(pod, "main").unwrap_or_default();
+                    } else if (running && log.contains(PROBED)) || terminated.is_object() {
                         self.violate(format!(
-                            "{label}: a forged request was not refused; the container ran and held {:?}",
-                            pods::observed_devices(&log)
+                            "{label}: a forged request was not refused; the container ran and held {:?}: {:?}",
+                            pods::observed_devices(&log),
+                            pods::probe_problems(&log, &Grant::new(), &t.plan)
                         ));
                         self.record_end(name);
                         to_delete.push(name.to_owned());
@@ -498,9 +552,9 @@ impl Churn {
                             // The kubelet is restarting: look again next time.
                             continue;
                         };
-                        let ids = checkpoint.get(uid).cloned().unwrap_or_default();
-                        for p in pods::probe_problems(&log, &ids, t.plan.devices) {
-                            self.violate(format!("{label}, checkpoint {ids:?}: {p}"));
+                        let grant = checkpoint.get(uid).cloned().unwrap_or_default();
+                        for p in pods::probe_problems(&log, &grant, &t.plan) {
+                            self.violate(format!("{label}, checkpoint {grant:?}: {p}"));
                         }
                         let observed = pods::observed_devices(&log);
                         *self.outcome.starts.entry(t.plan.path.name()).or_default() += 1;
@@ -584,7 +638,8 @@ impl Churn {
         self.finished.insert(name.to_owned());
     }
 
-    /// Never one exclusive device in two pods on a node at once:
+    /// Never one exclusive device (or one replica id of a shared one) in two pods on a node at
+    /// once:
     /// - in the kubelet's checkpoint, at any moment: the kubelet drops a pod it no longer runs
     ///   from it before it allocates that pod's devices again, so one device under two pods is
     ///   a double grant, whatever the API says of them;
@@ -592,16 +647,12 @@ impl Churn {
     ///   showed it holding; as the API's phase of a pod the kubelet has just ended lags, an
     ///   overlap there must last past [`OVERLAP_GRACE`] (each pod's probe is also held to its
     ///   own checkpoint entry, [`pods::probe_problems`]).
-    fn exclusive(
-        &mut self,
-        items: &[Value],
-        checkpoints: &[Option<BTreeMap<String, Vec<String>>>],
-    ) {
+    fn exclusive(&mut self, items: &[Value], checkpoints: &[Option<BTreeMap<String, Grant>>]) {
         for (node, checkpoint) in checkpoints.iter().enumerate() {
-            let mut by_device: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-            for (uid, ids) in checkpoint.iter().flatten() {
-                for id in ids {
-                    by_device.entry(id).or_default().insert(uid);
+            let mut by_device: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+            for (uid, grant) in checkpoint.iter().flatten() {
+                for key in grant_keys(grant) {
+                    by_device.entry(key).or_default().insert(uid);
                 }
             }
             for (dev, uids) in by_device {
@@ -609,7 +660,7 @@ impl Churn {
                     .iter()
                     .map(|u| self.uids.get(*u).cloned().unwrap_or_else(|| u.to_string()))
                     .collect();
-                let key = (node, names.join(","), String::new(), dev.to_owned());
+                let key = (node, names.join(","), String::new(), dev.clone());
                 if uids.len() > 1 && self.reported_overlaps.insert(key) {
                     self.violate(format!(
                         "device {dev} of node {node} allocated to {} pods at once in the kubelet's checkpoint: {names:?}",
@@ -621,6 +672,7 @@ impl Churn {
         let mut seen = BTreeSet::new();
         for (node, checkpoint) in checkpoints.iter().enumerate() {
             let mut holders: Vec<(String, BTreeSet<String>)> = Vec::new();
+            let mut sharing = 0;
             for pod in items {
                 let name = pod["metadata"]["name"].as_str().unwrap_or_default();
                 let Some(t) = self.pods.get(name) else {
@@ -633,11 +685,13 @@ impl Churn {
                 }
                 let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
                 let mut held: BTreeSet<String> = t.observed.iter().cloned().collect();
-                if let Some(ids) = checkpoint.as_ref().and_then(|c| c.get(uid)) {
-                    held.extend(ids.iter().cloned());
+                if let Some(grant) = checkpoint.as_ref().and_then(|c| c.get(uid)) {
+                    held.extend(grant_keys(grant));
+                    sharing += usize::from(grant.contains_key(pods::KVM.resource));
                 }
                 holders.push((name.to_owned(), held));
             }
+            self.outcome.most_sharing = self.outcome.most_sharing.max(sharing);
             for (i, (a, ha)) in holders.iter().enumerate() {
                 for (b, hb) in &holders[i + 1..] {
                     for dev in ha.intersection(hb) {
@@ -651,9 +705,8 @@ impl Churn {
             let since = *self.overlaps.entry(k.clone()).or_insert_with(Instant::now);
             if since.elapsed() > OVERLAP_GRACE && self.reported_overlaps.insert(k.clone()) {
                 let (node, a, b, dev) = k;
-                let (accel, _, _) = ACCELS[dev.parse::<usize>().unwrap_or(0) % ACCELS.len()];
                 self.violate(format!(
-                    "device {dev} ({accel}) of node {node} held by running pods {a} and {b} at once for {OVERLAP_GRACE:?}"
+                    "device {dev} of node {node} held by running pods {a} and {b} at once for {OVERLAP_GRACE:?}"
                 ));
             }
         }
@@ -693,11 +746,16 @@ impl Churn {
             return Ok(());
         }
         let kind = FaultKind::ALL[i % FaultKind::ALL.len()];
-        // Rounds alternate the nodes; the device plugin is killed on the shim node only, so
-        // that the NRI node's plugin lives through the whole run and its growth is measured.
+        let round = i / FaultKind::ALL.len();
+        // Each round moves every fault one node further (and the kinds start on different
+        // nodes), but the device plugin is killed on the shim node only, so that the NRI
+        // node's plugin lives through the whole run and its growth is measured; containerd
+        // restarts on its two nodes in turn, CRI-O on its own.
         let node = match kind {
             FaultKind::PluginKill => EnginePath::Shim.node(),
-            _ => (i / FaultKind::ALL.len()) % EnginePath::ALL.len(),
+            FaultKind::ContainerdRestart => EnginePath::ALL[round % 2].node(),
+            FaultKind::CrioRestart => EnginePath::Cdi.node(),
+            _ => (round + i % FaultKind::ALL.len()) % EnginePath::ALL.len(),
         };
         if kind == FaultKind::ContainerdRestart {
             let shims = leaks::shim_pids(&self.cluster.nodes()[node]);
@@ -718,12 +776,13 @@ impl Churn {
         match kind {
             FaultKind::OomKill => {
                 let devices = 1 + self.rng.below(2) as u32;
-                let name = self.create(path, Kind::Oom, devices)?;
+                let kernel = self.kernel_mix();
+                let name = self.create(path, Kind::Oom, devices, kernel)?;
                 fault.waiting_for.push(faults::Condition::PodFinished(name));
             }
             // Something must start on the node while its pod-resources socket is away.
             FaultKind::PodResourcesGone => {
-                self.create(path, Kind::Probe, 1)?;
+                self.create(path, Kind::Probe, 1, Vec::new())?;
             }
             _ => {}
         }
@@ -754,17 +813,24 @@ impl Churn {
                 || self.faults_begun < self.schedule_len())
         {
             // Every tenth pod forges its request, on each path in turn; the others ask for a
-            // random path and count.
+            // random path, count and kernel devices.
             let forgers = self.next_pod / FORGER_EVERY;
-            let (path, kind, devices) = match (self.next_pod + 1) % FORGER_EVERY {
-                0 => (EnginePath::ALL[forgers % 2], Kind::Forger, 0),
+            let paths = EnginePath::ALL.len();
+            let (path, kind, devices, kernel) = match (self.next_pod + 1) % FORGER_EVERY {
+                0 => (
+                    EnginePath::ALL[forgers % paths],
+                    Kind::Forger,
+                    0,
+                    Vec::new(),
+                ),
                 _ => (
-                    EnginePath::ALL[self.rng.below(2) as usize],
+                    EnginePath::ALL[self.rng.below(paths as u64) as usize],
                     Kind::Probe,
                     self.rng.below(3) as u32,
+                    self.kernel_mix(),
                 ),
             };
-            self.create(path, kind, devices)?;
+            self.create(path, kind, devices, kernel)?;
         }
         Ok(())
     }
@@ -776,12 +842,28 @@ impl Churn {
             .count()
     }
 
-    fn create(&mut self, path: EnginePath, kind: Kind, devices: u32) -> Result<String> {
+    /// The kernel devices a pod asks for: each one time in two (kvm: three replicas a node,
+    /// so a pod asking it may wait for a holder's deletion).
+    fn kernel_mix(&mut self) -> Vec<KernelDevice> {
+        KERNEL_DEVICES
+            .into_iter()
+            .filter(|_| self.rng.below(2) == 0)
+            .collect()
+    }
+
+    fn create(
+        &mut self,
+        path: EnginePath,
+        kind: Kind,
+        devices: u32,
+        kernel: Vec<KernelDevice>,
+    ) -> Result<String> {
         self.next_pod += 1;
         let plan = PodPlan {
             name: format!("churn-{}", self.next_pod),
             path,
             devices,
+            kernel,
             kind,
         };
         let node = self.cluster.nodes()[path.node()].name().to_owned();

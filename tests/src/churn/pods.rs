@@ -1,6 +1,8 @@
 //! The churn's pods: what each asks for, its manifest, the command that probes it from inside,
 //! and what its probe report must say.
 
+use std::collections::BTreeMap;
+
 use serde_json::Value;
 
 use crate::cri_node::{BUSYBOX, HANDLER};
@@ -11,31 +13,86 @@ use crate::sim::{ACCELS, CTL, LIB, SONAME};
 pub const RESOURCE: &str = "devinject.io/demo";
 /// The line the container prints once its probe has reported.
 pub const PROBED: &str = "churn-probe-done";
-/// Where the container makes its own nodes of every demo device (with CAP_MKNOD, which
-/// containerd's default set has): the device cgroup must deny those it was not granted.
+/// Where the container makes its own nodes of every device (with CAP_MKNOD, which the
+/// manifest adds): the device cgroup must deny those it was not granted.
 const OWN_NODES: &str = "/tmp/churn-nodes";
 /// The memory limit of a pod that is OOM-killed on purpose, and what it then allocates.
 const OOM_LIMIT: &str = "32Mi";
 const OOM_ALLOCATION: &str = "64M";
+/// The annotation a forger on the CDI path sets on itself, naming every demo device.
+const FORGED_CDI_ANNOTATION: &str = "cdi.k8s.io/churn-forged";
+
+/// A real kernel device the pods ask for beside the demo accelerators: its shipped profile,
+/// its node made on the node's simulated host with the host's numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelDevice {
+    /// The shipped profile (`profiles/<profile>.toml`).
+    pub profile: &'static str,
+    /// The resource the plugin advertises it as.
+    pub resource: &'static str,
+    /// Its node below the dev root, and below the container's `/dev`.
+    pub node: &'static str,
+    /// The host's numbers.
+    pub major: u32,
+    /// The host's numbers.
+    pub minor: u32,
+    /// The ids the one device is advertised as: more than one makes it a shared resource.
+    pub replicas: u32,
+}
+
+/// `/dev/kvm`, one per node, shared as three replicas (`0::0` .. `0::2`), as KubeVirt shares
+/// it. (The demo accelerators take the numbers of other real misc devices, `/dev/fuse` and
+/// the tun device among them: a kernel device here must not share numbers with them, or a
+/// grant of one would open the other.)
+pub const KVM: KernelDevice = KernelDevice {
+    profile: "kvm",
+    resource: "devinject.io/kvm",
+    node: "kvm",
+    major: 10,
+    minor: 232,
+    replicas: 3,
+};
+
+/// The kernel devices of every churn node.
+pub const KERNEL_DEVICES: [KernelDevice; 1] = [KVM];
+
+impl KernelDevice {
+    /// Whether two pods may hold it at once.
+    pub fn shared(&self) -> bool {
+        self.replicas > 1
+    }
+}
+
+/// What the kubelet's checkpoint granted one pod: resource → device ids.
+pub type Grant = BTreeMap<String, Vec<String>>;
+
+/// `resource=id`, one granted (or seen) device in the run's reports and checks.
+pub fn device_key(resource: &str, id: &str) -> String {
+    format!("{resource}={id}")
+}
 
 /// The engine path a pod goes through; each has its own node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum EnginePath {
-    /// The `devinject` RuntimeClass: the runtime shim (node 0).
+    /// The `devinject` RuntimeClass: the runtime shim (node 0, containerd 2).
     Shim,
     /// The default runtime with `devinject-nri` on containerd's NRI socket (node 1).
     Nri,
+    /// CDI on CRI-O: the plugin answers with CDI devices, CRI-O injects the specs
+    /// `devinject-ctl cdi generate` wrote, their hook finishes (node 2).
+    Cdi,
 }
 
 impl EnginePath {
-    /// Both, in node order.
-    pub const ALL: [Self; 2] = [Self::Shim, Self::Nri];
+    /// All, in node order.
+    pub const ALL: [Self; 3] = [Self::Shim, Self::Nri, Self::Cdi];
 
     /// The index of the node that runs this path.
     pub fn node(self) -> usize {
         match self {
             Self::Shim => 0,
             Self::Nri => 1,
+            Self::Cdi => 2,
         }
     }
 
@@ -44,7 +101,15 @@ impl EnginePath {
         match self {
             Self::Shim => "shim",
             Self::Nri => "nri",
+            Self::Cdi => "cdi",
         }
+    }
+
+    /// Whether devinject sees a forged request on this path and refuses it (the hook, the
+    /// shim and NRI read the container's env); on the CDI path only what the kubelet passes
+    /// is injected, so a forger runs with nothing.
+    pub fn refuses_forgers(self) -> bool {
+        self != Self::Cdi
     }
 }
 
@@ -56,7 +121,8 @@ pub enum Kind {
     /// Asks for its devices under a small memory limit, probes, then allocates past the limit:
     /// the kernel kills it mid-life, and its devices must come back.
     Oom,
-    /// Asks the scheduler for nothing and sets the request variable itself: must be refused.
+    /// Asks the scheduler for nothing and sets the request variable itself (and, on the CDI
+    /// path, a CDI annotation on the pod): must be refused, or get nothing.
     Forger,
 }
 
@@ -69,16 +135,44 @@ pub struct PodPlan {
     pub path: EnginePath,
     /// How many demo devices it asks for (0–2; 0 for a forger).
     pub devices: u32,
+    /// The kernel devices it asks for, one of each ([`KERNEL_DEVICES`]).
+    pub kernel: Vec<KernelDevice>,
     /// What it does.
     pub kind: Kind,
 }
 
 impl PodPlan {
+    /// Whether it asks for `device`.
+    pub fn asks(&self, device: &KernelDevice) -> bool {
+        self.kernel.contains(device)
+    }
+
+    /// How many ids of `resource` it asks for.
+    pub fn asked(&self, resource: &str) -> usize {
+        if resource == RESOURCE {
+            return self.devices as usize;
+        }
+        self.kernel
+            .iter()
+            .filter(|d| d.resource == resource)
+            .count()
+    }
+
+    /// What it asks for, for reports.
+    pub fn label(&self) -> String {
+        let mut parts = vec![format!("{} demo", self.devices)];
+        parts.extend(self.kernel.iter().map(|d| d.profile.to_owned()));
+        parts.join(" + ")
+    }
+
     /// The pod's manifest, pinned to `node` by its hostname label.
     pub fn manifest(&self, node: &str) -> String {
         let mut limits = Vec::new();
         if self.devices > 0 {
             limits.push(format!("{RESOURCE}: {}", self.devices));
+        }
+        for d in &self.kernel {
+            limits.push(format!("{}: 1", d.resource));
         }
         if self.kind == Kind::Oom {
             limits.push(format!("memory: {OOM_LIMIT}"));
@@ -87,35 +181,47 @@ impl PodPlan {
             true => String::new(),
             false => format!("\n    resources: {{limits: {{{}}}}}", limits.join(", ")),
         };
-        let env: Vec<Value> = match self.kind {
-            Kind::Forger => {
-                vec![serde_json::json!({"name": "DEMO_VISIBLE_DEVICES", "value": "all"})]
+        let forger = self.kind == Kind::Forger;
+        let env: Vec<Value> = match forger {
+            true => vec![serde_json::json!({"name": "DEMO_VISIBLE_DEVICES", "value": "all"})],
+            false => Vec::new(),
+        };
+        let annotations = match (forger, self.path) {
+            (true, EnginePath::Cdi) => {
+                format!("\n  annotations: {{{FORGED_CDI_ANNOTATION}: \"{RESOURCE}=all\"}}")
             }
-            _ => Vec::new(),
+            _ => String::new(),
         };
         let runtime_class = match self.path {
             EnginePath::Shim => format!("\n  runtimeClassName: {HANDLER}"),
-            EnginePath::Nri => String::new(),
+            EnginePath::Nri | EnginePath::Cdi => String::new(),
         };
         format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  labels: {{devinject-churn: \"1\"}}\n\
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  labels: {{devinject-churn: \"1\"}}{annotations}\n\
              spec:{runtime_class}\n  nodeSelector: {{kubernetes.io/hostname: {node}}}\n  \
              hostNetwork: true\n  restartPolicy: Never\n  automountServiceAccountToken: false\n  \
              terminationGracePeriodSeconds: 0\n  containers:\n  - name: main\n    image: {BUSYBOX}\n    \
-             imagePullPolicy: Never\n    command: {command}\n    env: {env}{resources}\n",
+             imagePullPolicy: Never\n    command: {command}\n    env: {env}\n    \
+             securityContext: {{capabilities: {{add: [MKNOD]}}}}{resources}\n",
             name = self.name,
             command = serde_json::to_string(&self.command()).expect("json"),
             env = serde_json::to_string(&env).expect("json"),
         )
     }
 
-    /// The container's command: make its own nodes of every demo device, probe the injected
-    /// ones, its own and the library, say so, then hold (or, for [`Kind::Oom`], allocate past
-    /// the limit as PID 1, which the kernel's OOM killer then ends).
+    /// The container's command: make its own nodes of every device, probe the injected ones,
+    /// its own and the library, say so, then hold (or, for [`Kind::Oom`], allocate past the
+    /// limit as PID 1, which the kernel's OOM killer then ends).
     fn command(&self) -> Vec<String> {
         let mut script = format!("mkdir -p {OWN_NODES}; ");
         for (name, major, minor) in ACCELS {
             script.push_str(&format!("mknod {OWN_NODES}/{name} c {major} {minor}; "));
+        }
+        for d in KERNEL_DEVICES {
+            script.push_str(&format!(
+                "mknod {OWN_NODES}/{} c {} {}; ",
+                d.node, d.major, d.minor
+            ));
         }
         let mut nodes: Vec<String> = ACCELS
             .iter()
@@ -123,6 +229,10 @@ impl PodPlan {
             .map(|(n, _, _)| format!("/dev/demo/{n}"))
             .collect();
         nodes.extend(ACCELS.iter().map(|(n, _, _)| format!("{OWN_NODES}/{n}")));
+        for d in KERNEL_DEVICES {
+            nodes.push(format!("/dev/{}", d.node));
+            nodes.push(format!("{OWN_NODES}/{}", d.node));
+        }
         script.push_str(&format!(
             "/bin/sh /probe.sh {} -- {LIB} {SONAME}; echo {PROBED}; ",
             nodes.join(" ")
@@ -137,35 +247,64 @@ impl PodPlan {
     }
 }
 
-/// What is wrong with the probe report `out` of a container that the kubelet's checkpoint says
-/// was allocated `ids` (device indexes as strings) of the `asked` it asked for: every injected
-/// node granted and opening with the host's numbers, no other injected; its own node of a
-/// granted device opening and of any other denied by the device cgroup (EPERM); the control
-/// node and the library (read-only, in the linker cache) exactly when it holds a device.
-/// Empty when all is right.
-pub fn probe_problems(out: &str, ids: &[String], asked: u32) -> Vec<String> {
+/// What is wrong with the probe report `out` of a container that the kubelet's checkpoint
+/// says was granted `grant` for `plan`: as many ids of each resource as it asked for; every
+/// injected node granted and opening with the host's numbers, no other injected; its own node
+/// of a granted device opening and of any other denied by the device cgroup (EPERM); the
+/// control node and the library (read-only, in the linker cache) exactly when it holds a demo
+/// device. Empty when all is right.
+pub fn probe_problems(out: &str, grant: &Grant, plan: &PodPlan) -> Vec<String> {
     let report = Report::parse(out);
     let mut problems = Vec::new();
-    if ids.len() != asked as usize {
-        problems.push(format!(
-            "asked for {asked} devices, the checkpoint has {ids:?}"
-        ));
+    let ids = |resource: &str| grant.get(resource).cloned().unwrap_or_default();
+    for resource in std::iter::once(RESOURCE).chain(KERNEL_DEVICES.iter().map(|d| d.resource)) {
+        let asked = plan.asked(resource);
+        let granted = ids(resource);
+        if granted.len() != asked {
+            problems.push(format!(
+                "asked for {asked} of {resource}, the checkpoint has {granted:?}"
+            ));
+        }
     }
     let Some(ctl) = report.nodes.get(&format!("/dev/demo/{}", CTL.0)) else {
         problems.push("no probe report".to_owned());
         return problems;
     };
-    for (i, (name, major, minor)) in ACCELS.iter().enumerate() {
-        let granted = ids.contains(&i.to_string());
-        let injected = report.nodes.get(&format!("/dev/demo/{name}"));
-        let own = report.nodes.get(&format!("{OWN_NODES}/{name}"));
+    let demo = ids(RESOURCE);
+    let mut devices: Vec<(String, String, bool, u32, u32)> = ACCELS
+        .iter()
+        .enumerate()
+        .map(|(i, (name, major, minor))| {
+            let granted = demo.contains(&i.to_string());
+            (
+                format!("demo/{name}"),
+                name.to_string(),
+                granted,
+                *major,
+                *minor,
+            )
+        })
+        .collect();
+    devices.extend(KERNEL_DEVICES.iter().map(|d| {
+        let granted = !ids(d.resource).is_empty();
+        (
+            d.node.to_owned(),
+            d.node.to_owned(),
+            granted,
+            d.major,
+            d.minor,
+        )
+    }));
+    for (path, own_name, granted, major, minor) in devices {
+        let injected = report.nodes.get(&format!("/dev/{path}"));
+        let own = report.nodes.get(&format!("{OWN_NODES}/{own_name}"));
         match (granted, injected) {
             (true, Some(n))
                 if (n.kind.as_str(), n.major, n.minor, n.open.as_str())
-                    == ("c", *major, *minor, "ok") => {}
+                    == ("c", major, minor, "ok") => {}
             (false, Some(n)) if n.kind == "missing" => {}
             (_, n) => problems.push(format!(
-                "/dev/demo/{name} (granted: {granted}): {}",
+                "/dev/{path} (granted: {granted}): {}",
                 n.map_or("not reported".to_owned(), |n| format!(
                     "{} {}:{} open={}",
                     n.kind, n.major, n.minor, n.open
@@ -174,25 +313,25 @@ pub fn probe_problems(out: &str, ids: &[String], asked: u32) -> Vec<String> {
         }
         match (granted, own) {
             (_, Some(n)) if n.kind != "c" => problems.push(format!(
-                "the container could not make its own node of {name} ({}), so its denial was not checked",
+                "the container could not make its own node of {own_name} ({}), so its denial was not checked",
                 n.kind
             )),
             (true, Some(n)) if n.open == "ok" => {}
             (false, Some(n)) if n.open == "EPERM" => {}
             (_, n) => problems.push(format!(
-                "own node of {name} (granted: {granted}): open={}",
+                "own node of {own_name} (granted: {granted}): open={}",
                 n.map_or("not reported", |n| n.open.as_str())
             )),
         }
     }
-    let holds = !ids.is_empty();
+    let holds = !demo.is_empty();
     let ctl_ok = match holds {
         true => ctl.open == "ok",
         false => ctl.kind == "missing",
     };
     if !ctl_ok {
         problems.push(format!(
-            "control node (holds devices: {holds}): {} open={}",
+            "control node (holds demo devices: {holds}): {} open={}",
             ctl.kind, ctl.open
         ));
     }
@@ -202,7 +341,7 @@ pub fn probe_problems(out: &str, ids: &[String], asked: u32) -> Vec<String> {
             lib.present, lib.read_only
         )),
         Some(lib) if !holds && lib.present => {
-            problems.push("the library, with no device granted".to_owned())
+            problems.push("the library, with no demo device granted".to_owned())
         }
         None => problems.push("the library not reported".to_owned()),
         _ => {}
@@ -213,44 +352,76 @@ pub fn probe_problems(out: &str, ids: &[String], asked: u32) -> Vec<String> {
     problems
 }
 
-/// The demo devices (indexes as strings) the probe report `out` shows opening inside the
-/// container: what it really holds, whatever the checkpoint says.
+/// The exclusive devices ([`device_key`]s: the demo accelerators) the probe report
+/// `out` shows opening inside the container: what it really holds, whatever the checkpoint
+/// says. A shared device is left out: two pods may hold it.
 pub fn observed_devices(out: &str) -> Vec<String> {
     let report = Report::parse(out);
-    ACCELS
+    let opens = |path: String| report.nodes.get(&path).is_some_and(|n| n.open == "ok");
+    let mut held: Vec<String> = ACCELS
         .iter()
         .enumerate()
         .filter(|(_, (name, _, _))| {
-            report
-                .nodes
-                .get(&format!("/dev/demo/{name}"))
-                .is_some_and(|n| n.open == "ok")
-                || report
-                    .nodes
-                    .get(&format!("{OWN_NODES}/{name}"))
-                    .is_some_and(|n| n.open == "ok")
+            opens(format!("/dev/demo/{name}")) || opens(format!("{OWN_NODES}/{name}"))
         })
-        .map(|(i, _)| i.to_string())
-        .collect()
+        .map(|(i, _)| device_key(RESOURCE, &i.to_string()))
+        .collect();
+    held.extend(
+        KERNEL_DEVICES
+            .iter()
+            .filter(|d| !d.shared())
+            .filter(|d| {
+                opens(format!("/dev/{}", d.node)) || opens(format!("{OWN_NODES}/{}", d.node))
+            })
+            .map(|d| device_key(d.resource, "0")),
+    );
+    held
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn report(granted: &[usize]) -> String {
+    fn node_line(path: &str, (ma, mi): (u32, u32), open: &str, present: bool) -> String {
+        match present {
+            true => format!("node {path} c {ma}:{mi} 666 open={open}\n"),
+            false => format!("node {path} missing 0:0 0 open=ENOENT\n"),
+        }
+    }
+
+    /// The report of a container that sees exactly `granted` demo devices and `kernel`.
+    fn report(granted: &[usize], kernel: &[KernelDevice]) -> String {
         let mut out = String::new();
         for (i, (name, ma, mi)) in ACCELS.iter().enumerate() {
-            if granted.contains(&i) {
-                out.push_str(&format!("node /dev/demo/{name} c {ma}:{mi} 666 open=ok\n"));
-            } else {
-                out.push_str(&format!(
-                    "node /dev/demo/{name} missing 0:0 0 open=ENOENT\n"
-                ));
-            }
-            let open = if granted.contains(&i) { "ok" } else { "EPERM" };
-            out.push_str(&format!(
-                "node {OWN_NODES}/{name} c {ma}:{mi} 644 open={open}\n"
+            let g = granted.contains(&i);
+            out.push_str(&node_line(
+                &format!("/dev/demo/{name}"),
+                (*ma, *mi),
+                "ok",
+                g,
+            ));
+            let open = if g { "ok" } else { "EPERM" };
+            out.push_str(&node_line(
+                &format!("{OWN_NODES}/{name}"),
+                (*ma, *mi),
+                open,
+                true,
+            ));
+        }
+        for d in KERNEL_DEVICES {
+            let g = kernel.contains(&d);
+            out.push_str(&node_line(
+                &format!("/dev/{}", d.node),
+                (d.major, d.minor),
+                "ok",
+                g,
+            ));
+            let open = if g { "ok" } else { "EPERM" };
+            out.push_str(&node_line(
+                &format!("{OWN_NODES}/{}", d.node),
+                (d.major, d.minor),
+                open,
+                true,
             ));
         }
         let holds = !granted.is_empty();
@@ -266,59 +437,132 @@ mod tests {
         out
     }
 
+    fn plan(devices: u32, kernel: &[KernelDevice]) -> PodPlan {
+        PodPlan {
+            name: "churn-1".into(),
+            path: EnginePath::Nri,
+            devices,
+            kernel: kernel.to_vec(),
+            kind: Kind::Probe,
+        }
+    }
+
+    fn grant(demo: &[&str], kernel: &[(KernelDevice, &str)]) -> Grant {
+        let mut g = Grant::new();
+        if !demo.is_empty() {
+            g.insert(
+                RESOURCE.into(),
+                demo.iter().map(|s| s.to_string()).collect(),
+            );
+        }
+        for (d, id) in kernel {
+            g.insert(d.resource.into(), vec![id.to_string()]);
+        }
+        g
+    }
+
     #[test]
     fn a_container_seeing_exactly_its_grant_has_no_problem() {
         assert_eq!(
-            probe_problems(&report(&[1, 3]), &["1".into(), "3".into()], 2),
+            probe_problems(
+                &report(&[1, 3], &[]),
+                &grant(&["1", "3"], &[]),
+                &plan(2, &[])
+            ),
             Vec::<String>::new()
         );
-        assert_eq!(probe_problems(&report(&[]), &[], 0), Vec::<String>::new());
-        assert_eq!(observed_devices(&report(&[1, 3])), ["1", "3"]);
+        assert_eq!(
+            probe_problems(&report(&[], &[]), &Grant::new(), &plan(0, &[])),
+            Vec::<String>::new()
+        );
+        let both = grant(&["2"], &[(KVM, "0::1")]);
+        assert_eq!(
+            probe_problems(&report(&[2], &[KVM]), &both, &plan(1, &[KVM])),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            observed_devices(&report(&[1, 3], &[KVM])),
+            ["devinject.io/demo=1", "devinject.io/demo=3"],
+            "kvm is shared: not an exclusive holding"
+        );
     }
 
     #[test]
     fn a_device_not_granted_but_opening_is_a_problem() {
-        let problems = probe_problems(&report(&[1, 2]), &["1".into()], 1);
+        let problems = probe_problems(&report(&[1, 2], &[]), &grant(&["1"], &[]), &plan(1, &[]));
         assert!(
             problems.iter().any(|p| p.contains("accel2")),
+            "{problems:?}"
+        );
+        let problems = probe_problems(&report(&[], &[KVM]), &Grant::new(), &plan(0, &[]));
+        assert!(
+            problems.iter().any(|p| p.contains("/dev/kvm")),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn a_kernel_device_asked_but_not_granted_is_a_problem() {
+        let problems = probe_problems(&report(&[], &[KVM]), &Grant::new(), &plan(0, &[KVM]));
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("asked for 1 of devinject.io/kvm")),
             "{problems:?}"
         );
     }
 
     #[test]
     fn an_own_node_that_opens_without_a_grant_is_a_problem() {
-        let out = report(&[]).replace(
-            "accel0 c 10:237 644 open=EPERM",
-            "accel0 c 10:237 644 open=ok",
+        let out = report(&[], &[]).replace(
+            "accel0 c 10:237 666 open=EPERM",
+            "accel0 c 10:237 666 open=ok",
         );
-        let problems = probe_problems(&out, &[], 0);
+        let problems = probe_problems(&out, &Grant::new(), &plan(0, &[]));
         assert!(
             problems.iter().any(|p| p.contains("own node of accel0")),
+            "{problems:?}"
+        );
+        let out =
+            report(&[], &[]).replace("kvm c 10:232 666 open=EPERM", "kvm c 10:232 666 open=ok");
+        let problems = probe_problems(&out, &Grant::new(), &plan(0, &[]));
+        assert!(
+            problems.iter().any(|p| p.contains("own node of kvm")),
             "{problems:?}"
         );
     }
 
     #[test]
     fn a_missing_report_is_a_problem() {
-        assert!(!probe_problems("", &[], 0).is_empty());
+        assert!(!probe_problems("", &Grant::new(), &plan(0, &[])).is_empty());
     }
 
     #[test]
-    fn the_shim_pod_names_the_runtime_class_and_the_nri_pod_does_not() {
-        let plan = |path| PodPlan {
+    fn each_path_names_its_runtime_and_the_cdi_forger_its_annotation() {
+        let plan = |path, kind| PodPlan {
             name: "churn-1".into(),
             path,
             devices: 2,
-            kind: Kind::Oom,
+            kernel: vec![KVM],
+            kind,
         };
-        let shim = plan(EnginePath::Shim).manifest("n0");
+        let shim = plan(EnginePath::Shim, Kind::Oom).manifest("n0");
         assert!(shim.contains("runtimeClassName: devinject"), "{shim}");
         assert!(
-            shim.contains("devinject.io/demo: 2, memory: 32Mi"),
+            shim.contains("devinject.io/demo: 2, devinject.io/kvm: 1, memory: 32Mi"),
             "{shim}"
         );
-        assert!(!plan(EnginePath::Nri)
+        assert!(shim.contains("add: [MKNOD]"), "{shim}");
+        assert!(!plan(EnginePath::Nri, Kind::Probe)
             .manifest("n1")
             .contains("runtimeClassName"));
+        let forger = plan(EnginePath::Cdi, Kind::Forger).manifest("n2");
+        assert!(
+            forger.contains("cdi.k8s.io/churn-forged: \"devinject.io/demo=all\""),
+            "{forger}"
+        );
+        assert!(!plan(EnginePath::Nri, Kind::Forger)
+            .manifest("n1")
+            .contains("cdi.k8s.io"));
     }
 }
