@@ -1,7 +1,7 @@
 //! The churn nodes' simulated host: the demo accelerators, and `/dev/kvm` made with the host's
-//! numbers under its dev root (its shipped profile, shared as [`KVM`]'s replicas), so that a
-//! granted one opens on the real kernel device inside the container and an un-granted one is
-//! denied by the device cgroup.
+//! numbers under its dev root (its shipped profile, shared as [`super::pods::KVM`]'s
+//! replicas), so that a granted one opens on the real kernel device inside the container and an
+//! un-granted one is denied by the device cgroup.
 
 use std::path::Path;
 

@@ -74,7 +74,8 @@ pub struct Found {
     /// containerd's own leftovers, reported but not devinject's: shims that lived through a
     /// containerd restart and stayed after their task and pod went (the NRI node, where nothing
     /// of devinject's runs in the runtime, leaves them too), and idle shims containerd itself
-    /// declared dead and forgot ([`abandoned_by_containerd`]).
+    /// declared dead and forgot (a childless shim whose sandbox containerd's log says it cleaned
+    /// up as a dead shim).
     pub engine_leftovers: Vec<String>,
 }
 
