@@ -86,9 +86,9 @@ pub fn leaks(cluster: &Cluster, base: &Baseline, restart_survivors: &BTreeSet<u3
     let mut engine_leftovers = Vec::new();
     for (i, node) in cluster.nodes().iter().enumerate() {
         let name = node.name();
-        for (pid, p) in stray_processes(node) {
-            let item = format!("{name}: process: {p}");
-            match restart_survivors.contains(&pid) || abandoned_by_containerd(node, pid) {
+        for stray in stray_processes(node) {
+            let item = format!("{name}: process: {}", stray.report);
+            match restart_survivors.contains(&stray.pid) || stray.abandoned_by_containerd {
                 true => engine_leftovers.push(item),
                 false => found.push(item),
             }
@@ -234,9 +234,19 @@ fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// A process left on a node.
+struct Stray {
+    pid: u32,
+    /// What it is, for the report: pid, `comm`, where it waits, its children, its command line
+    /// and, for a shim, whose it was.
+    report: String,
+    /// A shim containerd itself declared dead and forgot ([`declared_dead`]).
+    abandoned_by_containerd: bool,
+}
+
 /// Processes in the node's mount namespace that are none of its daemons, and processes in one
 /// of its pod cgroups.
-fn stray_processes(node: &Node) -> Vec<(u32, String)> {
+fn stray_processes(node: &Node) -> Vec<Stray> {
     let Some(ns_pid) = node.namespace_pid() else {
         return Vec::new();
     };
@@ -261,42 +271,43 @@ fn stray_processes(node: &Node) -> Vec<(u32, String)> {
             let cmdline = std::fs::read(proc.join("cmdline"))
                 .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
                 .unwrap_or_default();
-            found.push((
+            let kids = children(pid);
+            let shim = shim_id(&cmdline).filter(|_| comm == "containerd-shim");
+            found.push(Stray {
                 pid,
-                format!(
-                    "{pid} {comm} (waiting in {}; children: {:?}): {}{}",
+                report: format!(
+                    "{pid} {comm} (waiting in {}; children: {kids:?}): {}{}",
                     std::fs::read_to_string(proc.join("wchan")).unwrap_or_default(),
-                    children(pid),
                     cmdline.trim(),
-                    shim_owner(node, &cmdline)
+                    shim.map(|id| shim_owner(node, id)).unwrap_or_default()
                 ),
-            ));
+                abandoned_by_containerd: kids.is_empty()
+                    && shim.is_some_and(|id| declared_dead(node, id)),
+            });
         }
     }
     found
 }
 
-/// Whether `pid` is a containerd shim that holds no process and whose sandbox containerd's log
-/// says it cleaned up as a dead shim: containerd closed its connection to the shim and
-/// forgot it while the shim lived. Seen (shim node, containerd 2.1) when the kubelet restarts
-/// while a pod is in its termination grace: the pod's sandbox and container exit at the same
-/// moment (137), containerd deletes the sandbox's task first and asks the shim to shut down,
-/// which the shim declines while it still holds the container; containerd then closes its
-/// connection ("shim disconnected"), and the container's delete, a sandboxed one, sends no
-/// shutdown (`shimTask.delete` in containerd's runtime v2). containerd's bookkeeping, not a
-/// process of devinject's: devinject's runtime is not a daemon, and the shim has no child.
-fn abandoned_by_containerd(node: &Node, pid: u32) -> bool {
-    let read = |f: &str| std::fs::read_to_string(format!("/proc/{pid}/{f}")).unwrap_or_default();
-    if read("comm").trim() != "containerd-shim" || !children(pid).is_empty() {
-        return false;
-    }
-    let cmdline = read("cmdline").replace('\0', " ");
+/// The sandbox id a containerd shim's command line names (`-id <id>`).
+fn shim_id(cmdline: &str) -> Option<&str> {
     let mut args = cmdline.split_whitespace();
-    let Some(id) = args.by_ref().skip_while(|a| *a != "-id").nth(1) else {
-        return false;
-    };
+    args.by_ref().skip_while(|a| *a != "-id").nth(1)
+}
+
+/// Whether containerd's log says it cleaned up the shim of sandbox `id` as a dead shim, so that
+/// a childless shim of that id still alive is containerd's: containerd closed its connection
+/// to the shim and forgot it while the shim lived. Seen (containerd 2.1, on the shim node and
+/// the NRI node) when the kubelet restarts while a pod is in its termination grace: the pod's
+/// sandbox and container exit at the same moment (137), containerd deletes the sandbox's task
+/// first and asks the shim to shut down, which the shim declines while it still holds the
+/// container; containerd then closes its connection ("shim disconnected"), and the container's
+/// delete, a sandboxed one, sends no shutdown (`shimTask.delete` in containerd's runtime v2).
+/// containerd's bookkeeping, not a process of devinject's: devinject's runtime is not a
+/// daemon, and the shim has no child.
+fn declared_dead(node: &Node, id: &str) -> bool {
     !node
-        .log_lines_with(&format!("\"cleaning up dead shim\" id={id}"), 1)
+        .log_lines_with(&[&format!("\"cleaning up dead shim\" id={id}")], 1)
         .is_empty()
 }
 
@@ -313,16 +324,13 @@ fn children(pid: u32) -> Vec<String> {
         .collect()
 }
 
-/// For a containerd shim (`-id <sandbox>`): the pods the node's kubelet log names beside that
-/// id, and what containerd says of the task, so that a leaked shim says whose it was.
-fn shim_owner(node: &Node, cmdline: &str) -> String {
-    let mut args = cmdline.split_whitespace();
-    let Some(id) = args.by_ref().skip_while(|a| *a != "-id").nth(1) else {
-        return String::new();
-    };
+/// For the containerd shim of sandbox `id`: the pods the node's logs name beside that id, what
+/// containerd says of the task, and the kubelet's and containerd's lines naming the sandbox and
+/// the containers created in it, so that a leaked shim says whose it was and what ended it, or
+/// did not.
+fn shim_owner(node: &Node, id: &str) -> String {
     let short = &id[..id.len().min(12)];
-    let mut lines = node.log_lines_with(short, 200);
-    // And what happened to the containers created in it.
+    let mut lines = node.log_lines_with(&[short], 200);
     let created: Vec<String> = lines
         .iter()
         .filter_map(|l| {
@@ -331,8 +339,9 @@ fn shim_owner(node: &Node, cmdline: &str) -> String {
             Some(rest.chars().take(12).collect())
         })
         .collect();
-    for c in created {
-        lines.extend(node.log_lines_with(&c, 40));
+    if !created.is_empty() {
+        let needles: Vec<&str> = created.iter().map(String::as_str).collect();
+        lines.extend(node.log_lines_with(&needles, 40 * needles.len()));
     }
     let pods: BTreeSet<String> = lines
         .iter()
@@ -341,8 +350,6 @@ fn shim_owner(node: &Node, cmdline: &str) -> String {
             Some(rest[..rest.find('"')?].to_owned())
         })
         .collect();
-    // What made it and what ended it, or not: the lines naming it in the kubelet's and
-    // containerd's logs.
     let told: Vec<String> = lines
         .iter()
         .take(80)

@@ -9,8 +9,9 @@
 //! node 2 runs CRI-O, which injects the CDI specs `devinject-ctl cdi generate` wrote as the
 //! plugin's answers name them ([`Setup::Cdi`]). Every node runs the real device plugin with
 //! four demo devices and `/dev/kvm` shared as three replicas ([`host`]). Each pod asks for
-//! 0–2 demo devices and a kvm replica or not, on one path; every tenth is a forger (no resources, the request variable set itself, and on the CDI
-//! path a CDI annotation on the pod), on each path in turn.
+//! 0–2 demo devices and a kvm replica or not, on one path; every tenth is a forger (no
+//! resources, the request variable set itself, and on the CDI path a CDI annotation on the
+//! pod), on each path in turn.
 //!
 //! The checks ([`pods::probe_problems`], the exclusivity of every device, [`leaks::leaks`],
 //! [`procstat::unbounded`]) collect violations instead of panicking; the caller fails on any.
@@ -39,9 +40,7 @@ pub mod procstat;
 pub mod rng;
 
 use faults::{ActiveFault, FaultKind};
-use pods::{
-    device_key, EnginePath, Grant, KernelDevice, Kind, PodPlan, KERNEL_DEVICES, PROBED, RESOURCE,
-};
+use pods::{device_key, EnginePath, Grant, KernelDevice, Kind, PodPlan, KERNEL_DEVICES, PROBED};
 use procstat::Sample;
 use rng::Rng;
 
@@ -439,9 +438,10 @@ impl Churn {
                     .into_iter()
                     .flatten()
                 {
-                    let Some(resource) = e["ResourceName"].as_str().filter(|r| {
-                        *r == RESOURCE || KERNEL_DEVICES.iter().any(|d| d.resource == *r)
-                    }) else {
+                    let Some(resource) = e["ResourceName"]
+                        .as_str()
+                        .filter(|r| pods::resources().any(|known| known == *r))
+                    else {
                         continue;
                     };
                     let uid = e["PodUID"].as_str().unwrap_or_default().to_owned();

@@ -63,6 +63,11 @@ impl KernelDevice {
     }
 }
 
+/// Every resource the churn's pods ask for: the demo devices, then the kernel devices.
+pub fn resources() -> impl Iterator<Item = &'static str> {
+    std::iter::once(RESOURCE).chain(KERNEL_DEVICES.iter().map(|d| d.resource))
+}
+
 /// What the kubelet's checkpoint granted one pod: resource → device ids.
 pub type Grant = BTreeMap<String, Vec<String>>;
 
@@ -257,7 +262,7 @@ pub fn probe_problems(out: &str, grant: &Grant, plan: &PodPlan) -> Vec<String> {
     let report = Report::parse(out);
     let mut problems = Vec::new();
     let ids = |resource: &str| grant.get(resource).cloned().unwrap_or_default();
-    for resource in std::iter::once(RESOURCE).chain(KERNEL_DEVICES.iter().map(|d| d.resource)) {
+    for resource in resources() {
         let asked = plan.asked(resource);
         let granted = ids(resource);
         if granted.len() != asked {

@@ -776,8 +776,8 @@ impl Node {
     }
 
     /// The lines of the node's kubelet and containerd logs, the ones a restart set aside
-    /// first, that contain `needle`: at most `max`, the first ones.
-    pub fn log_lines_with(&self, needle: &str, max: usize) -> Vec<String> {
+    /// first, that contain one of `needles`: at most `max`, the first ones.
+    pub fn log_lines_with(&self, needles: &[&str], max: usize) -> Vec<String> {
         let logs = [
             self.dir.join("kubelet.log.1"),
             self.kubelet_log_path(),
@@ -788,7 +788,7 @@ impl Node {
             .filter_map(|p| std::fs::read_to_string(p).ok())
             .flat_map(|text| {
                 text.lines()
-                    .filter(|l| l.contains(needle))
+                    .filter(|l| needles.iter().any(|n| l.contains(n)))
                     .map(str::to_owned)
                     .collect::<Vec<_>>()
             })
@@ -923,8 +923,6 @@ fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Sets the top-level `allocate_mode` of the profile at `path` to `mode`: any such line goes,
-/// and the new one comes first, before the profile's tables.
 /// Sets `allocate_mode` in every profile of `profiles_dir`: a node answers every resource one
 /// way.
 pub(super) fn set_allocate_mode(profiles_dir: &Path, mode: &str) -> Result<()> {
@@ -939,6 +937,8 @@ pub(super) fn set_allocate_mode(profiles_dir: &Path, mode: &str) -> Result<()> {
     Ok(())
 }
 
+/// Sets the top-level `allocate_mode` of the profile at `path` to `mode`: any such line goes,
+/// and the new one comes first, before the profile's tables.
 fn set_profile_allocate_mode(path: &Path, mode: &str) -> Result<()> {
     let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
     let mut out = format!("allocate_mode = \"{mode}\"\n");
