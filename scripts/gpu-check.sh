@@ -127,7 +127,8 @@ libcuda_dir=$( (ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 .*x86-64/ {print 
 libcuda_dir=${libcuda_dir%/*}
 if [ -z "$libcuda_dir" ] && [ "$mode" = real ]; then
   # A driver kept off the linker cache (reached through LD_LIBRARY_PATH, e.g. /usr/local/nvidia).
-  for d in ${LD_LIBRARY_PATH//:/ } /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib64; do
+  ld_path=${LD_LIBRARY_PATH:-}
+  for d in ${ld_path//:/ } /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib64; do
     [ -e "$d/libcuda.so.1" ] && libcuda_dir=$d && break
   done
 fi
@@ -257,6 +258,12 @@ fi
 check "the shim: NVIDIA_VISIBLE_DEVICES=0" run shim "${shim[@]}" -- \
   "$(bundle shim0 "" ', "NVIDIA_VISIBLE_DEVICES=0"' "$script")"
 
+# nvidia_runtime_config SPEC_DIR KIND: nvidia-container-runtime's configuration for cdi mode,
+# reading the specs in SPEC_DIR, in front of the kit's runc.
+nvidia_runtime_config() {
+  printf '[nvidia-container-runtime]\nmode = "cdi"\nruntimes = ["%s"]\n[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["%s"]\ndefault-kind = "%s"\n' \
+    "$kit/bin/runc" "$1" "$2"
+}
 nvidia=false
 ours=false
 if [ -x "$kit/bin/nvidia-container-runtime" ]; then
@@ -269,8 +276,7 @@ if [ -x "$kit/bin/nvidia-container-runtime" ]; then
     --hook-path "$kit/bin/devinject-hook" --hook-config "$config"; then
     ls "$work/cdi-ours"
     [ -n "${OUT:-}" ] && cp "$work"/cdi-ours/*.json "$OUT/" 2>/dev/null
-    printf '[nvidia-container-runtime]\nmode = "cdi"\nruntimes = ["%s"]\n[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["%s"]\ndefault-kind = "devinject.io/nvidia"\n' \
-      "$kit/bin/runc" "$work/cdi-ours" >"$work/nvidia-ours/config.toml"
+    nvidia_runtime_config "$work/cdi-ours" devinject.io/nvidia >"$work/nvidia-ours/config.toml"
     ours=true
     cdi_rt=(env NVIDIA_CTK_CONFIG_FILE_PATH="$work/nvidia-ours/config.toml" "$kit/bin/nvidia-container-runtime" --root "$work/state")
     check "CDI: our spec through nvidia-container-runtime (cdi mode), NVIDIA_VISIBLE_DEVICES=devinject.io/nvidia=0" \
@@ -287,14 +293,7 @@ if [ -x "$kit/bin/nvidia-container-runtime" ]; then
   if "$kit/bin/nvidia-ctk" cdi generate "${gen_mode[@]}" --nvidia-cdi-hook-path="$kit/bin/nvidia-cdi-hook" \
     --output="$work/cdi/nvidia.yaml" 2>&1 | tail -n 5; then
     [ -n "${OUT:-}" ] && cp "$work/cdi/nvidia.yaml" "$OUT/" 2>/dev/null
-    cat >"$work/nvidia/config.toml" <<EOF
-[nvidia-container-runtime]
-mode = "cdi"
-runtimes = ["$kit/bin/runc"]
-[nvidia-container-runtime.modes.cdi]
-spec-dirs = ["$work/cdi"]
-default-kind = "nvidia.com/gpu"
-EOF
+    nvidia_runtime_config "$work/cdi" nvidia.com/gpu >"$work/nvidia/config.toml"
     export NVIDIA_CTK_CONFIG_FILE_PATH=$work/nvidia/config.toml
     device=nvidia.com/gpu=0 && [ "$mode" = simulated ] && device=nvidia.com/gpu=all
     nvidia=true
