@@ -1,6 +1,7 @@
 //! The install: four kinds of steps, each journaled, each leaving a consistent host.
 //!
-//! 1. `payload`: the hook, the shim, the pod-resources helper they execute, and devinject-ctl
+//! 1. `payload`: the hook, the shim, devinject-ctl and the pod-resources tool (a grant checked
+//!    by hand; the hook and the shim ask the kubelet in-process)
 //!    into `<prefix>/bin`;
 //! 2. `profiles`: the device profiles into `<config dir>/profiles`;
 //! 3. `host-config`: `<config dir>/config.toml` (with the Kubernetes policy by default);

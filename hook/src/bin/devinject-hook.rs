@@ -17,7 +17,7 @@ use devinject_hook::finish::FinishArgs;
 use devinject_hook::refusal::{self, Seen};
 use devinject_hostconfig::HostConfig;
 
-const USAGE: &str = "usage: devinject-hook [--config FILE] [finish [--mount HOST CONTAINER]... [--library HOST CONTAINER]... [--link PATH=TARGET]... [--ldcache-dir DIR]... [--group-node PATH]...]   (OCI state on stdin)";
+const USAGE: &str = "usage: devinject-hook [--config FILE] [finish [--mount HOST CONTAINER]... [--library HOST CONTAINER]... [--mounted-library HOST CONTAINER]... [--link PATH=TARGET]... [--ldcache-dir DIR]... [--group-node PATH]... [--forward-compat DIR LIBRARY HOST_MAJOR]]   (OCI state on stdin)";
 
 fn exit(code: ExitCode) -> ProcessExit {
     ProcessExit::from(code.code())
