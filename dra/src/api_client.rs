@@ -12,6 +12,7 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use devinject_devices::Excerpt;
 use nix::fcntl::{open, OFlag};
 use nix::sys::stat::Mode;
 
@@ -34,6 +35,13 @@ pub enum ApiClientError {
     InCluster {
         /// What kube-rs said.
         message: String,
+    },
+    /// An API server reached over plain HTTP beyond this host: the service account token would
+    /// cross the network in clear.
+    #[error("API server {url} is plain http:// to a host that is not loopback: the driver would send its credentials (the service account token) in clear; use https:// and the API server's secure port in the kubeconfig")]
+    PlainHttp {
+        /// The server URL, bounded and escaped.
+        url: String,
     },
     /// The token's directory cannot be held open for use after the chroot.
     #[error("cannot open the service account directory {SERVICE_ACCOUNT_DIR} to keep its token readable after the chroot: {source}")]
@@ -74,6 +82,7 @@ impl ApiConfig {
             )
             .await
             .map_err(|e| kubeconfig_error(&e))?;
+            check_transport(&config.cluster_url)?;
             return Ok(Self {
                 config,
                 token_dir: None,
@@ -82,6 +91,7 @@ impl ApiConfig {
         let mut config = kube::Config::incluster().map_err(|e| ApiClientError::InCluster {
             message: e.to_string(),
         })?;
+        check_transport(&config.cluster_url)?;
         if !chroot_follows {
             return Ok(Self {
                 config,
@@ -100,6 +110,33 @@ impl ApiConfig {
             token_dir: Some(dir),
         })
     }
+}
+
+/// Refuses `http://` to anything but a loopback address (`localhost`, 127.0.0.0/8, `::1`):
+/// plain HTTP is only safe where the bytes never leave the host.
+pub fn check_transport(url: &http::Uri) -> Result<(), ApiClientError> {
+    if url
+        .scheme_str()
+        .is_some_and(|s| s.eq_ignore_ascii_case("https"))
+    {
+        return Ok(());
+    }
+    let host = url.host().unwrap_or_default();
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if url
+        .scheme_str()
+        .is_some_and(|s| s.eq_ignore_ascii_case("http"))
+        && !loopback
+    {
+        return Err(ApiClientError::PlainHttp {
+            url: Excerpt(&url.to_string()).to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// The token's path through the held directory: the same file before and after a chroot, as
@@ -138,5 +175,64 @@ mod tests {
             text.contains("/nonexistent/kubeconfig") && text.contains("--kubeconfig"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn plain_http_is_refused_beyond_loopback() {
+        for ok in [
+            "https://10.0.0.1:6443",
+            "HTTPS://api.example.com",
+            "http://127.0.0.1:8080",
+            "http://127.9.9.9:8080",
+            "http://localhost:8080",
+            "http://[::1]:8080",
+        ] {
+            assert!(check_transport(&ok.parse().unwrap()).is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://10.0.0.1:6443",
+            "http://api.example.com",
+            "HTTP://192.168.1.2",
+            "http://[fd00::1]:8080",
+            "http://localhost.example.com",
+        ] {
+            let err = check_transport(&bad.parse().unwrap()).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.contains("plain http://") && text.contains("use https://"),
+                "{text}"
+            );
+        }
+        let err = check_transport(&"http://10.0.0.1:6443".parse().unwrap()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "API server http://10.0.0.1:6443/ is plain http:// to a host that is not loopback: \
+             the driver would send its credentials (the service account token) in clear; use \
+             https:// and the API server's secure port in the kubeconfig"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_kubeconfig_naming_plain_http_is_refused_with_its_url() {
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("kubeconfig");
+        std::fs::write(
+            &path,
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://192.0.2.7:8080\n\
+             users:\n- name: u\n  user:\n    token: secret\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\n\
+             current-context: x\n",
+        )
+        .unwrap();
+        let err = ApiConfig::load(Some(&path), false).await.unwrap_err();
+        assert!(matches!(err, ApiClientError::PlainHttp { .. }), "{err}");
+        assert!(err.to_string().contains("http://192.0.2.7:8080"), "{err}");
+        std::fs::write(
+            &path,
+            std::fs::read_to_string(&path)
+                .unwrap()
+                .replace("http://192.0.2.7:8080", "http://127.0.0.1:8080"),
+        )
+        .unwrap();
+        ApiConfig::load(Some(&path), false).await.unwrap();
     }
 }
