@@ -1,25 +1,40 @@
-//! `GET /metrics` over plain HTTP/1.x, served by one thread of its own.
+//! `GET /metrics` over plain HTTP/1.x, served by threads of its own.
 //!
-//! # Why a thread and not an HTTP library
+//! # Why threads and not an HTTP library
 //! The NRI plugin, one of the four components, has no async runtime and must not grow one
 //! (its requests are each served on a thread within containerd's budget), and the endpoint
-//! has one path, no body to read and one client (Prometheus, every 15 to 60 s). A blocking
-//! loop on one thread is all that takes, and one implementation serves all four components,
-//! the tokio ones included, without touching their runtimes: a scrape never competes with a
-//! kubelet call for a runtime's thread. Its cost is one thread, idle in `accept` between
-//! scrapes, and the encoding of the registry per scrape.
+//! has one path, no body to read and few clients (Prometheus, every 15 to 60 s, a pair of
+//! them at most, and a person with `curl`). Blocking threads are all that takes, and one
+//! implementation serves all four components, the tokio ones included, without touching their
+//! runtimes: a scrape never competes with a kubelet call for a runtime's thread. Its cost is
+//! one thread idle in `accept` between scrapes, one short-lived thread per connection, and the
+//! encoding of the registry per scrape.
 //!
 //! # Bounds
-//! One connection at a time; a request head of at most [`MAX_HEAD`] bytes (then 431); reads
-//! and writes time out after [`IO_TIMEOUT`], so a client that stalls holds the endpoint for at
-//! most that long and never holds the component's own work at all. Every answer closes its
-//! connection. Only `GET` and `HEAD` of [`PATH`] answer 200; another path is 404, another
-//! method 405, a head that is not HTTP 400.
+//! Anything that reaches the pod's IP can connect, so no client may hold the endpoint:
+//! - each connection has **one deadline**, [`Limits::deadline`] (5 s) from its accept, for
+//!   reading the request head and writing the answer together: every read and write blocks at
+//!   most until then, so a client that sends its head a byte at a time or never reads its
+//!   answer is closed at the deadline, however it paces its bytes;
+//! - at most [`Limits::connections`] (4) connections are served at once, each on its own
+//!   thread; one accepted over the cap **closes the oldest** (`shutdown`, which wakes its thread
+//!   at once), so idle or slow clients never keep a new scrape waiting. The newest is kept, not
+//!   refused: a scraper's connection is answered within a millisecond of its head, so only a
+//!   client opening connections faster than that could close it, while refusing the newest
+//!   would let a few idle connections, opened again as they are closed, refuse every scrape;
+//! - a request head of at most [`MAX_HEAD`] bytes (then 431).
+//!
+//! Every answer closes its connection. Only `GET` and `HEAD` of [`PATH`] answer 200; another
+//! path is 404, another method 405, a head that is not HTTP 400. A collector in the registry
+//! must not block on I/O: the answer is encoded on the connection's thread within its deadline
+//! (the device plugin's decision-log counts are kept up to date by a thread of their own).
+//! docs/security.md has the row for this endpoint.
 
+use std::collections::VecDeque;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
-use std::time::Duration;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
@@ -32,10 +47,28 @@ pub const PATH: &str = "/metrics";
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// The longest request head read.
 pub const MAX_HEAD: usize = 8 * 1024;
-/// How long one read or one write may block.
-pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// The pause after a failed `accept` (out of descriptors, say), so that the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// How often a failed `accept` is logged at most.
+const ACCEPT_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How long a connection may live and how many are served at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// From a connection's accept to its answer written (the head read included).
+    pub deadline: Duration,
+    /// Connections served at once; one more closes the oldest.
+    pub connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            deadline: Duration::from_secs(5),
+            connections: 4,
+        }
+    }
+}
 
 /// Why the endpoint could not start.
 #[derive(Debug, thiserror::Error)]
@@ -55,7 +88,7 @@ pub enum EndpointError {
     Thread(std::io::Error),
 }
 
-/// A running endpoint. Its thread serves until the process exits.
+/// A running endpoint. Its threads serve until the process exits.
 #[derive(Debug)]
 pub struct Endpoint {
     address: SocketAddr,
@@ -68,16 +101,29 @@ impl Endpoint {
     }
 }
 
-/// Binds `address` and serves `registry` there on a thread of its own.
+/// Binds `address` and serves `registry` there with the default [`Limits`].
 pub fn serve(address: SocketAddr, registry: Arc<Registry>) -> Result<Endpoint, EndpointError> {
+    serve_with(address, registry, Limits::default())
+}
+
+/// Binds `address` and serves `registry` there within `limits`, on threads of its own.
+pub fn serve_with(
+    address: SocketAddr,
+    registry: Arc<Registry>,
+    limits: Limits,
+) -> Result<Endpoint, EndpointError> {
     let listener =
         TcpListener::bind(address).map_err(|source| EndpointError::Bind { address, source })?;
     let bound = listener
         .local_addr()
         .map_err(|source| EndpointError::Bind { address, source })?;
+    let limits = Limits {
+        connections: limits.connections.max(1),
+        ..limits
+    };
     std::thread::Builder::new()
         .name("metrics".into())
-        .spawn(move || accept_loop(&listener, &registry))
+        .spawn(move || accept_loop(&listener, &registry, limits))
         .map_err(EndpointError::Thread)?;
     tracing::info!(address = %bound, path = PATH, "serving metrics");
     Ok(Endpoint { address: bound })
@@ -98,19 +144,175 @@ pub fn start(address: MetricsAddress, registry: Registry) -> Option<Endpoint> {
         .ok()
 }
 
-fn accept_loop(listener: &TcpListener, registry: &Registry) {
+/// The connections being served, oldest first, each with a handle to shut it down.
+#[derive(Debug, Default)]
+struct Live {
+    slots: Mutex<VecDeque<Slot>>,
+    /// Signalled when a connection's thread ends.
+    ended: Condvar,
+}
+
+#[derive(Debug)]
+struct Slot {
+    id: u64,
+    stream: TcpStream,
+    closed: bool,
+}
+
+impl Live {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Slot>> {
+        self.slots
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Makes room for one more connection: shuts the oldest open one down while `cap` are
+    /// served, and waits for its thread to end (at once: its reads and writes fail, and the
+    /// encoding does no I/O).
+    fn make_room(&self, cap: usize) {
+        let mut slots = self.lock();
+        while slots.len() >= cap {
+            if let Some(oldest) = slots.iter_mut().find(|s| !s.closed) {
+                oldest.closed = true;
+                let peer = oldest.stream.peer_addr().ok();
+                // Already gone when the client closed it first: nothing to shut down.
+                let _ = oldest.stream.shutdown(Shutdown::Both);
+                tracing::debug!(?peer, "metrics connections at their cap: closed the oldest");
+            }
+            slots = self
+                .ended
+                .wait_timeout(slots, Duration::from_millis(100))
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .0;
+        }
+    }
+
+    fn remove(&self, id: u64) {
+        self.lock().retain(|s| s.id != id);
+        self.ended.notify_all();
+    }
+}
+
+/// Takes a connection's slot out of [`Live`] when its thread ends, however it ends.
+struct Served<'a> {
+    live: &'a Live,
+    id: u64,
+}
+
+impl Drop for Served<'_> {
+    fn drop(&mut self) {
+        self.live.remove(self.id);
+    }
+}
+
+fn accept_loop(listener: &TcpListener, registry: &Arc<Registry>, limits: Limits) {
+    let live = Arc::new(Live::default());
+    let mut next_id = 0u64;
+    let mut failures = AcceptFailures::default();
     loop {
-        match listener.accept() {
-            Ok((stream, peer)) => {
-                if let Err(error) = answer(stream, registry) {
+        let (stream, peer) = match listener.accept() {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                failures.failed(&error, Instant::now());
+                std::thread::sleep(ACCEPT_BACKOFF);
+                continue;
+            }
+        };
+        let deadline = Instant::now() + limits.deadline;
+        live.make_room(limits.connections);
+        let Ok(handle) = stream.try_clone() else {
+            tracing::debug!(%peer, "metrics connection: cannot hold a handle to it");
+            continue;
+        };
+        next_id += 1;
+        let id = next_id;
+        live.lock().push_back(Slot {
+            id,
+            stream: handle,
+            closed: false,
+        });
+        let (live_there, registry) = (Arc::clone(&live), Arc::clone(registry));
+        let spawned = std::thread::Builder::new()
+            .name("metrics-conn".into())
+            .spawn(move || {
+                let _served = Served {
+                    live: &live_there,
+                    id,
+                };
+                if let Err(error) = answer(&stream, &registry, deadline) {
                     tracing::debug!(%peer, %error, "metrics request");
                 }
-            }
-            Err(error) => {
-                tracing::warn!(%error, "accepting a metrics connection");
-                std::thread::sleep(ACCEPT_BACKOFF);
-            }
+            });
+        if let Err(error) = spawned {
+            live.remove(id);
+            tracing::warn!(%error, "cannot start a thread for a metrics connection");
+            std::thread::sleep(ACCEPT_BACKOFF);
         }
+    }
+}
+
+/// Logs failed accepts (out of descriptors, say) once per [`ACCEPT_LOG_INTERVAL`] at most,
+/// with how many were not logged in between.
+#[derive(Debug, Default)]
+struct AcceptFailures {
+    logged: Option<Instant>,
+    unlogged: u64,
+}
+
+impl AcceptFailures {
+    fn failed(&mut self, error: &std::io::Error, now: Instant) {
+        if self
+            .logged
+            .is_some_and(|at| now.duration_since(at) < ACCEPT_LOG_INTERVAL)
+        {
+            self.unlogged += 1;
+            return;
+        }
+        tracing::warn!(%error, also_failed = self.unlogged, "accepting a metrics connection");
+        self.logged = Some(now);
+        self.unlogged = 0;
+    }
+}
+
+/// A connection whose every read and write blocks until its deadline at most.
+struct Deadlined<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl Deadlined<'_> {
+    /// What is left until the deadline; an error once it has passed.
+    fn left(&self) -> std::io::Result<Duration> {
+        self.deadline
+            .checked_duration_since(Instant::now())
+            .filter(|left| !left.is_zero())
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the connection's deadline passed",
+                )
+            })
+    }
+}
+
+impl Read for Deadlined<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.stream.set_read_timeout(Some(self.left()?))?;
+        let mut stream = self.stream;
+        stream.read(buf)
+    }
+}
+
+impl Write for Deadlined<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.stream.set_write_timeout(Some(self.left()?))?;
+        let mut stream = self.stream;
+        stream.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let mut stream = self.stream;
+        stream.flush()
     }
 }
 
@@ -124,9 +326,8 @@ enum Asked {
     TooLarge,
 }
 
-fn answer(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
-    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+fn answer(stream: &TcpStream, registry: &Registry, deadline: Instant) -> std::io::Result<()> {
+    let mut stream = Deadlined { stream, deadline };
     let asked = read_head(&mut stream)?;
     let (status, content_type, body, head_only) = match asked {
         Asked::Metrics { head_only } => {
@@ -245,6 +446,155 @@ mod tests {
         (endpoint, counter)
     }
 
+    fn endpoint_with(limits: Limits) -> Endpoint {
+        serve_with(
+            (Ipv4Addr::LOCALHOST, 0).into(),
+            Arc::new(Registry::default()),
+            limits,
+        )
+        .unwrap()
+    }
+
+    /// Whether the endpoint closed `stream` within `within`: a read gives its end (or a
+    /// reset) rather than timing out.
+    fn closed_within(stream: &TcpStream, within: Duration) -> bool {
+        stream.set_read_timeout(Some(within)).unwrap();
+        let mut byte = [0u8; 1];
+        match (&*stream).read(&mut byte) {
+            Ok(0) => true,
+            Ok(_) => panic!("the endpoint answered a head it never got"),
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        }
+    }
+
+    /// A scrape, with how long it took; the client gives up after 4 s.
+    fn timed_scrape(address: SocketAddr) -> (String, Duration) {
+        let started = Instant::now();
+        let mut stream = TcpStream::connect(address).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(4)))
+            .unwrap();
+        stream.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        (answer, started.elapsed())
+    }
+
+    /// Sends `GET /metrics HTTP/1.1\r\n` and then header bytes, one each `pace`, never the
+    /// blank line, until the endpoint closes the connection or `stop` is set.
+    fn slow_head(
+        address: SocketAddr,
+        pace: Duration,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> (TcpStream, std::thread::JoinHandle<()>) {
+        let stream = TcpStream::connect(address).unwrap();
+        let mut writer = stream.try_clone().unwrap();
+        let handle = std::thread::spawn(move || {
+            let bytes = b"GET /metrics HTTP/1.1\r\n"
+                .iter()
+                .chain(b"X-Slow: ".iter());
+            for &byte in bytes.chain(std::iter::repeat(&b'a')) {
+                if stop.load(std::sync::atomic::Ordering::Relaxed)
+                    || writer.write_all(&[byte]).is_err()
+                {
+                    return;
+                }
+                std::thread::sleep(pace);
+            }
+        });
+        (stream, handle)
+    }
+
+    #[test]
+    fn a_slow_head_and_idle_connections_leave_a_scrape_answered() {
+        let endpoint = endpoint_with(Limits::default());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // A head a byte a second, then two connections that send nothing.
+        let (_slow, writer) = slow_head(endpoint.address(), Duration::from_secs(1), stop.clone());
+        let _idle: Vec<_> = (0..2)
+            .map(|_| TcpStream::connect(endpoint.address()).unwrap())
+            .collect();
+        let (answer, took) = timed_scrape(endpoint.address());
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer:?}");
+        // Well within the 5 s deadline the others could hold a one-at-a-time endpoint.
+        assert!(took < Duration::from_secs(2), "answered after {took:?}");
+        writer.join().unwrap();
+    }
+
+    #[test]
+    fn a_connection_past_its_deadline_is_closed_however_it_paces_its_head() {
+        let deadline = Duration::from_millis(500);
+        let endpoint = endpoint_with(Limits {
+            deadline,
+            ..Limits::default()
+        });
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // A byte every 50 ms: no single read waits long, the whole head never comes.
+        let started = Instant::now();
+        let (slow, writer) = slow_head(endpoint.address(), Duration::from_millis(50), stop.clone());
+        let closed = closed_within(&slow, Duration::from_secs(5));
+        let took = started.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        writer.join().unwrap();
+        assert!(closed, "still open after {took:?}");
+        assert!(
+            took >= deadline && took < Duration::from_secs(3),
+            "closed after {took:?}"
+        );
+    }
+
+    #[test]
+    fn over_the_cap_the_oldest_connection_is_closed() {
+        let endpoint = endpoint_with(Limits {
+            deadline: Duration::from_secs(60),
+            connections: 2,
+        });
+        // Accepted in the order they connected: the third closes the first.
+        let idle: Vec<_> = (0..3)
+            .map(|_| TcpStream::connect(endpoint.address()).unwrap())
+            .collect();
+        assert!(
+            closed_within(&idle[0], Duration::from_secs(2)),
+            "the oldest is still open"
+        );
+        assert!(
+            !closed_within(&idle[1], Duration::from_millis(200)),
+            "the second was closed"
+        );
+        // A scrape is the newest: answered at once, and the second goes.
+        let (answer, took) = timed_scrape(endpoint.address());
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer:?}");
+        assert!(took < Duration::from_secs(2), "answered after {took:?}");
+        assert!(
+            closed_within(&idle[1], Duration::from_secs(2)),
+            "the second is still open"
+        );
+        assert!(
+            !closed_within(&idle[2], Duration::from_millis(200)),
+            "the third was closed"
+        );
+    }
+
+    #[test]
+    fn failed_accepts_are_logged_once_per_interval() {
+        let mut failures = AcceptFailures::default();
+        let error = std::io::Error::from_raw_os_error(24);
+        let start = Instant::now();
+        failures.failed(&error, start);
+        assert_eq!(failures.logged, Some(start));
+        for ms in 1..1000 {
+            failures.failed(&error, start + Duration::from_millis(ms));
+        }
+        assert_eq!((failures.logged, failures.unlogged), (Some(start), 999));
+        let later = start + ACCEPT_LOG_INTERVAL;
+        failures.failed(&error, later);
+        assert_eq!((failures.logged, failures.unlogged), (Some(later), 0));
+    }
+
     fn exchange(address: SocketAddr, request: &[u8]) -> String {
         let mut stream = TcpStream::connect(address).unwrap();
         stream.write_all(request).unwrap();
@@ -275,7 +625,7 @@ mod tests {
             "{answer}"
         );
         assert!(answer.ends_with("# EOF\n"), "{answer}");
-        // Served again: one connection at a time, each closed after its answer.
+        // Served again: each connection is closed after its answer.
         counter.inc();
         let answer = exchange(endpoint.address(), b"GET /metrics?x=1 HTTP/1.0\r\n\r\n");
         assert!(

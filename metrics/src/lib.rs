@@ -5,7 +5,8 @@
 //! - [`address`]: the `--metrics-address` flag (`off`, an IP, or an IP and a port) and each
 //!   component's fixed default port;
 //! - [`build_info`]: `devinject_build_info{component, version} 1`;
-//! - [`endpoint`]: `GET /metrics` over plain HTTP, served by one thread;
+//! - [`endpoint`]: `GET /metrics` over plain HTTP, a few connections at once, each within a
+//!   deadline;
 //! - [`labels`]: the outcome and reason label sets several components count by;
 //! - [`text`]: a registry's text exposition.
 //!
@@ -27,7 +28,7 @@ pub mod text;
 
 pub use address::{AddressError, MetricsAddress};
 pub use build_info::register_build_info;
-pub use endpoint::{serve, start, Endpoint, EndpointError};
+pub use endpoint::{serve, serve_with, start, Endpoint, EndpointError, Limits};
 pub use labels::{OutcomeLabels, ReasonLabels};
 pub use prometheus_client;
 pub use text::text_of;
