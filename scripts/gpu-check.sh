@@ -310,13 +310,22 @@ if [ -x "$kit/bin/nvidia-container-runtime" ]; then
 fi
 
 step "start cost: $rounds interleaved rounds of create/start/wait/delete (container: true), create + start timed"
-paths=(runc runc-aa hook shim)
+# runc: no device, twice (the A/A pair); floor: runc given our CDI spec's device nodes, mounts and
+# environment written into config.json (scripts/gpu-check/floor-bundle.py), nothing run at start.
+paths=(runc runc-aa)
+$ours && paths+=(floor)
+paths+=(hook shim)
 $ours && paths+=(cdi)
 $nvidia && paths+=(nvidia)
 declare -A times
 for p in "${paths[@]}"; do
   case $p in
     runc | runc-aa) bundle "t-$p" "" "" "true" >/dev/null ;;
+    floor)
+      bundle "t-$p" "" "" "true" >/dev/null
+      python3 scripts/gpu-check/floor-bundle.py "$(ls "$work"/cdi-ours/*nvidia*.json | head -n 1)" 0 \
+        "$work/bundles/t-$p/config.json" || failed=1
+      ;;
     # Every part, as NVIDIA's spec injects every library of the driver.
     hook) bundle "t-$p" "$hook_json" ', "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"' "true" >/dev/null ;;
     shim) bundle "t-$p" "" ', "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"' "true" >/dev/null ;;
@@ -327,7 +336,7 @@ done
 for ((r = 0; r < rounds; r++)); do
   for p in "${paths[@]}"; do
     case $p in
-      runc | runc-aa | hook) rt=("${runc[@]}") ;;
+      runc | runc-aa | floor | hook) rt=("${runc[@]}") ;;
       shim) rt=("${shim[@]}") ;;
       cdi) rt=("${cdi_rt[@]}") ;;
       nvidia) rt=("$kit/bin/nvidia-container-runtime" --root "$work/state") ;;
@@ -336,12 +345,14 @@ for ((r = 0; r < rounds; r++)); do
     times[$p]+="$started_us "
   done
 done
-printf '%-8s %12s %12s\n' path "median ms" "vs runc"
-base=
+printf '%-8s %12s %12s %12s\n' path "median ms" "vs runc" "vs floor"
+declare -A medians
 for p in "${paths[@]}"; do
-  med=$(tr ' ' '\n' <<<"${times[$p]}" | grep . | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-  [ -z "$base" ] && base=$med
-  awk -v p="$p" -v m="$med" -v b="$base" 'BEGIN {printf "%-8s %12.2f %12.3f\n", p, m / 1000, m / b}'
+  medians[$p]=$(tr ' ' '\n' <<<"${times[$p]}" | grep . | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+done
+for p in "${paths[@]}"; do
+  awk -v p="$p" -v m="${medians[$p]}" -v b="${medians[runc]}" -v f="${medians[floor]:-}" \
+    'BEGIN {printf "%-8s %12.2f %12.3f %12s\n", p, m / 1000, m / b, f == "" ? "-" : sprintf("%.3f", m / f)}'
 done
 
 echo
