@@ -15,6 +15,10 @@
 //! - **Pools**: a result of our driver from a pool that is not one of this node's was
 //!   allocated for another node; it is refused by name ([`ClaimError::ForeignPool`]) rather
 //!   than matched by device name against the wrong host.
+//! - **Messages**: every value of the claim a message quotes (names, UIDs, requests, pools,
+//!   devices, keys and values of the opaque parameters) goes through
+//!   [`devinject_devices::Excerpt`]: bounded, and escaped so that no control character or bidi
+//!   override reaches the pod's events or the node's log (docs/security.md).
 //! - **Bounds**: at most [`MAX_RESULTS`] results and [`MAX_CONFIGS`] configuration entries,
 //!   so a malformed object cannot make the plugin do unbounded work.
 //!
@@ -29,6 +33,7 @@
 
 use std::collections::BTreeSet;
 
+use devinject_devices::Excerpt;
 use k8s_openapi::api::resource::v1::{DeviceAllocationConfiguration, ResourceClaim};
 use tracing::debug;
 
@@ -96,13 +101,13 @@ pub enum ClaimError {
         driver: String,
     },
     /// A key this driver does not know in its opaque parameters.
-    #[error("claim {claim}: unknown key {key:?} in the opaque parameters for driver {driver}: the only key is \"function\"")]
+    #[error("claim {claim}: unknown key {key} in the opaque parameters for driver {driver}: the only key is \"function\"")]
     UnknownKey {
         /// `namespace/name`.
         claim: String,
         /// Our driver name.
         driver: String,
-        /// The key, bounded.
+        /// The key, quoted, bounded and escaped.
         key: String,
     },
     /// A `function` that is not a function id.
@@ -112,7 +117,7 @@ pub enum ClaimError {
         claim: String,
         /// Our driver name.
         driver: String,
-        /// The value as JSON, bounded.
+        /// The value (a string quoted, anything else as JSON), bounded and escaped.
         value: String,
     },
 }
@@ -192,15 +197,15 @@ pub fn read(
 ) -> Result<Allocation> {
     let name = format!(
         "{}/{}",
-        claim.metadata.namespace.as_deref().unwrap_or_default(),
-        claim.metadata.name.as_deref().unwrap_or_default()
+        Excerpt(claim.metadata.namespace.as_deref().unwrap_or_default()),
+        Excerpt(claim.metadata.name.as_deref().unwrap_or_default())
     );
     let found = claim.metadata.uid.as_deref().unwrap_or_default();
     if found != uid {
         return Err(ClaimError::UidMismatch {
             claim: name,
-            expected: bounded(uid),
-            found: bounded(found),
+            expected: shown(uid),
+            found: shown(found),
         });
     }
     let Some(alloc) = claim
@@ -237,9 +242,9 @@ pub fn read(
         if !pools.contains(&r.pool) {
             return Err(ClaimError::ForeignPool {
                 claim: name,
-                request: bounded(&r.request),
-                pool: bounded(&r.pool),
-                device: bounded(&r.device),
+                request: shown(&r.request),
+                pool: shown(&r.pool),
+                device: shown(&r.device),
                 ours: pools
                     .iter()
                     .map(String::as_str)
@@ -308,14 +313,17 @@ fn parse_parameters(params: &serde_json::Value, claim: &str, driver: &str) -> Re
                 return Err(ClaimError::BadFunction {
                     claim: claim.to_owned(),
                     driver: driver.to_owned(),
-                    value: bounded(&other.to_string()),
+                    value: match other {
+                        serde_json::Value::String(text) => format!("{:?}", Excerpt(text)),
+                        other => shown(&other.to_string()),
+                    },
                 })
             }
             (key, _) => {
                 return Err(ClaimError::UnknownKey {
                     claim: claim.to_owned(),
                     driver: driver.to_owned(),
-                    key: bounded(key),
+                    key: format!("{:?}", Excerpt(key)),
                 })
             }
         }
@@ -323,17 +331,10 @@ fn parse_parameters(params: &serde_json::Value, claim: &str, driver: &str) -> Re
     Ok(config)
 }
 
-/// `s` cut to a length fit for a message (values come from the API server, which any user with
-/// a claim can steer).
-fn bounded(s: &str) -> String {
-    const MAX: usize = 128;
-    if s.chars().count() <= MAX {
-        s.to_owned()
-    } else {
-        let mut out: String = s.chars().take(MAX).collect();
-        out.push('…');
-        out
-    }
+/// `s` as a message shows it (values come from the API server, which any user with a claim can
+/// steer): through the one escaping excerpt.
+fn shown(s: &str) -> String {
+    Excerpt(s).to_string()
 }
 
 #[cfg(test)]
@@ -563,7 +564,7 @@ mod tests {
             )
         };
         let err = with(json!({"function": "x", "funtcion": "y"})).unwrap_err();
-        assert!(matches!(&err, ClaimError::UnknownKey { key, .. } if key == "funtcion"));
+        assert!(matches!(&err, ClaimError::UnknownKey { key, .. } if key == "\"funtcion\""));
         assert!(err.to_string().contains("\"funtcion\""), "{err}");
         let err = with(json!({"function": 3})).unwrap_err();
         assert!(matches!(&err, ClaimError::BadFunction { value, .. } if value == "3"));
@@ -580,6 +581,113 @@ mod tests {
             ClaimConfig {
                 function: Some("nlb0".into())
             }
+        );
+    }
+
+    /// A claim whose every value a namespace user sets carries C0 and C1 controls, a bidi
+    /// override and an escape sequence.
+    fn hostile_claim(params: serde_json::Value) -> ResourceClaim {
+        let mut c = claim(
+            vec![result(
+                "r\u{202e}q",
+                DRIVER,
+                "node-b/\u{9b}31m",
+                "dev\u{1b}[2J\u{85}",
+            )],
+            vec![config("FromClaim", DRIVER, None, params)],
+        );
+        c.metadata.name = Some("evil\u{202e}gpj.exe".into());
+        c
+    }
+
+    #[test]
+    fn claim_values_reach_messages_escaped_byte_for_byte() {
+        let err = read(&hostile_claim(json!({})), UID, DRIVER, &pools()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "claim ns/evil\\u{202e}gpj.exe: device dev\\u{1b}[2J\\u{85} of request r\\u{202e}q is \
+             in pool node-b/\\u{9b}31m, which is not one of this node's pools (node-a/demo, \
+             node-a/kvm): the claim was allocated for another node"
+        );
+        let mut ours = hostile_claim(json!({"\u{202e}fn\u{9b}\n": "x"}));
+        ours.status
+            .as_mut()
+            .unwrap()
+            .allocation
+            .as_mut()
+            .unwrap()
+            .devices
+            .as_mut()
+            .unwrap()
+            .results = Some(vec![result("r", DRIVER, "node-a/demo", "demo-0")]);
+        let err = read(&ours, UID, DRIVER, &pools()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "claim ns/evil\\u{202e}gpj.exe: unknown key \"\\u{202e}fn\\u{9b}\\n\" in the opaque \
+             parameters for driver devinject.io: the only key is \"function\""
+        );
+        let config = &mut ours
+            .status
+            .as_mut()
+            .unwrap()
+            .allocation
+            .as_mut()
+            .unwrap()
+            .devices
+            .as_mut()
+            .unwrap()
+            .config
+            .as_mut()
+            .unwrap()[0];
+        config.opaque.as_mut().unwrap().parameters =
+            RawExtension(json!({"function": "nlb\u{202e}3\u{1b}]0;\u{7}\"\\"}));
+        let err = read(&ours, UID, DRIVER, &pools()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "claim ns/evil\\u{202e}gpj.exe: \"function\" in the opaque parameters for driver \
+             devinject.io is \"nlb\\u{202e}3\\u{1b}]0;\\u{7}\\\"\\\\\": give a string of 1-128 \
+             letters, digits, '.', '_' or '-' naming one of the profile's prepare functions"
+        );
+        // Not a string: its JSON, escaped the same way; a long one cut with its length.
+        let config = &mut ours
+            .status
+            .as_mut()
+            .unwrap()
+            .allocation
+            .as_mut()
+            .unwrap()
+            .devices
+            .as_mut()
+            .unwrap()
+            .config
+            .as_mut()
+            .unwrap()[0];
+        config.opaque.as_mut().unwrap().parameters =
+            RawExtension(json!({"function": ["\u{85}".repeat(100)]}));
+        let err = read(&ours, UID, DRIVER, &pools()).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!(
+                "is [\\\"{}... (204 bytes in all): give",
+                "\\u{85}".repeat(20)
+            )),
+            "{err}"
+        );
+        for forbidden in ['\u{1b}', '\u{85}', '\u{9b}', '\u{202e}', '\n'] {
+            assert!(!err.contains(forbidden), "{err:?}");
+        }
+    }
+
+    #[test]
+    fn another_uid_with_controls_is_named_escaped() {
+        let c = claim(vec![result("a", DRIVER, "node-a/demo", "demo-0")], vec![]);
+        let err = read(&c, "u\u{202e}\u{85}", DRIVER, &pools()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "claim ns/gpu-claim: the kubelet asked for uid u\\u{{202e}}\\u{{85}} but the API \
+                 server has uid {UID}: the claim was deleted and re-created; the kubelet will \
+                 retry with the new one"
+            )
         );
     }
 }

@@ -8,10 +8,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use devinject_contained::prepare_step::run_all;
+use devinject_contained::prepare_step::{run_all, PrepareStepError};
 use devinject_devices::{
-    discover, prepare_runs, resolve_driver_files, DeviceId, FunctionRequest, HostRoots, PrepareRun,
-    Profile, ProfileSet,
+    discover, prepare_runs, resolve_driver_files, DeviceId, Excerpt, FunctionRequest, HostRoots,
+    PrepareRun, Profile, ProfileSet,
 };
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::Api;
@@ -110,7 +110,7 @@ impl Driver {
         for d in &allocation.devices {
             let profile = self
                 .profile_of(&d.pool)
-                .ok_or_else(|| format!("pool {} is not one of this node's", d.pool))?;
+                .ok_or_else(|| format!("pool {} is not one of this node's", Excerpt(&d.pool)))?;
             by_profile
                 .entry(profile.name.as_str().to_owned())
                 .or_default()
@@ -130,7 +130,8 @@ impl Driver {
                     format!(
                         "device {} of pool {} is not on this node any more (unplugged since it \
                          was allocated): delete the pod so that the claim is allocated again",
-                        d.device, d.pool
+                        Excerpt(&d.device),
+                        Excerpt(&d.pool)
                     )
                 })?;
                 // A share of a shared device stands for the device itself.
@@ -142,7 +143,8 @@ impl Driver {
                         format!(
                             "device {} of pool {} is unhealthy: delete the pod so that the claim \
                          is allocated again",
-                            d.device, d.pool
+                            Excerpt(&d.device),
+                            Excerpt(&d.pool)
                         )
                     })?;
                 pairs.push((d.device.clone(), id.to_owned()));
@@ -224,11 +226,34 @@ impl Driver {
     }
 }
 
-/// How a claim is named in messages, and its UID, checked before it names files.
+/// How a claim is named in messages (every part through the escaping excerpt), and its UID,
+/// checked before it names files; its namespace and name are checked before they name an API
+/// path.
 fn label(claim: &ClaimRef) -> Result<(String, String), String> {
-    let what = format!("claim {}/{} ({})", claim.namespace, claim.name, claim.uid);
+    let what = format!(
+        "claim {}/{} ({})",
+        Excerpt(&claim.namespace),
+        Excerpt(&claim.name),
+        Excerpt(&claim.uid)
+    );
     let uid = naming::claim_uid(&claim.uid).map_err(|e| e.to_string())?;
+    naming::object_name("namespace", &claim.namespace)
+        .and_then(|_| naming::object_name("name", &claim.name))
+        .map_err(|e| format!("{what}: {e}"))?;
     Ok((what, uid.to_owned()))
+}
+
+/// A prepare step's failure as the kubelet is told: the program's own output (which the
+/// driver does not control) through the escaping excerpt, the rest as the step words it.
+fn prepare_failure(error: PrepareStepError) -> String {
+    match error {
+        PrepareStepError::Failed {
+            step,
+            status,
+            output,
+        } => format!("{step} failed ({status}): {}", Excerpt(&output)),
+        other => other.to_string(),
+    }
 }
 
 /// What preparing a claim does for one profile.
@@ -310,7 +335,7 @@ impl Driver {
                 .await
                 .map_err(|e| format!("{what}: the prepare step's task: {e}"))
                 .map_err(refused("prepare_step"))?
-                .map_err(|e| format!("{what}: {e}"))
+                .map_err(|e| format!("{what}: {}", prepare_failure(e)))
                 .map_err(refused("prepare_step"))?;
         }
         let entry = self

@@ -14,6 +14,8 @@
 
 use std::collections::BTreeMap;
 
+use devinject_devices::Excerpt;
+
 /// The driver name when none is configured.
 pub const DEFAULT_DRIVER: &str = "devinject.io";
 
@@ -43,10 +45,18 @@ pub enum NamingError {
         why: &'static str,
     },
     /// A claim UID that is not one.
-    #[error("claim uid {uid:?} is not a Kubernetes UID (letters, digits and '-', at most 64)")]
+    #[error("claim uid {uid} is not a Kubernetes UID (letters, digits and '-', at most 64)")]
     ClaimUid {
-        /// The UID as given (bounded).
+        /// The UID as given, quoted, bounded and escaped.
         uid: String,
+    },
+    /// A claim's namespace or name that is not a Kubernetes object name.
+    #[error("claim {what} {name} is not a Kubernetes object name (lower-case letters, digits, '-' and '.', at most 253)")]
+    ObjectName {
+        /// `namespace` or `name`.
+        what: &'static str,
+        /// The value as given, quoted, bounded and escaped.
+        name: String,
     },
 }
 
@@ -131,7 +141,30 @@ pub fn claim_uid(uid: &str) -> Result<&str, NamingError> {
         Ok(uid)
     } else {
         Err(NamingError::ClaimUid {
-            uid: uid.chars().take(80).collect(),
+            uid: format!("{:?}", Excerpt(uid)),
+        })
+    }
+}
+
+/// Checks a claim's namespace (`what` = `namespace`) or name before it is used in an API path
+/// and in messages: a DNS subdomain, as the API server requires of both.
+pub fn object_name<'a>(what: &'static str, name: &'a str) -> Result<&'a str, NamingError> {
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        });
+    if ok {
+        Ok(name)
+    } else {
+        Err(NamingError::ObjectName {
+            what,
+            name: format!("{:?}", Excerpt(name)),
         })
     }
 }
@@ -205,6 +238,27 @@ mod tests {
         ] {
             assert!(claim_uid(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn object_names_are_dns_subdomains_and_others_are_named_escaped() {
+        for good in ["default", "gpu-claim-x7k2p", "a.b-c", "0"] {
+            assert!(object_name("name", good).is_ok(), "{good}");
+        }
+        for bad in ["", "A", "a_b", "-a", "a-", "a..b", &"a".repeat(254)] {
+            assert!(object_name("name", bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            object_name("namespace", "ns\u{202e}\u{9b}")
+                .unwrap_err()
+                .to_string(),
+            "claim namespace \"ns\\u{202e}\\u{9b}\" is not a Kubernetes object name (lower-case \
+             letters, digits, '-' and '.', at most 253)"
+        );
+        assert_eq!(
+            claim_uid("u\u{85}\u{1b}[0m").unwrap_err().to_string(),
+            "claim uid \"u\\u{85}\\u{1b}[0m\" is not a Kubernetes UID (letters, digits and '-', at most 64)"
+        );
     }
 
     #[test]

@@ -15,6 +15,10 @@
 //! device names, and two answers for one UID cannot be told apart. Only a request with more than
 //! [`MAX_CLAIMS`] claims fails as a whole (`InvalidArgument`).
 //!
+//! Every value of a claim an answer or a log line quotes goes through
+//! [`devinject_devices::Excerpt`] (docs/security.md): the kubelet shows the answers in the
+//! pod's events.
+//!
 //! # Concurrency
 //!
 //! The claims of one request are handled concurrently, at most [`MAX_IN_FLIGHT`] at once, each in
@@ -29,6 +33,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 
+use devinject_devices::Excerpt;
 use tokio::task::JoinSet;
 use tonic::service::Routes;
 use tonic::{Request, Response, Status};
@@ -158,11 +163,17 @@ where
             let error = format!(
                 "claim {}/{} (uid {:?}) appears {n} times in one {rpc} call; the kubelet must \
                  name each claim once",
-                claim.namespace, claim.name, claim.uid
+                Excerpt(&claim.namespace),
+                Excerpt(&claim.name),
+                Excerpt(&claim.uid)
             );
             answers.insert(claim.uid, Err(error));
         } else if let Err(error) = naming::claim_uid(&claim.uid) {
-            let error = format!("claim {}/{}: {error}", claim.namespace, claim.name);
+            let error = format!(
+                "claim {}/{}: {error}",
+                Excerpt(&claim.namespace),
+                Excerpt(&claim.name)
+            );
             answers.insert(claim.uid, Err(error));
         } else {
             todo.push(claim);
@@ -170,7 +181,7 @@ where
     }
     for (uid, answer) in &answers {
         if let Err(error) = answer {
-            warn!(uid = %uid, %error, "claim refused");
+            warn!(uid = %Excerpt(uid), %error, "claim refused");
         }
     }
 
@@ -180,8 +191,8 @@ where
     loop {
         while tasks.len() < MAX_IN_FLIGHT {
             let Some(claim) = todo.next() else { break };
-            let span = debug_span!("claim", uid = %claim.uid, namespace = %claim.namespace,
-                name = %claim.name);
+            let span = debug_span!("claim", uid = %Excerpt(&claim.uid),
+                namespace = %Excerpt(&claim.namespace), name = %Excerpt(&claim.name));
             let uid = claim.uid.clone();
             let task = tasks.spawn(op(claim).instrument(span));
             uids.insert(task.id(), uid);
@@ -202,8 +213,8 @@ where
         };
         let uid = uids.remove(&id).unwrap_or_default();
         match &answer {
-            Ok(_) => debug!(uid = %uid, "done"),
-            Err(error) => warn!(uid = %uid, %error, "claim failed"),
+            Ok(_) => debug!(uid = %Excerpt(&uid), "done"),
+            Err(error) => warn!(uid = %Excerpt(&uid), %error, "claim failed"),
         }
         answers.insert(uid, answer);
     }
@@ -560,6 +571,39 @@ mod tests {
         assert_eq!(fake.calls().len(), 1, "unprepare reached the driver");
         drop(client);
         served.shutdown().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn hostile_claim_values_are_answered_escaped_byte_for_byte() {
+        let fake = Arc::new(FakeClaims::default());
+        let service = NodeService::new(Arc::clone(&fake));
+        let hostile = ClaimRef {
+            namespace: "ns\u{9b}2J".into(),
+            name: "a\u{202e}b\u{1b}[0m".into(),
+            uid: "u\u{85}\n".into(),
+        };
+        let answers = service
+            .prepare(vec![hostile.clone(), hostile.clone()])
+            .await
+            .unwrap();
+        assert_eq!(
+            answers["u\u{85}\n"],
+            Err(
+                "claim ns\\u{9b}2J/a\\u{202e}b\\u{1b}[0m (uid \"u\\u{85}\\n\") appears 2 times \
+                 in one NodePrepareResources call; the kubelet must name each claim once"
+                    .to_owned()
+            )
+        );
+        let answers = service.unprepare(vec![hostile]).await.unwrap();
+        assert_eq!(
+            answers["u\u{85}\n"],
+            Err(
+                "claim ns\\u{9b}2J/a\\u{202e}b\\u{1b}[0m: claim uid \"u\\u{85}\\n\" is not a \
+                 Kubernetes UID (letters, digits and '-', at most 64)"
+                    .to_owned()
+            )
+        );
+        assert!(fake.calls().is_empty());
     }
 
     #[tokio::test]
