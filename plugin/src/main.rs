@@ -64,7 +64,7 @@ struct Args {
     metrics_address: MetricsAddress,
     /// The node's decision log directory (the host config's `decision_log_dir`): the refusals
     /// the hook, the shim and the NRI plugin wrote there are counted in
-    /// `devinject_node_refusals_total` at each scrape.
+    /// `devinject_node_refusals_total` as they are written.
     #[arg(long, value_name = "DIR", default_value = devinject_decision_log::DEFAULT_DIR)]
     decision_log_dir: PathBuf,
 }
@@ -94,7 +94,16 @@ fn main() -> ExitCode {
     let mut registry = Registry::default();
     register_build_info(&mut registry, "device-plugin", env!("CARGO_PKG_VERSION"));
     config.metrics.register(&mut registry);
-    registry.register_collector(Box::new(NodeRefusals::new(&args.decision_log_dir)));
+    // Followed on a thread of its own, and only when metrics are served.
+    if matches!(args.metrics_address, MetricsAddress::At(_)) {
+        match NodeRefusals::new(&args.decision_log_dir) {
+            Ok(refusals) => registry.register_collector(Box::new(refusals)),
+            Err(error) => tracing::warn!(
+                %error,
+                "cannot start following the decision log: devinject_node_refusals_total is not served"
+            ),
+        }
+    }
     let _metrics = devinject_metrics::start(args.metrics_address, registry);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
