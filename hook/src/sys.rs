@@ -106,3 +106,56 @@ pub fn is_mount_root(fd: impl AsFd) -> nix::Result<Option<bool>> {
     let attr = libc::STATX_ATTR_MOUNT_ROOT as u64;
     Ok((st.stx_attributes_mask & attr != 0).then_some(st.stx_attributes & attr != 0))
 }
+
+/// A new tmpfs, not attached anywhere: `fsopen("tmpfs")`, each `(key, value)` of `options` set
+/// with `FSCONFIG_SET_STRING`, then `fsmount` with `attr_flags` (`MOUNT_ATTR_*`). The fd is the
+/// root of the detached mount: files can be made in it, and [`move_mount`] attaches it.
+pub fn tmpfs_detached(options: &[(&CStr, &CStr)], attr_flags: u64) -> nix::Result<OwnedFd> {
+    let fstype: &CStr = c"tmpfs";
+    // SAFETY: fsopen(2) takes a NUL-terminated file system name and flags; `fstype` is a valid C
+    // string that outlives the call.
+    let ret = unsafe { libc::syscall(libc::SYS_fsopen, fstype.as_ptr(), libc::FSOPEN_CLOEXEC) };
+    let raw = Errno::result(ret)?;
+    // SAFETY: on success fsopen(2) returns a new file descriptor that nothing else owns.
+    let fs = unsafe { OwnedFd::from_raw_fd(raw as i32) };
+    for (key, value) in options {
+        // SAFETY: fsconfig(2) with FSCONFIG_SET_STRING reads two NUL-terminated strings, both
+        // valid C strings borrowed for the call; the fd is borrowed too.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_fsconfig,
+                fs.as_raw_fd(),
+                libc::FSCONFIG_SET_STRING,
+                key.as_ptr(),
+                value.as_ptr(),
+                0,
+            )
+        };
+        Errno::result(ret)?;
+    }
+    // SAFETY: fsconfig(2) with FSCONFIG_CMD_CREATE takes no key or value (both NULL, aux 0).
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            libc::FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0,
+        )
+    };
+    Errno::result(ret)?;
+    // SAFETY: fsmount(2) takes the configured context's fd, flags and mount attributes; the fd
+    // is borrowed for the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_fsmount,
+            fs.as_raw_fd(),
+            libc::FSMOUNT_CLOEXEC,
+            attr_flags,
+        )
+    };
+    let raw = Errno::result(ret)?;
+    // SAFETY: on success fsmount(2) returns a new file descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw as i32) })
+}

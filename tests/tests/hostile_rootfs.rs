@@ -1007,3 +1007,100 @@ fn dev_node_is_a_fifo() {
         },
     );
 }
+
+// The forward-compatibility directory.
+
+/// The image's forward-compatibility directory holds, beside its newer libdemo, a link to a
+/// library on a volume (a host directory the spec mounts into the container). The hook's reader
+/// follows no link there; ldconfig, which writes the cache here, must not either: it is shown
+/// only the libraries the hook verified, so the container's cache lists the image's newer
+/// libdemo first and never the volume's library, and that library is not even read.
+#[test]
+fn ldconfig_follows_no_link_in_the_forward_compat_directory() {
+    if !require_runc_demo() {
+        return;
+    }
+    const COMPAT: &str = "/opt/compat";
+    const VOLUME: &str = "/mnt/volume";
+    for via in [runc::Via::Hook, runc::Via::Shim] {
+        let ctx = format!("{via:?}");
+        let rig = rig();
+        set_config(&rig.host.config, "ldcache", "\"ldconfig\"").unwrap();
+        let profile = rig.host.profiles_dir.join("demo.toml");
+        let mut text = std::fs::read_to_string(&profile).unwrap();
+        text.push_str(&format!(
+            "[forward_compat]\ndir = \"{COMPAT}\"\nlibrary = \"libdemo.so\"\n"
+        ));
+        std::fs::write(&profile, text).unwrap();
+
+        let mut b = Bundle::new(&rig.dir.join("bundle"), &demo_probe_args()).unwrap();
+        b.env("DEMO_VISIBLE_DEVICES=0");
+        let rootfs = b.rootfs();
+        // The image's newer libdemo (2 over the host's 1), with its soname link.
+        let compat = rootfs.join(COMPAT.trim_start_matches('/'));
+        devinject_tests::cprog::shared_lib(&compat, "libdemo.so.2.0.0", "libdemo.so.1").unwrap();
+        std::os::unix::fs::symlink("libdemo.so.2.0.0", compat.join("libdemo.so.1")).unwrap();
+        // The link to the volume's library: one whose soname carries the canary's mark, in a
+        // host directory of its own (its access time is watched, which the canary's
+        // fingerprints would disturb).
+        let volume = rig.dir.join("volume");
+        devinject_tests::cprog::shared_lib(&volume, CANARY_LIB, CANARY_LIB).unwrap();
+        std::os::unix::fs::symlink(Path::new(VOLUME).join(CANARY_LIB), compat.join(CANARY_LIB))
+            .unwrap();
+        std::fs::create_dir_all(rootfs.join(VOLUME.trim_start_matches('/'))).unwrap();
+        b.spec["mounts"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({
+                "destination": VOLUME,
+                "type": "bind",
+                "source": volume,
+                // Writable: a read-only mount never updates access times.
+                "options": ["rbind"],
+            }));
+
+        // Reading the volume's library moves its access time back past its modification time
+        // (relatime): seen here first, so that the check below can fail.
+        let outside = volume.join(CANARY_LIB);
+        let atime = |p: &Path| std::fs::metadata(p).unwrap().accessed().unwrap();
+        let past = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1);
+        let set_past = || {
+            let f = std::fs::File::options().write(true).open(&outside).unwrap();
+            f.set_times(std::fs::FileTimes::new().set_accessed(past))
+                .unwrap();
+        };
+        set_past();
+        std::fs::read(&outside).unwrap();
+        assert_ne!(
+            atime(&outside),
+            past,
+            "{ctx}: reads do not show in atime here"
+        );
+        set_past();
+        let guard = rig.canary.guard();
+
+        let out = b
+            .run_via(via, &rig.host.config, &container_id("compat"))
+            .unwrap();
+        let full = format!("{ctx}: {}", describe(&out));
+        assert!(out.status.success(), "must start: {full}");
+        let report = Report::parse(&String::from_utf8_lossy(&out.stdout));
+        assert!(report.lib(SONAME).in_ldcache, "soname cached: {full}");
+        let cache = std::fs::read(rootfs.join("etc/ld.so.cache")).unwrap();
+        let cache = String::from_utf8_lossy(&cache);
+        assert!(
+            cache.contains(&format!("{COMPAT}/libdemo.so.1")),
+            "the image's newer libdemo is in the cache: {full}"
+        );
+        assert!(
+            !cache.contains(MARK),
+            "the container's linker cache lists the volume's library: {full}"
+        );
+        assert_eq!(
+            atime(&outside),
+            past,
+            "the volume's library was read: {full}"
+        );
+        guard.assert_unchanged(&ctx);
+    }
+}

@@ -8,6 +8,8 @@
 //! the ELF header and `DT_SONAME` are read. Links in the directory are not followed: the cache
 //! names the real files, under their sonames.
 
+use std::fs::File;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use devinject_devices::elf_soname::soname_of;
@@ -15,10 +17,10 @@ use devinject_devices::forward_compat::major_of;
 use devinject_devices::ForwardCompat;
 use nix::dir::{Dir, Type};
 use nix::errno::Errno;
-use nix::fcntl::OFlag;
+use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
 
 use super::ld_so_cache::{elf_flags, Library};
-use super::rootfs::{Crossing, Rootfs};
+use super::rootfs::{reopen_regular, Crossing, Regular, Rootfs};
 
 /// The most names read from the directory: NVIDIA's holds about ten.
 pub const MAX_ENTRIES: usize = 256;
@@ -50,6 +52,17 @@ pub enum CompatError {
     },
 }
 
+/// The image's newer libraries as the hook verified them: the directory it listed, and each
+/// library's cache entry with the file it read it from. The ldconfig fallback is shown only
+/// these files, through these fds ([`super::ldcache`]).
+#[derive(Debug)]
+pub struct Newer {
+    /// The directory, as resolved in-root on the rootfs's own mount.
+    pub dir: OwnedFd,
+    /// Each library's cache entry and its open file, sorted by path.
+    pub libraries: Vec<(Library, File)>,
+}
+
 /// The libraries of `fc`'s directory in the image, to list ahead of the host's, when its
 /// deciding library is of a newer major version than the host's; `Ok(None)` when it is not (or
 /// the image has no such directory).
@@ -57,7 +70,12 @@ pub fn newer_libraries(
     root: &Rootfs,
     fc: &ForwardCompat,
 ) -> Result<Option<Vec<Library>>, CompatError> {
-    let Some(names) = regular_files(root, &fc.dir)? else {
+    Ok(newer(root, fc)?.map(|n| n.libraries.into_iter().map(|(lib, _)| lib).collect()))
+}
+
+/// [`newer_libraries`] with the directory's fd and each library's open file.
+pub fn newer(root: &Rootfs, fc: &ForwardCompat) -> Result<Option<Newer>, CompatError> {
+    let Some((dir, names)) = regular_files(root, &fc.dir)? else {
         return Ok(None);
     };
     let image_major = names.iter().filter_map(|n| major_of(n, &fc.library)).max();
@@ -65,18 +83,18 @@ pub fn newer_libraries(
         Some(major) if fc.prefers(major) => {}
         _ => return Ok(None),
     }
-    let mut libs: Vec<Library> = names
+    let mut libraries: Vec<(Library, File)> = names
         .iter()
         .filter(|n| n.starts_with("lib") && n.contains(".so."))
-        .filter_map(|n| library(root, &fc.dir.join(n)))
+        .filter_map(|n| library(&dir, &fc.dir, n))
         .collect();
-    libs.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(Some(libs))
+    libraries.sort_by(|a, b| a.0.path.cmp(&b.0.path));
+    Ok(Some(Newer { dir, libraries }))
 }
 
-/// The names of the regular files in `dir` (by the entry's type; links and others left out);
-/// `None` when the image has no `dir`.
-fn regular_files(root: &Rootfs, dir: &Path) -> Result<Option<Vec<String>>, CompatError> {
+/// The directory `dir` (an fd of it) and the names of its regular files (by the entry's type;
+/// links and others left out); `None` when the image has no `dir`.
+fn regular_files(root: &Rootfs, dir: &Path) -> Result<Option<(OwnedFd, Vec<String>)>, CompatError> {
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NONBLOCK;
     let fd = match root.resolve_with(dir, flags, Crossing::SameMount) {
         Ok(fd) => fd,
@@ -92,6 +110,9 @@ fn regular_files(root: &Rootfs, dir: &Path) -> Result<Option<Vec<String>>, Compa
         dir: dir.to_owned(),
         errno,
     };
+    let kept = fd
+        .try_clone()
+        .map_err(|e| list(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EBADF))))?;
     let mut listing = Dir::from_fd(fd).map_err(list)?;
     let mut names = Vec::new();
     for (seen, entry) in listing.iter().enumerate() {
@@ -111,17 +132,35 @@ fn regular_files(root: &Rootfs, dir: &Path) -> Result<Option<Vec<String>>, Compa
         };
         names.push(name.to_owned());
     }
-    Ok(Some(names))
+    Ok(Some((kept, names)))
 }
 
-/// The cache entry of the library at `path` in the image: its soname, its path, the flags of
-/// its ELF header. `None` for anything else (not a regular file on the rootfs's mount, not an
-/// ELF library we can flag, no soname).
-fn library(root: &Rootfs, path: &Path) -> Option<Library> {
-    let file = match root.open_regular(path, u64::MAX, Crossing::SameMount) {
-        Ok(file) => file?,
-        Err(e) => {
-            tracing::debug!(error = %e, "not read as a compat library");
+/// The cache entry of the library `name` in the directory `dir` (container path `shown`), and
+/// its open file: its soname, its path, the flags of its ELF header. The entry is opened beneath
+/// `dir` itself, never through a link or onto another mount. `None` for anything else (not a
+/// regular file, not an ELF library we can flag, no soname).
+fn library(dir: &OwnedFd, shown: &Path, name: &str) -> Option<(Library, File)> {
+    let path = shown.join(name);
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(
+            ResolveFlag::RESOLVE_BENEATH
+                | ResolveFlag::RESOLVE_NO_SYMLINKS
+                | ResolveFlag::RESOLVE_NO_MAGICLINKS
+                | ResolveFlag::RESOLVE_NO_XDEV,
+        );
+    let fd = match openat2(dir.as_fd(), name, how) {
+        Ok(fd) => fd,
+        Err(errno) => {
+            tracing::debug!(path = %path.display(), %errno, "not read as a compat library");
+            return None;
+        }
+    };
+    let file = match reopen_regular(&fd, u64::MAX) {
+        Ok(Regular::File(file)) => file,
+        Ok(_) => return None,
+        Err((op, errno)) => {
+            tracing::debug!(path = %path.display(), op, %errno, "not read as a compat library");
             return None;
         }
     };
@@ -131,11 +170,14 @@ fn library(root: &Rootfs, path: &Path) -> Option<Library> {
     if soname.is_empty() || soname.contains('/') {
         return None;
     }
-    Some(Library {
-        soname,
-        path: path.to_owned(),
-        flags,
-    })
+    Some((
+        Library {
+            soname,
+            path,
+            flags,
+        },
+        file,
+    ))
 }
 
 #[cfg(test)]

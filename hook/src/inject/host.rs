@@ -56,13 +56,15 @@ pub trait Host {
         work: Work<'_>,
     ) -> Result<ChildReport, InjectError>;
 
-    /// Runs `ldconfig` chrooted in the container's rootfs, inside `ns`, over `dirs`.
+    /// Runs `ldconfig` chrooted in the container's rootfs, inside `ns`, over `dirs`, after the
+    /// image's forward-compatibility directory `compat` (only what the hook verifies of it).
     fn run_ldconfig(
         &self,
         ns: &Self::Namespace,
         rootfs: &Path,
         ldconfig: &ldcache::Ldconfig,
         dirs: &[PathBuf],
+        compat: Option<&ForwardCompat>,
     ) -> Result<(), InjectError>;
 }
 
@@ -236,8 +238,9 @@ impl Host for System {
         rootfs: &Path,
         ldconfig: &ldcache::Ldconfig,
         dirs: &[PathBuf],
+        compat: Option<&ForwardCompat>,
     ) -> Result<(), InjectError> {
         let fd = ldcache::open_ldconfig(&ldconfig.path)?;
-        ldcache::refresh(ns, rootfs, &fd, ldconfig.timeout_secs, dirs)
+        ldcache::refresh(ns, rootfs, &fd, ldconfig.timeout_secs, dirs, compat)
     }
 }

@@ -62,8 +62,10 @@ use nix::sys::stat::Mode;
 use nix::sys::wait::{waitpid, WaitStatus};
 
 use devinject_devices::elf_linkage::{linkage_from, Linkage};
+use devinject_devices::ForwardCompat;
 use devinject_hostconfig::{CacheWriter, HostConfig};
 
+use super::forward_compat;
 use super::ld_so_cache::update::{self, CACHE};
 use super::rootfs::{fd_path, Crossing, Rootfs, RootfsError};
 use super::InjectError;
@@ -144,6 +146,7 @@ pub fn refresh(
     ldconfig: &OwnedFd,
     timeout_secs: u32,
     dirs: &[PathBuf],
+    compat: Option<&ForwardCompat>,
 ) -> Result<(), InjectError> {
     let mut dir_args = Vec::with_capacity(dirs.len());
     for d in dirs {
@@ -163,7 +166,7 @@ pub fn refresh(
         // Only ldconfig's output goes to the pipe; a failure before exec says which step.
         let _ = nix::unistd::dup2_stdout(wr);
         let _ = nix::unistd::dup2_stderr(wr);
-        match in_container(mnt_ns, rootfs, ldconfig, timeout_secs, &dir_args) {
+        match in_container(mnt_ns, rootfs, ldconfig, timeout_secs, &dir_args, compat) {
             Ok(code) => code,
             Err(msg) => {
                 let line = format!("ldconfig setup failed: {msg}\n");
@@ -205,6 +208,7 @@ fn in_container(
     ldconfig: &OwnedFd,
     timeout_secs: u32,
     dirs: &[CString],
+    compat: Option<&ForwardCompat>,
 ) -> Result<i32, String> {
     nix::sched::setns(mnt_ns.as_fd(), CloneFlags::CLONE_NEWNS)
         .map_err(|e| format!("setns: {e}"))?;
@@ -226,6 +230,27 @@ fn in_container(
         // ldconfig will write /etc/ld.so.cache~ with O_TRUNC: make sure that is a new file.
         remove_cache_temp(&root).map_err(|e| e.to_string())?;
     }
+    // ldconfig lists the directories given first ahead of the rest for a soname: the image's
+    // newer driver libraries before ours, as the hook's own cache would.
+    let compat_dir = match compat {
+        Some(fc) => match compat_view(&root, fc) {
+            Ok(true) => Some(
+                CString::new(fc.dir.as_os_str().as_encoded_bytes())
+                    .map_err(|_| format!("directory {} contains NUL", fc.dir.display()))?,
+            ),
+            Ok(false) => None,
+            Err(why) => {
+                // Printed among ldconfig's output; the host's libraries serve, as when the
+                // hook's own reader finds the directory unusable.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "forward compatibility: the image's libraries are not preferred: {why}"
+                );
+                None
+            }
+        },
+        None => None,
+    };
     let mut argv = vec![
         c"ldconfig".to_owned(),
         c"-X".to_owned(),
@@ -234,6 +259,7 @@ fn in_container(
         c"-f".to_owned(),
         c"/etc/ld.so.conf".to_owned(),
     ];
+    argv.extend(compat_dir);
     argv.extend(dirs.iter().cloned());
     let run = fork_run(|| {
         let step = (|| -> Result<(), String> {
@@ -272,6 +298,63 @@ fn in_container(
         install(&root).map_err(|e| format!("install {CACHE}: {e}"))?;
     }
     Ok(0)
+}
+
+/// Covers the image's forward-compatibility directory, in this child's own namespace, with a
+/// fresh tmpfs that holds only the libraries the hook's reader verified
+/// ([`forward_compat::newer`]): each bound from the very fd it was read through. Returns whether
+/// the directory is to be given to ldconfig (the image's libraries are newer and some verified).
+///
+/// ldconfig is given directories by path and follows every link in them as root: handed the
+/// image's own directory it read a link's target wherever it led (a volume, a host file mounted
+/// into the container) and put it into the cache, though the hook's reader refuses links. The
+/// path ldconfig is given must stay the image's (the cache names files by it), so what is
+/// behind that path is replaced instead: the directory fd the reader listed is the mount point,
+/// the tmpfs is made detached and attached through fds (nothing is resolved by name again), and
+/// each library is a bind of its verified file (no copy of tens of megabytes per start). A
+/// `/proc/self/fd` path would not serve: ldconfig runs chrooted without procfs, and it would
+/// still follow the directory's links.
+fn compat_view(root: &Rootfs, fc: &ForwardCompat) -> Result<bool, String> {
+    let Some(newer) = forward_compat::newer(root, fc).map_err(|e| e.to_string())? else {
+        return Ok(false);
+    };
+    if newer.libraries.is_empty() {
+        return Ok(false);
+    }
+    let shown = fc.dir.display();
+    let attrs = libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NOEXEC;
+    let inodes = CString::new((forward_compat::MAX_ENTRIES + 1).to_string()).expect("no NUL");
+    let tmp = sys::tmpfs_detached(
+        &[
+            (c"mode", c"0755"),
+            (c"size", c"64k"),
+            (c"nr_inodes", inodes.as_c_str()),
+        ],
+        attrs,
+    )
+    .map_err(|e| format!("make a private tmpfs for {shown}: {e}"))?;
+    let mut placeholders = Vec::with_capacity(newer.libraries.len());
+    for (lib, _) in &newer.libraries {
+        let name = lib
+            .path
+            .file_name()
+            .ok_or_else(|| format!("{}: no file name", lib.path.display()))?;
+        let fd = nix::fcntl::openat(
+            &tmp,
+            name,
+            OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o644),
+        )
+        .map_err(|e| format!("make {} on the private tmpfs: {e}", lib.path.display()))?;
+        placeholders.push(fd);
+    }
+    sys::move_mount(&tmp, &newer.dir).map_err(|e| format!("cover {shown}: {e}"))?;
+    for ((lib, file), placeholder) in newer.libraries.iter().zip(&placeholders) {
+        sys::open_tree_clone(file)
+            .and_then(|tree| sys::move_mount(&tree, placeholder))
+            .map_err(|e| format!("bind {}: {e}", lib.path.display()))?;
+    }
+    Ok(true)
 }
 
 /// Mounts a private tmpfs over the rootfs's `/dev` (in this child's own namespace only). Not

@@ -346,19 +346,10 @@ pub fn apply_on<H: Host>(
         if let Some(why) = &ldconfig_because {
             tracing::debug!(reason = %why, "linker cache left to ldconfig");
         }
-        // ldconfig lists the directories given first ahead of the rest for a soname: the
-        // image's newer driver libraries before ours, as the hook's own cache would.
-        let compat_first: Vec<PathBuf>;
-        let dirs = match edits.forward_compat.as_ref().filter(|_| compat_preferred) {
-            Some(fc) => {
-                compat_first = std::iter::once(fc.dir.clone())
-                    .chain(dirs.iter().cloned())
-                    .collect();
-                &compat_first[..]
-            }
-            None => dirs,
-        };
-        match host.run_ldconfig(&mnt_ns, &target.rootfs, ldconfig, dirs) {
+        // The image's newer driver libraries, when the child found them so: ldconfig is shown
+        // only the ones the hook verifies again in its own child (see `ldcache`).
+        let compat = edits.forward_compat.as_ref().filter(|_| compat_preferred);
+        match host.run_ldconfig(&mnt_ns, &target.rootfs, ldconfig, dirs, compat) {
             Ok(()) => {
                 report.ldcache = true;
                 report.ldconfig_ran = true;

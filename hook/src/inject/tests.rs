@@ -157,9 +157,14 @@ impl Host for Recorder {
         _rootfs: &Path,
         _ldconfig: &ldcache::Ldconfig,
         dirs: &[PathBuf],
+        compat: Option<&devinject_devices::ForwardCompat>,
     ) -> Result<(), InjectError> {
         self.call("run_ldconfig");
         assert_eq!(*ns, 4242);
+        // The compat directory first, as ldconfig is given it.
+        self.ldconfig_dirs
+            .borrow_mut()
+            .extend(compat.map(|fc| fc.dir.clone()));
         self.ldconfig_dirs.borrow_mut().extend_from_slice(dirs);
         if self.ldconfig_fails {
             return Err(InjectError::Ldconfig {
