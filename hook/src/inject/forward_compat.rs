@@ -3,8 +3,10 @@
 //!
 //! The directory is the image's: it is resolved in-root on the rootfs's own mount (a link out
 //! of the rootfs, onto procfs or onto a volume is not followed), listed up to
-//! [`MAX_ENTRIES`] names, and only its regular files are opened, each through an `O_PATH` fd
-//! first (a FIFO or a device node named like a library is never opened). Of each library only
+//! [`MAX_ENTRIES`] names, and only its regular files are opened, each beneath the listed
+//! directory's fd (no link, no other mount) through an `O_PATH` fd first (a FIFO or a device
+//! node named like a library is never opened). The ldconfig fallback is shown these same
+//! files, through these fds ([`Newer`]). Of each library only
 //! the ELF header and `DT_SONAME` are read. Links in the directory are not followed: the cache
 //! names the real files, under their sonames.
 
