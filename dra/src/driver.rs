@@ -4,18 +4,30 @@
 //! transient CDI spec per profile; unprepares it by removing exactly the files its checkpoint
 //! entry names. The checkpoint is saved before the kubelet hears of a prepared claim, so a
 //! driver killed at any point unprepares after its restart what it wrote before.
+//!
+//! # Concurrency
+//! One claim's prepare never waits for another's (docs/security.md): no lock shared by claims
+//! is held across the API server read or a prepare program. Each claim has its own lock, so
+//! the prepare and unprepare of one claim never interleave; at most
+//! [`MAX_CONCURRENT_PREPARES`] claims read the API server and run their programs at once; the
+//! checkpoint's lock is held only around one claim's in-memory update and the atomic file
+//! write, off the async thread. Everything a claim waits for (its lock, a slot, the API server,
+//! its programs) ends by the kubelet's deadline for the call ([`crate::prepared::Deadline`]), so
+//! a slow claim fails alone, with a message, instead of making the others miss theirs.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
 
-use devinject_contained::prepare_step::{run_all, PrepareStepError};
+use devinject_contained::prepare_step::{run_all_by, PrepareStepError};
 use devinject_devices::{
     discover, prepare_runs, resolve_driver_files, DeviceId, Excerpt, FunctionRequest, HostRoots,
     PrepareRun, Profile, ProfileSet,
 };
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::Api;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, OwnedMutexGuard, Semaphore};
 use tracing::{info, warn};
 
 use crate::checkpoint::{Checkpoint, ClaimEntry};
@@ -23,13 +35,16 @@ use crate::claim::{self, AllocatedDevice, Allocation};
 use crate::claim_spec::{self, ClaimSpec, SpecContext};
 use crate::metrics::{DraMetrics, Prepared};
 use crate::naming;
-use crate::prepared::{ClaimRef, Claims, PreparedDevice};
+use crate::prepared::{ClaimRef, Claims, Deadline, PreparedDevice};
 use crate::slices::device_names;
 use devinject_devices::request::split_replica;
 
 /// What the driver logs for each claim it prepared, with `took_us`, the time from the kubelet's
 /// call to the answer (the benchmark reads it).
 pub const PREPARED: &str = "prepared";
+
+/// The most claims that read the API server and run their prepare programs at the same time.
+pub const MAX_CONCURRENT_PREPARES: usize = 8;
 
 /// What the driver serves and where it writes.
 #[derive(Debug, Clone)]
@@ -50,10 +65,56 @@ pub struct DriverConfig {
 pub struct Driver {
     config: DriverConfig,
     client: kube::Client,
-    /// One claim at a time: prepare and unprepare of one claim never interleave, and the
-    /// checkpoint file is written by one writer.
-    checkpoint: Mutex<Checkpoint>,
+    /// The prepared claims. Locked only around one claim's in-memory update and file write
+    /// (never across the API server or a program), so the file has one writer at a time.
+    checkpoint: Arc<std::sync::Mutex<Checkpoint>>,
+    /// One lock per claim being handled: its prepare and unprepare never interleave.
+    busy: ClaimLocks,
+    /// Slots for the claims' API server reads and prepare programs.
+    slots: Arc<Semaphore>,
     metrics: DraMetrics,
+}
+
+/// A lock per claim UID, kept only while someone holds or waits for it.
+#[derive(Default)]
+struct ClaimLocks(Arc<std::sync::Mutex<HashMap<String, Arc<Mutex<()>>>>>);
+
+/// A held [`ClaimLocks`] entry; dropping it forgets the entry when nobody else wants it.
+struct ClaimGuard {
+    locks: Arc<std::sync::Mutex<HashMap<String, Arc<Mutex<()>>>>>,
+    uid: String,
+    guard: Option<OwnedMutexGuard<()>>,
+}
+
+impl ClaimLocks {
+    /// Waits for claim `uid`'s lock.
+    async fn lock(&self, uid: &str) -> ClaimGuard {
+        let lock = {
+            let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            Arc::clone(map.entry(uid.to_owned()).or_default())
+        };
+        let mut guard = ClaimGuard {
+            locks: Arc::clone(&self.0),
+            uid: uid.to_owned(),
+            guard: None,
+        };
+        guard.guard = Some(lock.lock_owned().await);
+        guard
+    }
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut map = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        // Only the map holds it now: nobody holds or waits for this claim.
+        if map
+            .get(&self.uid)
+            .is_some_and(|l| Arc::strong_count(l) == 1)
+        {
+            map.remove(&self.uid);
+        }
+    }
 }
 
 /// Why the driver could not start.
@@ -71,8 +132,47 @@ impl Driver {
         Ok(Self {
             config,
             client,
-            checkpoint: Mutex::new(checkpoint),
+            checkpoint: Arc::new(std::sync::Mutex::new(checkpoint)),
+            busy: ClaimLocks::default(),
+            slots: Arc::new(Semaphore::new(MAX_CONCURRENT_PREPARES)),
             metrics: DraMetrics::default(),
+        })
+    }
+
+    /// The checkpoint entry of claim `uid`, copied out under a short lock.
+    fn entry(&self, uid: &str) -> Option<ClaimEntry> {
+        let checkpoint = self.checkpoint.lock().unwrap_or_else(|p| p.into_inner());
+        checkpoint.get(uid).cloned()
+    }
+
+    /// Every claim the checkpoint holds, copied out under a short lock.
+    pub fn prepared(&self) -> Vec<ClaimEntry> {
+        let checkpoint = self.checkpoint.lock().unwrap_or_else(|p| p.into_inner());
+        checkpoint.claims().map(|(_, e)| e.clone()).collect()
+    }
+
+    /// Records (`Some`) or forgets (`None`) claim `uid` and saves the checkpoint, off the
+    /// async thread, the lock held for this one update and the atomic write only.
+    async fn save(
+        &self,
+        uid: &str,
+        entry: Option<ClaimEntry>,
+    ) -> Result<(), crate::checkpoint::CheckpointError> {
+        let checkpoint = Arc::clone(&self.checkpoint);
+        let uid = uid.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let mut checkpoint = checkpoint.lock().unwrap_or_else(|p| p.into_inner());
+            match entry {
+                Some(entry) => checkpoint.insert(&uid, entry),
+                None => checkpoint.remove(&uid).map(drop),
+            }
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(crate::checkpoint::CheckpointError::Entry {
+                uid: String::new(),
+                problem: format!("the checkpoint's task failed: {e}"),
+            })
         })
     }
 
@@ -282,11 +382,23 @@ impl Driver {
     async fn prepare_claim(
         &self,
         claim: ClaimRef,
-        started: std::time::Instant,
+        deadline: Deadline,
+        started: Instant,
     ) -> Result<(Vec<PreparedDevice>, Prepared), Refused> {
         let (what, uid) = label(&claim).map_err(refused("claim_uid"))?;
-        let mut checkpoint = self.checkpoint.lock().await;
-        if let Some(entry) = checkpoint.get(&uid) {
+        let late = |step: &str| Refused {
+            reason: "deadline",
+            message: format!(
+                "{what}: not prepared within the kubelet's deadline ({} ms), {step}; the \
+                     kubelet will retry",
+                deadline.budget().as_millis()
+            ),
+        };
+        let _claim = deadline
+            .run(self.busy.lock(&uid))
+            .await
+            .ok_or_else(|| late("waiting for the claim's unprepare or earlier prepare"))?;
+        if let Some(entry) = self.entry(&uid) {
             // Prepared before: answered from the checkpoint while its specs are there. A node's
             // reboot empties /run and the CDI directory with it while the checkpoint stays:
             // then the claim is prepared again, its prepare steps included.
@@ -303,16 +415,22 @@ impl Driver {
                 return Ok((entry.devices.clone(), Prepared::FromCheckpoint));
             }
             warn!(claim = %what, missing = ?missing, "a prepared claim's CDI spec is gone (the node rebooted?); preparing it again");
-            self.undo(&entry.spec_files.clone());
-            checkpoint
-                .remove(&uid)
+            self.undo(&entry.spec_files);
+            self.save(&uid, None)
+                .await
                 .map_err(|e| format!("{what}: {e}"))
                 .map_err(refused("checkpoint"))?;
         }
-        let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &claim.namespace);
-        let object = api
-            .get(&claim.name)
+        let _slot = deadline
+            .run(Arc::clone(&self.slots).acquire_owned())
             .await
+            .and_then(Result::ok)
+            .ok_or_else(|| late("waiting for one of the claims being prepared to finish"))?;
+        let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &claim.namespace);
+        let object = deadline
+            .run(api.get(&claim.name))
+            .await
+            .ok_or_else(|| late("reading it from the API server"))?
             .map_err(|e| format!("{what}: reading it from the API server: {e}"))
             .map_err(refused("api"))?;
         let allocation = claim::read(
@@ -328,10 +446,12 @@ impl Driver {
             .map_err(|e| format!("{what}: {e}"))
             .map_err(refused("plan"))?;
         // The prepare programs run before any spec is written, each contained (its own PID
-        // namespace, deadline, bounded output), off the async thread: a failure leaves nothing.
+        // namespace, deadline, bounded output), off the async thread, and killed when the
+        // kubelet's deadline comes first: a failure leaves nothing.
         let runs: Vec<PrepareRun> = plans.iter().flat_map(|p| p.runs.iter().cloned()).collect();
         if !runs.is_empty() {
-            tokio::task::spawn_blocking(move || run_all(&runs))
+            let by = deadline.instant();
+            tokio::task::spawn_blocking(move || run_all_by(&runs, by))
                 .await
                 .map_err(|e| format!("{what}: the prepare step's task: {e}"))
                 .map_err(refused("prepare_step"))?
@@ -343,7 +463,7 @@ impl Driver {
             .map_err(|e| format!("{what}: {e}"))
             .map_err(refused("spec"))?;
         let (spec_files, devices) = (entry.spec_files.clone(), entry.devices.clone());
-        if let Err(e) = checkpoint.insert(&uid, entry) {
+        if let Err(e) = self.save(&uid, Some(entry)).await {
             self.undo(&spec_files);
             return Err(refused("checkpoint")(format!("{what}: {e}")));
         }
@@ -357,9 +477,15 @@ impl Driver {
     }
 
     /// [`Claims::unprepare`].
-    async fn unprepare_claim(&self, claim: ClaimRef) -> Result<(), String> {
+    async fn unprepare_claim(&self, claim: ClaimRef, deadline: Deadline) -> Result<(), String> {
         let (what, uid) = label(&claim)?;
-        let mut checkpoint = self.checkpoint.lock().await;
+        let _claim = deadline.run(self.busy.lock(&uid)).await.ok_or_else(|| {
+            format!(
+                "{what}: not unprepared within the kubelet's deadline ({} ms), waiting for its \
+                 prepare to finish; the kubelet will retry",
+                deadline.budget().as_millis()
+            )
+        })?;
         // The names a prepare of this claim can have written, whether or not its checkpoint
         // entry was saved (a driver killed between the spec and the checkpoint): each is this
         // claim's own, so removing them removes nothing of another's.
@@ -369,7 +495,7 @@ impl Driver {
             .iter()
             .map(|p| naming::claim_spec_file(&self.config.spec.driver, p.name.as_str(), &uid))
             .collect();
-        if let Some(entry) = checkpoint.get(&uid) {
+        if let Some(entry) = self.entry(&uid) {
             files.extend(entry.spec_files.iter().cloned());
         }
         let mut removed = 0;
@@ -380,8 +506,8 @@ impl Driver {
                 removed += 1;
             }
         }
-        checkpoint
-            .remove(&uid)
+        self.save(&uid, None)
+            .await
             .map_err(|e| format!("{what}: {e}"))?;
         info!(claim = %what, specs = removed, "unprepared");
         Ok(())
@@ -389,9 +515,13 @@ impl Driver {
 }
 
 impl Claims for Driver {
-    async fn prepare(&self, claim: ClaimRef) -> Result<Vec<PreparedDevice>, String> {
-        let started = std::time::Instant::now();
-        let result = self.prepare_claim(claim, started).await;
+    async fn prepare(
+        &self,
+        claim: ClaimRef,
+        deadline: Deadline,
+    ) -> Result<Vec<PreparedDevice>, String> {
+        let started = Instant::now();
+        let result = self.prepare_claim(claim, deadline, started).await;
         let outcome = match &result {
             Ok((_, outcome)) => *outcome,
             Err(refused) => Prepared::Refused(refused.reason),
@@ -400,8 +530,8 @@ impl Claims for Driver {
         result.map(|(devices, _)| devices).map_err(|r| r.message)
     }
 
-    async fn unprepare(&self, claim: ClaimRef) -> Result<(), String> {
-        let result = self.unprepare_claim(claim).await;
+    async fn unprepare(&self, claim: ClaimRef, deadline: Deadline) -> Result<(), String> {
+        let result = self.unprepare_claim(claim, deadline).await;
         self.metrics.unprepared(result.is_ok());
         result
     }

@@ -41,7 +41,7 @@ use tracing::{debug, debug_span, info_span, warn, Instrument};
 
 use crate::api::{v1, v1beta1};
 use crate::naming;
-use crate::prepared::{ClaimRef, Claims, PreparedDevice};
+use crate::prepared::{ClaimRef, Claims, Deadline, PreparedDevice};
 
 /// The most claims one call may name; the kubelet sends the claims of one pod.
 pub const MAX_CLAIMS: usize = 1024;
@@ -107,25 +107,30 @@ impl<C: Claims> NodeService<C> {
         )
     }
 
-    /// Prepares each of `claims`, answering per UID.
+    /// Prepares each of `claims` by `deadline`, answering per UID.
     pub async fn prepare(
         &self,
         claims: Vec<ClaimRef>,
+        deadline: Deadline,
     ) -> Result<Answers<Vec<PreparedDevice>>, NodeServiceError> {
         let driver = Arc::clone(&self.claims);
         for_each_claim("NodePrepareResources", claims, move |claim| {
             let driver = Arc::clone(&driver);
-            async move { driver.prepare(claim).await }
+            async move { driver.prepare(claim, deadline).await }
         })
         .await
     }
 
-    /// Unprepares each of `claims`, answering per UID.
-    pub async fn unprepare(&self, claims: Vec<ClaimRef>) -> Result<Answers<()>, NodeServiceError> {
+    /// Unprepares each of `claims` by `deadline`, answering per UID.
+    pub async fn unprepare(
+        &self,
+        claims: Vec<ClaimRef>,
+        deadline: Deadline,
+    ) -> Result<Answers<()>, NodeServiceError> {
         let driver = Arc::clone(&self.claims);
         for_each_claim("NodeUnprepareResources", claims, move |claim| {
             let driver = Arc::clone(&driver);
-            async move { driver.unprepare(claim).await }
+            async move { driver.unprepare(claim, deadline).await }
         })
         .await
     }
@@ -221,6 +226,16 @@ where
     Ok(answers)
 }
 
+/// The deadline of a call: its `grpc-timeout` header, as the kubelet set it.
+fn call_deadline<T>(request: &Request<T>) -> Deadline {
+    Deadline::of_call(
+        request
+            .metadata()
+            .get("grpc-timeout")
+            .and_then(|v| v.to_str().ok()),
+    )
+}
+
 /// Implements one version's `DRAPlugin` service on [`NodeService`]: the messages differ only in
 /// their module, so the conversion is written once.
 macro_rules! dra_plugin {
@@ -231,10 +246,11 @@ macro_rules! dra_plugin {
                 &self,
                 request: Request<$api::NodePrepareResourcesRequest>,
             ) -> Result<Response<$api::NodePrepareResourcesResponse>, Status> {
+                let deadline = call_deadline(&request);
                 let claims = request.into_inner().claims;
                 let span = info_span!("NodePrepareResources", version = stringify!($api));
                 let claims = claims.into_iter().map(ClaimRef::from).collect();
-                let answers = self.prepare(claims).instrument(span).await?;
+                let answers = self.prepare(claims, deadline).instrument(span).await?;
                 let claims = answers
                     .into_iter()
                     .map(|(uid, answer)| {
@@ -258,10 +274,11 @@ macro_rules! dra_plugin {
                 &self,
                 request: Request<$api::NodeUnprepareResourcesRequest>,
             ) -> Result<Response<$api::NodeUnprepareResourcesResponse>, Status> {
+                let deadline = call_deadline(&request);
                 let claims = request.into_inner().claims;
                 let span = info_span!("NodeUnprepareResources", version = stringify!($api));
                 let claims = claims.into_iter().map(ClaimRef::from).collect();
-                let answers = self.unprepare(claims).instrument(span).await?;
+                let answers = self.unprepare(claims, deadline).instrument(span).await?;
                 let claims = answers
                     .into_iter()
                     .map(|(uid, answer)| {
@@ -362,12 +379,16 @@ mod tests {
     }
 
     impl Claims for FakeClaims {
-        async fn prepare(&self, claim: ClaimRef) -> Result<Vec<PreparedDevice>, String> {
+        async fn prepare(
+            &self,
+            claim: ClaimRef,
+            _: Deadline,
+        ) -> Result<Vec<PreparedDevice>, String> {
             self.call("prepare", &claim).await?;
             Ok(vec![device(&claim.uid)])
         }
 
-        async fn unprepare(&self, claim: ClaimRef) -> Result<(), String> {
+        async fn unprepare(&self, claim: ClaimRef, _: Deadline) -> Result<(), String> {
             self.call("unprepare", &claim).await
         }
     }
@@ -379,6 +400,10 @@ mod tests {
             device_name: "demo-0".into(),
             cdi_device_ids: vec![format!("k8s.devinject.io/demo={uid}-demo-0")],
         }
+    }
+
+    fn soon() -> Deadline {
+        Deadline::after(std::time::Duration::from_secs(30))
     }
 
     fn claim(name: &str, uid: &str) -> ClaimRef {
@@ -583,7 +608,7 @@ mod tests {
             uid: "u\u{85}\n".into(),
         };
         let answers = service
-            .prepare(vec![hostile.clone(), hostile.clone()])
+            .prepare(vec![hostile.clone(), hostile.clone()], soon())
             .await
             .unwrap();
         assert_eq!(
@@ -594,7 +619,7 @@ mod tests {
                     .to_owned()
             )
         );
-        let answers = service.unprepare(vec![hostile]).await.unwrap();
+        let answers = service.unprepare(vec![hostile], soon()).await.unwrap();
         assert_eq!(
             answers["u\u{85}\n"],
             Err(
@@ -638,7 +663,7 @@ mod tests {
         let claims: Vec<_> = (0..MAX_IN_FLIGHT * 3)
             .map(|i| claim(&format!("c{i}"), &format!("uid-{i}")))
             .collect();
-        let answers = service.prepare(claims).await.unwrap();
+        let answers = service.prepare(claims, soon()).await.unwrap();
         assert_eq!(answers.len(), MAX_IN_FLIGHT * 3);
         assert!(answers.values().all(Result::is_ok));
         assert_eq!(fake.calls().len(), MAX_IN_FLIGHT * 3);
@@ -652,7 +677,7 @@ mod tests {
         let fake = Arc::new(FakeClaims::default());
         let service = NodeService::new(Arc::clone(&fake));
         let answers = service
-            .prepare(vec![claim("boom", "panic-1"), claim("good", UID_A)])
+            .prepare(vec![claim("boom", "panic-1"), claim("good", UID_A)], soon())
             .await
             .unwrap();
         assert_eq!(

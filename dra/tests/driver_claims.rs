@@ -1,0 +1,255 @@
+//! The driver's claim handling end to end without a cluster: the real [`Driver`] reads its
+//! claims from a small HTTP server that answers as the API server does, discovers devices in a
+//! temporary `/dev`, runs the profile's real prepare program and writes its specs and
+//! checkpoint into a temporary directory.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use devinject_devices::{HostRoots, Profile, ProfileSet};
+use devinject_dra::claim_spec::SpecContext;
+use devinject_dra::driver::{Driver, DriverConfig};
+use devinject_dra::prepared::{ClaimRef, Claims, Deadline};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+const NODE: &str = "node-a";
+
+/// A stand-in for the API server: answers `GET .../namespaces/<ns>/resourceclaims/<name>` with
+/// the claim stored under that name, 404 otherwise.
+#[derive(Clone, Default)]
+struct ApiServer {
+    claims: Arc<Mutex<BTreeMap<String, serde_json::Value>>>,
+}
+
+impl ApiServer {
+    async fn start(&self) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let claims = Arc::clone(&self.claims);
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut conn, _)) = listener.accept().await else {
+                    return;
+                };
+                let claims = Arc::clone(&claims);
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    loop {
+                        let mut chunk = [0u8; 4096];
+                        let Ok(n) = conn.read(&mut chunk).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                            buf.drain(..end + 4);
+                            let path = head.split(' ').nth(1).unwrap_or_default();
+                            let name = path.rsplit('/').next().unwrap_or_default();
+                            let found = claims.lock().unwrap().get(name).cloned();
+                            let (status, body) = match found {
+                                Some(claim) => ("200 OK", claim.to_string()),
+                                None => (
+                                    "404 Not Found",
+                                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                        "reason": "NotFound", "code": 404,
+                                        "message": format!("resourceclaims {name:?} not found")})
+                                    .to_string(),
+                                ),
+                            };
+                            let answer = format!(
+                                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\n\
+                                 Content-Length: {}\r\n\r\n{body}",
+                                body.len()
+                            );
+                            if conn.write_all(answer.as_bytes()).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        url
+    }
+
+    /// Stores claim `name` (uid `uid`) allocated device `device` of the demo pool, its opaque
+    /// parameters choosing `function`.
+    fn allocate(&self, name: &str, uid: &str, device: &str, function: &str) {
+        let claim = json!({
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"namespace": "ns", "name": name, "uid": uid},
+            "spec": {"devices": {}},
+            "status": {"allocation": {"devices": {
+                "results": [{"request": "dev", "driver": "devinject.io",
+                    "pool": format!("{NODE}/demo"), "device": device}],
+                "config": [{"source": "FromClaim", "opaque": {"driver": "devinject.io",
+                    "parameters": {"function": function}}}]
+            }}}
+        });
+        self.claims.lock().unwrap().insert(name.to_owned(), claim);
+    }
+}
+
+struct Node {
+    _temp: tempfile::TempDir,
+    root: PathBuf,
+    driver: Arc<Driver>,
+}
+
+/// A node with two demo devices (links to `/dev/null`), a demo profile whose prepare program
+/// sleeps for the function `slow` and returns at once for `fast`, and a driver asking `api`.
+async fn node(api: &ApiServer) -> Node {
+    let temp = tempfile::tempdir().unwrap();
+    let root = temp.path().to_path_buf();
+    let dev = root.join("dev");
+    std::fs::create_dir_all(dev.join("demo")).unwrap();
+    for i in 0..2 {
+        std::os::unix::fs::symlink("/dev/null", dev.join(format!("demo/accel{i}"))).unwrap();
+    }
+    let program = root.join("program");
+    // Written and closed before any run: a file still open for writing cannot be executed.
+    std::fs::write(
+        &program,
+        format!(
+            "#!/bin/sh\ncase \"$DEVINJECT_FUNCTION\" in slow) : > {}; exec /bin/sleep 30;; esac\n\
+             exit 0\n",
+            root.join("slow-started").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &program,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let profile = Profile::parse(
+        &format!(
+            "name = \"demo\"\nresource = \"devinject.io/demo\"\n[discovery]\n\
+             nodes = [\"demo/accel[0-9]*\"]\nid = \"index\"\n[prepare]\ncommand = [{:?}]\n\
+             timeout_ms = 60000\n[[prepare.functions]]\nid = \"slow\"\n\
+             [[prepare.functions]]\nid = \"fast\"\n",
+            program.display().to_string()
+        ),
+        Path::new("demo.toml"),
+    )
+    .unwrap();
+    let profiles = ProfileSet::from_profiles(vec![profile], Path::new("profiles")).unwrap();
+    let url = api.start().await;
+    let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+    let config = DriverConfig {
+        node: NODE.into(),
+        profiles,
+        roots: HostRoots {
+            dev_root: dev,
+            sys_root: root.join("sys"),
+            proc_root: root.join("proc"),
+            driver_root: root.join("driver"),
+        },
+        spec: SpecContext {
+            driver: "devinject.io".into(),
+            root: root.clone(),
+            cdi_dir: PathBuf::from("/cdi"),
+            hook_path: PathBuf::from("/opt/devinject/bin/devinject-hook"),
+            hook_config: None,
+            lib_dir: PathBuf::from("/usr/lib/x86_64-linux-gnu"),
+        },
+        checkpoint: root.join("plugins/devinject.io/checkpoint.json"),
+    };
+    let driver = Arc::new(Driver::new(config, client).unwrap());
+    Node {
+        _temp: temp,
+        root,
+        driver,
+    }
+}
+
+fn claim(name: &str, uid: &str) -> ClaimRef {
+    ClaimRef {
+        namespace: "ns".into(),
+        name: name.into(),
+        uid: uid.into(),
+    }
+}
+
+const SLOW_UID: &str = "11111111-1111-4111-8111-111111111111";
+const FAST_UID: &str = "22222222-2222-4222-8222-222222222222";
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_slow_prepare_step_does_not_hold_up_another_claim() {
+    let api = ApiServer::default();
+    api.allocate("slow", SLOW_UID, "demo-0", "slow");
+    api.allocate("fast", FAST_UID, "demo-1", "fast");
+    let node = node(&api).await;
+
+    // The slow claim's program sleeps far beyond its call's deadline.
+    let slow_deadline = Deadline::after(Duration::from_secs(4));
+    let driver = Arc::clone(&node.driver);
+    let slow =
+        tokio::spawn(async move { driver.prepare(claim("slow", SLOW_UID), slow_deadline).await });
+    // Until the slow claim's program runs: its lock, its slot and its API read are taken.
+    let started = Instant::now();
+    while !program_running(&node.root) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the slow program never started"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // The deadline the feature promises: another claim is prepared within a second meanwhile.
+    let started = Instant::now();
+    let devices = node
+        .driver
+        .prepare(
+            claim("fast", FAST_UID),
+            Deadline::after(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "the fast claim took {took:?}"
+    );
+    assert_eq!(devices.len(), 1);
+    assert_eq!(devices[0].device_name, "demo-1");
+    assert!(
+        !slow.is_finished(),
+        "the slow claim finished first: the test proves nothing"
+    );
+    let cdi = node.root.join("cdi");
+    assert!(cdi
+        .join(format!("k8s.devinject.io-demo_{FAST_UID}.json"))
+        .is_file());
+
+    // The slow claim fails alone, by its deadline, with its program killed, and writes nothing.
+    let err = slow.await.unwrap().unwrap_err();
+    assert!(
+        err.starts_with(&format!("claim ns/slow ({SLOW_UID}): the prepare program "))
+            && err.contains("(function slow) did not finish within the"),
+        "{err}"
+    );
+    assert!(!cdi
+        .join(format!("k8s.devinject.io-demo_{SLOW_UID}.json"))
+        .exists());
+    let prepared: Vec<_> = node
+        .driver
+        .prepared()
+        .into_iter()
+        .map(|e| e.claim.uid)
+        .collect();
+    assert_eq!(prepared, [FAST_UID]);
+}
+
+/// Whether the slow program has started (it leaves a file before it sleeps).
+fn program_running(root: &Path) -> bool {
+    root.join("slow-started").exists()
+}
