@@ -14,7 +14,7 @@
 //! ([`crate::shim::spec_edit`]) for the same reason: a typed round trip would drop or reject
 //! what it does not model.
 
-use devinject_devices::env_value;
+use devinject_devices::{env_value, Excerpt};
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -48,7 +48,7 @@ pub enum OciError {
         limit: u64,
     },
     /// The JSON is malformed or misses required fields.
-    #[error("{what} is not valid: {message}")]
+    #[error("{what} is not valid: {}", Excerpt(.message))]
     Parse {
         /// What was being parsed.
         what: String,
@@ -327,7 +327,7 @@ impl Spec {
         let kind = match d.kind.as_str() {
             "u" => DeviceKind::Char,
             other => DeviceKind::from_letter(other)
-                .ok_or_else(|| invalid(format!("type {other:?} is not a device")))?,
+                .ok_or_else(|| invalid(format!("type {:?} is not a device", Excerpt(other))))?,
         };
         let number = |n: i64, what: &str| {
             u32::try_from(n).map_err(|_| invalid(format!("{what} number {n} is out of range")))
@@ -359,7 +359,10 @@ fn check_oci_version(v: &str, what: &str) -> Result<(), OciError> {
     } else {
         Err(OciError::Invalid {
             what: what.into(),
-            problem: format!("ociVersion {v:?} is not supported: devinject understands 1.x"),
+            problem: format!(
+                "ociVersion {:?} is not supported: devinject understands 1.x",
+                Excerpt(v)
+            ),
         })
     }
 }
@@ -367,6 +370,30 @@ fn check_oci_version(v: &str, what: &str) -> Result<(), OciError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Values of the state and the spec are quoted escaped: ESC, a C1 control and a bidi
+    /// override appear as their escapes, never as themselves.
+    #[test]
+    fn values_quoted_from_the_state_and_spec_are_escaped() {
+        let state = r#"{"ociVersion":"2\u001b[2J\u0085\u202e","id":"c","status":"creating","pid":1,"bundle":"/b"}"#;
+        let e = State::parse(state.as_bytes()).unwrap_err().to_string();
+        assert!(
+            e.contains(r#"ociVersion "2\u{1b}[2J\u{85}\u{202e}" is not supported"#),
+            "{e}"
+        );
+        let spec = r#"{"ociVersion":"1.1.0","linux":{"devices":[{"path":"/dev/x","type":"\u001b\u009b\u202e"}]}}"#;
+        let s = Spec::parse(spec.as_bytes(), "t").unwrap();
+        let e = s.device_node(Path::new("/dev/x")).unwrap_err().to_string();
+        assert!(
+            e.contains(r#"type "\u{1b}\u{9b}\u{202e}" is not a device"#),
+            "{e}"
+        );
+        let bad = r#"{"ociVersion":"1.1.0","id":"c","status":"creating","pid":"\u001b\u0085\u202e","bundle":"/b"}"#;
+        let e = State::parse(bad.as_bytes()).unwrap_err().to_string();
+        for c in ['\u{1b}', '\u{85}', '\u{202e}'] {
+            assert!(!e.contains(c), "{e:?}");
+        }
+    }
 
     #[test]
     fn reads_the_user_and_a_device_entry_as_a_node() {

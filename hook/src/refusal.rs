@@ -15,7 +15,7 @@
 use devinject_admission::admit::Container;
 use devinject_admission::container_plan::find_requests;
 use devinject_decision_log::{Decision, EnginePath, Reason};
-use devinject_devices::ProfileSet;
+use devinject_devices::{Excerpt, ProfileSet};
 use devinject_exit::ExitCode;
 use devinject_hostconfig::HostConfig;
 
@@ -54,7 +54,7 @@ pub fn record(config: &HostConfig, path: EnginePath, seen: Seen, code: ExitCode,
     };
     if let Err(e) = devinject_decision_log::record(dir, &decision) {
         tracing::debug!(
-            container = %decision.container,
+            container = %Excerpt(&decision.container),
             reason = %decision.reason,
             "the refusal is not in the decision log: {e}"
         );

@@ -17,6 +17,7 @@ use std::io::Read;
 
 use devinject_admission::admit::{Admission, Container};
 use devinject_contained::prepare_step;
+use devinject_devices::Excerpt;
 use devinject_hostconfig::HostConfig;
 
 use crate::cgroup_rules;
@@ -81,7 +82,7 @@ pub fn run(config: &HostConfig, stdin: impl Read, seen: &mut Seen) -> Result<Out
     let Some(profiles) = admission.may_be_asking(mentions)? else {
         return Ok(Outcome::Nothing);
     };
-    let span = tracing::info_span!("hook", container = %state.id);
+    let span = tracing::info_span!("hook", container = %Excerpt(&state.id));
     let _guard = span.enter();
     // Checked once the container asks for something, and only then: the stage, and where
     // the rootfs is.

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use devinject_devices::elf_soname::soname_of;
 use devinject_devices::forward_compat::major_of;
-use devinject_devices::ForwardCompat;
+use devinject_devices::{Excerpt, ForwardCompat};
 use nix::dir::{Dir, Type};
 use nix::errno::Errno;
 use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
@@ -154,7 +154,7 @@ fn library(dir: &OwnedFd, shown: &Path, name: &str) -> Option<(Library, File)> {
     let fd = match openat2(dir.as_fd(), name, how) {
         Ok(fd) => fd,
         Err(errno) => {
-            tracing::debug!(path = %path.display(), %errno, "not read as a compat library");
+            tracing::debug!(path = %Excerpt(&path.to_string_lossy()), %errno, "not read as a compat library");
             return None;
         }
     };
@@ -162,7 +162,7 @@ fn library(dir: &OwnedFd, shown: &Path, name: &str) -> Option<(Library, File)> {
         Ok(Regular::File(file)) => file,
         Ok(_) => return None,
         Err((op, errno)) => {
-            tracing::debug!(path = %path.display(), op, %errno, "not read as a compat library");
+            tracing::debug!(path = %Excerpt(&path.to_string_lossy()), op, %errno, "not read as a compat library");
             return None;
         }
     };

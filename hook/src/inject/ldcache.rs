@@ -62,7 +62,7 @@ use nix::sys::stat::Mode;
 use nix::sys::wait::{waitpid, WaitStatus};
 
 use devinject_devices::elf_linkage::{linkage_from, Linkage};
-use devinject_devices::ForwardCompat;
+use devinject_devices::{Excerpt, ForwardCompat};
 use devinject_hostconfig::{CacheWriter, HostConfig};
 
 use super::forward_compat;
@@ -186,7 +186,7 @@ pub fn refresh(
     match called.status {
         WaitStatus::Exited(_, 0) => {
             if !output.trim().is_empty() {
-                tracing::debug!(output = %output.trim(), "ldconfig said");
+                tracing::debug!(output = %Excerpt(output.trim()), "ldconfig said");
             }
             Ok(())
         }
@@ -502,7 +502,8 @@ fn describe_failure(status: WaitStatus, output: &str) -> String {
     if said.is_empty() {
         how
     } else {
-        format!("{how}: {}", said.join("; "))
+        // Its output names the image's files: bounded and escaped, as every such value.
+        format!("{how}: {}", Excerpt(&said.join("; ")))
     }
 }
 
@@ -525,6 +526,22 @@ mod tests {
             describe_failure(WaitStatus::Signaled(pid, Signal::SIGSEGV, false), ""),
             "killed by SIGSEGV"
         );
+        // ldconfig's output names the image's files: escaped and bounded.
+        let said = describe_failure(
+            WaitStatus::Exited(pid, 1),
+            &format!(
+                "ldconfig: /usr/lib/lib\u{1b}[2J\u{9b}\u{202e}x.so is not an ELF file{}\n",
+                "!".repeat(20_000)
+            ),
+        );
+        assert!(
+            said.starts_with(
+                r"exit status 1: ldconfig: /usr/lib/lib\u{1b}[2J\u{9b}\u{202e}x.so is not"
+            ),
+            "{said}"
+        );
+        assert!(said.len() < 300, "{said}");
+        assert!(!said.contains(['\u{1b}', '\u{9b}', '\u{202e}']), "{said:?}");
     }
 
     /// Issue 13, finding 6: a dynamically linked ldconfig would have the kernel load the
