@@ -70,6 +70,9 @@ pub struct RegistrationService {
     driver: String,
     endpoint: String,
     state: watch::Sender<RegistrationState>,
+    /// How many times the kubelet has registered the driver: every registration, a restarted
+    /// kubelet's included, is a change, where the state may stay `Registered`.
+    registrations: watch::Sender<u64>,
     metrics: DraMetrics,
 }
 
@@ -95,6 +98,7 @@ impl RegistrationService {
             driver: driver.to_owned(),
             endpoint,
             state: watch::Sender::new(RegistrationState::Waiting),
+            registrations: watch::Sender::new(0),
             metrics: DraMetrics::default(),
         })
     }
@@ -108,6 +112,12 @@ impl RegistrationService {
     /// A receiver of the registration state; it sees a new value only when the state changes.
     pub fn subscribe(&self) -> watch::Receiver<RegistrationState> {
         self.state.subscribe()
+    }
+
+    /// A receiver of the count of registrations: it sees every registration, a kubelet's
+    /// restart included, after which the driver publishes its ResourceSlices again.
+    pub fn subscribe_registrations(&self) -> watch::Receiver<u64> {
+        self.registrations.subscribe()
     }
 
     /// What `GetInfo` answers.
@@ -135,6 +145,7 @@ impl RegistrationService {
                 let error = bounded(status.error);
                 warn!(driver = %self.driver, %error, "registered with the kubelet, which reported an error");
             }
+            self.registrations.send_modify(|n| *n += 1);
             RegistrationState::Registered
         } else {
             let error = if status.error.is_empty() {
@@ -216,6 +227,7 @@ mod tests {
         let registry = temp.path().join("plugins_registry/devinject.io-reg.sock");
         let service = RegistrationService::new("devinject.io", &endpoint).unwrap();
         let mut state = service.subscribe();
+        let mut registrations = service.subscribe_registrations();
         assert_eq!(*state.borrow_and_update(), RegistrationState::Waiting);
         let served = socket::serve(&registry, service.into_routes())
             .await
@@ -263,6 +275,9 @@ mod tests {
             .await
             .unwrap();
         assert!(!state.has_changed().unwrap());
+        // But it is a registration again (a restarted kubelet's): the slices are re-published.
+        assert!(registrations.has_changed().unwrap());
+        assert_eq!(*registrations.borrow_and_update(), 2);
 
         drop(client);
         served.shutdown().await.unwrap();

@@ -8,12 +8,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use devinject_devices::{discover, HostRoots, ProfileSet};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::{Patch, PatchParams};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::Api;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
+use tokio_stream::StreamExt;
 use tracing::{debug, info, warn};
 
 use crate::health::{Discovered, HealthConfig, HealthService};
@@ -21,12 +25,15 @@ use crate::metrics::DraMetrics;
 use crate::node_service::NodeService;
 use crate::prepared::Claims;
 use crate::registration::RegistrationService;
-use crate::slices::{resource_slice, same_content};
+use crate::slices::{resource_slice, same_content, slice_name};
 use crate::socket::{self, ServedSocket};
 
 /// How often the publisher looks for hot-plugged, unplugged or unhealthy devices: the issue's
 /// bound is 1 s from the change to the slice.
 pub const RESCAN: Duration = Duration::from_millis(500);
+
+/// What the driver logs each time it applies a ResourceSlice: tests look for it.
+pub const PUBLISHED: &str = "published the ResourceSlice";
 
 /// The field manager of the driver's server-side applies.
 const FIELD_MANAGER: &str = "devinject-dra";
@@ -88,6 +95,7 @@ pub async fn serve<C: Claims>(
     let mut dra = socket::serve(&config.socket, routes).await?;
     let registration = RegistrationService::new(&config.driver, &config.socket)?
         .with_metrics(config.metrics.clone());
+    let registrations = registration.subscribe_registrations();
     let reg_path = config
         .registration_dir
         .join(format!("{}-reg.sock", config.driver));
@@ -104,7 +112,7 @@ pub async fn serve<C: Claims>(
         _ = interrupt.recv() => Ok(()),
         r = dra.stopped() => r.map_err(ServeError::from),
         r = reg.stopped() => r.map_err(ServeError::from),
-        r = publish(&config, client, discovered) => r,
+        r = publish(&config, client, discovered, registrations) => r,
     };
     stop(reg).await;
     stop(dra).await;
@@ -118,35 +126,108 @@ async fn stop(socket: ServedSocket) {
     }
 }
 
-/// Publishes one ResourceSlice per profile and keeps it current: every [`RESCAN`] discovery
-/// runs again and a slice whose devices changed is applied with the next pool generation.
-/// What discovery found goes to `discovered` (a profile whose discovery fails keeps its last
-/// inventory there, as its slice stays). Errors of the API server are logged and retried; only
-/// a slice that cannot be built (a mistake in the profiles or too many devices) stops the
-/// driver.
+/// The least time between two publishing rounds that events of the API server (a deletion, a
+/// change by another writer) or a registration start: a burst of events is one round.
+const EVENT_ROUND_GAP: Duration = Duration::from_millis(100);
+
+/// Publishes one ResourceSlice per profile and keeps it current against the API server (the
+/// slices' reconciliation, docs/security.md): every [`RESCAN`] discovery runs again and a slice
+/// whose devices changed is applied with the next pool generation; the driver's own slices
+/// (field selector: this node and driver) are watched, and one deleted (a restarting kubelet
+/// deletes its node's slices) or changed by another writer is applied again at once, as is
+/// every slice when the kubelet registers the driver again. What discovery found goes to
+/// `discovered` (a profile whose discovery fails keeps its last inventory there, as its slice
+/// stays). Errors of the API server are logged and retried; only a slice that cannot be built
+/// (a mistake in the profiles or too many devices) stops the driver.
 async fn publish(
     config: &ServeConfig,
     client: kube::Client,
     discovered: watch::Sender<Discovered>,
+    mut registrations: watch::Receiver<u64>,
 ) -> Result<(), ServeError> {
     let api: Api<ResourceSlice> = Api::all(client);
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    // What the API server holds, as far as this driver knows: profile -> slice.
-    let mut published: std::collections::BTreeMap<String, ResourceSlice> = Default::default();
+    let selector = format!(
+        "spec.nodeName={},spec.driver={}",
+        config.node, config.driver
+    );
+    let mut events =
+        std::pin::pin!(
+            watcher(api.clone(), watcher::Config::default().fields(&selector)).default_backoff()
+        );
+    // What the API server holds of this node's and driver's slices, by slice name, once the
+    // watch has listed them (`None` before, or while it fails: then the driver trusts what it
+    // applied, as it did before it watched).
+    let mut server: Option<BTreeMap<String, ResourceSlice>> = None;
+    let mut relisted: BTreeMap<String, ResourceSlice> = BTreeMap::new();
+    let mut watch_error: Option<String> = None;
+    // What this driver applied: profile -> slice.
+    let mut published: BTreeMap<String, ResourceSlice> = Default::default();
     // The last discovery error of each profile, logged when it first appears or changes, not at
     // every rescan (a node without a profile's driver fails the same way twice a second).
-    let mut failing: std::collections::BTreeMap<String, String> = Default::default();
+    let mut failing: BTreeMap<String, String> = Default::default();
     // The last inventory each profile's discovery found: what the slices and the health stream
     // are built from.
-    let mut found: std::collections::BTreeMap<String, devinject_devices::Inventory> =
-        Default::default();
+    let mut found: BTreeMap<String, devinject_devices::Inventory> = Default::default();
     let mut ticker = tokio::time::interval(RESCAN);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_round = tokio::time::Instant::now();
+    let mut registered_open = true;
+    let mut events_open = true;
     loop {
-        ticker.tick().await;
+        // Whether this round runs discovery (a tick) or only reconciles (an event).
+        let rescan = tokio::select! {
+            _ = ticker.tick() => true,
+            changed = registrations.changed(), if registered_open => {
+                if changed.is_err() {
+                    // The registration service is gone; the driver stops through its socket.
+                    registered_open = false;
+                    continue;
+                }
+                info!("the kubelet registered the driver: publishing every ResourceSlice again");
+                published.clear();
+                false
+            }
+            event = events.next(), if events_open => {
+                match event {
+                    Some(Ok(event)) => {
+                        if watch_error.take().is_some() {
+                            info!("watching the ResourceSlices works again");
+                        }
+                        if !record(&mut server, &mut relisted, event, config) {
+                            continue;
+                        }
+                    }
+                    Some(Err(e)) => {
+                        let error = e.to_string();
+                        if watch_error.as_ref() != Some(&error) {
+                            warn!(error = %error, "watching this node's ResourceSlices failed; retrying (a deleted slice is re-published only at the next registration meanwhile)");
+                            watch_error = Some(error);
+                        }
+                        continue;
+                    }
+                    None => {
+                        events_open = false;
+                        continue;
+                    }
+                }
+                false
+            }
+        };
+        if !rescan {
+            // A burst of events is one round, at most one per EVENT_ROUND_GAP.
+            tokio::time::sleep_until(last_round + EVENT_ROUND_GAP).await;
+        }
+        last_round = tokio::time::Instant::now();
         let mut fresh = Vec::new();
         for profile in config.profiles.iter() {
             let name = profile.name.as_str();
+            if !rescan {
+                if found.contains_key(name) {
+                    fresh.push(profile);
+                }
+                continue;
+            }
             match discover(profile, &config.roots) {
                 Ok(inventory) => {
                     if failing.remove(name).is_some() {
@@ -165,31 +246,41 @@ async fn publish(
                 }
             }
         }
-        discovered.send_if_modified(|known| {
-            let changed = **known != found;
-            if changed {
-                *known = Arc::new(found.clone());
-            }
-            changed
-        });
+        if rescan {
+            discovered.send_if_modified(|known| {
+                let changed = **known != found;
+                if changed {
+                    *known = Arc::new(found.clone());
+                }
+                changed
+            });
+        }
         for profile in fresh {
             let name = profile.name.as_str();
             let inventory = &found[name];
-            let generation = match published.get(name) {
-                Some(slice) => slice.spec.pool.generation,
-                None => current_generation(&api, &config.node, name).await,
+            let slice_name = slice_name(&config.node, name);
+            // The copy to compare with: the API server's when the watch knows it, else what
+            // this driver applied.
+            let current = match &server {
+                Some(held) => held.get(&slice_name),
+                None => published.get(name),
+            };
+            let generation = match (current, published.get(name)) {
+                (Some(c), Some(p)) => c.spec.pool.generation.max(p.spec.pool.generation),
+                (Some(c), None) => c.spec.pool.generation,
+                (None, Some(p)) => p.spec.pool.generation,
+                (None, None) if server.is_some() => 0,
+                (None, None) => current_generation(&api, &slice_name).await,
             };
             let slice =
                 resource_slice(&config.driver, &config.node, profile, inventory, generation)?;
-            if published
-                .get(name)
-                .is_some_and(|old| same_content(&old.spec, &slice.spec))
-            {
+            let unchanged = published.contains_key(name)
+                && current.is_some_and(|old| same_content(&old.spec, &slice.spec));
+            if unchanged {
                 continue;
             }
             let mut slice = slice;
             slice.spec.pool.generation = generation + 1;
-            let slice_name = slice.metadata.name.clone().unwrap_or_default();
             match api.patch(&slice_name, &params, &Patch::Apply(&slice)).await {
                 Ok(_) => {
                     config.metrics.slice_applied(true);
@@ -198,7 +289,7 @@ async fn publish(
                         slice = %slice_name,
                         devices = slice.spec.devices.as_ref().map_or(0, Vec::len),
                         generation = slice.spec.pool.generation,
-                        "published the ResourceSlice"
+                        "{PUBLISHED}"
                     );
                     published.insert(name.to_owned(), slice);
                 }
@@ -211,11 +302,54 @@ async fn publish(
     }
 }
 
-/// The pool generation of the slice the API server holds for `profile` on `node` (0 when none),
-/// so that a restarted driver publishes a higher one.
-async fn current_generation(api: &Api<ResourceSlice>, node: &str, profile: &str) -> i64 {
-    let name = crate::slices::slice_name(node, profile);
-    match api.get_opt(&name).await {
+/// Takes one watch event into `server` (`relisted` buffers a relist); returns whether it may
+/// call for a round: a slice deleted, changed, or listed anew.
+fn record(
+    server: &mut Option<BTreeMap<String, ResourceSlice>>,
+    relisted: &mut BTreeMap<String, ResourceSlice>,
+    event: watcher::Event<ResourceSlice>,
+    config: &ServeConfig,
+) -> bool {
+    let name = |s: &ResourceSlice| s.metadata.name.clone().unwrap_or_default();
+    match event {
+        watcher::Event::Init => {
+            relisted.clear();
+            false
+        }
+        watcher::Event::InitApply(slice) => {
+            relisted.insert(name(&slice), slice);
+            false
+        }
+        watcher::Event::InitDone => {
+            *server = Some(std::mem::take(relisted));
+            true
+        }
+        watcher::Event::Apply(slice) => {
+            let Some(held) = server else {
+                return false;
+            };
+            let key = name(&slice);
+            let same = held
+                .get(&key)
+                .is_some_and(|old| same_content(&old.spec, &slice.spec));
+            held.insert(key, slice);
+            !same
+        }
+        watcher::Event::Delete(slice) => {
+            let key = name(&slice);
+            warn!(node = %config.node, slice = %key, "a ResourceSlice of this driver was deleted; publishing it again");
+            if let Some(held) = server {
+                held.remove(&key);
+            }
+            true
+        }
+    }
+}
+
+/// The pool generation of the slice `name` the API server holds (0 when none), so that a
+/// restarted driver publishes a higher one.
+async fn current_generation(api: &Api<ResourceSlice>, name: &str) -> i64 {
+    match api.get_opt(name).await {
         Ok(Some(slice)) => slice.spec.pool.generation,
         Ok(None) => 0,
         Err(e) => {

@@ -206,17 +206,36 @@ pub fn resource_slice(
 }
 
 /// Whether two slice specs publish the same thing, their pool generations aside: when they do,
-/// the publisher leaves the slice as it is. An absent and an empty device list are the same.
+/// the publisher leaves the slice as it is. An absent field and an empty one (list, map) are
+/// the same, so that the API server's copy of a slice compares equal to the slice applied.
 pub fn same_content(a: &ResourceSliceSpec, b: &ResourceSliceSpec) -> bool {
     let normal = |s: &ResourceSliceSpec| {
         let mut s = s.clone();
         s.pool.generation = 0;
-        if s.devices.as_ref().is_some_and(Vec::is_empty) {
-            s.devices = None;
-        }
-        s
+        let mut value = serde_json::to_value(&s).unwrap_or_default();
+        prune(&mut value);
+        value
     };
     normal(a) == normal(b)
+}
+
+/// Drops nulls, empty lists and empty maps from `value`, at every depth.
+fn prune(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    let empty = |v: &Value| match v {
+        Value::Null => true,
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        _ => false,
+    };
+    match value {
+        Value::Array(items) => items.iter_mut().for_each(prune),
+        Value::Object(map) => {
+            map.values_mut().for_each(prune);
+            map.retain(|_, v| !empty(v));
+        }
+        _ => {}
+    }
 }
 
 /// The DeviceClass `<profile>.<driver>` (e.g. `demo.devinject.io`) that selects `profile`'s
@@ -604,6 +623,20 @@ mod tests {
         let mut absent = none.clone();
         absent.devices = None;
         assert!(same_content(&none, &absent));
+        // As the API server returns it: empty maps where none were set, still the same; a
+        // device another writer changed is not.
+        let mut served = one.clone();
+        for d in served.devices.as_mut().unwrap() {
+            d.capacity = Some(Default::default());
+        }
+        served.pool.generation = 9;
+        assert!(same_content(&one, &served));
+        let mut changed = one.clone();
+        changed.devices.as_mut().unwrap()[0].name = "demo-x".into();
+        assert!(!same_content(&one, &changed));
+        let mut tainted = one.clone();
+        tainted.devices.as_mut().unwrap()[0].allow_multiple_allocations = Some(true);
+        assert!(!same_content(&one, &tainted));
     }
 
     #[test]

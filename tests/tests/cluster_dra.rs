@@ -27,7 +27,9 @@
 //! - an admin-access claim (KEP-5018, in a namespace marked for it) gets the device another
 //!   pod's claim holds, and no other;
 //! - the driver SIGKILLed while a pod holds a prepared claim: started again, it registers again,
-//!   and the pod's deletion still removes exactly that claim's spec (its checkpoint);
+//!   and the pod's deletion still removes exactly that claim's spec (its checkpoint); the
+//!   kubelet restarted under the running driver (it deletes its node's ResourceSlices): the
+//!   driver publishes them again and a new claim is allocated within seconds;
 //! - a profile's sysfs attributes (`discovery.attributes_sysfs`) are in the slice, and a claim
 //!   whose CEL selector names one device's value gets that device; a device whose sysfs health
 //!   turns bad leaves the slice (measured: about 0.1 s), the pod holding it shows it Unhealthy in
@@ -412,7 +414,7 @@ fn beside_nri_a_claim_gets_its_device_and_a_forged_request_is_refused() {
 }
 
 #[test]
-fn a_driver_killed_while_a_claim_is_prepared_unprepares_it_after_its_restart() {
+fn a_driver_killed_or_a_kubelet_restarted_under_it_keeps_claims_served() {
     let Some(release) = ready() else {
         return;
     };
@@ -436,6 +438,67 @@ fn a_driver_killed_while_a_claim_is_prepared_unprepares_it_after_its_restart() {
     c.apply(&pod("after", "one-demo")).expect("create pod");
     let out = probe_output(&c, "after");
     let claim = claim_of(&c, "after");
+    assert_demo_granted_exactly(&Report::parse(&out), &allocated_ids(&claim), &out);
+
+    // A restarting kubelet deletes its node's ResourceSlices: the driver, watching its own,
+    // publishes them again (and again on the kubelet's registration), so a new claim is
+    // allocated within seconds, not never.
+    let registered = c
+        .dra_log()
+        .matches(devinject_dra::registration::REGISTERED)
+        .count();
+    let published = c.dra_log().matches(devinject_dra::serve::PUBLISHED).count();
+    c.restart_kubelet()
+        .unwrap_or_else(|e| panic!("restart the kubelet: {e:#}"));
+    c.wait_node_ready()
+        .unwrap_or_else(|e| panic!("node Ready again: {e:#}"));
+    poll(
+        "the restarted kubelet to register devinject-dra again",
+        devinject_tests::cluster::SLOW,
+        || {
+            let log = c.dra_log();
+            Ok(
+                (log.matches(devinject_dra::registration::REGISTERED).count() > registered)
+                    .then_some(()),
+            )
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    let asked = std::time::Instant::now();
+    c.apply(&pod("after-kubelet", "one-demo"))
+        .expect("create pod");
+    let allocated = poll(
+        "the claim of pod after-kubelet to be allocated",
+        std::time::Duration::from_secs(20),
+        || {
+            let pod = c.pod("after-kubelet")?;
+            let Some(name) =
+                pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"].as_str()
+            else {
+                return Ok(None);
+            };
+            let claim: Value =
+                serde_json::from_str(&c.kubectl(&["get", "resourceclaim", name, "-o", "json"])?)?;
+            Ok(claim["status"]["allocation"]
+                .is_object()
+                .then(|| asked.elapsed()))
+        },
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e:#}\nslices: {:?}\n{}",
+            c.resource_slice_devices(),
+            c.logs()
+        )
+    });
+    eprintln!("a claim after the kubelet's restart was allocated in {allocated:?}");
+    assert!(
+        c.dra_log().matches(devinject_dra::serve::PUBLISHED).count() > published,
+        "the slices were not published again:\n{}",
+        c.dra_log()
+    );
+    let out = probe_output(&c, "after-kubelet");
+    let claim = claim_of(&c, "after-kubelet");
     assert_demo_granted_exactly(&Report::parse(&out), &allocated_ids(&claim), &out);
 }
 
