@@ -16,6 +16,8 @@ if [ "${1:-test}" = test ]; then
     golang-go openssl)
   # libseccomp-dev, pkg-config: runc 1.4's seccomp support, built with cgo (scripts/runc-build.sh)
   want+=(libseccomp-dev pkg-config)
+  # strace: the hook's lookup count for a fixed request (tests/tests/vendor_nvidia.rs)
+  want+=(strace)
   # The grpc-java client of the device plugin's interop test (tests/clients/java, built below):
   # the JDK, grpc-java and its stub generator, protobuf-java, and what grpc-java needs at run time
   # that its package does not depend on (guava, perfmark, gson). Debian builds Netty without its

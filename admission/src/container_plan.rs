@@ -1,4 +1,5 @@
-//! From a container's requests to one merged set of edits, shared by the hook and the shim.
+//! From a container's requests to one merged set of edits, shared by every path that admits a
+//! container: the hook, the shim and the NRI plugin.
 //!
 //! For each profile, the request comes from our annotation (`devinject.io/<profile>.devices`,
 //! written by the device plugin) or else from the profile's request variable in `process.env`.
@@ -7,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use devinject_devices::{
-    discover, plan, prepare_runs, resolve_driver_files, Capabilities, CapabilityError,
+    discover, plan, prepare_runs, resolve_driver_parts, Capabilities, CapabilityError,
     ContainerEdits, ContainerLayout, DiscoveryError, FunctionError, FunctionRequest, HostRoots,
     Inventory, Plan, PlanError, PlanInput, PrepareRun, ProfileName, ProfileSet, Request,
     RequestError, Resolve, ResolveError,
@@ -207,7 +208,10 @@ pub fn plan_container(
             continue;
         };
         let inventory = discover(profile, roots)?;
-        let driver_files = resolve_driver_files(profile, roots)?;
+        let parts = capabilities
+            .get(&profile.name)
+            .unwrap_or(&Capabilities::All);
+        let driver_files = resolve_driver_parts(profile, roots, parts)?;
         let needs_layout = !driver_files.libraries.is_empty();
         if needs_layout && layout_value.is_none() {
             layout_value = layout.take().map(|f| f());
@@ -220,9 +224,7 @@ pub fn plan_container(
             request: &request,
             resolve: source.resolve,
             driver_files: &driver_files,
-            capabilities: capabilities
-                .get(&profile.name)
-                .unwrap_or(&Capabilities::All),
+            capabilities: parts,
             layout: l,
         })? {
             tracing::info!(profile = %p.profile, devices = ?p.devices, origin = %source.origin, "planned");

@@ -8,6 +8,7 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
+use crate::capability::Capabilities;
 use crate::elf_soname::read_soname;
 use crate::names::ProfileName;
 use crate::profile::{FileSpec, Profile};
@@ -93,16 +94,31 @@ pub struct DriverFiles {
     pub files: Vec<HostFile>,
 }
 
-/// Finds the profile's libraries, binaries and files under the driver root.
+/// Finds all of the profile's libraries, binaries and files under the driver root (every
+/// part: what a CDI spec or `doctor` lists).
 pub fn resolve_driver_files(
     profile: &Profile,
     roots: &HostRoots,
+) -> Result<DriverFiles, ResolveError> {
+    resolve_driver_parts(profile, roots, &Capabilities::All)
+}
+
+/// Finds the profile's libraries, binaries and files of the parts in `parts` under the driver
+/// root. A file tagged with a part not asked for is not looked up at all: a container start
+/// pays only for what it gets (a driver's graphics, display and 32-bit parts are hundreds of
+/// lookups, many failing, on every start that asks for compute alone), and a missing file of
+/// such a part is no error for it.
+pub fn resolve_driver_parts(
+    profile: &Profile,
+    roots: &HostRoots,
+    parts: &Capabilities,
 ) -> Result<DriverFiles, ResolveError> {
     let pname = profile.name.clone();
     let mut real_paths = RealPaths::new(&roots.driver_root, &pname);
     let mut known: HashSet<PathBuf> = HashSet::new();
     let mut out = DriverFiles::default();
-    for lib in &profile.libraries {
+    let asked = |part: &Option<String>| parts.includes(part.as_deref());
+    for lib in profile.libraries.iter().filter(|l| asked(&l.capability)) {
         let (what, candidates) = match (&lib.soname, &lib.glob) {
             (Some(soname), _) => {
                 let found = profile
@@ -147,17 +163,27 @@ pub fn resolve_driver_files(
             });
         }
     }
-    out.binaries = resolve_files(&profile.binaries, roots, &mut real_paths, |matched| {
+    let binaries: Vec<&FileSpec> = profile
+        .binaries
+        .iter()
+        .filter(|f| asked(&f.capability))
+        .collect();
+    out.binaries = resolve_files(&binaries, roots, &mut real_paths, |matched| {
         PathBuf::from("/usr/bin").join(file_name(matched))
     })?;
-    out.files = resolve_files(&profile.files, roots, &mut real_paths, |matched| {
+    let files: Vec<&FileSpec> = profile
+        .files
+        .iter()
+        .filter(|f| asked(&f.capability))
+        .collect();
+    out.files = resolve_files(&files, roots, &mut real_paths, |matched| {
         Path::new("/").join(matched.strip_prefix(&roots.driver_root).unwrap_or(matched))
     })?;
     Ok(out)
 }
 
 fn resolve_files(
-    specs: &[FileSpec],
+    specs: &[&FileSpec],
     roots: &HostRoots,
     real_paths: &mut RealPaths<'_>,
     default_dest: impl Fn(&Path) -> PathBuf,
@@ -374,6 +400,37 @@ mod tests {
             files("/usr/lib/ext")[0].container_path,
             Path::new("/usr/lib/ext")
         );
+    }
+
+    #[test]
+    fn parts_not_asked_for_are_not_looked_up() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("lib")).unwrap();
+        std::fs::write(dir.path().join("lib/libcompute.so.1"), b"").unwrap();
+        std::fs::write(dir.path().join("lib/tool"), b"").unwrap();
+        // The graphics part's library and file are missing and required: an error only for a
+        // container that asks for graphics.
+        let p = profile(
+            "[[libraries]]\nsoname = \"libcompute.so.1\"\ncapability = \"compute\"\n\
+             [[libraries]]\nsoname = \"libgl.so.1\"\ncapability = \"graphics\"\n\
+             [[binaries]]\npath = \"/lib/tool\"\ncapability = \"compute\"\n\
+             [[files]]\npath = \"/lib/gl.json\"\ncapability = \"graphics\"\n\
+             [capabilities]\nenv = \"C\"\nnames = [\"compute\", \"graphics\"]\n",
+        );
+        let compute = Capabilities::Only(["compute".to_owned()].into());
+        let files = resolve_driver_parts(&p, &roots(dir.path()), &compute).unwrap();
+        let names: Vec<&str> = files
+            .libraries
+            .iter()
+            .map(|l| l.file_name.as_str())
+            .collect();
+        assert_eq!(names, ["libcompute.so.1"]);
+        assert_eq!(files.binaries.len(), 1);
+        assert!(files.files.is_empty());
+        let err = resolve_driver_parts(&p, &roots(dir.path()), &Capabilities::All)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("libgl.so.1"), "{err}");
     }
 
     #[test]

@@ -51,7 +51,7 @@ pub use capability::{Capabilities, CapabilityError, CapabilitySpec};
 /// The device-rule vocabulary the plan is written in, shared with the cgroup crate.
 pub use devinject_device_rule::{Access, DeviceKind, DeviceRule};
 pub use discovery::{discover, Device, DiscoveryError, Inventory};
-pub use driver_files::{resolve_driver_files, DriverFiles, ResolveError};
+pub use driver_files::{resolve_driver_files, resolve_driver_parts, DriverFiles, ResolveError};
 pub use env_merge::{env_edits, env_value, merge_env};
 pub use excerpt::Excerpt;
 pub use finish_args::{FinishArgs, GroupAccess};

@@ -463,3 +463,73 @@ fn an_images_newer_cuda_compat_libcuda_comes_first_and_no_other() {
         }
     }
 }
+
+/// The file lookups (`stat`-family calls, `access`, `readlink`, `open`) the hook makes for one
+/// start of a container asking for GPU 0 with the default parts, counted by `strace -c` on the
+/// hook alone: a deterministic figure for a fixed request on a fixed tree, where a timed test
+/// would only measure the machine. Resolving every part of the driver, asked for or not, made
+/// 1,156 of them (869 `statx`, 131 `readlink`, 175 failing in all); with only the asked parts
+/// looked up it makes 470. The bound leaves room for small changes and fails a return of the
+/// whole-driver walk, or any new walk of its size. The benchmark (`scripts/bench.sh`) times it.
+const HOOK_LOOKUPS_BOUND: u64 = 520;
+
+/// The lookup syscalls `strace -c` counted in `summary`, failing ones included.
+fn lookups(summary: &str) -> u64 {
+    const LOOKUPS: &[&str] = &[
+        "statx",
+        "newfstatat",
+        "stat",
+        "lstat",
+        "access",
+        "faccessat",
+        "faccessat2",
+        "readlink",
+        "readlinkat",
+        "open",
+        "openat",
+    ];
+    summary
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let name = *fields.last()?;
+            let calls: u64 = fields.get(3)?.parse().ok()?;
+            LOOKUPS.contains(&name).then_some(calls)
+        })
+        .sum()
+}
+
+#[test]
+fn a_start_looks_up_only_the_driver_parts_it_asked_for() {
+    let Some(stacks) = stacks() else { return };
+    if !require_runc_demo() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let host = nvidia_host(&t.path().join("host"), &stacks, &["nvidia"]).unwrap();
+    let mut b = Bundle::new(&t.path().join("bundle"), &["/bin/true"]).unwrap();
+    nvidia_image(&b.rootfs(), &host.driver_root).unwrap();
+    b.env("NVIDIA_VISIBLE_DEVICES=0");
+    let summary = t.path().join("strace.txt");
+    let hook = devinject_tests::bins::bin("devinject-hook");
+    b.push_hook(
+        "createRuntime",
+        serde_json::json!({
+            "path": "/usr/bin/strace",
+            "args": ["strace", "-f", "-c", "-o", summary,
+                hook, "--config", host.config],
+            "env": [],
+            "timeout": 60,
+        }),
+    );
+    let out = b.run(&container_id("nvidia-lookups")).unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let text = std::fs::read_to_string(&summary).unwrap();
+    let counted = lookups(&text);
+    assert!(counted > 0, "strace counted no lookup:\n{text}");
+    assert!(
+        counted <= HOOK_LOOKUPS_BOUND,
+        "the hook made {counted} file lookups for one GPU with the default parts (bound \
+         {HOOK_LOOKUPS_BOUND}): does it resolve parts the container did not ask for?\n{text}"
+    );
+}
