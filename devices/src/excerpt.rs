@@ -25,33 +25,66 @@ pub struct Excerpt<'a>(pub &'a str);
 
 impl Excerpt<'_> {
     fn write(&self, f: &mut fmt::Formatter<'_>, quoted: bool) -> fmt::Result {
-        let mut escaped = String::new();
-        if quoted {
-            f.write_char('"')?;
-        }
-        let mut shown = 0;
-        for c in self.0.chars() {
-            escaped.clear();
-            if c == '\'' {
-                // `str`'s Debug leaves single quotes alone; `char::escape_debug` does not.
-                escaped.push(c);
-            } else {
-                escaped.extend(c.escape_debug());
-            }
-            if shown + escaped.len() > MAX_SHOWN {
-                if quoted {
-                    f.write_char('"')?;
-                }
-                return write!(f, "... ({} bytes in all)", self.0.len());
-            }
-            shown += escaped.len();
-            f.write_str(&escaped)?;
-        }
-        if quoted {
-            f.write_char('"')?;
-        }
-        Ok(())
+        write_excerpt(f, self.0, quoted, MAX_SHOWN, false)
     }
+}
+
+/// A longer text of ours that quotes a container's values, such as a message read back from the
+/// node's decision log: every character that [`Excerpt`] escapes is escaped alike (controls,
+/// bidi overrides, anything not printable), but for quotes and backslashes, which are the
+/// text's own quoting; cut at the given number of characters (after escaping) instead of
+/// [`MAX_SHOWN`].
+#[derive(Clone, Copy)]
+pub struct Longer<'a>(pub &'a str, pub usize);
+
+impl fmt::Debug for Longer<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_excerpt(f, self.0, true, self.1, true)
+    }
+}
+
+impl fmt::Display for Longer<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_excerpt(f, self.0, false, self.1, true)
+    }
+}
+
+/// The one escaping: each character as `char::escape_debug` writes it (single quotes left
+/// alone, as `str`'s Debug does; double quotes and backslashes too with `own_quoting`), at most
+/// `max` characters of escapes, then the length.
+fn write_excerpt(
+    f: &mut fmt::Formatter<'_>,
+    text: &str,
+    quoted: bool,
+    max: usize,
+    own_quoting: bool,
+) -> fmt::Result {
+    let mut escaped = String::new();
+    if quoted {
+        f.write_char('"')?;
+    }
+    let mut shown = 0;
+    for c in text.chars() {
+        escaped.clear();
+        if c == '\'' || (own_quoting && matches!(c, '"' | '\\')) {
+            // `str`'s Debug leaves single quotes alone; `char::escape_debug` does not.
+            escaped.push(c);
+        } else {
+            escaped.extend(c.escape_debug());
+        }
+        if shown + escaped.len() > max {
+            if quoted {
+                f.write_char('"')?;
+            }
+            return write!(f, "... ({} bytes in all)", text.len());
+        }
+        shown += escaped.len();
+        f.write_str(&escaped)?;
+    }
+    if quoted {
+        f.write_char('"')?;
+    }
+    Ok(())
 }
 
 impl fmt::Debug for Excerpt<'_> {
@@ -69,6 +102,24 @@ impl fmt::Display for Excerpt<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_longer_text_is_escaped_alike_but_its_quotes_and_cut_at_its_own_bound() {
+        let v = "refused \u{1b}[2J \u{85} \u{9b} \u{202e} \u{2066} it's";
+        assert_eq!(format!("{}", Longer(v, 4096)), format!("{}", Excerpt(v)));
+        assert_eq!(
+            format!("{}", Longer(v, 4096)),
+            r"refused \u{1b}[2J \u{85} \u{9b} \u{202e} \u{2066} it's"
+        );
+        let ours = r#"device "\u{1b}" was not granted"#;
+        assert_eq!(format!("{}", Longer(ours, 4096)), ours);
+        let long = "x".repeat(300);
+        assert_eq!(format!("{}", Longer(&long, 4096)), long);
+        assert_eq!(
+            format!("{}", Longer(&long, 200)),
+            format!("{}... (300 bytes in all)", "x".repeat(200))
+        );
+    }
 
     #[test]
     fn a_value_that_fits_is_written_as_debug_writes_it() {

@@ -6,7 +6,8 @@
 //! A log that cannot be read (a link or a FIFO planted at its name, a directory others may
 //! write) is a warning, naming the path and what to do.
 
-use devinject_decision_log::{last, Decision};
+use devinject_decision_log::{last, Decision, MAX_MESSAGE_BYTES};
+use devinject_devices::excerpt::{Excerpt, Longer};
 use devinject_hostconfig::HostConfig;
 
 use crate::doctor::{DoctorReport, DoctorRequest, Section, Severity};
@@ -60,7 +61,7 @@ pub fn check(req: &DoctorRequest, host: &HostConfig, report: &mut DoctorReport) 
     for d in &decisions {
         report.add(
             Section::Refusals,
-            d.container.clone(),
+            Excerpt(&d.container).to_string(),
             Severity::Info,
             line(d),
             None,
@@ -68,38 +69,29 @@ pub fn check(req: &DoctorRequest, host: &HostConfig, report: &mut DoctorReport) 
     }
 }
 
-/// One refusal on one line: time, path, reason, container, profiles, message.
+/// One refusal on one line: time, path, reason, container, profiles, message. The container
+/// id, the profile names and the message are the log's, which a container's values reach: each
+/// is escaped through the one excerpt (`devices::excerpt`), so that control characters and bidi
+/// overrides show as escapes and a line of the log is one line on screen.
 pub fn line(d: &Decision) -> String {
     let container = if d.container.is_empty() {
-        "(unknown container)"
+        "(unknown container)".to_owned()
     } else {
-        &d.container
+        Excerpt(&d.container).to_string()
     };
     let profiles = if d.profiles.is_empty() {
         String::new()
     } else {
-        format!(" [{}]", d.profiles.join(","))
+        let names: Vec<String> = d.profiles.iter().map(|p| Excerpt(p).to_string()).collect();
+        format!(" [{}]", names.join(","))
     };
     format!(
         "{} {} {} {container}{profiles}: {}",
         d.time_utc(),
         d.path,
         d.reason,
-        printable(&d.message)
+        Longer(&d.message, MAX_MESSAGE_BYTES)
     )
-}
-
-/// `text` with its control characters escaped: a line of the log is one line on screen.
-fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -158,6 +150,42 @@ mod tests {
             .findings
             .iter()
             .all(|f| f.severity == Severity::Info && f.section == Section::Refusals));
+    }
+
+    /// A container id, a profile name and a message from the log are shown escaped, byte for
+    /// byte: ESC, a C1 control (CSI) and a bidi override never reach the terminal.
+    #[test]
+    fn the_log_s_values_are_shown_escaped() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("run/devinject");
+        std::fs::create_dir_all(root.path().join("run")).unwrap();
+        let mut d = Decision::now(
+            EnginePath::Hook,
+            "c\u{1b}[2J\u{9b}1m\u{202e}exe.txt",
+            vec!["d\u{85}emo".into()],
+            Reason::Policy,
+            "profile demo: device \"\u{1b}]0;x\u{7}\u{202e}\" was not granted",
+        );
+        d.time_unix_ms = 1_798_761_599_000;
+        record(&dir, &d).unwrap();
+        let mut report = DoctorReport::default();
+        check(
+            &req(root.path(), 1),
+            &host(Path::new("/run/devinject")),
+            &mut report,
+        );
+        let f = &report.findings[0];
+        assert_eq!(
+            f.message,
+            r#"2026-12-31T23:59:59Z hook policy c\u{1b}[2J\u{9b}1m\u{202e}exe.txt [d\u{85}emo]: profile demo: device "\u{1b}]0;x\u{7}\u{202e}" was not granted"#
+        );
+        assert_eq!(f.subject, r"c\u{1b}[2J\u{9b}1m\u{202e}exe.txt");
+        for text in [&f.message, &f.subject] {
+            assert!(
+                !text.contains(['\u{1b}', '\u{9b}', '\u{85}', '\u{7}', '\u{202e}']),
+                "{text:?}"
+            );
+        }
     }
 
     #[test]
