@@ -105,6 +105,10 @@ pub struct ClaimEntry {
     pub spec_files: Vec<String>,
     /// The devices prepared, as the kubelet was told.
     pub devices: Vec<PreparedDevice>,
+    /// The node's boot id when the claim was prepared: a spec lost in the same boot is put
+    /// back as it was, while after a reboot the kubelet's prepare runs the prepare steps again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
 }
 
 /// The file's layout.
@@ -313,6 +317,7 @@ mod tests {
                 device_name: "demo-0".into(),
                 cdi_device_ids: vec![naming::cdi_device_id("devinject.io", "demo", uid, "demo-0")],
             }],
+            boot_id: None,
         }
     }
 

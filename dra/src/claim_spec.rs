@@ -332,6 +332,14 @@ fn open_dir(ctx: &SpecContext) -> Result<Option<HostDir>> {
     HostDir::open(&ctx.root, &ctx.cdi_dir).map_err(|e| dir_error(ctx, e))
 }
 
+/// Makes the CDI directory when missing (as [`write()`] does) and returns its path as this
+/// process names it, for a watch.
+pub fn create_dir_shown(ctx: &SpecContext) -> Result<PathBuf> {
+    create_dir(ctx)?;
+    let host: &Path = &ctx.cdi_dir;
+    Ok(ctx.root.join(host.strip_prefix("/").unwrap_or(host)))
+}
+
 /// Opens the CDI directory, creating it and its parents (mode 0755) when missing.
 fn create_dir(ctx: &SpecContext) -> Result<HostDir> {
     if let (Some(parent), Some(name)) = (ctx.cdi_dir.parent(), ctx.cdi_dir.file_name()) {

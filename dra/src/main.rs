@@ -208,7 +208,10 @@ fn run(args: ServeArgs) -> Result<()> {
             checkpoint: driver_dir.join("checkpoint.json"),
         };
         let roots = config.roots.clone();
-        let driver = Driver::new(config, client.clone())?.with_metrics(metrics.clone());
+        let driver =
+            std::sync::Arc::new(Driver::new(config, client.clone())?.with_metrics(metrics.clone()));
+        // Puts back the specs of this boot's claims that go missing (docs/dra.md).
+        tokio::spawn(std::sync::Arc::clone(&driver).keep_specs());
         serve(
             ServeConfig {
                 driver: args.driver,

@@ -78,12 +78,12 @@ pub enum ServeError {
 /// Serves until SIGTERM or SIGINT (then `Ok`), or until a part fails.
 pub async fn serve<C: Claims>(
     config: ServeConfig,
-    claims: C,
+    claims: Arc<C>,
     client: kube::Client,
 ) -> Result<(), ServeError> {
     let mut terminate = signal(SignalKind::terminate()).map_err(ServeError::Signals)?;
     let mut interrupt = signal(SignalKind::interrupt()).map_err(ServeError::Signals)?;
-    let service = NodeService::new(Arc::new(claims));
+    let service = NodeService::new(claims);
     // The publisher's discovery, shared with the health stream, which runs none of its own.
     let (discovered, watched) = watch::channel(Discovered::default());
     let health = HealthService::new(HealthConfig {

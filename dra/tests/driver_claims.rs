@@ -102,6 +102,15 @@ struct Node {
     _temp: tempfile::TempDir,
     root: PathBuf,
     driver: Arc<Driver>,
+    config: DriverConfig,
+    client: kube::Client,
+}
+
+/// Sets the node's boot id, as the kernel tells it.
+fn set_boot_id(root: &Path, id: &str) {
+    let file = root.join("proc/sys/kernel/random/boot_id");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(file, format!("{id}\n")).unwrap();
 }
 
 /// A node with two demo devices (links to `/dev/null`), a demo profile whose prepare program
@@ -163,11 +172,14 @@ async fn node(api: &ApiServer) -> Node {
         },
         checkpoint: root.join("plugins/devinject.io/checkpoint.json"),
     };
-    let driver = Arc::new(Driver::new(config, client).unwrap());
+    set_boot_id(&root, "boot-1");
+    let driver = Arc::new(Driver::new(config.clone(), client.clone()).unwrap());
     Node {
         _temp: temp,
         root,
         driver,
+        config,
+        client,
     }
 }
 
@@ -247,6 +259,69 @@ async fn a_slow_prepare_step_does_not_hold_up_another_claim() {
         .map(|e| e.claim.uid)
         .collect();
     assert_eq!(prepared, [FAST_UID]);
+}
+
+/// Waits, up to a bound far beyond what an inotify event takes, until `file` exists.
+async fn wait_for(file: &Path) {
+    let started = Instant::now();
+    while !file.is_file() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{} was not put back",
+            file.display()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_lost_spec_of_this_boot_is_put_back_and_one_of_an_earlier_boot_is_left_to_the_kubelet() {
+    let api = ApiServer::default();
+    api.allocate("fast", FAST_UID, "demo-1", "fast");
+    let node = node(&api).await;
+    node.driver
+        .prepare(
+            claim("fast", FAST_UID),
+            Deadline::after(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    let cdi = node.root.join("cdi");
+    let spec = cdi.join(format!("k8s.devinject.io-demo_{FAST_UID}.json"));
+    let written = std::fs::read(&spec).unwrap();
+
+    // Removed under the running driver: put back as it was, without a prepare call.
+    let keeper = tokio::spawn(Arc::clone(&node.driver).keep_specs());
+    std::fs::remove_file(&spec).unwrap();
+    wait_for(&spec).await;
+    assert_eq!(std::fs::read(&spec).unwrap(), written);
+    // The whole directory removed: made again, the spec in it, and watched again.
+    std::fs::remove_dir_all(&cdi).unwrap();
+    wait_for(&spec).await;
+    assert_eq!(std::fs::read(&spec).unwrap(), written);
+    std::fs::remove_file(&spec).unwrap();
+    wait_for(&spec).await;
+    // Another file of the directory is not ours to restore or to react to.
+    std::fs::write(cdi.join("vendor.json"), "{}").unwrap();
+    std::fs::remove_file(cdi.join("vendor.json")).unwrap();
+    keeper.abort();
+
+    // A driver started after a reboot (another boot id) puts back nothing of the claims
+    // prepared before it: the kubelet prepares them again, their prepare steps included.
+    std::fs::remove_file(&spec).unwrap();
+    set_boot_id(&node.root, "boot-2");
+    let rebooted = Driver::new(node.config.clone(), node.client.clone()).unwrap();
+    assert_eq!(rebooted.restore_specs().await, 0);
+    assert!(!spec.exists());
+    // The kubelet's prepare then writes it again.
+    rebooted
+        .prepare(
+            claim("fast", FAST_UID),
+            Deadline::after(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&spec).unwrap(), written);
 }
 
 /// Whether the slow program has started (it leaves a file before it sleeps).
