@@ -148,6 +148,10 @@ pub struct Shape {
     /// in the directory given (a vendor's real user space, `crate::vendor`), and what it adds
     /// to the test image; `None`: the demo host and the plain test image.
     pub node_host: Option<NodeHost>,
+    /// The devices each [`Setup::Dra`] node publishes, where that is not `devices` (a
+    /// [`Shape::node_host`] with more profiles than the demo's, whose demo devices the device
+    /// plugins of the other nodes advertise as `devices`); `None`: `devices`.
+    pub dra_devices: Option<usize>,
 }
 
 /// A node's simulated host other than the demo's ([`Shape::node_host`]).
@@ -169,6 +173,7 @@ impl Default for Shape {
             crio: None,
             crio_nodes: Vec::new(),
             node_host: None,
+            dra_devices: None,
         }
     }
 }
@@ -523,8 +528,8 @@ impl Cluster {
             node.start(setup, &self.kubernetes, &self.kubeconfig)?;
         }
         self.wait_node_ready()?;
-        let mut plugins = false;
-        for (node, setup) in self.nodes.iter_mut().zip(setups) {
+        let mut plugins = Vec::new();
+        for (i, (node, setup)) in self.nodes.iter_mut().zip(setups).enumerate() {
             if matches!(
                 setup,
                 Setup::Ctl
@@ -536,12 +541,10 @@ impl Cluster {
                     }
             ) {
                 node.start_plugin()?;
-                plugins = true;
+                plugins.push(i);
             }
         }
-        if plugins {
-            self.wait_allocatable("devinject.io/demo", &shape.devices.to_string())?;
-        }
+        self.wait_allocatable_on(&plugins, "devinject.io/demo", &shape.devices.to_string())?;
         for (node, setup) in self.nodes.iter_mut().zip(setups) {
             if matches!(
                 setup,
@@ -565,7 +568,7 @@ impl Cluster {
                     node.start_dra_plugin(&kubeconfig)?;
                 }
             }
-            self.wait_resource_slices(shape.devices * dra)?;
+            self.wait_resource_slices(shape.dra_devices.unwrap_or(shape.devices) * dra)?;
         }
         // Pods need the namespace's default service account, which the controller makes.
         poll("the default service account", SLOW, || {
@@ -753,11 +756,17 @@ impl Cluster {
 
     /// Waits until every node's allocatable `resource` is `count`.
     pub fn wait_allocatable(&self, resource: &str, count: &str) -> Result<()> {
+        let all: Vec<usize> = (0..self.nodes.len()).collect();
+        self.wait_allocatable_on(&all, resource, count)
+    }
+
+    /// Waits until the allocatable `resource` of each node in `nodes` (by index) is `count`.
+    pub fn wait_allocatable_on(&self, nodes: &[usize], resource: &str, count: &str) -> Result<()> {
         let path = format!(
             "jsonpath={{.status.allocatable.{}}}",
             resource.replace('.', "\\.")
         );
-        for node in &self.nodes {
+        for node in nodes.iter().filter_map(|i| self.nodes.get(*i)) {
             poll(
                 &format!("{resource} allocatable = {count} on {}", node.name()),
                 SLOW,

@@ -462,6 +462,18 @@ impl Node {
         self.nri_plugin.as_ref().and_then(Daemon::pid)
     }
 
+    /// `devinject-dra`'s pid, while it runs ([`Setup::Dra`]).
+    pub fn dra_plugin_pid(&self) -> Option<u32> {
+        self.dra_plugin.as_ref().and_then(Daemon::pid)
+    }
+
+    /// How often the kubelet has told `devinject-dra` that it registered (its current log).
+    pub fn dra_registrations(&self) -> usize {
+        self.dra_log()
+            .matches(devinject_dra::registration::REGISTERED)
+            .count()
+    }
+
     /// Where the device plugin serves its metrics, while it runs.
     pub fn plugin_metrics(&self) -> Option<SocketAddr> {
         self.plugin_pid().and(self.plugin_metrics)
