@@ -113,6 +113,15 @@ impl HostRoot {
         }
     }
 
+    /// Removes the socket at `host` through its directory's fd ([`HostDir::remove_socket`]):
+    /// anything else there is left. Returns whether one went.
+    pub fn remove_socket(&self, host: &Path) -> Result<bool> {
+        match self.dir_of(host)? {
+            (Some(dir), name) => dir.remove_socket(name).map_err(InstallError::HostFile),
+            (None, _) => Ok(false),
+        }
+    }
+
     /// Opens the host directory `host` inside the root; `None` when it does not exist.
     pub fn open_dir(&self, host: &Path) -> Result<Option<HostDir>> {
         HostDir::open(&self.root, host).map_err(InstallError::HostFile)

@@ -231,7 +231,14 @@ pub struct UninstallOptions {
     pub dry_run: bool,
     /// Testing aid: fail or abort at a given point.
     pub fault: Option<Fault>,
+    /// The DRA driver's directory under the kubelet's plugins directory (host path): its
+    /// checkpoint and socket go, then the directory ([`DRA_PLUGIN_DIR`] unless told).
+    pub dra_plugin_dir: PathBuf,
 }
+
+/// Where `devinject-dra` keeps its checkpoint and socket as `deploy/devinject-dra.yaml` runs
+/// it: `<--plugins-dir>/<--driver>`.
+pub const DRA_PLUGIN_DIR: &str = "/var/lib/kubelet/plugins/devinject.io";
 
 impl UninstallOptions {
     /// Defaults for a host at `root`.
@@ -243,6 +250,7 @@ impl UninstallOptions {
             restart: RestartMode::Systemd,
             dry_run: false,
             fault: None,
+            dra_plugin_dir: PathBuf::from(DRA_PLUGIN_DIR),
         }
     }
 }

@@ -174,6 +174,14 @@ pub fn uninstall(
         Ok(())
     })?;
 
+    // 4. What the DRA driver kept under the kubelet's plugins directory.
+    let mut dra_kept = None;
+    runner.run(&mut report, ctl, "dra-driver", |mut cx| {
+        dra_kept = dra_driver(&mut cx, layout, &opts.dra_plugin_dir)?;
+        Ok(())
+    })?;
+    report.left.extend(dra_kept);
+
     // What stays, and why.
     let kept: Vec<PathBuf> = if had_record {
         record.files.iter().map(|f| f.path.clone()).collect()
@@ -188,7 +196,7 @@ pub fn uninstall(
         report.left.push((p, why_kept()));
     }
 
-    // 4. The record and the directories, when nothing is left (else only empty directories).
+    // 5. The record and the directories, when nothing is left (else only empty directories).
     if !opts.dry_run {
         finish(opts, &store, &record, had_record).map_err(|e| {
             Box::new(Failure {
@@ -201,6 +209,83 @@ pub fn uninstall(
         })?;
     }
     Ok(report)
+}
+
+/// The DRA driver's checkpoint file and socket in its directory.
+const DRA_CHECKPOINT: &str = "checkpoint.json";
+const DRA_SOCKET: &str = "dra.sock";
+
+/// Removes what `devinject-dra` keeps in `dir` (its directory under the kubelet's plugins
+/// directory): the checkpoint, a socket a killed driver left, then the directory when nothing
+/// else is in it. Each through its directory's fd: a link, FIFO or device at the checkpoint's
+/// name is refused, naming it, and never followed or opened. A checkpoint that still lists
+/// prepared claims stays, with the directory: returned with why (their pods still run, and a
+/// driver installed again needs it to unprepare them).
+fn dra_driver(
+    cx: &mut StepCtx<'_, '_>,
+    layout: &crate::options::Layout,
+    dir: &Path,
+) -> Result<Option<(PathBuf, String)>> {
+    let host = &layout.host;
+    if host.open_dir(dir)?.is_none() {
+        return Ok(None);
+    }
+    let checkpoint = dir.join(DRA_CHECKPOINT);
+    if let Some((bytes, _)) = host.read(&checkpoint)? {
+        match prepared_claims(&bytes) {
+            Some(0) => remove_unrecorded(cx, &checkpoint)?,
+            claims => {
+                let why = match claims {
+                    Some(n) => format!(
+                        "the DRA driver's checkpoint lists {n} claim(s) still prepared on this node: \
+                         delete the pods holding them while the driver runs, then run --uninstall again"
+                    ),
+                    None => "not a checkpoint of devinject-dra's (it is not the JSON it writes): \
+                             look at it and remove it by hand"
+                        .to_string(),
+                };
+                return Ok(Some((checkpoint, why)));
+            }
+        }
+    }
+    let socket = dir.join(DRA_SOCKET);
+    if matches!(
+        host.entry(&socket)?,
+        devinject_runtime_config::host_dir::Entry::Other(_)
+    ) {
+        let removed = match cx.tx {
+            Some(_) => host.remove_socket(&socket)?,
+            None => true,
+        };
+        if removed {
+            let verb = if cx.tx.is_some() {
+                "remove"
+            } else {
+                "would remove"
+            };
+            cx.report
+                .changes
+                .push(format!("{verb} {}", socket.display()));
+        }
+    }
+    if let Some(tx) = cx.tx.as_deref_mut() {
+        if tx.remove_empty_dir(dir)? {
+            cx.report.changes.push(format!("remove {}", dir.display()));
+        }
+    } else {
+        cx.report
+            .changes
+            .push(format!("would remove {} when empty", dir.display()));
+    }
+    Ok(None)
+}
+
+/// How many claims the DRA driver's checkpoint `bytes` lists as prepared; `None` when it is not
+/// such a checkpoint (`{"version": N, "claims": {...}}`).
+fn prepared_claims(bytes: &[u8]) -> Option<usize> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    v.get("version")?.as_u64()?;
+    Some(v.get("claims")?.as_object()?.len())
 }
 
 /// Removes a file devinject put there without a record of it.

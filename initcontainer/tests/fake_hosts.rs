@@ -653,3 +653,55 @@ fn absolute_links_on_the_host_are_followed_inside_the_host_root() {
     was.retain(|p, _| !p.starts_with(&rel));
     assert_same(&now, &was, "the host root after uninstall");
 }
+
+/// The DRA overlay's node: the installer put the files there (no engine), and `devinject-dra`
+/// kept its checkpoint and socket in its directory under the kubelet's plugins directory.
+/// Uninstall leaves nothing of that once no claim is prepared; while one is, the checkpoint
+/// stays (a driver installed again needs it to unprepare the claim) and the report says why;
+/// a link at the checkpoint's name is refused, never followed.
+#[test]
+fn uninstall_takes_the_dra_driver_s_checkpoint_socket_and_directory() {
+    const DIR: &str = "/var/lib/kubelet/plugins/devinject.io";
+    let h = FakeHost::new(Some("containerd-2.x-v3-default"));
+    std::fs::create_dir_all(h.path("/var/lib/kubelet/plugins")).expect("mkdir");
+    let before = h.snapshot();
+    let mut ctl = Recorder::default();
+    ok(install(&options(&h, EngineChoice::Skip), &mut ctl));
+    std::fs::create_dir_all(h.path(DIR)).expect("mkdir");
+    let checkpoint = format!("{DIR}/checkpoint.json");
+    h.write(
+        &checkpoint,
+        r#"{"version":1,"claims":{"u1":{"claim":{"namespace":"a","name":"b","uid":"u1"},"profiles":["kvm"],"spec_files":[],"devices":[]}}}"#,
+    );
+    // A driver killed without removing its socket.
+    let socket =
+        std::os::unix::net::UnixListener::bind(h.path(&format!("{DIR}/dra.sock"))).expect("bind");
+    drop(socket);
+
+    // A claim still prepared: the checkpoint stays, and why.
+    let un = ok(uninstall(&un_options(&h), &mut ctl));
+    assert_eq!(
+        un.left.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>(),
+        [PathBuf::from(&checkpoint)],
+        "{un}"
+    );
+    assert!(un.left[0].1.contains("1 claim(s) still prepared"), "{un}");
+    assert!(h.path(&checkpoint).exists());
+
+    // A link at its name, to a host file: refused, naming it; the file is untouched.
+    h.write("/etc/precious", "keep\n");
+    std::fs::remove_file(h.path(&checkpoint)).expect("rm");
+    std::os::unix::fs::symlink("/etc/precious", h.path(&checkpoint)).expect("symlink");
+    let refused = uninstall(&un_options(&h), &mut ctl).expect_err("a link is refused");
+    assert!(refused.to_string().contains(&checkpoint), "{refused}");
+    assert_eq!(h.read("/etc/precious"), "keep\n");
+    std::fs::remove_file(h.path(&checkpoint)).expect("rm");
+    std::fs::remove_file(h.path("/etc/precious")).expect("rm");
+
+    // The claim unprepared: nothing of ours is left.
+    h.write(&checkpoint, r#"{"version":1,"claims":{}}"#);
+    let un = ok(uninstall(&un_options(&h), &mut ctl));
+    assert!(un.left.is_empty(), "{un}");
+    assert!(!h.path(DIR).exists(), "{un}");
+    assert_same(&h.snapshot(), &before, "after the uninstall");
+}

@@ -358,6 +358,23 @@ impl HostDir {
         Ok(true)
     }
 
+    /// Removes the socket at `name` (a server's that died without removing it) and syncs the
+    /// directory. Returns whether there was one; anything else there is left as it is.
+    pub fn remove_socket(&self, name: &OsStr) -> Result<bool> {
+        match fstatat(self.fd.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) if file_kind::of(&st) == SFlag::S_IFSOCK => {}
+            Ok(_) | Err(Errno::ENOENT) => return Ok(false),
+            Err(e) => return Err(io("stat", self.shown(name), e)),
+        }
+        match unlinkat(self.fd.as_fd(), name, UnlinkatFlags::NoRemoveDir) {
+            Ok(()) => {}
+            Err(Errno::ENOENT) => return Ok(false),
+            Err(e) => return Err(io("remove", self.shown(name), e)),
+        }
+        self.sync()?;
+        Ok(true)
+    }
+
     /// Removes the directory `name` when it is empty; a missing, non-empty or non-directory
     /// entry is left as it is. Returns whether it went.
     pub fn remove_empty_dir(&self, name: &OsStr) -> Result<bool> {
