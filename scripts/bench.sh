@@ -22,6 +22,10 @@
 # (starts, faults of each kind, violations, the daemons' RSS, fds and threads first vs last,
 # the metrics scrapes) to target/churn-report.txt; it exits 1 on any violation.
 #
+# `scripts/bench.sh servers [--rounds N] [--clients 1,8] ...` runs only the servers' section
+# (servers-bench: the metrics endpoint and the webhook under well-behaved clients, scrapes or
+# reviews per second and p50/p99, an A/A pair; loopback only, tens of seconds; no root needed).
+#
 # The binaries are built as they ship, by scripts/release-build.sh (as for the image, in
 # target/image): release profile, static, the runtime shim and devinject-podresources against
 # musl and the rest against glibc.
@@ -42,6 +46,12 @@ if [ "${1:-}" = churn ]; then
   exec flock /tmp/devinject-cluster.lock env DEVINJECT_BIN_DIR="$out" DEVINJECT_KUBE_BIN="$kube" \
     DEVINJECT_RUNC="$runc14" DEVINJECT_RUNTIMES="$runtimes" DEVINJECT_CRIO_BIN="$crio" \
     "$out/churn-soak" --report "$report" "$@"
+fi
+if [ "${1:-}" = servers ]; then
+  shift
+  out=$(scripts/release-build.sh target/image/bin -p devinject-benchmarks)
+  echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs" >&2
+  exec "$out/servers-bench" "$@"
 fi
 if [ "${1:-}" = nvidia-toolkit ]; then
   section=nvidia-toolkit
@@ -81,6 +91,11 @@ fi
 
 echo
 DEVINJECT_BIN_DIR="$out" "$out/cdi-watch-bench"
+
+echo
+echo "### 19. The metrics endpoint and the webhook under well-behaved clients"
+echo
+"$out/servers-bench"
 
 echo
 echo "### 12. Reading config.json: the hook's own types against oci-spec"

@@ -18,6 +18,8 @@
 //!   on a real cluster.
 //! - `oci-parse-bench`: parsing `config.json` with the hook's own types against `oci-spec`'s,
 //!   and which of the two accepts specs with names newer than the parser (section 12).
+//! - `servers-bench`: the metrics endpoint and the webhook's HTTPS server under well-behaved
+//!   clients, requests per second and p50/p99 latency, with an A/A pair (section 19).
 //!
 //! The library, mostly `devinject-bench`'s rows:
 //!
