@@ -19,7 +19,9 @@
 //!    driver's pod, a ResourceSlice of another node is refused; with a token bound to no pod, any
 //!    slice is; the account may not read Secrets;
 //! 5. the DaemonSet deleted and the shipped uninstall DaemonSet applied, every file of devinject
-//!    is gone from the node, and containerd's configuration is byte for byte what it was.
+//!    is gone from the node (the driver's checkpoint and its directory under the kubelet's
+//!    plugins directory too, and its registration socket), and containerd's configuration is
+//!    byte for byte what it was.
 //!
 //! Needs what tests/cluster_install.rs needs, Kubernetes >= 1.34 and containerd 2
 //! (scripts/runtimes-fetch.sh); skipped otherwise, a failure under CI.
@@ -38,6 +40,11 @@ use devinject_tests::daemons::poll;
 /// Where [`DEFAULT_CDI_DIR`] leads on the node (`/var/run` is a link to `/run`), as a path
 /// through the node's `/proc/<pid>/root`, where the link would lead to the test's own `/run`.
 const NODE_CDI_DIR: &str = "/run/cdi";
+
+/// The driver's directory under the kubelet's plugins directory: its checkpoint and socket.
+const DRIVER_DIR: &str = "/var/lib/kubelet/plugins/devinject.io";
+/// Where the kubelet looks for registration sockets.
+const REGISTRY_DIR: &str = "/var/lib/kubelet/plugins_registry";
 
 /// The manifest as shipped, but on the host network and with the API server's address as a pod
 /// there reaches it (no kube-proxy serves the `kubernetes` Service's address here).
@@ -232,9 +239,27 @@ fn installed_as_a_dra_driver_it_serves_claims_and_the_examples_and_uninstalls() 
         .expect_err("the account reads no Secrets");
     assert!(format!("{refused:#}").contains("forbidden"), "{refused:#}");
 
+    // The driver kept its checkpoint of the claim it prepared.
+    let kept = files_in(&c, DRIVER_DIR);
+    assert!(
+        kept.iter().any(|f| f == "checkpoint.json"),
+        "the driver's checkpoint is on the node: {kept:?}"
+    );
+
     // Uninstall, as docs/uninstall.md says.
     delete_node_daemonset(&c);
     uninstall_touching_no_engine(&c);
+    // Nothing of the driver is left under the kubelet's directories.
+    assert!(
+        !c.in_node_ns(DRIVER_DIR).unwrap().exists(),
+        "the driver's directory is gone: {:?}",
+        files_in(&c, DRIVER_DIR)
+    );
+    let registry = files_in(&c, REGISTRY_DIR);
+    assert!(
+        !registry.iter().any(|f| f.contains("devinject")),
+        "no registration socket of ours: {registry:?}"
+    );
     assert!(
         std::fs::read(c.containerd_config()).unwrap() == before,
         "containerd's config.toml is byte-identical to before the install"
