@@ -14,7 +14,7 @@ use devinject_admission::admit::{Admission, AdmitError, Container};
 use devinject_admission::container_plan::{find_requests, ContainerPlanError};
 use devinject_contained::prepare_step::{self, PrepareStepError};
 use devinject_decision_log::{record_or_warn, Decision, EnginePath, Reason};
-use devinject_devices::env_value;
+use devinject_devices::{env_value, Excerpt};
 use devinject_devices::{ContainerLayout, FinishArgs, GroupAccess, HookCommand};
 use devinject_hostconfig::HostConfig;
 use prost::Message;
@@ -236,8 +236,8 @@ impl Plugin {
             }
             Err(e) => {
                 tracing::warn!(
-                    pod = %format!("{}/{}", pod.namespace, pod.name),
-                    container = %container.name,
+                    pod = %format!("{}/{}", Excerpt(&pod.namespace), Excerpt(&pod.name)),
+                    container = %Excerpt(&container.name),
                     "refused: {e}"
                 );
                 let failure = Failure {
@@ -321,7 +321,7 @@ impl Plugin {
         ));
         let adjust = adjustment(container, &plan.edits, &request_envs, finish.as_ref())?;
         tracing::info!(
-            container = %container.name,
+            container = %Excerpt(&container.name),
             devices = %plan.granted().join(","),
             "injecting"
         );
