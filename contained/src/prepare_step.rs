@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use devinject_devices::{DeviceId, PrepareRun, ProfileName};
+use devinject_devices::{DeviceId, Excerpt, PrepareRun, ProfileName};
 use devinject_exit::ExitCode;
 
 use crate::child::{self, ChildError, Program, Unrunnable};
@@ -96,14 +96,16 @@ pub enum PrepareStepError {
         /// The time it was given.
         left: Duration,
     },
-    /// It ran and failed.
-    #[error("{step} failed ({status}): {output}")]
+    /// It ran and failed. Its output is shown through [`Excerpt`]: the program's message can
+    /// carry what a container or claim gave it, and this error reaches the engine's error, the
+    /// pod's events and the node's log (docs/security.md, values a container controls).
+    #[error("{step} failed ({status}): {}", Excerpt(.output))]
     Failed {
         /// Which run.
         step: Box<Step>,
         /// Its exit code or signal.
         status: String,
-        /// What it wrote on stderr (`no message` when nothing).
+        /// What it wrote on stderr (`no message` when nothing), as written: unescaped, whole.
         output: String,
     },
 }
@@ -164,7 +166,7 @@ fn run_one(r: &PrepareRun, limit: Duration) -> Result<(), PrepareStepError> {
         step: Step::of(r),
         source,
     })?;
-    tracing::info!(profile = %r.profile, device = %r.device, function = r.function.as_deref().unwrap_or("none"), elapsed_ms = started.elapsed().as_millis() as u64, stdout = %String::from_utf8_lossy(&finished.stdout).trim(), "prepare step ran");
+    tracing::info!(profile = %r.profile, device = %r.device, function = r.function.as_deref().unwrap_or("none"), elapsed_ms = started.elapsed().as_millis() as u64, stdout = %Excerpt(String::from_utf8_lossy(&finished.stdout).trim()), "prepare step ran");
     match finished.failure() {
         None => Ok(()),
         Some(status) => Err(PrepareStepError::Failed {
@@ -200,6 +202,44 @@ mod tests {
             limit: Duration::from_millis(limit_ms),
             function: Some("nlb3".into()),
         }
+    }
+
+    /// A program's message reaches the engine's error, the pod's events and the node's log:
+    /// a C1 control, a bidi override and an escape sequence in it are shown escaped, byte for
+    /// byte as `devices::Excerpt` writes them, and a long message is cut to its bound.
+    #[test]
+    fn a_programs_message_is_shown_escaped_byte_for_byte() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        // ESC [2J (clear screen), U+009B (C1 CSI), U+202E (right-to-left override), U+0085.
+        let hostile = script(
+            d,
+            "hostile",
+            "printf 'no \\033[2J fit \\302\\233 31m \\342\\200\\256 gpj.exe \\302\\205 end\\n' >&2\nexit 3",
+        );
+        let long = script(d, "long", "printf '%0300d\\n' 0 >&2\nexit 1");
+        let err = run_all(&[run_of(&hostile, "1", 5000)]).unwrap_err();
+        assert!(
+            matches!(&err, PrepareStepError::Failed { output, .. }
+                if output == "no \u{1b}[2J fit \u{9b} 31m \u{202e} gpj.exe \u{85} end"),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "the prepare program {} of profile fpga for device 1 (function nlb3) failed \
+                 (exit code 3): no \\u{{1b}}[2J fit \\u{{9b}} 31m \\u{{202e}} gpj.exe \\u{{85}} end",
+                hostile.display()
+            )
+        );
+        let err = run_all(&[run_of(&long, "1", 5000)]).unwrap_err();
+        assert!(
+            err.to_string().ends_with(&format!(
+                "failed (exit code 1): {}... (300 bytes in all)",
+                "0".repeat(devinject_devices::excerpt::MAX_SHOWN)
+            )),
+            "{err}"
+        );
     }
 
     // The scripts are written before any run: a script still open for writing while another

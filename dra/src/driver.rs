@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use devinject_contained::prepare_step::{run_all_by, PrepareStepError};
+use devinject_contained::prepare_step::run_all_by;
 use devinject_devices::{
     discover, prepare_runs, resolve_driver_files, DeviceId, Excerpt, FunctionRequest, HostRoots,
     PrepareRun, Profile, ProfileSet,
@@ -517,19 +517,6 @@ fn label(claim: &ClaimRef) -> Result<(String, String), String> {
     Ok((what, uid.to_owned()))
 }
 
-/// A prepare step's failure as the kubelet is told: the program's own output (which the
-/// driver does not control) through the escaping excerpt, the rest as the step words it.
-fn prepare_failure(error: PrepareStepError) -> String {
-    match error {
-        PrepareStepError::Failed {
-            step,
-            status,
-            output,
-        } => format!("{step} failed ({status}): {}", Excerpt(&output)),
-        other => other.to_string(),
-    }
-}
-
 /// What preparing a claim does for one profile.
 struct ProfilePlan {
     profile: String,
@@ -629,7 +616,7 @@ impl Driver {
                 .await
                 .map_err(|e| format!("{what}: the prepare step's task: {e}"))
                 .map_err(refused("prepare_step"))?
-                .map_err(|e| format!("{what}: {}", prepare_failure(e)))
+                .map_err(|e| format!("{what}: {e}"))
                 .map_err(refused("prepare_step"))?;
         }
         let entry = self
