@@ -1,8 +1,9 @@
-//! Churn with faults on a real cluster ([`devinject_tests::churn`]): three nodes, one on the
+//! Churn with faults on a real cluster ([`devinject_tests::churn`]): four nodes, one on the
 //! runtime shim (the `devinject` RuntimeClass) and one on `devinject-nri`, both containerd 2,
-//! and one on CRI-O injecting the CDI specs the plugin's answers name; each with the real
-//! device plugin, four demo devices and `/dev/kvm` shared as three replicas (as KubeVirt shares
-//! it). Pods are created and deleted continuously, four at a time, each asking for 0–2 demo
+//! one on CRI-O injecting the CDI specs the plugin's answers name, each with the real device
+//! plugin, and one on `devinject-dra` (containerd 2 injecting its claims' specs); each with
+//! four demo devices and `/dev/kvm` shared as three replicas (as KubeVirt shares it). On the
+//! DRA node pods ask through ResourceClaimTemplates. Pods are created and deleted continuously, four at a time, each asking for 0–2 demo
 //! devices and, one time in two, a kvm replica, on a random path (the
 //! seed is printed; `DEVINJECT_CHURN_SEED` repeats a mix), every tenth forging the request
 //! variable (on each path in turn; on the CDI path with a CDI annotation on the pod too).
@@ -21,16 +22,22 @@
 //!   tmpfs for a few seconds (neither path writes CDI specs: the fault holds that a start does
 //!   not depend on it);
 //! - the kubelet's pod-resources socket moved away for a few seconds (a pod asking a device
-//!   is started in the window: the policy cannot ask, so it must refuse, never guess).
+//!   is started in the window: the policy cannot ask, so it must refuse, never guess);
+//! - the DRA node's kubelet restarted (it deletes the node's ResourceSlices: the driver must
+//!   publish them again, and a claim made at once must be allocated and start);
+//! - the DRA node's claim specs wiped while a claimed pod runs, whose container is killed:
+//!   the driver must put the specs back, the container start again with its devices, and a new
+//!   claim be prepared.
 //!
 //! After every start, from inside the container: exactly the granted devices (the kubelet's
 //! checkpoint: as many ids of each resource as asked) with the host's numbers, opening; its
 //! own node of every other device denied by the device cgroup (EPERM); the control node and
 //! the library exactly with a demo grant. Across the running pods of a node: never one
 //! exclusive device, nor one replica id, in two of them, by the checkpoint and by what each
-//! probe saw; kvm's replicas held by two pods at once at least once. A forger is refused
-//! with devinject's message (shim, NRI) or runs with nothing (CDI: the engine injects only
-//! what the kubelet passed). A pod that met no fault must start. At the end, once every pod is deleted: no leaked CDI spec, pod or task mount, stale
+//! probe saw (on the DRA node the allocated ResourceClaims stand for the checkpoint); kvm's
+//! replicas held by two pods at once at least once. A forger is refused with devinject's
+//! message (shim, NRI) or runs with nothing (CDI, DRA: the engine injects only what the
+//! kubelet passed). A pod that met no fault must start. At the end, once every pod is deleted: no leaked CDI spec, pod or task mount, stale
 //! device-plugin socket, pod cgroup or device entry, stray process, temp file or task bundle
 //! (the list: [`devinject_tests::churn::leaks::CHECKED`]; containerd's own shims that lived
 //! through a containerd restart and stay after their pod are reported apart); the NRI node's
@@ -40,6 +47,7 @@
 //! Needs what `cluster_engine_paths.rs` needs and CRI-O (scripts/crio-build.sh); skipped
 //! otherwise, a failure under CI. One cluster at a time.
 
+use devinject_tests::churn::pods::EnginePath;
 use devinject_tests::churn::{ready, run, Settings};
 
 #[test]
@@ -71,7 +79,7 @@ fn pods_churning_through_faults_get_exactly_their_devices_and_leave_nothing_behi
         outcome.oom_killed
     );
     assert!(
-        outcome.forgers_refused.len() == 3,
+        outcome.forgers_refused.len() == EnginePath::ALL.len(),
         "forgers refused or given nothing on every path:\n{report}"
     );
     assert!(

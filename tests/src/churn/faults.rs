@@ -12,7 +12,7 @@ use crate::cluster::{Cluster, Node, DEFAULT_CDI_DIR, KUBELET_ROOT};
 use crate::daemons::run_ok;
 use crate::sim::{mknod, ACCELS};
 
-use super::pods::RESOURCE;
+use super::pods::{EnginePath, RESOURCE};
 
 /// The kinds of fault, each injected at least twice in a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -34,11 +34,19 @@ pub enum FaultKind {
     CdiFull,
     /// The kubelet's pod-resources socket moved away for a few seconds and back.
     PodResourcesGone,
+    /// The DRA node's kubelet stopped and started again under `devinject-dra`: it deletes the
+    /// node's ResourceSlices when it starts; the driver must publish them again.
+    DraKubeletRestart,
+    /// Every transient CDI spec of the DRA node's prepared claims removed while claimed pods
+    /// run (a tmpfs remounted, a cleanup tool), and a claimed pod's container killed: the
+    /// kubelet prepares nothing for a restarted container, so the driver must put the specs
+    /// back for it to start with its device.
+    CdiWipe,
 }
 
 impl FaultKind {
     /// Every kind, in the order a round injects them.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 10] = [
         Self::PluginKill,
         Self::Unplug,
         Self::PodResourcesGone,
@@ -47,6 +55,8 @@ impl FaultKind {
         Self::KubeletRestart,
         Self::ContainerdRestart,
         Self::CrioRestart,
+        Self::DraKubeletRestart,
+        Self::CdiWipe,
     ];
 
     /// Its name in reports.
@@ -60,6 +70,8 @@ impl FaultKind {
             Self::OomKill => "pod OOM-killed",
             Self::CdiFull => "CDI spec dir full",
             Self::PodResourcesGone => "pod-resources socket gone",
+            Self::DraKubeletRestart => "kubelet restart under devinject-dra",
+            Self::CdiWipe => "DRA claim specs wiped",
         }
     }
 }
@@ -104,6 +116,28 @@ pub enum Condition {
     NriRegistered { node: usize, before: usize },
     /// The named pod has ended and its outcome was recorded.
     PodFinished(String),
+    /// The kubelet has registered the node's `devinject-dra` more often than `before`, and the
+    /// node's ResourceSlices list all its devices (`devices`).
+    DraRecovered {
+        node: usize,
+        before: usize,
+        devices: usize,
+    },
+    /// The node's ResourceSlices list all its devices again (`devices`).
+    SlicesComplete { node: usize, devices: usize },
+    /// Each of these spec files of the node's CDI directory is there again, or its claim (the
+    /// uid in its name) is gone from the API.
+    SpecsRestored(Vec<PathBuf>),
+    /// The named pod's container, killed, has started again and its probe was checked.
+    PodRestarted(String),
+}
+
+/// What the run knows of its pods that a [`Condition`] asks.
+pub trait PodProgress {
+    /// Whether the pod's outcome was recorded (it ended).
+    fn finished(&self, name: &str) -> bool;
+    /// Whether the pod's container started again after a kill and its probe was checked.
+    fn restarted(&self, name: &str) -> bool;
 }
 
 /// A fault in progress.
@@ -150,6 +184,7 @@ pub fn inject(
         undo: None,
         waiting_for: Vec::new(),
     };
+    let dra = node == EnginePath::Dra.node();
     let n = &mut cluster.nodes_mut()[node];
     let name = n.name().to_owned();
     match kind {
@@ -160,7 +195,21 @@ pub fn inject(
             fault.detail = format!("SIGKILLed the device plugin (pid {pid:?}) on {name}");
             fault.waiting_for = vec![Condition::Allocatable(node)];
         }
-        FaultKind::KubeletRestart => {
+        FaultKind::KubeletRestart | FaultKind::DraKubeletRestart if dra => {
+            let before = n.dra_registrations();
+            n.restart_kubelet()
+                .with_context(|| format!("restart the kubelet of {name}"))?;
+            fault.detail = format!("restarted the kubelet of {name} under devinject-dra");
+            fault.waiting_for = vec![
+                Condition::NodeReady(node),
+                Condition::DraRecovered {
+                    node,
+                    before,
+                    devices: super::host::dra_devices(),
+                },
+            ];
+        }
+        FaultKind::KubeletRestart | FaultKind::DraKubeletRestart => {
             let before = n.plugin_registrations();
             n.restart_kubelet()
                 .with_context(|| format!("restart the kubelet of {name}"))?;
@@ -197,7 +246,13 @@ pub fn inject(
             fault.detail = format!("unplugged {accel} on {name}");
             fault.undo = Some(Undo::Replug { path, major, minor });
             fault.hold_until = Some(began + HOLD);
-            fault.waiting_for = vec![Condition::Allocatable(node)];
+            fault.waiting_for = vec![match dra {
+                true => Condition::SlicesComplete {
+                    node,
+                    devices: super::host::dra_devices(),
+                },
+                false => Condition::Allocatable(node),
+            }];
         }
         FaultKind::OomKill => {
             fault.detail = format!("a pod on {name} allocating past its memory limit");
@@ -216,6 +271,23 @@ pub fn inject(
             fault.detail = format!("moved the pod-resources socket of {name} away");
             fault.undo = Some(Undo::PodResourcesBack { away, socket });
             fault.hold_until = Some(began + HOLD);
+        }
+        FaultKind::CdiWipe => {
+            let dir = n.cdi_spec_dir();
+            let mut wiped = Vec::new();
+            for e in std::fs::read_dir(&dir)
+                .with_context(|| format!("list {}", dir.display()))?
+                .flatten()
+            {
+                std::fs::remove_file(e.path())
+                    .with_context(|| format!("remove {}", e.path().display()))?;
+                wiped.push(e.path());
+            }
+            fault.detail = format!(
+                "removed the {} CDI specs of prepared claims on {name}",
+                wiped.len()
+            );
+            fault.waiting_for = vec![Condition::SpecsRestored(wiped)];
         }
     }
     Ok(fault)
@@ -292,13 +364,13 @@ fn fill_cdi_dir(node: &Node) -> Result<Option<PathBuf>> {
     Ok(made)
 }
 
-/// Whether `condition` holds now in `cluster` (`devices` demo devices per node; `finished`:
-/// whether a pod's outcome was recorded).
+/// Whether `condition` holds now in `cluster` (`devices` demo devices per node; `pods`: what
+/// the run knows of its pods).
 pub fn holds(
     cluster: &Cluster,
     condition: &Condition,
     devices: usize,
-    finished: impl Fn(&str) -> bool,
+    pods: &impl PodProgress,
 ) -> bool {
     let node_name = |i: usize| cluster.nodes()[i].name().to_owned();
     match condition {
@@ -329,6 +401,70 @@ pub fn holds(
         Condition::NriRegistered { node, before } => {
             cluster.nodes()[*node].nri_registrations() > *before
         }
-        Condition::PodFinished(name) => finished(name),
+        Condition::PodFinished(name) => pods.finished(name),
+        Condition::PodRestarted(name) => pods.restarted(name),
+        Condition::DraRecovered {
+            node,
+            before,
+            devices,
+        } => {
+            cluster.nodes()[*node].dra_registrations() > *before
+                && slices_complete(cluster, *node, *devices)
+        }
+        Condition::SlicesComplete { node, devices } => slices_complete(cluster, *node, *devices),
+        Condition::SpecsRestored(files) => {
+            let Ok(uids) = claim_uids(cluster) else {
+                return false;
+            };
+            files.iter().all(|f| {
+                f.exists()
+                    || f.file_name()
+                        .and_then(|n| n.to_str())
+                        .and_then(spec_claim_uid)
+                        .is_none_or(|uid| !uids.contains(uid))
+            })
+        }
+    }
+}
+
+/// Whether the ResourceSlices of node `node` list `devices` devices of devinject's driver (its
+/// pools are `<node>/<profile>`).
+fn slices_complete(cluster: &Cluster, node: usize, devices: usize) -> bool {
+    let pool = format!("{}/", cluster.nodes()[node].name());
+    cluster
+        .resource_slice_devices()
+        .is_ok_and(|all| all.iter().filter(|(p, _)| p.starts_with(&pool)).count() == devices)
+}
+
+/// The uids of every ResourceClaim in the API.
+pub fn claim_uids(cluster: &Cluster) -> Result<std::collections::BTreeSet<String>> {
+    let uids = cluster.kubectl(&[
+        "get",
+        "resourceclaims",
+        "-o",
+        "jsonpath={.items[*].metadata.uid}",
+    ])?;
+    Ok(uids.split_whitespace().map(str::to_owned).collect())
+}
+
+/// The claim uid in the name of a DRA claim's transient spec file,
+/// `k8s.<driver>-<profile>_<claim uid>.json`.
+pub fn spec_claim_uid(file: &str) -> Option<&str> {
+    file.strip_suffix(".json")?
+        .rsplit_once('_')
+        .map(|(_, uid)| uid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_spec_file_names_its_claim() {
+        assert_eq!(
+            spec_claim_uid("k8s.devinject.io-demo_0b5c7e2a-1f0e-4a51-9d0e-3c1d2b3a4f5e.json"),
+            Some("0b5c7e2a-1f0e-4a51-9d0e-3c1d2b3a4f5e")
+        );
+        assert_eq!(spec_claim_uid("devinject.io-demo.yaml"), None);
     }
 }

@@ -37,3 +37,13 @@ fn make(dir: &Path) -> Result<SimHost> {
 fn plain_image(_rootfs: &Path) -> Result<()> {
     Ok(())
 }
+
+/// The devices `devinject-dra` publishes for a churn node: the demo accelerators and every
+/// replica of each kernel device (a shared device is a DRA device per share).
+pub fn dra_devices() -> usize {
+    crate::sim::ACCELS.len()
+        + KERNEL_DEVICES
+            .iter()
+            .map(|d| d.replicas as usize)
+            .sum::<usize>()
+}

@@ -21,14 +21,15 @@ const POD_MOUNTS: [&str; 4] = [
 ];
 /// The programs that may run in a node's mount namespace once its pods are gone (`comm`,
 /// which the kernel cuts at 15 bytes): the namespace's holder, the kubelet, containerd or
-/// CRI-O and devinject's two daemons.
-const NODE_DAEMONS: [&str; 6] = [
+/// CRI-O and devinject's daemons.
+const NODE_DAEMONS: [&str; 7] = [
     "sleep",
     "kubelet",
     "containerd",
     "crio",
     "devinject-devic",
     "devinject-nri",
+    "devinject-dra",
 ];
 
 /// What the nodes had before the first pod: files in the CDI directories and pod mounts
@@ -117,6 +118,19 @@ pub fn leaks(cluster: &Cluster, base: &Baseline, restart_survivors: &BTreeSet<u3
         for t in temp_files(node) {
             add("temp file", t);
         }
+        if node.dra_plugin_pid().is_some() {
+            for e in std::fs::read_dir(node.cdi_spec_dir())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                add("claim spec", e.path().display().to_string());
+            }
+        }
+    }
+    match cluster.kubectl(&["get", "resourceclaims", "-o", "name"]) {
+        Ok(claims) => found.extend(claims.lines().map(|c| format!("cluster: {c}"))),
+        Err(e) => found.push(format!("cluster: cannot list the ResourceClaims: {e:#}")),
     }
     Found {
         leaks: found,
@@ -131,9 +145,10 @@ pub const CHECKED: &str = "no new file in the node's /etc/cdi or /run/cdi, neith
     socket but kubelet.sock bound by a live process; no pod cgroup left under the node's cgroup \
     root on any hierarchy, and no cgroup there allowing a demo device or kvm explicitly; \
     no process in the node's mount namespace but its holder, the kubelet, containerd or CRI-O, \
-    the device plugin and devinject-nri (no conmon, no shim of ours), and none in a pod \
+    the device plugin, devinject-nri and devinject-dra (no conmon, no shim of ours), and none in a pod \
     cgroup; no temp file (.tmp*) or task bundle under containerd's state directory, no pod \
-    directory under the kubelet's";
+    directory under the kubelet's; on the DRA node no claim's spec in devinject-dra's CDI \
+    directory, and no ResourceClaim left in the API";
 
 fn cdi_files(node: &Node) -> BTreeSet<PathBuf> {
     let mut files = BTreeSet::new();

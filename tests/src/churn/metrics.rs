@@ -19,7 +19,8 @@ pub struct Scrape {
     pub text: String,
 }
 
-/// The scrape of the device plugin and `devinject-nri` on every node of `cluster`.
+/// The scrape of the device plugin, `devinject-nri` and `devinject-dra` on every node of
+/// `cluster`.
 pub fn scrape(cluster: &Cluster) -> Vec<Scrape> {
     let mut out = Vec::new();
     for node in cluster.nodes() {
@@ -45,6 +46,17 @@ pub fn scrape(cluster: &Cluster) -> Vec<Scrape> {
                 None => format!("not scraped: {binary} runs without a metrics address"),
             };
             out.push(Scrape { component, text });
+        }
+        // devinject-dra serves on a loopback port of its own, which it logs.
+        if node.dra_plugin_pid().is_some() {
+            out.push(Scrape {
+                component: format!("devinject-dra on {}", node.name()),
+                text: crate::scrape::from_log(&node.dra_log()).unwrap_or_else(|e| {
+                    let why = e.to_string();
+                    let why = why.lines().next().unwrap_or_default().to_owned();
+                    format!("cannot read devinject-dra's /metrics: {why}")
+                }),
+            });
         }
     }
     out

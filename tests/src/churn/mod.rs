@@ -3,15 +3,17 @@
 //! schedule; every start checked from inside the container, every running pod against the
 //! others, and the nodes checked for leaks and the daemons for growth at the end.
 //!
-//! The cluster ([`crate::cluster`], three nodes): node 0 runs the runtime shim (`devinject`
+//! The cluster ([`crate::cluster`], four nodes): node 0 runs the runtime shim (`devinject`
 //! RuntimeClass, [`Setup::Ctl`]) and node 1 `devinject-nri` on containerd's NRI socket with
 //! pods on plain runc ([`Setup::Nri`]), both on containerd 2 under the `kubernetes` policy;
 //! node 2 runs CRI-O, which injects the CDI specs `devinject-ctl cdi generate` wrote as the
-//! plugin's answers name them ([`Setup::Cdi`]). Every node runs the real device plugin with
-//! four demo devices and `/dev/kvm` shared as three replicas ([`host`]). Each pod asks for
-//! 0–2 demo devices and a kvm replica or not, on one path; every tenth is a forger (no
-//! resources, the request variable set itself, and on the CDI path a CDI annotation on the
-//! pod), on each path in turn.
+//! plugin's answers name them ([`Setup::Cdi`]); node 3 runs `devinject-dra` alone
+//! ([`Setup::Dra`]), whose claims' transient CDI specs containerd 2 injects. Every node has
+//! four demo devices and `/dev/kvm` shared as three replicas ([`host`]), served by the real
+//! device plugin or, on node 3, published by the DRA driver. Each pod asks for 0–2 demo
+//! devices and a kvm replica or not, on one path (through claims on the DRA path); every tenth
+//! is a forger (no resources, the request variable set itself, and on the CDI path a CDI
+//! annotation on the pod), on each path in turn.
 //!
 //! The checks ([`pods::probe_problems`], the exclusivity of every device, [`leaks::leaks`],
 //! [`procstat::unbounded`]) collect violations instead of panicking; the caller fails on any.
@@ -20,7 +22,9 @@
 //!
 //! # Why a node per path
 //! One containerd with both the shim and NRI would run a shim pod through both paths (NRI sees
-//! every container): each path needs a node of its own.
+//! every container): each path needs a node of its own. The DRA driver publishes the same
+//! devices the node's device plugin advertises, and the two allocate independently: beside a
+//! plugin it would give a claim the device a plugin pod holds.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -28,7 +32,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use serde_json::Value;
 
-use crate::cluster::{Cluster, Setup, Shape, CDI_CRI_ALLOCATE_MODE, KUBELET_ROOT};
+use crate::cluster::{Cluster, DraBeside, Setup, Shape, CDI_CRI_ALLOCATE_MODE, KUBELET_ROOT};
 use crate::sim::ACCELS;
 
 pub mod faults;
@@ -162,7 +166,7 @@ impl Outcome {
             join_counts(&self.starts)
         ));
         s.push_str(&format!(
-            "churn: forged requests refused (shim, NRI) or run with nothing (CDI): {}\n",
+            "churn: forged requests refused (shim, NRI) or run with nothing (CDI, DRA): {}\n",
             join_counts(&self.forgers_refused)
         ));
         s.push_str(&format!(
@@ -236,7 +240,7 @@ fn join_counts<K: std::fmt::Display>(m: &BTreeMap<K, usize>) -> String {
 /// The peers the churn's nodes run.
 #[derive(Debug, Clone)]
 pub struct Peers {
-    /// The containerd release of the shim and NRI nodes.
+    /// The containerd release of the shim, NRI and DRA nodes.
     pub containerd: crate::runtimes::Release,
     /// CRI-O's bin dir (scripts/crio-build.sh), for the CDI node.
     pub crio: std::path::PathBuf,
@@ -266,18 +270,30 @@ pub fn run(settings: &Settings, peers: &Peers) -> Result<Outcome> {
             containerd: peers.containerd.bin.clone(),
             allocate_mode: CDI_CRI_ALLOCATE_MODE,
         },
+        Setup::Dra {
+            containerd: peers.containerd.bin.clone(),
+            beside: DraBeside::Nothing,
+        },
     ];
     let shape = Shape {
         crio: Some(peers.crio.clone()),
         crio_nodes: vec![EnginePath::Cdi.node()],
         node_host: Some(host::NODE_HOST),
+        dra_devices: Some(host::dra_devices()),
         ..Shape::default()
     };
     let cluster = Cluster::start_per_node(&setups, &shape)?;
+    let plugin_nodes: Vec<usize> = EnginePath::ALL
+        .into_iter()
+        .filter(|p| *p != EnginePath::Dra)
+        .map(EnginePath::node)
+        .collect();
     for d in KERNEL_DEVICES {
-        cluster.wait_allocatable(d.resource, &d.replicas.to_string())?;
+        cluster.wait_allocatable_on(&plugin_nodes, d.resource, &d.replicas.to_string())?;
     }
     cluster.runtime_class()?;
+    cluster.apply_dra_device_classes()?;
+    cluster.apply(&pods::claim_templates())?;
     let mut churn = Churn::new(cluster, settings.clone());
     let started = Instant::now();
     let result = churn.churn();
@@ -287,6 +303,22 @@ pub fn run(settings: &Settings, peers: &Peers) -> Result<Outcome> {
     }
     churn.finish();
     Ok(churn.outcome)
+}
+
+/// What the run knows of its pods, for [`faults::holds`].
+struct Progress<'a> {
+    finished: &'a BTreeSet<String>,
+    restarted: &'a BTreeSet<String>,
+}
+
+impl faults::PodProgress for Progress<'_> {
+    fn finished(&self, name: &str) -> bool {
+        self.finished.contains(name)
+    }
+
+    fn restarted(&self, name: &str) -> bool {
+        self.restarted.contains(name)
+    }
 }
 
 /// A pod's place in the run.
@@ -313,6 +345,11 @@ struct Tracked {
     state: State,
     /// The devices its probe showed it holding.
     observed: Vec<String>,
+    /// It must start whatever fault is around (a claim prepared after a CDI wipe).
+    must_start: bool,
+    /// Its container was killed when it had started this many times; the next start's probe
+    /// is checked again.
+    killed_at: Option<u64>,
 }
 
 struct Churn {
@@ -323,6 +360,9 @@ struct Churn {
     next_pod: usize,
     /// Pods whose outcome was recorded (for [`faults::Condition::PodFinished`]).
     finished: BTreeSet<String>,
+    /// Pods whose killed container started again and was checked
+    /// ([`faults::Condition::PodRestarted`]).
+    restarted: BTreeSet<String>,
     fault: Option<ActiveFault>,
     faults_begun: usize,
     /// Device overlaps seen, by (node, pod, pod, device), since when.
@@ -351,6 +391,7 @@ impl Churn {
             pods: BTreeMap::new(),
             next_pod: 0,
             finished: BTreeSet::new(),
+            restarted: BTreeSet::new(),
             fault: None,
             faults_begun: 0,
             overlaps: BTreeMap::new(),
@@ -420,12 +461,18 @@ impl Churn {
     }
 
     /// Each node's kubelet checkpoint: pod uid → what it was granted of the run's resources;
-    /// `None` for a node whose checkpoint cannot be read now (its kubelet restarting).
+    /// `None` for a node whose checkpoint cannot be read now (its kubelet restarting). On the
+    /// DRA node, what stands for it: the ResourceClaims the API shows allocated, by the pod
+    /// that owns each ([`Churn::claim_grants`]).
     fn checkpoints(&self) -> Vec<Option<BTreeMap<String, Grant>>> {
         self.cluster
             .nodes()
             .iter()
-            .map(|n| {
+            .enumerate()
+            .map(|(i, n)| {
+                if i == EnginePath::Dra.node() {
+                    return self.claim_grants();
+                }
                 let path = n
                     .in_node_ns(&format!(
                         "{KUBELET_ROOT}/device-plugins/kubelet_internal_checkpoint"
@@ -456,6 +503,38 @@ impl Churn {
                 Some(map)
             })
             .collect()
+    }
+
+    /// The ResourceClaims the API shows allocated, as pod uid → what they give it (its owner's;
+    /// every claim of the run is made from a template for one pod). Two allocated claims are
+    /// never to hold one device: the scheduler allocates a device again only once its claim is
+    /// deallocated. `None` when the API cannot be read now.
+    fn claim_grants(&self) -> Option<BTreeMap<String, Grant>> {
+        let text = self
+            .cluster
+            .kubectl(&["get", "resourceclaims", "-o", "json"])
+            .ok()?;
+        let v: Value = serde_json::from_str(&text).ok()?;
+        let mut map: BTreeMap<String, Grant> = BTreeMap::new();
+        for claim in v["items"].as_array().into_iter().flatten() {
+            let owner = claim["metadata"]["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|o| o["kind"] == "Pod")
+                .and_then(|o| o["uid"].as_str())
+                .unwrap_or_else(|| claim["metadata"]["uid"].as_str().unwrap_or_default());
+            for (resource, id) in pods::claim_devices(claim) {
+                let ids = map
+                    .entry(owner.to_owned())
+                    .or_default()
+                    .entry(resource)
+                    .or_default();
+                ids.push(id);
+                ids.sort();
+            }
+        }
+        Some(map)
     }
 
     /// Whether a pod created as `t` ran through no fault at all.
@@ -591,7 +670,11 @@ impl Churn {
                         .find_map(Value::as_str)
                         .unwrap_or_default()
                         .to_owned();
-                        if self.quiet(&t) {
+                        if t.must_start {
+                            self.violate(format!(
+                                "{label}: failed to start after its fault: {reason}: {message}"
+                            ));
+                        } else if self.quiet(&t) {
                             self.violate(format!(
                                 "{label}: failed to start with no fault around: {reason}: {message}"
                             ));
@@ -613,10 +696,54 @@ impl Churn {
                     let ended = self.check_oom(name, &label, terminated);
                     to_delete.extend(ended.then(|| name.to_owned()));
                 }
+                (State::Holding, _) if t.killed_at.is_some() && !self.restarted.contains(name) => {
+                    self.check_restart(pod, &t, &label, checkpoints)
+                }
                 _ => {}
             }
         }
         self.delete(&to_delete)
+    }
+
+    /// Checks the container of `pod` started again after its kill: its probe, as after its
+    /// first start, against the pod's grant; a start that fails (the kubelet prepares nothing
+    /// for a restarted container: its claims' specs must be where the runtime looks) is
+    /// reported once it has lasted [`STUCK`].
+    fn check_restart(
+        &mut self,
+        pod: &Value,
+        t: &Tracked,
+        label: &str,
+        checkpoints: &[Option<BTreeMap<String, Grant>>],
+    ) {
+        let name = t.plan.name.clone();
+        let status = &pod["status"]["containerStatuses"][0];
+        let restarts = status["restartCount"].as_u64().unwrap_or_default();
+        let running = status["state"]["running"].is_object();
+        let since = self.fault.as_ref().map_or(t.created, |f| f.began);
+        if restarts > t.killed_at.unwrap_or_default() && running {
+            let log = self.cluster.pod_log(pod, "main").unwrap_or_default();
+            if !log.contains(PROBED) {
+                return;
+            }
+            let Some(checkpoint) = &checkpoints[t.plan.path.node()] else {
+                return;
+            };
+            let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
+            let grant = checkpoint.get(uid).cloned().unwrap_or_default();
+            for p in pods::probe_problems(&log, &grant, &t.plan) {
+                self.violate(format!(
+                    "{label}, restarted after its kill, checkpoint {grant:?}: {p}"
+                ));
+            }
+            println!("churn: {label}: its killed container started again with its devices");
+            self.restarted.insert(name);
+        } else if since.elapsed() > STUCK {
+            self.violate(format!(
+                "{label}: its killed container did not start again in {STUCK:?}: {status}"
+            ));
+            self.restarted.insert(name);
+        }
     }
 
     /// Records the end of an OOM pod once its container has terminated; true then.
@@ -717,10 +844,13 @@ impl Churn {
         if let Some(mut fault) = self.fault.take() {
             faults::undo_when_due(&mut self.cluster, &mut fault)?;
             if !fault.injected() {
-                let finished = &self.finished;
-                fault.waiting_for.retain(|c| {
-                    !faults::holds(&self.cluster, c, ACCELS.len(), |n| finished.contains(n))
-                });
+                let progress = Progress {
+                    finished: &self.finished,
+                    restarted: &self.restarted,
+                };
+                fault
+                    .waiting_for
+                    .retain(|c| !faults::holds(&self.cluster, c, ACCELS.len(), &progress));
             }
             if fault.injected() || !fault.waiting_for.is_empty() {
                 anyhow::ensure!(
@@ -747,14 +877,24 @@ impl Churn {
         }
         let kind = FaultKind::ALL[i % FaultKind::ALL.len()];
         let round = i / FaultKind::ALL.len();
+        // The CDI specs are wiped while a claimed pod runs, whose container is then killed.
+        let victim = match kind {
+            FaultKind::CdiWipe => match self.claimed_holder() {
+                Some(v) => Some(v),
+                None => return Ok(()),
+            },
+            _ => None,
+        };
         // Each round moves every fault one node further (and the kinds start on different
         // nodes), but the device plugin is killed on the shim node only, so that the NRI
         // node's plugin lives through the whole run and its growth is measured; containerd
-        // restarts on its two nodes in turn, CRI-O on its own.
+        // restarts on its two nodes in turn, CRI-O on its own; the DRA faults hit the DRA
+        // node.
         let node = match kind {
             FaultKind::PluginKill => EnginePath::Shim.node(),
             FaultKind::ContainerdRestart => EnginePath::ALL[round % 2].node(),
             FaultKind::CrioRestart => EnginePath::Cdi.node(),
+            FaultKind::DraKubeletRestart | FaultKind::CdiWipe => EnginePath::Dra.node(),
             _ => (round + i % FaultKind::ALL.len()) % EnginePath::ALL.len(),
         };
         if kind == FaultKind::ContainerdRestart {
@@ -780,13 +920,62 @@ impl Churn {
                 let name = self.create(path, Kind::Oom, devices, kernel)?;
                 fault.waiting_for.push(faults::Condition::PodFinished(name));
             }
-            // Something must start on the node while its pod-resources socket is away.
-            FaultKind::PodResourcesGone => {
+            // Something must start on the node while its pod-resources socket is away; a claim
+            // must be allocated once the DRA node's kubelet is back.
+            FaultKind::PodResourcesGone | FaultKind::DraKubeletRestart => {
                 self.create(path, Kind::Probe, 1, Vec::new())?;
+            }
+            // A new claim must be prepared after the wipe, and the killed container of a
+            // claimed pod must start again with its devices.
+            FaultKind::CdiWipe => {
+                let name = self.create(path, Kind::Probe, 1, Vec::new())?;
+                self.pods.get_mut(&name).expect("created").must_start = true;
+                let (victim, restarts, container) = victim.expect("chosen");
+                self.kill_container(&container)?;
+                fault.detail += &format!(", killed the container of {victim}");
+                self.pods.get_mut(&victim).expect("holding").killed_at = Some(restarts);
+                fault
+                    .waiting_for
+                    .push(faults::Condition::PodRestarted(victim));
             }
             _ => {}
         }
         self.fault = Some(fault);
+        Ok(())
+    }
+
+    /// A pod on the DRA path holding claims, started and checked, whose container may restart
+    /// (its restart count and container id); `None` when none runs now.
+    fn claimed_holder(&self) -> Option<(String, u64, String)> {
+        let items = self.list_pods().ok()?;
+        items.iter().find_map(|pod| {
+            let name = pod["metadata"]["name"].as_str()?;
+            let t = self.pods.get(name)?;
+            let status = &pod["status"]["containerStatuses"][0];
+            (t.plan.path == EnginePath::Dra
+                && t.plan.kind == Kind::Probe
+                && t.state == State::Holding
+                && t.killed_at.is_none()
+                && (t.plan.devices > 0 || !t.plan.kernel.is_empty())
+                && status["state"]["running"].is_object())
+            .then_some(())?;
+            let id = status["containerID"]
+                .as_str()?
+                .strip_prefix("containerd://")?;
+            Some((
+                name.to_owned(),
+                status["restartCount"].as_u64().unwrap_or_default(),
+                id.to_owned(),
+            ))
+        })
+    }
+
+    /// SIGKILLs the container `id` on the DRA node (its task in containerd).
+    fn kill_container(&self, id: &str) -> Result<()> {
+        let node = &self.cluster.nodes()[EnginePath::Dra.node()];
+        let mut kill = node.containerd()?.ctr();
+        kill.args(["-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id]);
+        crate::daemons::run_ok(kill).with_context(|| format!("kill container {id}"))?;
         Ok(())
     }
 
@@ -797,10 +986,12 @@ impl Churn {
             pods.values().filter(|t| t.state != State::Deleting).count()
         };
         if alive(&self.pods) >= self.settings.concurrency {
+            // A pod whose killed container is yet to start again is kept for that check.
             let mut holding: Vec<(Instant, String)> = self
                 .pods
                 .iter()
                 .filter(|(_, t)| t.state == State::Holding)
+                .filter(|(n, t)| t.killed_at.is_none() || self.restarted.contains(*n))
                 .map(|(n, t)| (t.created, n.clone()))
                 .collect();
             holding.sort();
@@ -878,6 +1069,8 @@ impl Churn {
                 fault_at_create: self.fault.is_some(),
                 state: State::Waiting,
                 observed: Vec::new(),
+                must_start: false,
+                killed_at: None,
             },
         );
         Ok(name)
@@ -904,6 +1097,7 @@ impl Churn {
             for (component, pid) in [
                 ("device plugin", node.plugin_pid()),
                 ("devinject-nri", node.nri_plugin_pid()),
+                ("devinject-dra", node.dra_plugin_pid()),
             ] {
                 let Some(pid) = pid else {
                     continue;

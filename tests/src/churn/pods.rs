@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use crate::cluster::dra::{claim_template, device_class};
+use crate::cluster::DRA_DRIVER;
 use crate::cri_node::{BUSYBOX, HANDLER};
 use crate::probe::Report;
 use crate::sim::{ACCELS, CTL, LIB, SONAME};
@@ -21,6 +23,11 @@ const OOM_LIMIT: &str = "32Mi";
 const OOM_ALLOCATION: &str = "64M";
 /// The annotation a forger on the CDI path sets on itself, naming every demo device.
 const FORGED_CDI_ANNOTATION: &str = "cdi.k8s.io/churn-forged";
+/// The ResourceClaimTemplate of `n` demo devices a pod on the DRA path names:
+/// `churn-demo-<n>`.
+const DEMO_TEMPLATE: &str = "churn-demo";
+/// The ResourceClaimTemplate of one kvm share a pod on the DRA path names.
+const KVM_TEMPLATE: &str = "churn-kvm";
 
 /// A real kernel device the pods ask for beside the demo accelerators: its shipped profile,
 /// its node made on the node's simulated host with the host's numbers.
@@ -76,6 +83,42 @@ pub fn device_key(resource: &str, id: &str) -> String {
     format!("{resource}={id}")
 }
 
+/// The ResourceClaimTemplates the DRA path's pods name: one and two demo devices, one kvm
+/// share, each of the DeviceClass `devinject-dra device-classes` prints for its profile.
+pub fn claim_templates() -> String {
+    [
+        claim_template(&format!("{DEMO_TEMPLATE}-1"), &device_class("demo"), 1),
+        claim_template(&format!("{DEMO_TEMPLATE}-2"), &device_class("demo"), 2),
+        claim_template(KVM_TEMPLATE, &device_class(KVM.profile), 1),
+    ]
+    .join("---\n")
+}
+
+/// What a ResourceClaim's allocation gives its pod, as the kubelet's checkpoint would say it:
+/// `(resource, id)` per device of devinject's driver (DRA device `<profile>-<id>`, a replica
+/// id's `::` as `--`, docs/dra.md); a device of no churn profile as `(?, <device>)`.
+pub fn claim_devices(claim: &Value) -> Vec<(String, String)> {
+    let profiles = std::iter::once(("demo", RESOURCE))
+        .chain(KERNEL_DEVICES.iter().map(|d| (d.profile, d.resource)));
+    let profiles: Vec<(&str, &str)> = profiles.collect();
+    claim["status"]["allocation"]["devices"]["results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["driver"] == DRA_DRIVER)
+        .filter_map(|r| r["device"].as_str())
+        .map(|device| {
+            profiles
+                .iter()
+                .find_map(|(profile, resource)| {
+                    let id = device.strip_prefix(profile)?.strip_prefix('-')?;
+                    Some((resource.to_string(), id.replace("--", "::")))
+                })
+                .unwrap_or_else(|| ("?".to_owned(), device.to_owned()))
+        })
+        .collect()
+}
+
 /// The engine path a pod goes through; each has its own node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum EnginePath {
@@ -86,11 +129,15 @@ pub enum EnginePath {
     /// CDI on CRI-O: the plugin answers with CDI devices, CRI-O injects the specs
     /// `devinject-ctl cdi generate` wrote, their hook finishes (node 2).
     Cdi,
+    /// Dynamic Resource Allocation: the pod's ResourceClaims allocated by the scheduler from
+    /// `devinject-dra`'s ResourceSlices, prepared by it as a transient CDI spec per claim,
+    /// which containerd 2 injects; pods on plain runc (node 3).
+    Dra,
 }
 
 impl EnginePath {
     /// All, in node order.
-    pub const ALL: [Self; 3] = [Self::Shim, Self::Nri, Self::Cdi];
+    pub const ALL: [Self; 4] = [Self::Shim, Self::Nri, Self::Cdi, Self::Dra];
 
     /// The index of the node that runs this path.
     pub fn node(self) -> usize {
@@ -98,6 +145,7 @@ impl EnginePath {
             Self::Shim => 0,
             Self::Nri => 1,
             Self::Cdi => 2,
+            Self::Dra => 3,
         }
     }
 
@@ -107,14 +155,15 @@ impl EnginePath {
             Self::Shim => "shim",
             Self::Nri => "nri",
             Self::Cdi => "cdi",
+            Self::Dra => "dra",
         }
     }
 
     /// Whether devinject sees a forged request on this path and refuses it (the hook, the
-    /// shim and NRI read the container's env); on the CDI path only what the kubelet passes
-    /// is injected, so a forger runs with nothing.
+    /// shim and NRI read the container's env); on the CDI and DRA paths only what the kubelet
+    /// passes is injected, so a forger runs with nothing.
     pub fn refuses_forgers(self) -> bool {
-        self != Self::Cdi
+        matches!(self, Self::Shim | Self::Nri)
     }
 }
 
@@ -170,21 +219,56 @@ impl PodPlan {
         parts.join(" + ")
     }
 
-    /// The pod's manifest, pinned to `node` by its hostname label.
+    /// The pod's manifest, pinned to `node` by its hostname label. On the DRA path it asks
+    /// through claims made from [`claim_templates`], elsewhere through extended resources.
     pub fn manifest(&self, node: &str) -> String {
         let mut limits = Vec::new();
-        if self.devices > 0 {
-            limits.push(format!("{RESOURCE}: {}", self.devices));
-        }
-        for d in &self.kernel {
-            limits.push(format!("{}: 1", d.resource));
+        let mut claims: Vec<(String, String)> = Vec::new();
+        match self.path {
+            EnginePath::Dra => {
+                if self.devices > 0 {
+                    claims.push(("demo".into(), format!("{DEMO_TEMPLATE}-{}", self.devices)));
+                }
+                for d in &self.kernel {
+                    claims.push((d.profile.into(), KVM_TEMPLATE.into()));
+                }
+            }
+            _ => {
+                if self.devices > 0 {
+                    limits.push(format!("{RESOURCE}: {}", self.devices));
+                }
+                for d in &self.kernel {
+                    limits.push(format!("{}: 1", d.resource));
+                }
+            }
         }
         if self.kind == Kind::Oom {
             limits.push(format!("memory: {OOM_LIMIT}"));
         }
-        let resources = match limits.is_empty() {
+        let mut resources = Vec::new();
+        if !limits.is_empty() {
+            resources.push(format!("limits: {{{}}}", limits.join(", ")));
+        }
+        if !claims.is_empty() {
+            let refs: Vec<String> = claims
+                .iter()
+                .map(|(c, _)| format!("{{name: {c}}}"))
+                .collect();
+            resources.push(format!("claims: [{}]", refs.join(", ")));
+        }
+        let resources = match resources.is_empty() {
             true => String::new(),
-            false => format!("\n    resources: {{limits: {{{}}}}}", limits.join(", ")),
+            false => format!("\n    resources: {{{}}}", resources.join(", ")),
+        };
+        let pod_claims = match claims.is_empty() {
+            true => String::new(),
+            false => {
+                let entries: Vec<String> = claims
+                    .iter()
+                    .map(|(c, t)| format!("{{name: {c}, resourceClaimTemplateName: {t}}}"))
+                    .collect();
+                format!("\n  resourceClaims: [{}]", entries.join(", "))
+            }
         };
         let forger = self.kind == Kind::Forger;
         let env: Vec<Value> = match forger {
@@ -199,12 +283,17 @@ impl PodPlan {
         };
         let runtime_class = match self.path {
             EnginePath::Shim => format!("\n  runtimeClassName: {HANDLER}"),
-            EnginePath::Nri | EnginePath::Cdi => String::new(),
+            EnginePath::Nri | EnginePath::Cdi | EnginePath::Dra => String::new(),
+        };
+        // A claimed pod's container may be killed and must start again with its devices.
+        let restart = match (self.path, self.kind) {
+            (EnginePath::Dra, Kind::Probe) => "OnFailure",
+            _ => "Never",
         };
         format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  labels: {{devinject-churn: \"1\"}}{annotations}\n\
-             spec:{runtime_class}\n  nodeSelector: {{kubernetes.io/hostname: {node}}}\n  \
-             hostNetwork: true\n  restartPolicy: Never\n  automountServiceAccountToken: false\n  \
+             spec:{runtime_class}{pod_claims}\n  nodeSelector: {{kubernetes.io/hostname: {node}}}\n  \
+             hostNetwork: true\n  restartPolicy: {restart}\n  automountServiceAccountToken: false\n  \
              terminationGracePeriodSeconds: 0\n  containers:\n  - name: main\n    image: {BUSYBOX}\n    \
              imagePullPolicy: Never\n    command: {command}\n    env: {env}\n    \
              securityContext: {{capabilities: {{add: [MKNOD]}}}}{resources}\n",
@@ -569,5 +658,48 @@ mod tests {
         assert!(!plan(EnginePath::Nri, Kind::Forger)
             .manifest("n1")
             .contains("cdi.k8s.io"));
+    }
+
+    #[test]
+    fn a_dra_pod_asks_through_claims_and_its_allocation_reads_as_a_grant() {
+        let pod = PodPlan {
+            name: "churn-1".into(),
+            path: EnginePath::Dra,
+            devices: 2,
+            kernel: vec![KVM],
+            kind: Kind::Probe,
+        }
+        .manifest("n3");
+        assert!(
+            pod.contains("resourceClaims: [{name: demo, resourceClaimTemplateName: churn-demo-2}, {name: kvm, resourceClaimTemplateName: churn-kvm}]"),
+            "{pod}"
+        );
+        assert!(
+            pod.contains("resources: {claims: [{name: demo}, {name: kvm}]}"),
+            "{pod}"
+        );
+        assert!(!pod.contains("limits"), "{pod}");
+        assert!(pod.contains("restartPolicy: OnFailure"), "{pod}");
+        let templates = claim_templates();
+        for t in [
+            "churn-demo-1",
+            "churn-demo-2",
+            "churn-kvm",
+            "kvm.devinject.io",
+        ] {
+            assert!(templates.contains(t), "{templates}");
+        }
+        let claim = serde_json::json!({"status": {"allocation": {"devices": {"results": [
+            {"driver": "devinject.io", "device": "demo-3"},
+            {"driver": "devinject.io", "device": "kvm-0--2"},
+            {"driver": "other.example.com", "device": "demo-1"},
+        ]}}}});
+        assert_eq!(
+            claim_devices(&claim),
+            [
+                (RESOURCE.to_owned(), "3".to_owned()),
+                (KVM.resource.to_owned(), "0::2".to_owned())
+            ]
+        );
     }
 }
