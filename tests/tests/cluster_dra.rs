@@ -23,13 +23,17 @@
 //!   real `/dev/kvm`, `/dev/net/tun` and `/dev/fuse` (nodes with their numbers) and nothing else;
 //! - a claim's opaque `function` parameter is loaded into exactly its device by the profile's
 //!   prepare step before the pod starts; a function whose program fails keeps the pod from
-//!   starting, with the program's message in the pod's events;
+//!   starting, with the program's message in the pod's events; while one claim's program
+//!   hangs (until the kubelet's 45 s deadline for the call), another claim on the node is
+//!   prepared and its pod runs, the hanging program still in its first run;
 //! - an admin-access claim (KEP-5018, in a namespace marked for it) gets the device another
 //!   pod's claim holds, and no other;
 //! - the driver SIGKILLed while a pod holds a prepared claim: started again, it registers again,
 //!   and the pod's deletion still removes exactly that claim's spec (its checkpoint); the
 //!   kubelet restarted under the running driver (it deletes its node's ResourceSlices): the
-//!   driver publishes them again and a new claim is allocated within seconds;
+//!   driver publishes them again and a new claim is allocated within seconds; the node's CDI
+//!   directory emptied under two running claimed pods: the driver puts their specs back as
+//!   they were, and a SIGKILLed container of one starts again with its device;
 //! - a profile's sysfs attributes (`discovery.attributes_sysfs`) are in the slice, and a claim
 //!   whose CEL selector names one device's value gets that device; a device whose sysfs health
 //!   turns bad leaves the slice (measured: about 0.1 s), the pod holding it shows it Unhealthy in
@@ -48,7 +52,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use devinject_tests::cluster::dra::{
-    claim_template, demo_claim_template, device_class, ready_for_dra,
+    add_hanging_function, claim_template, demo_claim_template, device_class, ready_for_dra,
 };
 use devinject_tests::cluster::{Cluster, DraBeside, Setup, Shape, DRA_DRIVER};
 use devinject_tests::cri_node::BUSYBOX;
@@ -465,8 +469,11 @@ fn a_driver_killed_or_a_kubelet_restarted_under_it_keeps_claims_served() {
     )
     .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
     let asked = std::time::Instant::now();
-    c.apply(&pod("after-kubelet", "one-demo"))
-        .expect("create pod");
+    // Restarted when its container is killed (below).
+    c.apply(
+        &pod("after-kubelet", "one-demo").replace("restartPolicy: Never", "restartPolicy: Always"),
+    )
+    .expect("create pod");
     let allocated = poll(
         "the claim of pod after-kubelet to be allocated",
         std::time::Duration::from_secs(20),
@@ -499,7 +506,75 @@ fn a_driver_killed_or_a_kubelet_restarted_under_it_keeps_claims_served() {
     );
     let out = probe_output(&c, "after-kubelet");
     let claim = claim_of(&c, "after-kubelet");
-    assert_demo_granted_exactly(&Report::parse(&out), &allocated_ids(&claim), &out);
+    let ids = allocated_ids(&claim);
+    assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+
+    // The node's CDI directory emptied under the two running claimed pods (a tmpfs remounted,
+    // a cleanup tool): the kubelet prepares nothing for a restarting container, so the driver
+    // puts back the specs of the claims it prepared in this boot, as they were, and a killed
+    // container of such a pod starts again with its device.
+    let specs: Vec<(PathBuf, Vec<u8>)> = [&claim, &claim_of(&c, "after")]
+        .into_iter()
+        .map(|claim| {
+            let file = spec_file(&c, claim);
+            let text = std::fs::read(&file)
+                .unwrap_or_else(|e| panic!("{}: {e}\n{}", file.display(), c.logs()));
+            (file, text)
+        })
+        .collect();
+    for entry in std::fs::read_dir(c.cdi_spec_dir()).expect("the CDI directory") {
+        let path = entry.expect("an entry").path();
+        if path.is_file() {
+            std::fs::remove_file(&path).expect("remove a spec");
+        }
+    }
+    for (file, text) in &specs {
+        poll(
+            &format!("{} to be put back", file.display()),
+            std::time::Duration::from_secs(10),
+            || {
+                Ok(std::fs::read(file)
+                    .is_ok_and(|now| now == *text)
+                    .then_some(()))
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", c.dra_log()));
+    }
+    let running = c.pod("after-kubelet").expect("pod");
+    let container = running["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
+        .and_then(|id| id.strip_prefix("containerd://"))
+        .unwrap_or_else(|| panic!("no container id: {running}"))
+        .to_owned();
+    let mut kill = c.node_containerd().ctr();
+    kill.args(["-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", &container]);
+    devinject_tests::daemons::run_ok(kill).expect("kill the container");
+    let out = poll(
+        "the killed container of pod after-kubelet to start again and run the probe",
+        devinject_tests::cluster::SLOW,
+        || {
+            let pod = c.pod("after-kubelet")?;
+            let restarted = pod["status"]["containerStatuses"][0]["restartCount"]
+                .as_u64()
+                .unwrap_or_default()
+                >= 1;
+            let out = if restarted {
+                c.container_log("after-kubelet", "main").unwrap_or_default()
+            } else {
+                String::new()
+            };
+            Ok(out.contains("probe-done").then_some(out))
+        },
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e:#}\n{}\n{}",
+            c.kubectl(&["describe", "pod", "after-kubelet"])
+                .unwrap_or_default(),
+            c.logs()
+        )
+    });
+    assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
 }
 
 #[test]
@@ -840,6 +915,7 @@ fn a_claims_function_is_loaded_into_its_device_before_the_pod_starts() {
     let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
     let mut c = start(&release, None);
     let sys = devinject_tests::sim::add_demo_prepare_step(c.host()).expect("prepare step");
+    let hanging = add_hanging_function(c.host()).expect("a hanging function");
     // The driver reads its profiles at start.
     c.restart_dra_plugin()
         .unwrap_or_else(|e| panic!("restart the driver: {e:#}"));
@@ -884,14 +960,45 @@ fn a_claims_function_is_loaded_into_its_device_before_the_pod_starts() {
     )
     .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
     println!("events of the pod whose function fails to load: {event}");
-    let pod = c.pod("unloadable").expect("pod");
-    assert_ne!(pod["status"]["phase"], "Running", "{pod}");
+    let unloadable = c.pod("unloadable").expect("pod");
+    assert_ne!(unloadable["status"]["phase"], "Running", "{unloadable}");
     assert!(
         c.container_log("unloadable", "main")
             .unwrap_or_default()
             .is_empty(),
         "the container never ran"
     );
+
+    // One claim's prepare program hangs (until the kubelet's deadline for the call, 45 s,
+    // kills it): another claim on the node is prepared meanwhile, its program run, and its
+    // pod runs while the hanging program is still in its first run.
+    c.apply(&claim_template_with_function("hanging", hanging.id))
+        .expect("template");
+    c.apply(&pod("stuck", "hanging")).expect("create pod");
+    poll(
+        "the hanging prepare program to start",
+        devinject_tests::cluster::SLOW,
+        || Ok((!hanging.running().is_empty()).then_some(())),
+    )
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    let asked = std::time::Instant::now();
+    c.apply(&pod("beside", "loaded")).expect("create pod");
+    let out = probe_output(&c, "beside");
+    let took = asked.elapsed();
+    let (runs, running) = (hanging.runs(), hanging.running());
+    eprintln!("a pod beside a hanging prepare step ran its probe in {took:?}");
+    assert!(
+        runs == 1 && !running.is_empty(),
+        "the other claim waited for the hanging one: its program started {runs} times, \
+         {running:?} running, when the pod beside it had run (after {took:?})\n{}",
+        c.dra_log()
+    );
+    let ids = allocated_ids(&claim_of(&c, "beside"));
+    assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+    assert_ne!(c.pod("stuck").expect("pod")["status"]["phase"], "Running");
+    c.kubectl(&["delete", "pod", "stuck", "--wait=false"])
+        .expect("delete pod");
+    hanging.kill();
 }
 
 #[test]
