@@ -194,6 +194,16 @@ fn claim(name: &str, uid: &str) -> ClaimRef {
 const SLOW_UID: &str = "11111111-1111-4111-8111-111111111111";
 const FAST_UID: &str = "22222222-2222-4222-8222-222222222222";
 
+/// The same concurrency runs on the real cluster (`tests/tests/cluster_dra.rs`,
+/// `a_claims_function_is_loaded_into_its_device_before_the_pod_starts`): a pod's claim is
+/// prepared and its pod runs while another claim's program hangs. What the cluster cannot give,
+/// this test checks, calling the driver as the kubelet does but with a deadline of its own:
+/// the kubelet's deadline for a call is fixed at 45 s, so only here does the slow claim reach
+/// its deadline within the test's seconds (failing alone, its program killed, no spec written,
+/// the checkpoint holding only the other claim), and only here is the other claim's prepare
+/// timed by itself (under a second) rather than with scheduling and a container start. The
+/// stand-in API server only answers the claim reads the driver makes; a kube-apiserver of its
+/// own would cost this test an etcd and a control plane's start for the same JSON.
 #[tokio::test(flavor = "current_thread")]
 async fn a_slow_prepare_step_does_not_hold_up_another_claim() {
     let api = ApiServer::default();
