@@ -788,9 +788,13 @@ impl Churn {
                     .map(|u| self.uids.get(*u).cloned().unwrap_or_else(|| u.to_string()))
                     .collect();
                 let key = (node, names.join(","), String::new(), dev.clone());
+                let source = match node == EnginePath::Dra.node() {
+                    true => "the API's allocated ResourceClaims",
+                    false => "the kubelet's checkpoint",
+                };
                 if uids.len() > 1 && self.reported_overlaps.insert(key) {
                     self.violate(format!(
-                        "device {dev} of node {node} allocated to {} pods at once in the kubelet's checkpoint: {names:?}",
+                        "device {dev} of node {node} allocated to {} pods at once in {source}: {names:?}",
                         uids.len()
                     ));
                 }
