@@ -16,11 +16,12 @@
 //!   reading the request head and writing the answer together: every read and write blocks at
 //!   most until then, so a client that sends its head a byte at a time or never reads its
 //!   answer is closed at the deadline, however it paces its bytes;
-//! - at most [`Limits::connections`] (4) connections are served at once, each on its own
-//!   thread; one accepted over the cap **closes the oldest** (`shutdown`, which wakes its thread
-//!   at once), so idle or slow clients never keep a new scrape waiting. The newest is kept, not
-//!   refused: a scraper's connection is answered within a millisecond of its head, so only a
-//!   client opening connections faster than that could close it, while refusing the newest
+//! - at most [`Limits::connections`] (4) connections are served at once, by as many threads
+//!   started with the endpoint; one accepted over the cap **closes the oldest connection that
+//!   has sent no request head** for [`Limits::grace`] (1 s: `shutdown`, which wakes its thread
+//!   at once), or else waits for one to end. So idle or slow clients keep a new scrape waiting
+//!   a second at most, and scrapes arriving together never cut each other's answers (an answer
+//!   being written is bounded by the deadline). The newest is kept, not refused: refusing it
 //!   would let a few idle connections, opened again as they are closed, refuse every scrape;
 //! - a request head of at most [`MAX_HEAD`] bytes (then 431).
 //!
@@ -57,8 +58,11 @@ const ACCEPT_LOG_INTERVAL: Duration = Duration::from_secs(10);
 pub struct Limits {
     /// From a connection's accept to its answer written (the head read included).
     pub deadline: Duration,
-    /// Connections served at once; one more closes the oldest.
+    /// Connections served at once, each by one of as many threads.
     pub connections: usize,
+    /// How long a connection may wait for its request head before a newer connection, finding
+    /// every thread busy, may close it.
+    pub grace: Duration,
 }
 
 impl Default for Limits {
@@ -66,6 +70,7 @@ impl Default for Limits {
         Limits {
             deadline: Duration::from_secs(5),
             connections: 4,
+            grace: Duration::from_secs(1),
         }
     }
 }
@@ -121,9 +126,20 @@ pub fn serve_with(
         connections: limits.connections.max(1),
         ..limits
     };
+    let live = Arc::new(Live::default());
+    let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+    let queue = Arc::new(Mutex::new(queue));
+    for _ in 0..limits.connections {
+        let (live, queue, registry) =
+            (Arc::clone(&live), Arc::clone(&queue), Arc::clone(&registry));
+        std::thread::Builder::new()
+            .name("metrics-conn".into())
+            .spawn(move || work(&live, &queue, &registry))
+            .map_err(EndpointError::Thread)?;
+    }
     std::thread::Builder::new()
         .name("metrics".into())
-        .spawn(move || accept_loop(&listener, &registry, limits))
+        .spawn(move || accept_loop(&listener, &live, &jobs, limits))
         .map_err(EndpointError::Thread)?;
     tracing::info!(address = %bound, path = PATH, "serving metrics");
     Ok(Endpoint { address: bound })
@@ -148,7 +164,7 @@ pub fn start(address: MetricsAddress, registry: Registry) -> Option<Endpoint> {
 #[derive(Debug, Default)]
 struct Live {
     slots: Mutex<VecDeque<Slot>>,
-    /// Signalled when a connection's thread ends.
+    /// Signalled when a connection's thread is done with it.
     ended: Condvar,
 }
 
@@ -156,8 +172,22 @@ struct Live {
 struct Slot {
     id: u64,
     stream: TcpStream,
+    accepted: Instant,
+    /// Its request head has come: it is being answered, which ends by the deadline.
+    answering: bool,
     closed: bool,
 }
+
+/// One accepted connection, for a serving thread.
+struct Job {
+    id: u64,
+    stream: TcpStream,
+    peer: SocketAddr,
+    deadline: Instant,
+}
+
+/// The longest pause of the accept loop between two looks at the connections it waits on.
+const ROOM_POLL: Duration = Duration::from_millis(100);
 
 impl Live {
     fn lock(&self) -> MutexGuard<'_, VecDeque<Slot>> {
@@ -166,24 +196,52 @@ impl Live {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Makes room for one more connection: shuts the oldest open one down while `cap` are
-    /// served, and waits for its thread to end (at once: its reads and writes fail, and the
-    /// encoding does no I/O).
-    fn make_room(&self, cap: usize) {
+    /// Makes room for one more connection while `limits.connections` are served: shuts down the
+    /// oldest one still without its request head after `limits.grace` (an idle or slow client:
+    /// its thread ends at once, its reads failing), or else waits for one to end. A connection
+    /// being answered is never cut: its answer is written by its deadline at the latest, and a
+    /// scraper's within a millisecond, while a client that sent nothing for the grace period
+    /// is not a scraper.
+    fn make_room(&self, limits: &Limits) {
         let mut slots = self.lock();
-        while slots.len() >= cap {
-            if let Some(oldest) = slots.iter_mut().find(|s| !s.closed) {
+        // A connection shut down no longer counts: its thread is done with it at once.
+        while slots.iter().filter(|s| !s.closed).count() >= limits.connections {
+            let now = Instant::now();
+            let waiting = |s: &&mut Slot| !s.closed && !s.answering;
+            if let Some(oldest) = slots
+                .iter_mut()
+                .filter(waiting)
+                .find(|s| now.duration_since(s.accepted) >= limits.grace)
+            {
                 oldest.closed = true;
                 let peer = oldest.stream.peer_addr().ok();
                 // Already gone when the client closed it first: nothing to shut down.
                 let _ = oldest.stream.shutdown(Shutdown::Both);
-                tracing::debug!(?peer, "metrics connections at their cap: closed the oldest");
+                tracing::debug!(
+                    ?peer,
+                    "metrics connections at their cap: closed the oldest without a request"
+                );
+                continue;
             }
+            // Until a connection ends, or the next one without its head passes its grace.
+            let pause = slots
+                .iter()
+                .filter(|s| !s.closed && !s.answering)
+                .map(|s| (s.accepted + limits.grace).saturating_duration_since(now))
+                .min()
+                .unwrap_or(ROOM_POLL)
+                .clamp(Duration::from_millis(1), ROOM_POLL);
             slots = self
                 .ended
-                .wait_timeout(slots, Duration::from_millis(100))
+                .wait_timeout(slots, pause)
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .0;
+        }
+    }
+
+    fn answering(&self, id: u64) {
+        if let Some(slot) = self.lock().iter_mut().find(|s| s.id == id) {
+            slot.answering = true;
         }
     }
 
@@ -193,7 +251,7 @@ impl Live {
     }
 }
 
-/// Takes a connection's slot out of [`Live`] when its thread ends, however it ends.
+/// Takes a connection's slot out of [`Live`] when its thread is done, however it ends.
 struct Served<'a> {
     live: &'a Live,
     id: u64,
@@ -205,8 +263,33 @@ impl Drop for Served<'_> {
     }
 }
 
-fn accept_loop(listener: &TcpListener, registry: &Arc<Registry>, limits: Limits) {
-    let live = Arc::new(Live::default());
+/// A serving thread: answers the connections the accept loop hands over, one at a time, until
+/// the loop is gone. The threads live as long as the endpoint, so a connection costs no
+/// thread start.
+fn work(live: &Live, queue: &Mutex<std::sync::mpsc::Receiver<Job>>, registry: &Registry) {
+    loop {
+        let job = {
+            let queue = queue
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            queue.recv()
+        };
+        let Ok(job) = job else { return };
+        let _served = Served { live, id: job.id };
+        if let Err(error) = answer(&job.stream, registry, job.deadline, || {
+            live.answering(job.id)
+        }) {
+            tracing::debug!(peer = %job.peer, %error, "metrics request");
+        }
+    }
+}
+
+fn accept_loop(
+    listener: &TcpListener,
+    live: &Live,
+    jobs: &std::sync::mpsc::Sender<Job>,
+    limits: Limits,
+) {
     let mut next_id = 0u64;
     let mut failures = AcceptFailures::default();
     loop {
@@ -218,8 +301,8 @@ fn accept_loop(listener: &TcpListener, registry: &Arc<Registry>, limits: Limits)
                 continue;
             }
         };
-        let deadline = Instant::now() + limits.deadline;
-        live.make_room(limits.connections);
+        let accepted = Instant::now();
+        live.make_room(&limits);
         let Ok(handle) = stream.try_clone() else {
             tracing::debug!(%peer, "metrics connection: cannot hold a handle to it");
             continue;
@@ -229,24 +312,21 @@ fn accept_loop(listener: &TcpListener, registry: &Arc<Registry>, limits: Limits)
         live.lock().push_back(Slot {
             id,
             stream: handle,
+            accepted,
+            answering: false,
             closed: false,
         });
-        let (live_there, registry) = (Arc::clone(&live), Arc::clone(registry));
-        let spawned = std::thread::Builder::new()
-            .name("metrics-conn".into())
-            .spawn(move || {
-                let _served = Served {
-                    live: &live_there,
-                    id,
-                };
-                if let Err(error) = answer(&stream, &registry, deadline) {
-                    tracing::debug!(%peer, %error, "metrics request");
-                }
-            });
-        if let Err(error) = spawned {
+        let job = Job {
+            id,
+            stream,
+            peer,
+            deadline: accepted + limits.deadline,
+        };
+        if jobs.send(job).is_err() {
+            // Every serving thread is gone (none can end but by a panic): nothing serves.
             live.remove(id);
-            tracing::warn!(%error, "cannot start a thread for a metrics connection");
-            std::thread::sleep(ACCEPT_BACKOFF);
+            tracing::error!("the metrics threads are gone: serving no more metrics");
+            return;
         }
     }
 }
@@ -326,9 +406,17 @@ enum Asked {
     TooLarge,
 }
 
-fn answer(stream: &TcpStream, registry: &Registry, deadline: Instant) -> std::io::Result<()> {
+/// Reads the request head and writes the answer, both by `deadline`; `on_head` is called once
+/// the head has come.
+fn answer(
+    stream: &TcpStream,
+    registry: &Registry,
+    deadline: Instant,
+    on_head: impl FnOnce(),
+) -> std::io::Result<()> {
     let mut stream = Deadlined { stream, deadline };
     let asked = read_head(&mut stream)?;
+    on_head();
     let (status, content_type, body, head_only) = match asked {
         Asked::Metrics { head_only } => {
             let mut text = String::new();
@@ -552,6 +640,7 @@ mod tests {
         let endpoint = endpoint_with(Limits {
             deadline: Duration::from_secs(60),
             connections: 2,
+            grace: Duration::from_millis(100),
         });
         // Accepted in the order they connected: the third closes the first.
         let idle: Vec<_> = (0..3)
@@ -577,6 +666,32 @@ mod tests {
             !closed_within(&idle[2], Duration::from_millis(200)),
             "the third was closed"
         );
+    }
+
+    #[test]
+    fn scrapes_over_the_cap_at_once_are_all_answered() {
+        // Eight scrapers on two threads: a connection being answered is never the one closed
+        // to make room, so none of them loses its answer.
+        let endpoint = endpoint_with(Limits {
+            connections: 2,
+            ..Limits::default()
+        });
+        let address = endpoint.address();
+        let scrapers: Vec<_> = (0..8)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    (0..50)
+                        .filter(|_| {
+                            let (answer, _) = timed_scrape(address);
+                            !answer.starts_with("HTTP/1.1 200 OK\r\n")
+                                || !answer.ends_with("# EOF\n")
+                        })
+                        .count()
+                })
+            })
+            .collect();
+        let lost: usize = scrapers.into_iter().map(|s| s.join().unwrap()).sum();
+        assert_eq!(lost, 0, "{lost} of 400 scrapes lost their answer");
     }
 
     #[test]
