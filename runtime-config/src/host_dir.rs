@@ -361,35 +361,41 @@ impl HostDir {
     /// Removes the socket at `name` (a server's that died without removing it) and syncs the
     /// directory. Returns whether there was one; anything else there is left as it is.
     pub fn remove_socket(&self, name: &OsStr) -> Result<bool> {
-        match fstatat(self.fd.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(st) if file_kind::of(&st) == SFlag::S_IFSOCK => {}
-            Ok(_) | Err(Errno::ENOENT) => return Ok(false),
-            Err(e) => return Err(io("stat", self.shown(name), e)),
-        }
-        match unlinkat(self.fd.as_fd(), name, UnlinkatFlags::NoRemoveDir) {
-            Ok(()) => {}
-            Err(Errno::ENOENT) => return Ok(false),
-            Err(e) => return Err(io("remove", self.shown(name), e)),
-        }
-        self.sync()?;
-        Ok(true)
+        self.remove_of_kind(name, SFlag::S_IFSOCK, UnlinkatFlags::NoRemoveDir, "remove")
     }
 
     /// Removes the directory `name` when it is empty; a missing, non-empty or non-directory
     /// entry is left as it is. Returns whether it went.
     pub fn remove_empty_dir(&self, name: &OsStr) -> Result<bool> {
+        self.remove_of_kind(
+            name,
+            SFlag::S_IFDIR,
+            UnlinkatFlags::RemoveDir,
+            "remove directory",
+        )
+    }
+
+    /// Unlinks `name` when `fstatat` (not following a link) finds it of `kind`, then syncs the
+    /// directory; `false` when it is missing, of another kind, or (a directory) not empty.
+    fn remove_of_kind(
+        &self,
+        name: &OsStr,
+        kind: SFlag,
+        flags: UnlinkatFlags,
+        what: &'static str,
+    ) -> Result<bool> {
         match fstatat(self.fd.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(st) if file_kind::of(&st) == SFlag::S_IFDIR => {}
+            Ok(st) if file_kind::of(&st) == kind => {}
             Ok(_) | Err(Errno::ENOENT) => return Ok(false),
             Err(e) => return Err(io("stat", self.shown(name), e)),
         }
-        match unlinkat(self.fd.as_fd(), name, UnlinkatFlags::RemoveDir) {
+        match unlinkat(self.fd.as_fd(), name, flags) {
             Ok(()) => {
                 self.sync()?;
                 Ok(true)
             }
             Err(Errno::ENOENT | Errno::ENOTEMPTY | Errno::EEXIST) => Ok(false),
-            Err(e) => Err(io("remove directory", self.shown(name), e)),
+            Err(e) => Err(io(what, self.shown(name), e)),
         }
     }
 
