@@ -240,7 +240,11 @@ mod tests {
         assert_eq!(info.endpoint, endpoint.to_str().unwrap());
         assert_eq!(
             info.supported_versions,
-            ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+            [
+                "v1.DRAPlugin",
+                "v1beta1.DRAPlugin",
+                "v1alpha1.DRAResourceHealth"
+            ]
         );
 
         client

@@ -42,8 +42,14 @@ pub const V1: &str = "v1.DRAPlugin";
 /// The advertised name of the [`v1beta1`] node service.
 pub const V1BETA1: &str = "v1beta1.DRAPlugin";
 
-/// `PluginInfo.supported_versions`, newest first: the kubelet uses the first one it knows.
-pub const SUPPORTED_VERSIONS: [&str; 2] = [V1, V1BETA1];
+/// The advertised name of the [`health_v1alpha1`] resource-health stream.
+pub const HEALTH_V1ALPHA1: &str = "v1alpha1.DRAResourceHealth";
+
+/// `PluginInfo.supported_versions`: the node services newest first (the kubelet uses the first
+/// one it knows), then the health stream. A 1.37 kubelet opens the health stream only when the
+/// registration names it (it negotiates `v1.DRAResourceHealth` or `v1alpha1.`, the latter until
+/// 1.40); a 1.34-1.36 kubelet opens `v1alpha1` unasked and skips names it does not know.
+pub const SUPPORTED_VERSIONS: [&str; 3] = [V1, V1BETA1, HEALTH_V1ALPHA1];
 
 #[cfg(test)]
 mod tests {
@@ -237,7 +243,14 @@ mod tests {
 
     #[test]
     fn v1_is_advertised_before_v1beta1() {
-        assert_eq!(SUPPORTED_VERSIONS, ["v1.DRAPlugin", "v1beta1.DRAPlugin"]);
+        assert_eq!(
+            SUPPORTED_VERSIONS,
+            [
+                "v1.DRAPlugin",
+                "v1beta1.DRAPlugin",
+                "v1alpha1.DRAResourceHealth"
+            ]
+        );
         assert_eq!(PLUGIN_TYPE, "DRAPlugin");
     }
 }
