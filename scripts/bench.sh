@@ -6,7 +6,7 @@
 # benchmark, the CDI watcher's refresh latency (cdi-watch-bench), the cost of parsing config.json
 # (oci-parse-bench), each injection path on
 # containerd 1.7 (devinject-cri-bench) when scripts/runtimes-fetch.sh has fetched it, and the
-# real cluster's (devinject-cluster-bench, on Kubernetes 1.36 with containerd 2 and runc 1.4)
+# real cluster's (devinject-cluster-bench, on Kubernetes 1.37 with containerd 2 and runc 1.4)
 # when scripts/kube-module-build.sh and scripts/runc-build.sh have built them. Run
 # it on a quiet machine: figures are wall times.
 #
@@ -17,7 +17,7 @@
 # first; the full run ends with it when both are already there.
 #
 # `scripts/bench.sh churn [--starts N] [--seed S]` runs only the soak (churn-soak, the churn of
-# tests/tests/cluster_churn.rs run long: >= 1000 pod starts by default, on Kubernetes 1.36 with
+# tests/tests/cluster_churn.rs run long: >= 1000 pod starts by default, on Kubernetes 1.37 with
 # containerd 2, CRI-O 1.36 and runc 1.4, the shim, NRI and CDI, faults on a schedule) and writes its report
 # (starts, faults of each kind, violations, the daemons' RSS, fds and threads first vs last,
 # the metrics scrapes) to target/churn-report.txt; it exits 1 on any violation.

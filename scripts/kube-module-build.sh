@@ -18,7 +18,7 @@
 # --refresh-sum it writes the go.sum files from what the proxy serves (after a version change).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-version=1.36.3
+version=1.37.2
 etcd_version=3.6.16
 kube_module=scripts/kube-module
 etcd_module=scripts/etcd-module

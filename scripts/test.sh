@@ -13,7 +13,7 @@ cluster=$ci
 # cores the first time, then nothing); what needs them waits at the end:
 # - CRI-O 1.36 with crictl and the CNI loopback plugin (scripts/crio-build.sh), for
 #   tests/crio_cri.rs: always;
-# - Kubernetes 1.36 and etcd 3.6 (scripts/kube-module-build.sh) for the cluster tier
+# - Kubernetes 1.37 and etcd 3.6 (scripts/kube-module-build.sh) for the cluster tier
 #   (docs/testing.md, "The cluster tier"): where the cluster tier runs.
 today_log=$PWD/target/today-build.log
 mkdir -p target
@@ -95,7 +95,7 @@ if [ -n "${runc14:-}" ]; then
   DEVINJECT_RUNC=$runc14 cargo test -p devinject-tests --no-fail-fast "${runc_tier[@]/#/--test=}" \
     -- --skip docker_matrix_with_the_shim || status=$?
 fi
-# CRI-O 1.36 on runc 1.4 (tests/crio_cri.rs), and the whole cluster tier on Kubernetes 1.36, its
+# CRI-O 1.36 on runc 1.4 (tests/crio_cri.rs), and the whole cluster tier on Kubernetes 1.37, its
 # nodes on containerd 2 and runc 1.4 (tests/src/cluster/kubernetes.rs), once the background
 # build is done.
 cluster_tier=(cluster cluster_binpack cluster_dra cluster_engine_paths cluster_install cluster_install_dra
@@ -106,12 +106,12 @@ if wait "$today_build"; then
   DEVINJECT_CRIO_BIN=$crio_bin DEVINJECT_RUNC=${runc14:-} cargo test -p devinject-tests --no-fail-fast \
     --test=crio_cri || status=$?
   if $cluster; then
-    kube136=$(cat "$today_log.kube")
-    echo "test.sh: the cluster tier on $("$kube136/kubelet" --version) and $("$runc14" --version | sed -n 1p)"
-    DEVINJECT_KUBE_BIN=$kube136 DEVINJECT_RUNC=$runc14 DEVINJECT_CRIO_BIN=$crio_bin cargo test -p devinject-tests --no-fail-fast \
+    kube137=$(cat "$today_log.kube")
+    echo "test.sh: the cluster tier on $("$kube137/kubelet" --version) and $("$runc14" --version | sed -n 1p)"
+    DEVINJECT_KUBE_BIN=$kube137 DEVINJECT_RUNC=$runc14 DEVINJECT_CRIO_BIN=$crio_bin cargo test -p devinject-tests --no-fail-fast \
       "${cluster_tier[@]/#/--test=}" || status=$?
   else
-    echo "test.sh: SKIPPED the cluster tier on Kubernetes 1.36 (runs under CI=true, or with DEVINJECT_CLUSTER=1)"
+    echo "test.sh: SKIPPED the cluster tier on Kubernetes 1.37 (runs under CI=true, or with DEVINJECT_CLUSTER=1)"
   fi
 else
   echo "test.sh: building the stack of today failed (scripts/crio-build.sh, scripts/kube-module-build.sh):" >&2

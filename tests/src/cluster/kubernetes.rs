@@ -1,9 +1,9 @@
 //! Which Kubernetes release the cluster tier runs, and what it needs that another does not.
 //!
 //! Two releases run the tier (docs/testing.md, "The cluster tier"):
-//! - **v1.36**, the stack users run today, built from its Go modules by
+//! - **v1.37**, the stack users run today, built from its Go modules by
 //!   scripts/kube-module-build.sh, on containerd 2 (Debian unstable's, scripts/runtimes-fetch.sh)
-//!   and the runc under test (`DEVINJECT_RUNC`): Kubernetes 1.36 supports no containerd 1.x;
+//!   and the runc under test (`DEVINJECT_RUNC`): Kubernetes 1.36 and later support no containerd 1.x;
 //! - **v1.20.2**, the compatibility release for what old kubelets do differently, built from
 //!   Debian 12's source package by scripts/kube-build.sh, on the machine's containerd 1.6 (or the
 //!   1.7 a test asks for).

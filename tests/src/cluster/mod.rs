@@ -1,5 +1,5 @@
 //! A real Kubernetes cluster for tests: etcd, kube-apiserver, kube-controller-manager,
-//! kube-scheduler and one or more nodes, each a kubelet (v1.36, built from its Go modules by
+//! kube-scheduler and one or more nodes, each a kubelet (v1.37, built from its Go modules by
 //! scripts/kube-module-build.sh; v1.20.2 for compatibility, from Debian's source package by
 //! scripts/kube-build.sh) driving a private containerd over CRI with the `devinject`
 //! runtime that `devinject-ctl` configures (or, with [`Setup::Cdi`], a containerd release reading
