@@ -671,9 +671,12 @@ mod tests {
     #[test]
     fn scrapes_over_the_cap_at_once_are_all_answered() {
         // Eight scrapers on two threads: a connection being answered is never the one closed
-        // to make room, so none of them loses its answer.
+        // to make room, so none of them loses its answer. The grace is long, so that a scraper
+        // descheduled between its connect and its head on a loaded machine is not taken for an
+        // idle client.
         let endpoint = endpoint_with(Limits {
             connections: 2,
+            grace: Duration::from_secs(5),
             ..Limits::default()
         });
         let address = endpoint.address();
