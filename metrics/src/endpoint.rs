@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
 
+use crate::accept_failures::AcceptFailures;
 use crate::address::MetricsAddress;
 
 /// The one path served.
@@ -50,8 +51,6 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 pub const MAX_HEAD: usize = 8 * 1024;
 /// The pause after a failed `accept` (out of descriptors, say), so that the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
-/// How often a failed `accept` is logged at most.
-const ACCEPT_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// How long a connection may live and how many are served at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -291,13 +290,16 @@ fn accept_loop(
     limits: Limits,
 ) {
     let mut next_id = 0u64;
-    let mut failures = AcceptFailures::default();
+    let mut failures = AcceptFailures::new(
+        "accepting a metrics connection",
+        ACCEPT_BACKOFF,
+        ACCEPT_BACKOFF,
+    );
     loop {
         let (stream, peer) = match listener.accept() {
             Ok(accepted) => accepted,
             Err(error) => {
-                failures.failed(&error, Instant::now());
-                std::thread::sleep(ACCEPT_BACKOFF);
+                std::thread::sleep(failures.failed(&error, Instant::now()));
                 continue;
             }
         };
@@ -328,29 +330,6 @@ fn accept_loop(
             tracing::error!("the metrics threads are gone: serving no more metrics");
             return;
         }
-    }
-}
-
-/// Logs failed accepts (out of descriptors, say) once per [`ACCEPT_LOG_INTERVAL`] at most,
-/// with how many were not logged in between.
-#[derive(Debug, Default)]
-struct AcceptFailures {
-    logged: Option<Instant>,
-    unlogged: u64,
-}
-
-impl AcceptFailures {
-    fn failed(&mut self, error: &std::io::Error, now: Instant) {
-        if self
-            .logged
-            .is_some_and(|at| now.duration_since(at) < ACCEPT_LOG_INTERVAL)
-        {
-            self.unlogged += 1;
-            return;
-        }
-        tracing::warn!(%error, also_failed = self.unlogged, "accepting a metrics connection");
-        self.logged = Some(now);
-        self.unlogged = 0;
     }
 }
 
@@ -525,6 +504,7 @@ mod tests {
     use prometheus_client::metrics::counter::Counter;
 
     use super::*;
+    use crate::accept_failures::ACCEPT_LOG_INTERVAL;
 
     fn endpoint() -> (Endpoint, Counter) {
         let mut registry = Registry::default();
@@ -699,18 +679,28 @@ mod tests {
 
     #[test]
     fn failed_accepts_are_logged_once_per_interval() {
-        let mut failures = AcceptFailures::default();
+        let mut failures = AcceptFailures::new(
+            "accepting a metrics connection",
+            ACCEPT_BACKOFF,
+            ACCEPT_BACKOFF,
+        );
         let error = std::io::Error::from_raw_os_error(24);
         let start = Instant::now();
-        failures.failed(&error, start);
-        assert_eq!(failures.logged, Some(start));
+        assert_eq!(failures.failed(&error, start), ACCEPT_BACKOFF);
+        assert_eq!(failures.last_logged(), Some(start));
         for ms in 1..1000 {
             failures.failed(&error, start + Duration::from_millis(ms));
         }
-        assert_eq!((failures.logged, failures.unlogged), (Some(start), 999));
+        assert_eq!(
+            (failures.last_logged(), failures.unlogged()),
+            (Some(start), 999)
+        );
         let later = start + ACCEPT_LOG_INTERVAL;
-        failures.failed(&error, later);
-        assert_eq!((failures.logged, failures.unlogged), (Some(later), 0));
+        assert_eq!(failures.failed(&error, later), ACCEPT_BACKOFF);
+        assert_eq!(
+            (failures.last_logged(), failures.unlogged()),
+            (Some(later), 0)
+        );
     }
 
     fn exchange(address: SocketAddr, request: &[u8]) -> String {

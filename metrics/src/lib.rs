@@ -2,6 +2,8 @@
 //! the DRA driver) share for Prometheus, and nothing else: each component's own metric
 //! families live in its own `metrics` module.
 //!
+//! - [`accept_failures`]: failed `accept`s paced and logged at a bounded rate, for every server
+//!   the components run;
 //! - [`address`]: the `--metrics-address` flag (`off`, an IP, or an IP and a port) and each
 //!   component's fixed default port;
 //! - [`build_info`]: `devinject_build_info{component, version} 1`;
@@ -20,12 +22,14 @@
 //! and nothing listens on the node's addresses. See docs/operations.md.
 #![warn(missing_docs)]
 
+pub mod accept_failures;
 pub mod address;
 pub mod build_info;
 pub mod endpoint;
 pub mod labels;
 pub mod text;
 
+pub use accept_failures::AcceptFailures;
 pub use address::{AddressError, MetricsAddress};
 pub use build_info::register_build_info;
 pub use endpoint::{serve, serve_with, start, Endpoint, EndpointError, Limits};

@@ -22,7 +22,7 @@
 //!   its TLS buffers and hyper's read buffer ([`MAX_BUF`]);
 //! - a failed `accept` (out of descriptors) closes the oldest connection when descriptors ran
 //!   out, pauses (doubling from [`ACCEPT_PAUSE_MIN`] to [`ACCEPT_PAUSE_MAX`]) and is logged once
-//!   per [`ACCEPT_LOG_INTERVAL`] with the count of those not logged.
+//!   per [`ACCEPT_LOG_INTERVAL`](devinject_metrics::accept_failures::ACCEPT_LOG_INTERVAL) with the count of those not logged.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -40,6 +40,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio_rustls::TlsAcceptor;
 
+use devinject_metrics::accept_failures::AcceptFailures;
+
 use crate::metrics::{Outcome, WebhookMetrics};
 use crate::mutate::Table;
 use crate::review::{review, MAX_REVIEW_BYTES};
@@ -52,8 +54,6 @@ pub const MAX_BUF: usize = 64 * 1024;
 pub const ACCEPT_PAUSE_MIN: Duration = Duration::from_millis(50);
 /// The longest pause after failed `accept`s in a row.
 pub const ACCEPT_PAUSE_MAX: Duration = Duration::from_secs(1);
-/// How often failed `accept`s are logged at most.
-pub const ACCEPT_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// `accept`'s errors for descriptors run out, in the process (`EMFILE`) or the system
 /// (`ENFILE`): Linux's numbers.
 const OUT_OF_DESCRIPTORS: [i32; 2] = [24, 23];
@@ -225,7 +225,11 @@ pub async fn serve_with(
         load,
         open: Mutex::default(),
     });
-    let mut failures = AcceptFailures::default();
+    let mut failures = AcceptFailures::new(
+        "accepting a connection failed: pausing",
+        ACCEPT_PAUSE_MIN,
+        ACCEPT_PAUSE_MAX,
+    );
     let mut next_id = 0u64;
     loop {
         let (tcp, peer) = match listener.accept().await {
@@ -342,47 +346,6 @@ async fn connection(shared: &Arc<Shared>, tcp: TcpStream, peer: std::net::Socket
         .await
     {
         tracing::debug!(%peer, "connection ended: {e}");
-    }
-}
-
-/// Paces and logs failed `accept`s: a pause doubling from [`ACCEPT_PAUSE_MIN`] to
-/// [`ACCEPT_PAUSE_MAX`] while they fail in a row, one log line per [`ACCEPT_LOG_INTERVAL`] with
-/// how many were not logged in between.
-#[derive(Debug, Default)]
-pub struct AcceptFailures {
-    pause: Option<Duration>,
-    logged: Option<Instant>,
-    unlogged: u64,
-}
-
-impl AcceptFailures {
-    /// Notes a failure at `now`, logs it when it is time, and says how long to pause.
-    pub fn failed(&mut self, error: &std::io::Error, now: Instant) -> Duration {
-        let pause = self
-            .pause
-            .map_or(ACCEPT_PAUSE_MIN, |p| (p * 2).min(ACCEPT_PAUSE_MAX));
-        self.pause = Some(pause);
-        if self
-            .logged
-            .is_some_and(|at| now.duration_since(at) < ACCEPT_LOG_INTERVAL)
-        {
-            self.unlogged += 1;
-        } else {
-            tracing::warn!(%error, also_failed = self.unlogged, "accepting a connection failed: pausing");
-            self.logged = Some(now);
-            self.unlogged = 0;
-        }
-        pause
-    }
-
-    /// Notes an accept that worked: the next failure pauses the least again.
-    pub fn succeeded(&mut self) {
-        self.pause = None;
-    }
-
-    /// Failures not logged since the last line.
-    pub fn unlogged(&self) -> u64 {
-        self.unlogged
     }
 }
 
@@ -503,10 +466,15 @@ async fn handle(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use devinject_metrics::accept_failures::ACCEPT_LOG_INTERVAL;
 
     #[test]
     fn failed_accepts_pause_longer_in_a_row_and_are_logged_once_per_interval() {
-        let mut failures = AcceptFailures::default();
+        let mut failures = AcceptFailures::new(
+            "accepting a connection failed: pausing",
+            ACCEPT_PAUSE_MIN,
+            ACCEPT_PAUSE_MAX,
+        );
         let error = std::io::Error::from_raw_os_error(24);
         let start = Instant::now();
         let pauses: Vec<_> = (0..8)
