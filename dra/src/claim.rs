@@ -600,6 +600,16 @@ mod tests {
         c
     }
 
+    /// The allocated devices of `claim`, which [`claim`] made.
+    fn devices(claim: &mut ResourceClaim) -> &mut DeviceAllocationResult {
+        claim
+            .status
+            .as_mut()
+            .and_then(|s| s.allocation.as_mut())
+            .and_then(|a| a.devices.as_mut())
+            .expect("an allocated claim")
+    }
+
     #[test]
     fn claim_values_reach_messages_escaped_byte_for_byte() {
         let err = read(&hostile_claim(json!({})), UID, DRIVER, &pools()).unwrap_err();
@@ -610,35 +620,14 @@ mod tests {
              node-a/kvm): the claim was allocated for another node"
         );
         let mut ours = hostile_claim(json!({"\u{202e}fn\u{9b}\n": "x"}));
-        ours.status
-            .as_mut()
-            .unwrap()
-            .allocation
-            .as_mut()
-            .unwrap()
-            .devices
-            .as_mut()
-            .unwrap()
-            .results = Some(vec![result("r", DRIVER, "node-a/demo", "demo-0")]);
+        devices(&mut ours).results = Some(vec![result("r", DRIVER, "node-a/demo", "demo-0")]);
         let err = read(&ours, UID, DRIVER, &pools()).unwrap_err();
         assert_eq!(
             err.to_string(),
             "claim ns/evil\\u{202e}gpj.exe: unknown key \"\\u{202e}fn\\u{9b}\\n\" in the opaque \
              parameters for driver devinject.io: the only key is \"function\""
         );
-        let config = &mut ours
-            .status
-            .as_mut()
-            .unwrap()
-            .allocation
-            .as_mut()
-            .unwrap()
-            .devices
-            .as_mut()
-            .unwrap()
-            .config
-            .as_mut()
-            .unwrap()[0];
+        let config = &mut devices(&mut ours).config.as_mut().unwrap()[0];
         config.opaque.as_mut().unwrap().parameters =
             RawExtension(json!({"function": "nlb\u{202e}3\u{1b}]0;\u{7}\"\\"}));
         let err = read(&ours, UID, DRIVER, &pools()).unwrap_err();
@@ -649,19 +638,7 @@ mod tests {
              letters, digits, '.', '_' or '-' naming one of the profile's prepare functions"
         );
         // Not a string: its JSON, escaped the same way; a long one cut with its length.
-        let config = &mut ours
-            .status
-            .as_mut()
-            .unwrap()
-            .allocation
-            .as_mut()
-            .unwrap()
-            .devices
-            .as_mut()
-            .unwrap()
-            .config
-            .as_mut()
-            .unwrap()[0];
+        let config = &mut devices(&mut ours).config.as_mut().unwrap()[0];
         config.opaque.as_mut().unwrap().parameters =
             RawExtension(json!({"function": ["\u{85}".repeat(100)]}));
         let err = read(&ours, UID, DRIVER, &pools()).unwrap_err().to_string();
