@@ -16,6 +16,16 @@ use devinject_devices::Excerpt;
 use nix::fcntl::{open, OFlag};
 use nix::sys::stat::Mode;
 
+/// Makes ring the process's TLS provider, as the webhook's server names it, before any client
+/// is made. rustls chooses a provider by itself only when one is linked: a build whose features
+/// also bring aws-lc-rs (the workspace's tests do, through the CDI crate's schema validator)
+/// would otherwise stop at the first client with a panic. Idempotent: a provider already
+/// installed stays.
+pub fn install_tls_provider() {
+    // An Err means a provider is installed already: the process's choice stands.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Where a pod's service account credentials are mounted (the token, `ca.crt`, `namespace`).
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 

@@ -110,6 +110,7 @@ struct ServeArgs {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    devinject_dra::api_client::install_tls_provider();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
