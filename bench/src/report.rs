@@ -56,7 +56,7 @@ pub struct Report {
     pub cdi_finish: Vec<CdiFinishRow>,
 }
 
-/// The targets of the benchmark issue.
+/// The benchmark's targets (docs/benchmarks.md, "Targets").
 pub mod targets {
     /// Hook end-to-end over native, at 8 devices and 64 libraries.
     pub const HOOK_RATIO: f64 = 1.15;

@@ -1,8 +1,8 @@
-//! The hook's work on an image's linker cache is bounded by the cache's size (issue 13, finding
-//! 3: a 59 MiB cache once took 2.9 GiB and wrote 685 MiB). The real hook, as runc's
-//! createRuntime hook, merges the demo library into caches of growing size; its peak RSS (its
-//! own and its children's, through `devinject-bench time`) and the cache it writes stay within
-//! bounds linear in the input. Time is measured by scripts/bench.sh, not here.
+//! The hook's work on an image's linker cache is bounded by the cache's size (a 59 MiB cache once
+//! took 2.9 GiB and wrote 685 MiB). The real hook, as runc's createRuntime hook, merges the demo
+//! library into caches of growing size; its peak RSS (its own and its children's, through
+//! `devinject-bench time`) and the cache it writes stay within bounds linear in the input. Time is
+//! measured by scripts/bench.sh, not here.
 
 use std::path::Path;
 

@@ -9,13 +9,12 @@
 //!   named with its fix by the caller;
 //! - with exactly the environment the caller gives (nothing of the container's or the runtime's
 //!   reaches it), stdin from `/dev/null`, and exactly the descriptors 0, 1 and 2: every other
-//!   one is closed right before `exec` (`close_range`), whether or not it was close-on-exec
-//!   (issue 32, finding 2);
+//!   one is closed right before `exec` (`close_range`), whether or not it was close-on-exec;
 //! - as pid 1 of a PID namespace of its own (`sys::fork_contained`), so that whatever ends it
 //!   ends everything it started, however that detached itself (`setsid`, a double fork, a
-//!   daemon): when it exits, or is killed, the kernel kills every process left in its namespace
-//!   (issue 32, finding 1). A process it leaves holding its stdout therefore dies with it rather
-//!   than holding the start until the deadline;
+//!   daemon): when it exits, or is killed, the kernel kills every process left in its namespace. A
+//!   process it leaves holding its stdout therefore dies with it rather than holding the start
+//!   until the deadline;
 //! - under a deadline, after which it is killed with all it started ([`ChildError::Timeout`]).
 //!   The wait is bounded by the same deadline as the reading of its output (its pidfd is polled
 //!   with the pipes), so a program that closes its output and hangs times out too. As init of
@@ -210,8 +209,8 @@ pub fn run(program: Program<'_>) -> Result<Finished, ChildError> {
         let redirected = nix::unistd::dup2_stdin(&null)
             .and_then(|()| nix::unistd::dup2_stdout(&out_w))
             .and_then(|()| nix::unistd::dup2_stderr(&err_w))
-            // Exactly 0-2 (issue 32, finding 2): nothing the engine or a caller left open
-            // without close-on-exec reaches the program.
+            // Exactly 0-2: nothing the engine or a caller left open without close-on-exec reaches
+            // the program.
             .and_then(|()| sys::close_range(3, u32::MAX));
         if redirected.is_err() {
             return EXEC_FAILED;
@@ -614,9 +613,9 @@ mod tests {
             .collect()
     }
 
-    /// Issue 32, finding 2: a descriptor the caller holds without close-on-exec (an engine's
-    /// `--preserve-fds`, a caller's open file) does not reach the program: it gets 0, 1 and 2,
-    /// and nothing else but the directory its own listing opens.
+    /// A descriptor the caller holds without close-on-exec (an engine's `--preserve-fds`, a
+    /// caller's open file) does not reach the program: it gets 0, 1 and 2, and nothing else but the
+    /// directory its own listing opens.
     #[test]
     fn only_descriptors_0_to_2_reach_the_program_issue_32_finding_2() {
         let t = tempfile::tempdir().unwrap();
@@ -682,8 +681,8 @@ mod tests {
         (got, start.elapsed())
     }
 
-    /// Issue 32, finding 1: a program that exits at once but leaves a helper holding its stdout,
-    /// detached with `setsid`, finishes at once, and the helper ends with it.
+    /// A program that exits at once but leaves a helper holding its stdout, detached with `setsid`,
+    /// finishes at once, and the helper ends with it.
     #[test]
     fn a_detached_helper_holding_stdout_ends_with_the_program_issue_32_finding_1() {
         let t = tempfile::tempdir().unwrap();
@@ -701,8 +700,8 @@ mod tests {
         assert_eq!(left, Vec::<String>::new(), "left running");
     }
 
-    /// Issue 32, finding 1: a program killed at its deadline takes with it what it started, here
-    /// a child that hangs and a grandchild detached by a double fork and `setsid`.
+    /// A program killed at its deadline takes with it what it started, here a child that hangs and
+    /// a grandchild detached by a double fork and `setsid`.
     #[test]
     fn a_program_killed_at_its_deadline_takes_its_detached_children_issue_32_finding_1() {
         let t = tempfile::tempdir().unwrap();

@@ -120,7 +120,7 @@ pub fn run_all(runs: &[PrepareRun]) -> Result<(), PrepareStepError> {
 
 /// [`run_all`], every step also finished by `deadline`: each runs under the lesser of its own
 /// limit and the time left, and one the deadline cuts short is killed (the NRI plugin must
-/// answer the engine in time whatever a program does: issue 32, finding 4).
+/// answer the engine in time whatever a program does).
 pub fn run_all_by(runs: &[PrepareRun], deadline: Instant) -> Result<(), PrepareStepError> {
     for r in runs {
         let left = deadline.saturating_duration_since(Instant::now());

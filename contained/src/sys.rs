@@ -58,14 +58,13 @@ pub struct Contained {
 /// Forks `child` as pid 1 of a new PID namespace; it runs `child` and exits with its return
 /// value like [`fork_run`] (dying with the parent as well).
 ///
-/// Why (issue 32, finding 1): nothing leaves a PID namespace. When its init ends, on its own or
-/// by `SIGKILL` from the parent, the kernel kills every process left in it, whatever they did to
-/// get away (`setsid`, a double fork, a daemon), and the pidfd becomes readable only once they
-/// are all gone. So a program the child `exec`s cannot leave a process on the host, nor a helper
-/// holding its output pipes. The price: as init, the program ignores every signal it has no
-/// handler for, but `SIGKILL` and `SIGSTOP` from outside its namespace (pid_namespaces(7)): its
-/// own `kill -TERM $$`, an alarm, a `SIGTERM` from the host. The caller bounds it with a deadline
-/// and `SIGKILL` instead.
+/// Why: nothing leaves a PID namespace. When its init ends, on its own or by `SIGKILL` from the
+/// parent, the kernel kills every process left in it, whatever they did to get away (`setsid`, a
+/// double fork, a daemon), and the pidfd becomes readable only once they are all gone. So a program
+/// the child `exec`s cannot leave a process on the host, nor a helper holding its output pipes. The
+/// price: as init, the program ignores every signal it has no handler for, but `SIGKILL` and
+/// `SIGSTOP` from outside its namespace (pid_namespaces(7)): its own `kill -TERM $$`, an alarm, a
+/// `SIGTERM` from the host. The caller bounds it with a deadline and `SIGKILL` instead.
 ///
 /// How: `unshare(CLONE_NEWPID)` on the calling thread makes its next child init of a new
 /// namespace; the thread is set back to its own namespace (`setns`) right after the fork, so the
@@ -142,11 +141,10 @@ fn pidfd_open(pid: Pid) -> nix::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw as i32) })
 }
 
-/// Closes every descriptor from `first` to `last`, both included (issue 32, finding 2: a
-/// program gets exactly the descriptors it is given, whatever the engine or a caller left open
-/// without close-on-exec). `close_range(2)` where the kernel has it (5.9), else one `close` per
-/// descriptor number below the soft `RLIMIT_NOFILE`. Async-signal-safe: for a forked child right
-/// before `exec`.
+/// Closes every descriptor from `first` to `last`, both included (a program gets exactly the
+/// descriptors it is given, whatever the engine or a caller left open without close-on-exec).
+/// `close_range(2)` where the kernel has it (5.9), else one `close` per descriptor number below the
+/// soft `RLIMIT_NOFILE`. Async-signal-safe: for a forked child right before `exec`.
 pub fn close_range(first: u32, last: u32) -> nix::Result<()> {
     if first > last {
         return Ok(());

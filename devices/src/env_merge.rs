@@ -2,7 +2,7 @@
 //! is replaced by the granted list, since the process must see what was granted, not what it
 //! asked for; any other variable the container sets is kept, since a profile's defaults do not
 //! override the user's. The shim applies the rule to `config.json`, the NRI plugin writes the
-//! same entries into its adjustment (issue 34: one rule, not one per engine).
+//! same entries into its adjustment (one rule, not one per engine).
 
 use crate::plan::EnvVar;
 

@@ -4,11 +4,10 @@
 //!
 //! A refusal quotes what the container wrote (a function, a request item, an annotation) so its
 //! author can find it, and that text reaches `docker run`'s error, `kubectl describe pod`, the
-//! runtime's log and ours. Quoted whole, a 200 KiB function value became a 200 KiB error (issue
-//! 32, finding 9), and a newline in an annotation could forge a log line. Every message that
-//! quotes a container's value formats it through [`Excerpt`], and nothing else: at most
-//! [`MAX_SHOWN`] characters of it, escaped as Rust's `{:?}` escapes a string, then its length
-//! when it was cut.
+//! runtime's log and ours. Quoted whole, a 200 KiB function value would be a 200 KiB error, and a
+//! newline in an annotation could forge a log line. Every message that quotes a container's value
+//! formats it through [`Excerpt`], and nothing else: at most [`MAX_SHOWN`] characters of it,
+//! escaped as Rust's `{:?}` escapes a string, then its length when it was cut.
 //!
 //! `{:?}` writes the excerpt quoted (`"nlb3"`), `{}` unquoted (for names read as part of a
 //! sentence, such as a pod's). A value that fits is written exactly as `{:?}` / `{}` would write

@@ -2,8 +2,8 @@
 //! the finish step its arguments, environment and timeout. The shim's `config.json`, a CDI spec
 //! and the NRI plugin's adjustment each carry a [`FinishInvocation`]; hooks.d files and
 //! containerd's hook-mode base spec carry the namespace applier's [`HookCommand`]. Each writer
-//! renders this one value in its own format, so that what they write cannot drift apart
-//! (issue 34). Pure: the caller says which directory a relative configuration path is in.
+//! renders this one value in its own format, so that what they write cannot drift apart. Pure: the
+//! caller says which directory a relative configuration path is in.
 
 use std::path::{Path, PathBuf};
 

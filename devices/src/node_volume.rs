@@ -5,9 +5,9 @@
 //! On the spec path (the runtime shim writes `linux.devices`, NRI adjusts them) the runtime
 //! itself makes the nodes, after the spec's mounts, by path. A volume the pod mounts over `/dev`
 //! or `/dev/<dir>` (a host directory, an `emptyDir`) would then get a `0666` node of ours in a
-//! host directory, where it outlives the container (issue 32, finding 6). The namespace applier
-//! checks the same through its fds (`Rootfs::node_dir` in the hook); here the spec is all there
-//! is, and it says what the runtime will mount.
+//! host directory, where it outlives the container. The namespace applier checks the same through
+//! its fds (`Rootfs::node_dir` in the hook); here the spec is all there is, and it says what the
+//! runtime will mount.
 
 use std::path::{Component, Path, PathBuf};
 

@@ -363,8 +363,8 @@ mod tests {
         assert_eq!(planned(&profile, &files), None);
     }
 
-    /// Issue 19: with accel1 gone, a container granted `1` got accel2 (position 1), which may
-    /// be another pod's. Whoever wrote the request, a number is an id on an index-id profile.
+    /// With accel1 gone, a container granted `1` must not get accel2 (position 1), which may be
+    /// another pod's. Whoever wrote the request, a number is an id on an index-id profile.
     #[test]
     fn a_granted_device_that_is_gone_fails_and_never_selects_another() {
         let err = run_on(&[0, 2], "1", Resolve::Granted).unwrap_err();

@@ -48,7 +48,7 @@ pub enum FunctionError {
         origin: String,
     },
     /// The annotation and the variable name different functions: the device would get one and
-    /// the process see the other (issue 32, finding 9).
+    /// the process see the other.
     #[error(transparent)]
     Conflict(Box<FunctionConflict>),
 }
@@ -348,7 +348,8 @@ resource = "example.com/fpga-nlb3"
         );
     }
 
-    /// Issue 32, finding 9: a 200 KiB function value was echoed whole into the refusal.
+    /// A 200 KiB function value is not echoed whole into the refusal: the message stays short,
+    /// names the variable and gives the value's length.
     #[test]
     fn a_huge_function_value_gives_a_short_refusal_naming_the_variable_finding_9() {
         let huge = "n".repeat(200 << 10);
@@ -365,8 +366,8 @@ resource = "example.com/fpga-nlb3"
         }
     }
 
-    /// Issue 32, finding 9: with the function in both the annotation and the variable, the
-    /// device got the annotation's and the process saw the variable's.
+    /// With the function in both the annotation and the variable, the device would get the
+    /// annotation's and the process see the variable's: the two must agree.
     #[test]
     fn the_annotation_and_the_variable_must_agree_on_the_function_finding_9() {
         let p = profile(FPGA);

@@ -44,9 +44,9 @@ pub enum ProfileError {
         problem: String,
     },
     /// The profile shares its devices (`replicas` > 1) and prepares them (`[prepare]`): one
-    /// container's start would reprogram a device another container is using (issue 32,
-    /// finding 3). Refused rather than allowed for the function already loaded, which would need
-    /// durable per-device state on the node (docs/prepare.md, "Shared devices").
+    /// container's start would reprogram a device another container is using. Refused rather than
+    /// allowed for the function already loaded, which would need durable per-device state on the
+    /// node (docs/prepare.md, "Shared devices").
     #[error("profile {path}: keys `replicas` (= {replicas}) and `[prepare]` cannot be combined: a shared device is used by several containers at once, and each one's start would run the prepare program on it under the others: set `replicas = 1` or remove the `[prepare]` section")]
     SharedPrepare {
         /// The profile file.
@@ -55,7 +55,7 @@ pub enum ProfileError {
         replicas: u32,
     },
     /// Something other than a regular file (after links) ends in `.toml` in a profiles
-    /// directory: it is not opened (issue 32, finding 8).
+    /// directory: it is not opened.
     #[error("profile {path} is a {what}, not a regular file: devinject does not open it; remove it from the profiles directory or rename it so it does not end in .toml")]
     NotAFile {
         /// The profile path.
@@ -1101,9 +1101,9 @@ DEMO_DRIVER = "1"
         assert_eq!(p.function_annotation(), "devinject.io/demo.function");
     }
 
-    /// Issue 32, finding 3: with a shared device, pod B's start loaded its function into the
-    /// physical device pod A was using. Such a profile does not load, naming the file, both keys
-    /// and the fix; a prepare step with one replica, and replicas without one, still load.
+    /// With a shared device, pod B's start would load its function into the physical device pod A
+    /// is using. Such a profile does not load, naming the file, both keys and the fix; a prepare
+    /// step with one replica, and replicas without one, still load.
     #[test]
     fn a_shared_device_with_a_prepare_step_does_not_load_finding_3() {
         let shared = format!(

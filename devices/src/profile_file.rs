@@ -2,15 +2,15 @@
 //! before a byte is read.
 //!
 //! # Why
-//! Issue 32, finding 8: a FIFO named `x.toml` in the profiles directory blocked `cdi generate`,
-//! its `--watch` refresher and every consumer of the directory in `open` for ever; a device
-//! node there was opened (and read) by root. A profile may legitimately be a symlink an
+//! Opened by path, a FIFO named `x.toml` in the profiles directory would block `cdi generate`, its
+//! `--watch` refresher and every consumer of the directory in `open` for ever, and a device node
+//! there would be opened (and read) by root. A profile may legitimately be a symlink an
 //! administrator set (a ConfigMap's `..data` links, a profile kept elsewhere), so links are
-//! followed; what they lead to is checked through the fd: the path is opened `O_PATH` (which
-//! opens nothing: no FIFO open blocks, no device driver runs), `fstat` says what the inode is,
-//! and only a regular file within [`MAX_PROFILE_BYTES`] is reopened (non-blocking, through
-//! `/proc/self/fd`, the same inode) and read. Anything else is [`ProfileFileError::NotAFile`],
-//! naming the path, what it is and the fix, like any other bad profile.
+//! followed; what they lead to is checked through the fd: the path is opened `O_PATH` (which opens
+//! nothing: no FIFO open blocks, no device driver runs), `fstat` says what the inode is, and only a
+//! regular file within [`MAX_PROFILE_BYTES`] is reopened (non-blocking, through `/proc/self/fd`,
+//! the same inode) and read. Anything else is [`ProfileFileError::NotAFile`], naming the path, what
+//! it is and the fix, like any other bad profile.
 
 use std::fs::File;
 use std::io::Read;

@@ -362,8 +362,8 @@ mod tests {
         }
     }
 
-    /// Issue 19: on a host with accel0 and accel2 (accel1 unplugged), a container granted `1`
-    /// got accel2, which may be another pod's.
+    /// On a host with accel0 and accel2 (accel1 unplugged), a container granted `1` must not get
+    /// accel2, which may be another pod's.
     #[test]
     fn a_missing_numeric_id_is_never_read_as_a_position() {
         let d = devs(&["0", "2"]);

@@ -28,8 +28,8 @@ use crate::registration::RegistrationService;
 use crate::slices::{resource_slice, same_content, slice_name};
 use crate::socket::{self, ServedSocket};
 
-/// How often the publisher looks for hot-plugged, unplugged or unhealthy devices: the issue's
-/// bound is 1 s from the change to the slice.
+/// How often the publisher looks for hot-plugged, unplugged or unhealthy devices, so that a change
+/// reaches the slice within 1 s.
 pub const RESCAN: Duration = Duration::from_millis(500);
 
 /// What the driver logs each time it applies a ResourceSlice: tests look for it.

@@ -116,7 +116,8 @@ mod tests {
         assert_eq!(dep_info_sources(text, Path::new("/t/debug/y")), None);
     }
 
-    /// Issue 19: after an edit to a source, a test used to run the old binary.
+    /// A source newer than the binary makes the binary stale: after an edit to a source, a test
+    /// runs a rebuilt binary, never the old one.
     #[test]
     fn a_source_newer_than_the_binary_makes_it_stale() {
         let dir = tempfile::tempdir().unwrap();

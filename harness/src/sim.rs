@@ -437,7 +437,7 @@ pub const DEMO_FUNCTION: (&str, &str) = ("nlb3", "devinject.io/demo-nlb3");
 pub const DEMO_BROKEN_FUNCTION: (&str, &str) = ("broken", "bitstream broken does not fit");
 
 /// The function whose prepare run takes this many seconds (within the profile's deadline,
-/// beyond containerd's NRI request timeout: issue 32, finding 4).
+/// beyond containerd's NRI request timeout).
 pub const DEMO_SLOW_FUNCTION: (&str, u32) = ("slow", 3);
 
 /// Gives `host`'s demo profile a prepare step (docs/prepare.md) that "programs" a device the

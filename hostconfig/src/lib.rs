@@ -106,8 +106,8 @@ pub struct HostConfig {
     /// How long the NRI plugin may take to answer containerd about one container, prepare
     /// steps included, in milliseconds. containerd drops a plugin that answers later than its
     /// `plugin_request_timeout` (2 s by default) and creates containers without it: keep this
-    /// safely below that setting (issue 32, finding 4). When containerd sends its timeout, the
-    /// plugin also stays within three quarters of it.
+    /// safely below that setting (docs/nri.md, "The request budget"). When containerd sends its
+    /// timeout, the plugin also stays within three quarters of it.
     pub nri_request_budget_ms: u64,
     /// The directory of the node's decision log, where the hook, the shim and the NRI plugin
     /// record each container start they refuse (`devinject_decision_log`), which the device

@@ -34,7 +34,7 @@ pub enum InstallError {
 
     /// A host file at a name the installer reads, replaces or removes (the journal, its
     /// backups, the install record, an installed file) is not a regular file with one link, is
-    /// too large, or could not be reached through its directory's fd (issue 32, finding 8).
+    /// too large, or could not be reached through its directory's fd.
     #[error(transparent)]
     HostFile(RuntimeConfigError),
 

@@ -25,7 +25,7 @@ pub enum Put {
 }
 
 /// Reads host path `host` if something is there, with its mode: only a regular file with one
-/// link; anything else at the name is refused unopened (issue 32, finding 8).
+/// link; anything else at the name is refused unopened.
 fn current(host_root: &HostRoot, host: &Path) -> Result<Option<(Vec<u8>, u32)>> {
     Ok(host_root
         .read(host)?

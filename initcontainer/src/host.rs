@@ -11,8 +11,7 @@
 //! ([`devinject_runtime_config::host_dir`]): the directory is opened inside the root, the final
 //! name is never followed, and only a regular file with one link, or nothing, is read, replaced
 //! or removed; anything else at one of the installer's names (a link, a FIFO, a device node, a
-//! hard link to another file) is refused before anything is written, naming it (issue 32,
-//! finding 8).
+//! hard link to another file) is refused before anything is written, naming it.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -150,7 +149,7 @@ mod tests {
         assert_eq!(plain.access(Path::new("/etc/x")), PathBuf::from("/etc/x"));
     }
 
-    /// Issue 13, finding 7: `/etc/docker -> /somewhere` on the host led outside the root.
+    /// `/etc/docker -> /somewhere` on the host leads inside the root, never outside it.
     #[test]
     fn absolute_links_on_the_host_stay_inside_the_root() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -20,7 +20,7 @@
 //! `journal.json` itself) is reached through its directory's fd ([`HostRoot::read`] and its
 //! siblings): at each such name only a regular file with one link, or nothing, is accepted; a
 //! link, FIFO, device node or hard link there is refused, naming it, before the step writes
-//! anything (issue 32, finding 8).
+//! anything.
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -352,7 +352,7 @@ impl Tx<'_> {
             return Ok(());
         }
         // Read through the directory's fd: a link, FIFO, device node or hard link at the name
-        // is refused here, before the step changes anything (issue 32, finding 8).
+        // is refused here, before the step changes anything.
         let before = match self.journal.host.read(host)? {
             None => Before::Absent,
             Some((bytes, st)) => {

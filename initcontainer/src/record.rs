@@ -112,7 +112,7 @@ impl RecordStore {
     pub fn load(&self) -> Result<Option<Record>> {
         let access = self.host.access(&self.path());
         // Through the directory's fd: a link, FIFO or device node at the record's name is
-        // refused, naming it (issue 32, finding 8).
+        // refused, naming it.
         let Some((text, _)) = self.host.read(&self.path())? else {
             return Ok(None);
         };

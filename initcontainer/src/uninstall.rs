@@ -135,7 +135,7 @@ pub fn uninstall(
         }
         let config = layout.host_config();
         // Through the directory's fd: a FIFO or device node at the host config's name is
-        // refused, naming it, not opened (issue 32, finding 8).
+        // refused, naming it, not opened.
         let ours = layout
             .host
             .read(&config)?
@@ -402,7 +402,7 @@ fn finish(
 ) -> Result<()> {
     let layout = &opts.layout;
     let host = &layout.host;
-    // Only a regular file with one link is removed (issue 32, finding 8).
+    // Only a regular file with one link is removed.
     let remove_file = |host_path: &Path| -> Result<()> { host.remove(host_path).map(|_| ()) };
     let remove_dir = |host_path: &Path| {
         let access = host.access(host_path);

@@ -594,10 +594,10 @@ fn rke2_gets_its_template_its_runc_and_its_unit() {
     assert_same(&h.snapshot(), &before, "rke2 uninstall");
 }
 
-/// Issue 13, finding 7: the host's absolute links (`/etc/docker -> /<dir>/docker`, `/opt ->
-/// /<dir>/opt`) were followed from the installer's own `/`, outside `--host-root`: it wrote
-/// elsewhere, reported success, and uninstall acted on the wrong files. The same absolute
-/// targets also exist outside the fake host, as canaries that must stay untouched.
+/// The host's absolute links (`/etc/docker -> /<dir>/docker`, `/opt -> /<dir>/opt`) are followed
+/// inside `--host-root`, never from the installer's own `/`, where it would write elsewhere, report
+/// success, and have uninstall act on the wrong files. The same absolute targets also exist outside
+/// the fake host, as canaries that must stay untouched.
 #[test]
 fn absolute_links_on_the_host_are_followed_inside_the_host_root() {
     let golden = support::golden_before("docker-nvidia-default").join("etc/docker/daemon.json");

@@ -1,6 +1,6 @@
-//! Issue 32, finding 8, for the installer: what someone else puts at one of the installer's own
-//! names on the host (the step journal, a journal backup, the install record, an installed
-//! binary) is neither followed, opened, replaced nor removed.
+//! What someone else puts at one of the installer's own names on the host (the step journal, a
+//! journal backup, the install record, an installed binary) is neither followed, opened, replaced
+//! nor removed.
 //!
 //! Each case plants one object at one name of a fake host: a symlink to a canary outside the
 //! host tree, a FIFO, a character device (`/dev/null`'s numbers) and a hard link to a canary

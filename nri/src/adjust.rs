@@ -26,7 +26,7 @@ pub enum AdjustError {
 
 /// Refuses nodes of `edits` that the runtime would make in a volume `container` mounts over
 /// `/dev` or below it: the runtime makes the adjustment's nodes by path, after the container's
-/// mounts (issue 32, finding 6; the rule is [`devinject_devices::node_volume`]).
+/// mounts (the rule is [`devinject_devices::node_volume`]).
 pub fn refuse_nodes_in_volumes(
     container: &api::Container,
     edits: &ContainerEdits,
@@ -154,8 +154,8 @@ mod tests {
         }
     }
 
-    /// Issue 32, finding 6: containerd makes the adjustment's nodes by path after the
-    /// container's mounts; a volume over the node's directory is refused, naming both.
+    /// containerd makes the adjustment's nodes by path after the container's mounts; a volume over
+    /// the node's directory is refused, naming both.
     #[test]
     fn a_volume_over_a_node_directory_is_refused() {
         let dev = mount("/dev", "tmpfs", &["nosuid", "strictatime", "mode=755"]);

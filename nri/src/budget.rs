@@ -6,12 +6,12 @@
 //! 2 s by default in both); a plugin that answers later is closed, and the runtime creates
 //! that container, and every other until the plugin connects again, without it. A profile's
 //! prepare step runs inside the answer, so one pod choosing a slow function would take devinject
-//! off the node for everyone (issue 32, finding 4). Every request is therefore answered within a
-//! budget safely below that timeout, whatever a prepare step or the kubelet does: the lesser of
-//! `nri_request_budget_ms` (the host configuration, 1.5 s by default) and three quarters of the
-//! timeout the runtime announces at `Configure` (NRI 0.8 and later: containerd 2.x, CRI-O 1.36;
-//! containerd 1.7 announces none). A request that runs out of budget fails only its own container, with
-//! [`BudgetError`]'s message naming the settings to raise.
+//! off the node for everyone. Every request is therefore answered within a budget safely below that
+//! timeout, whatever a prepare step or the kubelet does: the lesser of `nri_request_budget_ms` (the
+//! host configuration, 1.5 s by default) and three quarters of the timeout the runtime announces at
+//! `Configure` (NRI 0.8 and later: containerd 2.x, CRI-O 1.36; containerd 1.7 announces none). A
+//! request that runs out of budget fails only its own container, with [`BudgetError`]'s message
+//! naming the settings to raise.
 
 use std::time::Duration;
 

@@ -298,7 +298,7 @@ impl Plugin {
         refuse_nodes_in_volumes(container, &plan.edits)?;
         // Before the adjustment: a failed prepare step fails the creation with nothing done.
         // Within the request's budget, so that a slow one fails its own container only and
-        // containerd keeps the plugin (issue 32, finding 4).
+        // containerd keeps the plugin.
         if !plan.prepare.is_empty() && Instant::now() >= deadline {
             return Err(BudgetError::Admission {
                 budget: self.budget(),

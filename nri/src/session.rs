@@ -5,11 +5,11 @@
 //! Each `CreateContainer` is worked on its own thread and answered by its deadline (its arrival
 //! plus [`Plugin::budget`]; the work itself, prepare steps included, ends a tenth of the budget
 //! earlier): with the work's answer when it comes in time, with
-//! [`BudgetError::Admission`] when it does not (issue 32, finding 4). The connection's reader
-//! goes on meanwhile, so one slow container never holds up the answer to another request, nor
-//! the session noticing that containerd went away. Work that missed its deadline finishes on its
-//! own (its prepare steps are killed at the deadline); at most [`MAX_IN_FLIGHT`] are at work at
-//! once, and a request beyond that is refused at once ([`BudgetError::Busy`]).
+//! [`BudgetError::Admission`] when it does not. The connection's reader goes on meanwhile, so one
+//! slow container never holds up the answer to another request, nor the session noticing that
+//! containerd went away. Work that missed its deadline finishes on its own (its prepare steps are
+//! killed at the deadline); at most [`MAX_IN_FLIGHT`] are at work at once, and a request beyond
+//! that is refused at once ([`BudgetError::Busy`]).
 
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -344,9 +344,9 @@ mod tests {
         }
     }
 
-    /// Issue 32, finding 4: a container whose admission outlives the budget (here the
-    /// kubelet accepts the pod-resources call and never answers) is answered with a failure at the budget, and a
-    /// request sent after it is answered first, while it is still at work.
+    /// A container whose admission outlives the budget (here the kubelet accepts the pod-resources
+    /// call and never answers) is answered with a failure at the budget, and a request sent after
+    /// it is answered first, while it is still at work.
     #[test]
     fn a_slow_container_is_answered_at_its_budget_and_holds_up_no_other_request() {
         let dir = tempfile::tempdir().unwrap();

@@ -8,7 +8,7 @@
 //!
 //! These take a path as this process names it (the root `/`) and are
 //! [`crate::host_dir::HostDir`] underneath: the final name is never followed, and only a
-//! regular file with one link is replaced or removed (issue 32, finding 8).
+//! regular file with one link is replaced or removed.
 
 use std::path::{Path, PathBuf};
 

@@ -553,7 +553,7 @@ pub fn generate(req: &CdiRequest) -> Result<CdiReport> {
     }
     // Every spec name is looked at before anything is written, so a refusal leaves all specs as
     // they were. The names are ours: nothing at them is followed or opened before its type is
-    // known, whatever the root (issue 32, finding 8).
+    // known, whatever the root.
     let mut dir = HostDir::open(&req.root, &req.output_dir)?;
     let mut steps = Vec::new();
     for (host_file, content) in writes {

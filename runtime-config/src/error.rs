@@ -61,8 +61,7 @@ pub enum RuntimeConfigError {
     },
 
     /// Something other than a regular file (with one link, at our own names) is at a path
-    /// devinject reads, replaces or removes: it is neither followed, opened, replaced nor removed
-    /// (issue 32, finding 8).
+    /// devinject reads, replaces or removes: it is neither followed, opened, replaced nor removed.
     #[error(
         "{} is a {what}, not a regular file devinject can use; devinject neither follows, opens, \
          replaces nor removes it: remove it (or move it away) and run again",

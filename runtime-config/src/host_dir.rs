@@ -2,12 +2,12 @@
 //! (CDI specs, hooks.d files, drop-ins, the state file, the engines' own configuration).
 //!
 //! # Why
-//! Issue 32, finding 8: `cdi generate` wrote through a symlink at its own spec name (with `--root
-//! DIR` the link's target, inside the root, was overwritten or deleted; with `--root /` the link
-//! was replaced: the two disagreed), blocked for ever in `open` on a FIFO there (the `--watch`
-//! refresher hung), and opened a device node there. Whoever can put an entry into a spec
-//! directory, a hooks.d directory or a drop-in directory (another tool, a pod with a hostPath
-//! volume) must not steer what devinject does as root with it.
+//! Opened by path, a symlink at one of `cdi generate`'s own spec names would be written through
+//! (with `--root DIR` the link's target, inside the root, overwritten or deleted; with `--root /`
+//! the link replaced: the two would disagree), a FIFO there would block `open` for ever (and hang
+//! the `--watch` refresher), and a device node there would be opened. Whoever can put an entry into
+//! a spec directory, a hooks.d directory or a drop-in directory (another tool, a pod with a
+//! hostPath volume) must not steer what devinject does as root with it.
 //!
 //! # Rules
 //! - **Directories** are opened with `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)` against

@@ -16,7 +16,7 @@
 //! used for the engine's own configuration file, which may be linked into place); the files
 //! themselves are read, replaced and removed through [`crate::host_dir`], which opens the
 //! directory inside the root with `openat2(RESOLVE_IN_ROOT)` and never follows or opens what is
-//! at a final name before its type is known (issue 32, finding 8).
+//! at a final name before its type is known.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -29,8 +29,8 @@ pub fn resolve_in_root(root: &Path, host: &Path) -> PathBuf {
         // Relative to the working directory, as given on the command line.
         return host.to_path_buf();
     }
-    // `/` is walked the same way as any other root (issue 32, finding 8): whether a link is
-    // followed must not depend on where the host is seen from.
+    // `/` is walked the same way as any other root: whether a link is followed must not depend on
+    // where the host is seen from.
     let under = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
     let mut resolved = PathBuf::from("/");
     let mut pending = components_rev(host);

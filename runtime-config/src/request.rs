@@ -146,7 +146,7 @@ impl HostPaths {
     /// The host path of the file behind host path `host`: every link on the way, the final one
     /// included, followed inside the root ([`HostPaths::access`]). Used only for the engine's
     /// own configuration file, which an administrator may link into place; our own names are
-    /// never resolved this way (issue 32, finding 8).
+    /// never resolved this way.
     pub fn behind_links(&self, host: &Path) -> PathBuf {
         self.host_of(&self.access(host))
     }

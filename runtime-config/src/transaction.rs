@@ -89,8 +89,8 @@ fn validate(req: &ConfigureRequest) -> Result<()> {
 }
 
 /// Where the file the plan names `host` is read and written, and whose name that is: our own
-/// names are never followed (issue 32, finding 8); the engine's own configuration file may be
-/// linked into place by the administrator, and is edited where the link leads, inside the root.
+/// names are never followed; the engine's own configuration file may be linked into place by the
+/// administrator, and is edited where the link leads, inside the root.
 fn file_at(paths: &HostPaths, host: &Path, kind: FileKind) -> (PathBuf, Name) {
     match kind {
         FileKind::Owned => (host.to_path_buf(), Name::Ours),

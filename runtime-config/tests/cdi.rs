@@ -130,9 +130,8 @@ fn cdi_generate_writes_a_minimal_valid_spec_and_removes_stale_ones() {
         .changes
         .is_empty());
 
-    // Issue 19: accel0 goes away. CDI names are ids, never positions: `1` still names accel1,
-    // and nothing names `0` any more, so a granted `devinject.io/demo=0` cannot resolve to
-    // another device.
+    // accel0 goes away. CDI names are ids, never positions: `1` still names accel1, and nothing
+    // names `0` any more, so a granted `devinject.io/demo=0` cannot resolve to another device.
     fs::remove_file(root.join("dev/demo/accel0")).expect("rm accel0");
     cdi::generate(&request(root)).expect("generate without accel0");
     let v: serde_json::Value =
@@ -226,7 +225,7 @@ fn cdi_spec_from_plain_values_maps_host_paths_and_wires_the_finish_hook() {
 
 /// `library_names = "soname"`: the spec mounts the library under its soname and its finish step
 /// names that mount and no link, so the hook's cache entry is the soname's own file.
-/// Issue 34: the CDI spec wrote `--config` as given, and the runtime runs the hook in the
+/// A relative `--config` is written absolute in the CDI spec: the runtime runs the hook in the
 /// bundle directory, where a relative path names another file.
 #[test]
 fn a_relative_hook_config_is_written_absolute_in_the_cdi_spec() {
@@ -244,10 +243,9 @@ fn a_relative_hook_config_is_written_absolute_in_the_cdi_spec() {
     );
 }
 
-/// Issue 34: the finish step is one value rendered four ways; the shim's `config.json` entry,
-/// the CDI hook and the NRI hook carry the same path, argv, env and timeout, each argv reads
-/// back to the same arguments, and the hooks.d file runs the same binary with the same
-/// configuration.
+/// The finish step is one value rendered four ways; the shim's `config.json` entry, the CDI hook
+/// and the NRI hook carry the same path, argv, env and timeout, each argv reads back to the same
+/// arguments, and the hooks.d file runs the same binary with the same configuration.
 #[test]
 fn every_rendering_of_the_finish_step_carries_the_same_invocation() {
     use devinject_devices::{

@@ -264,7 +264,7 @@ fn hook_config_is_passed_to_the_hook_in_hooksd_and_the_containerd_base_spec() {
     }
 }
 
-/// Issue 34: the hooks.d file wrote `--config` as given, and CRI-O and podman run the hook in
+/// A relative `--config` is written absolute in the hooks.d file: CRI-O and podman run the hook in
 /// the bundle directory, where a relative path names another file.
 #[test]
 fn a_relative_hook_config_is_written_absolute_in_the_hooksd_file() {

@@ -1,6 +1,6 @@
-//! Issue 32, finding 8: what someone else puts at one of devinject's own names in a host
-//! directory (a CDI spec, the hooks.d file, a drop-in, the state file) is neither followed,
-//! opened, replaced nor removed, and `--root DIR` (the DaemonSet's way) and `--root /` agree.
+//! What someone else puts at one of devinject's own names in a host directory (a CDI spec, the
+//! hooks.d file, a drop-in, the state file) is neither followed, opened, replaced nor removed, and
+//! `--root DIR` (the DaemonSet's way) and `--root /` agree.
 //!
 //! Each case plants one object at our name: a symlink to a canary outside the host tree, a
 //! symlink to a canary inside it, a FIFO, a character device (`/dev/null`'s numbers) and a hard

@@ -1,7 +1,7 @@
 //! `devinject-nri` beside a test node's runtime: containerd's ([`crate::cri_release::ReleaseNode`])
 //! or CRI-O's ([`crate::crio::CrioNode`]). Both nodes start it the same way, count its
 //! registrations in its log the same way, and must give the same verdict on a prepare step slower
-//! than the runtime's NRI request timeout (issue 32, finding 4): [`SlowPrepareRun::assert_kept`].
+//! than the runtime's NRI request timeout: [`SlowPrepareRun::assert_kept`].
 
 use std::path::Path;
 use std::process::Command;

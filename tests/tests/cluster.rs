@@ -12,7 +12,7 @@
 //! - after a kubelet restart the plugin registers again and the next pod is granted, and after a
 //!   containerd restart too;
 //! - a device unplugged between admission (Allocate) and the container's start fails the start
-//!   with "granted but is gone", never another device (issue 19);
+//!   with "granted but is gone", never another device;
 //! - the policy's pod-resources question is answered by `Get` on a kubelet >= 1.34, by `List` on
 //!   1.20, with the checkpoint's devices;
 //! - a device gone while a pod holds it shows as Unhealthy in that pod's

@@ -1,4 +1,4 @@
-//! Cross-node bin-packing (issue 18) on a real kube-scheduler with two real nodes
+//! Cross-node bin-packing (docs/scheduling.md) on a real kube-scheduler with two real nodes
 //! ([`devinject_tests::cluster`]: two kubelets, each with its own namespace, containerd, cgroup
 //! root, device plugin and two simulated demo devices). The scheduler runs with the shipped
 //! deploy/scheduler/kube-scheduler-config.yaml (`v1`; on 1.20 its `v1beta1` twin), only its

@@ -10,7 +10,7 @@
 //! - A container asking for nothing is left alone.
 //! - A request naming a device that does not exist fails the creation with devinject's message.
 //! - A volume the container mounts over the nodes' directory fails the creation, and its host
-//!   directory is left as it was: runc would make the nodes in it (issue 32, finding 6).
+//!   directory is left as it was: runc would make the nodes in it.
 //! - The plugin connects again after containerd restarts.
 //! - Its `/metrics`, scraped over TCP, count each of those answers: adjustments, refusals by
 //!   reason, registrations.
@@ -21,9 +21,9 @@
 //!   whose host nodes are `0660 root:4242`: NRI cannot add a group to the process, so the finish
 //!   hook gives the nodes runc made to the process's group; the un-granted accel2 (bind-mounted
 //!   with the host's owner) stays refused.
-//! - A prepare step slower than containerd's NRI request timeout (issue 32, finding 4) fails
-//!   only its own container, within the plugin's request budget and with a message naming the
-//!   budget and the fix; containerd keeps the plugin, and the next container gets its devices.
+//! - A prepare step slower than containerd's NRI request timeout fails only its own container,
+//!   within the plugin's request budget and with a message naming the budget and the fix;
+//!   containerd keeps the plugin, and the next container gets its devices.
 //!
 //! The host configuration's request policy is `env` here (no kubelet); the `kubernetes` policy
 //! on this path is the real kubelet's test. Needs root, runc, busybox, gcc, the built binaries
@@ -103,9 +103,9 @@ fn injects_through_nri(series: &str) {
     let err = run(&mut node, &spec).expect_err("a request for a missing device must fail");
     assert!(err.contains("devinject") && err.contains('9'), "{err}");
 
-    // A volume over the nodes' directory (issue 32, finding 6): runc makes the adjustment's
-    // nodes by path after the container's mounts, so they would land in the volume's host
-    // directory. The creation is refused naming it, and the directory stays as it was.
+    // A volume over the nodes' directory: runc makes the adjustment's nodes by path after the
+    // container's mounts, so they would land in the volume's host directory. The creation is
+    // refused naming it, and the directory stays as it was.
     let volume = node.host.dir.join("pod-volume");
     std::fs::create_dir_all(&volume).unwrap();
     std::fs::write(volume.join("keep"), "the volume's own\n").unwrap();
@@ -268,10 +268,10 @@ fn containerd_2_gives_a_non_root_container_its_nodes_through_nri() {
     non_root_opens_group_owned_devices_through_nri("2");
 }
 
-/// Issue 32, finding 4: a prepare step that outlives containerd's `plugin_request_timeout` (2 s
-/// by default) made containerd close the plugin and create that container, and every one after
-/// it until the plugin reconnected, without devinject. The plugin answers within its request
-/// budget instead: only the slow container fails, and the plugin stays.
+/// A prepare step that outlives containerd's `plugin_request_timeout` (2 s by default) would make
+/// containerd close the plugin and create that container, and every one after it until the plugin
+/// reconnects, without devinject. The plugin answers within its request budget instead: only the
+/// slow container fails, and the plugin stays.
 fn a_slow_prepare_step_fails_only_its_container_and_keeps_the_plugin(series: &str) {
     let Some(release) = ready(series) else {
         return;

@@ -180,10 +180,9 @@ fn crio_injects_through_the_nri_plugin() {
     );
 }
 
-/// Issue 32, finding 4, on CRI-O: a prepare step that outlives CRI-O's
-/// `nri_plugin_request_timeout` would make CRI-O close the plugin. The plugin answers within
-/// its request budget (three quarters of the timeout CRI-O announces at `Configure`) instead:
-/// only the slow container fails, and the plugin stays.
+/// A prepare step that outlives CRI-O's `nri_plugin_request_timeout` would make CRI-O close the
+/// plugin. The plugin answers within its request budget (three quarters of the timeout CRI-O
+/// announces at `Configure`) instead: only the slow container fails, and the plugin stays.
 #[test]
 fn crio_keeps_the_nri_plugin_when_a_prepare_step_is_slow() {
     assert_eq!(NRI_REQUEST_TIMEOUT, "2s", "the budget below is 3/4 of it");

@@ -20,7 +20,7 @@ use nix::sys::signal::Signal;
 
 /// Generous limit for things that involve process start-up on a loaded machine.
 const SLOW: Duration = Duration::from_secs(20);
-/// The health-change budget from the issue.
+/// The health-change budget: how soon a device's change shows in `ListAndWatch`.
 const HEALTH_BUDGET: Duration = Duration::from_millis(100);
 
 /// A host with kind `demo` (`extra` profile lines), `count` devices, NUMA node `i / 2`.

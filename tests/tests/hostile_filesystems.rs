@@ -12,8 +12,9 @@
 //! - the image's linker cache kept from the container's user (`0600 root`): the new one is not
 //!   handed to it readable.
 //!
-//! Issue 32, findings 5, 6 and 7. Each case pins its outcome per applier; the volumes and the
-//! rootfs are fingerprinted (type, mode, owner, size, times, content) before and after.
+//! The threats are rows of docs/security.md's threat model. Each case pins its outcome per applier;
+//! the volumes and the rootfs are fingerprinted (type, mode, owner, size, times, content) before
+//! and after.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -115,11 +116,11 @@ fn drain_kmsg() -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Finding 5: `/etc/ld.so.cache -> /proc/kmsg`. runc mounts the container's procfs before its
-/// createRuntime hooks, and `/proc/kmsg` is a regular file to `fstat`: the hook, as host root,
-/// read the host kernel's log from it, which consumes what it reads. Now what the hook reads of
-/// the image resolves on the rootfs's own filesystem only: the link is replaced by a new cache
-/// and a line logged just before the start is still there for the host's reader.
+/// An image links `/etc/ld.so.cache -> /proc/kmsg`. runc mounts the container's procfs before its
+/// createRuntime hooks, and `/proc/kmsg` is a regular file to `fstat`: a hook reading it as host
+/// root would consume the host kernel's log. What the hook reads of the image resolves on the
+/// rootfs's own filesystem only: the link is replaced by a new cache and a line logged just before
+/// the start is still there for the host's reader.
 #[test]
 fn a_linker_cache_linked_onto_procfs_is_never_read() {
     if !require_runc_demo() {
@@ -206,11 +207,11 @@ const VOLUME_CASES: [VolumeCase; 5] = [
     },
 ];
 
-/// Finding 6: root-owned host directories mounted by the spec straight at every directory we
-/// write, for a uid-1000 process that could not write them. Through the hook and the shim, with
-/// the built-in cache writer and with ldconfig: the volumes stay byte-, mode- and owner-identical
-/// (no file, link, node or cache of ours lands in them, none of theirs is replaced), and the
-/// start is refused naming the path wherever the plan needs to write there.
+/// Root-owned host directories mounted by the spec straight at every directory we write, for a
+/// uid-1000 process that could not write them. Through the hook and the shim, with the built-in
+/// cache writer and with ldconfig: the volumes stay byte-, mode- and owner-identical (no file,
+/// link, node or cache of ours lands in them, none of theirs is replaced), and the start is refused
+/// naming the path wherever the plan needs to write there.
 #[test]
 fn volumes_the_spec_mounts_are_never_written_for_the_container() {
     if !require_runc_demo() {
@@ -245,12 +246,12 @@ fn volumes_the_spec_mounts_are_never_written_for_the_container() {
 
 // A read-only rootfs.
 
-/// Finding 7: `root.readonly` on a rootfs that is a plain directory, as podman `--rootfs DIR
+/// The spec sets `root.readonly` on a rootfs that is a plain directory, as podman `--rootfs DIR
 /// --read-only` and runc bundles over one image have it. runc makes it read-only only after the
-/// createRuntime hooks, so the hook wrote its placeholders, soname link and cache into the shared
-/// image, and a later container that asked for nothing found a link to an empty library. Now
-/// nothing is written into it: the start is refused, saying why and what to do, and the image
-/// stays byte-identical.
+/// createRuntime hooks, so placeholders, a soname link and a cache written by the hook would land
+/// in the shared image, and a later container that asked for nothing would find a link to an empty
+/// library. Nothing is written into it: the start is refused, saying why and what to do, and the
+/// image stays byte-identical.
 #[test]
 fn a_read_only_rootfs_shared_as_a_plain_directory_is_never_written() {
     if !require_runc_demo() {
@@ -294,9 +295,9 @@ impl Drop for OwnMount {
     }
 }
 
-/// The other side of finding 7: a read-only rootfs that is a mount of its own (every engine's
-/// per-container layer: containerd's and CRI-O's snapshots, docker's overlay) is written before
-/// the runtime makes it read-only, as `readOnlyRootFilesystem` pods need.
+/// The other side of the shared plain directory: a read-only rootfs that is a mount of its own
+/// (every engine's per-container layer: containerd's and CRI-O's snapshots, docker's overlay) is
+/// written before the runtime makes it read-only, as `readOnlyRootFilesystem` pods need.
 #[test]
 fn a_read_only_rootfs_mounted_for_the_container_alone_is_injected() {
     if !require_runc_demo() {
@@ -317,9 +318,9 @@ fn a_read_only_rootfs_mounted_for_the_container_alone_is_injected() {
 
 // The linker cache's readers.
 
-/// Finding 6, the cache: an image whose `/etc/ld.so.cache` is `0600 root` keeps it from a
-/// non-root process. The hook merged it into a new `0644` cache, handing the process what it
-/// could not read. The new cache keeps the old one's mode and owner.
+/// An image whose `/etc/ld.so.cache` is `0600 root` keeps it from a non-root process; merged into a
+/// new `0644` cache, it would hand the process what it could not read. The new cache keeps the old
+/// one's mode and owner.
 #[test]
 fn the_new_linker_cache_keeps_the_image_cache_mode_and_owner() {
     if !require_runc_demo() {

@@ -298,11 +298,11 @@ fn no_crate_has_module_circles() {
     );
 }
 
-/// Issue 17: `devinject-ctl`, the installer, the device plugin and the host configuration
-/// crate read the host configuration; none links the hook library to do it, directly or
-/// through another crate (tests may, through the test harness). Issue 34: the NRI plugin
-/// admits through `devinject-admission` and runs prepare steps through `devinject-contained`,
-/// not through the hook, and the admission core links no engine path.
+/// `devinject-ctl`, the installer, the device plugin and the host configuration crate read the host
+/// configuration; none links the hook library to do it, directly or through another crate (tests
+/// may, through the test harness). The NRI plugin admits through `devinject-admission` and runs
+/// prepare steps through `devinject-contained`, not through the hook, and the admission core links
+/// no engine path.
 #[test]
 fn config_readers_do_not_link_the_hook() {
     let deps = dependencies("dependencies");
@@ -336,8 +336,8 @@ fn config_readers_do_not_link_the_hook() {
     }
 }
 
-/// Issue 35: the DRA driver shares the kubelet-facing pieces through leaf crates (the
-/// `:authority` rewriter, the profiles, the CDI renderer), never through another binary's crate.
+/// The DRA driver shares the kubelet-facing pieces through leaf crates (the `:authority` rewriter,
+/// the profiles, the CDI renderer), never through another binary's crate.
 #[test]
 fn the_dra_driver_links_no_other_engine_path() {
     let deps = dependencies("dependencies");

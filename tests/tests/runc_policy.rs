@@ -263,8 +263,8 @@ fn granted_ids_are_injected(cri: Cri) -> [Start; 1] {
     }]
 }
 
-/// Issue 19: the kubelet granted device 1; accel1 is unplugged before the start, leaving accel0
-/// and accel2. Device 1 used to resolve as position 1, i.e. accel2, which may be another pod's.
+/// The kubelet granted device 1; accel1 is unplugged before the start, leaving accel0 and accel2.
+/// Read as position 1, device 1 would be accel2, which may be another pod's.
 fn granted_device_gone() -> [Start; 1] {
     [Start {
         name: "granted device unplugged",

@@ -274,9 +274,9 @@ fn bad_functions_and_failing_programs_fail_the_start() {
     }
 }
 
-/// Issue 32, finding 9: with the function in both the annotation and the variable, the device
-/// got the annotation's while the process read the variable's. Both set and different now fail
-/// the start naming both, before anything is programmed; both set to the same function start.
+/// With the function in both the annotation and the variable, the device would get the annotation's
+/// and the process see the variable's. Both set and different fail the start naming both, before
+/// anything is programmed; both set to the same function start.
 #[test]
 fn an_annotation_and_a_variable_naming_different_functions_fail_the_start_finding_9() {
     if !require_runc_demo() {
@@ -318,8 +318,8 @@ fn an_annotation_and_a_variable_naming_different_functions_fail_the_start_findin
     }
 }
 
-/// Issue 32, finding 9: a 200 KiB function value was echoed whole into the refusal that the
-/// engine's user reads. It is refused in a few hundred bytes that still name the variable.
+/// A 200 KiB function value is not echoed whole into the refusal that the engine's user reads: it
+/// is refused in a few hundred bytes that still name the variable.
 #[test]
 fn a_huge_function_value_is_refused_in_a_short_message_finding_9() {
     if !require_runc_demo() {
@@ -363,9 +363,9 @@ fn survivors(marker: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Issue 32, finding 1: nothing a prepare program starts outlives the start, however it
-/// detaches (`setsid`, with or without its output): not when the program exits at once (the
-/// start succeeds), not when it hangs and is killed at its deadline (the start fails).
+/// Nothing a prepare program starts outlives the start, however it detaches (`setsid`, with or
+/// without its output): not when the program exits at once (the start succeeds), not when it hangs
+/// and is killed at its deadline (the start fails).
 #[test]
 fn nothing_a_prepare_program_starts_outlives_the_start_issue_32_finding_1() {
     if !require_runc_demo() {

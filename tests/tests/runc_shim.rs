@@ -202,10 +202,10 @@ fn user_namespace_nodes_were_bound_from_the_container_path() {
     assert_demo_granted_0_1(&report, &out);
 }
 
-/// Issue 13, finding 8: runc also reads `-bundle=B`, `--b B`, `-b=B` and a bundle flag written
-/// after the id. The shim used to miss them and edit `./config.json` in its working directory
-/// while runc ran the unedited bundle. Run from a directory holding a decoy `config.json`, every
-/// spelling must inject into the real bundle and leave the decoy alone.
+/// runc also reads `-bundle=B`, `--b B`, `-b=B` and a bundle flag written after the id. A shim that
+/// missed them would edit `./config.json` in its working directory while runc ran the unedited
+/// bundle. Run from a directory holding a decoy `config.json`, every spelling must inject into the
+/// real bundle and leave the decoy alone.
 #[test]
 fn shim_reads_every_runc_spelling_of_the_bundle() {
     if !require_runc_demo() {
@@ -260,9 +260,9 @@ fn shim_reads_every_runc_spelling_of_the_bundle() {
     }
 }
 
-/// Issue 32, finding 9: a flag's value may begin with `-`: runc runs `run --pid-file --config
-/// --bundle B ID` with bundle B and its pid file named `--config`, but the shim refused the
-/// line. Run from a directory holding a decoy `config.json`, the shim must inject into B.
+/// A flag's value may begin with `-`: runc runs `run --pid-file --config --bundle B ID` with bundle
+/// B and its pid file named `--config`. Run from a directory holding a decoy `config.json`, the
+/// shim must inject into B.
 #[test]
 fn shim_takes_a_flag_value_that_begins_with_a_dash_finding_9() {
     if !require_runc_demo() {

@@ -2,7 +2,7 @@
 //! extended and swapped, and the container can then open the granted node.
 //!
 //! runc switches to cgroup v2 when /sys/fs/cgroup is a cgroup2 mount, so the test mounts one
-//! there in its private mount namespace (as in issue 3) and runs runc from that thread.
+//! there in its private mount namespace (as the v2 tests do) and runs runc from that thread.
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -269,7 +269,7 @@ fn in_container(
                 nix::unistd::alarm::set(timeout_secs);
             }
             // ldconfig gets 0-2 and, for the exec, its own close-on-exec descriptor; nothing
-            // else (issue 32, finding 2).
+            // else.
             let keep =
                 u32::try_from(ldconfig.as_raw_fd()).map_err(|_| "bad descriptor".to_owned())?;
             close_range(3, keep.saturating_sub(1))
@@ -544,10 +544,9 @@ mod tests {
         assert!(!said.contains(['\u{1b}', '\u{9b}', '\u{202e}']), "{said:?}");
     }
 
-    /// Issue 13, finding 6: a dynamically linked ldconfig would have the kernel load the
-    /// image's `ld-linux` as root; it is refused, and so is anything but an ELF executable.
-    /// The programs are built here (gcc), so that the test does not depend on how the host's
-    /// are linked.
+    /// A dynamically linked ldconfig would have the kernel load the image's `ld-linux` as root; it
+    /// is refused, and so is anything but an ELF executable. The programs are built here (gcc), so
+    /// that the test does not depend on how the host's are linked.
     #[test]
     fn only_a_static_ldconfig_is_run() {
         if !devinject_testkit::require(

@@ -777,9 +777,9 @@ mod tests {
         }
     }
 
-    /// Issue 32, finding 5: `/etc/ld.so.cache -> /proc/kmsg` had the hook read, as root, a
-    /// regular file of procfs. What the hook reads of the image resolves on the rootfs's own
-    /// filesystem only: procfs, sysfs and volumes are refused before anything is opened.
+    /// `/etc/ld.so.cache -> /proc/kmsg` would have the hook read, as root, a regular file of
+    /// procfs. What the hook reads of the image resolves on the rootfs's own filesystem only:
+    /// procfs, sysfs and volumes are refused before anything is opened.
     #[test]
     fn reads_stay_on_the_rootfs_own_filesystem() {
         if !devinject_testkit::require_root() {
@@ -817,9 +817,9 @@ mod tests {
         assert_eq!(text, "image\n");
     }
 
-    /// Issue 32, finding 6: a volume over `/dev/<dir>` got the hook's `0666` nodes in its host
-    /// directory. A node's directory is on the image's filesystem or on a tmpfs no host mount
-    /// shows (the runtime's `/dev`); anything else is refused before a directory is made in it.
+    /// A volume over `/dev/<dir>` would get the hook's `0666` nodes in its host directory. A node's
+    /// directory is on the image's filesystem or on a tmpfs no host mount shows (the runtime's
+    /// `/dev`); anything else is refused before a directory is made in it.
     #[test]
     fn node_directories_are_the_container_tmpfs_or_the_image() {
         if !devinject_testkit::require_root() {
@@ -862,8 +862,8 @@ mod tests {
         assert!(!root.join("dev/other").exists());
     }
 
-    /// Issue 32, finding 7: a read-only rootfs that may be shared is never written, while the
-    /// container's own `/dev` tmpfs still takes its nodes.
+    /// A read-only rootfs that may be shared is never written, while the container's own `/dev`
+    /// tmpfs still takes its nodes.
     #[test]
     fn a_shared_read_only_rootfs_refuses_every_write_and_says_why() {
         if !devinject_testkit::require_root() {

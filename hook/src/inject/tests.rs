@@ -270,7 +270,7 @@ fn made_nodes_need_no_source_and_keep_their_group() {
     let e = edits(vec![node("demo0", 44)], None);
     let report = apply_on(&host, &target(), &e, MountApi::Auto, &builtin()).unwrap();
     // The host's filesystems go with the nodes: a node's directory off the rootfs's own mount
-    // must be on none of them (issue 32, finding 6).
+    // must be on none of them.
     assert_eq!(
         host.calls(),
         ["host_filesystems", "mount_namespace", "in_container"]
@@ -532,10 +532,10 @@ fn a_failed_ldconfig_fails_the_container_unless_its_rootfs_is_read_only() {
     assert_eq!(report.mounts, 1, "the files are in place all the same");
 }
 
-/// Issue 32, finding 7: a read-only rootfs that is a plain directory (an image several
-/// containers may run from) is handed to the child as one to write nothing into, and no linker
-/// cache is planned or left to ldconfig; a read-only rootfs that is a mount of its own (an
-/// engine's per-container layer) is written as before.
+/// A read-only rootfs that is a plain directory (an image several containers may run from) is
+/// handed to the child as one to write nothing into, and no linker cache is planned or left to
+/// ldconfig; a read-only rootfs that is a mount of its own (an engine's per-container layer) is
+/// written as before.
 #[test]
 fn a_read_only_rootfs_shared_as_a_plain_directory_is_never_written() {
     let e = edits(vec![], Some(&elf()));

@@ -189,8 +189,8 @@ fn parse_one<'a>(
 /// urfave/cli v1.22's `reorderArgs` (the version runc vendors): flags written after positional
 /// arguments are moved in front of them, each with the argument after it when it was written
 /// without `=` and that argument is not itself one of the command's flags, whatever it starts
-/// with (`--pid-file --config`, `--console-socket --`: issue 32, finding 9); a `--` that is not
-/// such a value stops the reordering.
+/// with (`--pid-file --config`, `--console-socket --`); a `--` that is not such a value stops the
+/// reordering.
 fn reorder_args(args: &[OsString], set: &'static [Flag]) -> Vec<OsString> {
     // urfave/cli's `argIsFlag`: up to two leading dashes off, up to the first `=`, a known name.
     let is_flag = |a: &OsStr| {
@@ -362,8 +362,8 @@ mod tests {
         assert!(a.edits_bundle());
     }
 
-    /// Issue 13, finding 8: every spelling runc's flag library accepts names the bundle runc
-    /// uses; what it would refuse, or what we cannot read as it does, is refused.
+    /// Every spelling runc's flag library accepts names the bundle runc uses; what it would refuse,
+    /// or what we cannot read as it does, is refused.
     #[test]
     fn every_runc_spelling_of_the_bundle() {
         let bundle = |line: &[&str]| ShimArgs::parse(os_args(line)).map(|a| a.bundle);
@@ -459,11 +459,11 @@ mod tests {
         assert!(ShimArgs::parse(os_args(&["delete", "--force", "--whatever", "id"])).is_ok());
     }
 
-    /// Issue 32, finding 9: the shim refused `create --pid-file --config --bundle B
-    /// --console-socket --runtime ID`, which runc runs with bundle B. A flag that takes a value
-    /// takes the next argument, whatever it starts with; urfave/cli moves it along with its flag
-    /// unless it is one of the command's flags. Each line here was run through runc 1.1.5, which
-    /// failed with `chdir /b` (the bundle it chose), or else as noted.
+    /// runc runs `create --pid-file --config --bundle B --console-socket --runtime ID` with bundle
+    /// B, and so must the shim. A flag that takes a value takes the next argument, whatever it
+    /// starts with; urfave/cli moves it along with its flag unless it is one of the command's
+    /// flags. Each line here was run through runc 1.1.5, which failed with `chdir /b` (the bundle
+    /// it chose), or else as noted.
     #[test]
     fn a_flag_value_may_begin_with_a_dash_finding_9() {
         let parsed = |line: &[&str]| ShimArgs::parse(os_args(line));

@@ -127,7 +127,7 @@ pub(crate) fn targets(req: &CdiRequest) -> Targets {
 /// Every `*.toml` in `dir` that loads; a broken one (invalid, or not a regular file) is left
 /// out of the watches and logged, naming it, as `cdi generate` refuses it; the directory's
 /// watch notices its repair. Read as every consumer reads a profile ([`Profile::load`]): a FIFO
-/// or device node there is refused through its fd, never opened (issue 32, finding 8).
+/// or device node there is refused through its fd, never opened.
 fn load_profiles(dir: &Path) -> Vec<Profile> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();

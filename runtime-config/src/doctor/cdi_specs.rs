@@ -55,8 +55,7 @@ fn our_specs(req: &DoctorRequest, dir: &Path) -> BTreeMap<String, Option<String>
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
             let profile = spec_profile(&name)?.to_string();
-            // Through the fd layer: a FIFO or device node at a spec name is never opened
-            // (issue 32, finding 8).
+            // Through the fd layer: a FIFO or device node at a spec name is never opened.
             let text = req
                 .host_paths()
                 .read(&dir.join(&name), crate::host_dir::Name::Ours)

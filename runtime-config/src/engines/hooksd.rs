@@ -45,7 +45,7 @@ pub const ETC_HOOKS_DIR: &str = "/etc/containers/oci/hooks.d";
 /// The hook at `hook_path`, with `--config FILE` when the host configuration is not at its
 /// default path. A relative `config` is taken in this process's working directory, where the
 /// command line named it: the runtime runs the hook in a directory of its own (runc: the
-/// bundle), where the same relative path names another file (issue 34).
+/// bundle), where the same relative path names another file.
 pub fn hook_command(hook_path: &Path, config: Option<&Path>) -> HookCommand {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     HookCommand::new(hook_path, config, &cwd)

@@ -148,8 +148,8 @@ mod tests {
         assert_eq!(libcmp("libé".as_bytes(), b"liba"), expect);
     }
 
-    /// Issue 13, finding 4: numbers past `INT_MAX` wrapped, the order was not total, and the
-    /// sort aborted the injection child.
+    /// Numbers past `INT_MAX` compare as numbers: wrapped, they would make the order not total, and
+    /// the sort would abort the injection child.
     #[test]
     fn huge_numbers_compare_as_numbers() {
         let less = [

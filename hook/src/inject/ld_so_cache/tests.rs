@@ -450,7 +450,7 @@ mod props {
         // Each case merges thousands of entries: fewer cases than the default.
         #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
 
-        /// Issue 13, findings 3 and 4 as a property: large caches (thousands of entries) whose
+        /// Amplification and ordering as a property: large caches (thousands of entries) whose
         /// names are built to hurt the merge (digit runs far past 2^64, numbers 2^31 apart, one
         /// long shared prefix, the same name over and over, bytes past ASCII) merge without a
         /// panic, into an order ldconfig's comparator accepts as total (merging again changes
@@ -591,8 +591,9 @@ fn suffix_bomb(n: usize, len: usize, spread: usize) -> Vec<u8> {
     v
 }
 
-/// Issue 13, finding 3: 100,000 entries pointing into a few KiB of strings took gigabytes and
-/// wrote a cache hundreds of times the input. What is accepted stays linear in the input.
+/// 100,000 entries pointing into a few KiB of strings would take gigabytes and write a cache
+/// hundreds of times the input: such caches are refused, and what is accepted stays linear in the
+/// input.
 #[test]
 fn caches_that_amplify_are_refused_and_what_is_accepted_stays_linear() {
     for (n, len, spread) in [(100_000, 4000, 4000), (100_000, 4000, 1)] {

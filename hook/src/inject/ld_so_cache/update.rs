@@ -119,7 +119,7 @@ pub struct Access {
 
 /// Adds `libs` to the container's cache (creating it when the image has none). The new cache
 /// gets the old one's mode and owner: a cache the image kept from the container's user
-/// (`0600 root`) stays so, rather than being handed to it readable (issue 32, finding 6).
+/// (`0600 root`) stays so, rather than being handed to it readable.
 pub fn update(root: &Rootfs, libs: &[Library]) -> Result<Updated, UpdateError> {
     let (old, access) =
         read_with_access(root, CACHE, Crossing::SameMount).map_err(UpdateError::Unsupported)?;
