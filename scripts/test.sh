@@ -3,6 +3,68 @@
 # docker and containerd. Needs root for the runtime tests; under CI=true nothing may skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Which test file runs in which pass is tests/tiers.txt, and nowhere else.
+tiers=tests/tiers.txt
+tier_passes=(suite runc14 crio cluster compat)
+# The stems of the files marked for pass $1, in the order of tests/tiers.txt.
+tier() {
+  local stem passes
+  while read -r stem passes _ || [ -n "$stem" ]; do
+    case $stem in '' | '#'*) continue ;; esac
+    case ",$passes," in *",$1,"*) echo "$stem" ;; esac
+  done <"$tiers"
+}
+# Before anything is built: every file of tests/tests/ in tests/tiers.txt once, every file there
+# real, every pass one of tier_passes, and no pass but compat empty (`cargo test` given no
+# `--test` runs every file).
+check_tiers() {
+  local stem passes extra pass line=0 ok=true
+  local -A seen=()
+  local -a marked
+  while read -r stem passes extra || [ -n "$stem" ]; do
+    line=$((line + 1))
+    case $stem in '' | '#'*) continue ;; esac
+    if [ -z "$passes" ] || [ -n "$extra" ]; then
+      echo "test.sh: $tiers:$line: '$stem${passes:+ $passes}${extra:+ $extra}' is not" \
+        "'<file stem> <pass>[,<pass>...]'" >&2
+      ok=false
+    fi
+    if [ ! -f "tests/tests/$stem.rs" ]; then
+      echo "test.sh: $tiers:$line: tests/tests/$stem.rs does not exist" >&2
+      ok=false
+    fi
+    if [ -n "${seen[$stem]:-}" ]; then
+      echo "test.sh: $tiers:$line: tests/tests/$stem.rs again (line ${seen[$stem]})" >&2
+      ok=false
+    fi
+    seen[$stem]=$line
+    IFS=, read -ra marked <<<"$passes"
+    for pass in "${marked[@]}"; do
+      case " ${tier_passes[*]} " in
+        *" $pass "*) ;;
+        *) echo "test.sh: $tiers:$line: tests/tests/$stem.rs: unknown pass '$pass'" \
+          "(the passes: ${tier_passes[*]})" >&2
+          ok=false ;;
+      esac
+    done
+  done <"$tiers"
+  for stem in tests/tests/*.rs; do
+    stem=${stem#tests/tests/}
+    stem=${stem%.rs}
+    if [ -z "${seen[$stem]:-}" ]; then
+      echo "test.sh: tests/tests/$stem.rs is not in $tiers: add it with the passes it runs in" >&2
+      ok=false
+    fi
+  done
+  for pass in "${tier_passes[@]}"; do
+    if [ "$pass" != compat ] && [ -z "$(tier "$pass")" ]; then
+      echo "test.sh: $tiers marks no file for the pass $pass" >&2
+      ok=false
+    fi
+  done
+  $ok
+}
+check_tiers || exit 1
 scripts/install-deps.sh test
 ci=false
 if [ "${CI:-}" = true ] || [ "${CI:-}" = 1 ]; then ci=true; fi
@@ -40,11 +102,11 @@ fi
 # CI leaves it out to stay within its time; what it proved is kept by the real old gRPC
 # clients of tests/device_plugin_real_clients.rs (the dialing) and by the pod-resources tests
 # with `Get` switched off (`List`). See docs/testing.md.
-compat_cluster=()
+compat_tier=()
 if [ "${DEVINJECT_KUBE_COMPAT:-}" = 1 ]; then
   DEVINJECT_KUBE_BIN=$(scripts/kube-build.sh)
   export DEVINJECT_KUBE_BIN
-  compat_cluster=(cluster)
+  mapfile -t compat_tier < <(tier compat)
 fi
 # The newer containerd releases (1.7 and 2.x, tests/containerd_cdi.rs), unpacked from Debian 13's
 # and unstable's packages into target/runtimes (scripts/runtimes-fetch.sh; seconds): always.
@@ -70,20 +132,19 @@ export DEVINJECT_NVIDIA_TOOLKIT
 export DEVINJECT_SKIP_LOG="$PWD/target/skipped-tests.txt"
 rm -f "$DEVINJECT_SKIP_LOG"
 status=0
-# Every test but CRI-O's and the cluster tier's (with DEVINJECT_KUBE_COMPAT=1 also
-# tests/cluster.rs on 1.20: the device plugin as an old kubelet dials and lists it); CRI-O and
-# the whole tier on today's release run below.
-mapfile -t suite < <(find tests/tests -maxdepth 1 -name '*.rs' ! -name 'cluster*' ! -name 'crio*' \
-  -printf '%f\n' | sed 's/\.rs$//' | sort)
+# The files marked suite in tests/tiers.txt, in name order (with DEVINJECT_KUBE_COMPAT=1 also
+# those marked compat, on 1.20: the device plugin as an old kubelet dials and lists it); CRI-O
+# and the whole cluster tier on today's release run below.
+mapfile -t suite < <(tier suite | sort)
 cargo test --workspace --exclude devinject-tests --no-fail-fast || status=$?
 cargo test -p devinject-tests --no-fail-fast --lib --bins "${suite[@]/#/--test=}" \
-  "${compat_cluster[@]/#/--test=}" || status=$?
-# The runc tier again on runc 1.4 (docs/testing.md, "runc 1.4"), built from its Go module into a
-# cache outside the tree (scripts/runc-build.sh; about two minutes the first time on 2 cores):
-# under CI always; locally once scripts/runc-build.sh has built it. The docker case of the hostile
-# matrix is left to the docker tier.
-runc_tier=(runc_hook runc_shim runc_non_root runc_cgroup_v2 runc_prepare library_names hostile_rootfs docker_28
-  hostile_matrix hostile_filesystems hostile_node_group)
+  "${compat_tier[@]/#/--test=}" || status=$?
+# The runc tier (the files marked runc14 in tests/tiers.txt) again on runc 1.4 (docs/testing.md,
+# "runc 1.4"), built from its Go module into a cache outside the tree (scripts/runc-build.sh;
+# about two minutes the first time on 2 cores): under CI always; locally once
+# scripts/runc-build.sh has built it. The docker case of the hostile matrix is left to the docker
+# tier.
+mapfile -t runc_tier < <(tier runc14)
 if $ci || $cluster; then
   runc14=$(scripts/runc-build.sh)
 else
@@ -95,16 +156,16 @@ if [ -n "${runc14:-}" ]; then
   DEVINJECT_RUNC=$runc14 cargo test -p devinject-tests --no-fail-fast "${runc_tier[@]/#/--test=}" \
     -- --skip docker_matrix_with_the_shim || status=$?
 fi
-# CRI-O 1.36 on runc 1.4 (tests/crio_cri.rs), and the whole cluster tier on Kubernetes 1.37, its
-# nodes on containerd 2 and runc 1.4 (tests/src/cluster/kubernetes.rs), once the background
-# build is done.
-cluster_tier=(cluster cluster_binpack cluster_dra cluster_engine_paths cluster_install cluster_install_dra
-  cluster_install_nri cluster_install_webhook cluster_webhook cluster_crio cluster_churn cluster_dra_nvidia)
+# CRI-O 1.36 on runc 1.4 (the files marked crio in tests/tiers.txt), and the whole cluster tier
+# (marked cluster) on Kubernetes 1.37, its nodes on containerd 2 and runc 1.4
+# (tests/src/cluster/kubernetes.rs), once the background build is done.
+mapfile -t crio_tier < <(tier crio)
+mapfile -t cluster_tier < <(tier cluster)
 if wait "$today_build"; then
   crio_bin=$(cat "$today_log.crio")
   echo "test.sh: CRI-O on $("$crio_bin/crio" --version | sed -n 1p) and ${runc14:-runc}"
   DEVINJECT_CRIO_BIN=$crio_bin DEVINJECT_RUNC=${runc14:-} cargo test -p devinject-tests --no-fail-fast \
-    --test=crio_cri || status=$?
+    "${crio_tier[@]/#/--test=}" || status=$?
   if $cluster; then
     kube137=$(cat "$today_log.kube")
     echo "test.sh: the cluster tier on $("$kube137/kubelet" --version) and $("$runc14" --version | sed -n 1p)"
