@@ -617,7 +617,7 @@ mod tests {
     /// caller's open file) does not reach the program: it gets 0, 1 and 2, and nothing else but the
     /// directory its own listing opens.
     #[test]
-    fn only_descriptors_0_to_2_reach_the_program_issue_32_finding_2() {
+    fn only_descriptors_0_to_2_reach_the_program() {
         let t = tempfile::tempdir().unwrap();
         let inherited = t.path().join("inherited");
         std::fs::write(&inherited, "").unwrap();
@@ -684,7 +684,7 @@ mod tests {
     /// A program that exits at once but leaves a helper holding its stdout, detached with `setsid`,
     /// finishes at once, and the helper ends with it.
     #[test]
-    fn a_detached_helper_holding_stdout_ends_with_the_program_issue_32_finding_1() {
+    fn a_detached_helper_holding_stdout_ends_with_the_program() {
         let t = tempfile::tempdir().unwrap();
         let sleeper = sleeper(t.path());
         let (got, took) = run_script(
@@ -703,7 +703,7 @@ mod tests {
     /// A program killed at its deadline takes with it what it started, here a child that hangs and
     /// a grandchild detached by a double fork and `setsid`.
     #[test]
-    fn a_program_killed_at_its_deadline_takes_its_detached_children_issue_32_finding_1() {
+    fn a_program_killed_at_its_deadline_takes_its_detached_children() {
         let t = tempfile::tempdir().unwrap();
         let sleeper = sleeper(t.path());
         let s = sleeper.display();

@@ -351,7 +351,7 @@ resource = "example.com/fpga-nlb3"
     /// A 200 KiB function value is not echoed whole into the refusal: the message stays short,
     /// names the variable and gives the value's length.
     #[test]
-    fn a_huge_function_value_gives_a_short_refusal_naming_the_variable_finding_9() {
+    fn a_huge_function_value_gives_a_short_refusal_naming_the_variable() {
         let huge = "n".repeat(200 << 10);
         let p = profile(FPGA);
         for err in [
@@ -369,7 +369,7 @@ resource = "example.com/fpga-nlb3"
     /// With the function in both the annotation and the variable, the device would get the
     /// annotation's and the process see the variable's: the two must agree.
     #[test]
-    fn the_annotation_and_the_variable_must_agree_on_the_function_finding_9() {
+    fn the_annotation_and_the_variable_must_agree_on_the_function() {
         let p = profile(FPGA);
         let err = FunctionRequest::choose(&p, Some("nlb3"), Some("nlb0")).unwrap_err();
         assert_eq!(

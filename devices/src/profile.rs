@@ -1105,7 +1105,7 @@ DEMO_DRIVER = "1"
     /// is using. Such a profile does not load, naming the file, both keys and the fix; a prepare
     /// step with one replica, and replicas without one, still load.
     #[test]
-    fn a_shared_device_with_a_prepare_step_does_not_load_finding_3() {
+    fn a_shared_device_with_a_prepare_step_does_not_load() {
         let shared = format!(
             "replicas = 2\n{}",
             prepare("command = [\"/opt/p\"]\nfunctions = [{ id = \"nlb3\" }]")

@@ -243,7 +243,7 @@ const CASES: [Case; 6] = [
 ];
 
 #[test]
-fn issue_32_finding_8_nothing_at_the_installers_own_names_is_followed_opened_or_replaced() {
+fn nothing_at_the_installers_own_names_is_followed_opened_or_replaced() {
     if !require_root() {
         return;
     }
@@ -285,7 +285,7 @@ fn issue_32_finding_8_nothing_at_the_installers_own_names_is_followed_opened_or_
 /// The journal's backups go with the journal only as files it wrote: a FIFO left in the
 /// backup directory is neither opened nor deleted by a later step's commit.
 #[test]
-fn issue_32_finding_8_a_fifo_in_the_journals_backup_directory_is_left_alone() {
+fn a_fifo_in_the_journals_backup_directory_is_left_alone() {
     if !require_root() {
         return;
     }

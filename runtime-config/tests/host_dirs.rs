@@ -267,7 +267,7 @@ const WRITERS: [Writer; 3] = [
 ];
 
 #[test]
-fn issue_32_finding_8_nothing_at_our_names_in_host_directories_is_followed_opened_or_replaced() {
+fn nothing_at_our_names_in_host_directories_is_followed_opened_or_replaced() {
     if !require_root() {
         return;
     }
@@ -380,7 +380,7 @@ impl Drop for Watcher {
 }
 
 #[test]
-fn issue_32_finding_8_the_cdi_refresher_reports_a_fifo_at_its_spec_name_and_keeps_running() {
+fn the_cdi_refresher_reports_a_fifo_at_its_spec_name_and_keeps_running() {
     if !require_root() {
         return;
     }
@@ -414,7 +414,7 @@ const PROFILE_PLANTS: [(&str, Planted); 3] = [
 ];
 
 #[test]
-fn issue_32_finding_8_a_fifo_or_device_named_like_a_profile_is_refused_unopened() {
+fn a_fifo_or_device_named_like_a_profile_is_refused_unopened() {
     if !require_root() {
         return;
     }
@@ -461,7 +461,7 @@ fn issue_32_finding_8_a_fifo_or_device_named_like_a_profile_is_refused_unopened(
 }
 
 #[test]
-fn issue_32_finding_8_the_cdi_refresher_reports_a_fifo_named_like_a_profile_and_keeps_running() {
+fn the_cdi_refresher_reports_a_fifo_named_like_a_profile_and_keeps_running() {
     if !require_root() {
         return;
     }

@@ -278,7 +278,7 @@ fn bad_functions_and_failing_programs_fail_the_start() {
 /// and the process see the variable's. Both set and different fail the start naming both, before
 /// anything is programmed; both set to the same function start.
 #[test]
-fn an_annotation_and_a_variable_naming_different_functions_fail_the_start_finding_9() {
+fn an_annotation_and_a_variable_naming_different_functions_fail_the_start() {
     if !require_runc_demo() {
         return;
     }
@@ -321,7 +321,7 @@ fn an_annotation_and_a_variable_naming_different_functions_fail_the_start_findin
 /// A 200 KiB function value is not echoed whole into the refusal that the engine's user reads: it
 /// is refused in a few hundred bytes that still name the variable.
 #[test]
-fn a_huge_function_value_is_refused_in_a_short_message_finding_9() {
+fn a_huge_function_value_is_refused_in_a_short_message() {
     if !require_runc_demo() {
         return;
     }
@@ -367,7 +367,7 @@ fn survivors(marker: &Path) -> Vec<String> {
 /// without its output): not when the program exits at once (the start succeeds), not when it hangs
 /// and is killed at its deadline (the start fails).
 #[test]
-fn nothing_a_prepare_program_starts_outlives_the_start_issue_32_finding_1() {
+fn nothing_a_prepare_program_starts_outlives_the_start() {
     if !require_runc_demo() {
         return;
     }

@@ -264,7 +264,7 @@ fn shim_reads_every_runc_spelling_of_the_bundle() {
 /// B and its pid file named `--config`. Run from a directory holding a decoy `config.json`, the
 /// shim must inject into B.
 #[test]
-fn shim_takes_a_flag_value_that_begins_with_a_dash_finding_9() {
+fn shim_takes_a_flag_value_that_begins_with_a_dash() {
     if !require_runc_demo() {
         return;
     }

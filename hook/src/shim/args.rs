@@ -465,7 +465,7 @@ mod tests {
     /// flags. Each line here was run through runc 1.1.5, which failed with `chdir /b` (the bundle
     /// it chose), or else as noted.
     #[test]
-    fn a_flag_value_may_begin_with_a_dash_finding_9() {
+    fn a_flag_value_may_begin_with_a_dash() {
         let parsed = |line: &[&str]| ShimArgs::parse(os_args(line));
         for line in [
             &[
