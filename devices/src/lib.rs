@@ -64,7 +64,7 @@ pub use node::{access_groups, DeviceNode};
 pub use plan::{ContainerEdits, EnvVar, Mount, MountKind, Plan, Symlink};
 pub use planner::{plan, ContainerLayout, PlanError, PlanInput};
 pub use prepare_step::{prepare_runs, FunctionError, FunctionRequest, PrepareRun};
-pub use profile::{AllocateMode, LibraryNames, Profile, ProfileError};
+pub use profile::{AllocateMode, HealthTaint, LibraryNames, Profile, ProfileError};
 pub use profile_set::ProfileSet;
 pub use request::{Request, RequestError, Resolve, Selection};
 pub use roots::HostRoots;

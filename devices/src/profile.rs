@@ -164,6 +164,11 @@ pub struct DiscoverySpec {
     /// sysfs attribute whose content, when present, tells health: `0`/`bad`/`unhealthy` mean
     /// unhealthy, anything else healthy.
     pub health_sysfs: Option<String>,
+    /// What the taint of an unhealthy device does in the DRA driver's ResourceSlice
+    /// (docs/dra.md, "Health"): keep new claims off it, or also evict the pods whose claims
+    /// hold it.
+    /// Unset: `NoSchedule`. Only with `health_sysfs`.
+    pub health_taint: Option<HealthTaint>,
     /// sysfs attributes a matched node must have, with their expected first line; other nodes are
     /// not devices of this kind (e.g. `"class/drm/{name}/device/vendor" = "0x1002"` keeps AMD
     /// render nodes only).
@@ -181,6 +186,29 @@ pub struct DiscoverySpec {
 }
 
 /// The attributes every published device carries already; a profile's
+/// The effect of the taint an unhealthy device carries in a DRA ResourceSlice, as Kubernetes
+/// names it (`resource.k8s.io/v1` `DeviceTaint.effect`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum HealthTaint {
+    /// No new claim is allocated the device unless it tolerates the taint; claims already
+    /// holding it keep it.
+    #[default]
+    NoSchedule,
+    /// As `NoSchedule`, and the pods of the claims holding the device are evicted (a device
+    /// whose failure makes its users' results wrong rather than slow).
+    NoExecute,
+}
+
+impl HealthTaint {
+    /// The effect's name in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NoSchedule => "NoSchedule",
+            Self::NoExecute => "NoExecute",
+        }
+    }
+}
+
 /// `discovery.attributes_sysfs` may not reuse these names.
 pub const DEVICE_ATTRIBUTES: [&str; 5] = ["profile", "id", "index", "numaNode", "replica"];
 
@@ -542,6 +570,12 @@ impl Profile {
             if let Some(a) = attr {
                 check_relative(a).map_err(|p| invalid(key, p))?;
             }
+        }
+        if raw.discovery.health_taint.is_some() && raw.discovery.health_sysfs.is_none() {
+            return Err(invalid(
+                "discovery.health_taint",
+                "is set but nothing tells the devices' health: set discovery.health_sysfs, or leave health_taint out".into(),
+            ));
         }
         for a in raw.discovery.require_sysfs.keys() {
             check_relative(a).map_err(|p| invalid(&format!("discovery.require_sysfs.{a}"), p))?;
@@ -1104,6 +1138,40 @@ DEMO_DRIVER = "1"
     /// With a shared device, pod B's start would load its function into the physical device pod A
     /// is using. Such a profile does not load, naming the file, both keys and the fix; a prepare
     /// step with one replica, and replicas without one, still load.
+    #[test]
+    fn a_health_taint_needs_a_health_attribute_and_names_an_effect() {
+        let base =
+            "name = \"x\"\nresource = \"devinject.io/x\"\n[discovery]\nnodes = [\"x[0-9]\"]\n";
+        let p = Profile::parse(
+            &format!(
+                "{base}health_sysfs = \"class/x/{{name}}/health\"\nhealth_taint = \"NoExecute\"\n"
+            ),
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        assert_eq!(p.discovery.health_taint, Some(HealthTaint::NoExecute));
+        let e = Profile::parse(
+            &format!("{base}health_taint = \"NoExecute\"\n"),
+            Path::new("x.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("discovery.health_taint") && e.contains("health_sysfs"),
+            "{e}"
+        );
+        let e = Profile::parse(
+            &format!("{base}health_sysfs = \"h\"\nhealth_taint = \"PreferNoSchedule\"\n"),
+            Path::new("x.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("PreferNoSchedule") || e.contains("health_taint"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn a_shared_device_with_a_prepare_step_does_not_load() {
         let shared = format!(

@@ -137,6 +137,40 @@ pub struct AllocatedDevice {
     /// Whether the device was allocated with admin access (monitoring or maintenance next to
     /// other users, without exclusive use).
     pub admin_access: bool,
+    /// The taints of the device the claim tolerated when it was allocated (at most the API's
+    /// 16 per request).
+    pub tolerations: Vec<Toleration>,
+}
+
+/// A claim's toleration of a device taint, as the allocation result records it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Toleration {
+    /// The taint key; `None` with `Exists` matches every key.
+    pub key: Option<String>,
+    /// `Exists` (any value) or `Equal` (the default).
+    pub operator: Option<String>,
+    /// The taint value, for `Equal`.
+    pub value: Option<String>,
+    /// The effect; `None` matches every effect.
+    pub effect: Option<String>,
+}
+
+impl Toleration {
+    /// Whether it tolerates the taint `key`=`value`:`effect`, by the API's rules
+    /// (`resource.k8s.io/v1` `DeviceToleration`).
+    pub fn tolerates(&self, key: &str, value: &str, effect: &str) -> bool {
+        let effect_matches = self
+            .effect
+            .as_deref()
+            .is_none_or(|e| e.is_empty() || e == effect);
+        let key_matches =
+            self.key.as_deref().is_none_or(str::is_empty) || self.key.as_deref() == Some(key);
+        let exists = self.operator.as_deref() == Some("Exists");
+        let value_matches = exists || self.value.as_deref().unwrap_or_default() == value;
+        let wildcard_key_needs_exists =
+            self.key.as_deref().is_some_and(|k| !k.is_empty()) || exists;
+        effect_matches && key_matches && value_matches && wildcard_key_needs_exists
+    }
 }
 
 /// The configuration of one request's devices, from our opaque parameters.
@@ -257,6 +291,17 @@ pub fn read(
             pool: r.pool.clone(),
             device: r.device.clone(),
             admin_access: r.admin_access.unwrap_or(false),
+            tolerations: r
+                .tolerations
+                .iter()
+                .flatten()
+                .map(|t| Toleration {
+                    key: t.key.clone(),
+                    operator: t.operator.clone(),
+                    value: t.value.clone(),
+                    effect: t.effect.clone(),
+                })
+                .collect(),
         });
     }
     // Class entries first: the claim's own configuration refines its class's.
@@ -412,6 +457,37 @@ mod tests {
     }
 
     #[test]
+    fn a_toleration_matches_a_taint_by_the_apis_rules() {
+        let t = |key: Option<&str>,
+                 operator: Option<&str>,
+                 value: Option<&str>,
+                 effect: Option<&str>| Toleration {
+            key: key.map(Into::into),
+            operator: operator.map(Into::into),
+            value: value.map(Into::into),
+            effect: effect.map(Into::into),
+        };
+        let (k, v) = ("devinject.io/unhealthy", "health_sysfs");
+        assert!(t(Some(k), Some("Exists"), None, None).tolerates(k, v, "NoSchedule"));
+        assert!(t(Some(k), Some("Exists"), None, Some("NoSchedule")).tolerates(k, v, "NoSchedule"));
+        assert!(!t(Some(k), Some("Exists"), None, Some("NoSchedule")).tolerates(k, v, "NoExecute"));
+        assert!(
+            t(Some(k), None, Some(v), None).tolerates(k, v, "NoExecute"),
+            "Equal by default"
+        );
+        assert!(!t(Some(k), Some("Equal"), Some("other"), None).tolerates(k, v, "NoSchedule"));
+        assert!(
+            t(None, Some("Exists"), None, None).tolerates(k, v, "NoExecute"),
+            "every key"
+        );
+        assert!(
+            !t(None, None, None, None).tolerates(k, v, "NoSchedule"),
+            "no key needs Exists"
+        );
+        assert!(!t(Some("other.io/x"), Some("Exists"), None, None).tolerates(k, v, "NoSchedule"));
+    }
+
+    #[test]
     fn only_our_drivers_results_are_kept_in_claim_order() {
         let mut admin = result("b", DRIVER, "node-a/kvm", "kvm-kvm");
         admin.admin_access = Some(true);
@@ -432,12 +508,14 @@ mod tests {
                     pool: "node-a/demo".into(),
                     device: "demo-1".into(),
                     admin_access: false,
+                    tolerations: Vec::new(),
                 },
                 AllocatedDevice {
                     request: "b".into(),
                     pool: "node-a/kvm".into(),
                     device: "kvm-kvm".into(),
                     admin_access: true,
+                    tolerations: Vec::new(),
                 },
             ]
         );

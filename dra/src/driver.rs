@@ -36,7 +36,7 @@ use crate::claim_spec::{self, ClaimSpec, SpecContext};
 use crate::metrics::{DraMetrics, Prepared};
 use crate::naming;
 use crate::prepared::{ClaimRef, Claims, Deadline, PreparedDevice};
-use crate::slices::device_names;
+use crate::slices::{device_names, UNHEALTHY_TAINT, UNHEALTHY_TAINT_VALUE};
 use devinject_devices::request::split_replica;
 
 /// What the driver logs for each claim it prepared, with `took_us`, the time from the kubelet's
@@ -409,13 +409,24 @@ impl Driver {
                 })?;
                 // A share of a shared device stands for the device itself.
                 let id = split_replica(published).map_or(published, |(id, _)| id);
+                // An unhealthy device is prepared only for a claim that tolerated its taint
+                // (docs/dra.md, "Health").
+                let tolerated = || {
+                    d.tolerations.iter().any(|t| {
+                        t.tolerates(
+                            &format!("{}/{UNHEALTHY_TAINT}", self.config.spec.driver),
+                            UNHEALTHY_TAINT_VALUE,
+                            profile.discovery.health_taint.unwrap_or_default().as_str(),
+                        )
+                    })
+                };
                 let device = inventory
                     .by_id(id)
-                    .filter(|dev| dev.healthy)
+                    .filter(|dev| dev.healthy || tolerated())
                     .ok_or_else(|| {
                         format!(
-                            "device {} of pool {} is unhealthy: delete the pod so that the claim \
-                         is allocated again",
+                            "device {} of pool {} is unhealthy and the claim does not tolerate \
+                             its taint: delete the pod so that the claim is allocated again",
                             Excerpt(&d.device),
                             Excerpt(&d.pool)
                         )

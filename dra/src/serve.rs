@@ -25,7 +25,7 @@ use crate::metrics::DraMetrics;
 use crate::node_service::NodeService;
 use crate::prepared::Claims;
 use crate::registration::RegistrationService;
-use crate::slices::{resource_slice, same_content, slice_name};
+use crate::slices::{resource_slice, same_content, slice_name, taints_dropped, Unhealthy};
 use crate::socket::{self, ServedSocket};
 
 /// How often the publisher looks for hot-plugged, unplugged or unhealthy devices, so that a change
@@ -169,6 +169,9 @@ async fn publish(
     // The last inventory each profile's discovery found: what the slices and the health stream
     // are built from.
     let mut found: BTreeMap<String, devinject_devices::Inventory> = Default::default();
+    // How unhealthy devices are shown: tainted until the API server is seen dropping taints
+    // (`DRADeviceTaints` off), then left out for the driver's life.
+    let mut unhealthy = Unhealthy::Tainted;
     let mut ticker = tokio::time::interval(RESCAN);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_round = tokio::time::Instant::now();
@@ -272,8 +275,14 @@ async fn publish(
                 (None, None) if server.is_some() => 0,
                 (None, None) => current_generation(&api, &slice_name).await,
             };
-            let slice =
-                resource_slice(&config.driver, &config.node, profile, inventory, generation)?;
+            let slice = resource_slice(
+                &config.driver,
+                &config.node,
+                profile,
+                inventory,
+                generation,
+                unhealthy,
+            )?;
             let unchanged = published.contains_key(name)
                 && current.is_some_and(|old| same_content(&old.spec, &slice.spec));
             if unchanged {
@@ -281,7 +290,28 @@ async fn publish(
             }
             let mut slice = slice;
             slice.spec.pool.generation = generation + 1;
-            match api.patch(&slice_name, &params, &Patch::Apply(&slice)).await {
+            let mut applied = api.patch(&slice_name, &params, &Patch::Apply(&slice)).await;
+            if let Ok(returned) = &applied {
+                if unhealthy == Unhealthy::Tainted && taints_dropped(&slice.spec, &returned.spec) {
+                    info!(
+                        profile = name,
+                        slice = %slice_name,
+                        "the API server drops device taints (DRADeviceTaints off): unhealthy devices are left out of the slices instead"
+                    );
+                    unhealthy = Unhealthy::LeftOut;
+                    slice = resource_slice(
+                        &config.driver,
+                        &config.node,
+                        profile,
+                        inventory,
+                        generation + 1,
+                        unhealthy,
+                    )?;
+                    slice.spec.pool.generation = generation + 2;
+                    applied = api.patch(&slice_name, &params, &Patch::Apply(&slice)).await;
+                }
+            }
+            match applied {
                 Ok(_) => {
                     config.metrics.slice_applied(true);
                     info!(

@@ -4,7 +4,7 @@
 //! # Layout
 //! - One pool per node and profile ([`naming::pool`]), published as one slice
 //!   (`resourceSliceCount: 1`) of at most [`MAX_DEVICES_PER_SLICE`] devices, the API server's
-//!   limit for a slice without taints or counters.
+//!   limit for a slice without taints or counters ([`MAX_DEVICES_WITH_TAINTS`] with them).
 //! - Each device is named by [`naming::DeviceNames`] (collisions are an error, never a merge)
 //!   and carries the attributes `profile` (string), `id` (string, the profile's device id, what
 //!   the device plugin advertises), `index` (int, the discovery index) and `numaNode` (int,
@@ -15,9 +15,15 @@
 //!   per share, named after the replica ids the device plugin advertises (`<id>::<n>`, see
 //!   [`published_ids`]) and carrying the attribute `replica`; each share is allocated to one
 //!   claim at a time, so N claims share the device, as N containers do through the plugin.
-//! - Unhealthy devices are left out of the slice rather than tainted: device taints
-//!   (`DRADeviceTaints`) are still feature-gated in Kubernetes 1.36, and a device absent from
-//!   the pool cannot be allocated on any cluster. A device that recovers comes back.
+//! - An unhealthy device stays in the slice with a taint ([`Unhealthy::Tainted`], the
+//!   `DRADeviceTaints` feature, on by default from Kubernetes 1.36): key `<driver>/unhealthy`,
+//!   value `health_sysfs` (what told it), and the effect the profile's
+//!   `discovery.health_taint` names (`NoSchedule` unless it says `NoExecute`). The scheduler
+//!   allocates it only to a claim that tolerates the taint; claims holding it keep it, or, for
+//!   `NoExecute`, their pods are evicted. Where the API server drops taints (the gate off, as
+//!   in 1.34 and 1.35; the publisher finds out from the slice it gets back) or the slice would
+//!   hold more than [`MAX_DEVICES_WITH_TAINTS`], unhealthy devices are left out instead
+//!   ([`Unhealthy::LeftOut`]). A device that recovers loses its taint, or comes back.
 //!
 //! The caller sets the slice's owner reference (the node or the plugin's pod), bumps
 //! `pool.generation` on a change, and uses [`same_content`] to skip updates that change nothing
@@ -28,7 +34,7 @@ use std::collections::BTreeMap;
 use devinject_devices::{Inventory, Profile};
 use k8s_openapi::api::resource::v1::{
     CELDeviceSelector, Device, DeviceAttribute, DeviceClass, DeviceClassSpec, DeviceSelector,
-    ResourcePool, ResourceSlice, ResourceSliceSpec,
+    DeviceTaint, ResourcePool, ResourceSlice, ResourceSliceSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tracing::debug;
@@ -37,6 +43,22 @@ use crate::naming::{self, DeviceNames, NamingError};
 
 /// The most devices one ResourceSlice may hold (without taints or counters).
 pub const MAX_DEVICES_PER_SLICE: usize = 128;
+/// The most devices one ResourceSlice may hold when one of them has a taint (the API's
+/// `ResourceSliceMaxDevicesWithAdvancedFeatures`).
+pub const MAX_DEVICES_WITH_TAINTS: usize = 64;
+/// The taint key of an unhealthy device, below the driver's name: `<driver>/unhealthy`.
+pub const UNHEALTHY_TAINT: &str = "unhealthy";
+/// The taint value of an unhealthy device: the profile key whose attribute told it.
+pub const UNHEALTHY_TAINT_VALUE: &str = "health_sysfs";
+
+/// How a slice shows an unhealthy device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unhealthy {
+    /// In the slice with a taint, where the API server keeps device taints.
+    Tainted,
+    /// Left out of the slice: no claim can be allocated it on any cluster.
+    LeftOut,
+}
 /// The longest object name (a DNS subdomain).
 const MAX_NAME: usize = 253;
 
@@ -124,20 +146,30 @@ pub fn slice_name(node: &str, profile: &str) -> String {
     }
 }
 
-/// The ResourceSlice of `profile`'s healthy devices in `inventory` on `node`, published by
-/// `driver` as generation `generation` of the node's pool for the profile.
+/// The ResourceSlice of `profile`'s devices in `inventory` on `node`, published by `driver` as
+/// generation `generation` of the node's pool for the profile; unhealthy devices as `unhealthy`
+/// says, or left out where a tainted slice would be too large.
 pub fn resource_slice(
     driver: &str,
     node: &str,
     profile: &Profile,
     inventory: &Inventory,
     generation: i64,
+    unhealthy: Unhealthy,
 ) -> Result<ResourceSlice> {
     let pname = profile.name.as_str();
     device_names(profile, inventory)?;
-    let healthy: Vec<_> = inventory.devices.iter().filter(|d| d.healthy).collect();
     let shares = usize::try_from(profile.replicas.max(1)).unwrap_or(usize::MAX);
-    let count = healthy.len().saturating_mul(shares);
+    let sick = inventory.devices.iter().filter(|d| !d.healthy).count();
+    let tainted = unhealthy == Unhealthy::Tainted
+        && sick > 0
+        && inventory.devices.len().saturating_mul(shares) <= MAX_DEVICES_WITH_TAINTS;
+    let published: Vec<_> = inventory
+        .devices
+        .iter()
+        .filter(|d| d.healthy || tainted)
+        .collect();
+    let count = published.len().saturating_mul(shares);
     if count > MAX_DEVICES_PER_SLICE {
         return Err(SliceError::TooManyDevices {
             profile: pname.to_owned(),
@@ -146,8 +178,19 @@ pub fn resource_slice(
             max: MAX_DEVICES_PER_SLICE,
         });
     }
+    let taint = DeviceTaint {
+        key: format!("{driver}/{UNHEALTHY_TAINT}"),
+        value: Some(UNHEALTHY_TAINT_VALUE.to_owned()),
+        effect: profile
+            .discovery
+            .health_taint
+            .unwrap_or_default()
+            .as_str()
+            .to_owned(),
+        time_added: None,
+    };
     let mut devices = Vec::with_capacity(count);
-    for d in &healthy {
+    for d in &published {
         // What every share of the device carries.
         let mut common = BTreeMap::new();
         common.insert(ATTR_PROFILE.to_owned(), string(pname));
@@ -162,7 +205,7 @@ pub fn resource_slice(
         for (name, value) in &d.attributes {
             common.insert(name.clone(), string(value));
         }
-        for (replica, published) in published_ids(profile, d.id.as_str()).iter().enumerate() {
+        for (replica, id) in published_ids(profile, d.id.as_str()).iter().enumerate() {
             let mut attributes = common.clone();
             if profile.replicas > 1 {
                 attributes.insert(
@@ -171,18 +214,18 @@ pub fn resource_slice(
                 );
             }
             devices.push(Device {
-                name: naming::device(pname, published)?,
+                name: naming::device(pname, id)?,
                 attributes: Some(attributes),
+                taints: (!d.healthy).then(|| vec![taint.clone()]),
                 ..Device::default()
             });
         }
     }
-    let left_out = inventory.devices.len() - healthy.len();
-    if left_out > 0 {
+    if sick > 0 && !tainted {
         debug!(
             profile = pname,
             node,
-            unhealthy = left_out,
+            unhealthy = sick,
             "unhealthy devices left out of the slice"
         );
     }
@@ -205,6 +248,20 @@ pub fn resource_slice(
     })
 }
 
+/// Whether the API server dropped the device taints of `applied` from `returned`, its answer to
+/// the apply: it does so where `DRADeviceTaints` is off, and the publisher then leaves unhealthy
+/// devices out instead ([`Unhealthy::LeftOut`]).
+pub fn taints_dropped(applied: &ResourceSliceSpec, returned: &ResourceSliceSpec) -> bool {
+    let tainted = |spec: &ResourceSliceSpec| {
+        spec.devices
+            .iter()
+            .flatten()
+            .filter(|d| d.taints.as_ref().is_some_and(|t| !t.is_empty()))
+            .count()
+    };
+    tainted(applied) > 0 && tainted(returned) == 0
+}
+
 /// Whether two slice specs publish the same thing, their pool generations aside: when they do,
 /// the publisher leaves the slice as it is. An absent field and an empty one (list, map) are
 /// the same, so that the API server's copy of a slice compares equal to the slice applied.
@@ -212,6 +269,12 @@ pub fn same_content(a: &ResourceSliceSpec, b: &ResourceSliceSpec) -> bool {
     let normal = |s: &ResourceSliceSpec| {
         let mut s = s.clone();
         s.pool.generation = 0;
+        // The API server stamps each taint with the time it first saw it.
+        for d in s.devices.iter_mut().flatten() {
+            for t in d.taints.iter_mut().flatten() {
+                t.time_added = None;
+            }
+        }
         let mut value = serde_json::to_value(&s).unwrap_or_default();
         prune(&mut value);
         value
@@ -426,8 +489,15 @@ mod tests {
     fn a_devices_sysfs_attributes_are_published_as_strings() {
         let mut d = device("GPU-A", 0, None, true);
         d.attributes.insert("vendor".into(), "0x1002".into());
-        let slice =
-            resource_slice("devinject.io", "node-a", &profile(), &inventory(vec![d]), 1).unwrap();
+        let slice = resource_slice(
+            "devinject.io",
+            "node-a",
+            &profile(),
+            &inventory(vec![d]),
+            1,
+            Unhealthy::LeftOut,
+        )
+        .unwrap();
         let devices = slice.spec.devices.unwrap();
         let a = devices[0].attributes.as_ref().unwrap();
         assert_eq!(a["vendor"].string.as_deref(), Some("0x1002"));
@@ -445,7 +515,15 @@ mod tests {
             device("0", 0, None, true),
             device("1", 1, None, false),
         ]);
-        let slice = resource_slice("devinject.io", "node-a", &shared, &inv, 1).unwrap();
+        let slice = resource_slice(
+            "devinject.io",
+            "node-a",
+            &shared,
+            &inv,
+            1,
+            Unhealthy::LeftOut,
+        )
+        .unwrap();
         let devices = slice.spec.devices.unwrap();
         let names: Vec<_> = devices.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names, ["demo-0--0", "demo-0--1", "demo-0--2"]);
@@ -460,7 +538,15 @@ mod tests {
             Some("1::2"),
             "named even while unhealthy"
         );
-        let plain = resource_slice("devinject.io", "node-a", &profile(), &inv, 1).unwrap();
+        let plain = resource_slice(
+            "devinject.io",
+            "node-a",
+            &profile(),
+            &inv,
+            1,
+            Unhealthy::LeftOut,
+        )
+        .unwrap();
         let devices = plain.spec.devices.unwrap();
         assert!(
             !devices[0]
@@ -479,7 +565,15 @@ mod tests {
             device("GPU-B", 1, None, false),
             device("GPU-C", 2, None, true),
         ]);
-        let slice = resource_slice("devinject.io", "node-a", &profile(), &inv, 7).unwrap();
+        let slice = resource_slice(
+            "devinject.io",
+            "node-a",
+            &profile(),
+            &inv,
+            7,
+            Unhealthy::LeftOut,
+        )
+        .unwrap();
         let spec = &slice.spec;
         assert_eq!(spec.driver, "devinject.io");
         assert_eq!(spec.node_name.as_deref(), Some("node-a"));
@@ -538,7 +632,8 @@ mod tests {
             device("a.b", 0, None, true),
             device("a_b", 1, None, false),
         ]);
-        let err = resource_slice("devinject.io", "n", &profile(), &inv, 1).unwrap_err();
+        let err = resource_slice("devinject.io", "n", &profile(), &inv, 1, Unhealthy::LeftOut)
+            .unwrap_err();
         assert!(
             matches!(err, SliceError::Naming(NamingError::Collision { .. })),
             "{err}"
@@ -550,7 +645,15 @@ mod tests {
         let many = (0..=MAX_DEVICES_PER_SLICE)
             .map(|i| device(&i.to_string(), i, None, true))
             .collect();
-        let err = resource_slice("devinject.io", "n", &profile(), &inventory(many), 1).unwrap_err();
+        let err = resource_slice(
+            "devinject.io",
+            "n",
+            &profile(),
+            &inventory(many),
+            1,
+            Unhealthy::LeftOut,
+        )
+        .unwrap_err();
         assert!(
             matches!(
                 err,
@@ -566,7 +669,15 @@ mod tests {
             .map(|i| device(&i.to_string(), i, None, true))
             .collect();
         many[5].healthy = false;
-        let slice = resource_slice("devinject.io", "n", &profile(), &inventory(many), 1).unwrap();
+        let slice = resource_slice(
+            "devinject.io",
+            "n",
+            &profile(),
+            &inventory(many),
+            1,
+            Unhealthy::LeftOut,
+        )
+        .unwrap();
         assert_eq!(slice.spec.devices.unwrap().len(), 128);
     }
 
@@ -598,28 +709,49 @@ mod tests {
     #[test]
     fn specs_that_differ_only_in_generation_are_the_same() {
         let inv = inventory(vec![device("0", 0, None, true), device("1", 1, None, true)]);
-        let one = resource_slice("devinject.io", "n", &profile(), &inv, 1)
+        let one = resource_slice("devinject.io", "n", &profile(), &inv, 1, Unhealthy::LeftOut)
             .unwrap()
             .spec;
-        let two = resource_slice("devinject.io", "n", &profile(), &inv, 2)
+        let two = resource_slice("devinject.io", "n", &profile(), &inv, 2, Unhealthy::LeftOut)
             .unwrap()
             .spec;
         assert!(same_content(&one, &two));
         let mut sick = inv.clone();
         sick.devices[1].healthy = false;
-        let three = resource_slice("devinject.io", "n", &profile(), &sick, 3)
-            .unwrap()
-            .spec;
+        let three = resource_slice(
+            "devinject.io",
+            "n",
+            &profile(),
+            &sick,
+            3,
+            Unhealthy::LeftOut,
+        )
+        .unwrap()
+        .spec;
         assert!(!same_content(&one, &three));
         let mut numa = inv;
         numa.devices[0].numa_node = Some(0);
-        let four = resource_slice("devinject.io", "n", &profile(), &numa, 1)
-            .unwrap()
-            .spec;
+        let four = resource_slice(
+            "devinject.io",
+            "n",
+            &profile(),
+            &numa,
+            1,
+            Unhealthy::LeftOut,
+        )
+        .unwrap()
+        .spec;
         assert!(!same_content(&one, &four));
-        let none = resource_slice("devinject.io", "n", &profile(), &inventory(vec![]), 1)
-            .unwrap()
-            .spec;
+        let none = resource_slice(
+            "devinject.io",
+            "n",
+            &profile(),
+            &inventory(vec![]),
+            1,
+            Unhealthy::LeftOut,
+        )
+        .unwrap()
+        .spec;
         let mut absent = none.clone();
         absent.devices = None;
         assert!(same_content(&none, &absent));
@@ -637,6 +769,89 @@ mod tests {
         let mut tainted = one.clone();
         tainted.devices.as_mut().unwrap()[0].allow_multiple_allocations = Some(true);
         assert!(!same_content(&one, &tainted));
+    }
+
+    #[test]
+    fn an_unhealthy_device_stays_in_the_slice_with_the_profiles_taint() {
+        let inv = inventory(vec![
+            device("GPU-A", 0, None, true),
+            device("GPU-B", 1, None, false),
+        ]);
+        let slice =
+            resource_slice("devinject.io", "n", &profile(), &inv, 1, Unhealthy::Tainted).unwrap();
+        let devices = slice.spec.devices.unwrap();
+        let names: Vec<_> = devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["demo-gpu-a", "demo-gpu-b"], "both published");
+        assert_eq!(devices[0].taints, None, "the healthy one untainted");
+        let taints = devices[1].taints.as_ref().unwrap();
+        assert_eq!(taints.len(), 1);
+        assert_eq!(taints[0].key, "devinject.io/unhealthy");
+        assert_eq!(taints[0].value.as_deref(), Some("health_sysfs"));
+        assert_eq!(taints[0].effect, "NoSchedule");
+
+        let evicting = Profile::parse(
+            "name = \"demo\"\nresource = \"devinject.io/demo\"\n[discovery]\nnodes = [\"demo/accel[0-9]*\"]\n\
+             health_sysfs = \"class/demo/{name}/health\"\nhealth_taint = \"NoExecute\"\n",
+            Path::new("demo.toml"),
+        )
+        .unwrap();
+        let slice =
+            resource_slice("devinject.io", "n", &evicting, &inv, 1, Unhealthy::Tainted).unwrap();
+        let devices = slice.spec.devices.unwrap();
+        assert_eq!(devices[1].taints.as_ref().unwrap()[0].effect, "NoExecute");
+
+        // Past the API's limit for a slice with taints, unhealthy devices are left out.
+        let mut many: Vec<_> = (0..MAX_DEVICES_WITH_TAINTS + 1)
+            .map(|i| device(&i.to_string(), i, None, true))
+            .collect();
+        many[3].healthy = false;
+        let slice = resource_slice(
+            "devinject.io",
+            "n",
+            &profile(),
+            &inventory(many),
+            1,
+            Unhealthy::Tainted,
+        )
+        .unwrap();
+        let devices = slice.spec.devices.unwrap();
+        assert_eq!(devices.len(), MAX_DEVICES_WITH_TAINTS);
+        assert!(devices.iter().all(|d| d.taints.is_none()));
+    }
+
+    #[test]
+    fn a_slice_whose_taints_the_server_drops_is_told_apart_and_stamps_are_no_change() {
+        let inv = inventory(vec![
+            device("0", 0, None, true),
+            device("1", 1, None, false),
+        ]);
+        let applied = resource_slice("devinject.io", "n", &profile(), &inv, 1, Unhealthy::Tainted)
+            .unwrap()
+            .spec;
+        let mut kept = applied.clone();
+        kept.devices.as_mut().unwrap()[1].taints.as_mut().unwrap()[0].time_added = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
+        );
+        assert!(!taints_dropped(&applied, &kept));
+        assert!(
+            same_content(&applied, &kept),
+            "the server's time stamp changes nothing"
+        );
+        let mut dropped = applied.clone();
+        dropped.devices.as_mut().unwrap()[1].taints = None;
+        assert!(taints_dropped(&applied, &dropped));
+        assert!(!same_content(&applied, &dropped));
+        let healthy = resource_slice(
+            "devinject.io",
+            "n",
+            &profile(),
+            &inventory(vec![device("0", 0, None, true)]),
+            1,
+            Unhealthy::Tainted,
+        )
+        .unwrap()
+        .spec;
+        assert!(!taints_dropped(&healthy, &healthy), "nothing to drop");
     }
 
     #[test]

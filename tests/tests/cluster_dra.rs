@@ -36,8 +36,9 @@
 //!   they were, and a SIGKILLed container of one starts again with its device;
 //! - a profile's sysfs attributes (`discovery.attributes_sysfs`) are in the slice, and a claim
 //!   whose CEL selector names one device's value gets that device; a device whose sysfs health
-//!   turns bad leaves the slice (measured: about 0.1 s), the pod holding it shows it Unhealthy in
-//!   its status (the health stream, KEP-4680), and both follow its recovery;
+//!   turns bad stays in the slice with a `NoSchedule` taint, the pod holding it keeps running and
+//!   shows it Unhealthy in its status (the health stream, KEP-4680), a new claim for a tainted
+//!   device waits unschedulable unless it tolerates the taint, and all follow the recovery;
 //! - a profile sharing its one device twice (`replicas = 2`) publishes two devices, two pods'
 //!   claims hold one share each and both see the device, a third pod waits unschedulable;
 //! - beside `devinject-nri` under the `kubernetes` policy: a claim holder gets exactly its device,
@@ -671,7 +672,7 @@ fn a_shared_profile_lets_one_claim_per_replica_hold_the_same_device() {
 }
 
 #[test]
-fn sysfs_attributes_reach_the_slice_and_a_health_change_withdraws_the_device() {
+fn sysfs_attributes_reach_the_slice_and_a_health_change_taints_the_device() {
     let Some(release) = ready() else {
         return;
     };
@@ -733,34 +734,109 @@ fn sysfs_attributes_reach_the_slice_and_a_health_change_withdraws_the_device() {
     assert_eq!(ids, ["2"], "the device whose serial the claim chose");
     assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
 
-    // The chooser's device turns unhealthy: withdrawn from the slice, and the pod holding it
-    // says so in its status (the health stream); healthy again: published again, and the pod's
-    // status follows.
+    // The chooser's device turns unhealthy: it stays in the slice with a taint, the pod holding
+    // it keeps running and says so in its status (the health stream).
     let (sick, _, _) = ACCELS[2];
     std::fs::write(sys.join(sick).join("health"), "bad\n").unwrap();
     let changed = std::time::Instant::now();
-    c.wait_resource_slices(ACCELS.len() - 1)
-        .unwrap_or_else(|e| panic!("the slice follows the health change: {e:#}"));
+    let taint = wait_taint(&c, "demo-2", Some("NoSchedule"));
     println!(
-        "the slice withdrew unhealthy {sick} within {:?}",
+        "the slice tainted unhealthy {sick} within {:?}: {taint}",
         changed.elapsed()
     );
-    assert!(
-        !c.resource_slice_devices()
-            .unwrap()
-            .iter()
-            .any(|(_, d)| d == "demo-2"),
-        "demo-2 is out of the slice"
+    assert_eq!(
+        c.resource_slice_devices().unwrap().len(),
+        ACCELS.len(),
+        "a tainted device stays in the slice"
     );
     let status = device_health_in_status(&c, "chooser", "demo-2", "Unhealthy");
     println!(
         "the pod's status said so within {:?}: {status}",
         changed.elapsed()
     );
+    assert!(
+        pod_running(&c, "chooser"),
+        "NoSchedule leaves the holder running"
+    );
+
+    // A free device turns unhealthy: a claim that does not tolerate the taint waits, one that
+    // does gets the device.
+    let (free, _, _) = ACCELS[1];
+    std::fs::write(sys.join(free).join("health"), "failed\n").unwrap();
+    wait_taint(&c, "demo-1", Some("NoSchedule"));
+    let by_serial = |name: &str, tolerate: bool| {
+        let tolerations = if tolerate {
+            format!(
+                "          tolerations:\n          - key: {DRA_DRIVER}/unhealthy\n            \
+                 operator: Exists\n            effect: NoSchedule\n"
+            )
+        } else {
+            String::new()
+        };
+        demo_claim_template(name, 1).replace(
+            "          count: 1\n",
+            &format!(
+                "          count: 1\n          selectors:\n          - cel:\n              \
+                 expression: device.attributes[\"{DRA_DRIVER}\"].serial == \"SN-1\"\n{tolerations}"
+            ),
+        )
+    };
+    c.apply(&by_serial("sick-strict", false)).expect("template");
+    c.apply(&pod("avoider", "sick-strict")).expect("create pod");
+    let why = unschedulable(&c, "avoider").unwrap_or_else(|e| panic!("{e:#}\n{}", c.dra_log()));
+    println!("a claim not tolerating the taint: {why}");
+    c.apply(&by_serial("sick-tolerant", true))
+        .expect("template");
+    c.apply(&pod("tolerant", "sick-tolerant"))
+        .expect("create pod");
+    let out = probe_output(&c, "tolerant");
+    let ids = allocated_ids(&claim_of(&c, "tolerant"));
+    assert_eq!(ids, ["1"], "the tainted device, to the claim tolerating it");
+    assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+
+    // Healthy again: the taint goes, and the holder's status follows.
     std::fs::write(sys.join(sick).join("health"), "ok\n").unwrap();
-    c.wait_resource_slices(ACCELS.len())
-        .unwrap_or_else(|e| panic!("the slice follows the recovery: {e:#}"));
+    wait_taint(&c, "demo-2", None);
     device_health_in_status(&c, "chooser", "demo-2", "Healthy");
+}
+
+/// Waits until DRA device `device` of the driver's slices carries the driver's unhealthy taint
+/// with `effect` (or, with `None`, no taint); the taint as the API server holds it.
+fn wait_taint(c: &Cluster, device: &str, effect: Option<&str>) -> String {
+    poll(
+        &format!("{device} tainted {effect:?} in its slice"),
+        devinject_tests::cluster::SLOW,
+        || {
+            let slices: Value =
+                serde_json::from_str(&c.kubectl(&["get", "resourceslices", "-o", "json"])?)?;
+            let found = slices["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|s| s["spec"]["driver"] == DRA_DRIVER)
+                .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+                .find(|d| d["name"] == device);
+            let Some(d) = found else {
+                return Ok(None);
+            };
+            let taints = d["taints"].as_array().cloned().unwrap_or_default();
+            let key = format!("{DRA_DRIVER}/unhealthy");
+            Ok(match effect {
+                Some(effect) => taints
+                    .iter()
+                    .find(|t| t["key"] == key.as_str() && t["effect"] == effect)
+                    .map(|t| t.to_string()),
+                None => taints.is_empty().then(String::new),
+            })
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.dra_log()))
+}
+
+/// Whether pod `name` is running.
+fn pod_running(c: &Cluster, name: &str) -> bool {
+    c.kubectl(&["get", "pod", name, "-o", "jsonpath={.status.phase}"])
+        .is_ok_and(|phase| phase.trim() == "Running")
 }
 
 /// Waits until pod `name`'s status reports `health` for DRA device `device`
