@@ -798,6 +798,44 @@ fn sysfs_attributes_reach_the_slice_and_a_health_change_taints_the_device() {
     std::fs::write(sys.join(sick).join("health"), "ok\n").unwrap();
     wait_taint(&c, "demo-2", None);
     device_health_in_status(&c, "chooser", "demo-2", "Healthy");
+
+    // A profile asking for NoExecute: the pod whose claim holds the still unhealthy device, and
+    // tolerates only NoSchedule, is evicted; the holder of the healthy one stays.
+    assert!(
+        pod_running(&c, "tolerant"),
+        "NoSchedule leaves the tolerating pod running"
+    );
+    let text = std::fs::read_to_string(&profile).unwrap().replacen(
+        "[discovery]\n",
+        "[discovery]\nhealth_taint = \"NoExecute\"\n",
+        1,
+    );
+    std::fs::write(&profile, text).unwrap();
+    c.restart_dra_plugin()
+        .unwrap_or_else(|e| panic!("restart the driver: {e:#}"));
+    wait_taint(&c, "demo-1", Some("NoExecute"));
+    let tainted = std::time::Instant::now();
+    let how = poll(
+        "pod tolerant evicted",
+        devinject_tests::cluster::SLOW,
+        || {
+            Ok(match c.pod("tolerant") {
+                Err(_) => Some("deleted".to_owned()),
+                Ok(p) => p["metadata"]["deletionTimestamp"]
+                    .as_str()
+                    .map(|t| format!("deleting since {t}")),
+            })
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    println!(
+        "NoExecute evicted the holder of the unhealthy device within {:?}: {how}",
+        tainted.elapsed()
+    );
+    assert!(
+        pod_running(&c, "chooser"),
+        "the healthy device's holder stays"
+    );
 }
 
 /// Waits until DRA device `device` of the driver's slices carries the driver's unhealthy taint
