@@ -417,6 +417,24 @@ mod tests {
         );
     }
 
+    /// [`resource_slice`] of the driver `devinject.io`.
+    fn build(
+        node: &str,
+        profile: &Profile,
+        inventory: &Inventory,
+        generation: i64,
+        unhealthy: Unhealthy,
+    ) -> Result<ResourceSlice> {
+        resource_slice(
+            "devinject.io",
+            node,
+            profile,
+            inventory,
+            generation,
+            unhealthy,
+        )
+    }
+
     fn profile() -> Profile {
         Profile::parse(
             "name = \"demo\"\nresource = \"devinject.io/demo\"\n[discovery]\nnodes = [\"demo/accel[0-9]*\"]\n",
@@ -489,8 +507,7 @@ mod tests {
     fn a_devices_sysfs_attributes_are_published_as_strings() {
         let mut d = device("GPU-A", 0, None, true);
         d.attributes.insert("vendor".into(), "0x1002".into());
-        let slice = resource_slice(
-            "devinject.io",
+        let slice = build(
             "node-a",
             &profile(),
             &inventory(vec![d]),
@@ -515,15 +532,7 @@ mod tests {
             device("0", 0, None, true),
             device("1", 1, None, false),
         ]);
-        let slice = resource_slice(
-            "devinject.io",
-            "node-a",
-            &shared,
-            &inv,
-            1,
-            Unhealthy::LeftOut,
-        )
-        .unwrap();
+        let slice = build("node-a", &shared, &inv, 1, Unhealthy::LeftOut).unwrap();
         let devices = slice.spec.devices.unwrap();
         let names: Vec<_> = devices.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names, ["demo-0--0", "demo-0--1", "demo-0--2"]);
@@ -538,15 +547,7 @@ mod tests {
             Some("1::2"),
             "named even while unhealthy"
         );
-        let plain = resource_slice(
-            "devinject.io",
-            "node-a",
-            &profile(),
-            &inv,
-            1,
-            Unhealthy::LeftOut,
-        )
-        .unwrap();
+        let plain = build("node-a", &profile(), &inv, 1, Unhealthy::LeftOut).unwrap();
         let devices = plain.spec.devices.unwrap();
         assert!(
             !devices[0]
@@ -565,15 +566,7 @@ mod tests {
             device("GPU-B", 1, None, false),
             device("GPU-C", 2, None, true),
         ]);
-        let slice = resource_slice(
-            "devinject.io",
-            "node-a",
-            &profile(),
-            &inv,
-            7,
-            Unhealthy::LeftOut,
-        )
-        .unwrap();
+        let slice = build("node-a", &profile(), &inv, 7, Unhealthy::LeftOut).unwrap();
         let spec = &slice.spec;
         assert_eq!(spec.driver, "devinject.io");
         assert_eq!(spec.node_name.as_deref(), Some("node-a"));
@@ -632,8 +625,7 @@ mod tests {
             device("a.b", 0, None, true),
             device("a_b", 1, None, false),
         ]);
-        let err = resource_slice("devinject.io", "n", &profile(), &inv, 1, Unhealthy::LeftOut)
-            .unwrap_err();
+        let err = build("n", &profile(), &inv, 1, Unhealthy::LeftOut).unwrap_err();
         assert!(
             matches!(err, SliceError::Naming(NamingError::Collision { .. })),
             "{err}"
@@ -645,15 +637,7 @@ mod tests {
         let many = (0..=MAX_DEVICES_PER_SLICE)
             .map(|i| device(&i.to_string(), i, None, true))
             .collect();
-        let err = resource_slice(
-            "devinject.io",
-            "n",
-            &profile(),
-            &inventory(many),
-            1,
-            Unhealthy::LeftOut,
-        )
-        .unwrap_err();
+        let err = build("n", &profile(), &inventory(many), 1, Unhealthy::LeftOut).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -669,15 +653,7 @@ mod tests {
             .map(|i| device(&i.to_string(), i, None, true))
             .collect();
         many[5].healthy = false;
-        let slice = resource_slice(
-            "devinject.io",
-            "n",
-            &profile(),
-            &inventory(many),
-            1,
-            Unhealthy::LeftOut,
-        )
-        .unwrap();
+        let slice = build("n", &profile(), &inventory(many), 1, Unhealthy::LeftOut).unwrap();
         assert_eq!(slice.spec.devices.unwrap().len(), 128);
     }
 
@@ -709,49 +685,28 @@ mod tests {
     #[test]
     fn specs_that_differ_only_in_generation_are_the_same() {
         let inv = inventory(vec![device("0", 0, None, true), device("1", 1, None, true)]);
-        let one = resource_slice("devinject.io", "n", &profile(), &inv, 1, Unhealthy::LeftOut)
+        let one = build("n", &profile(), &inv, 1, Unhealthy::LeftOut)
             .unwrap()
             .spec;
-        let two = resource_slice("devinject.io", "n", &profile(), &inv, 2, Unhealthy::LeftOut)
+        let two = build("n", &profile(), &inv, 2, Unhealthy::LeftOut)
             .unwrap()
             .spec;
         assert!(same_content(&one, &two));
         let mut sick = inv.clone();
         sick.devices[1].healthy = false;
-        let three = resource_slice(
-            "devinject.io",
-            "n",
-            &profile(),
-            &sick,
-            3,
-            Unhealthy::LeftOut,
-        )
-        .unwrap()
-        .spec;
+        let three = build("n", &profile(), &sick, 3, Unhealthy::LeftOut)
+            .unwrap()
+            .spec;
         assert!(!same_content(&one, &three));
         let mut numa = inv;
         numa.devices[0].numa_node = Some(0);
-        let four = resource_slice(
-            "devinject.io",
-            "n",
-            &profile(),
-            &numa,
-            1,
-            Unhealthy::LeftOut,
-        )
-        .unwrap()
-        .spec;
+        let four = build("n", &profile(), &numa, 1, Unhealthy::LeftOut)
+            .unwrap()
+            .spec;
         assert!(!same_content(&one, &four));
-        let none = resource_slice(
-            "devinject.io",
-            "n",
-            &profile(),
-            &inventory(vec![]),
-            1,
-            Unhealthy::LeftOut,
-        )
-        .unwrap()
-        .spec;
+        let none = build("n", &profile(), &inventory(vec![]), 1, Unhealthy::LeftOut)
+            .unwrap()
+            .spec;
         let mut absent = none.clone();
         absent.devices = None;
         assert!(same_content(&none, &absent));
@@ -777,8 +732,7 @@ mod tests {
             device("GPU-A", 0, None, true),
             device("GPU-B", 1, None, false),
         ]);
-        let slice =
-            resource_slice("devinject.io", "n", &profile(), &inv, 1, Unhealthy::Tainted).unwrap();
+        let slice = build("n", &profile(), &inv, 1, Unhealthy::Tainted).unwrap();
         let devices = slice.spec.devices.unwrap();
         let names: Vec<_> = devices.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names, ["demo-gpu-a", "demo-gpu-b"], "both published");
@@ -795,8 +749,7 @@ mod tests {
             Path::new("demo.toml"),
         )
         .unwrap();
-        let slice =
-            resource_slice("devinject.io", "n", &evicting, &inv, 1, Unhealthy::Tainted).unwrap();
+        let slice = build("n", &evicting, &inv, 1, Unhealthy::Tainted).unwrap();
         let devices = slice.spec.devices.unwrap();
         assert_eq!(devices[1].taints.as_ref().unwrap()[0].effect, "NoExecute");
 
@@ -805,15 +758,7 @@ mod tests {
             .map(|i| device(&i.to_string(), i, None, true))
             .collect();
         many[3].healthy = false;
-        let slice = resource_slice(
-            "devinject.io",
-            "n",
-            &profile(),
-            &inventory(many),
-            1,
-            Unhealthy::Tainted,
-        )
-        .unwrap();
+        let slice = build("n", &profile(), &inventory(many), 1, Unhealthy::Tainted).unwrap();
         let devices = slice.spec.devices.unwrap();
         assert_eq!(devices.len(), MAX_DEVICES_WITH_TAINTS);
         assert!(devices.iter().all(|d| d.taints.is_none()));
@@ -825,7 +770,7 @@ mod tests {
             device("0", 0, None, true),
             device("1", 1, None, false),
         ]);
-        let applied = resource_slice("devinject.io", "n", &profile(), &inv, 1, Unhealthy::Tainted)
+        let applied = build("n", &profile(), &inv, 1, Unhealthy::Tainted)
             .unwrap()
             .spec;
         let mut kept = applied.clone();
@@ -841,8 +786,7 @@ mod tests {
         dropped.devices.as_mut().unwrap()[1].taints = None;
         assert!(taints_dropped(&applied, &dropped));
         assert!(!same_content(&applied, &dropped));
-        let healthy = resource_slice(
-            "devinject.io",
+        let healthy = build(
             "n",
             &profile(),
             &inventory(vec![device("0", 0, None, true)]),
