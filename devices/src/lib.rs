@@ -7,7 +7,8 @@
 //! 1. [`profile`] loads and validates profiles (strict TOML, every mistake names file and key);
 //!    [`profile_set`] loads a directory of them.
 //! 2. [`discovery`] finds the profile's devices under a [`roots::HostRoots`] (device nodes from
-//!    globs under the dev root, stable ids and NUMA nodes from sysfs) and its control nodes.
+//!    globs under the dev root, stable ids and NUMA nodes from sysfs) and its control nodes;
+//!    [`pci`] places a device on the PCI bus, for the DRA driver's standard attributes.
 //! 3. [`driver_files`] resolves the profile's libraries, binaries and other files on the host.
 //! 4. [`request`] parses what a container asked for (`all`, `none`, `void`, a list of ids or
 //!    indices) and selects devices from the inventory.
@@ -38,6 +39,7 @@ pub mod forward_compat;
 pub mod names;
 pub mod node;
 pub mod node_volume;
+pub mod pci;
 pub mod plan;
 pub mod planner;
 pub mod prepare_step;
@@ -61,6 +63,7 @@ pub use finish_invocation::{
 pub use forward_compat::{ForwardCompat, ForwardCompatSpec};
 pub use names::{DeviceId, NameError, ProfileName, ResourceName, CDI_VENDOR};
 pub use node::{access_groups, DeviceNode};
+pub use pci::{pci_location, PciLocation};
 pub use plan::{ContainerEdits, EnvVar, Mount, MountKind, Plan, Symlink};
 pub use planner::{plan, ContainerLayout, PlanError, PlanInput};
 pub use prepare_step::{prepare_runs, FunctionError, FunctionRequest, PrepareRun};

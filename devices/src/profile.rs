@@ -215,6 +215,11 @@ pub const DEVICE_ATTRIBUTES: [&str; 5] = ["profile", "id", "index", "numaNode", 
 /// The longest attribute name (the DRA API's limit for a device attribute).
 pub const MAX_ATTRIBUTE_NAME: usize = 32;
 
+/// The most `discovery.attributes_sysfs` a profile may name: the DRA API holds at most 32
+/// attributes and capacities per device, and the driver publishes up to 8 of its own
+/// ([`DEVICE_ATTRIBUTES`] and Kubernetes' three standard ones).
+pub const MAX_SYSFS_ATTRIBUTES: usize = 24;
+
 /// Why `name` cannot name a device attribute, if it cannot.
 fn attribute_name_problem(name: &str) -> Option<String> {
     let identifier = name
@@ -579,6 +584,15 @@ impl Profile {
         }
         for a in raw.discovery.require_sysfs.keys() {
             check_relative(a).map_err(|p| invalid(&format!("discovery.require_sysfs.{a}"), p))?;
+        }
+        if raw.discovery.attributes_sysfs.len() > MAX_SYSFS_ATTRIBUTES {
+            return Err(invalid(
+                "discovery.attributes_sysfs",
+                format!(
+                    "names {} attributes, more than the {MAX_SYSFS_ATTRIBUTES} a DRA device has room for: keep those claims select by",
+                    raw.discovery.attributes_sysfs.len()
+                ),
+            ));
         }
         for (name, a) in &raw.discovery.attributes_sysfs {
             let key = format!("discovery.attributes_sysfs.{name}");
@@ -1138,6 +1152,30 @@ DEMO_DRIVER = "1"
     /// With a shared device, pod B's start would load its function into the physical device pod A
     /// is using. Such a profile does not load, naming the file, both keys and the fix; a prepare
     /// step with one replica, and replicas without one, still load.
+    #[test]
+    fn more_sysfs_attributes_than_a_dra_device_holds_are_refused() {
+        let attrs = |n: usize| {
+            (0..n)
+                .map(|i| format!("a{i} = \"class/x/{{name}}/a{i}\"\n"))
+                .collect::<String>()
+        };
+        let text = |n: usize| {
+            format!(
+                "name = \"x\"\nresource = \"devinject.io/x\"\n[discovery]\nnodes = [\"x[0-9]\"]\n\
+                 [discovery.attributes_sysfs]\n{}",
+                attrs(n)
+            )
+        };
+        Profile::parse(&text(MAX_SYSFS_ATTRIBUTES), Path::new("x.toml")).unwrap();
+        let e = Profile::parse(&text(MAX_SYSFS_ATTRIBUTES + 1), Path::new("x.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("discovery.attributes_sysfs") && e.contains("25 attributes"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn a_health_taint_needs_a_health_attribute_and_names_an_effect() {
         let base =

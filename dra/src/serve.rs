@@ -25,7 +25,9 @@ use crate::metrics::DraMetrics;
 use crate::node_service::NodeService;
 use crate::prepared::Claims;
 use crate::registration::RegistrationService;
-use crate::slices::{resource_slice, same_content, slice_name, taints_dropped, Unhealthy};
+use crate::slices::{
+    pci_locations, resource_slice, same_content, slice_name, taints_dropped, Unhealthy,
+};
 use crate::socket::{self, ServedSocket};
 
 /// How often the publisher looks for hot-plugged, unplugged or unhealthy devices, so that a change
@@ -275,6 +277,7 @@ async fn publish(
                 (None, None) if server.is_some() => 0,
                 (None, None) => current_generation(&api, &slice_name).await,
             };
+            let locations = pci_locations(inventory, &config.roots);
             let slice = resource_slice(
                 &config.driver,
                 &config.node,
@@ -282,6 +285,7 @@ async fn publish(
                 inventory,
                 generation,
                 unhealthy,
+                &locations,
             )?;
             let unchanged = published.contains_key(name)
                 && current.is_some_and(|old| same_content(&old.spec, &slice.spec));
@@ -306,6 +310,7 @@ async fn publish(
                         inventory,
                         generation + 1,
                         unhealthy,
+                        &locations,
                     )?;
                     slice.spec.pool.generation = generation + 2;
                     applied = api.patch(&slice_name, &params, &Patch::Apply(&slice)).await;

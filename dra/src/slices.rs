@@ -10,7 +10,9 @@
 //!   the device plugin advertises), `index` (int, the discovery index) and `numaNode` (int,
 //!   when sysfs tells one), and the profile's `discovery.attributes_sysfs` (strings, e.g. a PCI
 //!   `vendor`). The names are unqualified, so they take the driver's domain: a CEL
-//!   selector reads `device.attributes["devinject.io"].profile`.
+//!   selector reads `device.attributes["devinject.io"].profile`. A device on PCI also carries
+//!   Kubernetes' standard attributes [`STD_PCIE_ROOT`] and [`STD_PCI_BUS_ID`], and one whose
+//!   NUMA node is known [`STD_NUMA_NODE`], so claims can `matchAttribute` across drivers.
 //! - A profile that shares its devices (`replicas` = N > 1) publishes each as N devices, one
 //!   per share, named after the replica ids the device plugin advertises (`<id>::<n>`, see
 //!   [`published_ids`]) and carrying the attribute `replica`; each share is allocated to one
@@ -31,7 +33,7 @@
 
 use std::collections::BTreeMap;
 
-use devinject_devices::{Inventory, Profile};
+use devinject_devices::{Inventory, PciLocation, Profile};
 use k8s_openapi::api::resource::v1::{
     CELDeviceSelector, Device, DeviceAttribute, DeviceClass, DeviceClassSpec, DeviceSelector,
     DeviceTaint, ResourcePool, ResourceSlice, ResourceSliceSpec,
@@ -70,6 +72,15 @@ pub const ATTR_ID: &str = "id";
 pub const ATTR_INDEX: &str = "index";
 /// Attribute: the device's NUMA node (int), when known.
 pub const ATTR_NUMA_NODE: &str = "numaNode";
+/// Kubernetes' standard attribute (k8s.io/dynamic-resource-allocation, `deviceattribute`): the
+/// device's PCIe root complex, `pci<domain>:<bus>` (string), when it is on PCI.
+pub const STD_PCIE_ROOT: &str = "resource.kubernetes.io/pcieRoot";
+/// Kubernetes' standard attribute: the device's PCI function, `<domain>:<bus>:<dev>.<fn>`
+/// (string), when it is on PCI.
+pub const STD_PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
+/// Kubernetes' standard attribute (1.37): the device's NUMA node (int), when known: the
+/// profile's `numa_sysfs`, else its PCI function's `numa_node`.
+pub const STD_NUMA_NODE: &str = "resource.kubernetes.io/numaNode";
 /// Attribute: which share of a shared device this is (int, 0 to `replicas` - 1), on the
 /// devices of a profile with `replicas` > 1 only.
 pub const ATTR_REPLICA: &str = "replica";
@@ -148,7 +159,8 @@ pub fn slice_name(node: &str, profile: &str) -> String {
 
 /// The ResourceSlice of `profile`'s devices in `inventory` on `node`, published by `driver` as
 /// generation `generation` of the node's pool for the profile; unhealthy devices as `unhealthy`
-/// says, or left out where a tainted slice would be too large.
+/// says, or left out where a tainted slice would be too large; `locations` places devices on the
+/// PCI bus, by device id ([`pci_locations`]).
 pub fn resource_slice(
     driver: &str,
     node: &str,
@@ -156,6 +168,7 @@ pub fn resource_slice(
     inventory: &Inventory,
     generation: i64,
     unhealthy: Unhealthy,
+    locations: &BTreeMap<String, PciLocation>,
 ) -> Result<ResourceSlice> {
     let pname = profile.name.as_str();
     device_names(profile, inventory)?;
@@ -202,6 +215,14 @@ pub fn resource_slice(
         if let Some(numa) = d.numa_node {
             common.insert(ATTR_NUMA_NODE.to_owned(), int(numa));
         }
+        let location = locations.get(d.id.as_str());
+        if let Some(at) = location {
+            common.insert(STD_PCIE_ROOT.to_owned(), string(&at.root));
+            common.insert(STD_PCI_BUS_ID.to_owned(), string(&at.bus_id));
+        }
+        if let Some(numa) = d.numa_node.or(location.and_then(|at| at.numa_node)) {
+            common.insert(STD_NUMA_NODE.to_owned(), int(numa));
+        }
         for (name, value) in &d.attributes {
             common.insert(name.clone(), string(value));
         }
@@ -246,6 +267,25 @@ pub fn resource_slice(
             ..ResourceSliceSpec::default()
         },
     })
+}
+
+/// Where each device of `inventory` sits on the PCI bus (its first node's), by device id;
+/// devices off PCI are absent.
+pub fn pci_locations(
+    inventory: &Inventory,
+    roots: &devinject_devices::HostRoots,
+) -> BTreeMap<String, PciLocation> {
+    inventory
+        .devices
+        .iter()
+        .filter_map(|d| {
+            let node = d.nodes.first()?;
+            Some((
+                d.id.as_str().to_owned(),
+                devinject_devices::pci_location(roots, node)?,
+            ))
+        })
+        .collect()
 }
 
 /// Whether the API server dropped the device taints of `applied` from `returned`, its answer to
@@ -432,6 +472,7 @@ mod tests {
             inventory,
             generation,
             unhealthy,
+            &BTreeMap::new(),
         )
     }
 
@@ -724,6 +765,54 @@ mod tests {
         let mut tainted = one.clone();
         tainted.devices.as_mut().unwrap()[0].allow_multiple_allocations = Some(true);
         assert!(!same_content(&one, &tainted));
+    }
+
+    #[test]
+    fn a_device_on_pci_carries_the_standard_attributes() {
+        let inv = inventory(vec![
+            device("0", 0, None, true),
+            device("1", 1, Some(3), true),
+            device("2", 2, None, true),
+        ]);
+        let at = |bus_id: &str, numa_node| PciLocation {
+            root: "pci0000:40".into(),
+            bus_id: bus_id.into(),
+            numa_node,
+        };
+        let locations = BTreeMap::from([
+            ("0".to_owned(), at("0000:41:00.0", Some(1))),
+            ("1".to_owned(), at("0000:42:00.0", Some(0))),
+        ]);
+        let slice = resource_slice(
+            "devinject.io",
+            "n",
+            &profile(),
+            &inv,
+            1,
+            Unhealthy::Tainted,
+            &locations,
+        )
+        .unwrap();
+        let devices = slice.spec.devices.unwrap();
+        let a = devices[0].attributes.as_ref().unwrap();
+        assert_eq!(a[STD_PCIE_ROOT].string.as_deref(), Some("pci0000:40"));
+        assert_eq!(a[STD_PCI_BUS_ID].string.as_deref(), Some("0000:41:00.0"));
+        assert_eq!(a[STD_NUMA_NODE].int, Some(1), "the function's NUMA node");
+        assert!(
+            !a.contains_key(ATTR_NUMA_NODE),
+            "the profile's own stays the profile's"
+        );
+        let b = devices[1].attributes.as_ref().unwrap();
+        assert_eq!(
+            b[STD_NUMA_NODE].int,
+            Some(3),
+            "the profile's NUMA node first"
+        );
+        assert_eq!(b[ATTR_NUMA_NODE].int, Some(3));
+        let c = devices[2].attributes.as_ref().unwrap();
+        for std in [STD_PCIE_ROOT, STD_PCI_BUS_ID, STD_NUMA_NODE] {
+            assert!(!c.contains_key(std), "a device off PCI has no {std}");
+        }
     }
 
     #[test]

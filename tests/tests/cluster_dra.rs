@@ -686,6 +686,30 @@ fn sysfs_attributes_reach_the_slice_and_a_health_change_taints_the_device() {
         std::fs::write(sys.join(name).join("health"), "ok\n").unwrap();
         std::fs::write(sys.join(name).join("serial"), format!("SN-{i}\n")).unwrap();
     }
+    // And a place on the PCI bus: accel0 and accel3 below root complex pci0000:00, accel1 and
+    // accel2 behind a bridge of pci0000:40 on NUMA node 1 (the kernel's /sys/dev/char links).
+    let sys_root = c.host().dir.join("sys");
+    let functions = [
+        "pci0000:00/0000:00:04.0",
+        "pci0000:40/0000:40:01.0/0000:41:00.0",
+        "pci0000:40/0000:40:01.0/0000:42:00.0",
+        "pci0000:00/0000:00:05.0",
+    ];
+    for ((name, major, minor), function) in ACCELS.iter().zip(functions) {
+        let dir = sys_root.join("devices").join(function);
+        std::fs::create_dir_all(dir.join("demo").join(name)).unwrap();
+        let numa = if function.starts_with("pci0000:40") {
+            "1"
+        } else {
+            "0"
+        };
+        std::fs::write(dir.join("numa_node"), format!("{numa}\n")).unwrap();
+        let links = sys_root.join("dev/char");
+        std::fs::create_dir_all(&links).unwrap();
+        let link = links.join(format!("{major}:{minor}"));
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(format!("../../devices/{function}/demo/{name}"), &link).unwrap();
+    }
     let profile = c.host().profiles_dir.join("demo.toml");
     let text = std::fs::read_to_string(&profile).unwrap().replacen(
         "[discovery]\n",
@@ -716,6 +740,47 @@ fn sysfs_attributes_reach_the_slice_and_a_health_change_taints_the_device() {
         },
     )
     .unwrap_or_else(|e| panic!("{e:#}\n{}", c.dra_log()));
+
+    // Kubernetes' standard attributes: a claim for two devices on one PCIe root gets a pair
+    // below one root complex.
+    let slices = c.kubectl(&["get", "resourceslices", "-o", "json"]).unwrap();
+    let slices: Value = serde_json::from_str(&slices).unwrap();
+    let demo1 = slices["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+        .find(|d| d["name"] == "demo-1")
+        .expect("demo-1 in a slice");
+    let attrs = &demo1["attributes"];
+    assert_eq!(
+        attrs["resource.kubernetes.io/pcieRoot"]["string"], "pci0000:40",
+        "{demo1}"
+    );
+    assert_eq!(
+        attrs["resource.kubernetes.io/pciBusID"]["string"], "0000:41:00.0",
+        "{demo1}"
+    );
+    assert_eq!(
+        attrs["resource.kubernetes.io/numaNode"]["int"], 1,
+        "{demo1}"
+    );
+    let pair = demo_claim_template("pair", 2).replace(
+        "          count: 2\n",
+        "          count: 2\n      constraints:\n      - requests: [dev]\n        \
+         matchAttribute: resource.kubernetes.io/pcieRoot\n",
+    );
+    c.apply(&pair).expect("template");
+    c.apply(&pod("pair", "pair")).expect("create pod");
+    let out = probe_output(&c, "pair");
+    let mut ids = allocated_ids(&claim_of(&c, "pair"));
+    ids.sort();
+    assert!(
+        ids == ["0", "3"] || ids == ["1", "2"],
+        "two devices on one root complex: {ids:?}"
+    );
+    assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+    delete_pod(&c, "pair");
 
     // A claim choosing its device by the sysfs attribute gets that device.
     let chosen = "SN-2";

@@ -1,0 +1,215 @@
+//! Where a device sits on the PCI bus, from sysfs: its PCI Express root complex, its bus
+//! address and its NUMA node, what Kubernetes' standard device attributes carry
+//! (`resource.kubernetes.io/pcieRoot`, `pciBusID`, `numaNode`; defined in
+//! k8s.io/dynamic-resource-allocation's `deviceattribute` package), so that a claim can ask for
+//! devices on one root complex or NUMA node with `matchAttribute`.
+//!
+//! The kernel links each device number to its device in sysfs:
+//! `/sys/dev/char/<major>:<minor>` -> `../../devices/pci0000:00/0000:00:01.0/0000:01:00.0/drm/renderD128`.
+//! Below `devices/`, the path names the root complex first (`pci<domain>:<bus>`), then each
+//! PCI function on the way down (`<domain>:<bus>:<device>.<function>`); the last is the
+//! device's own. The link is read and resolved by its text, within the sys root: nothing it
+//! names is followed, and only the function's `numa_node` is read.
+
+use std::path::{Component, Path, PathBuf};
+
+use crate::{DeviceKind, DeviceNode, HostRoots};
+
+/// A device's place on the PCI bus.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PciLocation {
+    /// The root complex, `pci<domain>:<bus>` (e.g. `pci0000:00`).
+    pub root: String,
+    /// The device's PCI function, `<domain>:<bus>:<device>.<function>` (e.g. `0000:01:00.0`).
+    pub bus_id: String,
+    /// The function's NUMA node, when the kernel knows one (`numa_node` is not `-1`).
+    pub numa_node: Option<i64>,
+}
+
+/// The PCI location of the device `node` belongs to, under `roots`' sys root; `None` for a
+/// device that is not on PCI (a virtual or platform device) or whose link cannot be read.
+pub fn pci_location(roots: &HostRoots, node: &DeviceNode) -> Option<PciLocation> {
+    let class = match node.kind {
+        DeviceKind::Char => "char",
+        DeviceKind::Block => "block",
+    };
+    let link = Path::new("dev")
+        .join(class)
+        .join(format!("{}:{}", node.major, node.minor));
+    let target = std::fs::read_link(roots.sys_root.join(&link)).ok()?;
+    // Resolved by its text from the link's directory, never above the sys root.
+    let mut path: Vec<String> = vec!["dev".into(), class.into()];
+    for c in target.components() {
+        match c {
+            Component::Normal(s) => path.push(s.to_str()?.to_owned()),
+            Component::ParentDir => {
+                path.pop()?;
+            }
+            Component::CurDir => {}
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    if path.first().map(String::as_str) != Some("devices") {
+        return None;
+    }
+    let root = path.get(1).filter(|c| is_root_complex(c))?.clone();
+    let last = path.iter().rposition(|c| is_bus_id(c))?;
+    let bus_id = path[last].clone();
+    let function: PathBuf = path[..=last].iter().collect();
+    let numa_node = std::fs::read_to_string(roots.sys_root.join(function).join("numa_node"))
+        .ok()
+        .and_then(|t| t.trim().parse::<i64>().ok())
+        .filter(|&n| n >= 0);
+    Some(PciLocation {
+        root,
+        bus_id,
+        numa_node,
+    })
+}
+
+/// `pci<domain>:<bus>`: four and two hex digits.
+fn is_root_complex(s: &str) -> bool {
+    s.strip_prefix("pci")
+        .and_then(|rest| rest.split_once(':'))
+        .is_some_and(|(domain, bus)| hex(domain, 4) && hex(bus, 2))
+}
+
+/// `<domain>:<bus>:<device>.<function>`: 4, 2, 2 and 1 hex digits.
+fn is_bus_id(s: &str) -> bool {
+    let mut parts = s.split(':');
+    let (Some(domain), Some(bus), Some(rest), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    rest.split_once('.').is_some_and(|(device, function)| {
+        hex(domain, 4) && hex(bus, 2) && hex(device, 2) && hex(function, 1)
+    })
+}
+
+fn hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roots(sys: &Path) -> HostRoots {
+        HostRoots {
+            dev_root: PathBuf::from("/nonexistent"),
+            sys_root: sys.to_owned(),
+            proc_root: PathBuf::from("/nonexistent"),
+            driver_root: PathBuf::from("/nonexistent"),
+        }
+    }
+
+    fn node(kind: DeviceKind, major: u32, minor: u32) -> DeviceNode {
+        DeviceNode {
+            host_path: PathBuf::from("/dev/x"),
+            container_path: PathBuf::from("/dev/x"),
+            kind,
+            major,
+            minor,
+            mode: 0o666,
+            uid: 0,
+            gid: 0,
+        }
+    }
+
+    fn link(sys: &Path, class: &str, number: &str, target: &str) {
+        let dir = sys.join("dev").join(class);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::symlink(target, dir.join(number)).unwrap();
+    }
+
+    #[test]
+    fn a_device_below_a_bridge_is_placed_at_its_own_function_and_root() {
+        let t = tempfile::tempdir().unwrap();
+        let function = t
+            .path()
+            .join("devices/pci0000:40/0000:40:01.1/0000:41:00.0");
+        std::fs::create_dir_all(function.join("drm/renderD128")).unwrap();
+        std::fs::write(function.join("numa_node"), "1\n").unwrap();
+        link(
+            t.path(),
+            "char",
+            "226:128",
+            "../../devices/pci0000:40/0000:40:01.1/0000:41:00.0/drm/renderD128",
+        );
+        assert_eq!(
+            pci_location(&roots(t.path()), &node(DeviceKind::Char, 226, 128)),
+            Some(PciLocation {
+                root: "pci0000:40".into(),
+                bus_id: "0000:41:00.0".into(),
+                numa_node: Some(1),
+            })
+        );
+        // A block device's number is looked up among the block devices.
+        assert_eq!(
+            pci_location(&roots(t.path()), &node(DeviceKind::Block, 226, 128)),
+            None
+        );
+    }
+
+    #[test]
+    fn virtual_devices_unknown_numbers_and_escaping_links_have_no_location() {
+        let t = tempfile::tempdir().unwrap();
+        link(t.path(), "char", "10:232", "../../devices/virtual/misc/kvm");
+        link(
+            t.path(),
+            "char",
+            "1:1",
+            "../../../../etc/devices/pci0000:00/0000:00:01.0",
+        );
+        link(
+            t.path(),
+            "char",
+            "1:2",
+            "/sys/devices/pci0000:00/0000:00:01.0",
+        );
+        link(
+            t.path(),
+            "char",
+            "1:3",
+            "../../devices/pci0000:00/not-a-function",
+        );
+        let r = roots(t.path());
+        for (major, minor) in [(10, 232), (1, 1), (1, 2), (1, 3), (5, 5)] {
+            assert_eq!(
+                pci_location(&r, &node(DeviceKind::Char, major, minor)),
+                None,
+                "{major}:{minor}"
+            );
+        }
+        // No numa_node file, or -1: no NUMA node.
+        link(
+            t.path(),
+            "char",
+            "2:0",
+            "../../devices/pci0000:00/0000:00:02.0/x/y",
+        );
+        std::fs::create_dir_all(t.path().join("devices/pci0000:00/0000:00:02.0")).unwrap();
+        let at = pci_location(&r, &node(DeviceKind::Char, 2, 0)).unwrap();
+        assert_eq!((at.bus_id.as_str(), at.numa_node), ("0000:00:02.0", None));
+        std::fs::write(
+            t.path().join("devices/pci0000:00/0000:00:02.0/numa_node"),
+            "-1\n",
+        )
+        .unwrap();
+        assert_eq!(
+            pci_location(&r, &node(DeviceKind::Char, 2, 0))
+                .unwrap()
+                .numa_node,
+            None
+        );
+    }
+
+    #[test]
+    fn the_names_are_told_apart_by_their_shape() {
+        assert!(is_root_complex("pci0000:00") && is_root_complex("pci10ab:7f"));
+        assert!(!is_root_complex("pci0000:000") && !is_root_complex("0000:00"));
+        assert!(is_bus_id("0000:41:00.0") && is_bus_id("abcd:ef:1f.7"));
+        assert!(!is_bus_id("0000:41:00") && !is_bus_id("0000:41:00.0:1") && !is_bus_id("usb1"));
+    }
+}
