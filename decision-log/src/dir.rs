@@ -7,15 +7,14 @@
 //! it could have been put there by another tool or a pod with a hostPath volume. So:
 //! - the directory is opened `O_DIRECTORY | O_NOFOLLOW` (a link there is refused, not followed)
 //!   and must be owned by root (or this process's user) and writable by nobody else;
-//! - a file is first opened `O_PATH | O_NOFOLLOW`, which opens nothing (no FIFO open blocks, no
-//!   device driver runs, no link is followed), and checked with `fstat`: only a regular file
-//!   with one link is then reopened, through `/proc/self/fd`, the same inode;
+//! - a file is looked at through an `O_PATH | O_NOFOLLOW` descriptor and only a regular file
+//!   with one link is reopened, the same inode ([`devinject_devices::path_fd`]);
 //! - a missing log file is created `O_CREAT | O_EXCL | O_NOFOLLOW`, mode 0600;
 //! - rotation renames within the directory's descriptor (`renameat`), which replaces a name
 //!   and never follows what the name held.
 
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -25,6 +24,7 @@ use nix::unistd::mkdir;
 
 use crate::error::{DecisionLogError, Result};
 use devinject_devices::file_kind;
+use devinject_devices::path_fd::{Follow, PathFd, Reopen};
 
 /// The file decisions are appended to.
 pub const LOG_NAME: &str = "decisions.log";
@@ -146,9 +146,8 @@ impl LogDir {
         let path = self.file_path(name);
         // Twice at most: a file another writer creates between our two opens is then opened.
         for _ in 0..2 {
-            let o_path = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-            let fd = match openat(&self.fd, name, o_path, Mode::empty()) {
-                Ok(fd) => fd,
+            let held = match PathFd::at(Some(self.fd.as_fd()), Path::new(name), Follow::No) {
+                Ok(held) => held,
                 Err(Errno::ENOENT) if access == Access::Read => return Ok(None),
                 Err(Errno::ENOENT) => match self.create(name) {
                     Ok(created) => return Ok(Some(created)),
@@ -157,19 +156,13 @@ impl LogDir {
                 },
                 Err(e) => return Err(io("open", &path, e)),
             };
-            let st = fstat(&fd).map_err(|e| io("stat", &path, e))?;
-            check(&path, &st)?;
-            let flags = match access {
-                Access::Read => OFlag::O_RDONLY | OFlag::O_NONBLOCK,
-                Access::Append => OFlag::O_WRONLY | OFlag::O_APPEND,
+            check(&path, held.stat())?;
+            let how = match access {
+                Access::Read => Reopen::Read,
+                Access::Append => Reopen::Append,
             };
-            let file = open(
-                &PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
-                flags | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(|e| io("open", &path, e))?;
-            return Ok(Some((File::from(file), st)));
+            let file = held.reopen(how).map_err(|e| io("open", &path, e))?;
+            return Ok(Some((file, *held.stat())));
         }
         Err(io("open", &path, Errno::EEXIST))
     }

@@ -39,6 +39,7 @@ pub mod forward_compat;
 pub mod names;
 pub mod node;
 pub mod node_volume;
+pub mod path_fd;
 pub mod pci;
 pub mod plan;
 pub mod planner;

@@ -6,19 +6,17 @@
 //! `--watch` refresher and every consumer of the directory in `open` for ever, and a device node
 //! there would be opened (and read) by root. A profile may legitimately be a symlink an
 //! administrator set (a ConfigMap's `..data` links, a profile kept elsewhere), so links are
-//! followed; what they lead to is checked through the fd: the path is opened `O_PATH` (which opens
-//! nothing: no FIFO open blocks, no device driver runs), `fstat` says what the inode is, and only a
-//! regular file within [`MAX_PROFILE_BYTES`] is reopened (non-blocking, through `/proc/self/fd`,
-//! the same inode) and read. Anything else is [`ProfileFileError::NotAFile`], naming the path, what
+//! followed; what they lead to is checked through the fd ([`crate::path_fd`]), and only a
+//! regular file within [`MAX_PROFILE_BYTES`] is reopened and read. Anything else is [`ProfileFileError::NotAFile`], naming the path, what
 //! it is and the fix, like any other bad profile.
 
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::{open, OFlag};
-use nix::sys::stat::{fstat, Mode, SFlag};
+use nix::sys::stat::SFlag;
+
+use crate::path_fd::{Follow, PathFd, Reopen};
 
 /// Why a profile file was not read; `crate::profile` turns it into its `ProfileError`, whose
 /// words these are.
@@ -88,27 +86,16 @@ pub fn read(path: &Path) -> Result<String, ProfileFileError> {
 }
 
 /// `path` (links followed) opened for reading, with its size, when it is a regular file; else
-/// what it is. Looked at through an `O_PATH` descriptor first, which opens nothing (no FIFO
-/// open blocks, no device driver runs), then reopened non-blocking through `/proc/self/fd`, the
-/// same inode. Profiles are read so, and a driver's alias files ([`crate::alias`]).
+/// what it is: through [`crate::path_fd`], which opens nothing but a regular file. Profiles
+/// are read so, and a driver's alias files ([`crate::alias`]).
 pub(crate) fn open_if_regular(
     path: &Path,
 ) -> Result<Result<(File, u64), SFlag>, nix::errno::Errno> {
-    let fd = open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())?;
-    let st = fstat(fd.as_fd())?;
-    let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
-    if kind != SFlag::S_IFREG {
-        return Ok(Err(kind));
+    let held = PathFd::at(None, path, Follow::Yes)?;
+    if !held.is_regular() {
+        return Ok(Err(crate::file_kind::of(held.stat())));
     }
-    let file = open(
-        &PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
-        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
-    Ok(Ok((
-        File::from(file),
-        u64::try_from(st.st_size).unwrap_or(u64::MAX),
-    )))
+    Ok(Ok((held.reopen(Reopen::Read)?, held.size())))
 }
 
 /// What is wrong with a profile file of `size` bytes, over [`MAX_PROFILE_BYTES`].
@@ -135,7 +122,7 @@ mod tests {
     fn a_fifo_or_directory_is_refused_unopened_and_a_link_to_a_file_is_read() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("x.toml");
-        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o600)).unwrap();
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         let start = Instant::now();
         let err = read(&fifo).unwrap_err();
         assert!(start.elapsed() < Duration::from_secs(5));

@@ -9,7 +9,7 @@
 //! which stays the pod's directory whatever the root is, and sees each rotation (the kubelet
 //! swaps the directory's `..data` link; the descriptor holds the directory, not a file).
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use devinject_devices::Excerpt;
@@ -152,7 +152,10 @@ pub fn check_transport(url: &http::Uri) -> Result<(), ApiClientError> {
 /// The token's path through the held directory: the same file before and after a chroot, as
 /// long as a procfs is mounted at `/proc` in the new root (the host's is).
 fn token_through(dir: &OwnedFd) -> String {
-    format!("/proc/self/fd/{}/token", dir.as_raw_fd())
+    devinject_devices::path_fd::proc_path(dir)
+        .join("token")
+        .to_string_lossy()
+        .into_owned()
 }
 
 #[cfg(test)]

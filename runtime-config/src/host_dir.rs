@@ -33,17 +33,18 @@
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, openat2, renameat, AtFlags, OFlag, OpenHow, ResolveFlag};
-use nix::sys::stat::{fchmod, fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
+use nix::sys::stat::{fchmod, fstatat, mkdirat, FileStat, Mode, SFlag};
 use nix::unistd::{fchown, unlinkat, Gid, Uid, UnlinkatFlags};
 
 use crate::error::{Result, RuntimeConfigError};
 use devinject_devices::file_kind;
+use devinject_devices::path_fd::{Follow, PathFd, Reopen};
 
 /// Mode given to files that did not exist before.
 pub const DEFAULT_FILE_MODE: u32 = 0o644;
@@ -205,26 +206,21 @@ impl HostDir {
         if self.checked(name, whose)?.is_none() {
             return Ok(None);
         }
-        let fd = match openat(
-            self.fd.as_fd(),
-            name,
-            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        ) {
-            Ok(fd) => fd,
+        let held = match PathFd::at(Some(self.fd.as_fd()), Path::new(name), Follow::No) {
+            Ok(held) => held,
             Err(Errno::ENOENT) => return Ok(None),
             Err(e) => return Err(io("open", &shown, e)),
         };
         // The O_PATH fd names one inode: check it again (the name may have changed since the
         // look above), then reopen that inode, never the name.
-        let st = fstat(fd.as_fd()).map_err(|e| io("stat", &shown, e))?;
-        if file_kind::of(&st) != SFlag::S_IFREG {
-            return Err(self.not_a_file(name, file_kind::name(file_kind::of(&st))));
+        let st = *held.stat();
+        if !held.is_regular() {
+            return Err(self.not_a_file(name, held.kind_name()));
         }
         if whose == Name::Ours && st.st_nlink > 1 {
             return Err(self.not_a_file(name, "hard link (the file has other names)"));
         }
-        let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
+        let size = held.size();
         if size > max {
             return Err(RuntimeConfigError::TooLarge {
                 path: shown,
@@ -232,15 +228,11 @@ impl HostDir {
                 max,
             });
         }
-        let file = nix::fcntl::open(
-            &PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
-            OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| io("reopen", &shown, e))?;
+        let file = held
+            .reopen(Reopen::Read)
+            .map_err(|e| io("reopen", &shown, e))?;
         let mut bytes = Vec::new();
-        File::from(file)
-            .take(max.saturating_add(1))
+        file.take(max.saturating_add(1))
             .read_to_end(&mut bytes)
             .map_err(|e| RuntimeConfigError::io("read", &shown, e))?;
         if bytes.len() as u64 > max {

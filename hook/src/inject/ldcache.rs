@@ -67,11 +67,12 @@ use devinject_hostconfig::{CacheWriter, HostConfig};
 
 use super::forward_compat;
 use super::ld_so_cache::update::{self, CACHE};
-use super::rootfs::{fd_path, Crossing, Rootfs, RootfsError};
+use super::rootfs::{Crossing, Rootfs, RootfsError};
 use super::InjectError;
 use crate::sys;
 use devinject_contained::child::{self, ChildError};
 use devinject_contained::sys::{close_range, fork_run};
+use devinject_devices::path_fd::proc_path;
 
 /// The cache ldconfig writes into the staging tmpfs (container path, in the child's namespace).
 const STAGED: &str = "/dev/ld.so.cache";
@@ -376,7 +377,7 @@ fn stage(root: &Rootfs) -> bool {
     }
     nix::mount::mount(
         Some("tmpfs"),
-        &fd_path(&dev),
+        &proc_path(&dev),
         Some("tmpfs"),
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
         Some("mode=0755"),
@@ -429,7 +430,7 @@ fn private_aux_cache(root: &Rootfs) -> Result<(), String> {
         };
         return nix::mount::mount(
             Some("tmpfs"),
-            &fd_path(&fd),
+            &proc_path(&fd),
             Some("tmpfs"),
             MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
             Some("mode=0700,size=16m"),

@@ -21,8 +21,8 @@ use nix::mount::MsFlags;
 use nix::sys::stat::{Mode, SFlag};
 use nix::unistd::{Gid, Uid, UnlinkatFlags};
 
-use super::rootfs::fd_path;
 use crate::sys;
+use devinject_devices::path_fd::proc_path;
 
 /// What is at a name, as [`NsCalls::stat_at`] sees it (symlinks not followed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,8 +181,8 @@ impl NsCalls for Syscalls {
 
     fn bind_mount(&self, source: BorrowedFd<'_>, target: BorrowedFd<'_>) -> nix::Result<()> {
         nix::mount::mount(
-            Some(&fd_path(source)),
-            &fd_path(target),
+            Some(&proc_path(source)),
+            &proc_path(target),
             None::<&str>,
             MsFlags::MS_BIND,
             None::<&str>,
@@ -192,7 +192,7 @@ impl NsCalls for Syscalls {
     fn remount_bind(&self, target: BorrowedFd<'_>, flags: MsFlags) -> nix::Result<()> {
         nix::mount::mount(
             None::<&str>,
-            &fd_path(target),
+            &proc_path(target),
             None::<&str>,
             MsFlags::MS_BIND | MsFlags::MS_REMOUNT | flags,
             None::<&str>,

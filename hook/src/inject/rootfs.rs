@@ -36,10 +36,11 @@
 use std::cell::RefCell;
 use std::ffi::OsStr;
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 
+use devinject_devices::path_fd::{self, Reopen};
 use nix::errno::Errno;
 use nix::fcntl::{openat, openat2, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::{fstat, Mode, SFlag};
@@ -528,9 +529,9 @@ pub enum Regular {
 }
 
 /// Opens for reading the inode the `O_PATH` fd `fd` names, only when `fstat` shows a regular file
-/// of at most `max` bytes: the same inode reopened through `/proc/self/fd` (nothing is resolved
-/// by name again), non-blocking and never as a controlling terminal. A FIFO or a device node is
-/// never opened (an open can block, or act on the device). On error, the step that failed.
+/// of at most `max` bytes: the same inode reopened ([`devinject_devices::path_fd`]). A FIFO or
+/// a device node is never opened (an open can block, or act on the device). On error, the step
+/// that failed.
 pub fn reopen_regular(fd: &OwnedFd, max: u64) -> Result<Regular, (&'static str, Errno)> {
     let st = fstat(fd).map_err(|e| ("stat", e))?;
     if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
@@ -540,18 +541,8 @@ pub fn reopen_regular(fd: &OwnedFd, max: u64) -> Result<Regular, (&'static str, 
     if size > max {
         return Ok(Regular::TooLarge(size));
     }
-    let file = nix::fcntl::open(
-        &fd_path(fd),
-        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| ("reopen", e))?;
-    Ok(Regular::File(File::from(file)))
-}
-
-/// `/proc/self/fd/N`: reaches the inode `fd` names without resolving any path of the image.
-pub fn fd_path(fd: impl AsFd) -> PathBuf {
-    PathBuf::from(format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd()))
+    let file = path_fd::reopen(fd, Reopen::Read).map_err(|e| ("reopen", e))?;
+    Ok(Regular::File(file))
 }
 
 fn dup(fd: &OwnedFd, path: &Path) -> Result<OwnedFd, RootfsError> {

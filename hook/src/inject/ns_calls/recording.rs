@@ -10,7 +10,7 @@
 
 use std::cell::RefCell;
 use std::ffi::OsStr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -182,7 +182,7 @@ impl Recording {
 
     /// The host path an fd names.
     fn host_path(fd: BorrowedFd<'_>) -> PathBuf {
-        std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        std::fs::read_link(devinject_devices::path_fd::proc_path(fd))
             .expect("the fd's path in /proc/self/fd")
     }
 
