@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Builds the Kubernetes of today the cluster tier runs on (docs/testing.md, "Kubernetes 1.36"):
-# kubelet, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl v1.36 from the Go
-# module k8s.io/kubernetes, and etcd 3.6 from go.etcd.io/etcd/server/v3. Debian has no kubelet
-# after 1.20 and no etcd newer than 3.4.
+# Builds the Kubernetes the cluster tier runs on (docs/testing.md, "The cluster tier"): kubelet,
+# kube-apiserver, kube-controller-manager, kube-scheduler and kubectl from the Go module
+# k8s.io/kubernetes, and etcd 3.6 from go.etcd.io/etcd/server/v3. Debian has no kubelet after
+# 1.20 and no etcd newer than 3.4. Two releases are pinned:
 #
-# Pinned by version and checksum: scripts/kube-module/go.mod requires the Kubernetes version and
+#   (default)       scripts/kube-module       the release of today (1.37), the whole tier in CI
+#   --release 1.34  scripts/kube-module-1.34  the oldest with resource.k8s.io/v1, for
+#                                             scripts/cluster-1.34.sh (the DRA tests)
+#
+# Pinned by version and checksum: each module's go.mod requires the Kubernetes version and
 # points every staging module (k8s.io/api, client-go, kubelet, ...) at the release published with
 # it; scripts/etcd-module/go.mod requires etcd. Their go.sum files hold the h1: checksum of every
 # module the build reads, and the build runs with GOFLAGS=-mod=readonly, so a module whose content
@@ -18,17 +22,21 @@
 # --refresh-sum it writes the go.sum files from what the proxy serves (after a version change).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-version=1.37.2
-etcd_version=3.6.16
 kube_module=scripts/kube-module
+if [ "${1:-}" = --release ]; then
+  kube_module=scripts/kube-module-${2:?usage: scripts/kube-module-build.sh [--release 1.34] [--if-built|--refresh-sum]}
+  [ -f "$kube_module/go.mod" ] || { echo "kube-module-build: no $kube_module/go.mod: release ${2} is not pinned" >&2; exit 1; }
+  shift 2
+fi
+version=$(sed -n 's/^require k8s.io\/kubernetes v//p' "$kube_module/go.mod")
+etcd_version=3.6.16
 etcd_module=scripts/etcd-module
 dir=${XDG_CACHE_HOME:-$HOME/.cache}/devinject/kubernetes-$version
 bin=$dir/bin
 commands=(kubelet kube-apiserver kube-controller-manager kube-scheduler kubectl)
 fail() { echo "kube-module-build: $*" >&2; exit 1; }
 
-grep -qx "require k8s.io/kubernetes v$version" "$kube_module/go.mod" ||
-  fail "$kube_module/go.mod does not require k8s.io/kubernetes v$version (change both together)"
+[ -n "$version" ] || fail "$kube_module/go.mod requires no k8s.io/kubernetes version"
 grep -qx "require go.etcd.io/etcd/server/v3 v$etcd_version" "$etcd_module/go.mod" ||
   fail "$etcd_module/go.mod does not require etcd v$etcd_version (change both together)"
 staging=v0.${version#1.}
