@@ -541,12 +541,15 @@ fn a_driver_killed_or_a_kubelet_restarted_under_it_keeps_claims_served() {
         )
         .unwrap_or_else(|e| panic!("{e:#}\n{}", c.dra_log()));
     }
-    let running = c.pod("after-kubelet").expect("pod");
-    let container = running["status"]["containerStatuses"][0]["containerID"]
-        .as_str()
-        .and_then(|id| id.strip_prefix("containerd://"))
-        .unwrap_or_else(|| panic!("no container id: {running}"))
-        .to_owned();
+    // The status may trail the container's log after the kubelet's restart.
+    let container = c
+        .wait_pod("after-kubelet", "its container id in its status", |p| {
+            p["status"]["containerStatuses"][0]["containerID"]
+                .as_str()
+                .and_then(|id| id.strip_prefix("containerd://"))
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
     let mut kill = c.node_containerd().ctr();
     kill.args(["-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", &container]);
     devinject_tests::daemons::run_ok(kill).expect("kill the container");
@@ -804,6 +807,25 @@ fn sysfs_attributes_reach_the_slice_and_a_health_change_taints_the_device() {
     let (sick, _, _) = ACCELS[2];
     std::fs::write(sys.join(sick).join("health"), "bad\n").unwrap();
     let changed = std::time::Instant::now();
+    if !c.dra_beyond_ga() {
+        // Before 1.36 the API server drops taints: the driver sees it and leaves the device out.
+        c.wait_resource_slices(ACCELS.len() - 1)
+            .unwrap_or_else(|e| panic!("the slice follows the health change: {e:#}"));
+        println!(
+            "the slice left unhealthy {sick} out within {:?}",
+            changed.elapsed()
+        );
+        assert!(
+            c.dra_log().contains("the API server drops device taints"),
+            "the driver found the taints dropped:\n{}",
+            c.dra_log()
+        );
+        assert!(pod_running(&c, "chooser"), "the holder keeps running");
+        std::fs::write(sys.join(sick).join("health"), "ok\n").unwrap();
+        c.wait_resource_slices(ACCELS.len())
+            .unwrap_or_else(|e| panic!("the slice follows the recovery: {e:#}"));
+        return;
+    }
     let taint = wait_taint(&c, "demo-2", Some("NoSchedule"));
     println!(
         "the slice tainted unhealthy {sick} within {:?}: {taint}",
@@ -1190,6 +1212,12 @@ fn a_pod_asking_for_the_extended_resource_is_served_through_dra_unchanged() {
     // No device plugin runs here: the DeviceClass's extendedResourceName makes the scheduler
     // claim a device for the pod.
     c.apply(&classic_pod("classic")).expect("create pod");
+    if !c.dra_beyond_ga() {
+        // Before 1.36 a DeviceClass serves no extended resource: only a device plugin can.
+        let why = unschedulable(&c, "classic").unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(why.contains("Insufficient devinject.io/demo"), "{why}");
+        return;
+    }
     let out = probe_output(&c, "classic");
     let claim = claim_owned_by(&c, "classic")
         .unwrap_or_else(|| panic!("the scheduler's claim for the pod\n{}", c.logs()));

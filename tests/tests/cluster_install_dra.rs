@@ -149,8 +149,33 @@ fn installed_as_a_dra_driver_it_serves_claims_and_the_examples_and_uninstalls() 
         "no RuntimeClass: pods run on the default runtime"
     );
 
-    // The examples as shipped, their resources served through the DeviceClasses' mapping.
-    show_and_run_examples(&c, Via::DefaultRuntime);
+    // The examples as shipped, their resources served through the DeviceClasses' mapping; before
+    // 1.36 a DeviceClass serves no extended resource, so the examples wait for a device plugin
+    // and only claims are served.
+    if c.dra_beyond_ga() {
+        show_and_run_examples(&c, Via::DefaultRuntime);
+    } else {
+        let example = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples/kvm.yaml"),
+        )
+        .expect("the kvm example")
+        .replace("  runtimeClassName: devinject\n", "");
+        c.apply(&example).expect("apply the example");
+        let why = c
+            .wait_pod("devinject-example-kvm", "unschedulable", |p| {
+                p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|cond| cond["reason"] == "Unschedulable")
+                    .and_then(|cond| cond["message"].as_str().map(str::to_owned))
+            })
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(why.contains("Insufficient devinject.io/kvm"), "{why}");
+        eprintln!("the kvm example on {}: {why}", c.kubernetes().version());
+        c.kubectl(&["delete", "pod", "devinject-example-kvm", "--wait=true"])
+            .expect("delete the example");
+    }
     let allocatable = c
         .kubectl(&["get", "node", NODE, "-o", "jsonpath={.status.allocatable}"])
         .unwrap();

@@ -28,6 +28,15 @@ pub fn ready_for_dra() -> Option<crate::runtimes::Release> {
 pub const DEMO_CLASS: &str = "demo.devinject.io";
 
 impl Cluster {
+    /// Whether this release turns on what DRA gained after its GA core (Kubernetes 1.36 made
+    /// each beta and on by default, its `kube_features.go`): device taints
+    /// (`DRADeviceTaints`), the devices' health in the pods' status (`ResourceHealthStatus`) and
+    /// DeviceClasses serving extended resources (`DRAExtendedResource`). Off on 1.34 and 1.35,
+    /// where the driver leaves unhealthy devices out of its slices.
+    pub fn dra_beyond_ga(&self) -> bool {
+        self.kubernetes().minor() >= 36
+    }
+
     /// Applies the DeviceClasses of the first node's profiles, as `devinject-dra
     /// device-classes` prints them (what the manifests ship).
     pub fn apply_dra_device_classes(&self) -> Result<()> {
