@@ -4,8 +4,9 @@
 // module cannot see; the replace block below points each at the release published with it
 // (v0.37.x for v1.37.x), so `go build k8s.io/kubernetes/cmd/<x>` resolves. go.sum holds the
 // checksum of every module the build reads; the build refuses anything else (-mod=readonly).
-// To move to a newer patch, change the version here (require and every replace) and in the
-// script, run `GOFLAGS=-mod=mod scripts/kube-module-build.sh --refresh-sum`, and commit both files.
+// To move to a newer patch, change the version here (require and every replace; the script
+// reads it from the require line), run `scripts/kube-module-build.sh --refresh-sum`, and commit
+// both files.
 module devinject.test/kube-module
 
 go 1.26.0
