@@ -492,15 +492,16 @@ async fn counts_the_refusals_the_node_recorded_in_its_decision_log() {
     assert_eq!(series(&metrics(&plugin), policy), 0.0);
     record(log.path(), &refusal(EnginePath::Shim, Reason::Policy)).expect("record");
     record(log.path(), &refusal(EnginePath::Hook, Reason::Request)).expect("record");
-    let text = metrics(&plugin);
+    // Counted on the plugin's own thread, woken by inotify: at a scrape soon after.
+    let hook = "devinject_node_refusals_total{path=\"hook\",reason=\"request\"}";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut text = metrics(&plugin);
+    while series(&text, hook) < 1.0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        text = metrics(&plugin);
+    }
     assert_eq!(series(&text, policy), 1.0);
-    assert_eq!(
-        series(
-            &text,
-            "devinject_node_refusals_total{path=\"hook\",reason=\"request\"}"
-        ),
-        1.0
-    );
+    assert_eq!(series(&text, hook), 1.0);
     assert!(
         !text.contains("c0ffee"),
         "a container id as a label:\n{text}"
