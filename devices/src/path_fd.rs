@@ -49,11 +49,6 @@ impl PathFd {
             Some(dir) => openat(dir, name, flags, Mode::empty())?,
             None => open(name, flags, Mode::empty())?,
         };
-        Self::of(fd)
-    }
-
-    /// The inode an `O_PATH` descriptor (or any descriptor) already holds.
-    pub fn of(fd: OwnedFd) -> Result<Self, Errno> {
         let stat = fstat(fd.as_fd())?;
         Ok(Self { fd, stat })
     }
@@ -76,11 +71,6 @@ impl PathFd {
     /// Its file type in the words messages use ("FIFO", "character device").
     pub fn kind_name(&self) -> &'static str {
         file_kind::name(file_kind::of(&self.stat))
-    }
-
-    /// The descriptor.
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
     }
 
     /// The same inode opened for `how`. Only for a regular file: the caller checked
