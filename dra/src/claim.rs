@@ -34,7 +34,7 @@
 use std::collections::BTreeSet;
 
 use devinject_devices::Excerpt;
-use k8s_openapi::api::resource::v1::{DeviceAllocationConfiguration, ResourceClaim};
+use k8s_openapi::api::resource::v1::{DeviceAllocationConfiguration, DeviceTaint, ResourceClaim};
 use tracing::debug;
 
 /// The most allocation results a claim may carry (the API server allows far fewer).
@@ -156,20 +156,23 @@ pub struct Toleration {
 }
 
 impl Toleration {
-    /// Whether it tolerates the taint `key`=`value`:`effect`, by the API's rules
-    /// (`resource.k8s.io/v1` `DeviceToleration`).
-    pub fn tolerates(&self, key: &str, value: &str, effect: &str) -> bool {
+    /// Whether it tolerates `taint`, by the API's rules (`resource.k8s.io/v1`
+    /// `DeviceToleration`): an empty key matches every key and needs `Exists`; `Exists` matches
+    /// every value, `Equal` (the default) the taint's; an empty effect matches every effect.
+    pub fn tolerates(&self, taint: &DeviceTaint) -> bool {
+        let exists = self.operator.as_deref() == Some("Exists");
+        let key_matches = match self.key.as_deref() {
+            None | Some("") => exists,
+            Some(key) => key == taint.key,
+        };
+        let value_matches = exists
+            || self.value.as_deref().unwrap_or_default()
+                == taint.value.as_deref().unwrap_or_default();
         let effect_matches = self
             .effect
             .as_deref()
-            .is_none_or(|e| e.is_empty() || e == effect);
-        let key_matches =
-            self.key.as_deref().is_none_or(str::is_empty) || self.key.as_deref() == Some(key);
-        let exists = self.operator.as_deref() == Some("Exists");
-        let value_matches = exists || self.value.as_deref().unwrap_or_default() == value;
-        let wildcard_key_needs_exists =
-            self.key.as_deref().is_some_and(|k| !k.is_empty()) || exists;
-        effect_matches && key_matches && value_matches && wildcard_key_needs_exists
+            .is_none_or(|e| e.is_empty() || e == taint.effect);
+        key_matches && value_matches && effect_matches
     }
 }
 
@@ -468,23 +471,33 @@ mod tests {
             effect: effect.map(Into::into),
         };
         let (k, v) = ("devinject.io/unhealthy", "health_sysfs");
-        assert!(t(Some(k), Some("Exists"), None, None).tolerates(k, v, "NoSchedule"));
-        assert!(t(Some(k), Some("Exists"), None, Some("NoSchedule")).tolerates(k, v, "NoSchedule"));
-        assert!(!t(Some(k), Some("Exists"), None, Some("NoSchedule")).tolerates(k, v, "NoExecute"));
+        let taint = |effect: &str| DeviceTaint {
+            key: k.into(),
+            value: Some(v.into()),
+            effect: effect.into(),
+            time_added: None,
+        };
+        assert!(t(Some(k), Some("Exists"), None, None).tolerates(&taint("NoSchedule")));
         assert!(
-            t(Some(k), None, Some(v), None).tolerates(k, v, "NoExecute"),
+            t(Some(k), Some("Exists"), None, Some("NoSchedule")).tolerates(&taint("NoSchedule"))
+        );
+        assert!(
+            !t(Some(k), Some("Exists"), None, Some("NoSchedule")).tolerates(&taint("NoExecute"))
+        );
+        assert!(
+            t(Some(k), None, Some(v), None).tolerates(&taint("NoExecute")),
             "Equal by default"
         );
-        assert!(!t(Some(k), Some("Equal"), Some("other"), None).tolerates(k, v, "NoSchedule"));
+        assert!(!t(Some(k), Some("Equal"), Some("other"), None).tolerates(&taint("NoSchedule")));
         assert!(
-            t(None, Some("Exists"), None, None).tolerates(k, v, "NoExecute"),
+            t(None, Some("Exists"), None, None).tolerates(&taint("NoExecute")),
             "every key"
         );
         assert!(
-            !t(None, None, None, None).tolerates(k, v, "NoSchedule"),
+            !t(None, None, None, None).tolerates(&taint("NoSchedule")),
             "no key needs Exists"
         );
-        assert!(!t(Some("other.io/x"), Some("Exists"), None, None).tolerates(k, v, "NoSchedule"));
+        assert!(!t(Some("other.io/x"), Some("Exists"), None, None).tolerates(&taint("NoSchedule")));
     }
 
     #[test]

@@ -36,7 +36,7 @@ use crate::claim_spec::{self, ClaimSpec, SpecContext};
 use crate::metrics::{DraMetrics, Prepared};
 use crate::naming;
 use crate::prepared::{ClaimRef, Claims, Deadline, PreparedDevice};
-use crate::slices::{device_names, UNHEALTHY_TAINT, UNHEALTHY_TAINT_VALUE};
+use crate::slices::{device_names, unhealthy_taint};
 use devinject_devices::request::split_replica;
 
 /// What the driver logs for each claim it prepared, with `took_us`, the time from the kubelet's
@@ -412,13 +412,8 @@ impl Driver {
                 // An unhealthy device is prepared only for a claim that tolerated its taint
                 // (docs/dra.md, "Health").
                 let tolerated = || {
-                    d.tolerations.iter().any(|t| {
-                        t.tolerates(
-                            &format!("{}/{UNHEALTHY_TAINT}", self.config.spec.driver),
-                            UNHEALTHY_TAINT_VALUE,
-                            profile.discovery.health_taint.unwrap_or_default().as_str(),
-                        )
-                    })
+                    let taint = unhealthy_taint(&self.config.spec.driver, profile);
+                    d.tolerations.iter().any(|t| t.tolerates(&taint))
                 };
                 let device = inventory
                     .by_id(id)

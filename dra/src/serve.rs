@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
-use devinject_devices::{discover, HostRoots, ProfileSet};
+use devinject_devices::{discover, HostRoots, PciLocation, ProfileSet};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -171,6 +171,9 @@ async fn publish(
     // The last inventory each profile's discovery found: what the slices and the health stream
     // are built from.
     let mut found: BTreeMap<String, devinject_devices::Inventory> = Default::default();
+    // Where each profile's devices sit on the PCI bus, looked up with each discovery (sysfs
+    // reads), not at every round.
+    let mut located: BTreeMap<String, BTreeMap<String, PciLocation>> = Default::default();
     // How unhealthy devices are shown: tainted until the API server is seen dropping taints
     // (`DRADeviceTaints` off), then left out for the driver's life.
     let mut unhealthy = Unhealthy::Tainted;
@@ -239,6 +242,7 @@ async fn publish(
                         info!(profile = name, "discovery works again");
                     }
                     config.metrics.discovered(name, found.get(name), &inventory);
+                    located.insert(name.to_owned(), pci_locations(&inventory, &config.roots));
                     found.insert(name.to_owned(), inventory);
                     fresh.push(profile);
                 }
@@ -277,7 +281,7 @@ async fn publish(
                 (None, None) if server.is_some() => 0,
                 (None, None) => current_generation(&api, &slice_name).await,
             };
-            let locations = pci_locations(inventory, &config.roots);
+            let locations = &located[name];
             let slice = resource_slice(
                 &config.driver,
                 &config.node,
@@ -285,7 +289,7 @@ async fn publish(
                 inventory,
                 generation,
                 unhealthy,
-                &locations,
+                locations,
             )?;
             let unchanged = published.contains_key(name)
                 && current.is_some_and(|old| same_content(&old.spec, &slice.spec));
@@ -310,7 +314,7 @@ async fn publish(
                         inventory,
                         generation + 1,
                         unhealthy,
-                        &locations,
+                        locations,
                     )?;
                     slice.spec.pool.generation = generation + 2;
                     applied = api.patch(&slice_name, &params, &Patch::Apply(&slice)).await;

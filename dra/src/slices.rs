@@ -191,17 +191,7 @@ pub fn resource_slice(
             max: MAX_DEVICES_PER_SLICE,
         });
     }
-    let taint = DeviceTaint {
-        key: format!("{driver}/{UNHEALTHY_TAINT}"),
-        value: Some(UNHEALTHY_TAINT_VALUE.to_owned()),
-        effect: profile
-            .discovery
-            .health_taint
-            .unwrap_or_default()
-            .as_str()
-            .to_owned(),
-        time_added: None,
-    };
+    let taint = unhealthy_taint(driver, profile);
     let mut devices = Vec::with_capacity(count);
     for d in &published {
         // What every share of the device carries.
@@ -286,6 +276,22 @@ pub fn pci_locations(
             ))
         })
         .collect()
+}
+
+/// The taint an unhealthy device of `profile` carries in `driver`'s slices: key
+/// `<driver>/unhealthy`, value `health_sysfs`, the profile's `discovery.health_taint` effect.
+pub fn unhealthy_taint(driver: &str, profile: &Profile) -> DeviceTaint {
+    DeviceTaint {
+        key: format!("{driver}/{UNHEALTHY_TAINT}"),
+        value: Some(UNHEALTHY_TAINT_VALUE.to_owned()),
+        effect: profile
+            .discovery
+            .health_taint
+            .unwrap_or_default()
+            .as_str()
+            .to_owned(),
+        time_added: None,
+    }
 }
 
 /// Whether the API server dropped the device taints of `applied` from `returned`, its answer to
