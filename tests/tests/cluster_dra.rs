@@ -746,14 +746,9 @@ fn sysfs_attributes_reach_the_slice_and_a_health_change_taints_the_device() {
 
     // Kubernetes' standard attributes: a claim for two devices on one PCIe root gets a pair
     // below one root complex.
-    let slices = c.kubectl(&["get", "resourceslices", "-o", "json"]).unwrap();
-    let slices: Value = serde_json::from_str(&slices).unwrap();
-    let demo1 = slices["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
-        .find(|d| d["name"] == "demo-1")
+    let demo1 = c
+        .resource_slice_device("demo-1")
+        .unwrap()
         .expect("demo-1 in a slice");
     let attrs = &demo1["attributes"];
     assert_eq!(
@@ -932,16 +927,7 @@ fn wait_taint(c: &Cluster, device: &str, effect: Option<&str>) -> String {
         &format!("{device} tainted {effect:?} in its slice"),
         devinject_tests::cluster::SLOW,
         || {
-            let slices: Value =
-                serde_json::from_str(&c.kubectl(&["get", "resourceslices", "-o", "json"])?)?;
-            let found = slices["items"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|s| s["spec"]["driver"] == DRA_DRIVER)
-                .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
-                .find(|d| d["name"] == device);
-            let Some(d) = found else {
+            let Some(d) = c.resource_slice_device(device)? else {
                 return Ok(None);
             };
             let taints = d["taints"].as_array().cloned().unwrap_or_default();

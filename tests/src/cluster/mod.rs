@@ -610,6 +610,24 @@ impl Cluster {
     /// The devices of devinject's DRA driver in the cluster's ResourceSlices, as
     /// `(pool, device name)`.
     pub fn resource_slice_devices(&self) -> Result<Vec<(String, String)>> {
+        Ok(self
+            .dra_slice_devices()?
+            .into_iter()
+            .map(|(pool, d)| (pool, d["name"].as_str().unwrap_or_default().to_owned()))
+            .collect())
+    }
+
+    /// Device `name` of devinject's DRA driver as a ResourceSlice holds it, if one does.
+    pub fn resource_slice_device(&self, name: &str) -> Result<Option<Value>> {
+        Ok(self
+            .dra_slice_devices()?
+            .into_iter()
+            .map(|(_, d)| d)
+            .find(|d| d["name"] == name))
+    }
+
+    /// The devices of devinject's DRA driver in the cluster's ResourceSlices, with their pools.
+    fn dra_slice_devices(&self) -> Result<Vec<(String, Value)>> {
         let list: Value =
             serde_json::from_str(&self.kubectl(&["get", "resourceslices", "-o", "json"])?)
                 .context("parse the ResourceSlices")?;
@@ -620,10 +638,7 @@ impl Cluster {
             }
             let pool = slice["spec"]["pool"]["name"].as_str().unwrap_or_default();
             for d in slice["spec"]["devices"].as_array().into_iter().flatten() {
-                devices.push((
-                    pool.to_owned(),
-                    d["name"].as_str().unwrap_or_default().to_owned(),
-                ));
+                devices.push((pool.to_owned(), d.clone()));
             }
         }
         Ok(devices)
