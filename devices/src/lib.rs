@@ -26,6 +26,7 @@
 
 pub mod alias;
 pub mod capability;
+pub mod capacity;
 pub mod discovery;
 pub mod driver_files;
 pub mod elf_linkage;
@@ -51,6 +52,7 @@ pub mod request;
 pub mod roots;
 
 pub use capability::{Capabilities, CapabilityError, CapabilitySpec};
+pub use capacity::Capacity;
 /// The device-rule vocabulary the plan is written in, shared with the cgroup crate.
 pub use devinject_device_rule::{Access, DeviceKind, DeviceRule};
 pub use discovery::{discover, Device, DiscoveryError, Inventory};

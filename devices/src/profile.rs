@@ -11,6 +11,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::Deserialize;
 
 use crate::capability::CapabilitySpec;
+use crate::capacity::Capacity;
 use crate::forward_compat::ForwardCompatSpec;
 use crate::names::{NameError, ProfileName, ResourceName};
 
@@ -217,11 +218,12 @@ pub const MAX_ATTRIBUTE_NAME: usize = 32;
 
 /// The most `discovery.attributes_sysfs` a profile may name: the DRA API holds at most 32
 /// attributes and capacities per device, and the driver publishes up to 8 of its own
-/// ([`DEVICE_ATTRIBUTES`] and Kubernetes' three standard ones).
+/// ([`DEVICE_ATTRIBUTES`] and Kubernetes' three standard ones), or 7 and one capacity (a
+/// device shared by `[capacity]` carries no `replica`).
 pub const MAX_SYSFS_ATTRIBUTES: usize = 24;
 
 /// Why `name` cannot name a device attribute, if it cannot.
-fn attribute_name_problem(name: &str) -> Option<String> {
+pub(crate) fn attribute_name_problem(name: &str) -> Option<String> {
     let identifier = name
         .chars()
         .next()
@@ -365,6 +367,7 @@ struct RawProfile {
     capabilities: Option<CapabilitySpec>,
     forward_compat: Option<ForwardCompatSpec>,
     prepare: Option<PrepareSpec>,
+    capacity: Option<BTreeMap<String, i64>>,
 }
 
 fn one() -> u32 {
@@ -403,6 +406,9 @@ pub struct Profile {
     pub request_env: String,
     /// How many ids each physical device is advertised as (sharing).
     pub replicas: u32,
+    /// How many DRA claims share each device, if they may ([`crate::capacity`]); the DRA
+    /// driver then publishes each device once instead of once per replica.
+    pub capacity: Option<Capacity>,
     /// How the device plugin answers `Allocate`.
     pub allocate_mode: AllocateMode,
     /// How devices are found.
@@ -668,8 +674,20 @@ impl Profile {
         if let Some((key, problem)) = raw.forward_compat.as_ref().and_then(|f| f.problem()) {
             return Err(invalid(&format!("forward_compat.{key}"), problem));
         }
+        let capacity = raw
+            .capacity
+            .as_ref()
+            .map(Capacity::from_table)
+            .transpose()
+            .map_err(|(key, problem)| invalid(&key, problem))?;
         if let Some(prepare) = &raw.prepare {
             check_prepare(prepare, &resource).map_err(|(key, problem)| invalid(&key, problem))?;
+            if capacity.is_some() {
+                return Err(invalid(
+                    "capacity",
+                    "cannot be combined with `[prepare]`: several claims use a shared device at once, and each one's prepare would run the program on it under the others: remove `[capacity]` or the `[prepare]` section".into(),
+                ));
+            }
             if raw.replicas > 1 {
                 return Err(ProfileError::SharedPrepare {
                     path: path.to_owned(),
@@ -683,6 +701,7 @@ impl Profile {
             description: raw.description,
             request_env,
             replicas: raw.replicas,
+            capacity,
             allocate_mode: raw.allocate_mode,
             discovery: raw.discovery,
             device_nodes: raw.device_nodes,
@@ -1207,6 +1226,36 @@ DEMO_DRIVER = "1"
         assert!(
             e.contains("PreferNoSchedule") || e.contains("health_taint"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn a_capacity_shares_a_device_and_cannot_be_combined_with_a_prepare_step() {
+        let p = parse(&format!("{DEMO}[capacity]\npods = 4\n")).unwrap();
+        assert_eq!(
+            p.capacity,
+            Some(Capacity {
+                name: "pods".into(),
+                value: 4
+            })
+        );
+        assert_eq!(parse(DEMO).unwrap().capacity, None);
+        let err = parse(&format!("{DEMO}[capacity]\npods = 0\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`capacity.pods`") && err.contains("use 1 to"),
+            "{err}"
+        );
+        let prepared = format!(
+            "{}\n[capacity]\npods = 4\n",
+            prepare("command = [\"/opt/p\"]")
+        );
+        let err = parse(&prepared).unwrap_err().to_string();
+        assert!(
+            err.contains("`capacity`")
+                && err.contains("remove `[capacity]` or the `[prepare]` section"),
+            "{err}"
         );
     }
 
