@@ -316,6 +316,7 @@ mod tests {
                 pool_name: "node-a/demo".into(),
                 device_name: "demo-0".into(),
                 cdi_device_ids: vec![naming::cdi_device_id("devinject.io", "demo", uid, "demo-0")],
+                share_id: None,
             }],
             boot_id: None,
         }

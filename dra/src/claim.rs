@@ -140,6 +140,9 @@ pub struct AllocatedDevice {
     /// The taints of the device the claim tolerated when it was allocated (at most the API's
     /// 16 per request).
     pub tolerations: Vec<Toleration>,
+    /// The allocation's share of a device many claims share by capacity (the API server's
+    /// UID for it), `None` for a device allocated whole.
+    pub share_id: Option<String>,
 }
 
 /// A claim's toleration of a device taint, as the allocation result records it.
@@ -305,6 +308,7 @@ pub fn read(
                     effect: t.effect.clone(),
                 })
                 .collect(),
+            share_id: r.share_id.clone(),
         });
     }
     // Class entries first: the claim's own configuration refines its class's.
@@ -504,6 +508,7 @@ mod tests {
     fn only_our_drivers_results_are_kept_in_claim_order() {
         let mut admin = result("b", DRIVER, "node-a/kvm", "kvm-kvm");
         admin.admin_access = Some(true);
+        admin.share_id = Some("5d2c9a61-0f3e-4b7a-8c1d-2e3f4a5b6c7d".into());
         let c = claim(
             vec![
                 result("a", DRIVER, "node-a/demo", "demo-1"),
@@ -522,6 +527,7 @@ mod tests {
                     device: "demo-1".into(),
                     admin_access: false,
                     tolerations: Vec::new(),
+                    share_id: None,
                 },
                 AllocatedDevice {
                     request: "b".into(),
@@ -529,6 +535,7 @@ mod tests {
                     device: "kvm-kvm".into(),
                     admin_access: true,
                     tolerations: Vec::new(),
+                    share_id: Some("5d2c9a61-0f3e-4b7a-8c1d-2e3f4a5b6c7d".into()),
                 },
             ]
         );

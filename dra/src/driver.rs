@@ -426,6 +426,10 @@ impl Driver {
                             Excerpt(&d.pool)
                         )
                     })?;
+                // Two shares of a device shared by capacity are one device in the spec.
+                if pairs.iter().any(|(name, _)| name == &d.device) {
+                    continue;
+                }
                 pairs.push((d.device.clone(), id.to_owned()));
                 by_function
                     .entry(allocation.config(&d.request).function)
@@ -461,6 +465,7 @@ impl Driver {
                         .into_iter()
                         .cloned()
                         .collect(),
+                    share_id: d.share_id.clone(),
                 })
                 .collect();
             plans.push(ProfilePlan {

@@ -32,7 +32,7 @@ use crate::api::health_v1alpha1::{
     NodeWatchResourcesResponse,
 };
 use crate::naming;
-use crate::slices::{device_names, published_ids};
+use crate::slices::{device_names, every_published_id};
 
 /// How often every device's health is sent again, changed or not.
 pub const REFRESH: Duration = Duration::from_secs(20);
@@ -93,7 +93,7 @@ pub fn observe(
                     )
                 },
             };
-            for id in published_ids(profile, device.id.as_str()) {
+            for id in every_published_id(profile, device.id.as_str()) {
                 if let Some(name) = names.name(&id) {
                     now.insert((pool.clone(), name.to_owned()), observation.clone());
                 }

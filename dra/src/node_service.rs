@@ -314,8 +314,7 @@ impl From<PreparedDevice> for v1::Device {
             pool_name: device.pool_name,
             device_name: device.device_name,
             cdi_device_ids: device.cdi_device_ids,
-            // devinject never shares a device between claims.
-            share_id: None,
+            share_id: device.share_id,
         }
     }
 }
@@ -399,6 +398,7 @@ mod tests {
             pool_name: "node-a/demo".into(),
             device_name: "demo-0".into(),
             cdi_device_ids: vec![format!("k8s.devinject.io/demo={uid}-demo-0")],
+            share_id: None,
         }
     }
 

@@ -29,6 +29,10 @@ pub struct PreparedDevice {
     pub device_name: String,
     /// Fully qualified CDI device ids the runtime injects.
     pub cdi_device_ids: Vec<String>,
+    /// The allocation's share of a device shared by capacity, as the claim's allocation
+    /// names it; `None` for a device allocated whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_id: Option<String>,
 }
 
 /// When the kubelet stops waiting for a call's answer: every claim of the call must be

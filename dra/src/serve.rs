@@ -25,9 +25,7 @@ use crate::metrics::DraMetrics;
 use crate::node_service::NodeService;
 use crate::prepared::Claims;
 use crate::registration::RegistrationService;
-use crate::slices::{
-    pci_locations, resource_slice, same_content, slice_name, taints_dropped, Unhealthy,
-};
+use crate::slices::{pci_locations, resource_slice, same_content, slice_name, ApiFields};
 use crate::socket::{self, ServedSocket};
 
 /// How often the publisher looks for hot-plugged, unplugged or unhealthy devices, so that a change
@@ -174,9 +172,9 @@ async fn publish(
     // Where each profile's devices sit on the PCI bus, looked up with each discovery (sysfs
     // reads), not at every round.
     let mut located: BTreeMap<String, BTreeMap<String, PciLocation>> = Default::default();
-    // How unhealthy devices are shown: tainted until the API server is seen dropping taints
-    // (`DRADeviceTaints` off), then left out for the driver's life.
-    let mut unhealthy = Unhealthy::Tainted;
+    // The fields the slices carry: all until the API server is seen dropping one (its feature
+    // gate off), then without it for the driver's life.
+    let mut fields = ApiFields::ALL;
     let mut ticker = tokio::time::interval(RESCAN);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_round = tokio::time::Instant::now();
@@ -288,7 +286,7 @@ async fn publish(
                 profile,
                 inventory,
                 generation,
-                unhealthy,
+                fields,
                 locations,
             )?;
             let unchanged = published.contains_key(name)
@@ -300,20 +298,21 @@ async fn publish(
             slice.spec.pool.generation = generation + 1;
             let mut applied = api.patch(&slice_name, &params, &Patch::Apply(&slice)).await;
             if let Ok(returned) = &applied {
-                if unhealthy == Unhealthy::Tainted && taints_dropped(&slice.spec, &returned.spec) {
+                let off = fields.learn(&slice.spec, &returned.spec);
+                if !off.is_empty() {
                     info!(
                         profile = name,
                         slice = %slice_name,
-                        "the API server drops device taints (DRADeviceTaints off): unhealthy devices are left out of the slices instead"
+                        gates = ?off,
+                        "the API server drops fields of these features (gates off): without device taints unhealthy devices are left out of the slices; without consumable capacity devices are shared by the profiles' replicas"
                     );
-                    unhealthy = Unhealthy::LeftOut;
                     slice = resource_slice(
                         &config.driver,
                         &config.node,
                         profile,
                         inventory,
                         generation + 1,
-                        unhealthy,
+                        fields,
                         locations,
                     )?;
                     slice.spec.pool.generation = generation + 2;

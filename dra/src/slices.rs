@@ -13,19 +13,25 @@
 //!   selector reads `device.attributes["devinject.io"].profile`. A device on PCI also carries
 //!   Kubernetes' standard attributes [`STD_PCIE_ROOT`] and [`STD_PCI_BUS_ID`], and one whose
 //!   NUMA node is known [`STD_NUMA_NODE`], so claims can `matchAttribute` across drivers.
-//! - A profile that shares its devices (`replicas` = N > 1) publishes each as N devices, one
-//!   per share, named after the replica ids the device plugin advertises (`<id>::<n>`, see
-//!   [`published_ids`]) and carrying the attribute `replica`; each share is allocated to one
-//!   claim at a time, so N claims share the device, as N containers do through the plugin.
-//! - An unhealthy device stays in the slice with a taint ([`Unhealthy::Tainted`], the
-//!   `DRADeviceTaints` feature, on by default from Kubernetes 1.36): key `<driver>/unhealthy`,
+//! - A profile with a `[capacity]` ([`devinject_devices::capacity`]) publishes each device once
+//!   with `allowMultipleAllocations` and that capacity (the `DRAConsumableCapacity` feature, on
+//!   by default from Kubernetes 1.36): the scheduler allocates it to as many claims as the
+//!   capacity holds, each consuming 1 unless it asks for more (the request policy's default and
+//!   range, in whole units), and gives each allocation a share id.
+//! - A profile that shares its devices by `replicas` = N > 1 instead (or where the API server
+//!   drops consumable capacity) publishes each as N devices, one per share, named after the
+//!   replica ids the device plugin advertises (`<id>::<n>`, see [`published_ids`]) and carrying
+//!   the attribute `replica`; each share is allocated to one claim at a time, so N claims share
+//!   the device, as N containers do through the plugin.
+//! - An unhealthy device stays in the slice with a taint (the `DRADeviceTaints` feature, on by
+//!   default from Kubernetes 1.36): key `<driver>/unhealthy`,
 //!   value `health_sysfs` (what told it), and the effect the profile's
 //!   `discovery.health_taint` names (`NoSchedule` unless it says `NoExecute`). The scheduler
 //!   allocates it only to a claim that tolerates the taint; claims holding it keep it, or, for
 //!   `NoExecute`, their pods are evicted. Where the API server drops taints (the gate off, as
-//!   in 1.34 and 1.35; the publisher finds out from the slice it gets back) or the slice would
-//!   hold more than [`MAX_DEVICES_WITH_TAINTS`], unhealthy devices are left out instead
-//!   ([`Unhealthy::LeftOut`]). A device that recovers loses its taint, or comes back.
+//!   in 1.34 and 1.35; the publisher finds out from the slice it gets back, [`ApiFields`]) or
+//!   the slice would hold more than [`MAX_DEVICES_WITH_TAINTS`], unhealthy devices are left out
+//!   instead. A device that recovers loses its taint, or comes back.
 //!
 //! The caller sets the slice's owner reference (the node or the plugin's pod), bumps
 //! `pool.generation` on a change, and uses [`same_content`] to skip updates that change nothing
@@ -35,9 +41,11 @@ use std::collections::BTreeMap;
 
 use devinject_devices::{Inventory, PciLocation, Profile};
 use k8s_openapi::api::resource::v1::{
-    CELDeviceSelector, Device, DeviceAttribute, DeviceClass, DeviceClassSpec, DeviceSelector,
-    DeviceTaint, ResourcePool, ResourceSlice, ResourceSliceSpec,
+    CELDeviceSelector, CapacityRequestPolicy, CapacityRequestPolicyRange, Device, DeviceAttribute,
+    DeviceCapacity, DeviceClass, DeviceClassSpec, DeviceSelector, DeviceTaint, ResourcePool,
+    ResourceSlice, ResourceSliceSpec,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tracing::debug;
 
@@ -53,13 +61,46 @@ pub const UNHEALTHY_TAINT: &str = "unhealthy";
 /// The taint value of an unhealthy device: the profile key whose attribute told it.
 pub const UNHEALTHY_TAINT_VALUE: &str = "health_sysfs";
 
-/// How a slice shows an unhealthy device.
+/// The fields of `resource.k8s.io/v1` past its GA core that slices carry while the API server
+/// keeps them. Each is behind a feature gate that is on by default from Kubernetes 1.36; where
+/// it is off (1.34, 1.35) the server drops the field from what it stores, silently. The
+/// publisher starts with [`ApiFields::ALL`] and stops sending a field once a slice it gets back
+/// lacks it ([`ApiFields::learn`]): sending it again would be a change at every round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unhealthy {
-    /// In the slice with a taint, where the API server keeps device taints.
-    Tainted,
-    /// Left out of the slice: no claim can be allocated it on any cluster.
-    LeftOut,
+pub struct ApiFields {
+    /// Device taints (`DRADeviceTaints`): an unhealthy device stays in the slice, tainted;
+    /// without them it is left out, so no claim can be allocated it.
+    pub device_taints: bool,
+    /// Consumable capacity (`DRAConsumableCapacity`): a device of a profile with `[capacity]`
+    /// is published once for many claims; without it, as the profile's `replicas` say.
+    pub consumable_capacity: bool,
+}
+
+impl ApiFields {
+    /// Every field, as Kubernetes 1.36 and later keep them by default.
+    pub const ALL: Self = Self {
+        device_taints: true,
+        consumable_capacity: true,
+    };
+
+    /// Turns off each field `applied` carried that `returned` (the API server's answer to
+    /// the apply) lacks, and returns the feature gates found off, for the log.
+    pub fn learn(
+        &mut self,
+        applied: &ResourceSliceSpec,
+        returned: &ResourceSliceSpec,
+    ) -> Vec<&'static str> {
+        let mut off = Vec::new();
+        if self.device_taints && taints_dropped(applied, returned) {
+            self.device_taints = false;
+            off.push("DRADeviceTaints");
+        }
+        if self.consumable_capacity && sharing_dropped(applied, returned) {
+            self.consumable_capacity = false;
+            off.push("DRAConsumableCapacity");
+        }
+        off
+    }
 }
 /// The longest object name (a DNS subdomain).
 const MAX_NAME: usize = 253;
@@ -85,11 +126,18 @@ pub const STD_NUMA_NODE: &str = "resource.kubernetes.io/numaNode";
 /// devices of a profile with `replicas` > 1 only.
 pub const ATTR_REPLICA: &str = "replica";
 
+/// Whether `profile`'s devices are published once each for many claims (it has a
+/// `[capacity]` and the API server keeps consumable capacity).
+fn shared_by_capacity(profile: &Profile, fields: ApiFields) -> bool {
+    profile.capacity.is_some() && fields.consumable_capacity
+}
+
 /// The ids device `id` of `profile` is published under: `id` itself, or, where the profile
-/// shares its devices (`replicas` > 1), one replica id per share (`<id>::<n>`, what the device
-/// plugin advertises), each a device of its own in the slice that one claim at a time holds.
-pub fn published_ids(profile: &Profile, id: &str) -> Vec<String> {
-    if profile.replicas <= 1 {
+/// shares its devices by `replicas` (> 1) and not by capacity, one replica id per share
+/// (`<id>::<n>`, what the device plugin advertises), each a device of its own in the slice that
+/// one claim at a time holds.
+pub fn published_ids(profile: &Profile, id: &str, fields: ApiFields) -> Vec<String> {
+    if profile.replicas <= 1 || shared_by_capacity(profile, fields) {
         return vec![id.to_owned()];
     }
     (0..profile.replicas)
@@ -97,14 +145,30 @@ pub fn published_ids(profile: &Profile, id: &str) -> Vec<String> {
         .collect()
 }
 
+/// Every id device `id` of `profile` may be published under, whatever [`ApiFields`] the
+/// publisher found: what claims allocated under either may name.
+pub fn every_published_id(profile: &Profile, id: &str) -> Vec<String> {
+    let mut ids = published_ids(profile, id, ApiFields::ALL);
+    let without_capacity = ApiFields {
+        consumable_capacity: false,
+        ..ApiFields::ALL
+    };
+    for other in published_ids(profile, id, without_capacity) {
+        if !ids.contains(&other) {
+            ids.push(other);
+        }
+    }
+    ids
+}
+
 /// The DRA names of every device of `profile` in `inventory`, shares included (see
-/// [`published_ids`]): healthy or not, so that a device's name does not depend on another's
-/// health and a collision shows as soon as both exist.
+/// [`every_published_id`]): healthy or not, so that a device's name does not depend on
+/// another's health and a collision shows as soon as both exist.
 pub fn device_names(profile: &Profile, inventory: &Inventory) -> Result<DeviceNames> {
     let ids: Vec<String> = inventory
         .devices
         .iter()
-        .flat_map(|d| published_ids(profile, d.id.as_str()))
+        .flat_map(|d| every_published_id(profile, d.id.as_str()))
         .collect();
     Ok(DeviceNames::new(
         profile.name.as_str(),
@@ -158,23 +222,33 @@ pub fn slice_name(node: &str, profile: &str) -> String {
 }
 
 /// The ResourceSlice of `profile`'s devices in `inventory` on `node`, published by `driver` as
-/// generation `generation` of the node's pool for the profile; unhealthy devices as `unhealthy`
-/// says, or left out where a tainted slice would be too large; `locations` places devices on the
-/// PCI bus, by device id ([`pci_locations`]).
+/// generation `generation` of the node's pool for the profile, with the fields the API server
+/// keeps (`fields`): unhealthy devices tainted, or left out where taints are dropped or a
+/// tainted slice would be too large; shared by capacity or by replicas. `locations` places
+/// devices on the PCI bus, by device id ([`pci_locations`]).
 pub fn resource_slice(
     driver: &str,
     node: &str,
     profile: &Profile,
     inventory: &Inventory,
     generation: i64,
-    unhealthy: Unhealthy,
+    fields: ApiFields,
     locations: &BTreeMap<String, PciLocation>,
 ) -> Result<ResourceSlice> {
     let pname = profile.name.as_str();
     device_names(profile, inventory)?;
-    let shares = usize::try_from(profile.replicas.max(1)).unwrap_or(usize::MAX);
+    let capacity = profile
+        .capacity
+        .as_ref()
+        .filter(|_| shared_by_capacity(profile, fields))
+        .map(device_capacity);
+    let shares = if capacity.is_some() {
+        1
+    } else {
+        usize::try_from(profile.replicas.max(1)).unwrap_or(usize::MAX)
+    };
     let sick = inventory.devices.iter().filter(|d| !d.healthy).count();
-    let tainted = unhealthy == Unhealthy::Tainted
+    let tainted = fields.device_taints
         && sick > 0
         && inventory.devices.len().saturating_mul(shares) <= MAX_DEVICES_WITH_TAINTS;
     let published: Vec<_> = inventory
@@ -216,9 +290,12 @@ pub fn resource_slice(
         for (name, value) in &d.attributes {
             common.insert(name.clone(), string(value));
         }
-        for (replica, id) in published_ids(profile, d.id.as_str()).iter().enumerate() {
+        for (replica, id) in published_ids(profile, d.id.as_str(), fields)
+            .iter()
+            .enumerate()
+        {
             let mut attributes = common.clone();
-            if profile.replicas > 1 {
+            if shares > 1 {
                 attributes.insert(
                     ATTR_REPLICA.to_owned(),
                     int(i64::try_from(replica).unwrap_or(i64::MAX)),
@@ -228,6 +305,8 @@ pub fn resource_slice(
                 name: naming::device(pname, id)?,
                 attributes: Some(attributes),
                 taints: (!d.healthy).then(|| vec![taint.clone()]),
+                allow_multiple_allocations: capacity.is_some().then_some(true),
+                capacity: capacity.clone(),
                 ..Device::default()
             });
         }
@@ -294,9 +373,30 @@ pub fn unhealthy_taint(driver: &str, profile: &Profile) -> DeviceTaint {
     }
 }
 
+/// A device's capacity as `[capacity]` states it: each claim consumes 1 unless its request
+/// asks for more, in whole units, up to all of it.
+fn device_capacity(capacity: &devinject_devices::Capacity) -> BTreeMap<String, DeviceCapacity> {
+    let one = || Quantity("1".to_owned());
+    BTreeMap::from([(
+        capacity.name.clone(),
+        DeviceCapacity {
+            value: Quantity(capacity.value.to_string()),
+            request_policy: Some(CapacityRequestPolicy {
+                default: Some(one()),
+                valid_range: Some(CapacityRequestPolicyRange {
+                    min: one(),
+                    step: Some(one()),
+                    max: None,
+                }),
+                valid_values: None,
+            }),
+        },
+    )])
+}
+
 /// Whether the API server dropped the device taints of `applied` from `returned`, its answer to
 /// the apply: it does so where `DRADeviceTaints` is off, and the publisher then leaves unhealthy
-/// devices out instead ([`Unhealthy::LeftOut`]).
+/// devices out instead.
 pub fn taints_dropped(applied: &ResourceSliceSpec, returned: &ResourceSliceSpec) -> bool {
     let tainted = |spec: &ResourceSliceSpec| {
         spec.devices
@@ -306,6 +406,20 @@ pub fn taints_dropped(applied: &ResourceSliceSpec, returned: &ResourceSliceSpec)
             .count()
     };
     tainted(applied) > 0 && tainted(returned) == 0
+}
+
+/// Whether the API server dropped `allowMultipleAllocations` of `applied` from `returned`: it
+/// does so where `DRAConsumableCapacity` is off, and the device would then go to one claim at a
+/// time; the publisher shares by the profile's `replicas` instead.
+pub fn sharing_dropped(applied: &ResourceSliceSpec, returned: &ResourceSliceSpec) -> bool {
+    let shared = |spec: &ResourceSliceSpec| {
+        spec.devices
+            .iter()
+            .flatten()
+            .filter(|d| d.allow_multiple_allocations == Some(true))
+            .count()
+    };
+    shared(applied) > 0 && shared(returned) == 0
 }
 
 /// Whether two slice specs publish the same thing, their pool generations aside: when they do,
@@ -463,13 +577,19 @@ mod tests {
         );
     }
 
+    /// What a 1.34 or 1.35 API server keeps of device taints: nothing.
+    const LEFT_OUT: ApiFields = ApiFields {
+        device_taints: false,
+        ..ApiFields::ALL
+    };
+
     /// [`resource_slice`] of the driver `devinject.io`.
     fn build(
         node: &str,
         profile: &Profile,
         inventory: &Inventory,
         generation: i64,
-        unhealthy: Unhealthy,
+        fields: ApiFields,
     ) -> Result<ResourceSlice> {
         resource_slice(
             "devinject.io",
@@ -477,7 +597,7 @@ mod tests {
             profile,
             inventory,
             generation,
-            unhealthy,
+            fields,
             &BTreeMap::new(),
         )
     }
@@ -554,14 +674,7 @@ mod tests {
     fn a_devices_sysfs_attributes_are_published_as_strings() {
         let mut d = device("GPU-A", 0, None, true);
         d.attributes.insert("vendor".into(), "0x1002".into());
-        let slice = build(
-            "node-a",
-            &profile(),
-            &inventory(vec![d]),
-            1,
-            Unhealthy::LeftOut,
-        )
-        .unwrap();
+        let slice = build("node-a", &profile(), &inventory(vec![d]), 1, LEFT_OUT).unwrap();
         let devices = slice.spec.devices.unwrap();
         let a = devices[0].attributes.as_ref().unwrap();
         assert_eq!(a["vendor"].string.as_deref(), Some("0x1002"));
@@ -579,7 +692,7 @@ mod tests {
             device("0", 0, None, true),
             device("1", 1, None, false),
         ]);
-        let slice = build("node-a", &shared, &inv, 1, Unhealthy::LeftOut).unwrap();
+        let slice = build("node-a", &shared, &inv, 1, LEFT_OUT).unwrap();
         let devices = slice.spec.devices.unwrap();
         let names: Vec<_> = devices.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names, ["demo-0--0", "demo-0--1", "demo-0--2"]);
@@ -594,7 +707,7 @@ mod tests {
             Some("1::2"),
             "named even while unhealthy"
         );
-        let plain = build("node-a", &profile(), &inv, 1, Unhealthy::LeftOut).unwrap();
+        let plain = build("node-a", &profile(), &inv, 1, LEFT_OUT).unwrap();
         let devices = plain.spec.devices.unwrap();
         assert!(
             !devices[0]
@@ -607,13 +720,83 @@ mod tests {
     }
 
     #[test]
+    fn a_profile_with_a_capacity_publishes_each_device_once_for_many_claims() {
+        let kvm = Profile::parse(
+            "name = \"demo\"\nresource = \"devinject.io/demo\"\nreplicas = 2\n[discovery]\nnodes = [\"demo/accel[0-9]*\"]\n[capacity]\npods = 3\n",
+            Path::new("demo.toml"),
+        )
+        .unwrap();
+        let inv = inventory(vec![device("0", 0, None, true)]);
+        let slice = build("node-a", &kvm, &inv, 1, ApiFields::ALL).unwrap();
+        let devices = slice.spec.devices.unwrap();
+        assert_eq!(devices.len(), 1, "once, not once per replica");
+        let d = &devices[0];
+        assert_eq!(d.name, "demo-0");
+        assert_eq!(d.allow_multiple_allocations, Some(true));
+        assert!(!d.attributes.as_ref().unwrap().contains_key("replica"));
+        let pods = &d.capacity.as_ref().unwrap()["pods"];
+        assert_eq!(pods.value.0, "3");
+        let policy = pods.request_policy.as_ref().unwrap();
+        assert_eq!(policy.default.as_ref().unwrap().0, "1", "a claim takes one");
+        assert_eq!(policy.valid_range.as_ref().unwrap().min.0, "1");
+
+        // Where the server drops consumable capacity, the replicas share the device.
+        let without = ApiFields {
+            consumable_capacity: false,
+            ..ApiFields::ALL
+        };
+        let slice = build("node-a", &kvm, &inv, 1, without).unwrap();
+        let devices = slice.spec.devices.unwrap();
+        let names: Vec<_> = devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["demo-0--0", "demo-0--1"]);
+        assert!(devices
+            .iter()
+            .all(|d| d.allow_multiple_allocations.is_none() && d.capacity.is_none()));
+        // Claims allocated under either shape map back to the device.
+        let names = device_names(&kvm, &inv).unwrap();
+        assert_eq!(names.id("demo-0"), Some("0"));
+        assert_eq!(names.id("demo-0--1"), Some("0::1"));
+    }
+
+    #[test]
+    fn a_slice_whose_sharing_the_server_drops_turns_consumable_capacity_off() {
+        let kvm = Profile::parse(
+            "name = \"demo\"\nresource = \"devinject.io/demo\"\n[discovery]\nnodes = [\"demo/accel[0-9]*\"]\n[capacity]\npods = 3\n",
+            Path::new("demo.toml"),
+        )
+        .unwrap();
+        let inv = inventory(vec![device("0", 0, None, true)]);
+        let applied = build("n", &kvm, &inv, 1, ApiFields::ALL).unwrap().spec;
+        let mut fields = ApiFields::ALL;
+        assert!(fields.learn(&applied, &applied).is_empty());
+        assert_eq!(fields, ApiFields::ALL);
+        // What a server with the gate off stores: no allowMultipleAllocations, no policy.
+        let mut dropped = applied.clone();
+        for d in dropped.devices.iter_mut().flatten() {
+            d.allow_multiple_allocations = None;
+            for c in d.capacity.iter_mut().flat_map(|c| c.values_mut()) {
+                c.request_policy = None;
+            }
+        }
+        assert!(!same_content(&applied, &dropped));
+        assert_eq!(fields.learn(&applied, &dropped), ["DRAConsumableCapacity"]);
+        assert!(!fields.consumable_capacity && fields.device_taints);
+        let again = build("n", &kvm, &inv, 2, fields).unwrap().spec;
+        assert_eq!(
+            again.devices.as_ref().unwrap()[0].allow_multiple_allocations,
+            None
+        );
+        assert!(fields.learn(&again, &again).is_empty(), "learnt once");
+    }
+
+    #[test]
     fn the_slice_holds_the_healthy_devices_with_their_attributes() {
         let inv = inventory(vec![
             device("GPU-A", 0, Some(1), true),
             device("GPU-B", 1, None, false),
             device("GPU-C", 2, None, true),
         ]);
-        let slice = build("node-a", &profile(), &inv, 7, Unhealthy::LeftOut).unwrap();
+        let slice = build("node-a", &profile(), &inv, 7, LEFT_OUT).unwrap();
         let spec = &slice.spec;
         assert_eq!(spec.driver, "devinject.io");
         assert_eq!(spec.node_name.as_deref(), Some("node-a"));
@@ -672,7 +855,7 @@ mod tests {
             device("a.b", 0, None, true),
             device("a_b", 1, None, false),
         ]);
-        let err = build("n", &profile(), &inv, 1, Unhealthy::LeftOut).unwrap_err();
+        let err = build("n", &profile(), &inv, 1, LEFT_OUT).unwrap_err();
         assert!(
             matches!(err, SliceError::Naming(NamingError::Collision { .. })),
             "{err}"
@@ -684,7 +867,7 @@ mod tests {
         let many = (0..=MAX_DEVICES_PER_SLICE)
             .map(|i| device(&i.to_string(), i, None, true))
             .collect();
-        let err = build("n", &profile(), &inventory(many), 1, Unhealthy::LeftOut).unwrap_err();
+        let err = build("n", &profile(), &inventory(many), 1, LEFT_OUT).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -700,7 +883,7 @@ mod tests {
             .map(|i| device(&i.to_string(), i, None, true))
             .collect();
         many[5].healthy = false;
-        let slice = build("n", &profile(), &inventory(many), 1, Unhealthy::LeftOut).unwrap();
+        let slice = build("n", &profile(), &inventory(many), 1, LEFT_OUT).unwrap();
         assert_eq!(slice.spec.devices.unwrap().len(), 128);
     }
 
@@ -732,26 +915,18 @@ mod tests {
     #[test]
     fn specs_that_differ_only_in_generation_are_the_same() {
         let inv = inventory(vec![device("0", 0, None, true), device("1", 1, None, true)]);
-        let one = build("n", &profile(), &inv, 1, Unhealthy::LeftOut)
-            .unwrap()
-            .spec;
-        let two = build("n", &profile(), &inv, 2, Unhealthy::LeftOut)
-            .unwrap()
-            .spec;
+        let one = build("n", &profile(), &inv, 1, LEFT_OUT).unwrap().spec;
+        let two = build("n", &profile(), &inv, 2, LEFT_OUT).unwrap().spec;
         assert!(same_content(&one, &two));
         let mut sick = inv.clone();
         sick.devices[1].healthy = false;
-        let three = build("n", &profile(), &sick, 3, Unhealthy::LeftOut)
-            .unwrap()
-            .spec;
+        let three = build("n", &profile(), &sick, 3, LEFT_OUT).unwrap().spec;
         assert!(!same_content(&one, &three));
         let mut numa = inv;
         numa.devices[0].numa_node = Some(0);
-        let four = build("n", &profile(), &numa, 1, Unhealthy::LeftOut)
-            .unwrap()
-            .spec;
+        let four = build("n", &profile(), &numa, 1, LEFT_OUT).unwrap().spec;
         assert!(!same_content(&one, &four));
-        let none = build("n", &profile(), &inventory(vec![]), 1, Unhealthy::LeftOut)
+        let none = build("n", &profile(), &inventory(vec![]), 1, LEFT_OUT)
             .unwrap()
             .spec;
         let mut absent = none.clone();
@@ -795,7 +970,7 @@ mod tests {
             &profile(),
             &inv,
             1,
-            Unhealthy::Tainted,
+            ApiFields::ALL,
             &locations,
         )
         .unwrap();
@@ -827,7 +1002,7 @@ mod tests {
             device("GPU-A", 0, None, true),
             device("GPU-B", 1, None, false),
         ]);
-        let slice = build("n", &profile(), &inv, 1, Unhealthy::Tainted).unwrap();
+        let slice = build("n", &profile(), &inv, 1, ApiFields::ALL).unwrap();
         let devices = slice.spec.devices.unwrap();
         let names: Vec<_> = devices.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names, ["demo-gpu-a", "demo-gpu-b"], "both published");
@@ -844,7 +1019,7 @@ mod tests {
             Path::new("demo.toml"),
         )
         .unwrap();
-        let slice = build("n", &evicting, &inv, 1, Unhealthy::Tainted).unwrap();
+        let slice = build("n", &evicting, &inv, 1, ApiFields::ALL).unwrap();
         let devices = slice.spec.devices.unwrap();
         assert_eq!(devices[1].taints.as_ref().unwrap()[0].effect, "NoExecute");
 
@@ -853,7 +1028,7 @@ mod tests {
             .map(|i| device(&i.to_string(), i, None, true))
             .collect();
         many[3].healthy = false;
-        let slice = build("n", &profile(), &inventory(many), 1, Unhealthy::Tainted).unwrap();
+        let slice = build("n", &profile(), &inventory(many), 1, ApiFields::ALL).unwrap();
         let devices = slice.spec.devices.unwrap();
         assert_eq!(devices.len(), MAX_DEVICES_WITH_TAINTS);
         assert!(devices.iter().all(|d| d.taints.is_none()));
@@ -865,7 +1040,7 @@ mod tests {
             device("0", 0, None, true),
             device("1", 1, None, false),
         ]);
-        let applied = build("n", &profile(), &inv, 1, Unhealthy::Tainted)
+        let applied = build("n", &profile(), &inv, 1, ApiFields::ALL)
             .unwrap()
             .spec;
         let mut kept = applied.clone();
@@ -886,7 +1061,7 @@ mod tests {
             &profile(),
             &inventory(vec![device("0", 0, None, true)]),
             1,
-            Unhealthy::Tainted,
+            ApiFields::ALL,
         )
         .unwrap()
         .spec;
