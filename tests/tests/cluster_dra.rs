@@ -184,10 +184,20 @@ fn probe_output(c: &Cluster, name: &str) -> String {
 
 /// The claim pod `name` holds (made from its template): its JSON.
 fn claim_of(c: &Cluster, name: &str) -> Value {
+    pod_claim(c, name, None)
+}
+
+/// The claim of pod `name` made for its `resourceClaims` entry `entry` (the first without):
+/// its JSON.
+fn pod_claim(c: &Cluster, name: &str, entry: Option<&str>) -> Value {
     let pod = c.pod(name).expect("pod");
-    let claim = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
-        .as_str()
-        .unwrap_or_else(|| panic!("pod {name} names no claim: {pod}"))
+    let claim = pod["status"]["resourceClaimStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| entry.is_none_or(|e| s["name"] == e))
+        .and_then(|s| s["resourceClaimName"].as_str())
+        .unwrap_or_else(|| panic!("pod {name} names no claim {entry:?}: {pod}"))
         .to_owned();
     serde_json::from_str(
         &c.kubectl(&["get", "resourceclaim", &claim, "-o", "json"])
@@ -1019,11 +1029,26 @@ fn the_kvm_tun_and_fuse_profiles_serve_the_real_kernel_devices_through_claims() 
         let node = c.host().dev_root.join(dev);
         std::fs::create_dir_all(node.parent().expect("parent")).expect("mkdir");
         devinject_tests::sim::mknod(&node, major, minor, "0666").expect("mknod");
-        std::fs::copy(
+        let shipped = std::fs::read_to_string(
             devinject_tests::sim::shipped_profiles().join(format!("{profile}.toml")),
-            c.host().profiles_dir.join(format!("{profile}.toml")),
         )
-        .expect("copy the profile");
+        .expect("read the shipped profile");
+        // kvm shared by a capacity small enough to exhaust: two claims at once.
+        let text = if profile == "kvm" {
+            let small = shipped.replace(
+                &format!("pods = {SHIPPED_CAPACITY}"),
+                &format!("pods = {KVM_CAPACITY}"),
+            );
+            assert_ne!(
+                small, shipped,
+                "kvm.toml states `pods = {SHIPPED_CAPACITY}`"
+            );
+            small
+        } else {
+            shipped
+        };
+        std::fs::write(c.host().profiles_dir.join(format!("{profile}.toml")), text)
+            .expect("write the profile");
         numbers.push((format!("/dev/{dev}"), major, minor));
     }
     // The driver reads its profiles at start.
@@ -1082,6 +1107,105 @@ fn the_kvm_tun_and_fuse_profiles_serve_the_real_kernel_devices_through_claims() 
             "{out}"
         );
     }
+    kvm_is_shared_up_to_its_capacity(&c, &numbers[0]);
+}
+
+/// The capacity the shipped kvm, tun and fuse profiles state (`pods = 110`: a node's default
+/// pod limit), and the one the test gives kvm.
+const SHIPPED_CAPACITY: u32 = 110;
+const KVM_CAPACITY: u32 = 2;
+
+/// With consumable capacity (Kubernetes 1.36 and later) the one kvm device, held by the pod
+/// `kernel` already, goes to a second claim at once, each allocation with its own share id and
+/// one unit of the capacity, and a third claim waits; where the API server drops consumable
+/// capacity (1.34), the driver publishes the device for one claim at a time, detected, not
+/// configured: the second claim waits.
+fn kvm_is_shared_up_to_its_capacity(c: &Cluster, kvm: &(String, u32, u32)) {
+    let (path, major, minor) = kvm;
+    let (_, name) = c
+        .resource_slice_devices()
+        .expect("the slices")
+        .into_iter()
+        .find(|(pool, _)| pool.ends_with("/kvm"))
+        .expect("the kvm device in a slice");
+    let device = c
+        .resource_slice_device(&name)
+        .expect("the slices")
+        .expect("the kvm device in a slice");
+    let shared = c.dra_beyond_ga();
+    if shared {
+        assert_eq!(device["allowMultipleAllocations"], true, "{device}");
+        assert_eq!(
+            device["capacity"]["pods"]["value"],
+            KVM_CAPACITY.to_string(),
+            "{device}"
+        );
+    } else {
+        assert!(device["allowMultipleAllocations"].is_null(), "{device}");
+    }
+    c.apply(&claim_template("kvm-share", &device_class("kvm"), 1))
+        .expect("template");
+    let holders = if shared { KVM_CAPACITY } else { 1 };
+    let mut shares = vec![pod_claim(c, "kernel", Some("kvm"))];
+    for n in 1..holders {
+        let holder = format!("kvm-{n}");
+        c.apply(&pod_holding(
+            &holder,
+            &[("kvm", "kvm-share")],
+            &devinject_tests::probe::probe_args(&[path.as_str()], &[]),
+        ))
+        .expect("create pod");
+        let out = probe_output(c, &holder);
+        let report = Report::parse(&out);
+        let node = report.node(path);
+        assert_eq!(
+            (
+                node.kind.as_str(),
+                node.major,
+                node.minor,
+                node.open.as_str()
+            ),
+            ("c", *major, *minor, "ok"),
+            "{path} in {holder}, beside the other holders:\n{out}"
+        );
+        shares.push(pod_claim(c, &holder, Some("kvm")));
+    }
+    let results: Vec<&Value> = shares
+        .iter()
+        .flat_map(|claim| {
+            claim["status"]["allocation"]["devices"]["results"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|r| r["device"] == name.as_str())
+        })
+        .collect();
+    assert_eq!(results.len(), holders as usize, "{results:?}");
+    if shared {
+        let mut ids: Vec<&str> = results
+            .iter()
+            .map(|r| {
+                r["shareID"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("a share id: {r}"))
+            })
+            .collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), results.len(), "one share id each: {results:?}");
+        for r in &results {
+            assert_eq!(r["consumedCapacity"]["pods"], "1", "{r}");
+        }
+    }
+    let waiting = format!("kvm-{holders}");
+    c.apply(&pod_holding(
+        &waiting,
+        &[("kvm", "kvm-share")],
+        &devinject_tests::probe::probe_args(&[path.as_str()], &[]),
+    ))
+    .expect("create pod");
+    let why = unschedulable(c, &waiting).expect("the claim past the capacity waits");
+    eprintln!("{waiting}: {why}");
 }
 
 /// A ResourceClaimTemplate `name` asking for one demo device whose opaque configuration chooses
