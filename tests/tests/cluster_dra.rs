@@ -1110,6 +1110,26 @@ fn the_kvm_tun_and_fuse_profiles_serve_the_real_kernel_devices_through_claims() 
     kvm_is_shared_up_to_its_capacity(&c, &numbers[0]);
 }
 
+/// The pool generation of the kvm slice.
+fn kvm_pool_generation(c: &Cluster) -> i64 {
+    let list: Value = serde_json::from_str(
+        &c.kubectl(&["get", "resourceslices", "-o", "json"])
+            .expect("the slices"),
+    )
+    .expect("slices JSON");
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| {
+            s["spec"]["pool"]["name"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("/kvm"))
+        })
+        .and_then(|s| s["spec"]["pool"]["generation"].as_i64())
+        .unwrap_or_else(|| panic!("no kvm slice: {list}"))
+}
+
 /// The capacity the shipped kvm, tun and fuse profiles state (`pods = 110`: a node's default
 /// pod limit), and the one the test gives kvm.
 const SHIPPED_CAPACITY: u32 = 110;
@@ -1143,6 +1163,16 @@ fn kvm_is_shared_up_to_its_capacity(c: &Cluster, kvm: &(String, u32, u32)) {
     } else {
         assert!(device["allowMultipleAllocations"].is_null(), "{device}");
     }
+    // The slice settles: where the API server drops a field, the driver stops sending it
+    // rather than applying the slice again at every rescan (every 500 ms).
+    let generation = kvm_pool_generation(c);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(
+        kvm_pool_generation(c),
+        generation,
+        "the kvm slice is applied again at every rescan:\n{}",
+        c.dra_log()
+    );
     c.apply(&claim_template("kvm-share", &device_class("kvm"), 1))
         .expect("template");
     let holders = if shared { KVM_CAPACITY } else { 1 };
