@@ -10,6 +10,8 @@
 #   TARGET_DIR  cargo target directory (default: target/image, apart from normal builds
 #               because RUSTFLAGS differ)
 #   NO_BUILD=1  only stage and `docker build` what TARGET_DIR already holds
+#   ONLY_BUILD=1  only build the binaries into TARGET_DIR (no docker): what scripts/test.sh
+#               does ahead, in the background, so that the cluster tier's image build finds them
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +39,7 @@ fi
 if [ "${NO_BUILD:-0}" != 1 ]; then
   TARGET_DIR="$target_dir" scripts/release-build.sh "$out" "${packages[@]}" >/dev/null
 fi
+[ "${ONLY_BUILD:-0}" = 1 ] && exit 0
 
 stage="$target_dir/stage"
 rm -rf "$stage"
