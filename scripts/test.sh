@@ -7,6 +7,12 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/tiers.sh
 . scripts/lib/tiers.sh
 check_tiers || exit 1
+# A cold run writes about 25 GB: target/ (debug and release builds, the image, runtimes) and the
+# Go and cargo caches (Kubernetes, CRI-O, runc). Said up front, not found at a full disk later.
+free_gb=$(df -Pk . | awk 'NR == 2 { print int($4 / 1048576) }')
+if [ "${free_gb:-0}" -lt 30 ]; then
+  echo "test.sh: warning: $free_gb GB free on $(df -P . | awk 'NR == 2 { print $6 }'); a cold run needs about 25 GB: free some space first" >&2
+fi
 scripts/install-deps.sh test
 ci=false
 if [ "${CI:-}" = true ] || [ "${CI:-}" = 1 ]; then ci=true; fi
