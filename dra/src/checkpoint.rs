@@ -109,6 +109,23 @@ pub struct ClaimEntry {
     /// back as it was, while after a reboot the kubelet's prepare runs the prepare steps again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,
+    /// The device metadata files its specs mount (one per request), so that a spec put back
+    /// mounts them too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metadata: Vec<MetadataMount>,
+}
+
+/// Where a claim's spec mounts one of its device metadata files
+/// ([`crate::device_metadata`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetadataMount {
+    /// The DRA device whose CDI device carries the mount (the request's first).
+    pub device: String,
+    /// The file's name in the driver's metadata directory.
+    pub file: String,
+    /// Where it appears in the container.
+    pub container_path: String,
 }
 
 /// The file's layout.
@@ -319,6 +336,7 @@ mod tests {
                 share_id: None,
             }],
             boot_id: None,
+            metadata: Vec::new(),
         }
     }
 

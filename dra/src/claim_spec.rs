@@ -25,7 +25,9 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use devinject_devices::{DriverFiles, Inventory, Profile};
-use devinject_runtime_config::cdi::{build_spec, min_version, validate, CdiRequest, CdiSpec};
+use devinject_runtime_config::cdi::{
+    build_spec, min_version, validate, CdiMount, CdiRequest, CdiSpec,
+};
 use devinject_runtime_config::engines::docker::render_json;
 use devinject_runtime_config::host_dir::{Entry, HostDir};
 use devinject_runtime_config::RuntimeConfigError;
@@ -237,6 +239,30 @@ pub fn build(
         spec,
         cdi_device_ids,
     })
+}
+
+/// Adds to `spec` the mounts of claim `uid`'s device metadata files (in `host_dir`, a host
+/// path) that belong to its devices: each on the CDI device of the request's first device,
+/// read-only.
+pub fn mount_metadata(
+    spec: &mut ClaimSpec,
+    uid: &str,
+    mounts: &[crate::checkpoint::MetadataMount],
+    host_dir: &Path,
+) {
+    for m in mounts {
+        let name = naming::cdi_device(uid, &m.device);
+        if let Some(device) = spec.spec.devices.iter_mut().find(|d| d.name == name) {
+            device.container_edits.mounts.push(CdiMount {
+                host_path: host_dir.join(&m.file).display().to_string(),
+                container_path: m.container_path.clone(),
+                options: devinject_devices::Mount::OPTIONS
+                    .iter()
+                    .map(|o| o.to_string())
+                    .collect(),
+            });
+        }
+    }
 }
 
 /// Writes `spec` into the CDI directory (created when missing), replacing an earlier version

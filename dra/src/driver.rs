@@ -16,6 +16,7 @@
 //! a slow claim fails alone, with a message, instead of making the others miss theirs.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -25,18 +26,20 @@ use devinject_devices::{
     discover, prepare_runs, resolve_driver_files, DeviceId, Excerpt, FunctionRequest, HostRoots,
     PrepareRun, Profile, ProfileSet,
 };
+use devinject_runtime_config::host_dir::HostDir;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::Api;
 use tokio::sync::{Mutex, OwnedMutexGuard, Semaphore};
 use tracing::{info, warn};
 
-use crate::checkpoint::{Checkpoint, ClaimEntry};
+use crate::checkpoint::{Checkpoint, ClaimEntry, MetadataMount};
 use crate::claim::{self, AllocatedDevice, Allocation};
 use crate::claim_spec::{self, ClaimSpec, SpecContext};
+use crate::device_metadata::{self, MetadataClaim, MetadataDevice, MetadataFile};
 use crate::metrics::{DraMetrics, Prepared};
 use crate::naming;
 use crate::prepared::{ClaimRef, Claims, Deadline, PreparedDevice};
-use crate::slices::{device_names, unhealthy_taint};
+use crate::slices::{device_attributes, device_names, unhealthy_taint, ATTR_REPLICA};
 use devinject_devices::request::split_replica;
 
 /// What the driver logs for each claim it prepared, with `took_us`, the time from the kubelet's
@@ -59,6 +62,8 @@ pub struct DriverConfig {
     pub spec: SpecContext,
     /// The checkpoint file.
     pub checkpoint: PathBuf,
+    /// Where the claims' device metadata files go (host path; [`crate::device_metadata`]).
+    pub metadata_dir: PathBuf,
 }
 
 /// The DRA driver's claim handling ([`Claims`]).
@@ -188,7 +193,7 @@ impl Driver {
                     Excerpt(&entry.claim.name),
                     Excerpt(&uid)
                 );
-                match self.rebuild(&uid, profile, &entry.devices) {
+                match self.rebuild(&uid, profile, &entry.devices, &entry.metadata) {
                     Ok(spec) if spec.file_name == *file => {
                         match claim_spec::write(&self.config.spec, &spec) {
                             Ok(()) => {
@@ -212,12 +217,14 @@ impl Driver {
         restored
     }
 
-    /// The spec of claim `uid` for `profile`, built again from `devices` (as prepared).
+    /// The spec of claim `uid` for `profile`, built again from `devices` (as prepared), with
+    /// the `metadata` mounts it had.
     fn rebuild(
         &self,
         uid: &str,
         profile: &str,
         devices: &[PreparedDevice],
+        metadata: &[MetadataMount],
     ) -> Result<ClaimSpec, String> {
         let p = self
             .config
@@ -241,8 +248,10 @@ impl Driver {
         }
         let files = resolve_driver_files(p, &self.config.roots)
             .map_err(|e| format!("profile {profile}: driver files: {e}"))?;
-        claim_spec::build(&self.config.spec, uid, p, &inventory, &files, &pairs)
-            .map_err(|e| e.to_string())
+        let mut spec = claim_spec::build(&self.config.spec, uid, p, &inventory, &files, &pairs)
+            .map_err(|e| e.to_string())?;
+        claim_spec::mount_metadata(&mut spec, uid, metadata, &self.config.metadata_dir);
+        Ok(spec)
     }
 
     /// Keeps the specs of the claims prepared in this boot in the CDI directory: puts back
@@ -378,6 +387,7 @@ impl Driver {
         what: &str,
         uid: &str,
         allocation: &Allocation,
+        requests: &mut BTreeMap<String, Vec<MetadataDevice>>,
     ) -> Result<Vec<ProfilePlan>, String> {
         let mut by_profile: BTreeMap<String, Vec<&AllocatedDevice>> = BTreeMap::new();
         for d in &allocation.devices {
@@ -408,7 +418,7 @@ impl Driver {
                     )
                 })?;
                 // A share of a shared device stands for the device itself.
-                let id = split_replica(published).map_or(published, |(id, _)| id);
+                let (id, replica) = split_replica(published).unwrap_or((published, None));
                 // An unhealthy device is prepared only for a claim that tolerated its taint
                 // (docs/dra.md, "Health").
                 let tolerated = || {
@@ -426,6 +436,31 @@ impl Driver {
                             Excerpt(&d.pool)
                         )
                     })?;
+                // What the containers are told of the device: the attributes of its slice.
+                let listed = requests
+                    .entry(device_metadata::base_request(&d.request).to_owned())
+                    .or_default();
+                if !listed.iter().any(|m| m.name == d.device) {
+                    let location = device
+                        .nodes
+                        .first()
+                        .and_then(|node| devinject_devices::pci_location(&self.config.roots, node));
+                    let mut attributes = device_attributes(profile, device, location.as_ref());
+                    if let Some(n) = replica {
+                        attributes.insert(
+                            ATTR_REPLICA.to_owned(),
+                            k8s_openapi::api::resource::v1::DeviceAttribute {
+                                int: Some(i64::from(n)),
+                                ..Default::default()
+                            },
+                        );
+                    }
+                    listed.push(MetadataDevice {
+                        pool: d.pool.clone(),
+                        name: d.device.clone(),
+                        attributes,
+                    });
+                }
                 // Two shares of a device shared by capacity are one device in the spec.
                 if pairs.iter().any(|(name, _)| name == &d.device) {
                     continue;
@@ -480,17 +515,30 @@ impl Driver {
 
     /// Writes the planned specs; returns the claim's checkpoint entry, which holds the answer.
     /// A failure removes what this call wrote.
-    fn write(&self, claim: &ClaimRef, plans: Vec<ProfilePlan>) -> Result<ClaimEntry, String> {
+    /// The claim's device metadata files come first, so that no spec names a missing one.
+    fn write(
+        &self,
+        claim: &ClaimRef,
+        plans: Vec<ProfilePlan>,
+        metadata: Vec<(MetadataFile, MetadataMount)>,
+    ) -> Result<ClaimEntry, String> {
         let mut entry = ClaimEntry {
             claim: claim.clone(),
             profiles: Vec::new(),
             spec_files: Vec::new(),
             devices: Vec::new(),
             boot_id: self.boot_id.clone(),
+            metadata: Vec::new(),
         };
+        let (files, mounts): (Vec<_>, Vec<_>) = metadata.into_iter().unzip();
+        if let Err(e) = self.write_metadata(&files) {
+            self.remove_metadata(&claim.uid);
+            return Err(e);
+        }
+        entry.metadata = mounts;
         for plan in plans {
             if let Err(e) = claim_spec::write(&self.config.spec, &plan.spec) {
-                self.undo(&entry.spec_files);
+                self.undo(&claim.uid, &entry.spec_files);
                 return Err(e.to_string());
             }
             entry.profiles.push(plan.profile);
@@ -500,14 +548,105 @@ impl Driver {
         Ok(entry)
     }
 
-    /// Removes the specs a failed prepare wrote; what cannot be removed is logged (the
-    /// kubelet's next prepare or unprepare of the claim removes it).
-    fn undo(&self, spec_files: &[String]) {
+    /// Removes the specs and device metadata files of claim `uid` a failed prepare wrote;
+    /// what cannot be removed is logged (the kubelet's next prepare or unprepare of the claim
+    /// removes it).
+    fn undo(&self, uid: &str, spec_files: &[String]) {
         for file in spec_files {
             if let Err(e) = claim_spec::remove_file(&self.config.spec, file) {
                 warn!(%file, error = %e, "could not remove a claim spec after a failed prepare");
             }
         }
+        self.remove_metadata(uid);
+    }
+
+    /// The device metadata file of each of the claim's requests (`requests`, by base request
+    /// name), and where its spec mounts it: on the request's first device.
+    fn metadata(
+        &self,
+        object: &ResourceClaim,
+        requests: BTreeMap<String, Vec<MetadataDevice>>,
+    ) -> Result<Vec<(MetadataFile, MetadataMount)>, String> {
+        let meta = &object.metadata;
+        let claim = MetadataClaim {
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+            generation: meta.generation.unwrap_or_default(),
+            pod_claim: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(device_metadata::POD_CLAIM_ANNOTATION))
+                .cloned(),
+        };
+        let mut out = Vec::with_capacity(requests.len());
+        for (request, devices) in requests {
+            let Some(first) = devices.first() else {
+                continue;
+            };
+            let device = first.name.clone();
+            let file = device_metadata::file(&self.config.spec.driver, &claim, &request, &devices)
+                .map_err(|e| e.to_string())?;
+            let mount = MetadataMount {
+                device,
+                file: file.file_name.clone(),
+                container_path: file.container_path.clone(),
+            };
+            out.push((file, mount));
+        }
+        Ok(out)
+    }
+
+    /// Writes device metadata `files` into the metadata directory, made when missing.
+    fn write_metadata(&self, files: &[MetadataFile]) -> Result<(), String> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        let (dir, _) = HostDir::create(&self.config.spec.root, &self.config.metadata_dir)
+            .map_err(|e| format!("the device metadata directory: {e}"))?;
+        for f in files {
+            dir.write(
+                OsStr::new(&f.file_name),
+                f.contents.as_bytes(),
+                Some(claim_spec::SPEC_FILE_MODE),
+            )
+            .map_err(|e| format!("device metadata: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Removes claim `uid`'s device metadata files; returns how many went. Only regular files
+    /// named for the claim are removed; what cannot be is logged.
+    fn remove_metadata(&self, uid: &str) -> usize {
+        let dir = match HostDir::open(&self.config.spec.root, &self.config.metadata_dir) {
+            Ok(Some(dir)) => dir,
+            Ok(None) => return 0,
+            Err(e) => {
+                warn!(error = %e, "cannot open the device metadata directory to remove a claim's files");
+                return 0;
+            }
+        };
+        let names: Vec<String> = match std::fs::read_dir(dir.path()) {
+            Ok(entries) => entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|name| device_metadata::is_claims(name, uid))
+                .collect(),
+            Err(e) => {
+                warn!(dir = %dir.path().display(), error = %e, "cannot list the device metadata directory");
+                return 0;
+            }
+        };
+        let mut removed = 0;
+        for name in names {
+            match dir.remove(OsStr::new(&name)) {
+                Ok(true) => removed += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    warn!(file = %name, error = %e, "cannot remove a claim's device metadata file")
+                }
+            }
+        }
+        removed
     }
 }
 
@@ -587,7 +726,7 @@ impl Driver {
                 return Ok((entry.devices.clone(), Prepared::FromCheckpoint));
             }
             warn!(claim = %what, missing = ?missing, "a prepared claim's CDI spec is gone (the node rebooted?); preparing it again");
-            self.undo(&entry.spec_files);
+            self.undo(&uid, &entry.spec_files);
             self.save(&uid, None)
                 .await
                 .map_err(|e| format!("{what}: {e}"))
@@ -613,10 +752,19 @@ impl Driver {
         )
         .map_err(|e| e.to_string())
         .map_err(refused("allocation"))?;
-        let plans = self
-            .plan(&what, &uid, &allocation)
+        let mut requests = BTreeMap::new();
+        let mut plans = self
+            .plan(&what, &uid, &allocation, &mut requests)
             .map_err(|e| format!("{what}: {e}"))
             .map_err(refused("plan"))?;
+        let metadata = self
+            .metadata(&object, requests)
+            .map_err(|e| format!("{what}: {e}"))
+            .map_err(refused("plan"))?;
+        let mounts: Vec<MetadataMount> = metadata.iter().map(|(_, m)| m.clone()).collect();
+        for plan in &mut plans {
+            claim_spec::mount_metadata(&mut plan.spec, &uid, &mounts, &self.config.metadata_dir);
+        }
         // The prepare programs run before any spec is written, each contained (its own PID
         // namespace, deadline, bounded output), off the async thread, and killed when the
         // kubelet's deadline comes first: a failure leaves nothing.
@@ -631,12 +779,12 @@ impl Driver {
                 .map_err(refused("prepare_step"))?;
         }
         let entry = self
-            .write(&claim, plans)
+            .write(&claim, plans, metadata)
             .map_err(|e| format!("{what}: {e}"))
             .map_err(refused("spec"))?;
         let (spec_files, devices) = (entry.spec_files.clone(), entry.devices.clone());
         if let Err(e) = self.save(&uid, Some(entry)).await {
-            self.undo(&spec_files);
+            self.undo(&uid, &spec_files);
             return Err(refused("checkpoint")(format!("{what}: {e}")));
         }
         info!(
@@ -678,10 +826,11 @@ impl Driver {
                 removed += 1;
             }
         }
+        let metadata = self.remove_metadata(&uid);
         self.save(&uid, None)
             .await
             .map_err(|e| format!("{what}: {e}"))?;
-        info!(claim = %what, specs = removed, "unprepared");
+        info!(claim = %what, specs = removed, metadata, "unprepared");
         Ok(())
     }
 }

@@ -9,6 +9,7 @@ pub mod api_client;
 pub mod checkpoint;
 pub mod claim;
 pub mod claim_spec;
+pub mod device_metadata;
 pub mod driver;
 pub mod health;
 pub mod metrics;

@@ -207,6 +207,7 @@ fn run(args: ServeArgs) -> Result<()> {
                 lib_dir: devinject_devices::ContainerLayout::default().lib_dir,
             },
             checkpoint: driver_dir.join("checkpoint.json"),
+            metadata_dir: driver_dir.join(devinject_dra::device_metadata::HOST_DIR),
         };
         let roots = config.roots.clone();
         let driver =

@@ -268,28 +268,7 @@ pub fn resource_slice(
     let taint = unhealthy_taint(driver, profile);
     let mut devices = Vec::with_capacity(count);
     for d in &published {
-        // What every share of the device carries.
-        let mut common = BTreeMap::new();
-        common.insert(ATTR_PROFILE.to_owned(), string(pname));
-        common.insert(ATTR_ID.to_owned(), string(d.id.as_str()));
-        common.insert(
-            ATTR_INDEX.to_owned(),
-            int(i64::try_from(d.index).unwrap_or(i64::MAX)),
-        );
-        if let Some(numa) = d.numa_node {
-            common.insert(ATTR_NUMA_NODE.to_owned(), int(numa));
-        }
-        let location = locations.get(d.id.as_str());
-        if let Some(at) = location {
-            common.insert(STD_PCIE_ROOT.to_owned(), string(&at.root));
-            common.insert(STD_PCI_BUS_ID.to_owned(), string(&at.bus_id));
-        }
-        if let Some(numa) = d.numa_node.or(location.and_then(|at| at.numa_node)) {
-            common.insert(STD_NUMA_NODE.to_owned(), int(numa));
-        }
-        for (name, value) in &d.attributes {
-            common.insert(name.clone(), string(value));
-        }
+        let common = device_attributes(profile, d, locations.get(d.id.as_str()));
         for (replica, id) in published_ids(profile, d.id.as_str(), fields)
             .iter()
             .enumerate()
@@ -336,6 +315,36 @@ pub fn resource_slice(
             ..ResourceSliceSpec::default()
         },
     })
+}
+
+/// The attributes device `d` of `profile` carries, whatever share of it is published (see the
+/// module docs); `location` is where it sits on the PCI bus, if it does.
+pub fn device_attributes(
+    profile: &Profile,
+    d: &devinject_devices::Device,
+    location: Option<&PciLocation>,
+) -> BTreeMap<String, DeviceAttribute> {
+    let mut attributes = BTreeMap::new();
+    attributes.insert(ATTR_PROFILE.to_owned(), string(profile.name.as_str()));
+    attributes.insert(ATTR_ID.to_owned(), string(d.id.as_str()));
+    attributes.insert(
+        ATTR_INDEX.to_owned(),
+        int(i64::try_from(d.index).unwrap_or(i64::MAX)),
+    );
+    if let Some(numa) = d.numa_node {
+        attributes.insert(ATTR_NUMA_NODE.to_owned(), int(numa));
+    }
+    if let Some(at) = location {
+        attributes.insert(STD_PCIE_ROOT.to_owned(), string(&at.root));
+        attributes.insert(STD_PCI_BUS_ID.to_owned(), string(&at.bus_id));
+    }
+    if let Some(numa) = d.numa_node.or(location.and_then(|at| at.numa_node)) {
+        attributes.insert(STD_NUMA_NODE.to_owned(), int(numa));
+    }
+    for (name, value) in &d.attributes {
+        attributes.insert(name.clone(), string(value));
+    }
+    attributes
 }
 
 /// Where each device of `inventory` sits on the PCI bus (its first node's), by device id;

@@ -172,6 +172,7 @@ async fn node(api: &ApiServer) -> Node {
             lib_dir: PathBuf::from("/usr/lib/x86_64-linux-gnu"),
         },
         checkpoint: root.join("plugins/devinject.io/checkpoint.json"),
+        metadata_dir: PathBuf::from("/plugins/devinject.io/metadata"),
     };
     set_boot_id(&root, "boot-1");
     let driver = Arc::new(Driver::new(config.clone(), client.clone()).unwrap());
@@ -300,6 +301,21 @@ async fn a_lost_spec_of_this_boot_is_put_back_and_one_of_an_earlier_boot_is_left
     let cdi = node.root.join("cdi");
     let spec = cdi.join(format!("k8s.devinject.io-demo_{FAST_UID}.json"));
     let written = std::fs::read(&spec).unwrap();
+    // The request's device metadata: on the node, and mounted by the spec where Kubernetes'
+    // metadata API says a pod naming the claim finds it.
+    let text = String::from_utf8_lossy(&written);
+    assert!(
+        text.contains("\"/var/run/kubernetes.io/dra-device-attributes/resourceclaims/fast/dev/devinject.io-metadata.json\""),
+        "{text}"
+    );
+    let metadata = node
+        .root
+        .join(format!("plugins/devinject.io/metadata/{FAST_UID}_dev.json"));
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&metadata).unwrap()).unwrap();
+    let device = &doc["requests"][0]["devices"][0];
+    assert_eq!(device["name"], "demo-1", "{doc}");
+    assert_eq!(device["attributes"]["id"]["string"], "1", "{doc}");
 
     // Removed under the running driver: put back as it was, without a prepare call.
     let keeper = tokio::spawn(Arc::clone(&node.driver).keep_specs());
@@ -333,6 +349,15 @@ async fn a_lost_spec_of_this_boot_is_put_back_and_one_of_an_earlier_boot_is_left
         .await
         .unwrap();
     assert_eq!(std::fs::read(&spec).unwrap(), written);
+    // Unprepared: the spec and the metadata go.
+    rebooted
+        .unprepare(
+            claim("fast", FAST_UID),
+            Deadline::after(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    assert!(!spec.exists() && !metadata.exists());
 }
 
 /// Whether the slow program has started (it leaves a file before it sleeps).

@@ -211,13 +211,16 @@ pub fn uninstall(
     Ok(report)
 }
 
-/// The DRA driver's checkpoint file and socket in its directory.
+/// The DRA driver's checkpoint file and socket in its directory, and the directory of its
+/// claims' device metadata files (`devinject_dra::device_metadata::HOST_DIR`), which holds
+/// files only while claims are prepared.
 const DRA_CHECKPOINT: &str = "checkpoint.json";
 const DRA_SOCKET: &str = "dra.sock";
+const DRA_METADATA: &str = "metadata";
 
 /// Removes what `devinject-dra` keeps in `dir` (its directory under the kubelet's plugins
-/// directory): the checkpoint, a socket a killed driver left, then the directory when nothing
-/// else is in it. Each through its directory's fd: a link, FIFO or device at the checkpoint's
+/// directory): the checkpoint, a socket a killed driver left, its empty metadata directory, then
+/// the directory when nothing else is in it. Each through its directory's fd: a link, FIFO or device at the checkpoint's
 /// name is refused, naming it, and never followed or opened. A checkpoint that still lists
 /// prepared claims stays, with the directory: returned with why (their pods still run, and a
 /// driver installed again needs it to unprepare them).
@@ -268,14 +271,16 @@ fn dra_driver(
                 .push(format!("{verb} {}", socket.display()));
         }
     }
-    if let Some(tx) = cx.tx.as_deref_mut() {
-        if tx.remove_empty_dir(dir)? {
-            cx.report.changes.push(format!("remove {}", dir.display()));
+    for d in [dir.join(DRA_METADATA), dir.to_owned()] {
+        if let Some(tx) = cx.tx.as_deref_mut() {
+            if tx.remove_empty_dir(&d)? {
+                cx.report.changes.push(format!("remove {}", d.display()));
+            }
+        } else if host.open_dir(&d)?.is_some() {
+            cx.report
+                .changes
+                .push(format!("would remove {} when empty", d.display()));
         }
-    } else {
-        cx.report
-            .changes
-            .push(format!("would remove {} when empty", dir.display()));
     }
     Ok(None)
 }

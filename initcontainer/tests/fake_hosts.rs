@@ -698,7 +698,8 @@ fn uninstall_takes_the_dra_driver_s_checkpoint_socket_and_directory() {
     std::fs::remove_file(h.path(&checkpoint)).expect("rm");
     std::fs::remove_file(h.path("/etc/precious")).expect("rm");
 
-    // The claim unprepared: nothing of ours is left.
+    // The claim unprepared (its device metadata files gone with it): nothing of ours is left.
+    std::fs::create_dir_all(h.path(&format!("{DIR}/metadata"))).expect("mkdir");
     h.write(&checkpoint, r#"{"version":1,"claims":{}}"#);
     let un = ok(uninstall(&un_options(&h), &mut ctl));
     assert!(un.left.is_empty(), "{un}");

@@ -113,18 +113,27 @@ fn pod(name: &str, template: &str) -> String {
     pod_holding(name, &[("demo", template)], &demo_probe_args())
 }
 
-/// A pod on the default runtime running the probe `probe` (its arguments) and then sleeping, its
-/// one container holding a claim per `(claim name, template)` of `claims`.
+/// A pod on the default runtime running the probe `probe` (its arguments), printing the device
+/// metadata of its claims' request `dev` (one JSON line each, where the driver mounted it), and
+/// then sleeping, its one container holding a claim per `(claim name, template)` of `claims`.
 fn pod_holding(name: &str, claims: &[(&str, &str)], probe: &[String]) -> String {
     let probe = probe
         .iter()
         .map(|a| format!("'{a}'"))
         .collect::<Vec<_>>()
         .join(" ");
+    let metadata: String = claims
+        .iter()
+        .map(|(claim, _)| {
+            format!(
+                " cat /var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/{claim}/dev/{DRA_DRIVER}-metadata.json 2>/dev/null;"
+            )
+        })
+        .collect();
     let command = vec![
         "/bin/sh".to_owned(),
         "-c".to_owned(),
-        format!("{probe}; echo probe-done; exec sleep 3600"),
+        format!("{probe};{metadata} echo probe-done; exec sleep 3600"),
     ];
     let (mut pod_claims, mut refs) = (String::new(), String::new());
     for (claim, template) in claims {
@@ -293,6 +302,25 @@ fn claims_get_exactly_their_devices(c: &Cluster) {
     assert_ne!(ids1, ids2, "two pods, one exclusive device");
     assert_demo_granted_exactly(&Report::parse(&first), &ids1, &first);
     assert_demo_granted_exactly(&Report::parse(&second), &ids2, &second);
+    // The device metadata in the container (KEP-5304): the claim's request and its device
+    // with the slice's attributes, found by the pod's own name for the claim.
+    let metadata: Value = first
+        .lines()
+        .find(|l| l.starts_with("{\"apiVersion\":\"metadata.resource.k8s.io/"))
+        .map(|l| serde_json::from_str(l).expect("metadata JSON"))
+        .unwrap_or_else(|| panic!("no device metadata in the container:\n{first}"));
+    assert_eq!(metadata["kind"], "DeviceMetadata", "{metadata}");
+    assert_eq!(metadata["podClaimName"], "demo", "{metadata}");
+    assert_eq!(
+        metadata["metadata"]["uid"], claim1["metadata"]["uid"],
+        "{metadata}"
+    );
+    let request = &metadata["requests"][0];
+    assert_eq!(request["name"], "dev", "{metadata}");
+    let device = &request["devices"][0];
+    assert_eq!(device["driver"], DRA_DRIVER, "{metadata}");
+    assert_eq!(device["name"], format!("demo-{}", ids1[0]), "{metadata}");
+    assert_eq!(device["attributes"]["id"]["string"], ids1[0], "{metadata}");
     println!(
         "$ kubectl get resourceclaims\n{}",
         c.kubectl(&["get", "resourceclaims"]).unwrap_or_default()
