@@ -6,11 +6,9 @@
 //! # Security
 //!
 //! The socket lives in a directory the kubelet shares with other plugins (`plugins/`,
-//! `plugins_registry/`), and the driver runs as root. A leftover socket from an earlier run is
-//! replaced, but anything else at the path (a symbolic link, a regular file, a directory) is
-//! refused and left alone: following or deleting it would let whoever put it there make root
-//! remove or bind somewhere else. The check is made with `lstat`, never following a link. A
-//! directory the driver creates gets mode 0750 (less the umask).
+//! `plugins_registry/`), and the driver runs as root: it is bound by
+//! [`devinject_h2_authority::bind()`], the rule the device plugin binds under too (a leftover
+//! socket replaced, anything else at the path refused and left alone, never followed).
 //!
 //! # `:authority` rewriting
 //!
@@ -21,10 +19,10 @@
 //! the device plugin uses, which makes it `localhost`.
 
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use tokio::net::UnixListener;
+pub use devinject_h2_authority::{BindError, DIR_MODE};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnixListenerStream;
@@ -33,60 +31,19 @@ use tonic::service::Routes;
 use tonic::transport::{Channel, Server};
 use tracing::{debug, info, warn};
 
-/// The mode of a socket directory [`serve`] creates.
-pub const DIR_MODE: u32 = 0o750;
-
 /// Why a socket could not be served or dialled.
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
-    /// The socket path has no parent directory (it is `/` or empty).
-    #[error("socket path {path} has no parent directory; give an absolute path to a file")]
-    NoParent {
-        /// The socket path.
-        path: PathBuf,
-    },
-    /// The socket's directory could not be created.
-    #[error("cannot create socket directory {dir}: {source}")]
-    CreateDir {
-        /// The directory.
-        dir: PathBuf,
-        /// The system error.
-        source: io::Error,
-    },
-    /// The socket path could not be inspected.
+    /// The socket could not be bound ([`devinject_h2_authority::bind()`]).
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    /// The socket path could not be inspected once bound.
     #[error("cannot inspect socket path {path}: {source}")]
     Inspect {
         /// The socket path.
         path: PathBuf,
         /// The system error.
-        source: io::Error,
-    },
-    /// Something other than a socket is at the socket path.
-    #[error(
-        "{path} is a {kind}, not a socket: refusing to replace it; remove it yourself if it is \
-         not needed, or configure another socket path"
-    )]
-    NotASocket {
-        /// The socket path.
-        path: PathBuf,
-        /// What is there instead.
-        kind: &'static str,
-    },
-    /// A stale socket could not be removed.
-    #[error("cannot remove stale socket {path}: {source}")]
-    RemoveStale {
-        /// The socket path.
-        path: PathBuf,
-        /// The system error.
-        source: io::Error,
-    },
-    /// Binding the socket failed.
-    #[error("cannot listen on {path}: {source}")]
-    Bind {
-        /// The socket path.
-        path: PathBuf,
-        /// The system error.
-        source: io::Error,
+        source: std::io::Error,
     },
     /// The gRPC server on the socket failed.
     #[error("gRPC server on {path} failed: {source}")]
@@ -140,7 +97,7 @@ pub struct ServedSocket {
 /// directory is created (mode [`DIR_MODE`]) when missing. Must be called within a tokio
 /// runtime, which runs the server task.
 pub async fn serve(path: &Path, routes: Routes) -> Result<ServedSocket> {
-    let listener = bind(path)?;
+    let listener = devinject_h2_authority::bind(path)?;
     let identity = std::fs::symlink_metadata(path)
         .map(|meta| (meta.dev(), meta.ino()))
         .map_err(|source| SocketError::Inspect {
@@ -190,71 +147,6 @@ pub async fn serve(path: &Path, routes: Routes) -> Result<ServedSocket> {
         task: Some(task),
         abandon,
     })
-}
-
-/// Prepares `path` (parent directory, stale socket) and binds it.
-fn bind(path: &Path) -> Result<UnixListener> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() && path.file_name().is_some() => dir,
-        _ => {
-            return Err(SocketError::NoParent {
-                path: path.to_owned(),
-            })
-        }
-    };
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(DIR_MODE)
-        .create(dir)
-        .map_err(|source| SocketError::CreateDir {
-            dir: dir.to_owned(),
-            source,
-        })?;
-    remove_stale(path)?;
-    UnixListener::bind(path).map_err(|source| SocketError::Bind {
-        path: path.to_owned(),
-        source,
-    })
-}
-
-/// Removes a socket left at `path` by an earlier run; refuses anything else.
-fn remove_stale(path: &Path) -> Result<()> {
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(source) => {
-            return Err(SocketError::Inspect {
-                path: path.to_owned(),
-                source,
-            })
-        }
-    };
-    let file_type = meta.file_type();
-    if !file_type.is_socket() {
-        let kind = if file_type.is_symlink() {
-            "symbolic link"
-        } else if file_type.is_dir() {
-            "directory"
-        } else if file_type.is_file() {
-            "regular file"
-        } else {
-            "special file"
-        };
-        return Err(SocketError::NotASocket {
-            path: path.to_owned(),
-            kind,
-        });
-    }
-    debug!(socket = %path.display(), "removing stale socket");
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        // Removed by someone else in between: the path is free, which is all we need.
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(SocketError::RemoveStale {
-            path: path.to_owned(),
-            source,
-        }),
-    }
 }
 
 impl ServedSocket {
@@ -433,7 +325,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_symlink_at_the_socket_path_is_refused_and_left_in_place() {
+    async fn a_symlink_at_the_socket_path_is_refused_and_left_in_place_by_the_one_rule() {
         let temp = tempfile::tempdir().unwrap();
         let target = temp.path().join("precious");
         std::fs::write(&target, "keep me").unwrap();
@@ -443,10 +335,10 @@ mod tests {
         assert!(
             matches!(
                 err,
-                SocketError::NotASocket {
+                SocketError::Bind(BindError::NotASocket {
                     kind: "symbolic link",
                     ..
-                }
+                })
             ),
             "{err:?}"
         );
@@ -458,41 +350,6 @@ mod tests {
             .file_type()
             .is_symlink());
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
-    }
-
-    #[tokio::test]
-    async fn a_regular_file_or_directory_at_the_socket_path_is_refused_and_left_in_place() {
-        let temp = tempfile::tempdir().unwrap();
-        let file = temp.path().join("file.sock");
-        std::fs::write(&file, "data").unwrap();
-        let err = serve(&file, routes("x")).await.unwrap_err();
-        assert!(
-            matches!(
-                err,
-                SocketError::NotASocket {
-                    kind: "regular file",
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
-        assert_eq!(std::fs::read_to_string(&file).unwrap(), "data");
-
-        let dir = temp.path().join("dir.sock");
-        std::fs::create_dir(&dir).unwrap();
-        std::fs::write(dir.join("inside"), "x").unwrap();
-        let err = serve(&dir, routes("x")).await.unwrap_err();
-        assert!(
-            matches!(
-                err,
-                SocketError::NotASocket {
-                    kind: "directory",
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
-        assert!(dir.join("inside").exists());
     }
 
     #[tokio::test]
@@ -551,11 +408,5 @@ mod tests {
             .expect("the abandoned call ends")
             .unwrap();
         assert!(answer.is_err(), "the stuck call got an answer: {answer:?}");
-    }
-
-    #[tokio::test]
-    async fn a_path_without_a_parent_is_an_error() {
-        let err = serve(Path::new("/"), routes("x")).await.unwrap_err();
-        assert!(matches!(err, SocketError::NoParent { .. }), "{err:?}");
     }
 }

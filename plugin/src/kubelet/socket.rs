@@ -9,14 +9,9 @@ use tonic::transport::Channel;
 /// Why a socket could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
-    /// Binding our socket failed.
-    #[error("cannot listen on {path}: {source}")]
-    Bind {
-        /// The socket path.
-        path: PathBuf,
-        /// The system error.
-        source: io::Error,
-    },
+    /// Binding our socket failed ([`devinject_h2_authority::bind()`]).
+    #[error(transparent)]
+    Bind(#[from] devinject_h2_authority::BindError),
     /// Dialling a socket failed.
     #[error("cannot connect to {path}: {source}")]
     Connect {
@@ -27,22 +22,10 @@ pub enum SocketError {
     },
 }
 
-/// Listens on `path`, replacing a leftover file of the same name.
+/// Listens on `path` under the rule every kubelet-facing server binds by: a socket left there
+/// is replaced, anything else refused and left ([`devinject_h2_authority::bind()`]).
 pub fn bind(path: &Path) -> Result<UnixListener, SocketError> {
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(source) => {
-            return Err(SocketError::Bind {
-                path: path.to_owned(),
-                source,
-            })
-        }
-    }
-    UnixListener::bind(path).map_err(|source| SocketError::Bind {
-        path: path.to_owned(),
-        source,
-    })
+    Ok(devinject_h2_authority::bind(path)?)
 }
 
 /// A gRPC channel over the Unix socket at `path`, connected once (no reconnects: a lost

@@ -1,0 +1,197 @@
+//! Binding a server's Unix socket in a directory the kubelet shares with other plugins
+//! (`device-plugins/`, `plugins/`, `plugins_registry/`), under one rule for every server.
+//!
+//! The servers run as root. A socket left at the path by an earlier run is replaced; anything
+//! else there (a symbolic link, a regular file, a directory, a FIFO) is refused and left alone:
+//! following or deleting it would let whoever put it there make root remove a file or bind
+//! somewhere else. The check is made with `lstat`, never following a link. A directory made for
+//! the socket gets mode [`DIR_MODE`] (less the umask).
+
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt};
+use std::path::{Path, PathBuf};
+
+use tokio::net::UnixListener;
+use tracing::debug;
+
+/// The mode of a socket directory [`bind`] creates.
+pub const DIR_MODE: u32 = 0o750;
+
+/// Why a socket could not be bound.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    /// The socket path has no parent directory (it is `/` or empty).
+    #[error("socket path {path} has no parent directory; give an absolute path to a file")]
+    NoParent {
+        /// The socket path.
+        path: PathBuf,
+    },
+    /// The socket's directory could not be created.
+    #[error("cannot create socket directory {dir}: {source}")]
+    CreateDir {
+        /// The directory.
+        dir: PathBuf,
+        /// The system error.
+        source: io::Error,
+    },
+    /// The socket path could not be inspected.
+    #[error("cannot inspect socket path {path}: {source}")]
+    Inspect {
+        /// The socket path.
+        path: PathBuf,
+        /// The system error.
+        source: io::Error,
+    },
+    /// Something other than a socket is at the socket path.
+    #[error(
+        "{path} is a {kind}, not a socket: refusing to replace it; remove it yourself if it is \
+         not needed, or configure another socket path"
+    )]
+    NotASocket {
+        /// The socket path.
+        path: PathBuf,
+        /// What is there instead.
+        kind: &'static str,
+    },
+    /// A stale socket could not be removed.
+    #[error("cannot remove stale socket {path}: {source}")]
+    RemoveStale {
+        /// The socket path.
+        path: PathBuf,
+        /// The system error.
+        source: io::Error,
+    },
+    /// Binding the socket failed.
+    #[error("cannot listen on {path}: {source}")]
+    Bind {
+        /// The socket path.
+        path: PathBuf,
+        /// The system error.
+        source: io::Error,
+    },
+}
+
+/// Prepares `path` (its parent directory made when missing, a stale socket removed, anything
+/// else refused) and listens on it. Must be called within a tokio runtime.
+pub fn bind(path: &Path) -> Result<UnixListener, BindError> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() && path.file_name().is_some() => dir,
+        _ => {
+            return Err(BindError::NoParent {
+                path: path.to_owned(),
+            })
+        }
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE)
+        .create(dir)
+        .map_err(|source| BindError::CreateDir {
+            dir: dir.to_owned(),
+            source,
+        })?;
+    remove_stale(path)?;
+    UnixListener::bind(path).map_err(|source| BindError::Bind {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Removes a socket left at `path` by an earlier run; refuses anything else.
+fn remove_stale(path: &Path) -> Result<(), BindError> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(BindError::Inspect {
+                path: path.to_owned(),
+                source,
+            })
+        }
+    };
+    let file_type = meta.file_type();
+    if !file_type.is_socket() {
+        let kind = if file_type.is_symlink() {
+            "symbolic link"
+        } else if file_type.is_dir() {
+            "directory"
+        } else if file_type.is_file() {
+            "regular file"
+        } else {
+            "special file"
+        };
+        return Err(BindError::NotASocket {
+            path: path.to_owned(),
+            kind,
+        });
+    }
+    debug!(socket = %path.display(), "removing stale socket");
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        // Removed by someone else in between: the path is free, which is all we need.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(BindError::RemoveStale {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_stale_socket_is_replaced_and_a_new_directory_made_0750() {
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path().join("plugins");
+        let path = dir.join("x.sock");
+        drop(bind(&path).unwrap());
+        // A socket nobody serves, as a killed server leaves it.
+        assert!(std::fs::symlink_metadata(&path)
+            .unwrap()
+            .file_type()
+            .is_socket());
+        let _again = bind(&path).unwrap();
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&dir).unwrap().permissions(),
+        ) & 0o777;
+        assert_eq!(mode & !DIR_MODE, 0, "mode {mode:o} grants more than 0750");
+    }
+
+    #[tokio::test]
+    async fn anything_but_a_socket_at_the_path_is_refused_and_left_in_place() {
+        let temp = tempfile::tempdir().unwrap();
+        let target = temp.path().join("precious");
+        std::fs::write(&target, "keep").unwrap();
+        let link = temp.path().join("link.sock");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let file = temp.path().join("file.sock");
+        std::fs::write(&file, "data").unwrap();
+        let dir = temp.path().join("dir.sock");
+        std::fs::create_dir(&dir).unwrap();
+        let fifo = temp.path().join("fifo.sock");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        for (path, kind) in [
+            (&link, "symbolic link"),
+            (&file, "regular file"),
+            (&dir, "directory"),
+            (&fifo, "special file"),
+        ] {
+            let err = bind(path).unwrap_err();
+            assert!(
+                matches!(&err, BindError::NotASocket { kind: k, .. } if *k == kind),
+                "{err:?}"
+            );
+            assert!(err.to_string().contains("refusing to replace it"), "{err}");
+            assert!(std::fs::symlink_metadata(path).is_ok(), "left in place");
+        }
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+    }
+
+    #[test]
+    fn a_path_without_a_parent_is_an_error() {
+        let err = bind(Path::new("/")).unwrap_err();
+        assert!(matches!(err, BindError::NoParent { .. }), "{err:?}");
+    }
+}
