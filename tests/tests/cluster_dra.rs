@@ -1115,16 +1115,11 @@ fn the_kvm_tun_and_fuse_profiles_serve_the_real_kernel_devices_through_claims() 
     let out = probe_output(&c, "kernel");
     let report = Report::parse(&out);
     for (path, major, minor) in &numbers {
-        let node = report.node(path);
-        assert_eq!(
-            (
-                node.kind.as_str(),
-                node.major,
-                node.minor,
-                node.open.as_str()
-            ),
-            ("c", *major, *minor, "ok"),
-            "{path} through its claim:\n{out}"
+        assert_opens(
+            &report,
+            path,
+            (*major, *minor),
+            &format!("through its claim:\n{out}"),
         );
     }
     // Only the claimed devices: none of the demo accelerators.
@@ -1136,6 +1131,22 @@ fn the_kvm_tun_and_fuse_profiles_serve_the_real_kernel_devices_through_claims() 
         );
     }
     kvm_is_shared_up_to_its_capacity(&c, &numbers[0]);
+}
+
+/// Asserts that the probe saw the char device `path` with the numbers `(major, minor)` and
+/// opened it; `ctx` is shown on failure.
+fn assert_opens(report: &Report, path: &str, (major, minor): (u32, u32), ctx: &str) {
+    let node = report.node(path);
+    assert_eq!(
+        (
+            node.kind.as_str(),
+            node.major,
+            node.minor,
+            node.open.as_str()
+        ),
+        ("c", major, minor, "ok"),
+        "{path} {ctx}"
+    );
 }
 
 /// The pool generation of the kvm slice.
@@ -1214,17 +1225,11 @@ fn kvm_is_shared_up_to_its_capacity(c: &Cluster, kvm: &(String, u32, u32)) {
         ))
         .expect("create pod");
         let out = probe_output(c, &holder);
-        let report = Report::parse(&out);
-        let node = report.node(path);
-        assert_eq!(
-            (
-                node.kind.as_str(),
-                node.major,
-                node.minor,
-                node.open.as_str()
-            ),
-            ("c", *major, *minor, "ok"),
-            "{path} in {holder}, beside the other holders:\n{out}"
+        assert_opens(
+            &Report::parse(&out),
+            path,
+            (*major, *minor),
+            &format!("in {holder}, beside the other holders:\n{out}"),
         );
         shares.push(pod_claim(c, &holder, Some("kvm")));
     }
