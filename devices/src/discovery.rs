@@ -327,7 +327,7 @@ fn file_name(p: &Path) -> String {
 }
 
 /// The number at the end of a node name (`accel12` → 12).
-fn trailing_number(name: &str) -> Option<u64> {
+pub(crate) fn trailing_number(name: &str) -> Option<u64> {
     let digits: String = name
         .chars()
         .rev()
@@ -339,7 +339,8 @@ fn trailing_number(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-fn substitute(template: &str, name: &str, n: Option<u64>) -> String {
+/// `template` with `{name}` (the node's file name) and `{n}` (its trailing number) filled in.
+pub(crate) fn substitute(template: &str, name: &str, n: Option<u64>) -> String {
     let n = n.map(|n| n.to_string()).unwrap_or_default();
     template.replace("{name}", name).replace("{n}", &n)
 }

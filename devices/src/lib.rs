@@ -50,6 +50,7 @@ pub mod profile_file;
 pub mod profile_set;
 pub mod request;
 pub mod roots;
+pub mod watch;
 
 pub use capability::{Capabilities, CapabilityError, CapabilitySpec};
 pub use capacity::Capacity;
@@ -74,3 +75,4 @@ pub use profile::{AllocateMode, HealthTaint, LibraryNames, Profile, ProfileError
 pub use profile_set::ProfileSet;
 pub use request::{Request, RequestError, Resolve, Selection};
 pub use roots::HostRoots;
+pub use watch::{nearest_existing, watch_paths};

@@ -10,6 +10,7 @@ pub mod checkpoint;
 pub mod claim;
 pub mod claim_spec;
 pub mod device_metadata;
+pub mod device_watch;
 pub mod driver;
 pub mod health;
 pub mod metrics;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
-use devinject_devices::{discover, HostRoots, PciLocation, ProfileSet};
+use devinject_devices::{discover, watch_paths, HostRoots, PciLocation, ProfileSet};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use tokio_stream::StreamExt;
 use tracing::{debug, info, warn};
 
+use crate::device_watch::DeviceWatch;
 use crate::health::{Discovered, HealthConfig, HealthService};
 use crate::metrics::DraMetrics;
 use crate::node_service::NodeService;
@@ -27,10 +28,6 @@ use crate::prepared::Claims;
 use crate::registration::RegistrationService;
 use crate::slices::{pci_locations, resource_slice, same_content, slice_name, ApiFields};
 use crate::socket::{self, ServedSocket};
-
-/// How often the publisher looks for hot-plugged, unplugged or unhealthy devices, so that a change
-/// reaches the slice within 1 s.
-pub const RESCAN: Duration = Duration::from_millis(500);
 
 /// What the driver logs each time it applies a ResourceSlice: tests look for it.
 pub const PUBLISHED: &str = "published the ResourceSlice";
@@ -131,8 +128,9 @@ async fn stop(socket: ServedSocket) {
 const EVENT_ROUND_GAP: Duration = Duration::from_millis(100);
 
 /// Publishes one ResourceSlice per profile and keeps it current against the API server (the
-/// slices' reconciliation, docs/security.md): every [`RESCAN`] discovery runs again and a slice
-/// whose devices changed is applied with the next pool generation; the driver's own slices
+/// slices' reconciliation, docs/security.md): discovery runs again on each change of what it
+/// reads ([`DeviceWatch`]) and a slice whose devices changed is applied with the next pool
+/// generation; the driver's own slices
 /// (field selector: this node and driver) are watched, and one deleted (a restarting kubelet
 /// deletes its node's slices) or changed by another writer is applied again at once, as is
 /// every slice when the kubelet registers the driver again. What discovery found goes to
@@ -175,56 +173,72 @@ async fn publish(
     // The fields the slices carry: all until the API server is seen dropping one (its feature
     // gate off), then without it for the driver's life.
     let mut fields = ApiFields::ALL;
-    let mut ticker = tokio::time::interval(RESCAN);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut devices = DeviceWatch::new();
+    // The first round runs discovery at once; then each change of what it reads does.
+    let mut first_round = true;
     let mut last_round = tokio::time::Instant::now();
     let mut registered_open = true;
     let mut events_open = true;
     loop {
-        // Whether this round runs discovery (a tick) or only reconciles (an event).
-        let rescan = tokio::select! {
-            _ = ticker.tick() => true,
-            changed = registrations.changed(), if registered_open => {
-                if changed.is_err() {
-                    // The registration service is gone; the driver stops through its socket.
-                    registered_open = false;
-                    continue;
+        // Whether this round runs discovery (a device change) or only reconciles (an event of
+        // the API server or the kubelet).
+        let rescan = std::mem::take(&mut first_round)
+            || tokio::select! {
+                () = devices.changed() => true,
+                changed = registrations.changed(), if registered_open => {
+                    if changed.is_err() {
+                        // The registration service is gone; the driver stops through its socket.
+                        registered_open = false;
+                        continue;
+                    }
+                    info!("the kubelet registered the driver: publishing every ResourceSlice again");
+                    published.clear();
+                    false
                 }
-                info!("the kubelet registered the driver: publishing every ResourceSlice again");
-                published.clear();
-                false
-            }
-            event = events.next(), if events_open => {
-                match event {
-                    Some(Ok(event)) => {
-                        if watch_error.take().is_some() {
-                            info!("watching the ResourceSlices works again");
+                event = events.next(), if events_open => {
+                    match event {
+                        Some(Ok(event)) => {
+                            if watch_error.take().is_some() {
+                                info!("watching the ResourceSlices works again");
+                            }
+                            if !record(&mut server, &mut relisted, event, config) {
+                                continue;
+                            }
                         }
-                        if !record(&mut server, &mut relisted, event, config) {
+                        Some(Err(e)) => {
+                            let error = e.to_string();
+                            if watch_error.as_ref() != Some(&error) {
+                                warn!(error = %error, "watching this node's ResourceSlices failed; retrying (a deleted slice is re-published only at the next registration meanwhile)");
+                                watch_error = Some(error);
+                            }
+                            continue;
+                        }
+                        None => {
+                            events_open = false;
                             continue;
                         }
                     }
-                    Some(Err(e)) => {
-                        let error = e.to_string();
-                        if watch_error.as_ref() != Some(&error) {
-                            warn!(error = %error, "watching this node's ResourceSlices failed; retrying (a deleted slice is re-published only at the next registration meanwhile)");
-                            watch_error = Some(error);
-                        }
-                        continue;
-                    }
-                    None => {
-                        events_open = false;
-                        continue;
-                    }
+                    false
                 }
-                false
-            }
-        };
+            };
         if !rescan {
             // A burst of events is one round, at most one per EVENT_ROUND_GAP.
             tokio::time::sleep_until(last_round + EVENT_ROUND_GAP).await;
         }
         last_round = tokio::time::Instant::now();
+        // Watch first, then discover: what changes after the watches are in place is an
+        // event, what changed before is seen by this discovery. The health attributes of
+        // devices found now are watched after it.
+        let watched = |found: &BTreeMap<String, devinject_devices::Inventory>| {
+            config
+                .profiles
+                .iter()
+                .flat_map(|p| watch_paths(p, &config.roots, found.get(p.name.as_str())))
+                .collect::<Vec<_>>()
+        };
+        if rescan {
+            devices.watch(watched(&found));
+        }
         let mut fresh = Vec::new();
         for profile in config.profiles.iter() {
             let name = profile.name.as_str();
@@ -254,6 +268,7 @@ async fn publish(
             }
         }
         if rescan {
+            devices.watch(watched(&found));
             discovered.send_if_modified(|known| {
                 let changed = **known != found;
                 if changed {

@@ -9,7 +9,6 @@
 //! created later (a driver loading, a first device plugged in) is noticed too. No timer is
 //! involved: latency is that of one inotify event plus a rescan.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -163,7 +162,7 @@ impl<S: DeviceSource> HealthMonitor<S> {
 
     fn add_watches(&self, watches: &mut Watches) {
         for path in self.source.watch_paths() {
-            let Some(target) = nearest_existing(&path) else {
+            let Some(target) = devinject_devices::nearest_existing(&path) else {
                 continue;
             };
             if let Err(error) = watches.add(&target, mask()) {
@@ -173,16 +172,10 @@ impl<S: DeviceSource> HealthMonitor<S> {
     }
 }
 
-/// `path` if it exists, else its closest existing ancestor.
-fn nearest_existing(path: &Path) -> Option<PathBuf> {
-    path.ancestors()
-        .find(|p| !p.as_os_str().is_empty() && p.symlink_metadata().is_ok())
-        .map(Path::to_path_buf)
-}
-
 #[cfg(test)]
 mod tests {
     use std::convert::Infallible;
+    use std::path::PathBuf;
     use std::sync::Mutex;
 
     use super::*;

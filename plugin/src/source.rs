@@ -1,10 +1,10 @@
 //! Where a resource's devices come from: a small trait so the health monitor can be driven by a
 //! profile on a real host ([`ProfileSource`]), or by a fake in tests.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 
-use devinject_devices::{discover, DiscoveryError, HostRoots, Profile};
+use devinject_devices::{discover, watch_paths, DiscoveryError, HostRoots, Inventory, Profile};
 
 use crate::advertisement::ScannedDevice;
 
@@ -25,8 +25,8 @@ pub trait DeviceSource: Send + 'static {
 pub struct ProfileSource {
     profile: Profile,
     roots: HostRoots,
-    /// The health attribute of each device of the last scan.
-    health_attributes: Mutex<Vec<PathBuf>>,
+    /// What the last scan found: its devices' health attributes are watched.
+    found: Mutex<Option<Inventory>>,
 }
 
 impl ProfileSource {
@@ -35,7 +35,7 @@ impl ProfileSource {
         Self {
             profile,
             roots,
-            health_attributes: Mutex::new(Vec::new()),
+            found: Mutex::new(None),
         }
     }
 }
@@ -55,142 +55,21 @@ impl DeviceSource for ProfileSource {
             }
             Err(err) => return Err(err),
         };
-        if let Some(template) = &self.profile.discovery.health_sysfs {
-            let paths = inventory
-                .devices
-                .iter()
-                .map(|d| self.roots.in_sys_root(&substitute(template, &d.name)))
-                .collect();
-            *self
-                .health_attributes
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()) = paths;
-        }
-        Ok(inventory
+        let scanned = inventory
             .devices
-            .into_iter()
+            .iter()
             .map(|d| ScannedDevice {
                 id: d.id.to_string(),
                 numa_node: d.numa_node,
                 healthy: d.healthy,
             })
-            .collect())
+            .collect();
+        *self.found.lock().unwrap_or_else(|e| e.into_inner()) = Some(inventory);
+        Ok(scanned)
     }
 
     fn watch_paths(&self) -> Vec<PathBuf> {
-        let node_patterns = self
-            .profile
-            .discovery
-            .nodes
-            .iter()
-            .chain(self.profile.device_nodes.iter().map(|n| &n.path))
-            .chain(self.profile.control_nodes.iter().map(|n| &n.path));
-        let mut paths = Vec::new();
-        for pattern in node_patterns {
-            for dir in pattern_dirs(&self.roots.dev_root, pattern) {
-                if !paths.contains(&dir) {
-                    paths.push(dir);
-                }
-            }
-        }
-        paths.extend(
-            self.health_attributes
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .cloned(),
-        );
-        paths
-    }
-}
-
-/// `{name}` and `{n}` (the trailing number of the node's name) in a profile path, as discovery
-/// substitutes them.
-fn substitute(template: &str, name: &str) -> String {
-    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
-    template
-        .replace("{name}", name)
-        .replace("{n}", &name[name.len() - digits..])
-}
-
-fn is_pattern(component: &str) -> bool {
-    component.contains(['*', '?', '[', '{'])
-}
-
-/// The directories whose entries decide what `pattern` (relative to `root`) matches: the
-/// directory holding the first wildcard component, and, when wildcards span directories, every
-/// directory the pattern's parent matches now.
-fn pattern_dirs(root: &Path, pattern: &str) -> Vec<PathBuf> {
-    let components: Vec<&str> = Path::new(pattern)
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(s) => s.to_str(),
-            _ => None,
-        })
-        .collect();
-    let Some(last) = components.len().checked_sub(1) else {
-        return Vec::new();
-    };
-    let first_wild = components
-        .iter()
-        .position(|c| is_pattern(c))
-        .unwrap_or(last);
-    let mut dirs = vec![components[..first_wild]
-        .iter()
-        .fold(root.to_path_buf(), |p, c| p.join(c))];
-    if first_wild < last {
-        let parent: Vec<String> = components[..last]
-            .iter()
-            .map(|c| {
-                if c.contains('{') {
-                    "*".to_owned()
-                } else {
-                    (*c).to_owned()
-                }
-            })
-            .collect();
-        let full = format!(
-            "{}/{}",
-            glob::Pattern::escape(&root.to_string_lossy()),
-            parent.join("/")
-        );
-        if let Ok(found) = glob::glob(&full) {
-            dirs.extend(found.flatten().filter(|p| p.is_dir()));
-        }
-    }
-    dirs
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn directories_to_watch() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let root = tmp.path();
-        std::fs::create_dir_all(root.join("bus/a")).expect("mkdir");
-        std::fs::create_dir_all(root.join("bus/b")).expect("mkdir");
-        assert_eq!(pattern_dirs(root, "demo/accel[0-9]*"), [root.join("demo")]);
-        assert_eq!(pattern_dirs(root, "kvm"), [root.to_path_buf()]);
-        assert_eq!(pattern_dirs(root, "dri/renderD{n}"), [root.join("dri")]);
-        let mut bus = pattern_dirs(root, "bus/*/accel*");
-        bus.sort();
-        assert_eq!(
-            bus,
-            [root.join("bus"), root.join("bus/a"), root.join("bus/b")]
-        );
-    }
-
-    #[test]
-    fn substitution() {
-        assert_eq!(
-            substitute("class/accel/{name}/device/health", "accel12"),
-            "class/accel/accel12/device/health"
-        );
-        assert_eq!(
-            substitute("class/apex/apex_{n}/temp", "apex_3"),
-            "class/apex/apex_3/temp"
-        );
+        let found = self.found.lock().unwrap_or_else(|e| e.into_inner());
+        watch_paths(&self.profile, &self.roots, found.as_ref())
     }
 }

@@ -12,7 +12,7 @@
 //! - two pods holding a claim each at the same time get different devices;
 //! - a claim for more devices than the node has leaves its pod Pending, unschedulable;
 //! - a pod that holds no claim and sets the request variable itself gets nothing;
-//! - a device unplugged leaves the slice (the publisher rescans every 500 ms) and no claim is
+//! - a device unplugged leaves the slice (the publisher rescans on the directory's event) and no claim is
 //!   allocated to it; plugged in again, it is published and allocated again;
 //! - the same claims on a CRI-O 1.36 node, CDI on;
 //! - a pod asking for `devinject.io/demo` in its limits, as for the device plugin, is served
@@ -1203,7 +1203,7 @@ fn kvm_is_shared_up_to_its_capacity(c: &Cluster, kvm: &(String, u32, u32)) {
         assert!(device["allowMultipleAllocations"].is_null(), "{device}");
     }
     // The slice settles: where the API server drops a field, the driver stops sending it
-    // rather than applying the slice again at every rescan (every 500 ms).
+    // rather than applying the slice again at every rescan.
     let generation = kvm_pool_generation(c);
     std::thread::sleep(std::time::Duration::from_millis(1500));
     assert_eq!(

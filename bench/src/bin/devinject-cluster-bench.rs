@@ -422,6 +422,80 @@ fn dra() -> Result<()> {
     Ok(())
 }
 
+/// How long each idle window of the DRA driver is measured.
+const IDLE_WINDOW: Duration = Duration::from_secs(30);
+
+/// The DRA driver's cost on a node where nothing changes: a cluster whose node runs
+/// `devinject-dra` alone, its slices published, then two windows of [`IDLE_WINDOW`] (the second
+/// an A/A of the first): CPU seconds per hour and wakeups per second (context switches of all
+/// its threads, voluntary and not, from `/proc/<pid>/task/*/status`).
+fn dra_idle() -> Result<()> {
+    let containerd = devinject_tests::runtimes::containerd("2")
+        .context("containerd 2 (scripts/runtimes-fetch.sh)")?;
+    let c = Cluster::start_with(Setup::Dra {
+        containerd: containerd.bin,
+        beside: DraBeside::Nothing,
+    })?;
+    c.wait_resource_slices(devinject_tests::sim::ACCELS.len())?;
+    let pid = c.node().dra_plugin_pid().context("the DRA driver's pid")?;
+    // Let the start's work settle (registration, the first applies, the health stream).
+    std::thread::sleep(Duration::from_secs(5));
+    emit(&format!(
+        "\n### 6c. The DRA driver on an idle node (Kubernetes {}, one node, {} s windows)\n\n\
+         | window | CPU s per hour | wakeups per s |\n|---|---|---|",
+        c.kubernetes().version(),
+        IDLE_WINDOW.as_secs()
+    ));
+    for window in ["first", "second (A/A)"] {
+        let (cpu0, switches0) = (process_cpu(pid)?, context_switches(pid)?);
+        let started = Instant::now();
+        std::thread::sleep(IDLE_WINDOW);
+        let secs = started.elapsed().as_secs_f64();
+        let (cpu1, switches1) = (process_cpu(pid)?, context_switches(pid)?);
+        emit(&format!(
+            "| {window} | {:.3} | {:.2} |",
+            (cpu1 - cpu0).as_secs_f64() / secs * 3600.0,
+            switches1.saturating_sub(switches0) as f64 / secs
+        ));
+    }
+    Ok(())
+}
+
+/// The user and system CPU time process `pid` has used (`/proc/<pid>/stat`).
+fn process_cpu(pid: u32) -> Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').context("/proc/<pid>/stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the name.
+    let ticks: u64 = fields
+        .get(11..13)
+        .context("/proc/<pid>/stat is short")?
+        .iter()
+        .map(|f| f.parse::<u64>().unwrap_or(0))
+        .sum();
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .filter(|&hz| hz > 0)
+        .unwrap_or(100) as u64;
+    Ok(Duration::from_secs_f64(ticks as f64 / hz as f64))
+}
+
+/// The context switches of every thread of process `pid`, voluntary and not.
+fn context_switches(pid: u32) -> Result<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let status = std::fs::read_to_string(task?.path().join("status")).unwrap_or_default();
+        total += status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    Ok(total)
+}
+
 /// The `took_us` of every claim `devinject-dra` logs as prepared.
 fn prepare_times(log: &str) -> Vec<Duration> {
     log.lines()
@@ -485,11 +559,16 @@ struct Cli {
     /// Only the DRA rows (section 6b).
     #[arg(long)]
     dra_only: bool,
+    /// Only the DRA driver's idle cost (section 6c).
+    #[arg(long)]
+    dra_idle: bool,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = if cli.dra_only {
+    let result = if cli.dra_idle {
+        dra_idle()
+    } else if cli.dra_only {
         dra()
     } else {
         run(cli.compare)
