@@ -17,7 +17,8 @@
 //! the client's. Every other frame, and everything the server sends back, passes byte for byte.
 //! Padding and priority fields of HEADERS are dropped (padding is optional, and priority is
 //! advisory and deprecated by RFC 9113). This is not a fork of an HTTP/2 library: it parses only
-//! the frame header and header blocks, with the maintained `fluke-hpack` codec.
+//! the frame header and header blocks, with the maintained `loona-hpack` codec (the one the
+//! pod-resources client uses too).
 //!
 //! Bounds: a header block may be at most [`MAX_HEADER_BLOCK`] bytes (h2's own default limit is
 //! 16 KiB of decoded headers); a client exceeding it, sending a malformed frame or block, or an
@@ -33,7 +34,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use fluke_hpack::{Decoder, Encoder};
+use loona_hpack::{Decoder, Encoder};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
 
 /// The client connection preface (RFC 9113, section 3.4).
