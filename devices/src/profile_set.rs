@@ -5,6 +5,10 @@ use std::path::{Path, PathBuf};
 use crate::names::DEFAULT_REQUEST_SUFFIX;
 use crate::profile::{Profile, ProfileError};
 
+/// Where every component reads the profiles unless told otherwise (the installer puts them
+/// there; the host configuration's `profiles_dir` and the binaries' `--profiles-dir` move it).
+pub const DEFAULT_PROFILES_DIR: &str = "/etc/devinject/profiles";
+
 /// All profiles from one directory, sorted by name.
 #[derive(Debug, Clone, Default)]
 pub struct ProfileSet {

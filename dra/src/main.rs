@@ -41,7 +41,7 @@ enum Command {
     /// Print the DeviceClass of every profile (YAML documents for `kubectl apply -f -`).
     DeviceClasses {
         /// The directory of device profiles (*.toml).
-        #[arg(long, default_value = "/etc/devinject/profiles")]
+        #[arg(long, default_value = devinject_devices::profile_set::DEFAULT_PROFILES_DIR)]
         profiles_dir: PathBuf,
         /// The DRA driver name.
         #[arg(long, default_value = DEFAULT_DRIVER)]
@@ -66,7 +66,7 @@ struct ServeArgs {
     #[arg(long, default_value = DEFAULT_DRIVER)]
     driver: String,
     /// The directory of device profiles (*.toml).
-    #[arg(long, default_value = "/etc/devinject/profiles")]
+    #[arg(long, default_value = devinject_devices::profile_set::DEFAULT_PROFILES_DIR)]
     profiles_dir: PathBuf,
     /// Where device nodes are.
     #[arg(long, default_value = "/dev")]

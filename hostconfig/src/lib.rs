@@ -136,7 +136,7 @@ pub const RUNTIME_CANDIDATES: [&str; 4] = [
 impl Default for HostConfig {
     fn default() -> Self {
         Self {
-            profiles_dir: PathBuf::from("/etc/devinject/profiles"),
+            profiles_dir: PathBuf::from(devinject_devices::profile_set::DEFAULT_PROFILES_DIR),
             dev_root: PathBuf::from("/dev"),
             sys_root: PathBuf::from("/sys"),
             proc_root: PathBuf::from("/proc"),

@@ -39,7 +39,7 @@ struct Args {
     #[arg(long, default_value = "/var/lib/kubelet/device-plugins")]
     kubelet_dir: PathBuf,
     /// The directory of device profiles (*.toml).
-    #[arg(long, default_value = "/etc/devinject/profiles")]
+    #[arg(long, default_value = devinject_devices::profile_set::DEFAULT_PROFILES_DIR)]
     profiles_dir: PathBuf,
     /// Where device nodes are.
     #[arg(long, default_value = "/dev")]

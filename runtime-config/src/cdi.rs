@@ -45,7 +45,7 @@ use crate::report::{Action, FileChange};
 /// Default directory CDI specs are written to (CDI's static directory).
 pub const DEFAULT_OUTPUT_DIR: &str = "/etc/cdi";
 /// Default profiles directory, as for the hook.
-pub const DEFAULT_PROFILES_DIR: &str = "/etc/devinject/profiles";
+pub use devinject_devices::profile_set::DEFAULT_PROFILES_DIR;
 
 /// A CDI spec (the subset devinject writes).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

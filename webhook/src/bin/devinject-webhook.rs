@@ -34,7 +34,7 @@ enum Command {
     /// Serve AdmissionReviews on POST /mutate (and GET /healthz).
     Serve {
         /// The directory of device profiles (*.toml).
-        #[arg(long, default_value = "/etc/devinject/profiles")]
+        #[arg(long, default_value = devinject_devices::profile_set::DEFAULT_PROFILES_DIR)]
         profiles_dir: PathBuf,
         /// Where to listen.
         #[arg(long, default_value = "0.0.0.0:8443")]
