@@ -24,7 +24,7 @@ pub struct Capacity {
 
 impl Capacity {
     /// Reads the `[capacity]` table: exactly one entry, its name a C identifier of at most
-    /// [`crate::profile::MAX_ATTRIBUTE_NAME`] characters and not one of the attributes every
+    /// [`crate::attribute_name::MAX_ATTRIBUTE_NAME`] characters and not one of the attributes every
     /// device carries, its value 1 to [`MAX_CAPACITY`]. The error is the problem with the key
     /// it names (`capacity` or `capacity.<name>`).
     pub(crate) fn from_table(table: &BTreeMap<String, i64>) -> Result<Self, (String, String)> {
@@ -39,7 +39,7 @@ impl Capacity {
             ));
         };
         let key = format!("capacity.{name}");
-        if let Some(problem) = crate::profile::attribute_name_problem(name) {
+        if let Some(problem) = crate::attribute_name::attribute_name_problem(name) {
             return Err((key, problem));
         }
         match u64::try_from(value) {

@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 pub mod alias;
+pub mod attribute_name;
 pub mod capability;
 pub mod capacity;
 pub mod discovery;

@@ -10,6 +10,8 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::attribute_name::attribute_name_problem;
+pub use crate::attribute_name::{DEVICE_ATTRIBUTES, MAX_ATTRIBUTE_NAME};
 use crate::capability::CapabilitySpec;
 use crate::capacity::Capacity;
 use crate::forward_compat::ForwardCompatSpec;
@@ -186,7 +188,6 @@ pub struct DiscoverySpec {
     pub aliases: Option<AliasSpec>,
 }
 
-/// The attributes every published device carries already; a profile's
 /// The effect of the taint an unhealthy device carries in a DRA ResourceSlice, as Kubernetes
 /// names it (`resource.k8s.io/v1` `DeviceTaint.effect`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -210,38 +211,11 @@ impl HealthTaint {
     }
 }
 
-/// `discovery.attributes_sysfs` may not reuse these names.
-pub const DEVICE_ATTRIBUTES: [&str; 5] = ["profile", "id", "index", "numaNode", "replica"];
-
-/// The longest attribute name (the DRA API's limit for a device attribute).
-pub const MAX_ATTRIBUTE_NAME: usize = 32;
-
 /// The most `discovery.attributes_sysfs` a profile may name: the DRA API holds at most 32
 /// attributes and capacities per device, and the driver publishes up to 8 of its own
 /// ([`DEVICE_ATTRIBUTES`] and Kubernetes' three standard ones), or 7 and one capacity (a
 /// device shared by `[capacity]` carries no `replica`).
 pub const MAX_SYSFS_ATTRIBUTES: usize = 24;
-
-/// Why `name` cannot name a device attribute, if it cannot.
-pub(crate) fn attribute_name_problem(name: &str) -> Option<String> {
-    let identifier = name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !identifier || name.len() > MAX_ATTRIBUTE_NAME {
-        Some(format!(
-            "is not a C identifier of at most {MAX_ATTRIBUTE_NAME} characters (letters, digits, `_`; not a digit first): rename it"
-        ))
-    } else if DEVICE_ATTRIBUTES.contains(&name) {
-        Some(format!(
-            "is an attribute every device carries already ({}): choose another name",
-            DEVICE_ATTRIBUTES.join(", ")
-        ))
-    } else {
-        None
-    }
-}
 
 /// One extra node per device, or a control node shared by all devices of the kind.
 #[derive(Debug, Clone, Deserialize)]
