@@ -6,7 +6,8 @@
 //! Service (routed to the pod's endpoint: there is no service proxy here).
 //!
 //! The profiles' ConfigMap is what a site would edit: the shipped kvm profile gets a prepare step
-//! (`/bin/true`) with a function `vm`, friendly name `devinject.io/kvm-vm`. A pod asking for
+//! (`/bin/true`) with a function `vm`, friendly name `devinject.io/kvm-vm`, and loses its
+//! `[capacity]` (a device with a prepare step is not shared). A pod asking for
 //! `devinject.io/kvm-vm: 1` is stored asking for `devinject.io/kvm: 1` with `KVM_FUNCTION=vm`,
 //! runs and sees `/dev/kvm`; an unknown name in that domain is refused at creation.
 //!
@@ -66,6 +67,14 @@ fn the_webhook_overlay_installs_with_its_bootstrap_and_maps_friendly_names() {
         "    [discovery]\n    nodes = [\"kvm\"]\n",
         "    [discovery]\n    nodes = [\"kvm\"]\n\n    [prepare]\n    command = [\"/bin/true\"]\n    \
          [[prepare.functions]]\n    id = \"vm\"\n    resource = \"devinject.io/kvm-vm\"\n",
+        1,
+    );
+    // A device with a prepare step is not shared: the edit drops kvm's `[capacity]` too (the
+    // profile would not load with both, as the installer's exit says).
+    let manifest = patch(
+        &manifest,
+        "    [capacity]\n    pods = 110\n  nvidia-imex.toml: |\n",
+        "  nvidia-imex.toml: |\n",
         1,
     );
     c.apply(&manifest)

@@ -114,7 +114,13 @@ pub fn init_output(c: &Cluster, selector: &str, container: &str) -> String {
         };
         let state = &pod["status"]["initContainerStatuses"][0]["state"]["terminated"];
         if let Some(code) = state["exitCode"].as_i64() {
-            assert_eq!(code, 0, "{container} failed: {state}\n{}", c.logs());
+            assert_eq!(
+                code,
+                0,
+                "{container} failed: {state}\n--- its output\n{}\n{}",
+                c.pod_log(pod, container).unwrap_or_default(),
+                c.logs()
+            );
             return Ok(Some(pod.clone()));
         }
         Ok(None)
