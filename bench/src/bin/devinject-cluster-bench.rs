@@ -358,7 +358,8 @@ fn run(compare: Option<(String, PathBuf)>) -> Result<()> {
         "--wait=true",
     ])?;
     drop(c);
-    dra()
+    dra()?;
+    dra_idle()
 }
 
 /// The DRA rows: a cluster whose node runs `devinject-dra` and the device plugin (answering
