@@ -42,6 +42,23 @@ pub fn watch_paths(
     paths
 }
 
+/// The inotify events on a watched path that may change what discovery finds.
+pub fn mask() -> inotify::WatchMask {
+    use inotify::WatchMask as M;
+    M::CREATE
+        | M::DELETE
+        | M::MOVED_FROM
+        | M::MOVED_TO
+        | M::ATTRIB
+        | M::MODIFY
+        | M::CLOSE_WRITE
+        | M::DELETE_SELF
+        | M::MOVE_SELF
+}
+
+/// At most this many queued events are folded into one rescan.
+pub const MAX_COALESCED: usize = 1024;
+
 /// `path` if it exists, else its closest existing ancestor.
 pub fn nearest_existing(path: &Path) -> Option<PathBuf> {
     path.ancestors()

@@ -7,28 +7,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use inotify::{EventStream, Inotify, WatchMask, Watches};
+use inotify::{EventStream, Inotify, Watches};
 use tokio_stream::StreamExt;
 use tracing::{debug, warn};
 
 /// How often discovery runs where inotify is unavailable.
 pub const FALLBACK_RESCAN: Duration = Duration::from_millis(500);
-
-/// At most this many queued events are folded into one rescan.
-const MAX_COALESCED: usize = 1024;
-
-/// Events that may change what discovery finds.
-fn mask() -> WatchMask {
-    WatchMask::CREATE
-        | WatchMask::DELETE
-        | WatchMask::MOVED_FROM
-        | WatchMask::MOVED_TO
-        | WatchMask::ATTRIB
-        | WatchMask::MODIFY
-        | WatchMask::CLOSE_WRITE
-        | WatchMask::DELETE_SELF
-        | WatchMask::MOVE_SELF
-}
 
 /// The inotify watches over every profile's discovery inputs, or the fallback timer.
 pub enum DeviceWatch {
@@ -83,7 +67,7 @@ impl DeviceWatch {
             let Some(target) = devinject_devices::nearest_existing(&path) else {
                 continue;
             };
-            if let Err(error) = watches.add(&target, mask()) {
+            if let Err(error) = watches.add(&target, devinject_devices::watch::mask()) {
                 warn!(path = %target.display(), %error, "cannot watch for device changes");
             }
         }
@@ -100,7 +84,7 @@ impl DeviceWatch {
             Self::Events { stream, .. } => match stream.next().await {
                 Some(Ok(event)) => {
                     debug!(name = ?event.name, mask = ?event.mask, "device watch event");
-                    for _ in 0..MAX_COALESCED {
+                    for _ in 0..devinject_devices::watch::MAX_COALESCED {
                         // A zero timeout polls once and never waits.
                         match tokio::time::timeout(Duration::ZERO, stream.next()).await {
                             Ok(Some(Ok(_))) => {}

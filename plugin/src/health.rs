@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use inotify::{Inotify, WatchMask, Watches};
+use inotify::{Inotify, Watches};
 use tokio::sync::watch;
 use tokio_stream::StreamExt;
 use tracing::{debug, info, warn};
@@ -40,22 +40,6 @@ pub enum HealthError {
         /// The extended resource.
         resource: String,
     },
-}
-
-/// At most this many queued events are folded into one rescan.
-const MAX_COALESCED: usize = 1024;
-
-/// Events that may change what a scan finds.
-fn mask() -> WatchMask {
-    WatchMask::CREATE
-        | WatchMask::DELETE
-        | WatchMask::MOVED_FROM
-        | WatchMask::MOVED_TO
-        | WatchMask::ATTRIB
-        | WatchMask::MODIFY
-        | WatchMask::CLOSE_WRITE
-        | WatchMask::DELETE_SELF
-        | WatchMask::MOVE_SELF
 }
 
 /// Keeps one resource's [`Advertisement`] up to date.
@@ -142,7 +126,7 @@ impl<S: DeviceSource> HealthMonitor<S> {
             debug!(resource = %self.resource, name = ?event.name, mask = ?event.mask, "inotify event");
             // One rescan for a burst: take the events that are already queued (a zero timeout
             // polls once and never waits), e.g. the many creations of a driver loading.
-            for _ in 0..MAX_COALESCED {
+            for _ in 0..devinject_devices::watch::MAX_COALESCED {
                 match tokio::time::timeout(Duration::ZERO, events.next()).await {
                     Ok(Some(event)) => {
                         event.map_err(err("read"))?;
@@ -165,7 +149,7 @@ impl<S: DeviceSource> HealthMonitor<S> {
             let Some(target) = devinject_devices::nearest_existing(&path) else {
                 continue;
             };
-            if let Err(error) = watches.add(&target, mask()) {
+            if let Err(error) = watches.add(&target, devinject_devices::watch::mask()) {
                 warn!(resource = %self.resource, path = %target.display(), %error, "cannot watch");
             }
         }
