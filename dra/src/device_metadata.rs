@@ -18,7 +18,7 @@
 //!   claim's spec names it and removed with the claim.
 //!
 //! Every name that reaches a path is checked first: the claim's UID ([`naming::claim_uid`]),
-//! and its name, the pod claim name and the request as DNS names, so no value of a claim can
+//! and its name, the pod claim name and the request as object names ([`naming::object_name`]), so no value of a claim can
 //! climb out of the directory or name another claim's file.
 
 use std::collections::BTreeMap;
@@ -41,15 +41,7 @@ pub const HOST_DIR: &str = "metadata";
 /// Why a claim's metadata cannot be written.
 #[derive(Debug, thiserror::Error)]
 pub enum MetadataError {
-    /// A value of the claim that names a path is not a DNS name.
-    #[error("{what} {value:?} is not a DNS name (lowercase letters, digits, '-' and '.', at most 253 characters): it cannot name the device metadata's path")]
-    BadName {
-        /// Which value.
-        what: &'static str,
-        /// The value, escaped and bounded.
-        value: String,
-    },
-    /// The claim's UID.
+    /// The claim's UID, or a name of the claim that names a path, is not one.
     #[error(transparent)]
     Naming(#[from] NamingError),
 }
@@ -105,11 +97,11 @@ pub fn file(
     devices: &[MetadataDevice],
 ) -> Result<MetadataFile, MetadataError> {
     let uid = naming::claim_uid(&claim.uid)?;
-    dns_name("request", request)?;
-    dns_name("claim name", &claim.name)?;
+    naming::object_name("request", request)?;
+    naming::object_name("name", &claim.name)?;
     let container_path = match &claim.pod_claim {
         Some(pod_claim) => {
-            dns_name("pod claim name", pod_claim)?;
+            naming::object_name("pod claim name", pod_claim)?;
             format!("{CONTAINER_DIR}/resourceclaimtemplates/{pod_claim}/{request}/{driver}-metadata.json")
         }
         None => format!(
@@ -155,27 +147,6 @@ pub fn is_claims(file_name: &str, uid: &str) -> bool {
         .strip_prefix(uid)
         .and_then(|rest| rest.strip_prefix('_'))
         .is_some_and(|rest| rest.ends_with(".json") && !rest.contains('/'))
-}
-
-/// Checks that `value` is a DNS subdomain (the API's rule for object names; request names and
-/// pod claim names are DNS labels, a subset): no `/`, never `.` or `..`.
-fn dns_name(what: &'static str, value: &str) -> Result<(), MetadataError> {
-    let ok = !value.is_empty()
-        && value.len() <= 253
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-        && value
-            .split('.')
-            .all(|l| !l.is_empty() && !l.starts_with('-') && !l.ends_with('-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(MetadataError::BadName {
-            what,
-            value: format!("{}", devinject_devices::Excerpt(value)),
-        })
-    }
 }
 
 #[cfg(test)]
@@ -262,7 +233,7 @@ mod tests {
             let err = file("devinject.io", &claim(pod_claim), request, &[])
                 .unwrap_err()
                 .to_string();
-            assert!(err.contains("is not a DNS name"), "{err}");
+            assert!(err.contains("is not a Kubernetes object name"), "{err}");
             assert!(!err.contains('\n'), "escaped: {err}");
         }
         let mut bad = claim(None);

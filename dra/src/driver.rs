@@ -461,10 +461,6 @@ impl Driver {
                         attributes,
                     });
                 }
-                // Two shares of a device shared by capacity are one device in the spec.
-                if pairs.iter().any(|(name, _)| name == &d.device) {
-                    continue;
-                }
                 pairs.push((d.device.clone(), id.to_owned()));
                 by_function
                     .entry(allocation.config(&d.request).function)
