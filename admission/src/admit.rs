@@ -4,25 +4,28 @@
 //! the container) and applies the plan its own way; what is asked for, what the policy allows
 //! and what gets planned is decided here, once.
 //!
-//! Two calls, so that a caller reads the container only when it may be asking (the shim
-//! parses `config.json` only then): [`Admission::may_be_asking`] tells cheaply that a container
-//! asks for nothing, and [`Admission::admit`] finds its requests, lets the caller check what it
-//! must once it knows the container asks for something (the hook its stage), checks the requests
-//! against the host's request policy and plans them. They read only the settings in
-//! [`Admission`] (where the profiles are, the policy, the kubelet to ask, the host roots), not the
-//! whole host configuration: what else the config holds (how to mount, which linker cache
-//! writer, which runtime) belongs to the callers.
+//! [`Admission::asked`] tells what a container asks for, or that it asks for nothing: one rule
+//! for whether a container mentions a request at all ([`mentions`]), then its requests,
+//! functions and driver parts, once; [`Asked`] also names the profiles asked for, for the
+//! decision log. Each path then does its own check in plain code (the hook: its stage and
+//! where the rootfs is) and calls [`Admission::admit`], which runs the host's request policy
+//! and then the planner. They read only the settings in [`Admission`] (where the profiles are,
+//! the policy, the kubelet to ask, the host roots), not the whole host configuration: what
+//! else the config holds (how to mount, which linker cache writer, which runtime) belongs to
+//! the callers.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use devinject_devices::{ContainerLayout, HostRoots, ProfileError, ProfileSet};
+use devinject_devices::{
+    env_value, ContainerLayout, FunctionRequest, HostRoots, ProfileError, ProfileSet,
+};
 use devinject_exit::ExitCode;
 use devinject_hostconfig::{HostConfig, PolicySettings};
 
 use crate::container_plan::{
-    find_capabilities, find_functions, find_requests, plan_container, ContainerPlan,
-    ContainerPlanError,
+    find_capabilities, find_functions, find_requests, plan_container, ChosenCapabilities,
+    ContainerPlan, ContainerPlanError, RequestSource,
 };
 use crate::policy::kubelet::PodResources;
 use crate::policy::{self, PolicyError};
@@ -39,6 +42,15 @@ pub enum AdmitError {
     /// The request could not be planned.
     #[error(transparent)]
     Plan(#[from] ContainerPlanError),
+    /// A function or a driver's parts the container chose cannot be honoured; `asked` names
+    /// the profiles it asks devices of, for the decision log.
+    #[error("{error}")]
+    Chosen {
+        /// The profiles the container asks devices of.
+        asked: Vec<String>,
+        /// Why the choice cannot be honoured.
+        error: Box<ContainerPlanError>,
+    },
 }
 
 impl AdmitError {
@@ -47,7 +59,8 @@ impl AdmitError {
         match self {
             Self::Profiles(_) => ExitCode::Config,
             Self::Policy(_) => ExitCode::Policy,
-            Self::Plan(
+            Self::Chosen { .. }
+            | Self::Plan(
                 ContainerPlanError::Request { .. }
                 | ContainerPlanError::Plan(_)
                 | ContainerPlanError::Function(_)
@@ -56,6 +69,15 @@ impl AdmitError {
             Self::Plan(ContainerPlanError::Discovery(_) | ContainerPlanError::Resolve(_)) => {
                 ExitCode::Host
             }
+        }
+    }
+
+    /// The profiles the container was found to ask devices of before this refusal, for the
+    /// decision log: known only when it came from what the container chose beside them.
+    pub fn asked_profiles(&self) -> &[String] {
+        match self {
+            Self::Chosen { asked, .. } => asked,
+            _ => &[],
         }
     }
 }
@@ -73,6 +95,111 @@ pub struct Admission {
     pub roots: HostRoots,
 }
 
+/// A container as an engine path reads it: the hook and the shim from `config.json`, the NRI
+/// plugin from containerd's description of the container.
+pub trait Container {
+    /// Its environment, `NAME=value` entries in order.
+    fn env_entries(&self) -> &[String];
+    /// Its annotations.
+    fn annotations(&self) -> &BTreeMap<String, String>;
+}
+
+/// The value of `container`'s environment variable `name`: the last entry wins, as the process
+/// sees it.
+fn env<'a>(container: &'a impl Container, name: &str) -> Option<&'a str> {
+    env_value(container.env_entries(), name)
+}
+
+/// The one rule for whether `container` mentions `needle` (a request variable, our annotation
+/// prefix): one of its env names or annotation keys contains it. Requests are read only from
+/// env names and annotation keys ([`find_requests`]), so a container that mentions none asks
+/// for nothing.
+pub fn mentions(container: &impl Container, needle: &str) -> bool {
+    container
+        .env_entries()
+        .iter()
+        .filter_map(|e| e.split_once('=').map(|(k, _)| k))
+        .any(|k| k.contains(needle))
+        || container.annotations().keys().any(|k| k.contains(needle))
+}
+
+/// What a container asks for: its requests, functions and chosen driver parts, found once,
+/// under the profiles that were loaded for it.
+#[derive(Debug)]
+pub struct Asked {
+    profiles: ProfileSet,
+    requests: Vec<RequestSource>,
+    functions: Vec<FunctionRequest>,
+    capabilities: ChosenCapabilities,
+}
+
+impl Asked {
+    /// What `container` asks for under `profiles`: `Ok(None)` when it sets no request and no
+    /// function. A function chosen twice, differently, or a driver part its profile does not
+    /// have is refused.
+    pub fn find(
+        profiles: ProfileSet,
+        container: &impl Container,
+    ) -> Result<Option<Self>, AdmitError> {
+        let env = |name: &str| env(container, name);
+        let annotations = container.annotations();
+        let requests = find_requests(&profiles, env, annotations);
+        let chosen = |error: ContainerPlanError| AdmitError::Chosen {
+            asked: requests.iter().map(|r| r.profile.to_string()).collect(),
+            error: Box::new(error),
+        };
+        let functions =
+            find_functions(&profiles, env, annotations).map_err(|e| chosen(e.into()))?;
+        if requests.is_empty() && functions.is_empty() {
+            return Ok(None);
+        }
+        let capabilities =
+            find_capabilities(&profiles, env, &requests).map_err(|e| chosen(e.into()))?;
+        Ok(Some(Self {
+            profiles,
+            requests,
+            functions,
+            capabilities,
+        }))
+    }
+
+    /// The profiles the container asks devices of, as the decision log names them.
+    pub fn profile_names(&self) -> Vec<String> {
+        self.requests
+            .iter()
+            .map(|r| r.profile.to_string())
+            .collect()
+    }
+}
+
+/// The profiles a container asks devices of, from what [`Admission::asked`] or [`Asked::find`]
+/// gave: what the decision log names, whether the container was found asking or refused.
+pub fn asked_profiles(asked: &Result<Option<Asked>, AdmitError>) -> Vec<String> {
+    match asked {
+        Ok(Some(asked)) => asked.profile_names(),
+        Ok(None) => Vec::new(),
+        Err(e) => e.asked_profiles().to_vec(),
+    }
+}
+
+/// What admission decided for a container that asks for something.
+#[derive(Debug)]
+pub struct Admitted {
+    /// The plan: per profile, the devices granted and the edits; all edits merged; the prepare
+    /// steps to run before the container starts.
+    pub plan: ContainerPlan,
+    /// The request variable of every profile, whose values the granted list replaces in the
+    /// container's env.
+    pub request_envs: Vec<String>,
+}
+
+impl Admitted {
+    /// [`Self::request_envs`] borrowed, as the env merge takes them.
+    pub fn request_env_names(&self) -> Vec<&str> {
+        self.request_envs.iter().map(String::as_str).collect()
+    }
+}
+
 impl Admission {
     /// The settings `config` gives admission.
     pub fn from_config(config: &HostConfig) -> Self {
@@ -84,10 +211,21 @@ impl Admission {
         }
     }
 
-    /// Whether a container whose text (env names or entries, annotation keys; a whole
-    /// `config.json`) is searched by `mentions` may be asking for anything: `Ok(None)` means it
-    /// certainly is not, and the profiles are not even parsed (the cheap path every container
-    /// that asks for nothing takes); else the profiles, loaded.
+    /// What `container` asks for, or `Ok(None)` when it asks for nothing. A container that
+    /// [`mentions`] no request variable and not our annotation prefix stops before any profile
+    /// is parsed: the cheap path every container that asks for nothing takes.
+    pub fn asked(&self, container: &impl Container) -> Result<Option<Asked>, AdmitError> {
+        match self.may_be_asking(|needle| mentions(container, needle))? {
+            Some(profiles) => Asked::find(profiles, container),
+            None => Ok(None),
+        }
+    }
+
+    /// The profiles, loaded, when a container whose text is searched by `mentions` may be
+    /// asking for anything; `Ok(None)` means it certainly is not, and the profiles are not even
+    /// parsed. [`Self::asked`] searches a container by the [`mentions`] rule; a caller holding
+    /// only the container's unparsed text (the shim, its `config.json`) may search that
+    /// instead, as every env name and annotation key is in it, and then call [`Asked::find`].
     pub fn may_be_asking(
         &self,
         mentions: impl Fn(&str) -> bool,
@@ -103,83 +241,43 @@ impl Admission {
         }
         Ok(Some(profiles))
     }
-}
 
-/// A container as an engine path reads it: the hook and the shim from `config.json`, the NRI
-/// plugin from containerd's description of the container.
-pub trait Container {
-    /// The value of its environment variable `name` (the last entry wins, as the process sees
-    /// it).
-    fn env(&self, name: &str) -> Option<&str>;
-    /// Its annotations.
-    fn annotations(&self) -> &BTreeMap<String, String>;
-}
-
-/// What admission decided for a container that asks for something.
-#[derive(Debug)]
-pub struct Admitted<R = ()> {
-    /// The plan: per profile, the devices granted and the edits; all edits merged; the prepare
-    /// steps to run before the container starts.
-    pub plan: ContainerPlan,
-    /// The request variable of every profile, whose values the granted list replaces in the
-    /// container's env.
-    pub request_envs: Vec<String>,
-    /// What the caller's own check gave ([`Admission::admit`]'s `ready`).
-    pub ready: R,
-}
-
-impl<R> Admitted<R> {
-    /// [`Self::request_envs`] borrowed, as the env merge takes them.
-    pub fn request_env_names(&self) -> Vec<&str> {
-        self.request_envs.iter().map(String::as_str).collect()
-    }
-}
-
-impl Admission {
-    /// Admits `container`, which [`Self::may_be_asking`] found may be asking under `profiles`:
-    /// its requests and functions (a function chosen twice, differently, is refused); then
-    /// `ready`, the caller's own check once the container is known to ask for something, before
-    /// the kubelet is asked (what it gives comes back in [`Admitted::ready`]); then the host's
-    /// request policy and the plan. `layout` is called at most once, with what `ready` gave,
-    /// when files are injected. `Ok(None)`: the container asks for nothing, or nothing is left
-    /// to inject.
-    pub fn admit<R, E: From<AdmitError>>(
+    /// Admits what `container` asked for: the host's request policy (under `kubernetes`, the
+    /// kubelet is asked), then the plan. `layout` is called at most once, when files are
+    /// injected. `Ok(None)`: nothing is left to inject.
+    pub fn admit(
         &self,
-        profiles: ProfileSet,
+        asked: Asked,
         container: &impl Container,
-        ready: impl FnOnce() -> Result<R, E>,
-        layout: impl FnOnce(&R) -> ContainerLayout,
-    ) -> Result<Option<Admitted<R>>, E> {
-        let env = |name: &str| container.env(name);
-        let annotations = container.annotations();
-        let requests = find_requests(&profiles, env, annotations);
-        let functions =
-            find_functions(&profiles, env, annotations).map_err(|e| AdmitError::Plan(e.into()))?;
-        if requests.is_empty() && functions.is_empty() {
-            return Ok(None);
-        }
-        let capabilities =
-            find_capabilities(&profiles, env, &requests).map_err(|e| AdmitError::Plan(e.into()))?;
-        let ready = ready()?;
-        let requests =
-            policy::authorize(self.policy, &profiles, requests, annotations, &self.kubelet)
-                .map_err(AdmitError::from)?;
+        layout: impl FnOnce() -> ContainerLayout,
+    ) -> Result<Option<Admitted>, AdmitError> {
+        let Asked {
+            profiles,
+            requests,
+            functions,
+            capabilities,
+        } = asked;
+        let requests = policy::authorize(
+            self.policy,
+            &profiles,
+            requests,
+            container.annotations(),
+            &self.kubelet,
+        )?;
         let plan = plan_container(
             &self.roots,
             &profiles,
             &requests,
             &functions,
             &capabilities,
-            || layout(&ready),
-        )
-        .map_err(AdmitError::from)?;
+            layout,
+        )?;
         Ok(plan.map(|plan| Admitted {
             plan,
             request_envs: profiles
                 .iter()
                 .map(|p| p.request_env().to_owned())
                 .collect(),
-            ready,
         }))
     }
 }
@@ -266,8 +364,8 @@ mod tests {
     }
 
     impl Container for Fake {
-        fn env(&self, name: &str) -> Option<&str> {
-            devinject_devices::env_value(&self.env, name)
+        fn env_entries(&self) -> &[String] {
+            &self.env
         }
 
         fn annotations(&self) -> &BTreeMap<String, String> {
@@ -275,30 +373,9 @@ mod tests {
         }
     }
 
-    /// Why admission stopped, as a test error: the caller's own, or admission's.
-    #[derive(Debug)]
-    enum Stopped {
-        NotReady,
-        Admit(AdmitError),
-    }
-
-    impl From<AdmitError> for Stopped {
-        fn from(e: AdmitError) -> Self {
-            Self::Admit(e)
-        }
-    }
-
-    /// Admits a container with `env` under the kvm profile and the default (kubernetes)
-    /// policy, with no kubelet socket; `ready` answers as given. Returns the outcome and
-    /// whether `ready` ran.
-    fn admit_with(env: &[&str], ready_ok: bool) -> (Result<Option<Admitted>, Stopped>, bool) {
-        let dir = profiles_dir();
-        let admission = Admission::from_config(&HostConfig {
-            profiles_dir: dir.path().to_owned(),
-            pod_resources_socket: dir.path().join("no-kubelet.sock"),
-            ..HostConfig::default()
-        });
-        let container = Fake {
+    /// A container of a pod, with `env` and `extra` annotations.
+    fn container(env: &[&str], extra: &[(&str, &str)]) -> Fake {
+        Fake {
             env: env.iter().map(|e| (*e).to_owned()).collect(),
             annotations: [
                 ("io.kubernetes.cri.container-type", "container"),
@@ -307,58 +384,102 @@ mod tests {
                 ("io.kubernetes.cri.sandbox-namespace", "default"),
                 ("io.kubernetes.cri.container-name", "main"),
             ]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .iter()
+            .chain(extra)
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect(),
-        };
-        let profiles = admission
-            .may_be_asking(|n| env.iter().any(|e| e.contains(n)))
-            .unwrap()
-            .expect("the profiles are loaded");
-        let ran = std::cell::Cell::new(false);
-        let out = admission.admit(
-            profiles,
-            &container,
-            || {
-                ran.set(true);
-                if ready_ok {
-                    Ok(())
-                } else {
-                    Err(Stopped::NotReady)
-                }
-            },
-            |()| ContainerLayout::default(),
-        );
-        (out, ran.get())
+        }
     }
 
-    /// A container that mentions a request variable without setting it asks for nothing: not
-    /// admitted, and the caller's check does not run. One that sets it to `void` asks, for no
-    /// device: checked by the caller, then nothing to inject, and no kubelet needed.
+    /// Admission under the kvm profile and the default (kubernetes) policy, with no kubelet
+    /// socket; the profiles dir is kept alive beside it.
+    fn kubernetes_admission() -> (tempfile::TempDir, Admission) {
+        let dir = profiles_dir();
+        let admission = Admission::from_config(&HostConfig {
+            profiles_dir: dir.path().to_owned(),
+            pod_resources_socket: dir.path().join("no-kubelet.sock"),
+            ..HostConfig::default()
+        });
+        (dir, admission)
+    }
+
+    /// What admission finds a container with `env` asks for, and, when it asks, what admitting
+    /// it gives.
+    fn admit_with(env: &[&str]) -> (bool, Result<Option<Admitted>, AdmitError>) {
+        let (_dir, admission) = kubernetes_admission();
+        let c = container(env, &[]);
+        match admission.asked(&c).unwrap() {
+            None => (false, Ok(None)),
+            Some(asked) => (true, admission.admit(asked, &c, ContainerLayout::default)),
+        }
+    }
+
+    /// One rule says whether a container mentions a request: its env names and annotation
+    /// keys, not the values, which requests are never read from.
+    #[test]
+    fn only_env_names_and_annotation_keys_mention_a_request() {
+        let annotation = format!("{}kvm.devices", devinject_devices::plan::ANNOTATION_PREFIX);
+        assert!(mentions(
+            &container(&["KVM_VISIBLE_DEVICES=0"], &[]),
+            "KVM_VISIBLE_DEVICES"
+        ));
+        assert!(mentions(
+            &container(&[], &[(annotation.as_str(), "kvm")]),
+            devinject_devices::plan::ANNOTATION_PREFIX
+        ));
+        let in_values = container(&["NOTE=KVM_VISIBLE_DEVICES"], &[("note", &annotation)]);
+        assert!(!mentions(&in_values, "KVM_VISIBLE_DEVICES"));
+        assert!(!mentions(
+            &in_values,
+            devinject_devices::plan::ANNOTATION_PREFIX
+        ));
+        let (_dir, admission) = kubernetes_admission();
+        assert!(admission.asked(&in_values).unwrap().is_none());
+    }
+
+    /// A container that mentions a request variable without setting it asks for nothing. One
+    /// that sets it to `void` asks, for no device: nothing to inject, and no kubelet needed.
     #[test]
     fn asking_for_nothing_admits_nothing() {
-        let (out, ran) = admit_with(&["NOTE=KVM_VISIBLE_DEVICES"], true);
+        let (asked, out) = admit_with(&["NOTE=KVM_VISIBLE_DEVICES"]);
         assert!(matches!(out, Ok(None)), "{out:?}");
-        assert!(!ran);
-        let (out, ran) = admit_with(&["KVM_VISIBLE_DEVICES=void"], true);
+        assert!(!asked);
+        let (asked, out) = admit_with(&["KVM_VISIBLE_DEVICES=void"]);
         assert!(matches!(out, Ok(None)), "{out:?}");
-        assert!(ran);
+        assert!(asked);
     }
 
-    /// The caller's check runs once the container asks for something, before the policy: its
-    /// error stops admission before the kubelet is asked.
+    /// A container that asks is found asking, with the profiles it asks devices of named for
+    /// the decision log, before the policy runs; admitting it runs the policy, which with no
+    /// kubelet refuses.
     #[test]
-    fn the_callers_check_runs_before_the_policy() {
-        let (out, ran) = admit_with(&["KVM_VISIBLE_DEVICES=all"], false);
-        assert!(ran);
-        assert!(matches!(out, Err(Stopped::NotReady)), "{out:?}");
-        // Ready: the policy runs, and with no kubelet it refuses.
-        let (out, ran) = admit_with(&["KVM_VISIBLE_DEVICES=all"], true);
-        assert!(ran);
-        let Err(Stopped::Admit(e @ AdmitError::Policy(_))) = out else {
-            panic!("a policy refusal: {out:?}");
-        };
+    fn the_policy_runs_when_the_asking_container_is_admitted() {
+        let (_dir, admission) = kubernetes_admission();
+        let c = container(&["KVM_VISIBLE_DEVICES=all"], &[]);
+        let asked = admission.asked(&c).unwrap().expect("it asks");
+        assert_eq!(asked.profile_names(), ["kvm"]);
+        let e = admission
+            .admit(asked, &c, ContainerLayout::default)
+            .unwrap_err();
+        assert!(matches!(e, AdmitError::Policy(_)), "{e}");
         assert!(e.to_string().contains("no-kubelet.sock"), "{e}");
         assert_eq!(e.exit_code(), ExitCode::Policy);
+    }
+
+    /// A function chosen twice, differently, refuses the container when its requests are
+    /// found, naming the profiles it asks devices of for the decision log.
+    #[test]
+    fn a_refused_choice_names_the_profiles_asked_for() {
+        let (_dir, admission) = kubernetes_admission();
+        let function = format!("{}kvm.function", devinject_devices::plan::ANNOTATION_PREFIX);
+        let c = container(
+            &["KVM_VISIBLE_DEVICES=all", "KVM_FUNCTION=b"],
+            &[(function.as_str(), "a")],
+        );
+        let e = admission.asked(&c).unwrap_err();
+        assert!(matches!(e, AdmitError::Chosen { .. }), "{e}");
+        assert_eq!(e.asked_profiles(), ["kvm"]);
+        assert_eq!(e.exit_code(), ExitCode::Request);
+        assert!(e.to_string().contains("KVM_FUNCTION"), "{e}");
     }
 }

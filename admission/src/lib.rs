@@ -3,10 +3,10 @@
 //! DRA driver each read the container their own way and render the decision their own way;
 //! what was asked for, what the request policy allows and what gets planned is decided here.
 //!
-//! - [`admit`]: the two calls every engine path makes: [`admit::Admission::may_be_asking`]
-//!   (cheap: does the container mention a request at all?) and [`admit::Admission::admit`]
-//!   (its requests and functions, the caller's own check, the policy, the plan), given the
-//!   container through the [`admit::Container`] trait.
+//! - [`admit`]: the two calls every engine path makes, given the container through the
+//!   [`admit::Container`] trait: [`admit::Admission::asked`] (one rule for whether it mentions
+//!   a request at all, then its requests and functions, found once) and
+//!   [`admit::Admission::admit`] (the policy, then the plan).
 //! - [`policy`]: which requests are honoured; under `kubernetes` only what the kubelet's
 //!   pod-resources API says the device plugin granted that container.
 //! - [`container_plan`]: a container's requests, found in its annotations and environment, to

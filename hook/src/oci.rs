@@ -262,8 +262,8 @@ pub fn read_spec_bytes(bundle: &Path) -> Result<(PathBuf, String, Vec<u8>), OciE
 
 /// The container as the shim reads it: its `config.json` alone.
 impl devinject_admission::admit::Container for Spec {
-    fn env(&self, name: &str) -> Option<&str> {
-        Spec::env(self, name)
+    fn env_entries(&self) -> &[String] {
+        self.process.as_ref().map_or(&[], |p| &p.env)
     }
 
     fn annotations(&self) -> &BTreeMap<String, String> {

@@ -12,10 +12,9 @@
 //! hook's and the shim's stderr is the message the runtime shows the user, so a warning there
 //! would change it. `devinject-ctl doctor` names a log that cannot be written.
 
-use devinject_admission::admit::Container;
-use devinject_admission::container_plan::find_requests;
+use devinject_admission::admit::{asked_profiles, AdmitError, Asked};
 use devinject_decision_log::{Decision, EnginePath, Reason};
-use devinject_devices::{Excerpt, ProfileSet};
+use devinject_devices::Excerpt;
 use devinject_exit::ExitCode;
 use devinject_hostconfig::HostConfig;
 
@@ -29,13 +28,10 @@ pub struct Seen {
 }
 
 impl Seen {
-    /// Notes the profiles of `profiles` that `container` asks for (a request variable or our
-    /// annotation), as admission finds them.
-    pub fn asking(&mut self, profiles: &ProfileSet, container: &impl Container) {
-        self.profiles = find_requests(profiles, |n| container.env(n), container.annotations())
-            .into_iter()
-            .map(|r| r.profile.to_string())
-            .collect();
+    /// Notes the profiles the container asks devices of, from what admission found it asks
+    /// ([`devinject_admission::admit::Admission::asked`]) or from its refusal.
+    pub fn asked(&mut self, asked: &Result<Option<Asked>, AdmitError>) {
+        self.profiles = asked_profiles(asked);
     }
 }
 

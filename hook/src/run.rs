@@ -49,8 +49,8 @@ struct Bundle<'a> {
 }
 
 impl Container for Bundle<'_> {
-    fn env(&self, name: &str) -> Option<&str> {
-        self.spec.env(name)
+    fn env_entries(&self) -> &[String] {
+        Container::env_entries(self.spec)
     }
 
     fn annotations(&self) -> &BTreeMap<String, String> {
@@ -68,43 +68,32 @@ pub fn run(config: &HostConfig, stdin: impl Read, seen: &mut Seen) -> Result<Out
     let mut annotations = spec.annotations.clone();
     annotations.extend(state.annotations.clone());
 
-    // Most containers ask for nothing: tell that without parsing every profile.
-    let env_names = || {
-        spec.process
-            .iter()
-            .flat_map(|p| &p.env)
-            .filter_map(|e| e.split_once('=').map(|(k, _)| k))
+    let container = Bundle {
+        spec: &spec,
+        annotations: &annotations,
     };
-    let mentions = |needle: &str| {
-        env_names().any(|k| k.contains(needle)) || annotations.keys().any(|k| k.contains(needle))
-    };
+    // Most containers ask for nothing: told without parsing every profile.
     let admission = Admission::from_config(config);
-    let Some(profiles) = admission.may_be_asking(mentions)? else {
+    let asked = admission.asked(&container);
+    seen.asked(&asked);
+    let Some(asked) = asked? else {
         return Ok(Outcome::Nothing);
     };
     let span = tracing::info_span!("hook", container = %Excerpt(&state.id));
     let _guard = span.enter();
     // Checked once the container asks for something, and only then: the stage, and where
     // the rootfs is.
-    let ready = || {
-        if state.status != "creating" || state.pid <= 0 {
-            return Err(HookError::Stage {
-                status: state.status.clone(),
-            });
-        }
-        Ok(spec.rootfs(&state.bundle)?)
-    };
-    let container = Bundle {
-        spec: &spec,
-        annotations: &annotations,
-    };
-    seen.asking(&profiles, &container);
-    let Some(admitted) = admission.admit(profiles, &container, ready, |r| layout::of_rootfs(r))?
+    if state.status != "creating" || state.pid <= 0 {
+        return Err(HookError::Stage {
+            status: state.status.clone(),
+        });
+    }
+    let rootfs_path = spec.rootfs(&state.bundle)?;
+    let Some(admitted) = admission.admit(asked, &container, || layout::of_rootfs(&rootfs_path))?
     else {
         return Ok(Outcome::Nothing);
     };
     let plan = admitted.plan;
-    let rootfs_path = admitted.ready;
     prepare_step::run_all(&plan.prepare).map_err(|source| HookError::Prepare {
         id: state.id.clone(),
         source,

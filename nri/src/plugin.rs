@@ -10,11 +10,11 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use devinject_admission::admit::{Admission, AdmitError, Container};
-use devinject_admission::container_plan::{find_requests, ContainerPlanError};
+use devinject_admission::admit::{asked_profiles, Admission, AdmitError, Container};
+use devinject_admission::container_plan::ContainerPlanError;
 use devinject_contained::prepare_step::{self, PrepareStepError};
 use devinject_decision_log::{record_or_warn, Decision, EnginePath, Reason};
-use devinject_devices::{env_value, Excerpt};
+use devinject_devices::Excerpt;
 use devinject_devices::{ContainerLayout, FinishArgs, GroupAccess, HookCommand};
 use devinject_hostconfig::HostConfig;
 use prost::Message;
@@ -117,8 +117,8 @@ pub struct Plugin {
 
 /// The container as containerd describes it to NRI.
 impl Container for api::Container {
-    fn env(&self, name: &str) -> Option<&str> {
-        env_value(&self.env, name)
+    fn env_entries(&self) -> &[String] {
+        &self.env
     }
 
     fn annotations(&self) -> &BTreeMap<String, String> {
@@ -243,7 +243,9 @@ impl Plugin {
                 let failure = Failure {
                     code: match &e {
                         CreateError::Admit(AdmitError::Policy(_)) => PERMISSION_DENIED,
-                        CreateError::Admit(AdmitError::Plan(_)) => INVALID_ARGUMENT,
+                        CreateError::Admit(AdmitError::Plan(_) | AdmitError::Chosen { .. }) => {
+                            INVALID_ARGUMENT
+                        }
                         _ => FAILED_PRECONDITION,
                     },
                     message: format!("devinject: {e}"),
@@ -269,28 +271,16 @@ impl Plugin {
         deadline: Instant,
         asking: &mut Vec<String>,
     ) -> Result<Option<api::ContainerAdjustment>, CreateError> {
-        let mentions = |needle: &str| {
-            container.env.iter().any(|e| e.contains(needle))
-                || container
-                    .annotations
-                    .iter()
-                    .any(|(k, v)| k.contains(needle) || v.contains(needle))
-        };
-        let Some(profiles) = self.admission.may_be_asking(mentions)? else {
+        let asked = self.admission.asked(container);
+        *asking = asked_profiles(&asked);
+        let Some(asked) = asked? else {
             return Ok(None);
         };
-        *asking = find_requests(&profiles, |n| container.env(n), container.annotations())
-            .into_iter()
-            .map(|r| r.profile.to_string())
-            .collect();
         // The rootfs is not mounted yet when NRI asks: libraries go to the default layout's
         // directory, and the finish hook puts them in the linker cache there.
-        let Some(admitted) = self.admission.admit(
-            profiles,
-            container,
-            || Ok::<(), CreateError>(()),
-            |()| ContainerLayout::default(),
-        )?
+        let Some(admitted) = self
+            .admission
+            .admit(asked, container, ContainerLayout::default)?
         else {
             return Ok(None);
         };

@@ -26,7 +26,7 @@ use crate::inject::layout;
 use crate::oci::{read_spec_bytes, OciError, Spec};
 use crate::refusal::Seen;
 use args::ShimArgs;
-use devinject_admission::admit::{Admission, AdmitError};
+use devinject_admission::admit::{Admission, AdmitError, Asked};
 use devinject_contained::prepare_step::{self, PrepareStepError};
 use spec_edit::SpecEditError;
 
@@ -143,18 +143,22 @@ pub fn edit_bundle(
     seen: &mut Seen,
 ) -> Result<BundleEdit, ShimError> {
     let (path, what, bytes) = read_spec_bytes(bundle)?;
-    // A spec that names no request variable and no annotation of ours asked for nothing, and
-    // is not even parsed.
-    let mentions = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
+    // A spec whose text names no request variable and no annotation of ours has no env name
+    // or annotation key that does: it asked for nothing, and is not even parsed.
+    let in_text = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
     let admission = Admission::from_config(config);
-    let Some(profiles) = admission.may_be_asking(mentions)? else {
+    let Some(profiles) = admission.may_be_asking(in_text)? else {
         return Ok(BundleEdit::Untouched);
     };
     let spec = Spec::parse(&bytes, &what)?;
+    let asked = Asked::find(profiles, &spec);
+    seen.asked(&asked);
+    let Some(asked) = asked? else {
+        return Ok(BundleEdit::Untouched);
+    };
     // Where the rootfs is: looked up once the container asks for something, and only then.
-    let ready = || Ok::<_, ShimError>(spec.rootfs(bundle)?);
-    seen.asking(&profiles, &spec);
-    let Some(admitted) = admission.admit(profiles, &spec, ready, |r| layout::of_rootfs(r))? else {
+    let rootfs = spec.rootfs(bundle)?;
+    let Some(admitted) = admission.admit(asked, &spec, || layout::of_rootfs(&rootfs))? else {
         return Ok(BundleEdit::Untouched);
     };
     let plan = &admitted.plan;
