@@ -27,7 +27,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use devinject_devices::{ContainerEdits, DeviceNode, Mount};
+use devinject_devices::{ContainerEdits, DeviceNode, ForwardCompat, Mount};
 use devinject_hostconfig::{CacheWriter, MountApi};
 use nix::errno::Errno;
 use nix::sched::CloneFlags;
@@ -210,12 +210,7 @@ pub fn apply_on<H: Host>(
         .iter()
         .filter_map(|n| Some((n, target.process_group_for(n)?)))
         .collect();
-    if edits.device_nodes.is_empty()
-        && edits.mounts.is_empty()
-        && edits.symlinks.is_empty()
-        && edits.ldcache_dirs.is_empty()
-        && regroup.is_empty()
-    {
+    if nothing_to_apply(edits, &regroup) {
         return Ok(report);
     }
     // The filesystems the host shows: a node to regroup, or a node's directory off the
@@ -230,76 +225,25 @@ pub fn apply_on<H: Host>(
     let shared_read_only = target.readonly_rootfs && !host.rootfs_is_own_mount(&target.rootfs)?;
     let mnt_ns = host.mount_namespace(target.pid)?;
 
-    // Host side: every source becomes a detached, already read-only tree when the kernel can.
-    let mut node_sources: Vec<Option<Source>> = Vec::new();
-    let mut file_sources: Vec<Source> = Vec::new();
-    let mut new_api = mount_api == MountApi::Auto;
-    if new_api {
-        'prep: {
-            for n in &edits.device_nodes {
-                if !target.bind_nodes {
-                    node_sources.push(None);
-                    continue;
-                }
-                match host.prepare_tree(&n.host_path, MountAttrs::Device)? {
-                    Some(s) => node_sources.push(Some(s)),
-                    None => {
-                        new_api = false;
-                        break 'prep;
-                    }
-                }
-            }
-            for m in &edits.mounts {
-                match host.prepare_tree(&m.host_path, MountAttrs::File)? {
-                    Some(s) => file_sources.push(s),
-                    None => {
-                        new_api = false;
-                        break 'prep;
-                    }
-                }
-            }
-        }
-    }
-    if !new_api {
-        node_sources = edits
-            .device_nodes
-            .iter()
-            .map(|n| target.bind_nodes.then(|| Source::Path(n.host_path.clone())))
-            .collect();
-        file_sources = edits
-            .mounts
-            .iter()
-            .map(|m| Source::Path(m.host_path.clone()))
-            .collect();
-    }
-    report.new_mount_api = new_api;
+    let sources = sources(host, target, edits, mount_api)?;
+    report.new_mount_api = sources.detached;
 
-    let dirs = &edits.ldcache_dirs;
-    // The cache entries, when the hook can write the cache itself (else ldconfig runs below).
-    if shared_read_only && !dirs.is_empty() {
+    if shared_read_only && !edits.ldcache_dirs.is_empty() {
         tracing::warn!("read-only rootfs shared as a plain directory: linker cache not refreshed");
     }
-    let dirs = if shared_read_only { &[][..] } else { dirs };
-    let planned = (!dirs.is_empty() && ldconfig.writer == CacheWriter::Builtin)
-        .then(|| {
-            update::libraries(
-                edits.mounts.iter().chain(&target.mounted_libraries),
-                &edits.symlinks,
-            )
-        })
-        .flatten();
-    let (libs, unmergeable) = match planned {
-        Some(Ok(libs)) => (Some(libs), None),
-        Some(Err(why)) => (None, Some(why.to_string())),
-        None => (None, None),
+    let dirs = if shared_read_only {
+        &[][..]
+    } else {
+        &edits.ldcache_dirs[..]
     };
+    let cache = builtin_cache(target, edits, dirs, ldconfig);
     let work = Work {
         rootfs: &target.rootfs,
         userns_owner: host.userns_owner(target),
         nodes: edits
             .device_nodes
             .iter()
-            .zip(node_sources)
+            .zip(sources.nodes)
             .map(|(node, source)| {
                 let gid = target.process_group_for(node).unwrap_or(node.gid);
                 (node, source, gid)
@@ -311,11 +255,11 @@ pub fn apply_on<H: Host>(
             .mounts
             .iter()
             .map(|m| m.container_path.as_path())
-            .zip(file_sources)
+            .zip(sources.files)
             .collect(),
         links: &edits.symlinks,
         writable_etc: !dirs.is_empty(),
-        cache: libs.as_deref(),
+        cache: cache.libraries.as_deref(),
         forward_compat: edits.forward_compat.as_ref().filter(|_| !dirs.is_empty()),
         readonly_rootfs: target.readonly_rootfs,
         shared_read_only,
@@ -328,7 +272,147 @@ pub fn apply_on<H: Host>(
     report.mounts = edits.mounts.len();
     report.links = edits.symlinks.len();
 
-    let ldconfig_because = match outcome {
+    let ldconfig_because = note_cache_outcome(outcome, cache.unmergeable, &mut report);
+    // ldconfig writes the cache when the hook did not plan to, or found it could not.
+    if !dirs.is_empty() && (cache.libraries.is_none() || ldconfig_because.is_some()) {
+        if let Some(why) = &ldconfig_because {
+            tracing::debug!(reason = %why, "linker cache left to ldconfig");
+        }
+        // The image's newer driver libraries, when the child found them so: ldconfig is shown
+        // only the ones the hook verifies again in its own child (see `ldcache`).
+        let compat = edits.forward_compat.as_ref().filter(|_| compat_preferred);
+        run_ldconfig(host, &mnt_ns, target, ldconfig, dirs, compat, &mut report)?;
+    }
+    Ok(report)
+}
+
+/// Whether `edits` and the nodes to regroup leave nothing to do in the container.
+fn nothing_to_apply(edits: &ContainerEdits, regroup: &[(&DeviceNode, u32)]) -> bool {
+    edits.device_nodes.is_empty()
+        && edits.mounts.is_empty()
+        && edits.symlinks.is_empty()
+        && edits.ldcache_dirs.is_empty()
+        && regroup.is_empty()
+}
+
+/// Where each node (`None`: made, not bound) and each mounted file comes from.
+struct Sources {
+    nodes: Vec<Option<Source>>,
+    files: Vec<Source>,
+    /// Every source is a detached tree (the new mount API).
+    detached: bool,
+}
+
+/// Every source as a detached, already read-only tree when the kernel can (`mount_api` is
+/// `auto`); else, or when one cannot be detached, every source as a host path.
+fn sources<H: Host>(
+    host: &H,
+    target: &Target,
+    edits: &ContainerEdits,
+    mount_api: MountApi,
+) -> Result<Sources, InjectError> {
+    if mount_api == MountApi::Auto {
+        if let Some(sources) = detached_sources(host, target, edits)? {
+            return Ok(sources);
+        }
+    }
+    Ok(Sources {
+        nodes: edits
+            .device_nodes
+            .iter()
+            .map(|n| target.bind_nodes.then(|| Source::Path(n.host_path.clone())))
+            .collect(),
+        files: edits
+            .mounts
+            .iter()
+            .map(|m| Source::Path(m.host_path.clone()))
+            .collect(),
+        detached: false,
+    })
+}
+
+/// Every source as a detached tree: the bound nodes', then the files'. `Ok(None)` at the first
+/// the kernel cannot detach (no new mount API), the trees made so far dropped.
+fn detached_sources<H: Host>(
+    host: &H,
+    target: &Target,
+    edits: &ContainerEdits,
+) -> Result<Option<Sources>, InjectError> {
+    let mut nodes = Vec::with_capacity(edits.device_nodes.len());
+    for n in &edits.device_nodes {
+        if !target.bind_nodes {
+            nodes.push(None);
+            continue;
+        }
+        match host.prepare_tree(&n.host_path, MountAttrs::Device)? {
+            Some(s) => nodes.push(Some(s)),
+            None => return Ok(None),
+        }
+    }
+    let mut files = Vec::with_capacity(edits.mounts.len());
+    for m in &edits.mounts {
+        match host.prepare_tree(&m.host_path, MountAttrs::File)? {
+            Some(s) => files.push(s),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(Sources {
+        nodes,
+        files,
+        detached: true,
+    }))
+}
+
+/// The linker cache's entries when the hook writes the cache itself.
+struct BuiltinCache {
+    /// The libraries to list; `None`: ldconfig writes the cache (configured so, no library
+    /// directory, or the libraries cannot be merged).
+    libraries: Option<Vec<ld_so_cache::Library>>,
+    /// Why the libraries cannot be merged into the image's cache, when they cannot.
+    unmergeable: Option<String>,
+}
+
+/// The cache entries of the libraries mounted here and by the runtime, when the configured
+/// writer is the hook's own and there are library directories (`dirs`) to list.
+fn builtin_cache(
+    target: &Target,
+    edits: &ContainerEdits,
+    dirs: &[PathBuf],
+    ldconfig: &ldcache::Ldconfig,
+) -> BuiltinCache {
+    if dirs.is_empty() || ldconfig.writer != CacheWriter::Builtin {
+        return BuiltinCache {
+            libraries: None,
+            unmergeable: None,
+        };
+    }
+    match update::libraries(
+        edits.mounts.iter().chain(&target.mounted_libraries),
+        &edits.symlinks,
+    ) {
+        None => BuiltinCache {
+            libraries: None,
+            unmergeable: None,
+        },
+        Some(Ok(libraries)) => BuiltinCache {
+            libraries: Some(libraries),
+            unmergeable: None,
+        },
+        Some(Err(why)) => BuiltinCache {
+            libraries: None,
+            unmergeable: Some(why.to_string()),
+        },
+    }
+}
+
+/// Notes in `report` what the child did with the linker cache; returns why ldconfig must
+/// write it, when the child says so or the libraries could not be merged (`unmergeable`).
+fn note_cache_outcome(
+    outcome: ChildOutcome,
+    unmergeable: Option<String>,
+    report: &mut Report,
+) -> Option<String> {
+    match outcome {
         ChildOutcome::CacheWritten => {
             report.ldcache = true;
             None
@@ -340,27 +424,31 @@ pub fn apply_on<H: Host>(
         }
         ChildOutcome::NeedsLdconfig(why) => Some(why),
         ChildOutcome::Done => unmergeable,
-    };
-    // ldconfig writes the cache when the hook did not plan to, or found it could not.
-    if !dirs.is_empty() && (libs.is_none() || ldconfig_because.is_some()) {
-        if let Some(why) = &ldconfig_because {
-            tracing::debug!(reason = %why, "linker cache left to ldconfig");
-        }
-        // The image's newer driver libraries, when the child found them so: ldconfig is shown
-        // only the ones the hook verifies again in its own child (see `ldcache`).
-        let compat = edits.forward_compat.as_ref().filter(|_| compat_preferred);
-        match host.run_ldconfig(&mnt_ns, &target.rootfs, ldconfig, dirs, compat) {
-            Ok(()) => {
-                report.ldcache = true;
-                report.ldconfig_ran = true;
-            }
-            Err(e) if target.readonly_rootfs => {
-                tracing::warn!(error = %e, "read-only rootfs: linker cache not refreshed; soname links are in place")
-            }
-            Err(e) => return Err(e),
-        }
     }
-    Ok(report)
+}
+
+/// Runs ldconfig over `dirs` in the container; on a read-only rootfs its failure is only a
+/// warning, the soname links being in place.
+fn run_ldconfig<H: Host>(
+    host: &H,
+    mnt_ns: &H::Namespace,
+    target: &Target,
+    ldconfig: &ldcache::Ldconfig,
+    dirs: &[PathBuf],
+    compat: Option<&ForwardCompat>,
+    report: &mut Report,
+) -> Result<(), InjectError> {
+    match host.run_ldconfig(mnt_ns, &target.rootfs, ldconfig, dirs, compat) {
+        Ok(()) => {
+            report.ldcache = true;
+            report.ldconfig_ran = true;
+        }
+        Err(e) if target.readonly_rootfs => {
+            tracing::warn!(error = %e, "read-only rootfs: linker cache not refreshed; soname links are in place")
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(())
 }
 
 /// What the injection child did beyond nodes, mounts and links.

@@ -46,6 +46,8 @@ struct Seen {
 struct Recorder {
     /// Whether the kernel has the new mount API.
     no_new_api: bool,
+    /// Whether a file (not a node) cannot be detached.
+    file_not_detached: bool,
     /// What the child reports.
     outcome: RefCell<Option<ChildOutcome>>,
     /// Whether the child found the image's forward-compatibility libraries newer.
@@ -97,7 +99,7 @@ impl Host for Recorder {
         attrs: MountAttrs,
     ) -> Result<Option<Source>, InjectError> {
         self.call("prepare_tree");
-        if self.no_new_api {
+        if self.no_new_api || (self.file_not_detached && attrs == MountAttrs::File) {
             return Ok(None);
         }
         self.trees.borrow_mut().push((host_path.to_owned(), attrs));
@@ -331,6 +333,28 @@ fn a_kernel_without_the_new_api_gets_paths_for_everything() {
     // The first refusal ends the preparation: nothing more is asked of the kernel.
     let asked = host.calls().iter().filter(|c| *c == "prepare_tree").count();
     assert_eq!(asked, 1);
+}
+
+/// A file the kernel cannot detach once the nodes were: the trees made so far are dropped and
+/// every source, the nodes' too, goes by path.
+#[test]
+fn a_file_that_cannot_be_detached_sends_every_source_by_path() {
+    let host = Recorder {
+        file_not_detached: true,
+        ..Recorder::default()
+    };
+    let t = Target {
+        bind_nodes: true,
+        ..target()
+    };
+    let e = edits(vec![node("demo0", 0)], Some(&elf()));
+    let report = apply_on(&host, &t, &e, MountApi::Auto, &builtin()).unwrap();
+    let seen = host.seen();
+    assert_eq!(seen.nodes[0].1, Some(Src::Path));
+    assert_eq!(seen.files[0].1, Src::Path);
+    assert!(!report.new_mount_api);
+    let asked = host.calls().iter().filter(|c| *c == "prepare_tree").count();
+    assert_eq!(asked, 2, "the node's tree, then the file's refusal");
 }
 
 #[test]
