@@ -16,15 +16,14 @@ use devinject_devices::{
 
 /// Why a container's plan could not be made.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs, reason = "each field is named in the message")]
 pub enum ContainerPlanError {
     /// A request value is malformed.
     #[error("profile {profile}: {source} (from {origin})")]
     Request {
-        /// The profile.
         profile: ProfileName,
         /// Where the value came from (env variable or annotation).
         origin: String,
-        /// The problem.
         source: RequestError,
     },
     /// The request names devices that do not exist.
@@ -47,7 +46,7 @@ pub enum ContainerPlanError {
 /// Where a container's request for one profile came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestSource {
-    /// The profile.
+    /// The profile whose devices are asked for.
     pub profile: ProfileName,
     /// `env NAME` or `annotation KEY`.
     pub origin: String,

@@ -28,7 +28,6 @@ pub enum HookError {
     Prepare {
         /// The container id.
         id: String,
-        /// The cause.
         source: PrepareStepError,
     },
     /// Injection into the container failed.
@@ -36,7 +35,6 @@ pub enum HookError {
     Inject {
         /// The container id.
         id: String,
-        /// The cause.
         source: InjectError,
     },
     /// Device cgroup rules could not be set.
@@ -44,7 +42,6 @@ pub enum HookError {
     Cgroup {
         /// The container id.
         id: String,
-        /// The cause.
         source: devinject_cgroup::CgroupError,
     },
 }

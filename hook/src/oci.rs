@@ -44,7 +44,6 @@ pub enum OciError {
     TooLarge {
         /// What was being read.
         what: String,
-        /// The limit.
         limit: u64,
     },
     /// The JSON is malformed or misses required fields.
@@ -60,7 +59,6 @@ pub enum OciError {
     Invalid {
         /// What was being checked.
         what: String,
-        /// The problem.
         problem: String,
     },
 }

@@ -18,10 +18,7 @@ pub enum AdjustError {
     NodeInVolume(#[from] devinject_devices::node_volume::NodeInVolume),
     /// NRI's adjustment has no bind mount for a node in a user namespace.
     #[error("container {} runs in a user namespace, where devices must be bind-mounted; NRI mode does not do that yet: run it with the devinject runtime (runtimeClassName: devinject)", Excerpt(.container))]
-    UserNamespace {
-        /// The container.
-        container: String,
-    },
+    UserNamespace { container: String },
 }
 
 /// Refuses nodes of `edits` that the runtime would make in a volume `container` mounts over

@@ -62,16 +62,12 @@ pub enum BudgetError {
     PrepareStep {
         /// Which run.
         step: Box<Step>,
-        /// The budget.
         budget: RequestBudget,
     },
     /// Admitting the container (the request policy asking the kubelet, the planner) took the
     /// whole budget.
     #[error("the container was not admitted within the {budget} (is the kubelet's pod-resources API slow to answer?): the runtime drops an NRI plugin that answers later than its request timeout ({}); {FIX}", budget.runtime_timeout_words())]
-    Admission {
-        /// The budget.
-        budget: RequestBudget,
-    },
+    Admission { budget: RequestBudget },
     /// More containers are being admitted at once than the plugin serves.
     #[error("{in_flight} containers are being admitted at once, the most the NRI plugin serves: try again")]
     Busy {

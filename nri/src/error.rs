@@ -17,7 +17,6 @@ pub enum NriError {
     Decode {
         /// The message.
         what: &'static str,
-        /// The error.
         source: prost::DecodeError,
     },
 }

@@ -42,9 +42,7 @@ const RUNTIME: &str = "nri.pkg.api.v1alpha1.Runtime";
 /// How the plugin registers: its name, and its index (two digits: the order among plugins).
 #[derive(Debug, Clone)]
 pub struct Registration {
-    /// The name.
     pub name: String,
-    /// The index.
     pub index: String,
 }
 

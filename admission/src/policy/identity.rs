@@ -70,10 +70,12 @@ const CONTAINERD_PREFIX: &str = "io.kubernetes.cri.";
 
 /// A pod, as the annotations name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(
+    missing_docs,
+    reason = "a pod's namespace and name, as Kubernetes names them"
+)]
 pub struct PodRef {
-    /// Namespace.
     pub namespace: String,
-    /// Name.
     pub name: String,
     /// UID, when the runtime wrote it.
     pub uid: Option<String>,
@@ -102,7 +104,7 @@ pub enum Identity {
     },
     /// A container of a pod.
     Container {
-        /// The pod.
+        /// The pod the annotations name.
         pod: PodRef,
         /// The container's name in the pod spec.
         container: String,

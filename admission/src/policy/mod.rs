@@ -33,6 +33,7 @@ use identity::{Identity, IdentityError, PodRef};
 
 /// Why a request was refused. Every variant exits with [`devinject_exit::ExitCode::Policy`].
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs, reason = "each field is named in the message")]
 pub enum PolicyError {
     /// The CRI annotations do not identify the container, or contradict each other.
     #[error("{profile} devices refused: {source}")]
@@ -46,7 +47,6 @@ pub enum PolicyError {
     /// can do that.
     #[error("{profile} devices refused: the pod sandbox of {pod} asks for them ({origin}); sandboxes never get devices, and {origin} must not be set by the pod")]
     Sandbox {
-        /// The profile.
         profile: ProfileName,
         /// The pod, as named.
         pod: String,
@@ -56,7 +56,6 @@ pub enum PolicyError {
     /// `non_kubernetes = "refuse"` and the container has no CRI annotations.
     #[error("{profile} devices refused: the container is not a Kubernetes container (no CRI annotations) and the devinject config says non_kubernetes = \"refuse\" ({origin})")]
     NonKubernetes {
-        /// The profile.
         profile: ProfileName,
         /// Where the request came from.
         origin: String,
@@ -66,39 +65,26 @@ pub enum PolicyError {
         "{profile} devices refused for pod {pod}: the device grant cannot be checked: {source}"
     )]
     Kubelet {
-        /// The profile.
         profile: ProfileName,
-        /// The pod.
         pod: String,
-        /// Why.
         source: PodResourcesError,
     },
     /// The kubelet does not know the pod.
     #[error("{profile} devices refused: the kubelet knows no pod {pod} (asked with {origin}); a container that names another pod in its annotations gets nothing")]
     PodUnknown {
-        /// The profile.
         profile: ProfileName,
-        /// The pod.
         pod: String,
         /// Where the request came from.
         origin: String,
     },
     /// Two pods of that name with different grants.
     #[error("{profile} devices refused: the kubelet lists more than one pod {pod} with different device grants (a pod of that name is being replaced); the container start is retried")]
-    Ambiguous {
-        /// The profile.
-        profile: ProfileName,
-        /// The pod.
-        pod: String,
-    },
+    Ambiguous { profile: ProfileName, pod: String },
     /// The pod is known but not the container.
     #[error("{profile} devices refused: the kubelet lists no container {:?} in pod {pod} (it lists {listed}); ordinary init containers are not listed by the pod-resources API and cannot get devices under the kubernetes policy", Excerpt(.container))]
     ContainerUnknown {
-        /// The profile.
         profile: ProfileName,
-        /// The pod.
         pod: String,
-        /// The container.
         container: String,
         /// The containers listed.
         listed: String,
@@ -109,14 +95,12 @@ pub enum PolicyError {
 }
 
 /// A request that names other devices than the kubelet granted the container.
+#[allow(missing_docs, reason = "each field is named in the message")]
 #[derive(Debug, thiserror::Error)]
 #[error("{profile} devices refused: container {:?} of pod {pod} asks for {} ({origin}), but the kubelet granted it {granted} of {resource}: request devices with `resources.limits: {{{resource}: N}}` instead of setting {origin_key} yourself", Excerpt(.container), Excerpt(.requested))]
 pub struct NotGranted {
-    /// The profile.
     pub profile: ProfileName,
-    /// The pod.
     pub pod: String,
-    /// The container.
     pub container: String,
     /// The extended resource.
     pub resource: String,

@@ -29,7 +29,6 @@ pub enum AtName {
     Refuse {
         /// What we were doing, as the error names it.
         op: &'static str,
-        /// The error.
         errno: Errno,
     },
 }

@@ -35,7 +35,6 @@ pub enum CompatError {
     Open {
         /// The directory.
         dir: PathBuf,
-        /// Why.
         errno: Errno,
     },
     /// It could not be listed.
@@ -43,7 +42,6 @@ pub enum CompatError {
     List {
         /// The directory.
         dir: PathBuf,
-        /// Why.
         errno: Errno,
     },
     /// It holds more names than a driver's compat directory has.

@@ -48,7 +48,6 @@ pub enum InjectError {
     Namespace {
         /// The container's init pid.
         pid: i32,
-        /// The error.
         errno: Errno,
     },
     /// A host source could not be opened or cloned.
@@ -56,7 +55,6 @@ pub enum InjectError {
     Source {
         /// The host path.
         path: PathBuf,
-        /// The error.
         errno: Errno,
     },
     /// A path inside the rootfs could not be used.
@@ -67,7 +65,6 @@ pub enum InjectError {
     Mount {
         /// The container path.
         path: PathBuf,
-        /// The error.
         errno: Errno,
     },
     /// fork, pipe or wait failed.

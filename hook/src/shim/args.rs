@@ -108,7 +108,6 @@ pub enum ArgsError {
     /// `create` and `run` take exactly one argument, the container id, as runc checks.
     #[error("runtime command {command} takes one container id after its flags, got {got:?}")]
     ContainerId {
-        /// The command.
         command: String,
         /// The arguments left after its flags.
         got: Vec<String>,

@@ -53,7 +53,6 @@ pub enum ShimError {
     Write {
         /// The file.
         path: PathBuf,
-        /// The error.
         source: std::io::Error,
     },
     /// No runtime to hand over to.
@@ -67,7 +66,6 @@ pub enum ShimError {
     Exec {
         /// The runtime.
         path: PathBuf,
-        /// The error.
         errno: nix::errno::Errno,
     },
 }
