@@ -16,36 +16,21 @@
 //!
 //! # Security
 //!
-//! A chroot alone does not contain a process that can reach a procfs: before `pivot_root` the
-//! container's `/proc/1/root` is runc init's root, the host's `/`, and an image linking
-//! `/var/cache -> /proc/1/root/<dir>` had ldconfig create `<dir>/ldconfig/aux-cache` on the host
-//! (it always writes its aux cache there), or listing `/proc/1/root/usr/lib` in `ld.so.conf` had
-//! it put host libraries into the container's cache. So the child detaches every procfs mount
-//! under the rootfs from its private copy of the namespace before it chroots
-//! ([`super::mountinfo`]); ldconfig needs no `/proc`.
-//!
-//! ldconfig opens what the image holds, as host root, and writes with `O_TRUNC` and without
-//! `O_EXCL`: its aux cache at `/var/cache/ldconfig/aux-cache~` always, and the cache's temp file.
-//! An image shipping a block device there had the start of a host disk overwritten; a hard link
-//! to a host file there had that file truncated. So in its private namespace the child also
-//! (1) makes the whole rootfs tree `nodev` and `nosuid` (`mount_setattr(AT_RECURSIVE)`): an
-//! image's device node cannot even be opened (`EACCES`), so no driver's `open` runs; (2) mounts
-//! a fresh tmpfs over `/var/cache/ldconfig` (or `/var/cache` when the image has no such
-//! directory), so the aux cache lands there whatever the image put at that name; (3) writes the
-//! cache into the staging tmpfs below, or, without one, removes any `/etc/ld.so.cache~` first so
-//! that ldconfig creates a new file of its own. The ldconfig binary itself must be static
-//! ([`open_ldconfig`]): a `PT_INTERP` would have the kernel load the image's `ld-linux` as root.
+//! What the child does before ldconfig runs (procfs detached under the rootfs, the rootfs tree
+//! `nodev,nosuid`, a fresh tmpfs over the aux cache's directory, the cache staged or its temp
+//! name removed first, a static ldconfig only: [`open_ldconfig`]), and the escapes each step
+//! stops: docs/security.md, "ldconfig is chrooted and cannot leave the chroot" and "ldconfig
+//! cannot touch a device node or a host file", and the threat table's ldconfig rows.
 //!
 //! # Speed
 //!
-//! ldconfig `fsync`s the cache it writes, which cost 8–46 ms per container start on the ext4
-//! disks measured (docs/benchmarks.md), more than everything else the hook does. A container's
-//! cache needs no durability: it lives in a throw-away layer, and a cache lost in a crash is
-//! rebuilt by the next start (ld.so ignores a truncated one). So ldconfig writes it into a
-//! private tmpfs mounted over the rootfs's `/dev` in the child's own mount namespace (nothing
-//! reads `/dev` there, and the container never sees it), where `fsync` is free, and the child
-//! then installs it as `/etc/ld.so.cache` with a temp file and a rename, resolved in-root. A
-//! rootfs without `/dev` gets the old behaviour.
+//! ldconfig `fsync`s the cache it writes, which costs more than everything else the hook does
+//! (docs/benchmarks.md). A container's cache needs no durability: it lives in a throw-away
+//! layer, and a cache lost in a crash is rebuilt by the next start (ld.so ignores a truncated
+//! one). So ldconfig writes it into a private tmpfs mounted over the rootfs's `/dev` in the
+//! child's own mount namespace (nothing reads `/dev` there, and the container never sees it),
+//! where `fsync` is free, and the child then installs it as `/etc/ld.so.cache` with a temp file
+//! and a rename, resolved in-root. A rootfs without `/dev` gets the old behaviour.
 
 use std::ffi::CString;
 use std::io::Write;

@@ -9,29 +9,11 @@
 //!
 //! # Security
 //!
-//! These rules hold for everything the hook does as root in a rootfs:
-//! - **Nothing is opened before its type is known.** [`Rootfs::open_regular`] resolves `O_PATH`
-//!   (which never runs a driver's `open` nor blocks on a FIFO), checks the inode through that fd
-//!   (a regular file, within a size bound) and only then reopens that same inode for reading
-//!   through `/proc/self/fd`: an image's watchdog node, disk or FIFO at a path we read is
-//!   refused, never opened.
-//! - **Reads and writes stay on the rootfs's own filesystem.** [`Rootfs::open_regular`] and
-//!   [`Rootfs::writable_dir`] resolve with `RESOLVE_NO_XDEV`: a path of the image that leads
-//!   onto another mount is refused. That is procfs and sysfs, which the runtime mounts before our
-//!   hooks run (`/etc/ld.so.cache -> /proc/kmsg` would have root read, and so consume, the host
-//!   kernel's log), and every volume (a host directory the container's own user could not write,
-//!   mounted by the spec at the very path we write). So the hook never reads anything for the
-//!   container from, and never creates, replaces or deletes anything with its root credentials
-//!   in, a filesystem that is not the image's.
-//! - **Device nodes go onto the container's own tmpfs.** A node's directories
-//!   ([`Rootfs::node_dir`]) must each be on the rootfs's own mount or on a tmpfs whose device
-//!   number no host mount has (the runtime's `/dev`, made in the container's namespace): a volume
-//!   over `/dev` or `/dev/<dir>` holding a host directory is refused before anything is made in it.
-//! - **A shared read-only rootfs is never written.** With `root.readonly` on a rootfs that is
-//!   not a mount of its own (a plain image directory several containers may run from, e.g.
-//!   podman `--rootfs DIR --read-only` or runc bundles over one image), every write is refused
-//!   ([`Rootfs::shared_read_only`]); the runtime makes such a rootfs read-only only after our
-//!   hooks, so the kernel would not have stopped us.
+//! The rules every operation here follows as root (nothing is opened before its type is known,
+//! reads and writes stay on the rootfs's own filesystem, device nodes go onto the container's
+//! own tmpfs, a shared read-only rootfs is never written), why, and the tests that fail without
+//! them: docs/security.md, "Nothing in the image can make us touch the host" and its threat
+//! table.
 
 use std::cell::RefCell;
 use std::ffi::OsStr;
@@ -101,7 +83,6 @@ pub enum ReadError {
     TooLarge {
         /// The container path.
         path: PathBuf,
-        /// Its size.
         size: u64,
         /// The bound.
         max: u64,
