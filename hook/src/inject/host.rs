@@ -35,7 +35,7 @@ pub trait Host {
 
     /// `host_path` as a detached tree with `attrs` set; `Ok(None)` when the kernel lacks the new
     /// mount API.
-    fn prepare_tree(
+    fn detach_tree(
         &self,
         host_path: &Path,
         attrs: MountAttrs,
@@ -198,12 +198,12 @@ impl Host for System {
         Ok(mountinfo::devices(&text))
     }
 
-    fn prepare_tree(
+    fn detach_tree(
         &self,
         host_path: &Path,
         attrs: MountAttrs,
     ) -> Result<Option<Source>, InjectError> {
-        mounts::prepare_tree(host_path, attrs)
+        mounts::detach_tree(host_path, attrs)
     }
 
     fn userns_owner(&self, target: &Target) -> Option<(u32, u32)> {

@@ -341,14 +341,14 @@ fn detached_sources<H: Host>(
             nodes.push(None);
             continue;
         }
-        match host.prepare_tree(&n.host_path, MountAttrs::Device)? {
+        match host.detach_tree(&n.host_path, MountAttrs::Device)? {
             Some(s) => nodes.push(Some(s)),
             None => return Ok(None),
         }
     }
     let mut files = Vec::with_capacity(edits.mounts.len());
     for m in &edits.mounts {
-        match host.prepare_tree(&m.host_path, MountAttrs::File)? {
+        match host.detach_tree(&m.host_path, MountAttrs::File)? {
             Some(s) => files.push(s),
             None => return Ok(None),
         }

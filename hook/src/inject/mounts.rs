@@ -61,7 +61,7 @@ pub enum Source {
 
 /// Prepares `host_path` in the host namespace. `Ok(None)` when the kernel lacks the new mount API,
 /// meaning the caller should use [`Source::Path`] for everything.
-pub fn prepare_tree(host_path: &Path, attrs: MountAttrs) -> Result<Option<Source>, InjectError> {
+pub fn detach_tree(host_path: &Path, attrs: MountAttrs) -> Result<Option<Source>, InjectError> {
     let src_err = |errno| InjectError::Source {
         path: host_path.to_owned(),
         errno,

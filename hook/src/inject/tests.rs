@@ -93,12 +93,12 @@ impl Host for Recorder {
         Ok(vec![(0, 21), (8, 1)])
     }
 
-    fn prepare_tree(
+    fn detach_tree(
         &self,
         host_path: &Path,
         attrs: MountAttrs,
     ) -> Result<Option<Source>, InjectError> {
-        self.call("prepare_tree");
+        self.call("detach_tree");
         if self.no_new_api || (self.file_not_detached && attrs == MountAttrs::File) {
             return Ok(None);
         }
@@ -331,7 +331,7 @@ fn a_kernel_without_the_new_api_gets_paths_for_everything() {
     assert_eq!(seen.files[0].1, Src::Path);
     assert!(!report.new_mount_api);
     // The first refusal ends the preparation: nothing more is asked of the kernel.
-    let asked = host.calls().iter().filter(|c| *c == "prepare_tree").count();
+    let asked = host.calls().iter().filter(|c| *c == "detach_tree").count();
     assert_eq!(asked, 1);
 }
 
@@ -353,7 +353,7 @@ fn a_file_that_cannot_be_detached_sends_every_source_by_path() {
     assert_eq!(seen.nodes[0].1, Some(Src::Path));
     assert_eq!(seen.files[0].1, Src::Path);
     assert!(!report.new_mount_api);
-    let asked = host.calls().iter().filter(|c| *c == "prepare_tree").count();
+    let asked = host.calls().iter().filter(|c| *c == "detach_tree").count();
     assert_eq!(asked, 2, "the node's tree, then the file's refusal");
 }
 
@@ -366,7 +366,7 @@ fn the_classic_mount_api_asks_for_no_tree() {
     };
     let e = edits(vec![node("demo0", 0)], Some(&elf()));
     let report = apply_on(&host, &t, &e, MountApi::Classic, &builtin()).unwrap();
-    assert!(!host.calls().contains(&"prepare_tree".to_owned()));
+    assert!(!host.calls().contains(&"detach_tree".to_owned()));
     assert_eq!(host.seen().nodes[0].1, Some(Src::Path));
     assert!(!report.new_mount_api);
 }
@@ -476,7 +476,7 @@ fn an_image_cache_the_hook_cannot_merge_is_left_to_ldconfig() {
         host.calls(),
         [
             "mount_namespace",
-            "prepare_tree",
+            "detach_tree",
             "in_container",
             "run_ldconfig"
         ]
