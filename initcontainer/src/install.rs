@@ -56,7 +56,7 @@ pub fn install(
     let runner = Runner::new(layout, opts.fault.as_ref(), opts.dry_run, opts.restart);
 
     // Everything that can be checked without changing the host.
-    let plan = match prepare(opts) {
+    let to_install = match preflight(opts) {
         Ok(p) => p,
         Err(e) => return Err(steps::early(&report, e)),
     };
@@ -91,16 +91,16 @@ pub fn install(
 
     // 1. Binaries.
     runner.run(&mut report, ctl, "payload", |mut cx| {
-        put_set(&mut cx, opts, &store, &mut record, &plan.binaries)?;
+        put_set(&mut cx, opts, &store, &mut record, &to_install.binaries)?;
         save_record(cx.tx, &store, &mut record)
     })?;
 
     // 2. Profiles.
     runner.run(&mut report, ctl, "profiles", |mut cx| {
-        put_set(&mut cx, opts, &store, &mut record, &plan.profiles)?;
+        put_set(&mut cx, opts, &store, &mut record, &to_install.profiles)?;
         if cx.tx.is_some() {
             // What the hook will load: ours plus anything an administrator put there.
-            ProfileSet::load_dir(&layout.access(&plan.profiles.dir))?;
+            ProfileSet::load_dir(&layout.access(&to_install.profiles.dir))?;
         }
         save_record(cx.tx, &store, &mut record)
     })?;
@@ -114,7 +114,7 @@ pub fn install(
             &store,
             &mut record,
             &host,
-            plan.host_config.as_bytes(),
+            to_install.host_config.as_bytes(),
             0o644,
             FileRole::HostConfig,
         )?;
@@ -140,7 +140,7 @@ pub fn install(
     })?;
 
     // 4. Each engine.
-    for (target, why) in &plan.targets {
+    for (target, why) in &to_install.targets {
         let name = format!("runtime-{}", target.engine);
         runner.run(&mut report, ctl, &name, |mut cx| {
             cx.report
@@ -152,8 +152,8 @@ pub fn install(
     Ok(report)
 }
 
-/// What [`prepare`] checked and read.
-struct Plan {
+/// What [`preflight`] checked and read: what will be installed.
+struct ToInstall {
     /// The binaries, for `<prefix>/bin`.
     binaries: FileSet,
     /// The profiles, for the profiles directory.
@@ -163,7 +163,7 @@ struct Plan {
 }
 
 /// Checks the request and reads what will be installed.
-fn prepare(opts: &InstallOptions) -> Result<Plan> {
+fn preflight(opts: &InstallOptions) -> Result<ToInstall> {
     let layout = &opts.layout;
     for (what, p) in [
         ("--prefix", &layout.prefix),
@@ -209,7 +209,7 @@ fn prepare(opts: &InstallOptions) -> Result<Plan> {
     let only: Vec<Target> = targets.iter().map(|(t, _)| t.clone()).collect();
     let host_config = host_config::render(&opts.host_config, layout, &only);
     host_config::validate(&host_config)?;
-    Ok(Plan {
+    Ok(ToInstall {
         binaries: FileSet {
             dir: layout.bin_dir(),
             files: binaries,
