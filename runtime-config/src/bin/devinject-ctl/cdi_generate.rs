@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use devinject_cdi::watch::{self as cdi_watch, WatchOptions};
+use devinject_cdi::{self as cdi, CdiRequest};
 use devinject_devices::HostRoots;
-use devinject_runtime_config::cdi::{self, CdiRequest};
-use devinject_runtime_config::cdi_watch::{self, WatchOptions};
 use devinject_runtime_config::request::DEFAULT_HOOK_PATH;
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};

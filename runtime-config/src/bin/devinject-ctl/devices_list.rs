@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use devinject_cdi::DEFAULT_PROFILES_DIR;
 use devinject_devices::HostRoots;
-use devinject_runtime_config::cdi::DEFAULT_PROFILES_DIR;
 use devinject_runtime_config::device_list::{self, DeviceListRequest};
 use devinject_runtime_config::RuntimeConfigError;
 
