@@ -9,6 +9,8 @@
 //!   its type is known (docs/security.md).
 //! - [`atomic_write`]: the same replacement at a path as this process names it.
 //! - [`change`] and [`diff`]: what a write changed, as a report entry and a unified diff.
+//! - [`root_args`]: the `--dev-root`, `--sys-root`, `--proc-root` and `--driver-root` flags,
+//!   one definition every binary flattens into its command line.
 #![warn(missing_docs)]
 
 pub mod atomic_write;
@@ -17,5 +19,6 @@ pub mod diff;
 pub mod error;
 pub mod host_dir;
 pub mod host_root;
+pub mod root_args;
 
 pub use error::{HostFsError, Result};
