@@ -21,6 +21,10 @@ pub const HOOK_ARGV0: &str = "devinject-hook";
 /// The subcommand that runs the finish step.
 const FINISH: &str = "finish";
 
+/// Where `devinject-ctl` puts the hook in the files it writes (engine configuration, CDI specs)
+/// unless told otherwise.
+pub const DEFAULT_HOOK_PATH: &str = "/usr/local/bin/devinject-hook";
+
 /// `devinject-hook` next to the running executable, where the installer puts the hook, the
 /// shim and the NRI plugin's binary; used when the host config names no `hook`.
 pub fn default_hook_path() -> PathBuf {

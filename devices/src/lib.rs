@@ -63,7 +63,8 @@ pub use env_merge::{env_edits, env_value, merge_env};
 pub use excerpt::Excerpt;
 pub use finish_args::{FinishArgs, GroupAccess};
 pub use finish_invocation::{
-    default_hook_path, FinishInvocation, HookCommand, FINISH_TIMEOUT_SECS, HOOK_ARGV0,
+    default_hook_path, FinishInvocation, HookCommand, DEFAULT_HOOK_PATH, FINISH_TIMEOUT_SECS,
+    HOOK_ARGV0,
 };
 pub use forward_compat::{ForwardCompat, ForwardCompatSpec};
 pub use names::{DeviceId, NameError, ProfileName, ResourceName, CDI_VENDOR};

@@ -9,7 +9,7 @@
 //! # Integrity
 //! No checksum: the file is only ever replaced whole (temporary file in the same directory,
 //! fsync, rename, fsync of the directory, through the runtime-config crate's
-//! [`devinject_runtime_config::atomic_write`]), so a crash leaves the old or the
+//! [`devinject_hostfs::atomic_write`]), so a crash leaves the old or the
 //! new file, never half of one; what remains to catch is a file edited or damaged by something
 //! else, and strict parsing does that: a `version` field checked first
 //! ([`CHECKPOINT_VERSION`]), unknown fields refused, and every entry checked (its key is its
@@ -25,9 +25,9 @@ use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use devinject_runtime_config::atomic_write;
-use devinject_runtime_config::host_dir::{self, HostDir, Name};
-use devinject_runtime_config::RuntimeConfigError;
+use devinject_hostfs::atomic_write;
+use devinject_hostfs::host_dir::{self, HostDir, Name};
+use devinject_hostfs::HostFsError;
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info};
 
@@ -78,7 +78,15 @@ pub enum CheckpointError {
         /// The checkpoint.
         path: PathBuf,
         /// What failed, naming the path and operation.
-        source: Box<RuntimeConfigError>,
+        source: Box<HostFsError>,
+    },
+    /// The checkpoint could not be rendered as JSON.
+    #[error("checkpoint {}: cannot render the checkpoint as JSON: {message}", path.display())]
+    Render {
+        /// The checkpoint.
+        path: PathBuf,
+        /// What the serialiser said.
+        message: String,
     },
     /// An entry that does not belong under its key.
     #[error("checkpoint entry {uid}: {problem}")]
@@ -154,7 +162,7 @@ impl Checkpoint {
     /// file (or directory) is an empty checkpoint.
     pub fn load(path: &Path) -> Result<Self> {
         let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-        let files = |source: RuntimeConfigError| CheckpointError::Files {
+        let files = |source: HostFsError| CheckpointError::Files {
             path: path.clone(),
             source: Box::new(source),
         };
@@ -163,7 +171,7 @@ impl Checkpoint {
             None => None,
             Some(d) => match d.read_bytes(name, Name::Ours, MAX_CHECKPOINT_BYTES) {
                 Ok(read) => read.map(|(bytes, _)| bytes),
-                Err(RuntimeConfigError::TooLarge { size, max, .. }) => {
+                Err(HostFsError::TooLarge { size, max, .. }) => {
                     return Err(CheckpointError::TooLarge {
                         path: path.clone(),
                         size,
@@ -236,7 +244,7 @@ impl Checkpoint {
 
     /// Writes the checkpoint atomically (mode 0600), creating its directory when missing.
     pub fn save(&self) -> Result<()> {
-        let files = |source: RuntimeConfigError| CheckpointError::Files {
+        let files = |source: HostFsError| CheckpointError::Files {
             path: self.path.clone(),
             source: Box::new(source),
         };
@@ -244,10 +252,9 @@ impl Checkpoint {
             version: CHECKPOINT_VERSION,
             claims: self.claims.clone(),
         };
-        let mut bytes = serde_json::to_vec_pretty(&file).map_err(|e| {
-            files(RuntimeConfigError::InvalidRequest(format!(
-                "cannot render the checkpoint as JSON: {e}"
-            )))
+        let mut bytes = serde_json::to_vec_pretty(&file).map_err(|e| CheckpointError::Render {
+            path: self.path.clone(),
+            message: e.to_string(),
         })?;
         bytes.push(b'\n');
         if let Some(dir) = self.path.parent() {

@@ -2,7 +2,7 @@
 //! `devinject-ctl cdi generate`, written into the kubelet's CDI directory, removed on unprepare.
 //!
 //! # One renderer
-//! [`build`] calls [`devinject_runtime_config::cdi::build_spec`] on the profile's inventory cut down to
+//! [`build`] calls [`devinject_cdi::build_spec`] on the profile's inventory cut down to
 //! the allocated devices, then renames what it made: the kind becomes
 //! [`naming::cdi_kind`] (`k8s.<driver>/<profile>`), each device becomes
 //! [`naming::cdi_device`] (`<claim uid>-<DRA device>`), and the `all` device is dropped (a claim
@@ -24,13 +24,10 @@ use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
+use devinject_cdi::{build_spec, min_version, validate, CdiError, CdiMount, CdiRequest, CdiSpec};
 use devinject_devices::{DriverFiles, Inventory, Profile};
-use devinject_runtime_config::cdi::{
-    build_spec, min_version, validate, CdiMount, CdiRequest, CdiSpec,
-};
-use devinject_runtime_config::engines::docker::render_json;
-use devinject_runtime_config::host_dir::{Entry, HostDir};
-use devinject_runtime_config::RuntimeConfigError;
+use devinject_hostfs::host_dir::{Entry, HostDir};
+use devinject_hostfs::HostFsError;
 use tracing::{debug, info};
 
 use crate::naming::{self, NamingError};
@@ -104,7 +101,7 @@ pub enum ClaimSpecError {
         /// The profile.
         profile: String,
         /// What the renderer said.
-        source: Box<RuntimeConfigError>,
+        source: Box<CdiError>,
     },
     /// The renamed spec breaks a rule CDI's parser enforces.
     #[error("claim {uid}: profile {profile}: the CDI spec would be invalid: {problem}")]
@@ -130,7 +127,15 @@ pub enum ClaimSpecError {
         /// The spec's file name.
         file: String,
         /// What failed, naming the path.
-        source: Box<RuntimeConfigError>,
+        source: Box<HostFsError>,
+    },
+    /// A spec file name to remove that is not one of this driver's.
+    #[error("CDI spec {file}: {file:?} is not a claim spec name of driver {driver}: nothing was removed")]
+    NotOurs {
+        /// The name given.
+        file: String,
+        /// This driver.
+        driver: String,
     },
 }
 
@@ -193,7 +198,7 @@ pub fn build(
         profile: pname.to_owned(),
     };
     let rendered = build_spec(&ctx.cdi_request(), profile, &allocated, driver_files)
-        .map_err(|source: RuntimeConfigError| ClaimSpecError::Build {
+        .map_err(|source: CdiError| ClaimSpecError::Build {
             uid: uid.to_owned(),
             profile: pname.to_owned(),
             source: Box::new(source),
@@ -268,16 +273,11 @@ pub fn mount_metadata(
 /// Writes `spec` into the CDI directory (created when missing), replacing an earlier version
 /// atomically (see the module docs).
 pub fn write(ctx: &SpecContext, spec: &ClaimSpec) -> Result<()> {
-    let files = |source: RuntimeConfigError| ClaimSpecError::Files {
+    let files = |source: HostFsError| ClaimSpecError::Files {
         file: spec.file_name.clone(),
         source: Box::new(source),
     };
-    let value = serde_json::to_value(&spec.spec).map_err(|e| {
-        files(RuntimeConfigError::InvalidRequest(format!(
-            "cannot render the spec as JSON: {e}"
-        )))
-    })?;
-    let text = render_json(&value, None);
+    let text = spec.spec.to_text();
     let dir = create_dir(ctx)?;
     dir.write(
         OsStr::new(&spec.file_name),
@@ -300,7 +300,7 @@ pub fn remove(ctx: &SpecContext, profile: &str, uid: &str) -> Result<bool> {
 /// returns whether there was one. A name with a `/`, or that is not one of this driver's spec
 /// names, is refused.
 pub fn remove_file(ctx: &SpecContext, file_name: &str) -> Result<bool> {
-    let files = |source: RuntimeConfigError| ClaimSpecError::Files {
+    let files = |source: HostFsError| ClaimSpecError::Files {
         file: file_name.to_owned(),
         source: Box::new(source),
     };
@@ -308,10 +308,10 @@ pub fn remove_file(ctx: &SpecContext, file_name: &str) -> Result<bool> {
         && file_name.ends_with(".json")
         && !file_name.contains('/');
     if !ours {
-        return Err(files(RuntimeConfigError::InvalidRequest(format!(
-            "{file_name:?} is not a claim spec name of driver {}: nothing was removed",
-            ctx.driver
-        ))));
+        return Err(ClaimSpecError::NotOurs {
+            file: file_name.to_owned(),
+            driver: ctx.driver.clone(),
+        });
     }
     let Some(dir) = open_dir(ctx)? else {
         return Ok(false);
@@ -338,7 +338,7 @@ pub fn present(ctx: &SpecContext, file_name: &str) -> Result<bool> {
 /// What is at `name` in `dir`, looked at without following a link.
 fn entry(dir: &HostDir, name: &OsStr) -> Result<Entry> {
     dir.entry(name)
-        .map_err(|source: RuntimeConfigError| ClaimSpecError::Files {
+        .map_err(|source: HostFsError| ClaimSpecError::Files {
             file: dir.shown(name).display().to_string(),
             source: Box::new(source),
         })
@@ -392,7 +392,7 @@ fn is_directory(parent: &HostDir, name: &OsStr) -> Result<bool> {
     })
 }
 
-fn dir_error(ctx: &SpecContext, source: RuntimeConfigError) -> ClaimSpecError {
+fn dir_error(ctx: &SpecContext, source: HostFsError) -> ClaimSpecError {
     ClaimSpecError::Files {
         file: ctx.cdi_dir.display().to_string(),
         source: Box::new(source),

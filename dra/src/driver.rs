@@ -26,7 +26,7 @@ use devinject_devices::{
     discover, prepare_runs, resolve_driver_files, DeviceId, Excerpt, FunctionRequest, HostRoots,
     PrepareRun, Profile, ProfileSet,
 };
-use devinject_runtime_config::host_dir::HostDir;
+use devinject_hostfs::host_dir::HostDir;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::Api;
 use tokio::sync::{Mutex, OwnedMutexGuard, Semaphore};

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use devinject_devices::{HostRoots, ProfileSet};
+use devinject_devices::ProfileSet;
 use devinject_dra::api_client::ApiConfig;
 use devinject_dra::claim_spec::SpecContext;
 use devinject_dra::driver::{Driver, DriverConfig};
@@ -22,6 +22,7 @@ use devinject_dra::metrics::DraMetrics;
 use devinject_dra::naming::DEFAULT_DRIVER;
 use devinject_dra::serve::{serve, ServeConfig};
 use devinject_dra::slices::device_classes_manifest;
+use devinject_hostfs::root_args::{DeviceRootArgs, DriverRootArg};
 use devinject_metrics::address::port;
 use devinject_metrics::prometheus_client::registry::Registry;
 use devinject_metrics::{register_build_info, MetricsAddress};
@@ -68,18 +69,10 @@ struct ServeArgs {
     /// The directory of device profiles (*.toml).
     #[arg(long, default_value = devinject_devices::profile_set::DEFAULT_PROFILES_DIR)]
     profiles_dir: PathBuf,
-    /// Where device nodes are.
-    #[arg(long, default_value = "/dev")]
-    dev_root: PathBuf,
-    /// Where sysfs is.
-    #[arg(long, default_value = "/sys")]
-    sys_root: PathBuf,
-    /// Where procfs is (a profile's `discovery.aliases` files).
-    #[arg(long, default_value = "/proc")]
-    proc_root: PathBuf,
-    /// Where the driver's user-space files are.
-    #[arg(long, default_value = "/")]
-    driver_root: PathBuf,
+    #[command(flatten)]
+    roots: DeviceRootArgs,
+    #[command(flatten)]
+    driver_root: DriverRootArg,
     /// The CDI spec directory the container runtime reads.
     #[arg(long, default_value = "/var/run/cdi")]
     cdi_dir: PathBuf,
@@ -192,12 +185,7 @@ fn run(args: ServeArgs) -> Result<()> {
         let config = DriverConfig {
             node: node.clone(),
             profiles: profiles.clone(),
-            roots: HostRoots {
-                dev_root: args.dev_root,
-                sys_root: args.sys_root,
-                proc_root: args.proc_root,
-                driver_root: args.driver_root,
-            },
+            roots: args.roots.with_driver_root(&args.driver_root),
             spec: SpecContext {
                 driver: args.driver.clone(),
                 root: PathBuf::from("/"),

@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 
+use devinject_hostfs::HostFsError;
 use devinject_runtime_config::{Engine, RuntimeConfigError};
 
 /// Errors from installing or uninstalling devinject on a host.
@@ -36,7 +37,7 @@ pub enum InstallError {
     /// backups, the install record, an installed file) is not a regular file with one link, is
     /// too large, or could not be reached through its directory's fd.
     #[error(transparent)]
-    HostFile(RuntimeConfigError),
+    HostFile(HostFsError),
 
     /// No container engine was found on the host, or the one asked for is not there.
     #[error("{0}")]
@@ -135,9 +136,8 @@ impl InstallError {
     /// by the failing step, the user must fix a file), as opposed to the system.
     pub fn is_bad_input(&self) -> bool {
         match self {
-            InstallError::RuntimeConfig { source, .. } | InstallError::HostFile(source) => {
-                source.is_bad_input()
-            }
+            InstallError::RuntimeConfig { source, .. } => source.is_bad_input(),
+            InstallError::HostFile(source) => source.is_bad_input(),
             InstallError::Profiles(_)
             | InstallError::HostConfigRejected { .. }
             | InstallError::Template { .. }

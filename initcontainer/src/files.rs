@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use devinject_runtime_config::host_dir::Entry;
+use devinject_hostfs::host_dir::Entry;
 
 use crate::error::{InstallError, Result};
 use crate::host::HostRoot;

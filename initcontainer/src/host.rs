@@ -8,7 +8,7 @@
 //! every file the installer reads or writes.
 //!
 //! Files themselves are reached only through their directory's fd
-//! ([`devinject_runtime_config::host_dir`]): the directory is opened inside the root, the final
+//! ([`devinject_hostfs::host_dir`]): the directory is opened inside the root, the final
 //! name is never followed, and only a regular file with one link, or nothing, is read, replaced
 //! or removed; anything else at one of the installer's names (a link, a FIFO, a device node, a
 //! hard link to another file) is refused before anything is written, naming it.
@@ -16,8 +16,8 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use devinject_runtime_config::host_dir::{self, Entry, HostDir, Name};
-use devinject_runtime_config::host_root::{host_path_of, resolve_in_root};
+use devinject_hostfs::host_dir::{self, Entry, HostDir, Name};
+use devinject_hostfs::host_root::{host_path_of, resolve_in_root};
 use nix::sys::stat::FileStat;
 
 use crate::error::{InstallError, Result};
@@ -44,7 +44,7 @@ impl HostRoot {
 
     /// Where the host path `host` can be opened by this process: symlinks on the way are
     /// followed as the host would follow them, staying inside the root
-    /// ([`devinject_runtime_config::host_root`], shared with `devinject-ctl`).
+    /// ([`devinject_hostfs::host_root`], shared with `devinject-ctl`).
     pub fn access(&self, host: &Path) -> PathBuf {
         resolve_in_root(&self.root, host)
     }

@@ -26,7 +26,7 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use devinject_runtime_config::host_dir::Entry as HostEntry;
+use devinject_hostfs::host_dir::Entry as HostEntry;
 use devinject_runtime_config::host_writer::HostWriter;
 use devinject_runtime_config::{Result as LibResult, RuntimeConfigError};
 use serde::{Deserialize, Serialize};

@@ -6,7 +6,8 @@
 use std::fs::File;
 use std::path::PathBuf;
 
-use devinject_runtime_config::{atomic_write, Activation, Engine};
+use devinject_hostfs::atomic_write;
+use devinject_runtime_config::{Activation, Engine};
 use nix::fcntl::{Flock, FlockArg};
 
 use crate::activate::{self, HostControl, Outcome};

@@ -254,7 +254,7 @@ fn dra_driver(
     let socket = dir.join(DRA_SOCKET);
     if matches!(
         host.entry(&socket)?,
-        devinject_runtime_config::host_dir::Entry::Other(_)
+        devinject_hostfs::host_dir::Entry::Other(_)
     ) {
         let removed = match cx.tx {
             Some(_) => host.remove_socket(&socket)?,

@@ -10,7 +10,7 @@ use clap::{Parser, ValueEnum};
 use devinject_device_plugin::metrics::PluginMetrics;
 use devinject_device_plugin::node_refusals::NodeRefusals;
 use devinject_device_plugin::DaemonConfig;
-use devinject_devices::HostRoots;
+use devinject_hostfs::root_args::DeviceRootArgs;
 use devinject_metrics::address::port;
 use devinject_metrics::prometheus_client::registry::Registry;
 use devinject_metrics::{register_build_info, MetricsAddress};
@@ -41,15 +41,8 @@ struct Args {
     /// The directory of device profiles (*.toml).
     #[arg(long, default_value = devinject_devices::profile_set::DEFAULT_PROFILES_DIR)]
     profiles_dir: PathBuf,
-    /// Where device nodes are.
-    #[arg(long, default_value = "/dev")]
-    dev_root: PathBuf,
-    /// Where sysfs is.
-    #[arg(long, default_value = "/sys")]
-    sys_root: PathBuf,
-    /// Where procfs is (a profile's `discovery.aliases` files).
-    #[arg(long, default_value = "/proc")]
-    proc_root: PathBuf,
+    #[command(flatten)]
+    roots: DeviceRootArgs,
     /// A profile to serve, even before its devices appear (repeatable). Default: every profile
     /// that finds devices at start.
     #[arg(long = "profile", value_name = "NAME")]
@@ -82,12 +75,7 @@ fn main() -> ExitCode {
     let config = DaemonConfig {
         kubelet_dir: args.kubelet_dir,
         profiles_dir: args.profiles_dir,
-        roots: HostRoots {
-            dev_root: args.dev_root,
-            sys_root: args.sys_root,
-            proc_root: args.proc_root,
-            ..HostRoots::default()
-        },
+        roots: args.roots.host_roots(),
         profiles: args.profiles,
         metrics: PluginMetrics::default(),
     };

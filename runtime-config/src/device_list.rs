@@ -25,7 +25,7 @@ impl Default for DeviceListRequest {
     fn default() -> Self {
         DeviceListRequest {
             root: PathBuf::from("/"),
-            profiles_dir: PathBuf::from(crate::cdi::DEFAULT_PROFILES_DIR),
+            profiles_dir: PathBuf::from(devinject_cdi::DEFAULT_PROFILES_DIR),
             roots: HostRoots::default(),
         }
     }

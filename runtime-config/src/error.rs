@@ -6,6 +6,9 @@
 
 use std::path::PathBuf;
 
+use devinject_cdi::CdiError;
+use devinject_hostfs::HostFsError;
+
 /// Errors from configuring or unconfiguring a container engine.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeConfigError {
@@ -60,33 +63,14 @@ pub enum RuntimeConfigError {
         path: PathBuf,
     },
 
-    /// Something other than a regular file (with one link, at our own names) is at a path
-    /// devinject reads, replaces or removes: it is neither followed, opened, replaced nor removed.
-    #[error(
-        "{} is a {what}, not a regular file devinject can use; devinject neither follows, opens, \
-         replaces nor removes it: remove it (or move it away) and run again",
-        path.display()
-    )]
-    NotAFile {
-        /// The path (as seen by this process).
-        path: PathBuf,
-        /// What is there: "symbolic link", "FIFO", "character device", ...
-        what: &'static str,
-    },
+    /// Reading, replacing or removing a host file failed, or what is at its name is not a
+    /// regular file devinject may use, or is too large or not text.
+    #[error(transparent)]
+    HostFs(#[from] HostFsError),
 
-    /// A host file is larger than any file devinject reads.
-    #[error(
-        "{} is {size} bytes, more than the {max} devinject reads; it is not a file devinject wrote: move it away and run again",
-        path.display()
-    )]
-    TooLarge {
-        /// The file.
-        path: PathBuf,
-        /// Its size.
-        size: u64,
-        /// The bound.
-        max: u64,
-    },
+    /// A CDI spec could not be built or written (the doctor's dry run of `cdi generate`).
+    #[error(transparent)]
+    Cdi(#[from] CdiError),
 
     /// The request cannot be carried out for this engine.
     #[error("{0}")]
@@ -113,22 +97,12 @@ pub enum RuntimeConfigError {
         message: String,
     },
 
-    /// A device profile could not be loaded, or its devices or files could not be found (the
-    /// message names the profile and the file).
+    /// A device profile could not be loaded, or its devices could not be found (the message
+    /// names the profile and the file).
     #[error("{message}")]
     Devices {
         /// The devices crate's message.
         message: String,
-    },
-
-    /// Watching the host for changes (`cdi generate --watch`) failed: inotify or poll(2).
-    #[error("cannot {op} for the CDI watch")]
-    Watch {
-        /// What was being done: "set up inotify", "wait for events", ...
-        op: &'static str,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
     },
 
     /// The caller's [`crate::host_writer::HostWriter`] refused or failed a change (the
@@ -170,10 +144,12 @@ impl RuntimeConfigError {
             RuntimeConfigError::Syntax { .. }
                 | RuntimeConfigError::Unsupported { .. }
                 | RuntimeConfigError::NotOurs { .. }
-                | RuntimeConfigError::NotAFile { .. }
-                | RuntimeConfigError::TooLarge { .. }
                 | RuntimeConfigError::State { .. }
                 | RuntimeConfigError::Devices { .. }
-        )
+        ) || match self {
+            RuntimeConfigError::HostFs(e) => e.is_bad_input(),
+            RuntimeConfigError::Cdi(e) => e.is_bad_input(),
+            _ => false,
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! The one way configure and unconfigure change the host: every file written or removed and
 //! every directory made or removed goes through a [`HostWriter`].
 //!
-//! `devinject-ctl` uses [`Direct`]: atomic replacement through [`crate::host_dir`], in the
+//! `devinject-ctl` uses [`Direct`]: atomic replacement through [`devinject_hostfs::host_dir`], in the
 //! directory opened inside the root, the final name never followed (only a regular file with
 //! one link is replaced or removed). The installer passes its step journal instead, which saves what
 //! each path held before letting the change through, so a failed or killed step is undone
@@ -17,13 +17,13 @@ use std::path::{Path, PathBuf};
 use tracing::debug;
 
 use crate::error::{Result, RuntimeConfigError};
-use crate::host_dir::{self, HostDir};
 use crate::request::HostPaths;
+use devinject_hostfs::host_dir::{self, HostDir};
 
 /// Where configure and unconfigure make their changes.
 pub trait HostWriter {
     /// Replaces (or creates) the file at host path `host` atomically, never following what is
-    /// at its name; `mode` as for [`crate::atomic_write::write_atomic`] (`None`: keep the current mode, or the default). The
+    /// at its name; `mode` as for [`devinject_hostfs::atomic_write::write_atomic`] (`None`: keep the current mode, or the default). The
     /// parent directory exists (made through [`HostWriter::create_dirs`]).
     fn write(&mut self, host: &Path, bytes: &[u8], mode: Option<u32>) -> Result<()>;
 
@@ -63,7 +63,7 @@ impl Direct<'_> {
 impl HostWriter for Direct<'_> {
     fn write(&mut self, host: &Path, bytes: &[u8], mode: Option<u32>) -> Result<()> {
         match self.dir_of(host)? {
-            (Some(dir), name) => dir.write(name, bytes, mode),
+            (Some(dir), name) => Ok(dir.write(name, bytes, mode)?),
             (None, _) => Err(RuntimeConfigError::io(
                 "open the directory of",
                 self.paths.access(host),

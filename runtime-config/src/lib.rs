@@ -10,17 +10,15 @@
 //!   (`toml_edit`, `serde_json::Value` with key order kept), never through our own structs, so
 //!   comments, order and unknown keys survive.
 //! - `transaction`: the engine-independent half: compare with what is on disk, diff
-//!   ([`diff`]), record the prior state ([`state`]), and make the changes through a
+//!   (`devinject_hostfs::diff`), record the prior state ([`state`]), and make the changes through a
 //!   [`host_writer::HostWriter`]: atomically on the host for `devinject-ctl`
-//!   ([`host_writer::Direct`], [`atomic_write`]), through its step journal for the installer.
-//! - [`host_dir`]: every host file read, replaced or removed goes through a directory fd
-//!   opened inside the root prefix; nothing at our own file names is followed or opened before
-//!   its type is known.
+//!   ([`host_writer::Direct`], through `devinject-hostfs`, where every host file read, replaced
+//!   or removed goes through a directory fd opened inside the root prefix), through its step
+//!   journal for the installer.
 //! - [`report`]: what changed and whether the engine must be restarted or reloaded.
 //! - [`reload`]: SIGHUP for dockerd.
-//! - [`cdi`]: `cdi generate`, a CDI spec per device profile from the devices crate's planner,
-//!   for engines that inject CDI devices natively; [`cdi_watch`]: `cdi generate --watch`, which
-//!   refreshes them on every change of a device, profile or driver file (inotify).
+//! - `cdi generate [--watch]` is `devinject-cdi`'s; the binary calls it, and the doctor compares
+//!   the specs on disk with a dry run of it.
 //! - [`doctor`]: `doctor`, what is wrong on this host (cgroups, runtimes, engines and their
 //!   devinject configuration read back with each engine's `detect`, the host configuration,
 //!   profiles, devices, driver files, stale CDI specs, ldconfig, the kubelet's sockets).
@@ -33,16 +31,10 @@
 //! the diffs. See `docs/runtime-config.md` for the resulting configuration of each engine.
 #![warn(missing_docs)]
 
-pub mod atomic_write;
-pub mod cdi;
-pub mod cdi_watch;
 pub mod device_list;
-pub mod diff;
 pub mod doctor;
 pub mod engines;
 pub mod error;
-pub mod host_dir;
-pub mod host_root;
 pub mod host_writer;
 pub mod load;
 pub mod lock;

@@ -7,12 +7,12 @@
 use std::path::Path;
 
 use crate::error::{Result, RuntimeConfigError};
-use crate::host_dir::{self, Name};
+use devinject_hostfs::host_dir::{self, Name};
 
 /// Reads a text file (a path as this process names it); `None` when it does not exist.
 ///
-/// Through [`crate::host_dir`]: a link at the final name is not followed, and anything but a
-/// regular file within [`crate::host_dir::MAX_FILE_BYTES`] is refused unopened (a FIFO there
+/// Through [`devinject_hostfs::host_dir`]: a link at the final name is not followed, and anything but a
+/// regular file within [`devinject_hostfs::host_dir::MAX_FILE_BYTES`] is refused unopened (a FIFO there
 /// would block the read for ever, a device node would be opened).
 pub fn read_optional(path: &Path) -> Result<Option<String>> {
     let path = if path.is_absolute() {
@@ -22,7 +22,7 @@ pub fn read_optional(path: &Path) -> Result<Option<String>> {
             .map_err(|e| crate::RuntimeConfigError::io("read", path, e))?
             .join(path)
     };
-    host_dir::read(Path::new("/"), &path, Name::Theirs)
+    Ok(host_dir::read(Path::new("/"), &path, Name::Theirs)?)
 }
 
 /// The 1-based line and column of byte `offset` in `text`.

@@ -1,41 +1,10 @@
 //! What configure / unconfigure did, and what the engine needs for it to take effect.
 
-use std::fmt;
 use std::path::PathBuf;
 
+pub use devinject_hostfs::change::{Action, FileChange};
+
 use crate::request::{Engine, Mode};
-
-/// What happened to one file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    /// The file did not exist and was (or would be) created.
-    Create,
-    /// The file was (or would be) changed.
-    Modify,
-    /// The file was (or would be) removed.
-    Remove,
-}
-
-impl fmt::Display for Action {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Action::Create => "create",
-            Action::Modify => "modify",
-            Action::Remove => "remove",
-        })
-    }
-}
-
-/// One changed file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileChange {
-    /// Host path of the file.
-    pub path: PathBuf,
-    /// What was done to it.
-    pub action: Action,
-    /// Unified diff from the old to the new content.
-    pub diff: String,
-}
 
 /// What the engine needs before a change takes effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// Default install path of the runtime shim (`devinject-runtime`).
 pub const DEFAULT_SHIM_PATH: &str = "/usr/local/bin/devinject-runtime";
 /// Default install path of the OCI hook (`devinject-hook`).
-pub const DEFAULT_HOOK_PATH: &str = "/usr/local/bin/devinject-hook";
+pub use devinject_devices::DEFAULT_HOOK_PATH;
 /// Default name of the runtime entry / handler / RuntimeClass handler.
 pub const DEFAULT_RUNTIME_NAME: &str = "devinject";
 /// Annotation pattern containerd must pass through to the OCI spec, so that the hook and shim
@@ -136,11 +136,11 @@ impl HostPaths {
 
     /// Where the host path `host` can be read and written by this process: every symlink on
     /// the way, absolute ones included, followed inside the root as the host follows it
-    /// ([`crate::host_root`]). A configuration file kept elsewhere and linked into place
+    /// ([`devinject_hostfs::host_root`]). A configuration file kept elsewhere and linked into place
     /// (`/etc/docker/daemon.json -> /srv/node/daemon.json`) is read and replaced where it lives,
     /// and stays linked; a linked directory (`/etc/docker -> /srv/docker`) leads inside the root.
     pub fn access(&self, host: &Path) -> PathBuf {
-        crate::host_root::resolve_in_root(&self.root, host)
+        devinject_hostfs::host_root::resolve_in_root(&self.root, host)
     }
 
     /// The host path of the file behind host path `host`: every link on the way, the final one
@@ -152,15 +152,19 @@ impl HostPaths {
     }
 
     /// Reads the file at host path `host` (its final name not followed; see
-    /// [`crate::host_dir`]); `None` when there is none.
-    pub fn read(&self, host: &Path, whose: crate::host_dir::Name) -> crate::Result<Option<String>> {
-        crate::host_dir::read(&self.root, host, whose)
+    /// [`devinject_hostfs::host_dir`]); `None` when there is none.
+    pub fn read(
+        &self,
+        host: &Path,
+        whose: devinject_hostfs::host_dir::Name,
+    ) -> crate::Result<Option<String>> {
+        Ok(devinject_hostfs::host_dir::read(&self.root, host, whose)?)
     }
 
     /// The host path of `access`, a path below the root (the inverse of [`HostPaths::access`]
     /// for a path with no link on the way).
     pub fn host_of(&self, access: &Path) -> PathBuf {
-        crate::host_root::host_path_of(&self.root, access)
+        devinject_hostfs::host_root::host_path_of(&self.root, access)
     }
 
     /// The engine's main configuration file (host path).

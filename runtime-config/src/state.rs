@@ -17,9 +17,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RuntimeConfigError};
-use crate::host_dir::{self, Name};
 use crate::host_writer::HostWriter;
 use crate::request::{Engine, Mode};
+use devinject_hostfs::host_dir::{self, Name};
 
 /// Version of the state file format.
 const FORMAT: u32 = 1;
@@ -119,12 +119,12 @@ impl State {
 
     /// Reads the state file at host path `host` below `root`; `None` when there is none. Its
     /// name is ours: anything but a regular file with one link there is refused unopened
-    /// ([`crate::host_dir`]).
+    /// ([`devinject_hostfs::host_dir`]).
     pub fn load(root: &Path, host: &Path, engine: Engine) -> Result<Option<State>> {
         let Some(text) = host_dir::read(root, host, Name::Ours)? else {
             return Ok(None);
         };
-        let access = crate::host_root::resolve_in_root(root, host);
+        let access = devinject_hostfs::host_root::resolve_in_root(root, host);
         let damaged = |message: String| RuntimeConfigError::State {
             path: access.clone(),
             message,

@@ -6,16 +6,16 @@ use std::path::{Path, PathBuf};
 
 use tracing::{debug, info};
 
-use crate::diff;
 use crate::engines::{self, Candidate, EngineEditor};
 use crate::error::{Result, RuntimeConfigError};
-use crate::host_dir::{self, Entry, Name};
 use crate::host_writer::HostWriter;
 use crate::load;
 use crate::lock::DirLock;
 use crate::report::{Action, Activation, ChangeReport, FileChange};
 use crate::request::{ConfigureRequest, Engine, HostPaths, Mode, UnconfigureRequest};
 use crate::state::{self, FileKind, FileRecord, Prior, State};
+use devinject_hostfs::diff;
+use devinject_hostfs::host_dir::{self, Entry, Name};
 
 /// One file operation: bring `path` from `current` to `target`.
 struct Step {

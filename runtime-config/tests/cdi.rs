@@ -11,7 +11,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use devinject_runtime_config::cdi::{self, CdiRequest};
+use devinject_cdi::{self as cdi, CdiRequest};
 use devinject_runtime_config::Action;
 use devinject_tests::sim::mknod;
 use devinject_tests::skip::{require_binary, require_root};

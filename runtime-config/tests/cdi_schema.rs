@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use container_device_interface::spec::{parse_spec, read_spec};
 use container_device_interface::version::minimum_required_version;
-use devinject_runtime_config::cdi::{self, CdiRequest};
+use devinject_cdi::{self as cdi, CdiRequest};
 use devinject_tests::sim;
 use devinject_tests::skip::{require_binary, require_root};
 use serde_json::{json, Value};

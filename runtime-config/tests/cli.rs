@@ -193,6 +193,33 @@ fn failures_exit_with_their_documented_codes() {
     }
 }
 
+/// A link at one of `cdi generate`'s spec names is what is at a host path, not a system
+/// failure: exit 3 naming the path, the link left as it was.
+#[test]
+fn cdi_generate_with_a_link_at_a_spec_name_exits_3() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = root_arg(tmp.path());
+    let profiles = tmp.path().join("etc/devinject/profiles");
+    std::fs::create_dir_all(&profiles).expect("mkdir");
+    std::fs::write(
+        profiles.join("kvm.toml"),
+        "name = \"kvm\"\nresource = \"devinject.io/kvm\"\n[discovery]\nnodes = [\"kvm\"]\n",
+    )
+    .expect("write");
+    let specs = tmp.path().join("etc/cdi");
+    std::fs::create_dir_all(&specs).expect("mkdir");
+    let link = specs.join("devinject.io-kvm.json");
+    std::os::unix::fs::symlink("/etc/hostname", &link).expect("symlink");
+    let out = ctl(&["cdi", "generate", "--root", &root]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("devinject.io-kvm.json is a symbolic link"),
+        "{err}"
+    );
+    assert!(std::fs::symlink_metadata(&link).is_ok_and(|m| m.file_type().is_symlink()));
+}
+
 #[test]
 fn cdi_generate_with_a_broken_profile_exits_3() {
     let tmp = tempfile::tempdir().expect("tempdir");

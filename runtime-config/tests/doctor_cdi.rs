@@ -8,8 +8,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use devinject_cdi::{self as cdi, CdiRequest};
 use devinject_devices::HostRoots;
-use devinject_runtime_config::cdi::{self, CdiRequest};
 use devinject_runtime_config::doctor::{self, DoctorRequest, Finding, Section, Severity};
 use devinject_tests::sim::{self, SimHost};
 use devinject_tests::skip::{require_binary, require_root};

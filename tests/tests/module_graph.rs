@@ -315,6 +315,7 @@ fn config_readers_do_not_link_the_hook() {
     );
     for reader in [
         "devinject-runtime-config",
+        "devinject-cdi",
         "devinject-installer",
         "devinject-device-plugin",
         "devinject-hostconfig",
@@ -337,16 +338,24 @@ fn config_readers_do_not_link_the_hook() {
 }
 
 /// The DRA driver shares the kubelet-facing pieces through leaf crates (the `:authority` rewriter,
-/// the profiles, the CDI renderer), never through another binary's crate.
+/// the profiles, the CDI renderer, the host-file layer), never through another binary's crate
+/// (`devinject-runtime-config` is `devinject-ctl`'s).
 #[test]
 fn the_dra_driver_links_no_other_engine_path() {
     let deps = dependencies("dependencies");
     let linked = reachable(&deps, "devinject-dra");
     assert!(
-        linked.contains("devinject-h2-authority") && linked.contains("devinject-runtime-config"),
+        linked.contains("devinject-h2-authority")
+            && linked.contains("devinject-cdi")
+            && linked.contains("devinject-hostfs"),
         "the walk must see the DRA driver's leaf crates: {linked:?}"
     );
-    for other in ["devinject-hook", "devinject-device-plugin", "devinject-nri"] {
+    for other in [
+        "devinject-hook",
+        "devinject-device-plugin",
+        "devinject-nri",
+        "devinject-runtime-config",
+    ] {
         assert!(
             !linked.contains(other),
             "devinject-dra links {other}; move what it needs into a leaf crate"

@@ -1,7 +1,7 @@
 //! Our CDI specs are fresh: each is what `devinject-ctl cdi generate` would write now.
 //!
 //! For every CDI directory ([`DoctorRequest::cdi_dirs`]) holding one of our specs
-//! (`devinject.io-<profile>.json`), a dry run of [`cdi::generate`] into that directory, with the
+//! (`devinject.io-<profile>.json`), a dry run of [`cdi::generate()`] into that directory, with the
 //! host configuration's roots and profiles, yields what would change: a spec naming a device
 //! that is gone or missing one that appeared, a spec whose content differs (a node's numbers or
 //! mode, a library), a spec of a profile without devices. The hook path, its `--config` and the
@@ -25,9 +25,9 @@ use std::path::{Path, PathBuf};
 use devinject_devices::{AllocateMode, FinishInvocation, Profile, HOOK_ARGV0};
 use devinject_hostconfig::HostConfig;
 
-use crate::cdi::{self, CdiReport, CdiRequest};
 use crate::doctor::{DoctorReport, DoctorRequest, Section, Severity};
 use crate::report::{Action, FileChange};
+use devinject_cdi::{self as cdi, CdiReport, CdiRequest};
 use devinject_devices::CDI_VENDOR;
 
 /// The directories CDI reads specs from, as the engines default to them.
@@ -58,7 +58,7 @@ fn our_specs(req: &DoctorRequest, dir: &Path) -> BTreeMap<String, Option<String>
             // Through the fd layer: a FIFO or device node at a spec name is never opened.
             let text = req
                 .host_paths()
-                .read(&dir.join(&name), crate::host_dir::Name::Ours)
+                .read(&dir.join(&name), devinject_hostfs::host_dir::Name::Ours)
                 .ok()
                 .flatten();
             Some((profile, text))

@@ -612,7 +612,7 @@ impl EngineEditor for Containerd {
                 // The base spec is ours when our drop-in (still there, or just read) names it.
                 ours: Box::new(move |_| {
                     paths
-                        .read(&dropin, crate::host_dir::Name::Ours)
+                        .read(&dropin, devinject_hostfs::host_dir::Name::Ours)
                         .is_ok_and(|d| d.is_some_and(|d| d.contains(&spec)))
                 }),
             },

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use devinject_devices::HostRoots;
-use devinject_runtime_config::cdi::{self, CdiRequest};
-use devinject_runtime_config::cdi_watch::{self, WatchOptions};
+use devinject_cdi::watch::{self as cdi_watch, WatchOptions};
+use devinject_cdi::{self as cdi, CdiRequest};
+use devinject_hostfs::root_args::{DeviceRootArgs, DriverRootArg};
 use devinject_runtime_config::request::DEFAULT_HOOK_PATH;
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -21,18 +21,10 @@ pub struct GenerateArgs {
     /// Device profiles.
     #[arg(long, value_name = "DIR", default_value = cdi::DEFAULT_PROFILES_DIR)]
     profiles_dir: PathBuf,
-    /// Where the host's device nodes are.
-    #[arg(long, value_name = "DIR", default_value = "/dev")]
-    dev_root: PathBuf,
-    /// Where sysfs is.
-    #[arg(long, value_name = "DIR", default_value = "/sys")]
-    sys_root: PathBuf,
-    /// Where procfs is (a profile's `discovery.aliases` files).
-    #[arg(long, value_name = "DIR", default_value = "/proc")]
-    proc_root: PathBuf,
-    /// Where the driver's libraries and files are (e.g. /run/nvidia/driver).
-    #[arg(long, value_name = "DIR", default_value = "/")]
-    driver_root: PathBuf,
+    #[command(flatten)]
+    roots: DeviceRootArgs,
+    #[command(flatten)]
+    driver_root: DriverRootArg,
     /// Host path of devinject-hook (runs the soname-link and linker-cache step).
     #[arg(long, value_name = "PATH", default_value = DEFAULT_HOOK_PATH)]
     hook_path: PathBuf,
@@ -69,12 +61,7 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
     let req = CdiRequest {
         root: args.root.clone(),
         profiles_dir: args.profiles_dir.clone(),
-        roots: HostRoots {
-            dev_root: args.dev_root.clone(),
-            sys_root: args.sys_root.clone(),
-            proc_root: args.proc_root.clone(),
-            driver_root: args.driver_root.clone(),
-        },
+        roots: args.roots.with_driver_root(&args.driver_root),
         output_dir: args.output.clone(),
         hook_path: args.hook_path.clone(),
         hook_config: args.hook_config.clone(),

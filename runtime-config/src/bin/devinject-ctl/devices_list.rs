@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use devinject_devices::HostRoots;
-use devinject_runtime_config::cdi::DEFAULT_PROFILES_DIR;
+use devinject_cdi::DEFAULT_PROFILES_DIR;
+use devinject_hostfs::root_args::DeviceRootArgs;
 use devinject_runtime_config::device_list::{self, DeviceListRequest};
 use devinject_runtime_config::RuntimeConfigError;
 
@@ -17,15 +17,8 @@ pub struct ListArgs {
     /// Device profiles.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_PROFILES_DIR)]
     profiles_dir: PathBuf,
-    /// Where the host's device nodes are.
-    #[arg(long, value_name = "DIR", default_value = "/dev")]
-    dev_root: PathBuf,
-    /// Where sysfs is.
-    #[arg(long, value_name = "DIR", default_value = "/sys")]
-    sys_root: PathBuf,
-    /// Where procfs is (a profile's `discovery.aliases` files).
-    #[arg(long, value_name = "DIR", default_value = "/proc")]
-    proc_root: PathBuf,
+    #[command(flatten)]
+    roots: DeviceRootArgs,
     /// Directory where the host's / is reachable; paths are read below it.
     #[arg(long, value_name = "DIR", default_value = "/")]
     root: PathBuf,
@@ -41,12 +34,7 @@ pub fn run(args: &ListArgs) -> anyhow::Result<()> {
     let req = DeviceListRequest {
         root,
         profiles_dir: args.profiles_dir.clone(),
-        roots: HostRoots {
-            dev_root: args.dev_root.clone(),
-            sys_root: args.sys_root.clone(),
-            proc_root: args.proc_root.clone(),
-            ..HostRoots::default()
-        },
+        roots: args.roots.host_roots(),
     };
     let list = device_list::list(&req)?;
     if args.json {

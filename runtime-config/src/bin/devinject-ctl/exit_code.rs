@@ -1,6 +1,8 @@
 //! The documented exit codes of devinject-ctl (docs/runtime-config.md keeps the same table; a
 //! test holds them in step).
 
+use devinject_cdi::CdiError;
+use devinject_hostfs::HostFsError;
 use devinject_runtime_config::RuntimeConfigError;
 
 /// Exit status of `devinject-ctl`.
@@ -37,7 +39,15 @@ impl ExitCode {
 
     /// The code for an error chain, from the library error at its root when there is one.
     pub fn of(err: &anyhow::Error) -> Self {
+        if let Some(e) = err.downcast_ref::<CdiError>() {
+            return Self::of_cdi(e);
+        }
+        if let Some(e) = err.downcast_ref::<HostFsError>() {
+            return Self::of_host_file(e);
+        }
         match err.downcast_ref::<RuntimeConfigError>() {
+            Some(RuntimeConfigError::HostFs(e)) => Self::of_host_file(e),
+            Some(RuntimeConfigError::Cdi(e)) => Self::of_cdi(e),
             Some(e) if e.is_bad_input() => ExitCode::BadInput,
             Some(RuntimeConfigError::Io { .. }) => ExitCode::Io,
             Some(RuntimeConfigError::InvalidRequest(_)) => ExitCode::Usage,
@@ -46,6 +56,22 @@ impl ExitCode {
             }
             _ if err.downcast_ref::<std::io::Error>().is_some() => ExitCode::Io,
             _ => ExitCode::Failure,
+        }
+    }
+
+    fn of_cdi(err: &CdiError) -> Self {
+        match err {
+            CdiError::HostFs(e) => Self::of_host_file(e),
+            e if e.is_bad_input() => ExitCode::BadInput,
+            _ => ExitCode::Failure,
+        }
+    }
+
+    fn of_host_file(err: &HostFsError) -> Self {
+        if err.is_bad_input() {
+            ExitCode::BadInput
+        } else {
+            ExitCode::Io
         }
     }
 }

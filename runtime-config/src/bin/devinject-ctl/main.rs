@@ -16,7 +16,7 @@ mod runtime_unconfigure;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use devinject_runtime_config::cdi::CdiReport;
+use devinject_cdi::CdiReport;
 use devinject_runtime_config::{ChangeReport, Engine, HostPaths};
 
 use exit_code::ExitCode;

@@ -26,7 +26,8 @@ use devinject_devices::{resolve_driver_files, HostRoots, Profile};
 use inotify::WatchMask;
 use tracing::warn;
 
-use crate::cdi::{file_name, CdiRequest};
+use crate::generate::file_name;
+use crate::request::CdiRequest;
 
 /// Which names in a watched directory matter.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

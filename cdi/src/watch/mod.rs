@@ -2,7 +2,7 @@
 //!
 //! One round: watch everything whose change can change a spec (`targets`: the profiles, the
 //! device directories, the sysfs attributes discovery reads, the driver files the specs mount),
-//! then [`cdi::generate`]. In that order, so a change made before the watches were in place is
+//! then [`crate::generate()`]. In that order, so a change made before the watches were in place is
 //! seen by the generation, and one made after raises an event. Then wait in poll(2) on the
 //! inotify descriptor and the caller's stop descriptor (the binary's signalfd for SIGTERM and
 //! SIGINT), without a timeout while nothing is pending: an idle watcher uses no CPU.
@@ -12,7 +12,7 @@
 //! latest 5 debounce periods after the first event, so a change lands well within a second even
 //! while events keep coming.
 //!
-//! [`cdi::generate`] writes each spec to a temporary file and renames it over the old one, so an
+//! [`crate::generate()`] writes each spec to a temporary file and renames it over the old one, so an
 //! engine never reads a half-written spec, and it writes nothing when anything fails. So on an
 //! error (a broken profile, a failed discovery) the previous specs stay, the error is logged with
 //! the file and the fix, and the next change tries again. An I/O error, which no watched change
@@ -29,8 +29,9 @@ use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use tracing::{debug, error, info, warn};
 
-use crate::cdi::{self, CdiReport, CdiRequest};
-use crate::error::{Result, RuntimeConfigError};
+use crate::error::{CdiError, Result};
+use crate::generate::{self as cdi, CdiReport};
+use crate::request::CdiRequest;
 use targets::{Interest, Targets};
 
 /// The default pause that ends a burst of changes.
@@ -84,7 +85,7 @@ pub fn watch(
                 None
             }
             Err(e) => {
-                let io = matches!(e, RuntimeConfigError::Io { .. });
+                let io = e.is_io();
                 let fix = if e.is_bad_input() {
                     "fix the file named here; the specs are refreshed as soon as it changes"
                 } else if io {
@@ -142,7 +143,7 @@ struct Watcher {
 
 impl Watcher {
     fn new() -> Result<Self> {
-        let inotify = Inotify::init().map_err(|source| RuntimeConfigError::Watch {
+        let inotify = Inotify::init().map_err(|source| CdiError::Watch {
             op: "set up inotify",
             source,
         })?;
@@ -226,7 +227,7 @@ impl Watcher {
                 match poll(&mut fds, timeout) {
                     Ok(_) | Err(Errno::EINTR) => {}
                     Err(e) => {
-                        return Err(RuntimeConfigError::Watch {
+                        return Err(CdiError::Watch {
                             op: "wait for events",
                             source: e.into(),
                         })
@@ -255,7 +256,7 @@ impl Watcher {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(matters),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(source) => {
-                    return Err(RuntimeConfigError::Watch {
+                    return Err(CdiError::Watch {
                         op: "read inotify events",
                         source,
                     })

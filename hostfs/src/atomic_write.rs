@@ -21,7 +21,7 @@ use crate::host_dir::{self, HostDir};
 /// `mode`: the permission bits to give the file; `None` keeps the current file's mode, or
 /// [`DEFAULT_FILE_MODE`] for a new file. The owner of an existing file is kept. The parent
 /// directory must exist. A symlink, FIFO, device node, directory or hard link at `path` is an
-/// error, left as it is ([`crate::RuntimeConfigError::NotAFile`]).
+/// error, left as it is ([`crate::HostFsError::NotAFile`]).
 pub fn write_atomic(path: &Path, contents: &[u8], mode: Option<u32>) -> Result<()> {
     let (dir, name) = host_dir::split(path)?;
     existing_dir(&dir)?.write(name, contents, mode)
@@ -34,7 +34,7 @@ pub fn remove(path: &Path) -> Result<()> {
     if existing_dir(&dir)?.remove(name)? {
         Ok(())
     } else {
-        Err(crate::RuntimeConfigError::io(
+        Err(crate::HostFsError::io(
             "remove",
             path,
             std::io::Error::from(std::io::ErrorKind::NotFound),
@@ -52,7 +52,7 @@ pub fn create_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
 fn existing_dir(dir: &Path) -> Result<HostDir> {
     let dir = absolute(dir);
     HostDir::open(Path::new("/"), &dir)?.ok_or_else(|| {
-        crate::RuntimeConfigError::io(
+        crate::HostFsError::io(
             "open directory",
             &dir,
             std::io::Error::from(std::io::ErrorKind::NotFound),

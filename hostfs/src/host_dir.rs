@@ -1,4 +1,4 @@
-//! Host directories through fds: the one way this crate reads, replaces and removes a host file
+//! Host directories through fds: the one way devinject's host-side tools read, replace and remove a host file
 //! (CDI specs, hooks.d files, drop-ins, the state file, the engines' own configuration).
 //!
 //! # Why
@@ -17,7 +17,7 @@
 //!   entry is looked at with `fstatat(AT_SYMLINK_NOFOLLOW)` / `O_PATH | O_NOFOLLOW` + `fstat`;
 //!   a regular file is read through a non-blocking reopen of that same inode
 //!   (`/proc/self/fd`), within [`MAX_FILE_BYTES`]. A symlink, FIFO, socket, device node or
-//!   directory there is [`RuntimeConfigError::NotAFile`], naming the path, what it is and the
+//!   directory there is [`HostFsError::NotAFile`], naming the path, what it is and the
 //!   fix: it is neither followed, opened, replaced nor removed.
 //! - **Our own names** ([`Name::Ours`], and every name we replace or remove) hold a regular file
 //!   with one link, or nothing: a hard link there is another file's too (its content must not
@@ -42,7 +42,7 @@ use nix::fcntl::{openat, openat2, renameat, AtFlags, OFlag, OpenHow, ResolveFlag
 use nix::sys::stat::{fchmod, fstatat, mkdirat, FileStat, Mode, SFlag};
 use nix::unistd::{fchown, unlinkat, Gid, Uid, UnlinkatFlags};
 
-use crate::error::{Result, RuntimeConfigError};
+use crate::error::{HostFsError, Result};
 use devinject_devices::file_kind;
 use devinject_devices::path_fd::{Follow, PathFd, Reopen};
 
@@ -169,8 +169,8 @@ impl HostDir {
         }
     }
 
-    fn not_a_file(&self, name: &OsStr, what: &'static str) -> RuntimeConfigError {
-        RuntimeConfigError::NotAFile {
+    fn not_a_file(&self, name: &OsStr, what: &'static str) -> HostFsError {
+        HostFsError::NotAFile {
             path: self.shown(name),
             what,
         }
@@ -184,11 +184,8 @@ impl HostDir {
         };
         String::from_utf8(bytes)
             .map(Some)
-            .map_err(|_| RuntimeConfigError::Unsupported {
+            .map_err(|_| HostFsError::NotText {
                 path: self.shown(name),
-                line: None,
-                problem: "the file is not UTF-8 text".to_string(),
-                fix: "fix its encoding".to_string(),
             })
     }
 
@@ -222,7 +219,7 @@ impl HostDir {
         }
         let size = held.size();
         if size > max {
-            return Err(RuntimeConfigError::TooLarge {
+            return Err(HostFsError::TooLarge {
                 path: shown,
                 size,
                 max,
@@ -234,9 +231,9 @@ impl HostDir {
         let mut bytes = Vec::new();
         file.take(max.saturating_add(1))
             .read_to_end(&mut bytes)
-            .map_err(|e| RuntimeConfigError::io("read", &shown, e))?;
+            .map_err(|e| HostFsError::io("read", &shown, e))?;
         if bytes.len() as u64 > max {
-            return Err(RuntimeConfigError::TooLarge {
+            return Err(HostFsError::TooLarge {
                 path: shown,
                 size: bytes.len() as u64,
                 max,
@@ -264,7 +261,7 @@ impl HostDir {
     ) -> Result<()> {
         let shown = self.shown(name);
         if name.is_empty() || name.as_bytes().contains(&b'/') || name == ".." || name == "." {
-            return Err(RuntimeConfigError::io(
+            return Err(HostFsError::io(
                 "write",
                 &shown,
                 std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"),
@@ -315,7 +312,7 @@ impl HostDir {
         .map_err(|e| io("create temporary file", &shown, e))?;
         let mut file = File::from(fd);
         file.write_all(contents)
-            .map_err(|e| RuntimeConfigError::io("write temporary file", &shown, e))?;
+            .map_err(|e| HostFsError::io("write temporary file", &shown, e))?;
         // The umask applied to `mode` above; set the exact bits.
         fchmod(file.as_fd(), Mode::from_bits_truncate(mode))
             .map_err(|e| io("set the mode of", &shown, e))?;
@@ -332,7 +329,7 @@ impl HostDir {
             }
         }
         file.sync_all()
-            .map_err(|e| RuntimeConfigError::io("fsync temporary file", &shown, e))
+            .map_err(|e| HostFsError::io("fsync temporary file", &shown, e))
     }
 
     /// Removes the regular file (one link) at `name` and syncs the directory. Returns whether
@@ -401,7 +398,7 @@ impl HostDir {
 pub fn split(host: &Path) -> Result<(PathBuf, &OsStr)> {
     match (host.parent(), host.file_name()) {
         (Some(dir), Some(name)) => Ok((dir.to_path_buf(), name)),
-        _ => Err(RuntimeConfigError::io(
+        _ => Err(HostFsError::io(
             "use",
             host,
             std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"),
@@ -472,8 +469,8 @@ fn under(root: &Path, host: &Path) -> PathBuf {
     root.join(host.strip_prefix("/").unwrap_or(host))
 }
 
-fn io(op: &'static str, path: impl Into<PathBuf>, errno: Errno) -> RuntimeConfigError {
-    RuntimeConfigError::io(op, path, std::io::Error::from(errno))
+fn io(op: &'static str, path: impl Into<PathBuf>, errno: Errno) -> HostFsError {
+    HostFsError::io(op, path, std::io::Error::from(errno))
 }
 
 #[cfg(test)]

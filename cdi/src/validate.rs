@@ -1,0 +1,91 @@
+//! The rules CDI's parser enforces, checked before a spec is written.
+
+use crate::spec::CdiSpec;
+
+/// Checks the rules CDI's parser enforces on what we write: the kind, device names, absolute
+/// paths, known hook stages, at least one device.
+pub fn validate(spec: &CdiSpec) -> std::result::Result<(), String> {
+    let (vendor, class) = spec
+        .kind
+        .split_once('/')
+        .ok_or_else(|| format!("kind {:?} is not vendor/class", spec.kind))?;
+    let label = |s: &str, extra: &[char]| {
+        !s.is_empty()
+            && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || extra.contains(&c))
+    };
+    if !label(vendor, &['-', '.']) || !vendor.contains('.') {
+        return Err(format!("vendor {vendor:?} is not a domain name"));
+    }
+    if !label(class, &['-', '_', '.']) {
+        return Err(format!("class {class:?} is invalid"));
+    }
+    if spec.devices.is_empty() {
+        return Err("a spec needs at least one device".to_string());
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for d in &spec.devices {
+        if !label(&d.name, &['-', '_', '.', ':']) {
+            return Err(format!("device name {:?} is invalid", d.name));
+        }
+        if !names.insert(&d.name) {
+            return Err(format!("device name {:?} is used twice", d.name));
+        }
+    }
+    let edits = std::iter::once(&spec.container_edits)
+        .chain(spec.devices.iter().map(|d| &d.container_edits));
+    for e in edits {
+        for n in &e.device_nodes {
+            if !n.path.starts_with('/') || n.host_path.as_ref().is_some_and(|h| !h.starts_with('/'))
+            {
+                return Err(format!("device node {:?} has a relative path", n.path));
+            }
+            if !matches!(n.kind.as_str(), "c" | "b") {
+                return Err(format!("device node {:?} has type {:?}", n.path, n.kind));
+            }
+        }
+        for m in &e.mounts {
+            if !m.host_path.starts_with('/') || !m.container_path.starts_with('/') {
+                return Err(format!("mount {:?} has a relative path", m.container_path));
+            }
+        }
+        for h in &e.hooks {
+            let stages = [
+                "prestart",
+                "createRuntime",
+                "createContainer",
+                "startContainer",
+                "poststart",
+                "poststop",
+            ];
+            if !stages.contains(&h.hook_name.as_str()) || !h.path.starts_with('/') {
+                return Err(format!("hook {:?} at {:?} is invalid", h.path, h.hook_name));
+            }
+        }
+        for v in &e.env {
+            if !v.contains('=') {
+                return Err(format!("env entry {v:?} has no '='"));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::sample::spec;
+
+    #[test]
+    fn validation_rejects_what_cdi_rejects() {
+        assert!(validate(&spec("devinject.io/kvm", &["kvm"], None)).is_ok());
+        assert!(validate(&spec("devinject.io/gpu", &["0000:01:00.0"], None)).is_ok());
+        assert!(validate(&spec("devinject/kvm", &["kvm"], None)).is_err());
+        assert!(validate(&spec("devinject.io/kvm", &["-x"], None)).is_err());
+        assert!(validate(&spec("devinject.io/kvm", &["a", "a"], None)).is_err());
+        assert!(validate(&spec("devinject.io/kvm", &[], None)).is_err());
+        assert!(validate(&spec("devinject.io/kvm", &["k"], Some("rel"))).is_err());
+    }
+}
