@@ -4,7 +4,8 @@
 
 /// The attributes every published device carries already: `discovery.attributes_sysfs` and
 /// `[capacity]` may not reuse these names.
-pub const DEVICE_ATTRIBUTES: [&str; 5] = ["profile", "id", "index", "numaNode", "replica"];
+pub const DEVICE_ATTRIBUTES: [&str; 6] =
+    ["profile", "id", "index", "numaNode", "replica", "partition"];
 
 /// The longest attribute name (the DRA API's limit for a device attribute).
 pub const MAX_ATTRIBUTE_NAME: usize = 32;

@@ -41,6 +41,7 @@ pub mod forward_compat;
 pub mod names;
 pub mod node;
 pub mod node_volume;
+pub mod partitions;
 pub mod path_fd;
 pub mod pci;
 pub mod plan;
@@ -69,6 +70,7 @@ pub use finish_invocation::{
 pub use forward_compat::{ForwardCompat, ForwardCompatSpec};
 pub use names::{DeviceId, NameError, ProfileName, ResourceName, CDI_VENDOR};
 pub use node::{access_groups, DeviceNode};
+pub use partitions::{Partition, Partitions};
 pub use pci::{pci_location, PciLocation};
 pub use plan::{ContainerEdits, EnvVar, Mount, MountKind, Plan, Symlink};
 pub use planner::{plan, ContainerLayout, PlanError, PlanInput};

@@ -16,6 +16,7 @@ use crate::capability::CapabilitySpec;
 use crate::capacity::Capacity;
 use crate::forward_compat::ForwardCompatSpec;
 use crate::names::{NameError, ProfileName, ResourceName};
+use crate::partitions::Partitions;
 
 /// Why a profile could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -213,8 +214,9 @@ impl HealthTaint {
 
 /// The most `discovery.attributes_sysfs` a profile may name: the DRA API holds at most 32
 /// attributes and capacities per device, and the driver publishes up to 8 of its own
-/// ([`DEVICE_ATTRIBUTES`] and Kubernetes' three standard ones), or 7 and one capacity (a
-/// device shared by `[capacity]` carries no `replica`).
+/// ([`DEVICE_ATTRIBUTES`] but one and Kubernetes' three standard ones: a device carries
+/// `replica` or `partition`, never both), or 7 and one capacity (a device shared by
+/// `[capacity]` carries neither).
 pub const MAX_SYSFS_ATTRIBUTES: usize = 24;
 
 /// One extra node per device, or a control node shared by all devices of the kind.
@@ -342,6 +344,7 @@ struct RawProfile {
     forward_compat: Option<ForwardCompatSpec>,
     prepare: Option<PrepareSpec>,
     capacity: Option<BTreeMap<String, i64>>,
+    partitions: Option<crate::partitions::RawPartitions>,
 }
 
 fn one() -> u32 {
@@ -383,6 +386,9 @@ pub struct Profile {
     /// How many DRA claims share each device, if they may ([`crate::capacity`]); the DRA
     /// driver then publishes each device once instead of once per replica.
     pub capacity: Option<Capacity>,
+    /// The partitions each device can be used as besides whole, if any
+    /// ([`crate::partitions`]); the DRA driver publishes them, the device plugin does not.
+    pub partitions: Option<Partitions>,
     /// How the device plugin answers `Allocate`.
     pub allocate_mode: AllocateMode,
     /// How devices are found.
@@ -654,6 +660,39 @@ impl Profile {
             .map(Capacity::from_table)
             .transpose()
             .map_err(|(key, problem)| invalid(&key, problem))?;
+        let partitions = raw
+            .partitions
+            .as_ref()
+            .map(Partitions::from_raw)
+            .transpose()
+            .map_err(|(key, problem)| invalid(&key, problem))?;
+        if let Some(p) = partitions.as_ref().filter(|p| !is_env_name(&p.env)) {
+            return Err(invalid(
+                "partitions.env",
+                format!(
+                    "{:?} is not an env variable name: use A-Z, a-z, 0-9 and '_'",
+                    p.env
+                ),
+            ));
+        }
+        if partitions.is_some() {
+            // A partitioned device is shared by the claims of its partitions already.
+            let conflict = if capacity.is_some() {
+                Some("`[capacity]`: a device shared by capacity cannot also be cut into partitions: remove `[capacity]` or `[partitions]`")
+            } else if raw.replicas > 1 {
+                Some("`replicas` > 1: a device shared by replicas cannot also be cut into partitions: remove `replicas` or `[partitions]`")
+            } else if raw.prepare.is_some() {
+                Some("`[prepare]`: the claims of two partitions use one device at once, and each one's prepare would run the program on it under the other: remove `[prepare]` or `[partitions]`")
+            } else {
+                None
+            };
+            if let Some(conflict) = conflict {
+                return Err(invalid(
+                    "partitions",
+                    format!("cannot be combined with {conflict}"),
+                ));
+            }
+        }
         if let Some(prepare) = &raw.prepare {
             check_prepare(prepare, &resource).map_err(|(key, problem)| invalid(&key, problem))?;
             if capacity.is_some() {
@@ -676,6 +715,7 @@ impl Profile {
             request_env,
             replicas: raw.replicas,
             capacity,
+            partitions,
             allocate_mode: raw.allocate_mode,
             discovery: raw.discovery,
             device_nodes: raw.device_nodes,
@@ -1201,6 +1241,59 @@ DEMO_DRIVER = "1"
             e.contains("PreferNoSchedule") || e.contains("health_taint"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn partitions_are_read_and_refused_beside_other_sharing() {
+        const TABLE: &str =
+            "[partitions]\nunits = 4\nenv = \"DEMO_PARTITION\"\n[partitions.shapes]\nhalf = 2\n";
+        let p = parse(&format!("{DEMO}{TABLE}")).unwrap();
+        let parts = p.partitions.unwrap();
+        assert_eq!((parts.units, parts.env.as_str()), (4, "DEMO_PARTITION"));
+        assert_eq!(parse(DEMO).unwrap().partitions, None);
+        let err = parse(&format!("{DEMO}{TABLE}half = 3\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("half"), "{err}");
+        let err = parse(&format!(
+            "{DEMO}[partitions]\nunits = 4\nenv = \"E\"\n[partitions.shapes]\nthird = 3\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("`partitions.shapes.third`") && err.contains("divides"),
+            "{err}"
+        );
+        for (other, words) in [
+            (
+                "[capacity]\npods = 4\n",
+                "remove `[capacity]` or `[partitions]`",
+            ),
+            (
+                "[prepare]\ncommand = [\"/opt/p\"]\n",
+                "remove `[prepare]` or `[partitions]`",
+            ),
+        ] {
+            let err = parse(&format!("{DEMO}{other}{TABLE}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("`partitions`") && err.contains(words), "{err}");
+        }
+        let err = parse(&format!(
+            "{DEMO}{}",
+            TABLE.replace("DEMO_PARTITION", "DEMO-PARTITION")
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("`partitions.env`") && err.contains("not an env variable name"),
+            "{err}"
+        );
+        let replicas = DEMO.replacen("[discovery]", "replicas = 2\n[discovery]", 1);
+        let err = parse(&format!("{replicas}{TABLE}"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("remove `replicas` or `[partitions]`"), "{err}");
     }
 
     #[test]

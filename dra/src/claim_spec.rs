@@ -157,19 +157,21 @@ pub struct ClaimSpec {
 /// Builds the spec of claim `uid` for `profile`, holding one CDI device per allocated device.
 ///
 /// `devices` are the allocated devices as (DRA device name, device id) pairs; a pair listed
-/// twice (one device shared by two requests) is one CDI device. `inventory` and `driver_files`
-/// are what discovery found for the profile on this node.
-pub fn build(
+/// twice (one device shared by two requests) is one CDI device. A partition's id
+/// (`<id>@<shape><n>`, [`devinject_devices::partitions`]) names its device, and its CDI device
+/// also sets the profile's `partitions.env` to the units it covers. `inventory` and
+/// `driver_files` are what discovery found for the profile on this node.
+pub fn build<'a>(
     ctx: &SpecContext,
     uid: &str,
     profile: &Profile,
     inventory: &Inventory,
     driver_files: &DriverFiles,
-    devices: &[(String, String)],
+    devices: &'a [(String, String)],
 ) -> Result<ClaimSpec> {
     let uid = naming::claim_uid(uid)?;
     let pname = profile.name.as_str();
-    let mut wanted: Vec<(&str, &str)> = Vec::new();
+    let mut wanted: Vec<(&'a str, &'a str)> = Vec::new();
     for (name, id) in devices {
         if !wanted.iter().any(|(n, _)| n == name) {
             wanted.push((name, id));
@@ -179,7 +181,21 @@ pub fn build(
         devices: Vec::with_capacity(wanted.len()),
         control_nodes: inventory.control_nodes.clone(),
     };
-    for (name, id) in &wanted {
+    // The device of each wanted one, and what its container is told of its partition.
+    let split = |id: &'a str| -> (&'a str, Option<String>) {
+        match &profile.partitions {
+            Some(partitions) => {
+                let (device, partition) = partitions.split(id);
+                (
+                    device,
+                    partition.map(|p| format!("{}={}", partitions.env, p.env_value())),
+                )
+            }
+            None => (id, None),
+        }
+    };
+    for &(name, id) in &wanted {
+        let (id, _) = split(id);
         let Some(device) = inventory.by_id(id) else {
             return Err(ClaimSpecError::UnknownDevice {
                 uid: uid.to_owned(),
@@ -218,9 +234,11 @@ pub fn build(
         container_edits: rendered.container_edits,
     };
     let mut cdi_device_ids = BTreeMap::new();
-    for (name, id) in &wanted {
-        let mut device = by_id.get(*id).cloned().ok_or_else(no_devices)?;
+    for &(name, id) in &wanted {
+        let (id, partition_env) = split(id);
+        let mut device = by_id.get(id).cloned().ok_or_else(no_devices)?;
         device.name = naming::cdi_device(uid, name);
+        device.container_edits.env.extend(partition_env);
         spec.devices.push(device);
         cdi_device_ids.insert(
             (*name).to_owned(),
@@ -564,6 +582,60 @@ DEMO_DRIVER_VERSION = "1.0"
             assert_eq!(nodes, ["/dev/demo/accel1"], "{}", d.name);
         }
         assert_eq!(spec.cdi_device_ids.len(), 2);
+    }
+
+    #[test]
+    fn a_partition_is_its_devices_node_and_the_units_it_covers() {
+        let text = "name = \"demo\"\nresource = \"devinject.io/demo\"\n[discovery]\n\
+                    nodes = [\"demo/accel[0-9]*\"]\nid = \"index\"\n[partitions]\nunits = 4\n\
+                    env = \"DEMO_PARTITION\"\n[partitions.shapes]\nhalf = 2\nquarter = 1\n";
+        let profile = Profile::parse(text, Path::new("demo.toml")).unwrap();
+        let spec = build(
+            &ctx(Path::new("/")),
+            UID,
+            &profile,
+            &inventory(),
+            &driver_files(),
+            &pairs(&[
+                ("demo-1-half1", "1@half1"),
+                ("demo-2-quarter0", "2@quarter0"),
+                ("demo-0", "0"),
+            ]),
+        )
+        .unwrap();
+        let seen: Vec<_> = spec
+            .spec
+            .devices
+            .iter()
+            .map(|d| {
+                (
+                    d.name.clone(),
+                    d.container_edits
+                        .device_nodes
+                        .iter()
+                        .map(|n| n.path.clone())
+                        .collect::<Vec<_>>(),
+                    d.container_edits.env.clone(),
+                )
+            })
+            .collect();
+        let node = |i: u32| vec![format!("/dev/demo/accel{i}")];
+        assert_eq!(
+            seen,
+            [
+                (
+                    format!("{UID}-demo-1-half1"),
+                    node(1),
+                    vec!["DEMO_PARTITION=2-3".to_owned()]
+                ),
+                (
+                    format!("{UID}-demo-2-quarter0"),
+                    node(2),
+                    vec!["DEMO_PARTITION=0-0".to_owned()]
+                ),
+                (format!("{UID}-demo-0"), node(0), vec![]),
+            ]
+        );
     }
 
     #[test]

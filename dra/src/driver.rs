@@ -39,7 +39,9 @@ use crate::device_metadata::{self, MetadataClaim, MetadataDevice, MetadataFile};
 use crate::metrics::{DraMetrics, Prepared};
 use crate::naming;
 use crate::prepared::{ClaimRef, Claims, Deadline, PreparedDevice};
-use crate::slices::{device_attributes, device_names, unhealthy_taint, ATTR_REPLICA};
+use crate::slices::{
+    device_attributes, device_names, unhealthy_taint, ATTR_PARTITION, ATTR_REPLICA,
+};
 use devinject_devices::request::split_replica;
 
 /// What the driver logs for each claim it prepared, with `took_us`, the time from the kubelet's
@@ -417,8 +419,12 @@ impl Driver {
                         Excerpt(&d.pool)
                     )
                 })?;
-                // A share of a shared device stands for the device itself.
-                let (id, replica) = split_replica(published).unwrap_or((published, None));
+                // A partition, or a share of a shared device, stands for the device itself.
+                let (device_id, partition) = match &profile.partitions {
+                    Some(partitions) => partitions.split(published),
+                    None => (published, None),
+                };
+                let (id, replica) = split_replica(device_id).unwrap_or((device_id, None));
                 // An unhealthy device is prepared only for a claim that tolerated its taint
                 // (docs/dra.md, "Health").
                 let tolerated = || {
@@ -446,6 +452,15 @@ impl Driver {
                         .first()
                         .and_then(|node| devinject_devices::pci_location(&self.config.roots, node));
                     let mut attributes = device_attributes(profile, device, location.as_ref());
+                    if let Some(p) = &partition {
+                        attributes.insert(
+                            ATTR_PARTITION.to_owned(),
+                            k8s_openapi::api::resource::v1::DeviceAttribute {
+                                string: Some(p.shape.clone()),
+                                ..Default::default()
+                            },
+                        );
+                    }
                     if let Some(n) = replica {
                         attributes.insert(
                             ATTR_REPLICA.to_owned(),
@@ -461,7 +476,9 @@ impl Driver {
                         attributes,
                     });
                 }
-                pairs.push((d.device.clone(), id.to_owned()));
+                // The partition's id: the spec gives its container the units it covers.
+                let spec_id = if partition.is_some() { published } else { id };
+                pairs.push((d.device.clone(), spec_id.to_owned()));
                 by_function
                     .entry(allocation.config(&d.request).function)
                     .or_default()

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use devinject_devices::{discover, watch_paths, HostRoots, PciLocation, ProfileSet};
 use k8s_openapi::api::resource::v1::ResourceSlice;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Api;
 use tokio::signal::unix::{signal, SignalKind};
@@ -26,7 +26,9 @@ use crate::metrics::DraMetrics;
 use crate::node_service::NodeService;
 use crate::prepared::Claims;
 use crate::registration::RegistrationService;
-use crate::slices::{pci_locations, resource_slice, same_content, slice_name, ApiFields};
+use crate::slices::{
+    counters_slice_name, pci_locations, resource_slices, same_content, slice_name, ApiFields,
+};
 use crate::socket::{self, ServedSocket};
 
 /// What the driver logs each time it applies a ResourceSlice: tests look for it.
@@ -159,8 +161,8 @@ async fn publish(
     let mut server: Option<BTreeMap<String, ResourceSlice>> = None;
     let mut relisted: BTreeMap<String, ResourceSlice> = BTreeMap::new();
     let mut watch_error: Option<String> = None;
-    // What this driver applied: profile -> slice.
-    let mut published: BTreeMap<String, ResourceSlice> = Default::default();
+    // What this driver applied: profile -> its pool's slices (the counters' first, if any).
+    let mut published: BTreeMap<String, Vec<ResourceSlice>> = Default::default();
     // The last discovery error of each profile, logged when it first appears or changes, not at
     // every rescan (a node without a profile's driver fails the same way twice a second).
     let mut failing: BTreeMap<String, String> = Default::default();
@@ -281,13 +283,18 @@ async fn publish(
             let name = profile.name.as_str();
             let inventory = &found[name];
             let slice_name = slice_name(&config.node, name);
-            // The copy to compare with: the API server's when the watch knows it, else what
-            // this driver applied.
-            let current = match &server {
-                Some(held) => held.get(&slice_name),
-                None => published.get(name),
+            let counters_name = counters_slice_name(&config.node, name);
+            // The copy of slice `slice` to compare with: the API server's when the watch knows
+            // it, else what this driver applied.
+            let held = |slice: &str| match &server {
+                Some(held) => held.get(slice),
+                None => published.get(name).and_then(|mine| {
+                    mine.iter()
+                        .find(|s| s.metadata.name.as_deref() == Some(slice))
+                }),
             };
-            let generation = match (current, published.get(name)) {
+            let mine = published.get(name).and_then(|mine| mine.last());
+            let generation = match (held(&slice_name), mine) {
                 (Some(c), Some(p)) => c.spec.pool.generation.max(p.spec.pool.generation),
                 (Some(c), None) => c.spec.pool.generation,
                 (None, Some(p)) => p.spec.pool.generation,
@@ -295,7 +302,7 @@ async fn publish(
                 (None, None) => current_generation(&api, &slice_name).await,
             };
             let locations = &located[name];
-            let slice = resource_slice(
+            let slices = resource_slices(
                 &config.driver,
                 &config.node,
                 profile,
@@ -304,47 +311,64 @@ async fn publish(
                 fields,
                 locations,
             )?;
+            // A counters' slice the pool no longer has (the server dropped the counters).
+            let stale_counters = slices.len() == 1 && held(&counters_name).is_some();
             let unchanged = published.contains_key(name)
-                && current.is_some_and(|old| same_content(&old.spec, &slice.spec));
+                && !stale_counters
+                && slices.iter().all(|new| {
+                    held(new.metadata.name.as_deref().unwrap_or_default())
+                        .is_some_and(|old| same_content(&old.spec, &new.spec))
+                });
             if unchanged {
                 continue;
             }
-            let mut slice = slice;
-            slice.spec.pool.generation = generation + 1;
-            let mut applied = api.patch(&slice_name, &params, &Patch::Apply(&slice)).await;
+            let mut slices = with_generation(slices, generation + 1);
+            let mut applied = apply_all(&api, &params, &slices).await;
             if let Ok(returned) = &applied {
-                let off = fields.learn(&slice.spec, &returned.spec);
+                let off: Vec<_> = slices
+                    .iter()
+                    .zip(returned)
+                    .flat_map(|(a, r)| fields.learn(&a.spec, &r.spec))
+                    .collect();
                 if !off.is_empty() {
                     info!(
                         profile = name,
                         slice = %slice_name,
                         gates = ?off,
-                        "the API server drops fields of these features (gates off): without device taints unhealthy devices are left out of the slices; without consumable capacity devices are shared by the profiles' replicas"
+                        "the API server drops fields of these features (gates off): without device taints unhealthy devices are left out of the slices; without consumable capacity devices are shared by the profiles' replicas; without partitionable devices only whole devices are published"
                     );
-                    slice = resource_slice(
-                        &config.driver,
-                        &config.node,
-                        profile,
-                        inventory,
-                        generation + 1,
-                        fields,
-                        locations,
-                    )?;
-                    slice.spec.pool.generation = generation + 2;
-                    applied = api.patch(&slice_name, &params, &Patch::Apply(&slice)).await;
+                    slices = with_generation(
+                        resource_slices(
+                            &config.driver,
+                            &config.node,
+                            profile,
+                            inventory,
+                            generation + 1,
+                            fields,
+                            locations,
+                        )?,
+                        generation + 2,
+                    );
+                    applied = apply_all(&api, &params, &slices).await;
                 }
             }
             match applied {
                 Ok(_) => {
-                    config.metrics.slice_applied(true);
-                    info!(
-                        profile = name,
-                        slice = %slice_name,
-                        devices = slice.spec.devices.as_ref().map_or(0, Vec::len),
-                        generation = slice.spec.pool.generation,
-                        "{PUBLISHED}"
-                    );
-                    published.insert(name.to_owned(), slice);
+                    if slices.len() == 1 && profile.partitions.is_some() {
+                        remove_counters(&api, &counters_name).await;
+                    }
+                    for slice in &slices {
+                        config.metrics.slice_applied(true);
+                        info!(
+                            profile = name,
+                            slice = slice.metadata.name.as_deref().unwrap_or_default(),
+                            devices = slice.spec.devices.as_ref().map_or(0, Vec::len),
+                            counter_sets = slice.spec.shared_counters.as_ref().map_or(0, Vec::len),
+                            generation = slice.spec.pool.generation,
+                            "{PUBLISHED}"
+                        );
+                    }
+                    published.insert(name.to_owned(), slices);
                 }
                 Err(e) => {
                     config.metrics.slice_applied(false);
@@ -352,6 +376,41 @@ async fn publish(
                 }
             }
         }
+    }
+}
+
+/// `slices` (one pool's) as generation `generation`.
+fn with_generation(mut slices: Vec<ResourceSlice>, generation: i64) -> Vec<ResourceSlice> {
+    for slice in &mut slices {
+        slice.spec.pool.generation = generation;
+    }
+    slices
+}
+
+/// Applies one pool's slices in order (the counters before the devices that consume them);
+/// returns what the API server stored of each.
+async fn apply_all(
+    api: &Api<ResourceSlice>,
+    params: &PatchParams,
+    slices: &[ResourceSlice],
+) -> Result<Vec<ResourceSlice>, kube::Error> {
+    let mut returned = Vec::with_capacity(slices.len());
+    for slice in slices {
+        let name = slice.metadata.name.as_deref().unwrap_or_default();
+        returned.push(api.patch(name, params, &Patch::Apply(slice)).await?);
+    }
+    Ok(returned)
+}
+
+/// Deletes the counters' slice `name` of a pool that has none any more; one already gone is
+/// fine, and a failure is logged (the slice names counters no device consumes).
+async fn remove_counters(api: &Api<ResourceSlice>, name: &str) {
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => {
+            info!(slice = %name, "removed the counters' slice: the pool publishes whole devices only")
+        }
+        Err(kube::Error::Api(e)) if e.is_not_found() => {}
+        Err(e) => warn!(slice = %name, error = %e, "removing the counters' slice"),
     }
 }
 

@@ -39,11 +39,12 @@
 
 use std::collections::BTreeMap;
 
-use devinject_devices::{Inventory, PciLocation, Profile};
+use devinject_devices::{Inventory, Partitions, PciLocation, Profile};
 use k8s_openapi::api::resource::v1::{
-    CELDeviceSelector, CapacityRequestPolicy, CapacityRequestPolicyRange, Device, DeviceAttribute,
-    DeviceCapacity, DeviceClass, DeviceClassSpec, DeviceSelector, DeviceTaint, ResourcePool,
-    ResourceSlice, ResourceSliceSpec,
+    CELDeviceSelector, CapacityRequestPolicy, CapacityRequestPolicyRange, Counter, CounterSet,
+    Device, DeviceAttribute, DeviceCapacity, DeviceClass, DeviceClassSpec,
+    DeviceCounterConsumption, DeviceSelector, DeviceTaint, ResourcePool, ResourceSlice,
+    ResourceSliceSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -74,6 +75,9 @@ pub struct ApiFields {
     /// Consumable capacity (`DRAConsumableCapacity`): a device of a profile with `[capacity]`
     /// is published once for many claims; without it, as the profile's `replicas` say.
     pub consumable_capacity: bool,
+    /// Partitionable devices (`DRAPartitionableDevices`): a profile with `[partitions]`
+    /// publishes each device's partitions and their counters; without them, whole devices only.
+    pub partitionable_devices: bool,
 }
 
 impl ApiFields {
@@ -81,6 +85,7 @@ impl ApiFields {
     pub const ALL: Self = Self {
         device_taints: true,
         consumable_capacity: true,
+        partitionable_devices: true,
     };
 
     /// Turns off each field `applied` carried that `returned` (the API server's answer to
@@ -98,6 +103,10 @@ impl ApiFields {
         if self.consumable_capacity && sharing_dropped(applied, returned) {
             self.consumable_capacity = false;
             off.push("DRAConsumableCapacity");
+        }
+        if self.partitionable_devices && counters_dropped(applied, returned) {
+            self.partitionable_devices = false;
+            off.push("DRAPartitionableDevices");
         }
         off
     }
@@ -125,6 +134,24 @@ pub const STD_NUMA_NODE: &str = "resource.kubernetes.io/numaNode";
 /// Attribute: which share of a shared device this is (int, 0 to `replicas` - 1), on the
 /// devices of a profile with `replicas` > 1 only.
 pub const ATTR_REPLICA: &str = "replica";
+/// Attribute: which shape of its device a partition is (string, a `[partitions.shapes]` name),
+/// on the partitions of a profile with `[partitions]` only; the whole device carries none.
+pub const ATTR_PARTITION: &str = "partition";
+/// The counter of each unit of a partitioned device, `unit<n>`: each counts 1, and every
+/// partition covering the unit consumes it (KEP-4815's shared counters).
+pub const UNIT_COUNTER: &str = "unit";
+/// The most counter sets one slice may hold (the API's `ResourceSliceMaxCounterSets`): one per
+/// partitioned device.
+pub const MAX_COUNTER_SETS: usize = 8;
+
+/// The partitions `profile`'s devices are published with: its `[partitions]` where the API
+/// server keeps them.
+pub fn partitioned(profile: &Profile, fields: ApiFields) -> Option<&Partitions> {
+    profile
+        .partitions
+        .as_ref()
+        .filter(|_| fields.partitionable_devices)
+}
 
 /// Whether `profile`'s devices are published once each for many claims (it has a
 /// `[capacity]` and the API server keeps consumable capacity).
@@ -132,11 +159,17 @@ fn shared_by_capacity(profile: &Profile, fields: ApiFields) -> bool {
     profile.capacity.is_some() && fields.consumable_capacity
 }
 
-/// The ids device `id` of `profile` is published under: `id` itself, or, where the profile
-/// shares its devices by `replicas` (> 1) and not by capacity, one replica id per share
+/// The ids device `id` of `profile` is published under: `id` itself and, where the profile
+/// has `[partitions]` the server keeps, each partition's (`<id>@<shape><n>`); or, where the
+/// profile shares its devices by `replicas` (> 1) and not by capacity, one replica id per share
 /// (`<id>::<n>`, what the device plugin advertises), each a device of its own in the slice that
 /// one claim at a time holds.
 pub fn published_ids(profile: &Profile, id: &str, fields: ApiFields) -> Vec<String> {
+    if let Some(partitions) = partitioned(profile, fields) {
+        return std::iter::once(id.to_owned())
+            .chain(partitions.all().iter().map(|p| p.id(id)))
+            .collect();
+    }
     if profile.replicas <= 1 || shared_by_capacity(profile, fields) {
         return vec![id.to_owned()];
     }
@@ -194,6 +227,19 @@ pub enum SliceError {
         /// [`MAX_DEVICES_PER_SLICE`].
         max: usize,
     },
+    /// More partitioned devices, or devices and their partitions, than one pool's two slices
+    /// hold.
+    #[error("profile {profile} on node {node}: {devices} devices published as {published} with their partitions, more than one ResourceSlice holds ({MAX_COUNTER_SETS} devices, {MAX_DEVICES_WITH_TAINTS} with their partitions): narrow the profile's discovery.nodes or drop a shape from [partitions.shapes]")]
+    TooManyPartitions {
+        /// The profile.
+        profile: String,
+        /// The node.
+        node: String,
+        /// How many devices there are.
+        devices: usize,
+        /// How many they are published as.
+        published: usize,
+    },
 }
 
 /// A `Result` with a [`SliceError`].
@@ -221,11 +267,37 @@ pub fn slice_name(node: &str, profile: &str) -> String {
     }
 }
 
+/// The ResourceSlices of `profile`'s devices in `inventory` on `node`, published by `driver`
+/// as generation `generation` of the node's pool for the profile, with the fields the API
+/// server keeps (`fields`): the devices' slice ([`resource_slice`]) and, where the profile
+/// has partitions the server keeps, the counters' slice before it ([`counters_slice`]), the
+/// pool then being two slices.
+pub fn resource_slices(
+    driver: &str,
+    node: &str,
+    profile: &Profile,
+    inventory: &Inventory,
+    generation: i64,
+    fields: ApiFields,
+    locations: &BTreeMap<String, PciLocation>,
+) -> Result<Vec<ResourceSlice>> {
+    let devices = resource_slice(
+        driver, node, profile, inventory, generation, fields, locations,
+    )?;
+    Ok(
+        match counters_slice(driver, node, profile, &devices, fields) {
+            Some(counters) => vec![counters, devices],
+            None => vec![devices],
+        },
+    )
+}
+
 /// The ResourceSlice of `profile`'s devices in `inventory` on `node`, published by `driver` as
 /// generation `generation` of the node's pool for the profile, with the fields the API server
 /// keeps (`fields`): unhealthy devices tainted, or left out where taints are dropped or a
-/// tainted slice would be too large; shared by capacity or by replicas. `locations` places
-/// devices on the PCI bus, by device id ([`pci_locations`]).
+/// tainted slice would be too large; shared by capacity or by replicas; each with its
+/// partitions, consuming the units they cover. `locations` places devices on the PCI bus, by
+/// device id ([`pci_locations`]).
 pub fn resource_slice(
     driver: &str,
     node: &str,
@@ -242,10 +314,11 @@ pub fn resource_slice(
         .as_ref()
         .filter(|_| shared_by_capacity(profile, fields))
         .map(device_capacity);
-    let shares = if capacity.is_some() {
-        1
-    } else {
-        usize::try_from(profile.replicas.max(1)).unwrap_or(usize::MAX)
+    let partitions = partitioned(profile, fields);
+    let shares = match partitions {
+        Some(p) => p.published_per_device(),
+        None if capacity.is_some() => 1,
+        None => usize::try_from(profile.replicas.max(1)).unwrap_or(usize::MAX),
     };
     let sick = inventory.devices.iter().filter(|d| !d.healthy).count();
     let tainted = fields.device_taints
@@ -257,6 +330,16 @@ pub fn resource_slice(
         .filter(|d| d.healthy || tainted)
         .collect();
     let count = published.len().saturating_mul(shares);
+    if partitions.is_some()
+        && (published.len() > MAX_COUNTER_SETS || count > MAX_DEVICES_WITH_TAINTS)
+    {
+        return Err(SliceError::TooManyPartitions {
+            profile: pname.to_owned(),
+            node: node.to_owned(),
+            devices: published.len(),
+            published: count,
+        });
+    }
     if count > MAX_DEVICES_PER_SLICE {
         return Err(SliceError::TooManyDevices {
             profile: pname.to_owned(),
@@ -266,6 +349,15 @@ pub fn resource_slice(
         });
     }
     let taint = unhealthy_taint(driver, profile);
+    // What each of a device's published ids is, in [`published_ids`]' order: the device
+    // itself, then each partition.
+    let parts: Vec<Option<devinject_devices::Partition>> = partitions
+        .map(|p| {
+            std::iter::once(None)
+                .chain(p.all().into_iter().map(Some))
+                .collect()
+        })
+        .unwrap_or_default();
     let mut devices = Vec::with_capacity(count);
     for d in &published {
         let common = device_attributes(profile, d, locations.get(d.id.as_str()));
@@ -274,7 +366,21 @@ pub fn resource_slice(
             .enumerate()
         {
             let mut attributes = common.clone();
-            if shares > 1 {
+            let mut consumes = None;
+            if let Some(partitions) = partitions {
+                let set = naming::device(pname, d.id.as_str())?;
+                let units = match parts.get(replica).and_then(Option::as_ref) {
+                    Some(p) => {
+                        attributes.insert(ATTR_PARTITION.to_owned(), string(&p.shape));
+                        p.units()
+                    }
+                    None => 0..partitions.units,
+                };
+                consumes = Some(vec![DeviceCounterConsumption {
+                    counter_set: set,
+                    counters: units.map(|u| (unit_counter(u), one_unit())).collect(),
+                }]);
+            } else if shares > 1 {
                 attributes.insert(
                     ATTR_REPLICA.to_owned(),
                     int(i64::try_from(replica).unwrap_or(i64::MAX)),
@@ -286,6 +392,7 @@ pub fn resource_slice(
                 taints: (!d.healthy).then(|| vec![taint.clone()]),
                 allow_multiple_allocations: capacity.is_some().then_some(true),
                 capacity: capacity.clone(),
+                consumes_counters: consumes,
                 ..Device::default()
             });
         }
@@ -309,12 +416,74 @@ pub fn resource_slice(
             pool: ResourcePool {
                 name: naming::pool(node, pname),
                 generation,
-                resource_slice_count: 1,
+                resource_slice_count: if partitions.is_some() { 2 } else { 1 },
             },
             devices: Some(devices),
             ..ResourceSliceSpec::default()
         },
     })
+}
+
+/// The name of the slice holding the counters of `profile`'s partitioned devices on `node`,
+/// apart from [`slice_name`]'s of every profile (a profile name holds no `/`).
+pub fn counters_slice_name(node: &str, profile: &str) -> String {
+    slice_name(node, &format!("{profile}/counters"))
+}
+
+/// The slice of the counters the devices of `devices` (a slice [`resource_slice`] built)
+/// consume, where `profile` has partitions the server keeps: one counter set per device, named
+/// as the device, with one counter per unit. Since Kubernetes 1.35 a slice holds counters or
+/// devices, never both (pkg/apis/resource/validation: "only one of `sharedCounters` or
+/// `devices` is allowed"), so the pool is two slices of one generation.
+pub fn counters_slice(
+    driver: &str,
+    node: &str,
+    profile: &Profile,
+    devices: &ResourceSlice,
+    fields: ApiFields,
+) -> Option<ResourceSlice> {
+    let partitions = partitioned(profile, fields)?;
+    let sets: Vec<CounterSet> = devices
+        .spec
+        .devices
+        .iter()
+        .flatten()
+        .filter(|d| {
+            d.attributes
+                .as_ref()
+                .is_some_and(|a| !a.contains_key(ATTR_PARTITION))
+        })
+        .map(|whole| CounterSet {
+            name: whole.name.clone(),
+            counters: (0..partitions.units)
+                .map(|u| (unit_counter(u), one_unit()))
+                .collect(),
+        })
+        .collect();
+    Some(ResourceSlice {
+        metadata: ObjectMeta {
+            name: Some(counters_slice_name(node, profile.name.as_str())),
+            ..ObjectMeta::default()
+        },
+        spec: ResourceSliceSpec {
+            driver: driver.to_owned(),
+            node_name: Some(node.to_owned()),
+            pool: devices.spec.pool.clone(),
+            shared_counters: Some(sets),
+            ..ResourceSliceSpec::default()
+        },
+    })
+}
+
+/// The counter of unit `u`: `unit<u>`.
+fn unit_counter(u: u32) -> String {
+    format!("{UNIT_COUNTER}{u}")
+}
+
+fn one_unit() -> Counter {
+    Counter {
+        value: Quantity("1".to_owned()),
+    }
 }
 
 /// The attributes device `d` of `profile` carries, whatever share of it is published (see the
@@ -431,6 +600,23 @@ pub fn sharing_dropped(applied: &ResourceSliceSpec, returned: &ResourceSliceSpec
     shared(applied) > 0 && shared(returned) == 0
 }
 
+/// Whether the API server dropped the counters of `applied` from `returned`: the counter sets
+/// of a counters' slice, or the consumption of a devices' slice. It does so where
+/// `DRAPartitionableDevices` is off (1.34), and the publisher then publishes whole devices
+/// only.
+pub fn counters_dropped(applied: &ResourceSliceSpec, returned: &ResourceSliceSpec) -> bool {
+    let counted = |spec: &ResourceSliceSpec| {
+        spec.shared_counters.as_ref().map_or(0, Vec::len)
+            + spec
+                .devices
+                .iter()
+                .flatten()
+                .filter(|d| d.consumes_counters.as_ref().is_some_and(|c| !c.is_empty()))
+                .count()
+    };
+    counted(applied) > 0 && counted(returned) == 0
+}
+
 /// Whether two slice specs publish the same thing, their pool generations aside: when they do,
 /// the publisher leaves the slice as it is. An absent field and an empty one (list, map) are
 /// the same, so that the API server's copy of a slice compares equal to the slice applied.
@@ -471,25 +657,57 @@ fn prune(value: &mut serde_json::Value) {
 }
 
 /// The DeviceClass `<profile>.<driver>` (e.g. `demo.devinject.io`) that selects `profile`'s
-/// devices of `driver`: what a ResourceClaim names in `deviceClassName`.
+/// devices of `driver`: what a ResourceClaim names in `deviceClassName`. Where the profile is
+/// `partitioned`, it selects whole devices only (those without the attribute
+/// [`ATTR_PARTITION`]), so that a claim asking for a device gets one, as through the device
+/// plugin; [`partition_class`] selects the partitions.
 ///
 /// With `extended_resource` (the profile's device-plugin resource, e.g. `devinject.io/demo`) the
 /// class also serves pods that ask for that resource in their limits, unchanged (KEP-5004, beta
 /// in 1.36): the scheduler makes them a claim of this class on nodes where no device plugin
 /// advertises the resource, and leaves them to the device plugin where one does.
-pub fn device_class(driver: &str, profile: &str, extended_resource: Option<&str>) -> DeviceClass {
+pub fn device_class(
+    driver: &str,
+    profile: &str,
+    partitioned: bool,
+    extended_resource: Option<&str>,
+) -> DeviceClass {
+    let whole = if partitioned {
+        format!(" && !has(device.attributes[\"{driver}\"].{ATTR_PARTITION})")
+    } else {
+        String::new()
+    };
+    class(
+        format!("{profile}.{driver}"),
+        format!(
+            "device.driver == \"{driver}\" && device.attributes[\"{driver}\"].{ATTR_PROFILE} == \"{profile}\"{whole}"
+        ),
+        extended_resource,
+    )
+}
+
+/// The DeviceClass `partition.<profile>.<driver>` (e.g. `partition.demo.devinject.io`) that
+/// selects the partitions of a partitioned `profile`'s devices; a claim picks a shape with a
+/// selector on [`ATTR_PARTITION`].
+pub fn partition_class(driver: &str, profile: &str) -> DeviceClass {
+    class(
+        format!("partition.{profile}.{driver}"),
+        format!(
+            "device.driver == \"{driver}\" && device.attributes[\"{driver}\"].{ATTR_PROFILE} == \"{profile}\" && has(device.attributes[\"{driver}\"].{ATTR_PARTITION})"
+        ),
+        None,
+    )
+}
+
+fn class(name: String, expression: String, extended_resource: Option<&str>) -> DeviceClass {
     DeviceClass {
         metadata: ObjectMeta {
-            name: Some(format!("{profile}.{driver}")),
+            name: Some(name),
             ..ObjectMeta::default()
         },
         spec: DeviceClassSpec {
             selectors: Some(vec![DeviceSelector {
-                cel: Some(CELDeviceSelector {
-                    expression: format!(
-                        "device.driver == \"{driver}\" && device.attributes[\"{driver}\"].{ATTR_PROFILE} == \"{profile}\""
-                    ),
-                }),
+                cel: Some(CELDeviceSelector { expression }),
             }]),
             extended_resource_name: extended_resource.map(str::to_owned),
             ..DeviceClassSpec::default()
@@ -497,10 +715,11 @@ pub fn device_class(driver: &str, profile: &str, extended_resource: Option<&str>
     }
 }
 
-/// The DeviceClass of every profile in `profiles`, as one manifest of YAML documents (each a
-/// `---` line and the class in JSON): what `devinject-dra device-classes` prints and
-/// deploy/overlays/dra/deviceclasses.yaml ships. With `extended_resources`, each class maps the
-/// profile's resource name (see [`device_class`]).
+/// The DeviceClasses of every profile in `profiles` ([`device_class`], and [`partition_class`]
+/// for a partitioned one), as one manifest of YAML documents (each a `---` line and the class
+/// in JSON): what `devinject-dra device-classes` prints and
+/// deploy/overlays/dra/deviceclasses.yaml ships. With `extended_resources`, each profile's
+/// class maps its resource name.
 pub fn device_classes_manifest(
     driver: &str,
     profiles: &devinject_devices::ProfileSet,
@@ -508,12 +727,19 @@ pub fn device_classes_manifest(
 ) -> String {
     let mut out = String::new();
     for profile in profiles.iter() {
+        let name = profile.name.as_str();
         let extended = extended_resources.then(|| profile.resource_name());
-        let class = device_class(driver, profile.name.as_str(), extended);
-        out.push_str("---\n");
-        // A DeviceClass is plain data: serialising it cannot fail.
-        out.push_str(&serde_json::to_string_pretty(&class).unwrap_or_default());
-        out.push('\n');
+        let partitioned = profile.partitions.is_some();
+        let mut classes = vec![device_class(driver, name, partitioned, extended)];
+        if partitioned {
+            classes.push(partition_class(driver, name));
+        }
+        for class in classes {
+            out.push_str("---\n");
+            // A DeviceClass is plain data: serialising it cannot fail.
+            out.push_str(&serde_json::to_string_pretty(&class).unwrap_or_default());
+            out.push('\n');
+        }
     }
     out
 }
@@ -674,7 +900,8 @@ mod tests {
                 ATTR_ID,
                 ATTR_INDEX,
                 ATTR_NUMA_NODE,
-                ATTR_REPLICA
+                ATTR_REPLICA,
+                ATTR_PARTITION
             ]
         );
     }
@@ -1077,15 +1304,311 @@ mod tests {
         assert!(!taints_dropped(&healthy, &healthy), "nothing to drop");
     }
 
+    fn partitioned_profile(units: u32, shapes: &str) -> Profile {
+        Profile::parse(
+            &format!(
+                "name = \"demo\"\nresource = \"devinject.io/demo\"\n[discovery]\nnodes = [\"demo/accel[0-9]*\"]\n\
+                 [partitions]\nunits = {units}\nenv = \"DEMO_PARTITION\"\n[partitions.shapes]\n{shapes}"
+            ),
+            Path::new("demo.toml"),
+        )
+        .unwrap()
+    }
+
+    fn slices(profile: &Profile, inv: &Inventory, fields: ApiFields) -> Result<Vec<ResourceSlice>> {
+        resource_slices(
+            "devinject.io",
+            "node-a",
+            profile,
+            inv,
+            3,
+            fields,
+            &BTreeMap::new(),
+        )
+    }
+
+    /// The units (`unit<n>` counters of its own device's set) each device consumes, by name.
+    fn consumed(slice: &ResourceSlice) -> BTreeMap<String, (String, Vec<String>)> {
+        slice
+            .spec
+            .devices
+            .iter()
+            .flatten()
+            .map(|d| {
+                let c = d.consumes_counters.as_ref().expect("consumes counters");
+                assert_eq!(c.len(), 1, "{}", d.name);
+                (
+                    d.name.clone(),
+                    (
+                        c[0].counter_set.clone(),
+                        c[0].counters.keys().cloned().collect(),
+                    ),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_partitioned_device_is_published_whole_and_in_parts_consuming_its_units() {
+        let profile = partitioned_profile(4, "half = 2\nquarter = 1\n");
+        let inv = inventory(vec![device("0", 0, None, true), device("1", 1, None, true)]);
+        let pool = slices(&profile, &inv, ApiFields::ALL).unwrap();
+        assert_eq!(pool.len(), 2, "the counters' slice and the devices'");
+        let (counters, devices) = (&pool[0], &pool[1]);
+        assert_eq!(
+            counters.metadata.name.as_deref(),
+            Some(counters_slice_name("node-a", "demo").as_str())
+        );
+        assert_ne!(counters.metadata.name, devices.metadata.name);
+        for slice in &pool {
+            assert_eq!(slice.spec.pool.name, "node-a/demo");
+            assert_eq!(slice.spec.pool.resource_slice_count, 2);
+            assert_eq!(slice.spec.pool.generation, 3);
+            assert_eq!(slice.spec.node_name.as_deref(), Some("node-a"));
+        }
+        // A slice holds counters or devices, never both (1.35+ validation).
+        assert_eq!(counters.spec.devices, None);
+        assert_eq!(devices.spec.shared_counters, None);
+        let sets = counters.spec.shared_counters.as_ref().unwrap();
+        let names: Vec<_> = sets.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["demo-0", "demo-1"]);
+        for set in sets {
+            let units: Vec<_> = set
+                .counters
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.value.0.as_str()))
+                .collect();
+            assert_eq!(
+                units,
+                [
+                    ("unit0", "1"),
+                    ("unit1", "1"),
+                    ("unit2", "1"),
+                    ("unit3", "1")
+                ]
+            );
+        }
+        let used = consumed(devices);
+        assert_eq!(
+            used.len(),
+            14,
+            "each device whole, as 2 halves and 4 quarters"
+        );
+        let units = |name: &str| used[name].1.clone();
+        assert_eq!(used["demo-1"].0, "demo-1");
+        assert_eq!(units("demo-1"), ["unit0", "unit1", "unit2", "unit3"]);
+        assert_eq!(used["demo-1-half1"].0, "demo-1");
+        assert_eq!(units("demo-1-half1"), ["unit2", "unit3"]);
+        assert_eq!(units("demo-0-quarter2"), ["unit2"]);
+        // Two devices of one device may be allocated together exactly when they share no unit:
+        // each unit counts 1, so the scheduler refuses any pair whose units overlap.
+        let list = devices.spec.devices.as_ref().unwrap();
+        let d = |name: &str| list.iter().find(|d| d.name == name).unwrap();
+        let whole = d("demo-0").attributes.as_ref().unwrap();
+        assert!(
+            !whole.contains_key(ATTR_PARTITION),
+            "the whole device is no partition"
+        );
+        let half = d("demo-0-half1").attributes.as_ref().unwrap();
+        assert_eq!(half[ATTR_PARTITION].string.as_deref(), Some("half"));
+        assert_eq!(
+            half[ATTR_ID].string.as_deref(),
+            Some("0"),
+            "its device's id"
+        );
+        for (a, (set_a, units_a)) in &used {
+            for (b, (set_b, units_b)) in &used {
+                if a == b || set_a != set_b {
+                    continue;
+                }
+                let overlap = units_a.iter().any(|u| units_b.contains(u));
+                let pa = a
+                    .strip_prefix("demo-0")
+                    .or(a.strip_prefix("demo-1"))
+                    .unwrap();
+                let pb = b
+                    .strip_prefix("demo-0")
+                    .or(b.strip_prefix("demo-1"))
+                    .unwrap();
+                let span = |p: &str| -> std::ops::Range<u32> {
+                    match p {
+                        "" => 0..4,
+                        _ => {
+                            let part = profile
+                                .partitions
+                                .as_ref()
+                                .unwrap()
+                                .split(&format!("x@{}", &p[1..]))
+                                .1
+                                .unwrap();
+                            part.units()
+                        }
+                    }
+                };
+                let (ra, rb) = (span(pa), span(pb));
+                assert_eq!(overlap, ra.start < rb.end && rb.start < ra.end, "{a} {b}");
+            }
+        }
+        // Every name maps back to the device.
+        let names = device_names(&profile, &inv).unwrap();
+        assert_eq!(names.id("demo-1-quarter3"), Some("1@quarter3"));
+    }
+
+    #[test]
+    fn a_server_that_drops_counters_gets_whole_devices_in_one_slice() {
+        let profile = partitioned_profile(4, "half = 2\n");
+        let inv = inventory(vec![device("0", 0, None, true)]);
+        let pool = slices(&profile, &inv, ApiFields::ALL).unwrap();
+        let mut fields = ApiFields::ALL;
+        assert!(fields.learn(&pool[0].spec, &pool[0].spec).is_empty());
+        assert!(fields.learn(&pool[1].spec, &pool[1].spec).is_empty());
+        // What a 1.34 server stores: neither counter sets nor consumption.
+        let mut dropped = pool[0].spec.clone();
+        dropped.shared_counters = None;
+        assert_eq!(
+            fields.learn(&pool[0].spec, &dropped),
+            ["DRAPartitionableDevices"]
+        );
+        assert!(
+            !fields.partitionable_devices && fields.device_taints && fields.consumable_capacity
+        );
+        let mut fields = ApiFields::ALL;
+        let mut dropped = pool[1].spec.clone();
+        for d in dropped.devices.iter_mut().flatten() {
+            d.consumes_counters = None;
+        }
+        assert_eq!(
+            fields.learn(&pool[1].spec, &dropped),
+            ["DRAPartitionableDevices"]
+        );
+        let pool = slices(&profile, &inv, fields).unwrap();
+        assert_eq!(pool.len(), 1);
+        let spec = &pool[0].spec;
+        assert_eq!(spec.pool.resource_slice_count, 1);
+        assert_eq!(
+            pool[0].metadata.name.as_deref(),
+            Some(slice_name("node-a", "demo").as_str())
+        );
+        let devices = spec.devices.as_ref().unwrap();
+        assert_eq!(devices.len(), 1);
+        assert_eq!(devices[0].name, "demo-0");
+        assert_eq!(devices[0].consumes_counters, None);
+        // A profile without partitions: one slice, as before.
+        let plain = slices(&super::tests::profile(), &inv, ApiFields::ALL).unwrap();
+        assert_eq!(plain.len(), 1);
+        assert_eq!(plain[0].spec.pool.resource_slice_count, 1);
+    }
+
+    #[test]
+    fn more_partitions_than_one_slice_holds_are_refused_naming_the_fix() {
+        let profile = partitioned_profile(4, "half = 2\nquarter = 1\n");
+        let eight: Vec<_> = (0..MAX_COUNTER_SETS)
+            .map(|i| device(&i.to_string(), i, None, true))
+            .collect();
+        assert_eq!(
+            slices(&profile, &inventory(eight.clone()), ApiFields::ALL).unwrap()[0]
+                .spec
+                .shared_counters
+                .as_ref()
+                .unwrap()
+                .len(),
+            MAX_COUNTER_SETS
+        );
+        let mut nine = eight;
+        nine.push(device("8", 8, None, true));
+        let err = slices(&profile, &inventory(nine), ApiFields::ALL).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SliceError::TooManyPartitions {
+                    devices: 9,
+                    published: 63,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .contains("drop a shape from [partitions.shapes]"),
+            "{err}"
+        );
+        // 32 units in halves to single units: 63 devices per device, so two are too many.
+        let fine = partitioned_profile(32, "a = 1\nb = 2\nc = 4\nd = 8\ne = 16\n");
+        let one = inventory(vec![device("0", 0, None, true)]);
+        assert_eq!(
+            slices(&fine, &one, ApiFields::ALL).unwrap()[1]
+                .spec
+                .devices
+                .as_ref()
+                .unwrap()
+                .len(),
+            63
+        );
+        let two = inventory(vec![device("0", 0, None, true), device("1", 1, None, true)]);
+        let err = slices(&fine, &two, ApiFields::ALL).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SliceError::TooManyPartitions {
+                    devices: 2,
+                    published: 126,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        // Gate off: the whole devices alone fit.
+        let off = ApiFields {
+            partitionable_devices: false,
+            ..ApiFields::ALL
+        };
+        assert_eq!(
+            slices(&fine, &two, off).unwrap()[0]
+                .spec
+                .devices
+                .as_ref()
+                .unwrap()
+                .len(),
+            2
+        );
+    }
+
+    #[test]
+    fn a_partitioned_profile_has_a_class_for_whole_devices_and_one_for_partitions() {
+        let whole = device_class("devinject.io", "demo", true, Some("devinject.io/demo"));
+        assert_eq!(whole.metadata.name.as_deref(), Some("demo.devinject.io"));
+        assert!(whole.spec.selectors.as_ref().unwrap()[0]
+            .cel
+            .as_ref()
+            .unwrap()
+            .expression
+            .ends_with(r#" && !has(device.attributes["devinject.io"].partition)"#));
+        let parts = partition_class("devinject.io", "demo");
+        assert_eq!(
+            parts.metadata.name.as_deref(),
+            Some("partition.demo.devinject.io")
+        );
+        assert_eq!(
+            parts.spec.selectors.unwrap()[0]
+                .cel
+                .as_ref()
+                .unwrap()
+                .expression,
+            r#"device.driver == "devinject.io" && device.attributes["devinject.io"].profile == "demo" && has(device.attributes["devinject.io"].partition)"#
+        );
+        assert_eq!(parts.spec.extended_resource_name, None);
+    }
+
     #[test]
     fn the_device_class_selects_the_profile_by_driver_and_attribute() {
-        let class = device_class("devinject.io", "demo", Some("devinject.io/demo"));
+        let class = device_class("devinject.io", "demo", false, Some("devinject.io/demo"));
         assert_eq!(class.metadata.name.as_deref(), Some("demo.devinject.io"));
         assert_eq!(
             class.spec.extended_resource_name.as_deref(),
             Some("devinject.io/demo")
         );
-        let plain = device_class("devinject.io", "demo", None);
+        let plain = device_class("devinject.io", "demo", false, None);
         assert_eq!(plain.spec.extended_resource_name, None);
         let selectors = class.spec.selectors.unwrap();
         assert_eq!(selectors.len(), 1);

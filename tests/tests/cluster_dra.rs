@@ -41,6 +41,11 @@
 //!   device waits unschedulable unless it tolerates the taint, and all follow the recovery;
 //! - a profile sharing its one device twice (`replicas = 2`) publishes two devices, two pods'
 //!   claims hold one share each and both see the device, a third pod waits unschedulable;
+//! - a profile cutting its one device in halves and quarters (`[partitions]`) publishes it
+//!   whole and in parts with their shared counters; claims that would overlap are never both
+//!   allocated, in any order (whole then half, halves then whole, quarters filling a half),
+//!   and each partition's container sees the device and is told its units; on 1.34 (counters
+//!   dropped) the device is published whole only;
 //! - beside `devinject-nri` under the `kubernetes` policy: a claim holder gets exactly its device,
 //!   and one that also sets the request variable, like a pod with no claim that does, is refused
 //!   (the kubelet granted it no device-plugin device; its claim is reported apart, KEP-3695).
@@ -710,6 +715,175 @@ fn a_shared_profile_lets_one_claim_per_replica_hold_the_same_device() {
     c.apply(&pod("share-c", "one-demo")).expect("create pod");
     let why = unschedulable(&c, "share-c").expect("the third pod stays unschedulable");
     eprintln!("share-c: {why}");
+}
+
+/// What the partitions test gives the demo profile: its one device whole, as two halves or as
+/// four quarters.
+const PARTITIONS: &str = "\n[partitions]\nunits = 4\nenv = \"DEMO_PARTITION\"\n\
+                          [partitions.shapes]\nhalf = 2\nquarter = 1\n";
+
+/// A ResourceClaimTemplate `name` asking for one partition of shape `shape` of the demo device.
+fn partition_template(name: &str, shape: &str) -> String {
+    claim_template(name, &format!("partition.{}", device_class("demo")), 1).replace(
+        "          count: 1\n",
+        &format!(
+            "          count: 1\n          selectors:\n          - cel:\n              \
+             expression: device.attributes[\"{DRA_DRIVER}\"].partition == \"{shape}\"\n"
+        ),
+    )
+}
+
+/// [`pod`] printing also the partition its container was told (`partition=<units>`).
+fn partition_pod(name: &str, template: &str) -> String {
+    pod(name, template).replace(
+        "echo probe-done",
+        "echo partition=$DEMO_PARTITION; echo probe-done",
+    )
+}
+
+/// The units (first, last) the partition pod `name` was told it holds; `None` for a whole
+/// device (no variable).
+fn told_units(out: &str) -> Option<(u32, u32)> {
+    let told = out
+        .lines()
+        .find_map(|l| l.strip_prefix("partition="))
+        .expect("the pod printed its partition");
+    let (first, last) = told.split_once('-')?;
+    Some((first.parse().ok()?, last.parse().ok()?))
+}
+
+/// Runs partition pod `name` of `template`: asserts it sees device 0 and nothing else, and that
+/// its allocation is a device of `shape` (`demo-0-<shape><n>`); the units it was told.
+fn run_partition(c: &Cluster, name: &str, template: &str, shape: &str) -> (u32, u32) {
+    c.apply(&partition_pod(name, template)).expect("create pod");
+    let out = probe_output(c, name);
+    let ids = allocated_ids(&claim_of(c, name));
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    assert!(
+        ids[0].starts_with(&format!("0-{shape}")),
+        "a {shape}: {ids:?}"
+    );
+    assert_demo_granted_exactly(&Report::parse(&out), &["0".to_owned()], &out);
+    let units = told_units(&out).unwrap_or_else(|| panic!("{name} told no units:\n{out}"));
+    assert_eq!(
+        units.1 - units.0 + 1,
+        if shape == "half" { 2 } else { 1 },
+        "{name}: {units:?}"
+    );
+    println!("{name} holds {} and was told units {units:?}", ids[0]);
+    units
+}
+
+#[test]
+fn partitions_of_one_device_are_never_allocated_overlapping() {
+    let Some(release) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = start_beside(
+        &release,
+        DraBeside::Nothing,
+        Shape {
+            devices: 1,
+            ..Shape::default()
+        },
+    );
+    // The demo profile cuts its one device in halves and quarters; the driver reads its
+    // profiles at start, and the partition class comes with them.
+    let profile = c.host().profiles_dir.join("demo.toml");
+    let text = std::fs::read_to_string(&profile).unwrap();
+    std::fs::write(&profile, format!("{text}{PARTITIONS}")).unwrap();
+    c.restart_dra_plugin()
+        .unwrap_or_else(|e| panic!("restart the driver: {e:#}"));
+    c.apply_dra_device_classes().expect("the DeviceClasses");
+    c.apply(&demo_claim_template("whole", 1)).expect("template");
+    if c.kubernetes().minor() < 36 {
+        // The API server drops counters (DRAPartitionableDevices off): whole devices only.
+        c.wait_resource_slices(1)
+            .unwrap_or_else(|e| panic!("the whole device alone: {e:#}"));
+        let log = c.dra_log();
+        assert!(
+            log.lines()
+                .any(|l| l.contains("the API server drops fields")
+                    && l.contains("DRAPartitionableDevices")),
+            "the driver found the counters dropped:\n{log}"
+        );
+        // And the pool is one slice again: the counters' slice is deleted.
+        poll(
+            "the counters' slice deleted",
+            devinject_tests::cluster::SLOW,
+            || {
+                let names = c.kubectl(&["get", "resourceslices", "-o", "name"])?;
+                Ok((!names.contains("-demo-counters-")).then_some(()))
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", c.dra_log()));
+        c.apply(&pod("whole-a", "whole")).expect("create pod");
+        let out = probe_output(&c, "whole-a");
+        assert_eq!(allocated_ids(&claim_of(&c, "whole-a")), ["0"]);
+        assert_demo_granted_exactly(&Report::parse(&out), &["0".to_owned()], &out);
+        return;
+    }
+    c.wait_resource_slices(7)
+        .unwrap_or_else(|e| panic!("the device whole, in halves and in quarters: {e:#}"));
+    let slices = c
+        .kubectl(&["get", "resourceslices", "-o", "yaml"])
+        .expect("slices");
+    println!("{slices}");
+    assert!(
+        slices.contains("sharedCounters:") && slices.contains("consumesCounters:"),
+        "{slices}"
+    );
+    c.apply(&partition_template("half", "half"))
+        .expect("template");
+    c.apply(&partition_template("quarter", "quarter"))
+        .expect("template");
+
+    // Whole, then a half: the half waits until the whole device is free.
+    c.apply(&partition_pod("whole-a", "whole"))
+        .expect("create pod");
+    let out = probe_output(&c, "whole-a");
+    assert_eq!(allocated_ids(&claim_of(&c, "whole-a")), ["0"]);
+    assert_eq!(
+        told_units(&out),
+        None,
+        "a whole device is told no partition"
+    );
+    let whole_spec = spec_file(&c, &claim_of(&c, "whole-a"));
+    c.apply(&partition_pod("half-a", "half"))
+        .expect("create pod");
+    let why = unschedulable(&c, "half-a").expect("a half waits while the device is whole");
+    println!("half-a beside the whole device: {why}");
+    delete_pod(&c, "whole-a");
+    wait_gone(&c, &whole_spec);
+    let a = run_partition(&c, "half-a", "half", "half");
+
+    // Two halves, then whole: the whole device waits.
+    let b = run_partition(&c, "half-b", "half", "half");
+    assert!(a.1 < b.0 || b.1 < a.0, "the halves are apart: {a:?} {b:?}");
+    c.apply(&partition_pod("whole-b", "whole"))
+        .expect("create pod");
+    let why = unschedulable(&c, "whole-b").expect("the whole device waits while halves are held");
+    println!("whole-b beside two halves: {why}");
+    delete_pod(&c, "whole-b");
+
+    // Quarters filling a half: half-a's units freed, two quarters take them and a third waits.
+    let half_a_spec = spec_file(&c, &claim_of(&c, "half-a"));
+    delete_pod(&c, "half-a");
+    wait_gone(&c, &half_a_spec);
+    let q1 = run_partition(&c, "quarter-a", "quarter", "quarter");
+    let q2 = run_partition(&c, "quarter-b", "quarter", "quarter");
+    for q in [q1, q2] {
+        assert!(
+            a.0 <= q.0 && q.1 <= a.1,
+            "a quarter in the freed half {a:?}: {q:?}"
+        );
+    }
+    assert_ne!(q1, q2, "two quarters apart");
+    c.apply(&partition_pod("quarter-c", "quarter"))
+        .expect("create pod");
+    let why = unschedulable(&c, "quarter-c").expect("a third quarter waits");
+    println!("quarter-c beside a half and two quarters: {why}");
 }
 
 #[test]
