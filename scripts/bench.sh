@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks: what devinject costs a container start, side by side with the native path
 # (docs/benchmarks.md). Builds the release binaries once (the workspace's, the benchmarks of
-# bench/ among them), then, as root, runs devinject-bench (its arguments are passed on, e.g.
+# tests/bench/ among them), then, as root, runs devinject-bench (its arguments are passed on, e.g.
 # `scripts/bench.sh --runs 100`), the device plugin's own
 # benchmark, the CDI watcher's refresh latency (cdi-watch-bench), the cost of parsing config.json
 # (oci-parse-bench), each injection path on
@@ -49,7 +49,7 @@ if [ "${1:-}" = churn ]; then
 fi
 if [ "${1:-}" = servers ]; then
   shift
-  out=$(scripts/release-build.sh target/image/bin -p devinject-benchmarks)
+  out=$(scripts/release-build.sh target/image/bin -p devinject-bench)
   echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs" >&2
   exec "$out/servers-bench" "$@"
 fi
@@ -58,7 +58,7 @@ if [ "${1:-}" = nvidia-toolkit ]; then
   shift
   DEVINJECT_VENDOR_STACKS=$(scripts/vendor-stacks-fetch.sh)
   DEVINJECT_NVIDIA_TOOLKIT=$(scripts/nvidia-toolkit-build.sh)
-  out=$(scripts/release-build.sh target/image/bin -p devinject-benchmarks)
+  out=$(scripts/release-build.sh target/image/bin -p devinject-bench)
 else
   out=$(scripts/release-build.sh target/image/bin --workspace)
 fi

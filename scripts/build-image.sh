@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the devinject image: static binaries in a FROM scratch image (initcontainer/Dockerfile).
+# Builds the devinject image: static binaries in a FROM scratch image (bins/installer/Dockerfile).
 #
 # Usage: scripts/build-image.sh [TAG]          (default: devinject:<workspace version>)
 #
@@ -26,12 +26,12 @@ out="$target_dir/bin"
 # devinject-nri is the NRI plugin the nri overlay runs in the pod (deploy/overlays/nri).
 # devinject-webhook is the admission webhook of deploy/overlays/webhook.
 # devinject-dra is the DRA driver the dra overlay runs in the pod (deploy/overlays/dra).
-packages=(-p devinject-installer -p devinject-hook -p devinject-podresources -p devinject-runtime-config
+packages=(-p devinject-installer -p devinject-oci -p devinject-podresources -p devinject-ctl
   -p devinject-nri -p devinject-webhook -p devinject-dra)
 bins=(devinject-installer devinject-hook devinject-podresources devinject-runtime devinject-ctl devinject-nri
   devinject-webhook devinject-dra)
 # The device plugin binary lives on its own branch until merged; ship it when it is here.
-if [ -f plugin/src/main.rs ]; then
+if [ -f bins/device-plugin/src/main.rs ]; then
   packages+=(-p devinject-device-plugin)
   bins+=(devinject-device-plugin)
 fi
@@ -60,5 +60,5 @@ done
 install -m 0644 profiles/*.toml "$stage/usr/share/devinject/profiles/"
 
 # A context without BuildKit features: the legacy builder and BuildKit both build it.
-$docker_cmd build --quiet -f initcontainer/Dockerfile -t "$tag" "$stage" >/dev/null
+$docker_cmd build --quiet -f bins/installer/Dockerfile -t "$tag" "$stage" >/dev/null
 echo "$tag"

@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh demo
-cargo build --quiet -p devinject-hook -p devinject-harness --bins
+cargo build --quiet -p devinject-oci -p devinject-harness --bins
 exec "$PWD/target/debug/devinject-demo" "$PWD/target/debug/devinject-hook"

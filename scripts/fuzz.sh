@@ -5,8 +5,8 @@
 #   scripts/fuzz.sh props [CASES]           the property tests with CASES cases (default 100000)
 #
 # cargo-fuzz needs the nightly toolchain and `cargo install cargo-fuzz`. Corpora grow under
-# fuzz/corpus/<target> (ignored by git) and start from fuzz/seeds/<target> and, for profiles,
-# the shipped profiles/. Crashes land in fuzz/artifacts/<target>/; a summary of executions per
+# tests/fuzz/corpus/<target> (ignored by git) and start from tests/fuzz/seeds/<target> and, for profiles,
+# the shipped profiles/. Crashes land in tests/fuzz/artifacts/<target>/; a summary of executions per
 # target is printed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,12 +24,12 @@ targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(oci_state oci_spec profile request host_config spec_edit shim_args ebpf_prefix ld_so_cache)
 fi
-cd fuzz
+cd tests/fuzz
 summary=()
 for t in "${targets[@]}"; do
   mkdir -p "corpus/$t"
   seeds=("seeds/$t")
-  [ "$t" = profile ] && seeds=(../profiles)
+  [ "$t" = profile ] && seeds=(../../profiles)
   [ -d "${seeds[0]}" ] || seeds=()
   log="corpus/$t.log"
   echo "fuzz: $t for ${secs}s"

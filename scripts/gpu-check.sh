@@ -42,7 +42,7 @@ pack() {
   set -e
   local kit=$repo/target/gpu-kit
   rm -rf "$kit" && mkdir -p "$kit"/{bin,rootfs}
-  cargo build --release --quiet -p devinject-hook -p devinject-runtime-config --bins
+  cargo build --release --quiet -p devinject-oci -p devinject-ctl --bins
   cp target/release/{devinject-hook,devinject-runtime,devinject-ctl} "$kit/bin/"
   cp "$(scripts/runc-build.sh)" "$kit/bin/runc"
   local toolkit

@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 dir=${DEVINJECT_GRPC_GO:-$PWD/target/grpc-go}
 suite=trixie
 src=tests/clients/go/device-plugin-client/main.go
-proto=plugin/src/api/deviceplugin_v1beta1.proto
+proto=bins/device-plugin/src/api/deviceplugin_v1beta1.proto
 client=$dir/bin/device-plugin-client
 
 stamp=$(cat "$src" "$proto" scripts/grpc-go-client.sh | sha256sum)

@@ -2,7 +2,7 @@
 # Builds the binaries as they ship and gathers them in one folder, which it prints; used by
 # scripts/build-image.sh (the image) and scripts/bench.sh (the figures are those of what ships).
 #
-# Usage: scripts/release-build.sh DIR CARGO_SELECTION...   e.g. `DIR --workspace`, `DIR -p devinject-hook`
+# Usage: scripts/release-build.sh DIR CARGO_SELECTION...   e.g. `DIR --workspace`, `DIR -p devinject-oci`
 # (the hook, the shim and devinject-podresources are built whatever the selection, each package
 # on its own; the glibc builds of the shim and the helper go to DIR/glibc)
 #
@@ -58,16 +58,16 @@ executables() {
 }
 
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" build --target "$triple" --bins "$@"
-# The binaries run for every container start (the hook and the shim from devinject-hook), and
+# The binaries run for every container start (the hook and the shim from devinject-oci), and
 # devinject-podresources with them, are built again, each package on its own: built with the rest, cargo
 # unifies every member's features into theirs (regex's Unicode tables, nix's socket module,
 # ...), which made the shipped hook 3.38 MB against 2.87 MB built alone and its peak RSS about
 # 0.5 MiB higher (docs/benchmarks.md, section 13).
-for pkg in devinject-hook devinject-podresources; do
+for pkg in devinject-oci devinject-podresources; do
   RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" build --target "$triple" -p "$pkg" --bins
 done
 musl_bins=(devinject-runtime devinject-podresources)
-build --target "$musl" -p devinject-hook --bin=devinject-runtime
+build --target "$musl" -p devinject-oci --bin=devinject-runtime
 build --target "$musl" -p devinject-podresources --bin=devinject-podresources
 
 # One folder with every binary this run built: hard links (cargo replaces its outputs, so a later

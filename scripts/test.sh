@@ -81,7 +81,7 @@ export DEVINJECT_VENDOR_STACKS
 # (scripts/nvidia-toolkit-build.sh; about 45 s of 2 cores the first time, then cached): always.
 DEVINJECT_NVIDIA_TOOLKIT=$(scripts/nvidia-toolkit-build.sh)
 export DEVINJECT_NVIDIA_TOOLKIT
-# Every skip is put on the record here (testkit/); under CI=true a skip is a failure.
+# Every skip is put on the record here (tests/testkit/); under CI=true a skip is a failure.
 export DEVINJECT_SKIP_LOG="$PWD/target/skipped-tests.txt"
 rm -f "$DEVINJECT_SKIP_LOG"
 status=0

@@ -154,7 +154,7 @@ pub fn configure_shim_env(config: &Path) {
 }
 
 /// The variable the shim reads its configuration's path from when `--config` is not given.
-pub use devinject_hook::shim::CONFIG_ENV as SHIM_CONFIG_ENV;
+pub use devinject_oci::shim::CONFIG_ENV as SHIM_CONFIG_ENV;
 
 fn configure_shim_at(config: &Path, shim: &Path) {
     let mut cmd = ctl_configure(config, "shim");

@@ -38,7 +38,7 @@ static ONE_CLUSTER: Mutex<()> = Mutex::new(());
 
 /// The resource the demo profile's devices are advertised as.
 const RESOURCE: &str = "devinject.io/demo";
-/// The annotation key the plugin answers with in `cdi-annotations` mode (plugin/src/resource.rs).
+/// The annotation key the plugin answers with in `cdi-annotations` mode (bins/device-plugin/src/resource.rs).
 const ANNOTATION: &str = "cdi.k8s.io/devinject_demo";
 
 fn ready() -> Option<Release> {

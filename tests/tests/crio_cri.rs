@@ -42,7 +42,7 @@ use devinject_tests::sim::{
 };
 
 /// The annotation the device plugin answers Allocate with in `cdi-annotations` mode for
-/// devices 0 and 1 (plugin/src/allocate.rs).
+/// devices 0 and 1 (bins/device-plugin/src/allocate.rs).
 const ANNOTATION: (&str, &str) = (
     "cdi.k8s.io/devinject_demo",
     "devinject.io/demo=0,devinject.io/demo=1",

@@ -6,7 +6,7 @@
 //!   which also reports the `:authority` it wrote on the socket, read back from its own frames.
 //!
 //! h2 refuses such a request with `PROTOCOL_ERROR`; the plugin's authority rewriter
-//! (h2-authority/src/lib.rs) must make every call work: `ListAndWatch` lists the devices,
+//! (crates/shared/h2-authority/src/lib.rs) must make every call work: `ListAndWatch` lists the devices,
 //! `Allocate` answers with the request variable.
 //!
 //! The third, grpc-go 1.52 or later (Debian 13's packages, built by `scripts/grpc-go-client.sh`),
@@ -110,7 +110,7 @@ async fn python_grpcio_with_a_socket_path_authority_lists_and_allocates() {
     {
         return;
     }
-    let proto = workspace().join("plugin/src/api/deviceplugin_v1beta1.proto");
+    let proto = workspace().join("bins/device-plugin/src/api/deviceplugin_v1beta1.proto");
     let client = workspace().join("tests/clients/device_plugin_client.py");
     lists_and_allocates("grpcio", move |socket| {
         let mut command = Command::new(py);

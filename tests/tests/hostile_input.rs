@@ -2,7 +2,7 @@
 //! broken bundles (a hook that runc kills on its timeout: `hostile_orphans.rs`).
 //!
 //! Each must fail with a first stderr line saying what is wrong, the documented exit code
-//! (`exit/src/lib.rs`, docs/hook.md), and nothing touched: the bundle (its `config.json` and
+//! (`crates/core/exit/src/lib.rs`, docs/hook.md), and nothing touched: the bundle (its `config.json` and
 //! rootfs) is fingerprinted before and compared after, and the shim never hands over to runc.
 
 use std::io::Write;

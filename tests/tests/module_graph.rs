@@ -314,7 +314,7 @@ fn config_readers_do_not_link_the_hook() {
         "the walk must see the hook's and the NRI plugin's use of the admission core"
     );
     for reader in [
-        "devinject-runtime-config",
+        "devinject-ctl",
         "devinject-cdi",
         "devinject-installer",
         "devinject-device-plugin",
@@ -339,7 +339,7 @@ fn config_readers_do_not_link_the_hook() {
 
 /// The DRA driver shares the kubelet-facing pieces through leaf crates (the `:authority` rewriter,
 /// the profiles, the CDI renderer, the host-file layer), never through another binary's crate
-/// (`devinject-runtime-config` is `devinject-ctl`'s).
+/// (`devinject-ctl` is `devinject-ctl`'s).
 #[test]
 fn the_dra_driver_links_no_other_engine_path() {
     let deps = dependencies("dependencies");
@@ -354,7 +354,7 @@ fn the_dra_driver_links_no_other_engine_path() {
         "devinject-hook",
         "devinject-device-plugin",
         "devinject-nri",
-        "devinject-runtime-config",
+        "devinject-ctl",
     ] {
         assert!(
             !linked.contains(other),

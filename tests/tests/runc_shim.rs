@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use devinject_hook::shim::CONFIG_ENV;
+use devinject_oci::shim::CONFIG_ENV;
 use devinject_tests::bins::bin;
 use devinject_tests::probe::Report;
 use devinject_tests::runc::{

@@ -7,7 +7,7 @@
 // the first ListAndWatch answer, and the env of an Allocate for the first of them. Exits non-zero
 // with the gRPC error otherwise.
 //
-// The stubs come from plugin/src/api/deviceplugin_v1beta1.proto through protoc and its grpc-java
+// The stubs come from bins/device-plugin/src/api/deviceplugin_v1beta1.proto through protoc and its grpc-java
 // plugin (scripts/install-deps.sh test builds this file under target/grpc-java).
 
 import com.google.gson.Gson;
@@ -154,7 +154,7 @@ public final class DevicePluginClient {
             DevicePluginGrpc.DevicePluginBlockingStub stub = DevicePluginGrpc.newBlockingStub(channel);
             // ListAndWatch never ends on its own: take its first answer and keep the call open
             // until Allocate has answered. The plugin takes the end of a ListAndWatch stream for
-            // the kubelet losing it and starts over on a new socket (plugin/src/kubelet/
+            // the kubelet losing it and starts over on a new socket (bins/device-plugin/src/kubelet/
             // lifecycle.rs), so an Allocate sent after the cancel could find the old one gone.
             Context.CancellableContext watch = Context.current().withCancellation();
             ListAndWatchResponse first = watch.call(() -> stub

@@ -40,7 +40,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 )
 
-// The FileDescriptorSet of plugin/src/api/deviceplugin_v1beta1.proto (protoc --descriptor_set_out).
+// The FileDescriptorSet of bins/device-plugin/src/api/deviceplugin_v1beta1.proto (protoc --descriptor_set_out).
 //
 //go:embed deviceplugin_v1beta1.pb
 var descriptorSet []byte

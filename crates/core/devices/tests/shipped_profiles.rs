@@ -1,0 +1,58 @@
+//! Every profile shipped in `profiles/` loads, and they do not collide.
+
+use std::path::Path;
+
+use devinject_devices::ProfileSet;
+
+#[test]
+fn shipped_profiles_load() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../profiles");
+    let set = ProfileSet::load_dir(&dir).unwrap();
+    let names: Vec<_> = set.iter().map(|p| p.name.to_string()).collect();
+    for want in [
+        "amd",
+        "coral-edgetpu",
+        "demo",
+        "fuse",
+        "intel-fpga",
+        "intel-gpu",
+        "kvm",
+        "nvidia",
+        "tun",
+    ] {
+        assert!(
+            names.iter().any(|n| n == want),
+            "missing profile {want}: {names:?}"
+        );
+    }
+    assert_eq!(
+        set.get("nvidia").unwrap().request_env(),
+        "NVIDIA_VISIBLE_DEVICES"
+    );
+    assert_eq!(
+        set.get("coral-edgetpu").unwrap().request_env(),
+        "CORAL_EDGETPU_VISIBLE_DEVICES"
+    );
+}
+
+#[test]
+fn real_kernel_devices_are_discovered() {
+    use devinject_devices::{discover, HostRoots};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../profiles");
+    let set = ProfileSet::load_dir(&dir).unwrap();
+    // /dev/null is not in any profile, but /dev/fuse and /dev/net/tun exist on any Linux host
+    // with those modules; skip with a reason where they do not.
+    for (name, path, major, minor) in [
+        ("fuse", "/dev/fuse", 10, 229),
+        ("tun", "/dev/net/tun", 10, 200),
+    ] {
+        if !devinject_testkit::require_path(path, &format!("the {name} module's node")) {
+            continue;
+        }
+        let inv = discover(set.get(name).unwrap(), &HostRoots::default()).unwrap();
+        assert_eq!(inv.devices.len(), 1, "{name}");
+        let n = &inv.devices[0].nodes[0];
+        assert_eq!((n.major, n.minor), (major, minor), "{name}");
+        assert_eq!(n.container_path, Path::new(path));
+    }
+}

@@ -1,0 +1,619 @@
+//! `devinject-cluster-bench`: what devinject costs on a real cluster (the test tier's
+//! Kubernetes, [`devinject_tests::cluster`]: 1.36 on containerd 2 and runc 1.4 as
+//! scripts/bench.sh runs it), run by scripts/bench.sh when the Kubernetes binaries are built. Prints a Markdown section on stdout:
+//!
+//! - pod created -> Ready, with one device through the devinject runtime, against the same pod
+//!   with no device on plain runc, alternating, on the same cluster (both through `kubectl
+//!   create` and `kubectl wait`, whose own cost is in both columns);
+//! - the `kubernetes` policy's cost per container start: the lookup the hook and the shim make
+//!   in-process (`Get` from a kubelet >= 1.34 or `List` from an older one, the answer reduced
+//!   to one container), with 1 and with 100 pods on the node, and again as an A/A pair; beside
+//!   it, run by run, the same client through `devinject-podresources` executed as the policy
+//!   once executed it (fork, exec with an empty environment), and another build of that tool
+//!   with `--compare NAME=DIR`;
+//! - kubelet restart -> plugin registered again, from the kubelet's "serving the registration
+//!   socket" to its "got a registration request", as its own log stamps them;
+//! - on a second cluster whose node runs `devinject-dra` (CDI on containerd 2, no device
+//!   plugin): pod created -> Ready with one device through a ResourceClaimTemplate, against the
+//!   same pod with no device and against itself (an A/A pair), alternating; and the driver's
+//!   NodePrepareResources time, from its own log.
+//!
+//! Binaries come from `DEVINJECT_BIN_DIR` (scripts/bench.sh points it at the release build).
+//! Needs root. Figures are wall times: run it on a quiet machine.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use devinject_admission::policy::kubelet::PodResources;
+use devinject_admission::policy::GrantSource;
+use devinject_bench::stats::{children_cpu, thread_cpu, Samples};
+use devinject_podresources_protocol::{Answer, PodEntry, Request, Rpc};
+use devinject_tests::bins::bin;
+use devinject_tests::cluster::dra::demo_claim_template;
+use devinject_tests::cluster::{Cluster, DraBeside, Setup, SLOW};
+use devinject_tests::cri_node::BUSYBOX;
+use devinject_tests::daemons::poll;
+
+/// Pod starts per variant.
+const POD_RUNS: usize = 10;
+/// Lookups per asker and node size.
+const LOOKUPS: usize = 100;
+/// The least time between two lookups. The kubelet (1.27 and later) rejects pod-resources
+/// calls beyond 100 a second after a burst of 10 (`ResourceExhausted`, which the client
+/// retries after a pause): lookups back to back measured that pause, 13 ms median on 1.36
+/// against 1.3 ms for an unthrottled one. A node starts far fewer containers than that.
+const LOOKUP_SPACING: Duration = Duration::from_millis(15);
+/// Kubelet restarts.
+const RESTARTS: usize = 3;
+
+fn pod_yaml(name: &str, with_device: bool) -> String {
+    let (class, limits) = if with_device {
+        (
+            "  runtimeClassName: devinject\n",
+            "\n    resources: {limits: {devinject.io/demo: 1}}",
+        )
+    } else {
+        ("", "")
+    };
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n{class}  hostNetwork: true\n  \
+         automountServiceAccountToken: false\n  terminationGracePeriodSeconds: 0\n  containers:\n  \
+         - name: main\n    image: {BUSYBOX}\n    imagePullPolicy: Never\n    \
+         command: [/bin/sleep, '3600']{limits}\n"
+    )
+}
+
+/// Pod `name` on the default runtime holding a claim of one demo device from the template
+/// [`DRA_TEMPLATE`].
+fn dra_pod_yaml(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostNetwork: true\n  \
+         automountServiceAccountToken: false\n  terminationGracePeriodSeconds: 0\n  \
+         resourceClaims:\n  - name: demo\n    resourceClaimTemplateName: {DRA_TEMPLATE}\n  \
+         containers:\n  - name: main\n    image: {BUSYBOX}\n    imagePullPolicy: Never\n    \
+         command: [/bin/sleep, '3600']\n    resources:\n      claims:\n      - name: demo\n"
+    )
+}
+
+/// Pod `name` on the default runtime asking for one demo device in its limits, which the
+/// device plugin serves with a CDI device (no RuntimeClass: the engine injects the spec).
+fn plugin_cdi_pod_yaml(name: &str) -> String {
+    pod_yaml(name, true).replace("  runtimeClassName: devinject\n", "")
+}
+
+/// The ResourceClaimTemplate of the DRA pods: one device of the demo profile's class.
+const DRA_TEMPLATE: &str = "one-demo";
+
+/// Creates pod `name` and waits until it is Ready; returns the time taken.
+fn pod_start(c: &Cluster, name: &str, with_device: bool) -> Result<Duration> {
+    let yaml = pod_yaml(name, with_device);
+    pod_start_of(c, name, &yaml)
+}
+
+/// Creates pod `name` from `yaml` and waits until it is Ready; returns the time taken.
+fn pod_start_of(c: &Cluster, name: &str, yaml: &str) -> Result<Duration> {
+    let start = Instant::now();
+    c.apply(yaml)?;
+    c.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        &format!("pod/{name}"),
+        "--timeout=120s",
+    ])?;
+    let took = start.elapsed();
+    c.kubectl(&[
+        "delete",
+        "pod",
+        name,
+        "--grace-period=0",
+        "--force",
+        "--wait=true",
+    ])?;
+    Ok(took)
+}
+
+/// One run of `devinject-podresources` as the policy once executed it: its wall time, its CPU
+/// (user and system, from the rusage of reaped children), and which RPC answered it.
+fn tool_once(tool: &Path, socket: &Path, pod: &str) -> Result<(Duration, Duration, Rpc)> {
+    let cpu_before = children_cpu()?;
+    let start = Instant::now();
+    let lookup = Request {
+        socket: socket.to_owned(),
+        timeout: Duration::from_secs(2),
+        namespace: "default".into(),
+        pod: pod.into(),
+        container: "main".into(),
+    };
+    let out = Command::new(tool)
+        .env_clear()
+        .stdin(Stdio::null())
+        .args(lookup.to_args())
+        .output()
+        .context("run devinject-podresources")?;
+    let took = start.elapsed();
+    if !out.status.success() {
+        bail!(
+            "devinject-podresources failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let cpu = children_cpu()? - cpu_before;
+    let answer = Answer::parse(&out.stdout).with_context(|| {
+        format!(
+            "devinject-podresources printed no answer: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })?;
+    Ok((took, cpu, answer.answered_by))
+}
+
+/// What asks the kubelet in a run.
+#[derive(Debug, Clone)]
+enum Asker {
+    /// The policy's lookup, in this process, as the hook and the shim make it.
+    Policy,
+    /// `devinject-podresources` at this path, executed as the policy once executed it.
+    Tool(PathBuf),
+}
+
+/// One lookup of the policy's, in this process: its wall time, this thread's CPU, the RPC.
+fn policy_once(socket: &Path, pod: &str) -> Result<(Duration, Duration, Rpc)> {
+    let kubelet = PodResources {
+        socket: socket.to_owned(),
+        timeout: Duration::from_secs(2),
+    };
+    let cpu_before = thread_cpu()?;
+    let start = Instant::now();
+    let answer = kubelet
+        .lookup("default", pod, "main")
+        .context("the policy's pod-resources lookup")?;
+    let took = start.elapsed();
+    let cpu = thread_cpu()? - cpu_before;
+    if !matches!(&answer.pods[..], [PodEntry::Found { .. }]) {
+        bail!("the kubelet lists no container main of pod {pod}: {answer:?}");
+    }
+    Ok((took, cpu, answer.answered_by))
+}
+
+/// Wall and CPU times of one asker's lookups, and the RPC that answered them.
+#[derive(Debug, Clone, Default)]
+struct Lookups {
+    wall: Samples,
+    cpu: Samples,
+    answered_by: Option<Rpc>,
+}
+
+impl Lookups {
+    fn rpc(&self) -> String {
+        self.answered_by.map_or("?".to_owned(), |r| r.to_string())
+    }
+}
+
+/// The wall and CPU times of each of `askers`, in turn, [`LOOKUPS`] times each.
+fn lookups(c: &Cluster, pod: &str, askers: &[Asker]) -> Result<Vec<Lookups>> {
+    let socket = c.in_node_ns("/var/lib/kubelet/pod-resources/kubelet.sock")?;
+    let spaced = |asker: &Asker| {
+        let began = Instant::now();
+        let run = match asker {
+            Asker::Policy => policy_once(&socket, pod),
+            Asker::Tool(path) => tool_once(path, &socket, pod),
+        };
+        std::thread::sleep(LOOKUP_SPACING.saturating_sub(began.elapsed()));
+        run
+    };
+    for asker in askers {
+        for _ in 0..5 {
+            spaced(asker)?;
+        }
+    }
+    let mut out = vec![Lookups::default(); askers.len()];
+    for _ in 0..LOOKUPS {
+        for (asker, runs) in askers.iter().zip(&mut out) {
+            let (w, c, rpc) = spaced(asker)?;
+            runs.wall.push(w);
+            runs.cpu.push(c);
+            if runs.answered_by.is_some_and(|r| r != rpc) {
+                bail!("{asker:?} was answered by both Get and List");
+            }
+            runs.answered_by = Some(rpc);
+        }
+    }
+    Ok(out)
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1e3)
+}
+
+fn row(name: &str, s: &Samples) -> String {
+    format!(
+        "| {name} | {} | {} | {} [{}–{}] |",
+        s.len(),
+        ms(s.median()),
+        ms(s.quantile(0.99)),
+        ms(s.min()),
+        ms(s.max())
+    )
+}
+
+fn run(compare: Option<(String, PathBuf)>) -> Result<()> {
+    // The policy's lookup, then the same again (an A/A pair: how far two runs of one thing
+    // differ on this machine now); then the same client executed as a process, the shipped
+    // tool and the compared build, whose rows say its name.
+    let mut askers = vec![
+        ("the policy's lookup in-process".to_owned(), Asker::Policy),
+        (
+            "the policy's lookup in-process, A/A: the same again".to_owned(),
+            Asker::Policy,
+        ),
+        (
+            "devinject-podresources executed (the policy before)".to_owned(),
+            Asker::Tool(bin("devinject-podresources")),
+        ),
+    ];
+    if let Some((name, dir)) = compare {
+        let tool = dir.join("devinject-podresources");
+        if !tool.is_file() {
+            bail!("{} is not built (--compare)", tool.display());
+        }
+        askers.push((
+            format!("devinject-podresources executed, {name} build"),
+            Asker::Tool(tool),
+        ));
+    }
+    let (names, askers): (Vec<String>, Vec<Asker>) = askers.into_iter().unzip();
+    let mut c = Cluster::start()?;
+    c.runtime_class()?;
+    emit(&format!(
+        "### 6. A real cluster (Kubernetes {}, one node)\n\n\
+         | figure | runs | median ms | p99 ms | [min–max] ms |\n|---|---|---|---|---|",
+        c.kubernetes().version()
+    ));
+
+    // Kubelet restart -> the plugin registered again (first, on a node with no pods): from the
+    // kubelet's own log, which stamps both ends to the microsecond.
+    let mut rereg = Samples::default();
+    for _ in 0..RESTARTS {
+        c.restart_kubelet()?;
+        let took = poll("the plugin to register again", SLOW, || {
+            Ok(registration_latency(&c.kubelet_log()))
+        })
+        .map_err(|e| e.context(c.logs()))?;
+        rereg.push(took);
+        c.wait_node_ready()?;
+    }
+    emit(&row(
+        "kubelet serving kubelet.sock again → plugin registration request",
+        &rereg,
+    ));
+
+    // Pod start, alternating, after one untimed start of each.
+    pod_start(&c, "warm-plain", false)?;
+    pod_start(&c, "warm-device", true)?;
+    let (mut plain, mut device) = (Samples::default(), Samples::default());
+    for i in 0..POD_RUNS {
+        plain.push(pod_start(&c, &format!("plain-{i}"), false)?);
+        device.push(pod_start(&c, &format!("device-{i}"), true)?);
+    }
+    emit(&row("pod created → Ready, plain runc, no device", &plain));
+    emit(&row(
+        "pod created → Ready, devinject runtime, 1 device",
+        &device,
+    ));
+
+    // The policy's lookups with 1 pod on the node, then with 100.
+    c.apply(&pod_yaml("asker", true))?;
+    c.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/asker",
+        "--timeout=120s",
+    ])?;
+    let one = lookups(&c, "asker", &askers)?;
+    let mut list = String::new();
+    for i in 0..99 {
+        list += &pod_yaml(&format!("filler-{i}"), false);
+        list += "---\n";
+    }
+    c.apply(&list)?;
+    poll("100 pods running", SLOW * 5, || {
+        let running = c
+            .kubectl(&[
+                "get",
+                "pods",
+                "--field-selector=status.phase=Running",
+                "-o",
+                "name",
+            ])?
+            .lines()
+            .count();
+        Ok((running >= 100).then_some(()))
+    })?;
+    let hundred = lookups(&c, "asker", &askers)?;
+    for (i, name) in names.iter().enumerate() {
+        for (pods, runs) in [("1 pod", &one[i]), ("100 pods", &hundred[i])] {
+            emit(&row(
+                &format!("{name} ({}), {pods} on the node", runs.rpc()),
+                &runs.wall,
+            ));
+        }
+        let cpu = match askers[i] {
+            Asker::Policy => "this thread's CPU",
+            Asker::Tool(_) => "its CPU (user + sys)",
+        };
+        for (pods, runs) in [("1 pod", &one[i]), ("100 pods", &hundred[i])] {
+            emit(&row(&format!("{name}: {cpu}, {pods}"), &runs.cpu));
+        }
+    }
+    c.kubectl(&[
+        "delete",
+        "pods",
+        "--all",
+        "--grace-period=0",
+        "--force",
+        "--wait=true",
+    ])?;
+    drop(c);
+    dra()?;
+    dra_idle()
+}
+
+/// The DRA rows: a cluster whose node runs `devinject-dra` and the device plugin (answering
+/// with CDI devices), pods with a claim of one device against pods with none, against pods
+/// asking the device plugin for one, and against themselves, alternating, after one untimed
+/// start of each; then the driver's NodePrepareResources times from its log.
+fn dra() -> Result<()> {
+    let containerd = devinject_tests::runtimes::containerd("2")
+        .context("containerd 2 (scripts/runtimes-fetch.sh)")?;
+    let c = Cluster::start_with(Setup::Dra {
+        containerd: containerd.bin,
+        beside: DraBeside::DevicePlugin,
+    })?;
+    c.apply_dra_device_classes()?;
+    c.apply(&demo_claim_template(DRA_TEMPLATE, 1))?;
+    pod_start(&c, "warm-plain", false)?;
+    pod_start_of(&c, "warm-dra", &dra_pod_yaml("warm-dra"))?;
+    pod_start_of(&c, "warm-plugin", &plugin_cdi_pod_yaml("warm-plugin"))?;
+    let (mut plain, mut plugin, mut claimed, mut again) = (
+        Samples::default(),
+        Samples::default(),
+        Samples::default(),
+        Samples::default(),
+    );
+    for i in 0..POD_RUNS {
+        plain.push(pod_start(&c, &format!("plain-{i}"), false)?);
+        let name = format!("plugin-{i}");
+        plugin.push(pod_start_of(&c, &name, &plugin_cdi_pod_yaml(&name))?);
+        let name = format!("dra-{i}");
+        claimed.push(pod_start_of(&c, &name, &dra_pod_yaml(&name))?);
+        let name = format!("dra-aa-{i}");
+        again.push(pod_start_of(&c, &name, &dra_pod_yaml(&name))?);
+    }
+    emit(&format!(
+        "\n### 6b. DRA on a real cluster (Kubernetes {}, one node, containerd 2, devinject-dra \
+         beside the device plugin)\n\n\
+         | figure | runs | median ms | p99 ms | [min–max] ms |\n|---|---|---|---|---|",
+        c.kubernetes().version()
+    ));
+    emit(&row("pod created → Ready, plain runc, no device", &plain));
+    emit(&row(
+        "pod created → Ready, 1 device through the device plugin (CDI)",
+        &plugin,
+    ));
+    emit(&row(
+        "pod created → Ready, 1 device through a DRA claim",
+        &claimed,
+    ));
+    emit(&row(
+        "pod created → Ready, 1 device through a DRA claim, A/A: the same again",
+        &again,
+    ));
+    let mut prepare = Samples::default();
+    for took in prepare_times(&c.dra_log()) {
+        prepare.push(took);
+    }
+    emit(&row(
+        "devinject-dra NodePrepareResources (its log)",
+        &prepare,
+    ));
+    Ok(())
+}
+
+/// How long each idle window of the DRA driver is measured.
+const IDLE_WINDOW: Duration = Duration::from_secs(30);
+
+/// The DRA driver's cost on a node where nothing changes: a cluster whose node runs
+/// `devinject-dra` alone, its slices published, then two windows of [`IDLE_WINDOW`] (the second
+/// an A/A of the first): CPU seconds per hour and wakeups per second (context switches of all
+/// its threads, voluntary and not, from `/proc/<pid>/task/*/status`).
+fn dra_idle() -> Result<()> {
+    let containerd = devinject_tests::runtimes::containerd("2")
+        .context("containerd 2 (scripts/runtimes-fetch.sh)")?;
+    let c = Cluster::start_with(Setup::Dra {
+        containerd: containerd.bin,
+        beside: DraBeside::Nothing,
+    })?;
+    c.wait_resource_slices(devinject_tests::sim::ACCELS.len())?;
+    let pid = c.node().dra_plugin_pid().context("the DRA driver's pid")?;
+    // Let the start's work settle (registration, the first applies, the health stream).
+    std::thread::sleep(Duration::from_secs(5));
+    emit(&format!(
+        "\n### 6c. The DRA driver on an idle node (Kubernetes {}, one node, {} s windows)\n\n\
+         | window | CPU s per hour | wakeups per s |\n|---|---|---|",
+        c.kubernetes().version(),
+        IDLE_WINDOW.as_secs()
+    ));
+    for window in ["first", "second (A/A)"] {
+        let (cpu0, switches0) = (process_cpu(pid)?, context_switches(pid)?);
+        let started = Instant::now();
+        std::thread::sleep(IDLE_WINDOW);
+        let secs = started.elapsed().as_secs_f64();
+        let (cpu1, switches1) = (process_cpu(pid)?, context_switches(pid)?);
+        emit(&format!(
+            "| {window} | {:.3} | {:.2} |",
+            (cpu1 - cpu0).as_secs_f64() / secs * 3600.0,
+            switches1.saturating_sub(switches0) as f64 / secs
+        ));
+    }
+    Ok(())
+}
+
+/// The user and system CPU time process `pid` has used (`/proc/<pid>/stat`).
+fn process_cpu(pid: u32) -> Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').context("/proc/<pid>/stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the name.
+    let ticks: u64 = fields
+        .get(11..13)
+        .context("/proc/<pid>/stat is short")?
+        .iter()
+        .map(|f| f.parse::<u64>().unwrap_or(0))
+        .sum();
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .filter(|&hz| hz > 0)
+        .unwrap_or(100) as u64;
+    Ok(Duration::from_secs_f64(ticks as f64 / hz as f64))
+}
+
+/// The context switches of every thread of process `pid`, voluntary and not.
+fn context_switches(pid: u32) -> Result<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let status = std::fs::read_to_string(task?.path().join("status")).unwrap_or_default();
+        total += status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    Ok(total)
+}
+
+/// The `took_us` of every claim `devinject-dra` logs as prepared.
+fn prepare_times(log: &str) -> Vec<Duration> {
+    log.lines()
+        .filter(|l| l.contains(devinject_dra::driver::PREPARED))
+        .filter_map(|l| l.split("took_us=").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+        .map(Duration::from_micros)
+        .collect()
+}
+
+/// What the kubelet logs when its device plugin registration server is up again: 1.20 says
+/// "Serving", 1.36 "Starting" (pkg/kubelet/cm/devicemanager/plugin/v1beta1/server.go, at -v=2).
+const SERVING: [&str; 2] = [
+    "Serving device plugin registration server",
+    "Starting device plugin registration server",
+];
+
+/// From a kubelet log: the time from the registration server being up ([`SERVING`]) to the
+/// plugin's "Got registration request", once both are there.
+fn registration_latency(log: &str) -> Option<Duration> {
+    // klog: `I1123 09:14:39.211457   19122 manager.go:278] ...`
+    let stamp = |needles: &[&str]| -> Option<f64> {
+        let line = log
+            .lines()
+            .find(|l| needles.iter().any(|n| l.contains(n)))?;
+        let time = line.split_whitespace().nth(1)?;
+        let mut parts = time.split(':');
+        let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
+        Some(
+            h.parse::<f64>().ok()? * 3600.0
+                + m.parse::<f64>().ok()? * 60.0
+                + s.parse::<f64>().ok()?,
+        )
+    };
+    let served = stamp(&SERVING)?;
+    let registered = stamp(&["Got registration request from device plugin"])?;
+    Some(Duration::from_secs_f64((registered - served).max(0.0)))
+}
+
+/// Prints one line of the report at once, so that a failure later keeps what was measured.
+fn emit(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// Benchmark: what devinject costs on a real cluster: pod start to Ready with a device against
+/// one without, the `kubernetes` policy's pod-resources lookup per container start, and the
+/// device plugin's re-registration after a kubelet restart.
+///
+/// Prints a Markdown section on stdout; the figures are in docs/benchmarks.md. Binaries come
+/// from DEVINJECT_BIN_DIR, Kubernetes from DEVINJECT_KUBE_BIN (scripts/kube-build.sh). Needs
+/// root; run it on a quiet machine, through scripts/bench.sh.
+#[derive(Parser, Debug)]
+#[command(name = "devinject-cluster-bench")]
+struct Cli {
+    /// Another build of `devinject-podresources` to run alongside the shipped one, as NAME=DIR
+    /// (scripts/bench.sh passes the glibc build of the tool it ships built against musl).
+    #[arg(long, value_parser = devinject_bench::stats::name_and_dir)]
+    compare: Option<(String, PathBuf)>,
+    /// Only the DRA rows (section 6b).
+    #[arg(long)]
+    dra_only: bool,
+    /// Only the DRA driver's idle cost (section 6c).
+    #[arg(long)]
+    dra_idle: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = if cli.dra_idle {
+        dra_idle()
+    } else if cli.dra_only {
+        dra()
+    } else {
+        run(cli.compare)
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("devinject-cluster-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prepare_times_are_read_from_the_drivers_prepared_lines() {
+        let log = "2026-11-25T19:16:26Z  INFO devinject_dra::driver: prepared claim=claim default/a (u) devices=1 took_us=1234\n\
+                   2026-11-25T19:16:27Z  INFO devinject_dra::driver: unprepared claim=x specs=1\n\
+                   2026-11-25T19:16:28Z  INFO devinject_dra::driver: prepared claim=claim default/b (v) devices=1 took_us=87 \n";
+        assert_eq!(
+            prepare_times(log),
+            [Duration::from_micros(1234), Duration::from_micros(87)]
+        );
+    }
+
+    #[test]
+    fn registration_is_timed_from_the_server_line_of_either_release() {
+        let got = "I1125 08:48:41.500000   12 server.go:161] \"Got registration request from \
+                   device plugin with resource\" resourceName=\"devinject.io/demo\"";
+        // As kubelet 1.20.2 and 1.36.3 each print it.
+        for serving in [
+            "Serving device plugin registration server on \\\"/var/lib/kubelet/device-plugins/kubelet.sock\\\"",
+            "Starting device plugin registration server",
+        ] {
+            let log = format!("I1125 08:48:41.250000   12 server.go:87] \"{serving}\"\n{got}\n");
+            assert_eq!(
+                registration_latency(&log),
+                Some(Duration::from_millis(250)),
+                "{log}"
+            );
+        }
+        assert_eq!(registration_latency(got), None);
+    }
+}
