@@ -308,7 +308,7 @@ fn config_readers_do_not_link_the_hook() {
     let deps = dependencies("dependencies");
     let linked = |start: &str| reachable(&deps, start);
     assert!(
-        linked("devinject-hook").contains("devinject-admission")
+        linked("devinject-oci").contains("devinject-admission")
             && linked("devinject-nri").contains("devinject-admission")
             && linked("devinject-nri").contains("devinject-contained"),
         "the walk must see the hook's and the NRI plugin's use of the admission core"
@@ -329,8 +329,8 @@ fn config_readers_do_not_link_the_hook() {
             "{reader} is not a workspace member"
         );
         assert!(
-            !linked(reader).contains("devinject-hook"),
-            "{reader} links devinject-hook; read the host configuration through \
+            !linked(reader).contains("devinject-oci"),
+            "{reader} links devinject-oci (the hook and the shim); read the host configuration through \
              devinject-hostconfig, admit through devinject-admission, run host programs through \
              devinject-contained"
         );
@@ -351,7 +351,7 @@ fn the_dra_driver_links_no_other_engine_path() {
         "the walk must see the DRA driver's leaf crates: {linked:?}"
     );
     for other in [
-        "devinject-hook",
+        "devinject-oci",
         "devinject-device-plugin",
         "devinject-nri",
         "devinject-ctl",
@@ -359,6 +359,97 @@ fn the_dra_driver_links_no_other_engine_path() {
         assert!(
             !linked.contains(other),
             "devinject-dra links {other}; move what it needs into a leaf crate"
+        );
+    }
+}
+
+/// A member's folder, package name and workspace dependencies (without the `devinject-` prefix),
+/// normal and dev, as ARCHITECTURE.md's crate graph prints them.
+fn graph_line(member: &str, width: usize) -> String {
+    let doc = manifest(&workspace().join(member));
+    let name = doc["package"]["name"].as_str().expect("package name");
+    let ours = |table: &str| -> Vec<String> {
+        let mut names: Vec<String> = doc
+            .get(table)
+            .and_then(|t| t.as_table_like())
+            .map(|t| {
+                t.iter()
+                    .filter_map(|(k, _)| k.strip_prefix("devinject-").map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    };
+    let (deps, dev) = (ours("dependencies"), ours("dev-dependencies"));
+    let mut line = format!("{:<width$}  {name}", format!("{member}/"));
+    if !deps.is_empty() {
+        line += &format!(" -> {}", deps.join(", "));
+    }
+    if !dev.is_empty() {
+        line += &format!("  [{}]", dev.join(", "));
+    }
+    line
+}
+
+/// ARCHITECTURE.md's crate graph is the workspace's: every member in the order of the root
+/// manifest (core, host, shared, the binaries, the tests), with its folder and the workspace
+/// crates it links, so the map cannot go stale when a crate moves or gains a dependency.
+#[test]
+fn architecture_shows_the_crate_graph_of_the_manifests() {
+    let members = members();
+    let width = members.iter().map(|m| m.len() + 1).max().unwrap_or(0);
+    let expected: Vec<String> = members.iter().map(|m| graph_line(m, width)).collect();
+    let text = fs::read_to_string(workspace().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let block = text
+        .split("## The crate graph")
+        .nth(1)
+        .and_then(|rest| rest.split("```").nth(1))
+        .expect("ARCHITECTURE.md has a ```-block under `## The crate graph`");
+    let shown: Vec<&str> = block.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(
+        shown,
+        expected,
+        "ARCHITECTURE.md's crate graph differs from the manifests; the block should read:\n```\n{}\n```",
+        expected.join("\n")
+    );
+}
+
+/// The layers hold: no library under `crates/` links a program's crate under `bins/`, directly or
+/// through another crate, so what two programs share always lives below both of them.
+#[test]
+fn libraries_link_no_program() {
+    let deps = dependencies("dependencies");
+    let package = |member: &str| -> String {
+        manifest(&workspace().join(member))["package"]["name"]
+            .as_str()
+            .expect("package name")
+            .to_string()
+    };
+    let members = members();
+    let programs: BTreeSet<String> = members
+        .iter()
+        .filter(|m| m.starts_with("bins/"))
+        .map(|m| package(m))
+        .collect();
+    let libraries: Vec<String> = members
+        .iter()
+        .filter(|m| m.starts_with("crates/"))
+        .map(|m| package(m))
+        .collect();
+    assert!(
+        !programs.is_empty() && !libraries.is_empty(),
+        "the workspace has no bins/ or no crates/ member: {members:?}"
+    );
+    for library in libraries {
+        let linked: Vec<_> = reachable(&deps, &library)
+            .intersection(&programs)
+            .cloned()
+            .collect();
+        assert!(
+            linked.is_empty(),
+            "{library} (a library under crates/) links the program crate(s) {linked:?}; move what \
+             they share into a crate under crates/"
         );
     }
 }

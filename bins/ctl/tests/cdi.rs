@@ -299,10 +299,9 @@ fn every_rendering_of_the_finish_step_carries_the_same_invocation() {
     }
     assert_eq!(cdi["hookName"], "createRuntime");
 
-    let hooks_d: serde_json::Value = serde_json::from_str(
-        &devinject_ctl::engines::hooksd::hook_json(&finish.hook),
-    )
-    .expect("json");
+    let hooks_d: serde_json::Value =
+        serde_json::from_str(&devinject_ctl::engines::hooksd::hook_json(&finish.hook))
+            .expect("json");
     assert_eq!(hooks_d["hook"]["path"], oci["path"]);
     assert_eq!(
         hooks_d["hook"]["args"],

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use devinject_cdi::{self as cdi, CdiRequest};
-use devinject_devices::HostRoots;
 use devinject_ctl::doctor::{self, DoctorRequest, Finding, Section, Severity};
+use devinject_devices::HostRoots;
 use devinject_tests::sim::{self, SimHost};
 use devinject_tests::skip::{require_binary, require_root};
 

@@ -32,12 +32,7 @@ impl<'a> Recorder<'a> {
 }
 
 impl HostWriter for Recorder<'_> {
-    fn write(
-        &mut self,
-        host: &Path,
-        bytes: &[u8],
-        mode: Option<u32>,
-    ) -> devinject_ctl::Result<()> {
+    fn write(&mut self, host: &Path, bytes: &[u8], mode: Option<u32>) -> devinject_ctl::Result<()> {
         self.changed.insert(host.to_path_buf());
         match &mut self.direct {
             Some(d) => d.write(host, bytes, mode),

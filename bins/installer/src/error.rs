@@ -5,8 +5,8 @@
 
 use std::path::PathBuf;
 
-use devinject_hostfs::HostFsError;
 use devinject_ctl::{Engine, RuntimeConfigError};
+use devinject_hostfs::HostFsError;
 
 /// Errors from installing or uninstalling devinject on a host.
 #[derive(Debug, thiserror::Error)]

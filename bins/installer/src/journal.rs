@@ -26,9 +26,9 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use devinject_hostfs::host_dir::Entry as HostEntry;
 use devinject_ctl::host_writer::HostWriter;
 use devinject_ctl::{Result as LibResult, RuntimeConfigError};
+use devinject_hostfs::host_dir::Entry as HostEntry;
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
 

@@ -6,8 +6,8 @@
 use std::fs::File;
 use std::path::PathBuf;
 
-use devinject_hostfs::atomic_write;
 use devinject_ctl::{Activation, Engine};
+use devinject_hostfs::atomic_write;
 use nix::fcntl::{Flock, FlockArg};
 
 use crate::activate::{self, HostControl, Outcome};

@@ -7,13 +7,13 @@ mod support;
 
 use std::path::PathBuf;
 
+use devinject_ctl::Engine;
 use devinject_installer::activate::Recorder;
 use devinject_installer::fault::{Fault, FaultAction};
 use devinject_installer::options::Policy;
 use devinject_installer::{
     install, uninstall, EngineChoice, InstallError, InstallOptions, RestartMode, UninstallOptions,
 };
-use devinject_ctl::Engine;
 use support::{assert_same, FakeHost, Snapshot};
 
 fn options(h: &FakeHost, engines: EngineChoice) -> InstallOptions {

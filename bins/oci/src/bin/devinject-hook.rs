@@ -13,9 +13,9 @@ use std::process::ExitCode as ProcessExit;
 
 use devinject_decision_log::EnginePath;
 use devinject_exit::{describe, ExitCode};
+use devinject_hostconfig::HostConfig;
 use devinject_oci::finish::FinishArgs;
 use devinject_oci::refusal::{self, Seen};
-use devinject_hostconfig::HostConfig;
 
 const USAGE: &str = "usage: devinject-hook [--config FILE] [finish [--mount HOST CONTAINER]... [--library HOST CONTAINER]... [--mounted-library HOST CONTAINER]... [--link PATH=TARGET]... [--ldcache-dir DIR]... [--group-node PATH]... [--forward-compat DIR LIBRARY HOST_MAJOR]]   (OCI state on stdin)";
 

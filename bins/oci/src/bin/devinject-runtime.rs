@@ -14,9 +14,9 @@ use std::process::ExitCode as ProcessExit;
 
 use devinject_decision_log::EnginePath;
 use devinject_exit::{describe, ExitCode};
+use devinject_hostconfig::HostConfig;
 use devinject_oci::refusal::{self, Seen};
 use devinject_oci::shim::{self, args::ShimArgs, runtime_log, CONFIG_ENV};
-use devinject_hostconfig::HostConfig;
 
 fn main() -> ProcessExit {
     let mut args = match ShimArgs::parse(std::env::args_os().skip(1)) {

@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 use devinject_cdi::DEFAULT_PROFILES_DIR;
-use devinject_hostfs::root_args::DeviceRootArgs;
 use devinject_ctl::device_list::{self, DeviceListRequest};
 use devinject_ctl::RuntimeConfigError;
+use devinject_hostfs::root_args::DeviceRootArgs;
 
 /// Arguments of `devices list`.
 #[derive(Debug, Args)]

@@ -2,8 +2,8 @@
 //! test holds them in step).
 
 use devinject_cdi::CdiError;
-use devinject_hostfs::HostFsError;
 use devinject_ctl::RuntimeConfigError;
+use devinject_hostfs::HostFsError;
 
 /// Exit status of `devinject-ctl`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

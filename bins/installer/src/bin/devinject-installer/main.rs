@@ -19,11 +19,11 @@ mod uninstall;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use devinject_ctl::Engine;
 use devinject_installer::activate::System;
 use devinject_installer::fault::Fault;
 use devinject_installer::options::{DEFAULT_CONFIG_DIR, DEFAULT_PREFIX};
 use devinject_installer::{EngineChoice, Layout, RestartMode};
-use devinject_ctl::Engine;
 
 use exit_code::ExitCode;
 
