@@ -21,20 +21,9 @@ docker_cmd=${DOCKER:-docker}
 target_dir=${TARGET_DIR:-target/image}
 out="$target_dir/bin"
 
-# devinject-podresources asks the kubelet what a container was granted, as the request policy
-# does in-process, for checking by hand; it is installed next to the hook and the shim.
-# devinject-nri is the NRI plugin the nri overlay runs in the pod (deploy/overlays/nri).
-# devinject-webhook is the admission webhook of deploy/overlays/webhook.
-# devinject-dra is the DRA driver the dra overlay runs in the pod (deploy/overlays/dra).
-packages=(-p devinject-installer -p devinject-oci -p devinject-podresources -p devinject-ctl
-  -p devinject-nri -p devinject-webhook -p devinject-dra)
-bins=(devinject-installer devinject-hook devinject-podresources devinject-runtime devinject-ctl devinject-nri
-  devinject-webhook devinject-dra)
-# The device plugin binary lives on its own branch until merged; ship it when it is here.
-if [ -f bins/device-plugin/src/main.rs ]; then
-  packages+=(-p devinject-device-plugin)
-  bins+=(devinject-device-plugin)
-fi
+# What ships: scripts/lib/shipped.sh.
+# shellcheck source=scripts/lib/shipped.sh
+. scripts/lib/shipped.sh
 
 if [ "${NO_BUILD:-0}" != 1 ]; then
   TARGET_DIR="$target_dir" scripts/release-build.sh "$out" "${packages[@]}" >/dev/null

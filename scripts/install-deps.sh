@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Installs the host packages devinject's demo and tests use, only those missing.
-# Usage: scripts/install-deps.sh [demo|test]   (default: test; the benchmark needs the test set)
+# Usage: scripts/install-deps.sh [demo|test|cross]   (default: test; the benchmark needs the test
+# set; cross: what scripts/release-build.sh needs to build for aarch64 here, and qemu's user mode
+# that scripts/arm64-check.sh runs those binaries in)
 set -euo pipefail
 # DEVINJECT_DEMO_DEPS replaces the demo's list (scripts/fresh-root-test.sh drops a package with it
 # to prove that its test fails without it).
 # shellcheck disable=SC2206 # a list of package names
 want=(${DEVINJECT_DEMO_DEPS:-runc busybox-static gcc e2fsprogs})
+if [ "${1:-test}" = cross ]; then
+  want=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static)
+fi
 if [ "${1:-test}" = test ]; then
   # libc6-dev: headers and the static libc for the hostile tests' C helpers (tests/src/cprog.rs)
   # python3-venv: for the manifest check's kubernetes-validate (below). Its kustomize render

@@ -21,7 +21,10 @@
 #     libraries), where glibc's allocator and string functions are the faster.
 #
 # Environment: PROFILE (release, the default, or dev), TARGET_DIR (default target/image: apart
-# from normal builds, because RUSTFLAGS differ).
+# from normal builds, because RUSTFLAGS differ), ARCH (the machine to build for: this host's,
+# the default, or aarch64 on an x86_64 host: cross-built with Debian's gcc-aarch64-linux-gnu and
+# libc6-dev-arm64-cross as the linker and the C compiler of build scripts, which
+# scripts/install-deps.sh installs with `cross`; the same static glibc and musl builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:?usage: scripts/release-build.sh DIR CARGO_SELECTION...}
@@ -29,21 +32,36 @@ shift
 [ $# -gt 0 ] || { echo "release-build: say what to build (--workspace, -p PACKAGE ...)" >&2; exit 2; }
 profile=${PROFILE:-release}
 target_dir=${TARGET_DIR:-target/image}
-triple=$(rustc -vV | sed -n 's/^host: //p')
-musl=${triple%%-*}-unknown-linux-musl
+host=$(rustc -vV | sed -n 's/^host: //p')
+arch=${ARCH:-${host%%-*}}
+triple=$arch-unknown-linux-gnu
+musl=$arch-unknown-linux-musl
+if [ "$arch" != "${host%%-*}" ]; then
+  # Cross-building: the target's gcc links (and compiles any C a build script builds).
+  cross=$arch-linux-gnu
+  if ! command -v "$cross-gcc" >/dev/null; then
+    echo "release-build: building for $arch needs the cross compiler $cross-gcc: scripts/install-deps.sh cross (Debian: gcc-$cross libc6-dev-${arch/aarch64/arm64}-cross)" >&2
+    exit 1
+  fi
+  for t in "$triple" "$musl"; do
+    upper=$(echo "$t" | tr 'a-z-' 'A-Z_')
+    export "CARGO_TARGET_${upper}_LINKER=$cross-gcc" "CC_${t//-/_}=$cross-gcc" "AR_${t//-/_}=$cross-ar"
+  done
+fi
 case "$profile" in
   dev) sub=debug ;;
   *) sub=$profile ;;
 esac
 
-if [ ! -d "$(rustc --print sysroot)/lib/rustlib/$musl" ]; then
+for t in "$triple" "$musl"; do
+  [ -d "$(rustc --print sysroot)/lib/rustlib/$t" ] && continue
   if ! command -v rustup >/dev/null; then
-    echo "release-build: the Rust standard library for $musl is missing and there is no rustup to add it: install it with your toolchain (the runtime shim is built for it)" >&2
+    echo "release-build: the Rust standard library for $t is missing and there is no rustup to add it: install it with your toolchain" >&2
     exit 1
   fi
-  echo "release-build: adding the Rust target $musl (the runtime shim is built for it)" >&2
-  rustup target add "$musl" >&2
-fi
+  echo "release-build: adding the Rust target $t" >&2
+  rustup target add "$t" >&2
+done
 
 # What each build produced, from cargo's own report (the target dir also holds binaries of
 # earlier builds, of other sources, which must not be taken for this one's).
