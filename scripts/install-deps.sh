@@ -69,7 +69,7 @@ java_client() {
     junixsocket-common; do
     jars+=("/usr/share/java/$j.jar")
   done
-  local proto=$root/plugin/src/api/deviceplugin_v1beta1.proto
+  local proto=$root/bins/device-plugin/src/api/deviceplugin_v1beta1.proto
   local src=$root/tests/clients/java/DevicePluginClient.java
   local stamp
   stamp=$({ cat "$proto" "$src"; echo "$dir ${jars[*]}"; } | sha256sum)
