@@ -1,5 +1,5 @@
 //! The hook's and shim's host configuration, `<config dir>/config.toml`
-//! (format: `bins/oci/src/config.rs`, docs/hook.md).
+//! (format: `crates/core/hostconfig/src/lib.rs`, docs/hook.md).
 //!
 //! The installer owns this file: it writes it whole on every install (so a re-install with the
 //! same settings changes nothing), and `--uninstall` puts back whatever was there before. The
