@@ -98,6 +98,16 @@ fn start(release: &Release, crio: Option<PathBuf>) -> Cluster {
 
 /// A cluster on DRA of `shape` on containerd from `release`, with `beside` serving beside the
 /// driver and the shipped DeviceClasses applied.
+/// Rewrites the node's demo profile with `edit` and restarts the driver, which reads its profiles
+/// when it starts.
+fn edit_demo_profile(c: &mut Cluster, edit: impl FnOnce(String) -> String) {
+    let profile = c.host().profiles_dir.join("demo.toml");
+    let text = std::fs::read_to_string(&profile).unwrap();
+    std::fs::write(&profile, edit(text)).unwrap();
+    c.restart_dra_plugin()
+        .unwrap_or_else(|e| panic!("restart the driver: {e:#}"));
+}
+
 fn start_beside(release: &Release, beside: DraBeside, shape: Shape) -> Cluster {
     let c = Cluster::start_shaped(
         Setup::Dra {
@@ -681,12 +691,8 @@ fn a_shared_profile_lets_one_claim_per_replica_hold_the_same_device() {
             ..Shape::default()
         },
     );
-    // The demo profile shares its one device twice; the driver reads its profiles at start.
-    let profile = c.host().profiles_dir.join("demo.toml");
-    let text = std::fs::read_to_string(&profile).unwrap();
-    std::fs::write(&profile, format!("replicas = 2\n{text}")).unwrap();
-    c.restart_dra_plugin()
-        .unwrap_or_else(|e| panic!("restart the driver: {e:#}"));
+    // The demo profile shares its one device twice.
+    edit_demo_profile(&mut c, |text| format!("replicas = 2\n{text}"));
     c.wait_resource_slices(2)
         .unwrap_or_else(|e| panic!("a device per share: {e:#}"));
     let mut names: Vec<String> = c
@@ -788,13 +794,9 @@ fn partitions_of_one_device_are_never_allocated_overlapping() {
             ..Shape::default()
         },
     );
-    // The demo profile cuts its one device in halves and quarters; the driver reads its
-    // profiles at start, and the partition class comes with them.
-    let profile = c.host().profiles_dir.join("demo.toml");
-    let text = std::fs::read_to_string(&profile).unwrap();
-    std::fs::write(&profile, format!("{text}{PARTITIONS}")).unwrap();
-    c.restart_dra_plugin()
-        .unwrap_or_else(|e| panic!("restart the driver: {e:#}"));
+    // The demo profile cuts its one device in halves and quarters, and the partition class
+    // comes with it.
+    edit_demo_profile(&mut c, |text| format!("{text}{PARTITIONS}"));
     c.apply_dra_device_classes().expect("the DeviceClasses");
     c.apply(&demo_claim_template("whole", 1)).expect("template");
     if c.kubernetes().minor() < 36 {
@@ -925,15 +927,13 @@ fn sysfs_attributes_reach_the_slice_and_a_health_change_taints_the_device() {
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(format!("../../devices/{function}/demo/{name}"), &link).unwrap();
     }
-    let profile = c.host().profiles_dir.join("demo.toml");
-    let text = std::fs::read_to_string(&profile).unwrap().replacen(
-        "[discovery]\n",
-        "[discovery]\nhealth_sysfs = \"class/demo/{name}/health\"\n",
-        1,
-    ) + "\n[discovery.attributes_sysfs]\nserial = \"class/demo/{name}/serial\"\n";
-    std::fs::write(&profile, text).unwrap();
-    c.restart_dra_plugin()
-        .unwrap_or_else(|e| panic!("restart the driver: {e:#}"));
+    edit_demo_profile(&mut c, |text| {
+        text.replacen(
+            "[discovery]\n",
+            "[discovery]\nhealth_sysfs = \"class/demo/{name}/health\"\n",
+            1,
+        ) + "\n[discovery.attributes_sysfs]\nserial = \"class/demo/{name}/serial\"\n"
+    });
     poll(
         "the serials in the slice",
         devinject_tests::cluster::SLOW,
@@ -1108,14 +1108,13 @@ fn sysfs_attributes_reach_the_slice_and_a_health_change_taints_the_device() {
         pod_running(&c, "tolerant"),
         "NoSchedule leaves the tolerating pod running"
     );
-    let text = std::fs::read_to_string(&profile).unwrap().replacen(
-        "[discovery]\n",
-        "[discovery]\nhealth_taint = \"NoExecute\"\n",
-        1,
-    );
-    std::fs::write(&profile, text).unwrap();
-    c.restart_dra_plugin()
-        .unwrap_or_else(|e| panic!("restart the driver: {e:#}"));
+    edit_demo_profile(&mut c, |text| {
+        text.replacen(
+            "[discovery]\n",
+            "[discovery]\nhealth_taint = \"NoExecute\"\n",
+            1,
+        )
+    });
     wait_taint(&c, "demo-1", Some("NoExecute"));
     let tainted = std::time::Instant::now();
     let how = poll(
