@@ -171,17 +171,7 @@ pub fn build<'a>(
 ) -> Result<ClaimSpec> {
     let uid = naming::claim_uid(uid)?;
     let pname = profile.name.as_str();
-    let mut wanted: Vec<(&'a str, &'a str)> = Vec::new();
-    for (name, id) in devices {
-        if !wanted.iter().any(|(n, _)| n == name) {
-            wanted.push((name, id));
-        }
-    }
-    let mut allocated = Inventory {
-        devices: Vec::with_capacity(wanted.len()),
-        control_nodes: inventory.control_nodes.clone(),
-    };
-    // The device of each wanted one, and what its container is told of its partition.
+    // The device of an allocated id, and what its container is told of its partition.
     let split = |id: &'a str| -> (&'a str, Option<String>) {
         match &profile.partitions {
             Some(partitions) => {
@@ -194,8 +184,19 @@ pub fn build<'a>(
             None => (id, None),
         }
     };
-    for &(name, id) in &wanted {
-        let (id, _) = split(id);
+    // Each DRA device once: its name, its device's id and its partition's env.
+    let mut wanted: Vec<(&'a str, &'a str, Option<String>)> = Vec::new();
+    for (name, id) in devices {
+        if !wanted.iter().any(|(n, _, _)| n == name) {
+            let (id, partition_env) = split(id);
+            wanted.push((name, id, partition_env));
+        }
+    }
+    let mut allocated = Inventory {
+        devices: Vec::with_capacity(wanted.len()),
+        control_nodes: inventory.control_nodes.clone(),
+    };
+    for &(name, id, _) in &wanted {
         let Some(device) = inventory.by_id(id) else {
             return Err(ClaimSpecError::UnknownDevice {
                 uid: uid.to_owned(),
@@ -234,11 +235,10 @@ pub fn build<'a>(
         container_edits: rendered.container_edits,
     };
     let mut cdi_device_ids = BTreeMap::new();
-    for &(name, id) in &wanted {
-        let (id, partition_env) = split(id);
-        let mut device = by_id.get(id).cloned().ok_or_else(no_devices)?;
+    for (name, id, partition_env) in &wanted {
+        let mut device = by_id.get(*id).cloned().ok_or_else(no_devices)?;
         device.name = naming::cdi_device(uid, name);
-        device.container_edits.env.extend(partition_env);
+        device.container_edits.env.extend(partition_env.clone());
         spec.devices.push(device);
         cdi_device_ids.insert(
             (*name).to_owned(),
