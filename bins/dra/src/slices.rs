@@ -672,18 +672,11 @@ pub fn device_class(
     partitioned: bool,
     extended_resource: Option<&str>,
 ) -> DeviceClass {
-    let whole = if partitioned {
-        format!(" && !has(device.attributes[\"{driver}\"].{ATTR_PARTITION})")
-    } else {
-        String::new()
-    };
-    class(
-        format!("{profile}.{driver}"),
-        format!(
-            "device.driver == \"{driver}\" && device.attributes[\"{driver}\"].{ATTR_PROFILE} == \"{profile}\"{whole}"
-        ),
-        extended_resource,
-    )
+    let mut expression = profile_selector(driver, profile);
+    if partitioned {
+        expression += &format!(" && !has(device.attributes[\"{driver}\"].{ATTR_PARTITION})");
+    }
+    class(format!("{profile}.{driver}"), expression, extended_resource)
 }
 
 /// The DeviceClass `partition.<profile>.<driver>` (e.g. `partition.demo.devinject.io`) that
@@ -693,9 +686,17 @@ pub fn partition_class(driver: &str, profile: &str) -> DeviceClass {
     class(
         format!("partition.{profile}.{driver}"),
         format!(
-            "device.driver == \"{driver}\" && device.attributes[\"{driver}\"].{ATTR_PROFILE} == \"{profile}\" && has(device.attributes[\"{driver}\"].{ATTR_PARTITION})"
+            "{} && has(device.attributes[\"{driver}\"].{ATTR_PARTITION})",
+            profile_selector(driver, profile)
         ),
         None,
+    )
+}
+
+/// The CEL clause every class of `profile` starts with: the devices `driver` publishes for it.
+fn profile_selector(driver: &str, profile: &str) -> String {
+    format!(
+        "device.driver == \"{driver}\" && device.attributes[\"{driver}\"].{ATTR_PROFILE} == \"{profile}\""
     )
 }
 
