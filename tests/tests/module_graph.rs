@@ -26,6 +26,14 @@ fn manifest(dir: &Path) -> toml_edit::DocumentMut {
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// The package name in a member's manifest.
+fn package_name(doc: &toml_edit::DocumentMut) -> String {
+    doc["package"]["name"]
+        .as_str()
+        .expect("package name")
+        .to_string()
+}
+
 /// The workspace's member directories, from its manifest.
 fn members() -> Vec<String> {
     manifest(&workspace())["workspace"]["members"]
@@ -42,10 +50,7 @@ fn dependencies(table: &str) -> Graph {
         .iter()
         .map(|member| {
             let doc = manifest(&workspace().join(member));
-            let name = doc["package"]["name"]
-                .as_str()
-                .expect("package name")
-                .to_string();
+            let name = package_name(&doc);
             let deps = doc
                 .get(table)
                 .and_then(|t| t.as_table_like())
@@ -367,7 +372,7 @@ fn the_dra_driver_links_no_other_engine_path() {
 /// normal and dev, as ARCHITECTURE.md's crate graph prints them.
 fn graph_line(member: &str, width: usize) -> String {
     let doc = manifest(&workspace().join(member));
-    let name = doc["package"]["name"].as_str().expect("package name");
+    let name = package_name(&doc);
     let ours = |table: &str| -> Vec<String> {
         let mut names: Vec<String> = doc
             .get(table)
@@ -420,12 +425,7 @@ fn architecture_shows_the_crate_graph_of_the_manifests() {
 #[test]
 fn libraries_link_no_program() {
     let deps = dependencies("dependencies");
-    let package = |member: &str| -> String {
-        manifest(&workspace().join(member))["package"]["name"]
-            .as_str()
-            .expect("package name")
-            .to_string()
-    };
+    let package = |member: &str| package_name(&manifest(&workspace().join(member)));
     let members = members();
     let programs: BTreeSet<String> = members
         .iter()
