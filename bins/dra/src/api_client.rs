@@ -152,7 +152,7 @@ pub fn check_transport(url: &http::Uri) -> Result<(), ApiClientError> {
 /// The token's path through the held directory: the same file before and after a chroot, as
 /// long as a procfs is mounted at `/proc` in the new root (the host's is).
 fn token_through(dir: &OwnedFd) -> String {
-    devinject_devices::path_fd::proc_path(dir)
+    devinject_hostfs::path_fd::proc_path(dir)
         .join("token")
         .to_string_lossy()
         .into_owned()

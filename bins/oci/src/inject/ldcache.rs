@@ -57,7 +57,7 @@ use super::InjectError;
 use crate::sys;
 use devinject_contained::child::{self, ChildError};
 use devinject_contained::sys::{close_range, fork_run};
-use devinject_devices::path_fd::proc_path;
+use devinject_hostfs::path_fd::proc_path;
 
 /// The cache ldconfig writes into the staging tmpfs (container path, in the child's namespace).
 const STAGED: &str = "/dev/ld.so.cache";

@@ -130,7 +130,7 @@ pub fn placeholder(
     // Between the checks above and this open the image cannot run, but a volume shared with
     // another container could be raced: check what we actually opened.
     let st = fstat(&target).map_err(|e| rerr("stat", e))?;
-    let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
+    let kind = devinject_hostfs::file_kind::of(&st);
     if !matches!(kind, SFlag::S_IFREG | SFlag::S_IFCHR | SFlag::S_IFBLK) {
         return Err(rerr("mount onto (changed under us)", Errno::ELOOP));
     }

@@ -24,8 +24,9 @@ use nix::sys::statfs::{fstatfs, TMPFS_MAGIC};
 
 use super::at_name::{self, AtName};
 use super::mounts::{attach, MountAttrs, Source};
-use super::rootfs::{entry_at, kind_name, split, Rootfs, RootfsError};
+use super::rootfs::{entry_at, split, Rootfs, RootfsError};
 use super::InjectError;
+use devinject_hostfs::file_kind;
 
 /// Creates `node` in the rootfs, with group `gid`: by mknod when `bind` is `None`, else by
 /// attaching `bind` (which keeps the host node's owner).
@@ -134,7 +135,7 @@ struct Found {
 /// Why what was found may not be given to the process's group, if it may not: it must be the
 /// node asked for, on a tmpfs no host mount shows (`host_devs`).
 fn regroup_refusal(node: &DeviceNode, found: &Found, host_devs: &[(u32, u32)]) -> Option<String> {
-    let kind = SFlag::from_bits_truncate(found.mode & SFlag::S_IFMT.bits());
+    let kind = file_kind::of_mode(found.mode);
     if kind != file_type(node.kind) || found.rdev != makedev(node.major, node.minor) {
         return Some(format!(
             "it is {}, not the runtime's {} node {}:{}",
@@ -163,10 +164,10 @@ fn file_type(kind: DeviceKind) -> SFlag {
 
 /// What a file of mode `mode` is, with its numbers when a device.
 fn describe(mode: u32, rdev: u64) -> String {
-    let what = kind_name(mode);
-    match SFlag::from_bits_truncate(mode & SFlag::S_IFMT.bits()) {
+    let what = file_kind::a_name(mode);
+    match file_kind::of_mode(mode) {
         SFlag::S_IFCHR | SFlag::S_IFBLK => format!("{what} {}:{}", major(rdev), minor(rdev)),
-        _ => what.to_owned(),
+        _ => what,
     }
 }
 

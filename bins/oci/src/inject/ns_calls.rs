@@ -22,7 +22,7 @@ use nix::sys::stat::{Mode, SFlag};
 use nix::unistd::{Gid, Uid, UnlinkatFlags};
 
 use crate::sys;
-use devinject_devices::path_fd::proc_path;
+use devinject_hostfs::path_fd::proc_path;
 
 /// What is at a name, as [`NsCalls::stat_at`] sees it (symlinks not followed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,7 +22,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 
-use devinject_devices::path_fd::{self, Reopen};
+use devinject_hostfs::file_kind;
+use devinject_hostfs::path_fd::{self, Reopen};
 use nix::errno::Errno;
 use nix::fcntl::{openat, openat2, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::{fstat, Mode, SFlag};
@@ -71,7 +72,7 @@ pub enum ReadError {
     #[error(transparent)]
     Rootfs(#[from] RootfsError),
     /// Something other than a regular file is there: it is never opened.
-    #[error("{path} in the container rootfs is {what}, not a regular file; devinject never opens it (fix the image)")]
+    #[error("{path} in the container rootfs is a {what}, not a regular file; devinject never opens it (fix the image)")]
     NotRegular {
         /// The container path.
         path: PathBuf,
@@ -87,20 +88,6 @@ pub enum ReadError {
         /// The bound.
         max: u64,
     },
-}
-
-/// What kind of inode `mode` is, for messages.
-pub fn kind_name(mode: u32) -> &'static str {
-    match SFlag::from_bits_truncate(mode) & SFlag::S_IFMT {
-        SFlag::S_IFREG => "a regular file",
-        SFlag::S_IFDIR => "a directory",
-        SFlag::S_IFLNK => "a symlink",
-        SFlag::S_IFCHR => "a character device",
-        SFlag::S_IFBLK => "a block device",
-        SFlag::S_IFIFO => "a FIFO",
-        SFlag::S_IFSOCK => "a socket",
-        _ => "an unknown kind of file",
-    }
 }
 
 /// What is at a name inside a directory.
@@ -462,7 +449,7 @@ impl Rootfs {
             Regular::File(file) => Ok(Some(file)),
             Regular::Other(mode) => Err(ReadError::NotRegular {
                 path: path.to_owned(),
-                what: kind_name(mode),
+                what: file_kind::name(file_kind::of_mode(mode)),
             }),
             Regular::TooLarge(size) => Err(ReadError::TooLarge {
                 path: path.to_owned(),
@@ -510,12 +497,12 @@ pub enum Regular {
 }
 
 /// Opens for reading the inode the `O_PATH` fd `fd` names, only when `fstat` shows a regular file
-/// of at most `max` bytes: the same inode reopened ([`devinject_devices::path_fd`]). A FIFO or
+/// of at most `max` bytes: the same inode reopened ([`devinject_hostfs::path_fd`]). A FIFO or
 /// a device node is never opened (an open can block, or act on the device). On error, the step
 /// that failed.
 pub fn reopen_regular(fd: &OwnedFd, max: u64) -> Result<Regular, (&'static str, Errno)> {
     let st = fstat(fd).map_err(|e| ("stat", e))?;
-    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+    if file_kind::of(&st) != SFlag::S_IFREG {
         return Ok(Regular::Other(st.st_mode));
     }
     let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
@@ -543,7 +530,7 @@ pub fn entry_at(
 ) -> Result<Entry, RootfsError> {
     match calls.stat_at(dir.as_fd(), name) {
         Ok(st) => {
-            let kind = SFlag::from_bits_truncate(st.mode & SFlag::S_IFMT.bits());
+            let kind = file_kind::of_mode(st.mode);
             Ok(match kind {
                 SFlag::S_IFREG => Entry::File,
                 SFlag::S_IFDIR => Entry::Dir,

@@ -17,7 +17,7 @@ use std::path::Path;
 
 use crate::names::{DeviceId, ProfileName};
 use crate::profile::AliasSpec;
-use crate::roots::HostRoots;
+use devinject_hostfs::HostRoots;
 
 /// The most bytes read of one file (NVIDIA's are under 1 KiB).
 pub const MAX_FILE: u64 = 64 * 1024;

@@ -11,7 +11,7 @@ use crate::alias::{keep_unambiguous, read_alias_files, usable};
 use crate::names::{DeviceId, ProfileName};
 use crate::node::{DeviceNode, NodeError};
 use crate::profile::{IdSource, NodeSpec, Profile};
-use crate::roots::HostRoots;
+use devinject_hostfs::HostRoots;
 
 /// Why discovery failed.
 #[derive(Debug, thiserror::Error)]

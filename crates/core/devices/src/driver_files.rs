@@ -12,7 +12,7 @@ use crate::capability::Capabilities;
 use crate::elf_soname::read_soname;
 use crate::names::ProfileName;
 use crate::profile::{FileSpec, Profile};
-use crate::roots::HostRoots;
+use devinject_hostfs::HostRoots;
 
 /// Why host files could not be resolved.
 #[derive(Debug, thiserror::Error)]

@@ -6,7 +6,7 @@
 //!
 //! 1. [`profile`] loads and validates profiles (strict TOML, every mistake names file and key);
 //!    [`profile_set`] loads a directory of them.
-//! 2. [`discovery`] finds the profile's devices under a [`roots::HostRoots`] (device nodes from
+//! 2. [`discovery`] finds the profile's devices under a [`HostRoots`] (device nodes from
 //!    globs under the dev root, stable ids and NUMA nodes from sysfs) and its control nodes;
 //!    [`pci`] places a device on the PCI bus, for the DRA driver's standard attributes.
 //! 3. [`driver_files`] resolves the profile's libraries, binaries and other files on the host.
@@ -34,7 +34,6 @@ pub mod elf_linkage;
 pub mod elf_soname;
 pub mod env_merge;
 pub mod excerpt;
-pub mod file_kind;
 pub mod finish_args;
 pub mod finish_invocation;
 pub mod forward_compat;
@@ -42,7 +41,6 @@ pub mod names;
 pub mod node;
 pub mod node_volume;
 pub mod partitions;
-pub mod path_fd;
 pub mod pci;
 pub mod plan;
 pub mod planner;
@@ -51,13 +49,14 @@ pub mod profile;
 pub mod profile_file;
 pub mod profile_set;
 pub mod request;
-pub mod roots;
 pub mod watch;
 
 pub use capability::{Capabilities, CapabilityError, CapabilitySpec};
 pub use capacity::Capacity;
 /// The device-rule vocabulary the plan is written in, shared with the cgroup crate.
 pub use devinject_device_rule::{Access, DeviceKind, DeviceRule};
+/// The host roots discovery runs under, defined with the other host-file primitives.
+pub use devinject_hostfs::HostRoots;
 pub use discovery::{discover, Device, DiscoveryError, Inventory};
 pub use driver_files::{resolve_driver_files, resolve_driver_parts, DriverFiles, ResolveError};
 pub use env_merge::{env_edits, env_value, merge_env};
@@ -78,5 +77,4 @@ pub use prepare_step::{prepare_runs, FunctionError, FunctionRequest, PrepareRun}
 pub use profile::{AllocateMode, HealthTaint, LibraryNames, Profile, ProfileError};
 pub use profile_set::ProfileSet;
 pub use request::{Request, RequestError, Resolve, Selection};
-pub use roots::HostRoots;
 pub use watch::{nearest_existing, watch_paths};

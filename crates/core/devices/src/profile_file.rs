@@ -6,7 +6,7 @@
 //! `--watch` refresher and every consumer of the directory in `open` for ever, and a device node
 //! there would be opened (and read) by root. A profile may legitimately be a symlink an
 //! administrator set (a ConfigMap's `..data` links, a profile kept elsewhere), so links are
-//! followed; what they lead to is checked through the fd ([`crate::path_fd`]), and only a
+//! followed; what they lead to is checked through the fd ([`devinject_hostfs::path_fd`]), and only a
 //! regular file within [`MAX_PROFILE_BYTES`] is reopened and read. Anything else is [`ProfileFileError::NotAFile`], naming the path, what
 //! it is and the fix, like any other bad profile.
 
@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use nix::sys::stat::SFlag;
 
-use crate::path_fd::{Follow, PathFd, Reopen};
+use devinject_hostfs::path_fd::{Follow, PathFd, Reopen};
 
 /// Why a profile file was not read; `crate::profile` turns it into its `ProfileError`, whose
 /// words these are.
@@ -62,7 +62,7 @@ pub fn read(path: &Path) -> Result<String, ProfileFileError> {
         Err(kind) => {
             return Err(ProfileFileError::NotAFile {
                 path: path.to_owned(),
-                what: crate::file_kind::name(kind),
+                what: devinject_hostfs::file_kind::name(kind),
             })
         }
     };
@@ -86,14 +86,14 @@ pub fn read(path: &Path) -> Result<String, ProfileFileError> {
 }
 
 /// `path` (links followed) opened for reading, with its size, when it is a regular file; else
-/// what it is: through [`crate::path_fd`], which opens nothing but a regular file. Profiles
+/// what it is: through [`devinject_hostfs::path_fd`], which opens nothing but a regular file. Profiles
 /// are read so, and a driver's alias files ([`crate::alias`]).
 pub(crate) fn open_if_regular(
     path: &Path,
 ) -> Result<Result<(File, u64), SFlag>, nix::errno::Errno> {
     let held = PathFd::at(None, path, Follow::Yes)?;
     if !held.is_regular() {
-        return Ok(Err(crate::file_kind::of(held.stat())));
+        return Ok(Err(devinject_hostfs::file_kind::of(held.stat())));
     }
     Ok(Ok((held.reopen(Reopen::Read)?, held.size())))
 }

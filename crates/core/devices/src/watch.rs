@@ -9,7 +9,7 @@ use std::path::{Component, Path, PathBuf};
 
 use crate::discovery::{substitute, trailing_number, Inventory};
 use crate::profile::Profile;
-use crate::roots::HostRoots;
+use devinject_hostfs::HostRoots;
 
 /// The paths to watch for `profile` under `roots`, given what its last discovery found
 /// (`found`, for the health attributes). They may not exist yet: a caller watches the nearest

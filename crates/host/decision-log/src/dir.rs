@@ -8,7 +8,7 @@
 //! - the directory is opened `O_DIRECTORY | O_NOFOLLOW` (a link there is refused, not followed)
 //!   and must be owned by root (or this process's user) and writable by nobody else;
 //! - a file is looked at through an `O_PATH | O_NOFOLLOW` descriptor and only a regular file
-//!   with one link is reopened, the same inode ([`devinject_devices::path_fd`]);
+//!   with one link is reopened, the same inode ([`devinject_hostfs::path_fd`]);
 //! - a missing log file is created `O_CREAT | O_EXCL | O_NOFOLLOW`, mode 0600;
 //! - rotation renames within the directory's descriptor (`renameat`), which replaces a name
 //!   and never follows what the name held.
@@ -23,8 +23,8 @@ use nix::sys::stat::{fstat, fstatat, FileStat, Mode, SFlag};
 use nix::unistd::mkdir;
 
 use crate::error::{DecisionLogError, Result};
-use devinject_devices::file_kind;
-use devinject_devices::path_fd::{Follow, PathFd, Reopen};
+use devinject_hostfs::file_kind;
+use devinject_hostfs::path_fd::{Follow, PathFd, Reopen};
 
 /// The file decisions are appended to.
 pub const LOG_NAME: &str = "decisions.log";

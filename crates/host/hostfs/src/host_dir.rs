@@ -43,8 +43,8 @@ use nix::sys::stat::{fchmod, fstatat, mkdirat, FileStat, Mode, SFlag};
 use nix::unistd::{fchown, unlinkat, Gid, Uid, UnlinkatFlags};
 
 use crate::error::{HostFsError, Result};
-use devinject_devices::file_kind;
-use devinject_devices::path_fd::{Follow, PathFd, Reopen};
+use crate::file_kind;
+use crate::path_fd::{Follow, PathFd, Reopen};
 
 /// Mode given to files that did not exist before.
 pub const DEFAULT_FILE_MODE: u32 = 0o644;

@@ -1,7 +1,11 @@
-//! Host files through a root prefix, for the tools that write on the host as root
-//! (`devinject-ctl`, the installer, the DRA driver).
+//! Host files opened by name without trusting the name. Every program that runs as root opens a
+//! file someone else may control through [`path_fd`]; the tools that write on the host
+//! (`devinject-ctl`, the installer, the DRA driver) do it through a root prefix with the rest.
 //!
 //! The parts:
+//! - [`path_fd`] and [`file_kind`]: the one way a name someone else may control is opened, and
+//!   the words every refusal uses for what it found.
+//! - [`roots`]: the host roots (`/dev`, `/sys`, `/proc`, the driver root) lookups run under.
 //! - [`host_root`]: where a host path is below the root prefix, the host's own links followed
 //!   inside it.
 //! - [`host_dir`]: every host file read, replaced or removed goes through a directory fd
@@ -17,8 +21,12 @@ pub mod atomic_write;
 pub mod change;
 pub mod diff;
 pub mod error;
+pub mod file_kind;
 pub mod host_dir;
 pub mod host_root;
+pub mod path_fd;
 pub mod root_args;
+pub mod roots;
 
 pub use error::{HostFsError, Result};
+pub use roots::HostRoots;

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use devinject_devices::HostRoots;
+use crate::HostRoots;
 
 /// `--dev-root`, `--sys-root`, `--proc-root`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]

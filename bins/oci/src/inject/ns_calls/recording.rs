@@ -182,7 +182,7 @@ impl Recording {
 
     /// The host path an fd names.
     fn host_path(fd: BorrowedFd<'_>) -> PathBuf {
-        std::fs::read_link(devinject_devices::path_fd::proc_path(fd))
+        std::fs::read_link(devinject_hostfs::path_fd::proc_path(fd))
             .expect("the fd's path in /proc/self/fd")
     }
 

@@ -152,4 +152,39 @@ mod tests {
             Errno::ENOENT
         );
     }
+
+    #[test]
+    fn the_reopen_is_the_inode_that_was_checked_even_when_the_name_is_swapped() {
+        let t = tempfile::tempdir().unwrap();
+        let name = t.path().join("profile.toml");
+        std::fs::write(&name, "checked").unwrap();
+        let held = PathFd::at(None, &name, Follow::No).unwrap();
+        // Another writer replaces the name between the check and the use.
+        let other = t.path().join("other");
+        std::fs::write(&other, "swapped in").unwrap();
+        std::fs::rename(&other, &name).unwrap();
+        let mut text = String::new();
+        held.reopen(Reopen::Read)
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, "checked");
+    }
+
+    #[test]
+    fn every_descriptor_is_closed_on_exec() {
+        let t = tempfile::tempdir().unwrap();
+        let file = t.path().join("f");
+        std::fs::write(&file, "x").unwrap();
+        let held = PathFd::at(None, &file, Follow::No).unwrap();
+        let opened = held.reopen(Reopen::Read).unwrap();
+        for fd in [held.fd.as_fd(), opened.as_fd()] {
+            let flags = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).unwrap();
+            assert!(
+                nix::fcntl::FdFlag::from_bits_truncate(flags)
+                    .contains(nix::fcntl::FdFlag::FD_CLOEXEC),
+                "{fd:?} is inherited by programs we start"
+            );
+        }
+    }
 }

@@ -5,7 +5,18 @@ use nix::sys::stat::{FileStat, SFlag};
 
 /// The file type bits of `st`.
 pub fn of(st: &FileStat) -> SFlag {
-    SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
+    of_mode(st.st_mode)
+}
+
+/// The file type bits of a `st_mode` (or `statx` `stx_mode`).
+pub fn of_mode(mode: u32) -> SFlag {
+    SFlag::from_bits_truncate(mode & SFlag::S_IFMT.bits())
+}
+
+/// The name of the file type of `mode` with its article ("a FIFO", "a symbolic link"), for
+/// messages that say "it is ...".
+pub fn a_name(mode: u32) -> String {
+    format!("a {}", name(of_mode(mode)))
 }
 
 /// The name of a file type, as messages give it.
@@ -32,5 +43,7 @@ mod tests {
         assert_eq!(name(SFlag::S_IFCHR), "character device");
         let st = nix::sys::stat::stat("/").unwrap();
         assert_eq!(name(of(&st)), "directory");
+        assert_eq!(a_name(0o020644), "a character device");
+        assert_eq!(a_name(0o120777), "a symbolic link");
     }
 }
