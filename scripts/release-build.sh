@@ -81,12 +81,12 @@ RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" build --target "$triple
 # unifies every member's features into theirs (regex's Unicode tables, nix's socket module,
 # ...), which made the shipped hook 3.38 MB against 2.87 MB built alone and its peak RSS about
 # 0.5 MiB higher (docs/benchmarks.md, section 13).
-for pkg in devinject-oci devinject-podresources; do
-  RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" build --target "$triple" -p "$pkg" --bins
-done
+RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" build --target "$triple" -p devinject-oci --bins
+RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" build --target "$triple" -p devinject-kubelet \
+  --features client --bin=devinject-podresources
 musl_bins=(devinject-runtime devinject-podresources)
 build --target "$musl" -p devinject-oci --bin=devinject-runtime
-build --target "$musl" -p devinject-podresources --bin=devinject-podresources
+build --target "$musl" -p devinject-kubelet --features client --bin=devinject-podresources
 
 # One folder with every binary this run built: hard links (cargo replaces its outputs, so a later
 # build never changes what an earlier link points at), the musl builds in place of glibc's, and

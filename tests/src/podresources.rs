@@ -11,16 +11,16 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::{Context, Result};
-use devinject_podresources::v1::pod_resources_lister_server::{
+use devinject_kubelet::pod_resources::v1::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
-use devinject_podresources::v1::{
+use devinject_kubelet::pod_resources::v1::{
     AllocatableResourcesRequest, AllocatableResourcesResponse, GetPodResourcesRequest,
     GetPodResourcesResponse, ListPodResourcesRequest, ListPodResourcesResponse, PodResources,
 };
 use tonic::{Request, Response, Status};
 
-pub use devinject_podresources::testing::{pod, Grants};
+pub use devinject_kubelet::pod_resources::testing::{pod, Grants};
 
 #[derive(Debug, Default)]
 struct State {

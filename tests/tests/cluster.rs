@@ -25,7 +25,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use devinject_podresources::{PodResourcesClient, Rpc};
+use devinject_kubelet::pod_resources::{PodResourcesClient, Rpc};
 
 use devinject_tests::cluster::{ready, Cluster};
 use devinject_tests::cri_node::BUSYBOX;

@@ -6,7 +6,7 @@
 //!   which also reports the `:authority` it wrote on the socket, read back from its own frames.
 //!
 //! h2 refuses such a request with `PROTOCOL_ERROR`; the plugin's authority rewriter
-//! (crates/shared/h2-authority/src/lib.rs) must make every call work: `ListAndWatch` lists the devices,
+//! (crates/shared/kubelet/src/authority.rs) must make every call work: `ListAndWatch` lists the devices,
 //! `Allocate` answers with the request variable.
 //!
 //! The third, grpc-go 1.52 or later (Debian 13's packages, built by `scripts/grpc-go-client.sh`),

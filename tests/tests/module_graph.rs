@@ -350,7 +350,7 @@ fn the_dra_driver_links_no_other_engine_path() {
     let deps = dependencies("dependencies");
     let linked = reachable(&deps, "devinject-dra");
     assert!(
-        linked.contains("devinject-h2-authority")
+        linked.contains("devinject-kubelet")
             && linked.contains("devinject-cdi")
             && linked.contains("devinject-hostfs"),
         "the walk must see the DRA driver's leaf crates: {linked:?}"

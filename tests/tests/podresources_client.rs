@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use devinject_podresources::{PodResourcesClient, PodResourcesError, Rpc};
+use devinject_kubelet::pod_resources::{PodResourcesClient, PodResourcesError, Rpc};
 use devinject_tests::podresources::{pod, FakeKubelet};
 
 const DEMO: &str = "devinject.io/demo";

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use devinject_admission::policy::kubelet::PodResources;
 use devinject_admission::policy::GrantSource;
-use devinject_podresources::PodResourcesError;
-use devinject_podresources_protocol::{Answer, PodEntry, Request, Rpc, ToolExit};
+use devinject_kubelet::pod_resources::PodResourcesError;
+use devinject_kubelet::tool::{Answer, PodEntry, Request, Rpc, ToolExit};
 use devinject_tests::bins::bin;
 use devinject_tests::podresources::{pod, FakeKubelet};
 

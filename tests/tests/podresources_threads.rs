@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use devinject_podresources::PodResourcesClient;
+use devinject_kubelet::pod_resources::PodResourcesClient;
 use devinject_tests::podresources::{pod, FakeKubelet};
 
 fn threads() -> usize {

@@ -7,7 +7,7 @@
 
 use std::process::Output;
 
-use devinject_podresources::v1::PodResources;
+use devinject_kubelet::pod_resources::v1::PodResources;
 use devinject_tests::bins::bin;
 use devinject_tests::podresources::{pod, FakeKubelet};
 use devinject_tests::probe::Report;

@@ -27,7 +27,7 @@ pub mod advertisement;
 pub mod allocate;
 pub mod api;
 /// The `:authority` rewriter, in its own crate since the DRA driver serves the same kubelet.
-pub use devinject_h2_authority as authority;
+pub use devinject_kubelet::authority;
 pub mod daemon;
 pub mod error;
 pub mod health;

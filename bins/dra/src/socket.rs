@@ -7,7 +7,7 @@
 //!
 //! The socket lives in a directory the kubelet shares with other plugins (`plugins/`,
 //! `plugins_registry/`), and the driver runs as root: it is bound by
-//! [`devinject_h2_authority::bind()`], the rule the device plugin binds under too (a leftover
+//! [`devinject_kubelet::socket::bind()`], the rule the device plugin binds under too (a leftover
 //! socket replaced, anything else at the path refused and left alone, never followed).
 //!
 //! # `:authority` rewriting
@@ -15,14 +15,14 @@
 //! The kubelet's plugin watcher (1.36 included) dials the registration socket with its path as
 //! the HTTP/2 `:authority`, which the `h2` crate under tonic answers with
 //! `RST_STREAM(PROTOCOL_ERROR)`: the kubelet then never registers the driver (seen on a real
-//! 1.36 kubelet). Every connection therefore passes `devinject-h2-authority`'s rewriter, the one
+//! 1.36 kubelet). Every connection therefore passes `devinject_kubelet::authority`'s rewriter, the one
 //! the device plugin uses, which makes it `localhost`.
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-pub use devinject_h2_authority::{BindError, DIR_MODE};
+pub use devinject_kubelet::socket::{BindError, DIR_MODE};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnixListenerStream;
@@ -34,7 +34,7 @@ use tracing::{debug, info, warn};
 /// Why a socket could not be served or dialled.
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
-    /// The socket could not be bound ([`devinject_h2_authority::bind()`]).
+    /// The socket could not be bound ([`devinject_kubelet::socket::bind()`]).
     #[error(transparent)]
     Bind(#[from] BindError),
     /// The socket path could not be inspected once bound.
@@ -97,7 +97,7 @@ pub struct ServedSocket {
 /// directory is created (mode [`DIR_MODE`]) when missing. Must be called within a tokio
 /// runtime, which runs the server task.
 pub async fn serve(path: &Path, routes: Routes) -> Result<ServedSocket> {
-    let listener = devinject_h2_authority::bind(path)?;
+    let listener = devinject_kubelet::socket::bind(path)?;
     let identity = std::fs::symlink_metadata(path)
         .map(|meta| (meta.dev(), meta.ino()))
         .map_err(|source| SocketError::Inspect {
@@ -118,10 +118,9 @@ pub async fn serve(path: &Path, routes: Routes) -> Result<ServedSocket> {
                 move |conn| {
                     let abandon = abandon.clone();
                     conn.map(|c| {
-                        devinject_h2_authority::proxy_until(
-                            c,
-                            async move { abandon.cancelled().await },
-                        )
+                        devinject_kubelet::authority::proxy_until(c, async move {
+                            abandon.cancelled().await
+                        })
                     })
                 }
             });
@@ -227,7 +226,7 @@ impl Drop for ServedSocket {
 /// A gRPC channel over the Unix socket at `path`, as the kubelet dials a plugin: connected once,
 /// with `localhost` as the authority.
 pub async fn connect(path: &Path) -> Result<Channel> {
-    devinject_h2_authority::connect(path)
+    devinject_kubelet::authority::connect(path)
         .await
         .map_err(|source| SocketError::Connect {
             path: path.to_owned(),

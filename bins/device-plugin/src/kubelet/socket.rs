@@ -9,9 +9,9 @@ use tonic::transport::Channel;
 /// Why a socket could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
-    /// Binding our socket failed ([`devinject_h2_authority::bind()`]).
+    /// Binding our socket failed ([`devinject_kubelet::socket::bind()`]).
     #[error(transparent)]
-    Bind(#[from] devinject_h2_authority::BindError),
+    Bind(#[from] devinject_kubelet::socket::BindError),
     /// Dialling a socket failed.
     #[error("cannot connect to {path}: {source}")]
     Connect {
@@ -23,15 +23,15 @@ pub enum SocketError {
 }
 
 /// Listens on `path` under the rule every kubelet-facing server binds by: a socket left there
-/// is replaced, anything else refused and left ([`devinject_h2_authority::bind()`]).
+/// is replaced, anything else refused and left ([`devinject_kubelet::socket::bind()`]).
 pub fn bind(path: &Path) -> Result<UnixListener, SocketError> {
-    Ok(devinject_h2_authority::bind(path)?)
+    Ok(devinject_kubelet::socket::bind(path)?)
 }
 
 /// A gRPC channel over the Unix socket at `path`, connected once (no reconnects: a lost
 /// connection means a restart the lifecycle handles).
 pub async fn connect(path: &Path) -> Result<Channel, SocketError> {
-    devinject_h2_authority::connect(path)
+    devinject_kubelet::authority::connect(path)
         .await
         .map_err(|source| SocketError::Connect {
             path: path.to_owned(),

@@ -149,7 +149,7 @@ impl Default for HostConfig {
             runtime: None,
             hook: None,
             policy: RequestPolicy::Kubernetes,
-            pod_resources_socket: PathBuf::from(devinject_podresources_protocol::DEFAULT_SOCKET),
+            pod_resources_socket: PathBuf::from(devinject_kubelet::tool::DEFAULT_SOCKET),
             pod_resources_timeout_ms: DEFAULT_POD_RESOURCES_TIMEOUT_MS,
             obsolete_pod_resources_helper: None,
             non_kubernetes: NonKubernetes::Env,

@@ -13,7 +13,7 @@
 //!   its type is known (docs/security.md).
 //! - [`atomic_write`]: the same replacement at a path as this process names it.
 //! - [`change`] and [`diff`]: what a write changed, as a report entry and a unified diff.
-//! - [`root_args`]: the `--dev-root`, `--sys-root`, `--proc-root` and `--driver-root` flags,
+//! - [`root_args`] (feature `root-args`): the `--dev-root`, `--sys-root`, `--proc-root` and `--driver-root` flags,
 //!   one definition every binary flattens into its command line.
 #![warn(missing_docs)]
 
@@ -25,6 +25,7 @@ pub mod file_kind;
 pub mod host_dir;
 pub mod host_root;
 pub mod path_fd;
+#[cfg(feature = "root-args")]
 pub mod root_args;
 pub mod roots;
 

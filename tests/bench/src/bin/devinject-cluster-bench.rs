@@ -31,7 +31,7 @@ use clap::Parser;
 use devinject_admission::policy::kubelet::PodResources;
 use devinject_admission::policy::GrantSource;
 use devinject_bench::stats::{children_cpu, thread_cpu, Samples};
-use devinject_podresources_protocol::{Answer, PodEntry, Request, Rpc};
+use devinject_kubelet::tool::{Answer, PodEntry, Request, Rpc};
 use devinject_tests::bins::bin;
 use devinject_tests::cluster::dra::demo_claim_template;
 use devinject_tests::cluster::{Cluster, DraBeside, Setup, SLOW};

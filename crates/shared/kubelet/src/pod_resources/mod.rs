@@ -7,26 +7,25 @@
 //!   `src/api/README.md` for the upstream version it matches).
 //! - [`client`]: a blocking client for short-lived processes: one pod by name and namespace
 //!   through `Get`, falling back to `List`, under one deadline, each call a gRPC unary call of
-//!   `devinject-grpc-unary` (no async runtime, no thread).
+//!   [`crate::grpc`] (no async runtime, no thread).
 //! - [`answer`]: the client's result reduced to what the policy needs about one container, in
-//!   the shape of `devinject-podresources-protocol`.
+//!   the shape of [`crate::tool`].
 //! - `src/bin/devinject-podresources.rs`: the tool: arguments in, one call, the answer on
-//!   stdout or a message and an exit code from the protocol crate.
+//!   stdout or a message and an exit code from [`crate::tool`].
 //!
 //! - `testing` (feature `testing`): pods as the kubelet reports them, built from plain values
 //!   for the tests of code that reads them.
 //!
 //! - `server` (feature `server`): the generated server, used by the test kubelet in `tests/`;
 //!   nothing in devinject serves this API.
-#![warn(missing_docs)]
 
 pub mod answer;
 pub mod client;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use crate::tool::DEFAULT_SOCKET;
 pub use client::{PodLookup, PodResourcesClient, PodResourcesError, Rpc};
-pub use devinject_podresources_protocol::DEFAULT_SOCKET;
 
 /// The messages, and with feature `server` the `PodResourcesLister` server.
 #[allow(missing_docs, clippy::doc_markdown)]
@@ -145,8 +144,8 @@ mod tests {
     #[test]
     fn grpc_paths_use_the_v1_package() {
         use super::v1::pod_resources_lister_server::PodResourcesListerServer;
-        use crate::client::method;
-        use crate::Rpc;
+        use crate::pod_resources::client::method;
+        use crate::pod_resources::Rpc;
         use tonic::server::NamedService;
         let service = <PodResourcesListerServer<()> as NamedService>::NAME;
         assert_eq!(service, "v1.PodResourcesLister");

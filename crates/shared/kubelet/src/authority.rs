@@ -1,5 +1,5 @@
 //! Serving the gRPC clients that name a Unix socket path as the HTTP/2 `:authority`, and
-//! binding the sockets they dial under one rule ([`bind()`]: a stale socket replaced, anything
+//! binding the sockets they dial under one rule ([`crate::socket::bind()`]: a stale socket replaced, anything
 //! else refused).
 //!
 //! Kubelets before 1.26 (grpc-go dialling `unix://` paths), gRPC C-core clients (Python grpcio)
@@ -24,10 +24,6 @@
 //! 16 KiB of decoded headers); a client exceeding it, sending a malformed frame or block, or an
 //! unexpected CONTINUATION loses its connection, which is logged. Blocks are re-framed at
 //! [`MAX_FRAME_OUT`] bytes, the HTTP/2 default maximum frame size our server keeps.
-
-mod bind;
-
-pub use bind::{bind, BindError, DIR_MODE};
 
 use std::borrow::Cow;
 use std::io;

@@ -1,7 +1,7 @@
 //! Pods as the kubelet reports them, built from plain values: for the tests of the hook's policy
 //! and for the test kubelet.
 
-use crate::v1::{ContainerDevices, ContainerResources, PodResources};
+use crate::pod_resources::v1::{ContainerDevices, ContainerResources, PodResources};
 
 /// One container's grants: (resource name, device ids) pairs.
 pub type Grants<'a> = &'a [(&'a str, &'a [&'a str])];

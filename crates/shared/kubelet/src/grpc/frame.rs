@@ -5,7 +5,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Instant;
 
-use crate::CallError;
+use crate::grpc::CallError;
 
 /// What a client sends first (RFC 9113 section 3.4).
 pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

@@ -11,7 +11,6 @@
 //!   would show (the socket is missing, the kubelet did not answer in time, ...).
 //!
 //! See docs/policy.md.
-#![warn(missing_docs)]
 
 pub mod answer;
 pub mod exit;

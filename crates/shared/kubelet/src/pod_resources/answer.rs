@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use devinject_podresources_protocol::{Answer, PodEntry};
+use crate::tool::{Answer, PodEntry};
 
-use crate::client::PodLookup;
-use crate::v1::PodResources;
+use crate::pod_resources::client::PodLookup;
+use crate::pod_resources::v1::PodResources;
 
 /// What `lookup` says about container `container`: per listed pod, its device ids by resource
 /// name, or the containers listed instead.

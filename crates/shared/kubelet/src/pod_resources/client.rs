@@ -1,7 +1,7 @@
 //! A blocking pod-resources client for short-lived processes: the hook and the runtime shim
 //! call it in-process for every Kubernetes container that asks for devices.
 //!
-//! Each call is one gRPC unary call on a connection of its own ([`devinject_grpc_unary`]: no
+//! Each call is one gRPC unary call on a connection of its own ([`crate::grpc`]: no
 //! async runtime, no thread, nothing left when it returns), all of a lookup under one
 //! deadline. tonic did the same through a tokio runtime per call, at three times the CPU
 //! (docs/benchmarks.md, section 6), which the policy's 1 ms budget cannot pay.
@@ -14,12 +14,12 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-pub use devinject_grpc_unary::Code;
-use devinject_grpc_unary::{Call, CallError};
-pub use devinject_podresources_protocol::Rpc;
+pub use crate::grpc::Code;
+use crate::grpc::{Call, CallError};
+pub use crate::tool::Rpc;
 use prost::Message;
 
-use crate::v1::{
+use crate::pod_resources::v1::{
     GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
     ListPodResourcesResponse, PodResources,
 };
@@ -221,7 +221,7 @@ impl PodResourcesClient {
         };
         let mut wait = FIRST_BACKOFF;
         loop {
-            match devinject_grpc_unary::call(&call) {
+            match crate::grpc::call(&call) {
                 Ok(answer) => {
                     return T::decode(answer.as_slice()).map_err(|e| PodResourcesError::Answer {
                         path: self.socket.clone(),

@@ -2,7 +2,7 @@
 
 use std::io;
 
-use crate::Code;
+use crate::grpc::Code;
 
 /// Why a call has no answer. The caller names the socket and the method; these say what
 /// happened on the connection.
@@ -37,7 +37,7 @@ pub enum CallError {
         /// The caller's limit.
         limit: usize,
     },
-    /// The request does not fit one call (see [`crate::MAX_REQUEST`]).
+    /// The request does not fit one call (see [`crate::grpc::MAX_REQUEST`]).
     #[error("the request of {size} bytes is larger than {limit} bytes")]
     RequestTooLarge {
         /// The request's size.

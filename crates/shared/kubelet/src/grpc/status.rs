@@ -1,7 +1,7 @@
 //! gRPC's status codes, `grpc-message`'s percent-encoding and the length-prefixed message
 //! (the gRPC over HTTP/2 protocol, `PROTOCOL-HTTP2.md`).
 
-use crate::CallError;
+use crate::grpc::CallError;
 
 /// The bytes before each message: a compressed flag and a 32-bit big-endian length.
 pub(crate) const MESSAGE_PREFIX: usize = 5;

@@ -6,9 +6,9 @@ use std::time::Instant;
 
 use loona_hpack::{Decoder, Encoder};
 
-use crate::frame::{self, flag, kind, setting, Conn, Frame, MAX_FRAME, MAX_WINDOW};
-use crate::status::{self, Code};
-use crate::{CallError, MAX_HEADER_BLOCK};
+use crate::grpc::frame::{self, flag, kind, setting, Conn, Frame, MAX_FRAME, MAX_WINDOW};
+use crate::grpc::status::{self, Code};
+use crate::grpc::{CallError, MAX_HEADER_BLOCK};
 
 /// The one stream of the connection (client streams are odd, the first is 1).
 const STREAM: u32 = 1;

@@ -1,0 +1,24 @@
+//! What devinject's programs share with the kubelet: asking it what a container was granted, and
+//! serving it on a Unix socket.
+//!
+//! - [`tool`]: what the request policy learns about one container, and the command line, exit
+//!   codes and answer of `devinject-podresources` (plain serde, no gRPC). Always built.
+//! - [`grpc`] and [`pod_resources`] (feature `client`): one blocking gRPC unary call with no
+//!   async runtime, and the pod-resources client the hook, the shim and the NRI plugin make it
+//!   with; `src/bin/devinject-podresources.rs` is the same call from a shell.
+//! - [`socket`] and [`authority`] (feature `serve`): binding a kubelet-facing socket under one
+//!   rule, and serving clients that send the socket path as the HTTP/2 `:authority`, for the
+//!   device plugin and the DRA driver. Behind a feature so the hook links no tokio.
+#![warn(missing_docs)]
+
+pub mod tool;
+
+#[cfg(feature = "client")]
+pub mod grpc;
+#[cfg(feature = "client")]
+pub mod pod_resources;
+
+#[cfg(feature = "serve")]
+pub mod authority;
+#[cfg(feature = "serve")]
+pub mod socket;
