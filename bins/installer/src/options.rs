@@ -14,7 +14,7 @@ pub const DEFAULT_CONFIG_DIR: &str = "/etc/devinject";
 /// Where the image keeps what it installs (`bin/`, `profiles/`).
 pub const DEFAULT_PAYLOAD: &str = "/usr/share/devinject";
 /// The kubelet's pod-resources socket, which the Kubernetes policy asks who was granted what.
-pub const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+pub const DEFAULT_POD_RESOURCES_SOCKET: &str = devinject_kubelet::tool::DEFAULT_SOCKET;
 
 /// How the engine is told about a configuration change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,9 +74,9 @@ impl Default for HostConfigSettings {
             policy: Policy::Kubernetes {
                 pod_resources_socket: PathBuf::from(DEFAULT_POD_RESOURCES_SOCKET),
             },
-            dev_root: PathBuf::from("/dev"),
-            sys_root: PathBuf::from("/sys"),
-            driver_root: PathBuf::from("/"),
+            dev_root: PathBuf::from(devinject_hostfs::roots::DEV_ROOT),
+            sys_root: PathBuf::from(devinject_hostfs::roots::SYS_ROOT),
+            driver_root: PathBuf::from(devinject_hostfs::roots::DRIVER_ROOT),
             ldconfig: None,
             oci_runtime: None,
             log_level: "warn".to_string(),

@@ -135,12 +135,13 @@ pub const RUNTIME_CANDIDATES: [&str; 4] = [
 
 impl Default for HostConfig {
     fn default() -> Self {
+        let roots = HostRoots::default();
         Self {
             profiles_dir: PathBuf::from(devinject_devices::profile_set::DEFAULT_PROFILES_DIR),
-            dev_root: PathBuf::from("/dev"),
-            sys_root: PathBuf::from("/sys"),
-            proc_root: PathBuf::from("/proc"),
-            driver_root: PathBuf::from("/"),
+            dev_root: roots.dev_root,
+            sys_root: roots.sys_root,
+            proc_root: roots.proc_root,
+            driver_root: roots.driver_root,
             ldconfig: PathBuf::from("/sbin/ldconfig"),
             ldconfig_timeout: 10,
             ldcache: CacheWriter::Builtin,

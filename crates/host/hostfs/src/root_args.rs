@@ -6,19 +6,19 @@
 
 use std::path::PathBuf;
 
-use crate::HostRoots;
+use crate::{roots, HostRoots};
 
 /// `--dev-root`, `--sys-root`, `--proc-root`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct DeviceRootArgs {
     /// Where the host's device nodes are.
-    #[arg(long, value_name = "DIR", default_value = "/dev")]
+    #[arg(long, value_name = "DIR", default_value = roots::DEV_ROOT)]
     pub dev_root: PathBuf,
     /// Where sysfs is.
-    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    #[arg(long, value_name = "DIR", default_value = roots::SYS_ROOT)]
     pub sys_root: PathBuf,
     /// Where procfs is (a profile's `discovery.aliases` files).
-    #[arg(long, value_name = "DIR", default_value = "/proc")]
+    #[arg(long, value_name = "DIR", default_value = roots::PROC_ROOT)]
     pub proc_root: PathBuf,
 }
 
@@ -26,7 +26,7 @@ pub struct DeviceRootArgs {
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct DriverRootArg {
     /// Where the driver's libraries and files are (e.g. /run/nvidia/driver).
-    #[arg(long, value_name = "DIR", default_value = "/")]
+    #[arg(long, value_name = "DIR", default_value = roots::DRIVER_ROOT)]
     pub driver_root: PathBuf,
 }
 

@@ -16,13 +16,23 @@ pub struct HostRoots {
     pub driver_root: PathBuf,
 }
 
+/// The host's device nodes unless told otherwise: the one default of `--dev-root` and of the host
+/// config's `dev_root`.
+pub const DEV_ROOT: &str = "/dev";
+/// sysfs unless told otherwise.
+pub const SYS_ROOT: &str = "/sys";
+/// procfs unless told otherwise.
+pub const PROC_ROOT: &str = "/proc";
+/// The driver's files unless told otherwise: the host's own root.
+pub const DRIVER_ROOT: &str = "/";
+
 impl Default for HostRoots {
     fn default() -> Self {
         Self {
-            dev_root: PathBuf::from("/dev"),
-            sys_root: PathBuf::from("/sys"),
-            proc_root: PathBuf::from("/proc"),
-            driver_root: PathBuf::from("/"),
+            dev_root: PathBuf::from(DEV_ROOT),
+            sys_root: PathBuf::from(SYS_ROOT),
+            proc_root: PathBuf::from(PROC_ROOT),
+            driver_root: PathBuf::from(DRIVER_ROOT),
         }
     }
 }
