@@ -4,7 +4,7 @@
 //! The parts:
 //! - [`request`]: what to configure ([`ConfigureRequest`], [`UnconfigureRequest`]) and where
 //!   the host's files are ([`HostPaths`]: a root prefix plus host paths).
-//! - [`engines`]: one module per engine turning a request into a plan, the exact content of
+//! - [`engines`]: one module per engine turning a request into the exact content of
 //!   each file it owns (drop-ins, hooks.d files, a base spec) or edits in place (containerd's
 //!   `config.toml` `imports`, docker's `daemon.json`). Engine files are edited as documents
 //!   (`toml_edit`, `serde_json::Value` with key order kept), never through our own structs, so

@@ -39,7 +39,7 @@ pub fn state_path(config: &Path) -> PathBuf {
 /// How a file relates to devinject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum FileKind {
+pub enum Ownership {
     /// Wholly written by devinject-ctl (a drop-in, a hooks.d file, a base spec).
     Owned,
     /// The engine's own file, edited in place (containerd's `config.toml`, `daemon.json`).
@@ -53,7 +53,7 @@ pub struct FileRecord {
     /// Host path.
     pub path: PathBuf,
     /// Owned or edited.
-    pub kind: FileKind,
+    pub kind: Ownership,
     /// Content before devinject-ctl first wrote it; `None`: the file did not exist.
     pub original: Option<String>,
     /// Mode bits of the original file.
@@ -177,7 +177,7 @@ mod tests {
         let mut s = State::new(Engine::Docker, Mode::Shim, "devinject");
         s.files.push(FileRecord {
             path: PathBuf::from("/etc/docker/daemon.json"),
-            kind: FileKind::Edited,
+            kind: Ownership::Edited,
             original: Some("{}\n".into()),
             original_mode: Some(0o644),
             written: Some("{\"a\":1}\n".into()),

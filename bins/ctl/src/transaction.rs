@@ -1,5 +1,5 @@
 //! The engine-independent half of configure and unconfigure: read what is there, compare it
-//! with the plan, record the prior state, write atomically (or only diff, for a dry run).
+//! with the engine's files, record the prior state, write atomically (or only diff, for a dry run).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,13 +13,13 @@ use crate::load;
 use crate::lock::DirLock;
 use crate::report::{Action, Activation, ChangeReport, FileChange};
 use crate::request::{ConfigureRequest, Engine, HostPaths, Mode, UnconfigureRequest};
-use crate::state::{self, FileKind, FileRecord, Prior, State};
+use crate::state::{self, FileRecord, Ownership, Prior, State};
 use devinject_hostfs::diff;
 use devinject_hostfs::host_dir::{self, Entry, Name};
 
 /// One file operation: bring `path` from `current` to `target`.
 struct Step {
-    /// The plan's host path, as reported and recorded.
+    /// The host path the engine names, as reported and recorded.
     path: PathBuf,
     /// The host path read and written: `path` itself for our own files, the file behind its
     /// links for the engine's own configuration ([`file_at`]).
@@ -88,13 +88,13 @@ fn validate(req: &ConfigureRequest) -> Result<()> {
     Ok(())
 }
 
-/// Where the file the plan names `host` is read and written, and whose name that is: our own
+/// Where the file the engine names `host` is read and written, and whose name that is: our own
 /// names are never followed; the engine's own configuration file may be linked into place by the
 /// administrator, and is edited where the link leads, inside the root.
-fn file_at(paths: &HostPaths, host: &Path, kind: FileKind) -> (PathBuf, Name) {
+fn file_at(paths: &HostPaths, host: &Path, kind: Ownership) -> (PathBuf, Name) {
     match kind {
-        FileKind::Owned => (host.to_path_buf(), Name::Ours),
-        FileKind::Edited => (paths.behind_links(host), Name::Theirs),
+        Ownership::Owned => (host.to_path_buf(), Name::Ours),
+        Ownership::Edited => (paths.behind_links(host), Name::Theirs),
     }
 }
 
@@ -154,7 +154,7 @@ pub fn configure(req: &ConfigureRequest, files: &mut dyn HostWriter) -> Result<C
     // file still holds what we wrote, otherwise its current content with our entries removed.
     let mut bases: BTreeMap<PathBuf, Option<String>> = BTreeMap::new();
     let mut notes = Vec::new();
-    let plan = {
+    let wanted = {
         let mut base = |host: &Path| -> Result<Option<String>> {
             if let Some(b) = bases.get(host) {
                 return Ok(b.clone());
@@ -171,18 +171,18 @@ pub fn configure(req: &ConfigureRequest, files: &mut dyn HostWriter) -> Result<C
             bases.insert(host.to_path_buf(), b.clone());
             Ok(b)
         };
-        editor.plan(req, &mut base)?
+        editor.files(req, &mut base)?
     };
-    notes.extend(plan.notes.iter().cloned());
+    notes.extend(wanted.notes.iter().cloned());
 
     let mut new_state = State::new(req.engine, req.mode(), &req.runtime_name);
-    new_state.prior = plan.prior.clone();
+    new_state.prior = wanted.prior.clone();
     new_state.created_dirs = old
         .as_ref()
         .map(|s| s.created_dirs.clone())
         .unwrap_or_default();
     let mut steps = Vec::new();
-    for file in &plan.files {
+    for file in &wanted.files {
         let access = paths.access(&file.path);
         let (at, whose) = file_at(paths, &file.path, file.kind);
         let current = read_at(paths, &at, whose)?;
@@ -196,10 +196,10 @@ pub fn configure(req: &ConfigureRequest, files: &mut dyn HostWriter) -> Result<C
             // Still what we wrote: the recorded original stays the truth.
             (Some(r), _) if r.written == current => (r.original.clone(), r.original_mode),
             // Edited since: what it would be without us, which keeps the other edits.
-            (Some(r), FileKind::Edited) => (base, r.original_mode.or(current_mode)),
-            (Some(r), FileKind::Owned) => (r.original.clone(), r.original_mode),
-            (None, FileKind::Edited) => (base, current_mode),
-            (None, FileKind::Owned) => match &current {
+            (Some(r), Ownership::Edited) => (base, r.original_mode.or(current_mode)),
+            (Some(r), Ownership::Owned) => (r.original.clone(), r.original_mode),
+            (None, Ownership::Edited) => (base, current_mode),
+            (None, Ownership::Owned) => match &current {
                 None => (None, None),
                 Some(text) if file.marker.is_some_and(|m| text.contains(m)) => {
                     notes.push(format!(
@@ -239,7 +239,7 @@ pub fn configure(req: &ConfigureRequest, files: &mut dyn HostWriter) -> Result<C
     // switching containerd from hook to shim mode) go back to what they were.
     if let Some(old) = &old {
         for record in old.files.iter().rev() {
-            if plan.files.iter().any(|f| f.path == record.path) {
+            if wanted.files.iter().any(|f| f.path == record.path) {
                 continue;
             }
             let (at, whose) = file_at(paths, &record.path, record.kind);
@@ -362,7 +362,7 @@ pub fn unconfigure(req: &UnconfigureRequest, files: &mut dyn HostWriter) -> Resu
                     (record.original.clone(), record.original_mode)
                 } else {
                     match (record.kind, &current) {
-                        (FileKind::Edited, Some(text)) => {
+                        (Ownership::Edited, Some(text)) => {
                             notes.push(format!(
                                 "{} was edited after devinject-ctl wrote it; only devinject's entries were removed",
                                 record.path.display()
@@ -375,8 +375,8 @@ pub fn unconfigure(req: &UnconfigureRequest, files: &mut dyn HostWriter) -> Resu
                             )?;
                             (Some(reverted), None)
                         }
-                        (FileKind::Edited, None) => (None, None),
-                        (FileKind::Owned, _) => {
+                        (Ownership::Edited, None) => (None, None),
+                        (Ownership::Owned, _) => {
                             if current.is_some() {
                                 notes.push(format!(
                                     "{} was edited after devinject-ctl wrote it; it is restored anyway",
@@ -400,7 +400,7 @@ pub fn unconfigure(req: &UnconfigureRequest, files: &mut dyn HostWriter) -> Resu
             for candidate in editor.candidates(req) {
                 match candidate {
                     Candidate::Owned { path, ours } => {
-                        let (at, whose) = file_at(paths, &path, FileKind::Owned);
+                        let (at, whose) = file_at(paths, &path, Ownership::Owned);
                         let current = read_at(paths, &at, whose)?;
                         if let Some(text) = &current {
                             if ours(text) {
@@ -415,7 +415,7 @@ pub fn unconfigure(req: &UnconfigureRequest, files: &mut dyn HostWriter) -> Resu
                         }
                     }
                     Candidate::Edited { path } => {
-                        let (at, whose) = file_at(paths, &path, FileKind::Edited);
+                        let (at, whose) = file_at(paths, &path, Ownership::Edited);
                         let current = read_at(paths, &at, whose)?;
                         if let Some(text) = &current {
                             let reverted = editor.revert_edited(

@@ -428,7 +428,7 @@ pub fn shown_path(ctx: &SpecContext, file_name: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use devinject_devices::driver_files::HostLibrary;
+    use devinject_devices::driver_files::DriverLibrary;
     use devinject_devices::{Device, DeviceId, DeviceKind, DeviceNode};
     use std::os::unix::fs::{symlink, PermissionsExt};
 
@@ -499,7 +499,7 @@ DEMO_DRIVER_VERSION = "1.0"
 
     fn driver_files() -> DriverFiles {
         DriverFiles {
-            libraries: vec![HostLibrary {
+            libraries: vec![DriverLibrary {
                 path: PathBuf::from("/opt/devinject-demo/lib/libdemo.so.1.0"),
                 file_name: "libdemo.so.1.0".into(),
                 soname: Some("libdemo.so.1".into()),

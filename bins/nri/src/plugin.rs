@@ -65,36 +65,27 @@ enum CreateError {
 }
 
 impl CreateError {
-    /// The refusal's reason in `devinject_nri_refusals_total` (a fixed vocabulary).
-    fn reason(&self) -> &'static str {
+    /// Why the container was refused, classified once and said two ways: the label of
+    /// `devinject_nri_refusals_total` (a fixed vocabulary, finer where the plugin knows more,
+    /// e.g. `budget`, `busy`, `node_in_volume`) and the exit code's word the node's decision log
+    /// records, the word the hook or the shim would have recorded for the same cause.
+    fn refusal(&self) -> (&'static str, Reason) {
         match self {
-            Self::Admit(AdmitError::Policy(_)) => "policy",
-            Self::Admit(AdmitError::Profiles(_)) => "profiles",
-            Self::Admit(AdmitError::Plan(
-                ContainerPlanError::Discovery(_) | ContainerPlanError::Resolve(_),
-            )) => "host",
-            Self::Admit(_) => "request",
-            Self::Adjust(AdjustError::NodeInVolume(_)) => "node_in_volume",
-            Self::Adjust(AdjustError::UserNamespace { .. }) => "user_namespace",
-            Self::Prepare(_) => "prepare_step",
-            Self::Budget(BudgetError::Busy { .. }) => "busy",
-            Self::Budget(_) => "budget",
-        }
-    }
-}
-
-impl CreateError {
-    /// The refusal's word in the node's decision log: the exit code's word the hook or the
-    /// shim would have recorded for the same cause.
-    fn decision_reason(&self) -> Reason {
-        match self {
-            Self::Admit(e) => e.exit_code().into(),
-            Self::Adjust(_) => Reason::Inject,
-            Self::Prepare(e) => e.exit_code().into(),
-            Self::Budget(BudgetError::PrepareStep { .. }) => Reason::Prepare,
+            Self::Admit(AdmitError::Policy(_)) => ("policy", Reason::Policy),
+            Self::Admit(AdmitError::Profiles(_)) => ("profiles", Reason::Config),
+            Self::Admit(
+                e @ AdmitError::Plan(
+                    ContainerPlanError::Discovery(_) | ContainerPlanError::Resolve(_),
+                ),
+            ) => ("host", e.exit_code().into()),
+            Self::Admit(e) => ("request", e.exit_code().into()),
+            Self::Adjust(AdjustError::NodeInVolume(_)) => ("node_in_volume", Reason::Inject),
+            Self::Adjust(AdjustError::UserNamespace { .. }) => ("user_namespace", Reason::Inject),
+            Self::Prepare(e) => ("prepare_step", e.exit_code().into()),
+            Self::Budget(BudgetError::Busy { .. }) => ("busy", Reason::Internal),
+            Self::Budget(BudgetError::PrepareStep { .. }) => ("budget", Reason::Prepare),
             // Admission includes the kubelet's answer, which the message points at.
-            Self::Budget(BudgetError::Admission { .. }) => Reason::Policy,
-            Self::Budget(_) => Reason::Internal,
+            Self::Budget(BudgetError::Admission { .. }) => ("budget", Reason::Policy),
         }
     }
 }
@@ -250,15 +241,16 @@ impl Plugin {
                     },
                     message: format!("devinject: {e}"),
                 };
+                let (label, logged) = e.refusal();
                 let decision = Decision::now(
                     EnginePath::Nri,
                     container.id.clone(),
                     asking,
-                    e.decision_reason(),
+                    logged,
                     e.to_string(),
                 );
                 record_or_warn(self.decision_log.as_deref(), &decision);
-                (Err(failure), Outcome::Refused(e.reason()))
+                (Err(failure), Outcome::Refused(label))
             }
         }
     }

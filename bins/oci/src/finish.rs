@@ -19,7 +19,7 @@ use devinject_hostconfig::HostConfig;
 use std::io::Read;
 
 use crate::error::HookError;
-use crate::inject::ldcache::Ldconfig;
+use crate::inject::ldconfig::Ldconfig;
 use crate::inject::{self, Target};
 use crate::oci::{read_bounded, OciError, Spec, State, MAX_STATE_BYTES};
 use crate::refusal::Seen;

@@ -1,7 +1,7 @@
 //! The OCI hook (namespace applier) and the runtime shim (spec applier).
 //!
 //! The host configuration (`/etc/devinject/config.toml`) is read with `devinject-hostconfig`;
-//! its settings are plain data, turned into what runs here ([`inject::ldcache::Ldconfig`]).
+//! its settings are plain data, turned into what runs here ([`inject::ldconfig::Ldconfig`]).
 //! What a container gets (its requests, the request policy, the plan) is decided by
 //! `devinject-admission`; the prepare programs and every forked child run through
 //! `devinject-contained`; the NRI plugin shares both. The exit codes are `devinject-exit`'s.

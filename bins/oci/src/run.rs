@@ -22,7 +22,7 @@ use devinject_hostconfig::HostConfig;
 
 use crate::cgroup_rules;
 use crate::error::HookError;
-use crate::inject::ldcache::Ldconfig;
+use crate::inject::ldconfig::Ldconfig;
 use crate::inject::{self, layout, Target};
 use crate::oci::{read_bounded, Spec, State, MAX_STATE_BYTES};
 use crate::refusal::Seen;

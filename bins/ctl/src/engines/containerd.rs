@@ -39,8 +39,8 @@ use toml_edit::{value, DocumentMut, Item, Table};
 
 use crate::engines::detection::{self, CgroupDriver, Integration};
 use crate::engines::{
-    docker::render_json, dropin_header, hooksd, BaseReader, Candidate, EngineEditor, Plan,
-    PlannedFile, MARKER,
+    docker::render_json, dropin_header, hooksd, BaseReader, Candidate, EngineEditor, EngineFile,
+    EngineFiles, MARKER,
 };
 use crate::error::{Result, RuntimeConfigError};
 use crate::load;
@@ -48,7 +48,7 @@ use crate::report::Activation;
 use crate::request::{
     ConfigureRequest, Engine, HostPaths, Mode, UnconfigureRequest, ANNOTATION_PATTERN,
 };
-use crate::state::{FileKind, Prior};
+use crate::state::{Ownership, Prior};
 use crate::toml_tree;
 
 /// File name of our drop-in, in `conf.d` next to the main file.
@@ -414,7 +414,7 @@ impl EngineEditor for Containerd {
         &self.config
     }
 
-    fn plan(&self, req: &ConfigureRequest, base: &mut BaseReader<'_>) -> Result<Plan> {
+    fn files(&self, req: &ConfigureRequest, base: &mut BaseReader<'_>) -> Result<EngineFiles> {
         let main_text = base(&self.config)?.unwrap_or_default();
         let mut main = load::parse_toml(&self.access, &main_text)?;
         let version = self.version(&main_text, &main)?;
@@ -459,9 +459,9 @@ impl EngineEditor for Containerd {
             }
             Mode::Hook => {
                 let (text, from) = self.source_spec(req, &source)?;
-                files.push(PlannedFile {
+                files.push(EngineFile {
                     path: self.spec.clone(),
-                    kind: FileKind::Owned,
+                    kind: Ownership::Owned,
                     content: self.spec_with_hook(
                         &text,
                         &from,
@@ -523,9 +523,9 @@ impl EngineEditor for Containerd {
             ],
         };
         let header = dropin_header(Engine::Containerd, &extra);
-        files.push(PlannedFile {
+        files.push(EngineFile {
             path: self.dropin.clone(),
-            kind: FileKind::Owned,
+            kind: Ownership::Owned,
             content: format!("{header}\n{dropin}"),
             marker: Some(MARKER),
         });
@@ -559,13 +559,13 @@ impl EngineEditor for Containerd {
             }
             main.to_string()
         };
-        files.push(PlannedFile {
+        files.push(EngineFile {
             path: self.config.clone(),
-            kind: FileKind::Edited,
+            kind: Ownership::Edited,
             content: main_content,
             marker: None,
         });
-        Ok(Plan {
+        Ok(EngineFiles {
             files,
             prior,
             notes,

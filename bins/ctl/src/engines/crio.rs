@@ -27,7 +27,7 @@ use toml_edit::{value, Item};
 
 use crate::engines::detection::{CgroupDriver, Integration};
 use crate::engines::dropin::{DropinEngine, DropinSpec};
-use crate::engines::{hooksd, BaseReader, Candidate, EngineEditor, Plan};
+use crate::engines::{hooksd, BaseReader, Candidate, EngineEditor, EngineFiles};
 use crate::error::Result;
 use crate::report::Activation;
 use crate::request::{ConfigureRequest, Engine, HostPaths, UnconfigureRequest};
@@ -56,25 +56,25 @@ fn runtime_path(entry: &Item) -> Option<Vec<String>> {
 
 /// The CRI-O editor.
 pub struct Crio {
-    files: DropinEngine,
+    dropin: DropinEngine,
 }
 
 impl Crio {
     /// For the host at `paths`; drop-ins live in `<config>.d`.
     pub fn new(paths: &HostPaths) -> Self {
         Crio {
-            files: DropinEngine::new(&SPEC, paths),
+            dropin: DropinEngine::new(&SPEC, paths),
         }
     }
 }
 
 impl EngineEditor for Crio {
     fn config(&self) -> &Path {
-        &self.files.config
+        &self.dropin.config
     }
 
-    fn plan(&self, req: &ConfigureRequest, _base: &mut BaseReader<'_>) -> Result<Plan> {
-        self.files.plan(req, |runtime, dropin_access| {
+    fn files(&self, req: &ConfigureRequest, _base: &mut BaseReader<'_>) -> Result<EngineFiles> {
+        self.dropin.files(req, |runtime, dropin_access| {
             if req.set_as_default {
                 runtime.set_implicit(false);
                 runtime.insert("default_runtime", value(req.runtime_name.as_str()));
@@ -94,13 +94,13 @@ impl EngineEditor for Crio {
     }
 
     fn candidates(&self, req: &UnconfigureRequest) -> Vec<Candidate> {
-        self.files.candidates(req)
+        self.dropin.candidates(req)
     }
 
     fn activation(&self, changed: &[&Path]) -> Activation {
         if changed
             .iter()
-            .any(|p| p.starts_with(&self.files.dropin_dir))
+            .any(|p| p.starts_with(&self.dropin.dropin_dir))
         {
             Activation::Restart { service: "crio" }
         } else {
@@ -111,13 +111,13 @@ impl EngineEditor for Crio {
     fn cgroup_driver(&self) -> Result<Option<CgroupDriver>> {
         // CRI-O's default is systemd.
         Ok(Some(
-            self.files
+            self.dropin
                 .cgroup_manager()?
                 .unwrap_or(CgroupDriver::Systemd),
         ))
     }
 
     fn detect(&self) -> Result<Vec<Integration>> {
-        self.files.detect()
+        self.dropin.detect()
     }
 }

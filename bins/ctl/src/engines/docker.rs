@@ -18,12 +18,12 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use crate::engines::detection::{self, CgroupDriver, Integration};
-use crate::engines::{BaseReader, Candidate, EngineEditor, Plan, PlannedFile};
+use crate::engines::{BaseReader, Candidate, EngineEditor, EngineFile, EngineFiles};
 use crate::error::{Result, RuntimeConfigError};
 use crate::load;
 use crate::report::Activation;
 use crate::request::{ConfigureRequest, Engine, HostPaths, UnconfigureRequest};
-use crate::state::{FileKind, Prior};
+use crate::state::{Ownership, Prior};
 
 /// The docker editor.
 pub struct Docker {
@@ -96,7 +96,7 @@ impl EngineEditor for Docker {
         &self.config
     }
 
-    fn plan(&self, req: &ConfigureRequest, base: &mut BaseReader<'_>) -> Result<Plan> {
+    fn files(&self, req: &ConfigureRequest, base: &mut BaseReader<'_>) -> Result<EngineFiles> {
         let text = base(&self.config)?;
         let mut doc = load::parse_json(&self.access, text.as_deref().unwrap_or(""))?;
         let before = doc.clone();
@@ -144,10 +144,10 @@ impl EngineEditor for Docker {
             Some(t) if doc == before => t.clone(),
             _ => render_json(&doc, text.as_deref()),
         };
-        Ok(Plan {
-            files: vec![PlannedFile {
+        Ok(EngineFiles {
+            files: vec![EngineFile {
                 path: self.config.clone(),
-                kind: FileKind::Edited,
+                kind: Ownership::Edited,
                 content,
                 marker: None,
             }],

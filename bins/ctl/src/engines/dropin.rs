@@ -18,10 +18,10 @@ use std::path::{Path, PathBuf};
 use toml_edit::{value, DocumentMut, Item, Table};
 
 use crate::engines::detection::{self, CgroupDriver, Integration};
-use crate::engines::{dropin_header, hooksd, Candidate, Plan, PlannedFile, MARKER};
+use crate::engines::{dropin_header, hooksd, Candidate, EngineFile, EngineFiles, MARKER};
 use crate::error::Result;
 use crate::request::{ConfigureRequest, Engine, HostPaths, Mode, UnconfigureRequest};
-use crate::state::{FileKind, Prior};
+use crate::state::{Ownership, Prior};
 use crate::toml_tree;
 
 /// File name of our drop-in.
@@ -128,23 +128,23 @@ impl DropinEngine {
         toml_tree::table_mut(doc.as_table_mut(), self.spec.section, dropin_access, "")
     }
 
-    /// Plans configure. In shim mode `shim` fills in the spec's section of the drop-in (its
-    /// second argument is the drop-in's path, for errors); in hook mode the plan holds the
-    /// hooks.d file and, when needed, `hooks_dir`. The drop-in is planned only when it has keys.
-    pub fn plan(
+    /// The files configure writes. In shim mode `shim` fills in the spec's section of the drop-in (its
+    /// second argument is the drop-in's path, for errors); in hook mode they are the
+    /// hooks.d file and, when needed, `hooks_dir`. The drop-in is written only when it has keys.
+    pub fn files(
         &self,
         req: &ConfigureRequest,
         shim: impl FnOnce(&mut Table, &Path) -> Result<()>,
-    ) -> Result<Plan> {
+    ) -> Result<EngineFiles> {
         let mut doc = DocumentMut::new();
         let mut files = Vec::new();
         let dropin_access = self.paths.access(&self.dropin);
         match req.mode() {
             Mode::Shim => shim(self.section(&mut doc, &dropin_access)?, &dropin_access)?,
             Mode::Hook => {
-                files.push(PlannedFile {
+                files.push(EngineFile {
                     path: self.hook_file.clone(),
-                    kind: FileKind::Owned,
+                    kind: Ownership::Owned,
                     content: hooksd::hook_json(&hooksd::hook_command(
                         &req.hook_path,
                         req.hook_config.as_deref(),
@@ -160,14 +160,14 @@ impl DropinEngine {
         }
         if !doc.as_table().is_empty() {
             let header = dropin_header(self.spec.engine, &[self.spec.applied]);
-            files.push(PlannedFile {
+            files.push(EngineFile {
                 path: self.dropin.clone(),
-                kind: FileKind::Owned,
+                kind: Ownership::Owned,
                 content: format!("{header}\n{doc}"),
                 marker: Some(MARKER),
             });
         }
-        Ok(Plan {
+        Ok(EngineFiles {
             files,
             prior: Prior::default(),
             notes: Vec::new(),

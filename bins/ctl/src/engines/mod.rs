@@ -1,4 +1,4 @@
-//! One module per engine. Each turns a request into a [`Plan`]: the exact content every file it
+//! One module per engine. Each turns a request into its [`EngineFiles`]: the exact content every file it
 //! owns or edits must have. Reading the current files, diffing, recording the prior state and
 //! writing happen once, in the crate's `transaction` module, for all engines.
 
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use crate::error::Result;
 use crate::report::Activation;
 use crate::request::{ConfigureRequest, Engine, HostPaths, UnconfigureRequest};
-use crate::state::{FileKind, Prior};
+use crate::state::{Ownership, Prior};
 
 /// First line of every TOML file devinject-ctl owns; recognises our files when no state file is
 /// left.
@@ -35,13 +35,13 @@ pub fn dropin_header(engine: Engine, extra: &[&str]) -> String {
     s
 }
 
-/// One file of a plan.
+/// One file an engine wants on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlannedFile {
+pub struct EngineFile {
     /// Host path.
     pub path: PathBuf,
     /// Owned by us, or the engine's own file edited in place.
-    pub kind: FileKind,
+    pub kind: Ownership,
     /// The content it must have.
     pub content: String,
     /// For owned files: a substring that marks an existing file as ours.
@@ -50,9 +50,9 @@ pub struct PlannedFile {
 
 /// What an engine wants on disk.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Plan {
+pub struct EngineFiles {
     /// Files in write order: a file comes before any file that refers to it.
-    pub files: Vec<PlannedFile>,
+    pub files: Vec<EngineFile>,
     /// Values replaced in edited files.
     pub prior: Prior,
     /// Remarks for the user.
@@ -83,8 +83,8 @@ pub trait EngineEditor {
     /// The engine's main configuration file (host path); the state file lives next to it.
     fn config(&self) -> &Path;
 
-    /// Plans configure. `base` returns the content an edited file would have without devinject.
-    fn plan(&self, req: &ConfigureRequest, base: &mut BaseReader<'_>) -> Result<Plan>;
+    /// The files configure writes. `base` returns the content an edited file would have without devinject.
+    fn files(&self, req: &ConfigureRequest, base: &mut BaseReader<'_>) -> Result<EngineFiles>;
 
     /// Removes devinject's entries from the edited file `path` (whose content is `text`),
     /// returning `text` unchanged when there are none.

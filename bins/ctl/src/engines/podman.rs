@@ -26,7 +26,7 @@ use toml_edit::value;
 
 use crate::engines::detection::{CgroupDriver, Integration};
 use crate::engines::dropin::{DropinEngine, DropinSpec};
-use crate::engines::{hooksd, BaseReader, Candidate, EngineEditor, Plan};
+use crate::engines::{hooksd, BaseReader, Candidate, EngineEditor, EngineFiles};
 use crate::error::Result;
 use crate::report::Activation;
 use crate::request::{ConfigureRequest, Engine, HostPaths, UnconfigureRequest};
@@ -52,25 +52,25 @@ static SPEC: DropinSpec = DropinSpec {
 
 /// The podman editor.
 pub struct Podman {
-    files: DropinEngine,
+    dropin: DropinEngine,
 }
 
 impl Podman {
     /// For the host at `paths`; drop-ins live in `<config>.d`.
     pub fn new(paths: &HostPaths) -> Self {
         Podman {
-            files: DropinEngine::new(&SPEC, paths),
+            dropin: DropinEngine::new(&SPEC, paths),
         }
     }
 }
 
 impl EngineEditor for Podman {
     fn config(&self) -> &Path {
-        &self.files.config
+        &self.dropin.config
     }
 
-    fn plan(&self, req: &ConfigureRequest, _base: &mut BaseReader<'_>) -> Result<Plan> {
-        self.files.plan(req, |engine, dropin_access| {
+    fn files(&self, req: &ConfigureRequest, _base: &mut BaseReader<'_>) -> Result<EngineFiles> {
+        self.dropin.files(req, |engine, dropin_access| {
             if req.set_as_default {
                 engine.set_implicit(false);
                 engine.insert("runtime", value(req.runtime_name.as_str()));
@@ -91,7 +91,7 @@ impl EngineEditor for Podman {
     }
 
     fn candidates(&self, req: &UnconfigureRequest) -> Vec<Candidate> {
-        self.files.candidates(req)
+        self.dropin.candidates(req)
     }
 
     fn activation(&self, _changed: &[&Path]) -> Activation {
@@ -99,10 +99,10 @@ impl EngineEditor for Podman {
     }
 
     fn cgroup_driver(&self) -> Result<Option<CgroupDriver>> {
-        self.files.cgroup_manager()
+        self.dropin.cgroup_manager()
     }
 
     fn detect(&self) -> Result<Vec<Integration>> {
-        self.files.detect()
+        self.dropin.detect()
     }
 }

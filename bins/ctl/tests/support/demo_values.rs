@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use devinject_devices::driver_files::HostLibrary;
+use devinject_devices::driver_files::DriverLibrary;
 use devinject_devices::{
     Device, DeviceId, DeviceKind, DeviceNode, DriverFiles, Inventory, Profile,
 };
@@ -49,7 +49,7 @@ pub fn demo_values(root: &str) -> DemoValues {
         control_nodes: vec![node("ctl", 2)],
     };
     let files = DriverFiles {
-        libraries: vec![HostLibrary {
+        libraries: vec![DriverLibrary {
             path: PathBuf::from(format!("{root}/usr/lib/libdemo.so.1.0.0")),
             file_name: "libdemo.so.1.0.0".into(),
             soname: Some("libdemo.so.1".into()),

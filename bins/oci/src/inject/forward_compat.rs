@@ -54,7 +54,7 @@ pub enum CompatError {
 
 /// The image's newer libraries as the hook verified them: the directory it listed, and each
 /// library's cache entry with the file it read it from. The ldconfig fallback is shown only
-/// these files, through these fds ([`super::ldcache`]).
+/// these files, through these fds ([`super::ldconfig`]).
 #[derive(Debug)]
 pub struct Newer {
     /// The directory, as resolved in-root on the rootfs's own mount.

@@ -10,14 +10,14 @@
 
 pub mod at_name;
 pub mod forward_compat;
-pub mod host;
 pub mod layout;
 pub mod ld_so_cache;
-pub mod ldcache;
+pub mod ldconfig;
 pub mod mountinfo;
 pub mod mounts;
 pub mod nodes;
 pub mod ns_calls;
+pub mod privileged;
 pub mod rootfs;
 pub mod symlinks;
 #[cfg(test)]
@@ -35,9 +35,9 @@ use nix::sys::wait::WaitStatus;
 
 use crate::oci::User;
 use devinject_contained::child::{self, ChildError};
-pub use host::{Host, Work};
 use ld_so_cache::update;
 use mounts::{MountAttrs, Source};
+pub use privileged::{Privileged, Work};
 use rootfs::RootfsError;
 
 /// Why injection failed.
@@ -185,21 +185,21 @@ pub fn apply(
     target: &Target,
     edits: &ContainerEdits,
     mount_api: MountApi,
-    ldconfig: &ldcache::Ldconfig,
+    ldconfig: &ldconfig::Ldconfig,
 ) -> Result<Report, InjectError> {
-    apply_on(&host::System, target, edits, mount_api, ldconfig)
+    apply_on(&privileged::System, target, edits, mount_api, ldconfig)
 }
 
 /// [`apply`] through `host`'s privileged operations: what is decided here (which sources are
 /// detached trees, which nodes are bound or made and with which group, whether the hook or
 /// ldconfig writes the linker cache, what a read-only rootfs forgives) is tested with a
 /// recording host, without root.
-pub fn apply_on<H: Host>(
-    host: &H,
+pub fn apply_on<P: Privileged>(
+    host: &P,
     target: &Target,
     edits: &ContainerEdits,
     mount_api: MountApi,
-    ldconfig: &ldcache::Ldconfig,
+    ldconfig: &ldconfig::Ldconfig,
 ) -> Result<Report, InjectError> {
     let mut report = Report::default();
     let regroup: Vec<(&DeviceNode, u32)> = target
@@ -276,7 +276,7 @@ pub fn apply_on<H: Host>(
             tracing::debug!(reason = %why, "linker cache left to ldconfig");
         }
         // The image's newer driver libraries, when the child found them so: ldconfig is shown
-        // only the ones the hook verifies again in its own child (see `ldcache`).
+        // only the ones the hook verifies again in its own child (see `ldconfig`).
         let compat = edits.forward_compat.as_ref().filter(|_| compat_preferred);
         run_ldconfig(host, &mnt_ns, target, ldconfig, dirs, compat, &mut report)?;
     }
@@ -302,8 +302,8 @@ struct Sources {
 
 /// Every source as a detached, already read-only tree when the kernel can (`mount_api` is
 /// `auto`); else, or when one cannot be detached, every source as a host path.
-fn sources<H: Host>(
-    host: &H,
+fn sources<P: Privileged>(
+    host: &P,
     target: &Target,
     edits: &ContainerEdits,
     mount_api: MountApi,
@@ -330,8 +330,8 @@ fn sources<H: Host>(
 
 /// Every source as a detached tree: the bound nodes', then the files'. `Ok(None)` at the first
 /// the kernel cannot detach (no new mount API), the trees made so far dropped.
-fn detached_sources<H: Host>(
-    host: &H,
+fn detached_sources<P: Privileged>(
+    host: &P,
     target: &Target,
     edits: &ContainerEdits,
 ) -> Result<Option<Sources>, InjectError> {
@@ -375,7 +375,7 @@ fn builtin_cache(
     target: &Target,
     edits: &ContainerEdits,
     dirs: &[PathBuf],
-    ldconfig: &ldcache::Ldconfig,
+    ldconfig: &ldconfig::Ldconfig,
 ) -> BuiltinCache {
     if dirs.is_empty() || ldconfig.writer != CacheWriter::Builtin {
         return BuiltinCache {
@@ -426,11 +426,11 @@ fn note_cache_outcome(
 
 /// Runs ldconfig over `dirs` in the container; on a read-only rootfs its failure is only a
 /// warning, the soname links being in place.
-fn run_ldconfig<H: Host>(
-    host: &H,
-    mnt_ns: &H::Namespace,
+fn run_ldconfig<P: Privileged>(
+    host: &P,
+    mnt_ns: &P::Namespace,
     target: &Target,
-    ldconfig: &ldcache::Ldconfig,
+    ldconfig: &ldconfig::Ldconfig,
     dirs: &[PathBuf],
     compat: Option<&ForwardCompat>,
     report: &mut Report,

@@ -80,7 +80,7 @@ impl Recorder {
     }
 }
 
-impl Host for Recorder {
+impl Privileged for Recorder {
     type Namespace = i32;
 
     fn mount_namespace(&self, pid: i32) -> Result<i32, InjectError> {
@@ -157,7 +157,7 @@ impl Host for Recorder {
         &self,
         ns: &i32,
         _rootfs: &Path,
-        _ldconfig: &ldcache::Ldconfig,
+        _ldconfig: &ldconfig::Ldconfig,
         dirs: &[PathBuf],
         compat: Option<&devinject_devices::ForwardCompat>,
     ) -> Result<(), InjectError> {
@@ -239,15 +239,15 @@ fn elf() -> PathBuf {
     std::env::current_exe().expect("the test binary")
 }
 
-fn ldconfig(writer: CacheWriter) -> ldcache::Ldconfig {
-    ldcache::Ldconfig {
+fn ldconfig(writer: CacheWriter) -> ldconfig::Ldconfig {
+    ldconfig::Ldconfig {
         writer,
         path: "/sbin/ldconfig".into(),
         timeout_secs: 5,
     }
 }
 
-fn builtin() -> ldcache::Ldconfig {
+fn builtin() -> ldconfig::Ldconfig {
     ldconfig(CacheWriter::Builtin)
 }
 
@@ -602,7 +602,7 @@ fn the_injection_child_reports_its_outcome_its_error_and_its_deadline() {
     if !devinject_testkit::require_root() {
         return;
     }
-    let ns = host::System
+    let ns = privileged::System
         .mount_namespace(std::process::id() as i32)
         .unwrap();
     let limit = std::time::Duration::from_secs(20);

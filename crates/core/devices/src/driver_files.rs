@@ -59,7 +59,7 @@ pub enum ResolveError {
 
 /// A library found on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostLibrary {
+pub struct DriverLibrary {
     /// The real file (symlinks resolved).
     pub path: PathBuf,
     /// Its file name, used in the container's lib dir.
@@ -74,7 +74,7 @@ pub struct HostLibrary {
 
 /// A binary or other file found on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostFile {
+pub struct DriverFile {
     /// The real file (symlinks resolved).
     pub path: PathBuf,
     /// Where it goes in the container.
@@ -87,11 +87,11 @@ pub struct HostFile {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DriverFiles {
     /// Libraries, in profile order.
-    pub libraries: Vec<HostLibrary>,
+    pub libraries: Vec<DriverLibrary>,
     /// Binaries.
-    pub binaries: Vec<HostFile>,
+    pub binaries: Vec<DriverFile>,
     /// Other files.
-    pub files: Vec<HostFile>,
+    pub files: Vec<DriverFile>,
 }
 
 /// Finds all of the profile's libraries, binaries and files under the driver root (every
@@ -154,7 +154,7 @@ pub fn resolve_driver_parts(
             }
             let file_name = file_name(&real);
             let soname = read_soname(&real).filter(|s| *s != file_name);
-            out.libraries.push(HostLibrary {
+            out.libraries.push(DriverLibrary {
                 path: real,
                 file_name,
                 soname,
@@ -187,7 +187,7 @@ fn resolve_files(
     roots: &HostRoots,
     real_paths: &mut RealPaths<'_>,
     default_dest: impl Fn(&Path) -> PathBuf,
-) -> Result<Vec<HostFile>, ResolveError> {
+) -> Result<Vec<DriverFile>, ResolveError> {
     let profile = real_paths.profile;
     let mut out = Vec::new();
     for spec in specs {
@@ -214,11 +214,11 @@ fn resolve_files(
             };
             if out
                 .iter()
-                .any(|f: &HostFile| f.container_path == container_path)
+                .any(|f: &DriverFile| f.container_path == container_path)
             {
                 continue;
             }
-            out.push(HostFile {
+            out.push(DriverFile {
                 path: real,
                 container_path,
                 capability: spec.capability.clone(),
@@ -543,7 +543,7 @@ mod tests {
             "[[binaries]]\npath = \"/opt/other/bin/demo-smi\"\n",
         ));
         let files = resolve_driver_files(&p, &roots(dir.path())).unwrap();
-        let dest = |v: &[HostFile]| -> Vec<PathBuf> {
+        let dest = |v: &[DriverFile]| -> Vec<PathBuf> {
             v.iter().map(|f| f.container_path.clone()).collect()
         };
         assert_eq!(

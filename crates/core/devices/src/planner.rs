@@ -227,7 +227,7 @@ mod tests {
 
     use super::*;
     use crate::discovery::Device;
-    use crate::driver_files::{HostFile, HostLibrary};
+    use crate::driver_files::{DriverFile, DriverLibrary};
     use crate::names::DeviceId;
     use crate::node::DeviceNode;
     use crate::DeviceKind;
@@ -268,14 +268,14 @@ mod tests {
             control_nodes: vec![node("/dev/demo/ctl", 99)],
         };
         let files = DriverFiles {
-            libraries: vec![HostLibrary {
+            libraries: vec![DriverLibrary {
                 path: PathBuf::from("/opt/demo/lib/libdemo.so.1.0.0"),
                 file_name: "libdemo.so.1.0.0".into(),
                 soname: Some("libdemo.so.1".into()),
                 capability: None,
                 links: Vec::new(),
             }],
-            binaries: vec![HostFile {
+            binaries: vec![DriverFile {
                 path: PathBuf::from("/opt/demo/bin/demo-smi"),
                 container_path: PathBuf::from("/usr/bin/demo-smi"),
                 capability: None,
@@ -447,7 +447,7 @@ mod tests {
         let (profile, inventory, mut files) = fixture();
         files.libraries[0].capability = Some("compute".into());
         files.binaries[0].capability = Some("utility".into());
-        files.files.push(HostFile {
+        files.files.push(DriverFile {
             path: PathBuf::from("/opt/demo/icd.json"),
             container_path: PathBuf::from("/etc/demo/icd.json"),
             capability: None,
@@ -493,7 +493,7 @@ mod tests {
     fn soname_names_mount_each_library_at_its_soname_without_a_link() {
         let (mut profile, inventory, mut files) = fixture();
         profile.library_names = LibraryNames::Soname;
-        let lib = |path: &str, soname: Option<&str>| HostLibrary {
+        let lib = |path: &str, soname: Option<&str>| DriverLibrary {
             path: PathBuf::from(path),
             file_name: Path::new(path)
                 .file_name()

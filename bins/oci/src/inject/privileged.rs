@@ -1,6 +1,6 @@
 //! The privileged operations the applier needs, behind one trait.
 //!
-//! [`super::apply_on`] decides; a [`Host`] acts. [`System`] is this machine (namespaces opened
+//! [`super::apply_on`] decides; a [`Privileged`] implementation acts. [`System`] is this machine (namespaces opened
 //! through `/proc`, detached mount trees, a forked child in the container's mount namespace, the
 //! host's static ldconfig); the applier's unit tests use a recording host instead, so every
 //! decision is checked without root. What the child does in the namespace is one value,
@@ -18,12 +18,12 @@ use super::ld_so_cache::{update, Library};
 use super::mounts::{self, MountAttrs, Source};
 use super::rootfs::Rootfs;
 use super::{
-    forward_compat, ldcache, mountinfo, nodes, symlinks, ChildOutcome, ChildReport, InjectError,
+    forward_compat, ldconfig, mountinfo, nodes, symlinks, ChildOutcome, ChildReport, InjectError,
     Target,
 };
 
 /// What the applier asks of the host.
-pub trait Host {
+pub trait Privileged {
     /// An open mount namespace.
     type Namespace;
 
@@ -62,7 +62,7 @@ pub trait Host {
         &self,
         ns: &Self::Namespace,
         rootfs: &Path,
-        ldconfig: &ldcache::Ldconfig,
+        ldconfig: &ldconfig::Ldconfig,
         dirs: &[PathBuf],
         compat: Option<&ForwardCompat>,
     ) -> Result<(), InjectError>;
@@ -176,7 +176,7 @@ fn newer_libraries(root: &Rootfs, fc: &ForwardCompat) -> Option<Vec<Library>> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct System;
 
-impl Host for System {
+impl Privileged for System {
     type Namespace = OwnedFd;
 
     fn mount_namespace(&self, pid: i32) -> Result<OwnedFd, InjectError> {
@@ -236,11 +236,11 @@ impl Host for System {
         &self,
         ns: &OwnedFd,
         rootfs: &Path,
-        ldconfig: &ldcache::Ldconfig,
+        ldconfig: &ldconfig::Ldconfig,
         dirs: &[PathBuf],
         compat: Option<&ForwardCompat>,
     ) -> Result<(), InjectError> {
-        let fd = ldcache::open_ldconfig(&ldconfig.path)?;
-        ldcache::refresh(ns, rootfs, &fd, ldconfig.timeout_secs, dirs, compat)
+        let fd = ldconfig::open_ldconfig(&ldconfig.path)?;
+        ldconfig::refresh(ns, rootfs, &fd, ldconfig.timeout_secs, dirs, compat)
     }
 }
