@@ -97,7 +97,6 @@ impl Cri {
         }
     }
 
-    /// `Version`.
     pub fn version(&mut self) -> Result<VersionResponse> {
         let mut c = self.runtime.clone();
         self.call("Version", async move {
@@ -482,7 +481,6 @@ pub struct ContainerSpec {
     pub command: Vec<String>,
     /// `KEY=value` pairs.
     pub env: Vec<(String, String)>,
-    /// Annotations.
     pub annotations: HashMap<String, String>,
     /// Bind mounts `(host path, container path)`.
     pub mounts: Vec<(PathBuf, PathBuf)>,

@@ -64,7 +64,6 @@ pub struct ReleaseNode {
     /// The CRI client.
     pub cri: Cri,
     nri_plugin: Option<Daemon>,
-    /// containerd.
     pub containerd: Containerd,
     cgroups: CgroupParent,
     /// The simulated devices and the host configuration.

@@ -138,7 +138,6 @@ impl Daemon {
         &self.log
     }
 
-    /// Its pid.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }

@@ -19,7 +19,6 @@ pub const PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/b
 /// What the image runs by default.
 #[derive(Debug, Clone, Default)]
 pub struct ImageConfig<'a> {
-    /// The entrypoint.
     pub entrypoint: &'a [&'a str],
     /// The command (arguments to the entrypoint).
     pub cmd: &'a [&'a str],

@@ -51,6 +51,7 @@ pub struct ListedNode {
 
 /// One device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[allow(missing_docs, reason = "fields whose names say all a doc would")]
 pub struct ListedDevice {
     /// Its id (what requests and the kubelet use).
     pub id: String,
@@ -58,7 +59,6 @@ pub struct ListedDevice {
     pub index: usize,
     /// The matched node's name.
     pub name: String,
-    /// Its nodes.
     pub nodes: Vec<ListedNode>,
     /// NUMA node, when sysfs tells.
     pub numa_node: Option<i64>,
@@ -68,8 +68,8 @@ pub struct ListedDevice {
 
 /// One profile's devices.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[allow(missing_docs, reason = "fields whose names say all a doc would")]
 pub struct ProfileDevices {
-    /// The profile.
     pub profile: String,
     /// Its Kubernetes resource name.
     pub resource: String,

@@ -48,8 +48,8 @@ impl Activation {
 
 /// The result of [`crate::configure`] or [`crate::unconfigure`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs, reason = "fields whose names say all a doc would")]
 pub struct ChangeReport {
-    /// The engine.
     pub engine: Engine,
     /// The mode configured (configure), or the mode that was removed (unconfigure, when known).
     pub mode: Option<Mode>,

@@ -238,8 +238,8 @@ impl ConfigureRequest {
 
 /// A request to undo [`crate::configure`] for one engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs, reason = "fields whose names say all a doc would")]
 pub struct UnconfigureRequest {
-    /// The engine.
     pub engine: Engine,
     /// Report (with diffs) but write nothing.
     pub dry_run: bool,

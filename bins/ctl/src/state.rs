@@ -81,10 +81,10 @@ pub struct Prior {
 /// The record of one engine's configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[allow(missing_docs, reason = "fields whose names say all a doc would")]
 pub struct State {
     /// Version of the state file format (currently 1).
     pub format: u32,
-    /// The engine.
     pub engine: Engine,
     /// The mode configured.
     pub mode: Mode,

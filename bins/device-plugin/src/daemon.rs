@@ -99,7 +99,6 @@ pub enum DaemonError {
         /// Which task.
         task: String,
     },
-    /// A task panicked.
     #[error("{task} panicked")]
     TaskPanicked {
         /// Which task.

@@ -43,6 +43,7 @@ pub const CHECKPOINT_FILE_MODE: u32 = 0o600;
 
 /// Why the checkpoint could not be read or written.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs, reason = "each field is named in the message")]
 pub enum CheckpointError {
     /// The file is not a checkpoint this plugin can trust.
     #[error("checkpoint {} is damaged ({problem}): the plugin cannot tell which claims it prepared; check that the CDI spec directory (/var/run/cdi by default) holds no k8s.<driver>-*.json spec of a claim whose pod still runs (remove those that do not), then remove the checkpoint and restart the plugin", path.display())]
@@ -67,7 +68,6 @@ pub enum CheckpointError {
     TooLarge {
         /// The checkpoint.
         path: PathBuf,
-        /// Its size.
         size: u64,
         /// [`MAX_CHECKPOINT_BYTES`].
         max: u64,

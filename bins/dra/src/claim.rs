@@ -47,6 +47,7 @@ const FROM_CLASS: &str = "FromClass";
 
 /// Why a claim cannot be prepared on this node.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[allow(missing_docs, reason = "each field is named in the message")]
 pub enum ClaimError {
     /// The object read from the API server is another claim than the one the kubelet named.
     #[error("claim {claim}: the kubelet asked for uid {expected} but the API server has uid {found}: the claim was deleted and re-created; the kubelet will retry with the new one")]
@@ -83,7 +84,6 @@ pub enum ClaimError {
     ForeignPool {
         /// `namespace/name`.
         claim: String,
-        /// The request.
         request: String,
         /// The pool named in the result.
         pool: String,

@@ -69,6 +69,7 @@ impl SpecContext {
 
 /// Why a claim's spec could not be built, written or removed.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs, reason = "each field is named in the message")]
 pub enum ClaimSpecError {
     /// A claim UID or device name that cannot name a file or CDI device.
     #[error(transparent)]
@@ -78,7 +79,6 @@ pub enum ClaimSpecError {
     UnknownDevice {
         /// The claim UID.
         uid: String,
-        /// The profile.
         profile: String,
         /// The DRA device name.
         device: String,
@@ -90,7 +90,6 @@ pub enum ClaimSpecError {
     NoDevices {
         /// The claim UID.
         uid: String,
-        /// The profile.
         profile: String,
     },
     /// The renderer failed or made a spec CDI would reject.
@@ -98,7 +97,6 @@ pub enum ClaimSpecError {
     Build {
         /// The claim UID.
         uid: String,
-        /// The profile.
         profile: String,
         /// What the renderer said.
         source: Box<CdiError>,
@@ -108,7 +106,6 @@ pub enum ClaimSpecError {
     Invalid {
         /// The claim UID.
         uid: String,
-        /// The profile.
         profile: String,
         /// The rule broken.
         problem: String,
@@ -144,10 +141,10 @@ pub type Result<T> = std::result::Result<T, ClaimSpecError>;
 
 /// The spec of one claim and one profile, ready to write.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs, reason = "fields whose names say all a doc would")]
 pub struct ClaimSpec {
     /// Its file name in the CDI directory ([`naming::claim_spec_file`]).
     pub file_name: String,
-    /// The spec.
     pub spec: CdiSpec,
     /// DRA device name to the fully qualified CDI device id the kubelet hands the runtime
     /// ([`naming::cdi_device_id`]).

@@ -59,14 +59,11 @@ pub struct MetadataDevice {
 
 /// The claim as the metadata names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs, reason = "fields whose names say all a doc would")]
 pub struct MetadataClaim {
-    /// Its namespace.
     pub namespace: String,
-    /// Its name.
     pub name: String,
-    /// Its UID.
     pub uid: String,
-    /// Its generation.
     pub generation: i64,
     /// The pod's name for it, for a claim made from a template.
     pub pod_claim: Option<String>,

@@ -53,10 +53,10 @@ pub const MAX_CONCURRENT_PREPARES: usize = 8;
 
 /// What the driver serves and where it writes.
 #[derive(Debug, Clone)]
+#[allow(missing_docs, reason = "fields whose names say all a doc would")]
 pub struct DriverConfig {
     /// This node's name, as its kubelet registers it.
     pub node: String,
-    /// The profiles.
     pub profiles: ProfileSet,
     /// Where device nodes, sysfs and driver files are.
     pub roots: HostRoots,

@@ -21,11 +21,11 @@ pub const DEFAULT_DRIVER: &str = "devinject.io";
 
 /// Why a name could not be made.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs, reason = "each field is named in the message")]
 pub enum NamingError {
     /// Two devices of one profile map to the same DRA device name.
     #[error("profile {profile}: devices {first} and {second} both become DRA device {name}; give the profile an id scheme whose ids differ in more than case and punctuation (discovery.id)")]
     Collision {
-        /// The profile.
         profile: String,
         /// The first device id.
         first: String,
@@ -37,7 +37,6 @@ pub enum NamingError {
     /// A device name would be too long or empty.
     #[error("profile {profile}: device {id} cannot be named as a DRA device ({why}); shorten the profile name or the device ids")]
     Unusable {
-        /// The profile.
         profile: String,
         /// The device id.
         id: String,

@@ -51,6 +51,7 @@ pub const MAX_IN_FLIGHT: usize = 16;
 
 /// Why a whole call was refused (a single claim's failure is an answer, not an error).
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs, reason = "each field is named in the message")]
 pub enum NodeServiceError {
     /// The call names more claims than [`MAX_CLAIMS`].
     #[error(
@@ -58,7 +59,6 @@ pub enum NodeServiceError {
          in smaller calls"
     )]
     TooManyClaims {
-        /// The RPC.
         rpc: &'static str,
         /// How many claims the call named.
         count: usize,

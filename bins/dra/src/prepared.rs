@@ -64,7 +64,7 @@ impl Deadline {
         Self::after(timeout - margin)
     }
 
-    /// The instant.
+    /// When it passes.
     pub fn instant(&self) -> Instant {
         self.at
     }

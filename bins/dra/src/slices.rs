@@ -211,6 +211,7 @@ pub fn device_names(profile: &Profile, inventory: &Inventory) -> Result<DeviceNa
 
 /// Why a profile's devices cannot be published.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs, reason = "each field is named in the message")]
 pub enum SliceError {
     /// A device could not be given a DRA name.
     #[error(transparent)]
@@ -218,9 +219,7 @@ pub enum SliceError {
     /// More healthy devices than one slice holds.
     #[error("profile {profile} on node {node}: {count} healthy devices, more than the {max} one ResourceSlice holds: narrow the profile's discovery.nodes")]
     TooManyDevices {
-        /// The profile.
         profile: String,
-        /// The node.
         node: String,
         /// How many devices there are.
         count: usize,
@@ -231,9 +230,7 @@ pub enum SliceError {
     /// hold.
     #[error("profile {profile} on node {node}: {devices} devices published as {published} with their partitions, more than one ResourceSlice holds ({MAX_COUNTER_SETS} devices, {MAX_DEVICES_WITH_TAINTS} with their partitions): narrow the profile's discovery.nodes or drop a shape from [partitions.shapes]")]
     TooManyPartitions {
-        /// The profile.
         profile: String,
-        /// The node.
         node: String,
         /// How many devices there are.
         devices: usize,

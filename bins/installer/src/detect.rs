@@ -53,7 +53,6 @@ pub const DOCKER_SOCKET: &str = "/run/docker.sock";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Target {
-    /// The engine.
     pub engine: Engine,
     /// Its distribution.
     pub flavour: Flavour,

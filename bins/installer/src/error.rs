@@ -71,7 +71,6 @@ pub enum InstallError {
     /// Restarting or reloading the engine failed.
     #[error("cannot {action} {engine}: {message}")]
     Activate {
-        /// The engine.
         engine: Engine,
         /// "restart" or "reload".
         action: &'static str,

@@ -18,9 +18,7 @@ use crate::record::{original_name, FileRole, InstalledFile, Record, RecordStore}
 pub enum Put {
     /// Already as wanted.
     Unchanged,
-    /// Created.
     Created,
-    /// Replaced.
     Replaced,
 }
 

@@ -34,7 +34,6 @@ pub enum User {
     },
     /// A process naming the shim on its command line.
     Process {
-        /// Its pid.
         pid: i32,
         /// Its command name.
         comm: String,

@@ -59,10 +59,7 @@ enum Before {
     },
     /// A symlink (written by earlier versions only: a link at a path a step changes is now
     /// refused, never replaced).
-    Symlink {
-        /// Its target.
-        target: PathBuf,
-    },
+    Symlink { target: PathBuf },
     /// An empty directory (the step removed it).
     Directory {
         /// Permission bits.

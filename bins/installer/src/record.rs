@@ -57,7 +57,6 @@ pub struct EngineRecord {
     pub runtime_name: String,
 }
 
-/// The record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Record {

@@ -13,9 +13,7 @@ use crate::error::NriError;
 pub const HEADER: usize = 10;
 /// The largest message ttrpc allows.
 pub const MAX_MESSAGE: usize = 4 << 20;
-/// A request.
 pub const REQUEST: u8 = 1;
-/// A response.
 pub const RESPONSE: u8 = 2;
 
 /// One ttrpc message.

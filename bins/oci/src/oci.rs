@@ -78,7 +78,6 @@ pub struct State {
     pub pid: i32,
     /// Absolute path of the bundle.
     pub bundle: PathBuf,
-    /// Annotations.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
 }
@@ -89,18 +88,13 @@ pub struct Spec {
     /// `ociVersion`.
     #[serde(rename = "ociVersion", default)]
     pub oci_version: String,
-    /// `root`.
     pub root: Option<Root>,
-    /// `process`.
     pub process: Option<Process>,
-    /// `annotations`.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
-    /// `linux`.
     pub linux: Option<Linux>,
 }
 
-/// `root`.
 #[derive(Debug, Clone, Deserialize, Default)]
 pub struct Root {
     /// Rootfs path, absolute or relative to the bundle.
@@ -110,7 +104,6 @@ pub struct Root {
     pub readonly: bool,
 }
 
-/// `process`.
 #[derive(Debug, Clone, Deserialize, Default)]
 pub struct Process {
     /// `KEY=value` entries.
@@ -125,10 +118,8 @@ pub struct Process {
 #[derive(Debug, Clone, Deserialize, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct User {
-    /// `uid`.
     #[serde(default)]
     pub uid: u32,
-    /// `gid`.
     #[serde(default)]
     pub gid: u32,
     /// `additionalGids`.
@@ -151,10 +142,8 @@ impl User {
     }
 }
 
-/// `linux`.
 #[derive(Debug, Clone, Deserialize, Default)]
 pub struct Linux {
-    /// Namespaces.
     #[serde(default)]
     pub namespaces: Vec<Namespace>,
     /// Device nodes the runtime makes, as written: an entry is read only when asked for

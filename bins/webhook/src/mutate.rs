@@ -22,7 +22,6 @@ pub enum Refusal {
     /// A name in a friendly name's domain that nothing maps.
     #[error("container {container} asks for {name}, which is neither a device resource nor a function devinject knows: use one of {known}")]
     Unknown {
-        /// The container.
         container: String,
         /// The resource name.
         name: String,
@@ -32,9 +31,7 @@ pub enum Refusal {
     /// Two names for one profile's devices in one container.
     #[error("container {container} asks for {first} and {second}, both devices of profile {profile}: a container gets one function per device kind, so ask for one of them")]
     Mixed {
-        /// The container.
         container: String,
-        /// The profile.
         profile: String,
         /// One name.
         first: String,
@@ -44,11 +41,9 @@ pub enum Refusal {
     /// The container already names another function.
     #[error("container {container} asks for {name} (function {function}) but sets {env}={}: remove the variable", devinject_devices::Excerpt(.set))]
     Conflict {
-        /// The container.
         container: String,
         /// The friendly name.
         name: String,
-        /// Its function.
         function: String,
         /// The function variable.
         env: String,
@@ -57,12 +52,7 @@ pub enum Refusal {
     },
     /// Limits and requests of one name differ, which extended resources do not allow.
     #[error("container {container} asks for {name} with different limits and requests: extended resources need them equal")]
-    Unequal {
-        /// The container.
-        container: String,
-        /// The name.
-        name: String,
-    },
+    Unequal { container: String, name: String },
     /// The object is not a pod as the API sends it.
     #[error("the object is not a pod: {0}")]
     NotAPod(String),
@@ -84,7 +74,6 @@ impl Refusal {
 /// A friendly name's meaning.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Friendly {
-    /// The profile.
     pub profile: String,
     /// The resource the device plugin serves.
     pub served: String,

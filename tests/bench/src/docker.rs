@@ -36,9 +36,7 @@ const RUNC_WITH_ARGS: &str = "runc-with-args";
 /// Row 3's figures.
 #[derive(Debug, Clone)]
 pub struct DockerFigures {
-    /// Devices.
     pub devices: usize,
-    /// Libraries.
     pub libraries: usize,
     /// Each variant's name and samples, native first (what the others are divided by), with
     /// native again among them (the A/A pair that shows the noise).
@@ -48,7 +46,6 @@ pub struct DockerFigures {
 /// The outcome of row 3.
 #[derive(Debug, Clone)]
 pub enum DockerRow {
-    /// Measured.
     Measured(DockerFigures),
     /// Why the row was not measured.
     NotMeasured(String),

@@ -57,13 +57,10 @@ pub struct BenchHost {
     pub config: PathBuf,
     /// The same host with the bench profile's `library_names = "soname"`.
     pub soname_config: PathBuf,
-    /// The dev root.
     pub dev_root: PathBuf,
-    /// The driver root.
     pub driver_root: PathBuf,
     /// The sys root (empty: the bench profile reads no sysfs attribute).
     pub sys_root: PathBuf,
-    /// The profiles dir.
     pub profiles_dir: PathBuf,
 }
 

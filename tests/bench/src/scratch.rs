@@ -22,7 +22,6 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 pub enum LayerFs {
     /// A fresh ext4 on a loop device.
     Ext4,
-    /// A tmpfs.
     Tmpfs,
     /// The work dir's own filesystem.
     Dir,

@@ -143,7 +143,6 @@ pub trait PodProgress {
 /// A fault in progress.
 #[derive(Debug)]
 pub struct ActiveFault {
-    /// Its kind.
     pub kind: FaultKind,
     /// The node it hit.
     pub node: usize,

@@ -10,7 +10,6 @@ pub struct Sample {
     pub rss_kib: u64,
     /// Entries of `/proc/<pid>/fd`.
     pub fds: usize,
-    /// `Threads`.
     pub threads: u64,
 }
 

@@ -33,12 +33,10 @@ impl TestHost {
         Self { tmp }
     }
 
-    /// The dev root.
     pub fn dev_root(&self) -> PathBuf {
         self.tmp.path().join("dev")
     }
 
-    /// The sys root.
     pub fn sys_root(&self) -> PathBuf {
         self.tmp.path().join("sys")
     }

@@ -25,8 +25,8 @@ pub fn engine_files(engine: Engine) -> (&'static str, &'static str) {
 
 /// What doctor found out about one engine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[allow(missing_docs, reason = "fields whose names say all a doc would")]
 pub struct EngineState {
-    /// The engine.
     pub engine: Engine,
     /// Its binary (host path), when installed.
     pub binary: Option<PathBuf>,

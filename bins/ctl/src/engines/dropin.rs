@@ -28,8 +28,8 @@ use crate::toml_tree;
 pub const DROPIN: &str = "99-devinject.conf";
 
 /// What tells a drop-in engine apart.
+#[allow(missing_docs, reason = "fields whose names say all a doc would")]
 pub struct DropinSpec {
-    /// The engine.
     pub engine: Engine,
     /// A vendor file the engine reads before its main configuration (host path), when any.
     pub vendor_config: Option<&'static str>,

@@ -57,7 +57,6 @@ enum Command {
         /// The webhook's Service.
         #[arg(long, default_value = "devinject-webhook")]
         service: String,
-        /// Its namespace.
         #[arg(long, default_value = "devinject-system")]
         namespace: String,
         /// Another DNS name or IP address for the certificate (repeatable).

@@ -100,7 +100,7 @@ pub struct Admission {
 pub trait Container {
     /// Its environment, `NAME=value` entries in order.
     fn env_entries(&self) -> &[String];
-    /// Its annotations.
+    /// Its annotations, where a container may choose a profile's function.
     fn annotations(&self) -> &BTreeMap<String, String>;
 }
 

@@ -127,11 +127,11 @@ pub struct Access {
 }
 
 impl Access {
-    /// `rwm`.
+    /// `rwm`: read, write and create the node with mknod(2).
     pub const RWM: Access = Access::new(true, true, true);
-    /// `rw`.
+    /// `rw`: read and write the node, never create one.
     pub const RW: Access = Access::new(true, true, false);
-    /// `r`.
+    /// `r`: read the node only.
     pub const R: Access = Access::new(true, false, false);
 
     /// Builds an access set.

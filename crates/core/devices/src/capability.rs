@@ -92,7 +92,7 @@ pub enum Capabilities {
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 #[error("profile {profile}: {env}={value} names {unknown}, which the profile does not provide (it provides {known}, or {ALL:?}): fix the variable, or add the part to the profile's [capabilities]")]
 pub struct CapabilityError {
-    /// The profile.
+    /// The profile whose parts were chosen.
     pub profile: ProfileName,
     /// The variable.
     pub env: String,

@@ -15,11 +15,11 @@ use devinject_hostfs::HostRoots;
 
 /// Why discovery failed.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs, reason = "each field is named in the message")]
 pub enum DiscoveryError {
     /// A glob could not be walked.
     #[error("profile {profile}: cannot list {pattern}: {message}")]
     Glob {
-        /// The profile.
         profile: ProfileName,
         /// The full pattern.
         pattern: String,
@@ -29,7 +29,6 @@ pub enum DiscoveryError {
     /// A node exists but could not be used.
     #[error("profile {profile}: {source}")]
     Node {
-        /// The profile.
         profile: ProfileName,
         /// The node problem.
         source: NodeError,
@@ -37,7 +36,6 @@ pub enum DiscoveryError {
     /// A required node of a device or of the kind is missing.
     #[error("profile {profile}: required node {path} is missing: load the driver or mark the node optional in the profile")]
     Missing {
-        /// The profile.
         profile: ProfileName,
         /// The missing node.
         path: PathBuf,
@@ -45,7 +43,6 @@ pub enum DiscoveryError {
     /// A device's id could not be read or is not a valid id.
     #[error("profile {profile}: device {node}: {problem}")]
     Id {
-        /// The profile.
         profile: ProfileName,
         /// The device's node.
         node: PathBuf,
@@ -55,9 +52,7 @@ pub enum DiscoveryError {
     /// Two devices ended up with the same id.
     #[error("profile {profile}: devices {first} and {second} both have id {id:?}: choose an id source that is unique")]
     DuplicateId {
-        /// The profile.
         profile: ProfileName,
-        /// The id.
         id: String,
         /// The first device's node.
         first: PathBuf,

@@ -16,11 +16,11 @@ use devinject_hostfs::HostRoots;
 
 /// Why host files could not be resolved.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs, reason = "each field is named in the message")]
 pub enum ResolveError {
     /// A required library was not found.
     #[error("profile {profile}: library {what} not found under {root}: install the driver's user-space libraries or mark it optional")]
     MissingLibrary {
-        /// The profile.
         profile: ProfileName,
         /// The soname or glob.
         what: String,
@@ -30,7 +30,6 @@ pub enum ResolveError {
     /// A required binary or file was not found.
     #[error("profile {profile}: {what} not found: install it or mark it optional")]
     MissingFile {
-        /// The profile.
         profile: ProfileName,
         /// The path or glob.
         what: String,
@@ -38,9 +37,7 @@ pub enum ResolveError {
     /// A path resolved outside the driver root or could not be resolved.
     #[error("profile {profile}: {path}: {problem}")]
     Path {
-        /// The profile.
         profile: ProfileName,
-        /// The path.
         path: PathBuf,
         /// What is wrong.
         problem: String,
@@ -48,9 +45,7 @@ pub enum ResolveError {
     /// A glob pattern is invalid.
     #[error("profile {profile}: bad glob {pattern}: {message}")]
     Glob {
-        /// The profile.
         profile: ProfileName,
-        /// The pattern.
         pattern: String,
         /// The parser's message.
         message: String,
@@ -88,7 +83,7 @@ pub struct DriverFile {
 pub struct DriverFiles {
     /// Libraries, in profile order.
     pub libraries: Vec<DriverLibrary>,
-    /// Binaries.
+    /// Programs, mounted read-only and executable, in profile order.
     pub binaries: Vec<DriverFile>,
     /// Other files.
     pub files: Vec<DriverFile>,

@@ -29,6 +29,7 @@ pub struct DeviceNode {
 
 /// Why a path is not a usable device node.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs, reason = "each field is named in the message")]
 pub enum NodeError {
     /// `stat` failed.
     #[error("cannot stat device node {path}: {source}")]
@@ -40,18 +41,10 @@ pub enum NodeError {
     },
     /// The path exists but is not a device.
     #[error("{path} is not a character or block device")]
-    NotDevice {
-        /// The path.
-        path: PathBuf,
-    },
+    NotDevice { path: PathBuf },
     /// The path is not under the dev root.
     #[error("{path} is not under the dev root {dev_root}")]
-    OutsideDevRoot {
-        /// The path.
-        path: PathBuf,
-        /// The dev root.
-        dev_root: PathBuf,
-    },
+    OutsideDevRoot { path: PathBuf, dev_root: PathBuf },
 }
 
 impl DeviceNode {

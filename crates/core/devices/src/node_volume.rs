@@ -16,7 +16,7 @@ use crate::Excerpt;
 /// One entry of the spec's `mounts`, as far as this rule reads it.
 #[derive(Debug, Clone, Copy)]
 pub struct SpecMount<'a> {
-    /// `destination`.
+    /// The container path it is mounted at.
     pub destination: &'a str,
     /// `type` (empty when absent).
     pub kind: &'a str,

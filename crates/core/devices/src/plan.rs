@@ -23,7 +23,7 @@ pub const ANNOTATION_PREFIX: &str = "devinject.io/";
 pub struct EnvVar {
     /// The variable's name (a profile's `[env]` key or request variable: never holds `=`).
     pub name: String,
-    /// Its value.
+    /// Everything after the first `=`, which may be empty.
     pub value: String,
 }
 
@@ -170,11 +170,11 @@ impl ContainerEdits {
 /// What one profile's request turns into.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Plan {
-    /// The profile.
+    /// The profile the request named.
     pub profile: ProfileName,
     /// The devices granted, in request order.
     pub devices: Vec<DeviceId>,
-    /// The edits.
+    /// What the container gets for them, shaped like a CDI spec's `containerEdits`.
     pub edits: ContainerEdits,
 }
 

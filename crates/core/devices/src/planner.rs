@@ -35,11 +35,11 @@ impl Default for ContainerLayout {
 
 /// Why a plan could not be made.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[allow(missing_docs, reason = "each field is named in the message")]
 pub enum PlanError {
     /// The request is invalid for this profile.
     #[error("profile {profile} ({env}): {source}")]
     Request {
-        /// The profile.
         profile: ProfileName,
         /// The request variable, so the user knows what to fix.
         env: String,

@@ -16,11 +16,11 @@ use crate::profile::Profile;
 
 /// Why a container's function request cannot be honoured.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[allow(missing_docs, reason = "each field is named in the message")]
 pub enum FunctionError {
     /// The profile has no prepare step, so nothing could load a function.
     #[error("profile {profile} has no prepare step, so it loads no function: remove {origin}")]
     NoPrepare {
-        /// The profile.
         profile: ProfileName,
         /// Where the function came from.
         origin: String,
@@ -28,7 +28,6 @@ pub enum FunctionError {
     /// The function is not one the profile lists.
     #[error("profile {profile} has no function {:?} (from {origin}): use one of {known}", Excerpt(.function))]
     Unknown {
-        /// The profile.
         profile: ProfileName,
         /// What was asked for.
         function: String,
@@ -40,7 +39,6 @@ pub enum FunctionError {
     /// A function was asked for devices the container does not get.
     #[error("{origin} asks for function {:?} of profile {profile}, but the container gets no {profile} device: request the devices too, or remove it", Excerpt(.function))]
     NoDevices {
-        /// The profile.
         profile: ProfileName,
         /// What was asked for.
         function: String,
@@ -57,7 +55,7 @@ pub enum FunctionError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("profile {profile}: annotation {annotation} asks for function {:?} but env {env} for {:?}: the device would get one and the process would see the other: set only one of them, or both to the same function", Excerpt(.annotation_value), Excerpt(.env_value))]
 pub struct FunctionConflict {
-    /// The profile.
+    /// The profile whose function was chosen twice.
     pub profile: ProfileName,
     /// The annotation's key.
     pub annotation: String,
@@ -72,7 +70,7 @@ pub struct FunctionConflict {
 /// A container's choice of function for one profile, as found in its annotations or env.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FunctionRequest {
-    /// The profile.
+    /// The profile whose function it chooses.
     pub profile: ProfileName,
     /// `annotation KEY` or `env NAME`.
     pub origin: String,
@@ -117,9 +115,9 @@ impl FunctionRequest {
 /// One run of a profile's prepare program, for one device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrepareRun {
-    /// The profile.
+    /// The profile whose `[prepare]` program runs.
     pub profile: ProfileName,
-    /// The device.
+    /// The device it runs for (the program sees it in `DEVINJECT_DEVICE`).
     pub device: DeviceId,
     /// The program's absolute host path.
     pub program: PathBuf,

@@ -21,6 +21,7 @@ use devinject_hostfs::path_fd::{Follow, PathFd, Reopen};
 /// Why a profile file was not read; `crate::profile` turns it into its `ProfileError`, whose
 /// words these are.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs, reason = "each field is named in the message")]
 pub enum ProfileFileError {
     /// Opening, checking or reading it failed.
     #[error("cannot read profile {path}: {source}")]
@@ -43,7 +44,6 @@ pub enum ProfileFileError {
     TooLarge {
         /// The profile path.
         path: PathBuf,
-        /// Its size.
         size: u64,
     },
 }

@@ -29,6 +29,7 @@ pub const MAX_REQUEST_ITEMS: usize = 256;
 
 /// Why a request was rejected.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[allow(missing_docs, reason = "each field is named in the message")]
 pub enum RequestError {
     /// The value is longer than [`MAX_REQUEST_BYTES`].
     #[error("request is {len} bytes long, over the limit of {MAX_REQUEST_BYTES}: list fewer devices or use `all`")]
@@ -50,10 +51,7 @@ pub enum RequestError {
     },
     /// An item has characters no id can have.
     #[error("request item {:?} is malformed: ids use A-Z a-z 0-9 . _ - : and an optional ::N replica suffix", Excerpt(.item))]
-    Malformed {
-        /// The item.
-        item: String,
-    },
+    Malformed { item: String },
     /// `all`, `none` or `void` mixed into a list.
     #[error("request item {:?} cannot be combined with other items: use it alone", Excerpt(.item))]
     KeywordInList {
@@ -63,7 +61,6 @@ pub enum RequestError {
     /// An item names no discovered device.
     #[error("unknown device {:?}: known ids are {known}", Excerpt(.item))]
     Unknown {
-        /// The item.
         item: String,
         /// The discovered ids, comma-separated.
         known: String,
@@ -72,7 +69,6 @@ pub enum RequestError {
     /// renamed between the allocation and the container start.
     #[error("device {} was granted but is gone (unplugged or failed since the kubelet allocated it; known ids are {known}): delete the pod so that it is scheduled again", Excerpt(.item))]
     Gone {
-        /// The item.
         item: String,
         /// The discovered ids, comma-separated.
         known: String,
@@ -88,7 +84,6 @@ pub enum RequestError {
     /// A replica suffix out of range.
     #[error("request item {:?}: replica {replica} is out of range (the profile shares each device {replicas} times)", Excerpt(.item))]
     Replica {
-        /// The item.
         item: String,
         /// The replica number.
         replica: u32,

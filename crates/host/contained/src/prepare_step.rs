@@ -21,12 +21,10 @@ pub const MAX_STDOUT_BYTES: usize = 64 << 10;
 
 /// Which run failed: `the prepare program P of profile F for device D (function X)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs, reason = "the doc above names each field in its place")]
 pub struct Step {
-    /// The profile.
     pub profile: ProfileName,
-    /// The program.
     pub program: PathBuf,
-    /// The device.
     pub device: DeviceId,
     /// The function it was loading.
     pub function: Option<String>,

@@ -42,7 +42,7 @@ pub enum HostFsError {
     TooLarge {
         /// The file.
         path: PathBuf,
-        /// Its size.
+        /// What `fstat` said of it.
         size: u64,
         /// The bound.
         max: u64,

@@ -14,7 +14,7 @@ use crate::request::CdiRequest;
 /// What happened to one profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProfileOutcome {
-    /// The profile.
+    /// The profile's name: its spec's class and file name.
     pub profile: String,
     /// Devices found.
     pub devices: usize,

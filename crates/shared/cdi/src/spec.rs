@@ -13,7 +13,7 @@ pub struct CdiSpec {
     pub cdi_version: String,
     /// `vendor/class`.
     pub kind: String,
-    /// The devices.
+    /// One entry per device name a request may use (`vendor/class=name`).
     pub devices: Vec<CdiDevice>,
     /// Edits applied when any device of the spec is injected.
     pub container_edits: CdiEdits,
@@ -36,7 +36,7 @@ pub struct CdiEdits {
     /// `KEY=value` entries.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<String>,
-    /// Device nodes.
+    /// Nodes the runtime creates in the container and allows in its device cgroup.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub device_nodes: Vec<CdiDeviceNode>,
     /// OCI hooks.
@@ -50,7 +50,7 @@ pub struct CdiEdits {
     pub additional_gids: Vec<u32>,
 }
 
-/// A CDI device node.
+/// An entry of `deviceNodes`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CdiDeviceNode {
@@ -76,7 +76,7 @@ pub struct CdiDeviceNode {
     pub gid: u32,
 }
 
-/// A CDI mount.
+/// An entry of `mounts`: a host path bound into the container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CdiMount {
@@ -88,7 +88,7 @@ pub struct CdiMount {
     pub options: Vec<String>,
 }
 
-/// A CDI hook.
+/// An entry of `hooks`: an OCI hook the runtime runs for the container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CdiHook {

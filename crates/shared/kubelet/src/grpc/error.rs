@@ -7,6 +7,7 @@ use crate::grpc::Code;
 /// Why a call has no answer. The caller names the socket and the method; these say what
 /// happened on the connection.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs, reason = "each field is named in the message")]
 pub enum CallError {
     /// Nobody accepted the connection (no socket, or nothing listening on it).
     #[error("cannot connect: {source}")]
@@ -42,7 +43,6 @@ pub enum CallError {
     RequestTooLarge {
         /// The request's size.
         size: usize,
-        /// The limit.
         limit: usize,
     },
     /// The server answered with a gRPC status other than OK.

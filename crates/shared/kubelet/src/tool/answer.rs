@@ -93,13 +93,11 @@ impl PodEntry {
 
 /// Why an answer cannot be written or read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[allow(missing_docs, reason = "each field is named in the message")]
 pub enum AnswerError {
     /// More than [`MAX_ANSWER_BYTES`].
     #[error("the answer is larger than {limit} bytes")]
-    TooLarge {
-        /// The limit.
-        limit: usize,
-    },
+    TooLarge { limit: usize },
     /// Another version than [`ANSWER_VERSION`].
     #[error("the answer has version {found}, this side reads version {ANSWER_VERSION}")]
     Version {
