@@ -10,7 +10,8 @@
 //! `nvidia-container-runtime` in `cdi` mode with NVIDIA's management spec (`nvidia.com/gpu=all`:
 //! every file of the driver), `devinject-hook` as runc's createRuntime hook and the shim
 //! `devinject-runtime` in front of runc, both asked for GPU 0 with
-//! `NVIDIA_DRIVER_CAPABILITIES=all` so that both sides inject the whole driver. Every start is
+//! `NVIDIA_DRIVER_CAPABILITIES=all` so that both sides inject the whole driver
+//! (`--capabilities default` asks for the profile's default parts instead). Every start is
 //! `create`, `start`, the wait for the container's end and `delete` through the path's runtime,
 //! as containerd drives a runtime (NVIDIA's runtime injects on `create` only), on a fresh
 //! overlay rootfs whose upper layer is on a fresh ext4 (`devinject_bench::scratch`).
@@ -51,6 +52,21 @@ struct Cli {
     /// Untimed rounds first.
     #[arg(long, default_value_t = 3)]
     warmup: usize,
+    /// The driver parts devinject's paths ask for: `all` (`NVIDIA_DRIVER_CAPABILITIES=all`, the
+    /// whole driver, as NVIDIA's management spec injects) or `default` (no variable: the
+    /// profile's default parts, what most containers ask for). NVIDIA's path is the same either
+    /// way.
+    #[arg(long, value_enum, default_value_t = Parts::All)]
+    capabilities: Parts,
+}
+
+/// Which driver parts devinject's paths ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Parts {
+    /// `NVIDIA_DRIVER_CAPABILITIES=all`.
+    All,
+    /// No `NVIDIA_DRIVER_CAPABILITIES`: the profile's default parts.
+    Default,
 }
 
 /// The paths, in the order of the first round.
@@ -153,7 +169,18 @@ fn bench(cli: &Cli, stacks: &Path, toolkit: &Toolkit) -> Result<String> {
 
     let mut cases = ROUTES
         .iter()
-        .map(|&route| case(route, &scratch, &template, &host, toolkit, &config, &runc))
+        .map(|&route| {
+            case(
+                route,
+                &scratch,
+                &template,
+                &host,
+                toolkit,
+                &config,
+                &runc,
+                cli.capabilities,
+            )
+        })
         .collect::<Result<Vec<_>>>()?;
     // One untimed start each with a probe as the process: what the container sees injected.
     let probe =
@@ -197,6 +224,15 @@ fn bench(cli: &Cli, stacks: &Path, toolkit: &Toolkit) -> Result<String> {
     Ok(render(cli, &cases, &runc))
 }
 
+/// Asks `bundle` for GPU 0 with `parts` of the driver, as devinject's paths do.
+fn ask_gpu0(bundle: &mut Bundle, parts: Parts) -> &mut Bundle {
+    bundle.env("NVIDIA_VISIBLE_DEVICES=0");
+    if parts == Parts::All {
+        bundle.env("NVIDIA_DRIVER_CAPABILITIES=all");
+    }
+    bundle
+}
+
 #[allow(clippy::too_many_arguments)]
 fn case(
     route: Route,
@@ -206,6 +242,7 @@ fn case(
     toolkit: &Toolkit,
     config: &Path,
     runc: &str,
+    parts: Parts,
 ) -> Result<Case> {
     let dir = scratch.bundles.join(route.slug());
     std::fs::create_dir_all(&dir)?;
@@ -221,16 +258,12 @@ fn case(
             toolkit.runtime_command(config)
         }
         Route::Hook => {
-            bundle
-                .env("NVIDIA_VISIBLE_DEVICES=0")
-                .env("NVIDIA_DRIVER_CAPABILITIES=all")
+            ask_gpu0(&mut bundle, parts)
                 .hook("createRuntime", &bin("devinject-hook"), &host.config);
             vec![runc.to_owned()]
         }
         Route::Shim => {
-            bundle
-                .env("NVIDIA_VISIBLE_DEVICES=0")
-                .env("NVIDIA_DRIVER_CAPABILITIES=all");
+            ask_gpu0(&mut bundle, parts);
             shim_command(&host.config, runc)
         }
     };
