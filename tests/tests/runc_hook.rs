@@ -100,10 +100,32 @@ fn real_kvm_is_injected_and_fuse_is_not() {
     Report::parse(&String::from_utf8_lossy(&out.stdout)).assert_kvm_only(&describe(&out));
 }
 
-/// In a user namespace mknod is refused and a node on the namespace's tmpfs would not work: the
-/// hook bind-mounts the host nodes instead.
+/// The real `/dev/kvm` (`0600 root:root` here) for the root of a container with a user
+/// namespace: bound as it is, the node would be seen owned by nobody and refused; the hook gives
+/// a copy owned by the host id of the container's root.
 #[test]
-fn user_namespace_gets_devices_by_bind_mount() {
+fn real_kvm_opens_for_the_root_of_a_user_namespace() {
+    if !require_runc_demo()
+        || !devinject_tests::skip::require(Path::new("/dev/kvm").exists(), "needs /dev/kvm")
+    {
+        return;
+    }
+    let t = walkable_tempdir().unwrap();
+    let config = devinject_tests::sim::real_host_config(t.path(), &["kvm", "fuse"]).unwrap();
+    let args = probe_args(&["/dev/kvm", "/dev/fuse"], &[]);
+    let mut b = Bundle::new(&t.path().join("bundle"), &args).unwrap();
+    b.env("KVM_VISIBLE_DEVICES=all")
+        .hook("createRuntime", &bin("devinject-hook"), &config)
+        .user_namespace(100_000, 65_536);
+    let out = b.run(&container_id("kvm-userns")).unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    Report::parse(&String::from_utf8_lossy(&out.stdout)).assert_kvm_only(&describe(&out));
+}
+
+/// In a user namespace mknod is refused and a node on the namespace's tmpfs would not work: the
+/// hook makes each node on a tmpfs of its own, owned by the ids the namespace maps.
+#[test]
+fn user_namespace_gets_its_devices() {
     if !require_runc_demo() {
         return;
     }

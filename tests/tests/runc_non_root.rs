@@ -106,3 +106,29 @@ fn through_the_hook_a_non_root_process_gets_its_nodes_in_its_own_group() {
         );
     }
 }
+
+/// In a user namespace (container ids 0-65535 as host 100000-165535) the host's nodes would be
+/// seen owned by nobody. The hook gives each granted node as a copy owned by the ids the
+/// namespace maps for the host's owner and the process's group (docs/security.md): the granted
+/// nodes open for uid 1000, whether or not it has the group; accel2, bound by runc with the
+/// host's owner, stays refused by its file mode.
+#[test]
+fn in_a_user_namespace_the_hook_gives_a_non_root_process_its_nodes() {
+    if !require_runc_demo() {
+        return;
+    }
+    for additional in [&[][..], &[GROUP][..]] {
+        let t = tempfile::tempdir().unwrap();
+        let (host, mut b) = setup(t.path(), additional);
+        b.hook("createRuntime", &bin("devinject-hook"), &host.config)
+            .user_namespace(100_000, 65_536);
+        let out = b.run(&container_id("nonroot-userns")).unwrap();
+        assert!(out.status.success(), "{}", describe(&out));
+        assert_eq!(
+            opened(&out),
+            expect(&[("660", "ok"), ("660", "ok"), ("660", "EACCES")]),
+            "hook in a user namespace, additional groups {additional:?}\n{}",
+            describe(&out)
+        );
+    }
+}

@@ -108,10 +108,9 @@ pub fn run(config: &HostConfig, stdin: impl Read, seen: &mut Seen) -> Result<Out
         rootfs: rootfs_path,
         bind_nodes,
         readonly_rootfs: spec.root.as_ref().is_some_and(|r| r.readonly),
-        // A bound node keeps the host's owner: nothing to give.
-        user: (!bind_nodes)
-            .then(|| spec.process.as_ref().map(|p| p.user.clone()))
-            .flatten(),
+        // The process's group decides a group-only node's group, made here or, in a user
+        // namespace, as the copy the container owns.
+        user: spec.process.as_ref().map(|p| p.user.clone()),
         regroup: Vec::new(),
         mounted_libraries: Vec::new(),
     };

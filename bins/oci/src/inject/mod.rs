@@ -10,6 +10,7 @@
 
 pub mod at_name;
 pub mod forward_compat;
+pub mod id_map;
 pub mod layout;
 pub mod ld_so_cache;
 pub mod ldconfig;
@@ -35,6 +36,7 @@ use nix::sys::wait::WaitStatus;
 
 use crate::oci::User;
 use devinject_contained::child::{self, ChildError};
+use id_map::{IdMap, IdMaps};
 use ld_so_cache::update;
 use mounts::{MountAttrs, Source};
 pub use privileged::{Privileged, Work};
@@ -60,6 +62,21 @@ pub enum InjectError {
     /// A path inside the rootfs could not be used.
     #[error(transparent)]
     Rootfs(#[from] RootfsError),
+    /// A node the container's user namespace would see owned by nobody, unusable by the
+    /// container, and no copy it owns can be made.
+    #[error("device node {} (mode {mode:o}, owner {uid}:{gid} as the container sees it) cannot be given to a container with a user namespace: {why}; the container would start and get EACCES, so it is not started", path.display())]
+    UnusableInUserNamespace {
+        /// The host node.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+        /// The owner it would have in the container.
+        uid: u32,
+        /// The group it would have in the container.
+        gid: u32,
+        /// Why, with the fix.
+        why: &'static str,
+    },
     /// A mount failed.
     #[error("cannot mount onto {path} in the container: {errno}")]
     Mount {
@@ -140,23 +157,24 @@ impl Target {
         user.lacks_group(gid).then_some(user.gid)
     }
 
-    /// Host uid and gid of the container's root when it has a user namespace (read from
-    /// `/proc/<pid>/{uid,gid}_map`), else `None`.
-    pub fn userns_owner(&self) -> Option<(u32, u32)> {
+    /// The container's id mappings (read from `/proc/<pid>/{uid,gid}_map`) when nodes are
+    /// bound and it has a user namespace of its own, else `None`.
+    pub fn id_maps(&self) -> Option<IdMaps> {
         if !self.bind_nodes {
             return None;
         }
-        let host_id_of_root = |file: &str| -> Option<u32> {
-            let text = std::fs::read_to_string(format!("/proc/{}/{file}", self.pid)).ok()?;
-            text.lines().find_map(|l| {
-                let f: Vec<u32> = l
-                    .split_whitespace()
-                    .filter_map(|x| x.parse().ok())
-                    .collect();
-                (f.len() == 3 && f[0] == 0 && f[2] > 0).then_some(f[1])
-            })
+        // The files are a few lines the kernel writes; the bound keeps a read bounded anyway.
+        let read = |file: &str| -> Option<IdMap> {
+            let f = std::fs::File::open(format!("/proc/{}/{file}", self.pid)).ok()?;
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::Read::take(f, 64 << 10), &mut text).ok()?;
+            Some(IdMap::parse(&text))
         };
-        Some((host_id_of_root("uid_map")?, host_id_of_root("gid_map")?))
+        let maps = IdMaps {
+            uid: read("uid_map")?,
+            gid: read("gid_map")?,
+        };
+        (!maps.is_initial()).then_some(maps)
     }
 }
 
@@ -221,8 +239,9 @@ pub fn apply_on<P: Privileged>(
     // nothing is written into it (the runtime makes it read-only only after the hooks).
     let shared_read_only = target.readonly_rootfs && !host.rootfs_is_own_mount(&target.rootfs)?;
     let mnt_ns = host.mount_namespace(target.pid)?;
+    let id_maps = host.id_maps(target);
 
-    let sources = sources(host, target, edits, mount_api)?;
+    let sources = sources(host, target, id_maps.as_ref(), edits, mount_api)?;
     report.new_mount_api = sources.detached;
 
     if shared_read_only && !edits.ldcache_dirs.is_empty() {
@@ -236,7 +255,7 @@ pub fn apply_on<P: Privileged>(
     let cache = builtin_cache(target, edits, dirs, ldconfig);
     let work = Work {
         rootfs: &target.rootfs,
-        userns_owner: host.userns_owner(target),
+        userns_owner: id_maps.as_ref().and_then(IdMaps::root),
         nodes: edits
             .device_nodes
             .iter()
@@ -305,12 +324,19 @@ struct Sources {
 fn sources<P: Privileged>(
     host: &P,
     target: &Target,
+    id_maps: Option<&IdMaps>,
     edits: &ContainerEdits,
     mount_api: MountApi,
 ) -> Result<Sources, InjectError> {
     if mount_api == MountApi::Auto {
-        if let Some(sources) = detached_sources(host, target, edits)? {
+        if let Some(sources) = detached_sources(host, target, id_maps, edits)? {
             return Ok(sources);
+        }
+    }
+    if id_maps.is_some() {
+        for n in &edits.device_nodes {
+            let why = "a copy it owns needs the new mount API (mount_api = \"auto\" in the devinject config, Linux 5.12 or later)";
+            refuse_unless_usable_by_others(target, n, why)?;
         }
     }
     Ok(Sources {
@@ -333,6 +359,7 @@ fn sources<P: Privileged>(
 fn detached_sources<P: Privileged>(
     host: &P,
     target: &Target,
+    id_maps: Option<&IdMaps>,
     edits: &ContainerEdits,
 ) -> Result<Option<Sources>, InjectError> {
     let mut nodes = Vec::with_capacity(edits.device_nodes.len());
@@ -340,6 +367,23 @@ fn detached_sources<P: Privileged>(
         if !target.bind_nodes {
             nodes.push(None);
             continue;
+        }
+        if let Some(maps) = id_maps {
+            // The node as the hook would make it without a user namespace (the host's owner,
+            // the process's group where it lacks the node's), owned by the host ids those are.
+            let gid = target.process_group_for(n).unwrap_or(n.gid);
+            let why = match maps.uid.to_host(n.uid).zip(maps.gid.to_host(gid)) {
+                Some((host_uid, host_gid)) => match host.owned_node(n, host_uid, host_gid)? {
+                    Some(copy) => {
+                        nodes.push(Some(copy));
+                        continue;
+                    }
+                    None => "this kernel or this unprivileged hook cannot make a copy the container owns (run the hook as root on Linux 5.12 or later)",
+                },
+                None => "its owner is not mapped into the container's user namespace (map it in the container's uidMappings and gidMappings, or give the node a mode others may use)",
+            };
+            // Bound as it is, the container sees the host node owned by nobody.
+            refuse_unless_usable_by_others(target, n, why)?;
         }
         match host.detach_tree(&n.host_path, MountAttrs::Device)? {
             Some(s) => nodes.push(Some(s)),
@@ -358,6 +402,26 @@ fn detached_sources<P: Privileged>(
         files,
         detached: true,
     }))
+}
+
+/// Refuses `node` for a container with a user namespace unless others may use it as its owner
+/// may: bound as it is, the container sees it owned by nobody.
+fn refuse_unless_usable_by_others(
+    target: &Target,
+    node: &DeviceNode,
+    why: &'static str,
+) -> Result<(), InjectError> {
+    let owner = (node.mode >> 6) & 0o6;
+    if node.mode & owner == owner {
+        return Ok(());
+    }
+    Err(InjectError::UnusableInUserNamespace {
+        path: node.host_path.clone(),
+        mode: node.mode,
+        uid: node.uid,
+        gid: target.process_group_for(node).unwrap_or(node.gid),
+        why,
+    })
 }
 
 /// The linker cache's entries when the hook writes the cache itself.

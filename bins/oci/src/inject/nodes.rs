@@ -3,8 +3,11 @@
 //! Normally a node is made with `mknodat` in the runtime's `/dev` tmpfs (never in a volume:
 //! [`Rootfs::node_dir`]), with the host node's
 //! type, numbers, mode and owner. In a user namespace `mknod` is refused and a node on a tmpfs
-//! mounted there would not work anyway, so the host node is bind-mounted instead (as runc does
-//! for its own devices under user namespaces).
+//! mounted there would not work anyway; the host node, bound, would be seen owned by nobody. So
+//! the node is a copy made on a tmpfs of the hook's own, in the host's user namespace, owned by
+//! the host ids the container maps for its owner and group ([`super::mounts::owned_node`]), and
+//! attached like a bind. Without the ids mapped or the new mount API, a node others may not use
+//! is refused before the container starts.
 //!
 //! A node only its group may use (a render node's `0660 root:render`) is made with the
 //! process's own group when the process lacks that one (it runs as uid 1000 with no

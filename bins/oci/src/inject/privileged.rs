@@ -14,6 +14,7 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 
+use super::id_map::IdMaps;
 use super::ld_so_cache::{update, Library};
 use super::mounts::{self, MountAttrs, Source};
 use super::rootfs::Rootfs;
@@ -41,8 +42,19 @@ pub trait Privileged {
         attrs: MountAttrs,
     ) -> Result<Option<Source>, InjectError>;
 
-    /// Host uid and gid of the container's root when it has a user namespace.
-    fn userns_owner(&self, target: &Target) -> Option<(u32, u32)>;
+    /// The container's user namespace mappings, when it has a user namespace of its own.
+    fn id_maps(&self, target: &Target) -> Option<IdMaps>;
+
+    /// A detached tree holding a copy of `node` (its type, numbers and mode) owned by the host
+    /// ids `uid` and `gid`, on a tmpfs of the host's user namespace, where the node works: what
+    /// a container with a user namespace gets instead of the host node, which it would see owned
+    /// by nobody. `Ok(None)` when this kernel or this process cannot make one.
+    fn owned_node(
+        &self,
+        node: &DeviceNode,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Option<Source>, InjectError>;
 
     /// Whether the rootfs at `rootfs` is a mount of its own in the runtime's namespace (as an
     /// engine's per-container layer is), rather than a plain directory that other containers
@@ -206,8 +218,17 @@ impl Privileged for System {
         mounts::detach_tree(host_path, attrs)
     }
 
-    fn userns_owner(&self, target: &Target) -> Option<(u32, u32)> {
-        target.userns_owner()
+    fn id_maps(&self, target: &Target) -> Option<IdMaps> {
+        target.id_maps()
+    }
+
+    fn owned_node(
+        &self,
+        node: &DeviceNode,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Option<Source>, InjectError> {
+        mounts::owned_node(node, uid, gid)
     }
 
     fn rootfs_is_own_mount(&self, rootfs: &Path) -> Result<bool, InjectError> {

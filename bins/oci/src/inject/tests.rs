@@ -46,6 +46,9 @@ struct Seen {
 struct Recorder {
     /// Whether the kernel has the new mount API.
     no_new_api: bool,
+    /// Whether the container has a user namespace of its own (`0 100000 65536`); otherwise a
+    /// target that binds nodes is a rootless one.
+    userns: bool,
     /// Whether a file (not a node) cannot be detached.
     file_not_detached: bool,
     /// What the child reports.
@@ -64,6 +67,8 @@ struct Recorder {
     trees: RefCell<Vec<(PathBuf, MountAttrs)>>,
     /// The directories ldconfig was run over.
     ldconfig_dirs: RefCell<Vec<PathBuf>>,
+    /// The owned copies of nodes made: container path, host uid and gid.
+    owned: RefCell<Vec<(PathBuf, u32, u32)>>,
 }
 
 impl Recorder {
@@ -107,8 +112,29 @@ impl Privileged for Recorder {
         Ok(Some(Source::Tree(fd.into())))
     }
 
-    fn userns_owner(&self, target: &Target) -> Option<(u32, u32)> {
-        target.bind_nodes.then_some((100_000, 100_000))
+    fn id_maps(&self, target: &Target) -> Option<IdMaps> {
+        let map = IdMap::parse("0 100000 65536\n");
+        (self.userns && target.bind_nodes).then(|| IdMaps {
+            uid: map.clone(),
+            gid: map,
+        })
+    }
+
+    fn owned_node(
+        &self,
+        node: &DeviceNode,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Option<Source>, InjectError> {
+        self.call("owned_node");
+        if self.no_new_api {
+            return Ok(None);
+        }
+        self.owned
+            .borrow_mut()
+            .push((node.container_path.clone(), uid, gid));
+        let fd = std::fs::File::open("/").expect("open /");
+        Ok(Some(Source::Tree(fd.into())))
     }
 
     fn rootfs_is_own_mount(&self, _rootfs: &Path) -> Result<bool, InjectError> {
@@ -301,7 +327,10 @@ fn bound_nodes_and_files_are_detached_trees_with_their_attributes() {
     let seen = host.seen();
     assert_eq!(seen.nodes, [("/dev/demo0".into(), Some(Src::Tree), 0)]);
     assert_eq!(seen.files, [("/usr/lib/libdemo.so.1.2".into(), Src::Tree)]);
-    assert_eq!(seen.userns_owner, Some((100_000, 100_000)));
+    assert_eq!(
+        seen.userns_owner, None,
+        "rootless, no user namespace of its own"
+    );
     assert_eq!(
         *host.trees.borrow(),
         [
@@ -311,6 +340,127 @@ fn bound_nodes_and_files_are_detached_trees_with_their_attributes() {
     );
     assert!(report.new_mount_api);
     assert_eq!((report.nodes, report.mounts, report.links), (1, 1, 1));
+}
+
+#[test]
+fn in_a_user_namespace_each_node_is_a_copy_owned_by_the_ids_the_container_maps() {
+    let host = Recorder {
+        userns: true,
+        ..Recorder::default()
+    };
+    let t = Target {
+        bind_nodes: true,
+        user: Some(user_1000()),
+        ..target()
+    };
+    // demo0 is for group 44 only, which the process lacks: its copy gets the process's group.
+    // demo1 (0666) keeps group 44. Container ids map to 100000 + id.
+    let open = DeviceNode {
+        mode: 0o666,
+        ..node("demo1", 44)
+    };
+    let lib = elf();
+    let e = edits(vec![node("demo0", 44), open], Some(&lib));
+    apply_on(&host, &t, &e, MountApi::Auto, &builtin()).unwrap();
+    assert_eq!(
+        *host.owned.borrow(),
+        [
+            ("/dev/demo0".into(), 100_000, 101_000),
+            ("/dev/demo1".into(), 100_000, 100_044)
+        ]
+    );
+    let seen = host.seen();
+    let sources: Vec<_> = seen.nodes.iter().map(|(_, s, _)| *s).collect();
+    assert_eq!(sources, [Some(Src::Tree), Some(Src::Tree)]);
+    assert_eq!(
+        *host.trees.borrow(),
+        [(lib, MountAttrs::File)],
+        "no host node bound"
+    );
+    assert_eq!(seen.userns_owner, Some((100_000, 100_000)));
+}
+
+#[test]
+fn a_node_whose_owner_the_namespace_cannot_map_is_refused_unless_anyone_may_use_it() {
+    let host = Recorder {
+        userns: true,
+        ..Recorder::default()
+    };
+    // The process's group, 70000, is beyond the 65536 ids the namespace maps.
+    let t = Target {
+        bind_nodes: true,
+        user: Some(crate::oci::User {
+            gid: 70_000,
+            ..user_1000()
+        }),
+        ..target()
+    };
+    let err = apply_on(
+        &host,
+        &t,
+        &edits(vec![node("demo0", 44)], None),
+        MountApi::Auto,
+        &builtin(),
+    )
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(
+            err,
+            InjectError::UnusableInUserNamespace {
+                gid: 70_000,
+                mode: 0o660,
+                ..
+            }
+        ) && msg.contains("/host/dev/demo0")
+            && msg.contains("not mapped")
+            && msg.contains("gidMappings"),
+        "{msg}"
+    );
+    assert!(!host.calls().contains(&"in_container".to_owned()));
+    // A node anyone may use works bound as it is.
+    let open = DeviceNode {
+        mode: 0o666,
+        uid: 70_000,
+        ..node("demo1", 44)
+    };
+    apply_on(
+        &host,
+        &t,
+        &edits(vec![open], None),
+        MountApi::Auto,
+        &builtin(),
+    )
+    .unwrap();
+    assert_eq!(host.seen().nodes[0].1, Some(Src::Tree));
+    assert_eq!(host.trees.borrow()[0].0, PathBuf::from("/host/dev/demo1"));
+}
+
+#[test]
+fn without_the_new_api_a_user_namespace_is_refused_a_node_it_could_not_use() {
+    for (no_new_api, api) in [(true, MountApi::Auto), (false, MountApi::Classic)] {
+        let host = Recorder {
+            userns: true,
+            no_new_api,
+            ..Recorder::default()
+        };
+        let t = Target {
+            bind_nodes: true,
+            ..target()
+        };
+        let e = edits(vec![node("demo0", 44)], None);
+        let msg = apply_on(&host, &t, &e, api, &builtin())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("/host/dev/demo0") && msg.contains("mode 660"),
+            "{msg}"
+        );
+        assert!(
+            !host.calls().contains(&"in_container".to_owned()),
+            "{api:?}"
+        );
+    }
 }
 
 #[test]

@@ -258,8 +258,11 @@ fn case(
             toolkit.runtime_command(config)
         }
         Route::Hook => {
-            ask_gpu0(&mut bundle, parts)
-                .hook("createRuntime", &bin("devinject-hook"), &host.config);
+            ask_gpu0(&mut bundle, parts).hook(
+                "createRuntime",
+                &bin("devinject-hook"),
+                &host.config,
+            );
             vec![runc.to_owned()]
         }
         Route::Shim => {
