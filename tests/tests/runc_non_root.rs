@@ -132,3 +132,28 @@ fn in_a_user_namespace_the_hook_gives_a_non_root_process_its_nodes() {
         );
     }
 }
+
+/// The same through the runtime shim: in a user namespace it names the nodes for its finish
+/// step, which makes copies the container owns, rather than `linux.devices` entries the runtime
+/// would bind from the host (seen owned by nobody).
+#[test]
+fn in_a_user_namespace_the_shim_gives_a_non_root_process_its_nodes() {
+    if !require_runc_demo() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (host, mut b) = setup(t.path(), &[]);
+    b.user_namespace(100_000, 65_536);
+    let cmd = shim_command(&host.config, &runc_path());
+    let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    let out = b
+        .run_with(&cmd, &container_id("nonroot-shim-userns"))
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(
+        opened(&out),
+        expect(&[("660", "ok"), ("660", "ok"), ("660", "EACCES")]),
+        "shim in a user namespace\n{}",
+        describe(&out)
+    );
+}

@@ -9,12 +9,16 @@
 //! them with `--mounted-library`, so the linker cache lists them (written by the hook, as for the
 //! shim) without mounting them a second time.
 //!
+//! For a container with a user namespace it makes the nodes named by `--node` itself, as copies
+//! the container owns (the runtime would bind the host's, seen owned by nobody there; see
+//! [`crate::inject::nodes`]).
+//!
 //! For the NRI plugin, whose adjustment cannot add a group to the process, it also gives the
 //! nodes named by `--group-node` (which the runtime made from `linux.devices`) to the process's
 //! group when the process lacks theirs ([`crate::inject::nodes::regroup`]).
 
-use devinject_devices::ContainerEdits;
 pub use devinject_devices::FinishArgs;
+use devinject_devices::{ContainerEdits, DeviceNode};
 use devinject_hostconfig::HostConfig;
 use std::io::Read;
 
@@ -57,6 +61,7 @@ pub fn finish(
                 }),
         )
         .chain(args.group_nodes.iter().map(|p| ("finish --group-node", p)))
+        .chain(args.nodes.iter().map(|p| ("finish --node", p)))
         .chain(
             args.forward_compat
                 .iter()
@@ -70,7 +75,20 @@ pub fn finish(
             }));
         }
     }
+    // Each node read again from the host, under the dev root the config names: its type,
+    // numbers, mode and owner are the host's, not the argument's.
+    let device_nodes = args
+        .nodes
+        .iter()
+        .map(|p| {
+            DeviceNode::from_host(p, &config.dev_root).map_err(|e| OciError::Invalid {
+                what: "finish --node".into(),
+                problem: e.to_string(),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let edits = ContainerEdits {
+        device_nodes,
         mounts: args.mounts.clone(),
         symlinks: args.links.clone(),
         ldcache_dirs: args.ldcache_dirs.clone(),

@@ -171,12 +171,12 @@ pub fn edit_bundle(
         .clone()
         .unwrap_or_else(devinject_devices::default_hook_path);
     let request_envs = admitted.request_env_names();
-    let finish = spec_edit::finish_hook(
-        &hook,
-        config_path,
-        &plan.edits,
-        spec_edit::GroupAccess::ProcessGroups,
-    );
+    let access = if spec_edit::has_user_namespace(&value) {
+        spec_edit::GroupAccess::OwnedCopies
+    } else {
+        spec_edit::GroupAccess::ProcessGroups
+    };
+    let finish = spec_edit::finish_hook(&hook, config_path, &plan.edits, access);
     spec_edit::apply(&mut value, &plan.edits, &request_envs, finish)?;
     let out = serde_json::to_vec(&value).map_err(|e| OciError::Parse {
         what: what.clone(),

@@ -91,7 +91,6 @@ pub fn apply(
 ) -> Result<(), SpecEditError> {
     let userns = has_user_namespace(spec);
     check_node_volumes(spec, edits)?;
-    let mut node_binds = Vec::new();
     {
         let linux = object(spec, "linux", "linux")?;
         let devices = array(linux, "devices", "linux.devices")?;
@@ -118,10 +117,10 @@ pub fn apply(
                     wanted: format!("{} {}:{}", n.kind, n.major, n.minor),
                 });
             }
-            if userns && n.host_path != n.container_path {
-                // In a user namespace the runtime bind-mounts a `linux.devices` node from the
-                // host path equal to its container path; ours lives elsewhere (dev_root).
-                node_binds.push(n);
+            if userns {
+                // In a user namespace the runtime would bind the host node, which the namespace
+                // sees owned by nobody: the finish step makes a copy the container owns
+                // (`GroupAccess::OwnedCopies`).
                 continue;
             }
             devices.push(json!({
@@ -153,29 +152,9 @@ pub fn apply(
             }
         }
     }
-    if !node_binds.is_empty() {
-        let root = spec.as_object_mut().ok_or(SpecEditError::Shape {
-            field: "(root)",
-            expected: "an object",
-        })?;
-        let mounts = array(root, "mounts", "mounts")?;
-        for n in node_binds {
-            let dest = n.container_path.to_string_lossy().into_owned();
-            if !mounts
-                .iter()
-                .any(|m| m.get("destination").and_then(Value::as_str) == Some(&dest))
-            {
-                mounts.push(json!({
-                    "destination": dest,
-                    "type": "bind",
-                    "source": n.host_path,
-                    "options": ["bind", "nosuid", "noexec"],
-                }));
-            }
-        }
-    }
     // A non-root process needs the groups that own group-only nodes. Not in a user namespace:
-    // there the host's gid may not be mapped, and setgroups would fail the start.
+    // there the host's gid may not be mapped, and setgroups would fail the start; the finish
+    // step gives each node's copy the process's own group instead.
     let gids = edits.additional_gids();
     if !gids.is_empty() && !userns {
         object(spec, "process", "process")?;
@@ -235,7 +214,8 @@ fn check_node_volumes(spec: &Value, edits: &ContainerEdits) -> Result<(), SpecEd
     Ok(())
 }
 
-fn has_user_namespace(spec: &Value) -> bool {
+/// Whether `spec` gives the container a user namespace of its own.
+pub fn has_user_namespace(spec: &Value) -> bool {
     spec.pointer("/linux/namespaces")
         .and_then(Value::as_array)
         .is_some_and(|ns| ns.iter().any(|n| n.get("type") == Some(&json!("user"))))
@@ -371,31 +351,35 @@ mod tests {
         );
     }
 
+    /// In a user namespace the runtime would bind each node from the host, seen owned by nobody:
+    /// the spec names none of them (the finish step makes copies the container owns), only
+    /// their cgroup rules, and the finish hook names every node's host path.
     #[test]
-    fn user_namespaces_get_nodes_from_elsewhere_as_bind_mounts() {
+    fn in_a_user_namespace_nodes_are_left_to_the_finish_step() {
         let mut spec: Value = serde_json::from_str(
             r#"{"ociVersion":"1.0.2","mounts":[],"linux":{"namespaces":[{"type":"user"}]}}"#,
         )
         .unwrap();
+        assert!(has_user_namespace(&spec));
         let mut e = edits();
         let mut same_path = e.device_nodes[0].clone();
         same_path.host_path = PathBuf::from("/dev/demo/ctl");
         same_path.container_path = PathBuf::from("/dev/demo/ctl");
         e.device_nodes.push(same_path);
-        apply(&mut spec, &e, &[], None).unwrap();
-        assert_eq!(
-            spec["mounts"],
-            json!([{
-                "destination": "/dev/demo/accel0",
-                "type": "bind",
-                "source": "/h/dev/demo/accel0",
-                "options": ["bind", "nosuid", "noexec"],
-            }])
-        );
-        let devices = spec["linux"]["devices"].as_array().unwrap();
-        assert_eq!(devices.len(), 1, "{devices:?}");
-        assert_eq!(devices[0]["path"], "/dev/demo/ctl");
+        let hook = finish_hook(Path::new("/hook"), None, &e, GroupAccess::OwnedCopies);
+        apply(&mut spec, &e, &[], hook).unwrap();
+        assert_eq!(spec["mounts"], json!([]));
+        assert_eq!(spec["linux"]["devices"], json!([]));
         assert_eq!(spec["linux"]["resources"]["devices"][0]["minor"], 237);
+        let args = spec["hooks"]["createRuntime"][0]["args"]
+            .as_array()
+            .unwrap();
+        let nodes: Vec<&str> = args
+            .windows(2)
+            .filter(|w| w[0] == "--node")
+            .filter_map(|w| w[1].as_str())
+            .collect();
+        assert_eq!(nodes, ["/h/dev/demo/accel0", "/dev/demo/ctl"]);
     }
 
     /// Two render-like nodes of group 107 and one of group 44, next to a world-usable one.

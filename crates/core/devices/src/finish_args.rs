@@ -24,6 +24,10 @@ pub struct FinishArgs {
     /// Container paths of `linux.devices` nodes to give to the process's group if it lacks
     /// theirs.
     pub group_nodes: Vec<PathBuf>,
+    /// Host paths of device nodes the finish step gives the container as copies it owns: in a
+    /// user namespace the runtime would bind the host node, which the namespace sees owned by
+    /// nobody.
+    pub nodes: Vec<PathBuf>,
 }
 
 /// How a non-root process comes to use a granted node only its group may use
@@ -35,6 +39,9 @@ pub enum GroupAccess {
     /// The finish step gives the node the runtime made to the process's own group (NRI, whose
     /// adjustment cannot add a group to the process).
     NodeGroup,
+    /// The container has a user namespace: the finish step makes every node, as a copy owned
+    /// by the ids the namespace maps for its owner and the process's group.
+    OwnedCopies,
 }
 
 impl FinishArgs {
@@ -42,8 +49,16 @@ impl FinishArgs {
     /// mount the files read-only, make the soname links, refresh the linker cache and, with
     /// [`GroupAccess::NodeGroup`], give group-only nodes to the process's group.
     pub fn after_runtime(edits: &ContainerEdits, access: GroupAccess) -> Self {
+        let nodes = match access {
+            GroupAccess::OwnedCopies => edits
+                .device_nodes
+                .iter()
+                .map(|n| n.host_path.clone())
+                .collect(),
+            GroupAccess::ProcessGroups | GroupAccess::NodeGroup => Vec::new(),
+        };
         let group_nodes = match access {
-            GroupAccess::ProcessGroups => Vec::new(),
+            GroupAccess::ProcessGroups | GroupAccess::OwnedCopies => Vec::new(),
             GroupAccess::NodeGroup => edits
                 .device_nodes
                 .iter()
@@ -57,14 +72,15 @@ impl FinishArgs {
             ldcache_dirs: edits.ldcache_dirs.clone(),
             forward_compat: edits.forward_compat.clone(),
             group_nodes,
+            nodes,
             ..Self::default()
         }
     }
 
     /// Parses `--mount HOST CONTAINER`, `--library HOST CONTAINER` (a mount the linker cache
     /// must list), `--mounted-library HOST CONTAINER` (a library the runtime mounted, for the
-    /// cache only), `--link PATH=TARGET`, `--ldcache-dir DIR` and `--group-node PATH`,
-    /// repeatable, and `--forward-compat DIR LIBRARY HOST_MAJOR` once.
+    /// cache only), `--link PATH=TARGET`, `--ldcache-dir DIR`, `--group-node PATH` and
+    /// `--node HOST`, repeatable, and `--forward-compat DIR LIBRARY HOST_MAJOR` once.
     pub fn parse(args: &[String]) -> Result<Self, String> {
         let mut out = Self::default();
         let mut it = args.iter();
@@ -103,6 +119,10 @@ impl FinishArgs {
                         it.next().ok_or("--group-node needs a container path")?,
                     ));
                 }
+                "--node" => {
+                    out.nodes
+                        .push(PathBuf::from(it.next().ok_or("--node needs a host path")?));
+                }
                 "--forward-compat" => {
                     const USAGE: &str = "--forward-compat needs DIR LIBRARY HOST_MAJOR";
                     let (Some(dir), Some(library), Some(major)) = (it.next(), it.next(), it.next())
@@ -128,7 +148,7 @@ impl FinishArgs {
 
     /// The arguments that [`FinishArgs::parse`] reads back into `self`: `--mount` or
     /// `--library` per mount (by its kind), `--mounted-library`, `--link`, `--ldcache-dir`,
-    /// `--group-node`, `--forward-compat`, in that order. A path that is not UTF-8 is written lossily (an OCI hook's
+    /// `--group-node`, `--node`, `--forward-compat`, in that order. A path that is not UTF-8 is written lossily (an OCI hook's
     /// arguments are JSON strings); the hook then reports the file it cannot find.
     pub fn to_args(&self) -> Vec<String> {
         let path = |p: &PathBuf| p.to_string_lossy().into_owned();
@@ -157,6 +177,9 @@ impl FinishArgs {
         }
         for g in &self.group_nodes {
             out.extend(["--group-node".to_owned(), path(g)]);
+        }
+        for n in &self.nodes {
+            out.extend(["--node".to_owned(), path(n)]);
         }
         if let Some(fc) = &self.forward_compat {
             out.extend([
@@ -225,6 +248,7 @@ mod tests {
         let g = FinishArgs::parse(&["--group-node".into(), "/dev/dri/renderD128".into()]).unwrap();
         assert_eq!(g.group_nodes, [PathBuf::from("/dev/dri/renderD128")]);
         assert!(FinishArgs::parse(&["--group-node".into()]).is_err());
+        assert!(FinishArgs::parse(&["--node".into()]).is_err());
     }
 
     #[test]
@@ -250,6 +274,7 @@ mod tests {
             }],
             ldcache_dirs: vec![PathBuf::from("/usr/lib")],
             group_nodes: vec![PathBuf::from("/dev/dri/renderD128")],
+            nodes: vec![PathBuf::from("/host/dev/kvm")],
             forward_compat: Some(ForwardCompat {
                 dir: PathBuf::from("/usr/local/cuda/compat"),
                 library: "libcuda.so".into(),
