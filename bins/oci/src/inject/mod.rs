@@ -157,6 +157,12 @@ impl Target {
         user.lacks_group(gid).then_some(user.gid)
     }
 
+    /// The group `node` has in the container: the process's where it lacks the node's
+    /// ([`Target::process_group_for`]), else the host's.
+    pub fn node_group(&self, node: &DeviceNode) -> u32 {
+        self.process_group_for(node).unwrap_or(node.gid)
+    }
+
     /// The container's id mappings (read from `/proc/<pid>/{uid,gid}_map`) when nodes are
     /// bound and it has a user namespace of its own, else `None`.
     pub fn id_maps(&self) -> Option<IdMaps> {
@@ -260,10 +266,7 @@ pub fn apply_on<P: Privileged>(
             .device_nodes
             .iter()
             .zip(sources.nodes)
-            .map(|(node, source)| {
-                let gid = target.process_group_for(node).unwrap_or(node.gid);
-                (node, source, gid)
-            })
+            .map(|(node, source)| (node, source, target.node_group(node)))
             .collect(),
         regroup,
         host_devs,
@@ -371,8 +374,7 @@ fn detached_sources<P: Privileged>(
         if let Some(maps) = id_maps {
             // The node as the hook would make it without a user namespace (the host's owner,
             // the process's group where it lacks the node's), owned by the host ids those are.
-            let gid = target.process_group_for(n).unwrap_or(n.gid);
-            let why = match maps.uid.to_host(n.uid).zip(maps.gid.to_host(gid)) {
+            let why = match maps.uid.to_host(n.uid).zip(maps.gid.to_host(target.node_group(n))) {
                 Some((host_uid, host_gid)) => match host.owned_node(n, host_uid, host_gid)? {
                     Some(copy) => {
                         nodes.push(Some(copy));
@@ -419,7 +421,7 @@ fn refuse_unless_usable_by_others(
         path: node.host_path.clone(),
         mode: node.mode,
         uid: node.uid,
-        gid: target.process_group_for(node).unwrap_or(node.gid),
+        gid: target.node_group(node),
         why,
     })
 }

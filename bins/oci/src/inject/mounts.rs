@@ -15,7 +15,7 @@ use nix::fcntl::OFlag;
 use nix::mount::MsFlags;
 use nix::sys::stat::{fstat, Mode, SFlag};
 
-use devinject_devices::{DeviceKind, DeviceNode};
+use devinject_devices::DeviceNode;
 
 use super::at_name::{self, AtName};
 use super::ns_calls::NsCalls;
@@ -104,10 +104,7 @@ pub fn owned_node(node: &DeviceNode, uid: u32, gid: u32) -> Result<Option<Source
         Err(errno) => return Err(err(errno)),
     };
     let name = Path::new("node");
-    let kind = match node.kind {
-        DeviceKind::Char => SFlag::S_IFCHR,
-        DeviceKind::Block => SFlag::S_IFBLK,
-    };
+    let kind = super::nodes::file_type(node.kind);
     let perm = Mode::from_bits_truncate(node.mode & 0o777);
     let rdev = devinject_devices::node::makedev(node.major, node.minor);
     nix::sys::stat::mknodat(&tmp, name, kind, perm, rdev).map_err(err)?;

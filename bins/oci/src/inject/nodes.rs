@@ -158,7 +158,7 @@ fn regroup_refusal(node: &DeviceNode, found: &Found, host_devs: &[(u32, u32)]) -
 }
 
 /// The file type bits of a node of `kind`.
-fn file_type(kind: DeviceKind) -> SFlag {
+pub fn file_type(kind: DeviceKind) -> SFlag {
     match kind {
         DeviceKind::Char => SFlag::S_IFCHR,
         DeviceKind::Block => SFlag::S_IFBLK,

@@ -1,10 +1,11 @@
 //! The privileged operations the applier needs, behind one trait.
 //!
-//! [`super::apply_on`] decides; a [`Privileged`] implementation acts. [`System`] is this machine (namespaces opened
-//! through `/proc`, detached mount trees, a forked child in the container's mount namespace, the
-//! host's static ldconfig); the applier's unit tests use a recording host instead, so every
-//! decision is checked without root. What the child does in the namespace is one value,
-//! [`Work`], that [`System`] performs there and a recording host keeps.
+//! [`super::apply_on`] decides; a [`Privileged`] implementation acts. [`System`] is this
+//! machine (namespaces opened through `/proc`, detached mount trees, a forked child in the
+//! container's mount namespace, the host's static ldconfig); the applier's unit tests use a
+//! recording host instead, so every decision is checked without root. What the child does in
+//! the namespace is one value, [`Work`], that [`System`] performs there and a recording host
+//! keeps.
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};

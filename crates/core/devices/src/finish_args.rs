@@ -47,24 +47,22 @@ pub enum GroupAccess {
 impl FinishArgs {
     /// What is left to do after the runtime applied `edits` as the shim and NRI write them:
     /// mount the files read-only, make the soname links, refresh the linker cache and, with
-    /// [`GroupAccess::NodeGroup`], give group-only nodes to the process's group.
+    /// [`GroupAccess::NodeGroup`], give group-only nodes to the process's group, or with
+    /// [`GroupAccess::OwnedCopies`], make every node as a copy the container owns.
     pub fn after_runtime(edits: &ContainerEdits, access: GroupAccess) -> Self {
-        let nodes = match access {
-            GroupAccess::OwnedCopies => edits
-                .device_nodes
-                .iter()
-                .map(|n| n.host_path.clone())
-                .collect(),
-            GroupAccess::ProcessGroups | GroupAccess::NodeGroup => Vec::new(),
-        };
-        let group_nodes = match access {
-            GroupAccess::ProcessGroups | GroupAccess::OwnedCopies => Vec::new(),
-            GroupAccess::NodeGroup => edits
-                .device_nodes
-                .iter()
-                .filter(|n| n.access_group().is_some())
-                .map(|n| n.container_path.clone())
-                .collect(),
+        let granted = edits.device_nodes.iter();
+        let (group_nodes, nodes) = match access {
+            GroupAccess::ProcessGroups => (Vec::new(), Vec::new()),
+            GroupAccess::NodeGroup => (
+                granted
+                    .filter(|n| n.access_group().is_some())
+                    .map(|n| n.container_path.clone())
+                    .collect(),
+                Vec::new(),
+            ),
+            GroupAccess::OwnedCopies => {
+                (Vec::new(), granted.map(|n| n.host_path.clone()).collect())
+            }
         };
         Self {
             mounts: edits.mounts.clone(),
