@@ -1,4 +1,4 @@
-//! How sure a ratio of medians is: a 95% interval by resampling rounds.
+//! How sure a ratio or a difference of medians is: a 95% interval by resampling rounds.
 //!
 //! The benchmarks that alternate their variants within rounds take one sample of each variant
 //! per round, so sample `i` of every variant was taken at about the same time, under the same
@@ -17,6 +17,24 @@ pub const RESAMPLES: usize = 2000;
 /// the rounds (paired by index; the shorter length is used). `None` with fewer than two rounds.
 /// Deterministic: the same samples give the same interval.
 pub fn ratio_of_medians(a: &Samples, base: &Samples, resamples: usize) -> Option<(f64, f64)> {
+    paired(a, base, resamples, |a, b| a.ratio_to(b))
+}
+
+/// The 2.5% and 97.5% quantiles of `median(a) - median(base)`, in milliseconds, resampled as
+/// [`ratio_of_medians`] does: how sure "what `a` adds to `base`" is.
+pub fn difference_of_medians(a: &Samples, base: &Samples, resamples: usize) -> Option<(f64, f64)> {
+    paired(a, base, resamples, |a, b| {
+        (a.median().as_secs_f64() - b.median().as_secs_f64()) * 1e3
+    })
+}
+
+/// The 95% interval of `statistic(a, base)` over resamples of whole rounds.
+fn paired(
+    a: &Samples,
+    base: &Samples,
+    resamples: usize,
+    statistic: impl Fn(&Samples, &Samples) -> f64,
+) -> Option<(f64, f64)> {
     let a = a.values();
     let b = base.values();
     let n = a.len().min(b.len());
@@ -24,19 +42,19 @@ pub fn ratio_of_medians(a: &Samples, base: &Samples, resamples: usize) -> Option
         return None;
     }
     let mut rng = SplitMix64(0x5eed_0fde_711e_7c00);
-    let mut ratios: Vec<f64> = (0..resamples)
+    let mut values: Vec<f64> = (0..resamples)
         .map(|_| {
             let rounds: Vec<usize> = (0..n).map(|_| rng.below(n)).collect();
             let pick = |v: &[Duration]| rounds.iter().map(|&i| v[i]).collect::<Samples>();
-            pick(a).ratio_to(&pick(b))
+            statistic(&pick(a), &pick(b))
         })
         .filter(|r| r.is_finite())
         .collect();
-    if ratios.is_empty() {
+    if values.is_empty() {
         return None;
     }
-    ratios.sort_by(f64::total_cmp);
-    let at = |q: f64| ratios[((q * ratios.len() as f64) as usize).min(ratios.len() - 1)];
+    values.sort_by(f64::total_cmp);
+    let at = |q: f64| values[((q * values.len() as f64) as usize).min(values.len() - 1)];
     Some((at(0.025), at(0.975)))
 }
 
@@ -95,6 +113,22 @@ mod tests {
         assert!(
             lh - ll > th - tl,
             "loose [{ll}, {lh}] not wider than tight [{tl}, {th}]"
+        );
+    }
+
+    #[test]
+    fn a_constant_difference_has_a_point_interval_in_milliseconds() {
+        let base = samples(&[30, 34, 31, 40, 33]);
+        let a = samples(&[32, 36, 33, 42, 35]);
+        let (lo, hi) = difference_of_medians(&a, &base, 500).expect("interval");
+        assert!(
+            (lo - 2.0).abs() < 1e-9 && (hi - 2.0).abs() < 1e-9,
+            "{lo} {hi}"
+        );
+        let (lo, hi) = difference_of_medians(&base, &a, 500).expect("interval");
+        assert!(
+            (lo + 2.0).abs() < 1e-9 && (hi + 2.0).abs() < 1e-9,
+            "{lo} {hi}"
         );
     }
 

@@ -6,7 +6,10 @@
 //! with `DEVINJECT_VENDOR_STACKS=$(scripts/vendor-stacks-fetch.sh)` and
 //! `DEVINJECT_NVIDIA_TOOLKIT=$(scripts/nvidia-toolkit-build.sh)`): `nvidia-toolkit-bench
 //! [--rounds 30] [--warmup 3]`. Each round starts `/bin/true` once on every path, in turn, each
-//! round one path further along: plain runc with no device twice (the A/A pair),
+//! round one path further along: plain runc with no device twice (the A/A pair), native (runc
+//! given, in `config.json`, the device nodes and device rules the shim writes there and the
+//! files its finish step mounts, as read-only bind mounts, nothing run at start: what runc
+//! itself costs for the same injection, less the links and the linker cache),
 //! `nvidia-container-runtime` in `cdi` mode with NVIDIA's management spec (`nvidia.com/gpu=all`:
 //! every file of the driver), `devinject-hook` as runc's createRuntime hook and the shim
 //! `devinject-runtime` in front of runc, both asked for GPU 0 with
@@ -20,7 +23,8 @@
 //! the whole cycle, the CPU per cycle (user + system of every process waited for: the runtimes,
 //! runc, the hooks and what they ran), the inodes each start left in its upper layer, and the
 //! files the container sees injected (bind mounts beyond plain runc's, and `/dev/nvidia*`
-//! nodes), from one untimed start. Prints Markdown. Exit codes: 0 measured, 1 the benchmark
+//! nodes), from one untimed start; then what each path adds over native and over no device, in
+//! CPU and start time, as differences of medians with 95% intervals. Prints Markdown. Exit codes: 0 measured, 1 the benchmark
 //! failed, 2 not root or a prerequisite missing.
 
 use std::path::{Path, PathBuf};
@@ -29,9 +33,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use devinject_bench::interval::{difference_of_medians, RESAMPLES};
 use devinject_bench::overlay::FreshRootfs;
 use devinject_bench::scratch::{LayerFs, Scratch};
 use devinject_bench::stats::{children_cpu, short, Samples};
+use devinject_devices::FinishInvocation;
 use devinject_tests::bins::bin;
 use devinject_tests::nvidia_toolkit::{cycle, InstalledStacks, Toolkit, TOOLKIT_ENV};
 use devinject_tests::runc::{runc_path, shim_command, Bundle};
@@ -72,26 +78,29 @@ enum Parts {
 /// The paths, in the order of the first round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
+    NoDevice,
+    NoDeviceAgain,
     Native,
-    NativeAgain,
     Nvidia,
     Hook,
     Shim,
 }
 
-const ROUTES: [Route; 5] = [
+const ROUTES: [Route; 6] = [
+    Route::NoDevice,
     Route::Native,
     Route::Nvidia,
     Route::Hook,
     Route::Shim,
-    Route::NativeAgain,
+    Route::NoDeviceAgain,
 ];
 
 impl Route {
     fn name(self) -> &'static str {
         match self {
-            Self::Native => "runc, no device",
-            Self::NativeAgain => "runc, no device, again (A/A)",
+            Self::NoDevice => "runc, no device",
+            Self::NoDeviceAgain => "runc, no device, again (A/A)",
+            Self::Native => "native: runc, the same nodes and files in config.json",
             Self::Nvidia => "nvidia-container-runtime, cdi mode",
             Self::Hook => "devinject-hook",
             Self::Shim => "devinject-runtime (shim)",
@@ -100,8 +109,9 @@ impl Route {
 
     fn slug(self) -> &'static str {
         match self {
+            Self::NoDevice => "no-device",
+            Self::NoDeviceAgain => "no-device-again",
             Self::Native => "native",
-            Self::NativeAgain => "native-again",
             Self::Nvidia => "nvidia",
             Self::Hook => "hook",
             Self::Shim => "shim",
@@ -182,6 +192,14 @@ fn bench(cli: &Cli, stacks: &Path, toolkit: &Toolkit) -> Result<String> {
             )
         })
         .collect::<Result<Vec<_>>>()?;
+    let edits = ShimEdits::read(&cases, &lower, &scratch)?;
+    edits.give(
+        &mut cases
+            .iter_mut()
+            .find(|c| c.route == Route::Native)
+            .expect("the native case")
+            .bundle,
+    );
     // One untimed start each with a probe as the process: what the container sees injected.
     let probe =
         "echo mounts $(wc -l < /proc/self/mountinfo); echo nodes $(ls /dev | grep -c '^nvidia')";
@@ -252,7 +270,7 @@ fn case(
     };
     bundle.spec["root"]["path"] = serde_json::json!(dir.join("rootfs"));
     let runtime = match route {
-        Route::Native | Route::NativeAgain => vec![runc.to_owned()],
+        Route::NoDevice | Route::NoDeviceAgain | Route::Native => vec![runc.to_owned()],
         Route::Nvidia => {
             bundle.env("NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all");
             toolkit.runtime_command(config)
@@ -280,6 +298,66 @@ fn case(
         inodes: Vec::new(),
         injected: 0,
     })
+}
+
+/// What the shim asks for its request, read from `config.json` after one untimed start: the
+/// device nodes and device rules it writes there, and the files its finish step mounts, which
+/// the native case is given as read-only bind mounts in the spec. The finish step's soname
+/// links and linker cache have no spec field, so native goes without them.
+struct ShimEdits {
+    nodes: serde_json::Value,
+    rules: serde_json::Value,
+    mounts: serde_json::Value,
+}
+
+impl ShimEdits {
+    fn read(cases: &[Case], lower: &Path, scratch: &Scratch) -> Result<Self> {
+        let shim = cases
+            .iter()
+            .find(|c| c.route == Route::Shim)
+            .expect("the shim case");
+        start(shim, &shim.bundle, lower, scratch, "edits")?;
+        let path = shim.bundle.dir.join("config.json");
+        let edited: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)
+            .with_context(|| format!("read {}", path.display()))?;
+        let nodes = edited["linux"]["devices"].clone();
+        if nodes.as_array().is_none_or(Vec::is_empty) {
+            bail!("the shim wrote no device nodes into {}", path.display());
+        }
+        let finish = edited["hooks"]
+            .as_object()
+            .into_iter()
+            .flat_map(|stages| stages.values())
+            .filter_map(serde_json::Value::as_array)
+            .flatten()
+            .filter_map(|hook| {
+                let argv: Vec<String> = serde_json::from_value(hook["args"].clone()).ok()?;
+                FinishInvocation::parse_argv(&argv).ok()
+            })
+            .map(|(_, args)| args)
+            .next()
+            .with_context(|| format!("no finish step in {}", path.display()))?;
+        let mut mounts = edited["mounts"].as_array().cloned().unwrap_or_default();
+        mounts.extend(finish.mounts.iter().map(|m| {
+            serde_json::json!({
+                "destination": m.container_path,
+                "source": m.host_path,
+                "type": "bind",
+                "options": ["rbind", "ro", "nosuid", "nodev"],
+            })
+        }));
+        Ok(Self {
+            nodes,
+            rules: edited["linux"]["resources"]["devices"].clone(),
+            mounts: serde_json::Value::Array(mounts),
+        })
+    }
+
+    fn give(self, bundle: &mut Bundle) {
+        bundle.spec["linux"]["devices"] = self.nodes;
+        bundle.spec["linux"]["resources"]["devices"] = self.rules;
+        bundle.spec["mounts"] = self.mounts;
+    }
 }
 
 /// One start of `c` with the spec of `b`, on a fresh overlay (upper layer `scratch/<slug>-<id>`):
@@ -368,6 +446,36 @@ fn render(cli: &Cli, cases: &[Case], runc: &str) -> String {
             c.cpu.ratio_to(&nvidia.cpu),
             median(&c.inodes),
             c.injected,
+        ));
+    }
+    let find = |route: Route| {
+        cases
+            .iter()
+            .find(|c| c.route == route)
+            .expect("every route has a case")
+    };
+    let (native, no_device) = (find(Route::Native), find(Route::NoDevice));
+    let added = |a: &Samples, b: &Samples| {
+        let point = (a.median().as_secs_f64() - b.median().as_secs_f64()) * 1e3;
+        match difference_of_medians(a, b, RESAMPLES) {
+            Some((lo, hi)) => format!("{point:+.1} [{lo:+.1}, {hi:+.1}]"),
+            None => format!("{point:+.1}"),
+        }
+    };
+    t.push_str(
+        "\nWhat each path adds, median minus median (ms), with the 95% interval from resampling \
+         the rounds:\n\n\
+         | path | CPU over native | CPU over no device | start over native | start over no device |\n\
+         |---|---|---|---|---|\n",
+    );
+    for c in cases.iter().filter(|c| c.route != Route::NoDevice) {
+        t.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            c.route.name(),
+            added(&c.cpu, &native.cpu),
+            added(&c.cpu, &no_device.cpu),
+            added(&c.started, &native.started),
+            added(&c.started, &no_device.started),
         ));
     }
     t
