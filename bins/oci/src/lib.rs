@@ -28,3 +28,12 @@ pub mod run;
 pub mod shim;
 #[allow(unsafe_code)]
 mod sys;
+
+/// The allocator of the musl builds (scripts/release-build.sh). musl's own returns memory to
+/// the kernel as soon as a group of its blocks empties: on the NVIDIA 535 node `perf` put a
+/// fifth of the shim's CPU per create in the `mmap` and `munmap` under `malloc` and `free`.
+/// dlmalloc keeps what it took (docs/benchmarks.md, "NVIDIA's Container Toolkit against
+/// devinject"). The glibc builds keep glibc's allocator.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
