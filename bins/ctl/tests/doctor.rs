@@ -338,3 +338,104 @@ fn an_obsolete_pod_resources_helper_key_is_a_warning() {
         found[0]
     );
 }
+
+/// `--user`: which devices one host user can open with no devinject step at start, from the
+/// nodes' owner, group and mode. A node open to all is usable; a group-only node is not for a
+/// user outside the group (the finding names the node, its owner, group and mode and the fix),
+/// and is through a supplementary group only with the engine keeping that group; a name
+/// `/etc/passwd` lacks is an error.
+#[test]
+fn doctor_tells_which_devices_one_user_can_open_and_why() {
+    if !(require_root() && require_binary("gcc")) {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let host = sim::demo_host(tmp.path(), &["demo"]).expect("simulated host");
+    let run = |user: &str| {
+        doctor::run(&DoctorRequest {
+            host_config: Some(host.config.clone()),
+            user: Some(user.to_owned()),
+            ..DoctorRequest::default()
+        })
+        .findings
+    };
+    // A uid /etc/passwd has no line for: a user namespace's root, as userns-remap maps it.
+    let open = run("4242");
+    let ok = find(&open, Section::Access, Severity::Ok);
+    assert_eq!(ok.len(), 1, "{open:#?}");
+    assert!(
+        ok[0]
+            .message
+            .starts_with("demo: user 4242 (uid 4242) can read and write ")
+            && ok[0].message.ends_with("(as any user may)"),
+        "{ok:#?}"
+    );
+
+    let screen = Command::new(env!("CARGO_BIN_EXE_devinject-ctl"))
+        .args(["doctor", "--refusals", "0", "--user", "4242", "--config"])
+        .arg(&host.config)
+        .output()
+        .expect("run devinject-ctl doctor");
+    let text = String::from_utf8_lossy(&screen.stdout);
+    assert!(
+        text.contains("access for one user\n  ok     demo: user 4242 (uid 4242) can read"),
+        "{}",
+        show(&screen)
+    );
+
+    let ctl = host.dev_root.join("demo/ctl");
+    nix::unistd::chown(&ctl, Some(0.into()), Some(4243.into())).expect("chown ctl");
+    std::fs::set_permissions(&ctl, std::fs::Permissions::from_mode(0o660)).expect("chmod ctl");
+    let closed = run("4242");
+    let warned = find(&closed, Section::Access, Severity::Warning);
+    assert_eq!(warned.len(), 1, "{closed:#?}");
+    assert_eq!(
+        warned[0].message,
+        format!(
+            "demo: user 4242 (uid 4242) cannot read and write {} (0:4243 0660) without \
+             devinject's hook or shim",
+            ctl.display()
+        )
+    );
+    assert!(
+        warned[0]
+            .fix
+            .as_deref()
+            .is_some_and(|f| f.contains("udev rule")),
+        "{warned:#?}"
+    );
+
+    let found = doctor::devices::check(
+        &DoctorRequest::default(),
+        &devinject_hostconfig::HostConfig::load(Some(&host.config)).expect("host config"),
+        &[
+            devinject_devices::Profile::load(&host.profiles_dir.join("demo.toml"))
+                .expect("demo profile"),
+        ],
+        &mut doctor::DoctorReport::default(),
+    );
+    let member = doctor::access::HostUser {
+        shown: "4242".into(),
+        uid: 4242,
+        gid: Some(4242),
+        groups: vec![4243],
+    };
+    let mut report = doctor::DoctorReport::default();
+    doctor::access::check(&DoctorRequest::default(), &member, &found, &mut report);
+    let info = find(&report.findings, Section::Access, Severity::Info);
+    assert_eq!(info.len(), 1, "{report:#?}");
+    assert!(
+        info[0]
+            .fix
+            .as_deref()
+            .is_some_and(|f| f.contains("--group-add keep-groups")),
+        "{info:#?}"
+    );
+
+    let unknown = run("no-such-user-here");
+    let errors = find(&unknown, Section::Access, Severity::Error);
+    assert_eq!(errors.len(), 1, "{unknown:#?}");
+    assert!(errors[0]
+        .message
+        .starts_with("no user no-such-user-here in /etc/passwd"));
+}

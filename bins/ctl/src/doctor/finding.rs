@@ -18,6 +18,8 @@ pub enum Section {
     Profiles,
     /// Devices found per profile.
     Devices,
+    /// Which devices one host user can open without devinject's hook or shim.
+    Access,
     /// Driver libraries, binaries and files per profile.
     Libraries,
     /// Our CDI specs, fresh or stale.
@@ -40,6 +42,7 @@ impl Section {
             Section::HostConfig => "host configuration",
             Section::Profiles => "profiles",
             Section::Devices => "devices",
+            Section::Access => "access for one user",
             Section::Libraries => "libraries",
             Section::Cdi => "CDI specs",
             Section::Ldconfig => "ldconfig",

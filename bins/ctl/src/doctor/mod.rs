@@ -10,6 +10,8 @@
 //! - [`host_config`]: `/etc/devinject/config.toml`, parsed exactly as the hook and shim parse it;
 //! - [`profiles`], [`devices`], [`libraries`]: every profile loads, what discovery finds for it,
 //!   and whether its driver files resolve;
+//! - [`access`], with `--user`: which devices that host user can open with no devinject step at
+//!   start (a rootless engine, a user namespace's root mapped to it), and why;
 //! - [`cdi_specs`]: our CDI specs in the CDI directories are what `cdi generate` would write
 //!   now (no device gone or missing, no stale content);
 //! - [`ldconfig`]: the `ldconfig` the hook runs in containers exists and is statically linked;
@@ -21,6 +23,7 @@
 //! report itself serialises to JSON. Which findings are errors and which are warnings is
 //! documented in docs/runtime-config.md.
 
+pub mod access;
 pub mod cdi_specs;
 pub mod cgroup;
 pub mod devices;
@@ -68,6 +71,8 @@ pub struct DoctorRequest {
     pub cdi_dirs: Vec<PathBuf>,
     /// How many of the last refused starts to show from the decision log (0: none).
     pub refusals: usize,
+    /// A host user (name or uid) to tell which devices it can open ([`access`]).
+    pub user: Option<String>,
 }
 
 impl Default for DoctorRequest {
@@ -82,6 +87,7 @@ impl Default for DoctorRequest {
                 .map(PathBuf::from)
                 .collect(),
             refusals: refusals::DEFAULT_COUNT,
+            user: None,
         }
     }
 }
@@ -135,6 +141,12 @@ pub fn run(req: &DoctorRequest) -> DoctorReport {
     let engines = engines::check(req, &cgroups, &mut report);
     let profiles = profiles::check(req, &host, &mut report);
     let found = devices::check(req, &host, &profiles, &mut report);
+    if let Some(spec) = &req.user {
+        match access::HostUser::resolve(req, spec) {
+            Ok(user) => access::check(req, &user, &found, &mut report),
+            Err(e) => report.add(Section::Access, spec, Severity::Error, e.to_string(), None),
+        }
+    }
     let needs_ldconfig = libraries::check(req, &host, &found, &mut report);
     cdi_specs::check(req, &host, &profiles, &mut report);
     ldconfig::check(req, &host, needs_ldconfig, &mut report);

@@ -5,34 +5,21 @@ use std::fmt::Write;
 
 use crate::doctor::{DoctorReport, Section, Severity};
 
-const SECTIONS: [Section; 11] = [
-    Section::Cgroup,
-    Section::Runtimes,
-    Section::Engines,
-    Section::HostConfig,
-    Section::Profiles,
-    Section::Devices,
-    Section::Libraries,
-    Section::Cdi,
-    Section::Ldconfig,
-    Section::Kubelet,
-    Section::Refusals,
-];
-
 /// Renders `report`; the last line says whether the host is broken (`strict`: warnings count).
 pub fn render(report: &DoctorReport, strict: bool) -> String {
     let mut out = String::new();
-    for section in SECTIONS {
-        let mut findings = report.section(section).peekable();
-        if findings.peek().is_none() {
-            continue;
+    // In the sections' declared order; within one, in the order found.
+    let mut sorted: Vec<_> = report.findings.iter().collect();
+    sorted.sort_by_key(|f| f.section);
+    let mut shown: Option<Section> = None;
+    for f in sorted {
+        if shown != Some(f.section) {
+            let _ = writeln!(out, "{}", f.section.title());
+            shown = Some(f.section);
         }
-        let _ = writeln!(out, "{}", section.title());
-        for f in findings {
-            let _ = writeln!(out, "  {:<5}  {}", f.severity.label(), f.message);
-            if let Some(fix) = &f.fix {
-                let _ = writeln!(out, "         fix: {fix}");
-            }
+        let _ = writeln!(out, "  {:<5}  {}", f.severity.label(), f.message);
+        if let Some(fix) = &f.fix {
+            let _ = writeln!(out, "         fix: {fix}");
         }
     }
     let errors = report.count(Severity::Error);

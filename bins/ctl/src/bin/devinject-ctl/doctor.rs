@@ -28,6 +28,11 @@ pub struct DoctorArgs {
     /// (`decision_log_dir`); 0 for none.
     #[arg(long, value_name = "N", default_value_t = doctor::refusals::DEFAULT_COUNT)]
     refusals: usize,
+    /// A host user (name or uid): say which devices it can open with no devinject step at start
+    /// (rootless podman run by it, or a user namespace whose root it is, as docker's
+    /// userns-remap maps root to a subordinate uid), and why.
+    #[arg(long, value_name = "USER")]
+    user: Option<String>,
     /// Print the findings as JSON.
     #[arg(long)]
     json: bool,
@@ -50,6 +55,7 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         kubelet_dir: args.kubelet_dir.clone(),
         cdi_dirs: args.cdi_dirs.clone(),
         refusals: args.refusals,
+        user: args.user.clone(),
         ..DoctorRequest::default()
     };
     let report = doctor::run(&req);

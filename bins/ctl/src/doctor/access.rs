@@ -1,0 +1,389 @@
+//! Which devices one host user can open with no devinject step at start: a rootless engine
+//! (podman run by that user, with the CDI specs `cdi generate` wrote), or the root of a user
+//! namespace whose host id is that user (docker's `userns-remap` maps it to a subordinate id).
+//!
+//! There the engine binds the host's node into the container, and the kernel checks the
+//! process's host ids against the node's owner, group and mode: a user namespace gives no more
+//! than the host user has (user_namespaces(7), "Interaction of user namespaces and other types
+//! of namespaces"; inode permission checks map ids, not rights). devinject's hook and shim give a
+//! user-namespaced container its own copy of each node, owned by the ids the namespace maps
+//! (docs/security.md), so this answer is about the paths without them.
+
+use std::io::Read;
+use std::path::Path;
+
+use devinject_devices::{DeviceNode, Inventory, Profile};
+
+use crate::doctor::{DoctorReport, DoctorRequest, Section, Severity};
+
+/// The longest `/etc/passwd` or `/etc/group` read.
+const MAX_ACCOUNTS_BYTES: u64 = 16 << 20;
+
+/// Read and write: what an accelerator's node is opened for.
+const READ_WRITE: u32 = 0o6;
+
+/// A host user as the kernel checks it: its uid, its primary group and the groups it is a
+/// member of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostUser {
+    /// How the user was named on the command line (a name or a number).
+    pub shown: String,
+    /// The user id.
+    pub uid: u32,
+    /// The primary group, when `/etc/passwd` names the user.
+    pub gid: Option<u32>,
+    /// Supplementary groups, from the member lists of `/etc/group`.
+    pub groups: Vec<u32>,
+}
+
+/// Why a user could not be resolved.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum UserError {
+    /// The name is in no line of `/etc/passwd`.
+    #[error("no user {name} in {passwd}: name the user as /etc/passwd does, or give its uid")]
+    Unknown {
+        /// The name given.
+        name: String,
+        /// The file read.
+        passwd: String,
+    },
+    /// `/etc/passwd` could not be read.
+    #[error("cannot read {path}: {message}")]
+    Read {
+        /// The file.
+        path: String,
+        /// What failed.
+        message: String,
+    },
+}
+
+/// How a user reaches a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// The host's root: permission checks pass.
+    Root,
+    /// The node's owner, through the owner bits.
+    Owner,
+    /// Through the node's group, which is the user's primary group.
+    PrimaryGroup,
+    /// Through the node's group, of which the user is a supplementary member: only where the
+    /// engine keeps the user's supplementary groups.
+    SupplementaryGroup,
+    /// Through the bits for others.
+    Others,
+    /// Not at all.
+    Denied,
+}
+
+impl Access {
+    /// Whether the kernel lets the user open the node for reading and writing.
+    pub fn allowed(self) -> bool {
+        self != Access::Denied
+    }
+}
+
+/// How `user` reaches `node`: the first class of the node's mode that applies, as the kernel
+/// picks it (owner, else group, else others; a class that applies but lacks the bits denies).
+pub fn access(node: &DeviceNode, user: &HostUser) -> Access {
+    let bits = |shift: u32| (node.mode >> shift) & READ_WRITE == READ_WRITE;
+    let (class, shift) = if user.uid == 0 {
+        return Access::Root;
+    } else if node.uid == user.uid {
+        (Access::Owner, 6)
+    } else if user.gid == Some(node.gid) {
+        (Access::PrimaryGroup, 3)
+    } else if user.groups.contains(&node.gid) {
+        (Access::SupplementaryGroup, 3)
+    } else {
+        (Access::Others, 0)
+    };
+    if bits(shift) {
+        class
+    } else {
+        Access::Denied
+    }
+}
+
+/// Reads `path` whole, bounded.
+fn read_accounts(path: &Path) -> std::io::Result<String> {
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_ACCOUNTS_BYTES)
+        .read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// The `name:x:id:...` line of `text` whose field `key` (0 for the name, 2 for the id) is
+/// `value`, split into fields.
+fn account<'a>(text: &'a str, key: usize, value: &str) -> Option<Vec<&'a str>> {
+    text.lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.len() > 3 && f[key] == value)
+}
+
+impl HostUser {
+    /// Resolves `spec` (a user name or a uid) with the host's `/etc/passwd` and `/etc/group`
+    /// under `req`'s root. A uid in no line of `/etc/passwd` (a subordinate id a user namespace
+    /// maps to) is a user with no groups.
+    pub fn resolve(req: &DoctorRequest, spec: &str) -> Result<Self, UserError> {
+        let passwd_path = req.access(Path::new("/etc/passwd"));
+        let passwd = match read_accounts(&passwd_path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => {
+                return Err(UserError::Read {
+                    path: "/etc/passwd".into(),
+                    message: e.to_string(),
+                })
+            }
+        };
+        let line = match spec.parse::<u32>() {
+            Ok(uid) => account(&passwd, 2, &uid.to_string()),
+            Err(_) => Some(account(&passwd, 0, spec).ok_or_else(|| UserError::Unknown {
+                name: spec.to_owned(),
+                passwd: "/etc/passwd".into(),
+            })?),
+        };
+        let uid = match (&line, spec.parse::<u32>()) {
+            (_, Ok(uid)) => uid,
+            (Some(f), Err(_)) => f[2].parse().map_err(|_| UserError::Read {
+                path: "/etc/passwd".into(),
+                message: format!("the uid of {spec} is not a number: {}", f[2]),
+            })?,
+            (None, Err(_)) => unreachable!("a name in no line was refused above"),
+        };
+        let gid = line.as_ref().and_then(|f| f[3].parse().ok());
+        let name = line.as_ref().map(|f| f[0]);
+        // A missing /etc/group leaves the user with its primary group only.
+        let group = read_accounts(&req.access(Path::new("/etc/group"))).unwrap_or_default();
+        let groups = match name {
+            Some(name) => group
+                .lines()
+                .map(|l| l.split(':').collect::<Vec<_>>())
+                .filter(|f| f.len() > 3 && f[3].split(',').any(|m| m == name))
+                .filter_map(|f| f[2].parse().ok())
+                .collect(),
+            None => Vec::new(),
+        };
+        Ok(HostUser {
+            shown: spec.to_owned(),
+            uid,
+            gid,
+            groups,
+        })
+    }
+}
+
+/// A node as `owner:group mode`, with the group's name where `/etc/group` has it.
+fn describe(node: &DeviceNode, group_names: &str) -> String {
+    let group = account(group_names, 2, &node.gid.to_string())
+        .map(|f| f[0].to_owned())
+        .unwrap_or_else(|| node.gid.to_string());
+    format!(
+        "{} ({}:{} {:04o})",
+        node.host_path.display(),
+        node.uid,
+        group,
+        node.mode & 0o7777
+    )
+}
+
+/// Adds, for each profile with devices, whether `user` can open every node a container asking
+/// for one of them gets, and why.
+pub fn check(
+    req: &DoctorRequest,
+    user: &HostUser,
+    found: &[(Profile, Inventory)],
+    report: &mut DoctorReport,
+) {
+    let group_names = read_accounts(&req.access(Path::new("/etc/group"))).unwrap_or_default();
+    let who = format!("user {} (uid {})", user.shown, user.uid);
+    for (profile, inventory) in found {
+        let name = profile.name.as_str();
+        let Some(device) = inventory.devices.first() else {
+            continue;
+        };
+        let nodes: Vec<&DeviceNode> = device
+            .nodes
+            .iter()
+            .chain(&inventory.control_nodes)
+            .collect();
+        let denied: Vec<String> = nodes
+            .iter()
+            .filter(|n| !access(n, user).allowed())
+            .map(|n| describe(n, &group_names))
+            .collect();
+        if !denied.is_empty() {
+            report.add(
+                Section::Access,
+                name,
+                Severity::Warning,
+                format!(
+                    "{name}: {who} cannot read and write {} without devinject's hook or shim",
+                    denied.join(", ")
+                ),
+                Some(
+                    "give the node to a group the user is in with a udev rule (GROUP=, MODE=\"0660\") \
+                     and add the user to it, or start the container through devinject's hook or \
+                     shim, which give a user-namespaced container a copy of the node it owns"
+                        .to_string(),
+                ),
+            );
+            continue;
+        }
+        let through_supplementary: Vec<String> = nodes
+            .iter()
+            .filter(|n| access(n, user) == Access::SupplementaryGroup)
+            .map(|n| describe(n, &group_names))
+            .collect();
+        if through_supplementary.is_empty() {
+            let how = nodes
+                .iter()
+                .map(|n| match access(n, user) {
+                    Access::Root => "as root",
+                    Access::Owner => "as the owner",
+                    Access::PrimaryGroup => "through the user's primary group",
+                    _ => "as any user may",
+                })
+                .collect::<Vec<_>>();
+            let mut how = how;
+            how.dedup();
+            report.add(
+                Section::Access,
+                name,
+                Severity::Ok,
+                format!(
+                    "{name}: {who} can read and write {} ({})",
+                    nodes
+                        .iter()
+                        .map(|n| describe(n, &group_names))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    how.join(", ")
+                ),
+                None,
+            );
+        } else {
+            report.add(
+                Section::Access,
+                name,
+                Severity::Info,
+                format!(
+                    "{name}: {who} can read and write {} only through a supplementary group, which \
+                     a rootless engine drops unless told to keep it",
+                    through_supplementary.join(", ")
+                ),
+                Some(
+                    "podman: run with --group-add keep-groups (crun); docker with userns-remap: the \
+                     remapped root is in no host group, so give the node's group to its subordinate \
+                     id or use devinject's hook or shim"
+                        .to_string(),
+                ),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use devinject_devices::DeviceKind;
+
+    use super::*;
+
+    fn node(uid: u32, gid: u32, mode: u32) -> DeviceNode {
+        DeviceNode {
+            host_path: PathBuf::from("/dev/kvm"),
+            container_path: PathBuf::from("/dev/kvm"),
+            kind: DeviceKind::Char,
+            major: 10,
+            minor: 232,
+            mode,
+            uid,
+            gid,
+        }
+    }
+
+    fn user(uid: u32, gid: Option<u32>, groups: &[u32]) -> HostUser {
+        HostUser {
+            shown: uid.to_string(),
+            uid,
+            gid,
+            groups: groups.to_vec(),
+        }
+    }
+
+    /// The kernel's order: the owner class decides for the owner even when the group or others
+    /// would allow more, and a class that applies without the bits denies.
+    #[test]
+    fn the_first_class_that_applies_decides() {
+        let kvm = node(0, 108, 0o660);
+        assert_eq!(
+            access(&kvm, &user(1000, Some(1000), &[108])),
+            Access::SupplementaryGroup
+        );
+        assert_eq!(
+            access(&kvm, &user(1000, Some(108), &[])),
+            Access::PrimaryGroup
+        );
+        assert_eq!(access(&kvm, &user(1000, Some(1000), &[])), Access::Denied);
+        assert_eq!(access(&kvm, &user(0, Some(0), &[])), Access::Root);
+        assert_eq!(
+            access(&node(0, 0, 0o666), &user(1000, None, &[])),
+            Access::Others
+        );
+        assert_eq!(
+            access(&node(1000, 0, 0o066), &user(1000, None, &[])),
+            Access::Denied
+        );
+        assert_eq!(
+            access(&node(1000, 0, 0o600), &user(1000, None, &[])),
+            Access::Owner
+        );
+        assert_eq!(
+            access(&node(0, 5, 0o606), &user(1000, None, &[5])),
+            Access::Denied
+        );
+        assert_eq!(
+            access(&node(0, 0, 0o664), &user(1000, None, &[])),
+            Access::Denied
+        );
+    }
+
+    fn host(passwd: &str, group: &str) -> (tempfile::TempDir, DoctorRequest) {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("etc")).unwrap();
+        std::fs::write(t.path().join("etc/passwd"), passwd).unwrap();
+        std::fs::write(t.path().join("etc/group"), group).unwrap();
+        let req = DoctorRequest {
+            root: t.path().to_owned(),
+            ..DoctorRequest::default()
+        };
+        (t, req)
+    }
+
+    #[test]
+    fn a_user_is_resolved_by_name_or_uid_with_its_groups() {
+        let (_t, req) = host(
+            "root:x:0:0::/root:/bin/sh\nalice:x:1000:1000::/home/alice:/bin/sh\n",
+            "root:x:0:\nkvm:x:108:bob,alice\nalice:x:1000:\nvideo:x:44:bob\n",
+        );
+        let alice = HostUser::resolve(&req, "alice").unwrap();
+        assert_eq!(
+            (alice.uid, alice.gid, alice.groups),
+            (1000, Some(1000), vec![108])
+        );
+        let by_uid = HostUser::resolve(&req, "1000").unwrap();
+        assert_eq!((by_uid.uid, by_uid.groups), (1000, vec![108]));
+        let remapped = HostUser::resolve(&req, "165536").unwrap();
+        assert_eq!(
+            (remapped.uid, remapped.gid, remapped.groups),
+            (165536, None, vec![])
+        );
+        assert_eq!(
+            HostUser::resolve(&req, "carol").unwrap_err().to_string(),
+            "no user carol in /etc/passwd: name the user as /etc/passwd does, or give its uid"
+        );
+    }
+}
