@@ -22,6 +22,11 @@
 # (starts, faults of each kind, violations, the daemons' RSS, fds and threads first vs last,
 # the metrics scrapes) to target/churn-report.txt; it exits 1 on any violation.
 #
+# `scripts/bench.sh userns [--rounds N] [--warmup N]` runs only the user namespace's price
+# (userns-bench: the hook and the shim giving a demo device to a container in a user namespace
+# and in the initial one, each against runc with no device in the same namespace; the full run
+# runs it too).
+#
 # `scripts/bench.sh servers [--rounds N] [--clients 1,8] ...` runs only the servers' section
 # (servers-bench: the metrics endpoint and the webhook under well-behaved clients, scrapes or
 # reviews per second and p50/p99, an A/A pair; loopback only, tens of seconds; no root needed).
@@ -52,6 +57,12 @@ if [ "${1:-}" = servers ]; then
   out=$(scripts/release-build.sh target/image/bin -p devinject-bench)
   echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs" >&2
   exec "$out/servers-bench" "$@"
+fi
+if [ "${1:-}" = userns ]; then
+  shift
+  out=$(scripts/release-build.sh target/image/bin -p devinject-bench)
+  echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs" >&2
+  exec env DEVINJECT_BIN_DIR="$out" "$out/userns-bench" "$@"
 fi
 if [ "${1:-}" = nvidia-toolkit ]; then
   section=nvidia-toolkit
@@ -116,6 +127,9 @@ if kube=$(scripts/kube-module-build.sh --if-built) && runc14=$(scripts/runc-buil
 else
   echo "not measured: the real cluster (build it once with scripts/kube-module-build.sh and scripts/runc-build.sh)"
 fi
+
+echo
+DEVINJECT_BIN_DIR="$out" "$out/userns-bench"
 
 echo
 if stacks=$(scripts/vendor-stacks-fetch.sh --if-fetched) && toolkit=$(scripts/nvidia-toolkit-build.sh --if-built); then

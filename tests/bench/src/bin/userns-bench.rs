@@ -1,0 +1,287 @@
+//! `userns-bench`: what a user namespace costs a container start that gets devices.
+//!
+//! Run as root after `cargo build --release --workspace --bins` (`scripts/bench.sh userns`
+//! does both): `userns-bench [--rounds 100] [--warmup 3]`. The host is the simulated demo host
+//! (`devinject_tests::sim`) with its nodes given the mode of `/dev/kvm` (`0660 root:root`), so
+//! that in a user namespace the hook and the shim make each node as a copy the container owns
+//! (docs/security.md) where the initial namespace gets a plain `mknod`. Each round starts
+//! `/bin/true` once on every path, in turn, each round one path further along, on a fresh
+//! overlay rootfs whose upper layer is on a fresh ext4 (`devinject_bench::scratch`):
+//!
+//! - runc with no device in a user namespace (container ids 0-65535 as host 100000-165535),
+//!   twice (the A/A pair), and in the initial namespace;
+//! - `devinject-hook` as runc's createRuntime hook and the shim `devinject-runtime` in front of
+//!   runc, asked for demo device 0 (its node, the control node, the library and the tool), in
+//!   the user namespace and in the initial one.
+//!
+//! Every start is `create`, `start`, the wait for the container's end and `delete`. Per path:
+//! start time and CPU (user + system of every process waited for) as medians, then what each
+//! device path adds over the no-device start of its own namespace, as differences of medians
+//! with 95% intervals from resampling the rounds. Prints Markdown. Exit codes: 0 measured, 1 the
+//! benchmark failed, 2 not root or a prerequisite missing.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use clap::Parser;
+use devinject_bench::interval::{difference_of_medians, RESAMPLES};
+use devinject_bench::overlay::FreshRootfs;
+use devinject_bench::scratch::{LayerFs, Scratch};
+use devinject_bench::stats::{children_cpu, short, Samples};
+use devinject_tests::bins::bin;
+use devinject_tests::nvidia_toolkit::cycle;
+use devinject_tests::runc::{runc_path, shim_command, Bundle};
+use devinject_tests::sim::{demo_host, SimHost, ACCELS, CTL};
+
+/// Benchmark: container starts with devices in a user namespace against the same starts
+/// without devices, and against the initial namespace.
+///
+/// Needs root, gcc (the demo library) and runc; run it through scripts/bench.sh
+/// (`scripts/bench.sh userns`), on a quiet machine. Figures in docs/benchmarks.md, "User
+/// namespaces".
+#[derive(Parser, Debug)]
+#[command(name = "userns-bench")]
+struct Cli {
+    /// Timed rounds (one start of every path each).
+    #[arg(long, default_value_t = 100)]
+    rounds: usize,
+    /// Untimed rounds first.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+}
+
+/// The container's user namespace: container ids 0-65535 as these host ids.
+const HOST_ID: u32 = 100_000;
+const IDS: u32 = 65_536;
+
+/// The paths, in the order of the first round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    NoDevice { userns: bool },
+    NoDeviceAgain,
+    Hook { userns: bool },
+    Shim { userns: bool },
+}
+
+const ROUTES: [Route; 7] = [
+    Route::NoDevice { userns: true },
+    Route::Hook { userns: true },
+    Route::Shim { userns: true },
+    Route::NoDevice { userns: false },
+    Route::Hook { userns: false },
+    Route::Shim { userns: false },
+    Route::NoDeviceAgain,
+];
+
+impl Route {
+    fn userns(self) -> bool {
+        match self {
+            Self::NoDevice { userns } | Self::Hook { userns } | Self::Shim { userns } => userns,
+            Self::NoDeviceAgain => true,
+        }
+    }
+
+    fn name(self) -> String {
+        let ns = if self.userns() {
+            "user namespace"
+        } else {
+            "initial namespace"
+        };
+        match self {
+            Self::NoDevice { .. } => format!("runc, no device, {ns}"),
+            Self::NoDeviceAgain => format!("runc, no device, {ns}, again (A/A)"),
+            Self::Hook { .. } => format!("devinject-hook, demo device 0, {ns}"),
+            Self::Shim { .. } => format!("devinject-runtime (shim), demo device 0, {ns}"),
+        }
+    }
+
+    fn slug(self) -> String {
+        let ns = if self.userns() { "userns" } else { "initial" };
+        match self {
+            Self::NoDevice { .. } => format!("none-{ns}"),
+            Self::NoDeviceAgain => "none-again".to_owned(),
+            Self::Hook { .. } => format!("hook-{ns}"),
+            Self::Shim { .. } => format!("shim-{ns}"),
+        }
+    }
+}
+
+struct Case {
+    route: Route,
+    bundle: Bundle,
+    runtime: Vec<String>,
+    started: Samples,
+    cpu: Samples,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("userns-bench: needs root (mknod, overlay mounts, runc)");
+        return ExitCode::from(2);
+    }
+    match bench(&cli) {
+        Ok(table) => {
+            print!("{table}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("userns-bench: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn bench(cli: &Cli) -> Result<String> {
+    let tmp = tempfile::Builder::new().prefix("userns-bench").tempdir()?;
+    let dir = std::fs::canonicalize(tmp.path())?;
+    let host = demo_host(&dir.join("host"), &["demo"])?;
+    for (name, _, _) in ACCELS.iter().chain(std::iter::once(&CTL)) {
+        std::fs::set_permissions(
+            host.dev_root.join("demo").join(name),
+            std::fs::Permissions::from_mode(0o660),
+        )?;
+    }
+    let runc = runc_path();
+    let scratch = Scratch::create(&dir.join("scratch"), LayerFs::Ext4)?;
+    let template = Bundle::new(&dir.join("template"), &["/bin/true"])?;
+    let lower = template.rootfs();
+    let mut cases = ROUTES
+        .iter()
+        .map(|&route| case(route, &scratch, &template, &host, &runc))
+        .collect::<Result<Vec<_>>>()?;
+    let n = cases.len();
+    for round in 0..cli.warmup + cli.rounds {
+        for k in 0..n {
+            let c = &mut cases[(round + k) % n];
+            let cpu0 = children_cpu()?;
+            let started = start(c, &lower, &scratch, &format!("r{round}"))?;
+            let cpu = children_cpu()?.saturating_sub(cpu0);
+            if round >= cli.warmup {
+                c.started.push(started);
+                c.cpu.push(cpu);
+            }
+        }
+        eprintln!("userns-bench: round {} done", round + 1);
+    }
+    Ok(render(cli, &cases))
+}
+
+fn case(
+    route: Route,
+    scratch: &Scratch,
+    template: &Bundle,
+    host: &SimHost,
+    runc: &str,
+) -> Result<Case> {
+    let dir = scratch.bundles.join(route.slug());
+    std::fs::create_dir_all(&dir)?;
+    let mut bundle = Bundle {
+        dir: dir.clone(),
+        spec: template.spec.clone(),
+    };
+    bundle.spec["root"]["path"] = serde_json::json!(dir.join("rootfs"));
+    if route.userns() {
+        bundle.user_namespace(HOST_ID, IDS);
+    }
+    let runtime = match route {
+        Route::NoDevice { .. } | Route::NoDeviceAgain => vec![runc.to_owned()],
+        Route::Hook { .. } => {
+            bundle.env("DEMO_VISIBLE_DEVICES=0").hook(
+                "createRuntime",
+                &bin("devinject-hook"),
+                &host.config,
+            );
+            vec![runc.to_owned()]
+        }
+        Route::Shim { .. } => {
+            bundle.env("DEMO_VISIBLE_DEVICES=0");
+            shim_command(&host.config, runc)
+        }
+    };
+    Ok(Case {
+        route,
+        bundle,
+        runtime,
+        started: Samples::default(),
+        cpu: Samples::default(),
+    })
+}
+
+/// One start of `c` on a fresh overlay (upper layer `scratch/<slug>-<id>`): its start time.
+fn start(c: &Case, lower: &Path, scratch: &Scratch, id: &str) -> Result<Duration> {
+    c.bundle.write()?;
+    let name = format!("{}-{id}", c.route.slug());
+    let layer = scratch.layers.join(&name);
+    let rootfs = FreshRootfs::mount(lower, &c.bundle.dir.join("rootfs"), &layer)?;
+    let ran = cycle(
+        &c.runtime,
+        &scratch.runc_root,
+        &c.bundle.dir,
+        &name,
+        Duration::from_secs(60),
+    );
+    rootfs.release()?;
+    let ran = ran?;
+    if ran.failed.is_some() {
+        bail!("{} failed: {}", c.route.name(), ran.text);
+    }
+    Ok(ran.started)
+}
+
+fn render(cli: &Cli, cases: &[Case]) -> String {
+    let ms = |d: Duration| short(d.as_secs_f64() * 1e3);
+    let mut t = format!(
+        "### A user namespace's price for a start with devices (`userns-bench`)\n\n\
+         {} rounds after {} untimed, paths interleaved; {} CPUs, load {}.\n\
+         Start: spawn of `create` until `start` returned (ms). CPU: user + system of every \
+         waited-for process per cycle (ms).\n\n\
+         | path | start median | CPU median |\n|---|---|---|\n",
+        cli.rounds,
+        cli.warmup,
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        devinject_bench::load_average(),
+    );
+    for c in cases {
+        t.push_str(&format!(
+            "| {} | {} | {} |\n",
+            c.route.name(),
+            ms(c.started.median()),
+            ms(c.cpu.median())
+        ));
+    }
+    let base = |userns: bool| {
+        cases
+            .iter()
+            .find(|c| c.route == Route::NoDevice { userns })
+            .expect("a no-device case in each namespace")
+    };
+    let added = |a: &Samples, b: &Samples| {
+        let point = (a.median().as_secs_f64() - b.median().as_secs_f64()) * 1e3;
+        match difference_of_medians(a, b, RESAMPLES) {
+            Some((lo, hi)) => format!("{point:+.1} [{lo:+.1}, {hi:+.1}]"),
+            None => format!("{point:+.1}"),
+        }
+    };
+    t.push_str(
+        "\nWhat each path adds over runc with no device in the same namespace, median minus \
+         median (ms), with the 95% interval from resampling the rounds:\n\n\
+         | path | start | CPU |\n|---|---|---|\n",
+    );
+    for c in cases
+        .iter()
+        .filter(|c| !matches!(c.route, Route::NoDevice { .. }))
+    {
+        let b = base(c.route.userns());
+        t.push_str(&format!(
+            "| {} | {} | {} |\n",
+            c.route.name(),
+            added(&c.started, &b.started),
+            added(&c.cpu, &b.cpu)
+        ));
+    }
+    t
+}
