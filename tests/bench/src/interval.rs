@@ -28,6 +28,16 @@ pub fn difference_of_medians(a: &Samples, base: &Samples, resamples: usize) -> O
     })
 }
 
+/// `median(a) - median(base)` in milliseconds with its 95% interval, as a table cell:
+/// `+2.6 [+1.5, +3.5]`.
+pub fn difference_cell(a: &Samples, base: &Samples) -> String {
+    let point = (a.median().as_secs_f64() - base.median().as_secs_f64()) * 1e3;
+    match difference_of_medians(a, base, RESAMPLES) {
+        Some((lo, hi)) => format!("{point:+.1} [{lo:+.1}, {hi:+.1}]"),
+        None => format!("{point:+.1}"),
+    }
+}
+
 /// The 95% interval of `statistic(a, base)` over resamples of whole rounds.
 fn paired(
     a: &Samples,

@@ -273,3 +273,36 @@ pub fn load_average() -> String {
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
 }
+
+/// The line that says how a run of interleaved rounds was taken: rounds, untimed rounds, CPUs
+/// and the load average at the end.
+pub fn rounds_line(rounds: usize, warmup: usize) -> String {
+    format!(
+        "{rounds} rounds after {warmup} untimed, paths interleaved; {} CPUs, load {}.",
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        load_average(),
+    )
+}
+
+/// The `main` of a benchmark that needs root: exit 2 naming `needs` without it, else runs
+/// `bench` and prints its table (exit 0) or its error (exit 1).
+pub fn main_as_root(
+    name: &str,
+    needs: &str,
+    bench: impl FnOnce() -> Result<String>,
+) -> std::process::ExitCode {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("{name}: needs root ({needs})");
+        return std::process::ExitCode::from(2);
+    }
+    match bench() {
+        Ok(table) => {
+            print!("{table}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{name}: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}

@@ -13,8 +13,42 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use devinject_tests::nvidia_toolkit::{cycle, Cycle};
+use devinject_tests::runc::Bundle;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
+
+use crate::scratch::Scratch;
+
+/// One start of `bundle` (its spec written first) as container `name` through `runtime`, as an
+/// engine drives a runtime ([`cycle`]), on a fresh overlay of `lower` whose upper layer is
+/// `scratch/layers/<name>`: the cycle, once the container ran, and the upper layer's path.
+pub fn start_on_fresh_rootfs(
+    runtime: &[String],
+    bundle: &Bundle,
+    lower: &Path,
+    scratch: &Scratch,
+    name: &str,
+) -> Result<(Cycle, PathBuf)> {
+    bundle.write()?;
+    let layer = scratch.layers.join(name);
+    let rootfs = FreshRootfs::mount(lower, &bundle.dir.join("rootfs"), &layer)?;
+    let ran = cycle(
+        runtime,
+        &scratch.runc_root,
+        &bundle.dir,
+        name,
+        Duration::from_secs(60),
+    );
+    rootfs.release()?;
+    let ran = ran?;
+    if ran.failed.is_some() {
+        bail!("{name} failed: {}", ran.text);
+    }
+    Ok((ran, layer))
+}
 
 /// An overlay of `lower` mounted at `merged`, unmounted on [`FreshRootfs::release`] or drop.
 #[derive(Debug)]

@@ -52,6 +52,23 @@ pub struct Scratch {
 }
 
 impl Scratch {
+    /// A bundle named `slug` under [`Scratch::bundles`] with `template`'s spec, its rootfs at
+    /// `<bundle>/rootfs` (where a start mounts its fresh overlay).
+    pub fn bundle(
+        &self,
+        template: &devinject_tests::runc::Bundle,
+        slug: &str,
+    ) -> Result<devinject_tests::runc::Bundle> {
+        let dir = self.bundles.join(slug);
+        std::fs::create_dir_all(&dir)?;
+        let mut bundle = devinject_tests::runc::Bundle {
+            dir: dir.clone(),
+            spec: template.spec.clone(),
+        };
+        bundle.spec["root"]["path"] = serde_json::json!(dir.join("rootfs"));
+        Ok(bundle)
+    }
+
     /// Mounts the scratch filesystems under `dir`.
     pub fn create(dir: &Path, fs: LayerFs) -> Result<Self> {
         let run_dir = dir.join("run");

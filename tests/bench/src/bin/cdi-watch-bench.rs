@@ -46,20 +46,7 @@ const SPEC: &str = "devinject.io-demo.json";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("cdi-watch-bench: needs root (mknod)");
-        return ExitCode::from(2);
-    }
-    match bench(&cli) {
-        Ok(table) => {
-            print!("{table}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("cdi-watch-bench: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    devinject_bench::main_as_root("cdi-watch-bench", "mknod", || bench(&cli))
 }
 
 /// The watcher process; stopped (SIGTERM, then killed) on drop.

@@ -33,13 +33,13 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use devinject_bench::interval::{difference_of_medians, RESAMPLES};
-use devinject_bench::overlay::FreshRootfs;
+use devinject_bench::interval::difference_cell;
+use devinject_bench::overlay::start_on_fresh_rootfs;
 use devinject_bench::scratch::{LayerFs, Scratch};
 use devinject_bench::stats::{children_cpu, short, Samples};
 use devinject_devices::FinishInvocation;
 use devinject_tests::bins::bin;
-use devinject_tests::nvidia_toolkit::{cycle, InstalledStacks, Toolkit, TOOLKIT_ENV};
+use devinject_tests::nvidia_toolkit::{InstalledStacks, Toolkit, TOOLKIT_ENV};
 use devinject_tests::runc::{runc_path, shim_command, Bundle};
 use devinject_tests::vendor::{nvidia_host, VendorHost};
 
@@ -262,13 +262,7 @@ fn case(
     runc: &str,
     parts: Parts,
 ) -> Result<Case> {
-    let dir = scratch.bundles.join(route.slug());
-    std::fs::create_dir_all(&dir)?;
-    let mut bundle = Bundle {
-        dir: dir.clone(),
-        spec: template.spec.clone(),
-    };
-    bundle.spec["root"]["path"] = serde_json::json!(dir.join("rootfs"));
+    let mut bundle = scratch.bundle(template, route.slug())?;
     let runtime = match route {
         Route::NoDevice | Route::NoDeviceAgain | Route::Native => vec![runc.to_owned()],
         Route::Nvidia => {
@@ -370,21 +364,9 @@ fn start(
     scratch: &Scratch,
     id: &str,
 ) -> Result<(String, Duration, Duration, usize)> {
-    b.write()?;
-    let layer = scratch.layers.join(format!("{}-{id}", c.route.slug()));
-    let rootfs = FreshRootfs::mount(lower, &b.dir.join("rootfs"), &layer)?;
-    let ran = cycle(
-        &c.runtime,
-        &scratch.runc_root,
-        &b.dir,
-        &format!("{}-{id}", c.route.slug()),
-        Duration::from_secs(60),
-    );
-    rootfs.release()?;
-    let ran = ran?;
-    if ran.failed.is_some() {
-        bail!("{} failed: {}", c.route.name(), ran.text);
-    }
+    let name = format!("{}-{id}", c.route.slug());
+    let (ran, layer) = start_on_fresh_rootfs(&c.runtime, b, lower, scratch, &name)
+        .with_context(|| c.route.name())?;
     let inodes = count(&layer.join("upper"))?;
     Ok((ran.text, ran.started, ran.total, inodes))
 }
@@ -423,15 +405,12 @@ fn render(cli: &Cli, cases: &[Case], runc: &str) -> String {
         .unwrap_or_default();
     let mut t = format!(
         "### NVIDIA's Container Toolkit 1.20.2 against devinject, NVIDIA 535 (`nvidia-toolkit-bench`)\n\n\
-         {} rounds after {} untimed, paths interleaved; {runc_version}; {} CPUs, load {}.\n\
+         {} {runc_version}.\n\
          Start: spawn of `create` until `start` returned (ms). Cycle: create, start, wait, delete (ms).\n\
          CPU: user + system of every waited-for process per cycle (ms).\n\n\
          | path | start median | start p99 | start / runc | start / NVIDIA | cycle median | CPU median | CPU / NVIDIA | inodes in upper layer | files injected |\n\
          |---|---|---|---|---|---|---|---|---|---|\n",
-        cli.rounds,
-        cli.warmup,
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
-        devinject_bench::load_average(),
+        devinject_bench::rounds_line(cli.rounds, cli.warmup),
     );
     for c in cases {
         t.push_str(&format!(
@@ -455,13 +434,6 @@ fn render(cli: &Cli, cases: &[Case], runc: &str) -> String {
             .expect("every route has a case")
     };
     let (native, no_device) = (find(Route::Native), find(Route::NoDevice));
-    let added = |a: &Samples, b: &Samples| {
-        let point = (a.median().as_secs_f64() - b.median().as_secs_f64()) * 1e3;
-        match difference_of_medians(a, b, RESAMPLES) {
-            Some((lo, hi)) => format!("{point:+.1} [{lo:+.1}, {hi:+.1}]"),
-            None => format!("{point:+.1}"),
-        }
-    };
     t.push_str(
         "\nWhat each path adds, median minus median (ms), with the 95% interval from resampling \
          the rounds:\n\n\
@@ -472,10 +444,10 @@ fn render(cli: &Cli, cases: &[Case], runc: &str) -> String {
         t.push_str(&format!(
             "| {} | {} | {} | {} | {} |\n",
             c.route.name(),
-            added(&c.cpu, &native.cpu),
-            added(&c.cpu, &no_device.cpu),
-            added(&c.started, &native.started),
-            added(&c.started, &no_device.started),
+            difference_cell(&c.cpu, &native.cpu),
+            difference_cell(&c.cpu, &no_device.cpu),
+            difference_cell(&c.started, &native.started),
+            difference_cell(&c.started, &no_device.started),
         ));
     }
     t

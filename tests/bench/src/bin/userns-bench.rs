@@ -21,18 +21,16 @@
 //! benchmark failed, 2 not root or a prerequisite missing.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{Context, Result};
 use clap::Parser;
-use devinject_bench::interval::{difference_of_medians, RESAMPLES};
-use devinject_bench::overlay::FreshRootfs;
+use devinject_bench::interval::difference_cell;
+use devinject_bench::overlay::start_on_fresh_rootfs;
 use devinject_bench::scratch::{LayerFs, Scratch};
 use devinject_bench::stats::{children_cpu, short, Samples};
 use devinject_tests::bins::bin;
-use devinject_tests::nvidia_toolkit::cycle;
 use devinject_tests::runc::{runc_path, shim_command, Bundle};
 use devinject_tests::sim::{demo_host, SimHost, ACCELS, CTL};
 
@@ -119,20 +117,9 @@ struct Case {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("userns-bench: needs root (mknod, overlay mounts, runc)");
-        return ExitCode::from(2);
-    }
-    match bench(&cli) {
-        Ok(table) => {
-            print!("{table}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("userns-bench: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    devinject_bench::main_as_root("userns-bench", "mknod, overlay mounts, runc", || {
+        bench(&cli)
+    })
 }
 
 fn bench(cli: &Cli) -> Result<String> {
@@ -158,7 +145,10 @@ fn bench(cli: &Cli) -> Result<String> {
         for k in 0..n {
             let c = &mut cases[(round + k) % n];
             let cpu0 = children_cpu()?;
-            let started = start(c, &lower, &scratch, &format!("r{round}"))?;
+            let name = format!("{}-r{round}", c.route.slug());
+            let (ran, _) = start_on_fresh_rootfs(&c.runtime, &c.bundle, &lower, &scratch, &name)
+                .with_context(|| c.route.name())?;
+            let started = ran.started;
             let cpu = children_cpu()?.saturating_sub(cpu0);
             if round >= cli.warmup {
                 c.started.push(started);
@@ -177,13 +167,7 @@ fn case(
     host: &SimHost,
     runc: &str,
 ) -> Result<Case> {
-    let dir = scratch.bundles.join(route.slug());
-    std::fs::create_dir_all(&dir)?;
-    let mut bundle = Bundle {
-        dir: dir.clone(),
-        spec: template.spec.clone(),
-    };
-    bundle.spec["root"]["path"] = serde_json::json!(dir.join("rootfs"));
+    let mut bundle = scratch.bundle(template, &route.slug())?;
     if route.userns() {
         bundle.user_namespace(HOST_ID, IDS);
     }
@@ -211,39 +195,15 @@ fn case(
     })
 }
 
-/// One start of `c` on a fresh overlay (upper layer `scratch/<slug>-<id>`): its start time.
-fn start(c: &Case, lower: &Path, scratch: &Scratch, id: &str) -> Result<Duration> {
-    c.bundle.write()?;
-    let name = format!("{}-{id}", c.route.slug());
-    let layer = scratch.layers.join(&name);
-    let rootfs = FreshRootfs::mount(lower, &c.bundle.dir.join("rootfs"), &layer)?;
-    let ran = cycle(
-        &c.runtime,
-        &scratch.runc_root,
-        &c.bundle.dir,
-        &name,
-        Duration::from_secs(60),
-    );
-    rootfs.release()?;
-    let ran = ran?;
-    if ran.failed.is_some() {
-        bail!("{} failed: {}", c.route.name(), ran.text);
-    }
-    Ok(ran.started)
-}
-
 fn render(cli: &Cli, cases: &[Case]) -> String {
     let ms = |d: Duration| short(d.as_secs_f64() * 1e3);
     let mut t = format!(
         "### A user namespace's price for a start with devices (`userns-bench`)\n\n\
-         {} rounds after {} untimed, paths interleaved; {} CPUs, load {}.\n\
+         {}\n\
          Start: spawn of `create` until `start` returned (ms). CPU: user + system of every \
          waited-for process per cycle (ms).\n\n\
          | path | start median | CPU median |\n|---|---|---|\n",
-        cli.rounds,
-        cli.warmup,
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
-        devinject_bench::load_average(),
+        devinject_bench::rounds_line(cli.rounds, cli.warmup),
     );
     for c in cases {
         t.push_str(&format!(
@@ -259,13 +219,6 @@ fn render(cli: &Cli, cases: &[Case]) -> String {
             .find(|c| c.route == Route::NoDevice { userns })
             .expect("a no-device case in each namespace")
     };
-    let added = |a: &Samples, b: &Samples| {
-        let point = (a.median().as_secs_f64() - b.median().as_secs_f64()) * 1e3;
-        match difference_of_medians(a, b, RESAMPLES) {
-            Some((lo, hi)) => format!("{point:+.1} [{lo:+.1}, {hi:+.1}]"),
-            None => format!("{point:+.1}"),
-        }
-    };
     t.push_str(
         "\nWhat each path adds over runc with no device in the same namespace, median minus \
          median (ms), with the 95% interval from resampling the rounds:\n\n\
@@ -279,8 +232,8 @@ fn render(cli: &Cli, cases: &[Case]) -> String {
         t.push_str(&format!(
             "| {} | {} | {} |\n",
             c.route.name(),
-            added(&c.started, &b.started),
-            added(&c.cpu, &b.cpu)
+            difference_cell(&c.started, &b.started),
+            difference_cell(&c.cpu, &b.cpu)
         ));
     }
     t
