@@ -9,7 +9,8 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use crate::capability::Capabilities;
-use crate::elf_soname::read_soname;
+use crate::elf_machine;
+use crate::elf_soname::read_library;
 use crate::names::ProfileName;
 use crate::profile::{FileSpec, Profile};
 use devinject_hostfs::HostRoots;
@@ -41,6 +42,17 @@ pub enum ResolveError {
         path: PathBuf,
         /// What is wrong.
         problem: String,
+    },
+    /// A required library is built for a machine this host does not run.
+    #[error("profile {profile}: {path} is a library for {machine}, which this {host} host does not run: install the driver's {host} libraries, or set driver_root to where they are")]
+    WrongMachine {
+        profile: ProfileName,
+        /// The library.
+        path: PathBuf,
+        /// Its machine, named.
+        machine: String,
+        /// This host's machine, named.
+        host: String,
     },
     /// A glob pattern is invalid.
     #[error("profile {profile}: bad glob {pattern}: {message}")]
@@ -147,8 +159,24 @@ pub fn resolve_driver_parts(
             if !known.insert(real.clone()) {
                 continue;
             }
+            let elf = read_library(&real);
+            if let Some(machine) = elf.as_ref().map(|e| e.machine) {
+                if !elf_machine::runs_here(machine) {
+                    // An optional library is one to use where it can be used.
+                    if lib.optional {
+                        tracing::debug!(profile = %pname, library = %real.display(), machine = %elf_machine::name(machine), "optional library for another machine left out");
+                        continue;
+                    }
+                    return Err(ResolveError::WrongMachine {
+                        profile: pname,
+                        path: real,
+                        machine: elf_machine::name(machine),
+                        host: elf_machine::name(elf_machine::host()),
+                    });
+                }
+            }
             let file_name = file_name(&real);
-            let soname = read_soname(&real).filter(|s| *s != file_name);
+            let soname = elf.and_then(|e| e.soname).filter(|s| *s != file_name);
             out.libraries.push(DriverLibrary {
                 path: real,
                 file_name,
@@ -512,6 +540,47 @@ mod tests {
                 ("libsame.so.2", None)
             ]
         );
+    }
+
+    /// A library built for a machine this host does not run (an x86-64 driver copied onto an
+    /// arm64 node, or the reverse) is refused, naming the file, its machine and the host's, where
+    /// it would otherwise be mounted and then skipped by ld.so; an optional one is left out, and
+    /// the host's 32-bit companion (a `compat32` library) is taken.
+    #[test]
+    fn a_library_of_another_machine_is_refused_or_left_out_if_optional() {
+        use crate::elf_machine::{companion, host, name, EM_AARCH64, EM_X86_64};
+        let other = if host() == EM_AARCH64 {
+            EM_X86_64
+        } else {
+            EM_AARCH64
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let lib = dir.path().join("lib");
+        std::fs::create_dir(&lib).unwrap();
+        let elf = crate::elf_soname::tests::shared_object_for;
+        std::fs::write(lib.join("libother.so.1"), elf("libother.so.1", other, true)).unwrap();
+        let required = profile("[[libraries]]\nsoname = \"libother.so.1\"\n");
+        let err = resolve_driver_files(&required, &roots(dir.path())).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "profile demo: {} is a library for {}, which this {} host does not run: install \
+                 the driver's {} libraries, or set driver_root to where they are",
+                lib.join("libother.so.1").display(),
+                name(other),
+                name(host()),
+                name(host())
+            )
+        );
+        let optional = profile("[[libraries]]\nsoname = \"libother.so.1\"\noptional = true\n");
+        let files = resolve_driver_files(&optional, &roots(dir.path())).unwrap();
+        assert!(files.libraries.is_empty(), "{files:?}");
+        if let Some(c) = companion() {
+            std::fs::write(lib.join("lib32.so.1"), elf("lib32.so.1", c, false)).unwrap();
+            let compat = profile("[[libraries]]\nsoname = \"lib32.so.1\"\n");
+            let files = resolve_driver_files(&compat, &roots(dir.path())).unwrap();
+            assert_eq!(files.libraries.len(), 1, "{files:?}");
+        }
     }
 
     /// A `container_path` is the destination of a spec that matches one file, and the directory

@@ -77,22 +77,51 @@ impl Fields<'_> {
     }
 }
 
+/// What the reader finds in an ELF file: the machine it is built for and, for a shared object
+/// that has one, its `DT_SONAME`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElfLibrary {
+    /// `e_machine` ([`crate::elf_machine`]).
+    pub machine: u16,
+    /// `DT_SONAME`.
+    pub soname: Option<String>,
+}
+
 /// The library's `DT_SONAME`, if it is an ELF shared object that has one.
 pub fn read_soname(path: &Path) -> Option<String> {
-    soname_of(&File::open(path).ok()?)
+    read_library(path)?.soname
+}
+
+/// The machine and the `DT_SONAME` of the ELF file at `path`; `None` when it is not ELF.
+pub fn read_library(path: &Path) -> Option<ElfLibrary> {
+    library_of(&File::open(path).ok()?)
 }
 
 /// [`read_soname`] of a file already open (one the caller checked is a regular file).
 pub fn soname_of(file: &File) -> Option<String> {
+    library_of(file)?.soname
+}
+
+/// [`read_library`] of a file already open.
+pub fn library_of(file: &File) -> Option<ElfLibrary> {
     // The ELF header: 52 bytes for 32-bit files, 64 for 64-bit ones.
     let mut head = [0u8; 64];
     let n = file.read_at(&mut head, 0).ok()?;
-    if n < 52 || &head[..4] != b"\x7fELF" {
+    if n < 52 {
         return None;
     }
+    let machine = crate::elf_machine::of_header(&head[..n])?;
+    Some(ElfLibrary {
+        machine,
+        soname: soname_in(file, &head[..n]),
+    })
+}
+
+/// The `DT_SONAME` of the ELF file `file` whose header is `head`.
+fn soname_in(file: &File, head: &[u8]) -> Option<String> {
     let (is64, le) = (head[4] == 2, head[5] == 1);
     let h = Fields {
-        bytes: &head[..n],
+        bytes: head,
         is64,
         le,
     };
@@ -229,6 +258,8 @@ pub(crate) mod tests {
     struct Elf {
         is64: bool,
         le: bool,
+        /// `e_machine`.
+        machine: u16,
         phentsize: u64,
         /// `(p_type, p_offset, p_vaddr, p_filesz)`.
         phdrs: Vec<(u64, u64, u64, u64)>,
@@ -303,6 +334,7 @@ pub(crate) mod tests {
                     1,
                 ],
             );
+            put(18, &self.int(u64::from(self.machine), 2));
             let phnum = self.phdrs.len() as u64;
             if self.is64 {
                 put(0x20, &self.int(PHOFF, 8));
@@ -334,6 +366,7 @@ pub(crate) mod tests {
         let mut elf = Elf {
             is64,
             le,
+            machine: crate::elf_machine::host(),
             phentsize: if is64 { 56 } else { 32 },
             phdrs: vec![
                 (PT_LOAD, base, LOAD_VADDR, 0x2000),
@@ -349,6 +382,13 @@ pub(crate) mod tests {
     /// modules that read sonames.
     pub(crate) fn shared_object(soname: &str) -> Vec<u8> {
         library(true, true, soname.as_bytes(), 0x200).bytes()
+    }
+
+    /// A little-endian shared object named `soname` built for `machine`, 64-bit or not.
+    pub(crate) fn shared_object_for(soname: &str, machine: u16, is64: bool) -> Vec<u8> {
+        let mut elf = library(is64, true, soname.as_bytes(), 0x200);
+        elf.machine = machine;
+        elf.bytes()
     }
 
     fn soname_of(bytes: &[u8]) -> Option<String> {

@@ -31,6 +31,7 @@ pub mod capacity;
 pub mod discovery;
 pub mod driver_files;
 pub mod elf_linkage;
+pub mod elf_machine;
 pub mod elf_soname;
 pub mod env_merge;
 pub mod excerpt;

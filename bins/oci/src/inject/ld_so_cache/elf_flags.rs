@@ -13,17 +13,12 @@ use std::path::Path;
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 
+use devinject_devices::elf_machine::{self, EM_386, EM_AARCH64, EM_PPC64, EM_S390, EM_X86_64};
+
 use crate::inject::rootfs::{reopen_regular, Regular};
 
 /// `FLAG_ELF_LIBC6`: every library glibc's ldconfig lists today.
 const ELF_LIBC6: i32 = 0x0003;
-
-/// `e_machine` values (elf.h).
-const EM_386: u16 = 3;
-const EM_PPC64: u16 = 21;
-const EM_S390: u16 = 22;
-const EM_X86_64: u16 = 62;
-const EM_AARCH64: u16 = 183;
 
 /// The flags for a library with this ELF header, or `None` when it is not one we can map.
 pub fn from_header(header: &[u8]) -> Option<i32> {
@@ -35,12 +30,7 @@ pub fn from_header(header: &[u8]) -> Option<i32> {
         2 => true,
         _ => return None,
     };
-    let machine_bytes = [header[18], header[19]];
-    let machine = match header[5] {
-        1 => u16::from_le_bytes(machine_bytes),
-        2 => u16::from_be_bytes(machine_bytes),
-        _ => return None,
-    };
+    let machine = elf_machine::of_header(header)?;
     let arch = match (machine, class64) {
         (EM_X86_64, true) => 0x0300,
         (EM_X86_64, false) => 0x0800,
