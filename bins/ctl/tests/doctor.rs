@@ -421,7 +421,8 @@ fn doctor_tells_which_devices_one_user_can_open_and_why() {
         groups: vec![4243],
     };
     let mut report = doctor::DoctorReport::default();
-    doctor::access::check(&DoctorRequest::default(), &member, &found, &mut report);
+    let accounts = doctor::access::Accounts::read(&DoctorRequest::default()).expect("accounts");
+    doctor::access::check(&accounts, &member, &found, &mut report);
     let info = find(&report.findings, Section::Access, Severity::Info);
     assert_eq!(info.len(), 1, "{report:#?}");
     assert!(

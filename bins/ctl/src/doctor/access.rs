@@ -104,6 +104,13 @@ pub fn access(node: &DeviceNode, user: &HostUser) -> Access {
     }
 }
 
+/// The host's `/etc/passwd` and `/etc/group`, read once under the request's root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accounts {
+    passwd: String,
+    group: String,
+}
+
 /// Reads `path` whole, bounded.
 fn read_accounts(path: &Path) -> std::io::Result<String> {
     let mut text = String::new();
@@ -113,21 +120,25 @@ fn read_accounts(path: &Path) -> std::io::Result<String> {
     Ok(text)
 }
 
-/// The `name:x:id:...` line of `text` whose field `key` (0 for the name, 2 for the id) is
-/// `value`, split into fields.
-fn account<'a>(text: &'a str, key: usize, value: &str) -> Option<Vec<&'a str>> {
+/// The lines of an accounts file, split into their `:` fields; lines of fewer than four fields
+/// are not accounts.
+fn entries(text: &str) -> impl Iterator<Item = Vec<&str>> {
     text.lines()
         .map(|l| l.split(':').collect::<Vec<_>>())
-        .find(|f| f.len() > 3 && f[key] == value)
+        .filter(|f| f.len() > 3)
 }
 
-impl HostUser {
-    /// Resolves `spec` (a user name or a uid) with the host's `/etc/passwd` and `/etc/group`
-    /// under `req`'s root. A uid in no line of `/etc/passwd` (a subordinate id a user namespace
-    /// maps to) is a user with no groups.
-    pub fn resolve(req: &DoctorRequest, spec: &str) -> Result<Self, UserError> {
-        let passwd_path = req.access(Path::new("/etc/passwd"));
-        let passwd = match read_accounts(&passwd_path) {
+/// The entry of `text` whose field `key` (0 for the name, 2 for the id) is `value`.
+fn account<'a>(text: &'a str, key: usize, value: &str) -> Option<Vec<&'a str>> {
+    entries(text).find(|f| f[key] == value)
+}
+
+impl Accounts {
+    /// Reads both files under `req`'s root. A missing file is empty (a host without the user
+    /// in it); an unreadable `/etc/passwd` is an error, an unreadable `/etc/group` leaves users
+    /// with their primary group only.
+    pub fn read(req: &DoctorRequest) -> Result<Self, UserError> {
+        let passwd = match read_accounts(&req.access(Path::new("/etc/passwd"))) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(e) => {
@@ -137,38 +148,40 @@ impl HostUser {
                 })
             }
         };
-        let line = match spec.parse::<u32>() {
-            Ok(uid) => account(&passwd, 2, &uid.to_string()),
-            Err(_) => Some(account(&passwd, 0, spec).ok_or_else(|| UserError::Unknown {
-                name: spec.to_owned(),
-                passwd: "/etc/passwd".into(),
-            })?),
-        };
-        let uid = match (&line, spec.parse::<u32>()) {
-            (_, Ok(uid)) => uid,
-            (Some(f), Err(_)) => f[2].parse().map_err(|_| UserError::Read {
-                path: "/etc/passwd".into(),
-                message: format!("the uid of {spec} is not a number: {}", f[2]),
-            })?,
-            (None, Err(_)) => unreachable!("a name in no line was refused above"),
-        };
-        let gid = line.as_ref().and_then(|f| f[3].parse().ok());
-        let name = line.as_ref().map(|f| f[0]);
-        // A missing /etc/group leaves the user with its primary group only.
         let group = read_accounts(&req.access(Path::new("/etc/group"))).unwrap_or_default();
-        let groups = match name {
-            Some(name) => group
-                .lines()
-                .map(|l| l.split(':').collect::<Vec<_>>())
-                .filter(|f| f.len() > 3 && f[3].split(',').any(|m| m == name))
-                .filter_map(|f| f[2].parse().ok())
+        Ok(Self { passwd, group })
+    }
+}
+
+impl HostUser {
+    /// Resolves `spec` (a user name or a uid) with the host's accounts. A uid in no line of
+    /// `/etc/passwd` (a subordinate id a user namespace maps to) is a user with no groups.
+    pub fn resolve(accounts: &Accounts, spec: &str) -> Result<Self, UserError> {
+        let (uid, line) = match spec.parse::<u32>() {
+            Ok(uid) => (uid, account(&accounts.passwd, 2, &uid.to_string())),
+            Err(_) => {
+                let f = account(&accounts.passwd, 0, spec).ok_or_else(|| UserError::Unknown {
+                    name: spec.to_owned(),
+                    passwd: "/etc/passwd".into(),
+                })?;
+                let uid = f[2].parse().map_err(|_| UserError::Read {
+                    path: "/etc/passwd".into(),
+                    message: format!("the uid of {spec} is not a number: {}", f[2]),
+                })?;
+                (uid, Some(f))
+            }
+        };
+        let groups = match &line {
+            Some(f) => entries(&accounts.group)
+                .filter(|g| g[3].split(',').any(|m| m == f[0]))
+                .filter_map(|g| g[2].parse().ok())
                 .collect(),
             None => Vec::new(),
         };
         Ok(HostUser {
             shown: spec.to_owned(),
             uid,
-            gid,
+            gid: line.and_then(|f| f[3].parse().ok()),
             groups,
         })
     }
@@ -188,39 +201,58 @@ fn describe(node: &DeviceNode, group_names: &str) -> String {
     )
 }
 
+/// [`check`] for the user `spec` names (a name or a uid), resolved with the host's accounts; a
+/// user that cannot be resolved is an error finding.
+pub fn check_named(
+    req: &DoctorRequest,
+    spec: &str,
+    found: &[(Profile, Inventory)],
+    report: &mut DoctorReport,
+) {
+    let resolved = Accounts::read(req)
+        .and_then(|accounts| HostUser::resolve(&accounts, spec).map(|user| (accounts, user)));
+    match resolved {
+        Ok((accounts, user)) => check(&accounts, &user, found, report),
+        Err(e) => report.add(Section::Access, spec, Severity::Error, e.to_string(), None),
+    }
+}
+
 /// Adds, for each profile with devices, whether `user` can open every node a container asking
 /// for one of them gets, and why.
 pub fn check(
-    req: &DoctorRequest,
+    accounts: &Accounts,
     user: &HostUser,
     found: &[(Profile, Inventory)],
     report: &mut DoctorReport,
 ) {
-    let group_names = read_accounts(&req.access(Path::new("/etc/group"))).unwrap_or_default();
     let who = format!("user {} (uid {})", user.shown, user.uid);
     for (profile, inventory) in found {
         let name = profile.name.as_str();
         let Some(device) = inventory.devices.first() else {
             continue;
         };
-        let nodes: Vec<&DeviceNode> = device
+        let nodes: Vec<(&DeviceNode, Access)> = device
             .nodes
             .iter()
             .chain(&inventory.control_nodes)
+            .map(|n| (n, access(n, user)))
             .collect();
-        let denied: Vec<String> = nodes
-            .iter()
-            .filter(|n| !access(n, user).allowed())
-            .map(|n| describe(n, &group_names))
-            .collect();
-        if !denied.is_empty() {
+        let described = |keep: &dyn Fn(Access) -> bool| {
+            nodes
+                .iter()
+                .filter(|(_, a)| keep(*a))
+                .map(|(n, _)| describe(n, &accounts.group))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if nodes.iter().any(|(_, a)| !a.allowed()) {
             report.add(
                 Section::Access,
                 name,
                 Severity::Warning,
                 format!(
                     "{name}: {who} cannot read and write {} without devinject's hook or shim",
-                    denied.join(", ")
+                    described(&|a| !a.allowed())
                 ),
                 Some(
                     "give the node to a group the user is in with a udev rule (GROUP=, MODE=\"0660\") \
@@ -229,41 +261,7 @@ pub fn check(
                         .to_string(),
                 ),
             );
-            continue;
-        }
-        let through_supplementary: Vec<String> = nodes
-            .iter()
-            .filter(|n| access(n, user) == Access::SupplementaryGroup)
-            .map(|n| describe(n, &group_names))
-            .collect();
-        if through_supplementary.is_empty() {
-            let how = nodes
-                .iter()
-                .map(|n| match access(n, user) {
-                    Access::Root => "as root",
-                    Access::Owner => "as the owner",
-                    Access::PrimaryGroup => "through the user's primary group",
-                    _ => "as any user may",
-                })
-                .collect::<Vec<_>>();
-            let mut how = how;
-            how.dedup();
-            report.add(
-                Section::Access,
-                name,
-                Severity::Ok,
-                format!(
-                    "{name}: {who} can read and write {} ({})",
-                    nodes
-                        .iter()
-                        .map(|n| describe(n, &group_names))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    how.join(", ")
-                ),
-                None,
-            );
-        } else {
+        } else if nodes.iter().any(|(_, a)| *a == Access::SupplementaryGroup) {
             report.add(
                 Section::Access,
                 name,
@@ -271,7 +269,7 @@ pub fn check(
                 format!(
                     "{name}: {who} can read and write {} only through a supplementary group, which \
                      a rootless engine drops unless told to keep it",
-                    through_supplementary.join(", ")
+                    described(&|a| a == Access::SupplementaryGroup)
                 ),
                 Some(
                     "podman: run with --group-add keep-groups (crun); docker with userns-remap: the \
@@ -279,6 +277,28 @@ pub fn check(
                      id or use devinject's hook or shim"
                         .to_string(),
                 ),
+            );
+        } else {
+            let mut how: Vec<&str> = nodes
+                .iter()
+                .map(|(_, a)| match a {
+                    Access::Root => "as root",
+                    Access::Owner => "as the owner",
+                    Access::PrimaryGroup => "through the user's primary group",
+                    _ => "as any user may",
+                })
+                .collect();
+            how.dedup();
+            report.add(
+                Section::Access,
+                name,
+                Severity::Ok,
+                format!(
+                    "{name}: {who} can read and write {} ({})",
+                    described(&|_| true),
+                    how.join(", ")
+                ),
+                None,
             );
         }
     }
@@ -369,20 +389,23 @@ mod tests {
             "root:x:0:0::/root:/bin/sh\nalice:x:1000:1000::/home/alice:/bin/sh\n",
             "root:x:0:\nkvm:x:108:bob,alice\nalice:x:1000:\nvideo:x:44:bob\n",
         );
-        let alice = HostUser::resolve(&req, "alice").unwrap();
+        let accounts = Accounts::read(&req).unwrap();
+        let alice = HostUser::resolve(&accounts, "alice").unwrap();
         assert_eq!(
             (alice.uid, alice.gid, alice.groups),
             (1000, Some(1000), vec![108])
         );
-        let by_uid = HostUser::resolve(&req, "1000").unwrap();
+        let by_uid = HostUser::resolve(&accounts, "1000").unwrap();
         assert_eq!((by_uid.uid, by_uid.groups), (1000, vec![108]));
-        let remapped = HostUser::resolve(&req, "165536").unwrap();
+        let remapped = HostUser::resolve(&accounts, "165536").unwrap();
         assert_eq!(
             (remapped.uid, remapped.gid, remapped.groups),
             (165536, None, vec![])
         );
         assert_eq!(
-            HostUser::resolve(&req, "carol").unwrap_err().to_string(),
+            HostUser::resolve(&accounts, "carol")
+                .unwrap_err()
+                .to_string(),
             "no user carol in /etc/passwd: name the user as /etc/passwd does, or give its uid"
         );
     }

@@ -142,10 +142,7 @@ pub fn run(req: &DoctorRequest) -> DoctorReport {
     let profiles = profiles::check(req, &host, &mut report);
     let found = devices::check(req, &host, &profiles, &mut report);
     if let Some(spec) = &req.user {
-        match access::HostUser::resolve(req, spec) {
-            Ok(user) => access::check(req, &user, &found, &mut report),
-            Err(e) => report.add(Section::Access, spec, Severity::Error, e.to_string(), None),
-        }
+        access::check_named(req, spec, &found, &mut report);
     }
     let needs_ldconfig = libraries::check(req, &host, &found, &mut report);
     cdi_specs::check(req, &host, &profiles, &mut report);
