@@ -160,20 +160,19 @@ pub fn resolve_driver_parts(
                 continue;
             }
             let elf = read_library(&real);
-            if let Some(machine) = elf.as_ref().map(|e| e.machine) {
-                if !elf_machine::runs_here(machine) {
-                    // An optional library is one to use where it can be used.
-                    if lib.optional {
-                        tracing::debug!(profile = %pname, library = %real.display(), machine = %elf_machine::name(machine), "optional library for another machine left out");
-                        continue;
-                    }
-                    return Err(ResolveError::WrongMachine {
-                        profile: pname,
-                        path: real,
-                        machine: elf_machine::name(machine),
-                        host: elf_machine::name(elf_machine::host()),
-                    });
+            let machine = elf.as_ref().map(|e| e.machine);
+            if let Some(machine) = machine.filter(|&m| !elf_machine::runs_here(m)) {
+                // An optional library is one to use where it can be used.
+                if lib.optional {
+                    tracing::debug!(profile = %pname, library = %real.display(), machine = %elf_machine::name(machine), "optional library for another machine left out");
+                    continue;
                 }
+                return Err(ResolveError::WrongMachine {
+                    profile: pname,
+                    path: real,
+                    machine: elf_machine::name(machine),
+                    host: elf_machine::name(elf_machine::host()),
+                });
             }
             let file_name = file_name(&real);
             let soname = elf.and_then(|e| e.soname).filter(|s| *s != file_name);

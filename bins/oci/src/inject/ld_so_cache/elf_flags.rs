@@ -22,15 +22,13 @@ const ELF_LIBC6: i32 = 0x0003;
 
 /// The flags for a library with this ELF header, or `None` when it is not one we can map.
 pub fn from_header(header: &[u8]) -> Option<i32> {
-    if header.len() < 20 || !header.starts_with(b"\x7fELF") {
-        return None;
-    }
+    // Checks the magic and the length before the class is read.
+    let machine = elf_machine::of_header(header)?;
     let class64 = match header[4] {
         1 => false,
         2 => true,
         _ => return None,
     };
-    let machine = elf_machine::of_header(header)?;
     let arch = match (machine, class64) {
         (EM_X86_64, true) => 0x0300,
         (EM_X86_64, false) => 0x0800,
