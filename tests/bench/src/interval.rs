@@ -23,15 +23,18 @@ pub fn ratio_of_medians(a: &Samples, base: &Samples, resamples: usize) -> Option
 /// The 2.5% and 97.5% quantiles of `median(a) - median(base)`, in milliseconds, resampled as
 /// [`ratio_of_medians`] does: how sure "what `a` adds to `base`" is.
 pub fn difference_of_medians(a: &Samples, base: &Samples, resamples: usize) -> Option<(f64, f64)> {
-    paired(a, base, resamples, |a, b| {
-        (a.median().as_secs_f64() - b.median().as_secs_f64()) * 1e3
-    })
+    paired(a, base, resamples, median_difference_ms)
+}
+
+/// `median(a) - median(base)` in milliseconds.
+fn median_difference_ms(a: &Samples, base: &Samples) -> f64 {
+    (a.median().as_secs_f64() - base.median().as_secs_f64()) * 1e3
 }
 
 /// `median(a) - median(base)` in milliseconds with its 95% interval, as a table cell:
 /// `+2.6 [+1.5, +3.5]`.
 pub fn difference_cell(a: &Samples, base: &Samples) -> String {
-    let point = (a.median().as_secs_f64() - base.median().as_secs_f64()) * 1e3;
+    let point = median_difference_ms(a, base);
     match difference_of_medians(a, base, RESAMPLES) {
         Some((lo, hi)) => format!("{point:+.1} [{lo:+.1}, {hi:+.1}]"),
         None => format!("{point:+.1}"),

@@ -12,7 +12,6 @@
 //! microseconds.
 
 use std::path::{Path, PathBuf};
-
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};

@@ -24,8 +24,8 @@
 //! runc, the hooks and what they ran), the inodes each start left in its upper layer, and the
 //! files the container sees injected (bind mounts beyond plain runc's, and `/dev/nvidia*`
 //! nodes), from one untimed start; then what each path adds over native and over no device, in
-//! CPU and start time, as differences of medians with 95% intervals. Prints Markdown. Exit codes: 0 measured, 1 the benchmark
-//! failed, 2 not root or a prerequisite missing.
+//! CPU and start time, as differences of medians with 95% intervals. Prints Markdown. Exit
+//! codes: 0 measured, 1 the benchmark failed, 2 not root or a prerequisite missing.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -37,7 +37,7 @@ use devinject_bench::interval::difference_cell;
 use devinject_bench::overlay::start_on_fresh_rootfs;
 use devinject_bench::scratch::{LayerFs, Scratch};
 use devinject_bench::stats::{children_cpu, short, Samples};
-use devinject_devices::FinishInvocation;
+use devinject_devices::{FinishInvocation, Mount};
 use devinject_tests::bins::bin;
 use devinject_tests::nvidia_toolkit::{InstalledStacks, Toolkit, TOOLKIT_ENV};
 use devinject_tests::runc::{runc_path, shim_command, Bundle};
@@ -337,7 +337,7 @@ impl ShimEdits {
                 "destination": m.container_path,
                 "source": m.host_path,
                 "type": "bind",
-                "options": ["rbind", "ro", "nosuid", "nodev"],
+                "options": Mount::OPTIONS,
             })
         }));
         Ok(Self {
@@ -385,11 +385,17 @@ fn count(dir: &Path) -> Result<usize> {
 }
 
 fn render(cli: &Cli, cases: &[Case], runc: &str) -> String {
-    let base = &cases[0];
-    let nvidia = cases
-        .iter()
-        .find(|c| c.route == Route::Nvidia)
-        .expect("the NVIDIA case");
+    let find = |route: Route| {
+        cases
+            .iter()
+            .find(|c| c.route == route)
+            .expect("every route has a case")
+    };
+    let (no_device, native, nvidia) = (
+        find(Route::NoDevice),
+        find(Route::Native),
+        find(Route::Nvidia),
+    );
     let ms = |d: Duration| short(d.as_secs_f64() * 1e3);
     let median = |v: &[usize]| {
         let mut v = v.to_vec();
@@ -418,7 +424,7 @@ fn render(cli: &Cli, cases: &[Case], runc: &str) -> String {
             c.route.name(),
             ms(c.started.median()),
             ms(c.started.quantile(0.99)),
-            c.started.ratio_to(&base.started),
+            c.started.ratio_to(&no_device.started),
             c.started.ratio_to(&nvidia.started),
             ms(c.total.median()),
             ms(c.cpu.median()),
@@ -427,13 +433,6 @@ fn render(cli: &Cli, cases: &[Case], runc: &str) -> String {
             c.injected,
         ));
     }
-    let find = |route: Route| {
-        cases
-            .iter()
-            .find(|c| c.route == route)
-            .expect("every route has a case")
-    };
-    let (native, no_device) = (find(Route::Native), find(Route::NoDevice));
     t.push_str(
         "\nWhat each path adds, median minus median (ms), with the 95% interval from resampling \
          the rounds:\n\n\
