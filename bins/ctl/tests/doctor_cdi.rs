@@ -157,3 +157,47 @@ fn doctor_reports_stale_cdi_specs() {
         "{orphan:#?}"
     );
 }
+
+/// Specs written with `cdi generate --cdi-version 0.5.0` (no `additionalGids`, for an engine
+/// that reads no newer CDI) are up to date as they are: doctor regenerates them fitted to the
+/// version they were written for, not to the newest.
+#[test]
+fn doctor_reads_specs_fitted_to_an_older_cdi_as_fresh() {
+    if !(require_root() && require_binary("mknod") && require_binary("gcc")) {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let host = sim::demo_host(tmp.path(), &["demo"]).expect("simulated host");
+    // A node only its group may use: the unfitted spec carries the group (CDI 0.7.0).
+    let accel1 = host.dev_root.join("demo/accel1");
+    std::os::unix::fs::chown(&accel1, Some(0), Some(44)).expect("chgrp");
+    std::fs::set_permissions(&accel1, std::fs::Permissions::from_mode(0o660)).expect("chmod");
+    let cdi_dir = tmp.path().join("cdi");
+    let spec = cdi_dir.join("devinject.io-demo.json");
+    cdi::generate(&CdiRequest {
+        profiles_dir: host.profiles_dir.clone(),
+        roots: HostRoots {
+            dev_root: host.dev_root.clone(),
+            sys_root: host.dir.join("sys"),
+            proc_root: host.dir.join("proc"),
+            driver_root: host.driver_root.clone(),
+        },
+        output_dir: cdi_dir.clone(),
+        hook_path: PathBuf::from(HOOK),
+        newest_version: Some("0.5.0".parse().expect("version")),
+        ..CdiRequest::default()
+    })
+    .expect("cdi generate --cdi-version 0.5.0");
+    let text = std::fs::read_to_string(&spec).expect("spec");
+    assert!(text.contains("\"cdiVersion\": \"0.5.0\""), "{text}");
+    assert!(!text.contains("additionalGids"), "{text}");
+    let fitted = cdi_findings(&host, &cdi_dir);
+    assert_eq!(fitted.len(), 1, "{fitted:#?}");
+    assert_eq!(fitted[0].severity, Severity::Ok, "{fitted:#?}");
+
+    // Unfitted, the group is in the spec, and that spec is fresh too.
+    generate(&host, &cdi_dir);
+    let text = std::fs::read_to_string(&spec).expect("spec");
+    assert!(text.contains("\"cdiVersion\": \"0.7.0\""), "{text}");
+    assert_eq!(cdi_findings(&host, &cdi_dir)[0].severity, Severity::Ok);
+}

@@ -242,7 +242,7 @@ pub fn build<'a>(
             naming::cdi_device_id(&ctx.driver, pname, uid, name),
         );
     }
-    spec.cdi_version = min_version(&spec).to_owned();
+    spec.cdi_version = min_version(&spec).to_string();
     validate(&spec).map_err(|problem| ClaimSpecError::Invalid {
         uid: uid.to_owned(),
         profile: pname.to_owned(),

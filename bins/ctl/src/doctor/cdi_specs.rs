@@ -27,7 +27,7 @@ use devinject_hostconfig::HostConfig;
 
 use crate::doctor::{DoctorReport, DoctorRequest, Section, Severity};
 use crate::report::{Action, FileChange};
-use devinject_cdi::{self as cdi, CdiReport, CdiRequest};
+use devinject_cdi::{self as cdi, CdiReport, CdiRequest, CdiVersion};
 use devinject_devices::CDI_VENDOR;
 
 /// The directories CDI reads specs from, as the engines default to them.
@@ -66,10 +66,25 @@ fn our_specs(req: &DoctorRequest, dir: &Path) -> BTreeMap<String, Option<String>
         .collect()
 }
 
+/// The `--cdi-version` the specs in a directory were fitted to: their newest `cdiVersion`, when
+/// it predates `additionalGids` (specs fitted to no version that needed none read the same).
+fn fitted_version(specs: &BTreeMap<String, Option<String>>) -> Option<CdiVersion> {
+    let newest = specs
+        .values()
+        .flatten()
+        .filter_map(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+        .filter_map(|spec| spec["cdiVersion"].as_str()?.parse::<CdiVersion>().ok())
+        .max()?;
+    (newest < CdiVersion::ADDITIONAL_GIDS).then_some(newest)
+}
+
 /// The options the specs in a directory were generated with, read back from their
 /// `devinject-hook finish` entry; the defaults where no spec has one.
 fn generated_with(specs: &BTreeMap<String, Option<String>>) -> CdiRequest {
-    let mut req = CdiRequest::default();
+    let mut req = CdiRequest {
+        newest_version: fitted_version(specs),
+        ..CdiRequest::default()
+    };
     let hook = specs
         .values()
         .flatten()

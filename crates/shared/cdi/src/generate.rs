@@ -8,8 +8,9 @@ use devinject_hostfs::diff;
 use devinject_hostfs::host_dir::{HostDir, Name};
 
 use crate::build::build_spec;
-use crate::error::{devices_error, Result};
+use crate::error::{devices_error, CdiError, Result};
 use crate::request::CdiRequest;
+use crate::version::fit;
 
 /// What happened to one profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +27,8 @@ pub struct ProfileOutcome {
     pub cdi_version: Option<String>,
     /// Why the profile's devices are not exported although it has some.
     pub not_exported: Option<String>,
+    /// What the spec leaves out for the engine's CDI version (`CdiRequest::newest_version`).
+    pub left_out: Option<String>,
 }
 
 /// Why a profile with a prepare step gets no CDI spec.
@@ -65,11 +68,17 @@ pub fn generate(req: &CdiRequest) -> Result<CdiReport> {
         let inventory = discover(profile, &roots).map_err(devices_error)?;
         let not_exported = (profile.prepare.is_some() && !inventory.devices.is_empty())
             .then(|| PREPARE_NOT_EXPORTED.to_owned());
-        let spec = if inventory.devices.is_empty() || not_exported.is_some() {
+        let mut spec = if inventory.devices.is_empty() || not_exported.is_some() {
             None
         } else {
             let files = resolve_driver_files(profile, &roots).map_err(devices_error)?;
             build_spec(req, profile, &inventory, &files)?
+        };
+        let left_out = match (&mut spec, req.newest_version) {
+            (Some(spec), Some(newest)) => fit(spec, newest).map_err(|why| CdiError::Devices {
+                message: format!("profile {name}: {why} (--cdi-version)"),
+            })?,
+            _ => None,
         };
         let host_file = req.output_dir.join(file_name(&name));
         report.profiles.push(ProfileOutcome {
@@ -83,6 +92,7 @@ pub fn generate(req: &CdiRequest) -> Result<CdiReport> {
             file: spec.as_ref().map(|_| host_file.clone()),
             cdi_version: spec.as_ref().map(|s| s.cdi_version.clone()),
             not_exported,
+            left_out,
         });
         let content = spec.map(|s| s.to_text());
         writes.push((host_file, content));

@@ -20,10 +20,13 @@
 //! version is newer than they know, and CDI rejects specs using a field newer than their
 //! version): 0.3.0, or 0.5.0 when a device name starts with a digit or a node's host path differs
 //! from its container path, or 0.6.0 when the kind's class contains a dot, or 0.7.0 when an edit
-//! has `additionalGids`.
+//! has `additionalGids`. An engine whose CDI parser is older refuses the whole spec, so
+//! `CdiRequest::newest_version` (`cdi generate --cdi-version`) fits each spec to what the engine
+//! reads ([`version::fit`]).
 //!
 //! `additionalGids`: a node only its group may use (`0660 root:render`) adds that group, so a
 //! container running as a non-root user with no supplementary groups can open what it was
+//! given.
 //!
 //! The parts: [`spec`] (the types written), [`request`] (what to export, where the host is),
 //! [`build`] (a profile's plan as a spec), [`version`] and [`mod@validate`] (the lowest
@@ -54,4 +57,4 @@ pub use generate::{file_name, generate, CdiReport, ProfileOutcome, PREPARE_NOT_E
 pub use request::{CdiRequest, DEFAULT_OUTPUT_DIR, DEFAULT_PROFILES_DIR};
 pub use spec::{CdiDevice, CdiDeviceNode, CdiEdits, CdiHook, CdiMount, CdiSpec};
 pub use validate::validate;
-pub use version::min_version;
+pub use version::{fit, min_version, CdiVersion, VersionError};

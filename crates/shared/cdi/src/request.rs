@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 
 use devinject_devices::{ContainerLayout, HostRoots, DEFAULT_HOOK_PATH};
 
+use crate::version::CdiVersion;
+
 /// Default directory CDI specs are written to (CDI's static directory).
 pub const DEFAULT_OUTPUT_DIR: &str = "/etc/cdi";
 /// Default profiles directory, as for the hook.
@@ -26,6 +28,10 @@ pub struct CdiRequest {
     pub hook_config: Option<PathBuf>,
     /// Where libraries go in containers.
     pub lib_dir: PathBuf,
+    /// The newest CDI version the engine reading the specs knows, when it predates what a
+    /// spec would use (see [`crate::version::fit`]); `None`: each spec takes the lowest version
+    /// that holds it.
+    pub newest_version: Option<CdiVersion>,
     /// Report only.
     pub dry_run: bool,
 }
@@ -40,6 +46,7 @@ impl Default for CdiRequest {
             hook_path: PathBuf::from(DEFAULT_HOOK_PATH),
             hook_config: None,
             lib_dir: ContainerLayout::default().lib_dir,
+            newest_version: None,
             dry_run: false,
         }
     }

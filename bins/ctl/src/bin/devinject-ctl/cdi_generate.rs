@@ -37,6 +37,10 @@ pub struct GenerateArgs {
     /// Directory where the host's / is reachable; paths are read below it and written without it.
     #[arg(long, value_name = "DIR", default_value = "/")]
     root: PathBuf,
+    /// The newest CDI version the engine reads, when older than what a spec would use:
+    /// `additionalGids` (0.7.0) is then left out, and said so. Debian 12's podman 4.3 reads 0.5.0.
+    #[arg(long, value_name = "VERSION")]
+    cdi_version: Option<cdi::CdiVersion>,
     /// Show the changes as a unified diff and write nothing.
     #[arg(long, conflicts_with = "watch")]
     dry_run: bool,
@@ -66,6 +70,7 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
         hook_path: args.hook_path.clone(),
         hook_config: args.hook_config.clone(),
         lib_dir: args.lib_dir.clone(),
+        newest_version: args.cdi_version,
         dry_run: args.dry_run,
     };
     if !args.watch {

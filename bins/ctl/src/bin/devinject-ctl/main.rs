@@ -171,6 +171,9 @@ fn print_cdi_report(report: &CdiReport) {
             (_, _, Some(why)) => println!("{}: {} device(s), no spec: {why}", p.profile, p.devices),
             _ => println!("{}: no devices found, no spec", p.profile),
         }
+        if let Some(note) = &p.left_out {
+            println!("{}: {note}", p.profile);
+        }
     }
     if report.dry_run {
         for c in &report.changes {
