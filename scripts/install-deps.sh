@@ -23,6 +23,8 @@ if [ "${1:-test}" = test ]; then
   want+=(libseccomp-dev pkg-config)
   # strace: the hook's lookup count for a fixed request (tests/tests/vendor_nvidia.rs)
   want+=(strace)
+  # uidmap: newuidmap and newgidmap, for rootless podman (tests/tests/podman_rootless.rs)
+  want+=(uidmap)
   # The grpc-java client of the device plugin's interop test (tests/clients/java, built below):
   # the JDK, grpc-java and its stub generator, protobuf-java, and what grpc-java needs at run time
   # that its package does not depend on (guava, perfmark, gson). Debian builds Netty without its

@@ -48,6 +48,7 @@ pub mod nri_plugin;
 pub mod nvidia_toolkit;
 pub mod podman;
 pub mod podresources;
+pub mod rootless;
 pub mod runc_args;
 pub mod runtimes;
 pub mod scrape;

@@ -54,6 +54,8 @@ lock_type = "file"
 pub struct Podman {
     dir: PathBuf,
     hooks_dir: PathBuf,
+    /// What `podman` runs behind (e.g. `nsenter ... -- runuser -u USER -- env ...`).
+    prefix: Vec<String>,
 }
 
 impl Podman {
@@ -65,12 +67,31 @@ impl Podman {
         Ok(Self {
             dir: dir.to_owned(),
             hooks_dir: hooks_dir.to_owned(),
+            prefix: Vec::new(),
         })
+    }
+
+    /// The same podman run behind `prefix`, a command and its arguments that end by running
+    /// their last arguments (`runuser -u USER -- env`, for a rootless podman).
+    pub fn behind(mut self, prefix: Vec<String>) -> Self {
+        self.prefix = prefix;
+        self
     }
 
     /// `podman` with the private storage, run, tmp and hooks dirs and configuration.
     pub fn command(&self) -> Command {
-        let mut cmd = Command::new("podman");
+        let mut cmd = match self.prefix.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(format!(
+                    "CONTAINERS_CONF={}",
+                    self.dir.join("containers.conf").display()
+                ));
+                c.arg("podman");
+                c
+            }
+            None => Command::new("podman"),
+        };
         cmd.env("CONTAINERS_CONF", self.dir.join("containers.conf"))
             .arg("--root")
             .arg(self.dir.join("storage"))
