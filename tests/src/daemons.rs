@@ -467,20 +467,29 @@ impl Dockerd {
         config: &Path,
         extra_args: &[&str],
     ) -> Result<Self> {
-        Self::start_release(dir, containerd, config, extra_args, None)
+        Self::start_release(dir, containerd, config, extra_args, None, &[])
     }
 
     /// [`Dockerd::start`] of another release: dockerd, docker-proxy and the docker CLI from `bin`
-    /// (see [`crate::runtimes::docker`]); `None`: the machine's.
+    /// (see [`crate::runtimes::docker`]); `None`: the machine's. dockerd runs behind `prefix`
+    /// (e.g. `nsenter -t PID -m --`, to run it in another mount namespace); empty: directly.
     pub fn start_release(
         dir: &Path,
         containerd: &Containerd,
         config: &Path,
         extra_args: &[&str],
         bin: Option<&Path>,
+        prefix: &[String],
     ) -> Result<Self> {
         let program = bin.map_or_else(|| PathBuf::from("dockerd"), |b| b.join("dockerd"));
-        let mut cmd = Command::new(program);
+        let mut cmd = match prefix.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(program);
+                c
+            }
+            None => Command::new(program),
+        };
         if let Some(bin) = bin {
             // dockerd finds docker-proxy on PATH: the release's own first.
             let path = std::env::var_os("PATH").unwrap_or_default();

@@ -60,6 +60,32 @@ pub struct EngineRelease {
     pub docker: Option<Release>,
     /// More daemon.json settings (e.g. `cdi-spec-dirs`).
     pub daemon_json: serde_json::Map<String, serde_json::Value>,
+    /// What containerd and dockerd run behind (e.g. `nsenter -t PID -m --`: the shims and runc
+    /// then see that mount namespace, and the image mounts dockerd makes are in it); empty:
+    /// directly.
+    pub prefix: Vec<String>,
+}
+
+/// docker 28 and the containerd 2 it is packaged with, when fetched (`scripts/runtimes-fetch.sh`)
+/// and root, runc, tar and busybox (for the image) are here; `None` after saying what is
+/// missing ([`crate::skip`]).
+pub fn release_28() -> Option<EngineRelease> {
+    use crate::skip::{require, require_binary, require_root};
+    let docker = crate::runtimes::docker("28");
+    let containerd = crate::runtimes::containerd("2");
+    let ok = require_root()
+        && require_binary("runc")
+        && require_binary("tar")
+        && require_binary("/bin/busybox")
+        && require(
+            docker.is_some() && containerd.is_some(),
+            "needs docker 28 and containerd 2 in target/runtimes (scripts/runtimes-fetch.sh)",
+        );
+    ok.then(|| EngineRelease {
+        containerd,
+        docker,
+        ..EngineRelease::default()
+    })
 }
 
 /// The devinject shim's runtime name in daemon.json ([`shim_runtime`]).
@@ -166,7 +192,7 @@ impl Engine {
         let containerd = engine.containerd.insert(Containerd::start_release_via(
             &ctd_dir,
             &config,
-            &[],
+            &release.prefix,
             containerd_bin,
         )?);
 
@@ -192,6 +218,7 @@ impl Engine {
             &daemon_config,
             dockerd_args,
             docker_bin,
+            &release.prefix,
         )?;
         engine.dockerd = Some(dockerd);
         Ok(engine)

@@ -71,8 +71,9 @@ impl Podman {
         })
     }
 
-    /// The same podman run behind `prefix`, a command and its arguments that end by running
-    /// their last arguments (`runuser -u USER -- env`, for a rootless podman).
+    /// The same podman run behind `prefix`, which must end in `env` and its assignments
+    /// (`nsenter ... -- runuser -u USER -- env -i HOME=...`, for a rootless podman): the
+    /// configuration is passed as one more assignment.
     pub fn behind(mut self, prefix: Vec<String>) -> Self {
         self.prefix = prefix;
         self

@@ -9,6 +9,7 @@
 //! fresh tmpfs there, so the CDI specs a test writes to `/run/cdi` (podman 4.3 reads no other
 //! directory besides `/etc/cdi`) are seen by nothing else on the machine.
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,7 +17,23 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::daemons::{run_ok, Daemon};
+use crate::bins::bin;
+use crate::daemons::{output_within, run_ok, Daemon, CLI_DEADLINE};
+
+/// A container command reporting, for each path it is given, `<path> ok` or `<path> denied`
+/// for a character device opened read-write, `<path> missing` for anything else (`<>` would
+/// create a file). Run as `sh -c OPEN_EACH sh PATH...`.
+pub const OPEN_EACH: &str = "for p in \"$@\"; do if [ ! -c \"$p\" ]; then echo \"$p missing\"; \
+    elif (exec 3<>\"$p\") 2>/dev/null; then echo \"$p ok\"; else echo \"$p denied\"; fi; done";
+
+/// One profile's `access for one user` finding from `devinject-ctl doctor --json`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rating {
+    /// `ok`, `info`, `warning` or `error`.
+    pub severity: String,
+    /// What doctor said.
+    pub message: String,
+}
 
 /// A user made for one test (`useradd`, which gives it subordinate uid and gid ranges in
 /// `/etc/subuid` and `/etc/subgid`), a member of a supplementary group made with it. On drop
@@ -84,6 +101,19 @@ impl CreatedUser {
         std::fs::create_dir_all(home)?;
         std::os::unix::fs::chown(home, Some(user.uid), Some(user.gid))?;
         Ok(user)
+    }
+
+    /// The first of the user's subordinate uids and gids (`/etc/subuid`, `/etc/subgid`): what
+    /// an engine remapping root to this user maps the container's root to.
+    pub fn first_subordinate_ids(&self) -> Result<(u32, u32)> {
+        let first = |file: &str| -> Result<u32> {
+            let text = std::fs::read_to_string(file).with_context(|| format!("read {file}"))?;
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{}:", self.name)))
+                .and_then(|rest| rest.split(':').next()?.parse().ok())
+                .with_context(|| format!("no range of {} in {file}", self.name))
+        };
+        Ok((first("/etc/subuid")?, first("/etc/subgid")?))
     }
 
     /// The pids of the user's processes.
@@ -233,5 +263,82 @@ impl HostNodes {
         let mut cmd = Command::new(&prefix[0]);
         cmd.args(&prefix[1..]).arg(program);
         Ok(cmd)
+    }
+
+    /// Copies the shipped `profiles` into `dir/profiles` and writes `dir/config.toml`, a host
+    /// configuration naming them with a decision log of its own; returns both paths.
+    pub fn host_config(&self, dir: &Path, profiles: &[&str]) -> Result<(PathBuf, PathBuf)> {
+        let profiles_dir = dir.join("profiles");
+        std::fs::create_dir_all(&profiles_dir)?;
+        for profile in profiles {
+            let name = format!("{profile}.toml");
+            std::fs::copy(
+                crate::sim::shipped_profiles().join(&name),
+                profiles_dir.join(&name),
+            )
+            .with_context(|| format!("copy the shipped {name}"))?;
+        }
+        let config = dir.join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "profiles_dir = {profiles_dir:?}\ndecision_log_dir = {:?}\n",
+                dir.join("log")
+            ),
+        )?;
+        Ok((config, profiles_dir))
+    }
+
+    /// `devinject-ctl cdi generate` in the namespace (so the nodes are the ones bound here),
+    /// writing to `output` the specs of the profiles in `profiles`, with `extra` arguments;
+    /// returns its report.
+    pub fn cdi_generate(&self, profiles: &Path, output: &Path, extra: &[&str]) -> Result<String> {
+        let mut cmd = self.command(&bin("devinject-ctl"))?;
+        cmd.args(["cdi", "generate", "--output"])
+            .arg(output)
+            .arg("--profiles-dir")
+            .arg(profiles)
+            .args(extra);
+        run_ok(cmd).context("devinject-ctl cdi generate")
+    }
+
+    /// `devinject-ctl doctor --json --user USER` in the namespace, with the host configuration
+    /// `config` and the specs in `cdi_dir`: each profile's access rating.
+    pub fn access_ratings(
+        &self,
+        config: &Path,
+        cdi_dir: &Path,
+        user: &str,
+    ) -> Result<BTreeMap<String, Rating>> {
+        let mut cmd = self.command(&bin("devinject-ctl"))?;
+        cmd.args(["doctor", "--json", "--refusals", "0", "--cdi-dir"])
+            .arg(cdi_dir)
+            .arg("--config")
+            .arg(config)
+            .args(["--user", user]);
+        let out = output_within(cmd, CLI_DEADLINE)
+            .context("devinject-ctl doctor did not finish in time")?
+            .context("run devinject-ctl doctor")?;
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
+            format!(
+                "doctor --json printed no JSON: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })?;
+        Ok(report["findings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|f| f["section"] == "access")
+            .filter_map(|f| {
+                Some((
+                    f["subject"].as_str()?.to_owned(),
+                    Rating {
+                        severity: f["severity"].as_str()?.to_owned(),
+                        message: f["message"].as_str().unwrap_or_default().to_owned(),
+                    },
+                ))
+            })
+            .collect())
     }
 }

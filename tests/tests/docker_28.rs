@@ -20,35 +20,15 @@ use std::process::Output;
 
 use devinject_tests::cri_node::cdi_generate;
 use devinject_tests::docker::{
-    hook_only_runtime, runc_runtime, shim_runtime, Engine, EngineRelease, RuntimeEntry, HOOK_ONLY,
-    IMAGE, RUNC_UNDER_TEST, SHIM,
+    hook_only_runtime, release_28, runc_runtime, shim_runtime, Engine, EngineRelease, RuntimeEntry,
+    HOOK_ONLY, IMAGE, RUNC_UNDER_TEST, SHIM,
 };
 use devinject_tests::probe::Report;
 use devinject_tests::runc::describe;
-use devinject_tests::runtimes::{self, Release};
+use devinject_tests::runtimes::Release;
 use devinject_tests::sim::{
     assert_demo_granted_0_1_in, demo_host, demo_probe_args, SimHost, NO_LDCONFIG,
 };
-use devinject_tests::skip::{require, require_binary, require_root};
-
-/// docker 28 and the containerd 2 it is packaged with, when fetched and everything else is here.
-fn ready() -> Option<EngineRelease> {
-    let docker = runtimes::docker("28");
-    let containerd = runtimes::containerd("2");
-    let ok = require_root()
-        && require_binary("runc")
-        && require_binary("tar")
-        && require_binary("/bin/busybox")
-        && require(
-            docker.is_some() && containerd.is_some(),
-            "needs docker 28 and containerd 2 in target/runtimes (scripts/runtimes-fetch.sh)",
-        );
-    ok.then(|| EngineRelease {
-        containerd,
-        docker,
-        ..EngineRelease::default()
-    })
-}
 
 /// A simulated demo host (no usable ldconfig) and a docker 28 engine with `runtimes` and the
 /// daemon.json `settings`, with the busybox image imported. Fields drop in order: the engine
@@ -124,7 +104,7 @@ fn assert_engine_is(rig: &Rig, docker: &Release) {
 
 #[test]
 fn docker_28_injects_the_cdi_devices_cdi_generate_writes_with_no_setting() {
-    let Some(release) = ready() else { return };
+    let Some(release) = release_28() else { return };
     let docker = release.docker.clone().expect("docker");
     let rig = Rig::start(release, |_| vec![runc_runtime()], true);
     assert_engine_is(&rig, &docker);
@@ -157,7 +137,7 @@ fn docker_28_injects_the_cdi_devices_cdi_generate_writes_with_no_setting() {
 
 #[test]
 fn docker_28_runs_the_devinject_shim() {
-    let Some(release) = ready() else { return };
+    let Some(release) = release_28() else { return };
     let rig = Rig::start(release, |host| vec![shim_runtime(&host.config)], false);
     let runtime = format!("--runtime={SHIM}");
     rig.assert_demo_granted(&[&runtime, "-e", "DEMO_VISIBLE_DEVICES=0,1"]);
@@ -165,7 +145,7 @@ fn docker_28_runs_the_devinject_shim() {
 
 #[test]
 fn docker_28_runs_the_hook_only_runtime() {
-    let Some(release) = ready() else { return };
+    let Some(release) = release_28() else { return };
     let rig = Rig::start(release, |host| vec![hook_only_runtime(&host.config)], false);
     let runtime = format!("--runtime={HOOK_ONLY}");
     rig.assert_demo_granted(&[&runtime, "-e", "DEMO_VISIBLE_DEVICES=0,1"]);

@@ -23,10 +23,8 @@
 
 use std::path::Path;
 
-use devinject_tests::bins::bin;
-use devinject_tests::daemons::run_ok;
 use devinject_tests::podman::Podman;
-use devinject_tests::rootless::{CreatedUser, HostNodes, NodeSpec};
+use devinject_tests::rootless::{CreatedUser, HostNodes, NodeSpec, OPEN_EACH};
 use devinject_tests::skip::{require_binary, require_root};
 
 fn ready() -> bool {
@@ -42,10 +40,6 @@ fn ready() -> bool {
         && require_binary("runuser")
         && require_binary("/bin/busybox")
 }
-
-/// The container's report: `<path> ok` or `<path> denied` for each node opened read-write.
-const OPEN_EACH: &str = "for p in \"$@\"; do if (exec 3<>\"$p\") 2>/dev/null; \
-    then echo \"$p ok\"; else echo \"$p denied\"; fi; done";
 
 /// The three profiles, device, host path, and how doctor must rate the user's access.
 const CASES: [(&str, &str, &str); 3] = [
@@ -93,90 +87,33 @@ fn rootless_podman_opens_what_doctor_says_the_user_can_open() {
     )
     .expect("host nodes");
 
-    let profiles = dir.join("profiles");
-    std::fs::create_dir_all(&profiles).expect("mkdir");
-    for (profile, _, _) in CASES {
-        let name = format!("{profile}.toml");
-        std::fs::copy(
-            devinject_tests::sim::shipped_profiles().join(&name),
-            profiles.join(&name),
-        )
-        .expect("copy profile");
-    }
-    let config = dir.join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "profiles_dir = {profiles:?}\ndecision_log_dir = {:?}\n",
-            dir.join("log")
-        ),
-    )
-    .expect("config");
+    let profiles: Vec<&str> = CASES.iter().map(|(p, _, _)| *p).collect();
+    let (config, profiles_dir) = nodes.host_config(dir, &profiles).expect("host config");
 
     // The specs, fitted to the CDI podman 4.3 reads.
-    let mut generate = nodes.command(&bin("devinject-ctl")).expect("nsenter");
-    generate
-        .args([
-            "cdi",
-            "generate",
-            "--output",
-            "/run/cdi",
-            "--cdi-version",
-            "0.5.0",
-        ])
-        .arg("--profiles-dir")
-        .arg(&profiles);
-    let generated = run_ok(generate).expect("cdi generate");
+    let generated = nodes
+        .cdi_generate(
+            &profiles_dir,
+            Path::new("/run/cdi"),
+            &["--cdi-version", "0.5.0"],
+        )
+        .expect("cdi generate");
     for left in ["fuse: additionalGids", "kvm: additionalGids"] {
         assert!(generated.contains(left), "{left}\n{generated}");
     }
 
     // What doctor says the user can use.
-    let mut doctor = nodes.command(&bin("devinject-ctl")).expect("nsenter");
-    doctor
-        .args([
-            "doctor",
-            "--json",
-            "--refusals",
-            "0",
-            "--cdi-dir",
-            "/run/cdi",
-        ])
-        .arg("--config")
-        .arg(&config)
-        .args(["--user", &user.name]);
-    let out =
-        devinject_tests::daemons::output_within(doctor, devinject_tests::daemons::CLI_DEADLINE)
-            .expect("doctor in time")
-            .expect("run doctor");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "doctor --json: {e}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    let rated = |profile: &str| {
-        report["findings"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|f| f["section"] == "access" && f["subject"] == profile)
-            .map(|f| {
-                (
-                    f["severity"].as_str().unwrap_or("").to_owned(),
-                    f["message"].to_string(),
-                )
-            })
-            .unwrap_or_else(|| panic!("no access finding for {profile}: {report:#}"))
-    };
+    let ratings = nodes
+        .access_ratings(&config, Path::new("/run/cdi"), &user.name)
+        .expect("doctor --user");
     for (profile, _, severity) in CASES {
-        let (got, message) = rated(profile);
-        assert_eq!(got, severity, "{profile}: {message}");
+        let rating = ratings.get(profile).expect("an access finding");
+        assert_eq!(rating.severity, severity, "{profile}: {}", rating.message);
     }
     assert!(
-        rated("kvm").1.contains("supplementary group"),
+        ratings["kvm"].message.contains("supplementary group"),
         "{}",
-        rated("kvm").1
+        ratings["kvm"].message
     );
 
     // The same devices through rootless podman as that user, in the namespace.

@@ -19,6 +19,11 @@ use devinject_tests::skip::{require_binary, require_root};
 const HOOK: &str = "/opt/devinject/bin/devinject-hook";
 
 fn generate(host: &SimHost, cdi_dir: &Path) {
+    generate_for(host, cdi_dir, None);
+}
+
+/// [`generate`] for an engine reading CDI up to `newest` (`--cdi-version`).
+fn generate_for(host: &SimHost, cdi_dir: &Path, newest: Option<&str>) {
     cdi::generate(&CdiRequest {
         profiles_dir: host.profiles_dir.clone(),
         roots: HostRoots {
@@ -29,6 +34,7 @@ fn generate(host: &SimHost, cdi_dir: &Path) {
         },
         output_dir: cdi_dir.to_path_buf(),
         hook_path: PathBuf::from(HOOK),
+        newest_version: newest.map(|v| v.parse().expect("a CDI version")),
         ..CdiRequest::default()
     })
     .expect("cdi generate");
@@ -174,20 +180,7 @@ fn doctor_reads_specs_fitted_to_an_older_cdi_as_fresh() {
     std::fs::set_permissions(&accel1, std::fs::Permissions::from_mode(0o660)).expect("chmod");
     let cdi_dir = tmp.path().join("cdi");
     let spec = cdi_dir.join("devinject.io-demo.json");
-    cdi::generate(&CdiRequest {
-        profiles_dir: host.profiles_dir.clone(),
-        roots: HostRoots {
-            dev_root: host.dev_root.clone(),
-            sys_root: host.dir.join("sys"),
-            proc_root: host.dir.join("proc"),
-            driver_root: host.driver_root.clone(),
-        },
-        output_dir: cdi_dir.clone(),
-        hook_path: PathBuf::from(HOOK),
-        newest_version: Some("0.5.0".parse().expect("version")),
-        ..CdiRequest::default()
-    })
-    .expect("cdi generate --cdi-version 0.5.0");
+    generate_for(&host, &cdi_dir, Some("0.5.0"));
     let text = std::fs::read_to_string(&spec).expect("spec");
     assert!(text.contains("\"cdiVersion\": \"0.5.0\""), "{text}");
     assert!(!text.contains("additionalGids"), "{text}");

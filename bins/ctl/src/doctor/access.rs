@@ -47,6 +47,12 @@ pub enum UserError {
         /// The file read.
         passwd: String,
     },
+    /// The part after `:` is not a number.
+    #[error("{spec}: the group after ':' must be a numeric gid (e.g. 100000:100000)")]
+    Gid {
+        /// What was given.
+        spec: String,
+    },
     /// `/etc/passwd` could not be read.
     #[error("cannot read {path}: {message}")]
     Read {
@@ -154,9 +160,22 @@ impl Accounts {
 }
 
 impl HostUser {
-    /// Resolves `spec` (a user name or a uid) with the host's accounts. A uid in no line of
-    /// `/etc/passwd` (a subordinate id a user namespace maps to) is a user with no groups.
+    /// Resolves `spec` (a user name or a uid, then optionally `:GID`) with the host's accounts.
+    /// A uid in no line of `/etc/passwd` (a subordinate id a user namespace maps to) is a user
+    /// with no groups but the `GID` given: docker's `userns-remap` maps the container's root
+    /// to the first subordinate uid and gid.
     pub fn resolve(accounts: &Accounts, spec: &str) -> Result<Self, UserError> {
+        if let Some((user, gid)) = spec.split_once(':') {
+            let gid = gid.parse::<u32>().map_err(|_| UserError::Gid {
+                spec: spec.to_owned(),
+            })?;
+            let resolved = Self::resolve(accounts, user)?;
+            return Ok(HostUser {
+                shown: spec.to_owned(),
+                gid: Some(gid),
+                ..resolved
+            });
+        }
         let (uid, line) = match spec.parse::<u32>() {
             Ok(uid) => (uid, account(&accounts.passwd, 2, &uid.to_string())),
             Err(_) => {
@@ -402,6 +421,18 @@ mod tests {
             (remapped.uid, remapped.gid, remapped.groups),
             (165536, None, vec![])
         );
+        // docker's remapped root: the first subordinate uid and gid.
+        let with_gid = HostUser::resolve(&accounts, "165536:165536").unwrap();
+        assert_eq!(
+            (with_gid.uid, with_gid.gid, with_gid.groups),
+            (165536, Some(165536), vec![])
+        );
+        let alice_gid = HostUser::resolve(&accounts, "alice:44").unwrap();
+        assert_eq!((alice_gid.gid, alice_gid.groups), (Some(44), vec![108]));
+        assert!(HostUser::resolve(&accounts, "165536:video")
+            .unwrap_err()
+            .to_string()
+            .contains("numeric gid"));
         assert_eq!(
             HostUser::resolve(&accounts, "carol")
                 .unwrap_err()

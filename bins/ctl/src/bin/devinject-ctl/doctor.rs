@@ -28,10 +28,11 @@ pub struct DoctorArgs {
     /// (`decision_log_dir`); 0 for none.
     #[arg(long, value_name = "N", default_value_t = doctor::refusals::DEFAULT_COUNT)]
     refusals: usize,
-    /// A host user (name or uid): say which devices it can open with no devinject step at start
-    /// (rootless podman run by it, or a user namespace whose root it is, as docker's
-    /// userns-remap maps root to a subordinate uid), and why.
-    #[arg(long, value_name = "USER")]
+    /// A host user (name or uid, then optionally :GID): say which devices it can open with no
+    /// devinject step at start (rootless podman run by it, or a user namespace whose root it
+    /// is: docker's userns-remap maps root to the first subordinate uid and gid, given as
+    /// UID:GID), and why.
+    #[arg(long, value_name = "USER[:GID]")]
     user: Option<String>,
     /// Print the findings as JSON.
     #[arg(long)]
