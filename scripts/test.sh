@@ -33,7 +33,7 @@ today_log=$PWD/target/today-build.log
 mkdir -p target
 # Its own session, so that an early exit ends the whole build (go and its compilers) with it.
 setsid nice -n 19 bash -c "scripts/crio-build.sh >'$today_log.crio' && \
-  if $cluster; then scripts/kube-module-build.sh >'$today_log.kube' && \
+  if $cluster; then scripts/kube-module-build.sh >'$today_log.kube' && scripts/cni-build.sh >'$today_log.cni' && \
     { ONLY_BUILD=1 scripts/build-image.sh >'$today_log.image' 2>&1 || true; }; fi" 2>"$today_log" &
 today_build=$!
 trap 'kill -- -"$today_build" 2>/dev/null || true' EXIT
@@ -121,6 +121,8 @@ if wait "$today_build"; then
     "${crio_tier[@]/#/--test=}" || status=$?
   if $cluster; then
     kube137=$(cat "$today_log.kube")
+    DEVINJECT_CNI_BIN=$(cat "$today_log.cni")
+    export DEVINJECT_CNI_BIN
     echo "test.sh: the cluster tier on $("$kube137/kubelet" --version) and $("$runc14" --version | sed -n 1p)"
     DEVINJECT_KUBE_BIN=$kube137 DEVINJECT_RUNC=$runc14 DEVINJECT_CRIO_BIN=$crio_bin cargo test -p devinject-tests --no-fail-fast \
       "${cluster_tier[@]/#/--test=}" || status=$?

@@ -37,6 +37,19 @@ use anyhow::{Context, Result};
 use serde_json::Value;
 
 use crate::cri::Cri;
+
+/// The CNI plugins a node needs for pods off the host network (containerd runs `loopback` for
+/// every such pod besides the network's own).
+pub const CNI_PLUGINS: [&str; 3] = ["loopback", "ptp", "host-local"];
+
+/// The directory holding [`CNI_PLUGINS`] (`DEVINJECT_CNI_BIN`, built by scripts/cni-build.sh):
+/// with them a node's pods may leave the host network, each in a network namespace of its own
+/// (a user-namespaced pod must: `hostUsers: false` excludes `hostNetwork`).
+pub fn cni_plugins() -> Option<PathBuf> {
+    std::env::var_os("DEVINJECT_CNI_BIN")
+        .map(PathBuf::from)
+        .filter(|dir| CNI_PLUGINS.iter().all(|p| dir.join(p).is_file()))
+}
 use crate::cri_node::HANDLER;
 use crate::daemons::{
     output_within, poll, run_ok, short_tempdir, unmount_below, Containerd, Daemon,

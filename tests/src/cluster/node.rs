@@ -246,11 +246,35 @@ impl Node {
         let ctd_dir = self.ctd_dir();
         let cni = ctd_dir.join("cni/conf");
         std::fs::create_dir_all(&cni)?;
-        std::fs::write(
-            cni.join("10-placeholder.conflist"),
-            r#"{"cniVersion": "0.4.0", "name": "devinject-placeholder",
+        match crate::cluster::cni_plugins() {
+            Some(plugins) => {
+                // Pods off the host network get a namespace of their own with `lo` and an `eth0`
+                // of CNI's `ptp` plugin (a veth pair and a host route to the pod's address, both
+                // gone with the pod; no bridge, no masquerading): a CRI runtime needs an address
+                // to report for the pod. Addresses come from `host-local`, its state in the
+                // node's dir.
+                let bin = ctd_dir.join("cni/bin");
+                std::fs::create_dir_all(&bin)?;
+                for plugin in crate::cluster::CNI_PLUGINS {
+                    std::fs::copy(plugins.join(plugin), bin.join(plugin))
+                        .with_context(|| format!("copy the CNI plugin {plugin}"))?;
+                }
+                std::fs::write(
+                    cni.join("10-pods.conflist"),
+                    format!(
+                        r#"{{"cniVersion": "1.0.0", "name": "devinject-pods",
+  "plugins": [{{"type": "ptp", "ipam": {{"type": "host-local",
+    "ranges": [[{{"subnet": "10.244.0.0/24"}}]], "dataDir": "{}"}}}}]}}"#,
+                        ctd_dir.join("cni/ipam").display()
+                    ),
+                )?;
+            }
+            None => std::fs::write(
+                cni.join("10-placeholder.conflist"),
+                r#"{"cniVersion": "0.4.0", "name": "devinject-placeholder",
   "plugins": [{"type": "devinject-host-network-only"}]}"#,
-        )?;
+            )?,
+        }
         let config = self.containerd_config();
         std::fs::create_dir_all(config.parent().expect("parent"))?;
         std::fs::create_dir_all(self.dir.join("node/etc-devinject"))?;
