@@ -27,12 +27,14 @@
 use std::sync::Mutex;
 
 use devinject_tests::cluster::{
-    ready_with_containerd, Cluster, Setup, CDI_ALLOCATE_MODE, CDI_CRI_ALLOCATE_MODE,
+    cni_plugins, ready_with_containerd, Cluster, Kubernetes, Setup, CDI_ALLOCATE_MODE,
+    CDI_CRI_ALLOCATE_MODE,
 };
 use devinject_tests::cri_node::{BUSYBOX, HANDLER};
 use devinject_tests::probe::Report;
 use devinject_tests::runtimes::Release;
 use devinject_tests::sim::{assert_demo_granted_exactly, demo_probe_args, ACCELS};
+use devinject_tests::skip::require;
 
 static ONE_CLUSTER: Mutex<()> = Mutex::new(());
 
@@ -188,6 +190,32 @@ fn with_nri_a_pod_gets_exactly_its_allocated_devices_and_forgers_are_refused() {
     let ids = c.allocated(&uid, "main", RESOURCE).expect("checkpoint");
     assert_eq!(ids.len(), 2, "the kubelet allocated two devices: {ids:?}");
     assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+
+    // A user-namespaced pod (`hostUsers: false`, so off the host network) asking for devices:
+    // its nodes must come as copies it owns, with device cgroup rules given without nodes,
+    // which this containerd (2.1, built with NRI v0.8) drops. The plugin refuses the container,
+    // naming the runtime and the way out, rather than let it start without its devices.
+    if Kubernetes::find().is_some_and(|k| !k.is_legacy())
+        && require(
+            cni_plugins().is_some(),
+            "needs CNI's loopback, ptp and host-local plugins for pods off the host network \
+             (DEVINJECT_CNI_BIN=$(scripts/cni-build.sh))",
+        )
+    {
+        c.apply(
+            &pod("nri-userns", 2, &[]).replace("  hostNetwork: true\n", "  hostUsers: false\n"),
+        )
+        .expect("create pod");
+        let message = c
+            .wait_refusal("nri-userns")
+            .expect("the user-namespaced pod is refused");
+        assert!(
+            message.contains("runs in a user namespace")
+                && message.contains("containerd 2.1")
+                && message.contains("runtimeClassName: devinject"),
+            "the refusal names the runtime and the way out: {message}"
+        );
+    }
 
     // Asked the scheduler for nothing, sets the variable itself: devinject-nri asks the
     // kubelet, which granted it nothing, and the creation fails with the policy's message.

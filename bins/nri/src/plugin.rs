@@ -19,7 +19,9 @@ use devinject_devices::{ContainerLayout, FinishArgs, GroupAccess, HookCommand};
 use devinject_hostconfig::HostConfig;
 use prost::Message;
 
-use crate::adjust::{adjustment, refuse_nodes_in_volumes, AdjustError};
+use crate::adjust::{
+    adjustment, has_user_namespace, refuse_nodes_in_volumes, AdjustError, RuntimeInfo,
+};
 use crate::api;
 use crate::budget::{BudgetError, RequestBudget};
 use crate::error::NriError;
@@ -101,6 +103,8 @@ pub struct Plugin {
     /// The runtime's request timeout in milliseconds, as its last `Configure` said (0: not
     /// said).
     runtime_timeout_ms: AtomicU64,
+    /// What the runtime's last `Configure` said of itself.
+    runtime: std::sync::Mutex<RuntimeInfo>,
     metrics: NriMetrics,
     /// The node's decision log, where each refusal is recorded (`decision_log_dir`).
     decision_log: Option<PathBuf>,
@@ -132,6 +136,7 @@ impl Plugin {
             hook: HookCommand::new(&hook, config_path.as_deref(), &cwd),
             budget: Duration::from_millis(config.nri_request_budget_ms),
             runtime_timeout_ms: AtomicU64::new(0),
+            runtime: std::sync::Mutex::new(RuntimeInfo::default()),
             metrics: NriMetrics::default(),
             decision_log: config.decision_log().map(PathBuf::from),
         }
@@ -181,9 +186,19 @@ impl Plugin {
                 let timeout_ms = u64::try_from(req.request_timeout).unwrap_or(0);
                 self.runtime_timeout_ms.store(timeout_ms, Ordering::Relaxed);
                 let budget = self.budget();
+                let bounded = |s: &str| s.chars().take(64).collect::<String>();
+                *self
+                    .runtime
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = RuntimeInfo {
+                    name: bounded(&req.runtime_name),
+                    version: bounded(&req.runtime_version),
+                    nri_version: bounded(&req.nri_version),
+                };
                 tracing::info!(
                     runtime = %req.runtime_name,
                     version = %req.runtime_version,
+                    nri_version = %req.nri_version,
                     request_timeout_ms = timeout_ms,
                     budget_ms = budget.get().as_millis() as u64,
                     "configured by the runtime"
@@ -297,11 +312,26 @@ impl Plugin {
             other => CreateError::Prepare(other),
         })?;
         let request_envs = admitted.request_env_names();
-        let finish = self.hook.finish(FinishArgs::after_runtime(
+        let access = if has_user_namespace(container) {
+            GroupAccess::OwnedCopies
+        } else {
+            GroupAccess::NodeGroup
+        };
+        let finish = self
+            .hook
+            .finish(FinishArgs::after_runtime(&plan.edits, access));
+        let runtime = self
+            .runtime
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let adjust = adjustment(
+            container,
             &plan.edits,
-            GroupAccess::NodeGroup,
-        ));
-        let adjust = adjustment(container, &plan.edits, &request_envs, finish.as_ref())?;
+            &request_envs,
+            finish.as_ref(),
+            &runtime,
+        )?;
         tracing::info!(
             container = %Excerpt(&container.name),
             devices = %plan.granted().join(","),

@@ -42,6 +42,19 @@ use crate::cri::Cri;
 /// every such pod besides the network's own).
 pub const CNI_PLUGINS: [&str; 3] = ["loopback", "ptp", "host-local"];
 
+/// The CNI network of pods off the host network: a namespace of their own with `lo` and an
+/// `eth0` of CNI's `ptp` plugin (a veth pair and a host route to the pod's address, both gone
+/// with the pod; no bridge, no masquerading), since a CRI runtime needs an address to report
+/// for the pod. Addresses come from `host-local`, its state in `ipam_dir`.
+pub fn pod_network(ipam_dir: &Path) -> String {
+    format!(
+        r#"{{"cniVersion": "1.0.0", "name": "devinject-pods",
+  "plugins": [{{"type": "ptp", "ipam": {{"type": "host-local",
+    "ranges": [[{{"subnet": "10.244.0.0/24"}}]], "dataDir": "{}"}}}}]}}"#,
+        ipam_dir.display()
+    )
+}
+
 /// The directory holding [`CNI_PLUGINS`] (`DEVINJECT_CNI_BIN`, built by scripts/cni-build.sh):
 /// with them a node's pods may leave the host network, each in a network namespace of its own
 /// (a user-namespaced pod must: `hostUsers: false` excludes `hostNetwork`).

@@ -248,11 +248,6 @@ impl Node {
         std::fs::create_dir_all(&cni)?;
         match crate::cluster::cni_plugins() {
             Some(plugins) => {
-                // Pods off the host network get a namespace of their own with `lo` and an `eth0`
-                // of CNI's `ptp` plugin (a veth pair and a host route to the pod's address, both
-                // gone with the pod; no bridge, no masquerading): a CRI runtime needs an address
-                // to report for the pod. Addresses come from `host-local`, its state in the
-                // node's dir.
                 let bin = ctd_dir.join("cni/bin");
                 std::fs::create_dir_all(&bin)?;
                 for plugin in crate::cluster::CNI_PLUGINS {
@@ -261,12 +256,7 @@ impl Node {
                 }
                 std::fs::write(
                     cni.join("10-pods.conflist"),
-                    format!(
-                        r#"{{"cniVersion": "1.0.0", "name": "devinject-pods",
-  "plugins": [{{"type": "ptp", "ipam": {{"type": "host-local",
-    "ranges": [[{{"subnet": "10.244.0.0/24"}}]], "dataDir": "{}"}}}}]}}"#,
-                        ctd_dir.join("cni/ipam").display()
-                    ),
+                    crate::cluster::pod_network(&ctd_dir.join("cni/ipam")),
                 )?;
             }
             None => std::fs::write(
