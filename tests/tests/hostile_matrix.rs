@@ -3,7 +3,9 @@
 //! a volume can put there, through the hook and through the shim with the real runc on cgroup v1
 //! and v2, with the built-in cache writer and with the ldconfig fallback
 //! (`ldcache = "ldconfig"`), and with the library mounted under its soname
-//! (`library_names = "soname"`: the soname's path is then a mount point, not a link).
+//! (`library_names = "soname"`: the soname's path is then a mount point, not a link), and with
+//! the container in a user namespace (the image's files seen owned by nobody, the nodes given as
+//! copies the container owns).
 //!
 //! For each case the host canaries (a canary tree, the real host paths an escape would write,
 //! the file a hard link points to, the file behind a loop device) must stay byte-identical,
@@ -98,6 +100,10 @@ enum Setting {
     Ldconfig,
     /// `library_names = "soname"` in the demo profile.
     SonameNames,
+    /// As installed, the container in a user namespace (its ids 0-65535 as the host's
+    /// 100000-165535): the image's objects are seen owned by others, the nodes are given as
+    /// copies, and the root hook must do no more with the image than without one.
+    UserNamespace,
 }
 
 /// How the container is started: runc with the hook or behind the shim, on this host's
@@ -392,6 +398,9 @@ fn run_case(h: &Host, at: &str, kind: Kind, via: Via, setting: Setting) -> &'sta
     let name = case_name(at, kind, via, setting);
     let mut b = Bundle::new(&h.dir.join("bundle"), &["/bin/true".to_owned()]).unwrap();
     b.env("DEMO_VISIBLE_DEVICES=0");
+    if setting == Setting::UserNamespace {
+        b.user_namespace(100_000, 65_536);
+    }
     let rootfs = b.rootfs();
     let planted = plant(h, &rootfs, at, kind);
     let state = before(h, &planted, kind);
@@ -538,7 +547,7 @@ fn matrix(via: Via, setting: Setting) {
     }
     let h = host();
     match setting {
-        Setting::Default => {}
+        Setting::Default | Setting::UserNamespace => {}
         Setting::Ldconfig => set_config(&h.sim.config, "ldcache", "\"ldconfig\"").unwrap(),
         Setting::SonameNames => h
             .sim
@@ -599,6 +608,16 @@ fn hook_matrix_on_cgroup_v2() {
 #[test]
 fn shim_matrix_on_cgroup_v2() {
     matrix(Via::ShimV2, Setting::Default);
+}
+
+#[test]
+fn hook_matrix_in_a_user_namespace() {
+    matrix(Via::Hook, Setting::UserNamespace);
+}
+
+#[test]
+fn shim_matrix_in_a_user_namespace() {
+    matrix(Via::Shim, Setting::UserNamespace);
 }
 
 #[test]
