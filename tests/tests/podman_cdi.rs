@@ -15,12 +15,15 @@
 
 use std::path::{Path, PathBuf};
 
+use devinject_tests::bins::bin;
 use devinject_tests::cri::CgroupParent;
 use devinject_tests::cri_node::cdi_generate;
 use devinject_tests::daemons::short_tempdir;
 use devinject_tests::podman::{ready, Podman};
 use devinject_tests::probe::Report;
+use devinject_tests::rootless::{HostNodes, NodeSpec, OPEN_EACH};
 use devinject_tests::sim::{self, assert_demo_granted_0_1_in, demo_host, NO_LDCONFIG};
+use devinject_tests::skip::require_binary;
 
 /// A CDI spec directory podman 4.3 reads.
 const CDI_DIR: &str = "/var/run/cdi";
@@ -112,4 +115,92 @@ fn podman_injects_the_cdi_spec_cdi_generate_writes() {
     drop(podman);
     drop(cgroups);
     drop(spec);
+}
+
+/// A container with a user namespace (`--uidmap`, its root the host's 100000) asking podman for
+/// the CDI device `devinject.io/kvm=0`, the real kvm device as this machine has it
+/// (`0600 root:root`): runc binds the host's node, which the namespace sees owned by nobody, so
+/// the container is refused it; with the specs of `cdi generate --user-namespaces`, each device's
+/// `devinject-hook finish --node` gives the container its own copy, owned by the ids it maps,
+/// and it opens. The node and the spec directory are the test's own, in a private mount
+/// namespace ([`HostNodes`]).
+#[test]
+fn cdi_user_namespaces_give_a_user_namespaced_container_its_own_copy_of_each_node() {
+    if !(ready() && require_binary("unshare") && require_binary("nsenter")) {
+        return;
+    }
+    let tmp = devinject_tests::runc::walkable_tempdir().expect("temp dir");
+    let dir = tmp.path();
+    let nodes = HostNodes::start(
+        &dir.join("nodes"),
+        &[NodeSpec {
+            host_path: "/dev/kvm",
+            major: 10,
+            minor: 232,
+            uid: 0,
+            gid: 0,
+            mode: 0o600,
+        }],
+    )
+    .expect("host nodes");
+    let (config, profiles) = nodes.host_config(dir, &["kvm"]).expect("host config");
+    let hook = bin("devinject-hook");
+    let mut prefix = nodes.enter().expect("nsenter");
+    prefix.push("env".into());
+    let no_hooks = dir.join("no-hooks.d");
+    std::fs::create_dir_all(&no_hooks).expect("mkdir");
+    let podman = Podman::new(&dir.join("podman"), &no_hooks)
+        .expect("podman")
+        .behind(prefix);
+    podman
+        .import_busybox(&dir.join("rootfs"))
+        .expect("import busybox");
+    let cgroups = CgroupParent::new("pcdi-userns");
+    let open_kvm = |user_namespace: bool| {
+        let mut flags = vec!["--device", "devinject.io/kvm=0"];
+        if user_namespace {
+            flags.extend(["--uidmap", "0:100000:65536", "--gidmap", "0:100000:65536"]);
+        }
+        let command = ["/bin/sh", "-c", OPEN_EACH, "sh", "/dev/kvm"].map(String::from);
+        let out = podman
+            .run_in_image(&cgroups.path(), &flags, &command)
+            .expect("podman run");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let ctx = format!(
+            "{:?}\n--- stdout\n{stdout}\n--- stderr\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{ctx}");
+        (stdout, ctx)
+    };
+    let generate = |extra: &[&str]| {
+        let mut args = vec!["--cdi-version", "0.5.0", "--hook-path"];
+        let hook = hook.to_str().expect("utf-8");
+        let config = config.to_str().expect("utf-8");
+        args.extend([hook, "--hook-config", config]);
+        args.extend(extra);
+        nodes
+            .cdi_generate(&profiles, Path::new("/run/cdi"), &args)
+            .expect("cdi generate")
+    };
+
+    // The spec as written by default: the host's node, bound, seen owned by nobody.
+    generate(&[]);
+    let (out, ctx) = open_kvm(true);
+    assert!(out.lines().any(|l| l == "/dev/kvm denied"), "{ctx}");
+
+    // With --user-namespaces: the container's own copy; a container without a user namespace
+    // keeps the node the runtime made.
+    let report = generate(&["--user-namespaces"]);
+    for user_namespace in [true, false] {
+        let (out, ctx) = open_kvm(user_namespace);
+        assert!(
+            out.lines().any(|l| l == "/dev/kvm ok"),
+            "user namespace {user_namespace}: {ctx}\n--- cdi generate\n{report}"
+        );
+    }
+    drop(podman);
+    drop(cgroups);
+    drop(nodes);
 }

@@ -106,6 +106,85 @@ fn built_specs_declare_the_lowest_version_the_library_computes() {
     }
 }
 
+/// With `user_namespaces`, every device (and `all`) runs the finish step with `--node` for its
+/// own nodes, the control nodes go with the spec's finish step, and the library reads it.
+#[test]
+fn specs_for_user_namespaces_name_each_device_s_nodes_for_its_copies() {
+    let DemoValues {
+        profile,
+        inventory,
+        files,
+    } = demo_values("");
+    let req = CdiRequest {
+        user_namespaces: true,
+        ..CdiRequest::default()
+    };
+    let spec = cdi::build_spec(&req, &profile, &inventory, &files)
+        .expect("build")
+        .expect("a spec");
+    let spec = serde_json::to_value(&spec).expect("serialise");
+    assert_accepted_at_lowest_version(&spec, "a spec for user namespaces");
+    let nodes_of = |hooks: &Value| -> Vec<String> {
+        hooks
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|h| {
+                let args: Vec<&str> = h["args"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect();
+                args.windows(2)
+                    .filter(|w| w[0] == "--node")
+                    .map(|w| w[1].to_owned())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let devices = spec["devices"].as_array().expect("devices");
+    let mut every = Vec::new();
+    for d in devices.iter().filter(|d| d["name"] != "all") {
+        let own: Vec<String> = d["containerEdits"]["deviceNodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .map(|n| {
+                n["hostPath"]
+                    .as_str()
+                    .or(n["path"].as_str())
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(nodes_of(&d["containerEdits"]["hooks"]), own, "{d:#}");
+        every.extend(own);
+    }
+    let all = devices.iter().find(|d| d["name"] == "all").expect("all");
+    assert_eq!(nodes_of(&all["containerEdits"]["hooks"]), every, "{all:#}");
+    let control: Vec<String> = inventory
+        .control_nodes
+        .iter()
+        .map(|n| n.host_path.display().to_string())
+        .collect();
+    assert!(!control.is_empty());
+    assert_eq!(
+        nodes_of(&spec["containerEdits"]["hooks"]),
+        control,
+        "{spec:#}"
+    );
+
+    // Without the option, no finish step names a node.
+    let plain = serde_json::to_value(
+        cdi::build_spec(&CdiRequest::default(), &profile, &inventory, &files)
+            .expect("build")
+            .expect("a spec"),
+    )
+    .expect("serialise");
+    assert!(!plain.to_string().contains("--node"), "{plain:#}");
+}
+
 #[test]
 fn group_only_nodes_add_their_group_where_the_node_is() {
     let spec = built("", 0o660, 44);

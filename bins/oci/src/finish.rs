@@ -11,7 +11,7 @@
 //!
 //! For a container with a user namespace it makes the nodes named by `--node` itself, as copies
 //! the container owns (the runtime would bind the host's, seen owned by nobody there; see
-//! [`crate::inject::nodes`]).
+//! [`crate::inject::nodes`]); without one it leaves them to the runtime.
 //!
 //! For the NRI plugin, whose adjustment cannot add a group to the process, it also gives the
 //! nodes named by `--group-node` (which the runtime made from `linux.devices`) to the process's
@@ -76,9 +76,15 @@ pub fn finish(
         }
     }
     // Each node read again from the host, under the dev root the config names: its type,
-    // numbers, mode and owner are the host's, not the argument's.
-    let device_nodes = args
-        .nodes
+    // numbers, mode and owner are the host's, not the argument's. Without a user namespace the
+    // runtime made the nodes from the spec, and they stay as it made them (a CDI spec names
+    // `--node` for every container, for those that have one).
+    let copies: &[std::path::PathBuf] = if spec.has_user_namespace() {
+        &args.nodes
+    } else {
+        &[]
+    };
+    let device_nodes = copies
         .iter()
         .map(|p| {
             DeviceNode::from_host(p, &config.dev_root).map_err(|e| OciError::Invalid {

@@ -78,11 +78,35 @@ fn fitted_version(specs: &BTreeMap<String, Option<String>>) -> Option<CdiVersion
     (newest < CdiVersion::ADDITIONAL_GIDS).then_some(newest)
 }
 
+/// Whether the specs were written with `--user-namespaces`: a device of theirs runs the
+/// finish step with `--node`.
+fn gives_owned_copies(specs: &BTreeMap<String, Option<String>>) -> bool {
+    specs
+        .values()
+        .flatten()
+        .filter_map(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+        .any(|spec| {
+            spec["devices"].as_array().into_iter().flatten().any(|d| {
+                d["containerEdits"]["hooks"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|h| h["args"][0] == HOOK_ARGV0)
+                    .any(|h| {
+                        h["args"]
+                            .as_array()
+                            .is_some_and(|a| a.iter().any(|v| v == "--node"))
+                    })
+            })
+        })
+}
+
 /// The options the specs in a directory were generated with, read back from their
 /// `devinject-hook finish` entry; the defaults where no spec has one.
 fn generated_with(specs: &BTreeMap<String, Option<String>>) -> CdiRequest {
     let mut req = CdiRequest {
         newest_version: fitted_version(specs),
+        user_namespaces: gives_owned_copies(specs),
         ..CdiRequest::default()
     };
     let hook = specs

@@ -31,16 +31,20 @@ fn cdi_node(node: &DeviceNode, host_view: &dyn Fn(&Path) -> PathBuf) -> CdiDevic
 /// The `createRuntime` hook entry for soname links and the linker cache: the same
 /// `devinject-hook finish` the runtime shim adds (see the hook crate's `finish`), but naming the
 /// libraries with `--mounted-library`, since the runtime mounts them from the spec: the hook
-/// then writes the cache itself instead of running ldconfig over the directories.
+/// then writes the cache itself instead of running ldconfig over the directories. With
+/// [`CdiRequest::user_namespaces`], the control nodes go with it as `--node`.
 fn finish_hook(
     req: &CdiRequest,
     edits: &devinject_devices::ContainerEdits,
+    control_nodes: &[DeviceNode],
     host_view: &dyn Fn(&Path) -> PathBuf,
 ) -> Option<CdiHook> {
-    if edits.symlinks.is_empty() && edits.ldcache_dirs.is_empty() {
+    let nodes = owned_copies(req, control_nodes, host_view);
+    if edits.symlinks.is_empty() && edits.ldcache_dirs.is_empty() && nodes.is_empty() {
         return None;
     }
     let finish = FinishArgs {
+        nodes,
         mounted_libraries: edits
             .mounts
             .iter()
@@ -60,6 +64,37 @@ fn finish_hook(
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     HookCommand::new(&req.hook_path, req.hook_config.as_deref(), &cwd)
         .finish(finish)
+        .as_ref()
+        .map(CdiHook::create_runtime)
+}
+
+/// The host paths of `nodes`, for `finish --node`, when the spec gives nodes to user-namespaced
+/// containers as copies they own ([`CdiRequest::user_namespaces`]); none otherwise.
+fn owned_copies(
+    req: &CdiRequest,
+    nodes: &[DeviceNode],
+    host_view: &dyn Fn(&Path) -> PathBuf,
+) -> Vec<PathBuf> {
+    if !req.user_namespaces {
+        return Vec::new();
+    }
+    nodes.iter().map(|n| host_view(&n.host_path)).collect()
+}
+
+/// The `createRuntime` hook that gives `nodes` to a user-namespaced container as copies it
+/// owns (`devinject-hook finish --node`), with [`CdiRequest::user_namespaces`].
+fn node_copies_hook(
+    req: &CdiRequest,
+    nodes: &[DeviceNode],
+    host_view: &dyn Fn(&Path) -> PathBuf,
+) -> Option<CdiHook> {
+    let nodes = owned_copies(req, nodes, host_view);
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    HookCommand::new(&req.hook_path, req.hook_config.as_deref(), &cwd)
+        .finish(FinishArgs {
+            nodes,
+            ..FinishArgs::default()
+        })
         .as_ref()
         .map(CdiHook::create_runtime)
 }
@@ -112,7 +147,7 @@ pub fn build_spec(
             .iter()
             .map(|n| cdi_node(n, &host_view))
             .collect(),
-        hooks: finish_hook(req, &plan.edits, &host_view)
+        hooks: finish_hook(req, &plan.edits, &inventory.control_nodes, &host_view)
             .into_iter()
             .collect(),
         mounts: plan
@@ -136,11 +171,19 @@ pub fn build_spec(
             container_edits: CdiEdits {
                 device_nodes: d.nodes.iter().map(|n| cdi_node(n, &host_view)).collect(),
                 additional_gids: access_groups(&d.nodes),
+                hooks: node_copies_hook(req, &d.nodes, &host_view)
+                    .into_iter()
+                    .collect(),
                 ..CdiEdits::default()
             },
         })
         .collect();
     if !devices.iter().any(|d| d.name == "all") {
+        let all_nodes: Vec<DeviceNode> = inventory
+            .devices
+            .iter()
+            .flat_map(|d| d.nodes.iter().cloned())
+            .collect();
         devices.push(CdiDevice {
             name: "all".to_string(),
             container_edits: CdiEdits {
@@ -149,6 +192,9 @@ pub fn build_spec(
                     .flat_map(|d| d.container_edits.device_nodes.iter().cloned())
                     .collect(),
                 additional_gids: access_groups(inventory.devices.iter().flat_map(|d| &d.nodes)),
+                hooks: node_copies_hook(req, &all_nodes, &host_view)
+                    .into_iter()
+                    .collect(),
                 ..CdiEdits::default()
             },
         });

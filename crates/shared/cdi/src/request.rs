@@ -32,6 +32,11 @@ pub struct CdiRequest {
     /// spec would use (see [`crate::version::fit`]); `None`: each spec takes the lowest version
     /// that holds it.
     pub newest_version: Option<CdiVersion>,
+    /// Give each device's nodes, in a container with a user namespace, as copies the container
+    /// owns: a `devinject-hook finish --node` entry per device (`cdi generate
+    /// --user-namespaces`). Off by default: it runs one more hook process per start, also where
+    /// there is no user namespace (where it then does nothing).
+    pub user_namespaces: bool,
     /// Report only.
     pub dry_run: bool,
 }
@@ -47,6 +52,7 @@ impl Default for CdiRequest {
             hook_config: None,
             lib_dir: ContainerLayout::default().lib_dir,
             newest_version: None,
+            user_namespaces: false,
             dry_run: false,
         }
     }

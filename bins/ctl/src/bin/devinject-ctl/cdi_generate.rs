@@ -41,6 +41,11 @@ pub struct GenerateArgs {
     /// `additionalGids` (0.7.0) is then left out, and said so. Debian 12's podman 4.3 reads 0.5.0.
     #[arg(long, value_name = "VERSION")]
     cdi_version: Option<cdi::CdiVersion>,
+    /// Give each device's nodes to a container with a user namespace as copies it owns, with a
+    /// `devinject-hook finish --node` entry per device: one more hook process per start, also
+    /// where there is no user namespace (where it leaves the nodes to the runtime).
+    #[arg(long)]
+    user_namespaces: bool,
     /// Show the changes as a unified diff and write nothing.
     #[arg(long, conflicts_with = "watch")]
     dry_run: bool,
@@ -71,6 +76,7 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
         hook_config: args.hook_config.clone(),
         lib_dir: args.lib_dir.clone(),
         newest_version: args.cdi_version,
+        user_namespaces: args.user_namespaces,
         dry_run: args.dry_run,
     };
     if !args.watch {
