@@ -19,11 +19,11 @@ use devinject_tests::skip::{require_binary, require_root};
 const HOOK: &str = "/opt/devinject/bin/devinject-hook";
 
 fn generate(host: &SimHost, cdi_dir: &Path) {
-    generate_for(host, cdi_dir, None);
+    generate_with(host, cdi_dir, CdiRequest::default());
 }
 
-/// [`generate`] for an engine reading CDI up to `newest` (`--cdi-version`).
-fn generate_for(host: &SimHost, cdi_dir: &Path, newest: Option<&str>) {
+/// [`generate`] with the options of `options` (`--cdi-version`, `--user-namespaces`).
+fn generate_with(host: &SimHost, cdi_dir: &Path, options: CdiRequest) {
     cdi::generate(&CdiRequest {
         profiles_dir: host.profiles_dir.clone(),
         roots: HostRoots {
@@ -34,8 +34,7 @@ fn generate_for(host: &SimHost, cdi_dir: &Path, newest: Option<&str>) {
         },
         output_dir: cdi_dir.to_path_buf(),
         hook_path: PathBuf::from(HOOK),
-        newest_version: newest.map(|v| v.parse().expect("a CDI version")),
-        ..CdiRequest::default()
+        ..options
     })
     .expect("cdi generate");
 }
@@ -180,7 +179,14 @@ fn doctor_reads_specs_fitted_to_an_older_cdi_as_fresh() {
     std::fs::set_permissions(&accel1, std::fs::Permissions::from_mode(0o660)).expect("chmod");
     let cdi_dir = tmp.path().join("cdi");
     let spec = cdi_dir.join("devinject.io-demo.json");
-    generate_for(&host, &cdi_dir, Some("0.5.0"));
+    generate_with(
+        &host,
+        &cdi_dir,
+        CdiRequest {
+            newest_version: Some("0.5.0".parse().expect("version")),
+            ..CdiRequest::default()
+        },
+    );
     let text = std::fs::read_to_string(&spec).expect("spec");
     assert!(text.contains("\"cdiVersion\": \"0.5.0\""), "{text}");
     assert!(!text.contains("additionalGids"), "{text}");
@@ -193,4 +199,29 @@ fn doctor_reads_specs_fitted_to_an_older_cdi_as_fresh() {
     let text = std::fs::read_to_string(&spec).expect("spec");
     assert!(text.contains("\"cdiVersion\": \"0.7.0\""), "{text}");
     assert_eq!(cdi_findings(&host, &cdi_dir)[0].severity, Severity::Ok);
+}
+
+/// Specs written with `cdi generate --user-namespaces` (a finish hook naming each device's nodes)
+/// are up to date as they are.
+#[test]
+fn doctor_reads_specs_for_user_namespaces_as_fresh() {
+    if !(require_root() && require_binary("mknod") && require_binary("gcc")) {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let host = sim::demo_host(tmp.path(), &["demo"]).expect("simulated host");
+    let cdi_dir = tmp.path().join("cdi");
+    generate_with(
+        &host,
+        &cdi_dir,
+        CdiRequest {
+            user_namespaces: true,
+            ..CdiRequest::default()
+        },
+    );
+    let text = std::fs::read_to_string(cdi_dir.join("devinject.io-demo.json")).expect("spec");
+    assert!(text.contains("--node"), "{text}");
+    let fresh = cdi_findings(&host, &cdi_dir);
+    assert_eq!(fresh.len(), 1, "{fresh:#?}");
+    assert_eq!(fresh[0].severity, Severity::Ok, "{fresh:#?}");
 }
