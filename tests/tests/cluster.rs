@@ -27,11 +27,10 @@ use std::time::Duration;
 
 use devinject_kubelet::pod_resources::{PodResourcesClient, Rpc};
 
-use devinject_tests::cluster::{cni_plugins, ready, Cluster, Kubernetes};
+use devinject_tests::cluster::{ready, user_namespaced_pods_ready, Cluster};
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::probe::Report;
 use devinject_tests::sim::{assert_demo_granted_exactly, demo_probe_args, ACCELS};
-use devinject_tests::skip::require;
 use serde_json::Value;
 
 static ONE_CLUSTER: Mutex<()> = Mutex::new(());
@@ -190,15 +189,7 @@ fn user_namespaced_pod(
 /// owned by nobody there). The request policy holds as before: a forger in a user-namespaced
 /// pod gets nothing.
 fn user_namespaced_pods_get_theirs_and_forgers_nothing(c: &Cluster) {
-    if Kubernetes::find().is_some_and(|k| k.is_legacy()) {
-        eprintln!("Kubernetes 1.20 has no hostUsers: no user-namespaced pods on it");
-        return;
-    }
-    if !require(
-        cni_plugins().is_some(),
-        "needs CNI's loopback, ptp and host-local plugins for pods off the host network \
-         (DEVINJECT_CNI_BIN=$(scripts/cni-build.sh))",
-    ) {
+    if !user_namespaced_pods_ready() {
         return;
     }
     for (name, user) in [("userns-root", None), ("userns-user", Some(1000))] {

@@ -27,14 +27,13 @@
 use std::sync::Mutex;
 
 use devinject_tests::cluster::{
-    cni_plugins, ready_with_containerd, Cluster, Kubernetes, Setup, CDI_ALLOCATE_MODE,
+    ready_with_containerd, user_namespaced_pods_ready, Cluster, Setup, CDI_ALLOCATE_MODE,
     CDI_CRI_ALLOCATE_MODE,
 };
 use devinject_tests::cri_node::{BUSYBOX, HANDLER};
 use devinject_tests::probe::Report;
 use devinject_tests::runtimes::Release;
 use devinject_tests::sim::{assert_demo_granted_exactly, demo_probe_args, ACCELS};
-use devinject_tests::skip::require;
 
 static ONE_CLUSTER: Mutex<()> = Mutex::new(());
 
@@ -195,13 +194,7 @@ fn with_nri_a_pod_gets_exactly_its_allocated_devices_and_forgers_are_refused() {
     // its nodes must come as copies it owns, with device cgroup rules given without nodes,
     // which this containerd (2.1, built with NRI v0.8) drops. The plugin refuses the container,
     // naming the runtime and the way out, rather than let it start without its devices.
-    if Kubernetes::find().is_some_and(|k| !k.is_legacy())
-        && require(
-            cni_plugins().is_some(),
-            "needs CNI's loopback, ptp and host-local plugins for pods off the host network \
-             (DEVINJECT_CNI_BIN=$(scripts/cni-build.sh))",
-        )
-    {
+    if user_namespaced_pods_ready() {
         c.apply(
             &pod("nri-userns", 2, &[]).replace("  hostNetwork: true\n", "  hostUsers: false\n"),
         )

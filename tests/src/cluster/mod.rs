@@ -55,6 +55,21 @@ pub fn pod_network(ipam_dir: &Path) -> String {
     )
 }
 
+/// Whether pods may leave the host network on Kubernetes 1.37 ([`cni_plugins`] built), as a
+/// user-namespaced pod must; says what is missing otherwise ([`crate::skip`]). `false` without a
+/// word on the 1.20 compatibility release, which has no `hostUsers`.
+pub fn user_namespaced_pods_ready() -> bool {
+    if Kubernetes::find().is_some_and(|k| k.is_legacy()) {
+        eprintln!("Kubernetes 1.20 has no hostUsers: no user-namespaced pods on it");
+        return false;
+    }
+    require(
+        cni_plugins().is_some(),
+        "needs CNI's loopback, ptp and host-local plugins for pods off the host network \
+         (DEVINJECT_CNI_BIN=$(scripts/cni-build.sh))",
+    )
+}
+
 /// The directory holding [`CNI_PLUGINS`] (`DEVINJECT_CNI_BIN`, built by scripts/cni-build.sh):
 /// with them a node's pods may leave the host network, each in a network namespace of its own
 /// (a user-namespaced pod must: `hostUsers: false` excludes `hostNetwork`).
