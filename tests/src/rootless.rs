@@ -70,21 +70,27 @@ impl CreatedUser {
         let mut groupadd = Command::new("groupadd");
         groupadd.arg(&group);
         run_ok(groupadd).context("groupadd (apt-get install passwd)")?;
-        let mut user = CreatedUser {
-            name: name.clone(),
-            uid: 0,
-            gid: 0,
-            group: group.clone(),
-            group_gid: 0,
-            home: home.to_owned(),
-        };
         let mut useradd = Command::new("useradd");
         useradd
             .args(["--user-group", "--no-create-home", "--shell", "/bin/sh"])
             .arg("--home-dir")
             .arg(home)
             .args(["--groups", &group, &name]);
-        run_ok(useradd).context("useradd")?;
+        if let Err(e) = run_ok(useradd) {
+            let mut groupdel = Command::new("groupdel");
+            groupdel.arg(&group);
+            let _ = run_ok(groupdel);
+            return Err(e.context("useradd"));
+        }
+        // From here on the user exists: an early return drops it, which deletes both.
+        let mut user = CreatedUser {
+            name: name.clone(),
+            uid: u32::MAX,
+            gid: u32::MAX,
+            group: group.clone(),
+            group_gid: u32::MAX,
+            home: home.to_owned(),
+        };
         let mut id = Command::new("getent");
         id.args(["passwd", &name]);
         user.uid = id_of(id)?;
@@ -135,8 +141,12 @@ impl CreatedUser {
             .collect()
     }
 
-    /// Kills every process of the user and waits (bounded) until none is left.
+    /// Kills every process of the user and waits (bounded) until none is left. Never root's:
+    /// a user whose uid is not known yet (or is 0) has none of its own.
     pub fn kill_processes(&self) {
+        if self.uid == 0 || self.uid == u32::MAX {
+            return;
+        }
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let left = self.processes();

@@ -10,8 +10,8 @@
 //! its container path, seen there owned by nobody: the nodes are left out, their device cgroup
 //! rules go in as resources, and the finish hook makes each node as a copy owned by the ids the
 //! namespace maps (`--node`), as the runtime shim does. A runtime applies resource device rules
-//! from NRI v0.10.0 on (containerd 2.2); an older one drops them, and the plugin refuses such a
-//! container instead of letting it start without its devices.
+//! from NRI v0.10.0 on (containerd 2.2, CRI-O 1.34); an older one drops them, and the plugin
+//! refuses such a container instead of letting it start with devices it cannot open.
 
 use devinject_devices::{env_edits, ContainerEdits, Excerpt, FinishInvocation};
 
@@ -88,8 +88,8 @@ fn major_minor(version: &str) -> Option<(u32, u32)> {
 impl RuntimeInfo {
     /// Whether the runtime applies device cgroup rules given as resources: NRI v0.10.0 and
     /// later do. A runtime that reports no NRI version is judged by its own release: containerd
-    /// 2.2 and CRI-O 1.34 are the first built with NRI v0.10 (their go.mod); anything else
-    /// unknown is taken not to.
+    /// 2.2 and CRI-O 1.34 are the first built with NRI v0.10 (NRI's own table of runtime
+    /// releases, `pkg/api/version.go`); anything else unknown is taken not to.
     pub fn applies_resource_device_rules(&self) -> bool {
         if !self.nri_version.is_empty() {
             return major_minor(&self.nri_version).is_some_and(|v| v >= (0, 10));
