@@ -99,6 +99,19 @@ pub fn run_ok(mut cmd: Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// `program` run behind `prefix`, a command and its arguments that end by running the rest
+/// (`nsenter -t PID -m --`, to run it in another mount namespace); empty: `program` itself.
+pub fn behind(prefix: &[String], program: impl AsRef<std::ffi::OsStr>) -> Command {
+    match prefix.split_first() {
+        Some((first, rest)) => {
+            let mut cmd = Command::new(first);
+            cmd.args(rest).arg(program);
+            cmd
+        }
+        None => Command::new(program),
+    }
+}
+
 /// The last `lines` lines of a log file.
 pub fn tail(log: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -324,14 +337,7 @@ impl Containerd {
         env: &[(&str, &Path)],
     ) -> Result<Daemon> {
         let program = bin.map_or_else(|| PathBuf::from("containerd"), |b| b.join("containerd"));
-        let mut cmd = match prefix.split_first() {
-            Some((first, rest)) => {
-                let mut c = Command::new(first);
-                c.args(rest).arg(&program);
-                c
-            }
-            None => Command::new(&program),
-        };
+        let mut cmd = behind(prefix, &program);
         cmd.arg("--config").arg(config);
         cmd.envs(env.iter().copied());
         if let Some(bin) = bin {
@@ -482,14 +488,7 @@ impl Dockerd {
         prefix: &[String],
     ) -> Result<Self> {
         let program = bin.map_or_else(|| PathBuf::from("dockerd"), |b| b.join("dockerd"));
-        let mut cmd = match prefix.split_first() {
-            Some((first, rest)) => {
-                let mut c = Command::new(first);
-                c.args(rest).arg(program);
-                c
-            }
-            None => Command::new(program),
-        };
+        let mut cmd = behind(prefix, program);
         if let Some(bin) = bin {
             // dockerd finds docker-proxy on PATH: the release's own first.
             let path = std::env::var_os("PATH").unwrap_or_default();

@@ -20,7 +20,7 @@ use std::process::{Command, Output, Stdio};
 
 use anyhow::{bail, Context, Result};
 
-use crate::daemons::{output_within, run_ok, unmount_below, CLI_DEADLINE};
+use crate::daemons::{behind, output_within, run_ok, unmount_below, CLI_DEADLINE};
 use crate::sim::{demo_probe_args, SimHost};
 use crate::skip::{require_binary, require_root};
 
@@ -81,17 +81,16 @@ impl Podman {
 
     /// `podman` with the private storage, run, tmp and hooks dirs and configuration.
     pub fn command(&self) -> Command {
-        let mut cmd = match self.prefix.split_first() {
-            Some((program, args)) => {
-                let mut c = Command::new(program);
-                c.args(args).arg(format!(
-                    "CONTAINERS_CONF={}",
-                    self.dir.join("containers.conf").display()
-                ));
-                c.arg("podman");
-                c
-            }
-            None => Command::new("podman"),
+        let mut cmd = if self.prefix.is_empty() {
+            Command::new("podman")
+        } else {
+            let conf = format!(
+                "CONTAINERS_CONF={}",
+                self.dir.join("containers.conf").display()
+            );
+            let mut c = behind(&self.prefix, conf);
+            c.arg("podman");
+            c
         };
         cmd.env("CONTAINERS_CONF", self.dir.join("containers.conf"))
             .arg("--root")

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::bins::bin;
-use crate::daemons::{output_within, run_ok, Daemon, CLI_DEADLINE};
+use crate::daemons::{behind, output_within, run_ok, Daemon, CLI_DEADLINE};
 
 /// A container command reporting, for each path it is given, `<path> ok` or `<path> denied`
 /// for a character device opened read-write, `<path> missing` for anything else (`<>` would
@@ -54,8 +54,10 @@ pub struct CreatedUser {
     home: PathBuf,
 }
 
-/// The id `id -u NAME` or `getent group NAME` gives.
-fn id_of(cmd: Command) -> Result<u32> {
+/// The id `getent DATABASE NAME` gives (`passwd` or `group`).
+fn getent_id(database: &str, name: &str) -> Result<u32> {
+    let mut cmd = Command::new("getent");
+    cmd.args([database, name]);
     let out = run_ok(cmd)?;
     let field = out.trim().split(':').nth(2).unwrap_or(out.trim());
     field.parse().with_context(|| format!("not an id: {out:?}"))
@@ -91,15 +93,9 @@ impl CreatedUser {
             group_gid: u32::MAX,
             home: home.to_owned(),
         };
-        let mut id = Command::new("getent");
-        id.args(["passwd", &name]);
-        user.uid = id_of(id)?;
-        let mut id = Command::new("getent");
-        id.args(["group", &name]);
-        user.gid = id_of(id)?;
-        let mut id = Command::new("getent");
-        id.args(["group", &group]);
-        user.group_gid = id_of(id)?;
+        user.uid = getent_id("passwd", &name)?;
+        user.gid = getent_id("group", &name)?;
+        user.group_gid = getent_id("group", &group)?;
         let subuid = std::fs::read_to_string("/etc/subuid").unwrap_or_default();
         if !subuid.lines().any(|l| l.starts_with(&format!("{name}:"))) {
             bail!("useradd gave {name} no subordinate uids (SUB_UID_COUNT in /etc/login.defs)");
@@ -269,10 +265,7 @@ impl HostNodes {
 
     /// `program` with `args` run in the namespace.
     pub fn command(&self, program: &Path) -> Result<Command> {
-        let prefix = self.enter()?;
-        let mut cmd = Command::new(&prefix[0]);
-        cmd.args(&prefix[1..]).arg(program);
-        Ok(cmd)
+        Ok(behind(&self.enter()?, program))
     }
 
     /// Copies the shipped `profiles` into `dir/profiles` and writes `dir/config.toml`, a host

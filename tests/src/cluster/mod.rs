@@ -37,6 +37,22 @@ use anyhow::{Context, Result};
 use serde_json::Value;
 
 use crate::cri::Cri;
+use crate::cri_node::HANDLER;
+use crate::daemons::{
+    output_within, poll, run_ok, short_tempdir, unmount_below, Containerd, Daemon,
+};
+use crate::sim::{SimHost, ACCELS};
+use crate::skip::{require, require_binary, require_root};
+
+pub mod dra;
+pub mod image;
+pub mod install;
+pub mod kubernetes;
+pub mod node;
+pub mod pki;
+
+pub use kubernetes::Kubernetes;
+pub use node::Node;
 
 /// The CNI plugins a node needs for pods off the host network (containerd runs `loopback` for
 /// every such pod besides the network's own).
@@ -78,22 +94,6 @@ pub fn cni_plugins() -> Option<PathBuf> {
         .map(PathBuf::from)
         .filter(|dir| CNI_PLUGINS.iter().all(|p| dir.join(p).is_file()))
 }
-use crate::cri_node::HANDLER;
-use crate::daemons::{
-    output_within, poll, run_ok, short_tempdir, unmount_below, Containerd, Daemon,
-};
-use crate::sim::{SimHost, ACCELS};
-use crate::skip::{require, require_binary, require_root};
-
-pub mod dra;
-pub mod image;
-pub mod install;
-pub mod kubernetes;
-pub mod node;
-pub mod pki;
-
-pub use kubernetes::Kubernetes;
-pub use node::Node;
 
 /// The first node's name; further nodes are `devinject-node-2`, `devinject-node-3`, ...
 pub const NODE: &str = "devinject-node";

@@ -625,10 +625,7 @@ impl Node {
 
     /// `program` run in the node's mount namespace.
     fn in_node(&self, program: &Path) -> Result<Command> {
-        let prefix = self.enter()?;
-        let mut cmd = Command::new(&prefix[0]);
-        cmd.args(&prefix[1..]).arg(program);
-        Ok(cmd)
+        Ok(crate::daemons::behind(&self.enter()?, program))
     }
 
     /// The kubelet's pid (its mount namespace holds the device-plugins directory).
