@@ -28,6 +28,14 @@ fn cdi_node(node: &DeviceNode, host_view: &dyn Fn(&Path) -> PathBuf) -> CdiDevic
     }
 }
 
+/// `devinject-hook` as the spec's hooks run it. A relative configuration path is taken where
+/// the command line named it, as for the hooks.d files `devinject-ctl` writes
+/// (runtime-config's `hooksd::hook_command`).
+fn hook_command(req: &CdiRequest) -> HookCommand {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    HookCommand::new(&req.hook_path, req.hook_config.as_deref(), &cwd)
+}
+
 /// The `createRuntime` hook entry for soname links and the linker cache: the same
 /// `devinject-hook finish` the runtime shim adds (see the hook crate's `finish`), but naming the
 /// libraries with `--mounted-library`, since the runtime mounts them from the spec: the hook
@@ -35,6 +43,7 @@ fn cdi_node(node: &DeviceNode, host_view: &dyn Fn(&Path) -> PathBuf) -> CdiDevic
 /// [`CdiRequest::user_namespaces`], the control nodes go with it as `--node`.
 fn finish_hook(
     req: &CdiRequest,
+    hook: &HookCommand,
     edits: &devinject_devices::ContainerEdits,
     control_nodes: &[DeviceNode],
     host_view: &dyn Fn(&Path) -> PathBuf,
@@ -59,13 +68,7 @@ fn finish_hook(
         forward_compat: edits.forward_compat.clone(),
         ..FinishArgs::default()
     };
-    // A relative configuration path is taken where the command line named it, as for the
-    // hooks.d files `devinject-ctl` writes (runtime-config's `hooksd::hook_command`).
-    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    HookCommand::new(&req.hook_path, req.hook_config.as_deref(), &cwd)
-        .finish(finish)
-        .as_ref()
-        .map(CdiHook::create_runtime)
+    hook.finish(finish).as_ref().map(CdiHook::create_runtime)
 }
 
 /// The host paths of `nodes`, for `finish --node`, when the spec gives nodes to user-namespaced
@@ -85,18 +88,16 @@ fn owned_copies(
 /// owns (`devinject-hook finish --node`), with [`CdiRequest::user_namespaces`].
 fn node_copies_hook(
     req: &CdiRequest,
+    hook: &HookCommand,
     nodes: &[DeviceNode],
     host_view: &dyn Fn(&Path) -> PathBuf,
 ) -> Option<CdiHook> {
-    let nodes = owned_copies(req, nodes, host_view);
-    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    HookCommand::new(&req.hook_path, req.hook_config.as_deref(), &cwd)
-        .finish(FinishArgs {
-            nodes,
-            ..FinishArgs::default()
-        })
-        .as_ref()
-        .map(CdiHook::create_runtime)
+    hook.finish(FinishArgs {
+        nodes: owned_copies(req, nodes, host_view),
+        ..FinishArgs::default()
+    })
+    .as_ref()
+    .map(CdiHook::create_runtime)
 }
 
 /// Builds the spec for one profile from what was found on the host; `None` without devices.
@@ -128,6 +129,7 @@ pub fn build_spec(
         return Ok(None);
     };
     let root = req.root.clone();
+    let hook = hook_command(req);
     let host_view = move |p: &Path| -> PathBuf {
         match p.strip_prefix(&root) {
             Ok(rel) if root != Path::new("/") => Path::new("/").join(rel),
@@ -147,9 +149,15 @@ pub fn build_spec(
             .iter()
             .map(|n| cdi_node(n, &host_view))
             .collect(),
-        hooks: finish_hook(req, &plan.edits, &inventory.control_nodes, &host_view)
-            .into_iter()
-            .collect(),
+        hooks: finish_hook(
+            req,
+            &hook,
+            &plan.edits,
+            &inventory.control_nodes,
+            &host_view,
+        )
+        .into_iter()
+        .collect(),
         mounts: plan
             .edits
             .mounts
@@ -171,7 +179,7 @@ pub fn build_spec(
             container_edits: CdiEdits {
                 device_nodes: d.nodes.iter().map(|n| cdi_node(n, &host_view)).collect(),
                 additional_gids: access_groups(&d.nodes),
-                hooks: node_copies_hook(req, &d.nodes, &host_view)
+                hooks: node_copies_hook(req, &hook, &d.nodes, &host_view)
                     .into_iter()
                     .collect(),
                 ..CdiEdits::default()
@@ -192,7 +200,7 @@ pub fn build_spec(
                     .flat_map(|d| d.container_edits.device_nodes.iter().cloned())
                     .collect(),
                 additional_gids: access_groups(inventory.devices.iter().flat_map(|d| &d.nodes)),
-                hooks: node_copies_hook(req, &all_nodes, &host_view)
+                hooks: node_copies_hook(req, &hook, &all_nodes, &host_view)
                     .into_iter()
                     .collect(),
                 ..CdiEdits::default()
