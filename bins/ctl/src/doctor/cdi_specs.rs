@@ -66,80 +66,65 @@ fn our_specs(req: &DoctorRequest, dir: &Path) -> BTreeMap<String, Option<String>
         .collect()
 }
 
-/// The `--cdi-version` the specs in a directory were fitted to: their newest `cdiVersion`, when
-/// it predates `additionalGids` (specs fitted to no version that needed none read the same).
-fn fitted_version(specs: &BTreeMap<String, Option<String>>) -> Option<CdiVersion> {
-    let newest = specs
-        .values()
+/// Our `devinject-hook finish` entries of a spec: the spec's own first, then its devices'.
+fn our_hooks(spec: &serde_json::Value) -> impl Iterator<Item = &serde_json::Value> {
+    let spec_level = spec["containerEdits"]["hooks"].as_array().into_iter();
+    let device_level = spec["devices"]
+        .as_array()
+        .into_iter()
         .flatten()
-        .filter_map(|text| serde_json::from_str::<serde_json::Value>(text).ok())
-        .filter_map(|spec| spec["cdiVersion"].as_str()?.parse::<CdiVersion>().ok())
-        .max()?;
-    (newest < CdiVersion::ADDITIONAL_GIDS).then_some(newest)
+        .filter_map(|d| d["containerEdits"]["hooks"].as_array());
+    spec_level
+        .chain(device_level)
+        .flatten()
+        .filter(|h| h["args"][0] == HOOK_ARGV0)
 }
 
-/// Whether the specs were written with `--user-namespaces`: a device of theirs runs the
-/// finish step with `--node`.
-fn gives_owned_copies(specs: &BTreeMap<String, Option<String>>) -> bool {
-    specs
-        .values()
-        .flatten()
-        .filter_map(|text| serde_json::from_str::<serde_json::Value>(text).ok())
-        .any(|spec| {
-            spec["devices"].as_array().into_iter().flatten().any(|d| {
-                d["containerEdits"]["hooks"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|h| h["args"][0] == HOOK_ARGV0)
-                    .any(|h| {
-                        h["args"]
-                            .as_array()
-                            .is_some_and(|a| a.iter().any(|v| v == "--node"))
-                    })
-            })
-        })
-}
-
-/// The options the specs in a directory were generated with, read back from their
-/// `devinject-hook finish` entry; the defaults where no spec has one.
+/// The options the specs in a directory were generated with, read back from them; the
+/// defaults where no spec says:
+/// - the hook and its configuration from our first finish entry, and the library directory
+///   from the first that names one (`--ldcache-dir`);
+/// - `--cdi-version`: their newest `cdiVersion`, when it predates `additionalGids` (specs fitted
+///   to no version that needed none read the same);
+/// - `--user-namespaces`: a finish entry of theirs names nodes (`--node`), which only that
+///   option writes into a spec.
 fn generated_with(specs: &BTreeMap<String, Option<String>>) -> CdiRequest {
+    let parsed: Vec<serde_json::Value> = specs
+        .values()
+        .flatten()
+        .filter_map(|text| serde_json::from_str(text).ok())
+        .collect();
+    let newest = parsed
+        .iter()
+        .filter_map(|spec| spec["cdiVersion"].as_str()?.parse::<CdiVersion>().ok())
+        .max();
+    let hooks = || parsed.iter().flat_map(our_hooks);
+    let argv = |hook: &serde_json::Value| -> Vec<String> {
+        hook["args"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str())
+            .map(str::to_owned)
+            .collect()
+    };
     let mut req = CdiRequest {
-        newest_version: fitted_version(specs),
-        user_namespaces: gives_owned_copies(specs),
+        newest_version: newest.filter(|v| *v < CdiVersion::ADDITIONAL_GIDS),
+        user_namespaces: hooks().any(|h| argv(h).iter().any(|a| a == "--node")),
         ..CdiRequest::default()
     };
-    let hook = specs
-        .values()
-        .flatten()
-        .filter_map(|text| serde_json::from_str::<serde_json::Value>(text).ok())
-        .find_map(|spec| {
-            spec["containerEdits"]["hooks"]
-                .as_array()?
-                .iter()
-                .find(|h| h["args"][0] == HOOK_ARGV0)
-                .cloned()
-        });
-    let Some(hook) = hook else {
-        return req;
-    };
-    if let Some(path) = hook["path"].as_str() {
-        req.hook_path = PathBuf::from(path);
+    if let Some(hook) = hooks().next() {
+        if let Some(path) = hook["path"].as_str() {
+            req.hook_path = PathBuf::from(path);
+        }
+        if let Ok((config, _)) = FinishInvocation::parse_argv(&argv(hook)) {
+            req.hook_config = config;
+        }
     }
-    let argv: Vec<String> = hook["args"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str())
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default();
-    let Ok((config, finish)) = FinishInvocation::parse_argv(&argv) else {
-        return req;
-    };
-    req.hook_config = config;
-    if let Some(dir) = finish.ldcache_dirs.into_iter().next() {
+    if let Some(dir) = hooks().find_map(|h| {
+        let (_, finish) = FinishInvocation::parse_argv(&argv(h)).ok()?;
+        finish.ldcache_dirs.into_iter().next()
+    }) {
         req.lib_dir = dir;
     }
     req
@@ -416,6 +401,37 @@ mod tests {
         assert_eq!(req.hook_config.as_deref(), Some(Path::new("/etc/x.toml")));
         assert_eq!(req.lib_dir, Path::new("/usr/lib64"));
         assert_eq!(generated_with(&BTreeMap::new()), CdiRequest::default());
+    }
+
+    /// A spec with no finish entry of its own (no library, no control node) still names the
+    /// hook in its devices' entries when written with `--user-namespaces`; the library
+    /// directory comes from whichever spec names one.
+    #[test]
+    fn options_are_read_back_from_device_entries_too() {
+        let kvm = r#"{"cdiVersion": "0.5.0", "devices": [{"name": "0", "containerEdits": {"hooks": [
+            {"hookName": "createRuntime", "path": "/opt/devinject/bin/devinject-hook",
+             "args": ["devinject-hook", "--config", "/etc/x.toml", "finish", "--node", "/dev/kvm"]}]}}]}"#;
+        let demo = r#"{"cdiVersion": "0.5.0", "containerEdits": {"hooks": [{"hookName": "createRuntime",
+            "path": "/opt/devinject/bin/devinject-hook",
+            "args": ["devinject-hook", "--config", "/etc/x.toml", "finish", "--ldcache-dir", "/usr/lib64"]}]}}"#;
+        let specs = BTreeMap::from([
+            ("a-kvm".to_string(), Some(kvm.to_string())),
+            ("b-demo".to_string(), Some(demo.to_string())),
+        ]);
+        let req = generated_with(&specs);
+        assert_eq!(
+            req.hook_path,
+            Path::new("/opt/devinject/bin/devinject-hook")
+        );
+        assert_eq!(req.hook_config.as_deref(), Some(Path::new("/etc/x.toml")));
+        assert_eq!(req.lib_dir, Path::new("/usr/lib64"));
+        assert!(req.user_namespaces);
+        assert_eq!(req.newest_version, Some("0.5.0".parse().unwrap()));
+        let kvm_alone = BTreeMap::from([("a-kvm".to_string(), Some(kvm.to_string()))]);
+        assert_eq!(
+            generated_with(&kvm_alone).hook_path,
+            Path::new("/opt/devinject/bin/devinject-hook")
+        );
     }
 
     #[test]
