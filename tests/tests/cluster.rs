@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use devinject_kubelet::pod_resources::{PodResourcesClient, Rpc};
 
-use devinject_tests::cluster::{ready, user_namespaced_pods_ready, Cluster};
+use devinject_tests::cluster::{ready, user_namespaced, user_namespaced_pods_ready, Cluster};
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::probe::Report;
 use devinject_tests::sim::{assert_demo_granted_exactly, demo_probe_args, ACCELS};
@@ -170,16 +170,7 @@ fn user_namespaced_pod(
     .map(String::from)
     .into();
     command.extend(demo_probe_args());
-    let host_network = pod(name, &command, devices, env, 0);
-    let security = user
-        .map(|id| format!("\n    securityContext: {{runAsUser: {id}, runAsGroup: {id}}}"))
-        .unwrap_or_default();
-    host_network
-        .replace("  hostNetwork: true\n", "  hostUsers: false\n")
-        .replace(
-            "  containers:\n  - name: main\n",
-            &format!("  containers:\n  - name: main{security}\n"),
-        )
+    user_namespaced(&pod(name, &command, devices, env, 0), user)
 }
 
 /// User-namespaced pods (`hostUsers: false`) through the runtime class: the kubelet gives each

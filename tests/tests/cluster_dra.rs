@@ -1,5 +1,5 @@
 //! Dynamic Resource Allocation end to end on a real cluster ([`devinject_tests::cluster`],
-//! [`Setup::Dra`]): Kubernetes 1.36's control plane, scheduler and kubelet, containerd 2 with CDI
+//! [`Setup::Dra`]): Kubernetes 1.37's control plane, scheduler and kubelet, containerd 2 with CDI
 //! on and nothing of devinject's in the runtime, and `devinject-dra` as the node's DRA driver
 //! (registered through the kubelet's plugin registry, its ResourceSlices published through the
 //! API server). Pods name no RuntimeClass and run on plain runc.
@@ -21,6 +21,9 @@
 //!   nothing prepared) while a claim on that node still goes through DRA;
 //! - the shipped kvm, tun and fuse profiles: one pod holding a claim of each opens the machine's
 //!   real `/dev/kvm`, `/dev/net/tun` and `/dev/fuse` (nodes with their numbers) and nothing else;
+//!   user-namespaced pods (`hostUsers: false`), as root and as uid 1000, open each through
+//!   their claims (kvm only its group may use), and one with no claim that sets the request
+//!   variable gets nothing;
 //! - a claim's opaque `function` parameter is loaded into exactly its device by the profile's
 //!   prepare step before the pod starts; a function whose program fails keeps the pod from
 //!   starting, with the program's message in the pod's events; while one claim's program
@@ -60,7 +63,9 @@ use std::sync::Mutex;
 use devinject_tests::cluster::dra::{
     add_hanging_function, claim_template, demo_claim_template, device_class, ready_for_dra,
 };
-use devinject_tests::cluster::{Cluster, DraBeside, Setup, Shape, DRA_DRIVER};
+use devinject_tests::cluster::{
+    user_namespaced, user_namespaced_pods_ready, Cluster, DraBeside, Setup, Shape, DRA_DRIVER, SLOW,
+};
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::daemons::poll;
 use devinject_tests::probe::Report;
@@ -68,6 +73,7 @@ use devinject_tests::runtimes::Release;
 use devinject_tests::scrape;
 use devinject_tests::sim::{assert_demo_granted_exactly, demo_probe_args, ACCELS, CTL, LIB};
 use serde_json::Value;
+use std::os::unix::fs::PermissionsExt;
 
 static ONE_CLUSTER: Mutex<()> = Mutex::new(());
 
@@ -1239,6 +1245,11 @@ fn the_kvm_tun_and_fuse_profiles_serve_the_real_kernel_devices_through_claims() 
         let node = c.host().dev_root.join(dev);
         std::fs::create_dir_all(node.parent().expect("parent")).expect("mkdir");
         devinject_tests::sim::mknod(&node, major, minor, "0666").expect("mknod");
+        if profile == "kvm" {
+            // As distributions make it: only its group may use it, a group no pod here has.
+            std::os::unix::fs::chown(&node, Some(0), Some(KVM_GROUP)).expect("chown");
+            std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o660)).expect("chmod");
+        }
         let shipped = std::fs::read_to_string(
             devinject_tests::sim::shipped_profiles().join(format!("{profile}.toml")),
         )
@@ -1278,6 +1289,8 @@ fn the_kvm_tun_and_fuse_profiles_serve_the_real_kernel_devices_through_claims() 
         .expect("template");
         claims.push((profile, format!("one-{profile}")));
     }
+    let templates: Vec<(&str, &str)> = claims.iter().map(|(p, t)| (*p, t.as_str())).collect();
+    user_namespaced_pods_open_the_kernel_devices(&c, &templates, &numbers);
     let demo: Vec<String> = ACCELS
         .iter()
         .map(|(name, _, _)| format!("/dev/demo/{name}"))
@@ -1287,10 +1300,9 @@ fn the_kvm_tun_and_fuse_profiles_serve_the_real_kernel_devices_through_claims() 
         .map(|(p, _, _)| p.as_str())
         .chain(demo.iter().map(String::as_str))
         .collect();
-    let claims: Vec<(&str, &str)> = claims.iter().map(|(p, t)| (*p, t.as_str())).collect();
     c.apply(&pod_holding(
         "kernel",
-        &claims,
+        &templates,
         &devinject_tests::probe::probe_args(&paths, &[]),
     ))
     .expect("create pod");
@@ -1313,6 +1325,63 @@ fn the_kvm_tun_and_fuse_profiles_serve_the_real_kernel_devices_through_claims() 
         );
     }
     kvm_is_shared_up_to_its_capacity(&c, &numbers[0]);
+}
+
+/// The group of the node's kvm device (`0660`), which no pod's process has.
+const KVM_GROUP: u32 = 36;
+
+/// User-namespaced pods (`hostUsers: false`) holding a claim on each of kvm, tun and fuse (the
+/// `templates`), as the container's root and as uid 1000, open each device (`numbers`): kvm
+/// only its group may use, tun and fuse anyone. The runtime would bind the host's nodes, owned
+/// by nobody in the namespace; the claim's spec has the finish step give the container copies
+/// it owns instead. A pod that holds no claim and sets the demo request variable gets nothing.
+/// The pods are deleted and their claims freed before this returns.
+fn user_namespaced_pods_open_the_kernel_devices(
+    c: &Cluster,
+    templates: &[(&str, &str)],
+    numbers: &[(String, u32, u32)],
+) {
+    if !user_namespaced_pods_ready() {
+        return;
+    }
+    let paths: Vec<&str> = numbers.iter().map(|(p, _, _)| p.as_str()).collect();
+    let pods = [("userns-root", None), ("userns-user", Some(1000))];
+    for (name, user) in pods {
+        let manifest = pod_holding(
+            name,
+            templates,
+            &devinject_tests::probe::probe_args(&paths, &[]),
+        );
+        c.apply(&user_namespaced(&manifest, user))
+            .expect("create pod");
+    }
+    for (name, _) in pods {
+        let out = probe_output(c, name);
+        assert_eq!(c.pod(name).unwrap()["spec"]["hostUsers"], false);
+        let report = Report::parse(&out);
+        for (path, major, minor) in numbers {
+            assert_opens(
+                &report,
+                path,
+                (*major, *minor),
+                &format!("in {name}, a user-namespaced pod:\n{out}\n{}", c.dra_log()),
+            );
+        }
+    }
+    c.apply(&user_namespaced(&forger("userns-forger"), None))
+        .expect("create pod");
+    let out = probe_output(c, "userns-forger");
+    assert_demo_granted_nothing(&Report::parse(&out), &out);
+    for name in ["userns-root", "userns-user", "userns-forger"] {
+        delete_pod(c, name);
+    }
+    poll("the user-namespaced pods' claims to go", SLOW, || {
+        Ok(pods
+            .iter()
+            .all(|(name, _)| claim_owned_by(c, name).is_none())
+            .then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
 }
 
 /// Asserts that the probe saw the char device `path` with the numbers `(major, minor)` and

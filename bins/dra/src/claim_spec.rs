@@ -62,6 +62,11 @@ impl SpecContext {
             hook_path: self.hook_path.clone(),
             hook_config: self.hook_config.clone(),
             lib_dir: self.lib_dir.clone(),
+            // A claim is prepared once for every pod that shares it, before the kubelet says
+            // which pods those are, so its spec serves both kinds of container: one with a user
+            // namespace gets its nodes as copies it owns (`finish --node`), one without leaves
+            // them to the runtime and the finish step does nothing for them.
+            user_namespaces: true,
             ..CdiRequest::default()
         }
     }
@@ -674,6 +679,38 @@ DEMO_DRIVER_VERSION = "1.0"
             "{:?}",
             common.hooks[0].args
         );
+    }
+
+    /// A claim's spec serves user-namespaced containers too: each device runs the finish step
+    /// naming its own host node (`--node`), the spec-level step names the control node, and
+    /// nothing names a device the claim was not allocated.
+    #[test]
+    fn each_device_and_the_control_node_are_named_for_user_namespaced_copies() {
+        let spec = build(
+            &ctx(Path::new("/")),
+            UID,
+            &profile(),
+            &inventory(),
+            &driver_files(),
+            &pairs(&[("demo-1", "1")]),
+        )
+        .unwrap()
+        .spec;
+        let nodes_of = |hooks: &[devinject_cdi::CdiHook]| -> Vec<String> {
+            hooks
+                .iter()
+                .filter(|h| h.hook_name == "createRuntime")
+                .flat_map(|h| h.args.windows(2))
+                .filter(|w| w[0] == "--node")
+                .map(|w| w[1].clone())
+                .collect()
+        };
+        assert_eq!(spec.devices.len(), 1);
+        assert_eq!(
+            nodes_of(&spec.devices[0].container_edits.hooks),
+            ["/dev/demo/accel1"]
+        );
+        assert_eq!(nodes_of(&spec.container_edits.hooks), ["/dev/demo/ctl"]);
     }
 
     #[test]

@@ -86,6 +86,25 @@ pub fn user_namespaced_pods_ready() -> bool {
     )
 }
 
+/// Pod manifest `pod` (one container `main`, on the host network) made user-namespaced:
+/// `hostUsers: false` in place of `hostNetwork: true` (the two exclude each other; the pod gets
+/// a network of its own, [`pod_network`]), its container running as `user` (uid and gid; the
+/// image's root when `None`).
+pub fn user_namespaced(pod: &str, user: Option<u32>) -> String {
+    assert!(
+        pod.contains("  hostNetwork: true\n") && pod.contains("  containers:\n  - name: main\n"),
+        "not a host-network pod with one container main:\n{pod}"
+    );
+    let security = user
+        .map(|id| format!("\n    securityContext: {{runAsUser: {id}, runAsGroup: {id}}}"))
+        .unwrap_or_default();
+    pod.replace("  hostNetwork: true\n", "  hostUsers: false\n")
+        .replace(
+            "  containers:\n  - name: main\n",
+            &format!("  containers:\n  - name: main{security}\n"),
+        )
+}
+
 /// The directory holding [`CNI_PLUGINS`] (`DEVINJECT_CNI_BIN`, built by scripts/cni-build.sh):
 /// with them a node's pods may leave the host network, each in a network namespace of its own
 /// (a user-namespaced pod must: `hostUsers: false` excludes `hostNetwork`).
