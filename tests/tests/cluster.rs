@@ -27,6 +27,9 @@ use std::time::Duration;
 
 use devinject_kubelet::pod_resources::{PodResourcesClient, Rpc};
 
+use devinject_tests::cluster::userns::{
+    after_uid_map, user_namespaced_pods_get_theirs_and_forgers_nothing,
+};
 use devinject_tests::cluster::{ready, user_namespaced, user_namespaced_pods_ready, Cluster};
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::probe::Report;
@@ -108,7 +111,15 @@ fn pods_get_exactly_their_allocated_devices_and_forged_requests_are_refused() {
     assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
 
     the_kubelet_answers_the_policy_with_get_where_it_can(&c);
-    user_namespaced_pods_get_theirs_and_forgers_nothing(&c);
+    // User-namespaced pods through the runtime class: the shim's finish step gives the
+    // container its own copy of each granted node, owned by the ids the pod's namespace maps.
+    if user_namespaced_pods_ready() {
+        user_namespaced_pods_get_theirs_and_forgers_nothing(
+            &c,
+            "devinject.io/demo",
+            &user_namespaced_pod,
+        );
+    }
 
     // Asked for nothing, sets the variable itself: the policy asks the kubelet and refuses.
     c.apply(&pod(
@@ -151,8 +162,8 @@ fn pods_get_exactly_their_allocated_devices_and_forged_requests_are_refused() {
 }
 
 /// A pod with `hostUsers: false` asking for `devices` demo devices (none: no resource), with
-/// `env`, running as `user` (uid and gid; the image's root when `None`). Such a pod cannot use
-/// the host network: it gets a network namespace of its own
+/// `env`, running as `user` (uid and gid; the image's root when `None`), the probe after its
+/// uid map. Such a pod cannot use the host network: it gets a network namespace of its own
 /// ([`devinject_tests::cluster::cni_plugins`]).
 fn user_namespaced_pod(
     name: &str,
@@ -160,70 +171,8 @@ fn user_namespaced_pod(
     env: &[(&str, &str)],
     user: Option<u32>,
 ) -> String {
-    // The probe, after a line with the container's uid map.
-    let mut command: Vec<String> = [
-        "/bin/sh",
-        "-c",
-        "echo uidmap $(cat /proc/self/uid_map); exec \"$@\"",
-        "sh",
-    ]
-    .map(String::from)
-    .into();
-    command.extend(demo_probe_args());
+    let command = after_uid_map(demo_probe_args());
     user_namespaced(&pod(name, &command, devices, env, 0), user)
-}
-
-/// User-namespaced pods (`hostUsers: false`) through the runtime class: the kubelet gives each
-/// its own range of host ids, and the shim's finish step gives the container its own copy of
-/// each granted node, owned by the ids the pod's namespace maps, so its root and a non-root user
-/// open exactly the devices the kubelet allocated (the host's nodes, bound as they are, would be
-/// owned by nobody there). The request policy holds as before: a forger in a user-namespaced
-/// pod gets nothing.
-fn user_namespaced_pods_get_theirs_and_forgers_nothing(c: &Cluster) {
-    if !user_namespaced_pods_ready() {
-        return;
-    }
-    for (name, user) in [("userns-root", None), ("userns-user", Some(1000))] {
-        c.apply(&user_namespaced_pod(name, 2, &[], user))
-            .expect("create pod");
-        let phase = c.wait_pod_done(name).expect("pod finishes");
-        let out = c.container_log(name, "main").unwrap_or_default();
-        assert_eq!(phase, "Succeeded", "{name}: {out}\n{}", c.logs());
-        let pod = c.pod(name).unwrap();
-        assert_eq!(pod["spec"]["hostUsers"], false, "{pod:#}");
-        let uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
-        // A user namespace of the kubelet's choosing: the container's root is not the host's.
-        let map = out
-            .lines()
-            .find_map(|l| l.strip_prefix("uidmap "))
-            .unwrap_or_else(|| panic!("{name}: no uid map line: {out}"));
-        let host_root: Vec<&str> = map.split_whitespace().take(2).collect();
-        assert!(
-            host_root.len() == 2 && host_root[0] == "0" && host_root[1] != "0",
-            "{name}: the container's root must map to a host id other than 0: {map}"
-        );
-        let ids = c.allocated(&uid, "main", "devinject.io/demo").unwrap();
-        assert_eq!(
-            ids.len(),
-            2,
-            "{name}: the kubelet allocated two devices: {ids:?}"
-        );
-        assert_demo_granted_exactly(&Report::parse(&out), &ids, &format!("{name}: {out}"));
-    }
-    c.apply(&user_namespaced_pod(
-        "userns-forger",
-        0,
-        &[("DEMO_VISIBLE_DEVICES", "all")],
-        None,
-    ))
-    .expect("create pod");
-    let message = c
-        .wait_refusal("userns-forger")
-        .expect("the forged request is refused");
-    assert!(
-        message.contains("the kubelet granted it none of devinject.io/demo"),
-        "{message}"
-    );
 }
 
 /// The policy's question, asked of the real kubelet for a running pod holding one device: a

@@ -26,9 +26,12 @@
 
 use std::sync::Mutex;
 
+use devinject_tests::cluster::userns::{
+    after_uid_map, user_namespaced_pods_get_theirs_and_forgers_nothing,
+};
 use devinject_tests::cluster::{
-    ready_with_containerd, user_namespaced_pods_ready, Cluster, Setup, CDI_ALLOCATE_MODE,
-    CDI_CRI_ALLOCATE_MODE,
+    ready_with_containerd, user_namespaced, user_namespaced_pods_ready, Cluster, Setup,
+    CDI_ALLOCATE_MODE, CDI_CRI_ALLOCATE_MODE,
 };
 use devinject_tests::cri_node::{BUSYBOX, HANDLER};
 use devinject_tests::probe::Report;
@@ -46,9 +49,25 @@ fn ready() -> Option<Release> {
     ready_with_containerd("1.7")
 }
 
+/// Whether `release`'s NRI applies device cgroup rules given without nodes: containerd 2.2 and
+/// later (its Debian version or the built one's, `2.2.9`).
+fn nri_takes_rules_without_nodes(release: &Release) -> bool {
+    let mut parts = release
+        .version
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (2, 2)
+}
+
 /// A pod running the demo probe on the default runtime (no RuntimeClass), asking for `devices`
 /// demo devices, with `env` set in its container.
 fn pod(name: &str, devices: u32, env: &[(&str, &str)]) -> String {
+    pod_running(name, demo_probe_args(), devices, env)
+}
+
+/// [`pod`] running `command` instead of the demo probe.
+fn pod_running(name: &str, command: Vec<String>, devices: u32, env: &[(&str, &str)]) -> String {
     let env: Vec<serde_json::Value> = env
         .iter()
         .map(|(k, v)| serde_json::json!({"name": k, "value": v}))
@@ -63,7 +82,7 @@ fn pod(name: &str, devices: u32, env: &[(&str, &str)]) -> String {
          restartPolicy: Never\n  automountServiceAccountToken: false\n  \
          terminationGracePeriodSeconds: 0\n  containers:\n  - name: main\n    image: {BUSYBOX}\n    \
          imagePullPolicy: Never\n    command: {command}\n    env: {env}{resources}\n",
-        command = serde_json::to_string(&demo_probe_args()).expect("json"),
+        command = serde_json::to_string(&command).expect("json"),
         env = serde_json::to_string(&env).expect("json"),
     )
 }
@@ -190,24 +209,37 @@ fn with_nri_a_pod_gets_exactly_its_allocated_devices_and_forgers_are_refused() {
     assert_eq!(ids.len(), 2, "the kubelet allocated two devices: {ids:?}");
     assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
 
-    // A user-namespaced pod (`hostUsers: false`, so off the host network) asking for devices:
-    // its nodes must come as copies it owns, with device cgroup rules given without nodes,
-    // which this containerd (2.1, built with NRI v0.8) drops. The plugin refuses the container,
-    // naming the runtime and the way out, rather than let it start without its devices.
+    // User-namespaced pods (`hostUsers: false`, so off the host network) asking for devices:
+    // their nodes must come as copies they own, with device cgroup rules given without nodes.
+    // A runtime whose NRI applies such rules (containerd 2.2: scripts/cluster-containerd-2.2.sh)
+    // serves them, root and non-root, and refuses their forger; on an older one, which drops
+    // the rules (containerd 2.1, built with NRI v0.8), the plugin refuses the container, naming
+    // the runtime and the way out, rather than let it start without its devices.
     if user_namespaced_pods_ready() {
-        c.apply(
-            &pod("nri-userns", 2, &[]).replace("  hostNetwork: true\n", "  hostUsers: false\n"),
-        )
-        .expect("create pod");
-        let message = c
-            .wait_refusal("nri-userns")
-            .expect("the user-namespaced pod is refused");
-        assert!(
-            message.contains("runs in a user namespace")
-                && message.contains("containerd 2.1")
-                && message.contains("runtimeClassName: devinject"),
-            "the refusal names the runtime and the way out: {message}"
-        );
+        if nri_takes_rules_without_nodes(&release) {
+            user_namespaced_pods_get_theirs_and_forgers_nothing(
+                &c,
+                RESOURCE,
+                &|name, devices, env, user| {
+                    user_namespaced(
+                        &pod_running(name, after_uid_map(demo_probe_args()), devices, env),
+                        user,
+                    )
+                },
+            );
+        } else {
+            c.apply(&user_namespaced(&pod("nri-userns", 2, &[]), None))
+                .expect("create pod");
+            let message = c
+                .wait_refusal("nri-userns")
+                .expect("the user-namespaced pod is refused");
+            assert!(
+                message.contains("runs in a user namespace")
+                    && message.contains("containerd 2.1")
+                    && message.contains("runtimeClassName: devinject"),
+                "the refusal names the runtime and the way out: {message}"
+            );
+        }
     }
 
     // Asked the scheduler for nothing, sets the variable itself: devinject-nri asks the

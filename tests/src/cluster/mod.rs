@@ -50,9 +50,11 @@ pub mod install;
 pub mod kubernetes;
 pub mod node;
 pub mod pki;
+pub mod userns;
 
 pub use kubernetes::Kubernetes;
 pub use node::Node;
+pub use userns::{user_namespaced, user_namespaced_pods_ready};
 
 /// The CNI plugins a node needs for pods off the host network (containerd runs `loopback` for
 /// every such pod besides the network's own).
@@ -69,40 +71,6 @@ pub fn pod_network(ipam_dir: &Path) -> String {
     "ranges": [[{{"subnet": "10.244.0.0/24"}}]], "dataDir": "{}"}}}}]}}"#,
         ipam_dir.display()
     )
-}
-
-/// Whether pods may leave the host network on Kubernetes 1.37 ([`cni_plugins`] built), as a
-/// user-namespaced pod must; says what is missing otherwise ([`crate::skip`]). `false` without a
-/// word on the 1.20 compatibility release, which has no `hostUsers`.
-pub fn user_namespaced_pods_ready() -> bool {
-    if Kubernetes::find().is_some_and(|k| k.is_legacy()) {
-        eprintln!("Kubernetes 1.20 has no hostUsers: no user-namespaced pods on it");
-        return false;
-    }
-    require(
-        cni_plugins().is_some(),
-        "needs CNI's loopback, ptp and host-local plugins for pods off the host network \
-         (DEVINJECT_CNI_BIN=$(scripts/cni-build.sh))",
-    )
-}
-
-/// Pod manifest `pod` (one container `main`, on the host network) made user-namespaced:
-/// `hostUsers: false` in place of `hostNetwork: true` (the two exclude each other; the pod gets
-/// a network of its own, [`pod_network`]), its container running as `user` (uid and gid; the
-/// image's root when `None`).
-pub fn user_namespaced(pod: &str, user: Option<u32>) -> String {
-    assert!(
-        pod.contains("  hostNetwork: true\n") && pod.contains("  containers:\n  - name: main\n"),
-        "not a host-network pod with one container main:\n{pod}"
-    );
-    let security = user
-        .map(|id| format!("\n    securityContext: {{runAsUser: {id}, runAsGroup: {id}}}"))
-        .unwrap_or_default();
-    pod.replace("  hostNetwork: true\n", "  hostUsers: false\n")
-        .replace(
-            "  containers:\n  - name: main\n",
-            &format!("  containers:\n  - name: main{security}\n"),
-        )
 }
 
 /// The directory holding [`CNI_PLUGINS`] (`DEVINJECT_CNI_BIN`, built by scripts/cni-build.sh):

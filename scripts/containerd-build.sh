@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Builds containerd 2.2 (containerd, containerd-shim-runc-v2, ctr) from its Go module
+# github.com/containerd/containerd/v2, static (CGO off; the btrfs, devmapper and zfs snapshotters
+# left out, as a node on overlayfs needs none of them). Debian packages no containerd 2.2 yet,
+# and 2.2 is the first release whose NRI applies device cgroup rules given without nodes, which
+# the NRI plugin needs for user-namespaced pods (docs/nri.md); scripts/cluster-containerd-2.2.sh
+# runs the cluster tests of that on it.
+#
+# Pinned by version and checksum: scripts/containerd-build/go.mod requires the version, its
+# go.sum holds the h1: checksum of containerd's module and of every module it is built from, and
+# the build runs with GOFLAGS=-mod=readonly, so a module whose content differs from go.sum fails
+# the build. The modules come through Go's module proxy into Go's module cache. The binaries land
+# outside the tree, laid out like a release of scripts/runtimes-fetch.sh, and are reused:
+#
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/devinject/containerd-<version>/bin/{containerd,containerd-shim-runc-v2,ctr}
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/devinject/containerd-<version>/VERSION
+#
+# Rebuilt only when go.mod, go.sum or this script change (about 2 minutes of 2 cores the first
+# time). Prints the release dir. With --if-built it builds nothing: it prints the dir when the
+# binaries are up to date, and fails otherwise. With --refresh-sum it writes go.sum from what the
+# proxy serves (after a version change).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+version=2.2.9
+module=scripts/containerd-build
+dir=${XDG_CACHE_HOME:-$HOME/.cache}/devinject/containerd-$version
+bin=$dir/bin
+pkg=github.com/containerd/containerd/v2
+commands=(containerd containerd-shim-runc-v2 ctr)
+fail() { echo "containerd-build: $*" >&2; exit 1; }
+
+grep -qx "require $pkg v$version" "$module/go.mod" ||
+  fail "$module/go.mod does not require $pkg v$version (change both together)"
+
+export GOTOOLCHAIN=local GOWORK=off
+tags="no_btrfs no_devmapper no_zfs urfave_cli_no_docs"
+pkgs=()
+for c in "${commands[@]}"; do pkgs+=("$pkg/cmd/$c"); done
+if [ "${1:-}" = --refresh-sum ]; then
+  (cd "$module" && GOFLAGS=-mod=mod go list -tags "$tags" -deps "${pkgs[@]}" >/dev/null) ||
+    fail "go list of containerd's commands failed (see above)"
+  echo "containerd-build: wrote $module/go.sum" >&2
+  exit 0
+fi
+
+stamp=$(cat "$module/go.mod" "$module/go.sum" scripts/containerd-build.sh | sha256sum)
+complete() {
+  for c in "${commands[@]}"; do [ -x "$bin/$c" ] || return 1; done
+  [ "$(cat "$dir/inputs.sha256" 2>/dev/null)" = "$stamp" ]
+}
+if complete; then echo "$dir"; exit 0; fi
+[ "${1:-}" = --if-built ] && exit 1
+
+# The Go containerd's go.mod asks for. GOTOOLCHAIN=local keeps go from fetching another one.
+# shellcheck source=scripts/lib/go-build.sh
+. scripts/lib/go-build.sh
+go_at_least 1.25.0
+
+rm -rf "$dir/module" && mkdir -p "$bin" "$dir/module/out"
+cp "$module/go.mod" "$module/go.sum" "$dir/module/"
+echo "containerd-build: building containerd $version with $(go env GOVERSION)" >&2
+(
+  cd "$dir/module"
+  export GOFLAGS=-mod=readonly CGO_ENABLED=0
+  go build -trimpath -tags "$tags" \
+    -ldflags "-s -w -X $pkg/version.Version=v$version -X $pkg/version.Package=$pkg" \
+    -o "$dir/module/out/" "${pkgs[@]}"
+) || fail "go build of $pkg v$version failed (see above; a checksum mismatch means a module differs from $module/go.sum)"
+said=$("$dir/module/out/containerd" --version 2>&1) ||
+  fail "the built containerd does not answer --version: $said"
+case $said in
+  *" v$version"*) ;;
+  *) fail "the built containerd says '$said', not v$version" ;;
+esac
+for c in "${commands[@]}"; do mv "$dir/module/out/$c" "$bin/$c"; done
+echo "$version" >"$dir/VERSION"
+echo "$stamp" >"$dir/inputs.sha256"
+echo "$dir"

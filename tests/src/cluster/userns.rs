@@ -1,0 +1,114 @@
+//! User-namespaced pods (`hostUsers: false`) on the cluster: the manifests, and what every
+//! path that serves them must give them (tests/tests/cluster.rs for the runtime class,
+//! tests/tests/cluster_engine_paths.rs for NRI).
+
+use crate::probe::Report;
+use crate::sim::assert_demo_granted_exactly;
+
+use super::{cni_plugins, Cluster, Kubernetes};
+use crate::skip::require;
+
+/// Whether pods may leave the host network on Kubernetes 1.37 ([`cni_plugins`] built), as a
+/// user-namespaced pod must; says what is missing otherwise ([`crate::skip`]). `false` without a
+/// word on the 1.20 compatibility release, which has no `hostUsers`.
+pub fn user_namespaced_pods_ready() -> bool {
+    if Kubernetes::find().is_some_and(|k| k.is_legacy()) {
+        eprintln!("Kubernetes 1.20 has no hostUsers: no user-namespaced pods on it");
+        return false;
+    }
+    require(
+        cni_plugins().is_some(),
+        "needs CNI's loopback, ptp and host-local plugins for pods off the host network \
+         (DEVINJECT_CNI_BIN=$(scripts/cni-build.sh))",
+    )
+}
+
+/// Pod manifest `pod` (one container `main`, on the host network) made user-namespaced:
+/// `hostUsers: false` in place of `hostNetwork: true` (the two exclude each other; the pod gets
+/// a network of its own, [`pod_network`]), its container running as `user` (uid and gid; the
+/// image's root when `None`).
+pub fn user_namespaced(pod: &str, user: Option<u32>) -> String {
+    assert!(
+        pod.contains("  hostNetwork: true\n") && pod.contains("  containers:\n  - name: main\n"),
+        "not a host-network pod with one container main:\n{pod}"
+    );
+    let security = user
+        .map(|id| format!("\n    securityContext: {{runAsUser: {id}, runAsGroup: {id}}}"))
+        .unwrap_or_default();
+    pod.replace("  hostNetwork: true\n", "  hostUsers: false\n")
+        .replace(
+            "  containers:\n  - name: main\n",
+            &format!("  containers:\n  - name: main{security}\n"),
+        )
+}
+
+/// The demo probe's arguments `probe`, run after a line `uidmap <the container's uid map>`.
+pub fn after_uid_map(probe: Vec<String>) -> Vec<String> {
+    let mut command: Vec<String> = [
+        "/bin/sh",
+        "-c",
+        "echo uidmap $(cat /proc/self/uid_map); exec \"$@\"",
+        "sh",
+    ]
+    .map(String::from)
+    .into();
+    command.extend(probe);
+    command
+}
+
+/// Makes the manifest of pod `name` asking for `devices` demo devices, with `env` set, running
+/// as `user` (the image's root when `None`).
+pub type PodMaker = dyn Fn(&str, u32, &[(&str, &str)], Option<u32>) -> String;
+
+/// User-namespaced pods asking the device plugin's `resource` for demo devices, made by
+/// `pod(name, devices, env, user)` (a [`user_namespaced`] pod running [`after_uid_map`] and the
+/// demo probe): the kubelet gives each its own range of host ids, and a root and a uid 1000 pod
+/// open exactly the two devices the kubelet allocated (the host's nodes, bound as they are,
+/// would be owned by nobody there). The request policy holds as before: a forger setting the
+/// request variable with no device asked for gets nothing, refused with the policy's message.
+pub fn user_namespaced_pods_get_theirs_and_forgers_nothing(
+    c: &Cluster,
+    resource: &str,
+    pod: &PodMaker,
+) {
+    for (name, user) in [("userns-root", None), ("userns-user", Some(1000))] {
+        c.apply(&pod(name, 2, &[], user)).expect("create pod");
+        let phase = c.wait_pod_done(name).expect("pod finishes");
+        let out = c.container_log(name, "main").unwrap_or_default();
+        assert_eq!(phase, "Succeeded", "{name}: {out}\n{}", c.logs());
+        let manifest = c.pod(name).unwrap();
+        assert_eq!(manifest["spec"]["hostUsers"], false, "{manifest:#}");
+        let uid = manifest["metadata"]["uid"].as_str().unwrap().to_owned();
+        // A user namespace of the kubelet's choosing: the container's root is not the host's.
+        let map = out
+            .lines()
+            .find_map(|l| l.strip_prefix("uidmap "))
+            .unwrap_or_else(|| panic!("{name}: no uid map line: {out}"));
+        let host_root: Vec<&str> = map.split_whitespace().take(2).collect();
+        assert!(
+            host_root.len() == 2 && host_root[0] == "0" && host_root[1] != "0",
+            "{name}: the container's root must map to a host id other than 0: {map}"
+        );
+        let ids = c.allocated(&uid, "main", resource).unwrap();
+        assert_eq!(
+            ids.len(),
+            2,
+            "{name}: the kubelet allocated two devices: {ids:?}"
+        );
+        assert_demo_granted_exactly(&Report::parse(&out), &ids, &format!("{name}: {out}"));
+    }
+    c.apply(&pod(
+        "userns-forger",
+        0,
+        &[("DEMO_VISIBLE_DEVICES", "all")],
+        None,
+    ))
+    .expect("create pod");
+    let message = c
+        .wait_refusal("userns-forger")
+        .expect("the forged request is refused");
+    assert!(
+        message.contains(&format!("the kubelet granted it none of {resource}")),
+        "{message}"
+    );
+}
