@@ -666,3 +666,76 @@ async fn configuration_errors_exit_with_code_3() {
     assert_eq!(status.code(), Some(3), "{}", plugin.log());
     assert!(plugin.log().contains("resourze"), "{}", plugin.log());
 }
+
+/// A USB device at `port` of bus 2 with `ids` (`vendor`, `product`) and device number `devnum`,
+/// as the kernel shows it: its node `bus/usb/002/<devnum>` (char 189), its sysfs directory with
+/// the ids, and the `/sys/dev/char` link to it.
+fn plug_usb(host: &TestHost, port: &str, (vendor, product): (&str, &str), devnum: u64) {
+    let dir = format!("devices/pci0000:00/0000:00:14.0/usb2/{port}");
+    host.write_sys(&format!("{dir}/idVendor"), &format!("{vendor}\n"));
+    host.write_sys(&format!("{dir}/idProduct"), &format!("{product}\n"));
+    let minor = 128 + devnum - 1;
+    let link = host.sys_root().join(format!("dev/char/189:{minor}"));
+    std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(format!("../../{dir}"), &link).unwrap();
+    host.mknod(&format!("bus/usb/002/{devnum:03}"), 189, minor);
+}
+
+/// The USB device at `port` with number `devnum` gone: its node, link and directory.
+fn unplug_usb(host: &TestHost, port: &str, devnum: u64) {
+    host.remove_node(&format!("bus/usb/002/{devnum:03}"));
+    let minor = 128 + devnum - 1;
+    std::fs::remove_file(host.sys_root().join(format!("dev/char/189:{minor}"))).unwrap();
+    std::fs::remove_dir_all(
+        host.sys_root()
+            .join(format!("devices/pci0000:00/0000:00:14.0/usb2/{port}")),
+    )
+    .unwrap();
+}
+
+/// The shipped coral-usb profile on a simulated USB bus: the accelerator plugged in before its
+/// firmware (`1a6e:089a`) is listed by its port, a keyboard plugged in beside it never is; when
+/// the accelerator leaves it stays listed, unhealthy (as an unplugged device of any profile), and
+/// when it comes back under Google's id and another number (its firmware loaded) it is the same
+/// device, healthy again.
+#[tokio::test]
+async fn a_usb_device_is_listed_by_its_port_through_hot_plug_and_re_enumeration() {
+    if !require_root() {
+        return;
+    }
+    let host = TestHost::new();
+    let shipped =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles/coral-usb.toml");
+    host.write_profile("coral-usb", &std::fs::read_to_string(shipped).unwrap());
+    std::fs::create_dir_all(host.dev_root().join("bus/usb")).unwrap();
+    // Served by name: no USB device is plugged in yet.
+    let (_kubelet, _plugin, mut reg) = start(&host, &["--profile", "coral-usb"]).await;
+    assert_eq!(reg.request.resource_name, "coral.ai/usb-tpu");
+    let port = |health: &str| vec![("2-1".to_owned(), health.to_owned())];
+    let seen = |l: &DeviceList| -> Vec<(String, String)> {
+        l.iter()
+            .map(|(id, health, _)| (id.clone(), health.clone()))
+            .collect()
+    };
+    reg.next_list(SLOW).await.expect("first list");
+    plug_usb(&host, "2-2", ("046d", "c31c"), 2);
+    plug_usb(&host, "2-1", ("1a6e", "089a"), 3);
+    let list = reg
+        .wait_list(SLOW, "the accelerator listed", |l| !l.is_empty())
+        .await;
+    assert_eq!(seen(&list), port("Healthy"));
+    unplug_usb(&host, "2-1", 3);
+    let list = reg
+        .wait_list(SLOW, "the accelerator unhealthy", |l| {
+            seen(l) != port("Healthy")
+        })
+        .await;
+    assert_eq!(seen(&list), port("Unhealthy"));
+    plug_usb(&host, "2-1", ("18d1", "9302"), 4);
+    let list = reg
+        .wait_list(SLOW, "the accelerator back", |l| {
+            seen(l) != port("Unhealthy")
+        })
+        .await;
+    assert_eq!(seen(&list), port("Healthy"));
+}

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use crate::alias::{keep_unambiguous, read_alias_files, usable};
+use crate::bus_select;
 use crate::names::{DeviceId, ProfileName};
 use crate::node::{DeviceNode, NodeError};
 use crate::profile::{IdSource, NodeSpec, Profile};
@@ -151,9 +152,10 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
         let n = trailing_number(&name);
         let index = devices.len();
         let subst = |t: &str| substitute(t, &name, n);
-        let wanted = profile.discovery.require_sysfs.iter().all(|(attr, want)| {
-            read_attr(&roots.in_sys_root(&subst(attr))).as_deref() == Some(want.as_str())
-        });
+        let wanted =
+            profile.discovery.require_sysfs.iter().all(|(attr, want)| {
+                read_attr(&roots.in_sys_root(&subst(attr))).as_deref() == Some(want.as_str())
+            }) && bus_select::chosen(roots, &node, &profile.discovery.usb, &profile.discovery.pci);
         if !wanted {
             tracing::debug!(profile = %pname, node = %name, "sysfs attributes do not match the profile");
             continue;
@@ -186,6 +188,17 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
                 }
             }
             IdSource::Name => name.clone(),
+            IdSource::Bus => bus_select::bus_address(roots, &node)
+                .map(|a| a.as_str().to_owned())
+                .ok_or_else(|| DiscoveryError::Id {
+                    profile: pname.clone(),
+                    node: path.clone(),
+                    problem: format!(
+                        "is on no USB or PCI bus (sysfs links no device of those to {}:{}): \
+                         set discovery.id to another source",
+                        node.major, node.minor
+                    ),
+                })?,
             IdSource::Sysfs => {
                 let attr = profile.discovery.id_sysfs.as_deref().unwrap_or_default();
                 let at = roots.in_sys_root(&subst(attr));
@@ -358,8 +371,19 @@ fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
     natural_key(a).cmp(&natural_key(b))
 }
 
-fn read_attr(path: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
+/// The most of a sysfs attribute read: the kernel serves at most a page.
+const MAX_ATTRIBUTE_BYTES: u64 = 4096;
+
+/// The first line of the sysfs attribute at `path`, trimmed; `None` when it cannot be read, is
+/// empty or is not text.
+pub(crate) fn read_attr(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(MAX_ATTRIBUTE_BYTES)
+        .read_to_string(&mut text)
+        .ok()?;
     let line = text.lines().next()?.trim().to_owned();
     (!line.is_empty()).then_some(line)
 }

@@ -26,6 +26,7 @@
 
 pub mod alias;
 pub mod attribute_name;
+pub mod bus_select;
 pub mod capability;
 pub mod capacity;
 pub mod discovery;
@@ -50,6 +51,7 @@ pub mod profile;
 pub mod profile_file;
 pub mod profile_set;
 pub mod request;
+pub mod sysfs_device;
 pub mod watch;
 
 pub use capability::{Capabilities, CapabilityError, CapabilitySpec};

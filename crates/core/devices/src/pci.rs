@@ -4,16 +4,13 @@
 //! k8s.io/dynamic-resource-allocation's `deviceattribute` package), so that a claim can ask for
 //! devices on one root complex or NUMA node with `matchAttribute`.
 //!
-//! The kernel links each device number to its device in sysfs:
-//! `/sys/dev/char/<major>:<minor>` -> `../../devices/pci0000:00/0000:00:01.0/0000:01:00.0/drm/renderD128`.
-//! Below `devices/`, the path names the root complex first (`pci<domain>:<bus>`), then each
-//! PCI function on the way down (`<domain>:<bus>:<device>.<function>`); the last is the
-//! device's own. The link is read and resolved by its text, within the sys root: nothing it
-//! names is followed, and only the function's `numa_node` is read.
+//! The device's directory in sysfs ([`crate::sysfs_device`]), e.g.
+//! `devices/pci0000:00/0000:00:01.0/0000:01:00.0/drm/renderD128`, names the root complex first
+//! (`pci<domain>:<bus>`), then each PCI function on the way down
+//! (`<domain>:<bus>:<device>.<function>`); the last is the device's own. Only the function's
+//! `numa_node` is read.
 
-use std::path::{Component, Path, PathBuf};
-
-use crate::{DeviceKind, DeviceNode, HostRoots};
+use crate::{sysfs_device, DeviceNode, HostRoots};
 
 /// A device's place on the PCI bus.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,37 +26,15 @@ pub struct PciLocation {
 /// The PCI location of the device `node` belongs to, under `roots`' sys root; `None` for a
 /// device that is not on PCI (a virtual or platform device) or whose link cannot be read.
 pub fn pci_location(roots: &HostRoots, node: &DeviceNode) -> Option<PciLocation> {
-    let class = match node.kind {
-        DeviceKind::Char => "char",
-        DeviceKind::Block => "block",
-    };
-    let link = Path::new("dev")
-        .join(class)
-        .join(format!("{}:{}", node.major, node.minor));
-    let target = std::fs::read_link(roots.sys_root.join(&link)).ok()?;
-    // Resolved by its text from the link's directory, never above the sys root.
-    let mut path: Vec<String> = vec!["dev".into(), class.into()];
-    for c in target.components() {
-        match c {
-            Component::Normal(s) => path.push(s.to_str()?.to_owned()),
-            Component::ParentDir => {
-                path.pop()?;
-            }
-            Component::CurDir => {}
-            Component::RootDir | Component::Prefix(_) => return None,
-        }
-    }
-    if path.first().map(String::as_str) != Some("devices") {
-        return None;
-    }
+    let path = sysfs_device::device_path(roots, node)?;
     let root = path.get(1).filter(|c| is_root_complex(c))?.clone();
     let last = path.iter().rposition(|c| is_bus_id(c))?;
     let bus_id = path[last].clone();
-    let function: PathBuf = path[..=last].iter().collect();
-    let numa_node = std::fs::read_to_string(roots.sys_root.join(function).join("numa_node"))
-        .ok()
-        .and_then(|t| t.trim().parse::<i64>().ok())
-        .filter(|&n| n >= 0);
+    let numa_node =
+        std::fs::read_to_string(sysfs_device::dir(roots, &path, last).join("numa_node"))
+            .ok()
+            .and_then(|t| t.trim().parse::<i64>().ok())
+            .filter(|&n| n >= 0);
     Some(PciLocation {
         root,
         bus_id,
@@ -75,7 +50,7 @@ fn is_root_complex(s: &str) -> bool {
 }
 
 /// `<domain>:<bus>:<device>.<function>`: 4, 2, 2 and 1 hex digits.
-fn is_bus_id(s: &str) -> bool {
+pub(crate) fn is_bus_id(s: &str) -> bool {
     let mut parts = s.split(':');
     let (Some(domain), Some(bus), Some(rest), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -94,6 +69,8 @@ fn hex(s: &str, len: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::DeviceKind;
+    use std::path::{Path, PathBuf};
 
     fn roots(sys: &Path) -> HostRoots {
         HostRoots {

@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use crate::attribute_name::attribute_name_problem;
 pub use crate::attribute_name::{DEVICE_ATTRIBUTES, MAX_ATTRIBUTE_NAME};
+use crate::bus_select::{PciSelector, UsbSelector};
 use crate::capability::CapabilitySpec;
 use crate::capacity::Capacity;
 use crate::forward_compat::ForwardCompatSpec;
@@ -135,6 +136,10 @@ pub enum IdSource {
     /// The device's value of the first of `discovery.aliases.keys` (NVIDIA's device plugin
     /// advertises `GPU UUID`); its index when its file does not say.
     Alias,
+    /// The device's place on its bus ([`crate::bus_select::BusAddress`]): the USB port path
+    /// (`2-1.4`) or the PCI function (`0000:01:00.0`). It survives a re-enumeration under
+    /// another USB id or device number.
+    Bus,
 }
 
 /// Other ids a device answers to, read from one file per device of `Key: value` lines (NVIDIA:
@@ -187,7 +192,17 @@ pub struct DiscoverySpec {
     pub attributes_sysfs: BTreeMap<String, String>,
     /// Other ids each device answers to in requests ([`AliasSpec`]).
     pub aliases: Option<AliasSpec>,
+    /// USB devices the profile chooses, by vendor and product id (and serial): a matched node
+    /// that belongs to none of them is not a device of this kind ([`crate::bus_select`]).
+    #[serde(default)]
+    pub usb: Vec<UsbSelector>,
+    /// PCI functions the profile chooses, by vendor, device and class, as `usb` does.
+    #[serde(default)]
+    pub pci: Vec<PciSelector>,
 }
+
+/// The most `[[discovery.usb]]` or `[[discovery.pci]]` selectors a profile may list.
+pub const MAX_BUS_SELECTORS: usize = 64;
 
 /// The effect of the taint an unhealthy device carries in a DRA ResourceSlice, as Kubernetes
 /// names it (`resource.k8s.io/v1` `DeviceTaint.effect`).
@@ -567,6 +582,29 @@ impl Profile {
                 "discovery.health_taint",
                 "is set but nothing tells the devices' health: set discovery.health_sysfs, or leave health_taint out".into(),
             ));
+        }
+        for (key, count) in [
+            ("discovery.usb", raw.discovery.usb.len()),
+            ("discovery.pci", raw.discovery.pci.len()),
+        ] {
+            if count > MAX_BUS_SELECTORS {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "lists {count} selectors, more than {MAX_BUS_SELECTORS}: split the profile"
+                    ),
+                ));
+            }
+        }
+        for (i, sel) in raw.discovery.usb.iter().enumerate() {
+            if let Some(problem) = sel.problem() {
+                return Err(invalid(&format!("discovery.usb[{i}]"), problem));
+            }
+        }
+        for (i, sel) in raw.discovery.pci.iter().enumerate() {
+            if let Some(problem) = sel.problem() {
+                return Err(invalid(&format!("discovery.pci[{i}]"), problem));
+            }
         }
         for a in raw.discovery.require_sysfs.keys() {
             check_relative(a).map_err(|p| invalid(&format!("discovery.require_sysfs.{a}"), p))?;

@@ -266,3 +266,70 @@ fn aliases_from_the_drivers_information_files_name_their_device_only() {
     assert_eq!(ids[0], "GPU-aaaaaaaa-0000-0000-0000-000000000000");
     assert_eq!(inv.devices[0].aliases.len(), 1);
 }
+
+/// A USB device `number` (`189:<minor>`) at `port` below the host controller, with its ids.
+fn usb_device(sys: &Path, number: &str, port: &str, vendor: &str, product: &str) {
+    let dir = sys.join("devices/pci0000:00/0000:00:14.0/usb2").join(port);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("idVendor"), format!("{vendor}\n")).unwrap();
+    std::fs::write(dir.join("idProduct"), format!("{product}\n")).unwrap();
+    std::fs::create_dir_all(sys.join("dev/char")).unwrap();
+    std::os::unix::fs::symlink(
+        format!("../../devices/pci0000:00/0000:00:14.0/usb2/{port}"),
+        sys.join("dev/char").join(number),
+    )
+    .unwrap();
+}
+
+/// The shipped coral-usb profile on a simulated USB bus with the kernel's numbers (usb_device
+/// is char major 189, minor `(bus - 1) * 128 + devnum - 1`): the accelerator before its
+/// firmware (`1a6e:089a` at 002/003) is a device, a keyboard beside it is not, and its id is its
+/// port. Re-enumerated after its firmware loaded (`18d1:9302` at 002/004, the old node gone),
+/// it is the same device with its new node; unplugged, it is gone.
+#[test]
+fn the_coral_usb_profile_follows_its_device_through_re_enumeration() {
+    if !can_mknod() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (dev, sys) = (t.path().join("dev"), t.path().join("sys"));
+    std::fs::create_dir_all(dev.join("bus/usb/002")).unwrap();
+    mknod_char(&dev.join("bus/usb/002/003"), 189, 130);
+    usb_device(&sys, "189:130", "2-1", "1a6e", "089a");
+    mknod_char(&dev.join("bus/usb/002/005"), 189, 132);
+    usb_device(&sys, "189:132", "2-2", "046d", "c31c");
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../profiles/coral-usb.toml");
+    let profile = Profile::load(&shipped).unwrap();
+    let roots = HostRoots {
+        dev_root: dev.clone(),
+        sys_root: sys.clone(),
+        proc_root: t.path().join("proc"),
+        driver_root: t.path().join("driver"),
+    };
+    let found = |roots: &HostRoots| -> Vec<(String, String)> {
+        discover(&profile, roots)
+            .unwrap()
+            .devices
+            .iter()
+            .map(|d| {
+                (
+                    d.id.as_str().to_owned(),
+                    d.nodes[0].host_path.display().to_string(),
+                )
+            })
+            .collect()
+    };
+    let at = |n: &str| dev.join("bus/usb/002").join(n).display().to_string();
+    assert_eq!(found(&roots), [("2-1".to_owned(), at("003"))]);
+
+    // Firmware loaded: the device leaves and comes back as Google's, one number further.
+    std::fs::remove_file(dev.join("bus/usb/002/003")).unwrap();
+    std::fs::remove_file(sys.join("dev/char/189:130")).unwrap();
+    std::fs::remove_dir_all(sys.join("devices/pci0000:00/0000:00:14.0/usb2/2-1")).unwrap();
+    mknod_char(&dev.join("bus/usb/002/004"), 189, 131);
+    usb_device(&sys, "189:131", "2-1", "18d1", "9302");
+    assert_eq!(found(&roots), [("2-1".to_owned(), at("004"))]);
+
+    std::fs::remove_file(dev.join("bus/usb/002/004")).unwrap();
+    assert_eq!(found(&roots), []);
+}

@@ -12,6 +12,7 @@ fn shipped_profiles_load() {
     for want in [
         "amd",
         "coral-edgetpu",
+        "coral-usb",
         "demo",
         "fuse",
         "intel-fpga",
