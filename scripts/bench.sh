@@ -24,8 +24,8 @@
 #
 # `scripts/bench.sh userns [--rounds N] [--warmup N]` runs only the user namespace's price
 # (userns-bench: the hook and the shim giving a demo device to a container in a user namespace
-# and in the initial one, each against runc with no device in the same namespace; the full run
-# runs it too).
+# and in the initial one, and the real kvm from a CDI spec with and without its node copies, each
+# against runc with no device in the same namespace; the full run runs it too).
 #
 # `scripts/bench.sh servers [--rounds N] [--clients 1,8] ...` runs only the servers' section
 # (servers-bench: the metrics endpoint and the webhook under well-behaved clients, scrapes or
@@ -60,7 +60,8 @@ if [ "${1:-}" = servers ]; then
 fi
 if [ "${1:-}" = userns ]; then
   shift
-  out=$(scripts/release-build.sh target/image/bin -p devinject-bench)
+  # devinject-ctl writes the CDI specs of the CDI rows.
+  out=$(scripts/release-build.sh target/image/bin -p devinject-bench -p devinject-ctl)
   echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs" >&2
   exec env DEVINJECT_BIN_DIR="$out" "$out/userns-bench" "$@"
 fi
