@@ -739,3 +739,46 @@ async fn a_usb_device_is_listed_by_its_port_through_hot_plug_and_re_enumeration(
         .await;
     assert_eq!(seen(&list), port("Healthy"));
 }
+
+/// One bad device never fails another: when device 1's own node (`demo/dma1`, a per-device
+/// node its profile requires) goes, device 1 is withdrawn and reported unhealthy while device 0
+/// stays healthy and allocatable; back, both are healthy.
+#[tokio::test]
+async fn a_device_missing_its_own_node_is_withdrawn_alone() {
+    if !require_root() {
+        return;
+    }
+    let host = demo_host("[[device_nodes]]\npath = \"demo/dma{n}\"", 2);
+    host.mknod("demo/dma0", 1, 3);
+    host.mknod("demo/dma1", 1, 3);
+    let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
+    let both = |health: [&str; 2]| {
+        vec![
+            ("accel0".to_owned(), health[0].to_owned(), vec![0]),
+            ("accel1".to_owned(), health[1].to_owned(), vec![0]),
+        ]
+    };
+    let list = reg.next_list(SLOW).await.expect("first list");
+    assert_eq!(list, both(["Healthy", "Healthy"]));
+    host.remove_node("demo/dma1");
+    let list = reg
+        .wait_list(SLOW, "accel1 withdrawn", |l| {
+            *l != both(["Healthy", "Healthy"])
+        })
+        .await;
+    assert_eq!(list, both(["Healthy", "Unhealthy"]));
+    let response = reg
+        .client
+        .allocate(allocate_request(&["accel0"]))
+        .await
+        .expect("Allocate of the healthy device")
+        .into_inner();
+    assert_eq!(response.container_responses.len(), 1);
+    host.mknod("demo/dma1", 1, 3);
+    let list = reg
+        .wait_list(SLOW, "accel1 back", |l| {
+            *l != both(["Healthy", "Unhealthy"])
+        })
+        .await;
+    assert_eq!(list, both(["Healthy", "Healthy"]));
+}

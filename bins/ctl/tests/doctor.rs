@@ -440,3 +440,50 @@ fn doctor_tells_which_devices_one_user_can_open_and_why() {
         .message
         .starts_with("no user no-such-user-here in /etc/passwd"));
 }
+
+/// Devices discovery withdraws (here two whose ids collide) are named by doctor with their
+/// problem, and the profile's other devices are still listed.
+#[test]
+fn doctor_names_a_withdrawn_device_and_lists_the_others() {
+    if !(require_root() && require_binary("gcc")) {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let host = sim::demo_host(tmp.path(), &["demo"]).expect("simulated host");
+    // accel2's id is its node's number; a second node ending in the same number collides with
+    // it: both are withdrawn, the other three served.
+    let text = std::fs::read_to_string(host.profiles_dir.join("demo.toml")).expect("profile");
+    std::fs::write(
+        host.profiles_dir.join("demo.toml"),
+        text.replace(
+            "nodes = [\"demo/accel[0-9]*\"]",
+            "nodes = [\"demo/accel[0-9]*\", \"demo/spare*\"]",
+        ),
+    )
+    .expect("write profile");
+    sim::mknod(&host.dev_root.join("demo/spare2"), 10, 200, "0666").expect("mknod");
+    let findings = doctor::run(&DoctorRequest {
+        host_config: Some(host.config.clone()),
+        ..DoctorRequest::default()
+    })
+    .findings;
+    let devices = find(&findings, Section::Devices, Severity::Ok);
+    assert_eq!(devices.len(), 1, "{findings:#?}");
+    assert!(
+        devices[0]
+            .message
+            .starts_with("demo: 3 device(s): 0 (accel0), 1 (accel1), 3 (accel3);"),
+        "{}",
+        devices[0].message
+    );
+    let withdrawn: Vec<&str> = find(&findings, Section::Devices, Severity::Warning)
+        .iter()
+        .map(|f| f.message.as_str())
+        .filter(|m| m.contains("withdrawn"))
+        .collect();
+    assert_eq!(withdrawn.len(), 2, "{findings:#?}");
+    assert!(
+        withdrawn.iter().all(|m| m.contains("both have id \"2\"")),
+        "{withdrawn:?}"
+    );
+}

@@ -195,6 +195,7 @@ pub fn build<'a>(
         }
     }
     let mut allocated = Inventory {
+        withdrawn: Vec::new(),
         devices: Vec::with_capacity(wanted.len()),
         control_nodes: inventory.control_nodes.clone(),
     };
@@ -494,6 +495,7 @@ DEMO_DRIVER_VERSION = "1.0"
             })
             .collect();
         Inventory {
+            withdrawn: Vec::new(),
             devices,
             control_nodes: vec![node("/dev/demo/ctl", 100, 0o666, 0)],
         }

@@ -271,6 +271,7 @@ mod tests {
         let discovered = BTreeMap::from([(
             "demo".to_owned(),
             Inventory {
+                withdrawn: Vec::new(),
                 devices: vec![device("0", 0, true), device("1", 1, false)],
                 control_nodes: Vec::new(),
             },

@@ -230,6 +230,7 @@ mod tests {
 
     fn inventory(devices: &[(&str, bool)]) -> Inventory {
         Inventory {
+            withdrawn: Vec::new(),
             devices: devices
                 .iter()
                 .enumerate()

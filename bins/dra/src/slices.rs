@@ -872,6 +872,7 @@ mod tests {
 
     fn inventory(devices: Vec<devinject_devices::Device>) -> Inventory {
         Inventory {
+            withdrawn: Vec::new(),
             devices,
             control_nodes: vec![],
         }

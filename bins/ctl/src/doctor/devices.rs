@@ -40,6 +40,18 @@ pub fn check(
             }
             e => Err(e),
         });
+        for w in result.iter().flat_map(|inv| &inv.withdrawn) {
+            report.add(
+                Section::Devices,
+                name,
+                Severity::Warning,
+                format!("{name}: device {} withdrawn: {}", w.node.display(), w.problem),
+                Some(
+                    "containers asking for it are refused until it is fixed; the profile's other devices are served"
+                        .to_string(),
+                ),
+            );
+        }
         match result {
             Err(e) => report.add(
                 Section::Devices,

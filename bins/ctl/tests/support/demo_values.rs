@@ -36,6 +36,7 @@ pub fn demo_values(root: &str) -> DemoValues {
         gid: 44,
     };
     let inventory = Inventory {
+        withdrawn: Vec::new(),
         devices: vec![Device {
             id: DeviceId::new("gpu-a").expect("id"),
             index: 0,

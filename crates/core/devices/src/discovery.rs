@@ -95,6 +95,28 @@ impl Device {
 /// The longest attribute value kept (the DRA API's limit for a string attribute).
 pub const MAX_ATTRIBUTE_VALUE: usize = 64;
 
+/// A device discovery found and left out, because something of its own could not be read or
+/// used: its node, its id, one of its per-device nodes, or an id another device has too. The
+/// profile's other devices are served; this one is not, until a rescan finds it whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Withdrawn {
+    /// The node discovery matched for it.
+    pub node: PathBuf,
+    /// Why, naming the thing and the fix.
+    pub problem: String,
+}
+
+impl Withdrawn {
+    /// Records `node` as withdrawn for `error`, and says so in the log.
+    fn new(profile: &ProfileName, node: PathBuf, error: &DiscoveryError) -> Self {
+        tracing::warn!(%profile, node = %node.display(), %error, "device withdrawn: the profile's other devices are served without it");
+        Self {
+            node,
+            problem: error.to_string(),
+        }
+    }
+}
+
 /// Everything discovery found for one profile.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Inventory {
@@ -102,6 +124,8 @@ pub struct Inventory {
     pub devices: Vec<Device>,
     /// The kind's control nodes, injected with any device.
     pub control_nodes: Vec<DeviceNode>,
+    /// The devices left out, each for a problem of its own ([`Withdrawn`]).
+    pub withdrawn: Vec<Withdrawn>,
 }
 
 impl Inventory {
@@ -127,30 +151,100 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
             }
         }
     }
-    let mut ids: HashMap<DeviceId, usize> = HashMap::new();
-    let node_err = |source| DiscoveryError::Node {
-        profile: pname.clone(),
-        source,
-    };
     let alias_spec = profile.discovery.aliases.as_ref();
     let alias_values = alias_spec
         .map(|spec| read_alias_files(spec, roots, &pname))
         .unwrap_or_default();
     let alias_keys = alias_spec.map_or(&[][..], |spec| &spec.keys[..]);
+    let ctx = DeviceContext {
+        profile,
+        roots,
+        alias_values: &alias_values,
+        alias_keys,
+    };
     let mut devices: Vec<Device> = Vec::new();
+    let mut withdrawn: Vec<Withdrawn> = Vec::new();
+    // The first node found with each id. Devices that share an id are all withdrawn: none of
+    // them could be told apart in a request.
+    let mut first_with: HashMap<DeviceId, PathBuf> = HashMap::new();
     for path in matched {
+        let device = match ctx.device(&path, devices.len()) {
+            Ok(Some(device)) => device,
+            Ok(None) => continue,
+            Err(error) => {
+                withdrawn.push(Withdrawn::new(&pname, path, &error));
+                continue;
+            }
+        };
+        let Some(first) = first_with.get(&device.id) else {
+            first_with.insert(device.id.clone(), path);
+            devices.push(device);
+            continue;
+        };
+        let error = DiscoveryError::DuplicateId {
+            profile: pname.clone(),
+            id: device.id.as_str().to_owned(),
+            first: first.clone(),
+            second: path.clone(),
+        };
+        if let Some(at) = devices.iter().position(|d| d.id == device.id) {
+            devices.remove(at);
+            withdrawn.push(Withdrawn::new(&pname, first.clone(), &error));
+        }
+        withdrawn.push(Withdrawn::new(&pname, path, &error));
+    }
+    // Positions count the devices kept.
+    for (i, d) in devices.iter_mut().enumerate() {
+        d.index = i;
+    }
+    {
+        let mut pairs: Vec<_> = devices
+            .iter_mut()
+            .map(|d| (&d.id, &mut d.aliases))
+            .collect();
+        keep_unambiguous(&pname, &mut pairs);
+    }
+    let control_nodes = nodes_from_specs(&profile.control_nodes, roots, &pname, &|t| t.to_owned())?;
+    Ok(Inventory {
+        devices,
+        control_nodes,
+        withdrawn,
+    })
+}
+
+/// What [`discover`] reads each device with.
+struct DeviceContext<'a> {
+    profile: &'a Profile,
+    roots: &'a HostRoots,
+    alias_values: &'a HashMap<u64, BTreeMap<String, String>>,
+    alias_keys: &'a [String],
+}
+
+impl DeviceContext<'_> {
+    /// The device whose node discovery matched at `path`, at position `index`; `None` when
+    /// the match is no device of the profile (not a node, or the profile's sysfs attributes or
+    /// bus selectors choose another).
+    fn device(&self, path: &Path, index: usize) -> Result<Option<Device>, DiscoveryError> {
+        let (profile, roots) = (self.profile, self.roots);
+        let pname = profile.name.clone();
+        let (alias_values, alias_keys) = (self.alias_values, self.alias_keys);
+        let path = path.to_path_buf();
         let node = match DeviceNode::from_host(&path, &roots.dev_root) {
             Ok(n) => n,
             // A glob may also match helper files (e.g. a sysfs-like README); only nodes count.
             Err(NodeError::NotDevice { .. }) => {
                 tracing::debug!(profile = %pname, path = %path.display(), "skipping non-device match");
-                continue;
+                return Ok(None);
             }
-            Err(e) => return Err(node_err(e)),
+            Err(source) => {
+                return Err(DiscoveryError::Node {
+                    profile: pname.clone(),
+                    source,
+                })
+            }
         };
         let name = file_name(&path);
         let n = trailing_number(&name);
-        let index = devices.len();
         let subst = |t: &str| substitute(t, &name, n);
         let wanted =
             profile.discovery.require_sysfs.iter().all(|(attr, want)| {
@@ -158,7 +252,7 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
             }) && bus_select::chosen(roots, &node, &profile.discovery.usb, &profile.discovery.pci);
         if !wanted {
             tracing::debug!(profile = %pname, node = %name, "sysfs attributes do not match the profile");
-            continue;
+            return Ok(None);
         }
         let own_values = n.and_then(|n| alias_values.get(&n));
         let mut aliases: Vec<DeviceId> = alias_keys
@@ -195,7 +289,7 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
                     node: path.clone(),
                     problem: format!(
                         "is on no USB or PCI bus (sysfs links no device of those to {}:{}): \
-                         set discovery.id to another source",
+                     set discovery.id to another source",
                         node.major, node.minor
                     ),
                 })?,
@@ -214,15 +308,6 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
             node: path.clone(),
             problem: e.to_string(),
         })?;
-        if let Some(&other) = ids.get(&id) {
-            return Err(DiscoveryError::DuplicateId {
-                profile: pname.clone(),
-                id: id_text,
-                first: devices[other].nodes[0].host_path.clone(),
-                second: path,
-            });
-        }
-        ids.insert(id.clone(), devices.len());
         let mut nodes = vec![node];
         nodes.extend(nodes_from_specs(
             &profile.device_nodes,
@@ -244,7 +329,7 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
             .map(|a| health_from_attr(&roots.in_sys_root(&subst(a))))
             .unwrap_or(true);
         let attributes = read_attributes(profile, roots, &subst, &name);
-        devices.push(Device {
+        Ok(Some(Device {
             id,
             index,
             name,
@@ -253,20 +338,8 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
             healthy,
             attributes,
             aliases,
-        });
+        }))
     }
-    {
-        let mut pairs: Vec<_> = devices
-            .iter_mut()
-            .map(|d| (&d.id, &mut d.aliases))
-            .collect();
-        keep_unambiguous(&pname, &mut pairs);
-    }
-    let control_nodes = nodes_from_specs(&profile.control_nodes, roots, &pname, &|t| t.to_owned())?;
-    Ok(Inventory {
-        devices,
-        control_nodes,
-    })
 }
 
 fn nodes_from_specs(
@@ -462,6 +535,7 @@ mod tests {
     #[test]
     fn by_id_finds_the_device_with_that_id_only() {
         let inv = Inventory {
+            withdrawn: Vec::new(),
             devices: vec![device("SN-7", 0), device("SN-3", 1)],
             control_nodes: Vec::new(),
         };

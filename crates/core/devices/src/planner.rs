@@ -264,6 +264,7 @@ mod tests {
             })
             .collect();
         let inventory = Inventory {
+            withdrawn: Vec::new(),
             devices,
             control_nodes: vec![node("/dev/demo/ctl", 99)],
         };

@@ -267,6 +267,7 @@ resource = "example.com/fpga-nlb3"
             aliases: Vec::new(),
         };
         Inventory {
+            withdrawn: Vec::new(),
             devices: vec![device(0), device(2)],
             control_nodes: Vec::new(),
         }

@@ -247,9 +247,19 @@ fn aliases_from_the_drivers_information_files_name_their_device_only() {
     assert!(select("0,0000:1a:00.0").is_err(), "one device named twice");
 
     // `id = "alias"`: the device plugin advertises the UUID; two devices with one UUID are
-    // refused, naming both.
-    let e = discover(&profile("alias"), &roots).unwrap_err().to_string();
-    assert!(e.contains("nvidia1") && e.contains("nvidia2"), "{e}");
+    // both withdrawn, each naming the other, and the third is served.
+    let inv = discover(&profile("alias"), &roots).unwrap();
+    let ids: Vec<_> = inv.devices.iter().map(|d| d.id.to_string()).collect();
+    assert_eq!(ids, ["GPU-aaaaaaaa-0000-0000-0000-000000000000"]);
+    let withdrawn: Vec<_> = inv.withdrawn.iter().map(|w| w.node.clone()).collect();
+    assert_eq!(withdrawn.len(), 2, "{:?}", inv.withdrawn);
+    for w in &inv.withdrawn {
+        assert!(
+            w.problem.contains("nvidia1") && w.problem.contains("nvidia2"),
+            "{}",
+            w.problem
+        );
+    }
     std::fs::write(
         roots
             .proc_root
@@ -332,4 +342,69 @@ fn the_coral_usb_profile_follows_its_device_through_re_enumeration() {
 
     std::fs::remove_file(dev.join("bus/usb/002/004")).unwrap();
     assert_eq!(found(&roots), []);
+}
+
+/// One bad device never fails another: of four devices, one whose id attribute cannot be read
+/// and one whose per-device node is missing are withdrawn, each with its own problem; one whose
+/// node was replaced by a FIFO is no device; the fourth is served.
+#[test]
+fn a_device_that_cannot_be_read_is_withdrawn_alone() {
+    if !can_mknod() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (dev, sys) = (t.path().join("dev"), t.path().join("sys"));
+    std::fs::create_dir_all(dev.join("sim")).unwrap();
+    for i in 0..4u32 {
+        let d = sys.join(format!("class/sim/accel{i}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("serial"), format!("SN-{i}\n")).unwrap();
+        if i != 2 {
+            mknod_char(&dev.join(format!("sim/accel{i}")), 1, 3);
+        }
+        if i != 3 {
+            mknod_char(&dev.join(format!("sim/dma{i}")), 1, 5);
+        }
+    }
+    // accel1's id cannot be read; accel2 is a FIFO; accel3 lacks its dma node.
+    std::fs::remove_file(sys.join("class/sim/accel1/serial")).unwrap();
+    nix::unistd::mkfifo(&dev.join("sim/accel2"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let profile = Profile::parse(
+        r#"
+name = "sim"
+resource = "devinject.io/sim"
+[discovery]
+nodes = ["sim/accel*"]
+id = "sysfs"
+id_sysfs = "class/sim/{name}/serial"
+[[device_nodes]]
+path = "sim/dma{n}"
+"#,
+        Path::new("sim.toml"),
+    )
+    .unwrap();
+    let roots = HostRoots {
+        dev_root: dev.clone(),
+        sys_root: sys.clone(),
+        proc_root: t.path().join("proc"),
+        driver_root: t.path().join("driver"),
+    };
+    let inv = discover(&profile, &roots).unwrap();
+    let ids: Vec<_> = inv.devices.iter().map(|d| d.id.to_string()).collect();
+    assert_eq!(ids, ["SN-0"]);
+    assert_eq!(inv.devices[0].index, 0);
+    let withdrawn: Vec<_> = inv
+        .withdrawn
+        .iter()
+        .map(|w| (w.node.clone(), w.problem.clone()))
+        .collect();
+    assert_eq!(withdrawn.len(), 2, "{withdrawn:?}");
+    assert_eq!(withdrawn[0].0, dev.join("sim/accel1"));
+    assert!(
+        withdrawn[0].1.contains("class/sim/accel1/serial"),
+        "{}",
+        withdrawn[0].1
+    );
+    assert_eq!(withdrawn[1].0, dev.join("sim/accel3"));
+    assert!(withdrawn[1].1.contains("sim/dma3"), "{}", withdrawn[1].1);
 }
