@@ -31,31 +31,21 @@ fail() { echo "cni-build: $*" >&2; exit 1; }
 grep -qx "require $pkg v$version" "$module/go.mod" ||
   fail "$module/go.mod does not require $pkg v$version (change both together)"
 
-export GOTOOLCHAIN=local GOWORK=off
 pkgs=()
 for p in "${plugins[@]}"; do pkgs+=("$pkg/plugins/$p"); done
-if [ "${1:-}" = --refresh-sum ]; then
-  (cd "$module" && GOFLAGS=-mod=mod go list -deps "${pkgs[@]}" >/dev/null) ||
-    fail "go list of the plugins failed (see above)"
-  echo "cni-build: wrote $module/go.sum" >&2
-  exit 0
-fi
-
-stamp=$(cat "$module/go.mod" "$module/go.sum" scripts/cni-build.sh | sha256sum)
-complete() {
-  for p in "${plugins[@]}"; do [ -x "$bin/${p##*/}" ] || return 1; done
-  [ "$(cat "$dir/inputs.sha256" 2>/dev/null)" = "$stamp" ]
-}
-if complete; then echo "$bin"; exit 0; fi
+# shellcheck source=scripts/lib/go-build.sh
+. scripts/lib/go-build.sh
+go_pinned_begin cni-build "$module" scripts/cni-build.sh "${1:-}" -- "${pkgs[@]}"
+binaries=()
+for p in "${plugins[@]}"; do binaries+=("$bin/${p##*/}"); done
+if go_pinned_current "$dir" "${binaries[@]}"; then echo "$bin"; exit 0; fi
 [ "${1:-}" = --if-built ] && exit 1
 
 # The Go the plugins' go.mod asks for. GOTOOLCHAIN=local keeps go from fetching another one.
-# shellcheck source=scripts/lib/go-build.sh
-. scripts/lib/go-build.sh
 go_at_least 1.24.2
 
-rm -rf "$dir/module" && mkdir -p "$bin" "$dir/module/out"
-cp "$module/go.mod" "$module/go.sum" "$dir/module/"
+go_pinned_stage "$dir" "$module"
+mkdir -p "$bin"
 echo "cni-build: building the CNI plugins $version with $(go env GOVERSION)" >&2
 (
   cd "$dir/module"
@@ -69,5 +59,5 @@ for p in "${plugins[@]}"; do
     fail "the built $name does not answer CNI's VERSION command: $said"
   mv "$dir/module/out/$name" "$bin/$name"
 done
-echo "$stamp" >"$dir/inputs.sha256"
+go_pinned_done "$dir"
 echo "$bin"

@@ -32,32 +32,22 @@ fail() { echo "containerd-build: $*" >&2; exit 1; }
 grep -qx "require $pkg v$version" "$module/go.mod" ||
   fail "$module/go.mod does not require $pkg v$version (change both together)"
 
-export GOTOOLCHAIN=local GOWORK=off
 tags="no_btrfs no_devmapper no_zfs urfave_cli_no_docs"
 pkgs=()
 for c in "${commands[@]}"; do pkgs+=("$pkg/cmd/$c"); done
-if [ "${1:-}" = --refresh-sum ]; then
-  (cd "$module" && GOFLAGS=-mod=mod go list -tags "$tags" -deps "${pkgs[@]}" >/dev/null) ||
-    fail "go list of containerd's commands failed (see above)"
-  echo "containerd-build: wrote $module/go.sum" >&2
-  exit 0
-fi
-
-stamp=$(cat "$module/go.mod" "$module/go.sum" scripts/containerd-build.sh | sha256sum)
-complete() {
-  for c in "${commands[@]}"; do [ -x "$bin/$c" ] || return 1; done
-  [ "$(cat "$dir/inputs.sha256" 2>/dev/null)" = "$stamp" ]
-}
-if complete; then echo "$dir"; exit 0; fi
+# shellcheck source=scripts/lib/go-build.sh
+. scripts/lib/go-build.sh
+go_pinned_begin containerd-build "$module" scripts/containerd-build.sh "${1:-}" -- -tags "$tags" "${pkgs[@]}"
+binaries=()
+for c in "${commands[@]}"; do binaries+=("$bin/$c"); done
+if go_pinned_current "$dir" "${binaries[@]}"; then echo "$dir"; exit 0; fi
 [ "${1:-}" = --if-built ] && exit 1
 
 # The Go containerd's go.mod asks for. GOTOOLCHAIN=local keeps go from fetching another one.
-# shellcheck source=scripts/lib/go-build.sh
-. scripts/lib/go-build.sh
 go_at_least 1.25.0
 
-rm -rf "$dir/module" && mkdir -p "$bin" "$dir/module/out"
-cp "$module/go.mod" "$module/go.sum" "$dir/module/"
+go_pinned_stage "$dir" "$module"
+mkdir -p "$bin"
 echo "containerd-build: building containerd $version with $(go env GOVERSION)" >&2
 (
   cd "$dir/module"
@@ -74,5 +64,5 @@ case $said in
 esac
 for c in "${commands[@]}"; do mv "$dir/module/out/$c" "$bin/$c"; done
 echo "$version" >"$dir/VERSION"
-echo "$stamp" >"$dir/inputs.sha256"
+go_pinned_done "$dir"
 echo "$dir"

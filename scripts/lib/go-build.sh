@@ -18,3 +18,47 @@ libseccomp_headers() {
   pkg-config --exists libseccomp 2>/dev/null ||
     fail "needs libseccomp's headers and pkg-config (apt-get install libseccomp-dev pkg-config; scripts/install-deps.sh test)"
 }
+
+# The steps of a build pinned by a go.mod and go.sum of its own (cni-build.sh,
+# containerd-build.sh), with the caller's `fail`:
+#
+#   go_pinned_begin NAME MODULE_DIR SCRIPT [--refresh-sum|--if-built] -- GO_LIST_ARGS...
+#
+# With --refresh-sum it writes MODULE_DIR/go.sum from what the proxy serves for the packages
+# (`go list -deps GO_LIST_ARGS`) and exits. It sets `stamp` (the inputs' checksum: go.mod,
+# go.sum and SCRIPT). The caller then asks `go_pinned_current BINARIES...` whether DIR holds
+# these binaries built from these inputs; before building, `go_pinned_stage` copies the module
+# files into DIR/module (with DIR/module/out for the binaries), and after, `go_pinned_done DIR`
+# records the stamp.
+go_pinned_begin() {
+  local name=$1 module=$2 script=$3 mode=$4
+  shift 4
+  [ "${1:-}" = -- ] && shift
+  export GOTOOLCHAIN=local GOWORK=off
+  if [ "$mode" = --refresh-sum ]; then
+    (cd "$module" && GOFLAGS=-mod=mod go list -deps "$@" >/dev/null) ||
+      fail "go list of the packages to build failed (see above)"
+    echo "$name: wrote $module/go.sum" >&2
+    exit 0
+  fi
+  stamp=$(cat "$module/go.mod" "$module/go.sum" "$script" | sha256sum)
+}
+
+# go_pinned_current DIR BINARIES...: every binary is there, built from the inputs of `stamp`.
+go_pinned_current() {
+  local dir=$1 b
+  shift
+  for b in "$@"; do [ -x "$b" ] || return 1; done
+  [ "$(cat "$dir/inputs.sha256" 2>/dev/null)" = "$stamp" ]
+}
+
+# go_pinned_stage DIR MODULE_DIR: a fresh DIR/module with the pinned go.mod and go.sum.
+go_pinned_stage() {
+  rm -rf "$1/module" && mkdir -p "$1/module/out"
+  cp "$2/go.mod" "$2/go.sum" "$1/module/"
+}
+
+# go_pinned_done DIR: records that DIR holds the build of `stamp`'s inputs.
+go_pinned_done() {
+  echo "$stamp" >"$1/inputs.sha256"
+}

@@ -95,6 +95,15 @@ fn find(findings: &[Finding], section: Section, severity: Severity) -> Vec<&Find
         .collect()
 }
 
+/// What doctor finds on the simulated host `host`, through its host config.
+fn host_findings(host: &sim::SimHost) -> Vec<Finding> {
+    doctor::run(&DoctorRequest {
+        host_config: Some(host.config.clone()),
+        ..DoctorRequest::default()
+    })
+    .findings
+}
+
 fn show(o: &Output) -> String {
     format!(
         "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
@@ -286,11 +295,7 @@ fn doctor_finds_the_simulated_devices_and_their_library() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let host = sim::demo_host(tmp.path(), &["demo"]).expect("simulated host");
     let config = host.config.to_str().expect("utf-8");
-    let findings = doctor::run(&DoctorRequest {
-        host_config: Some(host.config.clone()),
-        ..DoctorRequest::default()
-    })
-    .findings;
+    let findings = host_findings(&host);
     let devices = find(&findings, Section::Devices, Severity::Ok);
     assert_eq!(devices.len(), 1, "{findings:#?}");
     assert_eq!(
@@ -462,11 +467,7 @@ fn doctor_names_a_withdrawn_device_and_lists_the_others() {
     )
     .expect("write profile");
     sim::mknod(&host.dev_root.join("demo/spare2"), 10, 200, "0666").expect("mknod");
-    let findings = doctor::run(&DoctorRequest {
-        host_config: Some(host.config.clone()),
-        ..DoctorRequest::default()
-    })
-    .findings;
+    let findings = host_findings(&host);
     let devices = find(&findings, Section::Devices, Severity::Ok);
     assert_eq!(devices.len(), 1, "{findings:#?}");
     assert!(

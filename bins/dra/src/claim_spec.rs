@@ -644,16 +644,7 @@ DEMO_DRIVER_VERSION = "1.0"
 
     #[test]
     fn the_common_edits_come_from_the_cdi_renderer() {
-        let spec = build(
-            &ctx(Path::new("/")),
-            UID,
-            &profile(),
-            &inventory(),
-            &driver_files(),
-            &pairs(&[("demo-1", "1")]),
-        )
-        .unwrap()
-        .spec;
+        let spec = build_demo(&[("demo-1", "1")]).spec;
         let common = &spec.container_edits;
         assert_eq!(common.env, ["DEMO_DRIVER_VERSION=1.0"]);
         assert_eq!(common.device_nodes.len(), 1);
@@ -688,16 +679,7 @@ DEMO_DRIVER_VERSION = "1.0"
     /// nothing names a device the claim was not allocated.
     #[test]
     fn each_device_and_the_control_node_are_named_for_user_namespaced_copies() {
-        let spec = build(
-            &ctx(Path::new("/")),
-            UID,
-            &profile(),
-            &inventory(),
-            &driver_files(),
-            &pairs(&[("demo-1", "1")]),
-        )
-        .unwrap()
-        .spec;
+        let spec = build_demo(&[("demo-1", "1")]).spec;
         let nodes_of = |hooks: &[devinject_cdi::CdiHook]| -> Vec<String> {
             hooks
                 .iter()

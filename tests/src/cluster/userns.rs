@@ -25,8 +25,8 @@ pub fn user_namespaced_pods_ready() -> bool {
 
 /// Pod manifest `pod` (one container `main`, on the host network) made user-namespaced:
 /// `hostUsers: false` in place of `hostNetwork: true` (the two exclude each other; the pod gets
-/// a network of its own, [`pod_network`]), its container running as `user` (uid and gid; the
-/// image's root when `None`).
+/// a network of its own, [`super::pod_network`]), its container running as `user` (uid and
+/// gid; the image's root when `None`).
 pub fn user_namespaced(pod: &str, user: Option<u32>) -> String {
     assert!(
         pod.contains("  hostNetwork: true\n") && pod.contains("  containers:\n  - name: main\n"),

@@ -243,31 +243,14 @@ fn hex_u16(s: &str) -> Option<u16> {
 
 #[cfg(test)]
 mod tests {
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
 
     use super::*;
+    use crate::sysfs_device::testing::roots;
     use crate::DeviceKind;
 
-    fn roots(sys: &Path) -> HostRoots {
-        HostRoots {
-            dev_root: PathBuf::from("/nonexistent"),
-            sys_root: sys.to_owned(),
-            proc_root: PathBuf::from("/nonexistent"),
-            driver_root: PathBuf::from("/nonexistent"),
-        }
-    }
-
     fn node(major: u32, minor: u32) -> DeviceNode {
-        DeviceNode {
-            host_path: PathBuf::from("/dev/x"),
-            container_path: PathBuf::from("/dev/x"),
-            kind: DeviceKind::Char,
-            major,
-            minor,
-            mode: 0o666,
-            uid: 0,
-            gid: 0,
-        }
+        crate::sysfs_device::testing::node(DeviceKind::Char, major, minor)
     }
 
     /// A device directory `dir` (below the sys root) with `attrs`, linked from number

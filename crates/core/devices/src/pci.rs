@@ -69,30 +69,9 @@ fn hex(s: &str, len: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sysfs_device::testing::{node, roots};
     use crate::DeviceKind;
-    use std::path::{Path, PathBuf};
-
-    fn roots(sys: &Path) -> HostRoots {
-        HostRoots {
-            dev_root: PathBuf::from("/nonexistent"),
-            sys_root: sys.to_owned(),
-            proc_root: PathBuf::from("/nonexistent"),
-            driver_root: PathBuf::from("/nonexistent"),
-        }
-    }
-
-    fn node(kind: DeviceKind, major: u32, minor: u32) -> DeviceNode {
-        DeviceNode {
-            host_path: PathBuf::from("/dev/x"),
-            container_path: PathBuf::from("/dev/x"),
-            kind,
-            major,
-            minor,
-            mode: 0o666,
-            uid: 0,
-            gid: 0,
-        }
-    }
+    use std::path::Path;
 
     fn link(sys: &Path, class: &str, number: &str, target: &str) {
         let dir = sys.join("dev").join(class);

@@ -38,3 +38,35 @@ pub fn dir(roots: &HostRoots, components: &[String], last: usize) -> PathBuf {
     let below: PathBuf = components[..=last].iter().collect();
     roots.sys_root.join(below)
 }
+
+/// What the tests of the modules that read a node's sysfs directory build their hosts from.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::path::{Path, PathBuf};
+
+    use crate::{DeviceKind, DeviceNode, HostRoots};
+
+    /// Roots with only a sys root, at `sys`.
+    pub(crate) fn roots(sys: &Path) -> HostRoots {
+        HostRoots {
+            dev_root: PathBuf::from("/nonexistent"),
+            sys_root: sys.to_owned(),
+            proc_root: PathBuf::from("/nonexistent"),
+            driver_root: PathBuf::from("/nonexistent"),
+        }
+    }
+
+    /// A node of `kind` with the numbers `major:minor` (its paths do not matter here).
+    pub(crate) fn node(kind: DeviceKind, major: u32, minor: u32) -> DeviceNode {
+        DeviceNode {
+            host_path: PathBuf::from("/dev/x"),
+            container_path: PathBuf::from("/dev/x"),
+            kind,
+            major,
+            minor,
+            mode: 0o666,
+            uid: 0,
+            gid: 0,
+        }
+    }
+}

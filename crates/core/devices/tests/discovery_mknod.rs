@@ -21,6 +21,16 @@ fn mknod_char(path: &Path, major: u32, minor: u32) {
     assert!(out.success(), "mknod {}", path.display());
 }
 
+/// The roots of a simulated host in `dir`: its `dev`, `sys`, `proc` and `driver`.
+fn roots_under(dir: &Path) -> HostRoots {
+    HostRoots {
+        dev_root: dir.join("dev"),
+        sys_root: dir.join("sys"),
+        proc_root: dir.join("proc"),
+        driver_root: dir.join("driver"),
+    }
+}
+
 #[test]
 fn finds_sim_devices_ids_numa_and_control_nodes() {
     if !can_mknod() {
@@ -310,12 +320,7 @@ fn the_coral_usb_profile_follows_its_device_through_re_enumeration() {
     usb_device(&sys, "189:132", "2-2", "046d", "c31c");
     let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../profiles/coral-usb.toml");
     let profile = Profile::load(&shipped).unwrap();
-    let roots = HostRoots {
-        dev_root: dev.clone(),
-        sys_root: sys.clone(),
-        proc_root: t.path().join("proc"),
-        driver_root: t.path().join("driver"),
-    };
+    let roots = roots_under(t.path());
     let found = |roots: &HostRoots| -> Vec<(String, String)> {
         discover(&profile, roots)
             .unwrap()
@@ -383,12 +388,7 @@ path = "sim/dma{n}"
         Path::new("sim.toml"),
     )
     .unwrap();
-    let roots = HostRoots {
-        dev_root: dev.clone(),
-        sys_root: sys.clone(),
-        proc_root: t.path().join("proc"),
-        driver_root: t.path().join("driver"),
-    };
+    let roots = roots_under(t.path());
     let inv = discover(&profile, &roots).unwrap();
     let ids: Vec<_> = inv.devices.iter().map(|d| d.id.to_string()).collect();
     assert_eq!(ids, ["SN-0"]);
