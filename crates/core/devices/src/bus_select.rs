@@ -16,8 +16,8 @@ use std::fmt;
 
 use serde::Deserialize;
 
-use crate::discovery::read_attr;
 use crate::pci::is_bus_id;
+use crate::sysfs_attr::read_attr;
 use crate::{sysfs_device, DeviceNode, HostRoots};
 
 /// A USB device's vendor or product id: four hex digits, as sysfs' `idVendor` and `idProduct`

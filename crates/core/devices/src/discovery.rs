@@ -12,6 +12,7 @@ use crate::bus_select;
 use crate::names::{DeviceId, ProfileName};
 use crate::node::{DeviceNode, NodeError};
 use crate::profile::{IdSource, NodeSpec, Profile};
+use crate::sysfs_attr::read_attr;
 use devinject_hostfs::HostRoots;
 
 /// Why discovery failed.
@@ -442,23 +443,6 @@ fn natural_key(s: &str) -> (String, Option<u64>, String) {
 #[cfg(test)]
 fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
     natural_key(a).cmp(&natural_key(b))
-}
-
-/// The most of a sysfs attribute read: the kernel serves at most a page.
-const MAX_ATTRIBUTE_BYTES: u64 = 4096;
-
-/// The first line of the sysfs attribute at `path`, trimmed; `None` when it cannot be read, is
-/// empty or is not text.
-pub(crate) fn read_attr(path: &Path) -> Option<String> {
-    use std::io::Read;
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(MAX_ATTRIBUTE_BYTES)
-        .read_to_string(&mut text)
-        .ok()?;
-    let line = text.lines().next()?.trim().to_owned();
-    (!line.is_empty()).then_some(line)
 }
 
 /// The device's sysfs attributes the profile names that can be read and published.

@@ -51,6 +51,7 @@ pub mod profile;
 pub mod profile_file;
 pub mod profile_set;
 pub mod request;
+pub mod sysfs_attr;
 pub mod sysfs_device;
 pub mod watch;
 
