@@ -170,68 +170,92 @@ fn is_usb_device(s: &str) -> bool {
         .is_some_and(|(bus, ports)| digits(bus) && ports.split('.').all(digits))
 }
 
-/// The node's place on its bus: the nearest USB device above its sysfs directory, else the
-/// nearest PCI function; `None` for a node on neither (a virtual device such as kvm).
-pub fn bus_address(roots: &HostRoots, node: &DeviceNode) -> Option<BusAddress> {
-    let path = sysfs_device::device_path(roots, node)?;
-    if let Some(at) = path.iter().rposition(|c| is_usb_device(c)) {
-        return Some(BusAddress::Usb(path[at].clone()));
-    }
-    let at = path.iter().rposition(|c| is_bus_id(c))?;
-    Some(BusAddress::Pci(path[at].clone()))
+/// Where a node sits in sysfs: its device directory's path ([`sysfs_device::device_path`], read
+/// once), with the nearest USB device and PCI function on it.
+pub struct BusPlace<'a> {
+    roots: &'a HostRoots,
+    path: Vec<String>,
+    usb: Option<usize>,
+    pci: Option<usize>,
 }
 
-/// Whether `node` is chosen by the selectors: with none, every node is; otherwise one of
-/// `usb` matches the USB device the node belongs to, or one of `pci` its PCI function.
-pub fn chosen(
-    roots: &HostRoots,
-    node: &DeviceNode,
-    usb: &[UsbSelector],
-    pci: &[PciSelector],
-) -> bool {
+impl<'a> BusPlace<'a> {
+    /// The place of `node` under `roots`; `None` when the kernel links no device to its number.
+    pub fn of(roots: &'a HostRoots, node: &DeviceNode) -> Option<Self> {
+        let path = sysfs_device::device_path(roots, node)?;
+        let usb = path.iter().rposition(|c| is_usb_device(c));
+        let pci = path.iter().rposition(|c| is_bus_id(c));
+        Some(Self {
+            roots,
+            path,
+            usb,
+            pci,
+        })
+    }
+
+    /// The node's place on its bus: the nearest USB device above its sysfs directory, else the
+    /// nearest PCI function; `None` for a node on neither (a virtual device such as kvm).
+    pub fn address(&self) -> Option<BusAddress> {
+        match (self.usb, self.pci) {
+            (Some(at), _) => Some(BusAddress::Usb(self.path[at].clone())),
+            (None, Some(at)) => Some(BusAddress::Pci(self.path[at].clone())),
+            (None, None) => None,
+        }
+    }
+
+    /// Attribute `name` of the directory ending at component `at`.
+    fn attr(&self, at: usize, name: &str) -> Option<String> {
+        read_attr(&sysfs_device::dir(self.roots, &self.path, at).join(name))
+    }
+
+    /// Whether one of `usb` matches the USB device the node belongs to.
+    fn usb_chosen(&self, usb: &[UsbSelector]) -> bool {
+        let Some(at) = self.usb.filter(|_| !usb.is_empty()) else {
+            return false;
+        };
+        let vendor = self.attr(at, "idVendor").as_deref().and_then(hex_u16);
+        let product = self.attr(at, "idProduct").as_deref().and_then(hex_u16);
+        let serial = self.attr(at, "serial");
+        usb.iter().any(|s| {
+            Some(s.vendor.0) == vendor
+                && Some(s.product.0) == product
+                && s.serial
+                    .as_ref()
+                    .is_none_or(|want| Some(want) == serial.as_ref())
+        })
+    }
+
+    /// Whether one of `pci` matches the node's PCI function.
+    fn pci_chosen(&self, pci: &[PciSelector]) -> bool {
+        let Some(at) = self.pci.filter(|_| !pci.is_empty()) else {
+            return false;
+        };
+        let id = |name| {
+            self.attr(at, name)
+                .as_deref()
+                .and_then(|v| hex_u16(v.strip_prefix("0x").unwrap_or(v)))
+        };
+        let (vendor, device) = (id("vendor"), id("device"));
+        let class = self
+            .attr(at, "class")
+            .and_then(|v| u32::from_str_radix(v.strip_prefix("0x").unwrap_or(&v), 16).ok());
+        pci.iter().any(|s| {
+            s.vendor.is_none_or(|v| Some(v.0) == vendor)
+                && s.device.is_none_or(|d| Some(d.0) == device)
+                && s.class
+                    .is_none_or(|c| class.is_some_and(|class| c.covers(class)))
+        })
+    }
+}
+
+/// Whether a node at `place` is chosen by the selectors: with none, every node is; otherwise
+/// one of `usb` matches the USB device the node belongs to, or one of `pci` its PCI function
+/// (a node with no place in sysfs is chosen by none).
+pub fn chosen(place: Option<&BusPlace<'_>>, usb: &[UsbSelector], pci: &[PciSelector]) -> bool {
     if usb.is_empty() && pci.is_empty() {
         return true;
     }
-    let Some(path) = sysfs_device::device_path(roots, node) else {
-        return false;
-    };
-    let attr =
-        |last: usize, name: &str| read_attr(&sysfs_device::dir(roots, &path, last).join(name));
-    if !usb.is_empty() {
-        if let Some(at) = path.iter().rposition(|c| is_usb_device(c)) {
-            let vendor = attr(at, "idVendor").as_deref().and_then(hex_u16);
-            let product = attr(at, "idProduct").as_deref().and_then(hex_u16);
-            let serial = attr(at, "serial");
-            if usb.iter().any(|s| {
-                Some(s.vendor.0) == vendor
-                    && Some(s.product.0) == product
-                    && s.serial
-                        .as_ref()
-                        .is_none_or(|want| Some(want) == serial.as_ref())
-            }) {
-                return true;
-            }
-        }
-    }
-    if !pci.is_empty() {
-        if let Some(at) = path.iter().rposition(|c| is_bus_id(c)) {
-            let id = |name| {
-                attr(at, name)
-                    .as_deref()
-                    .and_then(|v| hex_u16(v.strip_prefix("0x").unwrap_or(v)))
-            };
-            let (vendor, device) = (id("vendor"), id("device"));
-            let class = attr(at, "class")
-                .and_then(|v| u32::from_str_radix(v.strip_prefix("0x").unwrap_or(&v), 16).ok());
-            return pci.iter().any(|s| {
-                s.vendor.is_none_or(|v| Some(v.0) == vendor)
-                    && s.device.is_none_or(|d| Some(d.0) == device)
-                    && s.class
-                        .is_none_or(|c| class.is_some_and(|class| c.covers(class)))
-            });
-        }
-    }
-    false
+    place.is_some_and(|p| p.usb_chosen(usb) || p.pci_chosen(pci))
 }
 
 /// Four hex digits as a number.
@@ -393,7 +417,9 @@ mod tests {
         bus(t.path());
         let r = roots(t.path());
         let coral = [usb("1a6e", "089a", None), usb("18d1", "9302", None)];
-        let chosen_by = |n: &DeviceNode, u: &[UsbSelector], p: &[PciSelector]| chosen(&r, n, u, p);
+        let chosen_by = |n: &DeviceNode, u: &[UsbSelector], p: &[PciSelector]| {
+            chosen(BusPlace::of(&r, n).as_ref(), u, p)
+        };
         assert!(chosen_by(&node(189, 130), &coral, &[]));
         assert!(!chosen_by(&node(189, 131), &coral, &[]), "the keyboard");
         assert!(!chosen_by(&node(10, 232), &coral, &[]), "kvm is on no bus");
@@ -424,23 +450,27 @@ mod tests {
         assert!(chosen_by(&node(10, 232), &[], &[]));
     }
 
+    fn address(roots: &HostRoots, node: &DeviceNode) -> Option<BusAddress> {
+        BusPlace::of(roots, node)?.address()
+    }
+
     #[test]
     fn the_bus_address_is_the_usb_port_or_the_pci_function_and_kvm_has_none() {
         let t = tempfile::tempdir().unwrap();
         bus(t.path());
         let r = roots(t.path());
         assert_eq!(
-            bus_address(&r, &node(189, 130)),
+            address(&r, &node(189, 130)),
             Some(BusAddress::Usb("2-1".into()))
         );
         assert_eq!(
-            bus_address(&r, &node(188, 0)),
+            address(&r, &node(188, 0)),
             Some(BusAddress::Usb("2-3".into()))
         );
         assert_eq!(
-            bus_address(&r, &node(120, 0)),
+            address(&r, &node(120, 0)),
             Some(BusAddress::Pci("0000:03:00.0".into()))
         );
-        assert_eq!(bus_address(&r, &node(10, 232)), None);
+        assert_eq!(address(&r, &node(10, 232)), None);
     }
 }

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use crate::alias::{keep_unambiguous, read_alias_files, usable};
-use crate::bus_select;
+use crate::bus_select::{self, BusPlace};
 use crate::names::{DeviceId, ProfileName};
 use crate::node::{DeviceNode, NodeError};
 use crate::profile::{IdSource, NodeSpec, Profile};
@@ -247,10 +247,14 @@ impl DeviceContext<'_> {
         let name = file_name(&path);
         let n = trailing_number(&name);
         let subst = |t: &str| substitute(t, &name, n);
-        let wanted =
-            profile.discovery.require_sysfs.iter().all(|(attr, want)| {
-                read_attr(&roots.in_sys_root(&subst(attr))).as_deref() == Some(want.as_str())
-            }) && bus_select::chosen(roots, &node, &profile.discovery.usb, &profile.discovery.pci);
+        // The node's sysfs link is read once, for the selectors and the bus id alike.
+        let (usb, pci) = (&profile.discovery.usb, &profile.discovery.pci);
+        let place = (!usb.is_empty() || !pci.is_empty() || profile.discovery.id == IdSource::Bus)
+            .then(|| BusPlace::of(roots, &node))
+            .flatten();
+        let wanted = profile.discovery.require_sysfs.iter().all(|(attr, want)| {
+            read_attr(&roots.in_sys_root(&subst(attr))).as_deref() == Some(want.as_str())
+        }) && bus_select::chosen(place.as_ref(), usb, pci);
         if !wanted {
             tracing::debug!(profile = %pname, node = %name, "sysfs attributes do not match the profile");
             return Ok(None);
@@ -283,7 +287,9 @@ impl DeviceContext<'_> {
                 }
             }
             IdSource::Name => name.clone(),
-            IdSource::Bus => bus_select::bus_address(roots, &node)
+            IdSource::Bus => place
+                .as_ref()
+                .and_then(BusPlace::address)
                 .map(|a| a.as_str().to_owned())
                 .ok_or_else(|| DiscoveryError::Id {
                     profile: pname.clone(),
