@@ -386,6 +386,16 @@ mod tests {
         assert_eq!(spec_profile("devinject.io-.json"), None);
     }
 
+    /// `req` names the hook, its configuration and the library directory the test specs name.
+    fn assert_the_hook_of_x(req: &CdiRequest) {
+        assert_eq!(
+            req.hook_path,
+            Path::new("/opt/devinject/bin/devinject-hook")
+        );
+        assert_eq!(req.hook_config.as_deref(), Some(Path::new("/etc/x.toml")));
+        assert_eq!(req.lib_dir, Path::new("/usr/lib64"));
+    }
+
     #[test]
     fn options_are_read_back_from_the_finish_hook() {
         let spec = r#"{"containerEdits": {"hooks": [{"hookName": "createRuntime",
@@ -394,12 +404,7 @@ mod tests {
                      "--link", "/usr/lib64/libx.so.1=libx.so.1.0", "--ldcache-dir", "/usr/lib64"]}]}}"#;
         let specs = BTreeMap::from([("x".to_string(), Some(spec.to_string()))]);
         let req = generated_with(&specs);
-        assert_eq!(
-            req.hook_path,
-            Path::new("/opt/devinject/bin/devinject-hook")
-        );
-        assert_eq!(req.hook_config.as_deref(), Some(Path::new("/etc/x.toml")));
-        assert_eq!(req.lib_dir, Path::new("/usr/lib64"));
+        assert_the_hook_of_x(&req);
         assert_eq!(generated_with(&BTreeMap::new()), CdiRequest::default());
     }
 
@@ -419,12 +424,7 @@ mod tests {
             ("b-demo".to_string(), Some(demo.to_string())),
         ]);
         let req = generated_with(&specs);
-        assert_eq!(
-            req.hook_path,
-            Path::new("/opt/devinject/bin/devinject-hook")
-        );
-        assert_eq!(req.hook_config.as_deref(), Some(Path::new("/etc/x.toml")));
-        assert_eq!(req.lib_dir, Path::new("/usr/lib64"));
+        assert_the_hook_of_x(&req);
         assert!(req.user_namespaces);
         assert_eq!(req.newest_version, Some("0.5.0".parse().unwrap()));
         let kvm_alone = BTreeMap::from([("a-kvm".to_string(), Some(kvm.to_string()))]);
