@@ -234,7 +234,7 @@ fn case(
         }
         Route::Cdi { copies, .. } => {
             let spec = if copies { &kvm.copies } else { &kvm.plain };
-            apply_cdi_device(&mut bundle.spec, spec, "0")?;
+            apply_cdi_device(&mut bundle, spec, "0")?;
             vec![runc.to_owned()]
         }
     };
@@ -298,9 +298,9 @@ impl KvmSpecs {
     }
 }
 
-/// Applies CDI device `name` of `spec` (with the spec's own edits) to the OCI `config` as an
+/// Applies CDI device `name` of `spec` (with the spec's own edits) to `bundle`'s spec as an
 /// engine does: each node a `linux.devices` entry with its cgroup rule, each hook at its stage.
-fn apply_cdi_device(config: &mut Value, spec: &Value, name: &str) -> Result<()> {
+fn apply_cdi_device(bundle: &mut Bundle, spec: &Value, name: &str) -> Result<()> {
     let device = spec["devices"]
         .as_array()
         .and_then(|d| d.iter().find(|d| d["name"] == name))
@@ -308,7 +308,7 @@ fn apply_cdi_device(config: &mut Value, spec: &Value, name: &str) -> Result<()> 
     for edits in [&spec["containerEdits"], &device["containerEdits"]] {
         for node in edits["deviceNodes"].as_array().into_iter().flatten() {
             push(
-                config,
+                &mut bundle.spec,
                 &["linux", "devices"],
                 json!({
                     "path": node["path"], "type": node["type"], "major": node["major"],
@@ -317,7 +317,7 @@ fn apply_cdi_device(config: &mut Value, spec: &Value, name: &str) -> Result<()> 
                 }),
             );
             push(
-                config,
+                &mut bundle.spec,
                 &["linux", "resources", "devices"],
                 json!({"allow": true, "type": node["type"], "major": node["major"],
                        "minor": node["minor"], "access": node["permissions"]}),
@@ -327,19 +327,17 @@ fn apply_cdi_device(config: &mut Value, spec: &Value, name: &str) -> Result<()> 
             let stage = hook["hookName"].as_str().context("hookName")?;
             let mut entry = hook.clone();
             entry.as_object_mut().context("hook")?.remove("hookName");
-            push(config, &["hooks", stage], entry);
+            bundle.push_hook(stage, entry);
         }
     }
     Ok(())
 }
 
-/// Appends `value` to the array at `path` in `config`, making what is missing.
+/// Appends `value` to the array at `path` in `config`, making what is missing (indexing a
+/// JSON value by a missing key inserts it).
 fn push(config: &mut Value, path: &[&str], value: Value) {
     let mut at = config;
     for key in path {
-        if at.get(*key).is_none() {
-            at[*key] = json!(null);
-        }
         at = &mut at[*key];
     }
     if !at.is_array() {
