@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use devinject_admission::admit::{asked_profiles, Admission, AdmitError, Container};
 use devinject_admission::container_plan::ContainerPlanError;
 use devinject_contained::prepare_step::{self, PrepareStepError};
-use devinject_decision_log::{record_or_warn, Decision, EnginePath, Reason};
+use devinject_decision_log::{record_or_warn, Decision, EnginePath, Pod, Reason};
 use devinject_devices::Excerpt;
 use devinject_devices::{ContainerLayout, FinishArgs, GroupAccess, HookCommand};
 use devinject_hostconfig::HostConfig;
@@ -263,7 +263,8 @@ impl Plugin {
                     asking,
                     logged,
                     e.to_string(),
-                );
+                )
+                .of_pod(Pod::new(&pod.namespace, &pod.name, &pod.uid));
                 record_or_warn(self.decision_log.as_deref(), &decision);
                 (Err(failure), Outcome::Refused(label))
             }

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use devinject_decision_log::{last, EnginePath, Reason};
+use devinject_decision_log::{last, EnginePath, Pod, Reason};
 use devinject_hostconfig::{HostConfig, RequestPolicy};
 use prost::Message;
 
@@ -12,7 +12,12 @@ use crate::plugin::{Plugin, SERVICE};
 
 fn create(plugin: &Plugin, id: &str, env: &str) -> Result<Vec<u8>, crate::plugin::Failure> {
     let req = api::CreateContainerRequest {
-        pod: None,
+        pod: Some(api::PodSandbox {
+            name: "web".into(),
+            namespace: "shop".into(),
+            uid: "5f0c-11".into(),
+            ..api::PodSandbox::default()
+        }),
         container: Some(api::Container {
             id: id.into(),
             name: "main".into(),
@@ -54,5 +59,6 @@ fn a_refused_container_is_in_the_decision_log_with_the_message_containerd_got() 
         (EnginePath::Nri, "c-nri", &["kvm".to_string()][..])
     );
     assert!(matches!(d.reason, Reason::Request | Reason::Host), "{d:?}");
+    assert_eq!(d.pod, Pod::new("shop", "web", "5f0c-11"), "the pod, for its Event");
     assert_eq!(failure.message, format!("devinject: {}", d.message));
 }

@@ -45,6 +45,7 @@ pub fn finish(
         });
     }
     let spec = Spec::load(&state.bundle)?;
+    seen.annotated(&spec.annotations);
     let paths = args
         .links
         .iter()

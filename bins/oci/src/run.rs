@@ -67,6 +67,7 @@ pub fn run(config: &HostConfig, stdin: impl Read, seen: &mut Seen) -> Result<Out
     let spec = Spec::load(&state.bundle)?;
     let mut annotations = spec.annotations.clone();
     annotations.extend(state.annotations.clone());
+    seen.annotated(&annotations);
 
     let container = Bundle {
         spec: &spec,

@@ -149,6 +149,7 @@ pub fn edit_bundle(
         return Ok(BundleEdit::Untouched);
     };
     let spec = Spec::parse(&bytes, &what)?;
+    seen.annotated(&spec.annotations);
     let asked = Asked::find(profiles, &spec);
     seen.asked(&asked);
     let Some(asked) = asked? else {

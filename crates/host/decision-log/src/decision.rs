@@ -11,6 +11,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::pod::Pod;
 use crate::reason::Reason;
 
 /// The longest line written, newline included.
@@ -71,6 +72,10 @@ pub struct Decision {
     pub reason: Reason,
     /// The first line of the error the user saw, cut to [`MAX_MESSAGE_BYTES`].
     pub message: String,
+    /// The pod the container belongs to, where its runtime named it ([`Pod`]); a line whose
+    /// pod does not have the shape [`Pod::new`] keeps is read without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<Pod>,
 }
 
 impl Decision {
@@ -93,7 +98,15 @@ impl Decision {
             profiles,
             reason,
             message: message.into(),
+            pod: None,
         }
+    }
+
+    /// This decision, about a container of `pod`.
+    #[must_use]
+    pub fn of_pod(mut self, pod: Option<Pod>) -> Self {
+        self.pod = pod;
+        self
     }
 
     /// When, as an RFC 3339 UTC timestamp.
@@ -115,6 +128,7 @@ impl Decision {
                 .collect(),
             reason: self.reason,
             message: cut(self.message.lines().next().unwrap_or(""), MAX_MESSAGE_BYTES).to_owned(),
+            pod: self.pod.clone().filter(Pod::is_well_formed),
         }
     }
 
@@ -139,7 +153,9 @@ impl Decision {
         if line.len() > MAX_LINE_BYTES {
             return None;
         }
-        serde_json::from_slice(line).ok()
+        let mut d: Decision = serde_json::from_slice(line).ok()?;
+        d.pod = d.pod.filter(Pod::is_well_formed);
+        Some(d)
     }
 }
 
@@ -184,6 +200,11 @@ mod tests {
             profiles: (0..40).map(|i| format!("p{i}")).collect(),
             reason: Reason::Policy,
             message: message.into(),
+            pod: Pod::new(
+                &"n".repeat(crate::pod::MAX_NAMESPACE_BYTES),
+                &"p".repeat(crate::pod::MAX_POD_NAME_BYTES),
+                &"a".repeat(crate::pod::MAX_UID_BYTES),
+            ),
         }
     }
 
@@ -202,7 +223,32 @@ mod tests {
             assert_eq!(back.container.len(), MAX_CONTAINER_BYTES);
             assert_eq!(back.profiles.len(), MAX_PROFILES);
             assert!(message.starts_with(&back.message) && !back.message.is_empty());
+            assert_eq!(back.pod, decision("").pod, "the pod is kept whole");
         }
+    }
+
+    #[test]
+    fn a_pod_is_kept_when_well_formed_and_dropped_when_not() {
+        let mut d = Decision::now(EnginePath::Hook, "c", vec![], Reason::Policy, "m");
+        let line = d.to_line();
+        assert!(!String::from_utf8_lossy(&line).contains("pod"), "no key without a pod");
+        assert_eq!(Decision::from_line(&line[..line.len() - 1]).unwrap().pod, None);
+        d.pod = Some(Pod {
+            namespace: "default".into(),
+            name: "evil\u{1b}[2J".into(),
+            uid: "1".into(),
+        });
+        let line = d.to_line();
+        assert_eq!(Decision::from_line(&line[..line.len() - 1]).unwrap().pod, None);
+        let written = br#"{"time_unix_ms":2,"path":"hook","container":"x","reason":"host","message":"m","pod":{"namespace":"Bad NS","name":"p","uid":"1"}}"#;
+        let back = Decision::from_line(written).expect("the decision is read without its pod");
+        assert_eq!(back.pod, None);
+        let good = d.of_pod(Pod::new("default", "web", "1a-2b"));
+        let line = good.to_line();
+        assert_eq!(
+            Decision::from_line(&line[..line.len() - 1]).unwrap().pod,
+            Pod::new("default", "web", "1a-2b")
+        );
     }
 
     #[test]

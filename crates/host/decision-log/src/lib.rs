@@ -3,10 +3,11 @@
 //! `<decision_log_dir>/decisions.log` (the host config's key, `/run/devinject` by default).
 //!
 //! - [`record`] (or [`record_or_warn`], on a start path) appends a [`Decision`] (the engine path, the container, the profiles it asked
-//!   for, the [`Reason`] and the first line of the message the user saw): one bounded line in
+//!   for, the [`Reason`], the first line of the message the user saw, and the [`Pod`] where the
+//!   runtime named one): one bounded line in
 //!   one `write`, the log rotated to `decisions.log.1` past [`MAX_LOG_BYTES`];
 //! - [`Follower`] returns what was appended since it last looked, across rotations: the device
-//!   plugin counts refusals by reason with it;
+//!   plugin counts refusals by reason with it, and turns those of a pod into Events on it;
 //! - [`last`] returns the last decisions, for `devinject-ctl doctor`.
 //!
 //! # Why a file
@@ -30,6 +31,7 @@ mod decision;
 pub mod dir;
 mod error;
 mod follower;
+mod pod;
 mod reason;
 mod tail;
 mod utc;
@@ -42,6 +44,7 @@ pub use decision::{
 pub use dir::{LOG_NAME, ROTATED_NAME};
 pub use error::{DecisionLogError, Result};
 pub use follower::Follower;
+pub use pod::{Pod, MAX_NAMESPACE_BYTES, MAX_POD_NAME_BYTES, MAX_UID_BYTES};
 pub use reason::Reason;
 pub use tail::{last, MAX_READ_BYTES};
 pub use utc::rfc3339;

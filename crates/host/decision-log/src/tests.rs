@@ -17,6 +17,7 @@ fn decision(container: &str, reason: Reason) -> Decision {
         profiles: vec!["demo".into()],
         reason,
         message: format!("devinject: refused {container}"),
+        pod: None,
     }
 }
 
