@@ -143,6 +143,16 @@ fn pods_get_exactly_their_allocated_devices_and_forged_requests_are_refused() {
         "Succeeded",
         "the forger must not run"
     );
+    // Where the user looks: an Event on the pod (`kubectl describe pod forger`), one however
+    // often the kubelet retries the start.
+    let (note, _) = c
+        .wait_pod_event("forger", "DeviceRequestRefused")
+        .expect("the refusal is an Event on the pod");
+    assert!(
+        note.starts_with("devinject's runtime shim refused to start the container: ")
+            && note.contains("env DEMO_VISIBLE_DEVICES"),
+        "{note}"
+    );
 
     // More than the node has: the scheduler keeps it Pending and says why.
     c.apply(&pod("too-many", &demo_probe_args(), 5, &[], 0))

@@ -18,8 +18,9 @@
 //! /dev/fuse; skipped otherwise, a failure under CI.
 
 use devinject_tests::cluster::install::{
-    assert_files_gone, init_output, log_after_new_lines, prepare_node, ready, rollout, run_example,
-    show_and_run_examples, test_overlay, workspace_file, workspace_path, Via, NODE_PODS, NS,
+    api_server_reachable, assert_files_gone, init_output, log_after_new_lines, prepare_node, ready,
+    rollout, run_example, show_and_run_examples, test_overlay, workspace_file, workspace_path, Via,
+    NODE_PODS, NS,
 };
 use devinject_tests::cluster::{image, Cluster, Setup};
 use devinject_tests::cri_node::K8S_NAMESPACE;
@@ -38,7 +39,10 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
     prepare_node(&c, &archive);
 
     // Install.
-    let manifest = test_overlay(&workspace_file("deploy/devinject.yaml"));
+    let manifest = api_server_reachable(
+        &test_overlay(&workspace_file("deploy/devinject.yaml")),
+        c.api_port(),
+    );
     c.apply(&manifest)
         .expect("kubectl apply -f deploy/devinject.yaml");
     let install = init_output(&c, NODE_PODS, "install");
@@ -69,6 +73,12 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
     let refused = c.wait_refusal("kvm-forger").expect("the forger is refused");
     assert!(refused.contains("KVM_VISIBLE_DEVICES"), "{refused}");
     eprintln!("kvm-forger: {refused}");
+    // Where the user looks: an Event on the pod, posted by the device plugin with the token and
+    // the ClusterRole the manifests give it.
+    let (note, _) = c
+        .wait_pod_event("kvm-forger", "DeviceRequestRefused")
+        .expect("the refusal is an Event on the pod");
+    assert!(note.contains("KVM_VISIBLE_DEVICES"), "{note}");
     // Granted tun, forges kvm too: refused, naming the forged variable, not the granted one.
     c.apply(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: tun-forging-kvm\nspec:\n  hostNetwork: true\n  \

@@ -29,9 +29,9 @@
 use devinject_dra::registration::REGISTERED;
 use devinject_tests::cluster::dra::{claim_template, device_class, ready_for_dra};
 use devinject_tests::cluster::install::{
-    delete_node_daemonset, files_in, host_network, init_output, patch, pods, prepare_node, ready,
-    rollout, show_and_run_examples, uninstall_touching_no_engine, workspace_file, workspace_path,
-    Via, NODE_PODS, NS,
+    api_server_reachable, delete_node_daemonset, files_in, host_network, init_output, pods,
+    prepare_node, ready, rollout, show_and_run_examples, uninstall_touching_no_engine,
+    workspace_file, workspace_path, Via, NODE_PODS, NS,
 };
 use devinject_tests::cluster::{image, Cluster, Setup, DEFAULT_CDI_DIR, NODE, SLOW};
 use devinject_tests::cri_node::BUSYBOX;
@@ -49,16 +49,9 @@ const REGISTRY_DIR: &str = "/var/lib/kubelet/plugins_registry";
 /// The manifest as shipped, but on the host network and with the API server's address as a pod
 /// there reaches it (no kube-proxy serves the `kubernetes` Service's address here).
 fn test_manifest(c: &Cluster) -> String {
-    let manifest = host_network(&workspace_file("deploy/devinject-dra.yaml"));
-    patch(
-        &manifest,
-        "        env:\n        - name: NODE_NAME\n",
-        &format!(
-            "        env:\n        - name: KUBERNETES_SERVICE_HOST\n          value: 127.0.0.1\n        \
-             - name: KUBERNETES_SERVICE_PORT\n          value: \"{}\"\n        - name: NODE_NAME\n",
-            c.api_port()
-        ),
-        1,
+    api_server_reachable(
+        &host_network(&workspace_file("deploy/devinject-dra.yaml")),
+        c.api_port(),
     )
 }
 

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
+use devinject_apiserver::pod_events;
 use devinject_device_plugin::metrics::PluginMetrics;
 use devinject_device_plugin::node_refusals::NodeRefusals;
 use devinject_device_plugin::DaemonConfig;
@@ -60,7 +61,22 @@ struct Args {
     /// `devinject_node_refusals_total` as they are written.
     #[arg(long, value_name = "DIR", default_value = devinject_decision_log::DEFAULT_DIR)]
     decision_log_dir: PathBuf,
+    /// Post each refusal of the decision log that names its pod as an Event on that pod
+    /// (`kubectl describe pod`), rate-limited. Needs `create` on `events.k8s.io` `events` (the
+    /// manifests' ClusterRole `devinject-events`) and `--node-name`.
+    #[arg(long, requires = "node_name")]
+    pod_events: bool,
+    /// The node this runs on, the Events' reporting instance (the manifests pass the pod's
+    /// `spec.nodeName`).
+    #[arg(long, value_name = "NAME", env = "NODE_NAME")]
+    node_name: Option<String>,
+    /// The API server's kubeconfig for `--pod-events`. Default: the pod's service account.
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
 }
+
+/// The Events' reporting controller.
+const REPORTING_CONTROLLER: &str = "devinject.io/device-plugin";
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -82,17 +98,6 @@ fn main() -> ExitCode {
     let mut registry = Registry::default();
     register_build_info(&mut registry, "device-plugin", env!("CARGO_PKG_VERSION"));
     config.metrics.register(&mut registry);
-    // Followed on a thread of its own, and only when metrics are served.
-    if matches!(args.metrics_address, MetricsAddress::At(_)) {
-        match NodeRefusals::new(&args.decision_log_dir) {
-            Ok(refusals) => registry.register_collector(Box::new(refusals)),
-            Err(error) => tracing::warn!(
-                %error,
-                "cannot start following the decision log: devinject_node_refusals_total is not served"
-            ),
-        }
-    }
-    let _metrics = devinject_metrics::start(args.metrics_address, registry);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -103,7 +108,49 @@ fn main() -> ExitCode {
             return code(Exit::Failure);
         }
     };
-    match runtime.block_on(devinject_device_plugin::run(config)) {
+    let (events, posting) = match &args.node_name {
+        Some(node) if args.pod_events => {
+            let client = match runtime.block_on(api_client(args.kubeconfig.as_deref())) {
+                Ok(client) => client,
+                Err(err) => {
+                    eprintln!("devinject-device-plugin: --pod-events: {err}");
+                    return code(Exit::Configuration);
+                }
+            };
+            let (queue, posting) = pod_events::queue();
+            let reporter = pod_events::Reporter {
+                controller: REPORTING_CONTROLLER,
+                instance: node.clone(),
+            };
+            (
+                Some(queue),
+                Some(pod_events::post(client, reporter, posting)),
+            )
+        }
+        _ => (None, None),
+    };
+    // Followed on a thread of its own, when metrics are served or refusals become Events.
+    let mut _followed = None;
+    if matches!(args.metrics_address, MetricsAddress::At(_)) || events.is_some() {
+        match NodeRefusals::new(&args.decision_log_dir, events) {
+            Ok(refusals) if matches!(args.metrics_address, MetricsAddress::At(_)) => {
+                registry.register_collector(Box::new(refusals));
+            }
+            Ok(refusals) => _followed = Some(refusals),
+            Err(error) => tracing::warn!(
+                %error,
+                "cannot start following the decision log: devinject_node_refusals_total is not served and no refusal becomes an Event"
+            ),
+        }
+    }
+    let _metrics = devinject_metrics::start(args.metrics_address, registry);
+    let served = async {
+        if let Some(posting) = posting {
+            tokio::spawn(posting);
+        }
+        devinject_device_plugin::run(config).await
+    };
+    match runtime.block_on(served) {
         Ok(()) => code(Exit::Success),
         Err(err) => {
             // Every message already carries its causes (path, resource, system error), so the
@@ -116,6 +163,13 @@ fn main() -> ExitCode {
             })
         }
     }
+}
+
+/// The API server's client, from `kubeconfig` or the pod's service account.
+async fn api_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    devinject_apiserver::install_tls_provider();
+    let api = devinject_apiserver::ApiConfig::load(kubeconfig, false).await?;
+    Ok(kube::Client::try_from(api.config)?)
 }
 
 fn code(exit: Exit) -> ExitCode {

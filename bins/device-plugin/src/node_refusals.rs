@@ -1,6 +1,7 @@
 //! The refusals the hook, the shim and the NRI plugin made on this node, counted from the
 //! node's decision log (`devinject_decision_log`) into `devinject_node_refusals_total{path,
-//! reason}`.
+//! reason}`, and, with `--pod-events`, handed on to be posted as Events on their pods
+//! (`devinject_apiserver::pod_events`: the queue never waits, the posting is rate-limited).
 //!
 //! # Why here, and why on a thread of its own
 //! The hook and the shim are short-lived processes that cannot keep a counter; they append
@@ -28,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use devinject_apiserver::pod_events::Queue;
 use devinject_decision_log::{EnginePath, Follower, Reason};
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 use nix::errno::Errno;
@@ -81,9 +83,10 @@ impl std::fmt::Debug for NodeRefusals {
 }
 
 impl NodeRefusals {
-    /// Counts the refusals appended to the decision log in `dir` from now on. Every path and
-    /// reason starts at 0, so that `increase()` sees the first refusal of each.
-    pub fn new(dir: &Path) -> std::io::Result<Self> {
+    /// Counts the refusals appended to the decision log in `dir` from now on, and offers each
+    /// to `events` when given. Every path and reason starts at 0, so that `increase()` sees the
+    /// first refusal of each.
+    pub fn new(dir: &Path, events: Option<Queue>) -> std::io::Result<Self> {
         let counts = Family::<RefusalLabels, Counter>::default();
         for path in [EnginePath::Hook, EnginePath::Shim, EnginePath::Nri] {
             for reason in Reason::ALL {
@@ -102,6 +105,7 @@ impl NodeRefusals {
             dir: dir.to_owned(),
             follower,
             counts: counts.clone(),
+            events,
             progress: Arc::clone(&progress),
         };
         std::thread::Builder::new()
@@ -145,6 +149,8 @@ struct Reader {
     dir: PathBuf,
     follower: Follower,
     counts: Family<RefusalLabels, Counter>,
+    /// Where refusals go to become Events on their pods.
+    events: Option<Queue>,
     progress: Arc<Progress>,
 }
 
@@ -205,7 +211,13 @@ impl Reader {
                     })
                     .inc();
             }
-            self.count_read(decisions.len());
+            let handed = decisions.len();
+            if let Some(events) = &self.events {
+                for decision in decisions {
+                    events.offer(decision);
+                }
+            }
+            self.count_read(handed);
         }
     }
 
@@ -330,7 +342,7 @@ mod tests {
     }
 
     fn registered(dir: &Path) -> (Registry, Arc<Progress>) {
-        let refusals = NodeRefusals::new(dir).unwrap();
+        let refusals = NodeRefusals::new(dir, None).unwrap();
         let progress = refusals.progress();
         // Its first look done: what comes next is read on an event (or a retry).
         assert!(progress.wait(1, 0, WAKE), "the thread never looked");
@@ -373,6 +385,30 @@ mod tests {
             .contains("devinject_node_refusals_total{path=\"shim\",reason=\"request\"} 2\n"));
         // The container and profile are no labels.
         assert!(!text.contains("c1") && !text.contains("demo"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn refusals_of_a_pod_are_handed_on_for_its_event_and_others_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let (queue, mut posting) = devinject_apiserver::pod_events::queue();
+        let refusals = NodeRefusals::new(dir.path(), Some(queue)).unwrap();
+        let progress = refusals.progress();
+        assert!(progress.wait(1, 0, WAKE), "the thread never looked");
+        let pod = devinject_decision_log::Pod::new("shop", "web", "5f0c-11");
+        let of_pod = Decision::now(EnginePath::Shim, "c1", vec![], Reason::Policy, "forged")
+            .of_pod(pod.clone());
+        record(
+            dir.path(),
+            &Decision::now(EnginePath::Hook, "c0", vec![], Reason::Host, "no pod"),
+        )
+        .unwrap();
+        record(dir.path(), &of_pod).unwrap();
+        let handed = tokio::time::timeout(WAKE, posting.next())
+            .await
+            .expect("handed on within a wake")
+            .expect("the queue is open");
+        assert_eq!((handed.pod, handed.message.as_str()), (pod, "forged"));
+        drop(refusals);
     }
 
     #[test]

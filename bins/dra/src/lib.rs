@@ -5,7 +5,6 @@
 #![warn(missing_docs)]
 
 pub mod api;
-pub mod api_client;
 pub mod checkpoint;
 pub mod claim;
 pub mod claim_spec;

@@ -14,8 +14,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use devinject_apiserver::ApiConfig;
 use devinject_devices::ProfileSet;
-use devinject_dra::api_client::ApiConfig;
 use devinject_dra::claim_spec::SpecContext;
 use devinject_dra::driver::{Driver, DriverConfig};
 use devinject_dra::metrics::DraMetrics;
@@ -103,7 +103,7 @@ struct ServeArgs {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    devinject_dra::api_client::install_tls_provider();
+    devinject_apiserver::install_tls_provider();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -177,7 +177,7 @@ fn run(args: ServeArgs) -> Result<()> {
                 .with_context(|| format!("chroot into the host root {}", root.display()))?;
             std::env::set_current_dir("/").context("chdir to / in the host root")?;
         }
-        // The token's directory stays open for the client's life (api_client.rs).
+        // The token's directory stays open for the client's life (devinject_apiserver::config).
         let _token_dir = api.token_dir;
         // Every path from here on is the host's.
         let profiles = ProfileSet::load_dir(&args.profiles_dir)

@@ -152,7 +152,7 @@ async fn node(api: &ApiServer) -> Node {
     .unwrap();
     let profiles = ProfileSet::from_profiles(vec![profile], Path::new("profiles")).unwrap();
     let url = api.start().await;
-    devinject_dra::api_client::install_tls_provider();
+    devinject_apiserver::install_tls_provider();
     let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
     let config = DriverConfig {
         node: NODE.into(),

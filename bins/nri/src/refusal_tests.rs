@@ -59,6 +59,10 @@ fn a_refused_container_is_in_the_decision_log_with_the_message_containerd_got() 
         (EnginePath::Nri, "c-nri", &["kvm".to_string()][..])
     );
     assert!(matches!(d.reason, Reason::Request | Reason::Host), "{d:?}");
-    assert_eq!(d.pod, Pod::new("shop", "web", "5f0c-11"), "the pod, for its Event");
+    assert_eq!(
+        d.pod,
+        Pod::new("shop", "web", "5f0c-11"),
+        "the pod, for its Event"
+    );
     assert_eq!(failure.message, format!("devinject: {}", d.message));
 }

@@ -68,6 +68,24 @@ pub fn host_network(manifest: &str) -> String {
     )
 }
 
+/// The API server's address as a pod on the host network reaches it, given to every container
+/// that talks to it (those given their `NODE_NAME`): no kube-proxy serves the `kubernetes`
+/// Service's address here.
+pub fn api_server_reachable(manifest: &str, api_port: u16) -> String {
+    let from = "        env:\n        - name: NODE_NAME\n";
+    assert!(
+        manifest.contains(from),
+        "the test overlay expects a container given its NODE_NAME"
+    );
+    manifest.replace(
+        from,
+        &format!(
+            "        env:\n        - name: KUBERNETES_SERVICE_HOST\n          value: 127.0.0.1\n        \
+             - name: KUBERNETES_SERVICE_PORT\n          value: \"{api_port}\"\n        - name: NODE_NAME\n"
+        ),
+    )
+}
+
 /// What a node with the runtime shim installed differs in: [`host_network`], and no systemd to
 /// restart containerd (`--restart-mode=none`; the test restarts it).
 pub fn test_overlay(manifest: &str) -> String {

@@ -568,7 +568,7 @@ impl Cluster {
                         ..
                     }
             ) {
-                node.start_plugin()?;
+                node.start_plugin(&self.kubeconfig)?;
                 plugins.push(i);
             }
         }
@@ -927,6 +927,31 @@ impl Cluster {
             .find(|m| m.contains("devinject"))
             .map(str::to_owned)
         })
+    }
+
+    /// Waits until pod `name` in the default namespace has an Event of `reason` regarding it
+    /// (that pod: its UID too, as `kubectl describe pod` asks), and returns its message and how
+    /// many such Events there are.
+    pub fn wait_pod_event(&self, name: &str, reason: &str) -> Result<(String, usize)> {
+        let uid = self.pod(name)?["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let selector =
+            format!("involvedObject.kind=Pod,involvedObject.name={name},involvedObject.uid={uid},reason={reason}");
+        poll(&format!("an Event {reason} on pod {name}"), SLOW, || {
+            let text =
+                self.kubectl(&["get", "events", "--field-selector", &selector, "-o", "json"])?;
+            let events: Value = serde_json::from_str(&text).context("parse kubectl's events")?;
+            let items = events["items"].as_array().cloned().unwrap_or_default();
+            Ok(items.first().map(|e| {
+                (
+                    e["message"].as_str().unwrap_or_default().to_owned(),
+                    items.len(),
+                )
+            }))
+        })
+        .map_err(|e| e.context(self.logs()))
     }
 
     /// The output of container `container` of pod `name` in the default namespace (see

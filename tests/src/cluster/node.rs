@@ -70,6 +70,8 @@ pub struct Node {
     /// Everything of the node's lives below this directory.
     dir: PathBuf,
     plugin: Option<Daemon>,
+    /// The kubeconfig the device plugin posts Events through, for its restarts.
+    plugin_kubeconfig: Option<PathBuf>,
     /// Where the running device plugin serves its metrics.
     plugin_metrics: Option<SocketAddr>,
     nri_plugin: Option<Daemon>,
@@ -132,6 +134,7 @@ impl Node {
             name: name.to_owned(),
             dir,
             plugin: None,
+            plugin_kubeconfig: None,
             plugin_metrics: None,
             nri_plugin: None,
             nri_metrics: None,
@@ -458,7 +461,11 @@ impl Node {
         if let Some(mut d) = self.plugin.take() {
             d.kill();
         }
-        self.start_plugin()?;
+        let kubeconfig = self
+            .plugin_kubeconfig
+            .clone()
+            .context("the device plugin never started")?;
+        self.start_plugin(&kubeconfig)?;
         poll("the restarted device plugin to register", SLOW, || {
             Ok((self.plugin_registrations() >= 1).then_some(()))
         })
@@ -643,8 +650,8 @@ impl Node {
     }
 
     /// Starts the device plugin in the node's namespace, once the kubelet's registration socket
-    /// is there.
-    pub(super) fn start_plugin(&mut self) -> Result<()> {
+    /// is there; it posts the node's refusals as Events on their pods through `kubeconfig`.
+    pub(super) fn start_plugin(&mut self, kubeconfig: &Path) -> Result<()> {
         let registration = self.in_node_ns("/var/lib/kubelet/device-plugins/kubelet.sock")?;
         self.kubelet
             .as_mut()
@@ -662,7 +669,13 @@ impl Node {
             // The node's decision log, where its hook, shim and NRI plugin record refusals
             // (the host config's `decision_log_dir`, see `sim::write_config`).
             .arg("--decision-log-dir")
-            .arg(self.decision_log_dir());
+            .arg(self.decision_log_dir())
+            .arg("--pod-events")
+            .arg("--node-name")
+            .arg(&self.name)
+            .arg("--kubeconfig")
+            .arg(kubeconfig);
+        self.plugin_kubeconfig = Some(kubeconfig.to_owned());
         let metrics = metrics_address()?;
         cmd.arg("--metrics-address").arg(metrics.to_string());
         self.plugin_metrics = Some(metrics);

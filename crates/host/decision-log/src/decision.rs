@@ -231,15 +231,24 @@ mod tests {
     fn a_pod_is_kept_when_well_formed_and_dropped_when_not() {
         let mut d = Decision::now(EnginePath::Hook, "c", vec![], Reason::Policy, "m");
         let line = d.to_line();
-        assert!(!String::from_utf8_lossy(&line).contains("pod"), "no key without a pod");
-        assert_eq!(Decision::from_line(&line[..line.len() - 1]).unwrap().pod, None);
+        assert!(
+            !String::from_utf8_lossy(&line).contains("pod"),
+            "no key without a pod"
+        );
+        assert_eq!(
+            Decision::from_line(&line[..line.len() - 1]).unwrap().pod,
+            None
+        );
         d.pod = Some(Pod {
             namespace: "default".into(),
             name: "evil\u{1b}[2J".into(),
             uid: "1".into(),
         });
         let line = d.to_line();
-        assert_eq!(Decision::from_line(&line[..line.len() - 1]).unwrap().pod, None);
+        assert_eq!(
+            Decision::from_line(&line[..line.len() - 1]).unwrap().pod,
+            None
+        );
         let written = br#"{"time_unix_ms":2,"path":"hook","container":"x","reason":"host","message":"m","pod":{"namespace":"Bad NS","name":"p","uid":"1"}}"#;
         let back = Decision::from_line(written).expect("the decision is read without its pod");
         assert_eq!(back.pod, None);

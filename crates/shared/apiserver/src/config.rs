@@ -1,6 +1,7 @@
-//! The API server's configuration, made before the driver chroots into the host's `/`.
+//! The API server's configuration: from `--kubeconfig`, else the pod's service account, made
+//! before a component chroots into the host's `/`.
 //!
-//! In its DaemonSet pod the driver chroots into the host root (`--host-root`), so that every
+//! In its DaemonSet pod the DRA driver chroots into the host root (`--host-root`), so that every
 //! path it reads, writes, executes or hands the runtime is the host's. The pod's service
 //! account token lives in the pod's own filesystem, which the chroot leaves behind, and the
 //! kubelet rotates it (a projected token lasts an hour): the client must read it again after
@@ -48,7 +49,7 @@ pub enum ApiClientError {
     },
     /// An API server reached over plain HTTP beyond this host: the service account token would
     /// cross the network in clear.
-    #[error("API server {url} is plain http:// to a host that is not loopback: the driver would send its credentials (the service account token) in clear; use https:// and the API server's secure port in the kubeconfig")]
+    #[error("API server {url} is plain http:// to a host that is not loopback: its credentials (the service account token) would cross the network in clear; use https:// and the API server's secure port in the kubeconfig")]
     PlainHttp {
         /// The server URL, bounded and escaped.
         url: String,
@@ -220,7 +221,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "API server http://10.0.0.1:6443/ is plain http:// to a host that is not loopback: \
-             the driver would send its credentials (the service account token) in clear; use \
+             its credentials (the service account token) would cross the network in clear; use \
              https:// and the API server's secure port in the kubeconfig"
         );
     }
