@@ -98,7 +98,9 @@ pub fn event(decision: &Decision, pod: &Pod, reporter: &Reporter, now: jiff::Tim
     }
     Event {
         metadata: ObjectMeta {
-            generate_name: Some(format!("{}.", pod.name)),
+            // The API server checks a prefix as a name with one trailing `-` allowed (not `.`),
+            // and cuts a long one to fit the random suffix.
+            generate_name: Some(format!("{}-", pod.name)),
             namespace: Some(pod.namespace.clone()),
             ..ObjectMeta::default()
         },
@@ -282,6 +284,7 @@ mod tests {
             (Some("Pod"), Some("shop"), Some("web"), Some("5f0c-11"))
         );
         assert_eq!(e.metadata.namespace.as_deref(), Some("shop"));
+        assert_eq!(e.metadata.generate_name.as_deref(), Some("web-"));
         assert_eq!(e.reason.as_deref(), Some("DeviceRequestRefused"));
         assert_eq!(e.type_.as_deref(), Some("Warning"));
         let note = e.note.unwrap();
