@@ -468,6 +468,16 @@ fn beside_nri_a_claim_gets_its_device_and_a_forged_request_is_refused() {
     c.apply(&forger("forger")).expect("create pod");
     let refused = c.wait_refusal("forger").expect("the forger is refused");
     assert!(refused.contains("DEMO_VISIBLE_DEVICES"), "{refused}");
+    // Where the user looks: no device plugin runs on this node, so the DRA driver posts the
+    // NRI plugin's refusal as an Event on the pod.
+    let (note, _) = c
+        .wait_pod_event("forger", "DeviceRequestRefused")
+        .expect("the refusal is an Event on the pod");
+    assert!(
+        note.starts_with("devinject's NRI plugin refused to start the container: ")
+            && note.contains("DEMO_VISIBLE_DEVICES"),
+        "{note}"
+    );
     for pod in ["greedy", "forger"] {
         assert_ne!(
             c.pod(pod).unwrap()["status"]["phase"],

@@ -6,34 +6,24 @@
 //! # Why here, and why on a thread of its own
 //! The hook and the shim are short-lived processes that cannot keep a counter; they append
 //! each refusal to the node's decision log. The device plugin runs on every node for the whole
-//! time and already serves metrics, so it reads that log. It reads it on a thread of its own,
-//! never on a scrape's: the metrics endpoint gives each connection one short deadline, and a
-//! slow disk or a log written faster than it is read must not spend it (docs/security.md, the
-//! metrics endpoint's row). The thread follows the log (across its rotations) for what was
-//! appended, woken by inotify on the log's directory, and adds it to the counters; a scrape
-//! only encodes them. While the directory does not exist (nothing refused yet) or cannot be
-//! watched, the thread looks again every [`RETRY`]; while watched, it also looks every
-//! [`RESCAN`], for a filesystem that reports no events. A log rotated twice between two looks
-//! loses the older entries to the count (the log holds thousands of lines).
+//! time and already serves metrics, so it reads that log. It reads it on a thread of its own
+//! (`devinject_decision_log::Watcher`: woken by inotify on the log's directory), never on a
+//! scrape's: the metrics endpoint gives each connection one short deadline, and a slow disk or a
+//! log written faster than it is read must not spend it (docs/security.md, the metrics
+//! endpoint's row). A scrape only encodes the counters.
 //!
 //! # Hostile input
 //! The log is read through the decision-log crate's follower: its directory and files by
 //! descriptor, never followed, regular single-link files only, every read bounded (at most
-//! [`MAX_POLLS`] reads of its bounded size per wake, the rest at the next). A line that is not
+//! `MAX_POLLS` reads of its bounded size per wake, the rest at the next). A line that is not
 //! a decision is skipped; labels are the engine path and the reason word, both closed
 //! vocabularies (`other` for a reason this release does not know), never a container or profile.
 
-use std::io::{PipeReader, PipeWriter};
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
 
 use devinject_apiserver::pod_events::Queue;
-use devinject_decision_log::{EnginePath, Follower, Reason};
-use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
-use nix::errno::Errno;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use devinject_decision_log::{Decision, EnginePath, Reason, Sink, Watcher};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
@@ -41,13 +31,6 @@ use prometheus_client::metrics::family::Family;
 
 /// The metric's name, before the counter's `_total`.
 pub const NAME: &str = "devinject_node_refusals";
-/// How often the directory is looked for while it is missing or cannot be watched.
-pub const RETRY: Duration = Duration::from_secs(5);
-/// How often the log is read while watched, events or not.
-pub const RESCAN: Duration = Duration::from_secs(60);
-/// The most follower reads per wake.
-pub const MAX_POLLS: usize = 16;
-
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RefusalLabels {
     path: &'static str,
@@ -70,8 +53,8 @@ pub struct NodeRefusals {
     counts: Family<RefusalLabels, Counter>,
     #[cfg(test)]
     progress: Arc<Progress>,
-    /// Closed on drop, which wakes the thread to end.
-    _stop: PipeWriter,
+    /// The thread; dropped, it ends.
+    _watcher: Watcher,
 }
 
 impl std::fmt::Debug for NodeRefusals {
@@ -97,26 +80,19 @@ impl NodeRefusals {
                 });
             }
         }
-        let (stop_reader, stop) = std::io::pipe()?;
         let progress = Arc::new(Progress::default());
-        // Starts at the log's end now, before this returns.
-        let follower = Follower::new(dir);
         let reader = Reader {
-            dir: dir.to_owned(),
-            follower,
             counts: counts.clone(),
             events,
             progress: Arc::clone(&progress),
         };
-        std::thread::Builder::new()
-            .name("decision-log".into())
-            .spawn(move || reader.run(&stop_reader))?;
+        let watcher = Watcher::spawn(dir, reader)?;
         Ok(Self {
             dir: dir.to_owned(),
             counts,
             #[cfg(test)]
             progress,
-            _stop: stop,
+            _watcher: watcher,
         })
     }
 
@@ -131,7 +107,7 @@ impl NodeRefusals {
 impl Progress {
     /// Waits until the log was read `looks` times and `n` decisions are counted, for `within`
     /// at most; true when they are.
-    fn wait(&self, looks: u64, n: u64, within: Duration) -> bool {
+    fn wait(&self, looks: u64, n: u64, within: std::time::Duration) -> bool {
         let counted = self
             .counted
             .lock()
@@ -144,83 +120,39 @@ impl Progress {
     }
 }
 
-/// What the thread owns: the follower and the counters it adds to.
+/// What the thread hands each batch to: the counters, the Events' queue, the progress.
 struct Reader {
-    dir: PathBuf,
-    follower: Follower,
     counts: Family<RefusalLabels, Counter>,
     /// Where refusals go to become Events on their pods.
     events: Option<Queue>,
     progress: Arc<Progress>,
 }
 
-impl Reader {
-    /// Reads what was appended, then waits for an event in the directory, for `stop` to be
-    /// closed, or for [`RETRY`] or [`RESCAN`] to pass, and again.
-    fn run(mut self, stop: &PipeReader) {
-        let mut watch = Watch::new(&self.dir);
-        loop {
-            self.catch_up();
-            let timeout = if watch.watching() { RESCAN } else { RETRY };
-            let mut fds = vec![PollFd::new(stop.as_fd(), PollFlags::POLLIN)];
-            if let Some(inotify) = &watch.inotify {
-                fds.push(PollFd::new(inotify.as_fd(), PollFlags::POLLIN));
-            }
-            match poll(
-                &mut fds,
-                PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX),
-            ) {
-                Ok(_) | Err(Errno::EINTR) => {}
-                Err(error) => {
-                    tracing::warn!(%error, "waiting for the decision log: looking again later");
-                    std::thread::sleep(RETRY);
-                }
-            }
-            let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
-            if ready(&fds[0]) {
-                return;
-            }
-            let events = fds.get(1).is_some_and(ready);
-            drop(fds);
-            if events {
-                watch.drain();
-            }
-            watch.ensure(&self.dir);
-        }
-    }
-
-    /// Adds what was appended to the log since the last look, [`MAX_POLLS`] reads at most.
-    fn catch_up(&mut self) {
+impl Sink for Reader {
+    fn looked(&mut self) {
         self.count_read(0);
-        for _ in 0..MAX_POLLS {
-            let decisions = match self.follower.poll() {
-                Ok(decisions) => decisions,
-                Err(error) => {
-                    tracing::warn!(dir = %self.dir.display(), %error, "reading the decision log");
-                    return;
-                }
-            };
-            if decisions.is_empty() {
-                return;
-            }
-            for decision in &decisions {
-                self.counts
-                    .get_or_create(&RefusalLabels {
-                        path: decision.path.as_str(),
-                        reason: decision.reason.as_str(),
-                    })
-                    .inc();
-            }
-            let handed = decisions.len();
-            if let Some(events) = &self.events {
-                for decision in decisions {
-                    events.offer(decision);
-                }
-            }
-            self.count_read(handed);
-        }
     }
 
+    fn read(&mut self, decisions: Vec<Decision>) {
+        for decision in &decisions {
+            self.counts
+                .get_or_create(&RefusalLabels {
+                    path: decision.path.as_str(),
+                    reason: decision.reason.as_str(),
+                })
+                .inc();
+        }
+        let handed = decisions.len();
+        if let Some(events) = &self.events {
+            for decision in decisions {
+                events.offer(decision);
+            }
+        }
+        self.count_read(handed);
+    }
+}
+
+impl Reader {
     /// Notes one more look, or `decisions` more counted.
     fn count_read(&self, decisions: usize) {
         let mut counted = self
@@ -233,81 +165,6 @@ impl Reader {
         }
         counted.1 += decisions as u64;
         self.progress.changed.notify_all();
-    }
-}
-
-/// inotify on the log's directory, when it exists and can be watched.
-struct Watch {
-    inotify: Option<Inotify>,
-    wd: Option<WatchDescriptor>,
-    buffer: Vec<u8>,
-}
-
-impl Watch {
-    fn new(dir: &Path) -> Self {
-        let inotify = Inotify::init()
-            .inspect_err(|error| {
-                tracing::warn!(%error, "cannot watch the decision log: reading it every few seconds");
-            })
-            .ok();
-        let mut watch = Watch {
-            inotify,
-            wd: None,
-            buffer: vec![0; 4096],
-        };
-        watch.ensure(dir);
-        watch
-    }
-
-    fn watching(&self) -> bool {
-        self.wd.is_some()
-    }
-
-    /// Watches `dir` when it is not watched yet: the log's writes, its rotations, and the
-    /// directory itself going away. Not followed when it is a link.
-    fn ensure(&mut self, dir: &Path) {
-        let (Some(inotify), None) = (&self.inotify, &self.wd) else {
-            return;
-        };
-        let mask = WatchMask::MODIFY
-            | WatchMask::CLOSE_WRITE
-            | WatchMask::CREATE
-            | WatchMask::MOVED_TO
-            | WatchMask::MOVED_FROM
-            | WatchMask::DELETE
-            | WatchMask::DELETE_SELF
-            | WatchMask::MOVE_SELF
-            | WatchMask::ONLYDIR
-            | WatchMask::DONT_FOLLOW;
-        // Missing until the first refusal on the node: looked for again every RETRY.
-        self.wd = inotify.watches().add(dir, mask).ok();
-    }
-
-    /// Reads every queued event; forgets the watch when the directory went away or moved, so
-    /// that the next [`Watch::ensure`] watches whatever holds its name then.
-    fn drain(&mut self) {
-        let Some(inotify) = &mut self.inotify else {
-            return;
-        };
-        loop {
-            let events = match inotify.read_events(&mut self.buffer) {
-                Ok(events) => events,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                // WouldBlock: all read. Another error: the next wake reads again.
-                Err(_) => return,
-            };
-            for event in events {
-                if event
-                    .mask
-                    .intersects(EventMask::IGNORED | EventMask::DELETE_SELF | EventMask::MOVE_SELF)
-                {
-                    if let Some(wd) = self.wd.take() {
-                        // Already gone with the directory; nothing else to undo.
-                        let _ = inotify.watches().remove(wd);
-                    }
-                }
-            }
-        }
     }
 }
 
@@ -325,13 +182,15 @@ impl Collector for NodeRefusals {
 
 #[cfg(test)]
 mod tests {
-    use devinject_decision_log::{record, Decision};
+    use devinject_decision_log::record;
+    use devinject_decision_log::watcher::RETRY;
     use prometheus_client::encoding::text::encode;
     use prometheus_client::registry::Registry;
 
     use super::*;
+    use std::time::Duration;
 
-    /// Far beyond an inotify wake, and well short of [`RESCAN`]: a count that comes within it
+    /// Far beyond an inotify wake, and well short of `RESCAN`: a count that comes within it
     /// came from an event.
     const WAKE: Duration = Duration::from_secs(10);
 

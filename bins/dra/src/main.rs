@@ -14,6 +14,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use devinject_apiserver::pod_events;
 use devinject_apiserver::ApiConfig;
 use devinject_devices::ProfileSet;
 use devinject_dra::claim_spec::SpecContext;
@@ -99,7 +100,18 @@ struct ServeArgs {
     #[arg(long, value_name = "ADDRESS", default_value = "127.0.0.1:9473",
         value_parser = |s: &str| MetricsAddress::parse(s, port::DRA))]
     metrics_address: MetricsAddress,
+    /// Post each refusal of the node's decision log that names its pod as an Event on that pod
+    /// (`kubectl describe pod`), rate-limited: for nodes where no device plugin does. Needs
+    /// `create` on `events.k8s.io` `events` (the manifests' ClusterRole `devinject-events`).
+    #[arg(long)]
+    pod_events: bool,
+    /// The node's decision log directory (the host config's `decision_log_dir`), a host path.
+    #[arg(long, value_name = "DIR", default_value = devinject_decision_log::DEFAULT_DIR)]
+    decision_log_dir: PathBuf,
 }
+
+/// The Events' reporting controller.
+const REPORTING_CONTROLLER: &str = "devinject.io/dra";
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -180,6 +192,19 @@ fn run(args: ServeArgs) -> Result<()> {
         // The token's directory stays open for the client's life (devinject_apiserver::config).
         let _token_dir = api.token_dir;
         // Every path from here on is the host's.
+        let _followed = if args.pod_events {
+            let (queue, posting) = pod_events::queue();
+            let watcher = devinject_decision_log::Watcher::spawn(&args.decision_log_dir, queue)
+                .context("follow the decision log for --pod-events")?;
+            let reporter = pod_events::Reporter {
+                controller: REPORTING_CONTROLLER,
+                instance: node.clone(),
+            };
+            tokio::spawn(pod_events::post(client.clone(), reporter, posting));
+            Some(watcher)
+        } else {
+            None
+        };
         let profiles = ProfileSet::load_dir(&args.profiles_dir)
             .map_err(|e| ConfigurationError(e.to_string()))?;
         let config = DriverConfig {

@@ -735,6 +735,10 @@ impl Node {
             .arg(&self.host.config)
             .arg("--cdi-dir")
             .arg(self.cdi_spec_dir())
+            // The node's refusals as Events on their pods, as the manifests run it.
+            .arg("--pod-events")
+            .arg("--decision-log-dir")
+            .arg(self.decision_log_dir())
             // Its metrics on a loopback port of its own, logged (crate::scrape).
             .arg(crate::scrape::ANY_LOOPBACK_PORT)
             .env("RUST_LOG", "devinject_dra=debug,info");

@@ -8,6 +8,8 @@
 //!   one `write`, the log rotated to `decisions.log.1` past [`MAX_LOG_BYTES`];
 //! - [`Follower`] returns what was appended since it last looked, across rotations: the device
 //!   plugin counts refusals by reason with it, and turns those of a pod into Events on it;
+//! - [`Watcher`] follows the log on a thread of its own, woken by inotify, and hands each
+//!   batch to a [`Sink`]: the long-running components act on refusals as they are written;
 //! - [`last`] returns the last decisions, for `devinject-ctl doctor`.
 //!
 //! # Why a file
@@ -35,6 +37,7 @@ mod pod;
 mod reason;
 mod tail;
 mod utc;
+pub mod watcher;
 
 pub use append::{record, record_or_warn, MAX_LOG_BYTES};
 pub use decision::{
@@ -48,6 +51,7 @@ pub use pod::{Pod, MAX_NAMESPACE_BYTES, MAX_POD_NAME_BYTES, MAX_UID_BYTES};
 pub use reason::Reason;
 pub use tail::{last, MAX_READ_BYTES};
 pub use utc::rfc3339;
+pub use watcher::{Sink, Watcher};
 
 /// The log's directory unless the host config says otherwise: on tmpfs, gone at reboot.
 pub const DEFAULT_DIR: &str = "/run/devinject";

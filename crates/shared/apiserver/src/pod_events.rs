@@ -3,7 +3,8 @@
 //!
 //! The hook, the shim and the NRI plugin record each refused start in the node's decision log,
 //! with the pod its runtime named (`devinject_decision_log::Pod`). A long-running component
-//! follows that log and hands each such decision to a [`Queue`]; [`post`] writes it as an
+//! follows that log (`devinject_decision_log::Watcher`: the device plugin, or the DRA driver
+//! where no device plugin runs) and hands each such decision to a [`Queue`]; [`post`] writes it as an
 //! `events.k8s.io/v1` Event regarding the pod: type `Warning`, a reason word per refusal
 //! ([`event_reason`]), the engine path and the first line of the message the user's runtime
 //! showed as its note.
@@ -27,7 +28,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use devinject_decision_log::{Decision, EnginePath, Pod, Reason};
+use devinject_decision_log::{Decision, EnginePath, Pod, Reason, Sink};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -191,6 +192,15 @@ impl Queue {
     /// while the queue is full is dropped. Whether it was queued.
     pub fn offer(&self, decision: Decision) -> bool {
         decision.pod.is_some() && self.0.try_send(decision).is_ok()
+    }
+}
+
+/// A queue is where a log's [`devinject_decision_log::Watcher`] can hand refusals directly.
+impl Sink for Queue {
+    fn read(&mut self, decisions: Vec<Decision>) {
+        for decision in decisions {
+            self.offer(decision);
+        }
     }
 }
 
