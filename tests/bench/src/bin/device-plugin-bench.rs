@@ -3,7 +3,8 @@
 //! Run as root: `cargo run --release -p devinject-bench --bin device-plugin-bench`.
 //! Measures start-up to registration, `Allocate` latency over 10 000 calls (back to back, and
 //! paced as a kubelet would call), the time from a
-//! device node's removal or re-creation to the `ListAndWatch` message, and the daemon's resident
+//! device node's removal or re-creation to the `ListAndWatch` message, `Allocate` of healthy
+//! devices while another's node is a FIFO against all healthy (with an A/A pair), and the daemon's resident
 //! memory while serving 3 profiles with 64 devices. Targets: p99 `Allocate` under 1 ms, health
 //! change under 100 ms, RSS under 10 MiB. A benchmark, not a test: it prints figures and fails
 //! only when it cannot measure.
@@ -30,6 +31,10 @@ const ALLOCATE_CALLS: usize = 10_000;
 const HEALTH_ROUNDS: usize = 50;
 const STARTS: usize = 5;
 const PACE: Duration = Duration::from_micros(500);
+/// Blocks of each state in the Allocate-beside-a-failing-device rounds.
+const BESIDE_BLOCKS: usize = 10;
+/// Calls per block.
+const BESIDE_BLOCK: usize = 200;
 
 /// Benchmark: the real `devinject-device-plugin` against the test kubelet: start-up to
 /// registration, `Allocate` latency, health-change latency and resident memory.
@@ -169,6 +174,60 @@ async fn bench() {
         recreation.push(start.elapsed());
     }
 
+    // Allocate beside a failing device: accel31's node replaced by a FIFO, which withdraws that
+    // device alone (docs/operations.md, "One bad device"), while the calls ask for the others.
+    // In alternating blocks: healthy, failing, healthy again (the A/A pair), so that the
+    // machine's drift falls on all three alike.
+    let beside: Vec<AllocateRequest> = (0..BESIDE_BLOCK)
+        .map(|i| AllocateRequest {
+            container_requests: vec![ContainerAllocateRequest {
+                devices_ids: (0..1 + i % 4)
+                    .map(|k| format!("accel{}", (i + k * 7) % 31))
+                    .collect(),
+            }],
+        })
+        .collect();
+    let (mut healthy, mut failing, mut healthy_again) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..BESIDE_BLOCKS {
+        for (fail, state) in [
+            (false, &mut healthy),
+            (true, &mut failing),
+            (false, &mut healthy_again),
+        ] {
+            if fail {
+                host.remove_node("alpha/accel31");
+                nix::unistd::mkfifo(
+                    &host.dev_root().join("alpha/accel31"),
+                    nix::sys::stat::Mode::from_bits_truncate(0o666),
+                )
+                .expect("mkfifo");
+                alpha
+                    .wait_list(SLOW, "accel31 withdrawn", |l| {
+                        !health(l).contains(&("accel31", "Healthy"))
+                    })
+                    .await;
+            }
+            for request in &beside {
+                let start = Instant::now();
+                alpha
+                    .client
+                    .allocate(request.clone())
+                    .await
+                    .expect("Allocate beside a failing device");
+                state.push(start.elapsed());
+            }
+            if fail {
+                host.remove_node("alpha/accel31");
+                host.mknod("alpha/accel31", 1, 3);
+                alpha
+                    .wait_list(SLOW, "accel31 back", |l| {
+                        health(l).contains(&("accel31", "Healthy"))
+                    })
+                    .await;
+            }
+        }
+    }
+
     // The handler's own work, without transport: the pure Allocate function in this process.
     let resource = ResourceConfig {
         profile: devinject_devices::ProfileName::new("alpha").expect("a valid profile name"),
@@ -227,6 +286,27 @@ async fn bench() {
     print_stats(&mut baseline);
     println!("Allocate handler alone, in process (same requests, no gRPC):");
     print_stats(&mut handler);
+    let calls = BESIDE_BLOCKS * BESIDE_BLOCK;
+    let median = |v: &mut Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let (a, f, b) = (
+        median(&mut healthy),
+        median(&mut failing),
+        median(&mut healthy_again),
+    );
+    println!("Allocate of healthy devices, all healthy ({calls} calls in {BESIDE_BLOCKS} blocks):");
+    print_stats(&mut healthy);
+    println!("Allocate of healthy devices while accel31's node is a FIFO ({calls} calls, the blocks between):");
+    print_stats(&mut failing);
+    println!("Allocate of healthy devices, all healthy again (A/A, {calls} calls):");
+    print_stats(&mut healthy_again);
+    println!(
+        "  ratio of medians: failing / healthy {:.3}, A/A (healthy again / healthy) {:.3}",
+        f.as_secs_f64() / a.as_secs_f64(),
+        b.as_secs_f64() / a.as_secs_f64()
+    );
     println!("health, node removed -> Unhealthy in ListAndWatch ({HEALTH_ROUNDS} rounds):");
     print_stats(&mut removal);
     println!("health, node re-created -> Healthy in ListAndWatch ({HEALTH_ROUNDS} rounds):");
