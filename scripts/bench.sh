@@ -16,6 +16,10 @@
 # (scripts/vendor-stacks-fetch.sh) and building the toolkit (scripts/nvidia-toolkit-build.sh)
 # first; the full run ends with it when both are already there.
 #
+# `scripts/bench.sh device-plugin` runs only the device plugin's own benchmark (row 4:
+# start-up, Allocate, Allocate of healthy devices beside one whose node is a FIFO with an A/A
+# pair, health changes, RSS).
+#
 # `scripts/bench.sh churn [--starts N] [--seed S]` runs only the soak (churn-soak, the churn of
 # tests/tests/cluster_churn.rs run long: >= 1000 pod starts by default, on Kubernetes 1.37 with
 # containerd 2, CRI-O 1.36 and runc 1.4, the shim, NRI and CDI, faults on a schedule) and writes its report
@@ -64,6 +68,13 @@ if [ "${1:-}" = userns ]; then
   out=$(scripts/release-build.sh target/image/bin -p devinject-bench -p devinject-ctl)
   echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs" >&2
   exec env DEVINJECT_BIN_DIR="$out" "$out/userns-bench" "$@"
+fi
+if [ "${1:-}" = device-plugin ]; then
+  # Row 4 alone: the device plugin's own benchmark, with Allocate beside a failing device.
+  shift
+  out=$(scripts/release-build.sh target/image/bin -p devinject-bench -p devinject-device-plugin)
+  echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs" >&2
+  exec env DEVINJECT_BIN_DIR="$out" "$out/device-plugin-bench" "$@"
 fi
 if [ "${1:-}" = nvidia-toolkit ]; then
   section=nvidia-toolkit

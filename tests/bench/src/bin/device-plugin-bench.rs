@@ -34,7 +34,11 @@ const PACE: Duration = Duration::from_micros(500);
 /// Blocks of each state in the Allocate-beside-a-failing-device rounds.
 const BESIDE_BLOCKS: usize = 10;
 /// Calls per block.
-const BESIDE_BLOCK: usize = 200;
+const BESIDE_BLOCK: usize = 250;
+/// Calls of each block not counted.
+const BESIDE_SETTLE: usize = 50;
+/// How long the plugin's idle CPU is counted.
+const IDLE_WINDOW: Duration = Duration::from_secs(5);
 
 /// Benchmark: the real `devinject-device-plugin` against the test kubelet: start-up to
 /// registration, `Allocate` latency, health-change latency and resident memory.
@@ -176,8 +180,8 @@ async fn bench() {
 
     // Allocate beside a failing device: accel31's node replaced by a FIFO, which withdraws that
     // device alone (docs/operations.md, "One bad device"), while the calls ask for the others.
-    // In alternating blocks: healthy, failing, healthy again (the A/A pair), so that the
-    // machine's drift falls on all three alike.
+    // In alternating blocks: healthy, failing, healthy again (the A/A pair), each leading in
+    // turn, so that the machine's drift and the order fall on all three alike.
     let beside: Vec<AllocateRequest> = (0..BESIDE_BLOCK)
         .map(|i| AllocateRequest {
             container_requests: vec![ContainerAllocateRequest {
@@ -188,12 +192,15 @@ async fn bench() {
         })
         .collect();
     let (mut healthy, mut failing, mut healthy_again) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..BESIDE_BLOCKS {
-        for (fail, state) in [
+    for block in 0..BESIDE_BLOCKS {
+        let mut states = [
             (false, &mut healthy),
             (true, &mut failing),
             (false, &mut healthy_again),
-        ] {
+        ];
+        // Each state leads in turn: the first calls after a change of state run apart.
+        states.rotate_left(block % 3);
+        for (fail, state) in states {
             if fail {
                 host.remove_node("alpha/accel31");
                 nix::unistd::mkfifo(
@@ -207,14 +214,18 @@ async fn bench() {
                     })
                     .await;
             }
-            for request in &beside {
+            for (i, request) in beside.iter().enumerate() {
                 let start = Instant::now();
                 alpha
                     .client
                     .allocate(request.clone())
                     .await
                     .expect("Allocate beside a failing device");
-                state.push(start.elapsed());
+                // The first calls after a change of state are left out: only the failing
+                // blocks always follow one.
+                if i >= BESIDE_SETTLE {
+                    state.push(start.elapsed());
+                }
             }
             if fail {
                 host.remove_node("alpha/accel31");
@@ -227,6 +238,24 @@ async fn bench() {
             }
         }
     }
+
+    // The plugin's CPU while nothing is asked of it, all healthy and with accel31's node a
+    // FIFO: a failing device must not keep it busy.
+    let idle_healthy = cpu_over(plugin.pid(), IDLE_WINDOW).await;
+    host.remove_node("alpha/accel31");
+    nix::unistd::mkfifo(
+        &host.dev_root().join("alpha/accel31"),
+        nix::sys::stat::Mode::from_bits_truncate(0o666),
+    )
+    .expect("mkfifo");
+    alpha
+        .wait_list(SLOW, "accel31 withdrawn", |l| {
+            !health(l).contains(&("accel31", "Healthy"))
+        })
+        .await;
+    let idle_failing = cpu_over(plugin.pid(), IDLE_WINDOW).await;
+    host.remove_node("alpha/accel31");
+    host.mknod("alpha/accel31", 1, 3);
 
     // The handler's own work, without transport: the pure Allocate function in this process.
     let resource = ResourceConfig {
@@ -286,7 +315,7 @@ async fn bench() {
     print_stats(&mut baseline);
     println!("Allocate handler alone, in process (same requests, no gRPC):");
     print_stats(&mut handler);
-    let calls = BESIDE_BLOCKS * BESIDE_BLOCK;
+    let calls = BESIDE_BLOCKS * (BESIDE_BLOCK - BESIDE_SETTLE);
     let median = |v: &mut Vec<Duration>| {
         v.sort();
         v[v.len() / 2]
@@ -296,7 +325,7 @@ async fn bench() {
         median(&mut failing),
         median(&mut healthy_again),
     );
-    println!("Allocate of healthy devices, all healthy ({calls} calls in {BESIDE_BLOCKS} blocks):");
+    println!("Allocate of healthy devices, all healthy ({calls} calls in {BESIDE_BLOCKS} blocks, the first {BESIDE_SETTLE} of each left out):");
     print_stats(&mut healthy);
     println!("Allocate of healthy devices while accel31's node is a FIFO ({calls} calls, the blocks between):");
     print_stats(&mut failing);
@@ -306,6 +335,12 @@ async fn bench() {
         "  ratio of medians: failing / healthy {:.3}, A/A (healthy again / healthy) {:.3}",
         f.as_secs_f64() / a.as_secs_f64(),
         b.as_secs_f64() / a.as_secs_f64()
+    );
+    println!(
+        "plugin CPU while idle, {} s each: all healthy {} ms, accel31's node a FIFO {} ms",
+        IDLE_WINDOW.as_secs(),
+        idle_healthy.as_millis(),
+        idle_failing.as_millis()
     );
     println!("health, node removed -> Unhealthy in ListAndWatch ({HEALTH_ROUNDS} rounds):");
     print_stats(&mut removal);
@@ -318,6 +353,25 @@ async fn bench() {
     );
     drop(regs);
     drop(plugin);
+}
+
+/// The CPU time process `pid` spends over `window` (user and system, in clock ticks of 10 ms).
+async fn cpu_over(pid: u32, window: Duration) -> Duration {
+    let ticks = || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read stat");
+        // After the command's closing parenthesis: fields 14 and 15 are utime and stime.
+        let rest = &stat[stat.rfind(')').expect("stat has a command") + 2..];
+        let fields: Vec<u64> = rest
+            .split(' ')
+            .skip(11)
+            .take(2)
+            .map(|f| f.parse().expect("a tick count"))
+            .collect();
+        fields.iter().sum::<u64>()
+    };
+    let before = ticks();
+    tokio::time::sleep(window).await;
+    Duration::from_millis((ticks() - before) * 10)
 }
 
 const ECHO_FLAG: &str = "--echo-server";
