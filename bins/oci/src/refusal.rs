@@ -35,9 +35,18 @@ pub struct Seen {
 
 impl Seen {
     /// Notes the profiles the container asks devices of, from what admission found it asks
-    /// ([`devinject_admission::admit::Admission::asked`]) or from its refusal.
-    pub fn asked(&mut self, asked: &Result<Option<Asked>, AdmitError>) {
+    /// ([`devinject_admission::admit::Admission::asked`]) or from its refusal, and, unless it
+    /// asks for nothing (most containers: no refusal can follow), the pod its `annotations`
+    /// name ([`Seen::annotated`]).
+    pub fn asked(
+        &mut self,
+        asked: &Result<Option<Asked>, AdmitError>,
+        annotations: &BTreeMap<String, String>,
+    ) {
         self.profiles = asked_profiles(asked);
+        if !matches!(asked, Ok(None)) {
+            self.annotated(annotations);
+        }
     }
 
     /// Notes the pod the container's CRI annotations name. Annotations that admission would not

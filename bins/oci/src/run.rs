@@ -67,7 +67,6 @@ pub fn run(config: &HostConfig, stdin: impl Read, seen: &mut Seen) -> Result<Out
     let spec = Spec::load(&state.bundle)?;
     let mut annotations = spec.annotations.clone();
     annotations.extend(state.annotations.clone());
-    seen.annotated(&annotations);
 
     let container = Bundle {
         spec: &spec,
@@ -76,7 +75,7 @@ pub fn run(config: &HostConfig, stdin: impl Read, seen: &mut Seen) -> Result<Out
     // Most containers ask for nothing: told without parsing every profile.
     let admission = Admission::from_config(config);
     let asked = admission.asked(&container);
-    seen.asked(&asked);
+    seen.asked(&asked, &annotations);
     let Some(asked) = asked? else {
         return Ok(Outcome::Nothing);
     };

@@ -149,9 +149,8 @@ pub fn edit_bundle(
         return Ok(BundleEdit::Untouched);
     };
     let spec = Spec::parse(&bytes, &what)?;
-    seen.annotated(&spec.annotations);
     let asked = Asked::find(profiles, &spec);
-    seen.asked(&asked);
+    seen.asked(&asked, &spec.annotations);
     let Some(asked) = asked? else {
         return Ok(BundleEdit::Untouched);
     };
