@@ -130,10 +130,11 @@ fn main() -> ExitCode {
         _ => (None, None),
     };
     // Followed on a thread of its own, when metrics are served or refusals become Events.
+    let serve_metrics = matches!(args.metrics_address, MetricsAddress::At(_));
     let mut _followed = None;
-    if matches!(args.metrics_address, MetricsAddress::At(_)) || events.is_some() {
+    if serve_metrics || events.is_some() {
         match NodeRefusals::new(&args.decision_log_dir, events) {
-            Ok(refusals) if matches!(args.metrics_address, MetricsAddress::At(_)) => {
+            Ok(refusals) if serve_metrics => {
                 registry.register_collector(Box::new(refusals));
             }
             Ok(refusals) => _followed = Some(refusals),

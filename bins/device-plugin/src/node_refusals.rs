@@ -143,10 +143,8 @@ impl Sink for Reader {
                 .inc();
         }
         let handed = decisions.len();
-        if let Some(events) = &self.events {
-            for decision in decisions {
-                events.offer(decision);
-            }
+        if let Some(events) = &mut self.events {
+            events.read(decisions);
         }
         self.count_read(handed);
     }
