@@ -145,7 +145,7 @@ fn pods_get_exactly_their_allocated_devices_and_forged_requests_are_refused() {
     );
     // Where the user looks: an Event on the pod (`kubectl describe pod forger`), one however
     // often the kubelet retries the start.
-    let (note, _) = c
+    let note = c
         .wait_pod_event("forger", "DeviceRequestRefused")
         .expect("the refusal is an Event on the pod");
     assert!(

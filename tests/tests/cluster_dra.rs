@@ -470,7 +470,7 @@ fn beside_nri_a_claim_gets_its_device_and_a_forged_request_is_refused() {
     assert!(refused.contains("DEMO_VISIBLE_DEVICES"), "{refused}");
     // Where the user looks: no device plugin runs on this node, so the DRA driver posts the
     // NRI plugin's refusal as an Event on the pod.
-    let (note, _) = c
+    let note = c
         .wait_pod_event("forger", "DeviceRequestRefused")
         .expect("the refusal is an Event on the pod");
     assert!(

@@ -75,7 +75,7 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
     eprintln!("kvm-forger: {refused}");
     // Where the user looks: an Event on the pod, posted by the device plugin with the token and
     // the ClusterRole the manifests give it.
-    let (note, _) = c
+    let note = c
         .wait_pod_event("kvm-forger", "DeviceRequestRefused")
         .expect("the refusal is an Event on the pod");
     assert!(note.contains("KVM_VISIBLE_DEVICES"), "{note}");

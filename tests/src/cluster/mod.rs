@@ -930,9 +930,8 @@ impl Cluster {
     }
 
     /// Waits until pod `name` in the default namespace has an Event of `reason` regarding it
-    /// (that pod: its UID too, as `kubectl describe pod` asks), and returns its message and how
-    /// many such Events there are.
-    pub fn wait_pod_event(&self, name: &str, reason: &str) -> Result<(String, usize)> {
+    /// (that pod: its UID too, as `kubectl describe pod` asks), and returns its message.
+    pub fn wait_pod_event(&self, name: &str, reason: &str) -> Result<String> {
         let uid = self.pod(name)?["metadata"]["uid"]
             .as_str()
             .unwrap_or_default()
@@ -943,13 +942,7 @@ impl Cluster {
             let text =
                 self.kubectl(&["get", "events", "--field-selector", &selector, "-o", "json"])?;
             let events: Value = serde_json::from_str(&text).context("parse kubectl's events")?;
-            let items = events["items"].as_array().cloned().unwrap_or_default();
-            Ok(items.first().map(|e| {
-                (
-                    e["message"].as_str().unwrap_or_default().to_owned(),
-                    items.len(),
-                )
-            }))
+            Ok(events["items"][0]["message"].as_str().map(str::to_owned))
         })
         .map_err(|e| e.context(self.logs()))
     }

@@ -110,15 +110,7 @@ async fn bench() {
         .expect("alpha registered");
 
     // Allocate: 1 to 4 devices per container, as a kubelet would ask.
-    let requests: Vec<AllocateRequest> = (0..ALLOCATE_CALLS)
-        .map(|i| AllocateRequest {
-            container_requests: vec![ContainerAllocateRequest {
-                devices_ids: (0..1 + i % 4)
-                    .map(|k| format!("accel{}", (i + k * 7) % 32))
-                    .collect(),
-            }],
-        })
-        .collect();
+    let requests = allocate_requests(ALLOCATE_CALLS, 32);
     for request in requests.iter().take(200) {
         alpha
             .client
@@ -182,15 +174,7 @@ async fn bench() {
     // device alone (docs/operations.md, "One bad device"), while the calls ask for the others.
     // In alternating blocks: healthy, failing, healthy again (the A/A pair), each leading in
     // turn, so that the machine's drift and the order fall on all three alike.
-    let beside: Vec<AllocateRequest> = (0..BESIDE_BLOCK)
-        .map(|i| AllocateRequest {
-            container_requests: vec![ContainerAllocateRequest {
-                devices_ids: (0..1 + i % 4)
-                    .map(|k| format!("accel{}", (i + k * 7) % 31))
-                    .collect(),
-            }],
-        })
-        .collect();
+    let beside = allocate_requests(BESIDE_BLOCK, 31);
     let (mut healthy, mut failing, mut healthy_again) = (Vec::new(), Vec::new(), Vec::new());
     for block in 0..BESIDE_BLOCKS {
         let mut states = [
@@ -202,17 +186,7 @@ async fn bench() {
         states.rotate_left(block % 3);
         for (fail, state) in states {
             if fail {
-                host.remove_node("alpha/accel31");
-                nix::unistd::mkfifo(
-                    &host.dev_root().join("alpha/accel31"),
-                    nix::sys::stat::Mode::from_bits_truncate(0o666),
-                )
-                .expect("mkfifo");
-                alpha
-                    .wait_list(SLOW, "accel31 withdrawn", |l| {
-                        !health(l).contains(&("accel31", "Healthy"))
-                    })
-                    .await;
+                fail_accel31(&host, alpha).await;
             }
             for (i, request) in beside.iter().enumerate() {
                 let start = Instant::now();
@@ -228,13 +202,7 @@ async fn bench() {
                 }
             }
             if fail {
-                host.remove_node("alpha/accel31");
-                host.mknod("alpha/accel31", 1, 3);
-                alpha
-                    .wait_list(SLOW, "accel31 back", |l| {
-                        health(l).contains(&("accel31", "Healthy"))
-                    })
-                    .await;
+                heal_accel31(&host, alpha).await;
             }
         }
     }
@@ -242,20 +210,9 @@ async fn bench() {
     // The plugin's CPU while nothing is asked of it, all healthy and with accel31's node a
     // FIFO: a failing device must not keep it busy.
     let idle_healthy = cpu_over(plugin.pid(), IDLE_WINDOW).await;
-    host.remove_node("alpha/accel31");
-    nix::unistd::mkfifo(
-        &host.dev_root().join("alpha/accel31"),
-        nix::sys::stat::Mode::from_bits_truncate(0o666),
-    )
-    .expect("mkfifo");
-    alpha
-        .wait_list(SLOW, "accel31 withdrawn", |l| {
-            !health(l).contains(&("accel31", "Healthy"))
-        })
-        .await;
+    fail_accel31(&host, alpha).await;
     let idle_failing = cpu_over(plugin.pid(), IDLE_WINDOW).await;
-    host.remove_node("alpha/accel31");
-    host.mknod("alpha/accel31", 1, 3);
+    heal_accel31(&host, alpha).await;
 
     // The handler's own work, without transport: the pure Allocate function in this process.
     let resource = ResourceConfig {
@@ -353,6 +310,47 @@ async fn bench() {
     );
     drop(regs);
     drop(plugin);
+}
+
+/// `count` Allocate requests for 1 to 4 of `accel0` .. `accel<pool - 1>` each, as a kubelet
+/// would ask.
+fn allocate_requests(count: usize, pool: usize) -> Vec<AllocateRequest> {
+    (0..count)
+        .map(|i| AllocateRequest {
+            container_requests: vec![ContainerAllocateRequest {
+                devices_ids: (0..1 + i % 4)
+                    .map(|k| format!("accel{}", (i + k * 7) % pool))
+                    .collect(),
+            }],
+        })
+        .collect()
+}
+
+/// Replaces `accel31`'s node by a FIFO, which withdraws that device alone, and waits until
+/// `ListAndWatch` says so.
+async fn fail_accel31(host: &TestHost, alpha: &mut Registration) {
+    host.remove_node("alpha/accel31");
+    nix::unistd::mkfifo(
+        &host.dev_root().join("alpha/accel31"),
+        nix::sys::stat::Mode::from_bits_truncate(0o666),
+    )
+    .expect("mkfifo");
+    alpha
+        .wait_list(SLOW, "accel31 withdrawn", |l| {
+            !health(l).contains(&("accel31", "Healthy"))
+        })
+        .await;
+}
+
+/// Makes `accel31`'s node again and waits until `ListAndWatch` has it healthy.
+async fn heal_accel31(host: &TestHost, alpha: &mut Registration) {
+    host.remove_node("alpha/accel31");
+    host.mknod("alpha/accel31", 1, 3);
+    alpha
+        .wait_list(SLOW, "accel31 back", |l| {
+            health(l).contains(&("accel31", "Healthy"))
+        })
+        .await;
 }
 
 /// The CPU time process `pid` spends over `window` (user and system, in clock ticks of 10 ms).
