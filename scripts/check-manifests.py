@@ -16,14 +16,26 @@ render, and the manifests agree with the profiles and the installer.
   deploy/overlays/dra (objects of API versions newer than K8S_VERSIONS are checked against the
   versions that serve them). Without kubectl, every file a kustomization names must
   exist and parse, and the render is reported as skipped.
+- The Helm chart (deploy/helm/devinject): with helm (DEVINJECT_HELM, or the one
+  scripts/helm-build.sh built), `helm lint --strict` passes, and for each values file
+  ci/<name>-values.yaml `helm template` renders the same objects as the kustomization it names
+  (deploy/base for `base`, deploy/uninstall's DaemonSet for `uninstall`, deploy/overlays/<name>
+  otherwise), the base and every overlay having one. Set aside in the comparison: Helm's own labels
+  (helm.sh/chart, app.kubernetes.io/managed-by), the chart's checksum/profiles annotation and
+  kustomize's hash suffix on the profiles ConfigMap (the two ways of rolling the pods when the
+  profiles change), and the order of volumes, mounts and containers (named, not ordered; the
+  engines mount parents before children whatever the order). Without helm the chart is
+  reported as skipped.
 - deploy/base/profiles/ holds exactly the repository's profiles/, every profile has an example
   pod asking for its resource, and the RuntimeClass handler is the installer's runtime name.
 
-Usage: scripts/check-manifests.py [--require-kubectl]      Exit 0 when everything holds.
+Usage: scripts/check-manifests.py [--require-kubectl] [--require-helm]
+Exit 0 when everything holds.
 """
 
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -382,8 +394,139 @@ def find_kubectl():
     return kubectl
 
 
+CHART = DEPLOY / "helm/devinject"
+# Labels and annotations only one of the two renders has (see the docstring).
+HELM_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by")
+PROFILES_HASH = re.compile(r"^(devinject-profiles)-[a-z0-9]{10}$")
+NAMED_LISTS = ("volumes", "volumeMounts", "containers", "initContainers")
+
+
+def comparable(obj):
+    """`obj` with what only one of the renders has set aside (see the docstring)."""
+    if isinstance(obj, list):
+        items = [comparable(v) for v in obj]
+        return items
+    if not isinstance(obj, dict):
+        if isinstance(obj, str):
+            m = PROFILES_HASH.match(obj)
+            return m.group(1) if m else obj
+        return obj
+    out = {}
+    for k, v in obj.items():
+        if k == "labels" and isinstance(v, dict):
+            v = {lk: lv for lk, lv in v.items() if lk not in HELM_LABELS}
+            if not v:
+                continue
+        if k == "annotations" and isinstance(v, dict):
+            v = {ak: av for ak, av in v.items() if ak != "checksum/profiles"}
+            if not v:
+                continue
+        v = comparable(v)
+        if k in NAMED_LISTS and isinstance(v, list):
+            v = sorted(v, key=lambda i: i.get("name", "") + "\0" + i.get("mountPath", ""))
+        out[k] = v
+    return out
+
+
+def keyed(docs):
+    return {(d["kind"], d["metadata"].get("namespace", ""), comparable(d["metadata"]["name"])):
+            comparable(d) for d in docs}
+
+
+def first_difference(a, b, path=""):
+    """Where `a` and `b` first differ, as a path and the two values."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            if k not in a or k not in b:
+                return f"{path}.{k}: {a.get(k, '(absent)')!r} != {b.get(k, '(absent)')!r}"
+            d = first_difference(a[k], b[k], f"{path}.{k}")
+            if d:
+                return d
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        for i, (x, y) in enumerate(zip(a, b)):
+            d = first_difference(x, y, f"{path}[{i}]")
+            if d:
+                return d
+        if len(a) != len(b):
+            return f"{path}: {len(a)} items != {len(b)}"
+        return None
+    return None if a == b else f"{path}: {a!r} != {b!r}"
+
+
+def find_helm():
+    """helm from DEVINJECT_HELM, or the one scripts/helm-build.sh built, or None."""
+    helm = os.environ.get("DEVINJECT_HELM")
+    if helm:
+        if not os.access(helm, os.X_OK):
+            fail(f"DEVINJECT_HELM={helm} is not an executable: unset it, or point it at helm")
+            return None
+        return helm
+    out = subprocess.run([str(ROOT / "scripts/helm-build.sh"), "--if-built"],
+                         capture_output=True, text=True)
+    return f"{out.stdout.strip()}/helm" if out.returncode == 0 else None
+
+
+def check_chart(helm, kubectl):
+    if helm is None or kubectl is None:
+        print("skip deploy/helm/devinject: no helm (scripts/helm-build.sh) or kubectl")
+        return
+    out = subprocess.run([helm, "lint", "--strict", str(CHART)], capture_output=True, text=True)
+    if out.returncode != 0:
+        fail(f"helm lint --strict deploy/helm/devinject: {out.stdout}{out.stderr}")
+    else:
+        print("ok   helm lint --strict deploy/helm/devinject")
+    kdirs = {p.parent.relative_to(DEPLOY).as_posix()
+             for p in [DEPLOY / "base/kustomization.yaml",
+                       *DEPLOY.glob("overlays/*/kustomization.yaml")]}
+    covered = set()
+    for values in sorted((CHART / "ci").glob("*-values.yaml")):
+        name = values.name.removesuffix("-values.yaml")
+        out = subprocess.run([helm, "template", "devinject", str(CHART), "--namespace",
+                              "devinject-system", "-f", str(values)],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            fail(f"helm template -f ci/{values.name}: {out.stderr.strip()}")
+            continue
+        chart = [d for d in yaml.safe_load_all(out.stdout) if d is not None]
+        validate_objects(f"deploy/helm/devinject with ci/{values.name}", chart)
+        if name == "uninstall":
+            label = "deploy/uninstall/daemonset.yaml"
+            want = docs_of(DEPLOY / "uninstall/daemonset.yaml")
+            chart = [d for d in chart if d["kind"] == "DaemonSet"]
+        else:
+            kdir = "base" if name == "base" else f"overlays/{name}"
+            label = f"deploy/{kdir}"
+            covered.add(kdir)
+            if kdir not in kdirs:
+                fail(f"deploy/helm/devinject/ci/{values.name} names no kustomization ({label})")
+                continue
+            render = subprocess.run([kubectl, "kustomize", str(DEPLOY / kdir)],
+                                    capture_output=True, text=True)
+            want = [d for d in yaml.safe_load_all(render.stdout) if d is not None]
+        a, b = keyed(chart), keyed(want)
+        problems = [f"only helm renders {k[0]}/{k[2]}" for k in sorted(set(a) - set(b))]
+        problems += [f"only {label} has {k[0]}/{k[2]}" for k in sorted(set(b) - set(a))]
+        for k in sorted(set(a) & set(b)):
+            d = first_difference(a[k], b[k])
+            if d:
+                problems.append(f"{k[0]}/{k[2]} differs at {d} (helm != kustomize)")
+        if problems:
+            for p in problems:
+                fail(f"helm template -f ci/{values.name} against {label}: {p}")
+        else:
+            print(f"ok   helm template -f ci/{values.name} renders the objects of {label}")
+    for kdir in sorted(kdirs - covered):
+        fail(f"deploy/{kdir} has no values file deploy/helm/devinject/ci/"
+             f"{'base' if kdir == 'base' else kdir.removeprefix('overlays/')}-values.yaml")
+
+
 def main():
     kubectl = find_kubectl()
+    helm = find_helm()
+    if "--require-helm" in sys.argv and helm is None:
+        print("helm is required for --require-helm (scripts/helm-build.sh, or DEVINJECT_HELM)")
+        return 1
     if "--require-kubectl" in sys.argv and kubectl is None:
         print("kubectl 1.24+ (kustomize v4+) is required for --require-kubectl")
         return 1
@@ -401,6 +544,7 @@ def main():
         p = DEPLOY / "scheduler/second-scheduler" / f
         validate_objects(str(p.relative_to(ROOT)), docs_of(p))
     check_kustomizations(kubectl)
+    check_chart(helm, kubectl)
     check_profiles_and_examples()
     if failures:
         print(f"{len(failures)} problem(s)")

@@ -36,7 +36,12 @@ setsid nice -n 19 bash -c "scripts/crio-build.sh >'$today_log.crio' && \
   if $cluster; then scripts/kube-module-build.sh >'$today_log.kube' && scripts/cni-build.sh >'$today_log.cni' && \
     { ONLY_BUILD=1 scripts/build-image.sh >'$today_log.image' 2>&1 || true; }; fi" 2>"$today_log" &
 today_build=$!
-trap 'kill -- -"$today_build" 2>/dev/null || true' EXIT
+# helm (scripts/helm-build.sh; about two minutes of 2 cores the first time, then cached), for the
+# chart's checks in the unit tests (bins/installer/tests/manifests.rs) and the cluster tier's
+# helm install (tests/tests/cluster_helm.rs): built beside the lints, waited for before the tests.
+setsid nice -n 10 scripts/helm-build.sh >"$today_log.helm" 2>"$today_log.helm-err" &
+helm_build=$!
+trap 'kill -- -"$today_build" -"$helm_build" 2>/dev/null || true' EXIT
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 RUSTDOCFLAGS=-Dwarnings cargo doc --workspace --no-deps --quiet
@@ -85,6 +90,14 @@ export DEVINJECT_NVIDIA_TOOLKIT
 export DEVINJECT_SKIP_LOG="$PWD/target/skipped-tests.txt"
 rm -f "$DEVINJECT_SKIP_LOG"
 status=0
+if wait "$helm_build"; then
+  DEVINJECT_HELM=$(cat "$today_log.helm")/helm
+  export DEVINJECT_HELM
+else
+  echo "test.sh: building helm failed (scripts/helm-build.sh):" >&2
+  tail -n 40 "$today_log.helm-err" >&2
+  status=1
+fi
 # The files marked suite in tests/tiers.txt, in name order (with DEVINJECT_KUBE_COMPAT=1 also
 # those marked compat, on 1.20: the device plugin as an old kubelet dials and lists it); CRI-O
 # and the whole cluster tier on today's release run below.

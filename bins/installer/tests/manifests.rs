@@ -1,6 +1,6 @@
-//! deploy/ against the Kubernetes OpenAPI schemas and the kustomize render, through
-//! scripts/check-manifests.py (kubernetes-validate from PyPI, installed into
-//! target/manifest-venv by scripts/install-deps.sh). Skipped with a reason when that Python
+//! deploy/ against the Kubernetes OpenAPI schemas, the kustomize render and the Helm chart,
+//! through scripts/check-manifests.py (kubernetes-validate from PyPI, installed into
+//! target/manifest-venv by scripts/install-deps.sh; helm from scripts/helm-build.sh). Skipped with a reason when that Python
 //! environment is missing, a failure under `CI=true`.
 
 mod support;
@@ -37,8 +37,8 @@ fn manifests_match_the_kubernetes_schemas_and_render() {
     let mut cmd = Command::new(py.expect("checked"));
     cmd.arg(support::repo().join("scripts/check-manifests.py"));
     if skip::in_ci() {
-        // Under CI the render must not be skipped.
-        cmd.arg("--require-kubectl");
+        // Under CI neither the render nor the chart may be skipped.
+        cmd.args(["--require-kubectl", "--require-helm"]);
     }
     let out = cmd.output().expect("run check-manifests.py");
     let text = format!(

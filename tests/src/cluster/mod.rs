@@ -838,6 +838,25 @@ impl Cluster {
         run_ok(cmd).map(|s| s.trim().to_owned())
     }
 
+    /// Runs `helm args` (the helm of `DEVINJECT_HELM`, scripts/helm-build.sh) against this
+    /// cluster, with helm's cache, configuration and data under the cluster's directory; its
+    /// stdout, trimmed.
+    pub fn helm(&self, args: &[&str]) -> Result<String> {
+        let helm = std::env::var_os("DEVINJECT_HELM")
+            .context("DEVINJECT_HELM names no helm (scripts/helm-build.sh builds one)")?;
+        let mut cmd = Command::new(helm);
+        for (var, dir) in [
+            ("HELM_CACHE_HOME", "helm/cache"),
+            ("HELM_CONFIG_HOME", "helm/config"),
+            ("HELM_DATA_HOME", "helm/data"),
+        ] {
+            cmd.env(var, self.root.join(dir));
+        }
+        cmd.arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .args(args);
+        run_ok(cmd).map(|s| s.trim().to_owned())
+    }
+
     /// The API server's port on 127.0.0.1, where a pod on the host network reaches it (there is
     /// no kube-proxy for the `kubernetes` Service's address).
     pub fn api_port(&self) -> u16 {

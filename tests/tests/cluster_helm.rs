@@ -1,0 +1,234 @@
+//! devinject installed, upgraded, rolled back and removed with its Helm chart
+//! (deploy/helm/devinject) on a real cluster ([`devinject_tests::cluster`]), with the real
+//! `helm` built from its Go module (scripts/helm-build.sh), as docs/install.md and
+//! docs/uninstall.md say:
+//!
+//! 1. `helm install` with only what this node differs in set as values: `hostNetwork` (no CNI
+//!    here), `installer.restartMode=none` (no systemd; the test restarts containerd as the
+//!    installer says) and the API server's address in `extraEnv` (no kube-proxy); the init
+//!    container configures containerd, the device plugin serves the node's real kvm, tun and
+//!    fuse, and a pod gets its device through the chart's RuntimeClass;
+//! 2. `helm upgrade --reuse-values` to another image tag rolls the node pods, and `helm
+//!    rollback` to the first revision rolls them back; a pod holding its device keeps it
+//!    through both;
+//! 3. `helm upgrade --set installer.uninstall=true --wait` replaces the node DaemonSet with the
+//!    uninstall one, which restores containerd's configuration byte for byte and removes every
+//!    file of devinject; `helm uninstall` then leaves no object of the chart in the cluster.
+//!
+//! Needs what tests/cluster_install.rs needs and helm (`DEVINJECT_HELM`, set by
+//! scripts/test.sh); skipped otherwise, a failure under CI.
+
+use devinject_tests::cluster::install::{
+    assert_files_gone, init_output, log_after_new_lines, pods, prepare_node, ready, rollout,
+    run_example, workspace_path, Via, NODE_PODS, NS,
+};
+use devinject_tests::cluster::{image, Cluster, Setup, SLOW};
+use devinject_tests::cri_node::K8S_NAMESPACE;
+use devinject_tests::daemons::{poll, run_ok};
+use devinject_tests::skip;
+
+const RELEASE: &str = "devinject";
+
+/// The images of the node pods' containers, init containers first.
+fn node_images(c: &Cluster) -> Vec<String> {
+    pods(c, NS, NODE_PODS)
+        .iter()
+        .flat_map(|p| {
+            let spec = &p["spec"];
+            let list = |key: &str| spec[key].as_array().cloned().unwrap_or_default();
+            list("initContainers")
+                .into_iter()
+                .chain(list("containers"))
+                .filter_map(|c| c["image"].as_str().map(str::to_owned))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Waits until every node pod runs `image` only and the DaemonSet has rolled out.
+fn rolled_to(c: &Cluster, image: &str) {
+    poll(&format!("the node pods on {image}"), SLOW, || {
+        let images = node_images(c);
+        Ok((!images.is_empty() && images.iter().all(|i| i == image)).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    rollout(c, "devinject");
+}
+
+#[test]
+fn installed_upgraded_rolled_back_and_uninstalled_with_helm() {
+    if !ready()
+        || !skip::require(
+            std::env::var_os("DEVINJECT_HELM").is_some(),
+            "needs helm in DEVINJECT_HELM (scripts/helm-build.sh builds it; scripts/test.sh sets it)",
+        )
+    {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (archive, tag) = image::build(t.path()).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(tag, "devinject:0.1.0", "the chart's appVersion image");
+    let mut c = Cluster::start_with(Setup::DaemonSet).unwrap_or_else(|e| panic!("{e:#}"));
+    let before = std::fs::read(c.containerd_config()).unwrap();
+    prepare_node(&c, &archive);
+    let chart = workspace_path("deploy/helm/devinject")
+        .display()
+        .to_string();
+    let api_port = c.api_port().to_string();
+
+    // Install.
+    let installed = c
+        .helm(&[
+            "install",
+            RELEASE,
+            &chart,
+            "--namespace",
+            NS,
+            "--create-namespace",
+            "--set",
+            "hostNetwork=true",
+            "--set",
+            "installer.restartMode=none",
+            "--set",
+            "extraEnv[0].name=KUBERNETES_SERVICE_HOST",
+            "--set-string",
+            "extraEnv[0].value=127.0.0.1",
+            "--set",
+            "extraEnv[1].name=KUBERNETES_SERVICE_PORT",
+            "--set-string",
+            &format!("extraEnv[1].value={api_port}"),
+        ])
+        .unwrap_or_else(|e| panic!("helm install: {e:#}"));
+    eprintln!("$ helm install {RELEASE} deploy/helm/devinject ...\n{installed}");
+    let install = init_output(&c, NODE_PODS, "install");
+    assert!(
+        install.contains("systemctl restart containerd"),
+        "the installer asks for a containerd restart:\n{install}"
+    );
+    assert_ne!(
+        std::fs::read(c.containerd_config()).unwrap(),
+        before,
+        "the installer configured containerd"
+    );
+    c.restart_containerd().expect("restart containerd");
+    rollout(&c, "devinject");
+    for resource in ["devinject.io/kvm", "devinject.io/tun", "devinject.io/fuse"] {
+        c.wait_allocatable(resource, "1")
+            .unwrap_or_else(|e| panic!("{e:#}"));
+    }
+    run_example(
+        &c,
+        "tun",
+        "/dev/net/tun",
+        "10, 200",
+        "devinject-example-tun",
+        Via::RuntimeClass,
+    );
+
+    // A pod that keeps opening its device, through the upgrade and the rollback.
+    c.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kvm-holder\nspec:\n  hostNetwork: true\n  \
+         runtimeClassName: devinject\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 0\n  \
+         containers:\n  - name: main\n    image: busybox:1.36\n    command: [sh, -c, 'while true; \
+         do if head -c 0 /dev/kvm; then echo kvm-open-ok; else echo kvm-open-failed; fi; sleep 0.5; done']\n    \
+         resources: {limits: {devinject.io/kvm: 1}}\n",
+    )
+    .expect("apply the holder");
+    c.wait_pod("kvm-holder", "running", |p| {
+        (p["status"]["phase"] == "Running").then_some(())
+    })
+    .expect("the holder runs");
+
+    // Upgrade: another image tag (the same build: what is tested is helm's rollout over
+    // running pods), every other value kept.
+    let mut retag = c.node_containerd().ctr();
+    retag.args([
+        "-n",
+        K8S_NAMESPACE,
+        "images",
+        "tag",
+        "docker.io/library/devinject:0.1.0",
+        "docker.io/library/devinject:0.1.1",
+    ]);
+    run_ok(retag).expect("tag devinject:0.1.1");
+    c.helm(&[
+        "upgrade",
+        RELEASE,
+        &chart,
+        "--namespace",
+        NS,
+        "--reuse-values",
+        "--set",
+        "image.tag=0.1.1",
+    ])
+    .unwrap_or_else(|e| panic!("helm upgrade: {e:#}"));
+    rolled_to(&c, "devinject:0.1.1");
+
+    // Rollback to the install's revision.
+    c.helm(&["rollback", RELEASE, "1", "--namespace", NS])
+        .unwrap_or_else(|e| panic!("helm rollback: {e:#}"));
+    rolled_to(&c, "devinject:0.1.0");
+    let history = c
+        .helm(&["history", RELEASE, "--namespace", NS])
+        .unwrap_or_else(|e| panic!("helm history: {e:#}"));
+    eprintln!("$ helm history {RELEASE}\n{history}");
+    assert!(
+        history.lines().count() == 4 && history.contains("Rollback to 1"),
+        "install, upgrade and rollback are three revisions:\n{history}"
+    );
+    let seen = log_after_new_lines(&c, "kvm-holder");
+    assert!(
+        !seen.contains("kvm-open-failed") && seen.lines().last() == Some("kvm-open-ok"),
+        "the running pod kept its device through the upgrade and the rollback:\n{seen}"
+    );
+    c.kubectl(&["delete", "pod", "kvm-holder", "--wait=false"])
+        .unwrap();
+
+    // Uninstall, as docs/uninstall.md says for the chart.
+    c.helm(&[
+        "upgrade",
+        RELEASE,
+        &chart,
+        "--namespace",
+        NS,
+        "--reuse-values",
+        "--set",
+        "installer.uninstall=true",
+    ])
+    .unwrap_or_else(|e| panic!("helm upgrade --set installer.uninstall=true: {e:#}"));
+    let removed = init_output(&c, "app.kubernetes.io/component=uninstall", "uninstall");
+    assert!(
+        removed.contains("systemctl restart containerd"),
+        "the uninstaller asks for a containerd restart:\n{removed}"
+    );
+    rollout(&c, "devinject-uninstall");
+    assert!(
+        pods(&c, NS, NODE_PODS).is_empty(),
+        "the node DaemonSet is gone with the upgrade"
+    );
+    c.restart_containerd().expect("restart containerd");
+    assert!(
+        std::fs::read(c.containerd_config()).unwrap() == before,
+        "containerd's config.toml is byte-identical to before the install"
+    );
+    assert_files_gone(&c);
+    c.helm(&["uninstall", RELEASE, "--namespace", NS, "--wait"])
+        .unwrap_or_else(|e| panic!("helm uninstall: {e:#}"));
+    let left = c
+        .kubectl(&[
+            "get",
+            "runtimeclass,clusterrole,clusterrolebinding,daemonset,configmap,serviceaccount",
+            "-A",
+            "-l",
+            "app.kubernetes.io/managed-by=Helm",
+            "-o",
+            "name",
+        ])
+        .unwrap();
+    assert_eq!(left, "", "helm uninstall leaves no object of the chart");
+    assert_eq!(
+        c.helm(&["list", "--namespace", NS, "-q"]).unwrap(),
+        "",
+        "no release is left"
+    );
+}
