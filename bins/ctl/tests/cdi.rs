@@ -379,3 +379,43 @@ fn a_profile_with_a_prepare_step_is_not_exported_and_its_old_spec_goes() {
     assert_eq!(report.changes[0].action, Action::Remove);
     assert!(!out.exists());
 }
+
+#[test]
+fn a_profile_whose_discovery_fails_is_withdrawn_alone() {
+    let Some(tmp) = simulated_host() else {
+        return;
+    };
+    let root = tmp.path();
+    // A second kind of the same nodes whose required control node is not there (a driver
+    // half loaded), written once with the node present so that it has a spec to lose.
+    let profiles = root.join("etc/devinject/profiles");
+    fs::write(
+        profiles.join("half.toml"),
+        "name = \"half\"\nresource = \"devinject.io/half\"\n[discovery]\n\
+         nodes = [\"demo/accel[0-9]*\"]\n[[control_nodes]]\npath = \"demo/half-ctl\"\n",
+    )
+    .expect("write profile");
+    mknod(&root.join("dev/demo/half-ctl"), 10, 201, "0666").expect("mknod");
+    cdi::generate(&request(root)).expect("generate with every node there");
+    let half = root.join("etc/cdi/devinject.io-half.json");
+    assert!(half.exists());
+    fs::remove_file(root.join("dev/demo/half-ctl")).expect("rm the control node");
+
+    let report = cdi::generate(&request(root)).expect("the others are still generated");
+    let outcome = |name: &str| {
+        report
+            .profiles
+            .iter()
+            .find(|p| p.profile == name)
+            .unwrap_or_else(|| panic!("{name} reported"))
+            .clone()
+    };
+    let withdrawn = outcome("half");
+    let why = withdrawn.withdrawn.expect("half is withdrawn");
+    assert!(why.contains("half-ctl"), "the reason names the node: {why}");
+    assert_eq!((withdrawn.devices, withdrawn.file), (0, None));
+    assert!(!half.exists(), "its stale spec is removed");
+    let demo = outcome("demo");
+    assert_eq!((demo.devices, demo.withdrawn), (2, None));
+    assert!(root.join("etc/cdi/devinject.io-demo.json").exists());
+}

@@ -29,6 +29,11 @@ pub struct ProfileOutcome {
     pub not_exported: Option<String>,
     /// What the spec leaves out for the engine's CDI version (`CdiRequest::newest_version`).
     pub left_out: Option<String>,
+    /// Why the profile is withdrawn: its discovery or its driver files failed (a required node
+    /// missing, an unreadable sysfs file). Its spec is removed like that of a profile without
+    /// devices, and the other profiles' specs are written: one broken device kind never holds
+    /// back another.
+    pub withdrawn: Option<String>,
 }
 
 /// Why a profile with a prepare step gets no CDI spec.
@@ -65,14 +70,28 @@ pub fn generate(req: &CdiRequest) -> Result<CdiReport> {
     let mut writes: Vec<(PathBuf, Option<String>)> = Vec::new();
     for profile in profiles.iter() {
         let name = profile.name.as_str().to_string();
-        let inventory = discover(profile, &roots).map_err(devices_error)?;
+        let found = discover(profile, &roots)
+            .map_err(|e| e.to_string())
+            .and_then(|inventory| {
+                let exported = profile.prepare.is_none() && !inventory.devices.is_empty();
+                let files = exported
+                    .then(|| resolve_driver_files(profile, &roots))
+                    .transpose()
+                    .map_err(|e| e.to_string())?;
+                Ok((inventory, files))
+            });
+        let (inventory, files, withdrawn) = match found {
+            Ok((inventory, files)) => (inventory, files, None),
+            Err(e) => {
+                tracing::warn!(profile = %name, error = %e, "profile withdrawn: no spec");
+                (Default::default(), None, Some(e))
+            }
+        };
         let not_exported = (profile.prepare.is_some() && !inventory.devices.is_empty())
             .then(|| PREPARE_NOT_EXPORTED.to_owned());
-        let mut spec = if inventory.devices.is_empty() || not_exported.is_some() {
-            None
-        } else {
-            let files = resolve_driver_files(profile, &roots).map_err(devices_error)?;
-            build_spec(req, profile, &inventory, &files)?
+        let mut spec = match &files {
+            Some(files) if not_exported.is_none() => build_spec(req, profile, &inventory, files)?,
+            _ => None,
         };
         let left_out = match (&mut spec, req.newest_version) {
             (Some(spec), Some(newest)) => fit(spec, newest).map_err(|why| CdiError::Devices {
@@ -93,6 +112,7 @@ pub fn generate(req: &CdiRequest) -> Result<CdiReport> {
             cdi_version: spec.as_ref().map(|s| s.cdi_version.clone()),
             not_exported,
             left_out,
+            withdrawn,
         });
         let content = spec.map(|s| s.to_text());
         writes.push((host_file, content));

@@ -161,6 +161,10 @@ fn print_report(report: &ChangeReport, will_reload: bool) {
 /// Prints the CDI export: one line per profile, then the changed files (or the diff).
 fn print_cdi_report(report: &CdiReport) {
     for p in &report.profiles {
+        if let Some(why) = &p.withdrawn {
+            println!("{}: withdrawn, no spec: {why}", p.profile);
+            continue;
+        }
         match (&p.file, &p.cdi_version, &p.not_exported) {
             (Some(file), Some(version), _) => println!(
                 "{}: {} device(s) -> {} (cdiVersion {version})",
