@@ -243,6 +243,7 @@ def kustomization_files(kdir):
     k = yaml.safe_load((kdir / "kustomization.yaml").read_text())
     files = list(k.get("resources", []))
     files += [p["path"] for p in k.get("patches", []) if "path" in p]
+    files += k.get("components", [])
     for g in k.get("configMapGenerator", []):
         files += [f.split("=", 1)[-1] for f in g.get("files", [])]
     return k, files
@@ -263,6 +264,9 @@ def check_kustomizations(kubectl):
                 tomllib.loads(target.read_text())
         if kubectl is None:
             print(f"skip {label}: kustomize render (no kubectl); referenced files exist and parse")
+            continue
+        if yaml.safe_load((kdir / "kustomization.yaml").read_text()).get("kind") == "Component":
+            # A component renders only inside a kustomization that lists it.
             continue
         out = subprocess.run([kubectl, "kustomize", str(kdir)], capture_output=True, text=True)
         if out.returncode != 0:

@@ -7,7 +7,10 @@
 //!    here), `installer.restartMode=none` (no systemd; the test restarts containerd as the
 //!    installer says) and the API server's address in `extraEnv` (no kube-proxy); the init
 //!    container configures containerd, the device plugin serves the node's real kvm, tun and
-//!    fuse, and a pod gets its device through the chart's RuntimeClass;
+//!    fuse, and a pod gets its device through the chart's RuntimeClass; with the CDI refresher
+//!    on and a profile of the site's own in `allocate_mode = "cdi-annotations"`, the refresher
+//!    writes its spec into the node's `/etc/cdi` and a pod on the default runtime gets the
+//!    device through containerd's CDI;
 //! 2. `helm upgrade --reuse-values` to another image tag rolls the node pods, and `helm
 //!    rollback` to the first revision rolls them back; a pod holding its device keeps it
 //!    through both;
@@ -19,8 +22,8 @@
 //! scripts/test.sh); skipped otherwise, a failure under CI.
 
 use devinject_tests::cluster::install::{
-    assert_files_gone, init_output, log_after_new_lines, pods, prepare_node, ready, rollout,
-    run_example, workspace_path, Via, NODE_PODS, NS,
+    assert_files_gone, files_in, init_output, log_after_new_lines, pods, prepare_node, ready,
+    rollout, run_example, workspace_path, Via, NODE_PODS, NS,
 };
 use devinject_tests::cluster::{image, Cluster, Setup, SLOW};
 use devinject_tests::cri_node::K8S_NAMESPACE;
@@ -76,7 +79,22 @@ fn installed_upgraded_rolled_back_and_uninstalled_with_helm() {
         .to_string();
     let api_port = c.api_port().to_string();
 
-    // Install.
+    // Install, with the CDI refresher and a profile of the site's own that the device plugin
+    // serves through CDI: tun again, as `devinject.io/tun-cdi`.
+    let values = t.path().join("values.yaml");
+    std::fs::write(
+        &values,
+        format!(
+            "hostNetwork: true\ninstaller:\n  restartMode: none\nextraEnv:\n\
+             - name: KUBERNETES_SERVICE_HOST\n  value: \"127.0.0.1\"\n\
+             - name: KUBERNETES_SERVICE_PORT\n  value: \"{api_port}\"\n\
+             cdiRefresher:\n  enabled: true\nextraProfiles:\n  tun-cdi.toml: |\n    \
+             name = \"tun-cdi\"\n    resource = \"devinject.io/tun-cdi\"\n    \
+             allocate_mode = \"cdi-annotations\"\n    [discovery]\n    nodes = [\"net/tun\"]\n"
+        ),
+    )
+    .unwrap();
+    let values = values.display().to_string();
     let installed = c
         .helm(&[
             "install",
@@ -85,18 +103,8 @@ fn installed_upgraded_rolled_back_and_uninstalled_with_helm() {
             "--namespace",
             NS,
             "--create-namespace",
-            "--set",
-            "hostNetwork=true",
-            "--set",
-            "installer.restartMode=none",
-            "--set",
-            "extraEnv[0].name=KUBERNETES_SERVICE_HOST",
-            "--set-string",
-            "extraEnv[0].value=127.0.0.1",
-            "--set",
-            "extraEnv[1].name=KUBERNETES_SERVICE_PORT",
-            "--set-string",
-            &format!("extraEnv[1].value={api_port}"),
+            "--values",
+            &values,
         ])
         .unwrap_or_else(|e| panic!("helm install: {e:#}"));
     eprintln!("$ helm install {RELEASE} deploy/helm/devinject ...\n{installed}");
@@ -112,7 +120,12 @@ fn installed_upgraded_rolled_back_and_uninstalled_with_helm() {
     );
     c.restart_containerd().expect("restart containerd");
     rollout(&c, "devinject");
-    for resource in ["devinject.io/kvm", "devinject.io/tun", "devinject.io/fuse"] {
+    for resource in [
+        "devinject.io/kvm",
+        "devinject.io/tun",
+        "devinject.io/fuse",
+        "devinject.io/tun-cdi",
+    ] {
         c.wait_allocatable(resource, "1")
             .unwrap_or_else(|e| panic!("{e:#}"));
     }
@@ -124,6 +137,40 @@ fn installed_upgraded_rolled_back_and_uninstalled_with_helm() {
         "devinject-example-tun",
         Via::RuntimeClass,
     );
+    // Through CDI: the plugin answers with a CDI name, which containerd resolves in the spec
+    // the refresher wrote into the node's /etc/cdi; the pod runs on the default runtime.
+    poll("the refresher's spec of tun-cdi", SLOW, || {
+        Ok(files_in(&c, "/etc/cdi")
+            .iter()
+            .any(|f| f.contains("tun-cdi"))
+            .then_some(()))
+    })
+    .unwrap_or_else(|e| {
+        let pod = pods(&c, NS, NODE_PODS)
+            .into_iter()
+            .next()
+            .unwrap_or_default();
+        let log = c.pod_log(&pod, "cdi-refresher");
+        panic!("{e:#}: the refresher says {log:?}\n{pod:#}")
+    });
+    c.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: tun-through-cdi\nspec:\n  hostNetwork: true\n  \
+         restartPolicy: Never\n  containers:\n  - name: main\n    image: busybox:1.36\n    \
+         command: [ls, -l, /dev/net/tun]\n    resources: {limits: {devinject.io/tun-cdi: 1}}\n",
+    )
+    .expect("apply the CDI pod");
+    let phase = c
+        .wait_pod_done("tun-through-cdi")
+        .expect("the CDI pod ends");
+    let seen = c
+        .container_log("tun-through-cdi", "main")
+        .unwrap_or_default();
+    assert!(
+        phase == "Succeeded" && seen.contains("10, 200"),
+        "the pod sees /dev/net/tun ({phase}): {seen}\n{}",
+        c.logs()
+    );
+    eprintln!("$ kubectl logs tun-through-cdi\n{}", seen.trim_end());
 
     // A pod that keeps opening its device, through the upgrade and the rollback.
     c.apply(

@@ -46,6 +46,7 @@ pub(super) fn host_mount_points(setup: &Setup) -> Vec<&'static str> {
         "/etc/crio",
         OCI_HOOKS_DIR,
         "/etc/devinject",
+        "/etc/cdi",
         "/var/log/pods",
         "/var/log/containers",
     ];
@@ -548,15 +549,16 @@ impl Node {
 
     /// The namespace the node runs in: a private mount namespace, held open by a sleeping
     /// process, where `/var/lib/kubelet` is a fresh tmpfs and `/opt`, `/etc/containerd`,
-    /// `/etc/crio`, `/etc/containers/oci/hooks.d`, `/etc/devinject`, `/var/log/pods` and
-    /// `/var/log/containers` are the node's own directories: what the node writes there (the installer included) stays in the test, and
+    /// `/etc/crio`, `/etc/containers/oci/hooks.d`, `/etc/devinject`, `/etc/cdi`, `/var/log/pods`
+    /// and `/var/log/containers` are the node's own directories: what the node writes there (the installer included) stays in the test, and
     /// no kubelet collects another node's pod logs. (`/opt` is on disk, not a tmpfs: files the
     /// installer copies there would be charged to its memory limit as unreclaimable.) With
     /// [`Setup::DaemonSetNri`], `/run/nri` is the node's own too (containerd's default NRI
     /// socket is there), with [`Setup::DaemonSetDra`] `/run/cdi` (where `/var/run/cdi`, the
-    /// default CDI directory, leads), and the namespace's mounts are then made shared, as a
-    /// systemd host's are, for the pod's `HostToContainer` hostPath of `/`; they stay in the
-    /// namespace, copies of the host's that are peers of nothing outside it.
+    /// default CDI directory, leads). Where the manifests run (the `DaemonSet` setups) the
+    /// namespace's mounts are made shared, as a systemd host's are, for the pods'
+    /// `HostToContainer` hostPath of `/`; they stay in the namespace, copies of the host's that
+    /// are peers of nothing outside it.
     fn start_namespace(&mut self, setup: &Setup) -> Result<()> {
         let node = self.dir.join("node");
         for dir in [
@@ -567,6 +569,7 @@ impl Node {
             "etc-oci-hooks",
             "etc-containerd",
             "etc-devinject",
+            "etc-cdi",
             "opt",
         ] {
             std::fs::create_dir_all(node.join(dir))?;
@@ -579,12 +582,17 @@ impl Node {
              mount --bind \"$0/etc-oci-hooks\" /etc/containers/oci/hooks.d; \
              mount --bind \"$0/log-pods\" /var/log/pods; \
              mount --bind \"$0/log-containers\" /var/log/containers; \
-             mount --bind \"$0/etc-devinject\" /etc/devinject; ",
+             mount --bind \"$0/etc-devinject\" /etc/devinject; \
+             mount --bind \"$0/etc-cdi\" /etc/cdi; ",
         );
         if let Some(dir) = own_run_dir(setup) {
-            script.push_str(&format!(
-                "mount --bind \"$0/run-own\" {dir}; mount --make-rshared /; "
-            ));
+            script.push_str(&format!("mount --bind \"$0/run-own\" {dir}; "));
+        }
+        if matches!(
+            setup,
+            Setup::DaemonSet | Setup::DaemonSetNri { .. } | Setup::DaemonSetDra { .. }
+        ) {
+            script.push_str("mount --make-rshared /; ");
         }
         if self.crio_bin.is_some() {
             // This machine's kernel has the hugetlb controller but no v1 hierarchy of it: CRI-O

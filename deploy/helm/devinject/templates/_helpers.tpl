@@ -32,6 +32,9 @@ The values that no template could render sensibly, refused with the value and th
 {{- if and (eq .Values.path "hook") (ne .Values.engine "crio") }}
 {{- fail (printf "path hook needs engine crio (CRI-O reads oci-hooks(5) files), not %q: use path runtime, nri or dra" .Values.engine) }}
 {{- end }}
+{{- if and .Values.cdiRefresher.enabled (eq .Values.path "dra") }}
+{{- fail "cdiRefresher.enabled is for the device plugin's CDI allocate modes: on the dra path the driver writes a CDI spec per claim itself; leave it false" }}
+{{- end }}
 {{- $shipped := list }}
 {{- range $f, $_ := .Files.Glob "profiles/*.toml" }}
 {{- $shipped = append $shipped (base $f | trimSuffix ".toml") }}
