@@ -22,12 +22,12 @@
 //! scripts/test.sh); skipped otherwise, a failure under CI.
 
 use devinject_tests::cluster::install::{
-    assert_files_gone, files_in, init_output, log_after_new_lines, pods, prepare_node, ready,
-    rollout, run_example, workspace_path, Via, NODE_PODS, NS,
+    assert_kvm_held, files_in, pods, prepare_node, ready, restart_and_serve, retag_image, rollout,
+    run_example, start_kvm_holder, uninstalled_byte_for_byte, workspace_path, Via, KVM_HOLDER,
+    NODE_PODS, NS,
 };
 use devinject_tests::cluster::{image, Cluster, Setup, SLOW};
-use devinject_tests::cri_node::K8S_NAMESPACE;
-use devinject_tests::daemons::{poll, run_ok};
+use devinject_tests::daemons::poll;
 use devinject_tests::skip;
 
 const RELEASE: &str = "devinject";
@@ -46,6 +46,21 @@ fn node_images(c: &Cluster) -> Vec<String> {
                 .collect::<Vec<_>>()
         })
         .collect()
+}
+
+/// `helm upgrade` of the release with its values kept but for `set`.
+fn upgrade(c: &Cluster, chart: &str, set: &str) {
+    c.helm(&[
+        "upgrade",
+        RELEASE,
+        chart,
+        "--namespace",
+        NS,
+        "--reuse-values",
+        "--set",
+        set,
+    ])
+    .unwrap_or_else(|e| panic!("helm upgrade --set {set}: {e:#}"));
 }
 
 /// Waits until every node pod runs `image` only and the DaemonSet has rolled out.
@@ -108,27 +123,16 @@ fn installed_upgraded_rolled_back_and_uninstalled_with_helm() {
         ])
         .unwrap_or_else(|e| panic!("helm install: {e:#}"));
     eprintln!("$ helm install {RELEASE} deploy/helm/devinject ...\n{installed}");
-    let install = init_output(&c, NODE_PODS, "install");
-    assert!(
-        install.contains("systemctl restart containerd"),
-        "the installer asks for a containerd restart:\n{install}"
+    restart_and_serve(
+        &mut c,
+        &before,
+        &[
+            "devinject.io/kvm",
+            "devinject.io/tun",
+            "devinject.io/fuse",
+            "devinject.io/tun-cdi",
+        ],
     );
-    assert_ne!(
-        std::fs::read(c.containerd_config()).unwrap(),
-        before,
-        "the installer configured containerd"
-    );
-    c.restart_containerd().expect("restart containerd");
-    rollout(&c, "devinject");
-    for resource in [
-        "devinject.io/kvm",
-        "devinject.io/tun",
-        "devinject.io/fuse",
-        "devinject.io/tun-cdi",
-    ] {
-        c.wait_allocatable(resource, "1")
-            .unwrap_or_else(|e| panic!("{e:#}"));
-    }
     run_example(
         &c,
         "tun",
@@ -173,42 +177,12 @@ fn installed_upgraded_rolled_back_and_uninstalled_with_helm() {
     eprintln!("$ kubectl logs tun-through-cdi\n{}", seen.trim_end());
 
     // A pod that keeps opening its device, through the upgrade and the rollback.
-    c.apply(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kvm-holder\nspec:\n  hostNetwork: true\n  \
-         runtimeClassName: devinject\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 0\n  \
-         containers:\n  - name: main\n    image: busybox:1.36\n    command: [sh, -c, 'while true; \
-         do if head -c 0 /dev/kvm; then echo kvm-open-ok; else echo kvm-open-failed; fi; sleep 0.5; done']\n    \
-         resources: {limits: {devinject.io/kvm: 1}}\n",
-    )
-    .expect("apply the holder");
-    c.wait_pod("kvm-holder", "running", |p| {
-        (p["status"]["phase"] == "Running").then_some(())
-    })
-    .expect("the holder runs");
+    start_kvm_holder(&c);
 
     // Upgrade: another image tag (the same build: what is tested is helm's rollout over
     // running pods), every other value kept.
-    let mut retag = c.node_containerd().ctr();
-    retag.args([
-        "-n",
-        K8S_NAMESPACE,
-        "images",
-        "tag",
-        "docker.io/library/devinject:0.1.0",
-        "docker.io/library/devinject:0.1.1",
-    ]);
-    run_ok(retag).expect("tag devinject:0.1.1");
-    c.helm(&[
-        "upgrade",
-        RELEASE,
-        &chart,
-        "--namespace",
-        NS,
-        "--reuse-values",
-        "--set",
-        "image.tag=0.1.1",
-    ])
-    .unwrap_or_else(|e| panic!("helm upgrade: {e:#}"));
+    retag_image(&c, "0.1.1");
+    upgrade(&c, &chart, "image.tag=0.1.1");
     rolled_to(&c, "devinject:0.1.1");
 
     // Rollback to the install's revision.
@@ -223,42 +197,19 @@ fn installed_upgraded_rolled_back_and_uninstalled_with_helm() {
         history.lines().count() == 4 && history.contains("Rollback to 1"),
         "install, upgrade and rollback are three revisions:\n{history}"
     );
-    let seen = log_after_new_lines(&c, "kvm-holder");
-    assert!(
-        !seen.contains("kvm-open-failed") && seen.lines().last() == Some("kvm-open-ok"),
-        "the running pod kept its device through the upgrade and the rollback:\n{seen}"
-    );
-    c.kubectl(&["delete", "pod", "kvm-holder", "--wait=false"])
+    assert_kvm_held(&c, "the upgrade and the rollback");
+    c.kubectl(&["delete", "pod", KVM_HOLDER, "--wait=false"])
         .unwrap();
 
     // Uninstall, as docs/uninstall.md says for the chart.
-    c.helm(&[
-        "upgrade",
-        RELEASE,
-        &chart,
-        "--namespace",
-        NS,
-        "--reuse-values",
-        "--set",
-        "installer.uninstall=true",
-    ])
-    .unwrap_or_else(|e| panic!("helm upgrade --set installer.uninstall=true: {e:#}"));
-    let removed = init_output(&c, "app.kubernetes.io/component=uninstall", "uninstall");
-    assert!(
-        removed.contains("systemctl restart containerd"),
-        "the uninstaller asks for a containerd restart:\n{removed}"
-    );
-    rollout(&c, "devinject-uninstall");
-    assert!(
-        pods(&c, NS, NODE_PODS).is_empty(),
-        "the node DaemonSet is gone with the upgrade"
-    );
-    c.restart_containerd().expect("restart containerd");
-    assert!(
-        std::fs::read(c.containerd_config()).unwrap() == before,
-        "containerd's config.toml is byte-identical to before the install"
-    );
-    assert_files_gone(&c);
+    upgrade(&c, &chart, "installer.uninstall=true");
+    uninstalled_byte_for_byte(&mut c, &before);
+    poll(
+        "the node DaemonSet's pods to go with the upgrade",
+        SLOW,
+        || Ok(pods(&c, NS, NODE_PODS).is_empty().then_some(())),
+    )
+    .unwrap_or_else(|e| panic!("{e:#}"));
     c.helm(&["uninstall", RELEASE, "--namespace", NS, "--wait"])
         .unwrap_or_else(|e| panic!("helm uninstall: {e:#}"));
     let left = c

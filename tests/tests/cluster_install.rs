@@ -18,13 +18,11 @@
 //! /dev/fuse; skipped otherwise, a failure under CI.
 
 use devinject_tests::cluster::install::{
-    api_server_reachable, assert_files_gone, init_output, log_after_new_lines, prepare_node, ready,
-    rollout, run_example, show_and_run_examples, test_overlay, workspace_file, workspace_path, Via,
-    NODE_PODS, NS,
+    api_server_reachable, assert_kvm_held, prepare_node, ready, restart_and_serve, retag_image,
+    rollout, run_example, show_and_run_examples, start_kvm_holder, test_overlay,
+    uninstalled_byte_for_byte, workspace_file, workspace_path, Via, KVM_HOLDER, NODE_PODS, NS,
 };
 use devinject_tests::cluster::{image, Cluster, Setup};
-use devinject_tests::cri_node::K8S_NAMESPACE;
-use devinject_tests::daemons::run_ok;
 
 #[test]
 fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_byte() {
@@ -45,22 +43,11 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
     );
     c.apply(&manifest)
         .expect("kubectl apply -f deploy/devinject.yaml");
-    let install = init_output(&c, NODE_PODS, "install");
-    assert!(
-        install.contains("systemctl restart containerd"),
-        "the installer asks for a containerd restart:\n{install}"
+    restart_and_serve(
+        &mut c,
+        &before,
+        &["devinject.io/kvm", "devinject.io/tun", "devinject.io/fuse"],
     );
-    assert_ne!(
-        std::fs::read(c.containerd_config()).unwrap(),
-        before,
-        "the installer configured containerd"
-    );
-    c.restart_containerd().expect("restart containerd");
-    rollout(&c, "devinject");
-    for resource in ["devinject.io/kvm", "devinject.io/tun", "devinject.io/fuse"] {
-        c.wait_allocatable(resource, "1")
-            .unwrap_or_else(|e| panic!("{e:#}"));
-    }
     show_and_run_examples(&c, Via::RuntimeClass);
     // Asked for none, sets the request variable itself: refused.
     c.apply(
@@ -100,18 +87,7 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
         .unwrap();
 
     // A pod that keeps opening its device, across the next two steps.
-    c.apply(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kvm-holder\nspec:\n  hostNetwork: true\n  \
-         runtimeClassName: devinject\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 0\n  \
-         containers:\n  - name: main\n    image: busybox:1.36\n    command: [sh, -c, 'while true; \
-         do if head -c 0 /dev/kvm; then echo kvm-open-ok; else echo kvm-open-failed; fi; sleep 0.5; done']\n    \
-         resources: {limits: {devinject.io/kvm: 1}}\n",
-    )
-    .expect("apply the holder");
-    c.wait_pod("kvm-holder", "running", |p| {
-        (p["status"]["phase"] == "Running").then_some(())
-    })
-    .expect("the holder runs");
+    start_kvm_holder(&c);
     let config_installed = std::fs::read(c.containerd_config()).unwrap();
 
     // The plugin pod goes (evicted, crashed): the DaemonSet makes a new one, whose installer
@@ -135,16 +111,7 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
 
     // An upgrade: the DaemonSet rolls to another image tag (the same build: what is tested is
     // the rollout over running pods, not a change of code).
-    let mut retag = c.node_containerd().ctr();
-    retag.args([
-        "-n",
-        K8S_NAMESPACE,
-        "images",
-        "tag",
-        "docker.io/library/devinject:0.1.0",
-        "docker.io/library/devinject:0.1.1",
-    ]);
-    run_ok(retag).expect("tag devinject:0.1.1");
+    retag_image(&c, "0.1.1");
     c.kubectl(&[
         "-n",
         NS,
@@ -170,34 +137,18 @@ fn installed_from_the_manifests_it_serves_the_examples_and_uninstalls_byte_for_b
         .unwrap();
     assert_eq!(images, "devinject:0.1.1", "the upgrade rolled out");
     // The holder kept its device through both: its latest lines still open it.
-    let seen = log_after_new_lines(&c, "kvm-holder");
-    assert!(
-        !seen.contains("kvm-open-failed") && seen.lines().last() == Some("kvm-open-ok"),
-        "the running pod kept its device through the plugin's restart and the upgrade:\n{seen}"
-    );
+    let opens = assert_kvm_held(&c, "the plugin's restart and the upgrade");
     eprintln!(
-        "kvm-holder: {} opens of /dev/kvm, all ok, across a plugin restart and an upgrade",
-        seen.lines().count()
+        "kvm-holder: {opens} opens of /dev/kvm, all ok, across a plugin restart and an upgrade"
     );
-    c.kubectl(&["delete", "pod", "kvm-holder", "--wait=false"])
+    c.kubectl(&["delete", "pod", KVM_HOLDER, "--wait=false"])
         .unwrap();
 
     // Uninstall, as docs/uninstall.md says (with the same overlay).
     c.kubectl(&["-n", NS, "delete", "ds/devinject"]).unwrap();
     let uninstall = test_overlay(&workspace_file("deploy/uninstall/daemonset.yaml"));
     c.apply(&uninstall).expect("apply the uninstall DaemonSet");
-    let removed = init_output(&c, "app.kubernetes.io/component=uninstall", "uninstall");
-    assert!(
-        removed.contains("systemctl restart containerd"),
-        "the uninstaller asks for a containerd restart:\n{removed}"
-    );
-    rollout(&c, "devinject-uninstall");
-    c.restart_containerd().expect("restart containerd");
-    assert!(
-        std::fs::read(c.containerd_config()).unwrap() == before,
-        "containerd's config.toml is byte-identical to before the install"
-    );
-    assert_files_gone(&c);
+    uninstalled_byte_for_byte(&mut c, &before);
     c.kubectl(&[
         "delete",
         "-f",

@@ -309,3 +309,89 @@ pub fn run_example(c: &Cluster, name: &str, node: &str, rdev: &str, pod: &str, v
         );
     }
 }
+
+/// After an install that configured the node's containerd (`--restart-mode=none`): the
+/// installer asked for a restart and changed containerd's config from `before`; restarts
+/// containerd as it asks, waits for the rollout and for one of each of `resources`.
+pub fn restart_and_serve(c: &mut Cluster, before: &[u8], resources: &[&str]) {
+    let install = init_output(c, NODE_PODS, "install");
+    assert!(
+        install.contains("systemctl restart containerd"),
+        "the installer asks for a containerd restart:\n{install}"
+    );
+    assert_ne!(
+        std::fs::read(c.containerd_config()).unwrap(),
+        before,
+        "the installer configured containerd"
+    );
+    c.restart_containerd().expect("restart containerd");
+    rollout(c, "devinject");
+    for resource in resources {
+        c.wait_allocatable(resource, "1")
+            .unwrap_or_else(|e| panic!("{e:#}"));
+    }
+}
+
+/// The name of the pod [`start_kvm_holder`] starts.
+pub const KVM_HOLDER: &str = "kvm-holder";
+
+/// Starts a pod that opens `/dev/kvm` twice a second through the RuntimeClass and says each
+/// time whether it could; returns once it runs.
+pub fn start_kvm_holder(c: &Cluster) {
+    c.apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {KVM_HOLDER}\nspec:\n  hostNetwork: true\n  \
+         runtimeClassName: devinject\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 0\n  \
+         containers:\n  - name: main\n    image: busybox:1.36\n    command: [sh, -c, 'while true; \
+         do if head -c 0 /dev/kvm; then echo kvm-open-ok; else echo kvm-open-failed; fi; sleep 0.5; done']\n    \
+         resources: {{limits: {{devinject.io/kvm: 1}}}}\n",
+    ))
+    .expect("apply the holder");
+    c.wait_pod(KVM_HOLDER, "running", |p| {
+        (p["status"]["phase"] == "Running").then_some(())
+    })
+    .expect("the holder runs");
+}
+
+/// Asserts that the [`start_kvm_holder`] pod opened its device every time since it was last
+/// read (`through` says across what), and returns how many times.
+pub fn assert_kvm_held(c: &Cluster, through: &str) -> usize {
+    let seen = log_after_new_lines(c, KVM_HOLDER);
+    assert!(
+        !seen.contains("kvm-open-failed") && seen.lines().last() == Some("kvm-open-ok"),
+        "the running pod kept its device through {through}:\n{seen}"
+    );
+    seen.lines().count()
+}
+
+/// Tags the node's imported `devinject:0.1.0` as `devinject:<tag>` (the same build under another
+/// tag: what an upgrade test tests is the rollout over running pods, not a change of code).
+pub fn retag_image(c: &Cluster, tag: &str) {
+    let mut retag = c.node_containerd().ctr();
+    retag.args([
+        "-n",
+        K8S_NAMESPACE,
+        "images",
+        "tag",
+        "docker.io/library/devinject:0.1.0",
+        &format!("docker.io/library/devinject:{tag}"),
+    ]);
+    run_ok(retag).unwrap_or_else(|e| panic!("tag devinject:{tag}: {e:#}"));
+}
+
+/// After the uninstall DaemonSet has been applied for an install that configured containerd:
+/// the uninstaller asked for a restart; restarts containerd, and asserts its config is `before`
+/// byte for byte and no file of devinject is left on the node.
+pub fn uninstalled_byte_for_byte(c: &mut Cluster, before: &[u8]) {
+    let removed = init_output(c, "app.kubernetes.io/component=uninstall", "uninstall");
+    assert!(
+        removed.contains("systemctl restart containerd"),
+        "the uninstaller asks for a containerd restart:\n{removed}"
+    );
+    rollout(c, "devinject-uninstall");
+    c.restart_containerd().expect("restart containerd");
+    assert!(
+        std::fs::read(c.containerd_config()).unwrap() == before,
+        "containerd's config.toml is byte-identical to before the install"
+    );
+    assert_files_gone(c);
+}
