@@ -359,7 +359,7 @@ fn run(compare: Option<(String, PathBuf)>) -> Result<()> {
     ])?;
     drop(c);
     dra()?;
-    dra_idle()
+    idle()
 }
 
 /// The DRA rows: a cluster whose node runs `devinject-dra` and the device plugin (answering
@@ -423,41 +423,81 @@ fn dra() -> Result<()> {
     Ok(())
 }
 
-/// How long each idle window of the DRA driver is measured.
+/// How long each idle window is measured.
 const IDLE_WINDOW: Duration = Duration::from_secs(30);
 
-/// The DRA driver's cost on a node where nothing changes: a cluster whose node runs
-/// `devinject-dra` alone, its slices published, then two windows of [`IDLE_WINDOW`] (the second
-/// an A/A of the first): CPU seconds per hour and wakeups per second (context switches of all
-/// its threads, voluntary and not, from `/proc/<pid>/task/*/status`).
-fn dra_idle() -> Result<()> {
+/// Each long-running daemon's cost on a node where nothing changes: the device plugin and
+/// `devinject-nri` on a node of [`Setup::Nri`] (both as processes, the demo devices
+/// advertised), then `devinject-dra` alone on a node of [`Setup::Dra`] (its slices published);
+/// after a settle, two windows of [`IDLE_WINDOW`] (the second an A/A of the first) of each:
+/// CPU seconds per hour and wakeups per second (context switches of all its threads, voluntary
+/// and not, from `/proc/<pid>/task/*/status`).
+fn idle() -> Result<()> {
     let containerd = devinject_tests::runtimes::containerd("2")
         .context("containerd 2 (scripts/runtimes-fetch.sh)")?;
+    let accels = devinject_tests::sim::ACCELS.len();
+    let c = Cluster::start_with(Setup::Nri {
+        containerd: containerd.bin.clone(),
+    })?;
+    c.wait_allocatable("devinject.io/demo", &accels.to_string())?;
+    emit(&format!(
+        "\n### 6c. Each daemon on an idle node (Kubernetes {}, one node, {} s windows)\n\n\
+         | daemon | window | CPU s per hour | wakeups per s |\n|---|---|---|---|",
+        c.kubernetes().version(),
+        IDLE_WINDOW.as_secs()
+    ));
+    idle_windows(&[
+        (
+            "devinject-device-plugin",
+            c.node().plugin_pid().context("the device plugin's pid")?,
+        ),
+        (
+            "devinject-nri",
+            c.node().nri_plugin_pid().context("devinject-nri's pid")?,
+        ),
+    ])?;
+    drop(c);
     let c = Cluster::start_with(Setup::Dra {
         containerd: containerd.bin,
         beside: DraBeside::Nothing,
     })?;
-    c.wait_resource_slices(devinject_tests::sim::ACCELS.len())?;
-    let pid = c.node().dra_plugin_pid().context("the DRA driver's pid")?;
-    // Let the start's work settle (registration, the first applies, the health stream).
+    c.wait_resource_slices(accels)?;
+    idle_windows(&[(
+        "devinject-dra",
+        c.node().dra_plugin_pid().context("the DRA driver's pid")?,
+    )])
+}
+
+/// Two windows of [`IDLE_WINDOW`] over `daemons` (name, pid) at once, after a 5 s settle (the
+/// start's registration, first publications and health streams): a row per daemon and window.
+fn idle_windows(daemons: &[(&str, u32)]) -> Result<()> {
     std::thread::sleep(Duration::from_secs(5));
-    emit(&format!(
-        "\n### 6c. The DRA driver on an idle node (Kubernetes {}, one node, {} s windows)\n\n\
-         | window | CPU s per hour | wakeups per s |\n|---|---|---|",
-        c.kubernetes().version(),
-        IDLE_WINDOW.as_secs()
-    ));
+    let sample = || -> Result<Vec<(Duration, u64)>> {
+        daemons
+            .iter()
+            .map(|&(_, pid)| Ok((process_cpu(pid)?, context_switches(pid)?)))
+            .collect()
+    };
+    let mut rows = Vec::new();
     for window in ["first", "second (A/A)"] {
-        let (cpu0, switches0) = (process_cpu(pid)?, context_switches(pid)?);
+        let before = sample()?;
         let started = Instant::now();
         std::thread::sleep(IDLE_WINDOW);
         let secs = started.elapsed().as_secs_f64();
-        let (cpu1, switches1) = (process_cpu(pid)?, context_switches(pid)?);
-        emit(&format!(
-            "| {window} | {:.3} | {:.2} |",
-            (cpu1 - cpu0).as_secs_f64() / secs * 3600.0,
-            switches1.saturating_sub(switches0) as f64 / secs
-        ));
+        for (((name, _), (cpu0, switches0)), (cpu1, switches1)) in
+            daemons.iter().zip(before).zip(sample()?)
+        {
+            rows.push((
+                *name,
+                window,
+                (cpu1 - cpu0).as_secs_f64() / secs * 3600.0,
+                switches1.saturating_sub(switches0) as f64 / secs,
+            ));
+        }
+    }
+    rows.sort_by_key(|r| r.0);
+    for (name, window, cpu, wakeups) in rows {
+        emit(&format!("| {name} | {window} | {cpu:.3} | {wakeups:.2} |"));
     }
     Ok(())
 }
@@ -560,15 +600,15 @@ struct Cli {
     /// Only the DRA rows (section 6b).
     #[arg(long)]
     dra_only: bool,
-    /// Only the DRA driver's idle cost (section 6c).
+    /// Only each daemon's idle cost (section 6c).
     #[arg(long)]
-    dra_idle: bool,
+    idle: bool,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = if cli.dra_idle {
-        dra_idle()
+    let result = if cli.idle {
+        idle()
     } else if cli.dra_only {
         dra()
     } else {
