@@ -72,7 +72,8 @@ pub struct Device {
     pub index: usize,
     /// The matched node's file name, e.g. `accel0`.
     pub name: String,
-    /// The device's own nodes: the matched node first, then the profile's `device_nodes`.
+    /// The device's own nodes: the matched node first, then the profile's `device_nodes`, then
+    /// the `discovery.links` that lead to the matched node, each at the link's path.
     pub nodes: Vec<DeviceNode>,
     /// NUMA node, when sysfs tells one.
     pub numa_node: Option<i64>,
@@ -163,6 +164,7 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
         alias_values: &alias_values,
         alias_keys,
     };
+    let links = links_under(&roots.dev_root, &profile.discovery.links, &pname)?;
     let mut devices: Vec<Device> = Vec::new();
     let mut withdrawn: Vec<Withdrawn> = Vec::new();
     // The first node found with each id. Devices that share an id are all withdrawn: none of
@@ -177,6 +179,8 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
                 continue;
             }
         };
+        let mut device = device;
+        add_links(&mut device, &links);
         let Some(first) = first_with.get(&device.id) else {
             first_with.insert(device.id.clone(), path);
             devices.push(device);
@@ -347,6 +351,53 @@ impl DeviceContext<'_> {
             aliases,
         }))
     }
+}
+
+/// The device nodes the symbolic links matching `globs` under `dev_root` lead to, each at the
+/// link's path: the host's `/dev` is trusted, so the link is followed as the host resolves it.
+/// What is not a link, or leads to no device node, is left out.
+fn links_under(
+    dev_root: &Path,
+    globs: &[String],
+    profile: &ProfileName,
+) -> Result<Vec<DeviceNode>, DiscoveryError> {
+    let mut out = Vec::new();
+    for g in globs {
+        let mut found = glob_under(dev_root, g, profile)?;
+        found.sort();
+        for path in found {
+            let is_link = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink());
+            match DeviceNode::from_host(&path, dev_root) {
+                Ok(node) if is_link => out.push(node),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(%profile, link = %path.display(), error = %e, "skipping link")
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Gives `device` the links among `links` that lead to its own first node (the matched one):
+/// the same type and numbers, at the link's path.
+fn add_links(device: &mut Device, links: &[DeviceNode]) {
+    let Some(own) = device.nodes.first() else {
+        return;
+    };
+    let same = |l: &DeviceNode| (l.kind, l.major, l.minor) == (own.kind, own.major, own.minor);
+    let mine: Vec<DeviceNode> = links
+        .iter()
+        .filter(|l| {
+            same(l)
+                && !device
+                    .nodes
+                    .iter()
+                    .any(|n| n.container_path == l.container_path)
+        })
+        .cloned()
+        .collect();
+    device.nodes.extend(mine);
 }
 
 fn nodes_from_specs(

@@ -162,6 +162,12 @@ pub struct DiscoverySpec {
     /// Globs relative to the dev root; every matching char or block node is one device.
     #[serde(default)]
     pub nodes: Vec<String>,
+    /// Globs relative to the dev root of the stable links users open a device by
+    /// (`serial/by-id/*`, `serial/by-path/*`, `disk/by-id/*`): each match that is a symbolic
+    /// link to one of a device's nodes gives that device one more node, at the link's path in
+    /// the container, of the same type and numbers. At most [`MAX_LINK_GLOBS`].
+    #[serde(default)]
+    pub links: Vec<String>,
     /// Where each device's id comes from.
     #[serde(default)]
     pub id: IdSource,
@@ -200,6 +206,9 @@ pub struct DiscoverySpec {
     #[serde(default)]
     pub pci: Vec<PciSelector>,
 }
+
+/// The most globs `discovery.links` may list.
+pub const MAX_LINK_GLOBS: usize = 16;
 
 /// The most `[[discovery.usb]]` or `[[discovery.pci]]` selectors a profile may list.
 pub const MAX_BUS_SELECTORS: usize = 64;
@@ -530,6 +539,20 @@ impl Profile {
             check_relative(g).map_err(|p| invalid(&format!("discovery.nodes[{i}]"), p))?;
             glob::Pattern::new(g)
                 .map_err(|e| invalid(&format!("discovery.nodes[{i}]"), format!("bad glob: {e}")))?;
+        }
+        if raw.discovery.links.len() > MAX_LINK_GLOBS {
+            return Err(invalid(
+                "discovery.links",
+                format!(
+                    "lists {} globs, more than {MAX_LINK_GLOBS}: name the link directories, e.g. \"serial/by-id/*\"",
+                    raw.discovery.links.len()
+                ),
+            ));
+        }
+        for (i, g) in raw.discovery.links.iter().enumerate() {
+            check_relative(g).map_err(|p| invalid(&format!("discovery.links[{i}]"), p))?;
+            glob::Pattern::new(g)
+                .map_err(|e| invalid(&format!("discovery.links[{i}]"), format!("bad glob: {e}")))?;
         }
         if raw.discovery.id == IdSource::Sysfs && raw.discovery.id_sysfs.is_none() {
             return Err(invalid(

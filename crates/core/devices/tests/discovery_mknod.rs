@@ -408,3 +408,95 @@ path = "sim/dma{n}"
     assert_eq!(withdrawn[1].0, dev.join("sim/accel3"));
     assert!(withdrawn[1].1.contains("sim/dma3"), "{}", withdrawn[1].1);
 }
+
+/// An FTDI serial adapter at USB `port` with `serial`, whose tty `tty` (char 188:`minor`) sits
+/// below its first interface, as the kernel lays it out.
+fn ftdi_adapter(sys: &Path, port: &str, serial: &str, tty: &str, minor: u32) {
+    let dir = sys.join("devices/pci0000:00/0000:00:14.0/usb2").join(port);
+    let node_dir = dir.join(format!("{port}:1.0/{tty}/tty/{tty}"));
+    std::fs::create_dir_all(&node_dir).unwrap();
+    for (attr, value) in [
+        ("idVendor", "0403"),
+        ("idProduct", "6001"),
+        ("serial", serial),
+    ] {
+        std::fs::write(dir.join(attr), format!("{value}\n")).unwrap();
+    }
+    std::fs::create_dir_all(sys.join("dev/char")).unwrap();
+    std::os::unix::fs::symlink(
+        format!("../../devices/pci0000:00/0000:00:14.0/usb2/{port}/{port}:1.0/{tty}/tty/{tty}"),
+        sys.join("dev/char").join(format!("188:{minor}")),
+    )
+    .unwrap();
+}
+
+/// A serial adapter chosen by its USB ids and serial gets, besides its tty, the stable links
+/// udev made for it (`/dev/serial/by-id/...`), each as a node of the tty's numbers at the
+/// link's path; another adapter's links, a link to nothing, and a file that is no link are
+/// not given. Unplugged, the device and its links are gone.
+#[test]
+fn a_serial_adapter_comes_with_its_stable_links() {
+    if !can_mknod() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (dev, sys) = (t.path().join("dev"), t.path().join("sys"));
+    let by_id = dev.join("serial/by-id");
+    std::fs::create_dir_all(&by_id).unwrap();
+    std::fs::create_dir_all(dev.join("serial/by-path")).unwrap();
+    for (port, serial, tty, minor) in [
+        ("2-3", "A50285BI", "ttyUSB0", 0),
+        ("2-4", "B7", "ttyUSB1", 1),
+    ] {
+        mknod_char(&dev.join(tty), 188, minor);
+        ftdi_adapter(&sys, port, serial, tty, minor);
+        std::os::unix::fs::symlink(
+            format!("../../{tty}"),
+            by_id.join(format!("usb-FTDI_FT232R_USB_UART_{serial}-if00-port0")),
+        )
+        .unwrap();
+    }
+    std::os::unix::fs::symlink(
+        "../../ttyUSB0",
+        dev.join("serial/by-path/pci-0000:00:14.0-usb-0:3:1.0-port0"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("../../ttyUSB9", by_id.join("usb-gone-if00-port0")).unwrap();
+    std::fs::write(by_id.join("README"), "not a link\n").unwrap();
+    let profile = Profile::parse(
+        "name = \"ftdi\"\nresource = \"example.com/ftdi\"\n[discovery]\nnodes = [\"ttyUSB*\"]\n\
+         links = [\"serial/by-id/*\", \"serial/by-path/*\"]\nid = \"bus\"\n\
+         [[discovery.usb]]\nvendor = \"0403\"\nproduct = \"6001\"\nserial = \"A50285BI\"\n",
+        Path::new("ftdi.toml"),
+    )
+    .unwrap();
+    let roots = roots_under(t.path());
+    let inv = discover(&profile, &roots).unwrap();
+    assert_eq!(inv.devices.len(), 1, "{:?}", inv.devices);
+    let nodes: Vec<(String, u32, u32)> = inv.devices[0]
+        .nodes
+        .iter()
+        .map(|n| (n.container_path.display().to_string(), n.major, n.minor))
+        .collect();
+    assert_eq!(
+        nodes,
+        [
+            ("/dev/ttyUSB0".to_owned(), 188, 0),
+            (
+                "/dev/serial/by-id/usb-FTDI_FT232R_USB_UART_A50285BI-if00-port0".to_owned(),
+                188,
+                0
+            ),
+            (
+                "/dev/serial/by-path/pci-0000:00:14.0-usb-0:3:1.0-port0".to_owned(),
+                188,
+                0
+            ),
+        ]
+    );
+
+    // Unplugged: udev removes the tty and its links.
+    std::fs::remove_file(dev.join("ttyUSB0")).unwrap();
+    std::fs::remove_file(by_id.join("usb-FTDI_FT232R_USB_UART_A50285BI-if00-port0")).unwrap();
+    assert!(discover(&profile, &roots).unwrap().devices.is_empty());
+}
