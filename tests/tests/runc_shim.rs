@@ -307,3 +307,70 @@ fn shim_takes_a_flag_value_that_begins_with_a_dash() {
         "the decoy in the working directory was edited"
     );
 }
+
+/// A device's stable link (`discovery.links`) reaches the container on both engine paths of
+/// runc: the demo profile given `demo/by-id/*`, where a link leads to accel0 and another to
+/// accel2; granted 0 and 1, the container opens accel0 at its link's path too, and accel2's link
+/// is absent.
+#[test]
+fn a_devices_stable_link_is_a_node_at_the_links_path_for_the_hook_and_the_shim() {
+    if !require_runc_demo() {
+        return;
+    }
+    let t = walkable_tempdir().unwrap();
+    let host = demo_host(&t.path().join("host"), &["demo"]).unwrap();
+    let by_id = host.dev_root.join("demo/by-id");
+    std::fs::create_dir_all(&by_id).unwrap();
+    for (link, node) in [("first-accel", "accel0"), ("third-accel", "accel2")] {
+        std::os::unix::fs::symlink(format!("../{node}"), by_id.join(link)).unwrap();
+    }
+    let profile = host.profiles_dir.join("demo.toml");
+    let text = std::fs::read_to_string(&profile).unwrap();
+    std::fs::write(
+        &profile,
+        text.replacen(
+            "[discovery]\n",
+            "[discovery]\nlinks = [\"demo/by-id/*\"]\n",
+            1,
+        ),
+    )
+    .unwrap();
+    let args = devinject_tests::probe::probe_args(
+        &[
+            "/dev/demo/accel0",
+            "/dev/demo/by-id/first-accel",
+            "/dev/demo/by-id/third-accel",
+        ],
+        &[],
+    );
+    for path in ["hook", "shim"] {
+        let mut b = Bundle::new(&t.path().join(format!("bundle-{path}")), &args).unwrap();
+        b.env("DEMO_VISIBLE_DEVICES=0,1");
+        let out = if path == "hook" {
+            b.hook("createRuntime", &bin("devinject-hook"), &host.config);
+            b.run(&container_id("link-hook")).unwrap()
+        } else {
+            let cmd = shim_cmd(&host, &runc_path());
+            let cmd_refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+            b.run_with(&cmd_refs, &container_id("link-shim")).unwrap()
+        };
+        assert!(out.status.success(), "{path}: {}", describe(&out));
+        let report = Report::parse(&String::from_utf8_lossy(&out.stdout));
+        let link = report.node("/dev/demo/by-id/first-accel");
+        assert_eq!(
+            (
+                link.kind.as_str(),
+                link.major,
+                link.minor,
+                link.open.as_str()
+            ),
+            ("c", 10, 237, "ok"),
+            "{path}: accel0 at its link's path"
+        );
+        assert_eq!(
+            report.node("/dev/demo/by-id/third-accel").kind,
+            "missing",
+            "{path}: the ungranted device's link"
+        );
+    }
+}
