@@ -24,8 +24,10 @@ render, and the manifests agree with the profiles and the installer.
   (helm.sh/chart, app.kubernetes.io/managed-by), the chart's checksum/profiles annotation and
   kustomize's hash suffix on the profiles ConfigMap (the two ways of rolling the pods when the
   profiles change), and the order of volumes, mounts and containers (named, not ordered; the
-  engines mount parents before children whatever the order). Without helm the chart is
-  reported as skipped.
+  engines mount parents before children whatever the order). Where the cluster serves the
+  ServiceMonitor API (`--api-versions`), each path's render adds a Service over the node pods'
+  metrics ports and a ServiceMonitor scraping them. Without helm the chart is reported as
+  skipped.
 - deploy/base/profiles/ holds exactly the repository's profiles/, every profile has an example
   pod asking for its resource, and the RuntimeClass handler is the installer's runtime name.
 
@@ -520,9 +522,53 @@ def check_chart(helm, kubectl):
                 fail(f"helm template -f ci/{values.name} against {label}: {p}")
         else:
             print(f"ok   helm template -f ci/{values.name} renders the objects of {label}")
+    check_service_monitor(helm)
     for kdir in sorted(kdirs - covered):
         fail(f"deploy/{kdir} has no values file deploy/helm/devinject/ci/"
              f"{'base' if kdir == 'base' else kdir.removeprefix('overlays/')}-values.yaml")
+
+
+def check_service_monitor(helm):
+    """Where the cluster serves the Prometheus Operator's ServiceMonitor, the chart adds a
+    headless Service over the node pods' metrics ports and a ServiceMonitor scraping them, for
+    each path; elsewhere neither (the comparison with kustomize holds that)."""
+    for path, ports in [("runtime", {"device-plugin": 9470}),
+                        ("nri", {"device-plugin": 9470, "nri": 9471}),
+                        ("dra", {"dra": 9473})]:
+        label = f"helm template --set path={path} with the ServiceMonitor API"
+        out = subprocess.run([helm, "template", "devinject", str(CHART),
+                              "--namespace", "devinject-system", "--set", f"path={path}",
+                              "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            fail(f"{label}: {out.stderr.strip()}")
+            continue
+        docs = [d for d in yaml.safe_load_all(out.stdout) if d is not None]
+        by_kind = {d["kind"]: d for d in docs
+                   if d["kind"] in ("Service", "ServiceMonitor", "DaemonSet")}
+        service, monitor, ds = (by_kind.get(k) for k in ("Service", "ServiceMonitor", "DaemonSet"))
+        if service is None or monitor is None:
+            fail(f"{label}: renders no {'Service' if service is None else 'ServiceMonitor'}")
+            continue
+        validate_objects(label, [service])
+        pod = ds["spec"]["template"]
+        if any(pod["metadata"]["labels"].get(k) != v
+               for k, v in service["spec"]["selector"].items()):
+            fail(f"{label}: the Service's selector {service['spec']['selector']} misses the pods")
+        served = {p["containerPort"] for c in pod["spec"]["containers"]
+                  for p in c.get("ports", []) if p["name"] == "metrics"}
+        named = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+        if named != ports or set(named.values()) != served:
+            fail(f"{label}: the Service's ports {named} are not the pods' metrics ports "
+                 f"{sorted(served)}")
+        scraped = {e["port"] for e in monitor["spec"]["endpoints"]}
+        selects = all(service["metadata"]["labels"].get(k) == v
+                      for k, v in monitor["spec"]["selector"]["matchLabels"].items())
+        if scraped != set(named) or not selects:
+            fail(f"{label}: the ServiceMonitor scrapes {sorted(scraped)}, "
+                 "not the ports of the Service it must select")
+        else:
+            print(f"ok   {label}: a Service and a ServiceMonitor over the ports {named}")
 
 
 def main():
