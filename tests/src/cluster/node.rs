@@ -46,13 +46,29 @@ pub(super) fn host_mount_points(setup: &Setup) -> Vec<&'static str> {
         "/etc/crio",
         OCI_HOOKS_DIR,
         "/etc/devinject",
-        "/etc/cdi",
         "/var/log/pods",
         "/var/log/containers",
     ];
+    if manifests_run(setup) {
+        dirs.push(CDI_REFRESHER_DIR);
+    }
     dirs.extend(own_run_dir(setup));
     dirs
 }
+
+/// Whether the test applies the manifests on nodes of `setup` (the `DaemonSet` setups): their
+/// pods then need what a systemd host gives them, shared mounts, and the node's own
+/// [`CDI_REFRESHER_DIR`].
+fn manifests_run(setup: &Setup) -> bool {
+    matches!(
+        setup,
+        Setup::DaemonSet | Setup::DaemonSetNri { .. } | Setup::DaemonSetDra { .. }
+    )
+}
+
+/// Where the manifests' CDI refresher writes its specs on a node, and containerd 2 reads them
+/// by default: the node's own directory where the manifests run.
+const CDI_REFRESHER_DIR: &str = "/etc/cdi";
 
 /// The directory below `/run` the node namespace of `setup` has of its own (a DaemonSet's pod
 /// writes there through a hostPath), if any.
@@ -549,16 +565,16 @@ impl Node {
 
     /// The namespace the node runs in: a private mount namespace, held open by a sleeping
     /// process, where `/var/lib/kubelet` is a fresh tmpfs and `/opt`, `/etc/containerd`,
-    /// `/etc/crio`, `/etc/containers/oci/hooks.d`, `/etc/devinject`, `/etc/cdi`, `/var/log/pods`
-    /// and `/var/log/containers` are the node's own directories: what the node writes there (the installer included) stays in the test, and
+    /// `/etc/crio`, `/etc/containers/oci/hooks.d`, `/etc/devinject`, `/var/log/pods` and
+    /// `/var/log/containers` are the node's own directories: what the node writes there (the installer included) stays in the test, and
     /// no kubelet collects another node's pod logs. (`/opt` is on disk, not a tmpfs: files the
     /// installer copies there would be charged to its memory limit as unreclaimable.) With
     /// [`Setup::DaemonSetNri`], `/run/nri` is the node's own too (containerd's default NRI
     /// socket is there), with [`Setup::DaemonSetDra`] `/run/cdi` (where `/var/run/cdi`, the
-    /// default CDI directory, leads). Where the manifests run (the `DaemonSet` setups) the
-    /// namespace's mounts are made shared, as a systemd host's are, for the pods'
-    /// `HostToContainer` hostPath of `/`; they stay in the namespace, copies of the host's that
-    /// are peers of nothing outside it.
+    /// default CDI directory, leads). Where the manifests run (the `DaemonSet` setups)
+    /// `/etc/cdi` is the node's own too (the CDI refresher's), and the namespace's mounts are
+    /// made shared, as a systemd host's are, for the pods' `HostToContainer` hostPath of `/`;
+    /// they stay in the namespace, copies of the host's that are peers of nothing outside it.
     fn start_namespace(&mut self, setup: &Setup) -> Result<()> {
         let node = self.dir.join("node");
         for dir in [
@@ -582,17 +598,15 @@ impl Node {
              mount --bind \"$0/etc-oci-hooks\" /etc/containers/oci/hooks.d; \
              mount --bind \"$0/log-pods\" /var/log/pods; \
              mount --bind \"$0/log-containers\" /var/log/containers; \
-             mount --bind \"$0/etc-devinject\" /etc/devinject; \
-             mount --bind \"$0/etc-cdi\" /etc/cdi; ",
+             mount --bind \"$0/etc-devinject\" /etc/devinject; ",
         );
         if let Some(dir) = own_run_dir(setup) {
             script.push_str(&format!("mount --bind \"$0/run-own\" {dir}; "));
         }
-        if matches!(
-            setup,
-            Setup::DaemonSet | Setup::DaemonSetNri { .. } | Setup::DaemonSetDra { .. }
-        ) {
-            script.push_str("mount --make-rshared /; ");
+        if manifests_run(setup) {
+            script.push_str(&format!(
+                "mount --bind \"$0/etc-cdi\" {CDI_REFRESHER_DIR}; mount --make-rshared /; "
+            ));
         }
         if self.crio_bin.is_some() {
             // This machine's kernel has the hugetlb controller but no v1 hierarchy of it: CRI-O
