@@ -171,7 +171,7 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
     // them could be told apart in a request.
     let mut first_with: HashMap<DeviceId, PathBuf> = HashMap::new();
     for path in matched {
-        let device = match ctx.device(&path, devices.len()) {
+        let mut device = match ctx.device(&path, devices.len()) {
             Ok(Some(device)) => device,
             Ok(None) => continue,
             Err(error) => {
@@ -179,7 +179,6 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
                 continue;
             }
         };
-        let mut device = device;
         add_links(&mut device, &links);
         let Some(first) = first_with.get(&device.id) else {
             first_with.insert(device.id.clone(), path);

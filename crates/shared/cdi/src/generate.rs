@@ -89,9 +89,10 @@ pub fn generate(req: &CdiRequest) -> Result<CdiReport> {
         };
         let not_exported = (profile.prepare.is_some() && !inventory.devices.is_empty())
             .then(|| PREPARE_NOT_EXPORTED.to_owned());
+        // Driver files are resolved only for a profile whose devices are exported.
         let mut spec = match &files {
-            Some(files) if not_exported.is_none() => build_spec(req, profile, &inventory, files)?,
-            _ => None,
+            Some(files) => build_spec(req, profile, &inventory, files)?,
+            None => None,
         };
         let left_out = match (&mut spec, req.newest_version) {
             (Some(spec), Some(newest)) => fit(spec, newest).map_err(|why| CdiError::Devices {
