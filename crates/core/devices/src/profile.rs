@@ -306,6 +306,13 @@ pub struct PrepareSpec {
     /// The functions a container may ask for; the program gets the chosen one's id.
     #[serde(default)]
     pub functions: Vec<FunctionSpec>,
+    /// DRA only: the program runs when the scheduler allocates a claim the device, and the pod
+    /// is bound to the node only once it succeeded (the devices' binding conditions); a
+    /// failure sends the pod to another device or node (docs/prepare.md, "Before binding").
+    /// Where the API server has no binding conditions, and on every other path, the program
+    /// runs before the container starts, as without this key.
+    #[serde(default)]
+    pub before_binding: bool,
 }
 
 /// One function a prepare step can load.
