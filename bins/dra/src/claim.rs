@@ -143,6 +143,11 @@ pub struct AllocatedDevice {
     /// The allocation's share of a device many claims share by capacity (the API server's
     /// UID for it), `None` for a device allocated whole.
     pub share_id: Option<String>,
+    /// Whether the allocation carries the driver's binding condition
+    /// ([`crate::slices::PREPARED_CONDITION`]): the scheduler bound the pod only once the
+    /// device's prepare step had run ([`crate::binding`]), so the kubelet's prepare does not
+    /// run it again.
+    pub prepared_before_binding: bool,
 }
 
 /// A claim's toleration of a device taint, as the allocation result records it.
@@ -309,6 +314,11 @@ pub fn read(
                 })
                 .collect(),
             share_id: r.share_id.clone(),
+            prepared_before_binding: r
+                .binding_conditions
+                .iter()
+                .flatten()
+                .any(|c| c == crate::slices::PREPARED_CONDITION),
         });
     }
     // Class entries first: the claim's own configuration refines its class's.
@@ -509,6 +519,7 @@ mod tests {
         let mut admin = result("b", DRIVER, "node-a/kvm", "kvm-kvm");
         admin.admin_access = Some(true);
         admin.share_id = Some("5d2c9a61-0f3e-4b7a-8c1d-2e3f4a5b6c7d".into());
+        admin.binding_conditions = Some(vec![crate::slices::PREPARED_CONDITION.into()]);
         let c = claim(
             vec![
                 result("a", DRIVER, "node-a/demo", "demo-1"),
@@ -528,6 +539,7 @@ mod tests {
                     admin_access: false,
                     tolerations: Vec::new(),
                     share_id: None,
+                    prepared_before_binding: false,
                 },
                 AllocatedDevice {
                     request: "b".into(),
@@ -536,6 +548,7 @@ mod tests {
                     admin_access: true,
                     tolerations: Vec::new(),
                     share_id: Some("5d2c9a61-0f3e-4b7a-8c1d-2e3f4a5b6c7d".into()),
+                    prepared_before_binding: true,
                 },
             ]
         );

@@ -21,10 +21,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use devinject_contained::prepare_step::run_all_by;
+use devinject_contained::prepare_step::{run_all, run_all_by};
 use devinject_devices::{
     discover, prepare_runs, resolve_driver_files, DeviceId, Excerpt, FunctionRequest, HostRoots,
-    PrepareRun, Profile, ProfileSet,
+    Inventory, PrepareRun, Profile, ProfileSet,
 };
 use devinject_hostfs::host_dir::HostDir;
 use k8s_openapi::api::resource::v1::ResourceClaim;
@@ -43,6 +43,46 @@ use crate::slices::{
     device_attributes, device_names, unhealthy_taint, ATTR_PARTITION, ATTR_REPLICA,
 };
 use devinject_devices::request::split_replica;
+
+/// The prepare runs of `profile` for each function's devices in `by_function` (`None`: the
+/// profile's default), the function checked against the profile.
+fn runs(
+    what: &str,
+    profile: &Profile,
+    inventory: &Inventory,
+    by_function: &BTreeMap<Option<String>, Vec<DeviceId>>,
+) -> Result<Vec<PrepareRun>, String> {
+    let mut runs = Vec::new();
+    for (function, ids) in by_function {
+        let request = function.as_ref().map(|value| FunctionRequest {
+            profile: profile.name.clone(),
+            origin: format!("the opaque parameter `function` of {what}"),
+            value: value.clone(),
+        });
+        runs.extend(
+            prepare_runs(profile, inventory, ids, request.as_ref()).map_err(|e| e.to_string())?,
+        );
+    }
+    Ok(runs)
+}
+
+/// How [`Driver::prepare_before_binding`] ended for a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BeforeBinding {
+    /// The claim has no device of this node that prepares before binding.
+    Nothing,
+    /// Every such device's prepare step succeeded.
+    Prepared(Vec<AllocatedDevice>),
+    /// A prepare step failed (`message`), that of `failed` (`None`: before any ran).
+    Failed {
+        /// The claim's devices that prepare before binding.
+        devices: Vec<AllocatedDevice>,
+        /// The device whose step failed: its profile and id.
+        failed: Option<(String, String)>,
+        /// Why, for the claim's device status and the log.
+        message: String,
+    },
+}
 
 /// What the driver logs for each claim it prepared, with `took_us`, the time from the kubelet's
 /// call to the answer (the benchmark reads it).
@@ -367,7 +407,7 @@ impl Driver {
     }
 
     /// This node's pools, one per profile.
-    fn pools(&self) -> BTreeSet<String> {
+    pub(crate) fn pools(&self) -> BTreeSet<String> {
         self.config
             .profiles
             .iter()
@@ -383,13 +423,16 @@ impl Driver {
 
     /// Plans `claim`'s devices (its UID checked: `uid`), grouped by profile: each device mapped
     /// back to a discovered, healthy one, the profile's prepare runs with the function the
-    /// claim's configuration chose for its request, and the spec, built but not written.
+    /// claim's configuration chose for its request (but for devices prepared before binding,
+    /// unless `again`: the claim is prepared again, e.g. after the node rebooted), and the
+    /// spec, built but not written.
     fn plan(
         &self,
         what: &str,
         uid: &str,
         allocation: &Allocation,
         requests: &mut BTreeMap<String, Vec<MetadataDevice>>,
+        again: bool,
     ) -> Result<Vec<ProfilePlan>, String> {
         let mut by_profile: BTreeMap<String, Vec<&AllocatedDevice>> = BTreeMap::new();
         for d in &allocation.devices {
@@ -479,23 +522,14 @@ impl Driver {
                 // The partition's id: the spec gives its container the units it covers.
                 let spec_id = if partition.is_some() { published } else { id };
                 pairs.push((d.device.clone(), spec_id.to_owned()));
-                by_function
-                    .entry(allocation.config(&d.request).function)
-                    .or_default()
-                    .push(device.id.clone());
+                if again || !d.prepared_before_binding {
+                    by_function
+                        .entry(allocation.config(&d.request).function)
+                        .or_default()
+                        .push(device.id.clone());
+                }
             }
-            let mut runs = Vec::new();
-            for (function, ids) in &by_function {
-                let request = function.as_ref().map(|value| FunctionRequest {
-                    profile: profile.name.clone(),
-                    origin: format!("the opaque parameter `function` of {what}"),
-                    value: value.clone(),
-                });
-                runs.extend(
-                    prepare_runs(profile, &inventory, ids, request.as_ref())
-                        .map_err(|e| e.to_string())?,
-                );
-            }
+            let runs = runs(what, profile, &inventory, &by_function)?;
             let files = resolve_driver_files(profile, &self.config.roots)
                 .map_err(|e| format!("profile {name}: driver files: {e}"))?;
             let spec =
@@ -722,6 +756,7 @@ impl Driver {
             .run(self.busy.lock(&uid))
             .await
             .ok_or_else(|| late("waiting for the claim's unprepare or earlier prepare"))?;
+        let again = self.entry(&uid).is_some();
         if let Some(entry) = self.entry(&uid) {
             // Prepared before: answered from the checkpoint while its specs are there. A node's
             // reboot empties /run and the CDI directory with it while the checkpoint stays:
@@ -767,7 +802,7 @@ impl Driver {
         .map_err(refused("allocation"))?;
         let mut requests = BTreeMap::new();
         let mut plans = self
-            .plan(&what, &uid, &allocation, &mut requests)
+            .plan(&what, &uid, &allocation, &mut requests, again)
             .map_err(|e| format!("{what}: {e}"))
             .map_err(refused("plan"))?;
         let metadata = self
@@ -807,6 +842,108 @@ impl Driver {
             "{PREPARED}"
         );
         Ok((devices, Prepared::Written))
+    }
+
+    /// Runs the prepare steps of `object`'s devices on this node that prepare before binding
+    /// (their allocation carries the driver's binding condition), each device checked against
+    /// discovery as for the kubelet's prepare, under the claim's lock and one of the slots. The
+    /// caller tells the scheduler how it went ([`crate::binding`]).
+    pub async fn prepare_before_binding(&self, object: &ResourceClaim) -> BeforeBinding {
+        let uid = object.metadata.uid.clone().unwrap_or_default();
+        let what = format!(
+            "claim {}/{}",
+            Excerpt(object.metadata.namespace.as_deref().unwrap_or_default()),
+            Excerpt(object.metadata.name.as_deref().unwrap_or_default())
+        );
+        // A claim of another node's pools is not this driver's to prepare.
+        let Ok(allocation) = claim::read(
+            object,
+            &uid,
+            self.config.spec.driver.as_str(),
+            &self.pools(),
+        ) else {
+            return BeforeBinding::Nothing;
+        };
+        let devices: Vec<AllocatedDevice> = allocation
+            .devices
+            .iter()
+            .filter(|d| d.prepared_before_binding)
+            .cloned()
+            .collect();
+        if devices.is_empty() {
+            return BeforeBinding::Nothing;
+        }
+        let _claim = self.busy.lock(&uid).await;
+        let Ok(_slot) = Arc::clone(&self.slots).acquire_owned().await else {
+            return BeforeBinding::Nothing;
+        };
+        let failed = |failed, message| BeforeBinding::Failed {
+            devices: devices.clone(),
+            failed,
+            message,
+        };
+        let runs = match self.runs_before_binding(&what, &devices, &allocation) {
+            Ok(runs) => runs,
+            Err(message) => return failed(None, format!("{what}: {message}")),
+        };
+        for run in runs {
+            let device = (
+                run.profile.as_str().to_owned(),
+                run.device.as_str().to_owned(),
+            );
+            let outcome = tokio::task::spawn_blocking(move || run_all(std::slice::from_ref(&run)))
+                .await
+                .map_err(|e| format!("the prepare step's task: {e}"))
+                .and_then(|r| r.map_err(|e| e.to_string()));
+            if let Err(message) = outcome {
+                return failed(Some(device), format!("{what}: {message}"));
+            }
+        }
+        info!(claim = %what, devices = devices.len(), "prepared before binding");
+        BeforeBinding::Prepared(devices)
+    }
+
+    /// The prepare runs of `devices` (of `allocation`, each of this node's pools), by profile:
+    /// each device mapped back to a discovered one, with its request's function.
+    fn runs_before_binding(
+        &self,
+        what: &str,
+        devices: &[AllocatedDevice],
+        allocation: &Allocation,
+    ) -> Result<Vec<PrepareRun>, String> {
+        let mut by_profile: BTreeMap<&str, Vec<&AllocatedDevice>> = BTreeMap::new();
+        for d in devices {
+            let profile = self
+                .profile_of(&d.pool)
+                .ok_or_else(|| format!("pool {} is not one of this node's", Excerpt(&d.pool)))?;
+            by_profile.entry(profile.name.as_str()).or_default().push(d);
+        }
+        let mut all = Vec::new();
+        for (name, devices) in by_profile {
+            let profile = self.config.profiles.get(name).ok_or("profile vanished")?;
+            let inventory = discover(profile, &self.config.roots)
+                .map_err(|e| format!("profile {name}: discovery: {e}"))?;
+            let names = device_names(profile, &inventory).map_err(|e| e.to_string())?;
+            let mut by_function: BTreeMap<Option<String>, Vec<DeviceId>> = BTreeMap::new();
+            for d in devices {
+                let device = names
+                    .id(&d.device)
+                    .and_then(|id| inventory.by_id(id))
+                    .ok_or_else(|| {
+                        format!(
+                            "device {} of pool {} is not on this node any more",
+                            Excerpt(&d.device),
+                            Excerpt(&d.pool)
+                        )
+                    })?;
+                by_function
+                    .entry(allocation.config(&d.request).function)
+                    .or_default()
+                    .push(device.id.clone());
+            }
+            all.extend(runs(what, profile, &inventory, &by_function)?);
+        }
+        Ok(all)
     }
 
     /// [`Claims::unprepare`].

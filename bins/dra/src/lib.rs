@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod binding;
 pub mod checkpoint;
 pub mod claim;
 pub mod claim_spec;

@@ -227,6 +227,19 @@ fn run(args: ServeArgs) -> Result<()> {
             std::sync::Arc::new(Driver::new(config, client.clone())?.with_metrics(metrics.clone()));
         // Puts back the specs of this boot's claims that go missing (docs/dra.md).
         tokio::spawn(std::sync::Arc::clone(&driver).keep_specs());
+        // Prepares before binding, where a profile asks for it (docs/prepare.md).
+        let (failures, prepare_failed) = tokio::sync::watch::channel(Default::default());
+        if profiles
+            .iter()
+            .any(|p| p.prepare.as_ref().is_some_and(|p| p.before_binding))
+        {
+            tokio::spawn(devinject_dra::binding::run(
+                std::sync::Arc::clone(&driver),
+                client.clone(),
+                args.driver.clone(),
+                failures,
+            ));
+        }
         serve(
             ServeConfig {
                 driver: args.driver,
@@ -236,6 +249,7 @@ fn run(args: ServeArgs) -> Result<()> {
                 socket: driver_dir.join("dra.sock"),
                 registration_dir: args.registry_dir,
                 metrics,
+                prepare_failed,
             },
             driver,
             client,

@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use tokio_stream::StreamExt;
 use tracing::{debug, info, warn};
 
+use crate::binding::PrepareFailures;
 use crate::device_watch::DeviceWatch;
 use crate::health::{Discovered, HealthConfig, HealthService};
 use crate::metrics::DraMetrics;
@@ -28,6 +29,7 @@ use crate::prepared::Claims;
 use crate::registration::RegistrationService;
 use crate::slices::{
     counters_slice_name, pci_locations, resource_slices, same_content, slice_name, ApiFields,
+    DeviceState,
 };
 use crate::socket::{self, ServedSocket};
 
@@ -55,6 +57,9 @@ pub struct ServeConfig {
     /// Where the driver counts devices, slices and registrations (registered for `/metrics`
     /// by the binary).
     pub metrics: DraMetrics,
+    /// The devices whose prepare step failed before binding a short while ago
+    /// ([`crate::binding`]), tainted in the slices while they are listed.
+    pub prepare_failed: watch::Receiver<PrepareFailures>,
 }
 
 /// Why the driver stopped.
@@ -181,6 +186,8 @@ async fn publish(
     let mut last_round = tokio::time::Instant::now();
     let mut registered_open = true;
     let mut events_open = true;
+    let mut prepare_failed = config.prepare_failed.clone();
+    let mut failures_open = true;
     loop {
         // Whether this round runs discovery (a device change) or only reconciles (an event of
         // the API server or the kubelet).
@@ -195,6 +202,13 @@ async fn publish(
                     }
                     info!("the kubelet registered the driver: publishing every ResourceSlice again");
                     published.clear();
+                    false
+                }
+                changed = prepare_failed.changed(), if failures_open => {
+                    if changed.is_err() {
+                        failures_open = false;
+                        continue;
+                    }
                     false
                 }
                 event = events.next(), if events_open => {
@@ -301,7 +315,14 @@ async fn publish(
                 (None, None) if server.is_some() => 0,
                 (None, None) => current_generation(&api, &slice_name).await,
             };
-            let locations = &located[name];
+            let state = DeviceState {
+                locations: located[name].clone(),
+                prepare_failed: prepare_failed
+                    .borrow_and_update()
+                    .get(name)
+                    .cloned()
+                    .unwrap_or_default(),
+            };
             let slices = resource_slices(
                 &config.driver,
                 &config.node,
@@ -309,7 +330,7 @@ async fn publish(
                 inventory,
                 generation,
                 fields,
-                locations,
+                &state,
             )?;
             // A counters' slice the pool no longer has (the server dropped the counters).
             let stale_counters = slices.len() == 1 && held(&counters_name).is_some();
@@ -335,7 +356,7 @@ async fn publish(
                         profile = name,
                         slice = %slice_name,
                         gates = ?off,
-                        "the API server drops fields of these features (gates off): without device taints unhealthy devices are left out of the slices; without consumable capacity devices are shared by the profiles' replicas; without partitionable devices only whole devices are published"
+                        "the API server drops fields of these features (gates off): without device taints unhealthy devices are left out of the slices; without consumable capacity devices are shared by the profiles' replicas; without partitionable devices only whole devices are published; without binding conditions prepare steps run when the kubelet prepares the claim"
                     );
                     slices = with_generation(
                         resource_slices(
@@ -345,7 +366,7 @@ async fn publish(
                             inventory,
                             generation + 1,
                             fields,
-                            locations,
+                            &state,
                         )?,
                         generation + 2,
                     );

@@ -32,12 +32,21 @@
 //!   in 1.34 and 1.35; the publisher finds out from the slice it gets back, [`ApiFields`]) or
 //!   the slice would hold more than [`MAX_DEVICES_WITH_TAINTS`], unhealthy devices are left out
 //!   instead. A device that recovers loses its taint, or comes back.
+//! - A device of a profile whose prepare step runs before binding (`[prepare]
+//!   before_binding`) carries the binding condition [`PREPARED_CONDITION`] and the binding
+//!   failure condition [`PREPARE_FAILED_CONDITION`] (the `DRADeviceBindingConditions` feature,
+//!   on by default from Kubernetes 1.36): the scheduler binds a pod whose claim it allocated
+//!   only once the driver has run the step and set the first in the claim's device status
+//!   ([`crate::binding`]). A device whose step failed carries the taint
+//!   `<driver>/prepare-failed` (`NoSchedule`) for a while ([`DeviceState`]), so that the pod,
+//!   given back to the scheduler, goes to another device or node. Where the API server drops
+//!   binding conditions, the step runs when the kubelet prepares the claim, as without the key.
 //!
 //! The caller sets the slice's owner reference (the node or the plugin's pod), bumps
 //! `pool.generation` on a change, and uses [`same_content`] to skip updates that change nothing
 //! but the generation.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use devinject_devices::{Inventory, Partitions, PciLocation, Profile};
 use k8s_openapi::api::resource::v1::{
@@ -61,6 +70,24 @@ pub const MAX_DEVICES_WITH_TAINTS: usize = 64;
 pub const UNHEALTHY_TAINT: &str = "unhealthy";
 /// The taint value of an unhealthy device: the profile key whose attribute told it.
 pub const UNHEALTHY_TAINT_VALUE: &str = "health_sysfs";
+/// The taint key of a device whose prepare step failed before binding, below the driver's
+/// name: `<driver>/prepare-failed` (effect `NoSchedule`).
+pub const PREPARE_FAILED_TAINT: &str = "prepare-failed";
+/// The binding condition of a device whose profile prepares before binding: the driver sets
+/// it `True` in the claim's device status once the prepare step succeeded.
+pub const PREPARED_CONDITION: &str = "Prepared";
+/// The binding failure condition of such a device: `True` once its prepare step failed.
+pub const PREPARE_FAILED_CONDITION: &str = "PrepareFailed";
+
+/// What the driver knows of a profile's devices beyond what discovery finds, by device id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceState {
+    /// Where each device sits on the PCI bus ([`pci_locations`]); devices off PCI are absent.
+    pub locations: BTreeMap<String, PciLocation>,
+    /// The devices whose prepare step failed before binding a short while ago: tainted
+    /// `<driver>/prepare-failed`, or left out where taints are dropped.
+    pub prepare_failed: BTreeSet<String>,
+}
 
 /// The fields of `resource.k8s.io/v1` past its GA core that slices carry while the API server
 /// keeps them. Each is behind a feature gate that is on by default from Kubernetes 1.36; where
@@ -78,6 +105,10 @@ pub struct ApiFields {
     /// Partitionable devices (`DRAPartitionableDevices`): a profile with `[partitions]`
     /// publishes each device's partitions and their counters; without them, whole devices only.
     pub partitionable_devices: bool,
+    /// Binding conditions (`DRADeviceBindingConditions`): a profile preparing before binding
+    /// publishes its devices with them; without them, its prepare step runs at the kubelet's
+    /// prepare.
+    pub binding_conditions: bool,
 }
 
 impl ApiFields {
@@ -86,6 +117,7 @@ impl ApiFields {
         device_taints: true,
         consumable_capacity: true,
         partitionable_devices: true,
+        binding_conditions: true,
     };
 
     /// Turns off each field `applied` carried that `returned` (the API server's answer to
@@ -107,6 +139,10 @@ impl ApiFields {
         if self.partitionable_devices && counters_dropped(applied, returned) {
             self.partitionable_devices = false;
             off.push("DRAPartitionableDevices");
+        }
+        if self.binding_conditions && binding_dropped(applied, returned) {
+            self.binding_conditions = false;
+            off.push("DRADeviceBindingConditions");
         }
         off
     }
@@ -276,11 +312,9 @@ pub fn resource_slices(
     inventory: &Inventory,
     generation: i64,
     fields: ApiFields,
-    locations: &BTreeMap<String, PciLocation>,
+    state: &DeviceState,
 ) -> Result<Vec<ResourceSlice>> {
-    let devices = resource_slice(
-        driver, node, profile, inventory, generation, fields, locations,
-    )?;
+    let devices = resource_slice(driver, node, profile, inventory, generation, fields, state)?;
     Ok(
         match counters_slice(driver, node, profile, &devices, fields) {
             Some(counters) => vec![counters, devices],
@@ -293,8 +327,9 @@ pub fn resource_slices(
 /// generation `generation` of the node's pool for the profile, with the fields the API server
 /// keeps (`fields`): unhealthy devices tainted, or left out where taints are dropped or a
 /// tainted slice would be too large; shared by capacity or by replicas; each with its
-/// partitions, consuming the units they cover. `locations` places devices on the PCI bus, by
-/// device id ([`pci_locations`]).
+/// partitions, consuming the units they cover; with the binding conditions of a profile that
+/// prepares before binding. `state` places devices on the PCI bus and names those whose
+/// prepare step failed.
 pub fn resource_slice(
     driver: &str,
     node: &str,
@@ -302,7 +337,7 @@ pub fn resource_slice(
     inventory: &Inventory,
     generation: i64,
     fields: ApiFields,
-    locations: &BTreeMap<String, PciLocation>,
+    state: &DeviceState,
 ) -> Result<ResourceSlice> {
     let pname = profile.name.as_str();
     device_names(profile, inventory)?;
@@ -317,15 +352,22 @@ pub fn resource_slice(
         None if capacity.is_some() => 1,
         None => usize::try_from(profile.replicas.max(1)).unwrap_or(usize::MAX),
     };
-    let sick = inventory.devices.iter().filter(|d| !d.healthy).count();
+    let failed = |d: &devinject_devices::Device| state.prepare_failed.contains(d.id.as_str());
+    let sick = inventory
+        .devices
+        .iter()
+        .filter(|d| !d.healthy || failed(d))
+        .count();
     let tainted = fields.device_taints
         && sick > 0
         && inventory.devices.len().saturating_mul(shares) <= MAX_DEVICES_WITH_TAINTS;
     let published: Vec<_> = inventory
         .devices
         .iter()
-        .filter(|d| d.healthy || tainted)
+        .filter(|d| (d.healthy && !failed(d)) || tainted)
         .collect();
+    let binding =
+        fields.binding_conditions && profile.prepare.as_ref().is_some_and(|p| p.before_binding);
     let count = published.len().saturating_mul(shares);
     if partitions.is_some()
         && (published.len() > MAX_COUNTER_SETS || count > MAX_DEVICES_WITH_TAINTS)
@@ -346,6 +388,7 @@ pub fn resource_slice(
         });
     }
     let taint = unhealthy_taint(driver, profile);
+    let failed_taint = prepare_failed_taint(driver);
     // What each of a device's published ids is, in [`published_ids`]' order: the device
     // itself, then each partition.
     let parts: Vec<Option<devinject_devices::Partition>> = partitions
@@ -357,7 +400,14 @@ pub fn resource_slice(
         .unwrap_or_default();
     let mut devices = Vec::with_capacity(count);
     for d in &published {
-        let common = device_attributes(profile, d, locations.get(d.id.as_str()));
+        let common = device_attributes(profile, d, state.locations.get(d.id.as_str()));
+        let taints: Vec<DeviceTaint> = [
+            (!d.healthy).then(|| taint.clone()),
+            failed(d).then(|| failed_taint.clone()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         for (replica, id) in published_ids(profile, d.id.as_str(), fields)
             .iter()
             .enumerate()
@@ -386,7 +436,10 @@ pub fn resource_slice(
             devices.push(Device {
                 name: naming::device(pname, id)?,
                 attributes: Some(attributes),
-                taints: (!d.healthy).then(|| vec![taint.clone()]),
+                taints: (!taints.is_empty()).then(|| taints.clone()),
+                binding_conditions: binding.then(|| vec![PREPARED_CONDITION.to_owned()]),
+                binding_failure_conditions: binding
+                    .then(|| vec![PREPARE_FAILED_CONDITION.to_owned()]),
                 allow_multiple_allocations: capacity.is_some().then_some(true),
                 capacity: capacity.clone(),
                 consumes_counters: consumes,
@@ -548,6 +601,17 @@ pub fn unhealthy_taint(driver: &str, profile: &Profile) -> DeviceTaint {
     }
 }
 
+/// The taint a device whose prepare step failed before binding carries in `driver`'s slices:
+/// key `<driver>/prepare-failed`, effect `NoSchedule` (the pods holding it keep it).
+pub fn prepare_failed_taint(driver: &str) -> DeviceTaint {
+    DeviceTaint {
+        key: format!("{driver}/{PREPARE_FAILED_TAINT}"),
+        value: None,
+        effect: "NoSchedule".to_owned(),
+        time_added: None,
+    }
+}
+
 /// A device's capacity as `[capacity]` states it: each claim consumes 1 unless its request
 /// asks for more, in whole units, up to all of it.
 fn device_capacity(capacity: &devinject_devices::Capacity) -> BTreeMap<String, DeviceCapacity> {
@@ -595,6 +659,20 @@ pub fn sharing_dropped(applied: &ResourceSliceSpec, returned: &ResourceSliceSpec
             .count()
     };
     shared(applied) > 0 && shared(returned) == 0
+}
+
+/// Whether the API server dropped the binding conditions of `applied` from `returned`: it does
+/// so where `DRADeviceBindingConditions` is off (1.34, 1.35), and the profiles' prepare steps
+/// then run at the kubelet's prepare.
+pub fn binding_dropped(applied: &ResourceSliceSpec, returned: &ResourceSliceSpec) -> bool {
+    let bound = |spec: &ResourceSliceSpec| {
+        spec.devices
+            .iter()
+            .flatten()
+            .filter(|d| d.binding_conditions.as_ref().is_some_and(|c| !c.is_empty()))
+            .count()
+    };
+    bound(applied) > 0 && bound(returned) == 0
 }
 
 /// Whether the API server dropped the counters of `applied` from `returned`: the counter sets
@@ -831,7 +909,7 @@ mod tests {
             inventory,
             generation,
             fields,
-            &BTreeMap::new(),
+            &DeviceState::default(),
         )
     }
 
@@ -1206,7 +1284,10 @@ mod tests {
             &inv,
             1,
             ApiFields::ALL,
-            &locations,
+            &DeviceState {
+                locations,
+                ..DeviceState::default()
+            },
         )
         .unwrap();
         let devices = slice.spec.devices.unwrap();
@@ -1270,6 +1351,93 @@ mod tests {
     }
 
     #[test]
+    fn a_profile_preparing_before_binding_publishes_binding_conditions_and_failed_devices_tainted()
+    {
+        let binding = Profile::parse(
+            "name = \"demo\"\nresource = \"devinject.io/demo\"\n[discovery]\nnodes = [\"demo/accel[0-9]*\"]\n\
+             [prepare]\ncommand = [\"/bin/program\"]\nbefore_binding = true\n",
+            Path::new("demo.toml"),
+        )
+        .unwrap();
+        let inv = inventory(vec![
+            device("0", 0, None, true),
+            device("1", 1, None, true),
+            device("2", 2, None, false),
+        ]);
+        let state = DeviceState {
+            prepare_failed: BTreeSet::from(["1".to_owned(), "2".to_owned()]),
+            ..DeviceState::default()
+        };
+        let slice = |profile: &Profile, fields| {
+            resource_slice("devinject.io", "n", profile, &inv, 1, fields, &state)
+                .unwrap()
+                .spec
+        };
+        let spec = slice(&binding, ApiFields::ALL);
+        let devices = spec.devices.as_ref().unwrap();
+        assert_eq!(devices.len(), 3, "failed devices stay, tainted");
+        for d in devices {
+            assert_eq!(
+                d.binding_conditions.as_deref(),
+                Some(&[PREPARED_CONDITION.to_owned()][..])
+            );
+            assert_eq!(
+                d.binding_failure_conditions.as_deref(),
+                Some(&[PREPARE_FAILED_CONDITION.to_owned()][..])
+            );
+        }
+        let keys = |d: &Device| -> Vec<String> {
+            d.taints.iter().flatten().map(|t| t.key.clone()).collect()
+        };
+        assert!(keys(&devices[0]).is_empty());
+        assert_eq!(keys(&devices[1]), ["devinject.io/prepare-failed"]);
+        assert_eq!(devices[1].taints.as_ref().unwrap()[0].effect, "NoSchedule");
+        assert_eq!(
+            keys(&devices[2]),
+            ["devinject.io/unhealthy", "devinject.io/prepare-failed"]
+        );
+
+        // A profile that prepares at the kubelet's prepare has none.
+        let plain = slice(&profile(), ApiFields::ALL);
+        assert!(plain
+            .devices
+            .iter()
+            .flatten()
+            .all(|d| d.binding_conditions.is_none() && d.binding_failure_conditions.is_none()));
+
+        // The server dropping them is told apart, and the next slice goes without.
+        let mut fields = ApiFields::ALL;
+        let mut returned = spec.clone();
+        for d in returned.devices.iter_mut().flatten() {
+            d.binding_conditions = None;
+            d.binding_failure_conditions = None;
+        }
+        assert_eq!(
+            fields.learn(&spec, &returned),
+            ["DRADeviceBindingConditions"]
+        );
+        assert!(!fields
+            .learn(&spec, &spec)
+            .contains(&"DRADeviceBindingConditions"));
+        let without = slice(&binding, fields);
+        assert!(without
+            .devices
+            .iter()
+            .flatten()
+            .all(|d| d.binding_conditions.is_none()));
+
+        // Without taints, a failed device is left out, as an unhealthy one is.
+        let untainted = slice(&binding, LEFT_OUT);
+        let names: Vec<_> = untainted
+            .devices
+            .iter()
+            .flatten()
+            .map(|d| d.name.as_str())
+            .collect();
+        assert_eq!(names, ["demo-0"]);
+    }
+
+    #[test]
     fn a_slice_whose_taints_the_server_drops_is_told_apart_and_stamps_are_no_change() {
         let inv = inventory(vec![
             device("0", 0, None, true),
@@ -1322,7 +1490,7 @@ mod tests {
             inv,
             3,
             fields,
-            &BTreeMap::new(),
+            &DeviceState::default(),
         )
     }
 
