@@ -1636,6 +1636,203 @@ fn a_claims_function_is_loaded_into_its_device_before_the_pod_starts() {
     hanging.kill();
 }
 
+/// Gives `node`'s demo profile a prepare step that runs before binding (`before_binding`): with
+/// `fail`, it exits with [`BINDING_FAILURE`] on stderr; else it waits for the file `gate` to
+/// exist. Each run appends its device id to `runs`. Returns (`runs`, `gate`).
+fn add_binding_prepare(node: &devinject_tests::cluster::Node, fail: bool) -> (PathBuf, PathBuf) {
+    let host = &node.host;
+    let (runs, gate) = (host.dir.join("bind-runs"), host.dir.join("bind-gate"));
+    let program = host.dir.join("bind-program");
+    let then = if fail {
+        format!("echo '{BINDING_FAILURE}' >&2; exit 4")
+    } else {
+        format!("while [ ! -e {} ]; do sleep 0.1; done", gate.display())
+    };
+    // Written and closed before any run: a file open for writing cannot be executed.
+    std::fs::write(
+        &program,
+        format!(
+            "#!/bin/sh
+echo \"$DEVINJECT_DEVICE\" >> {}
+{then}
+",
+            runs.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let profile = host.profiles_dir.join("demo.toml");
+    let text = std::fs::read_to_string(&profile).unwrap();
+    std::fs::write(
+        &profile,
+        format!(
+            "{text}\n[prepare]\ncommand = [\"{}\"]\ntimeout_ms = 120000\nbefore_binding = true\n",
+            program.display()
+        ),
+    )
+    .unwrap();
+    (runs, gate)
+}
+
+/// What the failing prepare step of [`add_binding_prepare`] says.
+const BINDING_FAILURE: &str = "region 0 failed its self-test";
+
+/// The lines of file `path`, none when it does not exist.
+fn lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn a_prepare_before_binding_holds_the_pod_and_a_failing_one_sends_it_to_the_other_node() {
+    let Some(release) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = start_beside(
+        &release,
+        DraBeside::Nothing,
+        Shape {
+            nodes: 2,
+            devices: 1,
+            ..Shape::default()
+        },
+    );
+    // The first node's step fails; the second's waits for the test's gate.
+    let (failing_runs, _) = add_binding_prepare(&c.nodes()[0], true);
+    let (runs, gate) = add_binding_prepare(&c.nodes()[1], false);
+    // The second node's device is unplugged until the first has failed, so that the scheduler
+    // tries the first node first.
+    let (name, major, minor) = ACCELS[0];
+    let second_device = c.nodes()[1].host.dev_root.join("demo").join(name);
+    std::fs::remove_file(&second_device).expect("unplug");
+    for node in c.nodes_mut() {
+        node.restart_dra_plugin()
+            .unwrap_or_else(|e| panic!("restart the driver: {e:#}"));
+    }
+    c.wait_resource_slices(1)
+        .unwrap_or_else(|e| panic!("the first node's device alone: {e:#}"));
+    let first = c.nodes()[0].name().to_owned();
+    let second = c.nodes()[1].name().to_owned();
+    let device_of = |node: &str| {
+        c.dra_slice_devices()
+            .unwrap()
+            .into_iter()
+            .find(|(pool, _)| pool.starts_with(&format!("{node}/")))
+            .map(|(_, d)| d)
+    };
+    if !c.dra_beyond_ga() {
+        // The API server drops binding conditions (the gate off): the step runs when the
+        // kubelet prepares the claim, as without the key.
+        let log = poll(
+            "the driver to find binding conditions dropped",
+            devinject_tests::cluster::SLOW,
+            || {
+                let log = c.nodes()[0].dra_log();
+                Ok(log
+                    .lines()
+                    .any(|l| l.contains("DRADeviceBindingConditions"))
+                    .then_some(log))
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e:#}"));
+        println!("{log}");
+        let device = device_of(&first).expect("the first node's device");
+        assert!(device.get("bindingConditions").is_none(), "{device}");
+        return;
+    }
+    let device = device_of(&first).expect("the first node's device");
+    assert_eq!(
+        device["bindingConditions"],
+        serde_json::json!(["Prepared"]),
+        "{device}"
+    );
+    assert_eq!(
+        device["bindingFailureConditions"],
+        serde_json::json!(["PrepareFailed"]),
+        "{device}"
+    );
+
+    c.apply(&demo_claim_template("programmed", 1))
+        .expect("template");
+    c.apply(&pod("bound", "programmed")).expect("create pod");
+    // The first node's step ran and failed: its device is tainted, and the pod is not bound.
+    poll(
+        "the first node's step to run",
+        devinject_tests::cluster::SLOW,
+        || Ok((!lines(&failing_runs).is_empty()).then_some(())),
+    )
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    let tainted = poll(
+        "the failed device tainted",
+        devinject_tests::cluster::SLOW,
+        || {
+            let device = device_of(&first).unwrap_or_default();
+            Ok(device["taints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|t| {
+                    t["key"] == format!("{DRA_DRIVER}/prepare-failed")
+                        && t["effect"] == "NoSchedule"
+                })
+                .then_some(device))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.nodes()[0].dra_log()));
+    println!("the first node's device after its step failed: {tainted}");
+    assert!(
+        c.nodes()[0].dra_log().contains(BINDING_FAILURE),
+        "the driver logs why:\n{}",
+        c.nodes()[0].dra_log()
+    );
+    assert!(c.pod("bound").unwrap()["spec"]["nodeName"].is_null());
+
+    // The second node's device comes: the claim is allocated it, its step runs, and the pod
+    // stays unbound while the step runs (the scheduler looks every 5 s).
+    devinject_tests::sim::mknod(&second_device, major, minor, "0666").expect("replug");
+    poll(
+        "the second node's step to start",
+        devinject_tests::cluster::SLOW,
+        || Ok((!lines(&runs).is_empty()).then_some(())),
+    )
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    let waiting = c.pod("bound").unwrap();
+    assert!(
+        waiting["spec"]["nodeName"].is_null(),
+        "bound before its device was prepared: {waiting}"
+    );
+    let claim = claim_of(&c, "bound");
+    assert!(
+        claim["status"]["allocation"]["devices"]["results"][0]["pool"]
+            .as_str()
+            .is_some_and(|p| p.starts_with(&format!("{second}/"))),
+        "{claim}"
+    );
+    std::fs::write(&gate, "").unwrap();
+    let out = probe_output(&c, "bound");
+    assert_eq!(c.node_of("bound").unwrap().name(), second);
+    let claim = claim_of(&c, "bound");
+    let ids = allocated_ids(&claim);
+    assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+    let told = &claim["status"]["devices"][0];
+    assert_eq!(told["driver"], DRA_DRIVER, "{claim}");
+    assert!(
+        told["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Prepared" && c["status"] == "True"),
+        "{claim}"
+    );
+    // The step ran once on the second node: the kubelet's prepare did not run it again.
+    assert_eq!(lines(&runs), ["0"], "{}", c.nodes()[1].dra_log());
+}
+
 #[test]
 fn a_pod_asking_for_the_extended_resource_is_served_through_dra_unchanged() {
     let Some(release) = ready() else {

@@ -30,9 +30,10 @@ pub const DEMO_CLASS: &str = "demo.devinject.io";
 impl Cluster {
     /// Whether this release turns on what DRA gained after its GA core (Kubernetes 1.36 made
     /// each beta and on by default, its `kube_features.go`): device taints
-    /// (`DRADeviceTaints`), the devices' health in the pods' status (`ResourceHealthStatus`) and
-    /// DeviceClasses serving extended resources (`DRAExtendedResource`). Off on 1.34 and 1.35,
-    /// where the driver leaves unhealthy devices out of its slices.
+    /// (`DRADeviceTaints`), the devices' health in the pods' status (`ResourceHealthStatus`),
+    /// DeviceClasses serving extended resources (`DRAExtendedResource`) and binding conditions
+    /// (`DRADeviceBindingConditions`). Off on 1.34 and 1.35, where the driver leaves unhealthy
+    /// devices out of its slices.
     pub fn dra_beyond_ga(&self) -> bool {
         self.kubernetes().minor() >= 36
     }

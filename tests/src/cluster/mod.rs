@@ -655,7 +655,7 @@ impl Cluster {
     }
 
     /// The devices of devinject's DRA driver in the cluster's ResourceSlices, with their pools.
-    fn dra_slice_devices(&self) -> Result<Vec<(String, Value)>> {
+    pub fn dra_slice_devices(&self) -> Result<Vec<(String, Value)>> {
         let list: Value =
             serde_json::from_str(&self.kubectl(&["get", "resourceslices", "-o", "json"])?)
                 .context("parse the ResourceSlices")?;
