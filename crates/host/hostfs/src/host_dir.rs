@@ -24,7 +24,10 @@
 //!   reach a diff, a report or the state file), so it is refused as well.
 //! - **Writes** go to a temporary file created `O_CREAT | O_EXCL | O_NOFOLLOW` in the directory
 //!   fd, are fsynced, given the old file's mode and owner, and `renameat` over the name; the
-//!   directory is fsynced. **Removal** is `unlinkat` of a regular file only.
+//!   directory is fsynced. A file that lives only until the node reboots
+//!   ([`HostDir::write_for_this_boot`]) skips both fsyncs: a crashing process leaves the page
+//!   cache as it was, and what a reboot loses its writer makes again. **Removal** is `unlinkat`
+//!   of a regular file only.
 //!
 //! Whether a link *at* a host path is followed is decided before this layer, by resolving the
 //! path ([`crate::host_root::resolve_in_root`]): only for the engine's own configuration file,
@@ -250,6 +253,20 @@ impl HostDir {
         self.write_owned(name, contents, mode, None)
     }
 
+    /// [`HostDir::write`] of a file that is valid for this boot of the node only, whose writer
+    /// makes it again after a reboot (a DRA claim's CDI spec and device metadata): the same
+    /// checks and atomic rename, without the fsyncs. Readers in this boot see the new file
+    /// whole or the old one, as with [`HostDir::write`]; only a crash of the kernel could lose
+    /// it, and the node then boots again.
+    pub fn write_for_this_boot(
+        &self,
+        name: &OsStr,
+        contents: &[u8],
+        mode: Option<u32>,
+    ) -> Result<()> {
+        self.write_with(name, contents, mode, None, Durability::ThisBoot)
+    }
+
     /// [`HostDir::write`], the new file owned by `owner` (uid, gid) instead of the current
     /// file's owner: for putting back a file saved earlier, whoever owns the name now.
     pub fn write_owned(
@@ -258,6 +275,17 @@ impl HostDir {
         contents: &[u8],
         mode: Option<u32>,
         owner: Option<(u32, u32)>,
+    ) -> Result<()> {
+        self.write_with(name, contents, mode, owner, Durability::Synced)
+    }
+
+    fn write_with(
+        &self,
+        name: &OsStr,
+        contents: &[u8],
+        mode: Option<u32>,
+        owner: Option<(u32, u32)>,
+        durability: Durability,
     ) -> Result<()> {
         let shown = self.shown(name);
         if name.is_empty() || name.as_bytes().contains(&b'/') || name == ".." || name == "." {
@@ -275,19 +303,24 @@ impl HostDir {
         let mut tmp = OsString::from(".");
         tmp.push(name);
         tmp.push(format!(".devinject-tmp-{}", std::process::id()));
-        let result = self.write_temp(&tmp, contents, mode, owner).and_then(|()| {
-            // Checked again right before the rename: what is there now is still ours to
-            // replace.
-            self.checked(name, Name::Ours)?;
-            renameat(self.fd.as_fd(), tmp.as_os_str(), self.fd.as_fd(), name)
-                .map_err(|e| io("rename temporary file onto", &shown, e))
-        });
+        let result = self
+            .write_temp(&tmp, contents, mode, owner, durability)
+            .and_then(|()| {
+                // Checked again right before the rename: what is there now is still ours to
+                // replace.
+                self.checked(name, Name::Ours)?;
+                renameat(self.fd.as_fd(), tmp.as_os_str(), self.fd.as_fd(), name)
+                    .map_err(|e| io("rename temporary file onto", &shown, e))
+            });
         if result.is_err() {
             // Best effort: the temporary file is ours and useless now.
             let _ = unlinkat(self.fd.as_fd(), tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
             return result;
         }
-        self.sync()
+        match durability {
+            Durability::Synced => self.sync(),
+            Durability::ThisBoot => Ok(()),
+        }
     }
 
     fn write_temp(
@@ -296,6 +329,7 @@ impl HostDir {
         contents: &[u8],
         mode: u32,
         owner: Option<(u32, u32)>,
+        durability: Durability,
     ) -> Result<()> {
         let shown = self.shown(tmp);
         let fd = openat(
@@ -328,8 +362,12 @@ impl HostDir {
                 Err(e) => return Err(io("set the owner of", &shown, e)),
             }
         }
-        file.sync_all()
-            .map_err(|e| HostFsError::io("fsync temporary file", &shown, e))
+        match durability {
+            Durability::Synced => file
+                .sync_all()
+                .map_err(|e| HostFsError::io("fsync temporary file", &shown, e)),
+            Durability::ThisBoot => Ok(()),
+        }
     }
 
     /// Removes the regular file (one link) at `name` and syncs the directory. Returns whether
@@ -392,6 +430,15 @@ impl HostDir {
     fn sync(&self) -> Result<()> {
         nix::unistd::fsync(self.fd.as_fd()).map_err(|e| io("fsync directory", &self.shown, e))
     }
+}
+
+/// Whether a write reaches the disk before it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Durability {
+    /// The file and the directory are fsynced: the file survives a crash of the kernel.
+    Synced,
+    /// Neither is: the file lives until the node reboots ([`HostDir::write_for_this_boot`]).
+    ThisBoot,
 }
 
 /// The parent directory (host path) and final name of the host path `host`.
@@ -488,6 +535,8 @@ mod tests {
             .expect("exists");
         for err in [
             d.write(OsStr::new("x"), b"new", None).expect_err("write"),
+            d.write_for_this_boot(OsStr::new("x"), b"new", None)
+                .expect_err("write for this boot"),
             d.read(OsStr::new("x"), Name::Theirs).expect_err("read"),
             d.remove(OsStr::new("x")).expect_err("remove"),
         ] {
@@ -524,6 +573,28 @@ mod tests {
                 .nlink(),
             2
         );
+    }
+
+    #[test]
+    fn a_write_for_this_boot_replaces_the_file_whole_with_its_mode() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("spec.json"), "old").expect("write");
+        let d = HostDir::open(dir.path(), Path::new("/"))
+            .expect("open")
+            .expect("exists");
+        d.write_for_this_boot(OsStr::new("spec.json"), b"new", Some(0o640))
+            .expect("write");
+        let path = dir.path().join("spec.json");
+        assert_eq!(std::fs::read(&path).expect("read"), b"new");
+        assert_eq!(
+            std::fs::metadata(&path).expect("stat").mode() & 0o7777,
+            0o640
+        );
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, ["spec.json"], "no temporary file left");
     }
 
     #[test]
