@@ -14,8 +14,8 @@
 //! The CDI directory is a host directory a pod with a hostPath volume may be able to write
 //! into. The spec is written through [`HostDir`]: the directory is resolved inside the host
 //! root, a link, FIFO, device node or hard link at the spec's file name is refused and never
-//! followed, and the file goes to a temporary file in the same directory, is fsynced, given mode
-//! 0644 and renamed over the name. The directory's own last component must be a directory,
+//! followed, and the file goes to a temporary file in the same directory, is given mode 0644
+//! and renamed over the name (not fsynced: it is valid for this boot only). The directory's own last component must be a directory,
 //! not a link (its parents may be links the host set up, such as `/var/run` -> `/run`; they are
 //! followed inside the root). [`remove`] unlinks exactly one regular file, and a missing one is
 //! already removed.
@@ -300,7 +300,9 @@ pub fn write(ctx: &SpecContext, spec: &ClaimSpec) -> Result<()> {
     };
     let text = spec.spec.to_text();
     let dir = create_dir(ctx)?;
-    dir.write(
+    // A claim's spec is valid for this boot only: after a reboot the driver prepares the claim
+    // again ([`crate::driver`]), so no fsync stands between the kubelet and its answer.
+    dir.write_for_this_boot(
         OsStr::new(&spec.file_name),
         text.as_bytes(),
         Some(SPEC_FILE_MODE),

@@ -128,8 +128,10 @@ async fn node(api: &ApiServer) -> Node {
     std::fs::write(
         &program,
         format!(
-            "#!/bin/sh\ncase \"$DEVINJECT_FUNCTION\" in slow) : > {}; exec /bin/sleep 30;; esac\n\
+            "#!/bin/sh\necho \"$DEVINJECT_FUNCTION\" >> {}\n\
+             case \"$DEVINJECT_FUNCTION\" in slow) : > {}; exec /bin/sleep 30;; esac\n\
              exit 0\n",
+            root.join("runs").display(),
             root.join("slow-started").display()
         ),
     )
@@ -287,7 +289,7 @@ async fn wait_for(file: &Path) {
 }
 
 #[tokio::test(flavor = "current_thread")]
-async fn a_lost_spec_of_this_boot_is_put_back_and_one_of_an_earlier_boot_is_left_to_the_kubelet() {
+async fn a_lost_spec_of_this_boot_is_put_back_and_a_claim_of_an_earlier_boot_is_prepared_again() {
     let api = ApiServer::default();
     api.allocate("fast", FAST_UID, "demo-1", "fast");
     let node = node(&api).await;
@@ -340,7 +342,7 @@ async fn a_lost_spec_of_this_boot_is_put_back_and_one_of_an_earlier_boot_is_left
     let rebooted = Driver::new(node.config.clone(), node.client.clone()).unwrap();
     assert_eq!(rebooted.restore_specs().await, 0);
     assert!(!spec.exists());
-    // The kubelet's prepare then writes it again.
+    // The kubelet's prepare then writes it again, its prepare step run again.
     rebooted
         .prepare(
             claim("fast", FAST_UID),
@@ -349,6 +351,30 @@ async fn a_lost_spec_of_this_boot_is_put_back_and_one_of_an_earlier_boot_is_left
         .await
         .unwrap();
     assert_eq!(std::fs::read(&spec).unwrap(), written);
+    assert_eq!(runs(&node.root), ["fast", "fast"]);
+    // After another reboot the spec is still there (a CDI directory that outlives a boot, or a
+    // spec the reboot did not lose): what the step loaded is gone all the same, so the claim is
+    // prepared again rather than answered from the checkpoint.
+    set_boot_id(&node.root, "boot-3");
+    let rebooted = Driver::new(node.config.clone(), node.client.clone()).unwrap();
+    rebooted
+        .prepare(
+            claim("fast", FAST_UID),
+            Deadline::after(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&spec).unwrap(), written);
+    assert_eq!(runs(&node.root), ["fast", "fast", "fast"]);
+    // In the same boot, a prepare answered from the checkpoint runs nothing.
+    rebooted
+        .prepare(
+            claim("fast", FAST_UID),
+            Deadline::after(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(runs(&node.root).len(), 3);
     // Unprepared: the spec and the metadata go.
     rebooted
         .unprepare(
@@ -358,6 +384,15 @@ async fn a_lost_spec_of_this_boot_is_put_back_and_one_of_an_earlier_boot_is_left
         .await
         .unwrap();
     assert!(!spec.exists() && !metadata.exists());
+}
+
+/// The functions the prepare program has run for, in order.
+fn runs(root: &Path) -> Vec<String> {
+    std::fs::read_to_string(root.join("runs"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Whether the slow program has started (it leaves a file before it sleeps).
