@@ -359,6 +359,7 @@ fn run(compare: Option<(String, PathBuf)>) -> Result<()> {
     ])?;
     drop(c);
     dra()?;
+    dra_prepare()?;
     idle()
 }
 
@@ -420,8 +421,121 @@ fn dra() -> Result<()> {
         "devinject-dra NodePrepareResources (its log)",
         &prepare,
     ));
+    let log = c.dra_log();
+    for (field, what) in PREPARE_STEPS {
+        let mut step = Samples::default();
+        for took in prepare_step_times(&log, field) {
+            step.push(took);
+        }
+        emit(&row(&format!("… of which {what}"), &step));
+    }
     Ok(())
 }
+
+/// The devices per claim of section 6d: one, a few, and the most one claim can be allocated
+/// (`resource.k8s.io/v1`'s `AllocationResultsMaxSize`).
+const CLAIM_SIZES: [usize; 3] = [1, 8, 32];
+
+/// The claims of each size section 6d prepares.
+const PREPARE_RUNS: usize = 30;
+
+/// A demo host with [`CLAIM_SIZES`]' largest number of accelerators, `demo/accel0..`, their
+/// device numbers those of [`devinject_tests::sim::ACCELS`] in turn (discovery tells devices
+/// apart by path, and a DRA slice by name).
+fn many_demo_devices(dir: &Path) -> Result<devinject_tests::sim::SimHost> {
+    let host = devinject_tests::sim::demo_host(dir, &["demo"])?;
+    let accels = devinject_tests::sim::ACCELS;
+    for i in accels.len()..CLAIM_SIZES[2] {
+        let (_, major, minor) = accels[i % accels.len()];
+        devinject_tests::sim::mknod(
+            &host.dev_root.join(format!("demo/accel{i}")),
+            major,
+            minor,
+            "0666",
+        )?;
+    }
+    Ok(host)
+}
+
+/// NodePrepareResources at 1, 8 and 32 devices per claim: one node of `devinject-dra` alone
+/// with 32 demo devices; for each size, [`PREPARE_RUNS`] pods one after the other, each holding
+/// a claim of that many devices from a template, started to Ready and deleted. The driver's
+/// prepared lines give the time of each prepare and of its steps.
+fn dra_prepare() -> Result<()> {
+    let containerd = devinject_tests::runtimes::containerd("2")
+        .context("containerd 2 (scripts/runtimes-fetch.sh)")?;
+    let c = Cluster::start_shaped(
+        Setup::Dra {
+            containerd: containerd.bin,
+            beside: DraBeside::Nothing,
+        },
+        &devinject_tests::cluster::Shape {
+            node_host: Some(devinject_tests::cluster::NodeHost {
+                make: many_demo_devices,
+                image: |_| Ok(()),
+            }),
+            dra_devices: Some(CLAIM_SIZES[2]),
+            ..devinject_tests::cluster::Shape::default()
+        },
+    )?;
+    c.apply_dra_device_classes()?;
+    emit(&format!(
+        "\n### 6d. NodePrepareResources by devices per claim (Kubernetes {}, one node, \
+         {PREPARE_RUNS} claims each)\n\n\
+         | figure | runs | median ms | p99 ms | [min–max] ms |\n|---|---|---|---|---|",
+        c.kubernetes().version()
+    ));
+    // The smallest size twice, the second pass the A/A pair of the first.
+    let passes = [
+        (CLAIM_SIZES[0], ""),
+        (CLAIM_SIZES[0], ", A/A: the same again"),
+        (CLAIM_SIZES[1], ""),
+        (CLAIM_SIZES[2], ""),
+    ];
+    for (pass, (size, label)) in passes.into_iter().enumerate() {
+        let template = format!("demo-{size}");
+        c.apply(&demo_claim_template(&template, size as u32))?;
+        let seen = c.dra_log().len();
+        for i in 0..PREPARE_RUNS {
+            let name = format!("claim-{pass}-{size}-{i}");
+            pod_start_of(
+                &c,
+                &name,
+                &dra_pod_yaml(&name).replace(DRA_TEMPLATE, &template),
+            )?;
+        }
+        let log = c.dra_log();
+        let lines = log.get(seen..).unwrap_or_default();
+        let mut prepare = Samples::default();
+        for took in prepare_times(lines) {
+            prepare.push(took);
+        }
+        emit(&row(
+            &format!("NodePrepareResources, {size} devices per claim{label}"),
+            &prepare,
+        ));
+        for (field, what) in PREPARE_STEPS {
+            let mut step = Samples::default();
+            for took in prepare_step_times(lines, field) {
+                step.push(took);
+            }
+            emit(&row(&format!("… of which {what}"), &step));
+        }
+    }
+    Ok(())
+}
+
+/// The steps of a prepare the driver's prepared line times, and what each is.
+const PREPARE_STEPS: [(&str, &str); 5] = [
+    ("read_us", "the claim read from the API server"),
+    (
+        "plan_us",
+        "the plan (discovery, driver files, the spec built)",
+    ),
+    ("run_us", "the prepare programs"),
+    ("write_us", "the spec and metadata files written"),
+    ("save_us", "the checkpoint saved"),
+];
 
 /// How long each idle window is measured.
 const IDLE_WINDOW: Duration = Duration::from_secs(30);
@@ -539,9 +653,14 @@ fn context_switches(pid: u32) -> Result<u64> {
 
 /// The `took_us` of every claim `devinject-dra` logs as prepared.
 fn prepare_times(log: &str) -> Vec<Duration> {
+    prepare_step_times(log, "took_us")
+}
+
+/// One field (`<name>=<microseconds>`) of each of the driver's prepared lines in `log`.
+fn prepare_step_times(log: &str, field: &str) -> Vec<Duration> {
     log.lines()
         .filter(|l| l.contains(devinject_dra::driver::PREPARED))
-        .filter_map(|l| l.split("took_us=").nth(1))
+        .filter_map(|l| l.split(&format!("{field}=")).nth(1))
         .filter_map(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
         .map(Duration::from_micros)
         .collect()
@@ -603,12 +722,17 @@ struct Cli {
     /// Only each daemon's idle cost (section 6c).
     #[arg(long)]
     idle: bool,
+    /// Only NodePrepareResources at 1, 8 and 32 devices per claim (section 6d).
+    #[arg(long)]
+    dra_prepare: bool,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = if cli.idle {
         idle()
+    } else if cli.dra_prepare {
+        dra_prepare()
     } else if cli.dra_only {
         dra()
     } else {
@@ -636,6 +760,16 @@ mod tests {
             prepare_times(log),
             [Duration::from_micros(1234), Duration::from_micros(87)]
         );
+        let steps = "2026-11-28T01:37:50Z  INFO devinject_dra::driver: prepared claim=claim default/c (w) devices=8 took_us=6730 read_us=2700 plan_us=540 run_us=0 write_us=220 save_us=1480\n";
+        assert_eq!(
+            prepare_step_times(steps, "read_us"),
+            [Duration::from_micros(2700)]
+        );
+        assert_eq!(
+            prepare_step_times(steps, "save_us"),
+            [Duration::from_micros(1480)]
+        );
+        assert!(prepare_step_times(log, "read_us").is_empty());
     }
 
     #[test]
