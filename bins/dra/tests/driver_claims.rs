@@ -293,13 +293,7 @@ async fn a_lost_spec_of_this_boot_is_put_back_and_a_claim_of_an_earlier_boot_is_
     let api = ApiServer::default();
     api.allocate("fast", FAST_UID, "demo-1", "fast");
     let node = node(&api).await;
-    node.driver
-        .prepare(
-            claim("fast", FAST_UID),
-            Deadline::after(Duration::from_secs(30)),
-        )
-        .await
-        .unwrap();
+    prepare_fast(&node.driver).await;
     let cdi = node.root.join("cdi");
     let spec = cdi.join(format!("k8s.devinject.io-demo_{FAST_UID}.json"));
     let written = std::fs::read(&spec).unwrap();
@@ -343,13 +337,7 @@ async fn a_lost_spec_of_this_boot_is_put_back_and_a_claim_of_an_earlier_boot_is_
     assert_eq!(rebooted.restore_specs().await, 0);
     assert!(!spec.exists());
     // The kubelet's prepare then writes it again, its prepare step run again.
-    rebooted
-        .prepare(
-            claim("fast", FAST_UID),
-            Deadline::after(Duration::from_secs(30)),
-        )
-        .await
-        .unwrap();
+    prepare_fast(&rebooted).await;
     assert_eq!(std::fs::read(&spec).unwrap(), written);
     assert_eq!(runs(&node.root), ["fast", "fast"]);
     // After another reboot the spec is still there (a CDI directory that outlives a boot, or a
@@ -357,23 +345,11 @@ async fn a_lost_spec_of_this_boot_is_put_back_and_a_claim_of_an_earlier_boot_is_
     // prepared again rather than answered from the checkpoint.
     set_boot_id(&node.root, "boot-3");
     let rebooted = Driver::new(node.config.clone(), node.client.clone()).unwrap();
-    rebooted
-        .prepare(
-            claim("fast", FAST_UID),
-            Deadline::after(Duration::from_secs(30)),
-        )
-        .await
-        .unwrap();
+    prepare_fast(&rebooted).await;
     assert_eq!(std::fs::read(&spec).unwrap(), written);
     assert_eq!(runs(&node.root), ["fast", "fast", "fast"]);
     // In the same boot, a prepare answered from the checkpoint runs nothing.
-    rebooted
-        .prepare(
-            claim("fast", FAST_UID),
-            Deadline::after(Duration::from_secs(30)),
-        )
-        .await
-        .unwrap();
+    prepare_fast(&rebooted).await;
     assert_eq!(runs(&node.root).len(), 3);
     // Unprepared: the spec and the metadata go.
     rebooted
@@ -384,6 +360,17 @@ async fn a_lost_spec_of_this_boot_is_put_back_and_a_claim_of_an_earlier_boot_is_
         .await
         .unwrap();
     assert!(!spec.exists() && !metadata.exists());
+}
+
+/// Prepares the claim `fast` as the kubelet would, with its deadline.
+async fn prepare_fast(driver: &Driver) {
+    driver
+        .prepare(
+            claim("fast", FAST_UID),
+            Deadline::after(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
 }
 
 /// The functions the prepare program has run for, in order.
