@@ -15,7 +15,9 @@ DEVINJECT_RUNC=$(scripts/runc-build.sh)
 DEVINJECT_CRIO_BIN=$(scripts/crio-build.sh)
 DEVINJECT_RUNTIMES=$(scripts/runtimes-fetch.sh)
 DEVINJECT_VENDOR_STACKS=$(scripts/vendor-stacks-fetch.sh)
-export DEVINJECT_KUBE_BIN DEVINJECT_RUNC DEVINJECT_CRIO_BIN DEVINJECT_RUNTIMES DEVINJECT_VENDOR_STACKS
+# The user-namespaced pods run off the host network, on CNI's plugins.
+DEVINJECT_CNI_BIN=$(scripts/cni-build.sh)
+export DEVINJECT_KUBE_BIN DEVINJECT_RUNC DEVINJECT_CRIO_BIN DEVINJECT_RUNTIMES DEVINJECT_VENDOR_STACKS DEVINJECT_CNI_BIN
 # shellcheck source=scripts/lib/tiers.sh
 . scripts/lib/tiers.sh
 check_tiers
