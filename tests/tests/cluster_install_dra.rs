@@ -17,7 +17,8 @@
 //!    the node's `/var/run/cdi` while it runs and gone after;
 //! 4. the shipped policy holds the driver's account to its node: with a token bound to the
 //!    driver's pod, a ResourceSlice of another node is refused; with a token bound to no pod, any
-//!    slice is; the account may not read Secrets;
+//!    slice is; the account may not read Secrets; of claims it may watch them and patch the
+//!    device status of its own driver's devices on its node's claims, nothing more;
 //! 5. the DaemonSet deleted and the shipped uninstall DaemonSet applied, every file of devinject
 //!    is gone from the node (the driver's checkpoint and its directory under the kubelet's
 //!    plugins directory too, and its registration socket), and containerd's configuration is
@@ -33,7 +34,7 @@ use devinject_tests::cluster::install::{
     prepare_node, ready, rollout, show_and_run_examples, uninstall_touching_no_engine,
     workspace_file, workspace_path, Via, NODE_PODS, NS,
 };
-use devinject_tests::cluster::{image, Cluster, Setup, DEFAULT_CDI_DIR, NODE, SLOW};
+use devinject_tests::cluster::{image, Cluster, Setup, DEFAULT_CDI_DIR, DRA_DRIVER, NODE, SLOW};
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::daemons::poll;
 
@@ -256,6 +257,36 @@ fn installed_as_a_dra_driver_it_serves_claims_and_the_examples_and_uninstalls() 
         .kubectl_with_token(&bound, &["-n", NS, "get", "secrets"])
         .expect_err("the account reads no Secrets");
     assert!(format!("{refused:#}").contains("forbidden"), "{refused:#}");
+    // Its claims: a watch of them and, for a profile that prepares before binding, the device
+    // status of its own driver's devices on claims allocated on its node (the API server's
+    // granular status authorization), not on another node's nor for another driver.
+    let can = |args: &[&str]| {
+        let mut all = vec!["auth", "can-i", "-n", "default"];
+        all.extend_from_slice(args);
+        c.kubectl_with_token(&bound, &all).is_ok()
+    };
+    let claims = "resourceclaims.resource.k8s.io";
+    let ours = format!("{claims}/{DRA_DRIVER}");
+    assert!(can(&["watch", claims]), "watch the claims");
+    assert!(
+        can(&["patch", claims, "--subresource=status"]),
+        "their status"
+    );
+    assert!(
+        can(&["associated-node:patch", &ours, "--subresource=driver"]),
+        "its devices' status on its node's claims"
+    );
+    assert!(!can(&[
+        "arbitrary-node:patch",
+        &ours,
+        "--subresource=driver"
+    ]));
+    assert!(!can(&[
+        "associated-node:patch",
+        &format!("{claims}/gpu.example.com"),
+        "--subresource=driver"
+    ]));
+    assert!(!can(&["update", claims]), "the claims themselves");
 
     // The driver kept its checkpoint of the claim it prepared.
     let kept = files_in(&c, DRIVER_DIR);
