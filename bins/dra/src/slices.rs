@@ -633,46 +633,49 @@ fn device_capacity(capacity: &devinject_devices::Capacity) -> BTreeMap<String, D
     )])
 }
 
+/// Whether the API server dropped a field from `returned`, its answer to the apply of
+/// `applied`: `count` finds it in `applied` and nowhere in `returned`. A field behind a gate
+/// that is off is dropped silently, so this is how the publisher learns a gate is off.
+fn dropped(
+    applied: &ResourceSliceSpec,
+    returned: &ResourceSliceSpec,
+    count: impl Fn(&ResourceSliceSpec) -> usize,
+) -> bool {
+    count(applied) > 0 && count(returned) == 0
+}
+
+/// How many devices of `spec` `has` holds for.
+fn devices_with(spec: &ResourceSliceSpec, has: impl Fn(&Device) -> bool) -> usize {
+    spec.devices.iter().flatten().filter(|d| has(d)).count()
+}
+
 /// Whether the API server dropped the device taints of `applied` from `returned`, its answer to
 /// the apply: it does so where `DRADeviceTaints` is off, and the publisher then leaves unhealthy
 /// devices out instead.
 pub fn taints_dropped(applied: &ResourceSliceSpec, returned: &ResourceSliceSpec) -> bool {
-    let tainted = |spec: &ResourceSliceSpec| {
-        spec.devices
-            .iter()
-            .flatten()
-            .filter(|d| d.taints.as_ref().is_some_and(|t| !t.is_empty()))
-            .count()
-    };
-    tainted(applied) > 0 && tainted(returned) == 0
+    dropped(applied, returned, |spec| {
+        devices_with(spec, |d| d.taints.as_ref().is_some_and(|t| !t.is_empty()))
+    })
 }
 
 /// Whether the API server dropped `allowMultipleAllocations` of `applied` from `returned`: it
 /// does so where `DRAConsumableCapacity` is off, and the device would then go to one claim at a
 /// time; the publisher shares by the profile's `replicas` instead.
 pub fn sharing_dropped(applied: &ResourceSliceSpec, returned: &ResourceSliceSpec) -> bool {
-    let shared = |spec: &ResourceSliceSpec| {
-        spec.devices
-            .iter()
-            .flatten()
-            .filter(|d| d.allow_multiple_allocations == Some(true))
-            .count()
-    };
-    shared(applied) > 0 && shared(returned) == 0
+    dropped(applied, returned, |spec| {
+        devices_with(spec, |d| d.allow_multiple_allocations == Some(true))
+    })
 }
 
 /// Whether the API server dropped the binding conditions of `applied` from `returned`: it does
 /// so where `DRADeviceBindingConditions` is off (1.34, 1.35), and the profiles' prepare steps
 /// then run at the kubelet's prepare.
 pub fn binding_dropped(applied: &ResourceSliceSpec, returned: &ResourceSliceSpec) -> bool {
-    let bound = |spec: &ResourceSliceSpec| {
-        spec.devices
-            .iter()
-            .flatten()
-            .filter(|d| d.binding_conditions.as_ref().is_some_and(|c| !c.is_empty()))
-            .count()
-    };
-    bound(applied) > 0 && bound(returned) == 0
+    dropped(applied, returned, |spec| {
+        devices_with(spec, |d| {
+            d.binding_conditions.as_ref().is_some_and(|c| !c.is_empty())
+        })
+    })
 }
 
 /// Whether the API server dropped the counters of `applied` from `returned`: the counter sets
@@ -680,16 +683,12 @@ pub fn binding_dropped(applied: &ResourceSliceSpec, returned: &ResourceSliceSpec
 /// `DRAPartitionableDevices` is off (1.34), and the publisher then publishes whole devices
 /// only.
 pub fn counters_dropped(applied: &ResourceSliceSpec, returned: &ResourceSliceSpec) -> bool {
-    let counted = |spec: &ResourceSliceSpec| {
+    dropped(applied, returned, |spec| {
         spec.shared_counters.as_ref().map_or(0, Vec::len)
-            + spec
-                .devices
-                .iter()
-                .flatten()
-                .filter(|d| d.consumes_counters.as_ref().is_some_and(|c| !c.is_empty()))
-                .count()
-    };
-    counted(applied) > 0 && counted(returned) == 0
+            + devices_with(spec, |d| {
+                d.consumes_counters.as_ref().is_some_and(|c| !c.is_empty())
+            })
+    })
 }
 
 /// Whether two slice specs publish the same thing, their pool generations aside: when they do,
