@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
-use devinject_devices::{discover, watch_paths, HostRoots, PciLocation, ProfileSet};
+use devinject_devices::{discover, watch_paths, HostRoots, ProfileSet};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -175,8 +175,9 @@ async fn publish(
     // are built from.
     let mut found: BTreeMap<String, devinject_devices::Inventory> = Default::default();
     // Where each profile's devices sit on the PCI bus, looked up with each discovery (sysfs
-    // reads), not at every round.
-    let mut located: BTreeMap<String, BTreeMap<String, PciLocation>> = Default::default();
+    // reads), not at every round, and which of them failed a prepare before binding (each
+    // round, from `prepare_failed`).
+    let mut states: BTreeMap<String, DeviceState> = Default::default();
     // The fields the slices carry: all until the API server is seen dropping one (its feature
     // gate off), then without it for the driver's life.
     let mut fields = ApiFields::ALL;
@@ -270,7 +271,8 @@ async fn publish(
                         info!(profile = name, "discovery works again");
                     }
                     config.metrics.discovered(name, found.get(name), &inventory);
-                    located.insert(name.to_owned(), pci_locations(&inventory, &config.roots));
+                    states.entry(name.to_owned()).or_default().locations =
+                        pci_locations(&inventory, &config.roots);
                     found.insert(name.to_owned(), inventory);
                     fresh.push(profile);
                 }
@@ -315,14 +317,13 @@ async fn publish(
                 (None, None) if server.is_some() => 0,
                 (None, None) => current_generation(&api, &slice_name).await,
             };
-            let state = DeviceState {
-                locations: located[name].clone(),
-                prepare_failed: prepare_failed
-                    .borrow_and_update()
-                    .get(name)
-                    .cloned()
-                    .unwrap_or_default(),
-            };
+            let state = states.entry(name.to_owned()).or_default();
+            state.prepare_failed = prepare_failed
+                .borrow_and_update()
+                .get(name)
+                .cloned()
+                .unwrap_or_default();
+            let state = &*state;
             let slices = resource_slices(
                 &config.driver,
                 &config.node,
@@ -330,7 +331,7 @@ async fn publish(
                 inventory,
                 generation,
                 fields,
-                &state,
+                state,
             )?;
             // A counters' slice the pool no longer has (the server dropped the counters).
             let stale_counters = slices.len() == 1 && held(&counters_name).is_some();
@@ -366,7 +367,7 @@ async fn publish(
                             inventory,
                             generation + 1,
                             fields,
-                            &state,
+                            state,
                         )?,
                         generation + 2,
                     );
