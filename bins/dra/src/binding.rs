@@ -76,7 +76,7 @@ impl Failures {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), Instant>> {
-        self.until.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.until)
     }
 
     fn send(&self) {
@@ -156,6 +156,7 @@ pub async fn run(
     }
 }
 
+/// `m` locked; a panic elsewhere while it was held leaves the data as it was, still usable.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

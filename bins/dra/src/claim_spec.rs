@@ -15,9 +15,9 @@
 //! into. The spec is written through [`HostDir`]: the directory is resolved inside the host
 //! root, a link, FIFO, device node or hard link at the spec's file name is refused and never
 //! followed, and the file goes to a temporary file in the same directory, is given mode 0644
-//! and renamed over the name (not fsynced: it is valid for this boot only). The directory's own last component must be a directory,
-//! not a link (its parents may be links the host set up, such as `/var/run` -> `/run`; they are
-//! followed inside the root). [`remove`] unlinks exactly one regular file, and a missing one is
+//! and renamed over the name (not fsynced: it is valid for this boot only). The directory's own
+//! last component must be a directory, not a link (its parents may be links the host set up,
+//! such as `/var/run` -> `/run`; they are followed inside the root). [`remove`] unlinks exactly one regular file, and a missing one is
 //! already removed.
 
 use std::collections::BTreeMap;

@@ -774,8 +774,9 @@ impl Driver {
             .run(self.busy.lock(&uid))
             .await
             .ok_or_else(|| late("waiting for the claim's unprepare or earlier prepare"))?;
-        let again = self.entry(&uid).is_some();
-        if let Some(entry) = self.entry(&uid) {
+        let entry = self.entry(&uid);
+        let again = entry.is_some();
+        if let Some(entry) = entry {
             // Prepared before: answered from the checkpoint while its specs are there and it
             // was prepared in this boot. A node's reboot resets what the prepare steps loaded
             // and may lose the specs (written for this boot only, unsynced; a CDI directory
@@ -952,16 +953,19 @@ impl Driver {
         devices: &[AllocatedDevice],
         allocation: &Allocation,
     ) -> Result<Vec<PrepareRun>, String> {
-        let mut by_profile: BTreeMap<&str, Vec<&AllocatedDevice>> = BTreeMap::new();
+        let mut by_profile: BTreeMap<&str, (&Profile, Vec<&AllocatedDevice>)> = BTreeMap::new();
         for d in devices {
             let profile = self
                 .profile_of(&d.pool)
                 .ok_or_else(|| format!("pool {} is not one of this node's", Excerpt(&d.pool)))?;
-            by_profile.entry(profile.name.as_str()).or_default().push(d);
+            by_profile
+                .entry(profile.name.as_str())
+                .or_insert_with(|| (profile, Vec::new()))
+                .1
+                .push(d);
         }
         let mut all = Vec::new();
-        for (name, devices) in by_profile {
-            let profile = self.config.profiles.get(name).ok_or("profile vanished")?;
+        for (name, (profile, devices)) in by_profile {
             let inventory = discover(profile, &self.config.roots)
                 .map_err(|e| format!("profile {name}: discovery: {e}"))?;
             let names = device_names(profile, &inventory).map_err(|e| e.to_string())?;
