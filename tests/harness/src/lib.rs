@@ -6,11 +6,13 @@
 //! - [`runc`]: OCI bundles with the hook wired in, run by the real `runc`.
 //! - [`probe`]: the in-container probe and the parser for its report.
 //! - [`bins`]: where the built devinject binaries are, refusing stale ones.
+//! - [`demo`]: the README's demo, through the hook or the shim.
 //!
 //! The README's main command (`scripts/demo.sh`) builds this crate and the hook only: nothing
 //! here may pull a build that needs more than the Rust toolchain, gcc and libc.
 
 pub mod bins;
+pub mod demo;
 pub mod probe;
 pub mod rootfs;
 pub mod runc;

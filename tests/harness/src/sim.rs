@@ -36,9 +36,16 @@ pub struct SimHost {
     pub config: PathBuf,
 }
 
-/// The repository's `profiles/` directory.
+/// The environment variable naming a copy of the repository's `profiles/` directory, for a
+/// harness binary run where the source tree is not (the arm64 guest of `scripts/arm64-guest.sh`).
+pub const SHIPPED_PROFILES_ENV: &str = "DEVINJECT_SHIPPED_PROFILES";
+
+/// The repository's `profiles/` directory (or the copy [`SHIPPED_PROFILES_ENV`] names).
 pub fn shipped_profiles() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../profiles")
+    match std::env::var_os(SHIPPED_PROFILES_ENV).filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../profiles"),
+    }
 }
 
 /// Makes a char device node.
@@ -77,22 +84,7 @@ pub fn demo_host(dir: &Path, profiles: &[&str]) -> Result<SimHost> {
     let bin = driver_root.join("opt/devinject-demo/bin");
     std::fs::create_dir_all(&lib)?;
     std::fs::create_dir_all(&bin)?;
-    let src = dir.join("libdemo.c");
-    std::fs::write(&src, "int demo_version(void) { return 1; }\n")?;
-    let out = Command::new("gcc")
-        .args([
-            "-shared",
-            "-fPIC",
-            &format!("-Wl,-soname,{DEMO_SONAME}"),
-            "-o",
-        ])
-        .arg(lib.join(DEMO_LIB_FILE))
-        .arg(&src)
-        .output()
-        .context("run gcc to build libdemo.so")?;
-    if !out.status.success() {
-        bail!("gcc failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
+    build_demo_library(dir, &lib.join(DEMO_LIB_FILE))?;
     std::os::unix::fs::symlink(DEMO_LIB_FILE, lib.join(DEMO_SONAME))?;
     let smi = bin.join("demo-smi");
     std::fs::write(
@@ -110,6 +102,45 @@ pub fn demo_host(dir: &Path, profiles: &[&str]) -> Result<SimHost> {
     };
     host.write_config("")?;
     Ok(host)
+}
+
+/// The environment variable naming a `libdemo.so.1.0.0` built beforehand, which [`demo_host`]
+/// copies instead of running gcc: a machine without a compiler (the arm64 guest of
+/// `scripts/arm64-guest.sh`) gets one cross-built by the same source and flags.
+pub const DEMO_LIBRARY_ENV: &str = "DEVINJECT_DEMO_LIBRARY";
+
+/// The demo library's source: one function, for programs linked against it.
+pub const DEMO_LIBRARY_SOURCE: &str = "int demo_version(void) { return 1; }\n";
+
+/// Puts the demo library at `to`: built by gcc from [`DEMO_LIBRARY_SOURCE`] in `dir`, or copied
+/// from [`DEMO_LIBRARY_ENV`] where that is set.
+fn build_demo_library(dir: &Path, to: &Path) -> Result<()> {
+    if let Some(built) = std::env::var_os(DEMO_LIBRARY_ENV).filter(|v| !v.is_empty()) {
+        std::fs::copy(&built, to).with_context(|| {
+            format!(
+                "copy the demo library {} ({DEMO_LIBRARY_ENV})",
+                Path::new(&built).display()
+            )
+        })?;
+        return Ok(());
+    }
+    let src = dir.join("libdemo.c");
+    std::fs::write(&src, DEMO_LIBRARY_SOURCE)?;
+    let out = Command::new("gcc")
+        .args([
+            "-shared",
+            "-fPIC",
+            &format!("-Wl,-soname,{DEMO_SONAME}"),
+            "-o",
+        ])
+        .arg(to)
+        .arg(&src)
+        .output()
+        .context("run gcc to build libdemo.so")?;
+    if !out.status.success() {
+        bail!("gcc failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
 }
 
 /// The demo library's directory under the driver root.
