@@ -1,0 +1,247 @@
+//! `devinject-guest-checks DIR`: the checks the arm64 guest runs on its own kernel
+//! (`scripts/arm64-guest.sh`, `tests/tests/arm64_guest.rs`), with the hook, the shim and the
+//! guest's Debian runc, busybox and glibc. `DIR` holds `devinject-hook`, `devinject-runtime` and
+//! `demo-use`, a program linked against the demo library by its soname.
+//!
+//! Each applier in turn:
+//! - the demo ([`devinject_harness::demo`]): the granted nodes open, the bound but ungranted one
+//!   is refused by the kernel's cgroup device program, and `ldconfig -p` of the guest's glibc
+//!   lists the injected library with this machine's flags;
+//! - the library found by the cache: `demo-use` on the guest's glibc loads the injected library
+//!   from the cache the applier wrote, which `LD_DEBUG=libs` shows;
+//! - a hostile image's subset: the linker cache a link to a host file, a FIFO, or the library
+//!   directory a link to a host directory. The host canary must be unchanged after each.
+//!
+//! Prints `guest-check: NAME: ok` or `guest-check: NAME: FAILED: WHY` per check, then
+//! `guest-checks: N passed, M failed`; exits 1 when one failed, 2 when it could not run.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{bail, ensure, Context, Result};
+use devinject_harness::demo::{self, run_bundle, Applier};
+use devinject_harness::probe::Report;
+use devinject_harness::runc::{container_id, describe, hook_failure, Bundle};
+use devinject_harness::sim::{demo_host, demo_probe_args};
+
+/// The dynamic loader and the C library a glibc program of this machine needs, as Debian lays
+/// them out (the same path in the container as on the host).
+const GLIBC: [&str; 2] = if cfg!(target_arch = "aarch64") {
+    [
+        "/lib/ld-linux-aarch64.so.1",
+        "/lib/aarch64-linux-gnu/libc.so.6",
+    ]
+} else {
+    [
+        "/lib64/ld-linux-x86-64.so.2",
+        "/lib/x86_64-linux-gnu/libc.so.6",
+    ]
+};
+
+/// What `demo-use` prints when it ran with the demo library loaded.
+const DEMO_USE_OUTPUT: &str = "demo_version 1";
+
+fn main() -> ExitCode {
+    let Some(dir) = std::env::args_os().nth(1).map(PathBuf::from) else {
+        eprintln!(
+            "usage: devinject-guest-checks DIR (with devinject-hook, devinject-runtime, demo-use)"
+        );
+        return ExitCode::from(2);
+    };
+    let hook = dir.join("devinject-hook");
+    let shim = dir.join("devinject-runtime");
+    let program = dir.join("demo-use");
+    let (mut passed, mut failed) = (0, 0);
+    for applier in [Applier::Hook(&hook), Applier::Shim(&shim)] {
+        let name = match applier {
+            Applier::Hook(_) => "hook",
+            Applier::Shim(_) => "shim",
+        };
+        let checks: [(&str, &dyn Fn() -> Result<()>); 5] = [
+            ("demo", &|| {
+                ensure!(
+                    demo::run(applier)?,
+                    "the demo's container saw what it must not"
+                );
+                Ok(())
+            }),
+            ("library found by the cache", &|| {
+                library_by_cache(applier, &program)
+            }),
+            ("hostile: the cache a link to a host file", &|| {
+                hostile(applier, Trap::CacheLinkToHost)
+            }),
+            ("hostile: the cache a FIFO", &|| {
+                hostile(applier, Trap::CacheFifo)
+            }),
+            (
+                "hostile: the library directory a link to a host directory",
+                &|| hostile(applier, Trap::LibDirLinkToHost),
+            ),
+        ];
+        for (check, run) in checks {
+            match run() {
+                Ok(()) => {
+                    passed += 1;
+                    println!("guest-check: {name}: {check}: ok");
+                }
+                Err(e) => {
+                    failed += 1;
+                    println!("guest-check: {name}: {check}: FAILED: {e:#}");
+                }
+            }
+        }
+    }
+    println!("guest-checks: {passed} passed, {failed} failed");
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// `demo-use` in a container with the host's glibc and device 0: it must run, and ld.so must
+/// have found the demo library in the cache (not by its search path).
+fn library_by_cache(applier: Applier<'_>, program: &Path) -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let host = demo_host(&tmp.path().join("host"), &["demo"])?;
+    let mut bundle = Bundle::new(&tmp.path().join("bundle"), &["/demo-use"])?;
+    let rootfs = bundle.rootfs();
+    for file in GLIBC.iter().map(Path::new) {
+        let to = rootfs.join(file.strip_prefix("/")?);
+        std::fs::create_dir_all(to.parent().context("a parent")?)?;
+        std::fs::copy(file, &to).with_context(|| format!("copy {}", file.display()))?;
+    }
+    std::fs::copy(program, rootfs.join("demo-use"))
+        .with_context(|| format!("copy {}", program.display()))?;
+    bundle.env("DEMO_VISIBLE_DEVICES=0").env("LD_DEBUG=libs");
+    let out = run_bundle(applier, &mut bundle, &host.config, &container_id("guest"))?;
+    ensure!(out.status.success(), "demo-use failed: {}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        stdout.contains(DEMO_USE_OUTPUT),
+        "demo-use printed {stdout:?}, not {DEMO_USE_OUTPUT:?}"
+    );
+    // ld.so's trace for the library (each line `PID:\tTEXT`): `find library=libdemo.so.1 [0];
+    // searching`, then where it looked, up to an empty line.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lookup: Vec<&str> = stderr
+        .lines()
+        .map(|l| l.split_once(':').map_or(l, |(_, text)| text).trim())
+        .skip_while(|l| !l.starts_with("find library=libdemo.so.1"))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let text = lookup.join("\n");
+    ensure!(
+        text.contains("search cache=/etc/ld.so.cache")
+            && lookup
+                .iter()
+                .any(|l| l.starts_with("trying file=") && l.contains("libdemo.so.1"))
+            && !text.contains("search path="),
+        "ld.so did not find libdemo.so.1 in the cache:\n{text}\n(whole trace: {stderr})"
+    );
+    Ok(())
+}
+
+/// A hostile image's trap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trap {
+    /// `/etc/ld.so.cache` an absolute link to the host canary's cache.
+    CacheLinkToHost,
+    /// `/etc/ld.so.cache` a FIFO: never waited on, replaced.
+    CacheFifo,
+    /// `/usr/lib` an absolute link to the host canary's library directory.
+    LibDirLinkToHost,
+}
+
+/// Runs the demo probe for device 0 in an image with `trap` set: the container must start and
+/// see device 0 and the library, or (the library directory's link) the applier must refuse with
+/// its exit code and the path; the canary must be unchanged either way.
+fn hostile(applier: Applier<'_>, trap: Trap) -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let host = demo_host(&tmp.path().join("host"), &["demo"])?;
+    let canary = tmp.path().join("canary");
+    std::fs::create_dir_all(canary.join("etc"))?;
+    std::fs::create_dir_all(canary.join("usr/lib"))?;
+    std::fs::write(canary.join("etc/ld.so.cache"), "devinject-canary cache\n")?;
+    std::fs::write(
+        canary.join("usr/lib/libcanary.so.1"),
+        "devinject-canary library\n",
+    )?;
+    let before = fingerprint(&canary)?;
+    let mut bundle = Bundle::new(&tmp.path().join("bundle"), &demo_probe_args())?;
+    bundle.env("DEMO_VISIBLE_DEVICES=0");
+    let rootfs = bundle.rootfs();
+    let at = |p: &str| rootfs.join(p);
+    match trap {
+        Trap::CacheLinkToHost => {
+            replace_with_link(&at("etc/ld.so.cache"), &canary.join("etc/ld.so.cache"))?
+        }
+        Trap::CacheFifo => {
+            let _ = std::fs::remove_file(at("etc/ld.so.cache"));
+            let st = Command::new("mkfifo").arg(at("etc/ld.so.cache")).status()?;
+            ensure!(st.success(), "mkfifo failed");
+        }
+        Trap::LibDirLinkToHost => replace_with_link(&at("usr/lib"), &canary.join("usr/lib"))?,
+    }
+    let out = run_bundle(applier, &mut bundle, &host.config, &container_id("guest"))?;
+    let full = describe(&out);
+    if trap == Trap::LibDirLinkToHost {
+        ensure!(!out.status.success(), "the container started: {full}");
+        let f = hook_failure(&out).with_context(|| format!("no hook failure: {full}"))?;
+        let line = f.line("devinject: ").unwrap_or_default();
+        ensure!(
+            f.code == 7 && line.contains("/usr/lib in the container rootfs: ENOENT"),
+            "want exit 7 naming /usr/lib, got {} {line:?}: {full}",
+            f.code
+        );
+    } else {
+        ensure!(out.status.success(), "must start: {full}");
+        let report = Report::parse(&String::from_utf8_lossy(&out.stdout));
+        let n = report.node("/dev/demo/accel0");
+        ensure!(
+            (n.kind.as_str(), n.open.as_str()) == ("c", "ok"),
+            "device 0: {n:?}: {full}"
+        );
+        let lib = report.lib("/usr/lib/libdemo.so.1.0.0");
+        ensure!(lib.present && lib.read_only, "library: {lib:?}: {full}");
+    }
+    let after = fingerprint(&canary)?;
+    if before != after {
+        bail!("the host canary changed: {before:?} -> {after:?}");
+    }
+    Ok(())
+}
+
+fn replace_with_link(at: &Path, target: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(at) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(at)?,
+        Ok(_) => std::fs::remove_file(at)?,
+        Err(_) => {}
+    }
+    std::os::unix::fs::symlink(target, at).with_context(|| format!("symlink {}", at.display()))
+}
+
+/// Every name under `dir` with its type, mode and (for files) contents.
+fn fingerprint(dir: &Path) -> Result<BTreeMap<PathBuf, String>> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d)? {
+            let path = entry?.path();
+            let m = std::fs::symlink_metadata(&path)?;
+            let what = if m.is_dir() {
+                stack.push(path.clone());
+                "dir".to_owned()
+            } else if m.is_file() {
+                String::from_utf8_lossy(&std::fs::read(&path)?).into_owned()
+            } else {
+                format!("{:?}", m.file_type())
+            };
+            out.insert(path, format!("{:o} {what}", m.permissions().mode()));
+        }
+    }
+    Ok(out)
+}
