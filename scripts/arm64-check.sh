@@ -8,7 +8,7 @@
 # What user-mode emulation cannot show: the hook's and the shim's work in the container's
 # namespaces (qemu-user runs threads of its own, so setns(CLONE_NEWNS) fails with EINVAL, and
 # Debian 12's qemu 7.2 has no openat2, which every fd-checked open uses). That needs an arm64
-# kernel: docs/testing.md, "arm64".
+# kernel: scripts/arm64-guest.sh boots one (docs/testing.md, "arm64").
 #
 # Not in CI (a cold cross release build is about 25 minutes of 2 cores): docs/testing.md names it.
 # Needs root (mknod). Usage: scripts/arm64-check.sh [OUT_DIR] (default target/arm64)

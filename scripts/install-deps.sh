@@ -9,7 +9,7 @@ set -euo pipefail
 # shellcheck disable=SC2206 # a list of package names
 want=(${DEVINJECT_DEMO_DEPS:-runc busybox-static gcc e2fsprogs})
 if [ "${1:-test}" = cross ]; then
-  want=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static)
+  want=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static qemu-system-arm busybox-static)
 fi
 if [ "${1:-test}" = test ]; then
   # libc6-dev: headers and the static libc for the hostile tests' C helpers (tests/src/cprog.rs)
