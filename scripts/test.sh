@@ -14,6 +14,8 @@ if [ "${free_gb:-0}" -lt 30 ]; then
   echo "test.sh: warning: $free_gb GB free on $(df -P . | awk 'NR == 2 { print $6 }'); a cold run needs about 25 GB: free some space first" >&2
 fi
 scripts/install-deps.sh test
+# What the arm64 guest needs (the cross compiler, qemu), before the guest builds in the background.
+scripts/install-deps.sh cross
 ci=false
 if [ "${CI:-}" = true ] || [ "${CI:-}" = 1 ]; then ci=true; fi
 cluster=$ci
@@ -41,7 +43,14 @@ today_build=$!
 # helm install (tests/tests/cluster_helm.rs): built beside the lints, waited for before the tests.
 setsid nice -n 10 scripts/helm-build.sh >"$today_log.helm" 2>"$today_log.helm-err" &
 helm_build=$!
-trap 'kill -- -"$today_build" -"$helm_build" 2>/dev/null || true' EXIT
+# The arm64 guest (scripts/arm64-guest.sh build: Debian 12's arm64 kernel, runc, busybox and
+# glibc, pinned and unpacked into a cache outside the tree, and the hook and the shim cross-built
+# for aarch64; about two minutes of 2 cores the first time, then seconds), built beside the lints
+# and the tests; its tier (the files marked arm64 in tests/tiers.txt) boots it at the end.
+arm64_log=$today_log.arm64
+setsid nice -n 10 scripts/arm64-guest.sh build >"$arm64_log" 2>"$arm64_log.err" &
+arm64_build=$!
+trap 'kill -- -"$today_build" -"$helm_build" -"$arm64_build" 2>/dev/null || true' EXIT
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 RUSTDOCFLAGS=-Dwarnings cargo doc --workspace --no-deps --quiet
@@ -145,6 +154,16 @@ if wait "$today_build"; then
 else
   echo "test.sh: building the stack of today failed (scripts/crio-build.sh, scripts/kube-module-build.sh):" >&2
   tail -n 40 "$today_log" >&2
+  status=1
+fi
+# The arm64 tier: the guest's kernel under qemu-system-aarch64 (about 20 s here).
+mapfile -t arm64_tier < <(tier arm64)
+if wait "$arm64_build"; then
+  DEVINJECT_ARM64_GUEST=$(cat "$arm64_log") cargo test -p devinject-tests --no-fail-fast \
+    "${arm64_tier[@]/#/--test=}" || status=$?
+else
+  echo "test.sh: building the arm64 guest failed (scripts/arm64-guest.sh build):" >&2
+  tail -n 40 "$arm64_log.err" >&2
   status=1
 fi
 if [ -s "$DEVINJECT_SKIP_LOG" ]; then
