@@ -10,7 +10,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::sim::{copy_profiles, mknod, write_config, SimHost};
+use crate::sim::{mknod, SimHost};
+pub use devinject_harness::vendor_node::{
+    nvidia_node, vendor_host, VendorHost, GPU0_BUS, GPU0_UUID,
+};
 
 /// The unpacked stacks (`DEVINJECT_VENDOR_STACKS`), or `None` after the skip rule said why.
 pub fn stacks() -> Option<PathBuf> {
@@ -25,101 +28,10 @@ pub fn stacks() -> Option<PathBuf> {
     dir
 }
 
-/// A simulated node whose driver root is one vendor's unpacked stack.
-#[derive(Debug, Clone)]
-pub struct VendorHost {
-    /// Everything below.
-    pub dir: PathBuf,
-    /// The dev root with the vendor's nodes.
-    pub dev_root: PathBuf,
-    /// The proc root with the driver's files.
-    pub proc_root: PathBuf,
-    /// The driver root: the vendor's unpacked packages.
-    pub driver_root: PathBuf,
-    /// A profiles dir with the shipped profiles asked for.
-    pub profiles_dir: PathBuf,
-    /// The host config pointing at all of the above.
-    pub config: PathBuf,
-}
-
-impl VendorHost {
-    /// The node as the CRI and cluster harnesses take a host (its proc root is in the host
-    /// configuration).
-    pub fn sim_host(&self) -> SimHost {
-        SimHost {
-            dir: self.dir.clone(),
-            dev_root: self.dev_root.clone(),
-            driver_root: self.driver_root.clone(),
-            profiles_dir: self.profiles_dir.clone(),
-            config: self.config.clone(),
-        }
-    }
-}
-
-/// The UUID and bus id of the simulated GPU 0.
-pub const GPU0_UUID: &str = "GPU-4a7d2c1e-9b3f-4e58-a6d0-1c2b3a4d5e6f";
-/// Its PCI bus id.
-pub const GPU0_BUS: &str = "0000:01:00.0";
-
-/// NVIDIA's nodes for one GPU (`nvidia0`, 195:0) and the control nodes, and the driver's
-/// `/proc/driver/nvidia/gpus/<bus>/information` for it, with `stacks/nvidia` as driver root and
-/// the shipped `profiles`.
+/// NVIDIA's nodes for one GPU and the driver's procfs files, with `stacks/nvidia` as driver
+/// root and the shipped `profiles` ([`nvidia_node`]).
 pub fn nvidia_host(dir: &Path, stacks: &Path, profiles: &[&str]) -> Result<VendorHost> {
-    let dev_root = dir.join("dev");
-    std::fs::create_dir_all(&dev_root)?;
-    // 195 is the driver's fixed major; nvidia-uvm's is dynamic, any unused one will do here.
-    for (name, major, minor) in [
-        ("nvidia0", 195, 0),
-        ("nvidiactl", 195, 255),
-        ("nvidia-modeset", 195, 254),
-        ("nvidia-uvm", 509, 0),
-        ("nvidia-uvm-tools", 509, 1),
-    ] {
-        mknod(&dev_root.join(name), major, minor, "0666")?;
-    }
-    let proc_root = dir.join("proc");
-    let gpu = proc_root.join("driver/nvidia/gpus").join(GPU0_BUS);
-    std::fs::create_dir_all(&gpu)?;
-    std::fs::write(
-        gpu.join("information"),
-        format!(
-            "Model: \t\t NVIDIA A100-SXM4-40GB\nIRQ:   \t\t 140\nGPU UUID: \t {GPU0_UUID}\n\
-             Video BIOS: \t 92.00.36.00.02\nBus Type: \t PCIe\nDMA Size: \t 47 bits\n\
-             DMA Mask: \t 0x7fffffffffff\nBus Location: \t {GPU0_BUS}\nDevice Minor: \t 0\n\
-             GPU Excluded:\t No\n"
-        ),
-    )?;
-    host(dir, dev_root, proc_root, stacks.join("nvidia"), profiles)
-}
-
-fn host(
-    dir: &Path,
-    dev_root: PathBuf,
-    proc_root: PathBuf,
-    driver_root: PathBuf,
-    profiles: &[&str],
-) -> Result<VendorHost> {
-    let profiles_dir = dir.join("profiles");
-    std::fs::create_dir_all(&profiles_dir)?;
-    std::fs::create_dir_all(dir.join("sys"))?;
-    copy_profiles(&profiles_dir, profiles)?;
-    let config = dir.join("config.toml");
-    write_config(
-        &config,
-        &profiles_dir,
-        &dev_root,
-        &driver_root,
-        &dir.join("sys"),
-        &format!("proc_root = {proc_root:?}"),
-    )?;
-    Ok(VendorHost {
-        dir: dir.to_owned(),
-        dev_root,
-        proc_root,
-        driver_root,
-        profiles_dir,
-        config,
-    })
+    nvidia_node(dir, &stacks.join("nvidia"), profiles)
 }
 
 /// The CUDA program of `scripts/gpu-check.sh` (`scripts/gpu-check/cuda-smoke.c`): loads
@@ -218,7 +130,7 @@ pub fn amd_host(dir: &Path, stacks: &Path, profiles: &[&str]) -> Result<VendorHo
     mknod(&dev_root.join("kfd"), KFD.0, KFD.1, "0666")?;
     let proc_root = dir.join("proc");
     std::fs::create_dir_all(&proc_root)?;
-    host(dir, dev_root, proc_root, stacks.join("amd"), profiles)
+    vendor_host(dir, dev_root, proc_root, stacks.join("amd"), profiles)
 }
 
 /// An Intel GPU, `renderD128` (226:128; vendor 0x8086 in sysfs, an Arc A770), beside a render
@@ -246,7 +158,7 @@ pub fn intel_host(dir: &Path, stacks: &Path, profiles: &[&str]) -> Result<Vendor
     )?;
     let proc_root = dir.join("proc");
     std::fs::create_dir_all(&proc_root)?;
-    host(dir, dev_root, proc_root, stacks.join("intel"), profiles)
+    vendor_host(dir, dev_root, proc_root, stacks.join("intel"), profiles)
 }
 
 /// Installs `files` of a vendor's unpacked packages (paths under `driver_root`, a soname link

@@ -7,6 +7,7 @@
 //! - [`probe`]: the in-container probe and the parser for its report.
 //! - [`bins`]: where the built devinject binaries are, refusing stale ones.
 //! - [`demo`]: the README's demo, through the hook or the shim.
+//! - [`vendor_node`]: simulated nodes of vendors' real driver stacks.
 //!
 //! The README's main command (`scripts/demo.sh`) builds this crate and the hook only: nothing
 //! here may pull a build that needs more than the Rust toolchain, gcc and libc.
@@ -17,3 +18,4 @@ pub mod probe;
 pub mod rootfs;
 pub mod runc;
 pub mod sim;
+pub mod vendor_node;
