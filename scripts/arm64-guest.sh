@@ -4,7 +4,9 @@
 # and devinject's hook and shim cross-built for aarch64. It runs `devinject-guest-checks`
 # (tests/harness/src/bin/devinject-guest-checks.rs): the demo through the hook and the shim with
 # the arm64 kernel's cgroup v2 device program deciding, the injected library found by the arm64
-# glibc's ld.so in the cache the hook wrote, and a hostile image's subset.
+# glibc's ld.so in the cache the hook wrote, a hostile image's subset, and Debian 12's arm64
+# NVIDIA 535 user space injected by the shipped nvidia profile (nvidia-smi and cuInit stop at
+# the kernel, which has no NVIDIA driver).
 #
 #   scripts/arm64-guest.sh build   fetch and build everything, print the guest dir (vmlinuz,
 #                                  initrd.cpio, and `boot`, which boots it and prints its
@@ -12,15 +14,13 @@
 #   scripts/arm64-guest.sh run     build, then boot it here and print the guest's console
 #
 # The packages are pinned by version and sha256 in scripts/arm64-guest/packages.lock and fetched
-# through a private apt configuration with this machine's own sources and the arm64 architecture
-# (scripts/lib/private-apt.sh): the machine's dpkg architectures are not touched. They are
-# unpacked (`dpkg-deb -x`, never installed): no maintainer script runs, and the guest holds only
-# what it runs. `--update-lock` pins what apt resolves today.
-#
+# through a private apt configuration with this machine's own sources, the arm64 architecture,
+# and contrib and non-free added (scripts/lib/private-apt.sh): the machine's dpkg architectures
+# are not touched. They are unpacked (`dpkg-deb -x`, never installed): no maintainer script
+# runs, and the guest holds only what it runs. `--update-lock` pins what apt resolves today.
 # The binaries are built with scripts/release-build.sh (ARCH=aarch64: static glibc, the shim on
 # musl, as they ship) in the dev profile, into target/arm64-guest (about a minute and a half of
 # 2 cores cold); PROFILE=release builds them as they ship (about 25 minutes cold).
-#
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-build}
@@ -30,10 +30,13 @@ debs=$cache/arm64-guest-debs
 out=${ARM64_GUEST_DIR:-$PWD/target/arm64-guest}
 fail() { echo "arm64-guest: $*" >&2; exit 1; }
 
-# The packages: the kernel (its modules for the demo's device numbers), runc and what it links,
-# busybox (the guest's init and shell, and the containers' rootfs), ldconfig.
+# The packages of the guest: the kernel (its modules for the demo's device numbers), runc and
+# what it links, busybox (the guest's init and shell, and the containers' rootfs), ldconfig. And
+# of the NVIDIA driver root the guest injects from: Debian 12's arm64 NVIDIA 535 user space
+# (non-free), the libraries cuInit loads and nvidia-smi.
 kernel_meta=linux-image-arm64
 packages=(runc libc6 libseccomp2 busybox-static libc-bin)
+nvidia_packages=(libcuda1 libnvidia-ptxjitcompiler1 libnvidia-ml1 nvidia-smi)
 
 scripts/install-deps.sh cross >&2
 
@@ -42,7 +45,7 @@ apt_arm64() {
   . scripts/lib/private-apt.sh
   local dir=$cache/arm64-guest-apt
   mkdir -p "$dir"
-  private_apt "$dir" deb >/dev/null
+  private_apt "$dir" deb "" "contrib non-free" >/dev/null
   printf 'APT::Architecture "arm64";\nAPT::Architectures { "arm64"; };\n' >>"$APT_CONFIG"
   apt-get -qq -o APT::Sandbox::User=root update
 }
@@ -54,12 +57,15 @@ if [ "$mode" = --update-lock ]; then
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
   {
-    echo "# scripts/arm64-guest.sh --update-lock: package version sha256 (arm64, Debian 12)"
-    for p in "$kernel" "${packages[@]}"; do
+    echo "# scripts/arm64-guest.sh --update-lock: package version sha256 root (arm64, Debian 12;"
+    echo "# root: guest, the guest's own files, or nvidia, the driver root it injects from)"
+    for p in "$kernel" "${packages[@]}" "${nvidia_packages[@]}"; do
       v=$(apt-cache policy "$p" | sed -n 's/^ *Candidate: //p')
       [ -n "$v" ] && [ "$v" != "(none)" ] || fail "apt has no candidate for $p"
       (cd "$tmp" && apt-get -qq -o APT::Sandbox::User=root download "$p=$v")
-      echo "$p $v $(sha256sum "$tmp"/"${p}"_*.deb | cut -d' ' -f1)"
+      where=guest
+      case " ${nvidia_packages[*]} " in *" $p "*) where=nvidia ;; esac
+      echo "$p $v $(sha256sum "$tmp"/"${p}"_*.deb | cut -d' ' -f1) $where"
     done
   } >"$lock.new"
   mv "$lock.new" "$lock"
@@ -68,13 +74,15 @@ if [ "$mode" = --update-lock ]; then
 fi
 [ "$mode" = build ] || [ "$mode" = run ] || fail "usage: scripts/arm64-guest.sh build|run|--update-lock"
 
-# 1. The pinned packages, each checked against the lock, unpacked into one root.
-stamp=$(cat "$lock" | sha256sum | cut -c1-16)
-root=$cache/arm64-guest-$stamp/root
-if [ ! -f "$root/.complete" ]; then
+# 1. The pinned packages, each checked against the lock, unpacked into the guest's root or the
+#    NVIDIA driver root.
+stamp=$(sha256sum <"$lock" | cut -c1-16)
+unpacked=$cache/arm64-guest-$stamp
+root=$unpacked/guest
+if [ ! -f "$unpacked/.complete" ]; then
   mkdir -p "$debs"
   need=()
-  while read -r p v sum; do
+  while read -r p v sum _; do
     case $p in '' | '#'*) continue ;; esac
     f=$debs/${p}_${v//:/%3a}_arm64.deb
     if [ ! -f "$f" ] || [ "$(sha256sum "$f" | cut -d' ' -f1)" != "$sum" ]; then need+=("$p=$v"); fi
@@ -84,15 +92,16 @@ if [ ! -f "$root/.complete" ]; then
     (cd "$debs" && apt-get -qq -o APT::Sandbox::User=root download "${need[@]}") ||
       fail "apt could not fetch ${need[*]}: Debian may have dropped a pinned version; scripts/arm64-guest.sh --update-lock pins today's"
   fi
-  rm -rf "$root"
-  mkdir -p "$root"
-  while read -r p v sum; do
+  rm -rf "$unpacked"
+  mkdir -p "$unpacked/guest" "$unpacked/nvidia"
+  while read -r p v sum where; do
     case $p in '' | '#'*) continue ;; esac
     f=$debs/${p}_${v//:/%3a}_arm64.deb
     [ "$(sha256sum "$f" | cut -d' ' -f1)" = "$sum" ] || fail "$f does not match the sha256 in $lock"
-    dpkg-deb -x "$f" "$root"
+    case $where in guest | nvidia) ;; *) fail "$lock: $p: the root '$where' is neither guest nor nvidia" ;; esac
+    dpkg-deb -x "$f" "$unpacked/$where"
   done <"$lock"
-  touch "$root/.complete"
+  touch "$unpacked/.complete"
 fi
 kver=$(basename "$(ls -d "$root"/lib/modules/*)")
 
@@ -110,6 +119,7 @@ sed -n 's/^pub const DEMO_LIBRARY_SOURCE: &str = "\(.*\)\\n";$/\1/p' tests/harne
 printf '#include <stdio.h>\nint demo_version(void);\nint main(void) { printf("demo_version %%d\\n", demo_version()); return 0; }\n' >"$src/demo-use.c"
 $cc -shared -fPIC -Wl,-soname,libdemo.so.1 -o "$bin/libdemo.so.1.0.0" "$src/libdemo.c"
 $cc -o "$bin/demo-use" "$src/demo-use.c" "$bin/libdemo.so.1.0.0"
+$cc -O2 -o "$bin/cuda-smoke" scripts/gpu-check/cuda-smoke.c -ldl
 
 # 3. The initramfs: the packages' files (no docs, only the modules below), devinject's, and
 #    the init.
@@ -135,8 +145,9 @@ mkdir -p "$img/devinject/profiles" "$img/newroot"
 for b in devinject-hook devinject-runtime devinject-guest-checks; do
   aarch64-linux-gnu-strip -o "$img/devinject/$b" "$bin/$b"
 done
-cp "$bin/libdemo.so.1.0.0" "$bin/demo-use" "$img/devinject/"
-cp profiles/demo.toml "$img/devinject/profiles/"
+cp "$bin/libdemo.so.1.0.0" "$bin/demo-use" "$bin/cuda-smoke" "$img/devinject/"
+cp profiles/demo.toml profiles/nvidia.toml "$img/devinject/profiles/"
+(cd "$unpacked/nvidia" && tar --exclude=./usr/share -cf - .) | (mkdir -p "$img/devinject/nvidia-root" && cd "$img/devinject/nvidia-root" && tar -xf -)
 cp scripts/arm64-guest/init scripts/arm64-guest/checks "$img/"
 chmod 0755 "$img/init" "$img/checks"
 (cd "$img" && find . | LC_ALL=C sort | busybox cpio -o -H newc 2>/dev/null) >"$out/initrd.cpio"

@@ -4,20 +4,23 @@
 //! 12's arm64 runc, busybox and glibc; this test reads its console.
 //!
 //! Every check is named here, so a check the guest stops running fails the test as a failed
-//! one does. Seen failing with the linker cache's AArch64 flags replaced by x86-64's: the demo
-//! and the cache lookup fail under both appliers, `ldconfig -p` printing `(libc6,x86-64)`.
+//! one does. Seen failing with the linker cache's AArch64 flags replaced by x86-64's (the demo
+//! and the cache lookup fail under both appliers, `ldconfig -p` printing `(libc6,x86-64)`), and
+//! with the nvidia profile's aarch64 library directories taken out (the hook and the shim refuse:
+//! `libnvidia-ml.so.1 not found`).
 
 use std::process::Command;
 
 use devinject_testkit::require;
 
 /// The checks `devinject-guest-checks` runs under each applier, in its order.
-const CHECKS: [&str; 5] = [
+const CHECKS: [&str; 6] = [
     "demo",
     "library found by the cache",
     "hostile: the cache a link to a host file",
     "hostile: the cache a FIFO",
     "hostile: the library directory a link to a host directory",
+    "nvidia: NVIDIA's user space, stopped at the kernel",
 ];
 
 #[test]

@@ -1,7 +1,8 @@
 //! `devinject-guest-checks DIR`: the checks the arm64 guest runs on its own kernel
 //! (`scripts/arm64-guest.sh`, `tests/tests/arm64_guest.rs`), with the hook, the shim and the
-//! guest's Debian runc, busybox and glibc. `DIR` holds `devinject-hook`, `devinject-runtime` and
-//! `demo-use`, a program linked against the demo library by its soname.
+//! guest's Debian runc, busybox and glibc. `DIR` holds `devinject-hook`, `devinject-runtime`,
+//! `demo-use` (a program linked against the demo library by its soname), `cuda-smoke` and
+//! `nvidia-root`.
 //!
 //! Each applier in turn:
 //! - the demo ([`devinject_harness::demo`]): the granted nodes open, the bound but ungranted one
@@ -10,7 +11,10 @@
 //! - the library found by the cache: `demo-use` on the guest's glibc loads the injected library
 //!   from the cache the applier wrote, which `LD_DEBUG=libs` shows;
 //! - a hostile image's subset: the linker cache a link to a host file, a FIFO, or the library
-//!   directory a link to a host directory. The host canary must be unchanged after each.
+//!   directory a link to a host directory. The host canary must be unchanged after each;
+//! - NVIDIA's user space for this machine (`DIR/nvidia-root`) injected by the shipped nvidia
+//!   profile on a simulated GPU node: `nvidia-smi` and `cuInit` (`DIR/cuda-smoke`) run and stop
+//!   at the kernel.
 //!
 //! Prints `guest-check: NAME: ok` or `guest-check: NAME: FAILED: WHY` per check, then
 //! `guest-checks: N passed, M failed`; exits 1 when one failed, 2 when it could not run.
@@ -24,20 +28,45 @@ use devinject_harness::demo::{self, run_bundle, Applier};
 use devinject_harness::probe::Report;
 use devinject_harness::runc::{container_id, describe, hook_failure, Bundle};
 use devinject_harness::sim::{demo_host, demo_probe_args};
+use devinject_harness::vendor_node::nvidia_node;
 
-/// The dynamic loader and the C library a glibc program of this machine needs, as Debian lays
-/// them out (the same path in the container as on the host).
-const GLIBC: [&str; 2] = if cfg!(target_arch = "aarch64") {
+/// The dynamic loader and glibc's libraries the guest's programs link (`demo-use`, and
+/// NVIDIA's libraries: libm, libdl, libpthread, librt), as Debian lays them out (the same path in
+/// the container as on the host).
+const GLIBC: [&str; 6] = if cfg!(target_arch = "aarch64") {
     [
         "/lib/ld-linux-aarch64.so.1",
         "/lib/aarch64-linux-gnu/libc.so.6",
+        "/lib/aarch64-linux-gnu/libm.so.6",
+        "/lib/aarch64-linux-gnu/libdl.so.2",
+        "/lib/aarch64-linux-gnu/libpthread.so.0",
+        "/lib/aarch64-linux-gnu/librt.so.1",
     ]
 } else {
     [
         "/lib64/ld-linux-x86-64.so.2",
         "/lib/x86_64-linux-gnu/libc.so.6",
+        "/lib/x86_64-linux-gnu/libm.so.6",
+        "/lib/x86_64-linux-gnu/libdl.so.2",
+        "/lib/x86_64-linux-gnu/libpthread.so.0",
+        "/lib/x86_64-linux-gnu/librt.so.1",
     ]
 };
+
+/// Copies [`GLIBC`] and `programs` (into `/usr/bin`) into `rootfs`.
+fn glibc_image(rootfs: &Path, programs: &[&Path]) -> Result<()> {
+    for file in GLIBC.iter().map(Path::new) {
+        let to = rootfs.join(file.strip_prefix("/")?);
+        std::fs::create_dir_all(to.parent().context("a parent")?)?;
+        std::fs::copy(file, &to).with_context(|| format!("copy {}", file.display()))?;
+    }
+    for program in programs {
+        let name = program.file_name().context("a program's name")?;
+        std::fs::copy(program, rootfs.join("usr/bin").join(name))
+            .with_context(|| format!("copy {}", program.display()))?;
+    }
+    Ok(())
+}
 
 /// What `demo-use` prints when it ran with the demo library loaded.
 const DEMO_USE_OUTPUT: &str = "demo_version 1";
@@ -52,13 +81,14 @@ fn main() -> ExitCode {
     let hook = dir.join("devinject-hook");
     let shim = dir.join("devinject-runtime");
     let program = dir.join("demo-use");
+    let dir = &dir;
     let (mut passed, mut failed) = (0, 0);
     for applier in [Applier::Hook(&hook), Applier::Shim(&shim)] {
         let name = match applier {
             Applier::Hook(_) => "hook",
             Applier::Shim(_) => "shim",
         };
-        let checks: [(&str, &dyn Fn() -> Result<()>); 5] = [
+        let checks: [(&str, &dyn Fn() -> Result<()>); 6] = [
             ("demo", &|| {
                 ensure!(
                     demo::run(applier)?,
@@ -78,6 +108,10 @@ fn main() -> ExitCode {
             (
                 "hostile: the library directory a link to a host directory",
                 &|| hostile(applier, Trap::LibDirLinkToHost),
+            ),
+            (
+                "nvidia: NVIDIA's user space, stopped at the kernel",
+                &|| nvidia(applier, dir),
             ),
         ];
         for (check, run) in checks {
@@ -106,15 +140,8 @@ fn main() -> ExitCode {
 fn library_by_cache(applier: Applier<'_>, program: &Path) -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let host = demo_host(&tmp.path().join("host"), &["demo"])?;
-    let mut bundle = Bundle::new(&tmp.path().join("bundle"), &["/demo-use"])?;
-    let rootfs = bundle.rootfs();
-    for file in GLIBC.iter().map(Path::new) {
-        let to = rootfs.join(file.strip_prefix("/")?);
-        std::fs::create_dir_all(to.parent().context("a parent")?)?;
-        std::fs::copy(file, &to).with_context(|| format!("copy {}", file.display()))?;
-    }
-    std::fs::copy(program, rootfs.join("demo-use"))
-        .with_context(|| format!("copy {}", program.display()))?;
+    let mut bundle = Bundle::new(&tmp.path().join("bundle"), &["/usr/bin/demo-use"])?;
+    glibc_image(&bundle.rootfs(), &[program])?;
     bundle.env("DEMO_VISIBLE_DEVICES=0").env("LD_DEBUG=libs");
     let out = run_bundle(applier, &mut bundle, &host.config, &container_id("guest"))?;
     ensure!(out.status.success(), "demo-use failed: {}", describe(&out));
@@ -141,6 +168,41 @@ fn library_by_cache(applier: Applier<'_>, program: &Path) -> Result<()> {
             && !text.contains("search path="),
         "ld.so did not find libdemo.so.1 in the cache:\n{text}\n(whole trace: {stderr})"
     );
+    Ok(())
+}
+
+/// NVIDIA's 535 user space for this machine (`DIR/nvidia-root`: Debian 12's libcuda1,
+/// libnvidia-ptxjitcompiler1, libnvidia-ml1 and nvidia-smi, unpacked) injected by the shipped
+/// nvidia profile for GPU 0 of a simulated node: `nvidia-smi` and `cuInit` (`DIR/cuda-smoke`)
+/// run on the injected driver and stop only where they talk to the kernel, which has no NVIDIA
+/// driver behind the nodes.
+fn nvidia(applier: Applier<'_>, dir: &Path) -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let node = nvidia_node(
+        &tmp.path().join("host"),
+        &dir.join("nvidia-root"),
+        &["nvidia"],
+    )?;
+    let script = "nvidia-smi -L; echo \"smi exit $?\"; cuda-smoke; ls /dev";
+    let mut bundle = Bundle::new(&tmp.path().join("bundle"), &["/bin/sh", "-c", script])?;
+    glibc_image(&bundle.rootfs(), &[&dir.join("cuda-smoke")])?;
+    bundle
+        .env("NVIDIA_VISIBLE_DEVICES=0")
+        .env("NVIDIA_DRIVER_CAPABILITIES=compute,utility");
+    let out = run_bundle(applier, &mut bundle, &node.config, &container_id("guest"))?;
+    let full = describe(&out);
+    ensure!(out.status.success(), "the container failed: {full}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "couldn't communicate with the NVIDIA driver",
+        "cuda-smoke: cuInit failed: 100 CUDA_ERROR_NO_DEVICE",
+        "nvidia0",
+    ] {
+        ensure!(
+            stdout.lines().any(|l| l.contains(want)),
+            "want {want:?}: {full}"
+        );
+    }
     Ok(())
 }
 
