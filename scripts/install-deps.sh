@@ -25,6 +25,9 @@ if [ "${1:-test}" = test ]; then
   want+=(strace)
   # uidmap: newuidmap and newgidmap, for rootless podman (tests/tests/podman_rootless.rs)
   want+=(uidmap)
+  # docker-registry (the CNCF distribution registry) and skopeo: the multi-arch image pushed to a
+  # real registry and pulled by each engine (tests/tests/image_multiarch.rs)
+  want+=(docker-registry skopeo)
   # The grpc-java client of the device plugin's interop test (tests/clients/java, built below):
   # the JDK, grpc-java and its stub generator, protobuf-java, and what grpc-java needs at run time
   # that its package does not depend on (guava, perfmark, gson). Debian builds Netty without its
