@@ -12,6 +12,10 @@
 #                                  initrd.cpio, and `boot`, which boots it and prints its
 #                                  console); tests/tests/arm64_guest.rs runs that
 #   scripts/arm64-guest.sh run     build, then boot it here and print the guest's console
+#   scripts/arm64-guest.sh bench [ROUNDS]  build, then boot it to run devinject-guest-bench
+#                                  instead of the checks: the hook's and the shim's start cost
+#                                  against runc's in the guest, as ratios with an A/A pair
+#                                  (default 30 rounds)
 #
 # The packages are pinned by version and sha256 in scripts/arm64-guest/packages.lock and fetched
 # through a private apt configuration with this machine's own sources, the arm64 architecture,
@@ -73,7 +77,7 @@ if [ "$mode" = --update-lock ]; then
   echo "arm64-guest: pinned $(grep -vc '^#' "$lock") packages in $lock" >&2
   exit 0
 fi
-[ "$mode" = build ] || [ "$mode" = run ] || fail "usage: scripts/arm64-guest.sh build|run|--update-lock"
+case $mode in build | run | bench) ;; *) fail "usage: scripts/arm64-guest.sh build|run|bench [ROUNDS]|--update-lock" ;; esac
 
 # 1. The pinned packages, each checked against the lock, unpacked into the guest's root or the
 #    NVIDIA driver root.
@@ -143,7 +147,7 @@ for m in "${modules[@]}"; do
   echo "/$f" >>"$img/modules.order"
 done
 mkdir -p "$img/devinject/profiles" "$img/newroot"
-for b in devinject-hook devinject-runtime devinject-guest-checks; do
+for b in devinject-hook devinject-runtime devinject-guest-checks devinject-guest-bench; do
   aarch64-linux-gnu-strip -o "$img/devinject/$b" "$bin/$b"
 done
 cp "$bin/libdemo.so.1.0.0" "$bin/demo-use" "$bin/cuda-smoke" "$img/devinject/"
@@ -158,14 +162,18 @@ grep -v '^#' "$lock" >"$out/PACKAGES"
 # no network device (the guest needs none, and qemu's would want a boot ROM package); the init
 # powers the machine off when the checks end, -no-reboot makes a panic end qemu too, and
 # `timeout` bounds the whole boot (it takes about 20 s here).
+# Its arguments are added to the kernel's command line (the init reads devinject.bench=ROUNDS).
 cat >"$out/boot" <<BOOT
 #!/bin/sh
 exec timeout 600 qemu-system-aarch64 -M virt -cpu cortex-a72 -smp 2 -m 1536 -nographic -nic none \\
-  -no-reboot -kernel '$out/vmlinuz' -initrd '$out/initrd.cpio' -append 'console=ttyAMA0 rdinit=/init panic=-1'
+  -no-reboot -kernel '$out/vmlinuz' -initrd '$out/initrd.cpio' -append "console=ttyAMA0 rdinit=/init panic=-1 \$*"
 BOOT
 chmod 0755 "$out/boot"
 if [ "$mode" = build ]; then
   echo "$out"
   exit 0
+fi
+if [ "$mode" = bench ]; then
+  exec "$out/boot" "devinject.bench=${2:-30}"
 fi
 exec "$out/boot"
