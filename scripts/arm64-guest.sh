@@ -6,7 +6,7 @@
 # the arm64 kernel's cgroup v2 device program deciding, the injected library found by the arm64
 # glibc's ld.so in the cache the hook wrote, a hostile image's subset, and Debian 12's arm64
 # NVIDIA 535 user space injected by the shipped nvidia profile (nvidia-smi and cuInit stop at
-# the kernel, which has no NVIDIA driver).
+# the kernel, which has no NVIDIA driver), and an x86-64 library refused with a clear message.
 #
 #   scripts/arm64-guest.sh build   fetch and build everything, print the guest dir (vmlinuz,
 #                                  initrd.cpio, and `boot`, which boots it and prints its
@@ -125,6 +125,8 @@ printf '#include <stdio.h>\nint demo_version(void);\nint main(void) { printf("de
 $cc -shared -fPIC -Wl,-soname,libdemo.so.1 -o "$bin/libdemo.so.1.0.0" "$src/libdemo.c"
 $cc -o "$bin/demo-use" "$src/demo-use.c" "$bin/libdemo.so.1.0.0"
 $cc -O2 -o "$bin/cuda-smoke" scripts/gpu-check/cuda-smoke.c -ldl
+# The same library for this (the other) machine, which the guest must refuse to inject.
+gcc -shared -fPIC -Wl,-soname,libdemo.so.1 -o "$bin/libdemo-other.so.1.0.0" "$src/libdemo.c"
 
 # 3. The initramfs: the packages' files (no docs, only the modules below), devinject's, and
 #    the init.
@@ -150,7 +152,7 @@ mkdir -p "$img/devinject/profiles" "$img/newroot"
 for b in devinject-hook devinject-runtime devinject-guest-checks devinject-guest-bench; do
   aarch64-linux-gnu-strip -o "$img/devinject/$b" "$bin/$b"
 done
-cp "$bin/libdemo.so.1.0.0" "$bin/demo-use" "$bin/cuda-smoke" "$img/devinject/"
+cp "$bin/libdemo.so.1.0.0" "$bin/libdemo-other.so.1.0.0" "$bin/demo-use" "$bin/cuda-smoke" "$img/devinject/"
 cp profiles/demo.toml profiles/nvidia.toml "$img/devinject/profiles/"
 (cd "$unpacked/nvidia" && tar --exclude=./usr/share -cf - .) | (mkdir -p "$img/devinject/nvidia-root" && cd "$img/devinject/nvidia-root" && tar -xf -)
 cp scripts/arm64-guest/init scripts/arm64-guest/checks "$img/"

@@ -7,20 +7,22 @@
 //! one does. Seen failing with the linker cache's AArch64 flags replaced by x86-64's (the demo
 //! and the cache lookup fail under both appliers, `ldconfig -p` printing `(libc6,x86-64)`), and
 //! with the nvidia profile's aarch64 library directories taken out (the hook and the shim refuse:
-//! `libnvidia-ml.so.1 not found`).
+//! `libnvidia-ml.so.1 not found`), and with the "other machine's" library built for arm64 (the
+//! container starts).
 
 use std::process::Command;
 
 use devinject_testkit::require;
 
 /// The checks `devinject-guest-checks` runs under each applier, in its order.
-const CHECKS: [&str; 6] = [
+const CHECKS: [&str; 7] = [
     "demo",
     "library found by the cache",
     "hostile: the cache a link to a host file",
     "hostile: the cache a FIFO",
     "hostile: the library directory a link to a host directory",
     "nvidia: NVIDIA's user space, stopped at the kernel",
+    "a library for another machine refused",
 ];
 
 #[test]

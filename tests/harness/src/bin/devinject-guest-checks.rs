@@ -1,8 +1,8 @@
 //! `devinject-guest-checks DIR`: the checks the arm64 guest runs on its own kernel
 //! (`scripts/arm64-guest.sh`, `tests/tests/arm64_guest.rs`), with the hook, the shim and the
 //! guest's Debian runc, busybox and glibc. `DIR` holds `devinject-hook`, `devinject-runtime`,
-//! `demo-use` (a program linked against the demo library by its soname), `cuda-smoke` and
-//! `nvidia-root`.
+//! `demo-use` (a program linked against the demo library by its soname), `cuda-smoke`,
+//! `nvidia-root` and `libdemo-other.so.1.0.0`.
 //!
 //! Each applier in turn:
 //! - the demo ([`devinject_harness::demo`]): the granted nodes open, the bound but ungranted one
@@ -14,7 +14,9 @@
 //!   directory a link to a host directory. The host canary must be unchanged after each;
 //! - NVIDIA's user space for this machine (`DIR/nvidia-root`) injected by the shipped nvidia
 //!   profile on a simulated GPU node: `nvidia-smi` and `cuInit` (`DIR/cuda-smoke`) run and stop
-//!   at the kernel.
+//!   at the kernel;
+//! - the demo library built for the other machine (`DIR/libdemo-other.so.1.0.0`) refused with a
+//!   message naming both machines.
 //!
 //! Prints `guest-check: NAME: ok` or `guest-check: NAME: FAILED: WHY` per check, then
 //! `guest-checks: N passed, M failed`; exits 1 when one failed, 2 when it could not run.
@@ -88,7 +90,7 @@ fn main() -> ExitCode {
             Applier::Hook(_) => "hook",
             Applier::Shim(_) => "shim",
         };
-        let checks: [(&str, &dyn Fn() -> Result<()>); 6] = [
+        let checks: [(&str, &dyn Fn() -> Result<()>); 7] = [
             ("demo", &|| {
                 ensure!(
                     demo::run(applier)?,
@@ -113,6 +115,9 @@ fn main() -> ExitCode {
                 "nvidia: NVIDIA's user space, stopped at the kernel",
                 &|| nvidia(applier, dir),
             ),
+            ("a library for another machine refused", &|| {
+                other_machine(applier, dir)
+            }),
         ];
         for (check, run) in checks {
             match run() {
@@ -203,6 +208,33 @@ fn nvidia(applier: Applier<'_>, dir: &Path) -> Result<()> {
             "want {want:?}: {full}"
         );
     }
+    Ok(())
+}
+
+/// The demo library built for the other machine (`DIR/libdemo-other.so.1.0.0`: x86-64 in the
+/// arm64 guest) in the driver root: the start must be refused with a message that names the
+/// file, its machine and this host's, never a container whose loader skips the library.
+fn other_machine(applier: Applier<'_>, dir: &Path) -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let host = demo_host(&tmp.path().join("host"), &["demo"])?;
+    std::fs::copy(dir.join("libdemo-other.so.1.0.0"), host.demo_library())
+        .context("copy the other machine's demo library")?;
+    let mut bundle = Bundle::new(&tmp.path().join("bundle"), &demo_probe_args())?;
+    bundle.env("DEMO_VISIBLE_DEVICES=0");
+    let out = run_bundle(applier, &mut bundle, &host.config, &container_id("guest"))?;
+    let full = describe(&out);
+    ensure!(!out.status.success(), "the container started: {full}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (this, other) = if cfg!(target_arch = "aarch64") {
+        ("AArch64", "x86-64")
+    } else {
+        ("x86-64", "AArch64")
+    };
+    let want = format!("is a library for {other}, which this {this} host does not run");
+    ensure!(
+        stderr.contains(&want) && stderr.contains("libdemo.so.1.0.0"),
+        "want {want:?} naming libdemo.so.1.0.0: {full}"
+    );
     Ok(())
 }
 
