@@ -187,12 +187,12 @@ fn dispatch(
     // is answered with its own message rather than the generic one.
     let work_deadline = deadline - budget.get() / 10;
     let answer_now = |failure: Failure, reason: &'static str| {
-        if let Err(e) = reply(writer, stream, Err(failure)) {
-            tracing::warn!("cannot answer the runtime: {e}");
-        }
         plugin
             .metrics()
             .answered(Outcome::Refused(reason), arrived.elapsed());
+        if let Err(e) = reply(writer, stream, Err(failure)) {
+            tracing::warn!("cannot answer the runtime: {e}");
+        }
     };
     let busy = in_flight.fetch_add(1, Ordering::SeqCst);
     if busy >= MAX_IN_FLIGHT {
@@ -247,11 +247,13 @@ fn dispatch(
                     message: "devinject: admitting the container failed unexpectedly: see devinject-nri's log".into(),
                 }), Outcome::Refused("internal")),
             };
+            // What the runtime is sent: a late answer of the work is counted as the budget's.
+            // Counted before the answer is written, so that whoever reads the answer finds it
+            // counted.
+            plugin.metrics().answered(outcome, arrived.elapsed());
             if let Err(e) = reply(&writer, stream, answer) {
                 tracing::warn!("cannot answer the runtime: {e}");
             }
-            // What the runtime was sent: a late answer of the work is counted as the budget's.
-            plugin.metrics().answered(outcome, arrived.elapsed());
         }
     };
     if let Err(e) = std::thread::Builder::new()
