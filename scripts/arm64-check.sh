@@ -20,7 +20,7 @@ scripts/install-deps.sh cross
 # shellcheck source=scripts/lib/shipped.sh
 . scripts/lib/shipped.sh
 echo "arm64-check: cross-building the shipped binaries for aarch64 (scripts/release-build.sh)"
-ARCH=aarch64 TARGET_DIR=${TARGET_DIR:-target/image-arm64} scripts/release-build.sh "$out/bin" "${packages[@]}" >/dev/null
+ARCH=aarch64 TARGET_DIR=${TARGET_DIR:-target/image-aarch64} scripts/release-build.sh "$out/bin" "${packages[@]}" >/dev/null
 
 qemu=$(command -v qemu-aarch64-static)
 fail=0

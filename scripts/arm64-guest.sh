@@ -23,9 +23,9 @@
 # are not touched. They are unpacked (`dpkg-deb -x`, never installed): no maintainer script
 # runs, and the guest holds only what it runs. `--update-lock` pins what apt resolves today.
 # The binaries are built with scripts/release-build.sh (ARCH=aarch64: static glibc, the shim on
-# musl, as they ship) in the dev profile, into target/image-dev-aarch64 (the arm64 half of the
-# multi-arch image scripts/test.sh builds with PROFILE=dev; about a minute and a half of
-# 2 cores cold); PROFILE=release builds them as they ship (about 25 minutes cold).
+# musl, as they ship) in the dev profile, into target/image-aarch64, where scripts/test.sh builds
+# the multi-arch image's arm64 half too (about a minute and a half of 2 cores cold);
+# PROFILE=release builds them as they ship (about 25 minutes cold).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-build}
@@ -114,7 +114,7 @@ kver=$(basename "$(ls -d "$root"/lib/modules/*)")
 #    cross gcc from the demo's own source.
 bin=$out/bin
 mkdir -p "$bin"
-PROFILE=${PROFILE:-dev} ARCH=aarch64 TARGET_DIR=${TARGET_DIR:-target/image-dev-aarch64} \
+PROFILE=${PROFILE:-dev} ARCH=aarch64 TARGET_DIR=${TARGET_DIR:-target/image-aarch64} \
   scripts/release-build.sh "$bin" -p devinject-oci -p devinject-harness >/dev/null
 cc=aarch64-linux-gnu-gcc
 src=$(mktemp -d)

@@ -27,32 +27,36 @@ cluster=$ci
 #   tests/crio_cri.rs: always;
 # - Kubernetes 1.37 and etcd 3.6 (scripts/kube-module-build.sh) for the cluster tier
 #   (docs/testing.md, "The cluster tier"): where the cluster tier runs;
-# - then, where the cluster tier runs, the image's release binaries (scripts/build-image.sh
-#   with ONLY_BUILD=1; about two minutes of 2 cores cold), which the tier's image builds would
-#   otherwise compile in the foreground. A failure here is no failure: the tier builds them again
-#   and reports it.
 today_log=$PWD/target/today-build.log
 mkdir -p target
 # Its own session, so that an early exit ends the whole build (go and its compilers) with it.
 setsid nice -n 19 bash -c "scripts/crio-build.sh >'$today_log.crio' && \
-  if $cluster; then scripts/kube-module-build.sh >'$today_log.kube' && scripts/cni-build.sh >'$today_log.cni' && \
-    { ONLY_BUILD=1 scripts/build-image.sh >'$today_log.image' 2>&1 || true; }; fi" 2>"$today_log" &
+  if $cluster; then scripts/kube-module-build.sh >'$today_log.kube' && scripts/cni-build.sh >'$today_log.cni'; fi" \
+  2>"$today_log" &
 today_build=$!
 # helm (scripts/helm-build.sh; about two minutes of 2 cores the first time, then cached), for the
 # chart's checks in the unit tests (bins/installer/tests/manifests.rs) and the cluster tier's
 # helm install (tests/tests/cluster_helm.rs): built beside the lints, waited for before the tests.
 setsid nice -n 10 scripts/helm-build.sh >"$today_log.helm" 2>"$today_log.helm-err" &
 helm_build=$!
-# The arm64 guest (scripts/arm64-guest.sh build: Debian 12's arm64 kernel, runc, busybox and
-# glibc, pinned and unpacked into a cache outside the tree, and the hook and the shim cross-built
-# for aarch64), then the multi-arch image (scripts/build-image.sh with both platforms, in the
-# dev profile: its arm64 half shares the guest's build), built beside the lints and the tests
-# (about five minutes of 2 cores the first time); the arm64 tier (the files marked arm64 in
-# tests/tiers.txt) boots the guest and pulls the image at the end.
+# The image's binaries, in the background from the start, at the lowest priority, in this order:
+# - the release binaries of this machine (scripts/build-image.sh with ONLY_BUILD=1; about two
+#   minutes of 2 cores cold), which the installer's image test, the cluster tier's image and the
+#   multi-arch image's amd64 half take: what idle time the lints and tests leave builds them
+#   before the first of those would compile them in the foreground;
+# - the arm64 guest (scripts/arm64-guest.sh build: Debian 12's arm64 kernel, runc, busybox and
+#   glibc, pinned and unpacked into a cache outside the tree, and the hook and the shim
+#   cross-built for aarch64 in the dev profile, into target/image-aarch64);
+# - every shipped binary for aarch64 in the same dev build, the multi-arch image's arm64 half.
+# The arm64 tier (the files marked arm64 in tests/tiers.txt) boots the guest and pulls the
+# multi-arch image, assembled from both halves, at the end.
 arm64_log=$today_log.arm64
-setsid nice -n 10 bash -c "scripts/arm64-guest.sh build >'$arm64_log' && \
-  PLATFORMS=linux/amd64,linux/arm64 PROFILE=dev TARGET_DIR=target/image-dev \
-  scripts/build-image.sh >'$arm64_log.image'" 2>"$arm64_log.err" &
+# shellcheck source=scripts/lib/shipped.sh
+. scripts/lib/shipped.sh
+setsid nice -n 19 bash -c "{ ONLY_BUILD=1 scripts/build-image.sh >'$today_log.image' 2>&1 || true; } && \
+  scripts/arm64-guest.sh build >'$arm64_log' && \
+  PROFILE=dev ARCH=aarch64 TARGET_DIR=target/image-aarch64 scripts/release-build.sh target/image-aarch64/bin \
+  ${packages[*]} >/dev/null" 2>"$arm64_log.err" &
 arm64_build=$!
 trap 'kill -- -"$today_build" -"$helm_build" -"$arm64_build" 2>/dev/null || true' EXIT
 cargo fmt --all -- --check
@@ -161,10 +165,12 @@ else
   status=1
 fi
 # The arm64 tier: the guest's kernel under qemu-system-aarch64 (about 20 s here), and the
-# multi-arch image through a registry.
+# multi-arch image through a registry: the release binaries of this machine and the dev build
+# for aarch64, both built above.
 mapfile -t arm64_tier < <(tier arm64)
-if wait "$arm64_build"; then
-  DEVINJECT_ARM64_GUEST=$(cat "$arm64_log") DEVINJECT_MULTIARCH_IMAGE=$(cat "$arm64_log.image") \
+if wait "$arm64_build" &&
+  multiarch=$(NO_BUILD=1 PLATFORMS=linux/amd64,linux/arm64 scripts/build-image.sh 2>>"$arm64_log.err"); then
+  DEVINJECT_ARM64_GUEST=$(cat "$arm64_log") DEVINJECT_MULTIARCH_IMAGE=$PWD/$multiarch \
     cargo test -p devinject-tests --no-fail-fast "${arm64_tier[@]/#/--test=}" || status=$?
 else
   echo "test.sh: building the arm64 guest or the multi-arch image failed (scripts/arm64-guest.sh build, scripts/build-image.sh):" >&2
