@@ -25,7 +25,7 @@
 # The binaries are built with scripts/release-build.sh (ARCH=aarch64: static glibc, the shim on
 # musl, as they ship) in the dev profile, into target/image-aarch64, where scripts/test.sh builds
 # the multi-arch image's arm64 half too (about a minute and a half of 2 cores cold);
-# PROFILE=release builds them as they ship (about 25 minutes cold).
+# PROFILE=release builds them as they ship (about 7 minutes cold).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-build}

@@ -31,6 +31,11 @@
 # and in the initial one, and the real kvm from a CDI spec with and without its node copies, each
 # against runc with no device in the same namespace; the full run runs it too).
 #
+# `scripts/bench.sh arm64 [ROUNDS]` runs only the arm64 section: the hook's and the shim's start
+# cost against runc's in the arm64 guest (scripts/arm64-guest.sh bench, an arm64 kernel under
+# qemu-system-aarch64), ratios with an A/A pair, with the binaries as they ship (the release
+# cross build is about 7 minutes of 2 cores cold), and each shipped binary's size per machine.
+#
 # `scripts/bench.sh servers [--rounds N] [--clients 1,8] ...` runs only the servers' section
 # (servers-bench: the metrics endpoint and the webhook under well-behaved clients, scrapes or
 # reviews per second and p50/p99, an A/A pair; loopback only, tens of seconds; no root needed).
@@ -55,6 +60,22 @@ if [ "${1:-}" = churn ]; then
   exec flock /tmp/devinject-cluster.lock env DEVINJECT_BIN_DIR="$out" DEVINJECT_KUBE_BIN="$kube" \
     DEVINJECT_RUNC="$runc14" DEVINJECT_RUNTIMES="$runtimes" DEVINJECT_CRIO_BIN="$crio" \
     "$out/churn-soak" --report "$report" "$@"
+fi
+if [ "${1:-}" = arm64 ]; then
+  shift
+  # shellcheck source=scripts/lib/shipped.sh
+  . scripts/lib/shipped.sh
+  native=$(scripts/release-build.sh target/image/bin "${packages[@]}")
+  arm64=$(ARCH=aarch64 TARGET_DIR=target/image-aarch64 scripts/release-build.sh target/image-aarch64/release-bin \
+    "${packages[@]}")
+  echo "### arm64: the shipped binaries' sizes (bytes)"
+  printf '%-26s %12s %12s\n' binary x86_64 aarch64
+  for b in "${bins[@]}"; do
+    printf '%-26s %12s %12s\n' "$b" "$(stat -c %s "$native/$b")" "$(stat -c %s "$arm64/$b")"
+  done
+  echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs" >&2
+  PROFILE=release scripts/arm64-guest.sh bench "${1:-30}" | grep -E '^guest'
+  exit
 fi
 if [ "${1:-}" = servers ]; then
   shift
