@@ -30,8 +30,7 @@
 //! - [`podresources`]: a test kubelet serving the pod-resources v1 API on a Unix socket, for the
 //!   request policy tests.
 
-pub use devinject_harness::{bins, probe, rootfs, runc, sim};
-pub mod canary;
+pub use devinject_harness::{bins, canary, hostile, probe, rootfs, runc, sim};
 pub mod churn;
 pub mod cluster;
 pub mod cprog;
@@ -41,7 +40,6 @@ pub mod cri_release;
 pub mod crio;
 pub mod daemons;
 pub mod docker;
-pub mod hostile;
 pub mod image;
 pub mod kubelet;
 pub mod nri_plugin;
