@@ -15,6 +15,7 @@ use std::process::Command;
 use serde_json::Value;
 
 use devinject_testkit::{require, require_binary};
+use devinject_tests::cluster::free_port;
 use devinject_tests::daemons::{poll, run_ok, short_tempdir, Daemon};
 use devinject_tests::docker::Engine;
 
@@ -144,11 +145,7 @@ fn the_image_index_holds_both_machines_and_each_engine_pulls_its_half() {
     let halves = check_layout(&archive, work.path());
 
     // A registry of its own on a free port, and the archive pushed to it whole.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port().unwrap();
     let config = work.path().join("registry.yml");
     std::fs::write(
         &config,

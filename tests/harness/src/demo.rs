@@ -3,24 +3,12 @@
 //! main command, through the hook) and by `devinject-guest-checks` (through the hook and the
 //! shim, in the arm64 guest).
 
-use std::path::Path;
-use std::process::Output;
-
 use anyhow::{Context, Result};
 
 use crate::probe::Report;
-use crate::runc::{container_id, describe, runc_path, shim_command, Bundle};
+pub use crate::runc::Applier;
+use crate::runc::{container_id, describe, Bundle};
 use crate::sim::{demo_host, ACCELS, CTL};
-
-/// Which of devinject's appliers the demo's container runs with.
-#[derive(Debug, Clone, Copy)]
-pub enum Applier<'a> {
-    /// This binary as runc's `createRuntime` hook (an absolute path: runc runs hooks from the
-    /// bundle directory).
-    Hook(&'a Path),
-    /// This binary as the runtime in front of runc (`devinject-runtime`).
-    Shim(&'a Path),
-}
 
 /// The flags `ldconfig -p` prints for a library of this machine: ld.so takes a cache entry only
 /// with its own (glibc's `_DL_CACHE_DEFAULT_ID`), so the demo checks the injected library's.
@@ -64,7 +52,7 @@ pub fn run(applier: Applier<'_>) -> Result<bool> {
         "  simulated host: {} (4 accelerators + control node, libdemo.so.1)",
         host.dir.display()
     );
-    let out = run_bundle(applier, &mut bundle, &host.config, &container_id("demo"))?;
+    let out = bundle.run_applied(applier, &host.config, &container_id("demo"))?;
     if !out.status.success() {
         println!("{}", describe(&out));
         return Ok(false);
@@ -121,25 +109,4 @@ pub fn run(applier: Applier<'_>) -> Result<bool> {
         if ok { "OK" } else { "UNEXPECTED (see above)" }
     );
     Ok(ok)
-}
-
-/// Runs `bundle` to completion as container `id` with `applier` reading host config `config`.
-pub fn run_bundle(
-    applier: Applier<'_>,
-    bundle: &mut Bundle,
-    config: &Path,
-    id: &str,
-) -> Result<Output> {
-    match applier {
-        Applier::Hook(hook) => {
-            bundle.hook("createRuntime", hook, config);
-            bundle.run(id)
-        }
-        Applier::Shim(shim) => {
-            let mut cmd = shim_command(config, &runc_path());
-            cmd[0] = shim.to_string_lossy().into_owned();
-            let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
-            bundle.run_with(&cmd, id)
-        }
-    }
 }

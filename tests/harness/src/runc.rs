@@ -40,6 +40,17 @@ pub enum Via {
     Shim,
 }
 
+/// One of devinject's appliers as a given binary (a build other than this workspace's, or one
+/// run where the workspace is not: the arm64 guest's).
+#[derive(Debug, Clone, Copy)]
+pub enum Applier<'a> {
+    /// The hook as runc's `createRuntime` hook (an absolute path: runc runs hooks from the
+    /// bundle directory).
+    Hook(&'a Path),
+    /// The shim as the runtime in front of runc.
+    Shim(&'a Path),
+}
+
 impl Bundle {
     /// Creates a bundle in `dir` with a busybox rootfs and runc's default spec, not a terminal,
     /// running `args`.
@@ -219,13 +230,30 @@ impl Bundle {
     /// Runs the container to completion with devinject wired in by `via`, reading host config
     /// `config`: the hook as a `createRuntime` hook of runc, or the shim in front of runc.
     pub fn run_via(&mut self, via: Via, config: &Path, id: &str) -> Result<Output> {
-        match via {
+        let (hook, shim);
+        let applier = match via {
             Via::Hook => {
-                self.hook("createRuntime", &crate::bins::bin("devinject-hook"), config);
-                self.run(id)
+                hook = crate::bins::bin("devinject-hook");
+                Applier::Hook(&hook)
             }
             Via::Shim => {
-                let cmd = shim_command(config, &runc_path());
+                shim = crate::bins::bin("devinject-runtime");
+                Applier::Shim(&shim)
+            }
+        };
+        self.run_applied(applier, config, id)
+    }
+
+    /// Runs the container to completion with `applier` (a given binary) reading host config
+    /// `config`.
+    pub fn run_applied(&mut self, applier: Applier<'_>, config: &Path, id: &str) -> Result<Output> {
+        match applier {
+            Applier::Hook(hook) => {
+                self.hook("createRuntime", hook, config);
+                self.run(id)
+            }
+            Applier::Shim(shim) => {
+                let cmd = shim_command_of(shim, config, &runc_path());
                 let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
                 self.run_with(&cmd, id)
             }
@@ -321,10 +349,13 @@ pub fn runc_path() -> String {
 /// The command line of the shim `devinject-runtime` with host config `config`, handing over to
 /// `runtime`; pass it to [`Bundle::run_with`].
 pub fn shim_command(config: &Path, runtime: &str) -> Vec<String> {
+    shim_command_of(&crate::bins::bin("devinject-runtime"), config, runtime)
+}
+
+/// [`shim_command`] of the shim binary at `shim`.
+pub fn shim_command_of(shim: &Path, config: &Path, runtime: &str) -> Vec<String> {
     vec![
-        crate::bins::bin("devinject-runtime")
-            .to_string_lossy()
-            .into_owned(),
+        shim.to_string_lossy().into_owned(),
         "--config".into(),
         config.to_string_lossy().into_owned(),
         "--runtime".into(),

@@ -129,7 +129,7 @@ pub fn ready_with_containerd(series: &str) -> Option<crate::runtimes::Release> {
 }
 
 /// A free TCP port on 127.0.0.1 (bound, then released).
-pub(crate) fn free_port() -> Result<u16> {
+pub fn free_port() -> Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").context("bind a free port")?;
     Ok(l.local_addr()?.port())
 }

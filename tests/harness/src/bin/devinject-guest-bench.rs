@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
-use devinject_harness::runc::{container_id, describe, runc_path, shim_command, Bundle};
+use devinject_harness::runc::{container_id, describe, runc_path, shim_command_of, Bundle};
 use devinject_harness::sim::demo_host;
 
 fn main() -> ExitCode {
@@ -56,8 +56,7 @@ fn bench(rounds: usize, dir: &Path) -> Result<()> {
     );
     let mut shim = bundle("shim")?;
     shim.env("DEMO_VISIBLE_DEVICES=0");
-    let mut shim_cmd = shim_command(&host.config, &runc_path());
-    shim_cmd[0] = dir.join("devinject-runtime").to_string_lossy().into_owned();
+    let shim_cmd = shim_command_of(&dir.join("devinject-runtime"), &host.config, &runc_path());
     let mut variants: Vec<(&str, Bundle, Start, Vec<Duration>)> = vec![
         ("runc", bundle("runc-a")?, Start::Runc, Vec::new()),
         ("runc (A/A)", bundle("runc-b")?, Start::Runc, Vec::new()),

@@ -11,7 +11,8 @@
 //! - the library found by the cache: `demo-use` on the guest's glibc loads the injected library
 //!   from the cache the applier wrote, which `LD_DEBUG=libs` shows;
 //! - a hostile image's subset: the linker cache a link to a host file, a FIFO, or the library
-//!   directory a link to a host directory. The host canary must be unchanged after each;
+//!   directory a link to a host directory. The host canary, and the host paths an escape would
+//!   write, must be unchanged after each ([`devinject_harness::canary`]);
 //! - NVIDIA's user space for this machine (`DIR/nvidia-root`) injected by the shipped nvidia
 //!   profile on a simulated GPU node: `nvidia-smi` and `cuInit` (`DIR/cuda-smoke`) run and stop
 //!   at the kernel;
@@ -21,12 +22,13 @@
 //! Prints `guest-check: NAME: ok` or `guest-check: NAME: FAILED: WHY` per check, then
 //! `guest-checks: N passed, M failed`; exits 1 when one failed, 2 when it could not run.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
-use anyhow::{bail, ensure, Context, Result};
-use devinject_harness::demo::{self, run_bundle, Applier};
+use anyhow::{ensure, Context, Result};
+use devinject_harness::canary::Canary;
+use devinject_harness::demo::{self, Applier};
+use devinject_harness::hostile::{fifo, link};
 use devinject_harness::probe::Report;
 use devinject_harness::runc::{container_id, describe, hook_failure, Bundle};
 use devinject_harness::sim::{demo_host, demo_probe_args};
@@ -148,7 +150,7 @@ fn library_by_cache(applier: Applier<'_>, program: &Path) -> Result<()> {
     let mut bundle = Bundle::new(&tmp.path().join("bundle"), &["/usr/bin/demo-use"])?;
     glibc_image(&bundle.rootfs(), &[program])?;
     bundle.env("DEMO_VISIBLE_DEVICES=0").env("LD_DEBUG=libs");
-    let out = run_bundle(applier, &mut bundle, &host.config, &container_id("guest"))?;
+    let out = bundle.run_applied(applier, &host.config, &container_id("guest"))?;
     ensure!(out.status.success(), "demo-use failed: {}", describe(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     ensure!(
@@ -194,7 +196,7 @@ fn nvidia(applier: Applier<'_>, dir: &Path) -> Result<()> {
     bundle
         .env("NVIDIA_VISIBLE_DEVICES=0")
         .env("NVIDIA_DRIVER_CAPABILITIES=compute,utility");
-    let out = run_bundle(applier, &mut bundle, &node.config, &container_id("guest"))?;
+    let out = bundle.run_applied(applier, &node.config, &container_id("guest"))?;
     let full = describe(&out);
     ensure!(out.status.success(), "the container failed: {full}");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -221,7 +223,7 @@ fn other_machine(applier: Applier<'_>, dir: &Path) -> Result<()> {
         .context("copy the other machine's demo library")?;
     let mut bundle = Bundle::new(&tmp.path().join("bundle"), &demo_probe_args())?;
     bundle.env("DEMO_VISIBLE_DEVICES=0");
-    let out = run_bundle(applier, &mut bundle, &host.config, &container_id("guest"))?;
+    let out = bundle.run_applied(applier, &host.config, &container_id("guest"))?;
     let full = describe(&out);
     ensure!(!out.status.success(), "the container started: {full}");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -255,31 +257,17 @@ enum Trap {
 fn hostile(applier: Applier<'_>, trap: Trap) -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let host = demo_host(&tmp.path().join("host"), &["demo"])?;
-    let canary = tmp.path().join("canary");
-    std::fs::create_dir_all(canary.join("etc"))?;
-    std::fs::create_dir_all(canary.join("usr/lib"))?;
-    std::fs::write(canary.join("etc/ld.so.cache"), "devinject-canary cache\n")?;
-    std::fs::write(
-        canary.join("usr/lib/libcanary.so.1"),
-        "devinject-canary library\n",
-    )?;
-    let before = fingerprint(&canary)?;
+    let canary = Canary::new(&tmp.path().join("canary"))?;
     let mut bundle = Bundle::new(&tmp.path().join("bundle"), &demo_probe_args())?;
     bundle.env("DEMO_VISIBLE_DEVICES=0");
     let rootfs = bundle.rootfs();
-    let at = |p: &str| rootfs.join(p);
     match trap {
-        Trap::CacheLinkToHost => {
-            replace_with_link(&at("etc/ld.so.cache"), &canary.join("etc/ld.so.cache"))?
-        }
-        Trap::CacheFifo => {
-            let _ = std::fs::remove_file(at("etc/ld.so.cache"));
-            let st = Command::new("mkfifo").arg(at("etc/ld.so.cache")).status()?;
-            ensure!(st.success(), "mkfifo failed");
-        }
-        Trap::LibDirLinkToHost => replace_with_link(&at("usr/lib"), &canary.join("usr/lib"))?,
+        Trap::CacheLinkToHost => link(&rootfs, "/etc/ld.so.cache", canary.path("etc/ld.so.cache"))?,
+        Trap::CacheFifo => fifo(&rootfs, "/etc/ld.so.cache")?,
+        Trap::LibDirLinkToHost => link(&rootfs, "/usr/lib", canary.path("usr/lib"))?,
     }
-    let out = run_bundle(applier, &mut bundle, &host.config, &container_id("guest"))?;
+    let guard = canary.guard();
+    let out = bundle.run_applied(applier, &host.config, &container_id("guest"))?;
     let full = describe(&out);
     if trap == Trap::LibDirLinkToHost {
         ensure!(!out.status.success(), "the container started: {full}");
@@ -301,41 +289,11 @@ fn hostile(applier: Applier<'_>, trap: Trap) -> Result<()> {
         let lib = report.lib("/usr/lib/libdemo.so.1.0.0");
         ensure!(lib.present && lib.read_only, "library: {lib:?}: {full}");
     }
-    let after = fingerprint(&canary)?;
-    if before != after {
-        bail!("the host canary changed: {before:?} -> {after:?}");
-    }
+    let changes = guard.changes();
+    ensure!(
+        changes.is_empty(),
+        "the host changed:\n  {}",
+        changes.join("\n  ")
+    );
     Ok(())
-}
-
-fn replace_with_link(at: &Path, target: &Path) -> Result<()> {
-    match std::fs::symlink_metadata(at) {
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(at)?,
-        Ok(_) => std::fs::remove_file(at)?,
-        Err(_) => {}
-    }
-    std::os::unix::fs::symlink(target, at).with_context(|| format!("symlink {}", at.display()))
-}
-
-/// Every name under `dir` with its type, mode and (for files) contents.
-fn fingerprint(dir: &Path) -> Result<BTreeMap<PathBuf, String>> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d)? {
-            let path = entry?.path();
-            let m = std::fs::symlink_metadata(&path)?;
-            let what = if m.is_dir() {
-                stack.push(path.clone());
-                "dir".to_owned()
-            } else if m.is_file() {
-                String::from_utf8_lossy(&std::fs::read(&path)?).into_owned()
-            } else {
-                format!("{:?}", m.file_type())
-            };
-            out.insert(path, format!("{:o} {what}", m.permissions().mode()));
-        }
-    }
-    Ok(out)
 }
