@@ -165,13 +165,13 @@ else
   status=1
 fi
 # The arm64 tier: the guest's kernel under qemu-system-aarch64 (about 20 s here), and the
-# multi-arch image through a registry: the release binaries of this machine and the dev build
-# for aarch64, both built above.
+# multi-arch image through a registry (pulled by docker, containerd and CRI-O): the release
+# binaries of this machine and the dev build for aarch64, both built above.
 mapfile -t arm64_tier < <(tier arm64)
 if wait "$arm64_build" &&
   multiarch=$(NO_BUILD=1 PLATFORMS=linux/amd64,linux/arm64 scripts/build-image.sh 2>>"$arm64_log.err"); then
   DEVINJECT_ARM64_GUEST=$(cat "$arm64_log") DEVINJECT_MULTIARCH_IMAGE=$PWD/$multiarch \
-    cargo test -p devinject-tests --no-fail-fast "${arm64_tier[@]/#/--test=}" || status=$?
+    DEVINJECT_CRIO_BIN=${crio_bin:-} DEVINJECT_RUNC=${runc14:-} cargo test -p devinject-tests --no-fail-fast "${arm64_tier[@]/#/--test=}" || status=$?
 else
   echo "test.sh: building the arm64 guest or the multi-arch image failed (scripts/arm64-guest.sh build, scripts/build-image.sh):" >&2
   tail -n 40 "$arm64_log.err" >&2

@@ -16,11 +16,11 @@ use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
     ContainerConfig, ContainerEventResponse, ContainerEventType, ContainerMetadata, ContainerState,
     ContainerStatus, ContainerStatusRequest, CreateContainerRequest, Device, GetEventsRequest,
-    ImageSpec, ImageStatusRequest, Int64Value, KeyValue, LinuxContainerConfig,
+    Image, ImageSpec, ImageStatusRequest, Int64Value, KeyValue, LinuxContainerConfig,
     LinuxContainerSecurityContext, LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount,
-    NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxMetadata, RemoveContainerRequest,
-    RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest, StopPodSandboxRequest,
-    VersionRequest, VersionResponse,
+    NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxMetadata, PullImageRequest,
+    RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest,
+    StopPodSandboxRequest, VersionRequest, VersionResponse,
 };
 use tokio::net::UnixStream;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -115,24 +115,44 @@ impl Cri {
         })
     }
 
+    /// `ImageStatus` of `image`: what the runtime's store holds under that name, if anything.
+    pub fn image(&mut self, image: &str) -> Result<Option<Image>> {
+        let mut c = self.images.clone();
+        let req = ImageStatusRequest {
+            image: Some(ImageSpec {
+                image: image.into(),
+                ..Default::default()
+            }),
+            verbose: false,
+        };
+        Ok(self
+            .call("ImageStatus", async move { c.image_status(req).await })?
+            .image)
+    }
+
     /// Waits until the runtime knows the image `image` (an import is seen through events).
     pub fn wait_image(&mut self, image: &str) -> Result<()> {
         poll(
             &format!("the CRI image store to list {image}"),
             START_DEADLINE,
-            || {
-                let mut c = self.images.clone();
-                let req = ImageStatusRequest {
-                    image: Some(ImageSpec {
-                        image: image.into(),
-                        ..Default::default()
-                    }),
-                    verbose: false,
-                };
-                let status = self.call("ImageStatus", async move { c.image_status(req).await })?;
-                Ok(status.image.map(drop))
-            },
+            || Ok(self.image(image)?.map(drop)),
         )
+    }
+
+    /// `PullImage` of `image`, as the kubelet asks for it (no credentials, no pod); returns the
+    /// image reference the runtime answers with.
+    pub fn pull_image(&mut self, image: &str) -> Result<String> {
+        let mut c = self.images.clone();
+        let req = PullImageRequest {
+            image: Some(ImageSpec {
+                image: image.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        Ok(self
+            .call("PullImage", async move { c.pull_image(req).await })?
+            .image_ref)
     }
 
     /// `RunPodSandbox` with `handler` (the RuntimeClass handler, e.g. `devinject`); the pod is

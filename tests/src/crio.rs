@@ -89,6 +89,9 @@ pub struct Paths {
     pub nri: bool,
     /// Added to the host configuration (e.g. `ldconfig = ...`).
     pub host_config: String,
+    /// A registry (`host:port`) CRI-O pulls from over plain HTTP, as a loopback test registry
+    /// serves; `None`: no registry at all ([`registries_conf`]).
+    pub plain_http_registry: Option<String>,
 }
 
 /// The node. Fields drop in order: the CRI client (its pods), the NRI plugin, CRI-O, the pods'
@@ -188,7 +191,10 @@ impl CrioNode {
             text += "\n[crio.nri]\nenable_nri = false\n";
         }
         std::fs::write(&config, text)?;
-        write_root_files(&root)?;
+        write_root_files(
+            &root,
+            &registries_conf(&[], paths.plain_http_registry.as_deref()),
+        )?;
         load_test_images(&root, &hooks)?;
 
         // The shim's drop-in is read as CRI-O reads it on a node. The hook's only names the
@@ -205,7 +211,8 @@ impl CrioNode {
         cmd.arg("--config")
             .arg(&config)
             .arg("--config-dir")
-            .arg(&config_dir);
+            .arg(&config_dir)
+            .args(registries_args(&root));
         let mut crio = Daemon::start("crio", cmd, &root.join("crio.log"))?;
         let socket = root.join("crio.sock");
         crio.wait_ready("CRI-O's socket", || socket.exists())?;
@@ -320,9 +327,37 @@ fn configure(etc: &Path, args: &[&str], host: &SimHost) -> Result<()> {
     Ok(())
 }
 
-/// The files below `root` that [`crio_config`] names: the CNI configuration (a loopback
-/// network; pods use the host network) and an image policy that accepts the test's images.
-pub(crate) fn write_root_files(root: &Path) -> Result<()> {
+/// A `registries.conf` (containers-registries.conf(5), version 2) whose unqualified-search
+/// registries are `search`, with `plain_http` (`host:port`) marked `insecure`: pulled from over
+/// HTTP, as a loopback registry serves.
+pub fn registries_conf(search: &[&str], plain_http: Option<&str>) -> String {
+    let search: Vec<String> = search.iter().map(|r| format!("{r:?}")).collect();
+    let mut text = format!("unqualified-search-registries = [{}]\n", search.join(", "));
+    if !search.is_empty() {
+        text += "short-name-mode = \"enforcing\"\n";
+    }
+    if let Some(location) = plain_http {
+        text += &format!("\n[[registry]]\nlocation = {location:?}\ninsecure = true\n");
+    }
+    text
+}
+
+/// CRI-O's flags naming the registries configuration [`write_root_files`] wrote below `root`
+/// (and its drop-in directory, empty), so the machine's `/etc/containers` is not read.
+pub(crate) fn registries_args(root: &Path) -> [std::ffi::OsString; 4] {
+    [
+        "--registries-conf".into(),
+        root.join("registries.conf").into(),
+        "--registries-conf-dir".into(),
+        root.join("registries.conf.d").into(),
+    ]
+}
+
+/// The files below `root` that [`crio_config`] and [`registries_args`] name: the CNI
+/// configuration (a loopback network; pods use the host network), an image policy that accepts
+/// the test's images, and `registries` as the registries configuration, with its drop-in
+/// directory empty.
+pub(crate) fn write_root_files(root: &Path, registries: &str) -> Result<()> {
     let cni = root.join("cni");
     std::fs::create_dir_all(&cni)?;
     std::fs::write(
@@ -333,6 +368,8 @@ pub(crate) fn write_root_files(root: &Path) -> Result<()> {
         root.join("policy.json"),
         r#"{"default": [{"type": "insecureAcceptAnything"}]}"#,
     )?;
+    std::fs::create_dir_all(root.join("registries.conf.d"))?;
+    std::fs::write(root.join("registries.conf"), registries)?;
     Ok(())
 }
 

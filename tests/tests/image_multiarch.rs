@@ -3,7 +3,8 @@
 //! per platform. Each half's config names its architecture, and its layer holds every shipped
 //! binary as a static executable of that machine. Pushed with skopeo to a real registry
 //! (Debian's `docker-registry`, the CNCF distribution registry), docker and containerd each pull
-//! the half they are asked for, and only that half.
+//! the half they are asked for, and only that half; CRI-O, asked as the kubelet asks (no
+//! platform), pulls the half of the machine it runs on.
 //!
 //! Seen failing with the index's arm64 manifest carrying the amd64 binaries (the layer check
 //! names the first binary of the wrong machine).
@@ -16,6 +17,7 @@ use serde_json::Value;
 
 use devinject_testkit::{require, require_binary};
 use devinject_tests::cluster::free_port;
+use devinject_tests::crio::{self, CrioNode};
 use devinject_tests::daemons::{poll, run_ok, short_tempdir, Daemon};
 use devinject_tests::docker::Engine;
 
@@ -126,39 +128,22 @@ fn check_layout(archive: &Path, work: &Path) -> BTreeMap<String, (String, String
     seen
 }
 
-#[test]
-fn the_image_index_holds_both_machines_and_each_engine_pulls_its_half() {
-    let archive = std::env::var_os("DEVINJECT_MULTIARCH_IMAGE").filter(|v| !v.is_empty());
-    if !require(
-        archive.is_some(),
-        "needs DEVINJECT_MULTIARCH_IMAGE, the archive `PLATFORMS=linux/amd64,linux/arm64 \
-         scripts/build-image.sh` prints (scripts/test.sh sets it)",
-    ) || !require_binary("docker-registry")
-        || !require_binary("skopeo")
-        || !require_binary("dockerd")
-        || !require_binary("ctr")
-    {
-        return;
-    }
-    let archive = PathBuf::from(archive.unwrap());
-    let work = short_tempdir("mi").unwrap();
-    let halves = check_layout(&archive, work.path());
-
-    // A registry of its own on a free port, and the archive pushed to it whole.
+/// A registry of its own on a free port below `work`, and `archive` pushed to it whole: the
+/// registry and the image's reference there.
+fn serve(archive: &Path, work: &Path) -> (Daemon, String) {
     let port = free_port().unwrap();
-    let config = work.path().join("registry.yml");
+    let config = work.join("registry.yml");
     std::fs::write(
         &config,
         format!(
             "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
-            work.path().join("registry").display()
+            work.join("registry").display()
         ),
     )
     .unwrap();
     let mut serve = Command::new("docker-registry");
     serve.arg("serve").arg(&config);
-    let registry =
-        Daemon::start("docker-registry", serve, &work.path().join("registry.log")).unwrap();
+    let registry = Daemon::start("docker-registry", serve, &work.join("registry.log")).unwrap();
     poll(
         "the registry to answer",
         std::time::Duration::from_secs(30),
@@ -171,7 +156,42 @@ fn the_image_index_holds_both_machines_and_each_engine_pulls_its_half() {
         .arg(format!("oci-archive:{}", archive.display()))
         .arg(format!("docker://{reference}"));
     run_ok(push).unwrap_or_else(|e| panic!("skopeo copy: {e:#}: {}", registry.log_tail()));
+    (registry, reference)
+}
 
+/// The multi-arch archive, or `None` after saying what is missing (a failure under CI).
+fn archive() -> Option<PathBuf> {
+    let archive = std::env::var_os("DEVINJECT_MULTIARCH_IMAGE").filter(|v| !v.is_empty());
+    (require(
+        archive.is_some(),
+        "needs DEVINJECT_MULTIARCH_IMAGE, the archive `PLATFORMS=linux/amd64,linux/arm64 \
+         scripts/build-image.sh` prints (scripts/test.sh sets it)",
+    ) && require_binary("docker-registry")
+        && require_binary("skopeo"))
+    .then(|| PathBuf::from(archive.expect("checked")))
+}
+
+/// The platform architecture of this machine, as image indexes name it.
+fn host_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => panic!("no image for {other}"),
+    }
+}
+
+#[test]
+fn the_image_index_holds_both_machines_and_each_engine_pulls_its_half() {
+    let Some(archive) = archive() else {
+        return;
+    };
+    if !require_binary("dockerd") || !require_binary("ctr") {
+        return;
+    }
+    let work = short_tempdir("mi").unwrap();
+    let halves = check_layout(&archive, work.path());
+
+    let (registry, reference) = serve(&archive, work.path());
     // docker (a loopback registry is plain HTTP to it): the image it pulls for each platform is
     // that half's config.
     let engine = Engine::start(&[]).unwrap();
@@ -210,7 +230,7 @@ fn the_image_index_holds_both_machines_and_each_engine_pulls_its_half() {
                 "--plain-http",
             ])
             .args(["--platform", &format!("linux/{arch}"), &reference]);
-        run_ok(pull).unwrap();
+        run_ok(pull).unwrap_or_else(|e| panic!("ctr pull: {e:#}: {}", registry.log_tail()));
         let mut ls = Command::new("ctr");
         ls.arg("--address").arg(engine.containerd_socket()).args([
             "-n",
@@ -229,4 +249,47 @@ fn the_image_index_holds_both_machines_and_each_engine_pulls_its_half() {
             );
         }
     }
+}
+
+/// CRI-O pulls as the kubelet asks it to, with no platform in the request: the half of the
+/// machine it runs on, from a registry its `registries.conf` marks plain HTTP.
+#[test]
+fn crio_pulls_the_half_of_its_own_machine() {
+    let Some(archive) = archive() else {
+        return;
+    };
+    let Some(bin) = crio::ready() else {
+        return;
+    };
+    let work = short_tempdir("mc").unwrap();
+    let halves = check_layout(&archive, work.path());
+    let (registry, reference) = serve(&archive, work.path());
+    let location = reference.split('/').next().unwrap().to_owned();
+    let mut node = CrioNode::start(
+        &bin,
+        &crio::Paths {
+            plain_http_registry: Some(location),
+            ..crio::Paths::default()
+        },
+    )
+    .unwrap();
+    node.cri.pull_image(&reference).unwrap_or_else(|e| {
+        panic!(
+            "{e:#}\n--- crio\n{}\n--- registry\n{}",
+            node.log_tail(),
+            registry.log_tail()
+        )
+    });
+    let image = node
+        .cri
+        .image(&reference)
+        .unwrap()
+        .expect("the pulled image");
+    let (_, config) = &halves[host_arch()];
+    assert_eq!(
+        format!("sha256:{}", image.id),
+        *config,
+        "CRI-O on {} pulled another half than its own (the index's halves: {halves:?})",
+        host_arch()
+    );
 }

@@ -22,7 +22,10 @@ use crate::bins;
 use crate::cluster::{Setup, NRI_SOCKET};
 use crate::cri::Cri;
 use crate::cri_node::cdi_generate;
-use crate::crio::{crio_config, crio_nri_settings, load_image, load_test_images, write_root_files};
+use crate::crio::{
+    crio_config, crio_nri_settings, load_image, load_test_images, registries_args, registries_conf,
+    write_root_files,
+};
 use crate::daemons::{run_ok, Daemon};
 use crate::podman::Podman;
 use crate::skip::which;
@@ -62,14 +65,7 @@ impl Node {
         let root = self.crio_dir();
         let hooks = self.crio_hooks_dir();
         let specs = self.cdi_spec_dir();
-        let registries = root.join("registries.conf.d");
-        for dir in [
-            &root,
-            &hooks,
-            &specs,
-            &registries,
-            &self.crio_etc().join("crio.conf.d"),
-        ] {
+        for dir in [&root, &hooks, &specs, &self.crio_etc().join("crio.conf.d")] {
             std::fs::create_dir_all(dir).with_context(|| format!("mkdir {}", dir.display()))?;
         }
         match setup {
@@ -83,11 +79,7 @@ impl Node {
                 bail!("a CRI-O node of the cluster tier runs the DaemonSets, CDI or DRA, not {other:?}")
             }
         }
-        write_root_files(&root)?;
-        std::fs::write(
-            root.join("registries.conf"),
-            "unqualified-search-registries = [\"docker.io\"]\nshort-name-mode = \"enforcing\"\n",
-        )?;
+        write_root_files(&root, &registries_conf(&["docker.io"], None))?;
         // CRI-O's default runtime: runc, through `devinject-bounded-runc` (which see), as a
         // script because CRI-O gives a runtime no arguments of its own.
         let runc = root.join("bounded-runc");
@@ -130,10 +122,7 @@ impl Node {
     pub(super) fn start_crio(&self, bin: &Path) -> Result<Daemon> {
         let mut cmd = self.in_node(&bin.join("crio"))?;
         cmd.args(["--config", CONFIG, "--config-dir", DROP_INS])
-            .arg("--registries-conf")
-            .arg(self.crio_dir().join("registries.conf"))
-            .arg("--registries-conf-dir")
-            .arg(self.crio_dir().join("registries.conf.d"));
+            .args(registries_args(&self.crio_dir()));
         let mut crio = Daemon::start("crio", cmd, &self.crio_dir().join("crio.log"))?;
         let socket = self.crio_socket();
         crio.wait_ready("CRI-O's socket", || socket.exists())?;
