@@ -125,6 +125,12 @@ printf '#include <stdio.h>\nint demo_version(void);\nint main(void) { printf("de
 $cc -shared -fPIC -Wl,-soname,libdemo.so.1 -o "$bin/libdemo.so.1.0.0" "$src/libdemo.c"
 $cc -o "$bin/demo-use" "$src/demo-use.c" "$bin/libdemo.so.1.0.0"
 $cc -O2 -o "$bin/cuda-smoke" scripts/gpu-check/cuda-smoke.c -ldl
+# A stand-in for Google's libedgetpu.so.1 (libedgetpu1-std is not in Debian) with its soname and
+# its C API's version call, and a program linked against it, for the coral-edgetpu profile.
+printf 'const char *edgetpu_version(void) { return "devinject stand-in"; }\n' >"$src/edgetpu.c"
+printf '#include <stdio.h>\nconst char *edgetpu_version(void);\nint main(void) { printf("edgetpu_version %%s\\n", edgetpu_version()); return 0; }\n' >"$src/tpu-use.c"
+$cc -shared -fPIC -Wl,-soname,libedgetpu.so.1 -o "$bin/libedgetpu.so.1.0" "$src/edgetpu.c"
+$cc -o "$bin/tpu-use" "$src/tpu-use.c" "$bin/libedgetpu.so.1.0"
 # The same library for this (the other) machine, which the guest must refuse to inject.
 gcc -shared -fPIC -Wl,-soname,libdemo.so.1 -o "$bin/libdemo-other.so.1.0.0" "$src/libdemo.c"
 
@@ -152,8 +158,9 @@ mkdir -p "$img/devinject/profiles" "$img/newroot"
 for b in devinject-hook devinject-runtime devinject-guest-checks devinject-guest-bench; do
   aarch64-linux-gnu-strip -o "$img/devinject/$b" "$bin/$b"
 done
-cp "$bin/libdemo.so.1.0.0" "$bin/libdemo-other.so.1.0.0" "$bin/demo-use" "$bin/cuda-smoke" "$img/devinject/"
-cp profiles/demo.toml profiles/nvidia.toml "$img/devinject/profiles/"
+cp "$bin/libdemo.so.1.0.0" "$bin/libdemo-other.so.1.0.0" "$bin/demo-use" "$bin/cuda-smoke" \
+  "$bin/libedgetpu.so.1.0" "$bin/tpu-use" "$img/devinject/"
+cp profiles/demo.toml profiles/nvidia.toml profiles/coral-edgetpu.toml "$img/devinject/profiles/"
 (cd "$unpacked/nvidia" && tar --exclude=./usr/share -cf - .) | (mkdir -p "$img/devinject/nvidia-root" && cd "$img/devinject/nvidia-root" && tar -xf -)
 cp scripts/arm64-guest/init scripts/arm64-guest/checks "$img/"
 chmod 0755 "$img/init" "$img/checks"

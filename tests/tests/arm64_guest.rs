@@ -7,21 +7,23 @@
 //! one does. Seen failing with the linker cache's AArch64 flags replaced by x86-64's (the demo
 //! and the cache lookup fail under both appliers, `ldconfig -p` printing `(libc6,x86-64)`), and
 //! with the nvidia profile's aarch64 library directories taken out (the hook and the shim refuse:
-//! `libnvidia-ml.so.1 not found`), and with the "other machine's" library built for arm64 (the
-//! container starts).
+//! `libnvidia-ml.so.1 not found`), with the "other machine's" library built for arm64 (the
+//! container starts), and with the Edge TPU library put outside the default library directories
+//! (coral-edgetpu's `tpu-use` cannot load it and exits 127).
 
 use std::process::Command;
 
 use devinject_testkit::require;
 
 /// The checks `devinject-guest-checks` runs under each applier, in its order.
-const CHECKS: [&str; 7] = [
+const CHECKS: [&str; 8] = [
     "demo",
     "library found by the cache",
     "hostile: the cache a link to a host file",
     "hostile: the cache a FIFO",
     "hostile: the library directory a link to a host directory",
     "nvidia: NVIDIA's user space, stopped at the kernel",
+    "coral-edgetpu: the Edge TPU library of this machine",
     "a library for another machine refused",
 ];
 

@@ -106,3 +106,34 @@ pub fn vendor_host(
         config,
     })
 }
+
+/// The character major the simulated Edge TPU's node gets: the apex driver's is dynamic, and
+/// 120 is in the range Linux's devices.txt reserves for local use, so no real driver has it.
+pub const APEX_MAJOR: u32 = 120;
+
+/// A Coral Edge TPU on PCIe as the gasket and apex drivers show it: `/dev/apex_0` and
+/// `/sys/class/apex/apex_0` with the driver's status and the PCI ids of Google's Edge TPU
+/// (1ac1:089a), with `driver_root` (where `libedgetpu.so.1` lies) and the shipped `profiles`.
+pub fn coral_node(dir: &Path, driver_root: &Path, profiles: &[&str]) -> Result<VendorHost> {
+    let dev_root = dir.join("dev");
+    std::fs::create_dir_all(&dev_root)?;
+    mknod(&dev_root.join("apex_0"), APEX_MAJOR, 0, "0660")?;
+    let host = vendor_host(
+        dir,
+        dev_root,
+        dir.join("proc"),
+        driver_root.to_owned(),
+        profiles,
+    )?;
+    let apex = dir.join("sys/class/apex/apex_0");
+    std::fs::create_dir_all(apex.join("device"))?;
+    for (file, value) in [
+        ("status", "ALIVE"),
+        ("device/numa_node", "-1"),
+        ("device/vendor", "0x1ac1"),
+        ("device/device", "0x089a"),
+    ] {
+        std::fs::write(apex.join(file), format!("{value}\n"))?;
+    }
+    Ok(host)
+}

@@ -2,7 +2,7 @@
 //! (`scripts/arm64-guest.sh`, `tests/tests/arm64_guest.rs`), with the hook, the shim and the
 //! guest's Debian runc, busybox and glibc. `DIR` holds `devinject-hook`, `devinject-runtime`,
 //! `demo-use` (a program linked against the demo library by its soname), `cuda-smoke`,
-//! `nvidia-root` and `libdemo-other.so.1.0.0`.
+//! `nvidia-root`, `libedgetpu.so.1.0` with `tpu-use`, and `libdemo-other.so.1.0.0`.
 //!
 //! Each applier in turn:
 //! - the demo ([`devinject_harness::demo`]): the granted nodes open, the bound but ungranted one
@@ -16,6 +16,8 @@
 //! - NVIDIA's user space for this machine (`DIR/nvidia-root`) injected by the shipped nvidia
 //!   profile on a simulated GPU node: `nvidia-smi` and `cuInit` (`DIR/cuda-smoke`) run and stop
 //!   at the kernel;
+//! - the shipped coral-edgetpu profile on a simulated Edge TPU node: a stand-in for Google's
+//!   `libedgetpu.so.1`, in this machine's multiarch directory, found by ld.so in the cache;
 //! - the demo library built for the other machine (`DIR/libdemo-other.so.1.0.0`) refused with a
 //!   message naming both machines.
 //!
@@ -32,7 +34,7 @@ use devinject_harness::hostile::{fifo, link};
 use devinject_harness::probe::Report;
 use devinject_harness::runc::{container_id, describe, hook_failure, Bundle};
 use devinject_harness::sim::{demo_host, demo_probe_args};
-use devinject_harness::vendor_node::nvidia_node;
+use devinject_harness::vendor_node::{coral_node, nvidia_node, APEX_MAJOR};
 
 /// The dynamic loader and glibc's libraries the guest's programs link (`demo-use`, and
 /// NVIDIA's libraries: libm, libdl, libpthread, librt), as Debian lays them out (the same path in
@@ -75,6 +77,18 @@ fn glibc_image(rootfs: &Path, programs: &[&Path]) -> Result<()> {
 /// What `demo-use` prints when it ran with the demo library loaded.
 const DEMO_USE_OUTPUT: &str = "demo_version 1";
 
+/// What `tpu-use` prints when it ran with the libedgetpu stand-in loaded
+/// (scripts/arm64-guest.sh builds both).
+const TPU_USE_OUTPUT: &str = "edgetpu_version devinject stand-in";
+
+/// This machine's multiarch library directory, where Debian-style packages (Google's
+/// libedgetpu1-std among them) put their libraries.
+const MULTIARCH_LIB: &str = if cfg!(target_arch = "aarch64") {
+    "/usr/lib/aarch64-linux-gnu"
+} else {
+    "/usr/lib/x86_64-linux-gnu"
+};
+
 fn main() -> ExitCode {
     let Some(dir) = std::env::args_os().nth(1).map(PathBuf::from) else {
         eprintln!(
@@ -92,7 +106,7 @@ fn main() -> ExitCode {
             Applier::Hook(_) => "hook",
             Applier::Shim(_) => "shim",
         };
-        let checks: [(&str, &dyn Fn() -> Result<()>); 7] = [
+        let checks: [(&str, &dyn Fn() -> Result<()>); 8] = [
             ("demo", &|| {
                 ensure!(
                     demo::run(applier)?,
@@ -116,6 +130,10 @@ fn main() -> ExitCode {
             (
                 "nvidia: NVIDIA's user space, stopped at the kernel",
                 &|| nvidia(applier, dir),
+            ),
+            (
+                "coral-edgetpu: the Edge TPU library of this machine",
+                &|| coral(applier, dir),
             ),
             ("a library for another machine refused", &|| {
                 other_machine(applier, dir)
@@ -157,13 +175,18 @@ fn library_by_cache(applier: Applier<'_>, program: &Path) -> Result<()> {
         stdout.contains(DEMO_USE_OUTPUT),
         "demo-use printed {stdout:?}, not {DEMO_USE_OUTPUT:?}"
     );
-    // ld.so's trace for the library (each line `PID:\tTEXT`): `find library=libdemo.so.1 [0];
+    found_in_cache(&String::from_utf8_lossy(&out.stderr), "libdemo.so.1")
+}
+
+/// Checks ld.so's `LD_DEBUG=libs` trace `stderr`: it must have found `soname` in the linker
+/// cache (`/etc/ld.so.cache`), not by its search path.
+fn found_in_cache(stderr: &str, soname: &str) -> Result<()> {
+    // The trace for the library (each line `PID:\tTEXT`): `find library=SONAME [0];
     // searching`, then where it looked, up to an empty line.
-    let stderr = String::from_utf8_lossy(&out.stderr);
     let lookup: Vec<&str> = stderr
         .lines()
         .map(|l| l.split_once(':').map_or(l, |(_, text)| text).trim())
-        .skip_while(|l| !l.starts_with("find library=libdemo.so.1"))
+        .skip_while(|l| !l.starts_with(&format!("find library={soname}")))
         .take_while(|l| !l.is_empty())
         .collect();
     let text = lookup.join("\n");
@@ -171,11 +194,52 @@ fn library_by_cache(applier: Applier<'_>, program: &Path) -> Result<()> {
         text.contains("search cache=/etc/ld.so.cache")
             && lookup
                 .iter()
-                .any(|l| l.starts_with("trying file=") && l.contains("libdemo.so.1"))
+                .any(|l| l.starts_with("trying file=") && l.contains(soname))
             && !text.contains("search path="),
-        "ld.so did not find libdemo.so.1 in the cache:\n{text}\n(whole trace: {stderr})"
+        "ld.so did not find {soname} in the cache:\n{text}\n(whole trace: {stderr})"
     );
     Ok(())
+}
+
+/// The shipped coral-edgetpu profile on an Edge TPU node of this machine (`coral_node`): the
+/// stand-in for Google's `libedgetpu.so.1` (`DIR/libedgetpu.so.1.0`, built for this machine
+/// with that soname) lies where Google's arm64 package puts it, the multiarch directory, with
+/// its soname link. `tpu-use` (linked against it) must run and ld.so find the library in the
+/// cache the applier wrote, and `/dev/apex_0` be there with the node's numbers.
+fn coral(applier: Applier<'_>, dir: &Path) -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let driver_root = tmp.path().join("driver");
+    let lib_dir = driver_root.join(MULTIARCH_LIB.trim_start_matches('/'));
+    std::fs::create_dir_all(&lib_dir)?;
+    std::fs::copy(
+        dir.join("libedgetpu.so.1.0"),
+        lib_dir.join("libedgetpu.so.1.0"),
+    )
+    .context("copy the libedgetpu stand-in")?;
+    std::os::unix::fs::symlink("libedgetpu.so.1.0", lib_dir.join("libedgetpu.so.1"))?;
+    let node = coral_node(&tmp.path().join("host"), &driver_root, &["coral-edgetpu"])?;
+    let script = "tpu-use && ls -ln /dev/apex_0";
+    let mut bundle = Bundle::new(&tmp.path().join("bundle"), &["/bin/sh", "-c", script])?;
+    glibc_image(&bundle.rootfs(), &[&dir.join("tpu-use")])?;
+    bundle
+        .env("CORAL_EDGETPU_VISIBLE_DEVICES=all")
+        .env("LD_DEBUG=libs");
+    let out = bundle.run_applied(applier, &node.config, &container_id("guest"))?;
+    let full = describe(&out);
+    ensure!(out.status.success(), "the container failed: {full}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        stdout.contains(TPU_USE_OUTPUT),
+        "tpu-use printed {stdout:?}, not {TPU_USE_OUTPUT:?}"
+    );
+    let apex = format!("{APEX_MAJOR},");
+    ensure!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with('c') && l.contains(&apex) && l.ends_with("/dev/apex_0")),
+        "no char node /dev/apex_0 with major {APEX_MAJOR}: {full}"
+    );
+    found_in_cache(&String::from_utf8_lossy(&out.stderr), "libedgetpu.so.1")
 }
 
 /// NVIDIA's 535 user space for this machine (`DIR/nvidia-root`: Debian 12's libcuda1,
