@@ -19,6 +19,7 @@ fn shipped_profiles_load() {
         "intel-gpu",
         "kvm",
         "nvidia",
+        "nvidia-jetson",
         "tun",
     ] {
         assert!(
@@ -33,6 +34,10 @@ fn shipped_profiles_load() {
     assert_eq!(
         set.get("coral-edgetpu").unwrap().request_env(),
         "CORAL_EDGETPU_VISIBLE_DEVICES"
+    );
+    assert_eq!(
+        set.get("nvidia-jetson").unwrap().request_env(),
+        "NVIDIA_JETSON_VISIBLE_DEVICES"
     );
 }
 
