@@ -181,7 +181,7 @@ impl CrioNode {
         }
         let conmon = which("conmon").context("conmon")?;
         let config = root.join("crio.conf");
-        let mut text = crio_config(&root, bin, &runc, &conmon, &hooks, &specs);
+        let mut text = crio_config(&root, bin, &runc, &conmon, &hooks, &specs, None);
         if paths.nri {
             for d in ["nri-plugins", "nri-conf"] {
                 std::fs::create_dir_all(root.join(d))?;
@@ -399,8 +399,8 @@ pub(crate) fn load_test_images(root: &Path, hooks: &Path) -> Result<()> {
 }
 
 /// CRI-O's main configuration: every path in `root`, the runc under test as the default runtime,
-/// cgroupfs, the hooks and CDI directories, no metrics or infra container; `[crio.nri]` is
-/// added by the caller.
+/// cgroupfs, the hooks and CDI directories, no metrics or infra container, CNI plugins from
+/// `bin` (the loopback one) and `cni_bin`; `[crio.nri]` is added by the caller.
 pub(crate) fn crio_config(
     root: &Path,
     bin: &Path,
@@ -408,6 +408,7 @@ pub(crate) fn crio_config(
     conmon: &Path,
     hooks: &Path,
     specs: &Path,
+    cni_bin: Option<&Path>,
 ) -> String {
     let d = root.display();
     let runtime = |name: &str, path: &Path| {
@@ -434,9 +435,13 @@ pub(crate) fn crio_config(
     text += &runtime("runc", runc);
     text += &format!(
         "[crio.image]\npause_image = \"{PAUSE}\"\nsignature_policy = \"{d}/policy.json\"\n\n\
-         [crio.network]\nnetwork_dir = \"{d}/cni\"\nplugin_dirs = [\"{bin}\"]\n\n\
+         [crio.network]\nnetwork_dir = \"{d}/cni\"\nplugin_dirs = [{plugins}]\n\n\
          [crio.metrics]\nenable_metrics = false\n",
-        bin = bin.display(),
+        plugins = std::iter::once(bin)
+            .chain(cni_bin)
+            .map(|dir| format!("{:?}", dir.display().to_string()))
+            .collect::<Vec<_>>()
+            .join(", "),
     );
     text
 }

@@ -33,6 +33,7 @@
 //! failure under CI.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -42,6 +43,7 @@ use devinject_tests::cluster::install::{
     patch, pods, rollout, run_example, show_and_run_examples, test_overlay, workspace_file,
     workspace_path, Via, EXAMPLE_IMAGE, NODE_PODS, NS,
 };
+use devinject_tests::cluster::userns::{user_namespaced, user_namespaced_pods_ready};
 use devinject_tests::cluster::{image, Cluster, Setup, Shape, CDI_CRI_ALLOCATE_MODE, NODE, SLOW};
 use devinject_tests::cri::Cri;
 use devinject_tests::cri_node::BUSYBOX;
@@ -199,7 +201,21 @@ fn installed_on_crio_from_the_manifests_it_injects_survives_a_restart_and_uninst
     let rendered = c
         .kubectl(&["kustomize", &overlay])
         .expect("kubectl kustomize");
-    c.apply(&crio_overlay(&rendered))
+    // The shim's runc: the runc under test (CRI-O's default runtime's), as a CRI-O 1.36 node
+    // has one that supports idmapped mounts. CRI-O tells the kubelet a handler serves
+    // user-namespaced pods only when its runtime's `features` says so, and the shim answers
+    // with its runc's; this machine's own runc (1.1) has none.
+    let runc = devinject_tests::runc::runc_binary().unwrap();
+    let manifest = patch(
+        &crio_overlay(&rendered),
+        "        - --restart-mode=none\n",
+        &format!(
+            "        - --restart-mode=none\n        - --oci-runtime={}\n",
+            runc.display()
+        ),
+        1,
+    );
+    c.apply(&manifest)
         .expect("kubectl apply -k deploy/overlays/crio");
     let install = init_output(&c, NODE_PODS, "install");
     assert!(
@@ -230,6 +246,9 @@ fn installed_on_crio_from_the_manifests_it_injects_survives_a_restart_and_uninst
     );
     restart_crio_for_the_install(&mut c);
     show_and_run_examples(&c, Via::RuntimeClass);
+    if user_namespaced_pods_ready() {
+        user_namespaced_root_opens_kvm(&c, Via::RuntimeClass);
+    }
 
     // Asked for tun, sets the kvm request variable itself: refused, naming it.
     c.apply(&pod(
@@ -314,6 +333,76 @@ fn installed_on_crio_from_the_manifests_it_injects_survives_a_restart_and_uninst
         tree(&etc).keys().collect::<Vec<_>>()
     );
     assert_files_gone(&c);
+}
+
+/// A user-namespaced pod (`hostUsers: false`, so on the node's pod network) asking for kvm,
+/// through the runtime class or (`via` the default runtime) NRI or the hook: the pod's root,
+/// mapped to a host id other than 0, opens `/dev/kvm` (this machine's is `root 0600`, which
+/// the host's node, bound as it is, would refuse there), through the copy of the node devinject
+/// gives it, owned by the ids the pod's namespace maps; the host's node is untouched. On the
+/// runtime class a forger among them (asking for tun, setting `KVM_VISIBLE_DEVICES`) is refused
+/// as anywhere. Seen failing on a node whose kubelet's huge pages were hidden in CRI-O's own
+/// namespace: runc's sysfs mount refused (`EPERM`).
+fn user_namespaced_root_opens_kvm(c: &Cluster, via: Via) {
+    let host = std::fs::metadata("/dev/kvm").unwrap();
+    let name = "userns-kvm";
+    let mut manifest = user_namespaced(
+        &pod(
+            name,
+            "devinject.io/kvm: 1",
+            "",
+            "[sh, -c, 'echo uidmap $(cat /proc/self/uid_map); ls -ln /dev/kvm; \
+             head -c 0 /dev/kvm && echo kvm-open-ok']",
+        ),
+        None,
+    );
+    if via == Via::DefaultRuntime {
+        manifest = patch(&manifest, "  runtimeClassName: devinject\n", "", 1);
+    }
+    c.apply(&manifest).expect("create pod");
+    let phase = c.wait_pod_done(name).expect("pod finishes");
+    let out = c.container_log(name, "main").unwrap_or_default();
+    assert_eq!(phase, "Succeeded", "{name} ({via:?}): {out}\n{}", c.logs());
+    assert_eq!(c.pod(name).unwrap()["spec"]["hostUsers"], false);
+    let map: Vec<&str> = out
+        .lines()
+        .find_map(|l| l.strip_prefix("uidmap "))
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert!(
+        map.len() == 3 && map[0] == "0" && map[1] != "0",
+        "{name}: the container's root maps to a host id other than 0: {out}"
+    );
+    assert!(
+        out.lines().any(|l| l == "kvm-open-ok"),
+        "{name} ({via:?}) opens /dev/kvm: {out}"
+    );
+    c.kubectl(&["delete", "pod", name, "--wait=false"]).unwrap();
+    let after = std::fs::metadata("/dev/kvm").unwrap();
+    assert_eq!(
+        (after.uid(), after.gid(), after.mode()),
+        (host.uid(), host.gid(), host.mode()),
+        "the host's /dev/kvm is as it was"
+    );
+    if via == Via::RuntimeClass {
+        c.apply(&user_namespaced(
+            &pod(
+                "userns-forger",
+                "devinject.io/tun: 1",
+                "{name: KVM_VISIBLE_DEVICES, value: all}",
+                "[ls, -l, /dev/kvm]",
+            ),
+            None,
+        ))
+        .expect("apply the forger");
+        let refused = c
+            .wait_refusal("userns-forger")
+            .expect("the user-namespaced forger is refused");
+        assert!(refused.contains("KVM_VISIBLE_DEVICES"), "{refused}");
+        c.kubectl(&["delete", "pod", "userns-forger", "--wait=false"])
+            .unwrap();
+    }
 }
 
 /// `cdi-cri` on CRI-O: the plugin's `cdi_devices` reach CRI-O through the kubelet, and CRI-O's
@@ -480,6 +569,9 @@ fn installed_through_nri_on_crio_with_no_edit_nor_restart_it_serves_the_examples
     .unwrap_or_else(|e| panic!("{e:#}\n--- nri\n{nri_log}\n{}", c.logs()));
     untouched("after the install");
     show_and_run_examples(&c, Via::DefaultRuntime);
+    if user_namespaced_pods_ready() {
+        user_namespaced_root_opens_kvm(&c, Via::DefaultRuntime);
+    }
     refuse_kvm_forger(&c);
 
     delete_node_daemonset(&c);
@@ -556,6 +648,9 @@ fn installed_as_a_hooksd_hook_on_crio_it_serves_the_examples_refuses_a_forgery_a
     );
     restart_crio_for_the_install(&mut c);
     show_and_run_examples(&c, Via::DefaultRuntime);
+    if user_namespaced_pods_ready() {
+        user_namespaced_root_opens_kvm(&c, Via::DefaultRuntime);
+    }
     refuse_kvm_forger(&c);
 
     c.kubectl(&["-n", NS, "delete", "ds/devinject"]).unwrap();

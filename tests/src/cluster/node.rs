@@ -33,6 +33,27 @@ use crate::sim::{demo_host, SimHost, ACCELS};
 
 mod crio;
 
+/// The kubelet of a CRI-O node, as a command prefix run in the node's namespace: in a mount
+/// namespace of its own that sees no huge page sizes. This machine's kernel has the hugetlb
+/// controller but no v1 hierarchy of it, and CRI-O (which asks /proc/cgroups) passes the
+/// kubelet's hugepage limits to runc, which then fails every container ("cannot set hugetlb
+/// limit"); containerd ignores them by default (`disable_hugetlb_controller`). The sizes are
+/// hidden from the kubelet alone: a mount over a sysfs directory that is not empty in CRI-O's
+/// namespace would leave sysfs not fully visible there, and the kernel then refuses a
+/// user-namespaced container its own sysfs (`EPERM`, `mount_too_revealing`). The new
+/// namespace's mounts stay peers of the node's (`/var/lib/kubelet` is shared there), but its
+/// `/sys` only receives.
+const KUBELET_WITHOUT_HUGEPAGES: [&str; 7] = [
+    "unshare",
+    "--mount",
+    "--propagation",
+    "unchanged",
+    "sh",
+    "-c",
+    "mount --make-rslave /sys && \
+     mount -t tmpfs -o ro,mode=0755 devinject-node /sys/kernel/mm/hugepages && exec \"$0\" \"$@\"",
+];
+
 /// The administrator's hooks.d directory, which CRI-O reads when its `hooks_dir` names it.
 pub const OCI_HOOKS_DIR: &str = "/etc/containers/oci/hooks.d";
 
@@ -390,7 +411,11 @@ impl Node {
                 },
             ),
         )?;
-        let mut cmd = self.in_node(&kubernetes.binary("kubelet"))?;
+        let mut prefix = self.enter()?;
+        if self.crio_bin.is_some() {
+            prefix.extend(KUBELET_WITHOUT_HUGEPAGES.map(String::from));
+        }
+        let mut cmd = crate::daemons::behind(&prefix, kubernetes.binary("kubelet"));
         cmd.arg(format!("--config={}", config.display()))
             .arg(format!("--kubeconfig={}", kubeconfig.display()));
         if kubernetes.is_legacy() {
@@ -609,13 +634,9 @@ impl Node {
             ));
         }
         if self.crio_bin.is_some() {
-            // This machine's kernel has the hugetlb controller but no v1 hierarchy of it: CRI-O
-            // (which asks /proc/cgroups) passes the kubelet's hugepage limits to runc, which
-            // then fails every container ("cannot set hugetlb limit"); containerd ignores them
-            // by default (`disable_hugetlb_controller`). The node has no huge page sizes.
-            script.push_str(
-                "mount -t tmpfs -o ro,mode=0755 devinject-node /sys/kernel/mm/hugepages; ",
-            );
+            // The kubelet runs in a namespace below this one ([`KUBELET_WITHOUT_HUGEPAGES`]);
+            // the volumes it mounts for pods must reach CRI-O here.
+            script.push_str("mount --make-shared /var/lib/kubelet; ");
         }
         script.push_str("exec sleep infinity");
         let mut cmd = Command::new("unshare");

@@ -1,8 +1,9 @@
 //! A node on CRI-O instead of containerd ([`super::super::Shape::crio`]): CRI-O 1.36 in the
 //! node's mount namespace, reading `/etc/crio/crio.conf` and the `crio.conf.d` drop-ins there
 //! (the node's own `/etc/crio`, where the installer writes its drop-in), everything else it
-//! keeps (vfs storage, run and state files, socket, the runc state, the CNI loopback network)
-//! in the node's `crio` directory. Its images are loaded by a podman on the same storage.
+//! keeps (vfs storage, run and state files, socket, the runc state, the CNI loopback network,
+//! and where CNI's plugins are built a pod network for pods off the host network) in the
+//! node's `crio` directory. Its images are loaded by a podman on the same storage.
 //! Short image names (`devinject:0.1.0`, the examples' `busybox:1.36`) resolve as on the CRI-O
 //! nodes users run: through a `registries.conf` whose one unqualified-search registry is
 //! Docker Hub's (where the loaded images' names are), given to CRI-O by `--registries-conf`
@@ -19,7 +20,7 @@ use anyhow::{bail, Context, Result};
 
 use super::{set_allocate_mode, Node};
 use crate::bins;
-use crate::cluster::{Setup, NRI_SOCKET};
+use crate::cluster::{pod_network, Setup, NRI_SOCKET};
 use crate::cri::Cri;
 use crate::cri_node::cdi_generate;
 use crate::crio::{
@@ -80,6 +81,15 @@ impl Node {
             }
         }
         write_root_files(&root, &registries_conf(&["docker.io"], None))?;
+        // With CNI's plugins built, pods may leave the host network ([`pod_network`]): its
+        // configuration sorts before the loopback one, so CRI-O takes it as the default.
+        let cni_bin = crate::cluster::cni_plugins();
+        if cni_bin.is_some() {
+            std::fs::write(
+                root.join("cni/05-pods.conflist"),
+                pod_network(&root.join("cni-ipam")),
+            )?;
+        }
         // CRI-O's default runtime: runc, through `devinject-bounded-runc` (which see), as a
         // script because CRI-O gives a runtime no arguments of its own.
         let runc = root.join("bounded-runc");
@@ -93,7 +103,15 @@ impl Node {
         )?;
         std::fs::set_permissions(&runc, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
         let conmon = which("conmon").context("conmon")?;
-        let mut text = crio_config(&root, bin, &runc, &conmon, &hooks, &specs);
+        let mut text = crio_config(
+            &root,
+            bin,
+            &runc,
+            &conmon,
+            &hooks,
+            &specs,
+            cni_bin.as_deref(),
+        );
         text += &match setup {
             Setup::DaemonSetNri { .. } => {
                 for d in ["nri-plugins", "nri-conf"] {
