@@ -23,7 +23,7 @@
 //!   real `/dev/kvm`, `/dev/net/tun` and `/dev/fuse` (nodes with their numbers) and nothing else;
 //!   user-namespaced pods (`hostUsers: false`), as root and as uid 1000, open each through
 //!   their claims (kvm only its group may use), and one with no claim that sets the request
-//!   variable gets nothing;
+//!   variable gets nothing; the same user-namespaced pods on a CRI-O node;
 //! - a claim's opaque `function` parameter is loaded into exactly its device by the profile's
 //!   prepare step before the pod starts; a function whose program fails keeps the pod from
 //!   starting, with the program's message in the pod's events; while one claim's program
@@ -295,6 +295,23 @@ fn on_crio_claims_get_exactly_their_allocated_devices_through_a_transient_cdi_sp
         .unwrap_or_default();
     assert!(nodes.contains("cri-o://"), "the node runs CRI-O:\n{nodes}");
     claims_get_exactly_their_devices(&c);
+}
+
+/// On CRI-O too, user-namespaced pods holding claims on the machine's kvm, tun and fuse open
+/// them, as root and as uid 1000, and a forger among them gets nothing.
+#[test]
+fn on_crio_user_namespaced_pods_open_the_kernel_devices_they_claim() {
+    let Some((release, crio)) = ready_crio() else {
+        return;
+    };
+    if !user_namespaced_pods_ready() {
+        return;
+    }
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = start(&release, Some(crio));
+    let KernelDevices { claims, numbers } = serve_kernel_devices(&mut c);
+    let templates: Vec<(&str, &str)> = claims.iter().map(|(p, t)| (*p, t.as_str())).collect();
+    user_namespaced_pods_open_the_kernel_devices(&c, &templates, &numbers);
 }
 
 /// The scenario of the module's first points on the running cluster `c`.
@@ -1230,16 +1247,11 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
     v
 }
 
-/// The kernel devices of the kvm, tun and fuse profiles, as `(profile, path under /dev)`.
-const KERNEL_DEVICES: [(&str, &str); 3] = [("kvm", "kvm"), ("tun", "net/tun"), ("fuse", "fuse")];
-
-#[test]
-fn the_kvm_tun_and_fuse_profiles_serve_the_real_kernel_devices_through_claims() {
-    let Some(release) = ready() else {
-        return;
-    };
-    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
-    let mut c = start(&release, None);
+/// The machine's own kvm, tun and fuse served to claims on `c`: their nodes (the kernel's
+/// numbers) in the node's device root, the shipped profiles that find them (kvm shared by a
+/// capacity small enough to exhaust), the driver restarted to read them, their slices and
+/// DeviceClasses, and a claim template per profile.
+fn serve_kernel_devices(c: &mut Cluster) -> KernelDevices {
     // The node's device root gets the machine's own kvm, tun and fuse nodes (their numbers, so
     // that opening them opens the kernel's devices) and the shipped profiles that find them.
     let mut numbers = Vec::new();
@@ -1299,6 +1311,28 @@ fn the_kvm_tun_and_fuse_profiles_serve_the_real_kernel_devices_through_claims() 
         .expect("template");
         claims.push((profile, format!("one-{profile}")));
     }
+    KernelDevices { claims, numbers }
+}
+
+/// What [`serve_kernel_devices`] set up.
+struct KernelDevices {
+    /// The claim template of each profile, by profile.
+    claims: Vec<(&'static str, String)>,
+    /// Each device's path in the container, with its numbers.
+    numbers: Vec<(String, u32, u32)>,
+}
+
+/// The kernel devices of the kvm, tun and fuse profiles, as `(profile, path under /dev)`.
+const KERNEL_DEVICES: [(&str, &str); 3] = [("kvm", "kvm"), ("tun", "net/tun"), ("fuse", "fuse")];
+
+#[test]
+fn the_kvm_tun_and_fuse_profiles_serve_the_real_kernel_devices_through_claims() {
+    let Some(release) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = start(&release, None);
+    let KernelDevices { claims, numbers } = serve_kernel_devices(&mut c);
     let templates: Vec<(&str, &str)> = claims.iter().map(|(p, t)| (*p, t.as_str())).collect();
     user_namespaced_pods_open_the_kernel_devices(&c, &templates, &numbers);
     let demo: Vec<String> = ACCELS
