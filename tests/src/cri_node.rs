@@ -97,6 +97,11 @@ pub fn nri_socket(dir: &Path) -> std::path::PathBuf {
 /// edits ending with the `createRuntime` hook `devinject-hook finish` (the built hook, on
 /// `host`'s config) for the files and the linker cache; returns what it printed.
 pub fn cdi_generate(host: &SimHost, output: &Path) -> Result<String> {
+    cdi_generate_with(host, output, &[])
+}
+
+/// [`cdi_generate`] with `args` added (e.g. `--user-namespaces`).
+pub fn cdi_generate_with(host: &SimHost, output: &Path, args: &[&str]) -> Result<String> {
     let mut generate = Command::new(bin("devinject-ctl"));
     generate
         .args(["cdi", "generate", "--output"])
@@ -112,7 +117,8 @@ pub fn cdi_generate(host: &SimHost, output: &Path) -> Result<String> {
         .arg("--hook-path")
         .arg(bin("devinject-hook"))
         .arg("--hook-config")
-        .arg(&host.config);
+        .arg(&host.config)
+        .args(args);
     run_ok(generate).context("devinject-ctl cdi generate")
 }
 

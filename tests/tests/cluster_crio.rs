@@ -43,7 +43,9 @@ use devinject_tests::cluster::install::{
     patch, pods, rollout, run_example, show_and_run_examples, test_overlay, workspace_file,
     workspace_path, Via, EXAMPLE_IMAGE, NODE_PODS, NS,
 };
-use devinject_tests::cluster::userns::{user_namespaced, user_namespaced_pods_ready};
+use devinject_tests::cluster::userns::{
+    cdi_user_namespaced_pods_open_kvm, user_namespaced, user_namespaced_pods_ready,
+};
 use devinject_tests::cluster::{image, Cluster, Setup, Shape, CDI_CRI_ALLOCATE_MODE, NODE, SLOW};
 use devinject_tests::cri::Cri;
 use devinject_tests::cri_node::BUSYBOX;
@@ -413,7 +415,7 @@ fn with_cdi_devices_in_the_allocate_answer_crio_injects_exactly_the_allocated_de
         return;
     };
     let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
-    let c = start(
+    let mut c = start(
         crio,
         Setup::Cdi {
             containerd: PathBuf::new(),
@@ -462,6 +464,10 @@ fn with_cdi_devices_in_the_allocate_answer_crio_injects_exactly_the_allocated_de
         status.annotations
     );
     assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+    // User-namespaced pods, with the specs of `cdi generate --user-namespaces`.
+    if user_namespaced_pods_ready() {
+        cdi_user_namespaced_pods_open_kvm(&mut c, CDI_CRI_ALLOCATE_MODE);
+    }
 }
 
 /// A pod on the default runtime that sets `KVM_VISIBLE_DEVICES=all` itself, asking the

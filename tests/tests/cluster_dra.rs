@@ -63,6 +63,7 @@ use std::sync::Mutex;
 use devinject_tests::cluster::dra::{
     add_hanging_function, claim_template, demo_claim_template, device_class, ready_for_dra,
 };
+use devinject_tests::cluster::userns::KVM_GROUP;
 use devinject_tests::cluster::{
     user_namespaced, user_namespaced_pods_ready, Cluster, DraBeside, Setup, Shape, DRA_DRIVER, SLOW,
 };
@@ -1370,9 +1371,6 @@ fn the_kvm_tun_and_fuse_profiles_serve_the_real_kernel_devices_through_claims() 
     }
     kvm_is_shared_up_to_its_capacity(&c, &numbers[0]);
 }
-
-/// The group of the node's kvm device (`0660`), which no pod's process has.
-const KVM_GROUP: u32 = 36;
 
 /// User-namespaced pods (`hostUsers: false`) holding a claim on each of kvm, tun and fuse (the
 /// `templates`), as the container's root and as uid 1000, open each device (`numbers`): kvm

@@ -27,7 +27,8 @@
 use std::sync::Mutex;
 
 use devinject_tests::cluster::userns::{
-    after_uid_map, user_namespaced_pods_get_theirs_and_forgers_nothing,
+    after_uid_map, cdi_user_namespaced_pods_open_kvm,
+    user_namespaced_pods_get_theirs_and_forgers_nothing,
 };
 use devinject_tests::cluster::{
     ready_with_containerd, user_namespaced, user_namespaced_pods_ready, Cluster, Setup,
@@ -160,7 +161,7 @@ fn with_cdi_devices_in_the_allocate_answer_a_pod_gets_exactly_its_allocated_devi
         return;
     };
     let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
-    let (c, ids, out, annotations) = run_on_cdi(&release, CDI_CRI_ALLOCATE_MODE);
+    let (mut c, ids, out, annotations) = run_on_cdi(&release, CDI_CRI_ALLOCATE_MODE);
     assert!(
         !annotations.keys().any(|k| k.starts_with("cdi.k8s.io/")),
         "no CDI annotation: {annotations:?}"
@@ -168,6 +169,10 @@ fn with_cdi_devices_in_the_allocate_answer_a_pod_gets_exactly_its_allocated_devi
     let report = Report::parse(&out);
     if c.kubernetes().minor() >= 28 {
         assert_demo_granted_exactly(&report, &ids, &out);
+        // User-namespaced pods, with the specs of `cdi generate --user-namespaces`.
+        if user_namespaced_pods_ready() {
+            cdi_user_namespaced_pods_open_kvm(&mut c, CDI_CRI_ALLOCATE_MODE);
+        }
     } else {
         for (name, _, _) in ACCELS {
             let node = report.node(&format!("/dev/demo/{name}"));

@@ -691,6 +691,12 @@ impl Cluster {
         &mut self.nodes[0]
     }
 
+    /// Restarts the first node's device plugin ([`Node::restart_plugin`]), which reads its
+    /// profiles and devices at start.
+    pub fn restart_plugin(&mut self) -> Result<()> {
+        self.node_mut().restart_plugin()
+    }
+
     /// The node named `name`.
     pub fn node_named(&self, name: &str) -> Result<&Node> {
         self.nodes

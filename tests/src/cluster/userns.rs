@@ -112,3 +112,81 @@ pub fn user_namespaced_pods_get_theirs_and_forgers_nothing(
         "{message}"
     );
 }
+
+/// The group the kvm node of [`cdi_user_namespaced_pods_open_kvm`] is `0660` of, as
+/// distributions make it: one no pod's process has.
+pub const KVM_GROUP: u32 = 36;
+
+/// The CDI path (`c` started with [`super::Setup::Cdi`] in `allocate_mode`) serving a
+/// user-namespaced pod: the machine's kvm (its numbers, `root:36 0660` in the node's device
+/// root) and the shipped kvm profile, the node's specs written again by `devinject-ctl cdi
+/// generate --user-namespaces`, and the device plugin restarted to serve them. A root and a
+/// uid 1000 `hostUsers: false` pod asking for `devinject.io/kvm` on the default runtime open
+/// it: the runtime binds the host's node, owned by nobody in the namespace, and each device's
+/// finish step gives the container a copy owned by the ids it maps, with the process's own
+/// group where it lacks the node's.
+pub fn cdi_user_namespaced_pods_open_kvm(c: &mut Cluster, allocate_mode: &str) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    let meta = std::fs::metadata("/dev/kvm").expect("the machine's /dev/kvm");
+    let (major, minor) = (
+        nix::sys::stat::major(meta.rdev()) as u32,
+        nix::sys::stat::minor(meta.rdev()) as u32,
+    );
+    let host = c.host().clone();
+    let node = host.dev_root.join("kvm");
+    crate::sim::mknod(&node, major, minor, "0660").expect("mknod");
+    std::os::unix::fs::chown(&node, Some(0), Some(KVM_GROUP)).expect("chown");
+    std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o660)).expect("chmod");
+    let profile = host.profiles_dir.join("kvm.toml");
+    std::fs::copy(crate::sim::shipped_profiles().join("kvm.toml"), &profile)
+        .expect("copy the shipped kvm profile");
+    super::node::set_allocate_mode(&host.profiles_dir, allocate_mode).expect("allocate mode");
+    let report =
+        crate::cri_node::cdi_generate_with(&host, &c.cdi_spec_dir(), &["--user-namespaces"])
+            .unwrap_or_else(|e| panic!("{e:#}"));
+    eprintln!("{report}");
+    c.restart_plugin().unwrap_or_else(|e| panic!("{e:#}"));
+    c.wait_allocatable("devinject.io/kvm", "1")
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    for (name, user) in [("cdi-userns-root", None), ("cdi-userns-user", Some(1000))] {
+        let security = user
+            .map(|id| format!("\n    securityContext: {{runAsUser: {id}, runAsGroup: {id}}}"))
+            .unwrap_or_default();
+        c.apply(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostUsers: false\n  \
+             restartPolicy: Never\n  automountServiceAccountToken: false\n  \
+             terminationGracePeriodSeconds: 0\n  containers:\n  - name: main{security}\n    \
+             image: {image}\n    imagePullPolicy: Never\n    \
+             command: [sh, -c, 'echo uidmap $(cat /proc/self/uid_map); ls -ln /dev/kvm; \
+             head -c 0 /dev/kvm && echo kvm-open-ok']\n    \
+             resources: {{limits: {{devinject.io/kvm: 1}}}}\n",
+            image = crate::cri_node::BUSYBOX,
+        ))
+        .expect("create pod");
+        let phase = c.wait_pod_done(name).expect("pod finishes");
+        let out = c.container_log(name, "main").unwrap_or_default();
+        assert_eq!(phase, "Succeeded", "{name}: {out}\n{}", c.logs());
+        let map: Vec<&str> = out
+            .lines()
+            .find_map(|l| l.strip_prefix("uidmap "))
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        assert!(
+            map.len() == 3 && map[0] == "0" && map[1] != "0",
+            "{name}: the container's root maps to a host id other than 0: {out}"
+        );
+        assert!(
+            out.lines().any(|l| l == "kvm-open-ok"),
+            "{name} (uid {user:?}) opens /dev/kvm through CDI: {out}\n{report}"
+        );
+        c.kubectl(&["delete", "pod", name]).expect("delete pod");
+    }
+    let after = std::fs::metadata(&node).unwrap();
+    assert_eq!(
+        (after.uid(), after.gid(), after.mode() & 0o7777),
+        (0, KVM_GROUP, 0o660),
+        "the node's kvm is as it was"
+    );
+}
