@@ -12,6 +12,8 @@
 //! [`processes`] lists the host's processes by their command line, for tests that check that
 //! nothing is left running.
 //!
+//! [`nodes`] makes device nodes for a simulated `/dev`.
+//!
 //! [`docs`] reads the tables the docs keep of what the code defines (exit codes), for the tests
 //! that hold them in step.
 //!
@@ -20,6 +22,7 @@
 #![warn(missing_docs)]
 
 pub mod docs;
+pub mod nodes;
 pub mod processes;
 
 use std::io::Write;

@@ -1,5 +1,6 @@
 //! Discovery against simulated nodes made with mknod in a temp dev root (needs root).
 
+use devinject_testkit::nodes::mknod_char;
 use std::path::Path;
 
 use devinject_devices::{discover, HostRoots, Profile};
@@ -8,17 +9,6 @@ use devinject_devices::{discover, HostRoots, Profile};
 /// `CI=true`.
 fn can_mknod() -> bool {
     devinject_testkit::require_root()
-}
-
-fn mknod_char(path: &Path, major: u32, minor: u32) {
-    let out = std::process::Command::new("mknod")
-        .arg(path)
-        .arg("c")
-        .arg(major.to_string())
-        .arg(minor.to_string())
-        .status()
-        .unwrap();
-    assert!(out.success(), "mknod {}", path.display());
 }
 
 /// The roots of a simulated host in `dir`: its `dev`, `sys`, `proc` and `driver`.

@@ -5,6 +5,7 @@
 //! comments name them) and a few files the profile must leave alone. The nodes are made with
 //! mknod (needs root); the driver files are plain files, which is all their resolution reads.
 
+use devinject_testkit::nodes::mknod_char;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
@@ -148,64 +149,35 @@ fn lib_dir(release: Release) -> &'static str {
     }
 }
 
-/// The release's driver files under its library directory: regular files, then links (name,
-/// target), as the BSP's packages and ldconfig leave them.
-#[allow(clippy::type_complexity)]
-fn driver_files(release: Release) -> (Vec<&'static str>, Vec<(&'static str, &'static str)>) {
+/// The release's driver files under its library directory: the libraries the profile must
+/// find, and the camera stack's `libnvargus.so`, which it must leave.
+fn driver_files(release: Release) -> Vec<&'static str> {
+    let mut files = want_libraries(release);
+    files.push("libnvargus.so");
+    files
+}
+
+/// The release's links under its library directory (name, target), as the BSP's packages and
+/// ldconfig leave them.
+fn driver_links(release: Release) -> Vec<(&'static str, &'static str)> {
     match release {
-        Release::R32 => (
-            vec![
-                "libcuda.so.1.1",
+        Release::R32 => vec![
+            ("libcuda.so", "libcuda.so.1.1"),
+            ("libcuda.so.1", "libcuda.so.1.1"),
+            (
+                "libnvidia-ptxjitcompiler.so.1",
                 "libnvidia-ptxjitcompiler.so.440.18",
-                "libnvidia-fatbinaryloader.so.440.18",
-                "libnvidia-rmapi-tegra.so.32.7.6",
-                "libnvos.so",
-                "libnvrm.so",
-                "libnvrm_gpu.so",
-                "libnvrm_graphics.so",
-                // The camera stack's: not the profile's.
-                "libnvargus.so",
-            ],
-            vec![
-                ("libcuda.so", "libcuda.so.1.1"),
-                ("libcuda.so.1", "libcuda.so.1.1"),
-                (
-                    "libnvidia-ptxjitcompiler.so.1",
-                    "libnvidia-ptxjitcompiler.so.440.18",
-                ),
-            ],
-        ),
-        Release::R36 => (
-            vec![
-                "libcuda.so.1.1",
+            ),
+        ],
+        Release::R36 => vec![
+            ("libcuda.so", "libcuda.so.1"),
+            ("libcuda.so.1", "libcuda.so.1.1"),
+            (
+                "libnvidia-ptxjitcompiler.so.1",
                 "libnvidia-ptxjitcompiler.so.540.3.0",
-                "libnvidia-nvvm.so.540.3.0",
-                "libnvidia-rmapi-tegra.so.540.3.0",
-                "libnvidia-gpucomp.so.540.3.0",
-                "libnvos.so",
-                "libnvrm_gpu.so",
-                "libnvrm_mem.so",
-                "libnvrm_host1x.so",
-                "libnvrm_chip.so",
-                "libnvrm_sync.so",
-                "libnvrm_stream.so",
-                "libnvrm_surface.so",
-                "libnvsocsys.so",
-                "libnvsciipc.so",
-                "libnvtegrahv.so",
-                "libnvidia-ml.so.1",
-                "libnvargus.so",
-            ],
-            vec![
-                ("libcuda.so", "libcuda.so.1"),
-                ("libcuda.so.1", "libcuda.so.1.1"),
-                (
-                    "libnvidia-ptxjitcompiler.so.1",
-                    "libnvidia-ptxjitcompiler.so.540.3.0",
-                ),
-                ("libnvidia-nvvm.so.4", "libnvidia-nvvm.so.540.3.0"),
-            ],
-        ),
+            ),
+            ("libnvidia-nvvm.so.4", "libnvidia-nvvm.so.540.3.0"),
+        ],
     }
 }
 
@@ -265,11 +237,10 @@ impl L4tHost {
         let root = &roots.driver_root;
         let libs = root.join(lib_dir(release));
         std::fs::create_dir_all(&libs).unwrap();
-        let (files, links) = driver_files(release);
-        for f in files {
+        for f in driver_files(release) {
             std::fs::write(libs.join(f), format!("{f} of the simulated L4T\n")).unwrap();
         }
-        for (link, target) in links {
+        for (link, target) in driver_links(release) {
             symlink(target, libs.join(link)).unwrap();
         }
         let multiarch = root.join("usr/lib/aarch64-linux-gnu");
@@ -304,18 +275,6 @@ impl L4tHost {
     fn in_root(&self, real: &Path) -> PathBuf {
         Path::new("/").join(real.strip_prefix(&self.roots.driver_root).unwrap())
     }
-}
-
-fn mknod_char(path: &Path, major: u32, minor: u32) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let status = std::process::Command::new("mknod")
-        .arg(path)
-        .arg("c")
-        .arg(major.to_string())
-        .arg(minor.to_string())
-        .status()
-        .unwrap();
-    assert!(status.success(), "mknod {}", path.display());
 }
 
 /// Whether the test can make nodes: root. Otherwise prints why it is skipped, or fails under
@@ -444,19 +403,19 @@ fn a_container_asking_for_gpu_0_gets_the_nodes_and_the_driver() {
     let layout = ContainerLayout {
         lib_dir: "/usr/lib/aarch64-linux-gnu".into(),
     };
-    for value in ["0", "all"] {
-        let request = Request::parse(Some(value)).unwrap();
-        let plan = plan(PlanInput {
+    let plan_for = |value: &str| {
+        plan(PlanInput {
             profile: &profile,
             inventory: &inventory,
-            request: &request,
+            request: &Request::parse(Some(value)).unwrap(),
             resolve: Resolve::Ids,
             driver_files: &driver_files,
             capabilities: &Capabilities::All,
             layout: &layout,
         })
-        .unwrap()
-        .unwrap();
+    };
+    for value in ["0", "all"] {
+        let plan = plan_for(value).unwrap().unwrap();
         assert_eq!(plan.devices.len(), 1, "{value}");
         let edits = &plan.edits;
         let paths: Vec<String> = edits
@@ -490,17 +449,7 @@ fn a_container_asking_for_gpu_0_gets_the_nodes_and_the_driver() {
         assert_eq!(edits.ldcache_dirs, std::slice::from_ref(&layout.lib_dir));
     }
     // There is no second GPU to ask for.
-    let request = Request::parse(Some("1")).unwrap();
-    assert!(plan(PlanInput {
-        profile: &profile,
-        inventory: &inventory,
-        request: &request,
-        resolve: Resolve::Ids,
-        driver_files: &driver_files,
-        capabilities: &Capabilities::All,
-        layout: &layout,
-    })
-    .is_err());
+    assert!(plan_for("1").is_err());
 }
 
 /// A host with a discrete NVIDIA GPU and no Tegra: the profile finds no GPU (the nvidia
