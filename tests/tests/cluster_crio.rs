@@ -44,7 +44,8 @@ use devinject_tests::cluster::install::{
     workspace_path, Via, EXAMPLE_IMAGE, NODE_PODS, NS,
 };
 use devinject_tests::cluster::userns::{
-    cdi_user_namespaced_pods_open_kvm, user_namespaced, user_namespaced_pods_ready,
+    assert_mapped_and_kvm_opened, cdi_user_namespaced_pods_open_kvm, user_namespaced,
+    user_namespaced_pods_ready, OPEN_KVM,
 };
 use devinject_tests::cluster::{image, Cluster, Setup, Shape, CDI_CRI_ALLOCATE_MODE, NODE, SLOW};
 use devinject_tests::cri::Cri;
@@ -348,16 +349,7 @@ fn installed_on_crio_from_the_manifests_it_injects_survives_a_restart_and_uninst
 fn user_namespaced_root_opens_kvm(c: &Cluster, via: Via) {
     let host = std::fs::metadata("/dev/kvm").unwrap();
     let name = "userns-kvm";
-    let mut manifest = user_namespaced(
-        &pod(
-            name,
-            "devinject.io/kvm: 1",
-            "",
-            "[sh, -c, 'echo uidmap $(cat /proc/self/uid_map); ls -ln /dev/kvm; \
-             head -c 0 /dev/kvm && echo kvm-open-ok']",
-        ),
-        None,
-    );
+    let mut manifest = user_namespaced(&pod(name, "devinject.io/kvm: 1", "", OPEN_KVM), None);
     if via == Via::DefaultRuntime {
         manifest = patch(&manifest, "  runtimeClassName: devinject\n", "", 1);
     }
@@ -366,20 +358,7 @@ fn user_namespaced_root_opens_kvm(c: &Cluster, via: Via) {
     let out = c.container_log(name, "main").unwrap_or_default();
     assert_eq!(phase, "Succeeded", "{name} ({via:?}): {out}\n{}", c.logs());
     assert_eq!(c.pod(name).unwrap()["spec"]["hostUsers"], false);
-    let map: Vec<&str> = out
-        .lines()
-        .find_map(|l| l.strip_prefix("uidmap "))
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
-    assert!(
-        map.len() == 3 && map[0] == "0" && map[1] != "0",
-        "{name}: the container's root maps to a host id other than 0: {out}"
-    );
-    assert!(
-        out.lines().any(|l| l == "kvm-open-ok"),
-        "{name} ({via:?}) opens /dev/kvm: {out}"
-    );
+    assert_mapped_and_kvm_opened(name, &out, &format!("{via:?}"));
     c.kubectl(&["delete", "pod", name, "--wait=false"]).unwrap();
     let after = std::fs::metadata("/dev/kvm").unwrap();
     assert_eq!(

@@ -158,8 +158,7 @@ pub fn cdi_user_namespaced_pods_open_kvm(c: &mut Cluster, allocate_mode: &str) {
              restartPolicy: Never\n  automountServiceAccountToken: false\n  \
              terminationGracePeriodSeconds: 0\n  containers:\n  - name: main{security}\n    \
              image: {image}\n    imagePullPolicy: Never\n    \
-             command: [sh, -c, 'echo uidmap $(cat /proc/self/uid_map); ls -ln /dev/kvm; \
-             head -c 0 /dev/kvm && echo kvm-open-ok']\n    \
+             command: {OPEN_KVM}\n    \
              resources: {{limits: {{devinject.io/kvm: 1}}}}\n",
             image = crate::cri_node::BUSYBOX,
         ))
@@ -167,20 +166,7 @@ pub fn cdi_user_namespaced_pods_open_kvm(c: &mut Cluster, allocate_mode: &str) {
         let phase = c.wait_pod_done(name).expect("pod finishes");
         let out = c.container_log(name, "main").unwrap_or_default();
         assert_eq!(phase, "Succeeded", "{name}: {out}\n{}", c.logs());
-        let map: Vec<&str> = out
-            .lines()
-            .find_map(|l| l.strip_prefix("uidmap "))
-            .unwrap_or_default()
-            .split_whitespace()
-            .collect();
-        assert!(
-            map.len() == 3 && map[0] == "0" && map[1] != "0",
-            "{name}: the container's root maps to a host id other than 0: {out}"
-        );
-        assert!(
-            out.lines().any(|l| l == "kvm-open-ok"),
-            "{name} (uid {user:?}) opens /dev/kvm through CDI: {out}\n{report}"
-        );
+        assert_mapped_and_kvm_opened(name, &out, &format!("uid {user:?}, CDI:\n{report}"));
         c.kubectl(&["delete", "pod", name]).expect("delete pod");
     }
     let after = std::fs::metadata(&node).unwrap();
@@ -188,5 +174,29 @@ pub fn cdi_user_namespaced_pods_open_kvm(c: &mut Cluster, allocate_mode: &str) {
         (after.uid(), after.gid(), after.mode() & 0o7777),
         (0, KVM_GROUP, 0o660),
         "the node's kvm is as it was"
+    );
+}
+
+/// A container command (YAML flow sequence) printing `uidmap <its uid map>` and, when it can
+/// open `/dev/kvm`, `kvm-open-ok`; [`assert_mapped_and_kvm_opened`] reads its output.
+pub const OPEN_KVM: &str = "[sh, -c, 'echo uidmap $(cat /proc/self/uid_map); ls -ln /dev/kvm; \
+                            head -c 0 /dev/kvm && echo kvm-open-ok']";
+
+/// Asserts that pod `name`'s [`OPEN_KVM`] output `out` shows its root mapped to a host id other
+/// than 0 and `/dev/kvm` opened; `ctx` is shown on failure.
+pub fn assert_mapped_and_kvm_opened(name: &str, out: &str, ctx: &str) {
+    let map: Vec<&str> = out
+        .lines()
+        .find_map(|l| l.strip_prefix("uidmap "))
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert!(
+        map.len() == 3 && map[0] == "0" && map[1] != "0",
+        "{name}: the container's root maps to a host id other than 0 ({ctx}): {out}"
+    );
+    assert!(
+        out.lines().any(|l| l == "kvm-open-ok"),
+        "{name} opens /dev/kvm ({ctx}): {out}"
     );
 }
