@@ -23,7 +23,7 @@
 //!   real `/dev/kvm`, `/dev/net/tun` and `/dev/fuse` (nodes with their numbers) and nothing else;
 //!   user-namespaced pods (`hostUsers: false`), as root and as uid 1000, open each through
 //!   their claims (kvm only its group may use), and one with no claim that sets the request
-//!   variable gets nothing; the same user-namespaced pods on a CRI-O node;
+//!   variable gets nothing; the same user-namespaced pods on the CRI-O node;
 //! - a claim's opaque `function` parameter is loaded into exactly its device by the profile's
 //!   prepare step before the pod starts; a function whose program fails keeps the pod from
 //!   starting, with the program's message in the pod's events; while one claim's program
@@ -290,29 +290,19 @@ fn on_crio_claims_get_exactly_their_allocated_devices_through_a_transient_cdi_sp
         return;
     };
     let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
-    let c = start(&release, Some(crio));
+    let mut c = start(&release, Some(crio));
     let nodes = c
         .kubectl(&["get", "nodes", "-o", "wide"])
         .unwrap_or_default();
     assert!(nodes.contains("cri-o://"), "the node runs CRI-O:\n{nodes}");
     claims_get_exactly_their_devices(&c);
-}
-
-/// On CRI-O too, user-namespaced pods holding claims on the machine's kvm, tun and fuse open
-/// them, as root and as uid 1000, and a forger among them gets nothing.
-#[test]
-fn on_crio_user_namespaced_pods_open_the_kernel_devices_they_claim() {
-    let Some((release, crio)) = ready_crio() else {
-        return;
-    };
-    if !user_namespaced_pods_ready() {
-        return;
+    // User-namespaced pods holding claims on the machine's kvm, tun and fuse open them, as
+    // root and as uid 1000, and a forger among them gets nothing.
+    if user_namespaced_pods_ready() {
+        let KernelDevices { claims, numbers } = serve_kernel_devices(&mut c);
+        let templates: Vec<(&str, &str)> = claims.iter().map(|(p, t)| (*p, t.as_str())).collect();
+        user_namespaced_pods_open_the_kernel_devices(&c, &templates, &numbers);
     }
-    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
-    let mut c = start(&release, Some(crio));
-    let KernelDevices { claims, numbers } = serve_kernel_devices(&mut c);
-    let templates: Vec<(&str, &str)> = claims.iter().map(|(p, t)| (*p, t.as_str())).collect();
-    user_namespaced_pods_open_the_kernel_devices(&c, &templates, &numbers);
 }
 
 /// The scenario of the module's first points on the running cluster `c`.
