@@ -201,6 +201,28 @@ fn found_in_cache(stderr: &str, soname: &str) -> Result<()> {
     Ok(())
 }
 
+/// Runs `script` under `/bin/sh` with `env`, in an image of the host's glibc and `program`
+/// (a bundle in `bundle_dir`), through `applier` on the host configuration `config`: the
+/// container must succeed. Returns its output and [`describe`]'s account of it.
+fn run_script(
+    applier: Applier<'_>,
+    config: &Path,
+    bundle_dir: &Path,
+    script: &str,
+    program: &Path,
+    env: &[&str],
+) -> Result<(std::process::Output, String)> {
+    let mut bundle = Bundle::new(bundle_dir, &["/bin/sh", "-c", script])?;
+    glibc_image(&bundle.rootfs(), &[program])?;
+    for e in env {
+        bundle.env(e);
+    }
+    let out = bundle.run_applied(applier, config, &container_id("guest"))?;
+    let full = describe(&out);
+    ensure!(out.status.success(), "the container failed: {full}");
+    Ok((out, full))
+}
+
 /// The shipped coral-edgetpu profile on an Edge TPU node of this machine (`coral_node`): the
 /// stand-in for Google's `libedgetpu.so.1` (`DIR/libedgetpu.so.1.0`, built for this machine
 /// with that soname) lies where Google's arm64 package puts it, the multiarch directory, with
@@ -218,15 +240,14 @@ fn coral(applier: Applier<'_>, dir: &Path) -> Result<()> {
     .context("copy the libedgetpu stand-in")?;
     std::os::unix::fs::symlink("libedgetpu.so.1.0", lib_dir.join("libedgetpu.so.1"))?;
     let node = coral_node(&tmp.path().join("host"), &driver_root, &["coral-edgetpu"])?;
-    let script = "tpu-use && ls -ln /dev/apex_0";
-    let mut bundle = Bundle::new(&tmp.path().join("bundle"), &["/bin/sh", "-c", script])?;
-    glibc_image(&bundle.rootfs(), &[&dir.join("tpu-use")])?;
-    bundle
-        .env("CORAL_EDGETPU_VISIBLE_DEVICES=all")
-        .env("LD_DEBUG=libs");
-    let out = bundle.run_applied(applier, &node.config, &container_id("guest"))?;
-    let full = describe(&out);
-    ensure!(out.status.success(), "the container failed: {full}");
+    let (out, full) = run_script(
+        applier,
+        &node.config,
+        &tmp.path().join("bundle"),
+        "tpu-use && ls -ln /dev/apex_0",
+        &dir.join("tpu-use"),
+        &["CORAL_EDGETPU_VISIBLE_DEVICES=all", "LD_DEBUG=libs"],
+    )?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     ensure!(
         stdout.contains(TPU_USE_OUTPUT),
@@ -254,15 +275,17 @@ fn nvidia(applier: Applier<'_>, dir: &Path) -> Result<()> {
         &dir.join("nvidia-root"),
         &["nvidia"],
     )?;
-    let script = "nvidia-smi -L; echo \"smi exit $?\"; cuda-smoke; ls /dev";
-    let mut bundle = Bundle::new(&tmp.path().join("bundle"), &["/bin/sh", "-c", script])?;
-    glibc_image(&bundle.rootfs(), &[&dir.join("cuda-smoke")])?;
-    bundle
-        .env("NVIDIA_VISIBLE_DEVICES=0")
-        .env("NVIDIA_DRIVER_CAPABILITIES=compute,utility");
-    let out = bundle.run_applied(applier, &node.config, &container_id("guest"))?;
-    let full = describe(&out);
-    ensure!(out.status.success(), "the container failed: {full}");
+    let (out, full) = run_script(
+        applier,
+        &node.config,
+        &tmp.path().join("bundle"),
+        "nvidia-smi -L; echo \"smi exit $?\"; cuda-smoke; ls /dev",
+        &dir.join("cuda-smoke"),
+        &[
+            "NVIDIA_VISIBLE_DEVICES=0",
+            "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+        ],
+    )?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     for want in [
         "couldn't communicate with the NVIDIA driver",
