@@ -63,7 +63,7 @@ use std::sync::Mutex;
 use devinject_tests::cluster::dra::{
     add_hanging_function, claim_template, demo_claim_template, device_class, ready_for_dra,
 };
-use devinject_tests::cluster::userns::KVM_GROUP;
+use devinject_tests::cluster::userns::machine_node;
 use devinject_tests::cluster::{
     user_namespaced, user_namespaced_pods_ready, Cluster, DraBeside, Setup, Shape, DRA_DRIVER, SLOW,
 };
@@ -1247,22 +1247,8 @@ fn serve_kernel_devices(c: &mut Cluster) -> KernelDevices {
     // that opening them opens the kernel's devices) and the shipped profiles that find them.
     let mut numbers = Vec::new();
     for (profile, dev) in KERNEL_DEVICES {
-        let real = std::path::Path::new("/dev").join(dev);
-        let meta = std::fs::metadata(&real)
-            .unwrap_or_else(|e| panic!("{}: {e} (the machine must have it)", real.display()));
-        let rdev = std::os::unix::fs::MetadataExt::rdev(&meta);
-        let (major, minor) = (
-            nix::sys::stat::major(rdev) as u32,
-            nix::sys::stat::minor(rdev) as u32,
-        );
-        let node = c.host().dev_root.join(dev);
-        std::fs::create_dir_all(node.parent().expect("parent")).expect("mkdir");
-        devinject_tests::sim::mknod(&node, major, minor, "0666").expect("mknod");
-        if profile == "kvm" {
-            // As distributions make it: only its group may use it, a group no pod here has.
-            std::os::unix::fs::chown(&node, Some(0), Some(KVM_GROUP)).expect("chown");
-            std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o660)).expect("chmod");
-        }
+        // kvm as distributions make it: only its group may use it, a group no pod here has.
+        let (major, minor) = machine_node(&c.host().dev_root, dev, profile == "kvm");
         let shipped = std::fs::read_to_string(
             devinject_tests::sim::shipped_profiles().join(format!("{profile}.toml")),
         )

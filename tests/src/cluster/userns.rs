@@ -113,9 +113,32 @@ pub fn user_namespaced_pods_get_theirs_and_forgers_nothing(
     );
 }
 
-/// The group the kvm node of [`cdi_user_namespaced_pods_open_kvm`] is `0660` of, as
-/// distributions make it: one no pod's process has.
+/// The group a group-only node of [`machine_node`] is `0660` of, as distributions make kvm's:
+/// one no pod's process has.
 pub const KVM_GROUP: u32 = 36;
+
+/// Makes `dev_root/<dev>` a node with the numbers of the machine's `/dev/<dev>` (so opening it
+/// opens the kernel's device) and returns them: `0666`, or with `group_only` `root:`
+/// [`KVM_GROUP`] `0660`, as distributions make kvm.
+pub fn machine_node(dev_root: &std::path::Path, dev: &str, group_only: bool) -> (u32, u32) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    let real = std::path::Path::new("/dev").join(dev);
+    let meta = std::fs::metadata(&real)
+        .unwrap_or_else(|e| panic!("{}: {e} (the machine must have it)", real.display()));
+    let (major, minor) = (
+        nix::sys::stat::major(meta.rdev()) as u32,
+        nix::sys::stat::minor(meta.rdev()) as u32,
+    );
+    let node = dev_root.join(dev);
+    std::fs::create_dir_all(node.parent().expect("parent")).expect("mkdir");
+    crate::sim::mknod(&node, major, minor, "0666").expect("mknod");
+    if group_only {
+        std::os::unix::fs::chown(&node, Some(0), Some(KVM_GROUP)).expect("chown");
+        std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o660)).expect("chmod");
+    }
+    (major, minor)
+}
 
 /// The CDI path (`c` started with [`super::Setup::Cdi`] in `allocate_mode`) serving a
 /// user-namespaced pod: the machine's kvm (its numbers, `root:36 0660` in the node's device
@@ -126,18 +149,11 @@ pub const KVM_GROUP: u32 = 36;
 /// finish step gives the container a copy owned by the ids it maps, with the process's own
 /// group where it lacks the node's.
 pub fn cdi_user_namespaced_pods_open_kvm(c: &mut Cluster, allocate_mode: &str) {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::fs::MetadataExt;
 
-    let meta = std::fs::metadata("/dev/kvm").expect("the machine's /dev/kvm");
-    let (major, minor) = (
-        nix::sys::stat::major(meta.rdev()) as u32,
-        nix::sys::stat::minor(meta.rdev()) as u32,
-    );
     let host = c.host().clone();
     let node = host.dev_root.join("kvm");
-    crate::sim::mknod(&node, major, minor, "0660").expect("mknod");
-    std::os::unix::fs::chown(&node, Some(0), Some(KVM_GROUP)).expect("chown");
-    std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o660)).expect("chmod");
+    machine_node(&host.dev_root, "kvm", true);
     let profile = host.profiles_dir.join("kvm.toml");
     std::fs::copy(crate::sim::shipped_profiles().join("kvm.toml"), &profile)
         .expect("copy the shipped kvm profile");
