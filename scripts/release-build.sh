@@ -20,7 +20,7 @@
 #     The hook stays on glibc: it does the injection's real work (the linker cache, many
 #     libraries), where glibc's allocator and string functions are the faster.
 #
-# Environment: PROFILE (release, the default, or dev), TARGET_DIR (default target/image: apart
+# Environment: PROFILE (release, the default, or dev: no optimisation, stripped), TARGET_DIR (default target/image: apart
 # from normal builds, because RUSTFLAGS differ), ARCH (the machine to build for: this host's,
 # the default, or aarch64 on an x86_64 host: cross-built with Debian's gcc-aarch64-linux-gnu and
 # libc6-dev-arm64-cross as the linker and the C compiler of build scripts, which
@@ -31,6 +31,18 @@ dir=${1:?usage: scripts/release-build.sh DIR CARGO_SELECTION...}
 shift
 [ $# -gt 0 ] || { echo "release-build: say what to build (--workspace, -p PACKAGE ...)" >&2; exit 2; }
 profile=${PROFILE:-release}
+# A build started from a test must see the environment a build started from a shell sees.
+# `cargo test` gives its test binaries the package's CARGO_MANIFEST_DIR, CARGO_PKG_*, OUT_DIR
+# and the like, and build scripts that watch them (`rerun-if-env-changed`: ring's watches
+# CARGO_MANIFEST_DIR, CARGO_PKG_NAME and OUT_DIR) run again when they differ, and with them every
+# crate above: ring's rebuilt the TLS users (the device plugin, the DRA driver, the webhook), in
+# release minutes of 2 cores, each time a test's build followed a shell's.
+for v in $(compgen -e); do
+  case $v in
+    CARGO_MANIFEST_* | CARGO_PKG_* | CARGO_CRATE_NAME | CARGO_BIN_NAME | CARGO_BIN_EXE_* | \
+      CARGO_PRIMARY_PACKAGE | CARGO_TARGET_TMPDIR | CARGO_RUSTC_CURRENT_DIR | OUT_DIR) unset "$v" ;;
+  esac
+done
 target_dir=${TARGET_DIR:-target/image}
 host=$(rustc -vV | sed -n 's/^host: //p')
 arch=${ARCH:-${host%%-*}}
@@ -49,7 +61,12 @@ if [ "$arch" != "${host%%-*}" ]; then
   done
 fi
 case "$profile" in
-  dev) sub=debug ;;
+  dev)
+    sub=debug
+    # Stripped as release builds are: unstripped, the dev binaries are three times larger, and
+    # the installer, which reads its payload into memory, goes past its container's limit.
+    export CARGO_PROFILE_DEV_STRIP=true
+    ;;
   *) sub=$profile ;;
 esac
 
