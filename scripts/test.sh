@@ -20,56 +20,113 @@ ci=false
 if [ "${CI:-}" = true ] || [ "${CI:-}" = 1 ]; then ci=true; fi
 cluster=$ci
 [ "${DEVINJECT_CLUSTER:-}" = 1 ] && cluster=true
-# The stack of today, built from Go modules into caches outside the tree, in the background at
-# the lowest priority while the lints, the build and every other test run (about 15 minutes of 2
-# cores the first time, then nothing); what needs them waits at the end:
-# - CRI-O 1.36 with crictl and the CNI loopback plugin (scripts/crio-build.sh), for
-#   tests/crio_cri.rs: always;
-# - Kubernetes 1.37 and etcd 3.6 (scripts/kube-module-build.sh) for the cluster tier
-#   (docs/testing.md, "The cluster tier"): where the cluster tier runs;
-today_log=$PWD/target/today-build.log
-mkdir -p target
-# Its own session, so that an early exit ends the whole build (go and its compilers) with it.
-setsid nice -n 19 bash -c "scripts/crio-build.sh >'$today_log.crio' && \
-  if $cluster; then scripts/kube-module-build.sh >'$today_log.kube' && scripts/cni-build.sh >'$today_log.cni'; fi" \
-  2>"$today_log" &
-today_build=$!
+# What is built or fetched for the tests runs in the background from the start
+# (scripts/lib/background.sh), each job waited for before the first test that needs it. The
+# tests run at the normal priority; a job at nice 10 takes a tenth of the CPU they keep busy and
+# all they leave idle; the jobs needed last (the arm64 tier, the fresh root) run at 19 on what is
+# idle, most of it during the cluster tier, whose pods mostly wait.
+# shellcheck source=scripts/lib/background.sh
+. scripts/lib/background.sh
+logs=$PWD/target/background
+mkdir -p "$logs"
+bg_jobs=()
+trap 'end_background "${bg_jobs[@]}"' EXIT
+# The peers the suite runs beside (nice 5: mostly downloads, needed first, by the unit tests):
+# - the newer containerd releases (1.7 and 2.x, tests/containerd_cdi.rs), unpacked from Debian
+#   13's and unstable's packages into target/runtimes (scripts/runtimes-fetch.sh; seconds);
+# - the grpc-go client (>= 1.52) of tests/device_plugin_real_clients.rs, built with Debian 13's
+#   Go and grpc-go into target/grpc-go (scripts/grpc-go-client.sh; a minute the first time);
+# - vendors' user-space driver stacks (Debian 12's NVIDIA 535, ROCm 5.2, Intel compute
+#   runtime), pinned by scripts/vendor-stacks/packages.lock and unpacked into driver roots in a
+#   cache outside the tree (scripts/vendor-stacks-fetch.sh; a minute the first time);
+# - NVIDIA's Container Toolkit 1.20.2 (nvidia-container-runtime, nvidia-ctk, nvidia-cdi-hook),
+#   the reference tests/vendor_nvidia_toolkit.rs compares the hook and the shim against on the
+#   same driver root, built from its Go module into a cache outside the tree
+#   (scripts/nvidia-toolkit-build.sh; about 45 s of 2 cores the first time).
+peers=(runtimes-fetch grpc-go-client vendor-stacks-fetch nvidia-toolkit-build)
+background 5 /dev/null "$logs/peers.err" bash -c "for s in ${peers[*]}; do scripts/\$s.sh >'$logs/'\$s || exit; done"
+peers_job=$!
+bg_jobs+=("$peers_job")
 # helm (scripts/helm-build.sh; about two minutes of 2 cores the first time, then cached), for the
 # chart's checks in the unit tests (bins/installer/tests/manifests.rs) and the cluster tier's
-# helm install (tests/tests/cluster_helm.rs): built beside the lints, waited for before the tests.
-setsid nice -n 10 scripts/helm-build.sh >"$today_log.helm" 2>"$today_log.helm-err" &
-helm_build=$!
-# The image's binaries, in the background from the start, at the lowest priority, in this order:
-# - the release binaries of this machine (scripts/build-image.sh with ONLY_BUILD=1; about two
-#   minutes of 2 cores cold), which the installer's image test, the cluster tier's image and the
-#   multi-arch image's amd64 half take: what idle time the lints and tests leave builds them
-#   before the first of those would compile them in the foreground;
+# helm install (tests/tests/cluster_helm.rs).
+background 10 "$logs/helm" "$logs/helm.err" scripts/helm-build.sh
+helm_job=$!
+bg_jobs+=("$helm_job")
+# runc 1.4 for the runc tier's second pass, the CRI-O tier and the cluster tier, built from its
+# Go module (scripts/runc-build.sh; about two minutes of 2 cores the first time): where those run.
+if $ci || $cluster; then
+  background 10 "$logs/runc" "$logs/runc.err" scripts/runc-build.sh
+  runc_job=$!
+  bg_jobs+=("$runc_job")
+fi
+# The stack of today, built from Go modules into caches outside the tree (about 15 minutes of 2
+# cores the first time, then nothing):
+# - CRI-O 1.36 with crictl and the CNI loopback plugin (scripts/crio-build.sh), for
+#   tests/crio_cri.rs: always;
+# - Kubernetes 1.37 and etcd 3.6 (scripts/kube-module-build.sh) and the CNI plugins
+#   (scripts/cni-build.sh) for the cluster tier (docs/testing.md, "The cluster tier"): where the
+#   cluster tier runs.
+background 10 /dev/null "$logs/today.err" bash -c "scripts/crio-build.sh >'$logs/crio' && \
+  if $cluster; then scripts/kube-module-build.sh >'$logs/kube' && scripts/cni-build.sh >'$logs/cni'; fi"
+today_job=$!
+bg_jobs+=("$today_job")
+# The image's binaries for this machine (scripts/build-image.sh with ONLY_BUILD=1), which the
+# installer's image test, the cluster tier's image and the multi-arch image's amd64 half take, at
+# nice 5 (the unit tests' image test waits for them). In the dev profile, as the arm64 half
+# (DEVINJECT_IMAGE_PROFILE=release for the profile that ships): the same code, the tests prove
+# what the image does, and the release profile's link-time optimisation, a matter of size and
+# speed that scripts/bench.sh measures, takes several times the CPU (docs/testing.md, "The image
+# the tests build").
+export PROFILE=${DEVINJECT_IMAGE_PROFILE:-dev}
+background 5 "$logs/image" "$logs/image.err" env ONLY_BUILD=1 scripts/build-image.sh
+image_job=$!
+bg_jobs+=("$image_job")
+# The arm64 tier's pieces (the files marked arm64 in tests/tiers.txt), at nice 19:
 # - the arm64 guest (scripts/arm64-guest.sh build: Debian 12's arm64 kernel, runc, busybox and
 #   glibc, pinned and unpacked into a cache outside the tree, and the hook and the shim
 #   cross-built for aarch64 in the dev profile, into target/image-aarch64);
-# - every shipped binary for aarch64 in the same dev build, the multi-arch image's arm64 half.
-# The arm64 tier (the files marked arm64 in tests/tiers.txt) boots the guest and pulls the
-# multi-arch image, assembled from both halves, at the end.
-arm64_log=$today_log.arm64
+# - every shipped binary for aarch64 in the same build (the profile above), the multi-arch
+#   image's arm64 half.
+# The arm64 tier boots the guest and pulls the multi-arch image, assembled from both halves, at
+# the end.
 # shellcheck source=scripts/lib/shipped.sh
 . scripts/lib/shipped.sh
-setsid nice -n 19 bash -c "{ ONLY_BUILD=1 scripts/build-image.sh >'$today_log.image' 2>&1 || true; } && \
-  scripts/arm64-guest.sh build >'$arm64_log' && \
-  PROFILE=dev ARCH=aarch64 TARGET_DIR=target/image-aarch64 scripts/release-build.sh target/image-aarch64/bin \
-  ${packages[*]} >/dev/null" 2>"$arm64_log.err" &
-arm64_build=$!
-trap 'kill -- -"$today_build" -"$helm_build" -"$arm64_build" 2>/dev/null || true' EXIT
+background 19 "$logs/arm64" "$logs/arm64.err" bash -c "scripts/arm64-guest.sh build && \
+  ARCH=aarch64 TARGET_DIR=target/image-aarch64 scripts/release-build.sh target/image-aarch64/bin \
+  ${packages[*]} >/dev/null"
+arm64_job=$!
+bg_jobs+=("$arm64_job")
+# The README's commands on a fresh Debian root (scripts/fresh-root-test.sh), at nice 19: under CI
+# always; locally only with DEVINJECT_FRESH_ROOT=1 (it takes minutes the first time, and the
+# network). Waited for at the end.
+fresh_root=false
+if $ci || [ "${DEVINJECT_FRESH_ROOT:-}" = 1 ]; then
+  fresh_root=true
+  background 19 "$logs/fresh-root" "$logs/fresh-root" scripts/fresh-root-test.sh
+  fresh_root_job=$!
+  bg_jobs+=("$fresh_root_job")
+fi
+# say WORDS...: a line of the run's log, with the minutes and seconds since the start.
+say() { printf 'test.sh: [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
+# wait_job NAME PID WHAT LOG...: waits for a background job; when it failed, says which script to
+# run and the end of its logs, and the run fails.
+status=0
+wait_job() {
+  local name=$1 pid=$2 what=$3 log
+  shift 3
+  say "waiting for $name"
+  wait "$pid" && return 0
+  say "$name failed ($what):" >&2
+  for log in "$@"; do [ -s "$log" ] && tail -n 40 "$log" >&2; done
+  status=1
+  return 1
+}
+say "the lints, the docs and the build"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 RUSTDOCFLAGS=-Dwarnings cargo doc --workspace --no-deps --quiet
 cargo build --workspace --bins --quiet
-# The README's commands on a fresh Debian root (scripts/fresh-root-test.sh): under CI always;
-# locally only with DEVINJECT_FRESH_ROOT=1 (it takes minutes the first time, and the network).
-if $ci || [ "${DEVINJECT_FRESH_ROOT:-}" = 1 ]; then
-  scripts/fresh-root-test.sh
-else
-  echo "test.sh: SKIPPED the fresh-root test (runs under CI=true, or with DEVINJECT_FRESH_ROOT=1)"
-fi
 # The compatibility release of the cluster tier, Kubernetes v1.20.2 (what old kubelets do
 # differently: the socket path as `:authority`, `List` without `Get`), built from Debian's
 # source package into a cache outside the tree (scripts/kube-build.sh; about seven minutes of 2
@@ -83,59 +140,46 @@ if [ "${DEVINJECT_KUBE_COMPAT:-}" = 1 ]; then
   export DEVINJECT_KUBE_BIN
   mapfile -t compat_tier < <(tier compat)
 fi
-# The newer containerd releases (1.7 and 2.x, tests/containerd_cdi.rs), unpacked from Debian 13's
-# and unstable's packages into target/runtimes (scripts/runtimes-fetch.sh; seconds): always.
-DEVINJECT_RUNTIMES=$(scripts/runtimes-fetch.sh)
-export DEVINJECT_RUNTIMES
-# The grpc-go client (>= 1.52) of tests/device_plugin_real_clients.rs, built with Debian 13's Go
-# and grpc-go, unpacked into target/grpc-go (scripts/grpc-go-client.sh; a minute the first time,
-# then cached): always.
-DEVINJECT_GRPC_GO_CLIENT=$(scripts/grpc-go-client.sh)
-export DEVINJECT_GRPC_GO_CLIENT
-# Vendors' user-space driver stacks (Debian 12's NVIDIA 535, ROCm 5.2, Intel compute runtime),
-# pinned by scripts/vendor-stacks/packages.lock and unpacked into driver roots in a cache outside
-# the tree (scripts/vendor-stacks-fetch.sh; a minute the first time): always.
-DEVINJECT_VENDOR_STACKS=$(scripts/vendor-stacks-fetch.sh)
-export DEVINJECT_VENDOR_STACKS
-# NVIDIA's Container Toolkit 1.20.2 (nvidia-container-runtime, nvidia-ctk, nvidia-cdi-hook), the
-# reference tests/vendor_nvidia_toolkit.rs compares the hook and the shim against on the same
-# driver root, built from its Go module into a cache outside the tree
-# (scripts/nvidia-toolkit-build.sh; about 45 s of 2 cores the first time, then cached): always.
-DEVINJECT_NVIDIA_TOOLKIT=$(scripts/nvidia-toolkit-build.sh)
-export DEVINJECT_NVIDIA_TOOLKIT
+if ! wait_job "fetching the suite's peers" "$peers_job" \
+  "scripts/runtimes-fetch.sh, grpc-go-client.sh, vendor-stacks-fetch.sh, nvidia-toolkit-build.sh" "$logs/peers.err"; then
+  exit 1
+fi
+cat "$logs/peers.err"
+DEVINJECT_RUNTIMES=$(cat "$logs/runtimes-fetch")
+DEVINJECT_GRPC_GO_CLIENT=$(cat "$logs/grpc-go-client")
+DEVINJECT_VENDOR_STACKS=$(cat "$logs/vendor-stacks-fetch")
+DEVINJECT_NVIDIA_TOOLKIT=$(cat "$logs/nvidia-toolkit-build")
+export DEVINJECT_RUNTIMES DEVINJECT_GRPC_GO_CLIENT DEVINJECT_VENDOR_STACKS DEVINJECT_NVIDIA_TOOLKIT
 # Every skip is put on the record here (tests/testkit/); under CI=true a skip is a failure.
 export DEVINJECT_SKIP_LOG="$PWD/target/skipped-tests.txt"
 rm -f "$DEVINJECT_SKIP_LOG"
-status=0
-if wait "$helm_build"; then
-  DEVINJECT_HELM=$(cat "$today_log.helm")/helm
+if wait_job "building helm" "$helm_job" scripts/helm-build.sh "$logs/helm.err"; then
+  DEVINJECT_HELM=$(cat "$logs/helm")/helm
   export DEVINJECT_HELM
-else
-  echo "test.sh: building helm failed (scripts/helm-build.sh):" >&2
-  tail -n 40 "$today_log.helm-err" >&2
-  status=1
 fi
 # The files marked suite in tests/tiers.txt, in name order (with DEVINJECT_KUBE_COMPAT=1 also
 # those marked compat, on 1.20: the device plugin as an old kubelet dials and lists it); CRI-O
 # and the whole cluster tier on today's release run below.
 mapfile -t suite < <(tier suite | sort)
+say "the unit tests"
 cargo test --workspace --exclude devinject-tests --no-fail-fast || status=$?
+say "the suite"
 cargo test -p devinject-tests --no-fail-fast --lib --bins "${suite[@]/#/--test=}" \
   "${compat_tier[@]/#/--test=}" || status=$?
 # The runc tier (the files marked runc14 in tests/tiers.txt) again on runc 1.4 (docs/testing.md,
-# "runc 1.4"), built from its Go module into a cache outside the tree (scripts/runc-build.sh;
-# about two minutes the first time on 2 cores): under CI always; locally once
-# scripts/runc-build.sh has built it. The docker case of the hostile matrix is left to the docker
-# tier.
+# "runc 1.4"), built from its Go module into a cache outside the tree (scripts/runc-build.sh, in
+# the background above; about two minutes the first time on 2 cores): under CI always; locally
+# once scripts/runc-build.sh has built it. The docker case of the hostile matrix is left to the
+# docker tier.
 mapfile -t runc_tier < <(tier runc14)
 if $ci || $cluster; then
-  runc14=$(scripts/runc-build.sh)
+  wait_job "building runc 1.4" "$runc_job" scripts/runc-build.sh "$logs/runc.err" && runc14=$(cat "$logs/runc")
 else
   runc14=$(scripts/runc-build.sh --if-built) ||
     echo "test.sh: SKIPPED the runc tier on runc 1.4 (runs under CI=true, or after scripts/runc-build.sh)"
 fi
 if [ -n "${runc14:-}" ]; then
-  echo "test.sh: the runc tier again on $("$runc14" --version | sed -n 1p) ($runc14)"
+  say "the runc tier again on $("$runc14" --version | sed -n 1p) ($runc14)"
   DEVINJECT_RUNC=$runc14 cargo test -p devinject-tests --no-fail-fast "${runc_tier[@]/#/--test=}" \
     -- --skip docker_matrix_with_the_shim || status=$?
 fi
@@ -144,38 +188,46 @@ fi
 # (tests/src/cluster/kubernetes.rs), once the background build is done.
 mapfile -t crio_tier < <(tier crio)
 mapfile -t cluster_tier < <(tier cluster)
-if wait "$today_build"; then
-  crio_bin=$(cat "$today_log.crio")
-  echo "test.sh: CRI-O on $("$crio_bin/crio" --version | sed -n 1p) and ${runc14:-runc}"
+if wait_job "building the stack of today" "$today_job" \
+  "scripts/crio-build.sh, scripts/kube-module-build.sh, scripts/cni-build.sh" "$logs/today.err"; then
+  crio_bin=$(cat "$logs/crio")
+  say "CRI-O on $("$crio_bin/crio" --version | sed -n 1p) and ${runc14:-runc}"
   DEVINJECT_CRIO_BIN=$crio_bin DEVINJECT_RUNC=${runc14:-} cargo test -p devinject-tests --no-fail-fast \
     "${crio_tier[@]/#/--test=}" || status=$?
   if $cluster; then
-    kube137=$(cat "$today_log.kube")
-    DEVINJECT_CNI_BIN=$(cat "$today_log.cni")
+    kube137=$(cat "$logs/kube")
+    DEVINJECT_CNI_BIN=$(cat "$logs/cni")
     export DEVINJECT_CNI_BIN
-    echo "test.sh: the cluster tier on $("$kube137/kubelet" --version) and $("$runc14" --version | sed -n 1p)"
+    say "the cluster tier on $("$kube137/kubelet" --version) and $("$runc14" --version | sed -n 1p)"
     DEVINJECT_KUBE_BIN=$kube137 DEVINJECT_RUNC=$runc14 DEVINJECT_CRIO_BIN=$crio_bin cargo test -p devinject-tests --no-fail-fast \
       "${cluster_tier[@]/#/--test=}" || status=$?
   else
     echo "test.sh: SKIPPED the cluster tier on Kubernetes 1.37 (runs under CI=true, or with DEVINJECT_CLUSTER=1)"
   fi
-else
-  echo "test.sh: building the stack of today failed (scripts/crio-build.sh, scripts/kube-module-build.sh):" >&2
-  tail -n 40 "$today_log" >&2
-  status=1
 fi
 # The arm64 tier: the guest's kernel under qemu-system-aarch64 (about 20 s here), and the
-# multi-arch image through a registry (pulled by docker, containerd and CRI-O): the release
-# binaries of this machine and the dev build for aarch64, both built above.
+# multi-arch image through a registry (pulled by docker, containerd and CRI-O): this machine's
+# image binaries and the dev build for aarch64, both built in the background.
 mapfile -t arm64_tier < <(tier arm64)
-if wait "$arm64_build" &&
-  multiarch=$(NO_BUILD=1 PLATFORMS=linux/amd64,linux/arm64 scripts/build-image.sh 2>>"$arm64_log.err"); then
-  DEVINJECT_ARM64_GUEST=$(cat "$arm64_log") DEVINJECT_MULTIARCH_IMAGE=$PWD/$multiarch \
-    DEVINJECT_CRIO_BIN=${crio_bin:-} DEVINJECT_RUNC=${runc14:-} cargo test -p devinject-tests --no-fail-fast "${arm64_tier[@]/#/--test=}" || status=$?
+if wait_job "building this machine's image binaries" "$image_job" "ONLY_BUILD=1 scripts/build-image.sh" "$logs/image.err" &&
+  wait_job "building the arm64 guest or the arm64 binaries" "$arm64_job" \
+    "scripts/arm64-guest.sh build, ARCH=aarch64 scripts/release-build.sh" "$logs/arm64.err"; then
+  say "the arm64 tier"
+  if multiarch=$(NO_BUILD=1 PLATFORMS=linux/amd64,linux/arm64 scripts/build-image.sh 2>"$logs/multiarch.err"); then
+    DEVINJECT_ARM64_GUEST=$(cat "$logs/arm64") DEVINJECT_MULTIARCH_IMAGE=$PWD/$multiarch \
+      DEVINJECT_CRIO_BIN=${crio_bin:-} DEVINJECT_RUNC=${runc14:-} cargo test -p devinject-tests --no-fail-fast \
+      "${arm64_tier[@]/#/--test=}" || status=$?
+  else
+    say "assembling the multi-arch image failed (NO_BUILD=1 PLATFORMS=linux/amd64,linux/arm64 scripts/build-image.sh):" >&2
+    tail -n 40 "$logs/multiarch.err" >&2
+    status=1
+  fi
+fi
+if $fresh_root; then
+  wait_job "the fresh-root test" "$fresh_root_job" scripts/fresh-root-test.sh "$logs/fresh-root" &&
+    tail -n 1 "$logs/fresh-root"
 else
-  echo "test.sh: building the arm64 guest or the multi-arch image failed (scripts/arm64-guest.sh build, scripts/build-image.sh):" >&2
-  tail -n 40 "$arm64_log.err" >&2
-  status=1
+  echo "test.sh: SKIPPED the fresh-root test (runs under CI=true, or with DEVINJECT_FRESH_ROOT=1)"
 fi
 if [ -s "$DEVINJECT_SKIP_LOG" ]; then
   echo "test.sh: $(wc -l <"$DEVINJECT_SKIP_LOG") tests skipped (they passed without running):"

@@ -10,10 +10,10 @@ use anyhow::{bail, Context, Result};
 use crate::docker::Engine;
 use crate::runc::describe;
 
-/// Builds the image with scripts/build-image.sh, as released (the release profile: the debug
-/// binaries would be ten times larger, and the installer copying them would go past its
-/// memory limit), and saves it to `dir/devinject-image.tar`; returns the archive and the
-/// image's tag.
+/// Builds the image with scripts/build-image.sh, in the profile its `PROFILE` names (release
+/// unless set; scripts/test.sh sets dev, whose binaries release-build.sh strips: unstripped, the
+/// installer reading them would go past its memory limit), and saves it to
+/// `dir/devinject-image.tar`; returns the archive and the image's tag.
 pub fn build(dir: &Path) -> Result<(PathBuf, String)> {
     let engine = Engine::start(&[])?;
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
