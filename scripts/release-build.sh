@@ -20,11 +20,11 @@
 #     The hook stays on glibc: it does the injection's real work (the linker cache, many
 #     libraries), where glibc's allocator and string functions are the faster.
 #
-# Environment: PROFILE (release, the default, or dev: no optimisation, stripped), TARGET_DIR (default target/image: apart
-# from normal builds, because RUSTFLAGS differ), ARCH (the machine to build for: this host's,
-# the default, or aarch64 on an x86_64 host: cross-built with Debian's gcc-aarch64-linux-gnu and
-# libc6-dev-arm64-cross as the linker and the C compiler of build scripts, which
-# scripts/install-deps.sh installs with `cross`; the same static glibc and musl builds).
+# Environment: PROFILE (release, the default, or dev: no optimisation, stripped), TARGET_DIR
+# (default target/image: apart from normal builds, because RUSTFLAGS differ), ARCH (the machine to
+# build for: this host's, the default, or aarch64 on an x86_64 host: cross-built with Debian's
+# gcc-aarch64-linux-gnu and libc6-dev-arm64-cross as the linker and the C compiler of build scripts,
+# which scripts/install-deps.sh installs with `cross`; the same static glibc and musl builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:?usage: scripts/release-build.sh DIR CARGO_SELECTION...}

@@ -76,8 +76,8 @@ bg_jobs+=("$today_job")
 # nice 5 (the unit tests' image test waits for them). In the dev profile, as the arm64 half
 # (DEVINJECT_IMAGE_PROFILE=release for the profile that ships): the same code, the tests prove
 # what the image does, and the release profile's link-time optimisation, a matter of size and
-# speed that scripts/bench.sh measures, takes several times the CPU (docs/testing.md, "The image
-# the tests build").
+# speed that scripts/bench.sh measures, takes several times the CPU (docs/testing.md, "How a run
+# spends its time").
 export PROFILE=${DEVINJECT_IMAGE_PROFILE:-dev}
 background 5 "$logs/image" "$logs/image.err" env ONLY_BUILD=1 scripts/build-image.sh
 image_job=$!
@@ -85,8 +85,8 @@ bg_jobs+=("$image_job")
 # The arm64 tier's pieces (the files marked arm64 in tests/tiers.txt), at nice 19:
 # - the arm64 guest (scripts/arm64-guest.sh build: Debian 12's arm64 kernel, runc, busybox and
 #   glibc, pinned and unpacked into a cache outside the tree, and the hook and the shim
-#   cross-built for aarch64 in the dev profile, into target/image-aarch64);
-# - every shipped binary for aarch64 in the same build (the profile above), the multi-arch
+#   cross-built for aarch64 in the profile above, into target/image-aarch64);
+# - every shipped binary for aarch64 in the same build, the multi-arch
 #   image's arm64 half.
 # The arm64 tier boots the guest and pulls the multi-arch image, assembled from both halves, at
 # the end.
@@ -207,7 +207,7 @@ if wait_job "building the stack of today" "$today_job" \
 fi
 # The arm64 tier: the guest's kernel under qemu-system-aarch64 (about 20 s here), and the
 # multi-arch image through a registry (pulled by docker, containerd and CRI-O): this machine's
-# image binaries and the dev build for aarch64, both built in the background.
+# image binaries and the aarch64 build in the same profile, both built in the background.
 mapfile -t arm64_tier < <(tier arm64)
 if wait_job "building this machine's image binaries" "$image_job" "ONLY_BUILD=1 scripts/build-image.sh" "$logs/image.err" &&
   wait_job "building the arm64 guest or the arm64 binaries" "$arm64_job" \
