@@ -44,11 +44,13 @@
 //!   device waits unschedulable unless it tolerates the taint, and all follow the recovery;
 //! - a profile sharing its one device twice (`replicas = 2`) publishes two devices, two pods'
 //!   claims hold one share each and both see the device, a third pod waits unschedulable;
-//! - a profile cutting its one device in halves and quarters (`[partitions]`) publishes it
-//!   whole and in parts with their shared counters; claims that would overlap are never both
-//!   allocated, in any order (whole then half, halves then whole, quarters filling a half),
-//!   and each partition's container sees the device and is told its units; on 1.34 (counters
-//!   dropped) the device is published whole only;
+//! - a profile cutting its ten devices in halves and quarters (`[partitions]`) publishes them
+//!   whole and in parts with their shared counters, a pool of four slices (two of counters, two
+//!   of devices: more than one slice holds of each); claims that would overlap are never both
+//!   allocated, in any order (whole then half, halves then whole, quarters filling a half, and
+//!   on the last device, in the pool's second slices, a quarter then whole), and each
+//!   partition's container sees its device alone and is told its units; on 1.34 (counters
+//!   dropped) the devices are published whole only;
 //! - beside `devinject-nri` under the `kubernetes` policy: a claim holder gets exactly its device,
 //!   and one that also sets the request variable, like a pod with no claim that does, is refused
 //!   (the kubelet granted it no device-plugin device; its claim is reported apart, KEP-3695).
@@ -62,17 +64,21 @@ use std::sync::Mutex;
 
 use devinject_tests::cluster::dra::{
     add_hanging_function, claim_template, demo_claim_template, device_class, ready_for_dra,
+    DEMO_CLASS,
 };
 use devinject_tests::cluster::userns::machine_node;
 use devinject_tests::cluster::{
-    user_namespaced, user_namespaced_pods_ready, Cluster, DraBeside, Setup, Shape, DRA_DRIVER, SLOW,
+    user_namespaced, user_namespaced_pods_ready, Cluster, DraBeside, NodeHost, Setup, Shape,
+    DRA_DRIVER, SLOW,
 };
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::daemons::poll;
 use devinject_tests::probe::Report;
 use devinject_tests::runtimes::Release;
 use devinject_tests::scrape;
-use devinject_tests::sim::{assert_demo_granted_exactly, demo_probe_args, ACCELS, CTL, LIB};
+use devinject_tests::sim::{
+    assert_demo_granted_exactly, demo_host_with_accels, demo_probe_args, ACCELS, CTL, LIB,
+};
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 
@@ -752,23 +758,53 @@ fn a_shared_profile_lets_one_claim_per_replica_hold_the_same_device() {
 const PARTITIONS: &str = "\n[partitions]\nunits = 4\nenv = \"DEMO_PARTITION\"\n\
                           [partitions.shapes]\nhalf = 2\nquarter = 1\n";
 
-/// A ResourceClaimTemplate `name` asking for one partition of shape `shape` of the demo device.
-fn partition_template(name: &str, shape: &str) -> String {
-    claim_template(name, &format!("partition.{}", device_class("demo")), 1).replace(
+/// The demo devices of the partitions test's node: more than one counters' slice holds
+/// (eight sets), and published whole, in halves and in quarters (7 each), more than one
+/// devices' slice holds (64), so the pool is two slices of each.
+const PARTITIONED_ACCELS: usize = 10;
+
+/// A ResourceClaimTemplate `name` asking for one device of DeviceClass `class` that is demo
+/// device `id` (whole or a partition of it) and, with `shape`, a partition of that shape.
+fn pinned_template(name: &str, class: &str, id: &str, shape: Option<&str>) -> String {
+    let attr = |a: &str| format!("device.attributes[\"{DRA_DRIVER}\"].{a}");
+    let shape = shape
+        .map(|shape| format!(" && {} == \"{shape}\"", attr("partition")))
+        .unwrap_or_default();
+    claim_template(name, class, 1).replace(
         "          count: 1\n",
         &format!(
             "          count: 1\n          selectors:\n          - cel:\n              \
-             expression: device.attributes[\"{DRA_DRIVER}\"].partition == \"{shape}\"\n"
+             expression: '{} == \"{id}\"{shape}'\n",
+            attr("id")
         ),
     )
 }
 
-/// [`pod`] printing also the partition its container was told (`partition=<units>`).
+/// A ResourceClaimTemplate `name` asking for one partition of shape `shape` of demo device
+/// `id`.
+fn partition_template(name: &str, id: &str, shape: &str) -> String {
+    pinned_template(
+        name,
+        &format!("partition.{}", device_class("demo")),
+        id,
+        Some(shape),
+    )
+}
+
+/// [`pod`] printing also the partition its container was told (`partition=<units>`) and the
+/// demo nodes it has (`nodes=<names>`).
 fn partition_pod(name: &str, template: &str) -> String {
     pod(name, template).replace(
         "echo probe-done",
-        "echo partition=$DEMO_PARTITION; echo probe-done",
+        "echo partition=$DEMO_PARTITION; echo nodes=$(ls /dev/demo); echo probe-done",
     )
+}
+
+/// The demo nodes partition pod output `out` lists (`nodes=`).
+fn demo_nodes(out: &str) -> &str {
+    out.lines()
+        .find_map(|l| l.strip_prefix("nodes="))
+        .unwrap_or_else(|| panic!("the pod listed its nodes:\n{out}"))
 }
 
 /// The units (first, last) the partition pod `name` was told it holds; `None` for a whole
@@ -782,18 +818,20 @@ fn told_units(out: &str) -> Option<(u32, u32)> {
     Some((first.parse().ok()?, last.parse().ok()?))
 }
 
-/// Runs partition pod `name` of `template`: asserts it sees device 0 and nothing else, and that
-/// its allocation is a device of `shape` (`demo-0-<shape><n>`); the units it was told.
-fn run_partition(c: &Cluster, name: &str, template: &str, shape: &str) -> (u32, u32) {
+/// Runs partition pod `name` of `template`: asserts it sees demo device `id` and nothing else,
+/// and that its allocation is a device of `shape` (`demo-<id>-<shape><n>`); the units it was
+/// told.
+fn run_partition(c: &Cluster, name: &str, template: &str, id: &str, shape: &str) -> (u32, u32) {
     c.apply(&partition_pod(name, template)).expect("create pod");
     let out = probe_output(c, name);
     let ids = allocated_ids(&claim_of(c, name));
     assert_eq!(ids.len(), 1, "{ids:?}");
     assert!(
-        ids[0].starts_with(&format!("0-{shape}")),
-        "a {shape}: {ids:?}"
+        ids[0].starts_with(&format!("{id}-{shape}")),
+        "a {shape} of {id}: {ids:?}"
     );
-    assert_demo_granted_exactly(&Report::parse(&out), &["0".to_owned()], &out);
+    assert_demo_granted_exactly(&Report::parse(&out), &[id.to_owned()], &out);
+    assert_eq!(demo_nodes(&out), format!("accel{id} ctl"), "{name}");
     let units = told_units(&out).unwrap_or_else(|| panic!("{name} told no units:\n{out}"));
     assert_eq!(
         units.1 - units.0 + 1,
@@ -814,18 +852,23 @@ fn partitions_of_one_device_are_never_allocated_overlapping() {
         &release,
         DraBeside::Nothing,
         Shape {
-            devices: 1,
+            node_host: Some(NodeHost {
+                make: |dir| demo_host_with_accels(dir, PARTITIONED_ACCELS),
+                image: |_| Ok(()),
+            }),
+            dra_devices: Some(PARTITIONED_ACCELS),
             ..Shape::default()
         },
     );
-    // The demo profile cuts its one device in halves and quarters, and the partition class
-    // comes with it.
+    // The demo profile cuts its devices in halves and quarters, and the partition class comes
+    // with it. The claims name device 0, which the test fills and empties.
     edit_demo_profile(&mut c, |text| format!("{text}{PARTITIONS}"));
     c.apply_dra_device_classes().expect("the DeviceClasses");
-    c.apply(&demo_claim_template("whole", 1)).expect("template");
+    c.apply(&pinned_template("whole", DEMO_CLASS, "0", None))
+        .expect("template");
     if c.kubernetes().minor() < 36 {
         // The API server drops counters (DRAPartitionableDevices off): whole devices only.
-        c.wait_resource_slices(1)
+        c.wait_resource_slices(PARTITIONED_ACCELS)
             .unwrap_or_else(|e| panic!("the whole device alone: {e:#}"));
         let log = c.dra_log();
         assert!(
@@ -850,19 +893,38 @@ fn partitions_of_one_device_are_never_allocated_overlapping() {
         assert_demo_granted_exactly(&Report::parse(&out), &["0".to_owned()], &out);
         return;
     }
-    c.wait_resource_slices(7)
-        .unwrap_or_else(|e| panic!("the device whole, in halves and in quarters: {e:#}"));
-    let slices = c
-        .kubectl(&["get", "resourceslices", "-o", "yaml"])
-        .expect("slices");
-    println!("{slices}");
-    assert!(
-        slices.contains("sharedCounters:") && slices.contains("consumesCounters:"),
-        "{slices}"
-    );
-    c.apply(&partition_template("half", "half"))
+    c.wait_resource_slices(PARTITIONED_ACCELS * 7)
+        .unwrap_or_else(|e| panic!("the devices whole, in halves and in quarters: {e:#}"));
+    // The pool: two counters' slices (8 + 2 sets) and two devices' (64 + 6), each naming four.
+    let slices: Value = serde_json::from_str(
+        &c.kubectl(&["get", "resourceslices", "-o", "json"])
+            .expect("slices"),
+    )
+    .unwrap();
+    let pool: Vec<(usize, usize, i64)> = slices["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["spec"]["driver"] == DRA_DRIVER)
+        .map(|s| {
+            let len = |field: &str| s["spec"][field].as_array().map_or(0, Vec::len);
+            (
+                len("sharedCounters"),
+                len("devices"),
+                s["spec"]["pool"]["resourceSliceCount"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let mut shapes: Vec<_> = pool
+        .iter()
+        .map(|&(sets, devices, _)| (sets, devices))
+        .collect();
+    shapes.sort();
+    assert_eq!(shapes, [(0, 6), (0, 64), (2, 0), (8, 0)], "{slices:#}");
+    assert!(pool.iter().all(|&(_, _, count)| count == 4), "{pool:?}");
+    c.apply(&partition_template("half", "0", "half"))
         .expect("template");
-    c.apply(&partition_template("quarter", "quarter"))
+    c.apply(&partition_template("quarter", "0", "quarter"))
         .expect("template");
 
     // Whole, then a half: the half waits until the whole device is free.
@@ -882,10 +944,10 @@ fn partitions_of_one_device_are_never_allocated_overlapping() {
     println!("half-a beside the whole device: {why}");
     delete_pod(&c, "whole-a");
     wait_gone(&c, &whole_spec);
-    let a = run_partition(&c, "half-a", "half", "half");
+    let a = run_partition(&c, "half-a", "half", "0", "half");
 
     // Two halves, then whole: the whole device waits.
-    let b = run_partition(&c, "half-b", "half", "half");
+    let b = run_partition(&c, "half-b", "half", "0", "half");
     assert!(a.1 < b.0 || b.1 < a.0, "the halves are apart: {a:?} {b:?}");
     c.apply(&partition_pod("whole-b", "whole"))
         .expect("create pod");
@@ -897,8 +959,8 @@ fn partitions_of_one_device_are_never_allocated_overlapping() {
     let half_a_spec = spec_file(&c, &claim_of(&c, "half-a"));
     delete_pod(&c, "half-a");
     wait_gone(&c, &half_a_spec);
-    let q1 = run_partition(&c, "quarter-a", "quarter", "quarter");
-    let q2 = run_partition(&c, "quarter-b", "quarter", "quarter");
+    let q1 = run_partition(&c, "quarter-a", "quarter", "0", "quarter");
+    let q2 = run_partition(&c, "quarter-b", "quarter", "0", "quarter");
     for q in [q1, q2] {
         assert!(
             a.0 <= q.0 && q.1 <= a.1,
@@ -910,6 +972,18 @@ fn partitions_of_one_device_are_never_allocated_overlapping() {
         .expect("create pod");
     let why = unschedulable(&c, "quarter-c").expect("a third quarter waits");
     println!("quarter-c beside a half and two quarters: {why}");
+
+    // The last device, whose counters and partitions are in the pool's second slices: a
+    // quarter of it is allocated and the whole device then waits.
+    c.apply(&partition_template("quarter-9", "9", "quarter"))
+        .expect("template");
+    c.apply(&pinned_template("whole-9", DEMO_CLASS, "9", None))
+        .expect("template");
+    run_partition(&c, "last-quarter", "quarter-9", "9", "quarter");
+    c.apply(&partition_pod("last-whole", "whole-9"))
+        .expect("create pod");
+    let why = unschedulable(&c, "last-whole").expect("the whole last device waits");
+    println!("last-whole beside a quarter of it: {why}");
 }
 
 #[test]

@@ -24,12 +24,12 @@ use crate::binding::PrepareFailures;
 use crate::device_watch::DeviceWatch;
 use crate::health::{Discovered, HealthConfig, HealthService};
 use crate::metrics::DraMetrics;
+use crate::naming;
 use crate::node_service::NodeService;
 use crate::prepared::Claims;
 use crate::registration::RegistrationService;
 use crate::slices::{
-    counters_slice_name, pci_locations, resource_slices, same_content, slice_name, ApiFields,
-    DeviceState,
+    pci_locations, resource_slices, same_content, slice_name, ApiFields, DeviceState,
 };
 use crate::socket::{self, ServedSocket};
 
@@ -299,7 +299,7 @@ async fn publish(
             let name = profile.name.as_str();
             let inventory = &found[name];
             let slice_name = slice_name(&config.node, name);
-            let counters_name = counters_slice_name(&config.node, name);
+            let pool_name = naming::pool(&config.node, name);
             // The copy of slice `slice` to compare with: the API server's when the watch knows
             // it, else what this driver applied.
             let held = |slice: &str| match &server {
@@ -333,10 +333,8 @@ async fn publish(
                 fields,
                 state,
             )?;
-            // A counters' slice the pool no longer has (the server dropped the counters).
-            let stale_counters = slices.len() == 1 && held(&counters_name).is_some();
             let unchanged = published.contains_key(name)
-                && !stale_counters
+                && stale(&server, &published, name, &pool_name, &slices).is_empty()
                 && slices.iter().all(|new| {
                     held(new.metadata.name.as_deref().unwrap_or_default())
                         .is_some_and(|old| same_content(&old.spec, &new.spec))
@@ -376,8 +374,8 @@ async fn publish(
             }
             match applied {
                 Ok(_) => {
-                    if slices.len() == 1 && profile.partitions.is_some() {
-                        remove_counters(&api, &counters_name).await;
+                    for old in stale(&server, &published, name, &pool_name, &slices) {
+                        remove_stale(&api, &old).await;
                     }
                     for slice in &slices {
                         config.metrics.slice_applied(true);
@@ -424,15 +422,38 @@ async fn apply_all(
     Ok(returned)
 }
 
-/// Deletes the counters' slice `name` of a pool that has none any more; one already gone is
-/// fine, and a failure is logged (the slice names counters no device consumes).
-async fn remove_counters(api: &Api<ResourceSlice>, name: &str) {
+/// The slices of pool `pool` (profile `profile`'s) that the API server holds, or, before the
+/// watch has listed them, that this driver applied, and `slices` (the pool now) lacks: those of
+/// an older generation when the pool shrank (fewer devices, or the counters dropped).
+fn stale(
+    server: &Option<BTreeMap<String, ResourceSlice>>,
+    published: &BTreeMap<String, Vec<ResourceSlice>>,
+    profile: &str,
+    pool: &str,
+    slices: &[ResourceSlice],
+) -> Vec<String> {
+    let held: Vec<&ResourceSlice> = match server {
+        Some(held) => held.values().collect(),
+        None => published.get(profile).into_iter().flatten().collect(),
+    };
+    held.into_iter()
+        .filter(|s| s.spec.pool.name == pool)
+        .filter_map(|s| s.metadata.name.clone())
+        .filter(|name| {
+            !slices
+                .iter()
+                .any(|s| s.metadata.name.as_ref() == Some(name))
+        })
+        .collect()
+}
+
+/// Deletes slice `name` of a pool that has it no more; one already gone is fine, and a failure
+/// is logged (the slice is of an older generation, which the scheduler ignores).
+async fn remove_stale(api: &Api<ResourceSlice>, name: &str) {
     match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => {
-            info!(slice = %name, "removed the counters' slice: the pool publishes whole devices only")
-        }
+        Ok(_) => info!(slice = %name, "removed a slice the pool no longer has"),
         Err(kube::Error::Api(e)) if e.is_not_found() => {}
-        Err(e) => warn!(slice = %name, error = %e, "removing the counters' slice"),
+        Err(e) => warn!(slice = %name, error = %e, "removing a slice the pool no longer has"),
     }
 }
 

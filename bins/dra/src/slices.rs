@@ -1,10 +1,12 @@
-//! What the driver publishes to the API server: one ResourceSlice per profile and node holding
-//! the profile's healthy devices, and one DeviceClass per profile that selects them.
+//! What the driver publishes to the API server: one pool of ResourceSlices per profile and node
+//! holding the profile's devices, and one DeviceClass per profile that selects them.
 //!
 //! # Layout
 //! - One pool per node and profile ([`naming::pool`]), published as one slice
-//!   (`resourceSliceCount: 1`) of at most [`MAX_DEVICES_PER_SLICE`] devices, the API server's
-//!   limit for a slice without taints or counters ([`MAX_DEVICES_WITH_TAINTS`] with them).
+//!   (`resourceSliceCount: 1`) while its devices fit the API server's limit for one:
+//!   [`MAX_DEVICES_PER_SLICE`], or [`MAX_DEVICES_WITH_TAINTS`] when one of them has a taint or
+//!   consumes counters. A larger pool is cut into as many slices as it needs
+//!   ([`devices_slice_name`]), each naming the pool's count, up to [`MAX_DEVICES_PER_POOL`].
 //! - Each device is named by [`naming::DeviceNames`] (collisions are an error, never a merge)
 //!   and carries the attributes `profile` (string), `id` (string, the profile's device id, what
 //!   the device plugin advertises), `index` (int, the discovery index) and `numaNode` (int,
@@ -29,9 +31,17 @@
 //!   `discovery.health_taint` names (`NoSchedule` unless it says `NoExecute`). The scheduler
 //!   allocates it only to a claim that tolerates the taint; claims holding it keep it, or, for
 //!   `NoExecute`, their pods are evicted. Where the API server drops taints (the gate off, as
-//!   in 1.34 and 1.35; the publisher finds out from the slice it gets back, [`ApiFields`]) or
-//!   the slice would hold more than [`MAX_DEVICES_WITH_TAINTS`], unhealthy devices are left out
-//!   instead. A device that recovers loses its taint, or comes back.
+//!   in 1.34 and 1.35; the publisher finds out from the slice it gets back, [`ApiFields`]),
+//!   unhealthy devices are left out instead. A device that recovers loses its taint, or comes
+//!   back.
+//! - A profile with `[partitions]` ([`devinject_devices::partitions`]) publishes each device
+//!   whole and as each partition its shapes allow (the `DRAPartitionableDevices` feature, on by
+//!   default from Kubernetes 1.36): the device has a counter set of its own, named as the
+//!   device, with one counter per unit, and each of its published devices consumes the units it
+//!   covers, so the scheduler never allocates two that overlap. Counters and devices are never
+//!   in one slice (1.35 on), so such a pool is one or more counters' slices of at most
+//!   [`MAX_COUNTER_SETS`] sets ([`counters_slice_name`]) before its devices' slices. Where the
+//!   API server drops counters, whole devices only.
 //! - A device of a profile whose prepare step runs before binding (`[prepare]
 //!   before_binding`) carries the binding condition [`PREPARED_CONDITION`] and the binding
 //!   failure condition [`PREPARE_FAILED_CONDITION`] (the `DRADeviceBindingConditions` feature,
@@ -63,9 +73,13 @@ use crate::naming::{self, DeviceNames, NamingError};
 
 /// The most devices one ResourceSlice may hold (without taints or counters).
 pub const MAX_DEVICES_PER_SLICE: usize = 128;
-/// The most devices one ResourceSlice may hold when one of them has a taint (the API's
-/// `ResourceSliceMaxDevicesWithAdvancedFeatures`).
+/// The most devices one ResourceSlice may hold when one of them has a taint or consumes
+/// counters (the API's `ResourceSliceMaxDevicesWithAdvancedFeatures`).
 pub const MAX_DEVICES_WITH_TAINTS: usize = 64;
+/// The most devices the driver publishes in one pool (one profile on one node), shares and
+/// partitions included: 16 slices of [`MAX_DEVICES_WITH_TAINTS`]. A bound on what one
+/// profile's discovery makes the driver send, far above any node's devices.
+pub const MAX_DEVICES_PER_POOL: usize = 16 * MAX_DEVICES_WITH_TAINTS;
 /// The taint key of an unhealthy device, below the driver's name: `<driver>/unhealthy`.
 pub const UNHEALTHY_TAINT: &str = "unhealthy";
 /// The taint value of an unhealthy device: the profile key whose attribute told it.
@@ -177,7 +191,7 @@ pub const ATTR_PARTITION: &str = "partition";
 /// partition covering the unit consumes it (KEP-4815's shared counters).
 pub const UNIT_COUNTER: &str = "unit";
 /// The most counter sets one slice may hold (the API's `ResourceSliceMaxCounterSets`): one per
-/// partitioned device.
+/// partitioned device, so a pool of more devices has more counters' slices.
 pub const MAX_COUNTER_SETS: usize = 8;
 
 /// The partitions `profile`'s devices are published with: its `[partitions]` where the API
@@ -252,26 +266,15 @@ pub enum SliceError {
     /// A device could not be given a DRA name.
     #[error(transparent)]
     Naming(#[from] NamingError),
-    /// More healthy devices than one slice holds.
-    #[error("profile {profile} on node {node}: {count} healthy devices, more than the {max} one ResourceSlice holds: narrow the profile's discovery.nodes")]
+    /// More devices, shares and partitions included, than the driver publishes in one pool.
+    #[error("profile {profile} on node {node}: {count} devices to publish (each share and partition counts), more than the {max} the driver publishes for one profile and node: narrow the profile's discovery.nodes, or lower its replicas or drop a shape from [partitions.shapes]")]
     TooManyDevices {
         profile: String,
         node: String,
-        /// How many devices there are.
+        /// How many devices there are to publish.
         count: usize,
-        /// [`MAX_DEVICES_PER_SLICE`].
+        /// [`MAX_DEVICES_PER_POOL`].
         max: usize,
-    },
-    /// More partitioned devices, or devices and their partitions, than one pool's two slices
-    /// hold.
-    #[error("profile {profile} on node {node}: {devices} devices published as {published} with their partitions, more than one ResourceSlice holds ({MAX_COUNTER_SETS} devices, {MAX_DEVICES_WITH_TAINTS} with their partitions): narrow the profile's discovery.nodes or drop a shape from [partitions.shapes]")]
-    TooManyPartitions {
-        profile: String,
-        node: String,
-        /// How many devices there are.
-        devices: usize,
-        /// How many they are published as.
-        published: usize,
     },
 }
 
@@ -302,9 +305,10 @@ pub fn slice_name(node: &str, profile: &str) -> String {
 
 /// The ResourceSlices of `profile`'s devices in `inventory` on `node`, published by `driver`
 /// as generation `generation` of the node's pool for the profile, with the fields the API
-/// server keeps (`fields`): the devices' slice ([`resource_slice`]) and, where the profile
-/// has partitions the server keeps, the counters' slice before it ([`counters_slice`]), the
-/// pool then being two slices.
+/// server keeps (`fields`); `state` places devices on the PCI bus and names those whose
+/// prepare step failed. The pool is as many slices as the API's limits ask (see the module
+/// docs): first the counters' slices of a partitioned profile ([`counters_slice_name`]), then
+/// the devices' ([`devices_slice_name`]), every one naming their count.
 pub fn resource_slices(
     driver: &str,
     node: &str,
@@ -314,31 +318,86 @@ pub fn resource_slices(
     fields: ApiFields,
     state: &DeviceState,
 ) -> Result<Vec<ResourceSlice>> {
-    let devices = resource_slice(driver, node, profile, inventory, generation, fields, state)?;
-    Ok(
-        match counters_slice(driver, node, profile, &devices, fields) {
-            Some(counters) => vec![counters, devices],
-            None => vec![devices],
+    let pname = profile.name.as_str();
+    let devices = published_devices(driver, node, profile, inventory, fields, state)?;
+    let counter_sets = partitioned(profile, fields)
+        .map(|p| counter_sets(p, &devices))
+        .unwrap_or_default();
+    let advanced = devices
+        .iter()
+        .any(|d| d.taints.is_some() || d.consumes_counters.is_some());
+    let per_slice = if advanced {
+        MAX_DEVICES_WITH_TAINTS
+    } else {
+        MAX_DEVICES_PER_SLICE
+    };
+    let counters = chunks(counter_sets, MAX_COUNTER_SETS);
+    let mut devices = chunks(devices, per_slice);
+    if devices.is_empty() {
+        // A pool with no device left is still published, empty, so that its slice tells the
+        // scheduler the devices are gone.
+        devices.push(Vec::new());
+    }
+    let pool = ResourcePool {
+        name: naming::pool(node, pname),
+        generation,
+        resource_slice_count: i64::try_from(counters.len() + devices.len()).unwrap_or(i64::MAX),
+    };
+    let slice = |name: String, spec: ResourceSliceSpec| ResourceSlice {
+        metadata: ObjectMeta {
+            name: Some(name),
+            ..ObjectMeta::default()
         },
-    )
+        spec: ResourceSliceSpec {
+            driver: driver.to_owned(),
+            node_name: Some(node.to_owned()),
+            pool: pool.clone(),
+            ..spec
+        },
+    };
+    let counters = counters.into_iter().enumerate().map(|(k, sets)| {
+        slice(
+            counters_slice_name(node, pname, k),
+            ResourceSliceSpec {
+                shared_counters: Some(sets),
+                ..ResourceSliceSpec::default()
+            },
+        )
+    });
+    let devices = devices.into_iter().enumerate().map(|(k, devices)| {
+        slice(
+            devices_slice_name(node, pname, k),
+            ResourceSliceSpec {
+                devices: Some(devices),
+                ..ResourceSliceSpec::default()
+            },
+        )
+    });
+    Ok(counters.chain(devices).collect())
 }
 
-/// The ResourceSlice of `profile`'s devices in `inventory` on `node`, published by `driver` as
-/// generation `generation` of the node's pool for the profile, with the fields the API server
-/// keeps (`fields`): unhealthy devices tainted, or left out where taints are dropped or a
-/// tainted slice would be too large; shared by capacity or by replicas; each with its
-/// partitions, consuming the units they cover; with the binding conditions of a profile that
-/// prepares before binding. `state` places devices on the PCI bus and names those whose
-/// prepare step failed.
-pub fn resource_slice(
+/// `items` cut in order into runs of at most `size` (> 0).
+fn chunks<T>(mut items: Vec<T>, size: usize) -> Vec<Vec<T>> {
+    let mut out = Vec::with_capacity(items.len().div_ceil(size));
+    while !items.is_empty() {
+        let rest = items.split_off(size.min(items.len()));
+        out.push(std::mem::replace(&mut items, rest));
+    }
+    out
+}
+
+/// The devices `profile`'s pool on `node` publishes of `inventory` (see [`resource_slices`]):
+/// unhealthy devices tainted, or left out where taints are dropped; shared by capacity or by
+/// replicas; each with its partitions, consuming the units they cover; with the binding
+/// conditions of a profile that prepares before binding.
+fn published_devices(
     driver: &str,
     node: &str,
     profile: &Profile,
     inventory: &Inventory,
-    generation: i64,
     fields: ApiFields,
     state: &DeviceState,
-) -> Result<ResourceSlice> {
+) -> Result<Vec<Device>> {
     let pname = profile.name.as_str();
     device_names(profile, inventory)?;
     let capacity = profile
@@ -358,9 +417,7 @@ pub fn resource_slice(
         .iter()
         .filter(|d| !d.healthy || failed(d))
         .count();
-    let tainted = fields.device_taints
-        && sick > 0
-        && inventory.devices.len().saturating_mul(shares) <= MAX_DEVICES_WITH_TAINTS;
+    let tainted = fields.device_taints && sick > 0;
     let published: Vec<_> = inventory
         .devices
         .iter()
@@ -369,22 +426,12 @@ pub fn resource_slice(
     let binding =
         fields.binding_conditions && profile.prepare.as_ref().is_some_and(|p| p.before_binding);
     let count = published.len().saturating_mul(shares);
-    if partitions.is_some()
-        && (published.len() > MAX_COUNTER_SETS || count > MAX_DEVICES_WITH_TAINTS)
-    {
-        return Err(SliceError::TooManyPartitions {
-            profile: pname.to_owned(),
-            node: node.to_owned(),
-            devices: published.len(),
-            published: count,
-        });
-    }
-    if count > MAX_DEVICES_PER_SLICE {
+    if count > MAX_DEVICES_PER_POOL {
         return Err(SliceError::TooManyDevices {
             profile: pname.to_owned(),
             node: node.to_owned(),
             count,
-            max: MAX_DEVICES_PER_SLICE,
+            max: MAX_DEVICES_PER_POOL,
         });
     }
     let taint = unhealthy_taint(driver, profile);
@@ -455,49 +502,37 @@ pub fn resource_slice(
             "unhealthy devices left out of the slice"
         );
     }
-    Ok(ResourceSlice {
-        metadata: ObjectMeta {
-            name: Some(slice_name(node, pname)),
-            ..ObjectMeta::default()
-        },
-        spec: ResourceSliceSpec {
-            driver: driver.to_owned(),
-            node_name: Some(node.to_owned()),
-            pool: ResourcePool {
-                name: naming::pool(node, pname),
-                generation,
-                resource_slice_count: if partitions.is_some() { 2 } else { 1 },
-            },
-            devices: Some(devices),
-            ..ResourceSliceSpec::default()
-        },
-    })
+    Ok(devices)
 }
 
-/// The name of the slice holding the counters of `profile`'s partitioned devices on `node`,
-/// apart from [`slice_name`]'s of every profile (a profile name holds no `/`).
-pub fn counters_slice_name(node: &str, profile: &str) -> String {
-    slice_name(node, &format!("{profile}/counters"))
+/// The name of the `k`th slice (from 0) of the devices of `profile`'s pool on `node`: the
+/// first is [`slice_name`]'s, the others those of `<profile>/<k>`, apart from every profile's
+/// (a profile name holds no `/`).
+pub fn devices_slice_name(node: &str, profile: &str, k: usize) -> String {
+    match k {
+        0 => slice_name(node, profile),
+        k => slice_name(node, &format!("{profile}/{k}")),
+    }
 }
 
-/// The slice of the counters the devices of `devices` (a slice [`resource_slice`] built)
-/// consume, where `profile` has partitions the server keeps: one counter set per device, named
-/// as the device, with one counter per unit. Since Kubernetes 1.35 a slice holds counters or
-/// devices, never both (pkg/apis/resource/validation: "only one of `sharedCounters` or
-/// `devices` is allowed"), so the pool is two slices of one generation.
-pub fn counters_slice(
-    driver: &str,
-    node: &str,
-    profile: &Profile,
-    devices: &ResourceSlice,
-    fields: ApiFields,
-) -> Option<ResourceSlice> {
-    let partitions = partitioned(profile, fields)?;
-    let sets: Vec<CounterSet> = devices
-        .spec
-        .devices
+/// The name of the `k`th slice (from 0) of the counters of `profile`'s partitioned devices on
+/// `node`: those of `<profile>/counters` and `<profile>/counters/<k>`, apart from every
+/// devices' slice.
+pub fn counters_slice_name(node: &str, profile: &str, k: usize) -> String {
+    match k {
+        0 => slice_name(node, &format!("{profile}/counters")),
+        k => slice_name(node, &format!("{profile}/counters/{k}")),
+    }
+}
+
+/// The counter sets the whole devices of `devices` (what [`published_devices`] gives for a
+/// profile with `partitions`) hold: one per device, named as the device, with one counter per
+/// unit. Since Kubernetes 1.35 a slice holds counters or devices, never both
+/// (pkg/apis/resource/validation: "only one of `sharedCounters` or `devices` is allowed"), and
+/// a device may consume a set that another slice of its pool holds.
+fn counter_sets(partitions: &Partitions, devices: &[Device]) -> Vec<CounterSet> {
+    devices
         .iter()
-        .flatten()
         .filter(|d| {
             d.attributes
                 .as_ref()
@@ -509,20 +544,7 @@ pub fn counters_slice(
                 .map(|u| (unit_counter(u), one_unit()))
                 .collect(),
         })
-        .collect();
-    Some(ResourceSlice {
-        metadata: ObjectMeta {
-            name: Some(counters_slice_name(node, profile.name.as_str())),
-            ..ObjectMeta::default()
-        },
-        spec: ResourceSliceSpec {
-            driver: driver.to_owned(),
-            node_name: Some(node.to_owned()),
-            pool: devices.spec.pool.clone(),
-            shared_counters: Some(sets),
-            ..ResourceSliceSpec::default()
-        },
-    })
+        .collect()
 }
 
 /// The counter of unit `u`: `unit<u>`.
@@ -893,6 +915,22 @@ mod tests {
         ..ApiFields::ALL
     };
 
+    /// The one slice of the pool [`resource_slices`] publishes: a pool of one slice.
+    fn resource_slice(
+        driver: &str,
+        node: &str,
+        profile: &Profile,
+        inventory: &Inventory,
+        generation: i64,
+        fields: ApiFields,
+        state: &DeviceState,
+    ) -> Result<ResourceSlice> {
+        let mut pool =
+            resource_slices(driver, node, profile, inventory, generation, fields, state)?;
+        assert_eq!(pool.len(), 1, "a pool of one slice");
+        Ok(pool.remove(0))
+    }
+
     /// [`resource_slice`] of the driver `devinject.io`.
     fn build(
         node: &str,
@@ -1174,29 +1212,112 @@ mod tests {
         );
     }
 
+    /// The devices of each slice of `pool`, by slice name, checking that every slice names the
+    /// pool's count and generation.
+    fn devices_per_slice(pool: &[ResourceSlice]) -> Vec<(String, usize)> {
+        for slice in pool {
+            assert_eq!(slice.spec.pool.resource_slice_count as usize, pool.len());
+            assert_eq!(slice.spec.pool.generation, pool[0].spec.pool.generation);
+            assert_eq!(slice.spec.pool.name, pool[0].spec.pool.name);
+        }
+        pool.iter()
+            .map(|s| {
+                (
+                    s.metadata.name.clone().unwrap(),
+                    s.spec.devices.as_ref().map_or(0, Vec::len),
+                )
+            })
+            .collect()
+    }
+
     #[test]
-    fn more_than_128_healthy_devices_are_refused() {
-        let many = (0..=MAX_DEVICES_PER_SLICE)
-            .map(|i| device(&i.to_string(), i, None, true))
+    fn a_pool_larger_than_a_slice_is_cut_into_slices_up_to_a_bound() {
+        let many = |n: usize| {
+            inventory(
+                (0..n)
+                    .map(|i| device(&i.to_string(), i, None, true))
+                    .collect(),
+            )
+        };
+        let pool = |inv: &Inventory, fields| {
+            resource_slices(
+                "devinject.io",
+                "n",
+                &profile(),
+                inv,
+                1,
+                fields,
+                &DeviceState::default(),
+            )
+        };
+        let fit = pool(&many(MAX_DEVICES_PER_SLICE), LEFT_OUT).unwrap();
+        assert_eq!(
+            devices_per_slice(&fit),
+            [(slice_name("n", "demo"), MAX_DEVICES_PER_SLICE)]
+        );
+        let more = pool(&many(MAX_DEVICES_PER_SLICE + 1), LEFT_OUT).unwrap();
+        assert_eq!(
+            devices_per_slice(&more),
+            [
+                (devices_slice_name("n", "demo", 0), MAX_DEVICES_PER_SLICE),
+                (devices_slice_name("n", "demo", 1), 1)
+            ]
+        );
+        assert_ne!(
+            devices_slice_name("n", "demo", 1),
+            devices_slice_name("n", "demo-1", 0),
+            "the second slice is apart from a profile demo-1's"
+        );
+        // Every device once, in discovery order.
+        let names: Vec<String> = more
+            .iter()
+            .flat_map(|s| s.spec.devices.iter().flatten().map(|d| d.name.clone()))
             .collect();
-        let err = build("n", &profile(), &inventory(many), 1, LEFT_OUT).unwrap_err();
+        let expected: Vec<String> = (0..=MAX_DEVICES_PER_SLICE)
+            .map(|i| format!("demo-{i}"))
+            .collect();
+        assert_eq!(names, expected);
+        // With a tainted device, slices hold 64: the unhealthy one stays, tainted.
+        let mut sick = many(MAX_DEVICES_WITH_TAINTS + 1);
+        sick.devices[3].healthy = false;
+        let tainted = pool(&sick, ApiFields::ALL).unwrap();
+        assert_eq!(
+            devices_per_slice(&tainted)
+                .into_iter()
+                .map(|(_, n)| n)
+                .collect::<Vec<_>>(),
+            [MAX_DEVICES_WITH_TAINTS, 1]
+        );
+        assert!(tainted[0].spec.devices.as_ref().unwrap()[3]
+            .taints
+            .is_some());
+        // Left out where the server drops taints: one slice of the healthy ones.
+        let left_out = pool(&sick, LEFT_OUT).unwrap();
+        assert_eq!(
+            devices_per_slice(&left_out)[0].1,
+            MAX_DEVICES_WITH_TAINTS,
+            "the unhealthy one left out"
+        );
+        // Past the bound: refused, naming the fix.
+        let err = pool(&many(MAX_DEVICES_PER_POOL + 1), LEFT_OUT).unwrap_err();
         assert!(
             matches!(
                 err,
                 SliceError::TooManyDevices {
-                    count: 129,
-                    max: 128,
+                    count: 1025,
+                    max: 1024,
                     ..
                 }
             ),
             "{err}"
         );
-        let mut many: Vec<_> = (0..=MAX_DEVICES_PER_SLICE)
-            .map(|i| device(&i.to_string(), i, None, true))
-            .collect();
-        many[5].healthy = false;
-        let slice = build("n", &profile(), &inventory(many), 1, LEFT_OUT).unwrap();
-        assert_eq!(slice.spec.devices.unwrap().len(), 128);
+        assert!(err
+            .to_string()
+            .contains("narrow the profile's discovery.nodes"));
+        assert_eq!(
+            pool(&many(MAX_DEVICES_PER_POOL), LEFT_OUT).unwrap().len(),
+            MAX_DEVICES_PER_POOL / MAX_DEVICES_PER_SLICE
+        );
     }
 
     #[test]
@@ -1337,16 +1458,6 @@ mod tests {
         let slice = build("n", &evicting, &inv, 1, ApiFields::ALL).unwrap();
         let devices = slice.spec.devices.unwrap();
         assert_eq!(devices[1].taints.as_ref().unwrap()[0].effect, "NoExecute");
-
-        // Past the API's limit for a slice with taints, unhealthy devices are left out.
-        let mut many: Vec<_> = (0..MAX_DEVICES_WITH_TAINTS + 1)
-            .map(|i| device(&i.to_string(), i, None, true))
-            .collect();
-        many[3].healthy = false;
-        let slice = build("n", &profile(), &inventory(many), 1, ApiFields::ALL).unwrap();
-        let devices = slice.spec.devices.unwrap();
-        assert_eq!(devices.len(), MAX_DEVICES_WITH_TAINTS);
-        assert!(devices.iter().all(|d| d.taints.is_none()));
     }
 
     #[test]
@@ -1523,7 +1634,7 @@ mod tests {
         let (counters, devices) = (&pool[0], &pool[1]);
         assert_eq!(
             counters.metadata.name.as_deref(),
-            Some(counters_slice_name("node-a", "demo").as_str())
+            Some(counters_slice_name("node-a", "demo", 0).as_str())
         );
         assert_ne!(counters.metadata.name, devices.metadata.name);
         for slice in &pool {
@@ -1666,32 +1777,91 @@ mod tests {
     }
 
     #[test]
-    fn more_partitions_than_one_slice_holds_are_refused_naming_the_fix() {
+    fn a_partitioned_pool_past_one_slice_has_more_counters_and_devices_slices() {
         let profile = partitioned_profile(4, "half = 2\nquarter = 1\n");
-        let eight: Vec<_> = (0..MAX_COUNTER_SETS)
-            .map(|i| device(&i.to_string(), i, None, true))
-            .collect();
-        assert_eq!(
-            slices(&profile, &inventory(eight.clone()), ApiFields::ALL).unwrap()[0]
+        let devices = |n: usize| {
+            inventory(
+                (0..n)
+                    .map(|i| device(&i.to_string(), i, None, true))
+                    .collect(),
+            )
+        };
+        let sets = |slice: &ResourceSlice| -> Vec<String> {
+            slice
                 .spec
                 .shared_counters
-                .as_ref()
-                .unwrap()
-                .len(),
-            MAX_COUNTER_SETS
+                .iter()
+                .flatten()
+                .map(|s| s.name.clone())
+                .collect()
+        };
+        // Eight devices: one counters' slice of eight sets, and 8 x 7 = 56 devices in one.
+        let eight = slices(&profile, &devices(MAX_COUNTER_SETS), ApiFields::ALL).unwrap();
+        assert_eq!(eight.len(), 2);
+        assert_eq!(sets(&eight[0]).len(), MAX_COUNTER_SETS);
+        assert_eq!(eight[1].spec.devices.as_ref().unwrap().len(), 56);
+        // Ten: ten sets in two counters' slices, 70 devices in two devices' slices, the pool
+        // four slices, the counters first.
+        let ten = slices(&profile, &devices(10), ApiFields::ALL).unwrap();
+        let names: Vec<_> = ten
+            .iter()
+            .map(|s| s.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                counters_slice_name("node-a", "demo", 0),
+                counters_slice_name("node-a", "demo", 1),
+                devices_slice_name("node-a", "demo", 0),
+                devices_slice_name("node-a", "demo", 1),
+            ]
         );
-        let mut nine = eight;
-        nine.push(device("8", 8, None, true));
-        let err = slices(&profile, &inventory(nine), ApiFields::ALL).unwrap_err();
+        assert_eq!(
+            names.iter().collect::<BTreeSet<_>>().len(),
+            4,
+            "distinct names"
+        );
+        let per_slice: Vec<usize> = devices_per_slice(&ten)
+            .into_iter()
+            .map(|(_, n)| n)
+            .collect();
+        assert_eq!(per_slice, [0, 0, MAX_DEVICES_WITH_TAINTS, 6]);
+        assert_eq!(sets(&ten[0]).len(), MAX_COUNTER_SETS);
+        assert_eq!(sets(&ten[1]), ["demo-8", "demo-9"]);
+        for slice in &ten[2..] {
+            assert_eq!(
+                slice.spec.shared_counters, None,
+                "devices or counters, never both"
+            );
+        }
+        // Every device consumes a set the pool holds, and each set is its own device's.
+        let held: BTreeSet<String> = ten.iter().flat_map(sets).collect();
+        assert_eq!(held.len(), 10);
+        for slice in &ten[2..] {
+            for (name, (set, _)) in consumed(slice) {
+                assert!(
+                    held.contains(&set),
+                    "{name} consumes {set}, which the pool holds"
+                );
+                let device = name.split('-').nth(1).unwrap();
+                assert_eq!(set, format!("demo-{device}"), "{name}");
+            }
+        }
+        // 32 units in halves to single units: 63 devices per device, so two devices' 126
+        // take two slices.
+        let fine = partitioned_profile(32, "a = 1\nb = 2\nc = 4\nd = 8\ne = 16\n");
+        let two = slices(&fine, &devices(2), ApiFields::ALL).unwrap();
+        assert_eq!(
+            devices_per_slice(&two)
+                .into_iter()
+                .map(|(_, n)| n)
+                .collect::<Vec<_>>(),
+            [0, 64, 62]
+        );
+        // Past the bound: refused, naming the fix.
+        let err = slices(&fine, &devices(17), ApiFields::ALL).unwrap_err();
         assert!(
-            matches!(
-                err,
-                SliceError::TooManyPartitions {
-                    devices: 9,
-                    published: 63,
-                    ..
-                }
-            ),
+            matches!(err, SliceError::TooManyDevices { count: 1071, .. }),
             "{err}"
         );
         assert!(
@@ -1699,45 +1869,14 @@ mod tests {
                 .contains("drop a shape from [partitions.shapes]"),
             "{err}"
         );
-        // 32 units in halves to single units: 63 devices per device, so two are too many.
-        let fine = partitioned_profile(32, "a = 1\nb = 2\nc = 4\nd = 8\ne = 16\n");
-        let one = inventory(vec![device("0", 0, None, true)]);
-        assert_eq!(
-            slices(&fine, &one, ApiFields::ALL).unwrap()[1]
-                .spec
-                .devices
-                .as_ref()
-                .unwrap()
-                .len(),
-            63
-        );
-        let two = inventory(vec![device("0", 0, None, true), device("1", 1, None, true)]);
-        let err = slices(&fine, &two, ApiFields::ALL).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                SliceError::TooManyPartitions {
-                    devices: 2,
-                    published: 126,
-                    ..
-                }
-            ),
-            "{err}"
-        );
-        // Gate off: the whole devices alone fit.
+        // Gate off: the whole devices alone, one slice.
         let off = ApiFields {
             partitionable_devices: false,
             ..ApiFields::ALL
         };
-        assert_eq!(
-            slices(&fine, &two, off).unwrap()[0]
-                .spec
-                .devices
-                .as_ref()
-                .unwrap()
-                .len(),
-            2
-        );
+        let whole = slices(&fine, &devices(17), off).unwrap();
+        assert_eq!(devices_per_slice(&whole)[0].1, 17);
+        assert_eq!(whole.len(), 1);
     }
 
     #[test]

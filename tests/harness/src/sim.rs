@@ -104,6 +104,22 @@ pub fn demo_host(dir: &Path, profiles: &[&str]) -> Result<SimHost> {
     Ok(host)
 }
 
+/// [`demo_host`] with the demo profile and `accels` accelerators (at least [`ACCELS`]'s): the
+/// ones past those are `demo/accel<n>` nodes with the numbers of `ACCELS[n % ACCELS.len()]`.
+pub fn demo_host_with_accels(dir: &Path, accels: usize) -> Result<SimHost> {
+    let host = demo_host(dir, &["demo"])?;
+    for i in ACCELS.len()..accels {
+        let (_, major, minor) = ACCELS[i % ACCELS.len()];
+        mknod(
+            &host.dev_root.join(format!("demo/accel{i}")),
+            major,
+            minor,
+            "0666",
+        )?;
+    }
+    Ok(host)
+}
+
 /// The environment variable naming a `libdemo.so.1.0.0` built beforehand, which [`demo_host`]
 /// copies instead of running gcc: a machine without a compiler (the arm64 guest of
 /// `scripts/arm64-guest.sh`) gets one cross-built by the same source and flags.

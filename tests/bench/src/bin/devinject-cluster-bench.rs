@@ -443,18 +443,7 @@ const PREPARE_RUNS: usize = 30;
 /// device numbers those of [`devinject_tests::sim::ACCELS`] in turn (discovery tells devices
 /// apart by path, and a DRA slice by name).
 fn many_demo_devices(dir: &Path) -> Result<devinject_tests::sim::SimHost> {
-    let host = devinject_tests::sim::demo_host(dir, &["demo"])?;
-    let accels = devinject_tests::sim::ACCELS;
-    for i in accels.len()..CLAIM_SIZES[2] {
-        let (_, major, minor) = accels[i % accels.len()];
-        devinject_tests::sim::mknod(
-            &host.dev_root.join(format!("demo/accel{i}")),
-            major,
-            minor,
-            "0666",
-        )?;
-    }
-    Ok(host)
+    devinject_tests::sim::demo_host_with_accels(dir, CLAIM_SIZES[2])
 }
 
 /// NodePrepareResources at 1, 8 and 32 devices per claim: one node of `devinject-dra` alone
