@@ -77,7 +77,8 @@ use devinject_tests::probe::Report;
 use devinject_tests::runtimes::Release;
 use devinject_tests::scrape;
 use devinject_tests::sim::{
-    assert_demo_granted_exactly, demo_host_with_accels, demo_probe_args, ACCELS, CTL, LIB,
+    assert_demo_granted_exactly, demo_host_with_accels, demo_probe_args, without_partitions,
+    ACCELS, CTL, LIB,
 };
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
@@ -722,7 +723,9 @@ fn a_shared_profile_lets_one_claim_per_replica_hold_the_same_device() {
         },
     );
     // The demo profile shares its one device twice.
-    edit_demo_profile(&mut c, |text| format!("replicas = 2\n{text}"));
+    edit_demo_profile(&mut c, |text| {
+        format!("replicas = 2\n{}", without_partitions(&text))
+    });
     c.wait_resource_slices(2)
         .unwrap_or_else(|e| panic!("a device per share: {e:#}"));
     let mut names: Vec<String> = c
@@ -752,11 +755,6 @@ fn a_shared_profile_lets_one_claim_per_replica_hold_the_same_device() {
     let why = unschedulable(&c, "share-c").expect("the third pod stays unschedulable");
     eprintln!("share-c: {why}");
 }
-
-/// What the partitions test gives the demo profile: its one device whole, as two halves or as
-/// four quarters.
-const PARTITIONS: &str = "\n[partitions]\nunits = 4\nenv = \"DEMO_PARTITION\"\n\
-                          [partitions.shapes]\nhalf = 2\nquarter = 1\n";
 
 /// The demo devices of the partitions test's node: more than one counters' slice holds
 /// (eight sets), and published whole, in halves and in quarters (7 each), more than one
@@ -848,7 +846,7 @@ fn partitions_of_one_device_are_never_allocated_overlapping() {
         return;
     };
     let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
-    let mut c = start_beside(
+    let c = start_beside(
         &release,
         DraBeside::Nothing,
         Shape {
@@ -860,10 +858,8 @@ fn partitions_of_one_device_are_never_allocated_overlapping() {
             ..Shape::default()
         },
     );
-    // The demo profile cuts its devices in halves and quarters, and the partition class comes
-    // with it. The claims name device 0, which the test fills and empties.
-    edit_demo_profile(&mut c, |text| format!("{text}{PARTITIONS}"));
-    c.apply_dra_device_classes().expect("the DeviceClasses");
+    // The shipped demo profile cuts its devices in halves and quarters, and the partition
+    // class comes with it. The claims name device 0, which the test fills and empties.
     c.apply(&pinned_template("whole", DEMO_CLASS, "0", None))
         .expect("template");
     if c.kubernetes().minor() < 36 {
@@ -893,35 +889,31 @@ fn partitions_of_one_device_are_never_allocated_overlapping() {
         assert_demo_granted_exactly(&Report::parse(&out), &["0".to_owned()], &out);
         return;
     }
-    c.wait_resource_slices(PARTITIONED_ACCELS * 7)
-        .unwrap_or_else(|e| panic!("the devices whole, in halves and in quarters: {e:#}"));
-    // The pool: two counters' slices (8 + 2 sets) and two devices' (64 + 6), each naming four.
-    let slices: Value = serde_json::from_str(
-        &c.kubectl(&["get", "resourceslices", "-o", "json"])
-            .expect("slices"),
-    )
-    .unwrap();
-    let pool: Vec<(usize, usize, i64)> = slices["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["spec"]["driver"] == DRA_DRIVER)
-        .map(|s| {
-            let len = |field: &str| s["spec"][field].as_array().map_or(0, Vec::len);
-            (
-                len("sharedCounters"),
-                len("devices"),
-                s["spec"]["pool"]["resourceSliceCount"].as_i64().unwrap(),
-            )
-        })
-        .collect();
-    let mut shapes: Vec<_> = pool
-        .iter()
-        .map(|&(sets, devices, _)| (sets, devices))
-        .collect();
-    shapes.sort();
-    assert_eq!(shapes, [(0, 6), (0, 64), (2, 0), (8, 0)], "{slices:#}");
-    assert!(pool.iter().all(|&(_, _, count)| count == 4), "{pool:?}");
+    // The devices whole, in halves and in quarters: a pool of two counters' slices (8 + 2
+    // sets) and two devices' (64 + 6), each naming four.
+    let mut slices = Value::Null;
+    poll("the partitioned pool's four slices", SLOW, || {
+        slices = serde_json::from_str(&c.kubectl(&["get", "resourceslices", "-o", "json"])?)?;
+        let mut pool: Vec<(usize, usize, i64)> = slices["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["spec"]["driver"] == DRA_DRIVER)
+            .map(|s| {
+                let len = |field: &str| s["spec"][field].as_array().map_or(0, Vec::len);
+                (
+                    len("sharedCounters"),
+                    len("devices"),
+                    s["spec"]["pool"]["resourceSliceCount"]
+                        .as_i64()
+                        .unwrap_or(0),
+                )
+            })
+            .collect();
+        pool.sort();
+        Ok((pool == [(0, 6, 4), (0, 64, 4), (2, 0, 4), (8, 0, 4)]).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{slices:#}\n{}", c.dra_log()));
     c.apply(&partition_template("half", "0", "half"))
         .expect("template");
     c.apply(&partition_template("quarter", "0", "quarter"))
@@ -1043,6 +1035,7 @@ fn sysfs_attributes_reach_the_slice_and_a_health_change_taints_the_device() {
                 .into_iter()
                 .flatten()
                 .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+                .filter(|d| d["attributes"]["partition"].is_null())
                 .filter_map(|d| {
                     d["attributes"]["serial"]["string"]
                         .as_str()
@@ -1765,7 +1758,7 @@ echo \"$DEVINJECT_DEVICE\" >> {}
     .unwrap();
     std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
     let profile = host.profiles_dir.join("demo.toml");
-    let text = std::fs::read_to_string(&profile).unwrap();
+    let text = without_partitions(&std::fs::read_to_string(&profile).unwrap());
     std::fs::write(
         &profile,
         format!(
@@ -2040,7 +2033,11 @@ fn an_admin_access_claim_gets_the_device_another_pod_holds_and_no_other() {
         return;
     };
     let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
-    let c = start(&release, None);
+    let mut c = start(&release, None);
+    // Whole devices only: the scheduler checks a partitioned device's counters for an
+    // admin-access request too (k8s.io/dynamic-resource-allocation's allocator), so admin
+    // access to a partitioned device another claim holds waits (docs/dra.md).
+    edit_demo_profile(&mut c, |text| without_partitions(&text));
     // Device 0, chosen by its `id` attribute, held by an ordinary pod.
     let by_id = |name: &str, namespace: &str, admin: bool| {
         demo_claim_template(name, 1).replace(

@@ -11,7 +11,9 @@ use devinject_tests::kubelet::fake_kubelet::{allocate_request, FakeKubelet};
 use devinject_tests::kubelet::plugin_process::PluginProcess;
 use devinject_tests::probe::Report;
 use devinject_tests::runc::{container_id, describe, Bundle};
-use devinject_tests::sim::{assert_demo_granted_0_1, demo_host, demo_probe_args, SimHost};
+use devinject_tests::sim::{
+    assert_demo_granted_0_1, demo_host, demo_probe_args, without_partitions, SimHost,
+};
 use devinject_tests::skip::require_runc_demo;
 
 const SLOW: Duration = Duration::from_secs(20);
@@ -99,7 +101,7 @@ async fn allocate_answers_make_the_hook_inject_exactly_those_devices() {
         if !a.profile_line.is_empty() {
             let profile = host.profiles_dir.join("demo.toml");
             let text = std::fs::read_to_string(&profile).expect("read demo profile");
-            let edited = text.replacen(
+            let edited = without_partitions(&text).replacen(
                 "[discovery]",
                 &format!("{}\n[discovery]", a.profile_line),
                 1,

@@ -13,7 +13,7 @@ use std::process::Command;
 
 use devinject_cdi::{self as cdi, CdiRequest};
 use devinject_ctl::Action;
-use devinject_tests::sim::mknod;
+use devinject_tests::sim::{mknod, without_partitions};
 use devinject_tests::skip::{require_binary, require_root};
 use support::demo_values::{demo_values, DemoValues};
 
@@ -361,7 +361,7 @@ fn a_profile_with_a_prepare_step_is_not_exported_and_its_old_spec_goes() {
 
     // The profile gains a prepare step: a spec would start the devices unprepared.
     let profile = root.join("etc/devinject/profiles/demo.toml");
-    let mut text = fs::read_to_string(&profile).expect("profile");
+    let mut text = without_partitions(&fs::read_to_string(&profile).expect("profile"));
     text.push_str("\n[prepare]\ncommand = [\"/bin/true\"]\n");
     fs::write(&profile, text).expect("write profile");
     let report = cdi::generate(&request(root)).expect("generate");

@@ -477,6 +477,24 @@ pub fn big_demo_host(dir: &Path, count: usize) -> Result<(SimHost, Vec<DeviceNum
     Ok((host, chosen))
 }
 
+/// Profile text `text` without its `[partitions]` tables: for a test that gives the demo
+/// profile `replicas`, `[capacity]` or `[prepare]`, which a partitioned device cannot have.
+pub fn without_partitions(text: &str) -> String {
+    let mut skipping = false;
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let header = line.trim_start();
+        if header.starts_with('[') {
+            skipping = header.starts_with("[partitions]") || header.starts_with("[partitions.");
+        }
+        if !skipping {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// The function [`add_demo_prepare_step`] loads, and its friendly resource name.
 pub const DEMO_FUNCTION: (&str, &str) = ("nlb3", "devinject.io/demo-nlb3");
 
@@ -490,8 +508,9 @@ pub const DEMO_SLOW_FUNCTION: (&str, u32) = ("slow", 3);
 /// Gives `host`'s demo profile a prepare step (docs/prepare.md) that "programs" a device the
 /// way an FPGA's would: its program writes the function into `<dir>/accelN/function` of a
 /// sysfs-like directory, which it returns. Functions: [`DEMO_FUNCTION`] (with its friendly
-/// name), [`DEMO_BROKEN_FUNCTION`], whose run fails, and [`DEMO_SLOW_FUNCTION`]. Profiles are read per container, so a
-/// running hook, shim or NRI plugin uses it from the next container on.
+/// name), [`DEMO_BROKEN_FUNCTION`], whose run fails, and [`DEMO_SLOW_FUNCTION`]; the profile's
+/// partitions go, as a device with a prepare step has none. Profiles are read per container,
+/// so a running hook, shim or NRI plugin uses it from the next container on.
 pub fn add_demo_prepare_step(host: &SimHost) -> Result<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let sys = host.dir.join("sys/class/demo-fpga");
@@ -511,7 +530,7 @@ pub fn add_demo_prepare_step(host: &SimHost) -> Result<PathBuf> {
     )?;
     std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755))?;
     let profile = host.profiles_dir.join("demo.toml");
-    let mut text = std::fs::read_to_string(&profile)?;
+    let mut text = without_partitions(&std::fs::read_to_string(&profile)?);
     let (function, friendly) = DEMO_FUNCTION;
     text.push_str(&format!(
         "\n[prepare]\ncommand = [\"{}\", \"{}\"]\ntimeout_ms = 5000\n\

@@ -625,7 +625,8 @@ impl Cluster {
         Ok(())
     }
 
-    /// Waits until the ResourceSlices of devinject's DRA driver list `devices` devices in all.
+    /// Waits until the ResourceSlices of devinject's DRA driver list `devices` devices in all,
+    /// partitions not counted ([`Cluster::resource_slice_devices`]).
     pub fn wait_resource_slices(&self, devices: usize) -> Result<()> {
         poll(
             &format!("ResourceSlices listing {devices} devices"),
@@ -636,11 +637,14 @@ impl Cluster {
     }
 
     /// The devices of devinject's DRA driver in the cluster's ResourceSlices, as
-    /// `(pool, device name)`.
+    /// `(pool, device name)`: each device or share, not the partitions of a partitioned
+    /// profile's devices (those with the attribute `partition`, as the shipped demo profile
+    /// publishes on 1.36 and later), which [`Cluster::dra_slice_devices`] lists too.
     pub fn resource_slice_devices(&self) -> Result<Vec<(String, String)>> {
         Ok(self
             .dra_slice_devices()?
             .into_iter()
+            .filter(|(_, d)| d["attributes"][devinject_dra::slices::ATTR_PARTITION].is_null())
             .map(|(pool, d)| (pool, d["name"].as_str().unwrap_or_default().to_owned()))
             .collect())
     }
