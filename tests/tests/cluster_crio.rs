@@ -45,7 +45,7 @@ use devinject_tests::cluster::install::{
 };
 use devinject_tests::cluster::userns::{
     assert_mapped_and_kvm_opened, cdi_user_namespaced_pods_open_kvm, user_namespaced,
-    user_namespaced_pods_ready, OPEN_KVM,
+    user_namespaced_pods_ready, GroupOwnedHostKvm, OPEN_KVM,
 };
 use devinject_tests::cluster::{image, Cluster, Setup, Shape, CDI_CRI_ALLOCATE_MODE, NODE, SLOW};
 use devinject_tests::cri::Cri;
@@ -250,7 +250,7 @@ fn installed_on_crio_from_the_manifests_it_injects_survives_a_restart_and_uninst
     restart_crio_for_the_install(&mut c);
     show_and_run_examples(&c, Via::RuntimeClass);
     if user_namespaced_pods_ready() {
-        user_namespaced_root_opens_kvm(&c, Via::RuntimeClass);
+        user_namespaced_pods_open_kvm(&c, Via::RuntimeClass);
     }
 
     // Asked for tun, sets the kvm request variable itself: refused, naming it.
@@ -338,34 +338,47 @@ fn installed_on_crio_from_the_manifests_it_injects_survives_a_restart_and_uninst
     assert_files_gone(&c);
 }
 
-/// A user-namespaced pod (`hostUsers: false`, so on the node's pod network) asking for kvm,
-/// through the runtime class or (`via` the default runtime) NRI or the hook: the pod's root,
-/// mapped to a host id other than 0, opens `/dev/kvm` (this machine's is `root 0600`, which
-/// the host's node, bound as it is, would refuse there), through the copy of the node devinject
-/// gives it, owned by the ids the pod's namespace maps; the host's node is untouched. On the
-/// runtime class a forger among them (asking for tun, setting `KVM_VISIBLE_DEVICES`) is refused
-/// as anywhere. Seen failing on a node whose kubelet's huge pages were hidden in CRI-O's own
-/// namespace: runc's sysfs mount refused (`EPERM`).
-fn user_namespaced_root_opens_kvm(c: &Cluster, via: Via) {
-    let host = std::fs::metadata("/dev/kvm").unwrap();
-    let name = "userns-kvm";
-    let mut manifest = user_namespaced(&pod(name, "devinject.io/kvm: 1", "", OPEN_KVM), None);
-    if via == Via::DefaultRuntime {
-        manifest = patch(&manifest, "  runtimeClassName: devinject\n", "", 1);
+/// User-namespaced pods (`hostUsers: false`, so on the node's pod network) asking for kvm,
+/// through the runtime class or (`via` the default runtime) NRI or the hook:
+/// - the pod's root, mapped to a host id other than 0, opens `/dev/kvm` (this machine's is
+///   `root 0600`, which the host's node, bound as it is, would refuse there), through the copy
+///   of the node devinject gives it, owned by the ids the pod's namespace maps;
+/// - with the machine's kvm made `root:36 0660`, as distributions ship it
+///   ([`GroupOwnedHostKvm`]), a pod running as uid and gid 1000 (no group 36) opens it too:
+///   its copy has the process's own group. Seen failing with that copy given the node's
+///   group: `Permission denied`.
+///
+/// The host's node is untouched. On the runtime class a forger among them (asking for tun,
+/// setting `KVM_VISIBLE_DEVICES`) is refused as anywhere. Seen failing on a node whose
+/// kubelet's huge pages were hidden in CRI-O's own namespace: runc's sysfs mount refused
+/// (`EPERM`).
+fn user_namespaced_pods_open_kvm(c: &Cluster, via: Via) {
+    let run = |name: &str, user: Option<u32>| {
+        let mut manifest = user_namespaced(&pod(name, "devinject.io/kvm: 1", "", OPEN_KVM), user);
+        if via == Via::DefaultRuntime {
+            manifest = patch(&manifest, "  runtimeClassName: devinject\n", "", 1);
+        }
+        let host = std::fs::metadata("/dev/kvm").unwrap();
+        c.apply(&manifest).expect("create pod");
+        let phase = c.wait_pod_done(name).expect("pod finishes");
+        let out = c.container_log(name, "main").unwrap_or_default();
+        assert_eq!(phase, "Succeeded", "{name} ({via:?}): {out}\n{}", c.logs());
+        assert_eq!(c.pod(name).unwrap()["spec"]["hostUsers"], false);
+        assert_mapped_and_kvm_opened(name, &out, &format!("{via:?}, uid {user:?}"));
+        eprintln!("{name} ({via:?}, uid {user:?}):\n{out}");
+        c.kubectl(&["delete", "pod", name, "--wait=false"]).unwrap();
+        let after = std::fs::metadata("/dev/kvm").unwrap();
+        assert_eq!(
+            (after.uid(), after.gid(), after.mode()),
+            (host.uid(), host.gid(), host.mode()),
+            "the host's /dev/kvm is as it was"
+        );
+    };
+    run("userns-kvm", None);
+    {
+        let _group_owned = GroupOwnedHostKvm::regroup();
+        run("userns-kvm-user", Some(1000));
     }
-    c.apply(&manifest).expect("create pod");
-    let phase = c.wait_pod_done(name).expect("pod finishes");
-    let out = c.container_log(name, "main").unwrap_or_default();
-    assert_eq!(phase, "Succeeded", "{name} ({via:?}): {out}\n{}", c.logs());
-    assert_eq!(c.pod(name).unwrap()["spec"]["hostUsers"], false);
-    assert_mapped_and_kvm_opened(name, &out, &format!("{via:?}"));
-    c.kubectl(&["delete", "pod", name, "--wait=false"]).unwrap();
-    let after = std::fs::metadata("/dev/kvm").unwrap();
-    assert_eq!(
-        (after.uid(), after.gid(), after.mode()),
-        (host.uid(), host.gid(), host.mode()),
-        "the host's /dev/kvm is as it was"
-    );
     if via == Via::RuntimeClass {
         c.apply(&user_namespaced(
             &pod(
@@ -555,7 +568,7 @@ fn installed_through_nri_on_crio_with_no_edit_nor_restart_it_serves_the_examples
     untouched("after the install");
     show_and_run_examples(&c, Via::DefaultRuntime);
     if user_namespaced_pods_ready() {
-        user_namespaced_root_opens_kvm(&c, Via::DefaultRuntime);
+        user_namespaced_pods_open_kvm(&c, Via::DefaultRuntime);
     }
     refuse_kvm_forger(&c);
 
@@ -634,7 +647,7 @@ fn installed_as_a_hooksd_hook_on_crio_it_serves_the_examples_refuses_a_forgery_a
     restart_crio_for_the_install(&mut c);
     show_and_run_examples(&c, Via::DefaultRuntime);
     if user_namespaced_pods_ready() {
-        user_namespaced_root_opens_kvm(&c, Via::DefaultRuntime);
+        user_namespaced_pods_open_kvm(&c, Via::DefaultRuntime);
     }
     refuse_kvm_forger(&c);
 

@@ -117,6 +117,53 @@ pub fn user_namespaced_pods_get_theirs_and_forgers_nothing(
 /// one no pod's process has.
 pub const KVM_GROUP: u32 = 36;
 
+/// The machine's `/dev/kvm` made `root:`[`KVM_GROUP`] `0660`, as distributions ship it, while
+/// this lives, for a path that serves the host's own node (a DaemonSet's device plugin with the
+/// runtime class, the hook or NRI); its owner, group and mode as they were once dropped. The
+/// change widens nothing: group 36 is one no process of the machine has.
+pub struct GroupOwnedHostKvm {
+    uid: u32,
+    gid: u32,
+    mode: u32,
+}
+
+impl GroupOwnedHostKvm {
+    const NODE: &'static str = "/dev/kvm";
+
+    /// Regroups the machine's `/dev/kvm`; panics where it cannot.
+    pub fn regroup() -> Self {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let meta = std::fs::metadata(Self::NODE)
+            .unwrap_or_else(|e| panic!("{}: {e} (the machine must have it)", Self::NODE));
+        let was = Self {
+            uid: meta.uid(),
+            gid: meta.gid(),
+            mode: meta.mode() & 0o7777,
+        };
+        std::os::unix::fs::chown(Self::NODE, Some(0), Some(KVM_GROUP)).expect("chown /dev/kvm");
+        std::fs::set_permissions(Self::NODE, std::fs::Permissions::from_mode(0o660))
+            .expect("chmod /dev/kvm");
+        was
+    }
+}
+
+impl Drop for GroupOwnedHostKvm {
+    fn drop(&mut self) {
+        use std::os::unix::fs::PermissionsExt;
+        let owner = std::os::unix::fs::chown(Self::NODE, Some(self.uid), Some(self.gid));
+        let mode = std::fs::set_permissions(Self::NODE, std::fs::Permissions::from_mode(self.mode));
+        if let Err(e) = owner.and(mode) {
+            eprintln!(
+                "restoring {} to {}:{} {:o}: {e}",
+                Self::NODE,
+                self.uid,
+                self.gid,
+                self.mode
+            );
+        }
+    }
+}
+
 /// Makes `dev_root/<dev>` a node with the numbers of the machine's `/dev/<dev>` (so opening it
 /// opens the kernel's device) and returns them: `0666`, or with `group_only` `root:`
 /// [`KVM_GROUP`] `0660`, as distributions make kvm.
