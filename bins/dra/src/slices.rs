@@ -915,23 +915,14 @@ mod tests {
         ..ApiFields::ALL
     };
 
-    /// The one slice of the pool [`resource_slices`] publishes: a pool of one slice.
-    fn resource_slice(
-        driver: &str,
-        node: &str,
-        profile: &Profile,
-        inventory: &Inventory,
-        generation: i64,
-        fields: ApiFields,
-        state: &DeviceState,
-    ) -> Result<ResourceSlice> {
-        let mut pool =
-            resource_slices(driver, node, profile, inventory, generation, fields, state)?;
+    /// The one slice of `pool`, a pool [`resource_slices`] published as one slice.
+    fn only(pool: Result<Vec<ResourceSlice>>) -> Result<ResourceSlice> {
+        let mut pool = pool?;
         assert_eq!(pool.len(), 1, "a pool of one slice");
         Ok(pool.remove(0))
     }
 
-    /// [`resource_slice`] of the driver `devinject.io`.
+    /// The one slice of the pool [`resource_slices`] publishes for the driver `devinject.io`.
     fn build(
         node: &str,
         profile: &Profile,
@@ -939,7 +930,7 @@ mod tests {
         generation: i64,
         fields: ApiFields,
     ) -> Result<ResourceSlice> {
-        resource_slice(
+        only(resource_slices(
             "devinject.io",
             node,
             profile,
@@ -947,7 +938,7 @@ mod tests {
             generation,
             fields,
             &DeviceState::default(),
-        )
+        ))
     }
 
     fn profile() -> Profile {
@@ -1397,7 +1388,7 @@ mod tests {
             ("0".to_owned(), at("0000:41:00.0", Some(1))),
             ("1".to_owned(), at("0000:42:00.0", Some(0))),
         ]);
-        let slice = resource_slice(
+        let slice = only(resource_slices(
             "devinject.io",
             "n",
             &profile(),
@@ -1408,7 +1399,7 @@ mod tests {
                 locations,
                 ..DeviceState::default()
             },
-        )
+        ))
         .unwrap();
         let devices = slice.spec.devices.unwrap();
         let a = devices[0].attributes.as_ref().unwrap();
@@ -1479,9 +1470,17 @@ mod tests {
             ..DeviceState::default()
         };
         let slice = |profile: &Profile, fields| {
-            resource_slice("devinject.io", "n", profile, &inv, 1, fields, &state)
-                .unwrap()
-                .spec
+            only(resource_slices(
+                "devinject.io",
+                "n",
+                profile,
+                &inv,
+                1,
+                fields,
+                &state,
+            ))
+            .unwrap()
+            .spec
         };
         let spec = slice(&binding, ApiFields::ALL);
         let devices = spec.devices.as_ref().unwrap();
