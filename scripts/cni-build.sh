@@ -47,12 +47,9 @@ go_at_least 1.24.2
 go_pinned_stage "$dir" "$module"
 mkdir -p "$bin"
 echo "cni-build: building the CNI plugins $version with $(go env GOVERSION)" >&2
-(
-  cd "$dir/module"
-  export GOFLAGS=-mod=readonly CGO_ENABLED=0
-  go build -trimpath -ldflags "-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=v$version" \
-    -o "$dir/module/out/" "${pkgs[@]}"
-) || fail "go build of $pkg v$version failed (see above; a checksum mismatch means a module differs from $module/go.sum)"
+go_pinned_build "$dir" "$pkg v$version" \
+  -ldflags "-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=v$version" \
+  -o "$dir/module/out/" "${pkgs[@]}"
 for p in "${plugins[@]}"; do
   name=${p##*/}
   said=$(CNI_COMMAND=VERSION "$dir/module/out/$name" 2>&1) ||

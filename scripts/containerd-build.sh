@@ -49,13 +49,9 @@ go_at_least 1.25.0
 go_pinned_stage "$dir" "$module"
 mkdir -p "$bin"
 echo "containerd-build: building containerd $version with $(go env GOVERSION)" >&2
-(
-  cd "$dir/module"
-  export GOFLAGS=-mod=readonly CGO_ENABLED=0
-  go build -trimpath -tags "$tags" \
-    -ldflags "-s -w -X $pkg/version.Version=v$version -X $pkg/version.Package=$pkg" \
-    -o "$dir/module/out/" "${pkgs[@]}"
-) || fail "go build of $pkg v$version failed (see above; a checksum mismatch means a module differs from $module/go.sum)"
+go_pinned_build "$dir" "$pkg v$version" -tags "$tags" \
+  -ldflags "-s -w -X $pkg/version.Version=v$version -X $pkg/version.Package=$pkg" \
+  -o "$dir/module/out/" "${pkgs[@]}"
 said=$("$dir/module/out/containerd" --version 2>&1) ||
   fail "the built containerd does not answer --version: $said"
 case $said in

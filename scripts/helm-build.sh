@@ -37,12 +37,8 @@ go_at_least "$(sed -n 's/^go //p' "$module/go.mod")"
 go_pinned_stage "$dir" "$module"
 mkdir -p "$bin"
 echo "helm-build: building helm $version with $(go env GOVERSION)" >&2
-(
-  cd "$dir/module"
-  export GOFLAGS=-mod=readonly CGO_ENABLED=0
-  go build -trimpath -ldflags "-s -w -X $pkg/internal/version.version=v$version" \
-    -o "$dir/module/out/helm" "$pkg/cmd/helm"
-) || fail "go build of $pkg v$version failed (see above; a checksum mismatch means a module differs from $module/go.sum)"
+go_pinned_build "$dir" "$pkg v$version" -ldflags "-s -w -X $pkg/internal/version.version=v$version" \
+  -o "$dir/module/out/helm" "$pkg/cmd/helm"
 said=$("$dir/module/out/helm" version --template '{{.Version}}' 2>&1) ||
   fail "the built helm does not answer \`helm version\`: $said"
 [ "$said" = "v$version" ] || fail "the built helm says it is $said, not v$version"

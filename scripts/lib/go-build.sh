@@ -20,7 +20,7 @@ libseccomp_headers() {
 }
 
 # The steps of a build pinned by a go.mod and go.sum of its own (cni-build.sh,
-# containerd-build.sh), with the caller's `fail`:
+# containerd-build.sh, helm-build.sh), with the caller's `fail`:
 #
 #   go_pinned_begin NAME MODULE_DIR SCRIPT [--refresh-sum|--if-built] -- GO_LIST_ARGS...
 #
@@ -28,8 +28,8 @@ libseccomp_headers() {
 # (`go list -deps GO_LIST_ARGS`) and exits. It sets `stamp` (the inputs' checksum: go.mod,
 # go.sum and SCRIPT). The caller then asks `go_pinned_current BINARIES...` whether DIR holds
 # these binaries built from these inputs; before building, `go_pinned_stage` copies the module
-# files into DIR/module (with DIR/module/out for the binaries), and after, `go_pinned_done DIR`
-# records the stamp.
+# files into DIR/module (with DIR/module/out for the binaries), `go_pinned_build` builds there,
+# and after, `go_pinned_done DIR` records the stamp.
 go_pinned_begin() {
   local name=$1 module=$2 script=$3 mode=$4
   shift 4
@@ -61,4 +61,14 @@ go_pinned_stage() {
 # go_pinned_done DIR: records that DIR holds the build of `stamp`'s inputs.
 go_pinned_done() {
   echo "$stamp" >"$1/inputs.sha256"
+}
+
+# go_pinned_build DIR WHAT GO_BUILD_ARGS...: `go build -trimpath GO_BUILD_ARGS` in DIR/module,
+# static (CGO off) and from the pinned modules only (-mod=readonly: a module whose content
+# differs from go.sum fails the build); a failure names WHAT.
+go_pinned_build() {
+  local dir=$1 what=$2
+  shift 2
+  (cd "$dir/module" && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath "$@") ||
+    fail "go build of $what failed (see above; a checksum mismatch means a module differs from its go.sum)"
 }
