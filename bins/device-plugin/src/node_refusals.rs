@@ -188,8 +188,8 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    /// Far beyond an inotify wake, and well short of `RESCAN`: a count that comes within it
-    /// came from an event.
+    /// Far beyond an inotify wake: the watcher has no timer while the directory is watched, so
+    /// a count that comes within it came from an event.
     const WAKE: Duration = Duration::from_secs(10);
 
     fn scrape(registry: &Registry) -> String {

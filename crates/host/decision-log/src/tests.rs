@@ -345,3 +345,69 @@ fn the_follower_waits_for_a_directory_that_is_not_there_yet() {
     record(&dir, &decision("first", Reason::Config)).unwrap();
     assert_eq!(containers(&follower.poll().unwrap()), ["first"]);
 }
+
+/// The syscall `tid` of this process is blocked in, as `/proc` tells it: its number and its
+/// first three arguments; `None` while it runs.
+fn blocked_in(tid: i32) -> Option<(u64, [u64; 3])> {
+    let text =
+        std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).unwrap_or_default();
+    let mut fields = text.split_whitespace();
+    let nr = fields.next()?.parse().ok()?;
+    let mut args = [0; 3];
+    for arg in &mut args {
+        *arg = u64::from_str_radix(fields.next()?.strip_prefix("0x")?, 16).ok()?;
+    }
+    Some((nr, args))
+}
+
+#[test]
+fn a_watched_log_is_waited_for_with_no_timer() {
+    /// Sends the thread's id at each look.
+    struct Looks(std::sync::mpsc::Sender<i32>);
+    impl watcher::Sink for Looks {
+        fn looked(&mut self) {
+            let _ = self.0.send(nix::unistd::gettid().as_raw());
+        }
+        fn read(&mut self, _: Vec<Decision>) {}
+    }
+    // The kernel's numbers of poll(fds, nfds, timeout) and ppoll(fds, nfds, tsp, ...) on this
+    // machine: waiting with no timer is poll's timeout -1 or ppoll's null timespec.
+    let (poll_nr, ppoll_nr) = match std::env::consts::ARCH {
+        "x86_64" => (Some(7), 271),
+        "aarch64" => (None, 73),
+        arch => panic!("no syscall numbers for {arch}"),
+    };
+    let t = log_dir();
+    record(t.path(), &decision("first", Reason::Config)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let watcher = watcher::Watcher::spawn(t.path(), Looks(tx)).unwrap();
+    let tid = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a first look");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (nr, args) = loop {
+        if let Some(call) = blocked_in(tid).filter(|&(nr, _)| Some(nr) == poll_nr || nr == ppoll_nr)
+        {
+            break call;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the watcher's thread never waited in poll"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let forever = if Some(nr) == poll_nr {
+        // An int: the register's low 32 bits.
+        args[2] as u32 as i32 == -1
+    } else {
+        args[2] == 0
+    };
+    assert!(
+        forever,
+        "the watcher's thread waits with a timeout: syscall {nr}, arguments {args:x?}"
+    );
+    // And an event still wakes it.
+    record(t.path(), &decision("second", Reason::Config)).unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(tid));
+    drop(watcher);
+}

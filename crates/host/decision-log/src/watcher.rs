@@ -3,10 +3,11 @@
 //! post it as an Event on its pod), never on a timer of its own and never on a caller's thread.
 //!
 //! The thread reads what was appended ([`Follower`], across rotations), hands it to a [`Sink`],
-//! then waits for an event in the log's directory or for the [`Watcher`] to be dropped. While
-//! the directory does not exist (nothing refused yet) or cannot be watched, it looks again
-//! every [`RETRY`]; while watched, it also looks every [`RESCAN`], for a filesystem that
-//! reports no events. Each wake reads at most [`MAX_POLLS`] times the follower's bounded read;
+//! then waits for an event in the log's directory or for the [`Watcher`] to be dropped, with no
+//! timeout: the writers are processes of this host, whose writes fsnotify reports on every
+//! filesystem, and a queue overflow is an event too. Only while the directory does not exist
+//! (nothing refused yet: the DaemonSet creates it) or cannot be watched does it look again
+//! every [`RETRY`]. Each wake reads at most [`MAX_POLLS`] times the follower's bounded read;
 //! the rest comes at the next. A log rotated twice between two looks loses its older entries
 //! to the sink (the log holds thousands of lines).
 
@@ -24,8 +25,6 @@ use crate::follower::Follower;
 
 /// How often the directory is looked for while it is missing or cannot be watched.
 pub const RETRY: Duration = Duration::from_secs(5);
-/// How often the log is read while watched, events or not.
-pub const RESCAN: Duration = Duration::from_secs(60);
 /// The most follower reads per wake.
 pub const MAX_POLLS: usize = 16;
 
@@ -59,21 +58,22 @@ impl Watcher {
     }
 }
 
-/// Reads what was appended, then waits for an event in the directory, for `stop` to be
-/// closed, or for [`RETRY`] or [`RESCAN`] to pass, and again.
+/// Reads what was appended, then waits for an event in the directory or for `stop` to be
+/// closed (and, while the directory is not watched, for [`RETRY`] to pass), and again.
 fn run(dir: &Path, mut follower: Follower, mut sink: impl Sink, stop: &PipeReader) {
     let mut watch = Watch::new(dir);
     loop {
         catch_up(dir, &mut follower, &mut sink);
-        let timeout = if watch.watching() { RESCAN } else { RETRY };
+        let timeout = if watch.watching() {
+            PollTimeout::NONE
+        } else {
+            PollTimeout::try_from(RETRY).unwrap_or(PollTimeout::MAX)
+        };
         let mut fds = vec![PollFd::new(stop.as_fd(), PollFlags::POLLIN)];
         if let Some(inotify) = &watch.inotify {
             fds.push(PollFd::new(inotify.as_fd(), PollFlags::POLLIN));
         }
-        match poll(
-            &mut fds,
-            PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX),
-        ) {
+        match poll(&mut fds, timeout) {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(error) => {
                 tracing::warn!(%error, "waiting for the decision log: looking again later");
@@ -134,6 +134,7 @@ impl Watch {
         watch
     }
 
+    /// Whether the directory is watched, so that an event wakes the thread.
     fn watching(&self) -> bool {
         self.wd.is_some()
     }
