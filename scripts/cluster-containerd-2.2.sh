@@ -4,9 +4,9 @@
 # (`hostUsers: false`), root and non-root, where CI's containerd 2.1 (Debian's) is refused them
 # by the plugin, naming the way out (docs/nri.md). Debian packages no containerd 2.2, so it is
 # built from its Go module (scripts/containerd-build.sh, about 2 minutes of 2 cores the first
-# time); CI has no time for that build and a second NRI cluster (docs/testing.md). Runs the files
-# marked `containerd22` in tests/tiers.txt on Kubernetes 1.37 and runc 1.4 as in CI, with the
-# built containerd in place of the fetched containerd 2 (the other fetched releases as they are).
+# time). Runs the files marked `containerd22` in tests/tiers.txt on Kubernetes 1.37 and runc 1.4,
+# with the built containerd in place of the fetched containerd 2 (the other fetched releases as
+# they are), as scripts/test.sh does after the cluster tier: this runs that pass alone.
 # Needs root, like the tier. Extra arguments go to cargo test (e.g. `-- --nocapture`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,15 +19,9 @@ DEVINJECT_RUNC=$(scripts/runc-build.sh)
 DEVINJECT_CNI_BIN=$(scripts/cni-build.sh)
 DEVINJECT_VENDOR_STACKS=$(scripts/vendor-stacks-fetch.sh)
 # The fetched releases, containerd 2 replaced by the built one.
-DEVINJECT_RUNTIMES=$PWD/target/runtimes-containerd-2.2
-rm -rf "$DEVINJECT_RUNTIMES" && mkdir -p "$DEVINJECT_RUNTIMES"
-for release in "$fetched"/*/; do
-  release=${release%/}
-  [ -d "$release/bin" ] || continue
-  ln -s "$release" "$DEVINJECT_RUNTIMES/${release##*/}"
-done
-rm -f "$DEVINJECT_RUNTIMES/containerd-2"
-ln -s "$containerd22" "$DEVINJECT_RUNTIMES/containerd-2"
+# shellcheck source=scripts/lib/runtimes-with.sh
+. scripts/lib/runtimes-with.sh
+DEVINJECT_RUNTIMES=$(runtimes_with_containerd22 "$fetched" "$containerd22" "$PWD/target/runtimes-containerd-2.2")
 export DEVINJECT_KUBE_BIN DEVINJECT_RUNC DEVINJECT_CNI_BIN DEVINJECT_RUNTIMES DEVINJECT_VENDOR_STACKS
 # shellcheck source=scripts/lib/tiers.sh
 . scripts/lib/tiers.sh

@@ -27,6 +27,8 @@ cluster=$ci
 # idle, most of it during the cluster tier, whose pods mostly wait.
 # shellcheck source=scripts/lib/background.sh
 . scripts/lib/background.sh
+# shellcheck source=scripts/lib/runtimes-with.sh
+. scripts/lib/runtimes-with.sh
 logs=$PWD/target/background
 mkdir -p "$logs"
 bg_jobs=()
@@ -59,6 +61,12 @@ if $ci || $cluster; then
   background 10 "$logs/runc" "$logs/runc.err" scripts/runc-build.sh
   runc_job=$!
   bg_jobs+=("$runc_job")
+  # containerd 2.2, for the files marked containerd22 after the cluster tier (Debian packages
+  # none: scripts/containerd-build.sh, about two minutes of 2 cores the first time), on what
+  # the other jobs leave idle.
+  background 19 "$logs/containerd22" "$logs/containerd22.err" scripts/containerd-build.sh
+  containerd22_job=$!
+  bg_jobs+=("$containerd22_job")
 fi
 # The stack of today, built from Go modules into caches outside the tree (about 15 minutes of 2
 # cores the first time, then nothing):
@@ -201,6 +209,17 @@ if wait_job "building the stack of today" "$today_job" \
     say "the cluster tier on $("$kube137/kubelet" --version) and $("$runc14" --version | sed -n 1p)"
     DEVINJECT_KUBE_BIN=$kube137 DEVINJECT_RUNC=$runc14 DEVINJECT_CRIO_BIN=$crio_bin cargo test -p devinject-tests --no-fail-fast \
       "${cluster_tier[@]/#/--test=}" || status=$?
+    # The files marked containerd22 again, their nodes on containerd 2.2 (the first whose NRI
+    # applies device rules given without nodes, which user-namespaced pods need: docs/nri.md)
+    # in place of Debian's 2.1; scripts/cluster-containerd-2.2.sh runs this pass alone.
+    mapfile -t containerd22_tier < <(tier containerd22)
+    if wait_job "building containerd 2.2" "$containerd22_job" scripts/containerd-build.sh "$logs/containerd22.err"; then
+      runtimes22=$(runtimes_with_containerd22 "$DEVINJECT_RUNTIMES" "$(cat "$logs/containerd22")" \
+        "$PWD/target/runtimes-containerd-2.2")
+      say "the containerd 2.2 files on $("$runtimes22/containerd-2/bin/containerd" --version)"
+      DEVINJECT_RUNTIMES=$runtimes22 DEVINJECT_KUBE_BIN=$kube137 DEVINJECT_RUNC=$runc14 DEVINJECT_CRIO_BIN=$crio_bin \
+        cargo test -p devinject-tests --no-fail-fast "${containerd22_tier[@]/#/--test=}" || status=$?
+    fi
   else
     echo "test.sh: SKIPPED the cluster tier on Kubernetes 1.37 (runs under CI=true, or with DEVINJECT_CLUSTER=1)"
   fi
