@@ -1028,15 +1028,10 @@ fn sysfs_attributes_reach_the_slice_and_a_health_change_taints_the_device() {
         "the serials in the slice",
         devinject_tests::cluster::SLOW,
         || {
-            let slices: Value =
-                serde_json::from_str(&c.kubectl(&["get", "resourceslices", "-o", "json"])?)?;
-            let serials: Vec<String> = slices["items"]
-                .as_array()
+            let serials: Vec<String> = c
+                .whole_dra_devices()?
                 .into_iter()
-                .flatten()
-                .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
-                .filter(|d| d["attributes"]["partition"].is_null())
-                .filter_map(|d| {
+                .filter_map(|(_, d)| {
                     d["attributes"]["serial"]["string"]
                         .as_str()
                         .map(str::to_owned)

@@ -637,16 +637,22 @@ impl Cluster {
     }
 
     /// The devices of devinject's DRA driver in the cluster's ResourceSlices, as
-    /// `(pool, device name)`: each device or share, not the partitions of a partitioned
-    /// profile's devices (those with the attribute `partition`, as the shipped demo profile
-    /// publishes on 1.36 and later), which [`Cluster::dra_slice_devices`] lists too.
+    /// `(pool, device name)`: those of [`Cluster::whole_dra_devices`].
     pub fn resource_slice_devices(&self) -> Result<Vec<(String, String)>> {
         Ok(self
-            .dra_slice_devices()?
+            .whole_dra_devices()?
             .into_iter()
-            .filter(|(_, d)| d["attributes"][devinject_dra::slices::ATTR_PARTITION].is_null())
             .map(|(pool, d)| (pool, d["name"].as_str().unwrap_or_default().to_owned()))
             .collect())
+    }
+
+    /// [`Cluster::dra_slice_devices`] but the partitions of a partitioned profile's devices
+    /// (those with the attribute `partition`, as the shipped demo profile publishes on 1.36 and
+    /// later): each device or share once.
+    pub fn whole_dra_devices(&self) -> Result<Vec<(String, Value)>> {
+        let mut devices = self.dra_slice_devices()?;
+        devices.retain(|(_, d)| d["attributes"][devinject_dra::slices::ATTR_PARTITION].is_null());
+        Ok(devices)
     }
 
     /// Device `name` of devinject's DRA driver as a ResourceSlice holds it, if one does.
