@@ -94,8 +94,7 @@ bg_jobs+=("$image_job")
 # - the arm64 guest (scripts/arm64-guest.sh build: Debian 12's arm64 kernel, runc, busybox and
 #   glibc, pinned and unpacked into a cache outside the tree, and the hook and the shim
 #   cross-built for aarch64 in the profile above, into target/image-aarch64);
-# - every shipped binary for aarch64 in the same build, the multi-arch
-#   image's arm64 half.
+# - every shipped binary for aarch64 in the same build, the multi-arch image's arm64 half.
 # The arm64 tier boots the guest and pulls the multi-arch image, assembled from both halves, at
 # the end.
 # shellcheck source=scripts/lib/shipped.sh
