@@ -39,12 +39,13 @@ pub fn finish(
     let bytes = read_bounded(stdin, MAX_STATE_BYTES, "OCI state on stdin")?;
     let state = State::parse(&bytes)?;
     seen.container.clone_from(&state.id);
-    if state.status != "creating" || state.pid <= 0 {
+    if !state.is_being_created() {
         return Err(HookError::Stage {
             status: state.status,
         });
     }
-    let spec = Spec::load(&state.bundle)?;
+    let bundle = crate::bundle::locate(&state)?;
+    let spec = Spec::load(&bundle)?;
     seen.annotated(&spec.annotations);
     let paths = args
         .links
@@ -109,7 +110,7 @@ pub fn finish(
         .collect::<Result<Vec<_>, _>>()?;
     let target = Target {
         pid: state.pid,
-        rootfs: spec.rootfs(&state.bundle)?,
+        rootfs: spec.rootfs(&bundle)?,
         bind_nodes: true,
         readonly_rootfs: spec.root.as_ref().is_some_and(|r| r.readonly),
         user: spec.process.as_ref().map(|p| p.user.clone()),

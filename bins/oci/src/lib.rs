@@ -6,7 +6,8 @@
 //! `devinject-admission`; the prepare programs and every forked child run through
 //! `devinject-contained`; the NRI plugin shares both. The exit codes are `devinject-exit`'s.
 //!
-//! - [`oci`]: the OCI state and the parts of `config.json` we read, size-bounded.
+//! - [`oci`]: the OCI state and the parts of `config.json` we read, size-bounded; [`bundle`]:
+//!   where the state's container has its bundle.
 //! - [`inject`]: applying a plan inside the container's mount namespace, safely against a hostile
 //!   rootfs ([`inject::rootfs`]), then [`cgroup_rules`] for the device cgroup.
 //! - [`run`]: one hook invocation; [`error`] maps failures to the documented exit codes;
@@ -17,6 +18,7 @@
 //!
 //! The hook's own unsafe code (the new mount API) is in the private `sys` module.
 
+pub mod bundle;
 pub mod cgroup_rules;
 pub mod error;
 pub mod finish;

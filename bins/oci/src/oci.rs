@@ -78,6 +78,9 @@ pub struct State {
     pub pid: i32,
     /// Absolute path of the bundle.
     pub bundle: PathBuf,
+    /// crun's own field: the spec's `root.path` ([`crate::bundle`]).
+    #[serde(default)]
+    pub root: Option<PathBuf>,
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
 }
@@ -231,6 +234,14 @@ impl State {
             });
         }
         Ok(state)
+    }
+
+    /// Whether the container is between create and start, where the hook runs: status
+    /// `creating`, as the runtime spec and runc pass it to `prestart` and `createRuntime` hooks,
+    /// or `created`, as crun passes it to them; with the pid of its init process. A hook
+    /// configured at `poststart` or `poststop` sees `running` or `stopped`.
+    pub fn is_being_created(&self) -> bool {
+        matches!(self.status.as_str(), "creating" | "created") && self.pid > 0
     }
 }
 
@@ -411,6 +422,32 @@ mod tests {
         )
         .expect("parses");
         assert!(odd.device_node(Path::new("/dev/a")).is_err());
+    }
+
+    /// runc passes `creating` to a createRuntime hook, crun `created` (and its own `root`
+    /// field); a hook at poststart or poststop, or a state without the init's pid, is not
+    /// between create and start.
+    #[test]
+    fn a_container_is_being_created_in_runc_and_crun_states_only() {
+        let runc = br#"{"ociVersion":"1.2.1","id":"c","status":"creating","pid":42,"bundle":"/b"}"#;
+        let crun = br#"{"ociVersion":"1.0","id":"c","pid":42,"root":"/b/rootfs","bundle":"/b","status":"created","annotations":{}}"#;
+        for bytes in [&runc[..], &crun[..]] {
+            let state = State::parse(bytes).unwrap();
+            assert!(state.is_being_created(), "{state:?}");
+        }
+        for (status, pid) in [
+            ("running", 42),
+            ("stopped", 42),
+            ("creating", 0),
+            ("created", -1),
+        ] {
+            let state = State::parse(
+                format!(r#"{{"ociVersion":"1.0.2","id":"c","status":"{status}","pid":{pid},"bundle":"/b"}}"#)
+                    .as_bytes(),
+            )
+            .unwrap();
+            assert!(!state.is_being_created(), "{state:?}");
+        }
     }
 
     #[test]

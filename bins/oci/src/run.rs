@@ -64,7 +64,8 @@ pub fn run(config: &HostConfig, stdin: impl Read, seen: &mut Seen) -> Result<Out
     let bytes = read_bounded(stdin, MAX_STATE_BYTES, "OCI state on stdin")?;
     let state = State::parse(&bytes)?;
     seen.container.clone_from(&state.id);
-    let spec = Spec::load(&state.bundle)?;
+    let bundle = crate::bundle::locate(&state)?;
+    let spec = Spec::load(&bundle)?;
     let mut annotations = spec.annotations.clone();
     annotations.extend(state.annotations.clone());
 
@@ -83,12 +84,12 @@ pub fn run(config: &HostConfig, stdin: impl Read, seen: &mut Seen) -> Result<Out
     let _guard = span.enter();
     // Checked once the container asks for something, and only then: the stage, and where
     // the rootfs is.
-    if state.status != "creating" || state.pid <= 0 {
+    if !state.is_being_created() {
         return Err(HookError::Stage {
             status: state.status.clone(),
         });
     }
-    let rootfs_path = spec.rootfs(&state.bundle)?;
+    let rootfs_path = spec.rootfs(&bundle)?;
     let Some(admitted) = admission.admit(asked, &container, || layout::of_rootfs(&rootfs_path))?
     else {
         return Ok(Outcome::Nothing);
