@@ -21,6 +21,8 @@ if [ "${1:-test}" = test ]; then
     golang-go openssl)
   # libseccomp-dev, pkg-config: runc 1.4's seccomp support, built with cgo (scripts/runc-build.sh)
   want+=(libseccomp-dev pkg-config)
+  # libcap-dev: crun's capability support, built from its source package (scripts/crun-build.sh)
+  want+=(libcap-dev)
   # strace: the hook's lookup count for a fixed request (tests/tests/vendor_nvidia.rs)
   want+=(strace)
   # uidmap: newuidmap and newgidmap, for rootless podman (tests/tests/podman_rootless.rs)
