@@ -38,6 +38,30 @@ pub const NRI_REQUEST_TIMEOUT: &str = "2s";
 /// CRI-O's `nri_plugin_registration_timeout` on a node with NRI on: CRI-O 1.36's default.
 pub const NRI_REGISTRATION_TIMEOUT: &str = "5s";
 
+/// The environment variable naming a crun (scripts/crun-build.sh prints one) that the cluster
+/// tier's CRI-O nodes run in place of the runc under test: as CRI-O's default runtime, and as
+/// the runtime the shim is given.
+pub const CRUN_ENV: &str = "DEVINJECT_CRUN";
+
+/// The crun of [`CRUN_ENV`], when set.
+pub fn crun_binary() -> Option<PathBuf> {
+    let path = PathBuf::from(std::env::var_os(CRUN_ENV).filter(|v| !v.is_empty())?);
+    assert!(
+        path.is_absolute() && path.is_file(),
+        "{CRUN_ENV}={} is not an absolute path to a file (scripts/crun-build.sh prints one)",
+        path.display()
+    );
+    Some(path)
+}
+
+/// The OCI runtime of the cluster tier's CRI-O nodes: [`crun_binary`], else the runc under
+/// test.
+pub fn node_runtime() -> Result<PathBuf> {
+    crun_binary()
+        .or_else(crate::runc::runc_binary)
+        .context("no runc (DEVINJECT_RUNC, or runc on PATH)")
+}
+
 /// The CRI-O binaries (crio, pinns, the loopback plugin): `DEVINJECT_CRIO_BIN`, or
 /// scripts/crio-build.sh's cache. `None` when they are not all there.
 pub fn crio_bin_dir() -> Option<PathBuf> {

@@ -1,6 +1,6 @@
 //! devinject on a Kubernetes node whose runtime is CRI-O (1.36, scripts/crio-build.sh, on
-//! runc 1.4), installed and removed as users do it ([`devinject_tests::cluster`] with
-//! [`Shape::crio`]):
+//! runc 1.4, and in a second pass on crun: `DEVINJECT_CRUN`, scripts/crun-build.sh), installed
+//! and removed as users do it ([`devinject_tests::cluster`] with [`Shape::crio`]):
 //!
 //! 1. the image built by scripts/build-image.sh, loaded into CRI-O's storage;
 //! 2. `kubectl kustomize deploy/overlays/crio` (the install docs' `kubectl apply -k`) with only
@@ -204,17 +204,17 @@ fn installed_on_crio_from_the_manifests_it_injects_survives_a_restart_and_uninst
     let rendered = c
         .kubectl(&["kustomize", &overlay])
         .expect("kubectl kustomize");
-    // The shim's runc: the runc under test (CRI-O's default runtime's), as a CRI-O 1.36 node
-    // has one that supports idmapped mounts. CRI-O tells the kubelet a handler serves
+    // The shim's runtime: CRI-O's default runtime's (the runc under test, or crun), as a CRI-O
+    // 1.36 node has one that supports idmapped mounts. CRI-O tells the kubelet a handler serves
     // user-namespaced pods only when its runtime's `features` says so, and the shim answers
-    // with its runc's; this machine's own runc (1.1) has none.
-    let runc = devinject_tests::runc::runc_binary().unwrap();
+    // with its runtime's; this machine's own runc (1.1) has none.
+    let runtime = devinject_tests::crio::node_runtime().unwrap();
     let manifest = patch(
         &crio_overlay(&rendered),
         "        - --restart-mode=none\n",
         &format!(
             "        - --restart-mode=none\n        - --oci-runtime={}\n",
-            runc.display()
+            runtime.display()
         ),
         1,
     );
@@ -498,14 +498,51 @@ fn uninstall_and_restart_crio(c: &mut Cluster, manifest: &str) {
     c.restart_crio().expect("restart CRI-O");
 }
 
-/// A pod asking for nothing that sets `KVM_VISIBLE_DEVICES` itself is refused, naming the
-/// variable; the pod is then deleted.
-fn refuse_kvm_forger(c: &Cluster) {
+/// What refuses a forger on the default runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refuser {
+    Nri,
+    Hook,
+}
+
+/// A pod asking for nothing that sets `KVM_VISIBLE_DEVICES` itself is refused (`via` NRI or
+/// the hook), naming the variable; the pod is then deleted. runc puts a failing hook's message
+/// in its error, which the pod's status shows; crun only the hook's exit code (9, the request
+/// policy: docs/hook.md), so on crun the message is read where the hook put it, the node's
+/// decision log.
+fn refuse_kvm_forger(c: &Cluster, via: Refuser) {
     c.apply(&kvm_forger("kvm-forger"))
         .expect("apply the forger");
     let refused = c.wait_refusal("kvm-forger").expect("the forger is refused");
-    assert!(refused.contains("KVM_VISIBLE_DEVICES"), "{refused}");
-    eprintln!("kvm-forger: {refused}");
+    match devinject_tests::crio::crun_binary().filter(|_| via == Refuser::Hook) {
+        Some(_) => {
+            assert!(
+                refused.contains("error executing hook") && refused.contains("(exit code: 9)"),
+                "crun names the hook and its exit code: {refused}"
+            );
+            let uid = c.pod("kvm-forger").unwrap()["metadata"]["uid"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            let log = c
+                .node()
+                .in_node_ns("/run/devinject/decisions.log")
+                .and_then(|p| Ok(std::fs::read_to_string(p)?))
+                .unwrap_or_default();
+            let entry = log
+                .lines()
+                .rfind(|l| l.contains("\"path\":\"hook\"") && l.contains(&uid))
+                .unwrap_or_else(|| {
+                    panic!("no hook entry for pod {uid} in the decision log:\n{log}")
+                });
+            assert!(entry.contains("KVM_VISIBLE_DEVICES"), "{entry}");
+            eprintln!("kvm-forger: {refused}\ndecision log: {entry}");
+        }
+        None => {
+            assert!(refused.contains("KVM_VISIBLE_DEVICES"), "{refused}");
+            eprintln!("kvm-forger: {refused}");
+        }
+    }
     c.kubectl(&["delete", "pod", "kvm-forger", "--wait=false"])
         .unwrap();
 }
@@ -570,7 +607,7 @@ fn installed_through_nri_on_crio_with_no_edit_nor_restart_it_serves_the_examples
     if user_namespaced_pods_ready() {
         user_namespaced_pods_open_kvm(&c, Via::DefaultRuntime);
     }
-    refuse_kvm_forger(&c);
+    refuse_kvm_forger(&c, Refuser::Nri);
 
     delete_node_daemonset(&c);
     let uninstall = host_network(&no_critical_priority(&local_image(
@@ -649,7 +686,7 @@ fn installed_as_a_hooksd_hook_on_crio_it_serves_the_examples_refuses_a_forgery_a
     if user_namespaced_pods_ready() {
         user_namespaced_pods_open_kvm(&c, Via::DefaultRuntime);
     }
-    refuse_kvm_forger(&c);
+    refuse_kvm_forger(&c, Refuser::Hook);
 
     c.kubectl(&["-n", NS, "delete", "ds/devinject"]).unwrap();
     let uninstall = patch(

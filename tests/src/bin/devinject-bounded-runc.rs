@@ -4,7 +4,8 @@
 //! kernel knows (`cap_last_cap`), which runc then cannot grant ("unable to apply caps");
 //! containerd gives it those of its own bounding set. On `create` and `run` this does as
 //! containerd does, taking from each capability set of the bundle's config.json what the
-//! caller's bounding set lacks, and execs runc; nothing else changes.
+//! caller's bounding set lacks, and execs the runtime (runc, or crun, which takes the same
+//! arguments); nothing else changes.
 //!
 //! Usage: `devinject-bounded-runc --runtime PATH <runc args...>`
 
@@ -64,7 +65,7 @@ const CAPS: [&str; 41] = [
 
 fn main() -> ExitCode {
     match run() {
-        // `run` only returns on failure: on success it has become runc.
+        // `run` only returns on failure: on success it has become the runtime.
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("devinject-bounded-runc: {e:#}");

@@ -126,6 +126,9 @@ pub struct Node {
     crio: Option<Daemon>,
     /// The CRI-O bin dir of a node on CRI-O; `None`: the node runs containerd.
     crio_bin: Option<PathBuf>,
+    /// What keeps the unified cgroup hierarchy free of controllers for crun
+    /// ([`Node::hold_unified_controllers`]).
+    unified_controllers: Option<Daemon>,
     namespace: Option<Daemon>,
     /// Whether the node's cgroup root was made (and so is removed at teardown).
     cgroup_root_made: bool,
@@ -184,6 +187,7 @@ impl Node {
             containerd_release: None,
             crio: None,
             crio_bin,
+            unified_controllers: None,
             namespace: None,
             cgroup_root_made: false,
             host,
@@ -257,6 +261,7 @@ impl Node {
             self.write_crio_config(setup, &bin)?;
             self.start_namespace(setup)?;
             self.make_cgroup_root()?;
+            self.unified_controllers = self.hold_unified_controllers()?;
             self.crio = Some(self.start_crio(&bin)?);
             return self.start_kubelet(kubernetes, kubeconfig, &self.crio_socket());
         }
@@ -940,6 +945,9 @@ impl Node {
         }
         self.containerd = None;
         self.stop_crio();
+        if let Some(mut holder) = self.unified_controllers.take() {
+            holder.stop();
+        }
         if let Some(mut holder) = self.namespace.take() {
             holder.stop();
         }

@@ -24,8 +24,8 @@ use crate::cluster::{pod_network, Setup, NRI_SOCKET};
 use crate::cri::Cri;
 use crate::cri_node::cdi_generate;
 use crate::crio::{
-    crio_config, crio_nri_settings, load_image, load_test_images, registries_args, registries_conf,
-    write_root_files,
+    crio_config, crio_nri_settings, crun_binary, load_image, load_test_images, node_runtime,
+    registries_args, registries_conf, write_root_files,
 };
 use crate::daemons::{run_ok, Daemon};
 use crate::podman::Podman;
@@ -90,15 +90,16 @@ impl Node {
                 pod_network(&root.join("cni-ipam")),
             )?;
         }
-        // CRI-O's default runtime: runc, through `devinject-bounded-runc` (which see), as a
-        // script because CRI-O gives a runtime no arguments of its own.
+        // CRI-O's default runtime: runc, or crun ([`node_runtime`]), through
+        // `devinject-bounded-runc` (which see), as a script because CRI-O gives a runtime no
+        // arguments of its own.
         let runc = root.join("bounded-runc");
         std::fs::write(
             &runc,
             format!(
                 "#!/bin/sh\nexec '{}' --runtime '{}' \"$@\"\n",
                 bins::bin("devinject-bounded-runc").display(),
-                crate::runc::runc_binary().context("runc")?.display()
+                node_runtime()?.display()
             ),
         )?;
         std::fs::set_permissions(&runc, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
@@ -124,6 +125,49 @@ impl Node {
         let config = self.crio_etc().join("crio.conf");
         std::fs::write(&config, text).with_context(|| format!("write {}", config.display()))?;
         load_test_images(&root, &hooks)
+    }
+
+    /// On a node whose CRI-O runs crun, on a hybrid host: a process holding a cgroup v1
+    /// hierarchy of each controller the unified hierarchy offers, so that it offers none while
+    /// the node runs. crun refuses a hybrid host whose unified hierarchy has controllers ("drop
+    /// all controllers from cgroupv2"), and this machine's hugetlb has no v1 hierarchy, as it
+    /// has on hosts of the v1 layout. A controller belongs to one hierarchy at a time: it leaves
+    /// the unified one while mounted as v1 and returns when the holder's private mount
+    /// namespace, where alone the mounts are, ends. Nothing is mounted where the host or the
+    /// node would see it, so no cgroup is ever made there.
+    pub(super) fn hold_unified_controllers(&self) -> Result<Option<Daemon>> {
+        let unified = Path::new("/sys/fs/cgroup/unified/cgroup.controllers");
+        let controllers = match crun_binary() {
+            Some(_) => std::fs::read_to_string(unified).unwrap_or_default(),
+            None => return Ok(None),
+        };
+        let controllers: Vec<&str> = controllers.split_whitespace().collect();
+        if controllers.is_empty() {
+            return Ok(None);
+        }
+        let dir = self.dir.join("v1-hierarchies");
+        let mut script = String::from("set -e; ");
+        for c in &controllers {
+            std::fs::create_dir_all(dir.join(c))?;
+            script.push_str(&format!(
+                "mount -t cgroup -o {c} devinject-node-{c} \"$0/{c}\"; "
+            ));
+        }
+        script.push_str("exec sleep infinity");
+        let mut cmd = std::process::Command::new("unshare");
+        cmd.args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .arg(&dir);
+        let mut holder = Daemon::start(
+            "v1 hierarchies for crun",
+            cmd,
+            &self.dir.join("v1-hierarchies.log"),
+        )?;
+        holder
+            .wait_ready("the unified hierarchy to offer no controller", || {
+                std::fs::read_to_string(unified).is_ok_and(|c| c.trim().is_empty())
+            })
+            .with_context(|| format!("mounting {controllers:?} as cgroup v1 hierarchies"))?;
+        Ok(Some(holder))
     }
 
     /// Loads the docker-save `archive` into CRI-O's storage.
