@@ -67,6 +67,11 @@ if $ci || $cluster; then
   background 19 "$logs/containerd22" "$logs/containerd22.err" scripts/containerd-build.sh
   containerd22_job=$!
   bg_jobs+=("$containerd22_job")
+  # crun 1.21, for the files marked crun after the cluster tier (Debian 12's 1.8.1 serves no
+  # user-namespaced pod: scripts/crun-build.sh, under a minute of 2 cores the first time).
+  background 19 "$logs/crun" "$logs/crun.err" scripts/crun-build.sh
+  crun_job=$!
+  bg_jobs+=("$crun_job")
 fi
 # The stack of today, built from Go modules into caches outside the tree (about 15 minutes of 2
 # cores the first time, then nothing):
@@ -218,6 +223,15 @@ if wait_job "building the stack of today" "$today_job" \
       say "the containerd 2.2 files on $("$runtimes22/containerd-2/bin/containerd" --version)"
       DEVINJECT_RUNTIMES=$runtimes22 DEVINJECT_KUBE_BIN=$kube137 DEVINJECT_RUNC=$runc14 DEVINJECT_CRIO_BIN=$crio_bin \
         cargo test -p devinject-tests --no-fail-fast "${containerd22_tier[@]/#/--test=}" || status=$?
+    fi
+    # The files marked crun again, their CRI-O nodes on crun (CRI-O's default runtime where
+    # distributions ship it) in place of runc; scripts/cluster-crun.sh runs this pass alone.
+    mapfile -t crun_tier < <(tier crun)
+    if wait_job "building crun" "$crun_job" scripts/crun-build.sh "$logs/crun.err"; then
+      crun=$(cat "$logs/crun")
+      say "the crun files on $("$crun" --version | sed -n 1p)"
+      DEVINJECT_CRUN=$crun DEVINJECT_KUBE_BIN=$kube137 DEVINJECT_RUNC=$runc14 DEVINJECT_CRIO_BIN=$crio_bin \
+        cargo test -p devinject-tests --no-fail-fast "${crun_tier[@]/#/--test=}" || status=$?
     fi
   else
     echo "test.sh: SKIPPED the cluster tier on Kubernetes 1.37 (runs under CI=true, or with DEVINJECT_CLUSTER=1)"

@@ -1,7 +1,7 @@
 # Which test file runs in which pass: tests/tiers.txt, and nowhere else. Sourced by
 # scripts/test.sh and scripts/cluster-1.34.sh from the repository root.
 tiers=tests/tiers.txt
-tier_passes=(suite runc14 crio cluster compat dra containerd22 arm64)
+tier_passes=(suite runc14 crio cluster compat dra containerd22 crun arm64)
 # The stems of the files marked for pass $1, in the order of tests/tiers.txt.
 tier() {
   local stem passes
