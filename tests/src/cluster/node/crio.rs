@@ -130,8 +130,8 @@ impl Node {
     /// On a node whose CRI-O runs crun, on a hybrid host: a process holding a cgroup v1
     /// hierarchy of each controller the unified hierarchy offers, so that it offers none while
     /// the node runs. crun refuses a hybrid host whose unified hierarchy has controllers ("drop
-    /// all controllers from cgroupv2"), and this machine's hugetlb has no v1 hierarchy, as it
-    /// has on hosts of the v1 layout. A controller belongs to one hierarchy at a time: it leaves
+    /// all controllers from cgroupv2"), and this machine's hugetlb has no v1 hierarchy, which
+    /// hosts of the v1 layout give it. A controller belongs to one hierarchy at a time: it leaves
     /// the unified one while mounted as v1 and returns when the holder's private mount
     /// namespace, where alone the mounts are, ends. Nothing is mounted where the host or the
     /// node would see it, so no cgroup is ever made there.
