@@ -128,7 +128,7 @@ pub struct Node {
     crio_bin: Option<PathBuf>,
     /// What keeps the unified cgroup hierarchy free of controllers for crun
     /// ([`Node::hold_unified_controllers`]).
-    unified_controllers: Option<Daemon>,
+    unified_controllers: Option<crio::V1Hierarchies>,
     namespace: Option<Daemon>,
     /// Whether the node's cgroup root was made (and so is removed at teardown).
     cgroup_root_made: bool,
@@ -945,8 +945,8 @@ impl Node {
         }
         self.containerd = None;
         self.stop_crio();
-        if let Some(mut holder) = self.unified_controllers.take() {
-            holder.stop();
+        if let Some(mut held) = self.unified_controllers.take() {
+            held.release();
         }
         if let Some(mut holder) = self.namespace.take() {
             holder.stop();

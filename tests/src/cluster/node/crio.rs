@@ -134,16 +134,32 @@ impl Node {
     /// hosts of the v1 layout give it. A controller belongs to one hierarchy at a time: it leaves
     /// the unified one while mounted as v1 and returns when the holder's private mount
     /// namespace, where alone the mounts are, ends. Nothing is mounted where the host or the
-    /// node would see it, so no cgroup is ever made there.
-    pub(super) fn hold_unified_controllers(&self) -> Result<Option<Daemon>> {
-        let unified = Path::new("/sys/fs/cgroup/unified/cgroup.controllers");
+    /// node would see it, so no cgroup is ever made there. A controller the unified root
+    /// enables for its children (dockerd does, for its `docker` cgroup) cannot move (`EBUSY`):
+    /// it is disabled there first, and enabled again by [`V1Hierarchies::release`].
+    pub(super) fn hold_unified_controllers(&self) -> Result<Option<V1Hierarchies>> {
         let controllers = match crun_binary() {
-            Some(_) => std::fs::read_to_string(unified).unwrap_or_default(),
+            Some(_) => std::fs::read_to_string(Path::new(UNIFIED_ROOT).join("cgroup.controllers"))
+                .unwrap_or_default(),
             None => return Ok(None),
         };
-        let controllers: Vec<&str> = controllers.split_whitespace().collect();
+        let controllers: Vec<String> = controllers.split_whitespace().map(String::from).collect();
         if controllers.is_empty() {
             return Ok(None);
+        }
+        let subtree = Path::new(UNIFIED_ROOT).join("cgroup.subtree_control");
+        let enabled = std::fs::read_to_string(&subtree).unwrap_or_default();
+        let mut held = V1Hierarchies {
+            holder: None,
+            reenable: Vec::new(),
+        };
+        for c in controllers
+            .iter()
+            .filter(|c| enabled.split_whitespace().any(|e| e == c.as_str()))
+        {
+            std::fs::write(&subtree, format!("-{c}"))
+                .with_context(|| format!("disable {c} in {}", subtree.display()))?;
+            held.reenable.push(c.clone());
         }
         let dir = self.dir.join("v1-hierarchies");
         let mut script = String::from("set -e; ");
@@ -164,10 +180,12 @@ impl Node {
         )?;
         holder
             .wait_ready("the unified hierarchy to offer no controller", || {
-                std::fs::read_to_string(unified).is_ok_and(|c| c.trim().is_empty())
+                std::fs::read_to_string(Path::new(UNIFIED_ROOT).join("cgroup.controllers"))
+                    .is_ok_and(|c| c.trim().is_empty())
             })
             .with_context(|| format!("mounting {controllers:?} as cgroup v1 hierarchies"))?;
-        Ok(Some(holder))
+        held.holder = Some(holder);
+        Ok(Some(held))
     }
 
     /// Loads the docker-save `archive` into CRI-O's storage.
@@ -225,5 +243,53 @@ impl Node {
         if let Some(mut c) = self.crio.take() {
             c.stop();
         }
+    }
+}
+
+/// The unified cgroup hierarchy of a hybrid host.
+const UNIFIED_ROOT: &str = "/sys/fs/cgroup/unified";
+
+/// What [`Node::hold_unified_controllers`] changed: the process holding the v1 hierarchies, and
+/// the controllers the unified root enabled for its children before.
+pub(super) struct V1Hierarchies {
+    holder: Option<Daemon>,
+    reenable: Vec<String>,
+}
+
+impl V1Hierarchies {
+    /// Ends the holder and, once its controllers are back in the unified hierarchy, enables
+    /// there what was enabled before.
+    pub(super) fn release(&mut self) {
+        if let Some(mut holder) = self.holder.take() {
+            holder.stop();
+        }
+        if self.reenable.is_empty() {
+            return;
+        }
+        let _ = crate::daemons::poll(
+            "the controllers back in the unified hierarchy",
+            crate::cluster::SLOW,
+            || {
+                let offered =
+                    std::fs::read_to_string(Path::new(UNIFIED_ROOT).join("cgroup.controllers"))?;
+                Ok(self
+                    .reenable
+                    .iter()
+                    .all(|c| offered.split_whitespace().any(|o| o == c))
+                    .then_some(()))
+            },
+        );
+        for c in std::mem::take(&mut self.reenable) {
+            let _ = std::fs::write(
+                Path::new(UNIFIED_ROOT).join("cgroup.subtree_control"),
+                format!("+{c}"),
+            );
+        }
+    }
+}
+
+impl Drop for V1Hierarchies {
+    fn drop(&mut self) {
+        self.release();
     }
 }
