@@ -18,13 +18,14 @@ use crate::oci::{read_bounded, OciError, Spec, State};
 /// The longest runtime command line read: an engine's `create` has a few hundred bytes.
 const MAX_CMDLINE_BYTES: u64 = 64 << 10;
 
-/// The bundle of the container `state` describes.
-pub fn locate(state: &State) -> Result<PathBuf, OciError> {
+/// The bundle of the container `state` describes, and its `config.json`.
+pub fn load(state: &State) -> Result<(PathBuf, Spec), OciError> {
+    let taken = |bundle: &Path| Ok((bundle.to_path_buf(), Spec::load(bundle)?));
     let Some(root) = state.root.as_deref() else {
-        return Ok(state.bundle.clone());
+        return taken(&state.bundle);
     };
     if state.bundle != Path::new("/") || Path::new("/config.json").exists() {
-        return Ok(state.bundle.clone());
+        return taken(&state.bundle);
     }
     let runtime = std::os::unix::process::parent_id();
     let what = format!("/proc/{runtime}/cmdline (the runtime that ran the hook)");
@@ -45,7 +46,7 @@ pub fn locate(state: &State) -> Result<PathBuf, OciError> {
         .ok_or_else(|| unusable(format!("{what} names no absolute --bundle")))?;
     let spec = Spec::load(&bundle)?;
     match spec.root.as_ref().map(|r| r.path.as_path()) {
-        Some(path) if path == root => Ok(bundle),
+        Some(path) if path == root => Ok((bundle, spec)),
         other => Err(unusable(format!(
             "the runtime's --bundle {} has root.path {:?}, not the state's {:?}",
             bundle.display(),
@@ -109,13 +110,27 @@ mod tests {
     /// runc's state names its bundle, and so does crun's when it is not `/`: taken as it is.
     #[test]
     fn a_state_naming_its_bundle_is_taken_as_it_is() {
+        let t = tempfile::tempdir().unwrap();
+        let config = r#"{"ociVersion":"1.1.0","root":{"path":"rootfs"}}"#;
+        std::fs::write(t.path().join("config.json"), config).unwrap();
+        let bundle = t.path().display();
+        for json in [
+            format!(
+                r#"{{"ociVersion":"1.2.1","id":"c","status":"creating","pid":4,"bundle":"{bundle}"}}"#
+            ),
+            format!(
+                r#"{{"ociVersion":"1.0","id":"c","pid":4,"root":"other","bundle":"{bundle}","status":"created"}}"#
+            ),
+        ] {
+            let (found, spec) = load(&state(&json)).unwrap();
+            assert_eq!(found, t.path());
+            assert_eq!(spec.root.unwrap().path, Path::new("rootfs"));
+        }
+        // runc's `/` is taken too: its missing config.json is the error, not the bundle.
         let runc =
             state(r#"{"ociVersion":"1.2.1","id":"c","status":"creating","pid":4,"bundle":"/"}"#);
-        assert_eq!(locate(&runc).unwrap(), Path::new("/"));
-        let crun = state(
-            r#"{"ociVersion":"1.0","id":"c","pid":4,"root":"rootfs","bundle":"/b","status":"created"}"#,
-        );
-        assert_eq!(locate(&crun).unwrap(), Path::new("/b"));
+        let err = load(&runc).unwrap_err().to_string();
+        assert!(err.contains("/config.json"), "{err}");
     }
 
     /// crun's `/` with its `root`: the test runner, the hook's parent here, names no bundle,
@@ -125,7 +140,7 @@ mod tests {
         let crun = state(
             r#"{"ociVersion":"1.0","id":"c","pid":4,"root":"/var/r","bundle":"/","status":"created"}"#,
         );
-        let err = locate(&crun).unwrap_err().to_string();
+        let err = load(&crun).unwrap_err().to_string();
         assert!(
             err.contains("bundle is \"/\"") && err.contains("names no absolute --bundle"),
             "{err}"

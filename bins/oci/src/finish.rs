@@ -25,7 +25,7 @@ use std::io::Read;
 use crate::error::HookError;
 use crate::inject::ldconfig::Ldconfig;
 use crate::inject::{self, Target};
-use crate::oci::{read_bounded, OciError, Spec, State, MAX_STATE_BYTES};
+use crate::oci::{read_bounded, OciError, State, MAX_STATE_BYTES};
 use crate::refusal::Seen;
 
 /// Runs the finish step for the container described by the state on `stdin`; its id goes into
@@ -44,8 +44,7 @@ pub fn finish(
             status: state.status,
         });
     }
-    let bundle = crate::bundle::locate(&state)?;
-    let spec = Spec::load(&bundle)?;
+    let (bundle, spec) = crate::bundle::load(&state)?;
     seen.annotated(&spec.annotations);
     let paths = args
         .links

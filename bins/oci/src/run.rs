@@ -64,8 +64,7 @@ pub fn run(config: &HostConfig, stdin: impl Read, seen: &mut Seen) -> Result<Out
     let bytes = read_bounded(stdin, MAX_STATE_BYTES, "OCI state on stdin")?;
     let state = State::parse(&bytes)?;
     seen.container.clone_from(&state.id);
-    let bundle = crate::bundle::locate(&state)?;
-    let spec = Spec::load(&bundle)?;
+    let (bundle, spec) = crate::bundle::load(&state)?;
     let mut annotations = spec.annotations.clone();
     annotations.extend(state.annotations.clone());
 
