@@ -945,9 +945,8 @@ impl Node {
         }
         self.containerd = None;
         self.stop_crio();
-        if let Some(mut held) = self.unified_controllers.take() {
-            held.release();
-        }
+        // Dropped: the holder ends and the unified root's controllers are enabled again.
+        self.unified_controllers = None;
         if let Some(mut holder) = self.namespace.take() {
             holder.stop();
         }

@@ -136,7 +136,7 @@ impl Node {
     /// namespace, where alone the mounts are, ends. Nothing is mounted where the host or the
     /// node would see it, so no cgroup is ever made there. A controller the unified root
     /// enables for its children (dockerd does, for its `docker` cgroup) cannot move (`EBUSY`):
-    /// it is disabled there first, and enabled again by [`V1Hierarchies::release`].
+    /// it is disabled there first, and enabled again when [`V1Hierarchies`] is dropped.
     pub(super) fn hold_unified_controllers(&self) -> Result<Option<V1Hierarchies>> {
         let controllers = match crun_binary() {
             Some(_) => std::fs::read_to_string(Path::new(UNIFIED_ROOT).join("cgroup.controllers"))
@@ -256,10 +256,10 @@ pub(super) struct V1Hierarchies {
     reenable: Vec<String>,
 }
 
-impl V1Hierarchies {
-    /// Ends the holder and, once its controllers are back in the unified hierarchy, enables
-    /// there what was enabled before.
-    pub(super) fn release(&mut self) {
+/// Ends the holder and, once its controllers are back in the unified hierarchy, enables there
+/// what was enabled before: at the node's teardown, or when mounting failed.
+impl Drop for V1Hierarchies {
+    fn drop(&mut self) {
         if let Some(mut holder) = self.holder.take() {
             holder.stop();
         }
@@ -285,11 +285,5 @@ impl V1Hierarchies {
                 format!("+{c}"),
             );
         }
-    }
-}
-
-impl Drop for V1Hierarchies {
-    fn drop(&mut self) {
-        self.release();
     }
 }
