@@ -279,14 +279,10 @@ pub fn mount_metadata(
     for m in mounts {
         let name = naming::cdi_device(uid, &m.device);
         if let Some(device) = spec.spec.devices.iter_mut().find(|d| d.name == name) {
-            device.container_edits.mounts.push(CdiMount {
-                host_path: host_dir.join(&m.file).display().to_string(),
-                container_path: m.container_path.clone(),
-                options: devinject_devices::Mount::OPTIONS
-                    .iter()
-                    .map(|o| o.to_string())
-                    .collect(),
-            });
+            device.container_edits.mounts.push(CdiMount::read_only_bind(
+                &host_dir.join(&m.file),
+                Path::new(&m.container_path),
+            ));
         }
     }
 }

@@ -162,11 +162,7 @@ pub fn build_spec(
             .edits
             .mounts
             .iter()
-            .map(|m| CdiMount {
-                host_path: host_view(&m.host_path).display().to_string(),
-                container_path: m.container_path.display().to_string(),
-                options: Mount::OPTIONS.iter().map(|o| o.to_string()).collect(),
-            })
+            .map(|m| CdiMount::read_only_bind(&host_view(&m.host_path), &m.container_path))
             .collect(),
         additional_gids: access_groups(&inventory.control_nodes),
     };

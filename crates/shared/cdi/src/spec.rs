@@ -3,7 +3,8 @@
 
 use serde::Serialize;
 
-use devinject_devices::FinishInvocation;
+use devinject_devices::{FinishInvocation, Mount};
+use std::path::Path;
 
 /// A CDI spec (the subset devinject writes).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -86,6 +87,26 @@ pub struct CdiMount {
     pub container_path: String,
     /// Mount options.
     pub options: Vec<String>,
+    /// The mount's type, which the runtime spec leaves optional for a bind mount. Always
+    /// written: crun (1.21 to at least 1.29) reads every mount's type when a user-namespaced
+    /// container joins an existing IPC or PID namespace, as CRI-O's containers join their
+    /// pod's, and crashes on a mount without one. Empty (left out) only for an engine whose
+    /// CDI predates the field ([`crate::version::fit`]).
+    #[serde(rename = "type", skip_serializing_if = "String::is_empty")]
+    pub fs_type: String,
+}
+
+impl CdiMount {
+    /// The read-only bind mount of `host_path` at `container_path`, with the options every
+    /// injected file gets ([`Mount::OPTIONS`]).
+    pub fn read_only_bind(host_path: &Path, container_path: &Path) -> Self {
+        Self {
+            host_path: host_path.display().to_string(),
+            container_path: container_path.display().to_string(),
+            options: Mount::OPTIONS.iter().map(|o| o.to_string()).collect(),
+            fs_type: "bind".into(),
+        }
+    }
 }
 
 /// An entry of `hooks`: an OCI hook the runtime runs for the container.

@@ -20,6 +20,8 @@ pub struct CdiVersion {
 impl CdiVersion {
     /// The first version.
     const BASE: CdiVersion = CdiVersion::new(0, 3, 0);
+    /// The first version with a mount's `type`.
+    const MOUNT_TYPE: CdiVersion = CdiVersion::new(0, 4, 0);
     /// The first version with `hostPath` and device names starting with a digit.
     const HOST_PATH: CdiVersion = CdiVersion::new(0, 5, 0);
     /// The first version with a dot in the kind's class.
@@ -100,6 +102,16 @@ pub fn fit(spec: &mut CdiSpec, newest: CdiVersion) -> Result<Option<String>, Str
             ));
         }
     }
+    if newest < CdiVersion::MOUNT_TYPE {
+        // Runc and the runtimes of that age read a mount without a type as a bind mount.
+        for e in std::iter::once(&mut spec.container_edits)
+            .chain(spec.devices.iter_mut().map(|d| &mut d.container_edits))
+        {
+            for m in &mut e.mounts {
+                m.fs_type.clear();
+            }
+        }
+    }
     let version = min_version(spec);
     if version > newest {
         return Err(format!(
@@ -132,8 +144,13 @@ pub fn min_version(spec: &CdiSpec) -> CdiVersion {
         .devices
         .iter()
         .any(|d| !d.name.starts_with(|c: char| c.is_ascii_alphabetic()));
+    let typed_mounts = edits()
+        .flat_map(|e| e.mounts.iter())
+        .any(|m| !m.fs_type.is_empty());
     if host_paths || digit_names {
         CdiVersion::HOST_PATH
+    } else if typed_mounts {
+        CdiVersion::MOUNT_TYPE
     } else {
         CdiVersion::BASE
     }
@@ -215,6 +232,33 @@ mod tests {
         assert_eq!(fit(&mut kept, CdiVersion::ADDITIONAL_GIDS), Ok(None));
         assert_eq!(kept.cdi_version, "0.7.0");
         assert_eq!(kept.container_edits.additional_gids, [44]);
+    }
+
+    #[test]
+    fn a_typed_mount_needs_0_4_0_and_loses_its_type_for_an_older_engine() {
+        use crate::spec::CdiMount;
+        use std::path::Path;
+        let mut mounted = spec("devinject.io/kvm", &["kvm"], None);
+        mounted.devices[0]
+            .container_edits
+            .mounts
+            .push(CdiMount::read_only_bind(
+                Path::new("/h/lib/libx.so"),
+                Path::new("/usr/lib/libx.so"),
+            ));
+        assert_eq!(min_version(&mounted).to_string(), "0.4.0");
+        let mut older = mounted.clone();
+
+        assert_eq!(fit(&mut mounted, "0.4.0".parse().unwrap()), Ok(None));
+        assert_eq!(mounted.cdi_version, "0.4.0");
+        let text = mounted.to_text();
+        assert!(text.contains("\"type\": \"bind\""), "{text}");
+
+        assert_eq!(fit(&mut older, "0.3.0".parse().unwrap()), Ok(None));
+        assert_eq!(older.cdi_version, "0.3.0");
+        let text = older.to_text();
+        assert!(!text.contains("\"bind\""), "{text}");
+        assert!(text.contains("\"rbind\""), "still a bind mount:\n{text}");
     }
 
     #[test]
