@@ -183,7 +183,6 @@ cargo test -p devinject-tests --no-fail-fast --lib --bins "${suite[@]/#/--test=}
 # the background above; about two minutes the first time on 2 cores): under CI always; locally
 # once scripts/runc-build.sh has built it. The docker case of the hostile matrix is left to the
 # docker tier.
-mapfile -t runc_tier < <(tier runc14)
 if $ci || $cluster; then
   wait_job "building runc 1.4" "$runc_job" scripts/runc-build.sh "$logs/runc.err" && runc14=$(cat "$logs/runc")
 else
@@ -192,46 +191,39 @@ else
 fi
 if [ -n "${runc14:-}" ]; then
   say "the runc tier again on $("$runc14" --version | sed -n 1p) ($runc14)"
-  DEVINJECT_RUNC=$runc14 cargo test -p devinject-tests --no-fail-fast "${runc_tier[@]/#/--test=}" \
-    -- --skip docker_matrix_with_the_shim || status=$?
+  DEVINJECT_RUNC=$runc14 tier_test runc14 -- --skip docker_matrix_with_the_shim || status=$?
 fi
 # CRI-O 1.36 on runc 1.4 (the files marked crio in tests/tiers.txt), and the whole cluster tier
 # (marked cluster) on Kubernetes 1.37, its nodes on containerd 2 and runc 1.4
 # (tests/src/cluster/kubernetes.rs), once the background build is done.
-mapfile -t crio_tier < <(tier crio)
-mapfile -t cluster_tier < <(tier cluster)
 if wait_job "building the stack of today" "$today_job" \
   "scripts/crio-build.sh, scripts/kube-module-build.sh, scripts/cni-build.sh" "$logs/today.err"; then
   crio_bin=$(cat "$logs/crio")
   say "CRI-O on $("$crio_bin/crio" --version | sed -n 1p) and ${runc14:-runc}"
-  DEVINJECT_CRIO_BIN=$crio_bin DEVINJECT_RUNC=${runc14:-} cargo test -p devinject-tests --no-fail-fast \
-    "${crio_tier[@]/#/--test=}" || status=$?
+  DEVINJECT_CRIO_BIN=$crio_bin DEVINJECT_RUNC=${runc14:-} tier_test crio || status=$?
   if $cluster; then
     kube137=$(cat "$logs/kube")
     DEVINJECT_CNI_BIN=$(cat "$logs/cni")
     export DEVINJECT_CNI_BIN
     say "the cluster tier on $("$kube137/kubelet" --version) and $("$runc14" --version | sed -n 1p)"
-    DEVINJECT_KUBE_BIN=$kube137 DEVINJECT_RUNC=$runc14 DEVINJECT_CRIO_BIN=$crio_bin cargo test -p devinject-tests --no-fail-fast \
-      "${cluster_tier[@]/#/--test=}" || status=$?
+    DEVINJECT_KUBE_BIN=$kube137 DEVINJECT_RUNC=$runc14 DEVINJECT_CRIO_BIN=$crio_bin tier_test cluster || status=$?
     # The files marked containerd22 again, their nodes on containerd 2.2 (the first whose NRI
     # applies device rules given without nodes, which user-namespaced pods need: docs/nri.md)
     # in place of Debian's 2.1; scripts/cluster-containerd-2.2.sh runs this pass alone.
-    mapfile -t containerd22_tier < <(tier containerd22)
     if wait_job "building containerd 2.2" "$containerd22_job" scripts/containerd-build.sh "$logs/containerd22.err"; then
       runtimes22=$(runtimes_with_containerd22 "$DEVINJECT_RUNTIMES" "$(cat "$logs/containerd22")" \
         "$PWD/target/runtimes-containerd-2.2")
       say "the containerd 2.2 files on $("$runtimes22/containerd-2/bin/containerd" --version)"
       DEVINJECT_RUNTIMES=$runtimes22 DEVINJECT_KUBE_BIN=$kube137 DEVINJECT_RUNC=$runc14 DEVINJECT_CRIO_BIN=$crio_bin \
-        cargo test -p devinject-tests --no-fail-fast "${containerd22_tier[@]/#/--test=}" || status=$?
+        tier_test containerd22 || status=$?
     fi
     # The files marked crun again, their CRI-O nodes on crun (CRI-O's default runtime where
     # distributions ship it) in place of runc; scripts/cluster-crun.sh runs this pass alone.
-    mapfile -t crun_tier < <(tier crun)
     if wait_job "building crun" "$crun_job" scripts/crun-build.sh "$logs/crun.err"; then
       crun=$(cat "$logs/crun")
       say "the crun files on $("$crun" --version | sed -n 1p)"
       DEVINJECT_CRUN=$crun DEVINJECT_KUBE_BIN=$kube137 DEVINJECT_RUNC=$runc14 DEVINJECT_CRIO_BIN=$crio_bin \
-        cargo test -p devinject-tests --no-fail-fast "${crun_tier[@]/#/--test=}" || status=$?
+        tier_test crun || status=$?
     fi
   else
     echo "test.sh: SKIPPED the cluster tier on Kubernetes 1.37 (runs under CI=true, or with DEVINJECT_CLUSTER=1)"
@@ -240,15 +232,13 @@ fi
 # The arm64 tier: the guest's kernel under qemu-system-aarch64 (about 20 s here), and the
 # multi-arch image through a registry (pulled by docker, containerd and CRI-O): this machine's
 # image binaries and the aarch64 build in the same profile, both built in the background.
-mapfile -t arm64_tier < <(tier arm64)
 if wait_job "building this machine's image binaries" "$image_job" "ONLY_BUILD=1 scripts/build-image.sh" "$logs/image.err" &&
   wait_job "building the arm64 guest or the arm64 binaries" "$arm64_job" \
     "scripts/arm64-guest.sh build, ARCH=aarch64 scripts/release-build.sh" "$logs/arm64.err"; then
   say "the arm64 tier"
   if multiarch=$(NO_BUILD=1 PLATFORMS=linux/amd64,linux/arm64 scripts/build-image.sh 2>"$logs/multiarch.err"); then
     DEVINJECT_ARM64_GUEST=$(cat "$logs/arm64") DEVINJECT_MULTIARCH_IMAGE=$PWD/$multiarch \
-      DEVINJECT_CRIO_BIN=${crio_bin:-} DEVINJECT_RUNC=${runc14:-} cargo test -p devinject-tests --no-fail-fast \
-      "${arm64_tier[@]/#/--test=}" || status=$?
+      DEVINJECT_CRIO_BIN=${crio_bin:-} DEVINJECT_RUNC=${runc14:-} tier_test arm64 || status=$?
   else
     say "assembling the multi-arch image failed (NO_BUILD=1 PLATFORMS=linux/amd64,linux/arm64 scripts/build-image.sh):" >&2
     tail -n 40 "$logs/multiarch.err" >&2

@@ -2,17 +2,55 @@
 # scripts/test.sh and scripts/cluster-1.34.sh from the repository root.
 tiers=tests/tiers.txt
 tier_passes=(suite runc14 crio cluster compat dra containerd22 crun arm64)
-# The stems of the files marked for pass $1, in the order of tests/tiers.txt.
+# The files marked for pass $1, in the order of tests/tiers.txt: a stem per line, with a name
+# filter after it (`<stem> <filter>`) where the mark is `<pass>=<filter>`.
 tier() {
-  local stem passes
+  local stem passes mark
+  local -a marks
   while read -r stem passes _ || [ -n "$stem" ]; do
     case $stem in '' | '#'*) continue ;; esac
-    case ",$passes," in *",$1,"*) echo "$stem" ;; esac
+    IFS=, read -ra marks <<<"$passes"
+    for mark in "${marks[@]}"; do
+      case $mark in
+        "$1") echo "$stem" ;;
+        "$1="*) echo "$stem ${mark#*=}" ;;
+      esac
+    done
   done <"$tiers"
 }
+# Runs pass $1's files with `cargo test -p devinject-tests --no-fail-fast` and the arguments
+# after $1 (cargo's, then `--` and the test binaries'): the files marked `<pass>` together, each
+# marked `<pass>=<filter>` on its own with only its tests whose names contain the filter. Fails
+# when one of the runs does, after all of them.
+tier_test() {
+  local pass=$1 stem filter rc=0
+  shift
+  local -a cargo_args=() test_args=() whole=() line
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do
+    cargo_args+=("$1")
+    shift
+  done
+  [ $# -gt 0 ] && shift
+  test_args=("$@")
+  while read -r stem filter; do
+    if [ -z "$filter" ]; then
+      whole+=("--test=$stem")
+    else
+      line=(cargo test -p devinject-tests --no-fail-fast "${cargo_args[@]}" "--test=$stem" --
+        "$filter" "${test_args[@]}")
+      echo "tiers: ${line[*]}"
+      "${line[@]}" || rc=$?
+    fi
+  done < <(tier "$pass")
+  if [ ${#whole[@]} -gt 0 ]; then
+    cargo test -p devinject-tests --no-fail-fast "${cargo_args[@]}" "${whole[@]}" -- \
+      "${test_args[@]}" || rc=$?
+  fi
+  return "$rc"
+}
 # Before anything is built: every file of tests/tests/ in tests/tiers.txt once, every file there
-# real, every pass one of tier_passes, and no pass but compat empty (`cargo test` given no
-# `--test` runs every file).
+# real, every pass one of tier_passes (its filter a part of a test's name), and no pass but
+# compat empty (`cargo test` given no `--test` runs every file).
 check_tiers() {
   local stem passes extra pass line=0 ok=true
   local -A seen=()
@@ -36,6 +74,21 @@ check_tiers() {
     seen[$stem]=$line
     IFS=, read -ra marked <<<"$passes"
     for pass in "${marked[@]}"; do
+      case $pass in
+        *=*)
+          if ! [[ ${pass#*=} =~ ^[a-z0-9_]+$ ]]; then
+            echo "tiers: $tiers:$line: tests/tests/$stem.rs: '$pass' filters by '${pass#*=}'," \
+              "not by a part of a test's name ([a-z0-9_]+)" >&2
+            ok=false
+          fi
+          case ${pass%%=*} in
+            suite | compat)
+              echo "tiers: $tiers:$line: tests/tests/$stem.rs: the $pass pass runs whole files" \
+                "(give it no filter)" >&2
+              ok=false ;;
+          esac
+          pass=${pass%%=*} ;;
+      esac
       case " ${tier_passes[*]} " in
         *" $pass "*) ;;
         *) echo "tiers: $tiers:$line: tests/tests/$stem.rs: unknown pass '$pass'" \
