@@ -1,5 +1,5 @@
 # Which test file runs in which pass: tests/tiers.txt, and nowhere else. Sourced by
-# scripts/test.sh and scripts/cluster-1.34.sh from the repository root.
+# scripts/test.sh and the scripts/cluster-*.sh scripts from the repository root.
 tiers=tests/tiers.txt
 tier_passes=(suite runc14 crio cluster compat dra containerd22 crun arm64)
 # The files marked for pass $1, in the order of tests/tiers.txt: a stem per line, with a name
