@@ -39,9 +39,9 @@ use std::sync::Mutex;
 
 use devinject_nri::session::REGISTERED;
 use devinject_tests::cluster::install::{
-    assert_files_gone, delete_node_daemonset, host_network, init_output, log_after_new_lines,
-    patch, pods, rollout, run_example, show_and_run_examples, test_overlay, workspace_file,
-    workspace_path, Via, EXAMPLE_IMAGE, NODE_PODS, NS,
+    api_server_reachable, assert_files_gone, delete_node_daemonset, host_network, init_output,
+    log_after_new_lines, patch, pods, rollout, run_example, show_and_run_examples, test_overlay,
+    workspace_file, workspace_path, Via, EXAMPLE_IMAGE, NODE_PODS, NS,
 };
 use devinject_tests::cluster::userns::{
     assert_mapped_and_kvm_opened, cdi_user_namespaced_pods_open_kvm, user_namespaced,
@@ -543,6 +543,12 @@ fn refuse_kvm_forger(c: &Cluster, via: Refuser) {
             eprintln!("kvm-forger: {refused}");
         }
     }
+    // Where the user looks: an Event on the pod, posted by the installed device plugin from
+    // the node's decision log.
+    let note = c
+        .wait_pod_event("kvm-forger", "DeviceRequestRefused")
+        .expect("the refusal is an Event on the pod");
+    assert!(note.contains("KVM_VISIBLE_DEVICES"), "{note}");
     c.kubectl(&["delete", "pod", "kvm-forger", "--wait=false"])
         .unwrap();
 }
@@ -578,10 +584,13 @@ fn installed_through_nri_on_crio_with_no_edit_nor_restart_it_serves_the_examples
     };
     prepare_crio_node(&c, &archive);
 
-    let manifest = host_network(&no_critical_priority(&local_image(
-        &workspace_file("deploy/devinject-nri.yaml"),
-        3,
-    )));
+    let manifest = api_server_reachable(
+        &host_network(&no_critical_priority(&local_image(
+            &workspace_file("deploy/devinject-nri.yaml"),
+            3,
+        ))),
+        c.api_port(),
+    );
     c.apply(&manifest)
         .expect("kubectl apply -f deploy/devinject-nri.yaml");
     let install = init_output(&c, NODE_PODS, "install");
@@ -656,8 +665,11 @@ fn installed_as_a_hooksd_hook_on_crio_it_serves_the_examples_refuses_a_forgery_a
         !rendered.contains("kind: RuntimeClass"),
         "the hook overlay ships no RuntimeClass:\n{rendered}"
     );
-    c.apply(&crio_overlay(&rendered))
-        .expect("kubectl apply -k deploy/overlays/crio-hook");
+    c.apply(&api_server_reachable(
+        &crio_overlay(&rendered),
+        c.api_port(),
+    ))
+    .expect("kubectl apply -k deploy/overlays/crio-hook");
     let install = init_output(&c, NODE_PODS, "install");
     assert!(
         install.contains("systemctl restart crio"),
