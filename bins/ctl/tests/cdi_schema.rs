@@ -84,10 +84,11 @@ fn the_golden_spec_is_read_by_the_cdi_library() {
 
 #[test]
 fn built_specs_declare_the_lowest_version_the_library_computes() {
+    // Each has a library's mount, and a mount's type needs 0.4.0.
     for (root, mode, gid, version) in [
-        ("", 0o666, 0, "0.3.0"),
-        ("/host", 0o666, 0, "0.3.0"),
-        ("", 0o660, 0, "0.3.0"),
+        ("", 0o666, 0, "0.4.0"),
+        ("/host", 0o666, 0, "0.4.0"),
+        ("", 0o660, 0, "0.4.0"),
         ("", 0o660, 44, "0.7.0"),
         ("/host", 0o640, 107, "0.7.0"),
     ] {
