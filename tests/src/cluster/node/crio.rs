@@ -151,6 +151,7 @@ impl Node {
         let enabled = std::fs::read_to_string(&subtree).unwrap_or_default();
         let mut held = V1Hierarchies {
             holder: None,
+            controllers: controllers.clone(),
             reenable: Vec::new(),
         };
         for c in controllers
@@ -161,12 +162,16 @@ impl Node {
                 .with_context(|| format!("disable {c} in {}", subtree.display()))?;
             held.reenable.push(c.clone());
         }
+        // A controller just disabled in the unified root, or just let go by the hierarchy of
+        // an earlier node, is released asynchronously (its cgroups go offline after an RCU
+        // grace period): until then it is busy. Each mount is tried for up to 10 s.
         let dir = self.dir.join("v1-hierarchies");
         let mut script = String::from("set -e; ");
         for c in &controllers {
             std::fs::create_dir_all(dir.join(c))?;
             script.push_str(&format!(
-                "mount -t cgroup -o {c} devinject-node-{c} \"$0/{c}\"; "
+                "n=0; until mount -t cgroup -o {c} devinject-node-{c} \"$0/{c}\"; do \
+                 n=$((n + 1)); [ $n -lt 100 ] || exit 32; sleep 0.1; done; "
             ));
         }
         script.push_str("exec sleep infinity");
@@ -253,18 +258,17 @@ const UNIFIED_ROOT: &str = "/sys/fs/cgroup/unified";
 /// the controllers the unified root enabled for its children before.
 pub(super) struct V1Hierarchies {
     holder: Option<Daemon>,
+    controllers: Vec<String>,
     reenable: Vec<String>,
 }
 
-/// Ends the holder and, once its controllers are back in the unified hierarchy, enables there
-/// what was enabled before: at the node's teardown, or when mounting failed.
+/// Ends the holder and, once its controllers are back in the unified hierarchy (so that the
+/// next node finds them there), enables there what was enabled before: at the node's
+/// teardown, or when mounting failed.
 impl Drop for V1Hierarchies {
     fn drop(&mut self) {
         if let Some(mut holder) = self.holder.take() {
             holder.stop();
-        }
-        if self.reenable.is_empty() {
-            return;
         }
         let _ = crate::daemons::poll(
             "the controllers back in the unified hierarchy",
@@ -273,16 +277,24 @@ impl Drop for V1Hierarchies {
                 let offered =
                     std::fs::read_to_string(Path::new(UNIFIED_ROOT).join("cgroup.controllers"))?;
                 Ok(self
-                    .reenable
+                    .controllers
                     .iter()
                     .all(|c| offered.split_whitespace().any(|o| o == c))
                     .then_some(()))
             },
         );
+        // Offered again is not yet free to enable (the v1 hierarchy's root goes asynchronously).
         for c in std::mem::take(&mut self.reenable) {
-            let _ = std::fs::write(
-                Path::new(UNIFIED_ROOT).join("cgroup.subtree_control"),
-                format!("+{c}"),
+            let _ = crate::daemons::poll(
+                &format!("{c} enabled again in the unified root"),
+                std::time::Duration::from_secs(10),
+                || {
+                    Ok(std::fs::write(
+                        Path::new(UNIFIED_ROOT).join("cgroup.subtree_control"),
+                        format!("+{c}"),
+                    )
+                    .ok())
+                },
             );
         }
     }
