@@ -126,6 +126,18 @@ pub struct CdiHook {
 }
 
 impl CdiSpec {
+    /// Every edit of the spec: its own, then each device's.
+    pub fn edits(&self) -> impl Iterator<Item = &CdiEdits> {
+        std::iter::once(&self.container_edits)
+            .chain(self.devices.iter().map(|d| &d.container_edits))
+    }
+
+    /// [`CdiSpec::edits`], to change.
+    pub fn edits_mut(&mut self) -> impl Iterator<Item = &mut CdiEdits> {
+        std::iter::once(&mut self.container_edits)
+            .chain(self.devices.iter_mut().map(|d| &mut d.container_edits))
+    }
+
     /// The spec as the JSON text of its file: four spaces of indentation and a final newline,
     /// as the engines' JSON files `devinject-ctl` writes.
     pub fn to_text(&self) -> String {

@@ -34,9 +34,7 @@ pub fn validate(spec: &CdiSpec) -> std::result::Result<(), String> {
             return Err(format!("device name {:?} is used twice", d.name));
         }
     }
-    let edits = std::iter::once(&spec.container_edits)
-        .chain(spec.devices.iter().map(|d| &d.container_edits));
-    for e in edits {
+    for e in spec.edits() {
         for n in &e.device_nodes {
             if !n.path.starts_with('/') || n.host_path.as_ref().is_some_and(|h| !h.starts_with('/'))
             {

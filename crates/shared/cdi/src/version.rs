@@ -85,8 +85,8 @@ impl fmt::Display for CdiVersion {
 pub fn fit(spec: &mut CdiSpec, newest: CdiVersion) -> Result<Option<String>, String> {
     let mut left_out = None;
     if newest < CdiVersion::ADDITIONAL_GIDS {
-        let mut gids: Vec<u32> = std::iter::once(&mut spec.container_edits)
-            .chain(spec.devices.iter_mut().map(|d| &mut d.container_edits))
+        let mut gids: Vec<u32> = spec
+            .edits_mut()
             .flat_map(|e| std::mem::take(&mut e.additional_gids))
             .collect();
         gids.sort_unstable();
@@ -104,12 +104,8 @@ pub fn fit(spec: &mut CdiSpec, newest: CdiVersion) -> Result<Option<String>, Str
     }
     if newest < CdiVersion::MOUNT_TYPE {
         // Runc and the runtimes of that age read a mount without a type as a bind mount.
-        for e in std::iter::once(&mut spec.container_edits)
-            .chain(spec.devices.iter_mut().map(|d| &mut d.container_edits))
-        {
-            for m in &mut e.mounts {
-                m.fs_type.clear();
-            }
+        for m in spec.edits_mut().flat_map(|e| e.mounts.iter_mut()) {
+            m.fs_type.clear();
         }
     }
     let version = min_version(spec);
@@ -126,25 +122,23 @@ pub fn fit(spec: &mut CdiSpec, newest: CdiVersion) -> Result<Option<String>, Str
 
 /// The lowest CDI version that holds what `spec` uses.
 pub fn min_version(spec: &CdiSpec) -> CdiVersion {
-    let edits = || {
-        std::iter::once(&spec.container_edits)
-            .chain(spec.devices.iter().map(|d| &d.container_edits))
-    };
-    if edits().any(|e| !e.additional_gids.is_empty()) {
+    if spec.edits().any(|e| !e.additional_gids.is_empty()) {
         return CdiVersion::ADDITIONAL_GIDS;
     }
     let class = spec.kind.split_once('/').map_or("", |(_, c)| c);
     if class.contains('.') {
         return CdiVersion::DOTTED_CLASS;
     }
-    let host_paths = edits()
+    let host_paths = spec
+        .edits()
         .flat_map(|e| e.device_nodes.iter())
         .any(|n| n.host_path.is_some());
     let digit_names = spec
         .devices
         .iter()
         .any(|d| !d.name.starts_with(|c: char| c.is_ascii_alphabetic()));
-    let typed_mounts = edits()
+    let typed_mounts = spec
+        .edits()
         .flat_map(|e| e.mounts.iter())
         .any(|m| !m.fs_type.is_empty());
     if host_paths || digit_names {
