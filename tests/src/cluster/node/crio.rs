@@ -139,15 +139,14 @@ impl Node {
     /// it is disabled there first, and enabled again when [`V1Hierarchies`] is dropped.
     pub(super) fn hold_unified_controllers(&self) -> Result<Option<V1Hierarchies>> {
         let controllers = match crun_binary() {
-            Some(_) => std::fs::read_to_string(Path::new(UNIFIED_ROOT).join("cgroup.controllers"))
-                .unwrap_or_default(),
+            Some(_) => std::fs::read_to_string(unified("cgroup.controllers")).unwrap_or_default(),
             None => return Ok(None),
         };
         let controllers: Vec<String> = controllers.split_whitespace().map(String::from).collect();
         if controllers.is_empty() {
             return Ok(None);
         }
-        let subtree = Path::new(UNIFIED_ROOT).join("cgroup.subtree_control");
+        let subtree = unified("cgroup.subtree_control");
         let enabled = std::fs::read_to_string(&subtree).unwrap_or_default();
         let mut held = V1Hierarchies {
             holder: None,
@@ -185,7 +184,7 @@ impl Node {
         )?;
         holder
             .wait_ready("the unified hierarchy to offer no controller", || {
-                std::fs::read_to_string(Path::new(UNIFIED_ROOT).join("cgroup.controllers"))
+                std::fs::read_to_string(unified("cgroup.controllers"))
                     .is_ok_and(|c| c.trim().is_empty())
             })
             .with_context(|| format!("mounting {controllers:?} as cgroup v1 hierarchies"))?;
@@ -251,8 +250,10 @@ impl Node {
     }
 }
 
-/// The unified cgroup hierarchy of a hybrid host.
-const UNIFIED_ROOT: &str = "/sys/fs/cgroup/unified";
+/// File `name` of the root of a hybrid host's unified cgroup hierarchy.
+fn unified(name: &str) -> PathBuf {
+    Path::new("/sys/fs/cgroup/unified").join(name)
+}
 
 /// What [`Node::hold_unified_controllers`] changed: the process holding the v1 hierarchies, and
 /// the controllers the unified root enabled for its children before.
@@ -274,8 +275,7 @@ impl Drop for V1Hierarchies {
             "the controllers back in the unified hierarchy",
             crate::cluster::SLOW,
             || {
-                let offered =
-                    std::fs::read_to_string(Path::new(UNIFIED_ROOT).join("cgroup.controllers"))?;
+                let offered = std::fs::read_to_string(unified("cgroup.controllers"))?;
                 Ok(self
                     .controllers
                     .iter()
@@ -288,13 +288,7 @@ impl Drop for V1Hierarchies {
             let _ = crate::daemons::poll(
                 &format!("{c} enabled again in the unified root"),
                 std::time::Duration::from_secs(10),
-                || {
-                    Ok(std::fs::write(
-                        Path::new(UNIFIED_ROOT).join("cgroup.subtree_control"),
-                        format!("+{c}"),
-                    )
-                    .ok())
-                },
+                || Ok(std::fs::write(unified("cgroup.subtree_control"), format!("+{c}")).ok()),
             );
         }
     }
