@@ -269,7 +269,8 @@ pub fn build<'a>(
 
 /// Adds to `spec` the mounts of claim `uid`'s device metadata files (in `host_dir`, a host
 /// path) that belong to its devices: each on the CDI device of the request's first device,
-/// read-only.
+/// read-only. The spec's `cdiVersion` then declares what a typed mount needs, or CDI would
+/// refuse the whole spec.
 pub fn mount_metadata(
     spec: &mut ClaimSpec,
     uid: &str,
@@ -285,6 +286,7 @@ pub fn mount_metadata(
             ));
         }
     }
+    spec.spec.cdi_version = min_version(&spec.spec).to_string();
 }
 
 /// Writes `spec` into the CDI directory (created when missing), replacing an earlier version
@@ -429,6 +431,7 @@ pub fn shown_path(ctx: &SpecContext, file_name: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkpoint::MetadataMount;
     use devinject_devices::driver_files::DriverLibrary;
     use devinject_devices::{Device, DeviceId, DeviceKind, DeviceNode};
     use std::os::unix::fs::{symlink, PermissionsExt};
@@ -564,6 +567,41 @@ DEMO_DRIVER_VERSION = "1.0"
         assert_eq!(spec.cdi_device_ids.len(), 2);
         // Additional gids need CDI 0.7.0.
         assert_eq!(spec.spec.cdi_version, "0.7.0");
+    }
+
+    #[test]
+    fn a_metadata_mount_raises_the_declared_version_to_what_it_needs() {
+        // A UID starting with a letter, no libraries and no group: nothing else needs more
+        // than CDI 0.3.0.
+        let uid = "ab5e6f4c-2a7d-4f1e-9c3b-1d2e3f4a5b6c";
+        let mut plain = inventory();
+        for n in plain.devices.iter_mut().flat_map(|d| d.nodes.iter_mut()) {
+            n.gid = 0;
+        }
+        let mut spec = build(
+            &ctx(Path::new("/")),
+            uid,
+            &profile(),
+            &plain,
+            &DriverFiles::default(),
+            &pairs(&[("demo-0", "0")]),
+        )
+        .unwrap();
+        assert_eq!(spec.spec.cdi_version, "0.3.0");
+        let mount = MetadataMount {
+            device: "demo-0".into(),
+            file: "m.json".into(),
+            container_path: "/var/run/dra-device-attributes/m.json".into(),
+        };
+        mount_metadata(
+            &mut spec,
+            uid,
+            &[mount],
+            Path::new("/run/devinject/metadata"),
+        );
+        assert_eq!(spec.spec.devices[0].container_edits.mounts.len(), 1);
+        assert_eq!(spec.spec.cdi_version, "0.4.0");
+        assert_eq!(validate(&spec.spec), Ok(()));
     }
 
     #[test]

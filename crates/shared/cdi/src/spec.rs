@@ -169,9 +169,10 @@ impl CdiHook {
 pub(crate) mod sample {
     use super::*;
 
-    /// A spec with one node per named device, for the version and validation tests.
+    /// A spec with one node per named device, for the version and validation tests, declaring
+    /// the lowest version that holds it.
     pub(crate) fn spec(kind: &str, names: &[&str], host_path: Option<&str>) -> CdiSpec {
-        CdiSpec {
+        let mut spec = CdiSpec {
             cdi_version: String::new(),
             kind: kind.to_string(),
             devices: names
@@ -195,6 +196,8 @@ pub(crate) mod sample {
                 })
                 .collect(),
             container_edits: CdiEdits::default(),
-        }
+        };
+        spec.cdi_version = crate::version::min_version(&spec).to_string();
+        spec
     }
 }

@@ -1,9 +1,10 @@
 //! The rules CDI's parser enforces, checked before a spec is written.
 
 use crate::spec::CdiSpec;
+use crate::version::{min_version, CdiVersion};
 
-/// Checks the rules CDI's parser enforces on what we write: the kind, device names, absolute
-/// paths, known hook stages, at least one device.
+/// Checks the rules CDI's parser enforces on what we write: a `cdiVersion` that holds what the
+/// spec uses, the kind, device names, absolute paths, known hook stages, at least one device.
 pub fn validate(spec: &CdiSpec) -> std::result::Result<(), String> {
     let (vendor, class) = spec
         .kind
@@ -24,6 +25,16 @@ pub fn validate(spec: &CdiSpec) -> std::result::Result<(), String> {
     }
     if spec.devices.is_empty() {
         return Err("a spec needs at least one device".to_string());
+    }
+    // CDI refuses a spec whose fields are newer than its `cdiVersion` says ("the spec version
+    // must be at least"): the engine would then resolve none of its devices.
+    let declared: CdiVersion = spec.cdi_version.parse().map_err(|e| format!("{e}"))?;
+    let needed = min_version(spec);
+    if declared < needed {
+        return Err(format!(
+            "it declares cdiVersion {declared} but uses what CDI {needed} brings: declare at \
+             least {needed}"
+        ));
     }
     let mut names = std::collections::BTreeSet::new();
     for d in &spec.devices {
@@ -73,8 +84,11 @@ pub fn validate(spec: &CdiSpec) -> std::result::Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
     use crate::spec::sample::spec;
+    use crate::spec::CdiMount;
 
     #[test]
     fn validation_rejects_what_cdi_rejects() {
@@ -85,5 +99,25 @@ mod tests {
         assert!(validate(&spec("devinject.io/kvm", &["a", "a"], None)).is_err());
         assert!(validate(&spec("devinject.io/kvm", &[], None)).is_err());
         assert!(validate(&spec("devinject.io/kvm", &["k"], Some("rel"))).is_err());
+    }
+
+    #[test]
+    fn a_version_lower_than_the_spec_needs_is_refused_naming_both() {
+        let mut mounted = spec("devinject.io/kvm", &["kvm"], None);
+        mounted.devices[0]
+            .container_edits
+            .mounts
+            .push(CdiMount::read_only_bind(
+                Path::new("/h/m"),
+                Path::new("/c/m"),
+            ));
+        let err = validate(&mounted).expect_err("declared 0.3.0, uses a mount's type");
+        assert!(err.contains("0.3.0") && err.contains("0.4.0"), "{err}");
+        mounted.cdi_version = "0.4.0".into();
+        assert_eq!(validate(&mounted), Ok(()));
+        mounted.cdi_version = "latest".into();
+        assert!(validate(&mounted)
+            .expect_err("no version")
+            .contains("latest"));
     }
 }
