@@ -200,4 +200,18 @@ pub(crate) mod sample {
         spec.cdi_version = crate::version::min_version(&spec).to_string();
         spec
     }
+
+    /// [`spec`] of one device `kvm` that also mounts a library, still declaring the version
+    /// that held it before the mount.
+    pub(crate) fn mounted() -> CdiSpec {
+        let mut spec = spec("devinject.io/kvm", &["kvm"], None);
+        spec.devices[0]
+            .container_edits
+            .mounts
+            .push(CdiMount::read_only_bind(
+                std::path::Path::new("/h/lib/libx.so"),
+                std::path::Path::new("/usr/lib/libx.so"),
+            ));
+        spec
+    }
 }

@@ -84,11 +84,8 @@ pub fn validate(spec: &CdiSpec) -> std::result::Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use super::*;
-    use crate::spec::sample::spec;
-    use crate::spec::CdiMount;
+    use crate::spec::sample::{mounted, spec};
 
     #[test]
     fn validation_rejects_what_cdi_rejects() {
@@ -103,14 +100,7 @@ mod tests {
 
     #[test]
     fn a_version_lower_than_the_spec_needs_is_refused_naming_both() {
-        let mut mounted = spec("devinject.io/kvm", &["kvm"], None);
-        mounted.devices[0]
-            .container_edits
-            .mounts
-            .push(CdiMount::read_only_bind(
-                Path::new("/h/m"),
-                Path::new("/c/m"),
-            ));
+        let mut mounted = mounted();
         let err = validate(&mounted).expect_err("declared 0.3.0, uses a mount's type");
         assert!(err.contains("0.3.0") && err.contains("0.4.0"), "{err}");
         mounted.cdi_version = "0.4.0".into();

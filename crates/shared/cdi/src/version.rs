@@ -230,16 +230,7 @@ mod tests {
 
     #[test]
     fn a_typed_mount_needs_0_4_0_and_loses_its_type_for_an_older_engine() {
-        use crate::spec::CdiMount;
-        use std::path::Path;
-        let mut mounted = spec("devinject.io/kvm", &["kvm"], None);
-        mounted.devices[0]
-            .container_edits
-            .mounts
-            .push(CdiMount::read_only_bind(
-                Path::new("/h/lib/libx.so"),
-                Path::new("/usr/lib/libx.so"),
-            ));
+        let mut mounted = crate::spec::sample::mounted();
         assert_eq!(min_version(&mounted).to_string(), "0.4.0");
         let mut older = mounted.clone();
 
