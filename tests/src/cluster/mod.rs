@@ -50,6 +50,7 @@ pub mod install;
 pub mod kubernetes;
 pub mod node;
 pub mod pki;
+pub mod pod_state;
 pub mod userns;
 
 pub use kubernetes::Kubernetes;
@@ -931,7 +932,17 @@ impl Cluster {
                 .to_owned();
             Ok(matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase))
         })
-        .map_err(|e| e.context(self.logs()))
+        .map_err(|e| self.pod_wait_failed(name, e))
+    }
+
+    /// A wait on pod `name` that failed (`e`), with where the pod stands first
+    /// ([`pod_state::pod_state`]), then the cluster's logs.
+    fn pod_wait_failed(&self, name: &str, e: anyhow::Error) -> anyhow::Error {
+        let state = match self.pod(name) {
+            Ok(pod) => pod_state::pod_state(&pod),
+            Err(read) => format!("pod {name} could not be read: {read:#}"),
+        };
+        e.context(format!("{state}\n{}", self.logs()))
     }
 
     /// Waits until `check` finds what it wants in pod `name`'s JSON.
@@ -944,7 +955,7 @@ impl Cluster {
         poll(&format!("pod {name}: {what}"), SLOW, || {
             Ok(check(&self.pod(name)?))
         })
-        .map_err(|e| e.context(self.logs()))
+        .map_err(|e| self.pod_wait_failed(name, e))
     }
 
     /// Waits until pod `name`'s main container is refused by devinject, and returns the refusal
@@ -979,7 +990,7 @@ impl Cluster {
             let events: Value = serde_json::from_str(&text).context("parse kubectl's events")?;
             Ok(events["items"][0]["message"].as_str().map(str::to_owned))
         })
-        .map_err(|e| e.context(self.logs()))
+        .map_err(|e| self.pod_wait_failed(name, e))
     }
 
     /// The output of container `container` of pod `name` in the default namespace (see
