@@ -15,12 +15,14 @@
 //! [`nodes`] makes device nodes for a simulated `/dev`.
 //!
 //! [`docs`] reads the tables the docs keep of what the code defines (exit codes), for the tests
-//! that hold them in step.
+//! that hold them in step; [`doc_names`] checks that every path and Rust path the docs name
+//! names something.
 //!
 //! This crate has no dependencies, so that the lowest crates (devices, cgroup) can use it as a
 //! dev-dependency without a cycle.
 #![warn(missing_docs)]
 
+pub mod doc_names;
 pub mod docs;
 pub mod nodes;
 pub mod processes;
