@@ -21,9 +21,10 @@ tier() {
 # Runs pass $1's files with `cargo test -p devinject-tests --no-fail-fast` and the arguments
 # after $1 (cargo's, then `--` and the test binaries'): the files marked `<pass>` together, each
 # marked `<pass>=<filter>` on its own with only its tests whose names contain the filter. Fails
-# when one of the runs does, after all of them.
+# when one of the runs does, or when a filtered run ran no test (cargo exits 0 on a filter that
+# matches nothing: a renamed test would leave its pass empty and green), after all of them.
 tier_test() {
-  local pass=$1 stem filter rc=0
+  local pass=$1 stem filter rc=0 status ran log
   shift
   local -a cargo_args=() test_args=() whole=() line
   while [ $# -gt 0 ] && [ "$1" != -- ]; do
@@ -39,7 +40,21 @@ tier_test() {
       line=(cargo test -p devinject-tests --no-fail-fast "${cargo_args[@]}" "--test=$stem" --
         "$filter" "${test_args[@]}")
       echo "tiers: ${line[*]}"
-      "${line[@]}" || rc=$?
+      log=$(mktemp)
+      # The run's output goes by as it runs and into $log, its status through a file: the
+      # pipeline's own status is tee's (or, under pipefail, also cargo's, ending a set -e caller).
+      { status=0; "${line[@]}" || status=$?; echo "$status" >"$log.status"; } | tee "$log"
+      status=$(cat "$log.status")
+      # Each test binary's summary: `test result: ok. N passed; M failed; ...`.
+      ran=$(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed;.*/\1 \2/p' \
+        "$log" | awk '{ n += $1 + $2 } END { print n + 0 }')
+      rm -f "$log" "$log.status"
+      [ "$status" -eq 0 ] || rc=$status
+      if [ "$status" -eq 0 ] && [ "$ran" -eq 0 ]; then
+        echo "tiers: the $pass pass ran no test of tests/tests/$stem.rs: $tiers marks it" \
+          "$pass=$filter and none of its tests' names contains '$filter'" >&2
+        rc=1
+      fi
     fi
   done < <(tier "$pass")
   if [ ${#whole[@]} -gt 0 ]; then

@@ -18,6 +18,9 @@
 //! that hold them in step; [`doc_names`] checks that every path and Rust path the docs name
 //! names something.
 //!
+//! Its own tests also hold `tier_test` of scripts/lib/tiers.sh, the runner of each pass of
+//! tests/tiers.txt, to failing a filtered pass that runs no test.
+//!
 //! This crate has no dependencies, so that the lowest crates (devices, cgroup) can use it as a
 //! dev-dependency without a cycle.
 #![warn(missing_docs)]
@@ -26,6 +29,8 @@ pub mod doc_names;
 pub mod docs;
 pub mod nodes;
 pub mod processes;
+#[cfg(test)]
+mod tier_runner;
 
 use std::io::Write;
 use std::path::Path;
