@@ -1,5 +1,5 @@
 //! The product on a real cluster ([`devinject_tests::cluster`]): Kubernetes' control plane and
-//! kubelet (1.36, and 1.20.2 for compatibility), containerd over CRI with the `devinject` runtime
+//! kubelet (1.37, and 1.20.2 for compatibility), containerd over CRI with the `devinject` runtime
 //! written by `devinject-ctl`, and the real device plugin, which the kubelet reaches over gRPC-Go
 //! (its `:authority` is the socket path on 1.20, `localhost` since 1.26). Pods ask for
 //! `devinject.io/demo` through resource limits:
@@ -16,7 +16,7 @@
 //! - the policy's pod-resources question is answered by `Get` on a kubelet >= 1.34, by `List` on
 //!   1.20, with the checkpoint's devices;
 //! - a device gone while a pod holds it shows as Unhealthy in that pod's
-//!   `allocatedResourcesStatus` on 1.36 (absent on 1.20).
+//!   `allocatedResourcesStatus` on 1.37 (absent on 1.20).
 //!
 //! Needs root, containerd, runc, openssl, unshare, nsenter and the Kubernetes binaries
 //! (scripts/kube-build.sh; scripts/test.sh builds them); skipped otherwise, a failure under CI.

@@ -1,5 +1,5 @@
 //! DRA on NVIDIA's real 535 user space (tests/tests/vendor_nvidia.rs's node, as the node of a
-//! real Kubernetes 1.36 cluster on containerd 2, `devinject-dra` its DRA driver): a pod's claim
+//! real Kubernetes 1.37 cluster on containerd 2, `devinject-dra` its DRA driver): a pod's claim
 //! of the `nvidia` DeviceClass gets the GPU, every part of the driver (a claim's spec, as a CDI
 //! spec, cannot read the container's env), and the image's newer CUDA compat libcuda first in
 //! the linker cache. Part of the cluster tier (scripts/test.sh).

@@ -1,5 +1,5 @@
 //! The paths with nothing of devinject's in the runtime, end to end on a real cluster
-//! ([`devinject_tests::cluster`]): Kubernetes 1.36 on containerd 2 (and the compatibility
+//! ([`devinject_tests::cluster`]): Kubernetes 1.37 on containerd 2 (and the compatibility
 //! release 1.20.2 on containerd 1.7, Debian 13's), pods naming no RuntimeClass and running on the
 //! default runtime, plain runc.
 //!

@@ -1,4 +1,4 @@
-//! devinject installed as a DRA driver on a real Kubernetes 1.36 cluster
+//! devinject installed as a DRA driver on a real Kubernetes 1.37 cluster (1.34 in the `dra` pass)
 //! ([`devinject_tests::cluster`], [`Setup::DaemonSetDra`]) the way users install it, and removed
 //! the same way:
 //!

@@ -2,7 +2,7 @@
 //! users install it, with no engine configuration edit and no engine restart, and removed the
 //! same way:
 //!
-//! 1. the node's containerd is containerd 2 on Kubernetes 1.36 (the 1.7 release on 1.20) with NRI
+//! 1. the node's containerd is containerd 2 on Kubernetes 1.37 (the 1.7 release on 1.20) with NRI
 //!    enabled on its default socket
 //!    ([`Setup::DaemonSetNri`]), nothing of devinject on the node; the image built by
 //!    scripts/build-image.sh (which ships `devinject-nri`) is imported into it;
