@@ -14,6 +14,9 @@
 //!
 //! [`nodes`] makes device nodes for a simulated `/dev`.
 //!
+//! [`sockets`] counts the TCP connections a server in this process holds, for tests that check
+//! its descriptors stay within its cap.
+//!
 //! [`docs`] reads the tables the docs keep of what the code defines (exit codes), for the tests
 //! that hold them in step; [`doc_names`] checks that every path and Rust path the docs name
 //! names something.
@@ -29,6 +32,7 @@ pub mod doc_names;
 pub mod docs;
 pub mod nodes;
 pub mod processes;
+pub mod sockets;
 #[cfg(test)]
 mod tier_runner;
 
