@@ -1,42 +1,54 @@
-//! `GET /metrics` over plain HTTP/1.x, served by threads of its own.
+//! `GET /metrics` over plain HTTP/1.x, served by a thread of its own.
 //!
-//! # Why threads and not an HTTP library
+//! # Why one thread and `poll(2)`, not an HTTP library
 //! The NRI plugin, one of the four components, has no async runtime and must not grow one
 //! (its requests are each served on a thread within containerd's budget), and the endpoint
 //! has one path, no body to read and few clients (Prometheus, every 15 to 60 s, a pair of
-//! them at most, and a person with `curl`). Blocking threads are all that takes, and one
-//! implementation serves all four components, the tokio ones included, without touching their
-//! runtimes: a scrape never competes with a kubelet call for a runtime's thread. Its cost is
-//! one thread idle in `accept` between scrapes, one short-lived thread per connection, and the
-//! encoding of the registry per scrape.
+//! them at most, and a person with `curl`). One thread serves all four components, the tokio
+//! ones included, without touching their runtimes: a scrape never competes with a kubelet call
+//! for a runtime's thread. It waits in `poll(2)` on the listener and on every open connection,
+//! all of them non-blocking, so no connection, however idle or slow, keeps it from accepting
+//! and answering the next one (a thread per connection would let as many idle clients as
+//! there are threads hold them all, and the next scrape wait in the kernel's backlog). Its
+//! cost is one thread idle in `poll` between scrapes and the encoding of the registry per
+//! scrape.
 //!
 //! # Bounds
 //! Anything that reaches the pod's IP can connect, so no client may hold the endpoint:
-//! - each connection has **one deadline**, [`Limits::deadline`] (5 s) from its accept, for
-//!   reading the request head and writing the answer together: every read and write blocks at
-//!   most until then, so a client that sends its head a byte at a time or never reads its
-//!   answer is closed at the deadline, however it paces its bytes;
-//! - at most [`Limits::connections`] (4) connections are served at once, by as many threads
-//!   started with the endpoint; one accepted over the cap **closes the oldest connection that
-//!   has sent no request head** for [`Limits::grace`] (1 s: `shutdown`, which wakes its thread
-//!   at once), or else waits for one to end. So idle or slow clients keep a new scrape waiting
-//!   a second at most, and scrapes arriving together never cut each other's answers (an answer
-//!   being written is bounded by the deadline). The newest is kept, not refused: refusing it
-//!   would let a few idle connections, opened again as they are closed, refuse every scrape;
-//! - a request head of at most [`MAX_HEAD`] bytes (then 431).
+//! - every connection is **accepted as it comes**, never left in the kernel's backlog behind
+//!   others, and read at once: a scraper sends its request head with its connection, so it
+//!   is most often answered on its accept;
+//! - at most [`Limits::connections`] (64) are open; one more that is not answered on its
+//!   accept **closes the oldest connection that has not sent its whole request head**, or,
+//!   when every one has, the oldest being answered (a reader slower than any scraper). The
+//!   newest is kept, not refused: refusing it would let a few idle connections, opened again
+//!   as they are closed, refuse every scrape. So however many connect, the endpoint holds the
+//!   listener's descriptor and the cap's (and for a moment the one it accepts), and a scrape
+//!   is closed unanswered only when, before its head comes, the cap is full of connections
+//!   newer than it or being answered;
+//! - a connection's request head must be whole within [`Limits::head`] (2 s) of its accept
+//!   and its answer written within [`Limits::deadline`] (5 s) of it: a client that sends its
+//!   head a byte at a time or never reads its answer is closed then, however it paces its
+//!   bytes;
+//! - a request head of at most [`MAX_HEAD`] bytes (then 431): an open connection holds its
+//!   head read so far or its answer, never both.
 //!
 //! Every answer closes its connection. Only `GET` and `HEAD` of [`PATH`] answer 200; another
 //! path is 404, another method 405, a head that is not HTTP 400. A collector in the registry
-//! must not block on I/O: the answer is encoded on the connection's thread within its deadline
-//! (the device plugin's decision-log counts are kept up to date by a thread of their own).
-//! docs/security.md has the row for this endpoint.
+//! must not block on I/O: the answer is encoded on the endpoint's thread, between two turns of
+//! its loop (the device plugin's decision-log counts are kept up to date by a thread of their
+//! own). docs/security.md has the row for this endpoint, docs/benchmarks.md (section 22) the
+//! latency of a scrape beside idle connections.
 
 use std::collections::VecDeque;
-use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
 
@@ -51,25 +63,29 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 pub const MAX_HEAD: usize = 8 * 1024;
 /// The pause after a failed `accept` (out of descriptors, say), so that the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// Bytes read from a connection at a time: a scraper's whole head.
+const READ_CHUNK: usize = 4096;
 
-/// How long a connection may live and how many are served at once.
+/// How long a connection may live and how many are open at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
+    /// From a connection's accept to its request head read whole. A scraper sends its head
+    /// with its connection: this is for a lost segment sent again, not for a slow client.
+    pub head: Duration,
     /// From a connection's accept to its answer written (the head read included).
     pub deadline: Duration,
-    /// Connections served at once, each by one of as many threads.
+    /// Connections open at once; one more closes the oldest still without its head.
     pub connections: usize,
-    /// How long a connection may wait for its request head before a newer connection, finding
-    /// every thread busy, may close it.
-    pub grace: Duration,
 }
 
 impl Default for Limits {
+    /// 2 s for the head, 5 s in all, 64 connections: a descriptor each, within the 1024 a
+    /// container's soft limit may be, and at most a head or an answer each in memory.
     fn default() -> Self {
         Limits {
+            head: Duration::from_secs(2),
             deadline: Duration::from_secs(5),
-            connections: 4,
-            grace: Duration::from_secs(1),
+            connections: 64,
         }
     }
 }
@@ -92,7 +108,7 @@ pub enum EndpointError {
     Thread(std::io::Error),
 }
 
-/// A running endpoint. Its threads serve until the process exits.
+/// A running endpoint. Its thread serves until the process exits.
 #[derive(Debug)]
 pub struct Endpoint {
     address: SocketAddr,
@@ -110,35 +126,36 @@ pub fn serve(address: SocketAddr, registry: Arc<Registry>) -> Result<Endpoint, E
     serve_with(address, registry, Limits::default())
 }
 
-/// Binds `address` and serves `registry` there within `limits`, on threads of its own.
+/// Binds `address` and serves `registry` there within `limits`, on a thread of its own.
 pub fn serve_with(
     address: SocketAddr,
     registry: Arc<Registry>,
     limits: Limits,
 ) -> Result<Endpoint, EndpointError> {
-    let listener =
-        TcpListener::bind(address).map_err(|source| EndpointError::Bind { address, source })?;
-    let bound = listener
-        .local_addr()
-        .map_err(|source| EndpointError::Bind { address, source })?;
+    let bind = |source| EndpointError::Bind { address, source };
+    let listener = TcpListener::bind(address).map_err(bind)?;
+    let bound = listener.local_addr().map_err(bind)?;
+    // Accepted until the backlog is empty, never waited on alone.
+    listener.set_nonblocking(true).map_err(bind)?;
     let limits = Limits {
         connections: limits.connections.max(1),
         ..limits
     };
-    let live = Arc::new(Live::default());
-    let (jobs, queue) = std::sync::mpsc::channel::<Job>();
-    let queue = Arc::new(Mutex::new(queue));
-    for _ in 0..limits.connections {
-        let (live, queue, registry) =
-            (Arc::clone(&live), Arc::clone(&queue), Arc::clone(&registry));
-        std::thread::Builder::new()
-            .name("metrics-conn".into())
-            .spawn(move || work(&live, &queue, &registry))
-            .map_err(EndpointError::Thread)?;
-    }
+    let server = Server {
+        listener,
+        registry,
+        limits,
+        open: VecDeque::with_capacity(limits.connections),
+        failures: AcceptFailures::new(
+            "accepting a metrics connection",
+            ACCEPT_BACKOFF,
+            ACCEPT_BACKOFF,
+        ),
+        paused_until: None,
+    };
     std::thread::Builder::new()
         .name("metrics".into())
-        .spawn(move || accept_loop(&listener, &live, &jobs, limits))
+        .spawn(move || server.run())
         .map_err(EndpointError::Thread)?;
     tracing::info!(address = %bound, path = PATH, "serving metrics");
     Ok(Endpoint { address: bound })
@@ -159,219 +176,263 @@ pub fn start(address: MetricsAddress, registry: Registry) -> Option<Endpoint> {
         .ok()
 }
 
-/// The connections being served, oldest first, each with a handle to shut it down.
-#[derive(Debug, Default)]
-struct Live {
-    slots: Mutex<VecDeque<Slot>>,
-    /// Signalled when a connection's thread is done with it.
-    ended: Condvar,
-}
-
-#[derive(Debug)]
-struct Slot {
-    id: u64,
-    stream: TcpStream,
-    accepted: Instant,
-    /// Its request head has come: it is being answered, which ends by the deadline.
-    answering: bool,
-    closed: bool,
-}
-
-/// One accepted connection, for a serving thread.
-struct Job {
-    id: u64,
-    stream: TcpStream,
-    peer: SocketAddr,
-    deadline: Instant,
-}
-
-/// The longest pause of the accept loop between two looks at the connections it waits on.
-const ROOM_POLL: Duration = Duration::from_millis(100);
-
-impl Live {
-    fn lock(&self) -> MutexGuard<'_, VecDeque<Slot>> {
-        self.slots
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Makes room for one more connection while `limits.connections` are served: shuts down the
-    /// oldest one still without its request head after `limits.grace` (an idle or slow client:
-    /// its thread ends at once, its reads failing), or else waits for one to end. A connection
-    /// being answered is never cut: its answer is written by its deadline at the latest, and a
-    /// scraper's within a millisecond, while a client that sent nothing for the grace period
-    /// is not a scraper.
-    fn make_room(&self, limits: &Limits) {
-        let mut slots = self.lock();
-        // A connection shut down no longer counts: its thread is done with it at once.
-        while slots.iter().filter(|s| !s.closed).count() >= limits.connections {
-            let now = Instant::now();
-            let waiting = |s: &&mut Slot| !s.closed && !s.answering;
-            if let Some(oldest) = slots
-                .iter_mut()
-                .filter(waiting)
-                .find(|s| now.duration_since(s.accepted) >= limits.grace)
-            {
-                oldest.closed = true;
-                let peer = oldest.stream.peer_addr().ok();
-                // Already gone when the client closed it first: nothing to shut down.
-                let _ = oldest.stream.shutdown(Shutdown::Both);
-                tracing::debug!(
-                    ?peer,
-                    "metrics connections at their cap: closed the oldest without a request"
-                );
-                continue;
-            }
-            // Until a connection ends, or the next one without its head passes its grace.
-            let pause = slots
-                .iter()
-                .filter(|s| !s.closed && !s.answering)
-                .map(|s| (s.accepted + limits.grace).saturating_duration_since(now))
-                .min()
-                .unwrap_or(ROOM_POLL)
-                .clamp(Duration::from_millis(1), ROOM_POLL);
-            slots = self
-                .ended
-                .wait_timeout(slots, pause)
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .0;
-        }
-    }
-
-    fn answering(&self, id: u64) {
-        if let Some(slot) = self.lock().iter_mut().find(|s| s.id == id) {
-            slot.answering = true;
-        }
-    }
-
-    fn remove(&self, id: u64) {
-        self.lock().retain(|s| s.id != id);
-        self.ended.notify_all();
-    }
-}
-
-/// Takes a connection's slot out of [`Live`] when its thread is done, however it ends.
-struct Served<'a> {
-    live: &'a Live,
-    id: u64,
-}
-
-impl Drop for Served<'_> {
-    fn drop(&mut self) {
-        self.live.remove(self.id);
-    }
-}
-
-/// A serving thread: answers the connections the accept loop hands over, one at a time, until
-/// the loop is gone. The threads live as long as the endpoint, so a connection costs no
-/// thread start.
-fn work(live: &Live, queue: &Mutex<std::sync::mpsc::Receiver<Job>>, registry: &Registry) {
-    loop {
-        let job = {
-            let queue = queue
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            queue.recv()
-        };
-        let Ok(job) = job else { return };
-        let _served = Served { live, id: job.id };
-        if let Err(error) = answer(&job.stream, registry, job.deadline, || {
-            live.answering(job.id)
-        }) {
-            tracing::debug!(peer = %job.peer, %error, "metrics request");
-        }
-    }
-}
-
-fn accept_loop(
-    listener: &TcpListener,
-    live: &Live,
-    jobs: &std::sync::mpsc::Sender<Job>,
+/// The endpoint's thread: the listener, the open connections and what paces failed accepts.
+struct Server {
+    listener: TcpListener,
+    registry: Arc<Registry>,
     limits: Limits,
-) {
-    let mut next_id = 0u64;
-    let mut failures = AcceptFailures::new(
-        "accepting a metrics connection",
-        ACCEPT_BACKOFF,
-        ACCEPT_BACKOFF,
-    );
-    loop {
-        let (stream, peer) = match listener.accept() {
-            Ok(accepted) => accepted,
-            Err(error) => {
-                std::thread::sleep(failures.failed(&error, Instant::now()));
-                continue;
+    /// Oldest first.
+    open: VecDeque<Connection>,
+    failures: AcceptFailures,
+    /// After a failed accept, the listener is left alone until then.
+    paused_until: Option<Instant>,
+}
+
+impl Server {
+    /// Serves until the process exits: each turn waits in `poll` for the listener or an open
+    /// connection to be ready, or the next connection to pass its deadline; then closes the
+    /// connections past theirs, lets each ready one read or write what it can, and accepts.
+    fn run(mut self) {
+        let mut ready = Vec::new();
+        loop {
+            let now = Instant::now();
+            self.close_overdue(now);
+            if self.paused_until.is_some_and(|until| now >= until) {
+                self.paused_until = None;
             }
+            ready.clear();
+            {
+                let listen = if self.paused_until.is_none() {
+                    PollFlags::POLLIN
+                } else {
+                    PollFlags::empty()
+                };
+                let mut fds = Vec::with_capacity(self.open.len() + 1);
+                fds.push(PollFd::new(self.listener.as_fd(), listen));
+                fds.extend(
+                    self.open
+                        .iter()
+                        .map(|c| PollFd::new(c.stream.as_fd(), c.interest())),
+                );
+                match poll(&mut fds, self.timeout(now)) {
+                    Ok(_) => {}
+                    Err(Errno::EINTR) => continue,
+                    Err(errno) => {
+                        // Only for a kernel out of memory: nothing to wait on, so a pause.
+                        tracing::warn!(error = %errno, "waiting on the metrics connections");
+                        std::thread::sleep(ACCEPT_BACKOFF);
+                        continue;
+                    }
+                }
+                // A flag the crate does not know of is still news: the connection's read or
+                // write says what it is.
+                ready.extend(fds.iter().map(|fd| fd.any().unwrap_or(true)));
+            }
+            // The open connections first: a head that came is answered before anything newer
+            // can take its place.
+            let registry = &*self.registry;
+            let mut woken = ready[1..].iter();
+            self.open
+                .retain_mut(|c| !woken.next().copied().unwrap_or(false) || c.turn(registry));
+            if ready[0] {
+                self.accept_some();
+            }
+        }
+    }
+
+    /// Until the next connection is due, or the pause of the accepts ends; forever when
+    /// neither (rounded up to the millisecond `poll` counts in, so that it never wakes early
+    /// and spins).
+    fn timeout(&self, now: Instant) -> PollTimeout {
+        let due = self.open.iter().map(|c| c.due(&self.limits));
+        let Some(next) = due.chain(self.paused_until).min() else {
+            return PollTimeout::NONE;
         };
-        let accepted = Instant::now();
-        live.make_room(&limits);
-        let Ok(handle) = stream.try_clone() else {
-            tracing::debug!(%peer, "metrics connection: cannot hold a handle to it");
-            continue;
-        };
-        next_id += 1;
-        let id = next_id;
-        live.lock().push_back(Slot {
-            id,
-            stream: handle,
-            accepted,
-            answering: false,
-            closed: false,
+        let millis = next
+            .saturating_duration_since(now)
+            .as_micros()
+            .div_ceil(1000);
+        PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX)
+    }
+
+    fn close_overdue(&mut self, now: Instant) {
+        let limits = self.limits;
+        self.open.retain(|c| {
+            let open = now < c.due(&limits);
+            if !open {
+                tracing::debug!(
+                    peer = %c.peer,
+                    head = c.waiting_for_head(),
+                    "metrics connection past its deadline: closed"
+                );
+            }
+            open
         });
-        let job = Job {
-            id,
-            stream,
-            peer,
-            deadline: accepted + limits.deadline,
-        };
-        if jobs.send(job).is_err() {
-            // Every serving thread is gone (none can end but by a panic): nothing serves.
-            live.remove(id);
-            tracing::error!("the metrics threads are gone: serving no more metrics");
+    }
+
+    /// Accepts what the backlog holds, half the cap at most, so that a flood of connections
+    /// cannot starve the open ones of their turn.
+    fn accept_some(&mut self) {
+        for _ in 0..(self.limits.connections / 2).max(1) {
+            match self.listener.accept() {
+                Ok((stream, peer)) => {
+                    self.failures.succeeded();
+                    self.admit(stream, peer);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                // The client gave up while it waited in the backlog: the next one.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::Interrupted | ErrorKind::ConnectionAborted
+                    ) => {}
+                Err(error) => {
+                    let now = Instant::now();
+                    self.paused_until = Some(now + self.failures.failed(&error, now));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Gives a new connection its first turn, and keeps it, within the cap, when that did not
+    /// end it.
+    fn admit(&mut self, stream: TcpStream, peer: SocketAddr) {
+        if let Err(error) = stream.set_nonblocking(true) {
+            tracing::debug!(%peer, %error, "metrics connection: cannot make it non-blocking");
             return;
         }
+        let mut connection = Connection {
+            stream,
+            peer,
+            accepted: Instant::now(),
+            state: State::Head(Vec::new()),
+        };
+        // A scraper sent its head with its connection, and one that waited in the backlog sent
+        // it long ago: most are answered here and never count against the cap.
+        if !connection.turn(&self.registry) {
+            return;
+        }
+        while self.open.len() >= self.limits.connections {
+            self.close_for_room();
+        }
+        self.open.push_back(connection);
+    }
+
+    /// Closes the oldest connection still waiting for its head, or else the oldest being
+    /// answered: one that sent its head and has not read its answer is slower than a scraper.
+    fn close_for_room(&mut self) {
+        let oldest = self
+            .open
+            .iter()
+            .position(Connection::waiting_for_head)
+            .unwrap_or(0);
+        if let Some(closed) = self.open.remove(oldest) {
+            tracing::debug!(
+                peer = %closed.peer,
+                head = closed.waiting_for_head(),
+                "metrics connections at their cap: closed the oldest"
+            );
+        }
     }
 }
 
-/// A connection whose every read and write blocks until its deadline at most.
-struct Deadlined<'a> {
-    stream: &'a TcpStream,
-    deadline: Instant,
+/// An open connection, non-blocking.
+struct Connection {
+    stream: TcpStream,
+    peer: SocketAddr,
+    accepted: Instant,
+    state: State,
 }
 
-impl Deadlined<'_> {
-    /// What is left until the deadline; an error once it has passed.
-    fn left(&self) -> std::io::Result<Duration> {
-        self.deadline
-            .checked_duration_since(Instant::now())
-            .filter(|left| !left.is_zero())
-            .ok_or_else(|| {
-                std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "the connection's deadline passed",
-                )
-            })
-    }
+enum State {
+    /// Reading the request head: what came of it so far.
+    Head(Vec<u8>),
+    /// Writing the answer: all of it, and how much is written.
+    Answer { bytes: Vec<u8>, written: usize },
 }
 
-impl Read for Deadlined<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.stream.set_read_timeout(Some(self.left()?))?;
-        let mut stream = self.stream;
-        stream.read(buf)
-    }
+/// Where a connection's turn left it.
+enum Turn {
+    /// It can go no further until its socket is ready again.
+    Waiting,
+    /// Its answer is written whole.
+    Done,
 }
 
-impl Write for Deadlined<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.stream.set_write_timeout(Some(self.left()?))?;
-        let mut stream = self.stream;
-        stream.write(buf)
+impl Connection {
+    fn waiting_for_head(&self) -> bool {
+        matches!(self.state, State::Head(_))
     }
 
-    fn flush(&mut self) -> std::io::Result<()> {
-        let mut stream = self.stream;
-        stream.flush()
+    /// When it is closed unless answered by then.
+    fn due(&self, limits: &Limits) -> Instant {
+        let answer = self.accepted + limits.deadline;
+        match self.state {
+            State::Head(_) => answer.min(self.accepted + limits.head),
+            State::Answer { .. } => answer,
+        }
+    }
+
+    /// What it waits on.
+    fn interest(&self) -> PollFlags {
+        match self.state {
+            State::Head(_) => PollFlags::POLLIN,
+            State::Answer { .. } => PollFlags::POLLOUT,
+        }
+    }
+
+    /// Reads and writes what the socket takes without blocking; false when the connection is
+    /// done with (answered whole, closed by the client, or failed).
+    fn turn(&mut self, registry: &Registry) -> bool {
+        match self.advance(registry) {
+            Ok(Turn::Waiting) => true,
+            Ok(Turn::Done) => false,
+            Err(error) => {
+                tracing::debug!(peer = %self.peer, %error, "metrics request");
+                false
+            }
+        }
+    }
+
+    fn advance(&mut self, registry: &Registry) -> std::io::Result<Turn> {
+        if let State::Head(head) = &mut self.state {
+            let mut chunk = [0u8; READ_CHUNK];
+            let asked = loop {
+                let scanned = head.len();
+                match (&self.stream).read(&mut chunk) {
+                    // A client that closes early gets nothing.
+                    Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+                    Ok(n) => head.extend_from_slice(&chunk[..n]),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(Turn::Waiting),
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                }
+                if let Some(end) = head_end(head, scanned) {
+                    break classify(&head[..end]);
+                }
+                if head.len() > MAX_HEAD {
+                    break Asked::TooLarge;
+                }
+            };
+            self.state = State::Answer {
+                bytes: answer(asked, registry),
+                written: 0,
+            };
+        }
+        let State::Answer { bytes, written } = &mut self.state else {
+            unreachable!("a head read whole became an answer above");
+        };
+        while *written < bytes.len() {
+            match (&self.stream).write(&bytes[*written..]) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => *written += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(Turn::Waiting),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Turn::Done)
     }
 }
 
@@ -385,17 +446,8 @@ enum Asked {
     TooLarge,
 }
 
-/// Reads the request head and writes the answer, both by `deadline`; `on_head` is called once
-/// the head has come.
-fn answer(
-    stream: &TcpStream,
-    registry: &Registry,
-    deadline: Instant,
-    on_head: impl FnOnce(),
-) -> std::io::Result<()> {
-    let mut stream = Deadlined { stream, deadline };
-    let asked = read_head(&mut stream)?;
-    on_head();
+/// The whole answer to `asked`, its status line to its body.
+fn answer(asked: Asked, registry: &Registry) -> Vec<u8> {
     let (status, content_type, body, head_only) = match asked {
         Asked::Metrics { head_only } => {
             let mut text = String::new();
@@ -442,29 +494,18 @@ fn answer(
     if !head_only {
         out.extend_from_slice(body.as_bytes());
     }
-    stream.write_all(&out)?;
-    stream.flush()
+    out
 }
 
-/// Reads the request head (up to the blank line, at most [`MAX_HEAD`] bytes) and says what it
-/// asks for. A client that closes early gets nothing.
-fn read_head(stream: &mut impl Read) -> std::io::Result<Asked> {
-    let mut head = Vec::with_capacity(512);
-    let mut chunk = [0u8; 1024];
-    loop {
-        if let Some(end) = find(&head, b"\r\n\r\n").or_else(|| find(&head, b"\n\n")) {
-            head.truncate(end);
-            return Ok(classify(&head));
-        }
-        if head.len() > MAX_HEAD {
-            return Ok(Asked::TooLarge);
-        }
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        head.extend_from_slice(&chunk[..n]);
-    }
+/// Where the head ends (at its blank line), looked for only in what came after the first
+/// `scanned` bytes and the three before them: a head read a byte at a time costs no more than
+/// one read at once.
+fn head_end(head: &[u8], scanned: usize) -> Option<usize> {
+    let from = scanned.saturating_sub(3);
+    let fresh = &head[from..];
+    find(fresh, b"\r\n\r\n")
+        .or_else(|| find(fresh, b"\n\n"))
+        .map(|at| from + at)
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -501,10 +542,15 @@ fn classify(head: &[u8]) -> Asked {
 mod tests {
     use std::net::{Ipv4Addr, Shutdown};
 
+    use devinject_testkit::sockets::held_on_port;
     use prometheus_client::metrics::counter::Counter;
+    use prometheus_client::metrics::info::Info;
 
     use super::*;
     use crate::accept_failures::ACCEPT_LOG_INTERVAL;
+
+    /// Far beyond what a step the tests wait on takes, so that each ends by itself.
+    const READY: Duration = Duration::from_secs(10);
 
     fn endpoint() -> (Endpoint, Counter) {
         let mut registry = Registry::default();
@@ -523,6 +569,28 @@ mod tests {
         .unwrap()
     }
 
+    /// The size of [`blob_endpoint`]'s one label value: far more than loopback's socket
+    /// buffers hold for a client that does not read (net.ipv4.tcp_wmem and tcp_rmem).
+    const BLOB: usize = 16 << 20;
+
+    /// An endpoint whose answer is too large to be written before its client reads it.
+    fn blob_endpoint(limits: Limits) -> Endpoint {
+        let mut registry = Registry::default();
+        let blob = Info::new(vec![("blob".to_owned(), "x".repeat(BLOB))]);
+        registry.register("devinject_test_blob", "A large answer", blob);
+        serve_with((Ipv4Addr::LOCALHOST, 0).into(), Arc::new(registry), limits).unwrap()
+    }
+
+    /// A connection that sends its head and reads the first byte of its answer, then nothing.
+    fn reads_no_further(address: SocketAddr) -> TcpStream {
+        let mut stream = TcpStream::connect(address).unwrap();
+        stream.set_read_timeout(Some(READY)).unwrap();
+        stream.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let mut first = [0u8; 1];
+        stream.read_exact(&mut first).unwrap();
+        stream
+    }
+
     /// Whether the endpoint closed `stream` within `within`: a read gives its end (or a
     /// reset) rather than timing out.
     fn closed_within(stream: &TcpStream, within: Duration) -> bool {
@@ -531,11 +599,20 @@ mod tests {
         match (&*stream).read(&mut byte) {
             Ok(0) => true,
             Ok(_) => panic!("the endpoint answered a head it never got"),
-            Err(e) => !matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ),
+            Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
         }
+    }
+
+    /// Waits until the endpoint on `port` holds `n` connections, for [`READY`] at most.
+    fn until_held(port: u16, n: usize) -> bool {
+        let give_up = Instant::now() + READY;
+        while held_on_port(port) != n {
+            if Instant::now() > give_up {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        true
     }
 
     /// A scrape, with how long it took; the client gives up after 4 s.
@@ -588,16 +665,16 @@ mod tests {
         let (answer, took) = timed_scrape(endpoint.address());
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer:?}");
-        // Well within the 5 s deadline the others could hold a one-at-a-time endpoint.
-        assert!(took < Duration::from_secs(2), "answered after {took:?}");
+        // Well within the deadlines the others could hold an endpoint serving one at a time.
+        assert!(took < Duration::from_secs(1), "answered after {took:?}");
         writer.join().unwrap();
     }
 
     #[test]
-    fn a_connection_past_its_deadline_is_closed_however_it_paces_its_head() {
-        let deadline = Duration::from_millis(500);
+    fn a_head_past_its_deadline_is_closed_however_it_is_paced() {
+        let head = Duration::from_millis(500);
         let endpoint = endpoint_with(Limits {
-            deadline,
+            head,
             ..Limits::default()
         });
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -610,71 +687,98 @@ mod tests {
         writer.join().unwrap();
         assert!(closed, "still open after {took:?}");
         assert!(
-            took >= deadline && took < Duration::from_secs(3),
+            took >= head && took < Duration::from_secs(3),
             "closed after {took:?}"
         );
     }
 
     #[test]
-    fn over_the_cap_the_oldest_connection_is_closed() {
-        let endpoint = endpoint_with(Limits {
-            deadline: Duration::from_secs(60),
-            connections: 2,
-            grace: Duration::from_millis(100),
-        });
-        // Accepted in the order they connected: the third closes the first.
-        let idle: Vec<_> = (0..3)
-            .map(|_| TcpStream::connect(endpoint.address()).unwrap())
-            .collect();
-        assert!(
-            closed_within(&idle[0], Duration::from_secs(2)),
-            "the oldest is still open"
-        );
-        assert!(
-            !closed_within(&idle[1], Duration::from_millis(200)),
-            "the second was closed"
-        );
-        // A scrape is the newest: answered at once, and the second goes.
-        let (answer, took) = timed_scrape(endpoint.address());
+    fn a_head_that_comes_a_byte_at_a_time_is_answered() {
+        let (endpoint, _) = endpoint();
+        let mut stream = TcpStream::connect(endpoint.address()).unwrap();
+        stream.set_nodelay(true).unwrap();
+        stream.set_read_timeout(Some(READY)).unwrap();
+        // Each byte a segment of its own: the blank line is split across reads.
+        for byte in b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" {
+            stream.write_all(&[*byte]).unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
         assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer:?}");
-        assert!(took < Duration::from_secs(2), "answered after {took:?}");
-        assert!(
-            closed_within(&idle[1], Duration::from_secs(2)),
-            "the second is still open"
-        );
-        assert!(
-            !closed_within(&idle[2], Duration::from_millis(200)),
-            "the third was closed"
-        );
     }
 
     #[test]
-    fn scrapes_over_the_cap_at_once_are_all_answered() {
-        // Eight scrapers on two threads: a connection being answered is never the one closed
-        // to make room, so none of them loses its answer. The grace is long, so that a scraper
-        // descheduled between its connect and its head on a loaded machine is not taken for an
-        // idle client.
-        let endpoint = endpoint_with(Limits {
+    fn over_the_cap_the_oldest_without_a_head_is_closed_first() {
+        let endpoint = blob_endpoint(Limits {
+            head: Duration::from_secs(60),
+            deadline: Duration::from_secs(60),
             connections: 2,
-            grace: Duration::from_secs(5),
+        });
+        let (address, port) = (endpoint.address(), endpoint.address().port());
+        // Being answered, older than both idle connections after it: the first idle one goes.
+        let mut reader = reads_no_further(address);
+        let idle: Vec<_> = (0..2)
+            .map(|_| TcpStream::connect(address).unwrap())
+            .collect();
+        assert!(
+            closed_within(&idle[0], READY),
+            "the oldest idle one is open"
+        );
+        assert!(
+            !closed_within(&idle[1], Duration::from_millis(200)),
+            "the newest was closed"
+        );
+        assert!(until_held(port, 2), "{} held", held_on_port(port));
+        // A second connection being answered takes the other idle one's place.
+        let _second = reads_no_further(address);
+        assert!(closed_within(&idle[1], READY), "the idle one is open");
+        // With none left waiting for a head, the oldest being answered goes.
+        let _third = TcpStream::connect(address).unwrap();
+        let mut got = Vec::new();
+        reader.read_to_end(&mut got).unwrap();
+        assert!(got.len() < BLOB, "answered whole: {} bytes", got.len());
+        assert!(until_held(port, 2), "{} held", held_on_port(port));
+    }
+
+    #[test]
+    fn an_answer_never_read_is_closed_at_the_deadline() {
+        let deadline = Duration::from_millis(500);
+        let endpoint = blob_endpoint(Limits {
+            deadline,
             ..Limits::default()
         });
-        let address = endpoint.address();
-        let scrapers: Vec<_> = (0..8)
-            .map(|_| {
-                std::thread::spawn(move || {
-                    (0..50)
-                        .filter(|_| {
-                            let (answer, _) = timed_scrape(address);
-                            !answer.starts_with("HTTP/1.1 200 OK\r\n")
-                                || !answer.ends_with("# EOF\n")
-                        })
-                        .count()
-                })
-            })
-            .collect();
-        let lost: usize = scrapers.into_iter().map(|s| s.join().unwrap()).sum();
-        assert_eq!(lost, 0, "{lost} of 400 scrapes lost their answer");
+        let started = Instant::now();
+        let mut reader = reads_no_further(endpoint.address());
+        assert!(until_held(endpoint.address().port(), 0), "still held");
+        let took = started.elapsed();
+        assert!(took >= deadline, "closed after {took:?}");
+        let mut got = Vec::new();
+        reader.read_to_end(&mut got).unwrap();
+        assert!(got.len() < BLOB, "answered whole: {} bytes", got.len());
+    }
+
+    #[test]
+    fn an_answer_larger_than_the_socket_takes_is_written_whole_as_it_is_read() {
+        let endpoint = blob_endpoint(Limits::default());
+        let mut stream = TcpStream::connect(endpoint.address()).unwrap();
+        stream.set_read_timeout(Some(READY)).unwrap();
+        stream.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).unwrap();
+        let body = answer
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map(|end| end + 4)
+            .unwrap();
+        let head = String::from_utf8_lossy(&answer[..body]);
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        assert!(
+            head.contains(&format!("Content-Length: {}\r\n", answer.len() - body)),
+            "{head} and {} bytes",
+            answer.len() - body
+        );
+        assert!(answer.len() > BLOB && answer.ends_with(b"# EOF\n"));
     }
 
     #[test]

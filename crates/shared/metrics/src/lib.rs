@@ -7,8 +7,8 @@
 //! - [`address`]: the `--metrics-address` flag (`off`, an IP, or an IP and a port) and each
 //!   component's fixed default port;
 //! - [`build_info`]: `devinject_build_info{component, version} 1`;
-//! - [`endpoint`]: `GET /metrics` over plain HTTP, a few connections at once, each within a
-//!   deadline;
+//! - [`endpoint`]: `GET /metrics` over plain HTTP on a thread of its own, every connection
+//!   accepted as it comes, a cap on those open, each within its deadlines;
 //! - [`labels`]: the outcome and reason label sets several components count by;
 //! - [`text`]: a registry's text exposition.
 //!
