@@ -374,3 +374,76 @@ fn a_devices_stable_link_is_a_node_at_the_links_path_for_the_hook_and_the_shim()
         );
     }
 }
+
+/// A node is the device decided for it, not what its host path leads to when it is made: in a
+/// user namespace the shim's finish step makes each node as a copy the container owns, and a
+/// device's stable link retargeted between the shim's decision and runc's `createRuntime`
+/// (here by the runtime the shim runs, a wrapper that points `first-accel` at the ungranted
+/// accel2 and then runs the real runc) must not give the container a copy of accel2. The start
+/// is refused, naming the link, the device decided and the one found. What this cannot show:
+/// a driver renumbering a node in place under the same name, which looks the same to the step.
+#[test]
+fn a_stable_link_retargeted_after_the_decision_gives_no_other_device() {
+    if !require_runc_demo() {
+        return;
+    }
+    let t = walkable_tempdir().unwrap();
+    let host = demo_host(&t.path().join("host"), &["demo"]).unwrap();
+    let by_id = host.dev_root.join("demo/by-id");
+    std::fs::create_dir_all(&by_id).unwrap();
+    std::os::unix::fs::symlink("../accel0", by_id.join("first-accel")).unwrap();
+    let profile = host.profiles_dir.join("demo.toml");
+    let text = std::fs::read_to_string(&profile).unwrap();
+    std::fs::write(
+        &profile,
+        text.replacen(
+            "[discovery]\n",
+            "[discovery]\nlinks = [\"demo/by-id/*\"]\n",
+            1,
+        ),
+    )
+    .unwrap();
+    let wrapper = t.path().join("retargeting-runc");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nln -sfn ../accel2 '{}'\nexec '{}' \"$@\"\n",
+            by_id.join("first-accel").display(),
+            runc_path()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let args = devinject_tests::probe::probe_args(&["/dev/demo/by-id/first-accel"], &[]);
+    let mut b = Bundle::new(&t.path().join("bundle"), &args).unwrap();
+    b.env("DEMO_VISIBLE_DEVICES=0,1");
+    b.user_namespace(100_000, 65_536);
+    let cmd = shim_cmd(&host, &wrapper.to_string_lossy());
+    let cmd_refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    let out = b.run_with(&cmd_refs, &container_id("retarget")).unwrap();
+    let full = describe(&out);
+    assert!(!out.status.success(), "the container started: {full}");
+    let report = Report::parse(&String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !report
+            .nodes
+            .values()
+            .any(|n| n.major == 10 && n.minor == 235),
+        "the container got accel2 (10:235): {full}"
+    );
+    let failure = devinject_tests::runc::hook_failure(&out)
+        .unwrap_or_else(|| panic!("no hook failure: {full}"));
+    let line = failure
+        .line("devinject")
+        .unwrap_or_else(|| panic!("no devinject line: {full}"));
+    assert!(
+        line.contains("by-id/first-accel is the device c 10:235 now")
+            && line.contains("not the device c 10:237 decided")
+            && line.contains("start the container again"),
+        "{line}"
+    );
+}

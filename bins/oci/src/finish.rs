@@ -18,7 +18,7 @@
 //! group when the process lacks theirs ([`crate::inject::nodes::regroup`]).
 
 pub use devinject_devices::FinishArgs;
-use devinject_devices::{ContainerEdits, DeviceNode};
+use devinject_devices::{ContainerEdits, DecidedNode, DeviceNode};
 use devinject_hostconfig::HostConfig;
 use std::io::Read;
 
@@ -62,7 +62,7 @@ pub fn finish(
                 }),
         )
         .chain(args.group_nodes.iter().map(|p| ("finish --group-node", p)))
-        .chain(args.nodes.iter().map(|p| ("finish --node", p)))
+        .chain(args.nodes.iter().map(|n| ("finish --node", &n.host_path)))
         .chain(
             args.forward_compat
                 .iter()
@@ -76,21 +76,25 @@ pub fn finish(
             }));
         }
     }
-    // Each node read again from the host, under the dev root the config names: its type,
-    // numbers, mode and owner are the host's, not the argument's. Without a user namespace the
-    // runtime made the nodes from the spec, and they stay as it made them (a CDI spec names
-    // `--node` for every container, for those that have one).
-    let copies: &[std::path::PathBuf] = if spec.has_user_namespace() {
+    // Each node is the device the admission decided (its kind and numbers come with it), found
+    // under the dev root the config names for its mode and owner, and refused when its path now
+    // leads to another device: a stable link retargeted since the decision must not hand the
+    // container a copy of a device it was not granted. Without a user namespace the runtime
+    // made the nodes from the spec, and they stay as it made them (a CDI spec names `--node`
+    // for every container, for those that have one).
+    let copies: &[DecidedNode] = if spec.has_user_namespace() {
         &args.nodes
     } else {
         &[]
     };
     let device_nodes = copies
         .iter()
-        .map(|p| {
-            DeviceNode::from_host(p, &config.dev_root).map_err(|e| OciError::Invalid {
-                what: "finish --node".into(),
-                problem: e.to_string(),
+        .map(|n| {
+            DeviceNode::decided_on_host(&n.host_path, &config.dev_root, n.number).map_err(|e| {
+                OciError::Invalid {
+                    what: "finish --node".into(),
+                    problem: e.to_string(),
+                }
             })
         })
         .collect::<Result<Vec<_>, _>>()?;

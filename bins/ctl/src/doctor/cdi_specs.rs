@@ -415,7 +415,7 @@ mod tests {
     fn options_are_read_back_from_device_entries_too() {
         let kvm = r#"{"cdiVersion": "0.5.0", "devices": [{"name": "0", "containerEdits": {"hooks": [
             {"hookName": "createRuntime", "path": "/opt/devinject/bin/devinject-hook",
-             "args": ["devinject-hook", "--config", "/etc/x.toml", "finish", "--node", "/dev/kvm"]}]}}]}"#;
+             "args": ["devinject-hook", "--config", "/etc/x.toml", "finish", "--node", "/dev/kvm", "c 10:232"]}]}}]}"#;
         let demo = r#"{"cdiVersion": "0.5.0", "containerEdits": {"hooks": [{"hookName": "createRuntime",
             "path": "/opt/devinject/bin/devinject-hook",
             "args": ["devinject-hook", "--config", "/etc/x.toml", "finish", "--ldcache-dir", "/usr/lib64"]}]}}"#;

@@ -3,7 +3,7 @@
 //! Usage, with the OCI state on stdin:
 //! - `devinject-hook [--config FILE]`: inject what the container asked for (hook-only mode);
 //! - `devinject-hook [--config FILE] finish [--mount HOST CONTAINER]... [--library HOST CONTAINER]... [--link PATH=TARGET]...
-//!   [--ldcache-dir DIR]... [--group-node PATH]... [--node HOST]...`: the step the runtime shim (and the NRI
+//!   [--ldcache-dir DIR]... [--group-node PATH]... [--node HOST 'c|b MAJOR:MINOR']...`: the step the runtime shim (and the NRI
 //!   plugin) wire in for files, soname links, the linker cache, group-only nodes and the nodes of a
 //!   container with a user namespace.
 //!
@@ -18,7 +18,7 @@ use devinject_hostconfig::HostConfig;
 use devinject_oci::finish::FinishArgs;
 use devinject_oci::refusal::{self, Seen};
 
-const USAGE: &str = "usage: devinject-hook [--config FILE] [finish [--mount HOST CONTAINER]... [--library HOST CONTAINER]... [--mounted-library HOST CONTAINER]... [--link PATH=TARGET]... [--ldcache-dir DIR]... [--group-node PATH]... [--node HOST]... [--forward-compat DIR LIBRARY HOST_MAJOR]]   (OCI state on stdin)";
+const USAGE: &str = "usage: devinject-hook [--config FILE] [finish [--mount HOST CONTAINER]... [--library HOST CONTAINER]... [--mounted-library HOST CONTAINER]... [--link PATH=TARGET]... [--ldcache-dir DIR]... [--group-node PATH]... [--node HOST 'c|b MAJOR:MINOR']... [--forward-compat DIR LIBRARY HOST_MAJOR]]   (OCI state on stdin)";
 
 fn exit(code: ExitCode) -> ProcessExit {
     ProcessExit::from(code.code())

@@ -77,6 +77,9 @@ pub enum InjectError {
         /// Why, with the fix.
         why: &'static str,
     },
+    /// A node's host path leads to another device than the one decided for it.
+    #[error(transparent)]
+    NodeChanged(#[from] devinject_devices::NodeError),
     /// A mount failed.
     #[error("cannot mount onto {path} in the container: {errno}")]
     Mount {
@@ -346,12 +349,16 @@ fn sources<P: Privileged>(
         nodes: edits
             .device_nodes
             .iter()
-            .map(|n| target.bind_nodes.then(|| Source::Path(n.host_path.clone())))
+            .map(|n| {
+                target
+                    .bind_nodes
+                    .then(|| Source::Path(n.host_path.clone(), Some(n.number())))
+            })
             .collect(),
         files: edits
             .mounts
             .iter()
-            .map(|m| Source::Path(m.host_path.clone()))
+            .map(|m| Source::Path(m.host_path.clone(), None))
             .collect(),
         detached: false,
     })
@@ -387,14 +394,14 @@ fn detached_sources<P: Privileged>(
             // Bound as it is, the container sees the host node owned by nobody.
             refuse_unless_usable_by_others(target, n, why)?;
         }
-        match host.detach_tree(&n.host_path, MountAttrs::Device)? {
+        match host.detach_tree(&n.host_path, MountAttrs::Device, Some(n.number()))? {
             Some(s) => nodes.push(Some(s)),
             None => return Ok(None),
         }
     }
     let mut files = Vec::with_capacity(edits.mounts.len());
     for m in &edits.mounts {
-        match host.detach_tree(&m.host_path, MountAttrs::File)? {
+        match host.detach_tree(&m.host_path, MountAttrs::File, None)? {
             Some(s) => files.push(s),
             None => return Ok(None),
         }

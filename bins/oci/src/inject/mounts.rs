@@ -15,7 +15,8 @@ use nix::fcntl::OFlag;
 use nix::mount::MsFlags;
 use nix::sys::stat::{fstat, Mode, SFlag};
 
-use devinject_devices::DeviceNode;
+use devinject_devices::node::number_of;
+use devinject_devices::{DeviceNode, DeviceNumber, NodeError};
 
 use super::at_name::{self, AtName};
 use super::ns_calls::NsCalls;
@@ -57,19 +58,55 @@ pub enum Source {
     /// A detached tree with its attributes already set.
     Tree(OwnedFd),
     /// A host path, bound classically in the container's namespace (visible there before
-    /// `pivot_root`, as the namespace is a copy of the host's).
-    Path(PathBuf),
+    /// `pivot_root`, as the namespace is a copy of the host's), refused unless it is the device
+    /// decided for it when one is given.
+    Path(PathBuf, Option<DeviceNumber>),
 }
 
-/// Prepares `host_path` in the host namespace. `Ok(None)` when the kernel lacks the new mount API,
-/// meaning the caller should use [`Source::Path`] for everything.
-pub fn detach_tree(host_path: &Path, attrs: MountAttrs) -> Result<Option<Source>, InjectError> {
+/// Refuses what `fd` holds unless it is `decided`, when a device was decided for `host_path`:
+/// a node is bound as the device the admission chose, never as whatever its path (or a stable
+/// link to it) leads to by the time it is bound.
+fn check_decided(
+    fd: &OwnedFd,
+    host_path: &Path,
+    decided: Option<DeviceNumber>,
+) -> Result<(), InjectError> {
+    let Some(decided) = decided else {
+        return Ok(());
+    };
+    let st = fstat(fd).map_err(|errno| InjectError::Source {
+        path: host_path.to_owned(),
+        errno,
+    })?;
+    match number_of(st.st_mode, st.st_rdev) {
+        Some(found) if found == decided => Ok(()),
+        found => Err(NodeError::Changed {
+            path: host_path.to_owned(),
+            decided,
+            found: found.map_or_else(
+                || devinject_hostfs::file_kind::a_name(st.st_mode),
+                |n| format!("the device {n}"),
+            ),
+        }
+        .into()),
+    }
+}
+
+/// Prepares `host_path` in the host namespace, refused unless it is the `device` decided for it
+/// when one is given. `Ok(None)` when the kernel lacks the new mount API, meaning the caller
+/// should use [`Source::Path`] for everything.
+pub fn detach_tree(
+    host_path: &Path,
+    attrs: MountAttrs,
+    device: Option<DeviceNumber>,
+) -> Result<Option<Source>, InjectError> {
     let src_err = |errno| InjectError::Source {
         path: host_path.to_owned(),
         errno,
     };
     let fd = nix::fcntl::open(host_path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
         .map_err(src_err)?;
+    check_decided(&fd, host_path, device)?;
     let tree = match sys::open_tree_clone(&fd) {
         Ok(t) => t,
         Err(Errno::ENOSYS) => return Ok(None),
@@ -208,12 +245,13 @@ pub fn attach(
     let calls = root.calls();
     match source {
         Source::Tree(tree) => calls.move_mount(tree.as_fd(), target.as_fd()).map_err(merr),
-        Source::Path(host) => {
+        Source::Path(host, device) => {
             let src = nix::fcntl::open(&host, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
                 .map_err(|errno| InjectError::Source {
                     path: host.clone(),
                     errno,
                 })?;
+            check_decided(&src, &host, device)?;
             calls
                 .bind_mount(src.as_fd(), target.as_fd())
                 .map_err(merr)?;
@@ -312,7 +350,7 @@ mod tests {
         attach(
             &root,
             Path::new(LIB),
-            Source::Path(host.clone()),
+            Source::Path(host.clone(), None),
             MountAttrs::File,
         )
         .unwrap();
@@ -339,7 +377,7 @@ mod tests {
         let host = t.path().join("host-node");
         std::fs::write(&host, "").unwrap();
         let node = Path::new("/dev/demo0");
-        attach(&root, node, Source::Path(host), MountAttrs::Device).unwrap();
+        attach(&root, node, Source::Path(host, None), MountAttrs::Device).unwrap();
         let remount = fake.changes().pop().unwrap();
         assert_eq!(
             remount,
@@ -348,6 +386,50 @@ mod tests {
                 flags: MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC
             }
         );
+    }
+
+    /// A node bound as a source (a user namespace without copies, or no new mount API) is the
+    /// device decided for it: a stable link retargeted since (here to /dev/zero for a decided
+    /// /dev/null) is refused before anything is cloned or bound, naming both devices.
+    #[test]
+    fn a_bound_node_whose_path_now_leads_to_another_device_is_refused_before_any_mount() {
+        let (t, fake, root) = fake_rootfs();
+        let link = t.path().join("stable-link");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        let null = DeviceNumber::new(devinject_devices::DeviceKind::Char, 1, 3);
+        let node = Path::new("/dev/demo0");
+        let err = attach(
+            &root,
+            node,
+            Source::Path(link.clone(), Some(null)),
+            MountAttrs::Device,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, InjectError::NodeChanged(_))
+                && err.to_string().contains("is the device c 1:5 now")
+                && err.to_string().contains("not the device c 1:3 decided"),
+            "{err}"
+        );
+        assert!(
+            !fake
+                .changes()
+                .iter()
+                .any(|c| matches!(c, Call::BindMount { .. } | Call::Remount { .. })),
+            "{:?}",
+            fake.changes()
+        );
+        let err = detach_tree(&link, MountAttrs::Device, Some(null)).unwrap_err();
+        assert!(matches!(err, InjectError::NodeChanged(_)), "{err}");
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink("/dev/null", &link).unwrap();
+        attach(
+            &root,
+            node,
+            Source::Path(link, Some(null)),
+            MountAttrs::Device,
+        )
+        .unwrap();
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use devinject_devices::{DeviceNode, ForwardCompat, Symlink};
+use devinject_devices::{DeviceNode, DeviceNumber, ForwardCompat, Symlink};
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
@@ -35,12 +35,13 @@ pub trait Privileged {
     /// The `major:minor` of every filesystem the host shows (a node to regroup must be on none).
     fn host_filesystems(&self) -> Result<Vec<(u32, u32)>, InjectError>;
 
-    /// `host_path` as a detached tree with `attrs` set; `Ok(None)` when the kernel lacks the new
-    /// mount API.
+    /// `host_path` as a detached tree with `attrs` set, refused unless it is the `device`
+    /// decided for it when one is given; `Ok(None)` when the kernel lacks the new mount API.
     fn detach_tree(
         &self,
         host_path: &Path,
         attrs: MountAttrs,
+        device: Option<DeviceNumber>,
     ) -> Result<Option<Source>, InjectError>;
 
     /// The container's user namespace mappings, when it has a user namespace of its own.
@@ -215,8 +216,9 @@ impl Privileged for System {
         &self,
         host_path: &Path,
         attrs: MountAttrs,
+        device: Option<DeviceNumber>,
     ) -> Result<Option<Source>, InjectError> {
-        mounts::detach_tree(host_path, attrs)
+        mounts::detach_tree(host_path, attrs, device)
     }
 
     fn id_maps(&self, target: &Target) -> Option<IdMaps> {

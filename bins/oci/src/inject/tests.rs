@@ -6,7 +6,9 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
-use devinject_devices::{ContainerEdits, DeviceKind, DeviceNode, Mount, MountKind, Symlink};
+use devinject_devices::{
+    ContainerEdits, DeviceKind, DeviceNode, DeviceNumber, Mount, MountKind, Symlink,
+};
 use devinject_hostconfig::{CacheWriter, MountApi};
 
 use super::*;
@@ -21,7 +23,7 @@ enum Src {
 fn src(s: &Source) -> Src {
     match s {
         Source::Tree(_) => Src::Tree,
-        Source::Path(_) => Src::Path,
+        Source::Path(..) => Src::Path,
     }
 }
 
@@ -63,8 +65,8 @@ struct Recorder {
     calls: RefCell<Vec<String>>,
     /// What each child was given.
     seen: RefCell<VecDeque<Seen>>,
-    /// The paths asked for as trees.
-    trees: RefCell<Vec<(PathBuf, MountAttrs)>>,
+    /// The paths asked for as trees, with the device each must be when one was decided.
+    trees: RefCell<Vec<(PathBuf, MountAttrs, Option<DeviceNumber>)>>,
     /// The directories ldconfig was run over.
     ldconfig_dirs: RefCell<Vec<PathBuf>>,
     /// The owned copies of nodes made: container path, host uid and gid.
@@ -102,12 +104,15 @@ impl Privileged for Recorder {
         &self,
         host_path: &Path,
         attrs: MountAttrs,
+        device: Option<DeviceNumber>,
     ) -> Result<Option<Source>, InjectError> {
         self.call("detach_tree");
         if self.no_new_api || (self.file_not_detached && attrs == MountAttrs::File) {
             return Ok(None);
         }
-        self.trees.borrow_mut().push((host_path.to_owned(), attrs));
+        self.trees
+            .borrow_mut()
+            .push((host_path.to_owned(), attrs, device));
         let fd = std::fs::File::open("/").expect("open /");
         Ok(Some(Source::Tree(fd.into())))
     }
@@ -334,9 +339,14 @@ fn bound_nodes_and_files_are_detached_trees_with_their_attributes() {
     assert_eq!(
         *host.trees.borrow(),
         [
-            ("/host/dev/demo0".into(), MountAttrs::Device),
-            (lib, MountAttrs::File)
-        ]
+            (
+                "/host/dev/demo0".into(),
+                MountAttrs::Device,
+                Some(DeviceNumber::new(DeviceKind::Char, 240, 0))
+            ),
+            (lib, MountAttrs::File, None)
+        ],
+        "a bound node is checked against the device decided for it"
     );
     assert!(report.new_mount_api);
     assert_eq!((report.nodes, report.mounts, report.links), (1, 1, 1));
@@ -374,7 +384,7 @@ fn in_a_user_namespace_each_node_is_a_copy_owned_by_the_ids_the_container_maps()
     assert_eq!(sources, [Some(Src::Tree), Some(Src::Tree)]);
     assert_eq!(
         *host.trees.borrow(),
-        [(lib, MountAttrs::File)],
+        [(lib, MountAttrs::File, None)],
         "no host node bound"
     );
     assert_eq!(seen.userns_owner, Some((100_000, 100_000)));

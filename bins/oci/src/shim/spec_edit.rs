@@ -353,7 +353,8 @@ mod tests {
 
     /// In a user namespace the runtime would bind each node from the host, seen owned by nobody:
     /// the spec names none of them (the finish step makes copies the container owns), only
-    /// their cgroup rules, and the finish hook names every node's host path.
+    /// their cgroup rules, and the finish hook names every node's host path with the device
+    /// decided for it, which the step makes (and checks the path against) at createRuntime.
     #[test]
     fn in_a_user_namespace_nodes_are_left_to_the_finish_step() {
         let mut spec: Value = serde_json::from_str(
@@ -374,12 +375,18 @@ mod tests {
         let args = spec["hooks"]["createRuntime"][0]["args"]
             .as_array()
             .unwrap();
-        let nodes: Vec<&str> = args
-            .windows(2)
+        let nodes: Vec<(&str, &str)> = args
+            .windows(3)
             .filter(|w| w[0] == "--node")
-            .filter_map(|w| w[1].as_str())
+            .filter_map(|w| w[1].as_str().zip(w[2].as_str()))
             .collect();
-        assert_eq!(nodes, ["/h/dev/demo/accel0", "/dev/demo/ctl"]);
+        assert_eq!(
+            nodes,
+            [
+                ("/h/dev/demo/accel0", "c 10:237"),
+                ("/dev/demo/ctl", "c 10:237")
+            ]
+        );
     }
 
     /// Two render-like nodes of group 107 and one of group 44, next to a world-usable one.

@@ -206,6 +206,75 @@ impl FromStr for Access {
     }
 }
 
+/// Which device a node is: its kind and numbers, as the admission decided them. Every step that
+/// makes a node in a container makes this one, and checks a host node it reads against it
+/// rather than taking whatever a host path leads to then.
+///
+/// The text form is the one of `ls -l` and of a rule without its access, `c 10:232`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DeviceNumber {
+    /// Character or block.
+    pub kind: DeviceKind,
+    /// Major number, at most [`MAX_MAJOR`].
+    pub major: u32,
+    /// Minor number, at most [`MAX_MINOR`].
+    pub minor: u32,
+}
+
+impl DeviceNumber {
+    /// The device `kind major:minor`.
+    pub const fn new(kind: DeviceKind, major: u32, minor: u32) -> Self {
+        Self { kind, major, minor }
+    }
+}
+
+impl fmt::Display for DeviceNumber {
+    /// `c 10:232`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}:{}", self.kind, self.major, self.minor)
+    }
+}
+
+impl FromStr for DeviceNumber {
+    type Err = RuleError;
+
+    /// Parses `c 10:232` / `b 8:0`, numbers within what a `dev_t` holds.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |reason: &str| RuleError::parse(s, reason);
+        let mut fields = s.split_whitespace();
+        let (Some(kind), Some(numbers), None) = (fields.next(), fields.next(), fields.next())
+        else {
+            return Err(err("expected \"<c|b> <major>:<minor>\""));
+        };
+        parse_number(kind, numbers, &err)
+    }
+}
+
+/// `kind` and `major:minor` of a node or a rule; `err` names the whole text parsed.
+fn parse_number(
+    kind: &str,
+    numbers: &str,
+    err: &dyn Fn(&str) -> RuleError,
+) -> Result<DeviceNumber, RuleError> {
+    let kind =
+        DeviceKind::from_letter(kind).ok_or_else(|| err("device type must be \"c\" or \"b\""))?;
+    let (major, minor) = numbers
+        .split_once(':')
+        .ok_or_else(|| err("expected <major>:<minor>"))?;
+    let number = |n: &str| {
+        n.parse::<u32>()
+            .map_err(|_| err("major and minor must be decimal numbers (no wildcards)"))
+    };
+    let (major, minor) = (number(major)?, number(minor)?);
+    if major > MAX_MAJOR {
+        return Err(err("major number above 4095"));
+    }
+    if minor > MAX_MINOR {
+        return Err(err("minor number above 1048575"));
+    }
+    Ok(DeviceNumber::new(kind, major, minor))
+}
+
 /// One device the container may use, and how.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
@@ -251,6 +320,11 @@ impl DeviceRule {
         })
     }
 
+    /// The device this rule is about.
+    pub fn number(&self) -> DeviceNumber {
+        DeviceNumber::new(self.kind, self.major, self.minor)
+    }
+
     /// True when this rule allows `access` to the device `kind major:minor`.
     pub fn allows(&self, kind: DeviceKind, major: u32, minor: u32, access: Access) -> bool {
         self.kind == kind
@@ -283,21 +357,13 @@ impl FromStr for DeviceRule {
         else {
             return Err(err("expected \"<c|b> <major>:<minor> <rwm>\""));
         };
-        let kind = DeviceKind::from_letter(kind)
-            .ok_or_else(|| err("device type must be \"c\" or \"b\""))?;
-        let (major, minor) = numbers
-            .split_once(':')
-            .ok_or_else(|| err("expected <major>:<minor>"))?;
-        let number = |n: &str| {
-            n.parse::<u32>()
-                .map_err(|_| err("major and minor must be decimal numbers (no wildcards)"))
-        };
+        let n = parse_number(kind, numbers, &err)?;
         // Name the whole rule, not only its access part, when the letters are wrong.
         let access = access.parse().map_err(|e| match e {
             RuleError::Parse { reason, .. } => err(&format!("access {access:?}: {reason}")),
             other => other,
         })?;
-        let rule = DeviceRule::new(kind, number(major)?, number(minor)?, access);
+        let rule = DeviceRule::new(n.kind, n.major, n.minor, access);
         rule.validate()?;
         Ok(rule)
     }
@@ -356,6 +422,29 @@ mod tests {
                 err.contains(&format!("{bad:?}")) || err.contains("device rule"),
                 "{err}"
             );
+        }
+    }
+
+    #[test]
+    fn device_numbers_round_trip_and_bad_ones_name_the_text() {
+        for text in ["c 10:232", "b 8:0", "c 4095:1048575"] {
+            let n: DeviceNumber = text.parse().expect("valid number");
+            assert_eq!(n.to_string(), text);
+        }
+        let rule: DeviceRule = "c 10:232 rw".parse().expect("valid rule");
+        assert_eq!(rule.number(), DeviceNumber::new(DeviceKind::Char, 10, 232));
+        for bad in [
+            "",
+            "c",
+            "c 10",
+            "c 10:232 rw",
+            "x 1:3",
+            "c *:3",
+            "c 4096:0",
+            "c 1:1048576",
+        ] {
+            let err = bad.parse::<DeviceNumber>().expect_err(bad).to_string();
+            assert!(err.contains(&format!("{bad:?}")), "{err}");
         }
     }
 

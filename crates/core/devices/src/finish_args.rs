@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::{ContainerEdits, ForwardCompat, Mount, MountKind, Symlink};
+use crate::{ContainerEdits, DeviceNode, DeviceNumber, ForwardCompat, Mount, MountKind, Symlink};
 
 /// What to finish.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -24,10 +24,31 @@ pub struct FinishArgs {
     /// Container paths of `linux.devices` nodes to give to the process's group if it lacks
     /// theirs.
     pub group_nodes: Vec<PathBuf>,
-    /// Host paths of device nodes the finish step gives the container as copies it owns: in a
-    /// user namespace the runtime would bind the host node, which the namespace sees owned by
-    /// nobody.
-    pub nodes: Vec<PathBuf>,
+    /// Device nodes the finish step gives the container as copies it owns: in a user namespace
+    /// the runtime would bind the host node, which the namespace sees owned by nobody.
+    pub nodes: Vec<DecidedNode>,
+}
+
+/// A node as the admission decided it: the host path it was found at and the device it was
+/// then. The finish step makes a copy of that device, never of whatever the path leads to when
+/// it runs: a stable link retargeted in between would otherwise hand the container another
+/// device ([`DeviceNode::decided_on_host`] refuses the mismatch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecidedNode {
+    /// The node on the host (a link to it, for a device's stable link).
+    pub host_path: PathBuf,
+    /// Its kind and numbers when decided.
+    pub number: DeviceNumber,
+}
+
+impl DecidedNode {
+    /// `node` as decided, found at `host_path` (the path the runtime's host sees it at).
+    pub fn new(node: &DeviceNode, host_path: PathBuf) -> Self {
+        Self {
+            host_path,
+            number: node.number(),
+        }
+    }
 }
 
 /// How a non-root process comes to use a granted node only its group may use
@@ -60,9 +81,12 @@ impl FinishArgs {
                     .collect(),
                 Vec::new(),
             ),
-            GroupAccess::OwnedCopies => {
-                (Vec::new(), granted.map(|n| n.host_path.clone()).collect())
-            }
+            GroupAccess::OwnedCopies => (
+                Vec::new(),
+                granted
+                    .map(|n| DecidedNode::new(n, n.host_path.clone()))
+                    .collect(),
+            ),
         };
         Self {
             mounts: edits.mounts.clone(),
@@ -78,7 +102,8 @@ impl FinishArgs {
     /// Parses `--mount HOST CONTAINER`, `--library HOST CONTAINER` (a mount the linker cache
     /// must list), `--mounted-library HOST CONTAINER` (a library the runtime mounted, for the
     /// cache only), `--link PATH=TARGET`, `--ldcache-dir DIR`, `--group-node PATH` and
-    /// `--node HOST`, repeatable, and `--forward-compat DIR LIBRARY HOST_MAJOR` once.
+    /// `--node HOST NUMBER` (the decided device, `c 10:232`), repeatable, and
+    /// `--forward-compat DIR LIBRARY HOST_MAJOR` once.
     pub fn parse(args: &[String]) -> Result<Self, String> {
         let mut out = Self::default();
         let mut it = args.iter();
@@ -118,8 +143,17 @@ impl FinishArgs {
                     ));
                 }
                 "--node" => {
-                    out.nodes
-                        .push(PathBuf::from(it.next().ok_or("--node needs a host path")?));
+                    const USAGE: &str = "--node needs HOST NUMBER (the device decided, e.g. \"c 10:232\"); a spec written by an older devinject names none: write it again (devinject-ctl cdi generate, or delete the pod so that its claim is prepared again)";
+                    let (Some(host), Some(number)) = (it.next(), it.next()) else {
+                        return Err(USAGE.into());
+                    };
+                    let number = number
+                        .parse()
+                        .map_err(|e| format!("--node {host}: {e}: {USAGE}"))?;
+                    out.nodes.push(DecidedNode {
+                        host_path: PathBuf::from(host),
+                        number,
+                    });
                 }
                 "--forward-compat" => {
                     const USAGE: &str = "--forward-compat needs DIR LIBRARY HOST_MAJOR";
@@ -177,7 +211,11 @@ impl FinishArgs {
             out.extend(["--group-node".to_owned(), path(g)]);
         }
         for n in &self.nodes {
-            out.extend(["--node".to_owned(), path(n)]);
+            out.extend([
+                "--node".to_owned(),
+                path(&n.host_path),
+                n.number.to_string(),
+            ]);
         }
         if let Some(fc) = &self.forward_compat {
             out.extend([
@@ -272,7 +310,10 @@ mod tests {
             }],
             ldcache_dirs: vec![PathBuf::from("/usr/lib")],
             group_nodes: vec![PathBuf::from("/dev/dri/renderD128")],
-            nodes: vec![PathBuf::from("/host/dev/kvm")],
+            nodes: vec![DecidedNode {
+                host_path: PathBuf::from("/host/dev/kvm"),
+                number: DeviceNumber::new(crate::DeviceKind::Char, 10, 232),
+            }],
             forward_compat: Some(ForwardCompat {
                 dir: PathBuf::from("/usr/local/cuda/compat"),
                 library: "libcuda.so".into(),
@@ -287,6 +328,33 @@ mod tests {
         );
         assert!(FinishArgs::default().to_args().is_empty());
         assert!(FinishArgs::default().is_empty());
+    }
+
+    /// A node copy names the device decided for it; a path alone (a spec an older devinject
+    /// wrote) is refused with what to do, never read for whatever device it leads to now.
+    #[test]
+    fn a_node_is_given_with_its_decided_number_or_refused() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let one = FinishArgs::parse(&args(&["--node", "/dev/kvm", "c 10:232"])).unwrap();
+        assert_eq!(
+            one.nodes,
+            [DecidedNode {
+                host_path: PathBuf::from("/dev/kvm"),
+                number: DeviceNumber::new(crate::DeviceKind::Char, 10, 232),
+            }]
+        );
+        for bare in [
+            &["--node", "/dev/kvm"][..],
+            &["--node", "/dev/kvm", "--node", "/dev/net/tun"],
+            &["--node", "/dev/kvm", "x 10:232"],
+            &["--node", "/dev/kvm", "c 10"],
+        ] {
+            let err = FinishArgs::parse(&args(bare)).unwrap_err();
+            assert!(
+                err.contains("--node needs HOST NUMBER") && err.contains("write it again"),
+                "{bare:?}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -58,21 +58,21 @@ pub mod watch;
 pub use capability::{Capabilities, CapabilityError, CapabilitySpec};
 pub use capacity::Capacity;
 /// The device-rule vocabulary the plan is written in, shared with the cgroup crate.
-pub use devinject_device_rule::{Access, DeviceKind, DeviceRule};
+pub use devinject_device_rule::{Access, DeviceKind, DeviceNumber, DeviceRule};
 /// The host roots discovery runs under, defined with the other host-file primitives.
 pub use devinject_hostfs::HostRoots;
 pub use discovery::{discover, Device, DiscoveryError, Inventory};
 pub use driver_files::{resolve_driver_files, resolve_driver_parts, DriverFiles, ResolveError};
 pub use env_merge::{env_edits, env_value, merge_env};
 pub use excerpt::Excerpt;
-pub use finish_args::{FinishArgs, GroupAccess};
+pub use finish_args::{DecidedNode, FinishArgs, GroupAccess};
 pub use finish_invocation::{
     default_hook_path, FinishInvocation, HookCommand, DEFAULT_HOOK_PATH, FINISH_TIMEOUT_SECS,
     HOOK_ARGV0,
 };
 pub use forward_compat::{ForwardCompat, ForwardCompatSpec};
 pub use names::{DeviceId, NameError, ProfileName, ResourceName, CDI_VENDOR};
-pub use node::{access_groups, DeviceNode};
+pub use node::{access_groups, DeviceNode, NodeError};
 pub use partitions::{Partition, Partitions};
 pub use pci::{pci_location, PciLocation};
 pub use plan::{ContainerEdits, EnvVar, Mount, MountKind, Plan, Symlink};

@@ -3,7 +3,10 @@
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use devinject_device_rule::{Access, DeviceKind, DeviceRule};
+use devinject_device_rule::{Access, DeviceKind, DeviceNumber, DeviceRule};
+use devinject_hostfs::file_kind;
+use devinject_hostfs::path_fd::{Follow, PathFd};
+use nix::sys::stat::SFlag;
 use serde::Serialize;
 
 /// One device node: where it is on the host, where it goes in the container, and what it is.
@@ -45,6 +48,13 @@ pub enum NodeError {
     /// The path is not under the dev root.
     #[error("{path} is not under the dev root {dev_root}")]
     OutsideDevRoot { path: PathBuf, dev_root: PathBuf },
+    /// The path leads to another device (or to none) than the one decided for it.
+    #[error("{path} is {found} now, not the device {decided} decided for the container: the node or a link to it changed after the decision (a driver reload, a retargeted link); start the container again to have its devices decided anew")]
+    Changed {
+        path: PathBuf,
+        decided: DeviceNumber,
+        found: String,
+    },
 }
 
 impl DeviceNode {
@@ -65,23 +75,82 @@ impl DeviceNode {
                 path: host_path.to_owned(),
             });
         };
+        let rdev = meta.rdev();
+        let number = DeviceNumber::new(kind, major(rdev), minor(rdev));
+        Self::found(
+            host_path,
+            dev_root,
+            number,
+            meta.mode(),
+            meta.uid(),
+            meta.gid(),
+        )
+    }
+
+    /// The node at `host_path` as the device `decided` for it: looked at through an `O_PATH`
+    /// descriptor (following links, as discovery did; opening nothing), refused unless what it
+    /// leads to now is that device. Its mode and owner are the host's now; its kind and numbers
+    /// are the decision's, so a step that makes the node makes the device decided, whatever
+    /// happened to the path since.
+    pub fn decided_on_host(
+        host_path: &Path,
+        dev_root: &Path,
+        decided: DeviceNumber,
+    ) -> Result<Self, NodeError> {
+        let held = PathFd::at(None, host_path, Follow::Yes).map_err(|e| NodeError::Stat {
+            path: host_path.to_owned(),
+            source: e.into(),
+        })?;
+        let st = held.stat();
+        match number_of(st.st_mode, st.st_rdev) {
+            Some(found) if found == decided => {}
+            found => {
+                return Err(NodeError::Changed {
+                    path: host_path.to_owned(),
+                    decided,
+                    found: found.map_or_else(
+                        || file_kind::a_name(st.st_mode),
+                        |n| format!("the device {n}"),
+                    ),
+                })
+            }
+        }
+        Self::found(
+            host_path, dev_root, decided, st.st_mode, st.st_uid, st.st_gid,
+        )
+    }
+
+    /// The node `number` found at `host_path` with `mode` and owner `uid:gid`, at its place
+    /// under `/dev` in the container.
+    fn found(
+        host_path: &Path,
+        dev_root: &Path,
+        number: DeviceNumber,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Self, NodeError> {
         let rel = host_path
             .strip_prefix(dev_root)
             .map_err(|_| NodeError::OutsideDevRoot {
                 path: host_path.to_owned(),
                 dev_root: dev_root.to_owned(),
             })?;
-        let rdev = meta.rdev();
         Ok(Self {
             host_path: host_path.to_owned(),
             container_path: Path::new("/dev").join(rel),
-            kind,
-            major: major(rdev),
-            minor: minor(rdev),
-            mode: meta.mode() & 0o7777,
-            uid: meta.uid(),
-            gid: meta.gid(),
+            kind: number.kind,
+            major: number.major,
+            minor: number.minor,
+            mode: mode & 0o7777,
+            uid,
+            gid,
         })
+    }
+
+    /// Its kind and numbers.
+    pub fn number(&self) -> DeviceNumber {
+        DeviceNumber::new(self.kind, self.major, self.minor)
     }
 
     /// The cgroup rule letting a container read, write and mknod this node: what the shim
@@ -100,6 +169,16 @@ impl DeviceNode {
         let other = self.mode & 0o6;
         (self.gid != 0 && group & !other != 0).then_some(self.gid)
     }
+}
+
+/// The device a file of `mode` and `rdev` is; `None` when it is not a device.
+pub fn number_of(mode: u32, rdev: u64) -> Option<DeviceNumber> {
+    let kind = match file_kind::of_mode(mode) {
+        SFlag::S_IFCHR => DeviceKind::Char,
+        SFlag::S_IFBLK => DeviceKind::Block,
+        _ => return None,
+    };
+    Some(DeviceNumber::new(kind, major(rdev), minor(rdev)))
 }
 
 /// The groups a non-root process needs to use `nodes` ([`DeviceNode::access_group`]), sorted
@@ -231,5 +310,42 @@ mod tests {
             DeviceNode::from_host(Path::new("/dev/null"), dir.path()),
             Err(NodeError::OutsideDevRoot { .. })
         ));
+    }
+
+    /// The node is the decision's: a link retargeted after it (to another device, or to a
+    /// file) is refused naming the path and both devices, never followed to what it leads to
+    /// now. Real nodes and a real link; what this cannot show is a driver that renumbers a
+    /// node in place, which reads the same through the fd.
+    #[test]
+    fn a_node_is_made_as_decided_or_refused_when_its_path_now_leads_elsewhere() {
+        let t = tempfile::tempdir().unwrap();
+        let link = t.path().join("stable");
+        std::os::unix::fs::symlink("/dev/null", &link).unwrap();
+        let null = DeviceNumber::new(DeviceKind::Char, 1, 3);
+        let n = DeviceNode::decided_on_host(&link, t.path(), null).unwrap();
+        assert_eq!(n.number(), null);
+        assert_eq!(n.container_path, PathBuf::from("/dev/stable"));
+        assert_eq!(n.mode, 0o666, "the host node's mode, through the link");
+
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        let err = DeviceNode::decided_on_host(&link, t.path(), null)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!("{} is the device c 1:5 now", link.display()))
+                && err.contains("not the device c 1:3 decided")
+                && err.contains("start the container again"),
+            "{err}"
+        );
+
+        let file = t.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let err = DeviceNode::decided_on_host(&link, t.path(), null)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is a regular file now"), "{err}");
     }
 }

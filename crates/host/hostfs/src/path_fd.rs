@@ -80,6 +80,13 @@ impl PathFd {
     }
 }
 
+impl AsFd for PathFd {
+    /// The `O_PATH` descriptor: for `fstatfs`, `open_tree` or an `*at` call on the same inode.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 /// What a reopen is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reopen {

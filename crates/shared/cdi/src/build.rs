@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use devinject_devices::{
-    access_groups, plan, ContainerLayout, DeviceNode, EnvVar, FinishArgs, HookCommand, Mount,
-    MountKind, PlanInput, Request,
+    access_groups, plan, ContainerLayout, DecidedNode, DeviceNode, EnvVar, FinishArgs, HookCommand,
+    Mount, MountKind, PlanInput, Request,
 };
 
 use crate::error::{devices_error, CdiError, Result};
@@ -71,17 +71,21 @@ fn finish_hook(
     hook.finish(finish).as_ref().map(CdiHook::create_runtime)
 }
 
-/// The host paths of `nodes`, for `finish --node`, when the spec gives nodes to user-namespaced
-/// containers as copies they own ([`CdiRequest::user_namespaces`]); none otherwise.
+/// `nodes` as decided, at their host paths, for `finish --node`, when the spec gives nodes to
+/// user-namespaced containers as copies they own ([`CdiRequest::user_namespaces`]); none
+/// otherwise. Each carries its kind and numbers, as the spec's `deviceNodes` do.
 fn owned_copies(
     req: &CdiRequest,
     nodes: &[DeviceNode],
     host_view: &dyn Fn(&Path) -> PathBuf,
-) -> Vec<PathBuf> {
+) -> Vec<DecidedNode> {
     if !req.user_namespaces {
         return Vec::new();
     }
-    nodes.iter().map(|n| host_view(&n.host_path)).collect()
+    nodes
+        .iter()
+        .map(|n| DecidedNode::new(n, host_view(&n.host_path)))
+        .collect()
 }
 
 /// The `createRuntime` hook that gives `nodes` to a user-namespaced container as copies it
