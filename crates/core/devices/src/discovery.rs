@@ -528,7 +528,9 @@ fn read_attributes(
     out
 }
 
-fn health_from_attr(path: &Path) -> bool {
+/// Whether the health attribute at `path` says healthy: unreadable, empty or one of the words
+/// of failure is unhealthy.
+pub(crate) fn health_from_attr(path: &Path) -> bool {
     match read_attr(path) {
         Some(v) => !matches!(
             v.to_ascii_lowercase().as_str(),

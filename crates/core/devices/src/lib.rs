@@ -8,7 +8,9 @@
 //!    [`profile_set`] loads a directory of them.
 //! 2. [`discovery`] finds the profile's devices under a [`HostRoots`] (device nodes from
 //!    globs under the dev root, stable ids and NUMA nodes from sysfs) and its control nodes;
-//!    [`pci`] places a device on the PCI bus, for the DRA driver's standard attributes.
+//!    [`pci`] places a device on the PCI bus, for the DRA driver's standard attributes. The
+//!    long-running components run discovery again on the inotify events [`watch`] names, and
+//!    read the devices' health attributes again on the schedule of [`health`].
 //! 3. [`driver_files`] resolves the profile's libraries, binaries and other files on the host.
 //! 4. [`request`] parses what a container asked for (`all`, `none`, `void`, a list of ids or
 //!    indices) and selects devices from the inventory.
@@ -39,6 +41,7 @@ pub mod excerpt;
 pub mod finish_args;
 pub mod finish_invocation;
 pub mod forward_compat;
+pub mod health;
 pub mod names;
 pub mod node;
 pub mod node_volume;
@@ -71,6 +74,7 @@ pub use finish_invocation::{
     HOOK_ARGV0,
 };
 pub use forward_compat::{ForwardCompat, ForwardCompatSpec};
+pub use health::{refresh_health, HealthSchedule};
 pub use names::{DeviceId, NameError, ProfileName, ResourceName, CDI_VENDOR};
 pub use node::{access_groups, DeviceNode, NodeError};
 pub use partitions::{Partition, Partitions};

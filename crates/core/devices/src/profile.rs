@@ -184,6 +184,11 @@ pub struct DiscoverySpec {
     /// hold it.
     /// Unset: `NoSchedule`. Only with `health_sysfs`.
     pub health_taint: Option<HealthTaint>,
+    /// How often, in milliseconds, the long-running components read each device's
+    /// `health_sysfs` again: sysfs tells a change only where the driver calls `sysfs_notify`
+    /// ([`crate::health`]). Unset: [`crate::health::DEFAULT_HEALTH_INTERVAL`]. Only with
+    /// `health_sysfs`; [`MIN_HEALTH_INTERVAL_MS`] to [`MAX_HEALTH_INTERVAL_MS`].
+    pub health_interval_ms: Option<u64>,
     /// sysfs attributes a matched node must have, with their expected first line; other nodes are
     /// not devices of this kind (e.g. `"class/drm/{name}/device/vendor" = "0x1002"` keeps AMD
     /// render nodes only).
@@ -206,6 +211,12 @@ pub struct DiscoverySpec {
     #[serde(default)]
     pub pci: Vec<PciSelector>,
 }
+
+/// The shortest `discovery.health_interval_ms`: one read per device at most ten times a second.
+pub const MIN_HEALTH_INTERVAL_MS: u64 = 100;
+
+/// The longest `discovery.health_interval_ms`: an hour.
+pub const MAX_HEALTH_INTERVAL_MS: u64 = 3_600_000;
 
 /// The most globs `discovery.links` may list.
 pub const MAX_LINK_GLOBS: usize = 16;
@@ -480,6 +491,17 @@ impl Profile {
         self.resource.as_str()
     }
 
+    /// How often the long-running components read each device's health attribute again
+    /// (`discovery.health_interval_ms`, else [`crate::health::DEFAULT_HEALTH_INTERVAL`]);
+    /// `None` when the profile has no health attribute.
+    pub fn health_interval(&self) -> Option<std::time::Duration> {
+        self.discovery.health_sysfs.as_ref()?;
+        Some(self.discovery.health_interval_ms.map_or(
+            crate::health::DEFAULT_HEALTH_INTERVAL,
+            std::time::Duration::from_millis,
+        ))
+    }
+
     /// The env variable a container sets to ask for devices.
     pub fn request_env(&self) -> &str {
         &self.request_env
@@ -612,6 +634,20 @@ impl Profile {
                 "discovery.health_taint",
                 "is set but nothing tells the devices' health: set discovery.health_sysfs, or leave health_taint out".into(),
             ));
+        }
+        if let Some(ms) = raw.discovery.health_interval_ms {
+            if raw.discovery.health_sysfs.is_none() {
+                return Err(invalid(
+                    "discovery.health_interval_ms",
+                    "is set but there is no health attribute to read: set discovery.health_sysfs, or leave health_interval_ms out".into(),
+                ));
+            }
+            if !(MIN_HEALTH_INTERVAL_MS..=MAX_HEALTH_INTERVAL_MS).contains(&ms) {
+                return Err(invalid(
+                    "discovery.health_interval_ms",
+                    format!("is {ms}: use {MIN_HEALTH_INTERVAL_MS} to {MAX_HEALTH_INTERVAL_MS}"),
+                ));
+            }
         }
         for (key, count) in [
             ("discovery.usb", raw.discovery.usb.len()),
@@ -1275,6 +1311,38 @@ DEMO_DRIVER = "1"
             e.contains("discovery.attributes_sysfs") && e.contains("25 attributes"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_health_interval_needs_a_health_attribute_and_a_bounded_value() {
+        let base = "name = \"x\"\nresource = \"x.io/x\"\n[discovery]\nnodes = [\"x*\"]\n";
+        let with = |extra: &str| parse(&format!("{base}{extra}"));
+        let attr = "health_sysfs = \"class/x/{name}/health\"\n";
+        assert_eq!(
+            with(attr).unwrap().health_interval(),
+            Some(crate::health::DEFAULT_HEALTH_INTERVAL)
+        );
+        assert_eq!(
+            with(&format!("{attr}health_interval_ms = 250\n"))
+                .unwrap()
+                .health_interval(),
+            Some(std::time::Duration::from_millis(250))
+        );
+        assert_eq!(with("").unwrap().health_interval(), None);
+        let e = with("health_interval_ms = 250\n").unwrap_err().to_string();
+        assert!(
+            e.contains("discovery.health_interval_ms") && e.contains("health_sysfs"),
+            "{e}"
+        );
+        for bad in [0, MIN_HEALTH_INTERVAL_MS - 1, MAX_HEALTH_INTERVAL_MS + 1] {
+            let e = with(&format!("{attr}health_interval_ms = {bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("discovery.health_interval_ms") && e.contains(&bad.to_string()),
+                "{e}"
+            );
+        }
     }
 
     #[test]
