@@ -1,7 +1,8 @@
 //! Device health and hot-plug, driven by inotify.
 //!
 //! The monitor watches the directories that hold a profile's device nodes (a node's removal or
-//! re-creation is an event in its directory, which a watch on the node itself would miss) and the
+//! re-creation is an event in its directory, which a watch on the node itself would miss; the
+//! writes to the nodes in them are not watched) and the
 //! profile's sysfs health attributes (sysfs raises a modify event when a driver calls
 //! `sysfs_notify`). Any event triggers a rescan; the resulting [`Advertisement`] is published
 //! only if it differs, so `ListAndWatch` sends exactly one message per real change. A path that
@@ -146,10 +147,10 @@ impl<S: DeviceSource> HealthMonitor<S> {
 
     fn add_watches(&self, watches: &mut Watches) {
         for path in self.source.watch_paths() {
-            let Some(target) = devinject_devices::nearest_existing(&path) else {
+            let Some((target, mask)) = path.target() else {
                 continue;
             };
-            if let Err(error) = watches.add(&target, devinject_devices::watch::mask()) {
+            if let Err(error) = watches.add(&target, mask) {
                 warn!(resource = %self.resource, path = %target.display(), %error, "cannot watch");
             }
         }
@@ -164,6 +165,7 @@ mod tests {
 
     use super::*;
     use crate::advertisement::ScannedDevice;
+    use devinject_devices::watch::{WatchPath, Watched};
 
     /// A source that lists the files in one directory as healthy devices.
     struct DirSource {
@@ -190,8 +192,11 @@ mod tests {
             Ok(out)
         }
 
-        fn watch_paths(&self) -> Vec<PathBuf> {
-            vec![self.dir.clone()]
+        fn watch_paths(&self) -> Vec<WatchPath> {
+            vec![WatchPath {
+                path: self.dir.clone(),
+                what: Watched::Entries,
+            }]
         }
     }
 

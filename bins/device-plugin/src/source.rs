@@ -1,9 +1,9 @@
 //! Where a resource's devices come from: a small trait so the health monitor can be driven by a
 //! profile on a real host ([`ProfileSource`]), or by a fake in tests.
 
-use std::path::PathBuf;
 use std::sync::Mutex;
 
+use devinject_devices::watch::WatchPath;
 use devinject_devices::{discover, watch_paths, DiscoveryError, HostRoots, Inventory, Profile};
 
 use crate::advertisement::ScannedDevice;
@@ -18,7 +18,7 @@ pub trait DeviceSource: Send + 'static {
 
     /// Files and directories whose changes may change [`Self::scan`]'s answer: the directories
     /// holding device nodes and any health attributes. They may not exist yet.
-    fn watch_paths(&self) -> Vec<PathBuf>;
+    fn watch_paths(&self) -> Vec<WatchPath>;
 }
 
 /// A profile's devices under a set of host roots, found by `devinject_devices::discover`.
@@ -68,7 +68,7 @@ impl DeviceSource for ProfileSource {
         Ok(scanned)
     }
 
-    fn watch_paths(&self) -> Vec<PathBuf> {
+    fn watch_paths(&self) -> Vec<WatchPath> {
         let found = self.found.lock().unwrap_or_else(|e| e.into_inner());
         watch_paths(&self.profile, &self.roots, found.as_ref())
     }

@@ -1,11 +1,13 @@
 //! When the publisher runs discovery again: on an inotify event in what a profile's discovery
-//! reads ([`devinject_devices::watch_paths`]: the directories of its nodes, its devices' sysfs
-//! health attributes), never on a timer, so an idle node costs the driver no wakeups. A burst
-//! of events (a driver loading, many nodes made at once) is one rescan. Where inotify cannot be
-//! set up or read, the publisher falls back to rescanning every [`FALLBACK_RESCAN`], and says so.
+//! reads ([`devinject_devices::watch_paths`]: the entries of the directories of its nodes, not
+//! the writes to the nodes in them; its devices' sysfs health attributes), never on a timer. A
+//! burst of events (a driver loading, many nodes made at once) is one rescan. Where inotify
+//! cannot be set up or read, the publisher falls back to rescanning every [`FALLBACK_RESCAN`],
+//! and says so.
 
-use std::path::PathBuf;
 use std::time::Duration;
+
+use devinject_devices::watch::WatchPath;
 
 use inotify::{EventStream, Inotify, Watches};
 use tokio_stream::StreamExt;
@@ -59,15 +61,15 @@ impl DeviceWatch {
     /// Watches `paths` (each, or its nearest existing ancestor: a directory made later shows as
     /// an event there); a path already watched is watched once. A watch that cannot be added is
     /// logged.
-    pub fn watch(&mut self, paths: impl IntoIterator<Item = PathBuf>) {
+    pub fn watch(&mut self, paths: impl IntoIterator<Item = WatchPath>) {
         let Self::Events { watches, .. } = self else {
             return;
         };
         for path in paths {
-            let Some(target) = devinject_devices::nearest_existing(&path) else {
+            let Some((target, mask)) = path.target() else {
                 continue;
             };
-            if let Err(error) = watches.add(&target, devinject_devices::watch::mask()) {
+            if let Err(error) = watches.add(&target, mask) {
                 warn!(path = %target.display(), %error, "cannot watch for device changes");
             }
         }
@@ -112,13 +114,23 @@ impl DeviceWatch {
 mod tests {
     use super::*;
 
+    use devinject_devices::watch::Watched;
+    use std::path::Path;
+
+    fn entries(dir: &Path) -> [WatchPath; 1] {
+        [WatchPath {
+            path: dir.to_owned(),
+            what: Watched::Entries,
+        }]
+    }
+
     #[tokio::test]
     async fn a_node_made_in_a_directory_made_later_wakes_it_and_nothing_else_does() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("late/demo");
         let mut watch = DeviceWatch::new();
         assert!(matches!(watch, DeviceWatch::Events { .. }));
-        watch.watch([dir.clone()]);
+        watch.watch(entries(&dir));
         // Nothing changes: no wakeup.
         assert!(
             tokio::time::timeout(Duration::from_millis(300), watch.changed())
@@ -130,7 +142,7 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), watch.changed())
             .await
             .expect("the directory's making is an event");
-        watch.watch([dir.clone()]);
+        watch.watch(entries(&dir));
         // A burst is one wakeup.
         for n in 0..20 {
             std::fs::write(dir.join(format!("accel{n}")), "").unwrap();
@@ -142,5 +154,27 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), watch.changed())
             .await
             .expect("a removal");
+        // Writes to a node in the directory (as every `2>/dev/null` writes to `/dev/null`)
+        // are no change of what is there: no wakeup.
+        let null = dir.join("null");
+        nix::sys::stat::mknod(
+            &null,
+            nix::sys::stat::SFlag::S_IFCHR,
+            nix::sys::stat::Mode::from_bits_truncate(0o666),
+            nix::sys::stat::makedev(1, 3),
+        )
+        .unwrap();
+        tokio::time::timeout(Duration::from_secs(5), watch.changed())
+            .await
+            .expect("a node made");
+        for _ in 0..20 {
+            std::fs::write(&null, "discarded").unwrap();
+        }
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), watch.changed())
+                .await
+                .is_err(),
+            "woke on writes to a node"
+        );
     }
 }
