@@ -2,7 +2,8 @@
 //!
 //! Per resource there are two tasks: the [`HealthMonitor`] (inotify → rescan → `watch` channel)
 //! and the [`Lifecycle`] (socket, server, registration, re-registration). One [`DirWatcher`]
-//! shares the device-plugins directory's events with every lifecycle. All tasks live in
+//! shares the device-plugins directory's events with every lifecycle, and one [`HealthTimer`]
+//! tells every monitor when its health attributes are due to be read again. All tasks live in
 //! `JoinSet`s: if any of them ends, the daemon withdraws every resource and exits with an error,
 //! so the plugin never looks registered while a part of it is dead (the DaemonSet restarts it).
 //! SIGTERM and SIGINT withdraw every resource (an empty `ListAndWatch` list), stop the servers and
@@ -19,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::advertisement::Advertisement;
-use crate::health::{HealthError, HealthMonitor};
+use crate::health::{HealthError, HealthMonitor, HealthTimer};
 use crate::kubelet::lifecycle::{Lifecycle, LifecycleError};
 use crate::kubelet::watch::{DirWatcher, WatchError};
 use crate::metrics::PluginMetrics;
@@ -181,6 +182,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), DaemonError> {
     let shutdown = CancellationToken::new();
     let mut background: JoinSet<(String, Result<(), DaemonError>)> = JoinSet::new();
     let mut lifecycles: JoinSet<(String, Result<(), DaemonError>)> = JoinSet::new();
+    let mut schedules = Vec::new();
     for (resource, source) in resources {
         let name = resource.resource_name.clone();
         let (sender, _) = watch::channel(Arc::new(Advertisement::new(resource.replicas)));
@@ -190,6 +192,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), DaemonError> {
         monitor.rescan();
         info!(resource = %name, profile = %resource.profile, devices = sender.borrow().ids().len(),
             mode = ?resource.mode, "serving");
+        schedules.push(monitor.schedule());
         background.spawn({
             let task = format!("health monitor of {name}");
             async move { (task, monitor.run().await.map_err(DaemonError::from)) }
@@ -207,6 +210,11 @@ pub async fn run(config: DaemonConfig) -> Result<(), DaemonError> {
             async move { (task, lifecycle.run().await.map_err(DaemonError::from)) }
         });
     }
+    let timer = HealthTimer::new(schedules);
+    background.spawn(async move {
+        timer.run().await;
+        ("health timer".to_owned(), Ok(()))
+    });
     background.spawn(async move {
         let task = "device-plugins directory watch".to_owned();
         (task, watcher.run().await.map_err(DaemonError::from))

@@ -7,8 +7,9 @@
 //! - [`daemon`] loads the profiles, starts the tasks below for each resource, supervises them and
 //!   handles SIGTERM/SIGINT;
 //! - [`source`] finds a profile's devices (`devinject_devices::discover`) and says which paths to
-//!   watch; [`health`] watches them with inotify and publishes an [`advertisement::Advertisement`]
-//!   (devices, health, NUMA node, replica ids) on a `tokio::sync::watch` channel on every change;
+//!   watch; [`health`] watches them with inotify, reads the devices' health attributes again on
+//!   one timer for the daemon, and publishes an [`advertisement::Advertisement`] (devices,
+//!   health, NUMA node, replica ids) on a `tokio::sync::watch` channel on every change;
 //! - [`kubelet`] serves the [`service`] on a fresh socket, registers, and registers again when the
 //!   kubelet restarts, the socket is removed or the `ListAndWatch` stream is lost;
 //! - [`authority`] sits between the socket and the gRPC server: it makes the socket-path
@@ -20,8 +21,10 @@
 //! - [`metrics`] counts what the parts above do, for Prometheus; [`node_refusals`] counts the
 //!   refusals the hook, the shim and the NRI plugin wrote to the node's decision log.
 //!
-//! The crate never sleeps to poll: devices, health and kubelet restarts all arrive as inotify
-//! events, and `ListAndWatch` sends only when the advertisement changes.
+//! Devices, kubelet restarts and the health a driver notifies arrive as inotify events; the one
+//! timer reads health attributes, which sysfs raises no event for unless the driver calls
+//! `sysfs_notify` (each profile's `discovery.health_interval_ms`, one read per device), and
+//! `ListAndWatch` sends only when the advertisement changes.
 
 pub mod advertisement;
 pub mod allocate;

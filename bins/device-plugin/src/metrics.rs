@@ -78,6 +78,7 @@ pub struct PluginMetrics {
     registrations: Family<ResourceLabels, Counter>,
     reregistrations: Family<ReasonLabels, Counter>,
     health_transitions: Family<TransitionLabels, Counter>,
+    rescans: Family<ResourceLabels, Counter>,
 }
 
 impl Default for PluginMetrics {
@@ -90,6 +91,7 @@ impl Default for PluginMetrics {
             registrations: Family::default(),
             reregistrations: Family::default(),
             health_transitions: Family::default(),
+            rescans: Family::default(),
         }
     }
 }
@@ -133,6 +135,11 @@ impl PluginMetrics {
             "Health changes of advertised devices",
             self.health_transitions.clone(),
         );
+        registry.register(
+            "devinject_device_plugin_rescans",
+            "Discoveries run, the first included: one per burst of inotify events on what discovery reads",
+            self.rescans.clone(),
+        );
     }
 
     /// Sets the device counts of `resource` from what it advertises now.
@@ -160,6 +167,15 @@ impl PluginMetrics {
                 resource: resource.to_owned(),
                 from: health(from),
                 to: health(to),
+            })
+            .inc();
+    }
+
+    /// Counts a discovery of `resource`'s devices.
+    pub fn rescanned(&self, resource: &str) {
+        self.rescans
+            .get_or_create(&ResourceLabels {
+                resource: resource.to_owned(),
             })
             .inc();
     }
@@ -260,6 +276,7 @@ mod tests {
         metrics.registered(r);
         metrics.reregistering(r, "kubelet_restarted");
         metrics.health_changed(r, true, false);
+        metrics.rescanned(r);
         metrics.allocate_took(r, Duration::from_micros(70));
         let t = text(&metrics);
         for line in [
@@ -268,6 +285,7 @@ mod tests {
             "devinject_device_plugin_registrations_total{resource=\"devinject.io/demo\"} 2\n",
             "devinject_device_plugin_reregistrations_total{resource=\"devinject.io/demo\",reason=\"kubelet_restarted\"} 1\n",
             "devinject_device_plugin_health_transitions_total{resource=\"devinject.io/demo\",from=\"healthy\",to=\"unhealthy\"} 1\n",
+            "devinject_device_plugin_rescans_total{resource=\"devinject.io/demo\"} 1\n",
             "# UNIT devinject_device_plugin_allocate_duration_seconds seconds\n",
             "devinject_device_plugin_allocate_duration_seconds_count{resource=\"devinject.io/demo\"} 1\n",
             "devinject_device_plugin_allocate_duration_seconds_bucket{le=\"0.00005\",resource=\"devinject.io/demo\"} 0\n",

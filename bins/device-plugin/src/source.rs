@@ -2,9 +2,12 @@
 //! profile on a real host ([`ProfileSource`]), or by a fake in tests.
 
 use std::sync::Mutex;
+use std::time::Duration;
 
 use devinject_devices::watch::WatchPath;
-use devinject_devices::{discover, watch_paths, DiscoveryError, HostRoots, Inventory, Profile};
+use devinject_devices::{
+    discover, refresh_health, watch_paths, DiscoveryError, HostRoots, Inventory, Profile,
+};
 
 use crate::advertisement::ScannedDevice;
 
@@ -19,6 +22,13 @@ pub trait DeviceSource: Send + 'static {
     /// Files and directories whose changes may change [`Self::scan`]'s answer: the directories
     /// holding device nodes and any health attributes. They may not exist yet.
     fn watch_paths(&self) -> Vec<WatchPath>;
+
+    /// How often [`Self::refresh_health`] is due; `None` when there is no health to read.
+    fn health_interval(&self) -> Option<Duration>;
+
+    /// The devices of the last scan with their health read again (one read per device, no
+    /// discovery), when any health changed since; `None` otherwise.
+    fn refresh_health(&self) -> Option<Vec<ScannedDevice>>;
 }
 
 /// A profile's devices under a set of host roots, found by `devinject_devices::discover`.
@@ -51,19 +61,13 @@ impl DeviceSource for ProfileSource {
             // is back. Other errors may be transient and keep the last list.
             Err(err @ DiscoveryError::Missing { .. }) => {
                 tracing::warn!(profile = %self.profile.name, error = %err, "devices unusable");
+                // Nothing to read the health of until discovery finds the devices usable.
+                *self.found.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 return Ok(Vec::new());
             }
             Err(err) => return Err(err),
         };
-        let scanned = inventory
-            .devices
-            .iter()
-            .map(|d| ScannedDevice {
-                id: d.id.to_string(),
-                numa_node: d.numa_node,
-                healthy: d.healthy,
-            })
-            .collect();
+        let scanned = scanned(&inventory);
         *self.found.lock().unwrap_or_else(|e| e.into_inner()) = Some(inventory);
         Ok(scanned)
     }
@@ -72,4 +76,30 @@ impl DeviceSource for ProfileSource {
         let found = self.found.lock().unwrap_or_else(|e| e.into_inner());
         watch_paths(&self.profile, &self.roots, found.as_ref())
     }
+
+    fn health_interval(&self) -> Option<Duration> {
+        self.profile.health_interval()
+    }
+
+    fn refresh_health(&self) -> Option<Vec<ScannedDevice>> {
+        let mut found = self.found.lock().unwrap_or_else(|e| e.into_inner());
+        let inventory = found.as_mut()?;
+        if refresh_health(&self.profile, &self.roots, inventory).is_empty() {
+            return None;
+        }
+        Some(scanned(inventory))
+    }
+}
+
+/// What the advertisement takes of `inventory`.
+fn scanned(inventory: &Inventory) -> Vec<ScannedDevice> {
+    inventory
+        .devices
+        .iter()
+        .map(|d| ScannedDevice {
+            id: d.id.to_string(),
+            numa_node: d.numa_node,
+            healthy: d.healthy,
+        })
+        .collect()
 }
