@@ -3,7 +3,8 @@
 //! the writes to the nodes in them; its devices' sysfs health attributes), never on a timer. A
 //! burst of events (a driver loading, many nodes made at once) is one rescan. Where inotify
 //! cannot be set up or read, the publisher falls back to rescanning every [`FALLBACK_RESCAN`],
-//! and says so.
+//! and says so. Health attributes whose driver raises no event are read on the publisher's
+//! health schedule instead ([`devinject_devices::health`]), which runs no discovery.
 
 use std::time::Duration;
 

@@ -4,13 +4,14 @@
 //! device failed says so.
 //!
 //! The stream runs no discovery of its own: it reads what the slice publisher discovered
-//! ([`Discovered`], a watch channel the publisher updates after each rescan that changed
-//! something). Each stream sends the health of every published device at once, then the
-//! devices whose health changed as soon as the publisher saw it, and every [`REFRESH`] all of
-//! them again, well within the [`TIMEOUT`] after which the kubelet would take a silent device's
-//! health for unknown. Health is the profile's sysfs health attribute, as for the slice (an
-//! unhealthy device also leaves the slice); a device that disappears (unplugged) is reported
-//! unhealthy once, since pods may still hold it. A profile whose discovery fails keeps its last
+//! ([`Discovered`], a watch channel the publisher updates after each rescan, or each read of the
+//! health attributes on its schedule, that changed something). Each stream sends the health of
+//! every published device at once, then the devices whose health changed as soon as the
+//! publisher saw it, and every [`REFRESH`] all of them again, well within the [`TIMEOUT`] after
+//! which the kubelet would take a silent device's health for unknown. Health is the profile's
+//! sysfs health attribute, as for the slice (where an unhealthy device stays, tainted, or is
+//! left out where the API server drops device taints: [`crate::slices`]); a device that
+//! disappears (unplugged) is reported unhealthy once, since pods may still hold it. A profile whose discovery fails keeps its last
 //! inventory, so it reports nothing new until discovery works again. Devices are named as in
 //! the slice, shares included ([`crate::slices::device_names`]).
 

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
-use devinject_devices::{discover, watch_paths, HostRoots, ProfileSet};
+use devinject_devices::{
+    discover, refresh_health, watch_paths, HealthSchedule, HostRoots, Inventory, ProfileSet,
+};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -136,8 +138,9 @@ const EVENT_ROUND_GAP: Duration = Duration::from_millis(100);
 
 /// Publishes one ResourceSlice per profile and keeps it current against the API server (the
 /// slices' reconciliation, docs/security.md): discovery runs again on each change of what it
-/// reads ([`DeviceWatch`]) and a slice whose devices changed is applied with the next pool
-/// generation; the driver's own slices
+/// reads ([`DeviceWatch`]), each device's health attribute is read again on one schedule for
+/// every profile ([`HealthSchedule`], `discovery.health_interval_ms`), and a slice whose
+/// devices changed is applied with the next pool generation; the driver's own slices
 /// (field selector: this node and driver) are watched, and one deleted (a restarting kubelet
 /// deletes its node's slices) or changed by another writer is applied again at once, as is
 /// every slice when the kubelet registers the driver again. What discovery found goes to
@@ -182,6 +185,10 @@ async fn publish(
     // gate off), then without it for the driver's life.
     let mut fields = ApiFields::ALL;
     let mut devices = DeviceWatch::new();
+    let mut health =
+        HealthSchedule::for_profiles(std::time::Instant::now(), config.profiles.iter(), |p| {
+            p.name.to_string()
+        });
     // The first round runs discovery at once; then each change of what it reads does.
     let mut first_round = true;
     let mut last_round = tokio::time::Instant::now();
@@ -191,10 +198,18 @@ async fn publish(
     let mut failures_open = true;
     loop {
         // Whether this round runs discovery (a device change) or only reconciles (an event of
-        // the API server or the kubelet).
+        // the API server or the kubelet, or a health change read on schedule).
+        let mut health_changed = false;
         let rescan = std::mem::take(&mut first_round)
             || tokio::select! {
                 () = devices.changed() => true,
+                due = health_due(&mut health) => {
+                    if !read_health(config, &due, &mut found) {
+                        continue;
+                    }
+                    health_changed = true;
+                    false
+                }
                 changed = registrations.changed(), if registered_open => {
                     if changed.is_err() {
                         // The registration service is gone; the driver stops through its socket.
@@ -238,7 +253,7 @@ async fn publish(
                     false
                 }
             };
-        if !rescan {
+        if !rescan && !health_changed {
             // A burst of events is one round, at most one per EVENT_ROUND_GAP.
             tokio::time::sleep_until(last_round + EVENT_ROUND_GAP).await;
         }
@@ -287,6 +302,8 @@ async fn publish(
         }
         if rescan {
             devices.watch(watched(&found));
+        }
+        if rescan || health_changed {
             discovered.send_if_modified(|known| {
                 let changed = **known != found;
                 if changed {
@@ -397,6 +414,38 @@ async fn publish(
             }
         }
     }
+}
+
+/// The profiles whose health reads are due, when they are; never for an empty schedule.
+async fn health_due(schedule: &mut HealthSchedule<String>) -> Vec<String> {
+    let Some(next) = schedule.next_due() else {
+        return std::future::pending().await;
+    };
+    tokio::time::sleep_until(tokio::time::Instant::from_std(next)).await;
+    schedule.take_due(std::time::Instant::now())
+}
+
+/// Reads each device's health attribute again for the `due` profiles' inventories in `found`
+/// (no discovery: a device that came or went is the watch's to see); true when a device's
+/// health changed.
+fn read_health(
+    config: &ServeConfig,
+    due: &[String],
+    found: &mut BTreeMap<String, Inventory>,
+) -> bool {
+    let mut changed = false;
+    for name in due {
+        let (Some(profile), Some(inventory)) = (config.profiles.get(name), found.get_mut(name))
+        else {
+            continue;
+        };
+        let before = inventory.clone();
+        if !refresh_health(profile, &config.roots, inventory).is_empty() {
+            config.metrics.discovered(name, Some(&before), inventory);
+            changed = true;
+        }
+    }
+    changed
 }
 
 /// `slices` (one pool's) as generation `generation`.
