@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use devinject_devices::ProfileSet;
+use devinject_testkit::sockets::held_on_port;
 use devinject_webhook::certs;
 use devinject_webhook::metrics::WebhookMetrics;
 use devinject_webhook::mutate::Table;
@@ -125,6 +126,45 @@ async fn idle_connections_over_the_cap_leave_a_review_answered() {
     let (answer, took) = common::review(&server.client, server.address).await;
     assert_allowed(&answer, took);
     assert!(server.load.connections() <= cap);
+}
+
+#[tokio::test]
+async fn a_review_behind_idle_connections_is_answered_within_a_second() {
+    // The default cap; deadlines the test does not reach, so that only the cap lets the idle
+    // connections go.
+    let server = start(patient()).await;
+    let (cap, port) = (patient().connections, server.address.port());
+    let mut idle = Vec::new();
+    // 100, then the cap and 50 more on top, all still open on this side.
+    for n in [100, cap + 50] {
+        for _ in 0..n {
+            idle.push(TcpStream::connect(server.address).await.unwrap());
+        }
+        let review = common::review(&server.client, server.address);
+        let Ok((answer, took)) = tokio::time::timeout(READY, review).await else {
+            panic!(
+                "beside {} idle connections, no answer in {READY:?}",
+                idle.len()
+            );
+        };
+        assert!(
+            answer.starts_with("HTTP/1.1 200 OK\r\n") && answer.contains("\"allowed\":true"),
+            "beside {} idle connections: {answer:?}",
+            idle.len()
+        );
+        // The API server gives up after the manifest's timeoutSeconds (5); the promise is 1 s.
+        assert!(
+            took < Duration::from_secs(1),
+            "beside {} idle connections, answered after {took:?}",
+            idle.len()
+        );
+        let held = held_on_port(port);
+        assert!(
+            held <= cap,
+            "{held} descriptors held for {} idle connections, the cap is {cap}",
+            idle.len()
+        );
+    }
 }
 
 #[tokio::test]
