@@ -162,6 +162,12 @@ DEVINJECT_GRPC_GO_CLIENT=$(cat "$logs/grpc-go-client")
 DEVINJECT_VENDOR_STACKS=$(cat "$logs/vendor-stacks-fetch")
 DEVINJECT_NVIDIA_TOOLKIT=$(cat "$logs/nvidia-toolkit-build")
 export DEVINJECT_RUNTIMES DEVINJECT_GRPC_GO_CLIENT DEVINJECT_VENDOR_STACKS DEVINJECT_NVIDIA_TOOLKIT
+# The versions the suite runs on: the machine's and those pinned by scripts/runtimes.lock.
+first_line() { "$@" 2>&1 | sed -n 1p || true; }
+say "the suite's engines: $(first_line runc --version), $(first_line containerd --version)," \
+  "$(first_line dockerd --version); containerd $(cat "$DEVINJECT_RUNTIMES/containerd-1.7/VERSION")" \
+  "and $(cat "$DEVINJECT_RUNTIMES/containerd-2/VERSION"), docker $(cat "$DEVINJECT_RUNTIMES/docker-28/VERSION")" \
+  "(scripts/runtimes.lock)"
 # Every skip is put on the record here (tests/testkit/); under CI=true a skip is a failure.
 export DEVINJECT_SKIP_LOG="$PWD/target/skipped-tests.txt"
 rm -f "$DEVINJECT_SKIP_LOG"
