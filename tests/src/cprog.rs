@@ -1,5 +1,6 @@
 //! Tiny C programs the tests build with gcc: a preload library that leaves a marker wherever it
-//! is loaded, a static "ldconfig" that records how it was run, and plain shared libraries.
+//! is loaded, a static "ldconfig" that records how it was run, plain shared libraries, and a
+//! writer that changes a file through a shared mapping (a change inotify does not see).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -219,4 +220,103 @@ pub fn glibc_program(rootfs: &Path, name: &str, source: &str, args: &[&str]) -> 
         &out,
     )?;
     copy_linked_libraries(rootfs, &out)
+}
+
+const SHARED_MAP_WRITER_C: &str = r#"
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* shared-map-writer FILE: maps FILE shared and closes it (the close of a descriptor open for
+   writing is an IN_CLOSE_WRITE, so it happens here, once), says "mapped", then for each line
+   read on stdin stores the line at the start of FILE, the rest of FILE newlines, msyncs and says
+   "stored". A store to a shared mapping is no write(2): inotify raises no event for it
+   (inotify(7), "Limitations and caveats"). */
+int main(int argc, char **argv) {
+    if (argc != 2) { fprintf(stderr, "usage: %s FILE\n", argv[0]); return 2; }
+    int fd = open(argv[1], O_RDWR | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size == 0) { perror(argv[1]); return 1; }
+    size_t size = (size_t)st.st_size;
+    char *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) { perror("mmap"); return 1; }
+    close(fd);
+    printf("mapped\n");
+    fflush(stdout);
+    char line[4096];
+    while (fgets(line, sizeof line, stdin)) {
+        size_t len = strcspn(line, "\n");
+        if (len > size) { fprintf(stderr, "%s: shorter than the text\n", argv[1]); return 1; }
+        memcpy(map, line, len);
+        memset(map + len, '\n', size - len);
+        if (msync(map, size, MS_SYNC) != 0) { perror("msync"); return 1; }
+        printf("stored\n");
+        fflush(stdout);
+    }
+    return 0;
+}
+"#;
+
+/// Builds `out`, the program [`SharedMapWriter`] runs.
+pub fn shared_map_writer(out: &Path) -> Result<()> {
+    let dir = out.parent().context("the writer's directory")?;
+    gcc(dir, "shared-map-writer", SHARED_MAP_WRITER_C, &["-O1"], out)
+}
+
+/// A file changed through a shared mapping, which raises no inotify event, as a sysfs attribute
+/// whose driver does not call `sysfs_notify` changes without one: the mapping is made (and the
+/// descriptor closed, an `IN_CLOSE_WRITE`) when this is, each [`Self::store`] is a store to it.
+pub struct SharedMapWriter {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl SharedMapWriter {
+    /// Maps `file` with `program` (built by [`shared_map_writer`]).
+    pub fn map(program: &Path, file: &Path) -> Result<Self> {
+        let mut child = Command::new(program)
+            .arg(file)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .with_context(|| format!("run {}", program.display()))?;
+        let stdin = child.stdin.take().context("its stdin")?;
+        let stdout = std::io::BufReader::new(child.stdout.take().context("its stdout")?);
+        let mut writer = Self {
+            child,
+            stdin,
+            stdout,
+        };
+        writer.answer("mapped")?;
+        Ok(writer)
+    }
+
+    /// Stores `text` (one line) at the start of the file, the rest of it newlines.
+    pub fn store(&mut self, text: &str) -> Result<()> {
+        use std::io::Write;
+        writeln!(self.stdin, "{text}").context("write to the writer")?;
+        self.answer("stored")
+    }
+
+    fn answer(&mut self, expected: &str) -> Result<()> {
+        use std::io::BufRead;
+        let mut line = String::new();
+        self.stdout.read_line(&mut line)?;
+        if line.trim_end() != expected {
+            bail!("the writer said {line:?}, not {expected:?} (its error is on stderr)");
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SharedMapWriter {
+    fn drop(&mut self) {
+        // Its stdin closes with it; the kill is for a writer stuck on a fault.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use devinject_device_plugin::api::v1beta1::{
     ContainerPreferredAllocationRequest, PreferredAllocationRequest,
 };
+use devinject_tests::cprog::SharedMapWriter;
 use devinject_tests::kubelet::fake_kubelet::{
     allocate_request, health, string_map, DeviceList, FakeKubelet, Registration,
 };
@@ -181,6 +182,128 @@ async fn health_faults_turn_devices_unhealthy_then_healthy_within_100ms() {
             "{name}"
         );
     }
+}
+
+/// The health interval the schedule tests give their profile (`discovery.health_interval_ms`).
+const HEALTH_INTERVAL: Duration = Duration::from_millis(300);
+
+/// A host with kind `demo` and `count` devices whose profile reads health every
+/// [`HEALTH_INTERVAL`].
+fn scheduled_health_host(count: usize) -> TestHost {
+    let host = demo_host("", count);
+    host.write_profile(
+        "demo",
+        &devinject_tests::kubelet::host::profile("demo", "").replace(
+            "[discovery]\n",
+            &format!(
+                "[discovery]\nhealth_interval_ms = {}\n",
+                HEALTH_INTERVAL.as_millis()
+            ),
+        ),
+    );
+    host
+}
+
+/// The inotify events that would tell a watcher a file's content changed.
+fn content_events() -> inotify::WatchMask {
+    use inotify::WatchMask as M;
+    M::MODIFY | M::CLOSE_WRITE | M::ATTRIB | M::MOVE_SELF | M::DELETE_SELF
+}
+
+/// A driver that does not call `sysfs_notify` changes its health attribute without an inotify
+/// event: the plugin reads it on the profile's `discovery.health_interval_ms` and lists the
+/// device Unhealthy, then Healthy again, each within the interval (a generous deadline of
+/// several intervals on a loaded machine).
+///
+/// The change is a store through a `MAP_SHARED` mapping of the simulated attribute, which
+/// raises no inotify event (checked here before it is relied on). What the simulation cannot
+/// show: a real attribute is produced by the driver's `show` at each read, so a read may block
+/// or fail as the device does, and it is on sysfs, not on the test's filesystem.
+#[tokio::test]
+async fn health_that_raises_no_inotify_event_is_read_within_the_interval() {
+    if !require_root() {
+        return;
+    }
+    let host = scheduled_health_host(2);
+    let program = host.path("shared-map-writer");
+    devinject_tests::cprog::shared_map_writer(&program).expect("build the writer");
+    let attribute = host.sys_root().join("class/demo/accel0/device/health");
+    let mut writer = SharedMapWriter::map(&program, &attribute).expect("map the attribute");
+    let (_kubelet, _plugin, mut reg) = start(&host, &[]).await;
+    let first = reg.next_list(SLOW).await.expect("first list");
+    assert_eq!(
+        health(&first),
+        [("accel0", "Healthy"), ("accel1", "Healthy")]
+    );
+    let mut inotify = inotify::Inotify::init().expect("inotify");
+    inotify
+        .watches()
+        .add(&attribute, content_events())
+        .expect("watch the attribute");
+    let deadline = HEALTH_INTERVAL * 10;
+    for (text, expected) in [("bad", "Unhealthy"), ("ok", "Healthy")] {
+        let started = Instant::now();
+        writer.store(text).expect("store through the mapping");
+        let mut buffer = [0u8; 1024];
+        let seen: Vec<_> = match inotify.read_events(&mut buffer) {
+            Ok(events) => events.map(|e| e.mask).collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Vec::new(),
+            Err(e) => panic!("read inotify events: {e}"),
+        };
+        assert_eq!(
+            seen,
+            [],
+            "the store raised inotify events: the simulation no longer holds on this kernel"
+        );
+        let list = reg
+            .wait_list(deadline, &format!("accel0 {expected}"), |l| {
+                health(l).contains(&("accel0", expected))
+            })
+            .await;
+        assert_eq!(health(&list), [("accel0", expected), ("accel1", "Healthy")]);
+        eprintln!(
+            "accel0 {expected} {:?} after the store (interval {HEALTH_INTERVAL:?})",
+            started.elapsed()
+        );
+    }
+}
+
+/// Writes to a node in a watched node directory (as every `2>/dev/null` writes to `/dev/null`
+/// in `/dev`) change nothing discovery finds and wake no rescan: 100 writes at 100 a second,
+/// then a device's node removed, which is one rescan.
+#[tokio::test]
+async fn writes_to_a_node_in_a_watched_directory_run_no_rescan() {
+    if !require_root() {
+        return;
+    }
+    let host = demo_host("", 1);
+    // Not a device of the profile (`accel[0-9]*`), in the directory its nodes are in.
+    host.mknod("demo/null", 1, 3);
+    let (_kubelet, plugin, mut reg) = start(&host, &[ANY_LOOPBACK_PORT]).await;
+    reg.next_list(SLOW).await.expect("first list");
+    let rescans = || {
+        series(
+            &metrics(&plugin),
+            "devinject_device_plugin_rescans_total{resource=\"devinject.io/demo\"}",
+        )
+    };
+    let before = rescans();
+    let null = host.dev_root().join("demo/null");
+    let mut pace = tokio::time::interval(Duration::from_millis(10));
+    for _ in 0..100 {
+        pace.tick().await;
+        std::fs::write(&null, "discarded").expect("write to the node");
+    }
+    host.remove_node("demo/accel0");
+    reg.wait_list(SLOW, "accel0 unhealthy", |l| {
+        health(l) == [("accel0", "Unhealthy")]
+    })
+    .await;
+    assert_eq!(
+        rescans() - before,
+        1.0,
+        "rescans for 100 writes and one node removed"
+    );
 }
 
 #[tokio::test]
