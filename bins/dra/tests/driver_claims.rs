@@ -324,9 +324,19 @@ async fn a_lost_spec_of_this_boot_is_put_back_and_a_claim_of_an_earlier_boot_is_
     assert_eq!(std::fs::read(&spec).unwrap(), written);
     std::fs::remove_file(&spec).unwrap();
     wait_for(&spec).await;
-    // Another file of the directory is not ours to restore or to react to.
-    std::fs::write(cdi.join("vendor.json"), "{}").unwrap();
-    std::fs::remove_file(cdi.join("vendor.json")).unwrap();
+    // Another file of the directory is not ours to restore: its removal puts nothing back,
+    // and the keeper, past its events (inotify keeps their order), still puts ours back.
+    let other = cdi.join("vendor.json");
+    std::fs::write(&other, "{}").unwrap();
+    std::fs::remove_file(&other).unwrap();
+    std::fs::remove_file(&spec).unwrap();
+    wait_for(&spec).await;
+    assert_eq!(std::fs::read(&spec).unwrap(), written);
+    assert!(!other.exists(), "another vendor's spec was put back");
+    assert!(
+        !keeper.is_finished(),
+        "the keeper stopped on another file's events"
+    );
     keeper.abort();
 
     // A driver started after a reboot (another boot id) puts back nothing of the claims
