@@ -4,7 +4,9 @@ render, and the manifests agree with the profiles and the installer.
 
 - Kubernetes objects (base resources, examples, the uninstall DaemonSet, the rendered base and
   overlays) are validated strictly (unknown fields are errors) with kubernetes-validate, which
-  carries the upstream schemas and needs no network, for each version in K8S_VERSIONS.
+  carries the upstream schemas and needs no network, for each version in K8S_VERSIONS: the
+  oldest it carries (1.25; the device plugin's oldest kubelet, 1.20, has no schema there), the
+  releases between, DRA's first (1.34) and the newest the tests run (1.37).
 - KubeSchedulerConfiguration has no published OpenAPI schema: its fields are checked here
   against the kubescheduler.config.k8s.io/v1 types (profiles, pluginConfig, NodeResourcesFitArgs
   scoringStrategy) or, for the 1.19-1.21 variant, the v1beta1 ones (the NodeResourcesMostAllocated
@@ -48,7 +50,7 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
-K8S_VERSIONS = ["1.29.0", "1.33.0"]
+K8S_VERSIONS = ["1.25.0", "1.29.0", "1.33.0", "1.34.0", "1.37.0"]
 RUNTIME_NAME = "devinject"
 SCHEDULER_NAME = "devinject-binpack"
 # The kustomizations (under deploy/) rendered into plain manifests by scripts/render-manifests.sh.
@@ -60,7 +62,7 @@ RENDERED = {
 }
 # API versions newer than some of K8S_VERSIONS: their objects are checked against the versions
 # that serve them, and at least against NEWEST.
-NEWEST = "1.36.0"
+NEWEST = "1.37.0"
 INTRODUCED = {
     ("resource.k8s.io/v1", None): "1.34.0",
     ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): "1.30.0",
