@@ -66,7 +66,7 @@ use devinject_tests::cluster::dra::{
     add_hanging_function, claim_template, demo_claim_template, device_class, ready_for_dra,
     DEMO_CLASS,
 };
-use devinject_tests::cluster::userns::machine_node;
+use devinject_tests::cluster::userns::{assert_user_namespaced, machine_node, WHO_AM_I};
 use devinject_tests::cluster::{
     user_namespaced, user_namespaced_pods_ready, Cluster, DraBeside, NodeHost, Setup, Shape,
     DRA_DRIVER, SLOW,
@@ -146,6 +146,11 @@ fn pod(name: &str, template: &str) -> String {
 /// metadata of its claims' request `dev` (one JSON line each, where the driver mounted it), and
 /// then sleeping, its one container holding a claim per `(claim name, template)` of `claims`.
 fn pod_holding(name: &str, claims: &[(&str, &str)], probe: &[String]) -> String {
+    pod_holding_after(name, claims, probe, "true")
+}
+
+/// [`pod_holding`], its container running the shell line `first` before the probe.
+fn pod_holding_after(name: &str, claims: &[(&str, &str)], probe: &[String], first: &str) -> String {
     let probe = probe
         .iter()
         .map(|a| format!("'{a}'"))
@@ -162,7 +167,7 @@ fn pod_holding(name: &str, claims: &[(&str, &str)], probe: &[String]) -> String 
     let command = vec![
         "/bin/sh".to_owned(),
         "-c".to_owned(),
-        format!("{probe};{metadata} echo probe-done; exec sleep 3600"),
+        format!("{first}; {probe};{metadata} echo probe-done; exec sleep 3600"),
     ];
     let (mut pod_claims, mut refs) = (String::new(), String::new());
     for (claim, template) in claims {
@@ -1427,10 +1432,11 @@ fn user_namespaced_pods_open_the_kernel_devices(
     let paths: Vec<&str> = numbers.iter().map(|(p, _, _)| p.as_str()).collect();
     let pods = [("userns-root", None), ("userns-user", Some(1000))];
     let create = |name: &str, user: Option<u32>| {
-        let manifest = pod_holding(
+        let manifest = pod_holding_after(
             name,
             templates,
             &devinject_tests::probe::probe_args(&paths, &[]),
+            WHO_AM_I,
         );
         c.apply(&user_namespaced(&manifest, user))
             .expect("create pod");
@@ -1448,7 +1454,7 @@ fn user_namespaced_pods_open_the_kernel_devices(
             create(name, user);
         }
         let out = probe_output(c, name);
-        assert_eq!(c.pod(name).unwrap()["spec"]["hostUsers"], false);
+        assert_user_namespaced(name, &out, user, "a pod holding claims");
         let report = Report::parse(&out);
         for (path, major, minor) in numbers {
             assert_opens(

@@ -42,18 +42,48 @@ pub fn user_namespaced(pod: &str, user: Option<u32>) -> String {
         )
 }
 
-/// The demo probe's arguments `probe`, run after a line `uidmap <the container's uid map>`.
+/// A shell line printing who the container's process is, as it sees itself: `uid <id -u> gid
+/// <id -g>`, then `uidmap <its uid map>`; [`assert_user_namespaced`] reads it.
+pub const WHO_AM_I: &str = "echo uid $(id -u) gid $(id -g); echo uidmap $(cat /proc/self/uid_map)";
+
+/// The demo probe's arguments `probe`, run after [`WHO_AM_I`]'s lines.
 pub fn after_uid_map(probe: Vec<String>) -> Vec<String> {
     let mut command: Vec<String> = [
-        "/bin/sh",
-        "-c",
-        "echo uidmap $(cat /proc/self/uid_map); exec \"$@\"",
-        "sh",
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        format!("{WHO_AM_I}; exec \"$@\""),
+        "sh".to_owned(),
     ]
-    .map(String::from)
     .into();
     command.extend(probe);
     command
+}
+
+/// Asserts, from the output `out` of pod `name`'s [`WHO_AM_I`], what its process saw inside:
+/// it runs as `user` (uid and gid; root when `None`), and in a user namespace of its own, whose
+/// root is a host id other than 0 and whose range holds `user`. Not what the manifest asked:
+/// what the runtime made. `ctx` is shown on failure.
+pub fn assert_user_namespaced(name: &str, out: &str, user: Option<u32>, ctx: &str) {
+    let line = |prefix: &str| -> &str {
+        out.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("{name}: no `{prefix}` line ({ctx}): {out}"))
+    };
+    let id = user.unwrap_or(0);
+    assert_eq!(
+        line("uid "),
+        format!("{id} gid {id}"),
+        "{name}: `id -u` and `id -g` inside ({ctx}): {out}"
+    );
+    let map: Vec<u64> = line("uidmap ")
+        .split_whitespace()
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    assert!(
+        map.len() == 3 && map[0] == 0 && map[1] != 0 && u64::from(id) < map[2],
+        "{name}: the container's root maps to a host id other than 0, its range holding uid \
+         {id} ({ctx}): {out}"
+    );
 }
 
 /// Makes the manifest of pod `name` asking for `devices` demo devices, with `env` set, running
@@ -80,15 +110,7 @@ pub fn user_namespaced_pods_get_theirs_and_forgers_nothing(
         assert_eq!(manifest["spec"]["hostUsers"], false, "{manifest:#}");
         let uid = manifest["metadata"]["uid"].as_str().unwrap().to_owned();
         // A user namespace of the kubelet's choosing: the container's root is not the host's.
-        let map = out
-            .lines()
-            .find_map(|l| l.strip_prefix("uidmap "))
-            .unwrap_or_else(|| panic!("{name}: no uid map line: {out}"));
-        let host_root: Vec<&str> = map.split_whitespace().take(2).collect();
-        assert!(
-            host_root.len() == 2 && host_root[0] == "0" && host_root[1] != "0",
-            "{name}: the container's root must map to a host id other than 0: {map}"
-        );
+        assert_user_namespaced(name, &out, user, resource);
         let ids = c.allocated(&uid, "main", resource).unwrap();
         assert_eq!(
             ids.len(),
@@ -229,7 +251,7 @@ pub fn cdi_user_namespaced_pods_open_kvm(c: &mut Cluster, allocate_mode: &str) {
         let phase = c.wait_pod_done(name).expect("pod finishes");
         let out = c.container_log(name, "main").unwrap_or_default();
         assert_eq!(phase, "Succeeded", "{name}: {out}\n{}", c.logs());
-        assert_mapped_and_kvm_opened(name, &out, &format!("uid {user:?}, CDI:\n{report}"));
+        assert_mapped_and_kvm_opened(name, &out, user, &format!("CDI:\n{report}"));
         c.kubectl(&["delete", "pod", name]).expect("delete pod");
     }
     let after = std::fs::metadata(&node).unwrap();
@@ -240,26 +262,56 @@ pub fn cdi_user_namespaced_pods_open_kvm(c: &mut Cluster, allocate_mode: &str) {
     );
 }
 
-/// A container command (YAML flow sequence) printing `uidmap <its uid map>` and, when it can
+/// A container command (YAML flow sequence) printing [`WHO_AM_I`]'s lines and, when it can
 /// open `/dev/kvm`, `kvm-open-ok`; [`assert_mapped_and_kvm_opened`] reads its output.
-pub const OPEN_KVM: &str = "[sh, -c, 'echo uidmap $(cat /proc/self/uid_map); ls -ln /dev/kvm; \
+pub const OPEN_KVM: &str = "[sh, -c, 'echo uid $(id -u) gid $(id -g); \
+                            echo uidmap $(cat /proc/self/uid_map); ls -ln /dev/kvm; \
                             head -c 0 /dev/kvm && echo kvm-open-ok']";
 
-/// Asserts that pod `name`'s [`OPEN_KVM`] output `out` shows its root mapped to a host id other
-/// than 0 and `/dev/kvm` opened; `ctx` is shown on failure.
-pub fn assert_mapped_and_kvm_opened(name: &str, out: &str, ctx: &str) {
-    let map: Vec<&str> = out
-        .lines()
-        .find_map(|l| l.strip_prefix("uidmap "))
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
-    assert!(
-        map.len() == 3 && map[0] == "0" && map[1] != "0",
-        "{name}: the container's root maps to a host id other than 0 ({ctx}): {out}"
-    );
+/// Asserts that pod `name`'s [`OPEN_KVM`] output `out` shows it running as `user` in a user
+/// namespace of its own ([`assert_user_namespaced`]) and `/dev/kvm` opened; `ctx` is shown on
+/// failure.
+pub fn assert_mapped_and_kvm_opened(name: &str, out: &str, user: Option<u32>, ctx: &str) {
+    assert_user_namespaced(name, out, user, ctx);
     assert!(
         out.lines().any(|l| l == "kvm-open-ok"),
         "{name} opens /dev/kvm ({ctx}): {out}"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::assert_user_namespaced;
+
+    /// What a uid 1000 container of a namespace mapped at host id 65536 prints.
+    const MAPPED: &str = "uid 1000 gid 1000\nuidmap 0 65536 65536\nnode /dev/kvm c 10:232\n";
+
+    #[test]
+    fn a_user_namespaced_process_is_seen_from_inside() {
+        assert_user_namespaced("p", MAPPED, Some(1000), "");
+        assert_user_namespaced("p", "uid 0 gid 0\nuidmap 0 65536 65536\n", None, "");
+    }
+
+    #[test]
+    #[should_panic(expected = "`id -u` and `id -g` inside")]
+    fn root_where_uid_1000_was_asked_is_refused() {
+        assert_user_namespaced(
+            "p",
+            &MAPPED.replace("uid 1000 gid 1000", "uid 0 gid 0"),
+            Some(1000),
+            "",
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "maps to a host id other than 0")]
+    fn the_hosts_own_namespace_is_refused() {
+        assert_user_namespaced("p", "uid 0 gid 0\nuidmap 0 0 4294967295\n", None, "");
+    }
+
+    #[test]
+    #[should_panic(expected = "no `uidmap ` line")]
+    fn output_without_the_lines_is_refused() {
+        assert_user_namespaced("p", "uid 0 gid 0\n", None, "");
+    }
 }
