@@ -153,6 +153,23 @@ fn pods_get_exactly_their_allocated_devices_and_forged_requests_are_refused() {
             && note.contains("env DEMO_VISIBLE_DEVICES"),
         "{note}"
     );
+    // The kubelet tries the start again (its `Failed` Event counts the tries): still one Event
+    // of ours, within the gap the Events keep per pod and reason.
+    devinject_tests::daemons::poll(
+        "the kubelet to try the forger again",
+        devinject_tests::cluster::SLOW,
+        || {
+            let tries = Cluster::event_count(&c.pod_events("forger", "Failed")?);
+            Ok((tries >= 2).then_some(()))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    let ours = c.pod_events("forger", "DeviceRequestRefused").unwrap();
+    assert_eq!(
+        (ours.len(), Cluster::event_count(&ours)),
+        (1, 1),
+        "one Event however often the start is refused within a minute: {ours:#?}"
+    );
 
     // More than the node has: the scheduler keeps it Pending and says why.
     c.apply(&pod("too-many", &demo_probe_args(), 5, &[], 0))

@@ -978,19 +978,52 @@ impl Cluster {
     /// Waits until pod `name` in the default namespace has an Event of `reason` regarding it
     /// (that pod: its UID too, as `kubectl describe pod` asks), and returns its message.
     pub fn wait_pod_event(&self, name: &str, reason: &str) -> Result<String> {
+        poll(&format!("an Event {reason} on pod {name}"), SLOW, || {
+            let events = self.pod_events(name, reason)?;
+            Ok(events
+                .first()
+                .and_then(|e| e["message"].as_str())
+                .map(str::to_owned))
+        })
+        .map_err(|e| self.pod_wait_failed(name, e))
+    }
+
+    /// The Events (as `kubectl get events` lists them, `core/v1`) with reason `reason` regarding
+    /// pod `name` of the default namespace, this pod and not an earlier one of its name.
+    pub fn pod_events(&self, name: &str, reason: &str) -> Result<Vec<Value>> {
         let uid = self.pod(name)?["metadata"]["uid"]
             .as_str()
             .unwrap_or_default()
             .to_owned();
         let selector =
             format!("involvedObject.kind=Pod,involvedObject.name={name},involvedObject.uid={uid},reason={reason}");
-        poll(&format!("an Event {reason} on pod {name}"), SLOW, || {
-            let text =
-                self.kubectl(&["get", "events", "--field-selector", &selector, "-o", "json"])?;
-            let events: Value = serde_json::from_str(&text).context("parse kubectl's events")?;
-            Ok(events["items"][0]["message"].as_str().map(str::to_owned))
-        })
-        .map_err(|e| self.pod_wait_failed(name, e))
+        let text = self.kubectl(&["get", "events", "--field-selector", &selector, "-o", "json"])?;
+        let events: Value = serde_json::from_str(&text).context("parse kubectl's events")?;
+        Ok(events["items"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// How many times the Events `events` say they happened: each one's `count` (a repeated
+    /// Event the kubelet or a series counts), 1 where it has none.
+    pub fn event_count(events: &[Value]) -> u64 {
+        events
+            .iter()
+            .map(|e| e["count"].as_u64().unwrap_or(1))
+            .sum()
+    }
+
+    /// The UIDs of the ResourceSlices devinject's DRA driver published for the cluster's node:
+    /// new ones after a slice was deleted and published again.
+    pub fn dra_slice_uids(&self) -> Result<std::collections::BTreeSet<String>> {
+        let list: Value =
+            serde_json::from_str(&self.kubectl(&["get", "resourceslices", "-o", "json"])?)
+                .context("parse the ResourceSlices")?;
+        Ok(list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["spec"]["driver"] == DRA_DRIVER)
+            .filter_map(|s| s["metadata"]["uid"].as_str().map(str::to_owned))
+            .collect())
     }
 
     /// The output of container `container` of pod `name` in the default namespace (see
