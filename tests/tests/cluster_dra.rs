@@ -541,7 +541,10 @@ fn a_driver_killed_or_a_kubelet_restarted_under_it_keeps_claims_served() {
         .dra_log()
         .matches(devinject_dra::registration::REGISTERED)
         .count();
-    let published = c.dra_log().matches(devinject_dra::serve::PUBLISHED).count();
+    let slices = c.dra_slice_uids().unwrap();
+    let mut devices = c.resource_slice_devices().unwrap();
+    devices.sort();
+    assert!(!slices.is_empty(), "the driver published no slice");
     c.restart_kubelet()
         .unwrap_or_else(|e| panic!("restart the kubelet: {e:#}"));
     c.wait_node_ready()
@@ -589,9 +592,15 @@ fn a_driver_killed_or_a_kubelet_restarted_under_it_keeps_claims_served() {
         )
     });
     eprintln!("a claim after the kubelet's restart was allocated in {allocated:?}");
+    // What the API server holds: the slices the kubelet deleted are gone, and new ones (new
+    // UIDs) publish the same devices.
+    let again = c.dra_slice_uids().unwrap();
+    let mut republished = c.resource_slice_devices().unwrap();
+    republished.sort();
     assert!(
-        c.dra_log().matches(devinject_dra::serve::PUBLISHED).count() > published,
-        "the slices were not published again:\n{}",
+        !again.is_empty() && again.is_disjoint(&slices) && republished == devices,
+        "the slices were not deleted and published again: {slices:?} before, {again:?} \
+         after; devices {devices:?} before, {republished:?} after\n{}",
         c.dra_log()
     );
     let out = probe_output(&c, "after-kubelet");
