@@ -309,6 +309,18 @@ fn installed_as_a_dra_driver_it_serves_claims_and_the_examples_and_uninstalls() 
         !registry.iter().any(|f| f.contains("devinject")),
         "no registration socket of ours: {registry:?}"
     );
+    // The node's ResourceSlices go with the driver: nothing is left for a scheduler to
+    // allocate on a node that can no longer prepare it.
+    poll("the node's ResourceSlices to go", SLOW, || {
+        Ok(c.dra_slice_uids()?.is_empty().then_some(()))
+    })
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e:#}\nslices: {:?}\n{}",
+            c.resource_slice_devices(),
+            c.logs()
+        )
+    });
     assert!(
         std::fs::read(c.containerd_config()).unwrap() == before,
         "containerd's config.toml is byte-identical to before the install"
