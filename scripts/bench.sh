@@ -3,7 +3,8 @@
 # (docs/benchmarks.md). Builds the release binaries once (the workspace's, the benchmarks of
 # tests/bench/ among them), then, as root, runs devinject-bench (its arguments are passed on, e.g.
 # `scripts/bench.sh --runs 100`), the device plugin's own
-# benchmark, the CDI watcher's refresh latency (cdi-watch-bench), the cost of parsing config.json
+# benchmark, the device plugin's and the DRA driver's idle cost on a simulated node (idle-bench),
+# the CDI watcher's refresh latency (cdi-watch-bench), the cost of parsing config.json
 # (oci-parse-bench), each injection path on
 # containerd 1.7 (devinject-cri-bench) when scripts/runtimes-fetch.sh has fetched it, and the
 # real cluster's (devinject-cluster-bench, on Kubernetes 1.37 with containerd 2 and runc 1.4)
@@ -132,6 +133,11 @@ if [ -x "$out/device-plugin-bench" ]; then
 else
   echo "not measured: the device plugin's benchmark (device-plugin-bench) is not part of this build"
 fi
+
+echo
+echo "### 6c. The device plugin and the DRA driver waiting on a simulated node"
+echo
+DEVINJECT_BIN_DIR="$out" "$out/idle-bench"
 
 echo
 DEVINJECT_BIN_DIR="$out" "$out/cdi-watch-bench"

@@ -20,9 +20,13 @@
 //!   and which of the two accepts specs with names newer than the parser (section 12).
 //! - `servers-bench`: the metrics endpoint and the webhook's HTTPS server under well-behaved
 //!   clients, requests per second and p50/p99 latency, with an A/A pair (section 19).
+//! - `idle-bench`: the device plugin and the DRA driver waiting on a simulated node, quiet and
+//!   beside a process writing to a node in a watched directory (section 6c).
 //!
 //! The library, mostly `devinject-bench`'s rows:
 //!
+//! - [`idle`]: a daemon's CPU time and wakeups over a window, for `idle-bench` and the
+//!   cluster's.
 //! - [`host`]: simulated hosts with N mknod'ed devices and L gcc-built libraries, and a profiles
 //!   dir with the `bench` profile and every shipped one.
 //! - [`overlay`]: a fresh overlay rootfs per start, as an engine gives each container, on the
@@ -44,6 +48,7 @@ pub mod cdi_finish;
 pub mod discovery;
 pub mod docker;
 pub mod host;
+pub mod idle;
 pub mod interval;
 pub mod matrix;
 pub mod overlay;

@@ -30,6 +30,7 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use devinject_admission::policy::kubelet::PodResources;
 use devinject_admission::policy::GrantSource;
+use devinject_bench::idle::Mark;
 use devinject_bench::stats::{children_cpu, thread_cpu, Samples};
 use devinject_kubelet::tool::{Answer, PodEntry, Request, Rpc};
 use devinject_tests::bins::bin;
@@ -575,27 +576,13 @@ fn idle() -> Result<()> {
 /// start's registration, first publications and health streams): a row per daemon and window.
 fn idle_windows(daemons: &[(&str, u32)]) -> Result<()> {
     std::thread::sleep(Duration::from_secs(5));
-    let sample = || -> Result<Vec<(Duration, u64)>> {
-        daemons
-            .iter()
-            .map(|&(_, pid)| Ok((process_cpu(pid)?, context_switches(pid)?)))
-            .collect()
-    };
+    let pids: Vec<u32> = daemons.iter().map(|&(_, pid)| pid).collect();
     let mut rows = Vec::new();
     for window in ["first", "second (A/A)"] {
-        let before = sample()?;
-        let started = Instant::now();
+        let mark = Mark::now(&pids)?;
         std::thread::sleep(IDLE_WINDOW);
-        let secs = started.elapsed().as_secs_f64();
-        for (((name, _), (cpu0, switches0)), (cpu1, switches1)) in
-            daemons.iter().zip(before).zip(sample()?)
-        {
-            rows.push((
-                *name,
-                window,
-                (cpu1 - cpu0).as_secs_f64() / secs * 3600.0,
-                switches1.saturating_sub(switches0) as f64 / secs,
-            ));
+        for ((name, _), cost) in daemons.iter().zip(mark.cost(&pids)?) {
+            rows.push((*name, window, cost.cpu_per_hour, cost.wakeups_per_second));
         }
     }
     rows.sort_by_key(|r| r.0);
@@ -603,41 +590,6 @@ fn idle_windows(daemons: &[(&str, u32)]) -> Result<()> {
         emit(&format!("| {name} | {window} | {cpu:.3} | {wakeups:.2} |"));
     }
     Ok(())
-}
-
-/// The user and system CPU time process `pid` has used (`/proc/<pid>/stat`).
-fn process_cpu(pid: u32) -> Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // The fields after the command name, which is in parentheses and may hold spaces.
-    let rest = stat.rsplit_once(')').context("/proc/<pid>/stat")?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the name.
-    let ticks: u64 = fields
-        .get(11..13)
-        .context("/proc/<pid>/stat is short")?
-        .iter()
-        .map(|f| f.parse::<u64>().unwrap_or(0))
-        .sum();
-    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .filter(|&hz| hz > 0)
-        .unwrap_or(100) as u64;
-    Ok(Duration::from_secs_f64(ticks as f64 / hz as f64))
-}
-
-/// The context switches of every thread of process `pid`, voluntary and not.
-fn context_switches(pid: u32) -> Result<u64> {
-    let mut total = 0;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        let status = std::fs::read_to_string(task?.path().join("status")).unwrap_or_default();
-        total += status
-            .lines()
-            .filter(|l| l.contains("ctxt_switches:"))
-            .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
-            .sum::<u64>();
-    }
-    Ok(total)
 }
 
 /// The `took_us` of every claim `devinject-dra` logs as prepared.
