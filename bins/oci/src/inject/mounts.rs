@@ -16,7 +16,7 @@ use nix::mount::MsFlags;
 use nix::sys::stat::{fstat, Mode, SFlag};
 
 use devinject_devices::node::number_of;
-use devinject_devices::{DeviceNode, DeviceNumber, NodeError};
+use devinject_devices::{DeviceNumber, NodeError};
 
 use super::at_name::{self, AtName};
 use super::ns_calls::NsCalls;
@@ -35,7 +35,8 @@ pub enum MountAttrs {
 }
 
 impl MountAttrs {
-    fn new_api(self) -> u64 {
+    /// The attributes as the new mount API sets them (`mount_setattr`).
+    pub(super) fn new_api(self) -> u64 {
         match self {
             Self::File => {
                 libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV
@@ -117,60 +118,6 @@ pub fn detach_tree(
         Err(Errno::ENOSYS) => Ok(None),
         Err(errno) => Err(src_err(errno)),
     }
-}
-
-/// A copy of `node` owned by the host ids `uid` and `gid`, as a detached tree: made with
-/// `mknodat` on a tmpfs of its own that this process mounts, so in the host's user namespace,
-/// where a node opens (a tmpfs a container's user namespace mounts is `nodev` to the kernel,
-/// and the host node, bound, shows that namespace an owner it does not map: nobody). The copy
-/// has the host node's type, numbers and permission bits; the device cgroup still decides what
-/// may be opened. `Ok(None)` when this kernel lacks the new mount API or this process may not
-/// mount (an unprivileged hook).
-pub fn owned_node(node: &DeviceNode, uid: u32, gid: u32) -> Result<Option<Source>, InjectError> {
-    let err = |errno| InjectError::Source {
-        path: node.host_path.clone(),
-        errno,
-    };
-    let attrs = MountAttrs::Device.new_api();
-    let tmp = match sys::tmpfs_detached(
-        &[(c"mode", c"0755"), (c"size", c"4k"), (c"nr_inodes", c"2")],
-        attrs,
-    ) {
-        Ok(tmp) => tmp,
-        Err(Errno::ENOSYS | Errno::EPERM) => return Ok(None),
-        Err(errno) => return Err(err(errno)),
-    };
-    let name = Path::new("node");
-    let kind = super::nodes::file_type(node.kind);
-    let perm = Mode::from_bits_truncate(node.mode & 0o777);
-    let rdev = devinject_devices::node::makedev(node.major, node.minor);
-    nix::sys::stat::mknodat(&tmp, name, kind, perm, rdev).map_err(err)?;
-    nix::unistd::fchownat(
-        &tmp,
-        name,
-        Some(uid.into()),
-        Some(gid.into()),
-        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-    )
-    .map_err(err)?;
-    // mknod applied this process's umask: the host node's bits, exactly.
-    nix::sys::stat::fchmodat(
-        &tmp,
-        name,
-        perm,
-        nix::sys::stat::FchmodatFlags::FollowSymlink,
-    )
-    .map_err(err)?;
-    let made = nix::fcntl::openat(
-        &tmp,
-        name,
-        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(err)?;
-    let tree = sys::open_tree_clone(&made).map_err(err)?;
-    sys::mount_setattr(&tree, attrs).map_err(err)?;
-    Ok(Some(Source::Tree(tree)))
 }
 
 /// Makes sure a non-directory placeholder exists at `container_path` and returns an fd to it. An

@@ -5,7 +5,7 @@
 //! type, numbers, mode and owner. In a user namespace `mknod` is refused and a node on a tmpfs
 //! mounted there would not work anyway; the host node, bound, would be seen owned by nobody. So
 //! the node is a copy made on a tmpfs of the hook's own, in the host's user namespace, owned by
-//! the host ids the container maps for its owner and group ([`super::mounts::owned_node`]), and
+//! the host ids the container maps for its owner and group ([`owned_node`]), and
 //! attached like a bind. Without the ids mapped or the new mount API, a node others may not use
 //! is refused before the container starts.
 //!
@@ -22,7 +22,7 @@ use devinject_devices::node::{major, makedev, minor};
 use devinject_devices::{DeviceKind, DeviceNode};
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
-use nix::sys::stat::{fstat, SFlag};
+use nix::sys::stat::{fstat, Mode, SFlag};
 use nix::sys::statfs::{fstatfs, TMPFS_MAGIC};
 
 use super::at_name::{self, AtName};
@@ -172,6 +172,60 @@ fn describe(mode: u32, rdev: u64) -> String {
         SFlag::S_IFCHR | SFlag::S_IFBLK => format!("{what} {}:{}", major(rdev), minor(rdev)),
         _ => what,
     }
+}
+
+/// A copy of `node` owned by the host ids `uid` and `gid`, as a detached tree: made with
+/// `mknodat` on a tmpfs of its own that this process mounts, so in the host's user namespace,
+/// where a node opens (a tmpfs a container's user namespace mounts is `nodev` to the kernel,
+/// and the host node, bound, shows that namespace an owner it does not map: nobody). The copy
+/// has the host node's type, numbers and permission bits; the device cgroup still decides what
+/// may be opened. `Ok(None)` when this kernel lacks the new mount API or this process may not
+/// mount (an unprivileged hook).
+pub fn owned_node(node: &DeviceNode, uid: u32, gid: u32) -> Result<Option<Source>, InjectError> {
+    let err = |errno| InjectError::Source {
+        path: node.host_path.clone(),
+        errno,
+    };
+    let attrs = MountAttrs::Device.new_api();
+    let tmp = match crate::sys::tmpfs_detached(
+        &[(c"mode", c"0755"), (c"size", c"4k"), (c"nr_inodes", c"2")],
+        attrs,
+    ) {
+        Ok(tmp) => tmp,
+        Err(Errno::ENOSYS | Errno::EPERM) => return Ok(None),
+        Err(errno) => return Err(err(errno)),
+    };
+    let name = Path::new("node");
+    let kind = file_type(node.kind);
+    let perm = Mode::from_bits_truncate(node.mode & 0o777);
+    let rdev = devinject_devices::node::makedev(node.major, node.minor);
+    nix::sys::stat::mknodat(&tmp, name, kind, perm, rdev).map_err(err)?;
+    nix::unistd::fchownat(
+        &tmp,
+        name,
+        Some(uid.into()),
+        Some(gid.into()),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .map_err(err)?;
+    // mknod applied this process's umask: the host node's bits, exactly.
+    nix::sys::stat::fchmodat(
+        &tmp,
+        name,
+        perm,
+        nix::sys::stat::FchmodatFlags::FollowSymlink,
+    )
+    .map_err(err)?;
+    let made = nix::fcntl::openat(
+        &tmp,
+        name,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(err)?;
+    let tree = crate::sys::open_tree_clone(&made).map_err(err)?;
+    crate::sys::mount_setattr(&tree, attrs).map_err(err)?;
+    Ok(Some(Source::Tree(tree)))
 }
 
 #[cfg(test)]

@@ -231,7 +231,7 @@ impl Privileged for System {
         uid: u32,
         gid: u32,
     ) -> Result<Option<Source>, InjectError> {
-        mounts::owned_node(node, uid, gid)
+        nodes::owned_node(node, uid, gid)
     }
 
     fn rootfs_is_own_mount(&self, rootfs: &Path) -> Result<bool, InjectError> {
