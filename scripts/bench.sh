@@ -39,7 +39,9 @@
 #
 # `scripts/bench.sh servers [--rounds N] [--clients 1,8] ...` runs only the servers' section
 # (servers-bench: the metrics endpoint and the webhook under well-behaved clients, scrapes or
-# reviews per second and p50/p99, an A/A pair; loopback only, tens of seconds; no root needed).
+# reviews per second and p50/p99, an A/A pair; then a scrape's p50/p99 beside 0, 100 and 1000
+# idle connections, section 22, alone with `--only idle`; loopback only, tens of seconds; no
+# root needed).
 #
 # The binaries are built as they ship, by scripts/release-build.sh (as for the image, in
 # target/image): release profile, static, the runtime shim and devinject-podresources against

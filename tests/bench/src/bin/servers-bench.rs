@@ -16,11 +16,18 @@
 //! rounds (A first in odd rounds, A' first in even ones): the A/A pair shows what noise alone
 //! moves. Loopback only, a fixed count per run, every request within [`IO`]. A benchmark, not a
 //! test: it prints figures and fails only when it cannot measure (exit 1).
+//!
+//! Then the endpoint beside idle connections (docs/benchmarks.md, section 22): one scraper
+//! while `--idle` connections that send nothing are open, held by a thread that opens each one
+//! again as soon as the endpoint closes it, as a client bent on holding the endpoint would;
+//! p50, p99 and the slowest scrape, and how many idle connections the endpoint closed a second.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,6 +43,8 @@ use devinject_webhook::certs;
 use devinject_webhook::metrics::WebhookMetrics;
 use devinject_webhook::mutate::Table;
 use devinject_webhook::server;
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::json;
@@ -46,7 +55,8 @@ use tokio_rustls::TlsConnector;
 ///
 /// Prints Markdown tables on stdout: per configuration and instance (A, A'), the requests
 /// per second of each round (median [min–max]), p50 and p99 latency over all rounds, the
-/// requests that failed, and A'/A. Loopback only; a few tens of seconds with the defaults.
+/// requests that failed, and A'/A; then the scrapes beside idle connections. Loopback only; a
+/// few tens of seconds with the defaults.
 #[derive(Parser, Debug)]
 #[command(name = "servers-bench")]
 struct Cli {
@@ -71,6 +81,12 @@ struct Cli {
     /// Resources (profiles) the device plugin's registry has series for.
     #[arg(long, default_value_t = 10)]
     resources: usize,
+    /// Idle connections kept open beside the scraper, one configuration each, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [0, 100, 1000])]
+    idle: Vec<usize>,
+    /// Scrapes per run beside idle connections, one after the other.
+    #[arg(long, default_value_t = 500)]
+    idle_scrapes: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -78,6 +94,8 @@ enum Only {
     Both,
     Metrics,
     Webhook,
+    /// Only the scrapes beside idle connections.
+    Idle,
 }
 
 /// Every connect, read and write, and every review, ends within this or fails.
@@ -172,10 +190,10 @@ fn bench(cli: &Cli) -> Result<()> {
         .context("starting the clients' runtime")?;
     let servers = runtime.block_on(start_servers(cli))?;
     let mut loads = Vec::new();
-    if cli.only != Only::Webhook {
+    if matches!(cli.only, Only::Both | Only::Metrics) {
         loads.push((Load::Scrape, cli.scrapes));
     }
-    if cli.only != Only::Metrics {
+    if matches!(cli.only, Only::Both | Only::Webhook) {
         loads.push((Load::FreshReview, cli.fresh_reviews));
         loads.push((Load::KeptReview, cli.kept_reviews));
     }
@@ -213,9 +231,22 @@ fn bench(cli: &Cli) -> Result<()> {
             }
         }
     }
+    if !loads.is_empty() {
+        print_table(cli, &servers, &results);
+    }
+    if cli.only != Only::Webhook && !cli.idle.is_empty() {
+        beside_idle(cli, &servers)?;
+    }
+    Ok(())
+}
+
+type Results = [(Load, usize, usize, [Figures; 2])];
+
+/// The table of the well-behaved loads, and what their requests were.
+fn print_table(cli: &Cli, servers: &Servers, results: &Results) {
     println!("| server | load | clients | requests per run | instance | per s, rounds: median [min–max] | p50 ms | p99 ms | failed | A'/A per s (95% interval) |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
-    for (load, count, clients, figures) in &results {
+    for (load, count, clients, figures) in results {
         for (instance, f) in figures.iter().enumerate() {
             let rate = |d: Duration| {
                 if d.is_zero() {
@@ -261,7 +292,181 @@ fn bench(cli: &Cli) -> Result<()> {
         cli.resources,
         servers.review.len()
     );
+}
+
+/// One run of scrapes beside idle connections.
+#[derive(Debug, Default)]
+struct IdleRun {
+    scrapes: Run,
+    /// Idle connections the endpoint closed during the scrapes (each opened again at once).
+    closed: u64,
+}
+
+/// What one instance did beside one count of idle connections, over the rounds.
+#[derive(Debug, Default)]
+struct IdleFigures {
+    latencies: Samples,
+    failed: usize,
+    scrapes: usize,
+    closed: u64,
+    wall: Duration,
+}
+
+impl IdleFigures {
+    fn add(&mut self, run: IdleRun) {
+        self.scrapes += run.scrapes.latencies.len() + run.scrapes.failed;
+        self.failed += run.scrapes.failed;
+        self.closed += run.closed;
+        self.wall += run.scrapes.wall;
+        for l in run.scrapes.latencies {
+            self.latencies.push(l);
+        }
+    }
+}
+
+/// The scrapes beside each count of `--idle` connections, on A and A' in turn, and their table.
+fn beside_idle(cli: &Cli, servers: &Servers) -> Result<()> {
+    let most = cli.idle.iter().copied().max().unwrap_or(0);
+    // The idle connections' descriptors and the endpoints' (64 each), with room for the rest.
+    descriptors_for(most + 2 * 64 + 256)?;
+    let mut rows: Vec<(usize, [IdleFigures; 2])> = cli
+        .idle
+        .iter()
+        .map(|&idle| (idle, Default::default()))
+        .collect();
+    for round in 0..cli.rounds {
+        for (idle, figures) in &mut rows {
+            let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+            for instance in order {
+                let run = idle_run(servers.metrics[instance], *idle, cli.idle_scrapes)?;
+                figures[instance].add(run);
+            }
+        }
+    }
+    println!();
+    println!("### 22. The metrics endpoint beside idle connections");
+    println!();
+    println!("| idle connections | instance | scrapes | p50 ms | p99 ms | slowest ms | failed | idle connections closed per s |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (idle, figures) in &rows {
+        for (instance, f) in figures.iter().enumerate() {
+            let ms = |d: Duration| short(d.as_secs_f64() * 1e3);
+            let closed = if f.wall.is_zero() {
+                "–".to_owned()
+            } else {
+                format!("{:.0}", f.closed as f64 / f.wall.as_secs_f64())
+            };
+            println!(
+                "| {idle} | {} | {} | {} | {} | {} | {} of {} | {closed} |",
+                ["A", "A'"][instance],
+                f.scrapes,
+                ms(f.latencies.quantile(0.5)),
+                ms(f.latencies.quantile(0.99)),
+                ms(f.latencies.max()),
+                f.failed,
+                f.scrapes,
+            );
+        }
+    }
+    println!();
+    println!(
+        "{} rounds; one scraper, {} scrapes per run, each on a new connection; the idle ones opened again as they are closed.",
+        cli.rounds, cli.idle_scrapes
+    );
     Ok(())
+}
+
+/// Raises this process's soft limit of descriptors to `needed` when it is lower, within the
+/// hard limit.
+fn descriptors_for(needed: usize) -> Result<()> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).context("reading RLIMIT_NOFILE")?;
+    let needed = needed as u64;
+    if soft >= needed {
+        return Ok(());
+    }
+    if hard < needed {
+        bail!("{needed} descriptors needed, the hard limit is {hard}: raise it (ulimit -Hn) or lower --idle");
+    }
+    setrlimit(Resource::RLIMIT_NOFILE, needed, hard).context("raising RLIMIT_NOFILE")
+}
+
+/// `scrapes` scrapes of `address`, one after the other, while `idle` connections that send
+/// nothing are open to it.
+fn idle_run(address: SocketAddr, idle: usize, scrapes: usize) -> Result<IdleRun> {
+    if idle == 0 {
+        let started = Instant::now();
+        let mut run = scraper(address, scrapes);
+        run.wall = started.elapsed();
+        return Ok(IdleRun {
+            scrapes: run,
+            closed: 0,
+        });
+    }
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let (opened, all_open) = std::sync::mpsc::channel();
+        let holder = scope.spawn(|| hold_idle(address, idle, &stop, opened));
+        // The scrapes start once every idle connection is open; a holder that failed first
+        // says why below.
+        let ready = all_open.recv().is_ok();
+        let scrapes = ready.then(|| {
+            let started = Instant::now();
+            let mut run = scraper(address, scrapes);
+            run.wall = started.elapsed();
+            run
+        });
+        stop.store(true, Ordering::Relaxed);
+        let closed = holder
+            .join()
+            .map_err(|_| anyhow::anyhow!("the idle connections' thread panicked"))?
+            .with_context(|| format!("holding {idle} idle connections"))?;
+        let scrapes = scrapes.context("the idle connections never all opened")?;
+        Ok(IdleRun { scrapes, closed })
+    })
+}
+
+/// Holds `n` connections to `address` that send nothing, each opened again as soon as the
+/// endpoint closes it, until `stop`; says on `opened` when all are first open. Returns how many
+/// the endpoint closed after that.
+fn hold_idle(
+    address: SocketAddr,
+    n: usize,
+    stop: &AtomicBool,
+    opened: std::sync::mpsc::Sender<()>,
+) -> std::io::Result<u64> {
+    let connect = || TcpStream::connect_timeout(&address, IO);
+    let mut held = (0..n)
+        .map(|_| connect())
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let _ = opened.send(());
+    let mut closed = 0u64;
+    let mut ended = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        ended.clear();
+        {
+            let mut fds: Vec<PollFd<'_>> = held
+                .iter()
+                .map(|s| PollFd::new(s.as_fd(), PollFlags::POLLIN))
+                .collect();
+            match poll(&mut fds, PollTimeout::from(50u16)) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(errno) => return Err(errno.into()),
+            }
+            // An idle connection turns readable only when the endpoint closes it.
+            ended.extend(
+                fds.iter()
+                    .enumerate()
+                    .filter(|(_, fd)| fd.any().unwrap_or(true))
+                    .map(|(i, _)| i),
+            );
+        }
+        for &i in &ended {
+            held[i] = connect()?;
+            closed += 1;
+        }
+    }
+    Ok(closed)
 }
 
 /// Starts A and A' of both servers.
