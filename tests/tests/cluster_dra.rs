@@ -1034,7 +1034,7 @@ fn sysfs_attributes_reach_the_slice_and_a_health_change_taints_the_device() {
     edit_demo_profile(&mut c, |text| {
         text.replacen(
             "[discovery]\n",
-            "[discovery]\nhealth_sysfs = \"class/demo/{name}/health\"\n",
+            "[discovery]\nhealth_sysfs = \"class/demo/{name}/health\"\nhealth_interval_ms = 1000\n",
             1,
         ) + "\n[discovery.attributes_sysfs]\nserial = \"class/demo/{name}/serial\"\n"
     });
@@ -1120,7 +1120,14 @@ fn sysfs_attributes_reach_the_slice_and_a_health_change_taints_the_device() {
         || Ok(pod_running(&c, "chooser").then_some(())),
     )
     .unwrap_or_else(|e| panic!("{e:#}"));
-    std::fs::write(sys.join(sick).join("health"), "bad\n").unwrap();
+    // Changed as a driver that does not call sysfs_notify changes it: through a shared mapping,
+    // which raises no inotify event; the driver's schedule (1 s here) reads it.
+    let program = c.host().dir.join("shared-map-writer");
+    devinject_tests::cprog::shared_map_writer(&program).expect("build the writer");
+    let mut sick_health =
+        devinject_tests::cprog::SharedMapWriter::map(&program, &sys.join(sick).join("health"))
+            .expect("map the health attribute");
+    sick_health.store("bad").expect("store through the mapping");
     let changed = std::time::Instant::now();
     if !c.dra_beyond_ga() {
         // Before 1.36 the API server drops taints: the driver sees it and leaves the device out.
@@ -1198,7 +1205,7 @@ fn sysfs_attributes_reach_the_slice_and_a_health_change_taints_the_device() {
     assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
 
     // Healthy again: the taint goes, and the holder's status follows.
-    std::fs::write(sys.join(sick).join("health"), "ok\n").unwrap();
+    sick_health.store("ok").expect("store through the mapping");
     wait_taint(&c, "demo-2", None);
     device_health_in_status(&c, "chooser", "demo-2", "Healthy");
 
