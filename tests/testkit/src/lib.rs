@@ -14,8 +14,8 @@
 //!
 //! [`nodes`] makes device nodes for a simulated `/dev`.
 //!
-//! [`sockets`] counts the TCP connections a server in this process holds, for tests that check
-//! its descriptors stay within its cap.
+//! [`sockets`] counts the TCP and Unix connections a server in this process holds, for tests
+//! that check its descriptors stay within its cap.
 //!
 //! [`docs`] reads the tables the docs keep of what the code defines (exit codes), for the tests
 //! that hold them in step; [`doc_names`] checks that every path and Rust path the docs name
