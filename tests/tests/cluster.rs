@@ -122,13 +122,17 @@ fn pods_get_exactly_their_allocated_devices_and_forged_requests_are_refused() {
     }
 
     // Asked for nothing, sets the variable itself: the policy asks the kubelet and refuses.
-    c.apply(&pod(
-        "forger",
-        &demo_probe_args(),
-        0,
-        &[("DEMO_VISIBLE_DEVICES", "all")],
-        0,
-    ))
+    // Restarted by the kubelet, as a Deployment's pod is, so that it is refused again.
+    c.apply(
+        &pod(
+            "forger",
+            &demo_probe_args(),
+            0,
+            &[("DEMO_VISIBLE_DEVICES", "all")],
+            0,
+        )
+        .replace("restartPolicy: Never", "restartPolicy: Always"),
+    )
     .expect("create pod");
     let message = c
         .wait_refusal("forger")
