@@ -13,7 +13,8 @@
 //! - [`kubelet`] serves the [`service`] on a fresh socket, registers, and registers again when the
 //!   kubelet restarts, the socket is removed or the `ListAndWatch` stream is lost;
 //! - [`authority`] sits between the socket and the gRPC server: it makes the socket-path
-//!   `:authority` of kubelets before 1.26 (and of C-core and Java gRPC clients) acceptable to it;
+//!   `:authority` of kubelets before 1.26 (and of C-core and Java gRPC clients) acceptable to it,
+//!   on connections held to the bounds of `devinject_kubelet::connections`;
 //! - [`service`] answers the kubelet: `ListAndWatch` from the channel, `Allocate` with
 //!   [`allocate`] (env and annotations only, stateless), `GetPreferredAllocation` with
 //!   [`preferred`] (topology-aware, pure);

@@ -15,10 +15,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use devinject_kubelet::connections;
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::{UnixListenerStream, WatchStream};
-use tokio_stream::{Stream, StreamExt};
+use tokio_stream::wrappers::WatchStream;
+use tokio_stream::Stream;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::{Request, Response, Status};
 use tracing::{debug, info};
@@ -309,15 +310,18 @@ impl Drop for DeviceStream {
 }
 
 /// Serves `service` on `listener` until `shutdown` is cancelled, then drains open calls. Every
-/// connection passes through the `:authority` rewriter ([`crate::authority`]): real
-/// kubelets before 1.26 name the socket path there, which our HTTP/2 server would refuse.
+/// connection is held to the kubelet-facing servers' bounds (a cap, a deadline for the HTTP/2
+/// preface, keepalive: [`devinject_kubelet::connections`]) and passes through the
+/// `:authority` rewriter ([`crate::authority`]): real kubelets before 1.26 name the socket
+/// path there, which our HTTP/2 server would refuse.
 pub async fn serve(
     listener: UnixListener,
     service: DevicePluginService,
     shutdown: CancellationToken,
 ) -> Result<(), tonic::transport::Error> {
-    let incoming = UnixListenerStream::new(listener).map(|conn| conn.map(crate::authority::proxy));
-    tonic::transport::Server::builder()
+    let limits = connections::Limits::default();
+    let (incoming, _connections) = connections::incoming(listener, limits);
+    connections::server(&limits)
         .add_service(DevicePluginServer::new(service))
         .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
         .await

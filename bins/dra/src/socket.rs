@@ -8,7 +8,9 @@
 //! The socket lives in a directory the kubelet shares with other plugins (`plugins/`,
 //! `plugins_registry/`), and the driver runs as root: it is bound by
 //! [`devinject_kubelet::socket::bind()`], the rule the device plugin binds under too (a leftover
-//! socket replaced, anything else at the path refused and left alone, never followed).
+//! socket replaced, anything else at the path refused and left alone, never followed). Its
+//! connections are held to the bounds of [`devinject_kubelet::connections`], as the device
+//! plugin's are: a cap on open connections, a deadline for the HTTP/2 preface, keepalive.
 //!
 //! # `:authority` rewriting
 //!
@@ -22,13 +24,12 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use devinject_kubelet::connections::{self, Connections};
 pub use devinject_kubelet::socket::{BindError, DIR_MODE};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::UnixListenerStream;
-use tokio_util::sync::CancellationToken;
 use tonic::service::Routes;
-use tonic::transport::{Channel, Server};
+use tonic::transport::Channel;
 use tracing::{debug, info, warn};
 
 /// Why a socket could not be served or dialled.
@@ -88,9 +89,9 @@ pub struct ServedSocket {
     identity: (u64, u64),
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<()>>>,
-    /// Cancelled when the server gives up on its open calls (dropped): cuts every client
-    /// connection the `:authority` rewriter still holds.
-    abandon: CancellationToken,
+    /// The server's open connections: all closed when it gives up on its open calls (dropped),
+    /// which cuts every client connection the `:authority` rewriter still holds.
+    connections: Connections,
 }
 
 /// Serves `routes` on a Unix socket at `path`. A stale socket at `path` is replaced; the parent
@@ -106,37 +107,25 @@ pub async fn serve(path: &Path, routes: Routes) -> Result<ServedSocket> {
         })?;
     let (stop, stopped) = oneshot::channel::<()>();
     let task_path = path.to_owned();
-    let abandon = CancellationToken::new();
-    let task = tokio::spawn({
-        let abandon = abandon.clone();
-        async move {
-            // The kubelet's plugin watcher (grpc-go) sends the socket path as `:authority`, which
-            // the HTTP/2 server under tonic refuses: every connection passes the rewriter that
-            // makes it `localhost`, as the device plugin's does.
-            let incoming = tokio_stream::StreamExt::map(UnixListenerStream::new(listener), {
-                let abandon = abandon.clone();
-                move |conn| {
-                    let abandon = abandon.clone();
-                    conn.map(|c| {
-                        devinject_kubelet::authority::proxy_until(c, async move {
-                            abandon.cancelled().await
-                        })
-                    })
-                }
-            });
-            // A dropped sender stops the server as a sent signal does.
-            let signal = async {
-                let _ = stopped.await;
-            };
-            Server::builder()
-                .add_routes(routes)
-                .serve_with_incoming_shutdown(incoming, signal)
-                .await
-                .map_err(|source| SocketError::Serve {
-                    path: task_path,
-                    source,
-                })
-        }
+    // The kubelet's plugin watcher (grpc-go) sends the socket path as `:authority`, which the
+    // HTTP/2 server under tonic refuses: every connection passes the rewriter that makes it
+    // `localhost`, within the bounds every kubelet-facing server holds its connections to, as
+    // the device plugin's does.
+    let limits = connections::Limits::default();
+    let router = connections::server(&limits).add_routes(routes);
+    let (incoming, connections) = connections::incoming(listener, limits);
+    let task = tokio::spawn(async move {
+        // A dropped sender stops the server as a sent signal does.
+        let signal = async {
+            let _ = stopped.await;
+        };
+        router
+            .serve_with_incoming_shutdown(incoming, signal)
+            .await
+            .map_err(|source| SocketError::Serve {
+                path: task_path,
+                source,
+            })
     });
     info!(socket = %path.display(), "serving");
     Ok(ServedSocket {
@@ -144,7 +133,7 @@ pub async fn serve(path: &Path, routes: Routes) -> Result<ServedSocket> {
         identity,
         stop: Some(stop),
         task: Some(task),
-        abandon,
+        connections,
     })
 }
 
@@ -218,7 +207,7 @@ impl Drop for ServedSocket {
             // Nobody waits for the drain any more.
             task.abort();
         }
-        self.abandon.cancel();
+        self.connections.close_all();
         self.remove_file();
     }
 }

@@ -23,7 +23,9 @@
 //! Bounds: a header block may be at most [`MAX_HEADER_BLOCK`] bytes (h2's own default limit is
 //! 16 KiB of decoded headers); a client exceeding it, sending a malformed frame or block, or an
 //! unexpected CONTINUATION loses its connection, which is logged. Blocks are re-framed at
-//! [`MAX_FRAME_OUT`] bytes, the HTTP/2 default maximum frame size our server keeps.
+//! [`MAX_FRAME_OUT`] bytes, the HTTP/2 default maximum frame size our server keeps. How many
+//! connections a server holds, and how long one may take to send its preface, is
+//! [`crate::connections`]' part: it starts each connection's relay.
 
 use std::borrow::Cow;
 use std::io;
@@ -34,7 +36,7 @@ use loona_hpack::{Decoder, Encoder};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
 
 /// The client connection preface (RFC 9113, section 3.4).
-const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(crate) const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// The largest header block (HEADERS and its CONTINUATIONs) accepted from a client.
 pub const MAX_HEADER_BLOCK: usize = 256 << 10;
 /// The largest frame payload we write: the HTTP/2 default `SETTINGS_MAX_FRAME_SIZE`.
@@ -75,18 +77,24 @@ impl Rewriter {
     }
 
     /// Copies the client's bytes from `from` to `to`, rewriting header blocks, until `from`
-    /// ends between frames.
+    /// ends between frames: [`preface`] then [`Rewriter::frames`].
     pub async fn pump(
         &mut self,
         mut from: impl AsyncRead + Unpin,
         mut to: impl AsyncWrite + Unpin,
     ) -> io::Result<()> {
-        let mut preface = [0u8; 24];
-        from.read_exact(&mut preface).await?;
-        if &preface != PREFACE {
-            return Err(bad("not an HTTP/2 connection preface"));
-        }
-        to.write_all(&preface).await?;
+        preface(&mut from).await?;
+        to.write_all(PREFACE).await?;
+        self.frames(from, to).await
+    }
+
+    /// Copies the client's frames that follow its preface from `from` to `to`, rewriting header
+    /// blocks, until `from` ends between frames.
+    pub async fn frames(
+        &mut self,
+        mut from: impl AsyncRead + Unpin,
+        mut to: impl AsyncWrite + Unpin,
+    ) -> io::Result<()> {
         loop {
             let mut head = [0u8; 9];
             match from.read_exact(&mut head).await {
@@ -173,6 +181,16 @@ impl Rewriter {
             .encoder
             .encode(headers.iter().map(|(n, v)| (n.as_slice(), v.as_slice()))))
     }
+}
+
+/// Reads the client connection preface from `from`; an error if it is anything else.
+pub async fn preface(from: &mut (impl AsyncRead + Unpin)) -> io::Result<()> {
+    let mut preface = [0u8; 24];
+    from.read_exact(&mut preface).await?;
+    if &preface != PREFACE {
+        return Err(bad("not an HTTP/2 connection preface"));
+    }
+    Ok(())
 }
 
 /// The header block fragment of a HEADERS payload, without padding and priority fields.
@@ -273,41 +291,50 @@ impl AsyncWrite for Proxied {
     }
 }
 
-/// Puts an accepted client connection behind a rewriter; returns what tonic serves.
-pub fn proxy(client: tokio::net::UnixStream) -> Proxied {
-    proxy_until(client, std::future::pending())
-}
-
-/// [`proxy`], and the client's connection is cut when `abandon` completes, whatever the server
-/// still does with it: a server that gives up on its open calls (a shutdown cut short) must not
-/// leave its clients waiting on a connection that only the rewriter still holds.
-pub fn proxy_until(
+/// Relays one accepted client connection to `server`, the other end of the pipe tonic serves
+/// as [`Proxied`], rewriting the client's header blocks; returns when either direction ends.
+/// `head` is what was already read from the client. The client's preface must come by
+/// `preface_by`, else the connection ends; `prefaced` is called once it has come, before the
+/// server sees it.
+pub(crate) async fn relay(
     client: tokio::net::UnixStream,
-    abandon: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Proxied {
-    let (ours, theirs) = tokio::io::duplex(64 << 10);
-    tokio::spawn(async move {
-        let (client_read, mut client_write) = client.into_split();
-        let (server_read, server_write) = tokio::io::split(theirs);
-        let up = async {
-            let r = Rewriter::new().pump(client_read, server_write).await;
-            if let Err(e) = &r {
-                tracing::warn!(error = %e, "closing a gRPC connection: its HTTP/2 was not understood");
+    head: &[u8],
+    server: DuplexStream,
+    preface_by: tokio::time::Instant,
+    prefaced: impl FnOnce(),
+) {
+    let (mut client_read, mut client_write) = client.into_split();
+    let (server_read, mut server_write) = tokio::io::split(server);
+    let up = async {
+        let mut first = head.chain(&mut client_read);
+        let r = match tokio::time::timeout_at(preface_by, preface(&mut first)).await {
+            Err(_) => {
+                tracing::debug!("closing a gRPC connection: no HTTP/2 preface by its deadline");
+                return;
+            }
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(())) => {
+                prefaced();
+                match server_write.write_all(PREFACE).await {
+                    Ok(()) => Rewriter::new().frames(client_read, server_write).await,
+                    Err(e) => Err(e),
+                }
             }
         };
-        let down = async {
-            let mut server_read = server_read;
-            let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
-            let _ = client_write.shutdown().await;
-        };
-        // Either direction ending ends the connection, as does the server abandoning it.
-        tokio::select! {
-            () = up => {}
-            () = down => {}
-            () = abandon => {}
+        if let Err(e) = &r {
+            tracing::warn!(error = %e, "closing a gRPC connection: its HTTP/2 was not understood");
         }
-    });
-    Proxied(ours)
+    };
+    let down = async {
+        let mut server_read = server_read;
+        let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+        let _ = client_write.shutdown().await;
+    };
+    // Either direction ending ends the connection.
+    tokio::select! {
+        () = up => {}
+        () = down => {}
+    }
 }
 
 /// A gRPC channel over the Unix socket at `path`, dialled as today's kubelet dials a plugin:

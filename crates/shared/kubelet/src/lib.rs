@@ -6,9 +6,11 @@
 //! - [`grpc`] and [`pod_resources`] (feature `client`): one blocking gRPC unary call with no
 //!   async runtime, and the pod-resources client the hook, the shim and the NRI plugin make it
 //!   with; `src/bin/devinject-podresources.rs` is the same call from a shell.
-//! - [`socket`] and [`authority`] (feature `serve`): binding a kubelet-facing socket under one
-//!   rule, and serving clients that send the socket path as the HTTP/2 `:authority`, for the
-//!   device plugin and the DRA driver. Behind a feature so the hook links no tokio.
+//! - [`socket`], [`connections`] and [`authority`] (feature `serve`): binding a kubelet-facing
+//!   socket under one rule, bounding the connections served on it (a cap, a deadline for the
+//!   HTTP/2 preface, keepalive), and serving clients that send the socket path as the HTTP/2
+//!   `:authority`, for the device plugin and the DRA driver. Behind a feature so the hook links
+//!   no tokio.
 #![warn(missing_docs)]
 
 pub mod tool;
@@ -20,5 +22,7 @@ pub mod pod_resources;
 
 #[cfg(feature = "serve")]
 pub mod authority;
+#[cfg(feature = "serve")]
+pub mod connections;
 #[cfg(feature = "serve")]
 pub mod socket;
