@@ -352,6 +352,67 @@ mod tests {
         assert!(std::fs::symlink_metadata(&path).is_err());
     }
 
+    /// What the kubelet's call may take whatever else is open on the socket. The behaviour is
+    /// itself a deadline: the kubelet gives up on a plugin call after its own timeout.
+    const ANSWER_WITHIN: Duration = Duration::from_secs(1);
+
+    /// `n` connections to `path` that send nothing.
+    async fn idle(path: &Path, n: usize) -> Vec<tokio::net::UnixStream> {
+        let mut held = Vec::with_capacity(n);
+        for _ in 0..n {
+            held.push(tokio::net::UnixStream::connect(path).await.unwrap());
+        }
+        held
+    }
+
+    #[tokio::test]
+    async fn a_call_behind_idle_connections_is_answered_and_the_server_holds_the_cap() {
+        let cap = connections::Limits::default().connections;
+        let temp = tempfile::tempdir().unwrap();
+        let path = temp.path().join("dra.sock");
+        let served = serve(&path, routes("answered")).await.unwrap();
+        let flood = idle(&path, 100).await;
+        let started = std::time::Instant::now();
+        let name = tokio::time::timeout(ANSWER_WITHIN, name_at(&path))
+            .await
+            .expect("GetInfo answered within a second beside 100 idle connections");
+        let took = started.elapsed();
+        assert_eq!(name, "answered");
+        let held = devinject_testkit::sockets::held_at_path(&path);
+        assert!(
+            held <= cap,
+            "{held} connections held for {} idle ones and a call, the cap is {cap} (answered in {took:?})",
+            flood.len()
+        );
+        drop(flood);
+        served.shutdown().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_sends_nothing_is_closed_after_the_preface_deadline() {
+        use tokio::io::AsyncReadExt;
+        let deadline = connections::Limits::default().preface;
+        let temp = tempfile::tempdir().unwrap();
+        let path = temp.path().join("dra.sock");
+        let served = serve(&path, routes("x")).await.unwrap();
+        let mut silent = tokio::net::UnixStream::connect(&path).await.unwrap();
+        let started = std::time::Instant::now();
+        // What the server sends first (its SETTINGS) is read and dropped; the end is the close.
+        let mut sink = Vec::new();
+        let closed = tokio::time::timeout(deadline * 5, silent.read_to_end(&mut sink)).await;
+        assert!(
+            closed.is_ok(),
+            "a connection that sent nothing still open {:?} after the accept",
+            started.elapsed()
+        );
+        assert!(
+            started.elapsed() >= deadline,
+            "closed after {:?}, before the deadline",
+            started.elapsed()
+        );
+        served.shutdown().await.unwrap();
+    }
+
     /// A `Registration` service whose `GetInfo` never answers, and says when it was called.
     struct Stuck(Arc<Notify>);
 
