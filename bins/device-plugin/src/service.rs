@@ -326,3 +326,56 @@ pub async fn serve(
         .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
         .await
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::api::v1beta1::device_plugin_client::DevicePluginClient;
+    use crate::resource::tests::demo;
+    use crate::resource::AllocateMode;
+
+    /// What the kubelet's call may take whatever else is open on the socket. The behaviour is
+    /// itself a deadline: the kubelet gives up on a plugin call after its own timeout.
+    const ANSWER_WITHIN: Duration = Duration::from_secs(1);
+
+    #[tokio::test]
+    async fn a_call_behind_idle_connections_is_answered_and_the_server_holds_the_cap() {
+        let cap = connections::Limits::default().connections;
+        let temp = tempfile::tempdir().unwrap();
+        let path = temp.path().join("devinject-demo.sock");
+        let listener = crate::kubelet::socket::bind(&path).unwrap();
+        let (_publish, devices) = watch::channel(Arc::new(Advertisement::new(1)));
+        let (dropped, _streams) = mpsc::unbounded_channel();
+        let resource = Arc::new(demo(AllocateMode::Envvar, 1));
+        let service =
+            DevicePluginService::new(resource, devices, CancellationToken::new(), dropped);
+        let shutdown = CancellationToken::new();
+        tokio::spawn(serve(listener, service, shutdown.clone()));
+        let mut flood = Vec::new();
+        for _ in 0..100 {
+            flood.push(tokio::net::UnixStream::connect(&path).await.unwrap());
+        }
+        let call = async {
+            let channel = crate::kubelet::socket::connect(&path).await.unwrap();
+            DevicePluginClient::new(channel)
+                .get_device_plugin_options(Empty {})
+                .await
+                .unwrap()
+                .into_inner()
+        };
+        let answer = tokio::time::timeout(ANSWER_WITHIN, call)
+            .await
+            .expect("GetDevicePluginOptions answered within a second beside 100 idle connections");
+        assert_eq!(answer, options());
+        let held = devinject_testkit::sockets::held_at_path(&path);
+        assert!(
+            held <= cap,
+            "{held} connections held for {} idle ones and a call, the cap is {cap}",
+            flood.len()
+        );
+        drop(flood);
+        shutdown.cancel();
+    }
+}
