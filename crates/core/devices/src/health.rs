@@ -15,9 +15,7 @@ use crate::discovery::{health_from_attr, substitute, trailing_number, Device, In
 use crate::profile::Profile;
 use devinject_hostfs::HostRoots;
 
-/// How often a profile's health attributes are read when its `discovery.health_interval_ms`
-/// is unset.
-pub const DEFAULT_HEALTH_INTERVAL: Duration = Duration::from_secs(10);
+pub use crate::profile::DEFAULT_HEALTH_INTERVAL;
 
 /// The health attribute of `device` under `roots`, as discovery reads it; `None` when the
 /// profile names none.

@@ -19,6 +19,10 @@ use crate::forward_compat::ForwardCompatSpec;
 use crate::names::{NameError, ProfileName, ResourceName};
 use crate::partitions::Partitions;
 
+/// How often a profile's health attributes are read when its `discovery.health_interval_ms`
+/// is unset: the long-running components' schedule (the devices crate's `health` module).
+pub const DEFAULT_HEALTH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Why a profile could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
@@ -186,7 +190,7 @@ pub struct DiscoverySpec {
     pub health_taint: Option<HealthTaint>,
     /// How often, in milliseconds, the long-running components read each device's
     /// `health_sysfs` again: sysfs tells a change only where the driver calls `sysfs_notify`
-    /// ([`crate::health`]). Unset: [`crate::health::DEFAULT_HEALTH_INTERVAL`]. Only with
+    /// (the health schedule). Unset: [`DEFAULT_HEALTH_INTERVAL`]. Only with
     /// `health_sysfs`; [`MIN_HEALTH_INTERVAL_MS`] to [`MAX_HEALTH_INTERVAL_MS`].
     pub health_interval_ms: Option<u64>,
     /// sysfs attributes a matched node must have, with their expected first line; other nodes are
@@ -492,14 +496,15 @@ impl Profile {
     }
 
     /// How often the long-running components read each device's health attribute again
-    /// (`discovery.health_interval_ms`, else [`crate::health::DEFAULT_HEALTH_INTERVAL`]);
+    /// (`discovery.health_interval_ms`, else [`DEFAULT_HEALTH_INTERVAL`]);
     /// `None` when the profile has no health attribute.
     pub fn health_interval(&self) -> Option<std::time::Duration> {
         self.discovery.health_sysfs.as_ref()?;
-        Some(self.discovery.health_interval_ms.map_or(
-            crate::health::DEFAULT_HEALTH_INTERVAL,
-            std::time::Duration::from_millis,
-        ))
+        Some(
+            self.discovery
+                .health_interval_ms
+                .map_or(DEFAULT_HEALTH_INTERVAL, std::time::Duration::from_millis),
+        )
     }
 
     /// The env variable a container sets to ask for devices.
@@ -1320,7 +1325,7 @@ DEMO_DRIVER = "1"
         let attr = "health_sysfs = \"class/x/{name}/health\"\n";
         assert_eq!(
             with(attr).unwrap().health_interval(),
-            Some(crate::health::DEFAULT_HEALTH_INTERVAL)
+            Some(DEFAULT_HEALTH_INTERVAL)
         );
         assert_eq!(
             with(&format!("{attr}health_interval_ms = 250\n"))
