@@ -308,20 +308,13 @@ fn shim_takes_a_flag_value_that_begins_with_a_dash() {
     );
 }
 
-/// A device's stable link (`discovery.links`) reaches the container on both engine paths of
-/// runc: the demo profile given `demo/by-id/*`, where a link leads to accel0 and another to
-/// accel2; granted 0 and 1, the container opens accel0 at its link's path too, and accel2's link
-/// is absent.
-#[test]
-fn a_devices_stable_link_is_a_node_at_the_links_path_for_the_hook_and_the_shim() {
-    if !require_runc_demo() {
-        return;
-    }
-    let t = walkable_tempdir().unwrap();
-    let host = demo_host(&t.path().join("host"), &["demo"]).unwrap();
+/// A demo host under `dir` whose profile takes the stable links `demo/by-id/*` (`discovery.links`),
+/// each of `links` (name, node) leading to its node; the host and the links' directory.
+fn host_with_stable_links(dir: &Path, links: &[(&str, &str)]) -> (SimHost, std::path::PathBuf) {
+    let host = demo_host(&dir.join("host"), &["demo"]).unwrap();
     let by_id = host.dev_root.join("demo/by-id");
     std::fs::create_dir_all(&by_id).unwrap();
-    for (link, node) in [("first-accel", "accel0"), ("third-accel", "accel2")] {
+    for (link, node) in links {
         std::os::unix::fs::symlink(format!("../{node}"), by_id.join(link)).unwrap();
     }
     let profile = host.profiles_dir.join("demo.toml");
@@ -335,6 +328,23 @@ fn a_devices_stable_link_is_a_node_at_the_links_path_for_the_hook_and_the_shim()
         ),
     )
     .unwrap();
+    (host, by_id)
+}
+
+/// A device's stable link (`discovery.links`) reaches the container on both engine paths of
+/// runc: the demo profile given `demo/by-id/*`, where a link leads to accel0 and another to
+/// accel2; granted 0 and 1, the container opens accel0 at its link's path too, and accel2's link
+/// is absent.
+#[test]
+fn a_devices_stable_link_is_a_node_at_the_links_path_for_the_hook_and_the_shim() {
+    if !require_runc_demo() {
+        return;
+    }
+    let t = walkable_tempdir().unwrap();
+    let (host, _) = host_with_stable_links(
+        t.path(),
+        &[("first-accel", "accel0"), ("third-accel", "accel2")],
+    );
     let args = devinject_tests::probe::probe_args(
         &[
             "/dev/demo/accel0",
@@ -388,21 +398,7 @@ fn a_stable_link_retargeted_after_the_decision_gives_no_other_device() {
         return;
     }
     let t = walkable_tempdir().unwrap();
-    let host = demo_host(&t.path().join("host"), &["demo"]).unwrap();
-    let by_id = host.dev_root.join("demo/by-id");
-    std::fs::create_dir_all(&by_id).unwrap();
-    std::os::unix::fs::symlink("../accel0", by_id.join("first-accel")).unwrap();
-    let profile = host.profiles_dir.join("demo.toml");
-    let text = std::fs::read_to_string(&profile).unwrap();
-    std::fs::write(
-        &profile,
-        text.replacen(
-            "[discovery]\n",
-            "[discovery]\nlinks = [\"demo/by-id/*\"]\n",
-            1,
-        ),
-    )
-    .unwrap();
+    let (host, by_id) = host_with_stable_links(t.path(), &[("first-accel", "accel0")]);
     let wrapper = t.path().join("retargeting-runc");
     std::fs::write(
         &wrapper,

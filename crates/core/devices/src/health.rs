@@ -189,12 +189,7 @@ mod tests {
     #[test]
     fn a_refresh_reads_each_devices_attribute_and_reports_the_changes() {
         let tmp = tempfile::tempdir().unwrap();
-        let roots = HostRoots {
-            dev_root: tmp.path().join("dev"),
-            sys_root: tmp.path().join("sys"),
-            proc_root: tmp.path().join("proc"),
-            driver_root: tmp.path().to_path_buf(),
-        };
+        let roots = HostRoots::under(tmp.path());
         let profile = Profile::parse(
             "name = \"demo\"\nresource = \"x.io/demo\"\n[discovery]\nnodes = [\"demo/accel*\"]\nhealth_sysfs = \"class/demo/{name}/n{n}/health\"\n",
             Path::new("demo.toml"),

@@ -187,12 +187,7 @@ mod tests {
     #[test]
     fn each_found_devices_health_attribute_is_watched_as_discovery_reads_it() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let roots = HostRoots {
-            dev_root: tmp.path().join("dev"),
-            sys_root: tmp.path().join("sys"),
-            proc_root: tmp.path().join("proc"),
-            driver_root: tmp.path().to_path_buf(),
-        };
+        let roots = HostRoots::under(tmp.path());
         let profile = Profile::parse(
             "name = \"demo\"\nresource = \"devinject.io/demo\"\n[discovery]\nnodes = [\"demo/accel*\"]\nhealth_sysfs = \"class/accel/{name}/n{n}/health\"\n[[control_nodes]]\npath = \"demo/ctl\"\n",
             Path::new("demo.toml"),

@@ -38,6 +38,17 @@ impl Default for HostRoots {
 }
 
 impl HostRoots {
+    /// A simulated host laid out under `dir`: `dir/dev`, `dir/sys`, `dir/proc`, and `dir` itself
+    /// as the driver root (tests and benchmarks build their trees there).
+    pub fn under(dir: &Path) -> Self {
+        Self {
+            dev_root: dir.join("dev"),
+            sys_root: dir.join("sys"),
+            proc_root: dir.join("proc"),
+            driver_root: dir.to_path_buf(),
+        }
+    }
+
     /// `path` (absolute, as written in a profile) under the driver root.
     pub fn in_driver_root(&self, path: &str) -> PathBuf {
         join_under(&self.driver_root, path)
