@@ -4,12 +4,12 @@
 //! benchmarks measure another build that way).
 
 use std::path::PathBuf;
-use std::process::Stdio;
 
 use tokio::process::{Child, Command};
 
 use super::fake_apiserver::FakeApiServer;
 use super::host::TestHost;
+use super::plugin_process::logged_daemon;
 
 /// The node name the driver publishes for.
 pub const NODE: &str = "node-a";
@@ -31,7 +31,8 @@ impl DraProcess {
         for dir in ["plugins", "plugins_registry", "cdi"] {
             std::fs::create_dir_all(host.path(dir)).expect("create a driver directory");
         }
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        command
             .arg(format!("--node-name={NODE}"))
             .arg("--kubeconfig")
             .arg(api.kubeconfig(&host.path("")))
@@ -48,15 +49,8 @@ impl DraProcess {
             .arg("--cdi-dir")
             .arg(host.path("cdi"))
             .arg("--metrics-address=off")
-            .args(extra)
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "debug".into()),
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log_file)
-            .kill_on_drop(true)
+            .args(extra);
+        let child = logged_daemon(&mut command, log_file)
             .spawn()
             .expect("start devinject-dra");
         Self { child, log }

@@ -124,15 +124,8 @@ impl PluginProcess {
             .arg(dev_root)
             .arg("--sys-root")
             .arg(sys_root)
-            .args(extra)
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "debug".into()),
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log_file)
-            .kill_on_drop(true);
+            .args(extra);
+        logged_daemon(&mut command, log_file);
         let started = Instant::now();
         let child = command.spawn().expect("start devinject-device-plugin");
         Self {
@@ -183,4 +176,18 @@ impl Drop for PluginProcess {
             eprintln!("---- devinject-device-plugin log ----\n{}", self.log());
         }
     }
+}
+
+/// `command` set up as a daemon a test runs: its stderr into `log` at the level `RUST_LOG`
+/// names (debug unless set), no stdin or stdout, killed when its handle is dropped.
+pub(crate) fn logged_daemon(command: &mut Command, log: std::fs::File) -> &mut Command {
+    command
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "debug".into()),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
 }
