@@ -53,6 +53,7 @@ pub mod interval;
 pub mod matrix;
 pub mod overlay;
 pub mod report;
+pub mod root_runtime;
 pub mod scratch;
 pub mod start;
 pub mod startup;

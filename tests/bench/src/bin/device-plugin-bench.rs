@@ -59,18 +59,7 @@ fn main() {
         echo_server(&path);
         return;
     }
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("device-plugin-bench: needs root (mknod)");
-        std::process::exit(2);
-    }
-    // Per-request debug logs would be measured too; the default level is what production runs.
-    if std::env::var_os("RUST_LOG").is_none() {
-        std::env::set_var("RUST_LOG", "info");
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let runtime = devinject_bench::root_runtime::root_runtime("device-plugin-bench");
     runtime.block_on(bench());
 }
 

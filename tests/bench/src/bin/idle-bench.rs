@@ -45,18 +45,7 @@ struct Cli {
 
 fn main() {
     let cli = Cli::parse();
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("idle-bench: needs root (mknod)");
-        std::process::exit(2);
-    }
-    // Per-event debug logs would be measured too; the default level is what production runs.
-    if std::env::var_os("RUST_LOG").is_none() {
-        std::env::set_var("RUST_LOG", "info");
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let runtime = devinject_bench::root_runtime::root_runtime("idle-bench");
     runtime.block_on(bench(
         Duration::from_secs(cli.window),
         cli.health_interval_ms,
