@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use devinject_ctl::{
+use devinject_engine_config::{
     configure, unconfigure, ConfigureRequest, Engine, HostPaths, Mode, UnconfigureRequest,
 };
 use devinject_tests::daemons::{self, containerd_config_dump, short_tempdir, Containerd};
@@ -31,7 +31,7 @@ fn main_config(dir: &Path) -> String {
 }
 
 fn get<'a>(doc: &'a toml_edit::DocumentMut, keys: &[&str]) -> Option<&'a Item> {
-    devinject_ctl::toml_tree::get(doc.as_table(), keys)
+    devinject_engine_config::toml_tree::get(doc.as_table(), keys)
 }
 
 fn runtime<'a>(doc: &'a toml_edit::DocumentMut, name: &str, key: &[&str]) -> Option<&'a Item> {
@@ -114,7 +114,7 @@ fn containerd_loads_the_shim_dropin_through_imports() {
         Some("io.containerd.runc.v2")
     );
     let annotations = runtime(&dump, "devinject", &["container_annotations"])
-        .and_then(devinject_ctl::toml_tree::string_array);
+        .and_then(devinject_engine_config::toml_tree::string_array);
     assert_eq!(annotations, Some(vec!["devinject.io/*".to_string()]));
     // The main file's CRI settings survive the import (containerd#5837).
     assert_eq!(

@@ -8,7 +8,15 @@ use std::path::{Path, PathBuf};
 use devinject_devices::{discover, DeviceNode, HostRoots, ProfileSet};
 use serde::Serialize;
 
-use crate::error::{Result, RuntimeConfigError};
+/// Why `devices list` found nothing or not everything: a profile that does not load, or a
+/// profile whose discovery failed (the message names the profile and the file). Bad input to
+/// the program's exit code.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct DeviceListError {
+    /// The devices crate's message, or how many profiles failed.
+    pub message: String,
+}
 
 /// What to list.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,9 +128,9 @@ fn listed(root: &Path, node: &DeviceNode) -> ListedNode {
 /// Loads the profiles and discovers each one's devices. A profile whose discovery fails is
 /// listed with its error; profiles that do not load fail the whole listing, as they fail the
 /// hook and the shim.
-pub fn list(req: &DeviceListRequest) -> Result<DeviceList> {
+pub fn list(req: &DeviceListRequest) -> Result<DeviceList, DeviceListError> {
     let profiles = ProfileSet::load_dir(&under(&req.root, &req.profiles_dir)).map_err(|e| {
-        RuntimeConfigError::Devices {
+        DeviceListError {
             message: e.to_string(),
         }
     })?;

@@ -7,7 +7,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use devinject_ctl::{
+use devinject_engine_config::{
     configure, unconfigure, ConfigureRequest, Engine, HostPaths, Mode, RuntimeConfigError,
     UnconfigureRequest,
 };

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use devinject_cdi::{self as cdi, CdiRequest};
-use devinject_ctl::Action;
+use devinject_engine_config::Action;
 use devinject_tests::sim::{mknod, without_partitions};
 use devinject_tests::skip::{require_binary, require_root};
 use support::demo_values::{demo_values, DemoValues};
@@ -299,9 +299,10 @@ fn every_rendering_of_the_finish_step_carries_the_same_invocation() {
     }
     assert_eq!(cdi["hookName"], "createRuntime");
 
-    let hooks_d: serde_json::Value =
-        serde_json::from_str(&devinject_ctl::engines::hooksd::hook_json(&finish.hook))
-            .expect("json");
+    let hooks_d: serde_json::Value = serde_json::from_str(
+        &devinject_engine_config::engines::hooksd::hook_json(&finish.hook),
+    )
+    .expect("json");
     assert_eq!(hooks_d["hook"]["path"], oci["path"]);
     assert_eq!(
         hooks_d["hook"]["args"],

@@ -4,8 +4,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use devinject_ctl::engines::{self, detection::Integration};
-use devinject_ctl::{
+use devinject_engine_config::engines::{self, detection::Integration};
+use devinject_engine_config::{
     configure, unconfigure, ConfigureRequest, Engine, HostPaths, Mode, UnconfigureRequest,
 };
 

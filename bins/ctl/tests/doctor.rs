@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use devinject_ctl::doctor::{self, DoctorRequest, Finding, Section, Severity};
-use devinject_ctl::{configure, ConfigureRequest, Engine, HostPaths, Mode};
+use devinject_engine_config::{configure, ConfigureRequest, Engine, HostPaths, Mode};
 use devinject_tests::sim;
 use devinject_tests::skip::{require_binary, require_root};
 

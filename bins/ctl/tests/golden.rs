@@ -8,7 +8,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use devinject_ctl::{
+use devinject_engine_config::{
     configure, unconfigure, ConfigureRequest, Engine, HostPaths, Mode, UnconfigureRequest,
 };
 use support::tree::{self, assert_same, is_state_file, snapshot};

@@ -23,8 +23,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use devinject_cdi::{self as cdi, CdiRequest};
-use devinject_ctl::{configure, ConfigureRequest, Engine, HostPaths, Mode};
 use devinject_devices::HostRoots;
+use devinject_engine_config::{configure, ConfigureRequest, Engine, HostPaths, Mode};
 use devinject_tests::skip::require_root;
 use nix::sys::stat::{makedev, mknod, Mode as NixMode, SFlag};
 

@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use devinject_ctl::host_writer::{Direct, HostWriter};
-use devinject_ctl::{
+use devinject_engine_config::host_writer::{Direct, HostWriter};
+use devinject_engine_config::{
     configure_through, unconfigure_through, ConfigureRequest, Engine, HostPaths, Mode,
     UnconfigureRequest,
 };
@@ -32,7 +32,12 @@ impl<'a> Recorder<'a> {
 }
 
 impl HostWriter for Recorder<'_> {
-    fn write(&mut self, host: &Path, bytes: &[u8], mode: Option<u32>) -> devinject_ctl::Result<()> {
+    fn write(
+        &mut self,
+        host: &Path,
+        bytes: &[u8],
+        mode: Option<u32>,
+    ) -> devinject_engine_config::Result<()> {
         self.changed.insert(host.to_path_buf());
         match &mut self.direct {
             Some(d) => d.write(host, bytes, mode),
@@ -40,7 +45,7 @@ impl HostWriter for Recorder<'_> {
         }
     }
 
-    fn remove(&mut self, host: &Path) -> devinject_ctl::Result<()> {
+    fn remove(&mut self, host: &Path) -> devinject_engine_config::Result<()> {
         self.changed.insert(host.to_path_buf());
         match &mut self.direct {
             Some(d) => d.remove(host),
@@ -48,7 +53,7 @@ impl HostWriter for Recorder<'_> {
         }
     }
 
-    fn create_dirs(&mut self, host: &Path) -> devinject_ctl::Result<Vec<PathBuf>> {
+    fn create_dirs(&mut self, host: &Path) -> devinject_engine_config::Result<Vec<PathBuf>> {
         match &mut self.direct {
             Some(d) => {
                 let made = d.create_dirs(host)?;
@@ -62,7 +67,7 @@ impl HostWriter for Recorder<'_> {
         }
     }
 
-    fn remove_empty_dir(&mut self, host: &Path) -> devinject_ctl::Result<bool> {
+    fn remove_empty_dir(&mut self, host: &Path) -> devinject_engine_config::Result<bool> {
         self.changed.insert(host.to_path_buf());
         match &mut self.direct {
             Some(d) => d.remove_empty_dir(host),

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use devinject_ctl::{Activation, Engine};
+use devinject_engine_config::{Activation, Engine};
 use nix::sched::CloneFlags;
 use nix::sys::signal::Signal;
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};

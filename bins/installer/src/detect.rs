@@ -18,7 +18,7 @@
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-use devinject_ctl::Engine;
+use devinject_engine_config::Engine;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{InstallError, Result};

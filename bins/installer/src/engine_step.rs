@@ -2,14 +2,14 @@
 //! (unconfigure).
 //!
 //! A dry run asks the library for its report and diffs only. Otherwise the library makes its
-//! changes through the step's journal ([`devinject_ctl::host_writer::HostWriter`] on
+//! changes through the step's journal ([`devinject_engine_config::host_writer::HostWriter`] on
 //! [`Tx`]), which saves each file and directory before the library touches it: one pass, and a
 //! failure or kill anywhere inside it is undone like any other change of the step. When
 //! anything changed the engine is restarted or reloaded, and a rollback of the step does it
 //! again.
 
-use devinject_ctl::host_writer::HostWriter;
-use devinject_ctl::{
+use devinject_engine_config::host_writer::HostWriter;
+use devinject_engine_config::{
     configure, configure_through, unconfigure, unconfigure_through, ChangeReport, ConfigureRequest,
     UnconfigureRequest,
 };
@@ -24,21 +24,21 @@ use crate::steps::StepCtx;
 /// A runtime-config request an engine step carries out.
 pub trait Change {
     /// What it would change, writing nothing.
-    fn preview(&self) -> devinject_ctl::Result<ChangeReport>;
+    fn preview(&self) -> devinject_engine_config::Result<ChangeReport>;
 
     /// Carries it out through `files`.
-    fn make(&self, files: &mut dyn HostWriter) -> devinject_ctl::Result<ChangeReport>;
+    fn make(&self, files: &mut dyn HostWriter) -> devinject_engine_config::Result<ChangeReport>;
 }
 
 impl Change for ConfigureRequest {
-    fn preview(&self) -> devinject_ctl::Result<ChangeReport> {
+    fn preview(&self) -> devinject_engine_config::Result<ChangeReport> {
         configure(&ConfigureRequest {
             dry_run: true,
             ..self.clone()
         })
     }
 
-    fn make(&self, files: &mut dyn HostWriter) -> devinject_ctl::Result<ChangeReport> {
+    fn make(&self, files: &mut dyn HostWriter) -> devinject_engine_config::Result<ChangeReport> {
         configure_through(
             &ConfigureRequest {
                 dry_run: false,
@@ -50,14 +50,14 @@ impl Change for ConfigureRequest {
 }
 
 impl Change for UnconfigureRequest {
-    fn preview(&self) -> devinject_ctl::Result<ChangeReport> {
+    fn preview(&self) -> devinject_engine_config::Result<ChangeReport> {
         unconfigure(&UnconfigureRequest {
             dry_run: true,
             ..self.clone()
         })
     }
 
-    fn make(&self, files: &mut dyn HostWriter) -> devinject_ctl::Result<ChangeReport> {
+    fn make(&self, files: &mut dyn HostWriter) -> devinject_engine_config::Result<ChangeReport> {
         unconfigure_through(
             &UnconfigureRequest {
                 dry_run: false,

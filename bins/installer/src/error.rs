@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use devinject_ctl::{Engine, RuntimeConfigError};
+use devinject_engine_config::{Engine, RuntimeConfigError};
 use devinject_hostfs::HostFsError;
 
 /// Errors from installing or uninstalling devinject on a host.

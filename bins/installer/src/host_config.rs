@@ -71,7 +71,7 @@ pub fn validate(text: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use devinject_ctl::Engine;
+    use devinject_engine_config::Engine;
     use std::path::PathBuf;
 
     #[test]

@@ -16,8 +16,8 @@
 
 use std::path::{Path, PathBuf};
 
-use devinject_ctl::{ConfigureRequest, HostPaths};
 use devinject_devices::ProfileSet;
+use devinject_engine_config::{ConfigureRequest, HostPaths};
 
 use crate::activate::HostControl;
 use crate::detect::{self, Target};

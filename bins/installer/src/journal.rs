@@ -26,8 +26,8 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use devinject_ctl::host_writer::HostWriter;
-use devinject_ctl::{Result as LibResult, RuntimeConfigError};
+use devinject_engine_config::host_writer::HostWriter;
+use devinject_engine_config::{Result as LibResult, RuntimeConfigError};
 use devinject_hostfs::host_dir::Entry as HostEntry;
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
@@ -647,7 +647,7 @@ mod tests {
         let f = Fault::parse("s:1").expect("fault");
         let mut tx = j.begin("s", Some(&f)).expect("begin");
         let err = HostWriter::write(&mut tx, Path::new("/a"), b"a", None).expect_err("fault");
-        let back = InstallError::runtime(devinject_ctl::Engine::Docker)(err);
+        let back = InstallError::runtime(devinject_engine_config::Engine::Docker)(err);
         assert!(matches!(back, InstallError::Injected(_)), "{back}");
         tx.rollback().expect("rollback");
     }

@@ -117,7 +117,7 @@ pub fn inspect(host: &HostRoot, target: &Target, path: &Path) -> Result<Existing
 #[cfg(test)]
 mod tests {
     use super::*;
-    use devinject_ctl::Engine;
+    use devinject_engine_config::Engine;
 
     fn k3s() -> Target {
         Target::new(Engine::Containerd, Flavour::K3s, None)

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use devinject_ctl::{Engine, Mode};
+use devinject_engine_config::{Engine, Mode};
 
 use crate::fault::Fault;
 use crate::host::HostRoot;
@@ -14,7 +14,7 @@ pub const DEFAULT_CONFIG_DIR: &str = "/etc/devinject";
 /// Where the image keeps what it installs (`bin/`, `profiles/`).
 pub const DEFAULT_PAYLOAD: &str = "/usr/share/devinject";
 /// The kubelet's pod-resources socket, which the Kubernetes policy asks who was granted what.
-pub const DEFAULT_POD_RESOURCES_SOCKET: &str = devinject_kubelet::tool::DEFAULT_SOCKET;
+pub const DEFAULT_POD_RESOURCES_SOCKET: &str = devinject_hostconfig::DEFAULT_POD_RESOURCES_SOCKET;
 
 /// How the engine is told about a configuration change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,7 +207,7 @@ impl InstallOptions {
             engines: EngineChoice::Auto,
             mode: None,
             set_as_default: false,
-            runtime_name: devinject_ctl::request::DEFAULT_RUNTIME_NAME.to_string(),
+            runtime_name: devinject_engine_config::request::DEFAULT_RUNTIME_NAME.to_string(),
             restart: RestartMode::Systemd,
             host_config: HostConfigSettings::default(),
             dry_run: false,
@@ -246,7 +246,7 @@ impl UninstallOptions {
         UninstallOptions {
             layout: Layout::new(root),
             engines: EngineChoice::Auto,
-            runtime_name: devinject_ctl::request::DEFAULT_RUNTIME_NAME.to_string(),
+            runtime_name: devinject_engine_config::request::DEFAULT_RUNTIME_NAME.to_string(),
             restart: RestartMode::Systemd,
             dry_run: false,
             fault: None,

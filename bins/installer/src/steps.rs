@@ -6,7 +6,7 @@
 use std::fs::File;
 use std::path::PathBuf;
 
-use devinject_ctl::{Activation, Engine};
+use devinject_engine_config::{Activation, Engine};
 use devinject_hostfs::atomic_write;
 use nix::fcntl::{Flock, FlockArg};
 

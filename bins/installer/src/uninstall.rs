@@ -28,7 +28,7 @@
 
 use std::path::{Path, PathBuf};
 
-use devinject_ctl::{HostPaths, UnconfigureRequest};
+use devinject_engine_config::{HostPaths, UnconfigureRequest};
 
 use crate::activate::HostControl;
 use crate::detect::{self, Target};

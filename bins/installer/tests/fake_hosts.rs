@@ -7,7 +7,7 @@ mod support;
 
 use std::path::PathBuf;
 
-use devinject_ctl::Engine;
+use devinject_engine_config::Engine;
 use devinject_installer::activate::Recorder;
 use devinject_installer::fault::{Fault, FaultAction};
 use devinject_installer::options::Policy;

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use devinject_ctl::Engine;
+use devinject_engine_config::Engine;
 use devinject_installer::activate::{HostControl, System};
 use devinject_installer::options::Policy;
 use devinject_installer::{install, uninstall, EngineChoice, InstallOptions, RestartMode};

@@ -26,9 +26,9 @@ use devinject_devices::{AllocateMode, FinishInvocation, Profile, HOOK_ARGV0};
 use devinject_hostconfig::HostConfig;
 
 use crate::doctor::{DoctorReport, DoctorRequest, Section, Severity};
-use crate::report::{Action, FileChange};
 use devinject_cdi::{self as cdi, CdiReport, CdiRequest, CdiVersion};
 use devinject_devices::CDI_VENDOR;
+use devinject_engine_config::report::{Action, FileChange};
 
 /// The directories CDI reads specs from, as the engines default to them.
 pub const DEFAULT_CDI_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];

@@ -9,9 +9,9 @@ use crate::doctor::cgroup::Cgroups;
 use crate::doctor::{
     host_config, is_executable, is_socket, DoctorReport, DoctorRequest, Section, Severity,
 };
-use crate::engines::detection::{CgroupDriver, Integration};
-use crate::engines::editor;
-use crate::request::{Engine, Mode};
+use devinject_engine_config::engines::detection::{CgroupDriver, Integration};
+use devinject_engine_config::engines::editor;
+use devinject_engine_config::request::{Engine, Mode};
 
 /// Where each engine's daemon binary and API socket are looked for.
 pub fn engine_files(engine: Engine) -> (&'static str, &'static str) {

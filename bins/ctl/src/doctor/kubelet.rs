@@ -5,8 +5,8 @@
 use crate::doctor::cgroup::Cgroups;
 use crate::doctor::engines::EngineState;
 use crate::doctor::{is_socket, DoctorReport, DoctorRequest, Section, Severity};
-use crate::engines::detection::CgroupDriver;
-use crate::request::Engine;
+use devinject_engine_config::engines::detection::CgroupDriver;
+use devinject_engine_config::request::Engine;
 
 /// The kubelet's `cgroupDriver` from a KubeletConfiguration file (YAML; the key is read from a
 /// plain `cgroupDriver: x` line, which is how kubeadm and every distribution write it).

@@ -6,7 +6,7 @@
 //! - [`runtimes`]: runc and crun;
 //! - [`engines`]: containerd, CRI-O, docker and podman (binary, socket), and whether each is
 //!   configured for devinject, read with the engines' own detection
-//!   ([`crate::engines::EngineEditor::detect`]) and checked against what it points at;
+//!   ([`devinject_engine_config::engines::EngineEditor::detect`]) and checked against what it points at;
 //! - [`host_config`]: `/etc/devinject/config.toml`, parsed exactly as the hook and shim parse it;
 //! - [`profiles`], [`devices`], [`libraries`]: every profile loads, what discovery finds for it,
 //!   and whether its driver files resolve;
@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 
 pub use finding::{DoctorReport, Finding, Section, Severity};
 
-use crate::request::HostPaths;
+use devinject_engine_config::request::HostPaths;
 
 /// Default kubelet root directory.
 pub const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet";

@@ -4,8 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use devinject_cdi::DEFAULT_PROFILES_DIR;
-use devinject_ctl::device_list::{self, DeviceListRequest};
-use devinject_ctl::RuntimeConfigError;
+use devinject_ctl::device_list::{self, DeviceListError, DeviceListRequest};
 use devinject_hostfs::root_args::DeviceRootArgs;
 
 /// Arguments of `devices list`.
@@ -44,7 +43,7 @@ pub fn run(args: &ListArgs) -> anyhow::Result<()> {
     }
     match list.failed() {
         0 => Ok(()),
-        n => Err(RuntimeConfigError::Devices {
+        n => Err(DeviceListError {
             message: format!("discovery failed for {n} profile(s); see above"),
         }
         .into()),

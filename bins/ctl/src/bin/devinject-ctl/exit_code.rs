@@ -2,7 +2,8 @@
 //! test holds them in step).
 
 use devinject_cdi::CdiError;
-use devinject_ctl::RuntimeConfigError;
+use devinject_ctl::device_list::DeviceListError;
+use devinject_engine_config::RuntimeConfigError;
 use devinject_hostfs::HostFsError;
 
 /// Exit status of `devinject-ctl`.
@@ -45,9 +46,11 @@ impl ExitCode {
         if let Some(e) = err.downcast_ref::<HostFsError>() {
             return Self::of_host_file(e);
         }
+        if err.downcast_ref::<DeviceListError>().is_some() {
+            return ExitCode::BadInput;
+        }
         match err.downcast_ref::<RuntimeConfigError>() {
             Some(RuntimeConfigError::HostFs(e)) => Self::of_host_file(e),
-            Some(RuntimeConfigError::Cdi(e)) => Self::of_cdi(e),
             Some(e) if e.is_bad_input() => ExitCode::BadInput,
             Some(RuntimeConfigError::Io { .. }) => ExitCode::Io,
             Some(RuntimeConfigError::InvalidRequest(_)) => ExitCode::Usage,

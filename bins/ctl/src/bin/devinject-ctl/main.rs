@@ -17,7 +17,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use devinject_cdi::CdiReport;
-use devinject_ctl::{ChangeReport, Engine, HostPaths};
+use devinject_engine_config::{ChangeReport, Engine, HostPaths};
 
 use exit_code::ExitCode;
 
@@ -112,7 +112,7 @@ struct Common {
     #[arg(long)]
     reload: bool,
     /// docker: dockerd's pid file, for --reload.
-    #[arg(long, value_name = "PATH", default_value = devinject_ctl::reload::DOCKERD_PIDFILE)]
+    #[arg(long, value_name = "PATH", default_value = devinject_engine_config::reload::DOCKERD_PIDFILE)]
     docker_pidfile: PathBuf,
 }
 

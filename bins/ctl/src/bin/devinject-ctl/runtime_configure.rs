@@ -3,8 +3,10 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use devinject_ctl::request::{DEFAULT_HOOK_PATH, DEFAULT_RUNTIME_NAME, DEFAULT_SHIM_PATH};
-use devinject_ctl::{configure, reload, ChangeReport, ConfigureRequest, Engine, Mode};
+use devinject_engine_config::request::{
+    DEFAULT_HOOK_PATH, DEFAULT_RUNTIME_NAME, DEFAULT_SHIM_PATH,
+};
+use devinject_engine_config::{configure, reload, ChangeReport, ConfigureRequest, Engine, Mode};
 
 use crate::Common;
 
@@ -74,10 +76,12 @@ pub fn run(args: &ConfigureArgs) -> anyhow::Result<()> {
 /// Refuses `--reload` for engines that cannot reload, before anything is written.
 pub fn check_reload(common: &Common, engine: Engine) -> anyhow::Result<()> {
     if common.reload && engine != Engine::Docker {
-        return Err(devinject_ctl::RuntimeConfigError::InvalidRequest(format!(
-            "--reload only applies to docker; {engine} needs a restart, which is left to you"
-        ))
-        .into());
+        return Err(
+            devinject_engine_config::RuntimeConfigError::InvalidRequest(format!(
+                "--reload only applies to docker; {engine} needs a restart, which is left to you"
+            ))
+            .into(),
+        );
     }
     Ok(())
 }
@@ -87,7 +91,7 @@ pub fn finish(
     common: &Common,
     engine: Engine,
     report: &ChangeReport,
-    paths: &devinject_ctl::HostPaths,
+    paths: &devinject_engine_config::HostPaths,
 ) -> anyhow::Result<()> {
     let reload = common.reload && !report.dry_run && report.changed();
     crate::print_report(report, reload);

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use devinject_ctl::request::{DEFAULT_HOOK_PATH, DEFAULT_RUNTIME_NAME};
-use devinject_ctl::{unconfigure, Engine, UnconfigureRequest};
+use devinject_engine_config::request::{DEFAULT_HOOK_PATH, DEFAULT_RUNTIME_NAME};
+use devinject_engine_config::{unconfigure, Engine, UnconfigureRequest};
 
 use crate::runtime_configure::{check_reload, finish};
 use crate::Common;

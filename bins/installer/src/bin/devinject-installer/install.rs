@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use devinject_ctl::Mode;
+use devinject_engine_config::Mode;
 use devinject_installer::options::DEFAULT_POD_RESOURCES_SOCKET;
 use devinject_installer::{HostConfigSettings, InstallOptions, Policy};
 

@@ -19,7 +19,7 @@ mod uninstall;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use devinject_ctl::Engine;
+use devinject_engine_config::Engine;
 use devinject_installer::activate::System;
 use devinject_installer::fault::Fault;
 use devinject_installer::options::{DEFAULT_CONFIG_DIR, DEFAULT_PREFIX};
@@ -112,7 +112,7 @@ pub struct HostArgs {
     #[arg(long, value_name = "PATH")]
     runtime_socket: Option<PathBuf>,
     /// The runtime entry / CRI-O handler name (the RuntimeClass handler).
-    #[arg(long, value_name = "NAME", default_value = devinject_ctl::request::DEFAULT_RUNTIME_NAME)]
+    #[arg(long, value_name = "NAME", default_value = devinject_engine_config::request::DEFAULT_RUNTIME_NAME)]
     runtime_name: String,
     /// How to make a configuration change take effect.
     #[arg(long, value_enum, default_value = "systemd")]

@@ -6,7 +6,6 @@
 
 use std::path::PathBuf;
 
-use devinject_cdi::CdiError;
 use devinject_hostfs::HostFsError;
 
 /// Errors from configuring or unconfiguring a container engine.
@@ -68,10 +67,6 @@ pub enum RuntimeConfigError {
     #[error(transparent)]
     HostFs(#[from] HostFsError),
 
-    /// A CDI spec could not be built or written (the doctor's dry run of `cdi generate`).
-    #[error(transparent)]
-    Cdi(#[from] CdiError),
-
     /// The request cannot be carried out for this engine.
     #[error("{0}")]
     InvalidRequest(String),
@@ -94,14 +89,6 @@ pub enum RuntimeConfigError {
         /// The command line.
         command: String,
         /// Its exit status and stderr, or why it could not start.
-        message: String,
-    },
-
-    /// A device profile could not be loaded, or its devices could not be found (the message
-    /// names the profile and the file).
-    #[error("{message}")]
-    Devices {
-        /// The devices crate's message.
         message: String,
     },
 
@@ -145,10 +132,8 @@ impl RuntimeConfigError {
                 | RuntimeConfigError::Unsupported { .. }
                 | RuntimeConfigError::NotOurs { .. }
                 | RuntimeConfigError::State { .. }
-                | RuntimeConfigError::Devices { .. }
         ) || match self {
             RuntimeConfigError::HostFs(e) => e.is_bad_input(),
-            RuntimeConfigError::Cdi(e) => e.is_bad_input(),
             _ => false,
         }
     }
