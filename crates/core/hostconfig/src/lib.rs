@@ -110,7 +110,7 @@ pub struct HostConfig {
     /// timeout, the plugin also stays within three quarters of it.
     pub nri_request_budget_ms: u64,
     /// The directory of the node's decision log, where the hook, the shim and the NRI plugin
-    /// record each container start they refuse (`devinject_decision_log`), which the device
+    /// record each container start they refuse (`devinject-decision-log`), which the device
     /// plugin counts and `devinject-ctl doctor` shows. An absolute path; empty: no log.
     pub decision_log_dir: PathBuf,
 }
@@ -121,6 +121,14 @@ pub const DEFAULT_NRI_REQUEST_BUDGET_MS: u64 = 1500;
 
 /// The largest `nri_request_budget_ms`: a prepare step's own longest deadline (5 minutes).
 pub const MAX_NRI_REQUEST_BUDGET_MS: u64 = 300_000;
+
+/// Where the kubelet serves the pod-resources API unless its root directory was moved: the
+/// default for `pod_resources_socket`.
+pub const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+
+/// The decision log's directory unless `decision_log_dir` says otherwise: on tmpfs, gone at
+/// reboot.
+pub const DEFAULT_DECISION_LOG_DIR: &str = "/run/devinject";
 
 /// The default for `pod_resources_timeout_ms`: container creation waits at most this long.
 pub const DEFAULT_POD_RESOURCES_TIMEOUT_MS: u64 = 2000;
@@ -150,13 +158,13 @@ impl Default for HostConfig {
             runtime: None,
             hook: None,
             policy: RequestPolicy::Kubernetes,
-            pod_resources_socket: PathBuf::from(devinject_kubelet::tool::DEFAULT_SOCKET),
+            pod_resources_socket: PathBuf::from(DEFAULT_POD_RESOURCES_SOCKET),
             pod_resources_timeout_ms: DEFAULT_POD_RESOURCES_TIMEOUT_MS,
             obsolete_pod_resources_helper: None,
             non_kubernetes: NonKubernetes::Env,
             on_denied: OnDenied::Fail,
             nri_request_budget_ms: DEFAULT_NRI_REQUEST_BUDGET_MS,
-            decision_log_dir: PathBuf::from(devinject_decision_log::DEFAULT_DIR),
+            decision_log_dir: PathBuf::from(DEFAULT_DECISION_LOG_DIR),
         }
     }
 }
@@ -210,7 +218,7 @@ impl HostConfig {
                 message: format!(
                     "decision_log_dir is {:?}: give an absolute directory (the default is {}), or \"\" for no decision log",
                     config.decision_log_dir,
-                    devinject_decision_log::DEFAULT_DIR
+                    DEFAULT_DECISION_LOG_DIR
                 ),
             });
         }

@@ -53,8 +53,9 @@ pub use tail::{last, MAX_READ_BYTES};
 pub use utc::rfc3339;
 pub use watcher::{Sink, Watcher};
 
-/// The log's directory unless the host config says otherwise: on tmpfs, gone at reboot.
-pub const DEFAULT_DIR: &str = "/run/devinject";
+/// The log's directory unless the host config says otherwise (the host configuration owns the
+/// default).
+pub const DEFAULT_DIR: &str = devinject_hostconfig::DEFAULT_DECISION_LOG_DIR;
 
 #[cfg(test)]
 mod tests;

@@ -24,7 +24,6 @@ pub mod client;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use crate::tool::DEFAULT_SOCKET;
 pub use client::{PodLookup, PodResourcesClient, PodResourcesError, Rpc};
 
 /// The messages, and with feature `server` the `PodResourcesLister` server.

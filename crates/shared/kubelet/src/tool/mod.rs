@@ -19,6 +19,3 @@ pub mod request;
 pub use answer::{Answer, AnswerError, PodEntry, Rpc, ANSWER_VERSION, MAX_ANSWER_BYTES};
 pub use exit::ToolExit;
 pub use request::{Invocation, Request, UsageError};
-
-/// Where the kubelet serves the pod-resources API unless its root directory was moved.
-pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
