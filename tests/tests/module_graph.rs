@@ -1,4 +1,5 @@
-//! The shape of the workspace, kept: no crate's top-level modules import each other in a circle,
+//! The shape of the workspace, kept: every crate links only its layer or below, no crate's
+//! top-level modules import each other in a circle,
 //! and the crates that only read the host configuration do not link the hook library for it.
 //!
 //! A module's imports are the `crate::<module>` paths in its code, nested `use` groups
@@ -450,6 +451,141 @@ fn libraries_link_no_program() {
             linked.is_empty(),
             "{library} (a library under crates/) links the program crate(s) {linked:?}; move what \
              they share into a crate under crates/"
+        );
+    }
+}
+
+/// The layers, bottom first, by the folder a member lives in: a crate links only crates of its
+/// own layer or below, so what a folder says a crate is, its dependencies hold.
+const LAYERS: [(&str, &str); 5] = [
+    ("crates/core/", "core: pure decisions, no host I/O"),
+    ("crates/host/", "host: touches the host through descriptors"),
+    (
+        "crates/shared/",
+        "shared: talks to the kubelet, the API server, Prometheus",
+    ),
+    ("bins/", "a program"),
+    ("tests/", "tests and benchmarks"),
+];
+
+/// Links that still go up a layer, each with why and what ends it. `devinject-devices` holds
+/// both the profiles and planner (core) and discovery, driver files, ELF and sysfs reads (host);
+/// until its host half has a crate of its own it links the safe-open primitive of
+/// `devinject-hostfs`.
+const UPWARD_LINKS_LEFT: [(&str, &str); 1] = [("devinject-devices", "devinject-hostfs")];
+
+/// The layer index of a member folder (its position in [`LAYERS`]).
+fn layer_of(member: &str) -> Option<usize> {
+    let folder = format!("{}/", member.trim_end_matches('/'));
+    LAYERS
+        .iter()
+        .position(|(prefix, _)| folder.starts_with(prefix))
+}
+
+/// Every normal dependency of a member on a member of a higher layer: `(from, to)` package
+/// names, given each member's folder, package and dependency names.
+fn upward_links(members: &[(String, String, BTreeSet<String>)]) -> Vec<(String, String)> {
+    let layer: BTreeMap<&str, usize> = members
+        .iter()
+        .filter_map(|(folder, name, _)| layer_of(folder).map(|l| (name.as_str(), l)))
+        .collect();
+    let mut found = Vec::new();
+    for (folder, name, deps) in members {
+        let Some(own) = layer_of(folder) else {
+            continue;
+        };
+        for dep in deps {
+            if layer.get(dep.as_str()).is_some_and(|&l| l > own) {
+                found.push((name.clone(), dep.clone()));
+            }
+        }
+    }
+    found
+}
+
+/// The checker itself finds an upward link planted in a made-up workspace, and passes one
+/// that only links down.
+#[test]
+fn the_layer_check_finds_a_planted_upward_link() {
+    let member = |folder: &str, name: &str, deps: &[&str]| {
+        (
+            folder.to_string(),
+            name.to_string(),
+            deps.iter().map(|d| d.to_string()).collect::<BTreeSet<_>>(),
+        )
+    };
+    let down = [
+        member("crates/core/a", "a", &[]),
+        member("crates/host/b", "b", &["a"]),
+        member("bins/c", "c", &["a", "b"]),
+    ];
+    assert!(upward_links(&down).is_empty());
+    let planted = [
+        member("crates/core/a", "a", &["c"]),
+        member("crates/host/b", "b", &["a"]),
+        member("bins/c", "c", &["b"]),
+    ];
+    assert_eq!(
+        upward_links(&planted),
+        vec![("a".to_string(), "c".to_string())]
+    );
+}
+
+/// Every member lives in a layer's folder, and links only its own layer or below (but the
+/// links [`UPWARD_LINKS_LEFT`] names, each of which must still exist so the list cannot go
+/// stale).
+#[test]
+fn every_crate_links_only_its_layer_or_below() {
+    let members: Vec<(String, String, BTreeSet<String>)> = members()
+        .into_iter()
+        .map(|folder| {
+            let doc = manifest(&workspace().join(&folder));
+            let deps = doc
+                .get("dependencies")
+                .and_then(|t| t.as_table_like())
+                .map(|t| t.iter().map(|(k, _)| k.to_string()).collect())
+                .unwrap_or_default();
+            (folder, package_name(&doc), deps)
+        })
+        .collect();
+    let outside: Vec<&String> = members
+        .iter()
+        .filter(|(folder, _, _)| layer_of(folder).is_none())
+        .map(|(folder, _, _)| folder)
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "members outside every layer's folder {:?}: {outside:?}",
+        LAYERS.map(|(prefix, _)| prefix)
+    );
+    let found = upward_links(&members);
+    let layer_name = |package: &str| {
+        members
+            .iter()
+            .find(|(_, name, _)| name == package)
+            .and_then(|(folder, _, _)| layer_of(folder))
+            .map_or("?", |l| LAYERS[l].1)
+    };
+    let new: Vec<String> = found
+        .iter()
+        .filter(|(from, to)| !UPWARD_LINKS_LEFT.contains(&(from.as_str(), to.as_str())))
+        .map(|(from, to)| {
+            format!(
+                "{from} ({}) links {to} ({})",
+                layer_name(from),
+                layer_name(to)
+            )
+        })
+        .collect();
+    assert!(
+        new.is_empty(),
+        "crates linking a layer above their own; move the shared part down, or the crate up to \
+         the layer it really is in: {new:#?}"
+    );
+    for (from, to) in UPWARD_LINKS_LEFT {
+        assert!(
+            found.contains(&(from.to_string(), to.to_string())),
+            "{from} no longer links {to}: take the pair out of UPWARD_LINKS_LEFT"
         );
     }
 }
