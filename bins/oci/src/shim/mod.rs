@@ -15,7 +15,6 @@ pub mod spec_edit;
 pub const CONFIG_ENV: &str = "DEVINJECT_CONFIG";
 
 use std::ffi::CString;
-use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -48,13 +47,9 @@ pub enum ShimError {
     /// The plan could not be written into the spec.
     #[error(transparent)]
     SpecEdit(#[from] SpecEditError),
-    /// Writing `config.json` failed.
-    #[error("cannot write {path}: {source}")]
-    Write {
-        /// The file.
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    /// Writing `config.json` failed, or what is at its name is not a regular file.
+    #[error(transparent)]
+    Write(#[from] devinject_hostfs::HostFsError),
     /// No runtime to hand over to.
     #[error("no OCI runtime found at {candidates}: install runc or set `runtime` in the devinject config")]
     NoRuntime {
@@ -79,7 +74,7 @@ impl ShimError {
             Self::Input(e) => e.exit_code(),
             // Where the hook's applier refuses the same volume, with the same code.
             Self::SpecEdit(SpecEditError::NodeInVolume(_)) => ExitCode::Inject,
-            Self::SpecEdit(_) | Self::Write { .. } => ExitCode::Input,
+            Self::SpecEdit(_) | Self::Write(_) => ExitCode::Input,
             Self::Admit(e) => e.exit_code(),
             Self::Prepare(e) => e.exit_code(),
             Self::Exec { .. } => ExitCode::Internal,
@@ -182,30 +177,10 @@ pub fn edit_bundle(
         what: what.clone(),
         message: e.to_string(),
     })?;
-    write_atomic(&path, &out)?;
+    // Atomic (runc sees the old file or the new one), its mode and owner kept, only a regular
+    // file with one link replaced; not synced: runtime state the engine makes anew after a crash.
+    devinject_hostfs::atomic_write::write_for_this_boot(&path, &out, None)?;
     Ok(BundleEdit::Edited(plan.granted()))
-}
-
-/// Writes `bytes` to `path` through a temp file in the same directory, keeping the mode.
-///
-/// Atomic (a reader sees the old file or the new one) but not `fsync`ed: this is a bundle's
-/// `config.json`, runtime state that runc reads right away and nobody needs after a crash (the
-/// engine recreates the bundle). On tmpfs, where engines keep bundles (`/run`), a sync is free;
-/// on a disk it cost the shim 0.5-12 ms per start here (strace -T, ext4).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ShimError> {
-    let werr = |source| ShimError::Write {
-        path: path.to_owned(),
-        source,
-    };
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let perms = std::fs::metadata(path)
-        .map(|m| m.permissions())
-        .map_err(werr)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(werr)?;
-    tmp.write_all(bytes).map_err(werr)?;
-    std::fs::set_permissions(tmp.path(), perms).map_err(werr)?;
-    tmp.persist(path).map_err(|e| werr(e.error))?;
-    Ok(())
 }
 
 fn exec(runtime: &Path, args: &ShimArgs) -> ShimError {
