@@ -76,7 +76,7 @@ emulated_tests() {
 }
 # The linker cache's writer, but its update of a rootfs (openat2, which qemu 7.2 lacks) and the
 # test that reads this host's own libc (an x86-64 one here).
-if ! emulated_tests -p devinject-devices -p devinject-cgroup --lib ||
+if ! emulated_tests -p devinject-devices -p devinject-discovery -p devinject-cgroup --lib ||
   ! emulated_tests -p devinject-oci --lib ld_so_cache -- --skip ld_so_cache::update --skip this_hosts_libc; then
   echo "arm64-check: a unit test failed under qemu-aarch64 (above)" >&2
   fail=1

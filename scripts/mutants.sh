@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Mutation testing with cargo-mutants over the code that decides what a container gets: the
-# request parser and planner (crates/core/devices/), the request policy (crates/shared/admission/src/policy, and
+# request parser and planner (crates/core/devices/) and what they decide from (discovery and
+# driver-file resolution, crates/host/discovery/), the request policy (crates/shared/admission/src/policy, and
 # crates/host/contained/src/child.rs, which runs prepare programs) and the device cgroup rules (crates/host/cgroup/, and
 # crates/core/device-rule/, the device-rule vocabulary it and the planner share).
 # A mutant that survives is a change to that code no test notices: each one gets a test, or a
@@ -9,7 +10,7 @@
 # Usage: scripts/mutants.sh [focus|all]   (default: focus)
 #   focus  crates/core/devices/src/request.rs, crates/core/devices/src/planner.rs, crates/shared/admission/src/policy and crates/host/contained/src/child.rs
 #          (minutes)
-#   all    the whole of crates/core/devices/, crates/shared/admission/src/policy, crates/host/contained/src/child.rs, crates/host/cgroup/ and crates/core/device-rule/ (hours
+#   all    the whole of crates/core/devices/, crates/host/discovery/, crates/shared/admission/src/policy, crates/host/contained/src/child.rs, crates/host/cgroup/ and crates/core/device-rule/ (hours
 #          on 2 cores)
 # Environment: JOBS (parallel mutants, default 1), OUT (default target/mutants).
 # Needs root for the cgroup kernel tests; not part of scripts/test.sh (it is far too slow).
@@ -28,6 +29,7 @@ case "$scope" in
   all)
     runs=(
       "devices:-p devinject-devices"
+      "discovery:-p devinject-discovery"
       "policy:-p devinject-admission -p devinject-contained -f crates/shared/admission/src/policy/*.rs -f crates/host/contained/src/child.rs"
       # crates/core/device-rule/'s mutants are tested by its own unit tests.
       "cgroup:-p devinject-cgroup -p devinject-device-rule"

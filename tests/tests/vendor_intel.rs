@@ -9,7 +9,8 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use devinject_devices::{resolve_driver_files, HostRoots, Profile};
+use devinject_devices::HostRoots;
+use devinject_discovery::{profile_file, resolve_driver_files};
 use devinject_tests::cprog::glibc_program;
 use devinject_tests::runc::{container_id, describe, Via};
 use devinject_tests::sim::shipped_profiles;
@@ -34,7 +35,7 @@ const IGDRCL: &str = "/usr/lib/x86_64-linux-gnu/intel-opencl/libigdrcl.so";
 #[test]
 fn the_profile_finds_the_compute_runtime_in_the_packages() {
     let Some(stacks) = stacks() else { return };
-    let profile = Profile::load(&shipped_profiles().join("intel-gpu.toml")).unwrap();
+    let profile = profile_file::load(&shipped_profiles().join("intel-gpu.toml")).unwrap();
     let roots = HostRoots {
         driver_root: stacks.join("intel"),
         ..HostRoots::default()

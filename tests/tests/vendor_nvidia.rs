@@ -8,7 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use devinject_devices::{resolve_driver_files, HostRoots, Profile};
+use devinject_devices::HostRoots;
+use devinject_discovery::{profile_file, resolve_driver_files};
 use devinject_tests::runc::{container_id, describe, Bundle, Via};
 use devinject_tests::sim::shipped_profiles;
 use devinject_tests::skip::require_runc_demo;
@@ -20,7 +21,7 @@ use devinject_tests::vendor::{
 /// Each part's files as the container sees them (file names; a soname beside its versioned
 /// file), found by the shipped profile in the unpacked packages.
 fn parts(driver_root: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let profile = Profile::load(&shipped_profiles().join("nvidia.toml")).unwrap();
+    let profile = profile_file::load(&shipped_profiles().join("nvidia.toml")).unwrap();
     let roots = HostRoots {
         driver_root: driver_root.to_owned(),
         ..HostRoots::default()
@@ -47,7 +48,7 @@ fn parts(driver_root: &Path) -> BTreeMap<String, BTreeSet<String>> {
 
 /// The table docs/profiles.md must hold, in the profile's order of parts.
 fn table(parts: &BTreeMap<String, BTreeSet<String>>) -> String {
-    let profile = Profile::load(&shipped_profiles().join("nvidia.toml")).unwrap();
+    let profile = profile_file::load(&shipped_profiles().join("nvidia.toml")).unwrap();
     let names = &profile.capabilities.unwrap().names;
     let mut t = String::from(
         "| part | what the container gets from Debian 12's NVIDIA 535 packages |\n|---|---|\n",

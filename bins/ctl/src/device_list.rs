@@ -5,7 +5,8 @@
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-use devinject_devices::{discover, DeviceNode, HostRoots, ProfileSet};
+use devinject_devices::{DeviceNode, HostRoots};
+use devinject_discovery::{discover, profile_dir};
 use serde::Serialize;
 
 /// Why `devices list` found nothing or not everything: a profile that does not load, or a
@@ -129,11 +130,10 @@ fn listed(root: &Path, node: &DeviceNode) -> ListedNode {
 /// listed with its error; profiles that do not load fail the whole listing, as they fail the
 /// hook and the shim.
 pub fn list(req: &DeviceListRequest) -> Result<DeviceList, DeviceListError> {
-    let profiles = ProfileSet::load_dir(&under(&req.root, &req.profiles_dir)).map_err(|e| {
-        DeviceListError {
+    let profiles =
+        profile_dir::load(&under(&req.root, &req.profiles_dir)).map_err(|e| DeviceListError {
             message: e.to_string(),
-        }
-    })?;
+        })?;
     let roots = HostRoots {
         dev_root: under(&req.root, &req.roots.dev_root),
         sys_root: under(&req.root, &req.roots.sys_root),

@@ -414,7 +414,7 @@ fn doctor_tells_which_devices_one_user_can_open_and_why() {
         &DoctorRequest::default(),
         &devinject_hostconfig::HostConfig::load(Some(&host.config)).expect("host config"),
         &[
-            devinject_devices::Profile::load(&host.profiles_dir.join("demo.toml"))
+            devinject_discovery::profile_file::load(&host.profiles_dir.join("demo.toml"))
                 .expect("demo profile"),
         ],
         &mut doctor::DoctorReport::default(),

@@ -12,7 +12,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use devinject_devices::{discover, HostRoots, ProfileError, ProfileSet};
+use devinject_devices::{HostRoots, ProfileError};
+use devinject_discovery::{discover, profile_dir};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -119,7 +120,7 @@ impl DaemonError {
 
 /// The resources chosen from the profiles, with their device sources.
 pub fn select(config: &DaemonConfig) -> Result<Vec<(ResourceConfig, ProfileSource)>, DaemonError> {
-    let set = ProfileSet::load_dir(&config.profiles_dir)?;
+    let set = profile_dir::load(&config.profiles_dir)?;
     let mut chosen = Vec::new();
     if config.profiles.is_empty() {
         for profile in set.iter() {

@@ -168,7 +168,7 @@ impl<S: DeviceSource> HealthMonitor<S> {
             debug!(resource = %self.resource, name = ?event.name, mask = ?event.mask, "inotify event");
             // One rescan for a burst: take the events that are already queued (a zero timeout
             // polls once and never waits), e.g. the many creations of a driver loading.
-            for _ in 0..devinject_devices::watch::MAX_COALESCED {
+            for _ in 0..devinject_discovery::watch::MAX_COALESCED {
                 match tokio::time::timeout(Duration::ZERO, events.next()).await {
                     Ok(Some(event)) => {
                         event.map_err(err("read"))?;
@@ -252,7 +252,7 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use devinject_devices::watch::{WatchPath, Watched};
+    use devinject_discovery::watch::{WatchPath, Watched};
 
     /// A source that lists the files in one directory as healthy devices.
     struct DirSource {

@@ -6,7 +6,7 @@
 //!
 //! - [`daemon`] loads the profiles, starts the tasks below for each resource, supervises them and
 //!   handles SIGTERM/SIGINT;
-//! - [`source`] finds a profile's devices (`devinject_devices::discover`) and says which paths to
+//! - [`source`] finds a profile's devices (`devinject_discovery::discover`) and says which paths to
 //!   watch; [`health`] watches them with inotify, reads the devices' health attributes again on
 //!   one timer for the daemon, and publishes an [`advertisement::Advertisement`] (devices,
 //!   health, NUMA node, replica ids) on a `tokio::sync::watch` channel on every change;

@@ -4,10 +4,9 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use devinject_devices::watch::WatchPath;
-use devinject_devices::{
-    discover, refresh_health, watch_paths, DiscoveryError, HostRoots, Inventory, Profile,
-};
+use devinject_devices::{HostRoots, Inventory, Profile};
+use devinject_discovery::watch::WatchPath;
+use devinject_discovery::{discover, refresh_health, watch_paths, DiscoveryError};
 
 use crate::advertisement::ScannedDevice;
 
@@ -31,7 +30,7 @@ pub trait DeviceSource: Send + 'static {
     fn refresh_health(&self) -> Option<Vec<ScannedDevice>>;
 }
 
-/// A profile's devices under a set of host roots, found by `devinject_devices::discover`.
+/// A profile's devices under a set of host roots, found by `devinject_discovery::discover`.
 pub struct ProfileSource {
     profile: Profile,
     roots: HostRoots,

@@ -1,5 +1,5 @@
 //! When the publisher runs discovery again: on an inotify event in what a profile's discovery
-//! reads ([`devinject_devices::watch_paths`]: the entries of the directories of its nodes, not
+//! reads ([`devinject_discovery::watch_paths`]: the entries of the directories of its nodes, not
 //! the writes to the nodes in them; its devices' sysfs health attributes), never on a timer. A
 //! burst of events (a driver loading, many nodes made at once) is one rescan. Where inotify
 //! cannot be set up or read, the publisher falls back to rescanning every [`FALLBACK_RESCAN`],
@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use devinject_devices::watch::WatchPath;
+use devinject_discovery::watch::WatchPath;
 
 use inotify::{EventStream, Inotify, Watches};
 use tokio_stream::StreamExt;
@@ -87,7 +87,7 @@ impl DeviceWatch {
             Self::Events { stream, .. } => match stream.next().await {
                 Some(Ok(event)) => {
                     debug!(name = ?event.name, mask = ?event.mask, "device watch event");
-                    for _ in 0..devinject_devices::watch::MAX_COALESCED {
+                    for _ in 0..devinject_discovery::watch::MAX_COALESCED {
                         // A zero timeout polls once and never waits.
                         match tokio::time::timeout(Duration::ZERO, stream.next()).await {
                             Ok(Some(Ok(_))) => {}
@@ -115,7 +115,7 @@ impl DeviceWatch {
 mod tests {
     use super::*;
 
-    use devinject_devices::watch::Watched;
+    use devinject_discovery::watch::Watched;
     use std::path::Path;
 
     fn entries(dir: &Path) -> [WatchPath; 1] {

@@ -23,9 +23,10 @@ use std::time::Instant;
 
 use devinject_contained::prepare_step::{run_all, run_all_by};
 use devinject_devices::{
-    discover, prepare_runs, resolve_driver_files, DeviceId, Excerpt, FunctionRequest, HostRoots,
-    Inventory, PrepareRun, Profile, ProfileSet,
+    prepare_runs, DeviceId, Excerpt, FunctionRequest, HostRoots, Inventory, PrepareRun, Profile,
+    ProfileSet,
 };
+use devinject_discovery::{discover, resolve_driver_files};
 use devinject_hostfs::host_dir::HostDir;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::Api;
@@ -507,10 +508,9 @@ impl Driver {
                     .entry(device_metadata::base_request(&d.request).to_owned())
                     .or_default();
                 if !listed.iter().any(|m| m.name == d.device) {
-                    let location = device
-                        .nodes
-                        .first()
-                        .and_then(|node| devinject_devices::pci_location(&self.config.roots, node));
+                    let location = device.nodes.first().and_then(|node| {
+                        devinject_discovery::pci_location(&self.config.roots, node)
+                    });
                     let mut attributes = device_attributes(profile, device, location.as_ref());
                     if let Some(p) = &partition {
                         attributes.insert(

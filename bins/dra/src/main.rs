@@ -16,7 +16,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use devinject_apiserver::pod_events;
 use devinject_apiserver::ApiConfig;
-use devinject_devices::ProfileSet;
+use devinject_discovery::profile_dir;
 use devinject_dra::claim_spec::SpecContext;
 use devinject_dra::driver::{Driver, DriverConfig};
 use devinject_dra::metrics::DraMetrics;
@@ -149,7 +149,7 @@ fn print_device_classes(
     no_extended_resources: bool,
 ) -> Result<()> {
     let profiles =
-        ProfileSet::load_dir(profiles_dir).map_err(|e| ConfigurationError(e.to_string()))?;
+        profile_dir::load(profiles_dir).map_err(|e| ConfigurationError(e.to_string()))?;
     print!(
         "{}",
         device_classes_manifest(driver, &profiles, !no_extended_resources)
@@ -205,8 +205,8 @@ fn run(args: ServeArgs) -> Result<()> {
         } else {
             None
         };
-        let profiles = ProfileSet::load_dir(&args.profiles_dir)
-            .map_err(|e| ConfigurationError(e.to_string()))?;
+        let profiles =
+            profile_dir::load(&args.profiles_dir).map_err(|e| ConfigurationError(e.to_string()))?;
         let config = DriverConfig {
             node: node.clone(),
             profiles: profiles.clone(),

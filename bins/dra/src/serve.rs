@@ -10,9 +10,8 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
-use devinject_devices::{
-    discover, refresh_health, watch_paths, HealthSchedule, HostRoots, Inventory, ProfileSet,
-};
+use devinject_devices::{HealthSchedule, HostRoots, Inventory, ProfileSet};
+use devinject_discovery::{discover, refresh_health, watch_paths};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};

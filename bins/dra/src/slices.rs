@@ -601,7 +601,7 @@ pub fn pci_locations(
             let node = d.nodes.first()?;
             Some((
                 d.id.as_str().to_owned(),
-                devinject_devices::pci_location(roots, node)?,
+                devinject_discovery::pci_location(roots, node)?,
             ))
         })
         .collect()
@@ -894,7 +894,7 @@ mod tests {
     fn the_shipped_device_classes_are_those_of_the_shipped_profiles() {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let profiles =
-            devinject_devices::ProfileSet::load_dir(&repo.join("deploy/base/profiles")).unwrap();
+            devinject_discovery::profile_dir::load(&repo.join("deploy/base/profiles")).unwrap();
         let shipped =
             std::fs::read_to_string(repo.join("deploy/overlays/dra/deviceclasses.yaml")).unwrap();
         let body: String = shipped

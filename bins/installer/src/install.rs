@@ -16,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
-use devinject_devices::ProfileSet;
+use devinject_discovery::profile_dir;
 use devinject_engine_config::{ConfigureRequest, HostPaths};
 
 use crate::activate::HostControl;
@@ -100,7 +100,7 @@ pub fn install(
         put_set(&mut cx, opts, &store, &mut record, &to_install.profiles)?;
         if cx.tx.is_some() {
             // What the hook will load: ours plus anything an administrator put there.
-            ProfileSet::load_dir(&layout.access(&to_install.profiles.dir))?;
+            profile_dir::load(&layout.access(&to_install.profiles.dir))?;
         }
         save_record(cx.tx, &store, &mut record)
     })?;
@@ -187,7 +187,7 @@ fn preflight(opts: &InstallOptions) -> Result<ToInstall> {
         .clone()
         .unwrap_or_else(|| opts.payload.join("profiles"));
     // Strict parse of every profile (file, line and key in the error) before anything changes.
-    let set = ProfileSet::load_dir(&src)?;
+    let set = profile_dir::load(&src)?;
     if set.is_empty() {
         return Err(InstallError::InvalidRequest(format!(
             "no profiles (*.toml) in {}",

@@ -18,7 +18,8 @@
 //! group when the process lacks theirs ([`crate::inject::nodes::regroup`]).
 
 pub use devinject_devices::FinishArgs;
-use devinject_devices::{ContainerEdits, DecidedNode, DeviceNode};
+use devinject_devices::{ContainerEdits, DecidedNode};
+use devinject_discovery::node;
 use devinject_hostconfig::HostConfig;
 use std::io::Read;
 
@@ -90,7 +91,7 @@ pub fn finish(
     let device_nodes = copies
         .iter()
         .map(|n| {
-            DeviceNode::decided_on_host(&n.host_path, &config.dev_root, n.number).map_err(|e| {
+            node::read_decided(&n.host_path, &config.dev_root, n.number).map_err(|e| {
                 OciError::Invalid {
                     what: "finish --node".into(),
                     problem: e.to_string(),

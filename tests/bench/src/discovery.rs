@@ -8,9 +8,8 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use devinject_devices::{
-    discover, plan, resolve_driver_files, ContainerLayout, HostRoots, PlanInput, Profile, Request,
-};
+use devinject_devices::{plan, ContainerLayout, HostRoots, PlanInput, Request};
+use devinject_discovery::{discover, profile_file, resolve_driver_files};
 
 use crate::host::{BenchHost, PROFILE};
 use crate::stats::Samples;
@@ -57,7 +56,7 @@ pub fn measure(opts: &Options, host: &BenchHost) -> Result<DiscoveryRow> {
     for round in 0..rounds {
         let keep = round >= opts.warmup;
         let t = Instant::now();
-        let profile = Profile::load(&path).context("load the bench profile")?;
+        let profile = profile_file::load(&path).context("load the bench profile")?;
         let load = t.elapsed();
 
         let t = Instant::now();

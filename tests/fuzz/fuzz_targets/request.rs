@@ -2,7 +2,7 @@
 //! against a small inventory never panics and never selects a device twice.
 #![no_main]
 
-use devinject_devices::discovery::Device;
+use devinject_devices::inventory::Device;
 use devinject_devices::{DeviceId, Request, Resolve};
 use libfuzzer_sys::fuzz_target;
 

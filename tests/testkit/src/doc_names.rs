@@ -1,6 +1,6 @@
 //! The names the docs give the repository, each checked to still name something, so that a
 //! rename cannot leave a map behind:
-//! - a repository path (`crates/core/devices/src/watch.rs`, `scripts/bench.sh`, a glob such as
+//! - a repository path (`crates/host/discovery/src/watch.rs`, `scripts/bench.sh`, a glob such as
 //!   `tests/tests/hostile_*.rs` or `deploy/examples/{kvm,tun}.yaml`) is a file or folder of the
 //!   repository, and one followed by `::item` names a file that defines the item;
 //! - a link (`[x](dra.md#health)`, relative to the doc) leads to a file of the repository, and its

@@ -1,6 +1,7 @@
 //! What discovery finds for each profile, exactly as the hook and the shim would.
 
-use devinject_devices::{discover, DiscoveryError, HostRoots, Inventory, Profile};
+use devinject_devices::{HostRoots, Inventory, Profile};
+use devinject_discovery::{discover, DiscoveryError};
 use devinject_hostconfig::HostConfig;
 
 use crate::doctor::{DoctorReport, DoctorRequest, Section, Severity};

@@ -3,7 +3,7 @@
 //! libc. (Debian's and Fedora's `/sbin/ldconfig` are static; Ubuntu's is a shell script around
 //! `/sbin/ldconfig.real`.)
 
-use devinject_devices::elf_linkage::{linkage_of, Linkage};
+use devinject_discovery::elf_linkage::{linkage_of, Linkage};
 use devinject_hostconfig::HostConfig;
 
 use crate::doctor::{DoctorReport, DoctorRequest, Section, Severity};

@@ -1,6 +1,7 @@
 //! The driver's libraries, binaries and files of every profile with devices on this host.
 
-use devinject_devices::{resolve_driver_files, Inventory, Profile};
+use devinject_devices::{Inventory, Profile};
+use devinject_discovery::resolve_driver_files;
 use devinject_hostconfig::HostConfig;
 
 use crate::doctor::{devices, DoctorReport, DoctorRequest, Section, Severity};

@@ -6,6 +6,7 @@
 //! it can name each broken file and still check the others.
 
 use devinject_devices::{Profile, ProfileSet};
+use devinject_discovery::profile_file;
 use devinject_hostconfig::HostConfig;
 
 use crate::doctor::{DoctorReport, DoctorRequest, Section, Severity};
@@ -42,7 +43,7 @@ pub fn check(req: &DoctorRequest, host: &HostConfig, report: &mut DoctorReport) 
     let mut valid = Vec::new();
     for file in files {
         let subject = req.host_view(&file).display().to_string();
-        match Profile::load(&file) {
+        match profile_file::load(&file) {
             Ok(p) => valid.push(p),
             Err(e) => report.add(
                 Section::Profiles,

@@ -14,9 +14,9 @@ use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use devinject_devices::elf_soname::soname_of;
 use devinject_devices::forward_compat::major_of;
 use devinject_devices::{Excerpt, ForwardCompat};
+use devinject_discovery::elf_soname::soname_of;
 use nix::dir::{Dir, Type};
 use nix::errno::Errno;
 use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};

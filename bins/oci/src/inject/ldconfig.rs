@@ -46,8 +46,8 @@ use nix::sys::signal::Signal;
 use nix::sys::stat::Mode;
 use nix::sys::wait::{waitpid, WaitStatus};
 
-use devinject_devices::elf_linkage::{linkage_from, Linkage};
 use devinject_devices::{Excerpt, ForwardCompat};
+use devinject_discovery::elf_linkage::{linkage_from, Linkage};
 use devinject_hostconfig::{CacheWriter, HostConfig};
 
 use super::forward_compat;

@@ -15,8 +15,8 @@ use nix::fcntl::OFlag;
 use nix::mount::MsFlags;
 use nix::sys::stat::{fstat, Mode, SFlag};
 
-use devinject_devices::node::number_of;
 use devinject_devices::{DeviceNumber, NodeError};
+use devinject_discovery::node::number_of;
 
 use super::at_name::{self, AtName};
 use super::ns_calls::NsCalls;

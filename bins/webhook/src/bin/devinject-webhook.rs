@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use devinject_devices::ProfileSet;
+use devinject_discovery::profile_dir;
 use devinject_metrics::address::port;
 use devinject_metrics::prometheus_client::registry::Registry;
 use devinject_metrics::{register_build_info, MetricsAddress};
@@ -111,7 +111,7 @@ fn run(command: Command) -> Result<(), (u8, anyhow::Error)> {
             tls_key,
             metrics_address,
         } => {
-            let profiles = ProfileSet::load_dir(&profiles_dir).map_err(|e| config(e.into()))?;
+            let profiles = profile_dir::load(&profiles_dir).map_err(|e| config(e.into()))?;
             let table = Table::new(&profiles);
             let read = |p: &PathBuf| {
                 std::fs::read(p)

@@ -32,7 +32,7 @@ pub struct FinishArgs {
 /// A node as the admission decided it: the host path it was found at and the device it was
 /// then. The finish step makes a copy of that device, never of whatever the path leads to when
 /// it runs: a stable link retargeted in between would otherwise hand the container another
-/// device ([`DeviceNode::decided_on_host`] refuses the mismatch).
+/// device (devinject-discovery's `node::read_decided` refuses the mismatch).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecidedNode {
     /// The node on the host (a link to it, for a device's stable link).

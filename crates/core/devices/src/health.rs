@@ -1,17 +1,18 @@
-//! Device health read on a schedule.
+//! Device health read on a schedule: when, and which attribute.
 //!
 //! sysfs raises an inotify event on an attribute only when its driver calls `sysfs_notify`
 //! (kernel docs, `Documentation/filesystems/sysfs.rst`, "poll"), and few drivers do for a
 //! health or status attribute. So the long-running components (the device plugin, the DRA
-//! driver) keep inotify for presence ([`crate::watch`]) and, besides, read each found device's
-//! health attribute again every [`Profile::health_interval`]: one read per device per interval,
-//! not a discovery. One [`HealthSchedule`] serves every profile of a component, so the
+//! driver) keep inotify for presence (the devinject-discovery crate's `watch`) and, besides,
+//! read each found device's health attribute again every [`Profile::health_interval`]: one
+//! read per device per interval, not a discovery (the devinject-discovery crate's
+//! `refresh_health`). One [`HealthSchedule`] serves every profile of a component, so the
 //! component has one timer however many profiles it serves.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::discovery::{health_from_attr, substitute, trailing_number, Device, Inventory};
+use crate::node_name::{substitute, trailing_number};
 use crate::profile::Profile;
 use devinject_hostfs::HostRoots;
 
@@ -22,29 +23,6 @@ pub use crate::profile::DEFAULT_HEALTH_INTERVAL;
 pub fn health_attribute(profile: &Profile, roots: &HostRoots, device: &str) -> Option<PathBuf> {
     let template = profile.discovery.health_sysfs.as_deref()?;
     Some(roots.in_sys_root(&substitute(template, device, trailing_number(device))))
-}
-
-/// Reads the health attribute of each device of `inventory` once and updates its `healthy`;
-/// returns the devices whose health changed, as they are now. Nothing else of the inventory is
-/// read again: a device that came or went is discovery's to see.
-pub fn refresh_health(
-    profile: &Profile,
-    roots: &HostRoots,
-    inventory: &mut Inventory,
-) -> Vec<Device> {
-    let mut changed = Vec::new();
-    for device in &mut inventory.devices {
-        let Some(attribute) = health_attribute(profile, roots, &device.name) else {
-            return changed;
-        };
-        let healthy = health_from_attr(&attribute);
-        if healthy != device.healthy {
-            tracing::info!(profile = %profile.name, device = %device.id, healthy, "device health changed (read on schedule)");
-            device.healthy = healthy;
-            changed.push(device.clone());
-        }
-    }
-    changed
 }
 
 /// When each key (a profile, a resource) is due for its health reads. Every key's reads fall on
@@ -183,50 +161,6 @@ mod tests {
             s.entries[1].next,
             start + DEFAULT_HEALTH_INTERVAL,
             "unset: the default"
-        );
-    }
-
-    #[test]
-    fn a_refresh_reads_each_devices_attribute_and_reports_the_changes() {
-        let tmp = tempfile::tempdir().unwrap();
-        let roots = HostRoots::under(tmp.path());
-        let profile = Profile::parse(
-            "name = \"demo\"\nresource = \"x.io/demo\"\n[discovery]\nnodes = [\"demo/accel*\"]\nhealth_sysfs = \"class/demo/{name}/n{n}/health\"\n",
-            Path::new("demo.toml"),
-        )
-        .unwrap();
-        std::fs::create_dir_all(roots.dev_root.join("demo")).unwrap();
-        for n in [0, 1] {
-            nix::sys::stat::mknod(
-                &roots.dev_root.join(format!("demo/accel{n}")),
-                nix::sys::stat::SFlag::S_IFCHR,
-                nix::sys::stat::Mode::from_bits_truncate(0o600),
-                nix::sys::stat::makedev(1, 3),
-            )
-            .unwrap();
-            let attr = roots
-                .sys_root
-                .join(format!("class/demo/accel{n}/n{n}/health"));
-            std::fs::create_dir_all(attr.parent().unwrap()).unwrap();
-            std::fs::write(&attr, "ok\n").unwrap();
-        }
-        let mut inventory = crate::discover(&profile, &roots).unwrap();
-        assert!(refresh_health(&profile, &roots, &mut inventory).is_empty());
-        std::fs::write(
-            roots.sys_root.join("class/demo/accel1/n1/health"),
-            "failed\n",
-        )
-        .unwrap();
-        let changed = refresh_health(&profile, &roots, &mut inventory);
-        assert_eq!(changed.len(), 1);
-        assert_eq!(
-            (changed[0].name.as_str(), changed[0].healthy),
-            ("accel1", false)
-        );
-        assert!(inventory.devices[0].healthy && !inventory.devices[1].healthy);
-        assert!(
-            refresh_health(&profile, &roots, &mut inventory).is_empty(),
-            "once"
         );
     }
 }

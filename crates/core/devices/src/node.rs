@@ -1,12 +1,9 @@
-//! A device node as found on the host and as it should appear in a container.
+//! A device node as found on the host and as it should appear in a container. The
+//! devinject-discovery crate reads nodes from the host (`node::read`); this is what it found.
 
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use devinject_device_rule::{Access, DeviceKind, DeviceNumber, DeviceRule};
-use devinject_hostfs::file_kind;
-use devinject_hostfs::path_fd::{Follow, PathFd};
-use nix::sys::stat::SFlag;
 use serde::Serialize;
 
 /// One device node: where it is on the host, where it goes in the container, and what it is.
@@ -58,71 +55,10 @@ pub enum NodeError {
 }
 
 impl DeviceNode {
-    /// Reads a node's type, numbers and mode from the host (following symlinks, as the host's
-    /// `/dev` is trusted), and maps its path under `dev_root` to `/dev/...` in the container.
-    pub fn from_host(host_path: &Path, dev_root: &Path) -> Result<Self, NodeError> {
-        let meta = std::fs::metadata(host_path).map_err(|source| NodeError::Stat {
-            path: host_path.to_owned(),
-            source,
-        })?;
-        let ft = meta.file_type();
-        let kind = if ft.is_char_device() {
-            DeviceKind::Char
-        } else if ft.is_block_device() {
-            DeviceKind::Block
-        } else {
-            return Err(NodeError::NotDevice {
-                path: host_path.to_owned(),
-            });
-        };
-        let rdev = meta.rdev();
-        let number = DeviceNumber::new(kind, major(rdev), minor(rdev));
-        Self::found(
-            host_path,
-            dev_root,
-            number,
-            meta.mode(),
-            meta.uid(),
-            meta.gid(),
-        )
-    }
-
-    /// The node at `host_path` as the device `decided` for it: looked at through an `O_PATH`
-    /// descriptor (following links, as discovery did; opening nothing), refused unless what it
-    /// leads to now is that device. Its mode and owner are the host's now; its kind and numbers
-    /// are the decision's, so a step that makes the node makes the device decided, whatever
-    /// happened to the path since.
-    pub fn decided_on_host(
-        host_path: &Path,
-        dev_root: &Path,
-        decided: DeviceNumber,
-    ) -> Result<Self, NodeError> {
-        let held = PathFd::at(None, host_path, Follow::Yes).map_err(|e| NodeError::Stat {
-            path: host_path.to_owned(),
-            source: e.into(),
-        })?;
-        let st = held.stat();
-        match number_of(st.st_mode, st.st_rdev) {
-            Some(found) if found == decided => {}
-            found => {
-                return Err(NodeError::Changed {
-                    path: host_path.to_owned(),
-                    decided,
-                    found: found.map_or_else(
-                        || file_kind::a_name(st.st_mode),
-                        |n| format!("the device {n}"),
-                    ),
-                })
-            }
-        }
-        Self::found(
-            host_path, dev_root, decided, st.st_mode, st.st_uid, st.st_gid,
-        )
-    }
-
     /// The node `number` found at `host_path` with `mode` and owner `uid:gid`, at its place
-    /// under `/dev` in the container.
-    fn found(
+    /// under `/dev` in the container: what the devinject-discovery crate makes of a node it
+    /// looked at on the host.
+    pub fn found(
         host_path: &Path,
         dev_root: &Path,
         number: DeviceNumber,
@@ -169,16 +105,6 @@ impl DeviceNode {
         let other = self.mode & 0o6;
         (self.gid != 0 && group & !other != 0).then_some(self.gid)
     }
-}
-
-/// The device a file of `mode` and `rdev` is; `None` when it is not a device.
-pub fn number_of(mode: u32, rdev: u64) -> Option<DeviceNumber> {
-    let kind = match file_kind::of_mode(mode) {
-        SFlag::S_IFCHR => DeviceKind::Char,
-        SFlag::S_IFBLK => DeviceKind::Block,
-        _ => return None,
-    };
-    Some(DeviceNumber::new(kind, major(rdev), minor(rdev)))
 }
 
 /// The groups a non-root process needs to use `nodes` ([`DeviceNode::access_group`]), sorted
@@ -286,66 +212,5 @@ mod tests {
             assert_eq!(makedev(ma, mi), dev, "makedev({ma:#x}, {mi:#x})");
             assert_eq!((major(dev), minor(dev)), (ma, mi), "{dev:#x}");
         }
-    }
-
-    #[test]
-    fn reads_a_real_node() {
-        let n = DeviceNode::from_host(Path::new("/dev/null"), Path::new("/dev")).unwrap();
-        assert_eq!((n.kind, n.major, n.minor), (DeviceKind::Char, 1, 3));
-        assert_eq!(n.container_path, PathBuf::from("/dev/null"));
-        // Only the permission bits, not the file type: /dev/null is crw-rw-rw- everywhere.
-        assert_eq!(n.mode, 0o666);
-    }
-
-    #[test]
-    fn rejects_regular_files_and_outside_paths() {
-        let dir = tempfile::tempdir().unwrap();
-        let f = dir.path().join("f");
-        std::fs::write(&f, "").unwrap();
-        assert!(matches!(
-            DeviceNode::from_host(&f, dir.path()),
-            Err(NodeError::NotDevice { .. })
-        ));
-        assert!(matches!(
-            DeviceNode::from_host(Path::new("/dev/null"), dir.path()),
-            Err(NodeError::OutsideDevRoot { .. })
-        ));
-    }
-
-    /// The node is the decision's: a link retargeted after it (to another device, or to a
-    /// file) is refused naming the path and both devices, never followed to what it leads to
-    /// now. Real nodes and a real link; what this cannot show is a driver that renumbers a
-    /// node in place, which reads the same through the fd.
-    #[test]
-    fn a_node_is_made_as_decided_or_refused_when_its_path_now_leads_elsewhere() {
-        let t = tempfile::tempdir().unwrap();
-        let link = t.path().join("stable");
-        std::os::unix::fs::symlink("/dev/null", &link).unwrap();
-        let null = DeviceNumber::new(DeviceKind::Char, 1, 3);
-        let n = DeviceNode::decided_on_host(&link, t.path(), null).unwrap();
-        assert_eq!(n.number(), null);
-        assert_eq!(n.container_path, PathBuf::from("/dev/stable"));
-        assert_eq!(n.mode, 0o666, "the host node's mode, through the link");
-
-        std::fs::remove_file(&link).unwrap();
-        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
-        let err = DeviceNode::decided_on_host(&link, t.path(), null)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains(&format!("{} is the device c 1:5 now", link.display()))
-                && err.contains("not the device c 1:3 decided")
-                && err.contains("start the container again"),
-            "{err}"
-        );
-
-        let file = t.path().join("file");
-        std::fs::write(&file, "").unwrap();
-        std::fs::remove_file(&link).unwrap();
-        std::os::unix::fs::symlink(&file, &link).unwrap();
-        let err = DeviceNode::decided_on_host(&link, t.path(), null)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("is a regular file now"), "{err}");
     }
 }

@@ -8,9 +8,9 @@
 use std::path::PathBuf;
 
 use crate::capability::Capabilities;
-use crate::discovery::Inventory;
 use crate::driver_files::DriverFiles;
 use crate::forward_compat::{major_of, ForwardCompat};
+use crate::inventory::Inventory;
 use crate::names::ProfileName;
 use crate::node::DeviceNode;
 use crate::plan::{ContainerEdits, EnvVar, Mount, MountKind, Plan, Symlink};
@@ -226,8 +226,8 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::discovery::Device;
     use crate::driver_files::{DriverFile, DriverLibrary};
+    use crate::inventory::Device;
     use crate::names::DeviceId;
     use crate::node::DeviceNode;
     use crate::DeviceKind;

@@ -9,8 +9,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::discovery::Inventory;
 use crate::excerpt::Excerpt;
+use crate::inventory::Inventory;
 use crate::names::{DeviceId, ProfileName};
 use crate::profile::Profile;
 
@@ -223,7 +223,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::discovery::Device;
+    use crate::inventory::Device;
     use crate::node::DeviceNode;
     use crate::DeviceKind;
 

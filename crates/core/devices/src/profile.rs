@@ -82,21 +82,6 @@ pub enum ProfileError {
     },
 }
 
-impl From<crate::profile_file::ProfileFileError> for ProfileError {
-    fn from(e: crate::profile_file::ProfileFileError) -> Self {
-        use crate::profile_file::{too_large_problem, ProfileFileError as F};
-        match e {
-            F::Read { path, source } => Self::Read { path, source },
-            F::NotAFile { path, what } => Self::NotAFile { path, what },
-            F::TooLarge { path, size } => Self::Invalid {
-                path,
-                key: "(file)".into(),
-                problem: too_large_problem(size),
-            },
-        }
-    }
-}
-
 /// How the device plugin answers `Allocate` for this profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -466,21 +451,6 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// Reads, parses and validates a profile file. Links are followed; what they lead to must
-    /// be a regular file of bounded size, checked through the fd before it is read
-    /// ([`crate::profile_file`]).
-    pub fn load(path: &Path) -> Result<Self, ProfileError> {
-        let text = crate::profile_file::read(path).map_err(ProfileError::from)?;
-        let profile = Self::parse(&text, path)?;
-        if path.file_stem().and_then(|s| s.to_str()) != Some(profile.name.as_str()) {
-            return Err(ProfileError::FileName {
-                path: path.to_owned(),
-                name: profile.name.to_string(),
-            });
-        }
-        Ok(profile)
-    }
-
     /// Parses and validates profile text; `path` is only used in messages.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ProfileError> {
         let raw: RawProfile = toml::from_str(text).map_err(|e| ProfileError::Parse {
@@ -1493,26 +1463,6 @@ DEMO_DRIVER = "1"
         ))
         .is_ok());
         assert!(parse(&format!("replicas = 2\n{DEMO}")).is_ok());
-        // Every consumer loads profiles through `Profile::load`: a directory holding such a
-        // profile fails to load as a whole.
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("demo.toml"), &shared).unwrap();
-        let err = crate::ProfileSet::load_dir(dir.path()).unwrap_err();
-        assert!(matches!(err, ProfileError::SharedPrepare { .. }), "{err}");
-        assert!(
-            err.to_string()
-                .contains(&dir.path().join("demo.toml").display().to_string()),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn file_name_must_match() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("other.toml");
-        std::fs::write(&path, DEMO).unwrap();
-        let err = Profile::load(&path).unwrap_err().to_string();
-        assert!(err.contains("demo.toml"), "{err}");
     }
 }
 

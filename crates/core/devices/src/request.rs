@@ -18,8 +18,8 @@
 //! (through [`Excerpt`], so a message stays short whatever the value): a bad request never
 //! injects anything.
 
-use crate::discovery::Device;
 use crate::excerpt::Excerpt;
+use crate::inventory::Device;
 use crate::names::DeviceId;
 
 /// The longest request value accepted.

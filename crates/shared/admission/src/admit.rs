@@ -20,6 +20,7 @@ use std::path::PathBuf;
 use devinject_devices::{
     env_value, ContainerLayout, FunctionRequest, HostRoots, ProfileError, ProfileSet,
 };
+use devinject_discovery::profile_dir;
 use devinject_exit::ExitCode;
 use devinject_hostconfig::{HostConfig, PolicySettings};
 
@@ -230,10 +231,10 @@ impl Admission {
         &self,
         mentions: impl Fn(&str) -> bool,
     ) -> Result<Option<ProfileSet>, AdmitError> {
-        if !ProfileSet::may_be_requested(&self.profiles_dir, &mentions)? {
+        if !profile_dir::may_be_requested(&self.profiles_dir, &mentions)? {
             return Ok(None);
         }
-        let profiles = ProfileSet::load_dir(&self.profiles_dir)?;
+        let profiles = profile_dir::load(&self.profiles_dir)?;
         if !mentions(devinject_devices::plan::ANNOTATION_PREFIX)
             && !profiles.iter().any(|p| mentions(p.request_env()))
         {

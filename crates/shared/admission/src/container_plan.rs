@@ -8,11 +8,11 @@
 use std::collections::BTreeMap;
 
 use devinject_devices::{
-    discover, plan, prepare_runs, resolve_driver_parts, Capabilities, CapabilityError,
-    ContainerEdits, ContainerLayout, DiscoveryError, FunctionError, FunctionRequest, HostRoots,
-    Inventory, Plan, PlanError, PlanInput, PrepareRun, ProfileName, ProfileSet, Request,
-    RequestError, Resolve, ResolveError,
+    plan, prepare_runs, Capabilities, CapabilityError, ContainerEdits, ContainerLayout,
+    FunctionError, FunctionRequest, HostRoots, Inventory, Plan, PlanError, PlanInput, PrepareRun,
+    ProfileName, ProfileSet, Request, RequestError, Resolve,
 };
+use devinject_discovery::{discover, resolve_driver_parts, DiscoveryError, ResolveError};
 
 /// Why a container's plan could not be made.
 #[derive(Debug, thiserror::Error)]

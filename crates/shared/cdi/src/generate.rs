@@ -2,7 +2,8 @@
 
 use std::path::PathBuf;
 
-use devinject_devices::{discover, resolve_driver_files, ProfileSet, CDI_VENDOR};
+use devinject_devices::CDI_VENDOR;
+use devinject_discovery::{discover, profile_dir, resolve_driver_files};
 use devinject_hostfs::change::{Action, FileChange};
 use devinject_hostfs::diff;
 use devinject_hostfs::host_dir::{HostDir, Name};
@@ -61,7 +62,7 @@ pub fn file_name(profile: &str) -> String {
 /// specs of profiles without devices.
 pub fn generate(req: &CdiRequest) -> Result<CdiReport> {
     let roots = req.access_roots();
-    let profiles = ProfileSet::load_dir(&req.access(&req.profiles_dir)).map_err(devices_error)?;
+    let profiles = profile_dir::load(&req.access(&req.profiles_dir)).map_err(devices_error)?;
     let mut report = CdiReport {
         profiles: Vec::new(),
         changes: Vec::new(),

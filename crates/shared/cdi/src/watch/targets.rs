@@ -22,7 +22,8 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Component, Path, PathBuf};
 
 use devinject_devices::profile::IdSource;
-use devinject_devices::{resolve_driver_files, HostRoots, Profile};
+use devinject_devices::{HostRoots, Profile};
+use devinject_discovery::{profile_file, resolve_driver_files};
 use inotify::WatchMask;
 use tracing::warn;
 
@@ -127,7 +128,7 @@ pub(crate) fn targets(req: &CdiRequest) -> Targets {
 
 /// Every `*.toml` in `dir` that loads; a broken one (invalid, or not a regular file) is left
 /// out of the watches and logged, naming it, as `cdi generate` refuses it; the directory's
-/// watch notices its repair. Read as every consumer reads a profile ([`Profile::load`]): a FIFO
+/// watch notices its repair. Read as every consumer reads a profile ([`profile_file::load`]): a FIFO
 /// or device node there is refused through its fd, never opened.
 fn load_profiles(dir: &Path) -> Vec<Profile> {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -141,7 +142,7 @@ fn load_profiles(dir: &Path) -> Vec<Profile> {
     files.sort();
     files
         .iter()
-        .filter_map(|f| match Profile::load(f) {
+        .filter_map(|f| match profile_file::load(f) {
             Ok(p) => Some(p),
             Err(e) => {
                 warn!(

@@ -7,13 +7,17 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
+use devinject_devices::inventory::{Device, Inventory, Withdrawn, MAX_ATTRIBUTE_VALUE};
+use devinject_devices::names::{DeviceId, ProfileName};
+use devinject_devices::node_name::{substitute, trailing_number};
+use devinject_devices::profile::{IdSource, NodeSpec, Profile};
+use devinject_devices::{DeviceNode, HostRoots, NodeError};
+
 use crate::alias::{keep_unambiguous, read_alias_files, usable};
-use crate::bus_select::{self, BusPlace};
-use crate::names::{DeviceId, ProfileName};
-use crate::node::{DeviceNode, NodeError};
-use crate::profile::{IdSource, NodeSpec, Profile};
+use crate::bus_place::{self, BusPlace};
+use crate::health::health_from_attr;
+use crate::node;
 use crate::sysfs_attr::read_attr;
-use devinject_hostfs::HostRoots;
 
 /// Why discovery failed.
 #[derive(Debug, thiserror::Error)]
@@ -63,77 +67,12 @@ pub enum DiscoveryError {
     },
 }
 
-/// One discovered device.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Device {
-    /// Stable id, advertised to the kubelet and accepted in requests.
-    pub id: DeviceId,
-    /// Position in discovery order; requests may name it.
-    pub index: usize,
-    /// The matched node's file name, e.g. `accel0`.
-    pub name: String,
-    /// The device's own nodes: the matched node first, then the profile's `device_nodes`, then
-    /// the `discovery.links` that lead to the matched node, each at the link's path.
-    pub nodes: Vec<DeviceNode>,
-    /// NUMA node, when sysfs tells one.
-    pub numa_node: Option<i64>,
-    /// Health from the profile's sysfs attribute (true when none is configured).
-    pub healthy: bool,
-    /// The profile's `discovery.attributes_sysfs` that could be read, by name (an attribute
-    /// whose file is missing, empty or longer than [`MAX_ATTRIBUTE_VALUE`] is left out).
-    pub attributes: BTreeMap<String, String>,
-    /// Other ids requests may name it by (`discovery.aliases`: a GPU's UUID, its bus id), each
-    /// naming this device only ([`crate::alias`]).
-    pub aliases: Vec<DeviceId>,
-}
-
-impl Device {
-    /// True when `name` is its id or one of its aliases.
-    pub fn answers_to(&self, name: &str) -> bool {
-        self.id.as_str() == name || self.aliases.iter().any(|a| a.as_str() == name)
-    }
-}
-
-/// The longest attribute value kept (the DRA API's limit for a string attribute).
-pub const MAX_ATTRIBUTE_VALUE: usize = 64;
-
-/// A device discovery found and left out, because something of its own could not be read or
-/// used: its node, its id, one of its per-device nodes, or an id another device has too. The
-/// profile's other devices are served; this one is not, until a rescan finds it whole.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Withdrawn {
-    /// The node discovery matched for it.
-    pub node: PathBuf,
-    /// Why, naming the thing and the fix.
-    pub problem: String,
-}
-
-impl Withdrawn {
-    /// Records `node` as withdrawn for `error`, and says so in the log.
-    fn new(profile: &ProfileName, node: PathBuf, error: &DiscoveryError) -> Self {
-        tracing::warn!(%profile, node = %node.display(), %error, "device withdrawn: the profile's other devices are served without it");
-        Self {
-            node,
-            problem: error.to_string(),
-        }
-    }
-}
-
-/// Everything discovery found for one profile.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Inventory {
-    /// The devices, in index order.
-    pub devices: Vec<Device>,
-    /// The kind's control nodes, injected with any device.
-    pub control_nodes: Vec<DeviceNode>,
-    /// The devices left out, each for a problem of its own ([`Withdrawn`]).
-    pub withdrawn: Vec<Withdrawn>,
-}
-
-impl Inventory {
-    /// The device with id `id`.
-    pub fn by_id(&self, id: &str) -> Option<&Device> {
-        self.devices.iter().find(|d| d.id.as_str() == id)
+/// Records `node` as withdrawn for `error`, and says so in the log.
+fn withdraw(profile: &ProfileName, node: PathBuf, error: &DiscoveryError) -> Withdrawn {
+    tracing::warn!(%profile, node = %node.display(), %error, "device withdrawn: the profile's other devices are served without it");
+    Withdrawn {
+        node,
+        problem: error.to_string(),
     }
 }
 
@@ -175,7 +114,7 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
             Ok(Some(device)) => device,
             Ok(None) => continue,
             Err(error) => {
-                withdrawn.push(Withdrawn::new(&pname, path, &error));
+                withdrawn.push(withdraw(&pname, path, &error));
                 continue;
             }
         };
@@ -193,9 +132,9 @@ pub fn discover(profile: &Profile, roots: &HostRoots) -> Result<Inventory, Disco
         };
         if let Some(at) = devices.iter().position(|d| d.id == device.id) {
             devices.remove(at);
-            withdrawn.push(Withdrawn::new(&pname, first.clone(), &error));
+            withdrawn.push(withdraw(&pname, first.clone(), &error));
         }
-        withdrawn.push(Withdrawn::new(&pname, path, &error));
+        withdrawn.push(withdraw(&pname, path, &error));
     }
     // Positions count the devices kept.
     for (i, d) in devices.iter_mut().enumerate() {
@@ -233,7 +172,7 @@ impl DeviceContext<'_> {
         let pname = profile.name.clone();
         let (alias_values, alias_keys) = (self.alias_values, self.alias_keys);
         let path = path.to_path_buf();
-        let node = match DeviceNode::from_host(&path, &roots.dev_root) {
+        let node = match node::read(&path, &roots.dev_root) {
             Ok(n) => n,
             // A glob may also match helper files (e.g. a sysfs-like README); only nodes count.
             Err(NodeError::NotDevice { .. }) => {
@@ -257,7 +196,7 @@ impl DeviceContext<'_> {
             .flatten();
         let wanted = profile.discovery.require_sysfs.iter().all(|(attr, want)| {
             read_attr(&roots.in_sys_root(&subst(attr))).as_deref() == Some(want.as_str())
-        }) && bus_select::chosen(place.as_ref(), usb, pci);
+        }) && bus_place::chosen(place.as_ref(), usb, pci);
         if !wanted {
             tracing::debug!(profile = %pname, node = %name, "sysfs attributes do not match the profile");
             return Ok(None);
@@ -366,7 +305,7 @@ fn links_under(
         found.sort();
         for path in found {
             let is_link = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink());
-            match DeviceNode::from_host(&path, dev_root) {
+            match node::read(&path, dev_root) {
                 Ok(node) if is_link => out.push(node),
                 Ok(_) => {}
                 Err(e) => {
@@ -408,7 +347,7 @@ fn nodes_from_specs(
     let mut out = Vec::new();
     for spec in specs {
         let path = roots.dev_root.join(subst(&spec.path));
-        match DeviceNode::from_host(&path, &roots.dev_root) {
+        match node::read(&path, &roots.dev_root) {
             Ok(n) => out.push(n),
             Err(NodeError::Stat { source, .. })
                 if source.kind() == std::io::ErrorKind::NotFound && spec.optional => {}
@@ -464,25 +403,6 @@ fn file_name(p: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// The number at the end of a node name (`accel12` → 12).
-pub(crate) fn trailing_number(name: &str) -> Option<u64> {
-    let digits: String = name
-        .chars()
-        .rev()
-        .take_while(char::is_ascii_digit)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
-    digits.parse().ok()
-}
-
-/// `template` with `{name}` (the node's file name) and `{n}` (its trailing number) filled in.
-pub(crate) fn substitute(template: &str, name: &str, n: Option<u64>) -> String {
-    let n = n.map(|n| n.to_string()).unwrap_or_default();
-    template.replace("{name}", name).replace("{n}", &n)
-}
-
 /// Orders `a2` before `a10`: compares the text before the trailing number, then the number.
 /// The natural sort key of a node name: the name without its trailing number, the number, then
 /// the whole name (`accel2` before `accel10`).
@@ -528,18 +448,6 @@ fn read_attributes(
     out
 }
 
-/// Whether the health attribute at `path` says healthy: unreadable, empty or one of the words
-/// of failure is unhealthy.
-pub(crate) fn health_from_attr(path: &Path) -> bool {
-    match read_attr(path) {
-        Some(v) => !matches!(
-            v.to_ascii_lowercase().as_str(),
-            "0" | "bad" | "unhealthy" | "error" | "failed" | "dead"
-        ),
-        None => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -549,64 +457,6 @@ mod tests {
         let mut v = vec!["accel10", "accel2", "accel1", "accelx"];
         v.sort_by(|a, b| natural_cmp(a, b));
         assert_eq!(v, ["accel1", "accel2", "accel10", "accelx"]);
-    }
-
-    fn device(id: &str, index: usize) -> Device {
-        let node = DeviceNode {
-            host_path: format!("/dev/sim/accel{index}").into(),
-            container_path: format!("/dev/sim/accel{index}").into(),
-            kind: crate::DeviceKind::Char,
-            major: 240,
-            minor: u32::try_from(index).unwrap(),
-            mode: 0o666,
-            uid: 0,
-            gid: 0,
-        };
-        Device {
-            id: DeviceId::new(id).unwrap(),
-            index,
-            name: format!("accel{index}"),
-            nodes: vec![node],
-            numa_node: None,
-            healthy: true,
-            attributes: Default::default(),
-            aliases: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn by_id_finds_the_device_with_that_id_only() {
-        let inv = Inventory {
-            withdrawn: Vec::new(),
-            devices: vec![device("SN-7", 0), device("SN-3", 1)],
-            control_nodes: Vec::new(),
-        };
-        assert_eq!(inv.by_id("SN-3").map(|d| d.index), Some(1));
-        assert_eq!(inv.by_id("SN-7").map(|d| d.index), Some(0));
-        assert_eq!(inv.by_id("SN-1"), None);
-        assert_eq!(inv.by_id("1"), None, "an index is not an id");
-    }
-
-    #[test]
-    fn health_attribute_values() {
-        let dir = tempfile::tempdir().unwrap();
-        let attr = dir.path().join("health");
-        for (text, healthy) in [
-            ("ok\n", true),
-            ("1\n", true),
-            ("  good  \n", true),
-            ("0\n", false),
-            ("BAD\n", false),
-            ("Unhealthy", false),
-            ("error\n", false),
-            ("failed\n", false),
-            ("dead\nok\n", false),
-            ("\n", false),
-        ] {
-            std::fs::write(&attr, text).unwrap();
-            assert_eq!(health_from_attr(&attr), healthy, "{text:?}");
-        }
-        assert!(!health_from_attr(&dir.path().join("missing")), "unreadable");
     }
 
     /// A control node that cannot be looked up for another reason than its absence (here a
@@ -650,15 +500,5 @@ mod tests {
         .unwrap();
         let err = discover(&profile, &roots).unwrap_err();
         assert!(matches!(err, DiscoveryError::Missing { .. }), "{err}");
-    }
-
-    #[test]
-    fn templates() {
-        assert_eq!(trailing_number("apex_12"), Some(12));
-        assert_eq!(trailing_number("kvm"), None);
-        assert_eq!(
-            substitute("class/apex/{name}/n{n}", "apex_3", Some(3)),
-            "class/apex/apex_3/n3"
-        );
     }
 }

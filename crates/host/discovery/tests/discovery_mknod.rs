@@ -3,7 +3,8 @@
 use devinject_testkit::nodes::mknod_char;
 use std::path::Path;
 
-use devinject_devices::{discover, HostRoots, Profile};
+use devinject_devices::{HostRoots, Profile};
+use devinject_discovery::{discover, profile_file};
 
 /// Whether the test can make nodes: root. Otherwise prints why it is skipped, or fails under
 /// `CI=true`.
@@ -309,7 +310,7 @@ fn the_coral_usb_profile_follows_its_device_through_re_enumeration() {
     mknod_char(&dev.join("bus/usb/002/005"), 189, 132);
     usb_device(&sys, "189:132", "2-2", "046d", "c31c");
     let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../profiles/coral-usb.toml");
-    let profile = Profile::load(&shipped).unwrap();
+    let profile = profile_file::load(&shipped).unwrap();
     let roots = roots_under(t.path());
     let found = |roots: &HostRoots| -> Vec<(String, String)> {
         discover(&profile, roots)

@@ -81,7 +81,7 @@ impl Fields<'_> {
 /// that has one, its `DT_SONAME`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ElfLibrary {
-    /// `e_machine` ([`crate::elf_machine`]).
+    /// `e_machine` ([`devinject_devices::elf_machine`]).
     pub machine: u16,
     /// `DT_SONAME`.
     pub soname: Option<String>,
@@ -110,7 +110,7 @@ pub fn library_of(file: &File) -> Option<ElfLibrary> {
     if n < 52 {
         return None;
     }
-    let machine = crate::elf_machine::of_header(&head[..n])?;
+    let machine = devinject_devices::elf_machine::of_header(&head[..n])?;
     Some(ElfLibrary {
         machine,
         soname: soname_in(file, &head[..n]),
@@ -366,7 +366,7 @@ pub(crate) mod tests {
         let mut elf = Elf {
             is64,
             le,
-            machine: crate::elf_machine::host(),
+            machine: devinject_devices::elf_machine::host(),
             phentsize: if is64 { 56 } else { 32 },
             phdrs: vec![
                 (PT_LOAD, base, LOAD_VADDR, 0x2000),

@@ -10,14 +10,17 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 use devinject_devices::{
-    discover, plan, resolve_driver_files, Capabilities, ContainerLayout, DiscoveryError,
-    DriverFiles, HostRoots, MountKind, PlanInput, Profile, ProfileSet, Request, Resolve,
+    plan, Capabilities, ContainerLayout, DriverFiles, HostRoots, MountKind, PlanInput, Profile,
+    Request, Resolve,
+};
+use devinject_discovery::{
+    discover, profile_dir, profile_file, resolve_driver_files, DiscoveryError,
 };
 
 /// The profile as shipped.
 fn shipped() -> Profile {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../profiles/nvidia-jetson.toml");
-    Profile::load(&path).unwrap()
+    profile_file::load(&path).unwrap()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -286,7 +289,7 @@ fn can_mknod() -> bool {
 #[test]
 fn it_is_shipped_with_its_own_resource_and_variable() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../profiles");
-    let set = ProfileSet::load_dir(&dir).unwrap();
+    let set = profile_dir::load(&dir).unwrap();
     let jetson = set.get("nvidia-jetson").unwrap();
     assert_eq!(jetson.resource_name(), "nvidia.com/jetson-gpu");
     assert_eq!(jetson.request_env(), "NVIDIA_JETSON_VISIBLE_DEVICES");

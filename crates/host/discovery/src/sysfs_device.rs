@@ -5,7 +5,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use crate::{DeviceKind, DeviceNode, HostRoots};
+use devinject_devices::{DeviceKind, DeviceNode, HostRoots};
 
 /// The components of `node`'s device directory below the sys root, starting with `devices`
 /// (`["devices", "pci0000:00", ..., "2-1"]`); `None` when the kernel links no device to its
@@ -44,7 +44,7 @@ pub fn dir(roots: &HostRoots, components: &[String], last: usize) -> PathBuf {
 pub(crate) mod testing {
     use std::path::{Path, PathBuf};
 
-    use crate::{DeviceKind, DeviceNode, HostRoots};
+    use devinject_devices::{DeviceKind, DeviceNode, HostRoots};
 
     /// Roots with only a sys root, at `sys`.
     pub(crate) fn roots(sys: &Path) -> HostRoots {

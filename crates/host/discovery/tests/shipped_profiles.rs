@@ -2,12 +2,12 @@
 
 use std::path::Path;
 
-use devinject_devices::ProfileSet;
+use devinject_discovery::profile_dir;
 
 #[test]
 fn shipped_profiles_load() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../profiles");
-    let set = ProfileSet::load_dir(&dir).unwrap();
+    let set = profile_dir::load(&dir).unwrap();
     let names: Vec<_> = set.iter().map(|p| p.name.to_string()).collect();
     for want in [
         "amd",
@@ -43,9 +43,10 @@ fn shipped_profiles_load() {
 
 #[test]
 fn real_kernel_devices_are_discovered() {
-    use devinject_devices::{discover, HostRoots};
+    use devinject_devices::HostRoots;
+    use devinject_discovery::discover;
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../profiles");
-    let set = ProfileSet::load_dir(&dir).unwrap();
+    let set = profile_dir::load(&dir).unwrap();
     // /dev/null is not in any profile, but /dev/fuse and /dev/net/tun exist on any Linux host
     // with those modules; skip with a reason where they do not.
     for (name, path, major, minor) in [

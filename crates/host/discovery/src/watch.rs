@@ -13,10 +13,8 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use crate::discovery::Inventory;
-use crate::health::health_attribute;
-use crate::profile::Profile;
-use devinject_hostfs::HostRoots;
+use devinject_devices::health::health_attribute;
+use devinject_devices::{HostRoots, Inventory, Profile};
 
 /// What a watched path stands for, which decides the events asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,10 +16,11 @@ use std::path::{Path, PathBuf};
 
 use nix::sys::stat::SFlag;
 
+use devinject_devices::{Profile, ProfileError};
 use devinject_hostfs::path_fd::{Follow, PathFd, Reopen};
 
-/// Why a profile file was not read; `crate::profile` turns it into its `ProfileError`, whose
-/// words these are.
+/// Why a profile file was not read; [`load`] turns it into a [`ProfileError`], whose words
+/// these are.
 #[derive(Debug, thiserror::Error)]
 #[allow(missing_docs, reason = "each field is named in the message")]
 pub enum ProfileFileError {
@@ -48,8 +49,38 @@ pub enum ProfileFileError {
     },
 }
 
+impl From<ProfileFileError> for ProfileError {
+    fn from(e: ProfileFileError) -> Self {
+        use ProfileFileError as F;
+        match e {
+            F::Read { path, source } => ProfileError::Read { path, source },
+            F::NotAFile { path, what } => ProfileError::NotAFile { path, what },
+            F::TooLarge { path, size } => ProfileError::Invalid {
+                path,
+                key: "(file)".into(),
+                problem: too_large_problem(size),
+            },
+        }
+    }
+}
+
 /// The largest profile read: real profiles are a few KiB.
 pub const MAX_PROFILE_BYTES: u64 = 1 << 20;
+
+/// Reads, parses and validates a profile file. Links are followed; what they lead to must
+/// be a regular file of bounded size, checked through the fd before it is read (the
+/// module's [`read`]).
+pub fn load(path: &Path) -> Result<Profile, ProfileError> {
+    let text = read(path).map_err(ProfileError::from)?;
+    let profile = Profile::parse(&text, path)?;
+    if path.file_stem().and_then(|s| s.to_str()) != Some(profile.name.as_str()) {
+        return Err(ProfileError::FileName {
+            path: path.to_owned(),
+            name: profile.name.to_string(),
+        });
+    }
+    Ok(profile)
+}
 
 /// The text of the profile file at `path` (links followed), checked as the module says.
 pub fn read(path: &Path) -> Result<String, ProfileFileError> {
@@ -141,5 +172,18 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("is a FIFO"));
+    }
+
+    #[test]
+    fn file_name_must_match() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("other.toml");
+        std::fs::write(
+            &path,
+            "name = \"demo\"\nresource = \"devinject.io/demo\"\n[discovery]\nnodes = [\"demo/accel*\"]\n",
+        )
+        .unwrap();
+        let err = load(&path).unwrap_err().to_string();
+        assert!(err.contains("demo.toml"), "{err}");
     }
 }

@@ -15,9 +15,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::path::Path;
 
-use crate::names::{DeviceId, ProfileName};
-use crate::profile::AliasSpec;
-use devinject_hostfs::HostRoots;
+use devinject_devices::names::{DeviceId, ProfileName};
+use devinject_devices::profile::AliasSpec;
+use devinject_devices::HostRoots;
 
 /// The most bytes read of one file (NVIDIA's are under 1 KiB).
 pub const MAX_FILE: u64 = 64 * 1024;
