@@ -50,7 +50,7 @@ background 5 /dev/null "$logs/peers.err" bash -c "for s in ${peers[*]}; do scrip
 peers_job=$!
 bg_jobs+=("$peers_job")
 # helm (scripts/helm-build.sh; about two minutes of 2 cores the first time, then cached), for the
-# chart's checks in the unit tests (bins/installer/tests/manifests.rs) and the cluster tier's
+# chart's checks in the unit tests (bins/installer/tests/installer/manifests.rs) and the cluster tier's
 # helm install (tests/tests/cluster_helm.rs).
 background 10 "$logs/helm" "$logs/helm.err" scripts/helm-build.sh
 helm_job=$!

@@ -8,7 +8,6 @@
 //! Needs root, unshare, containerd and ctr; skipped with a reason otherwise (a failure under
 //! `CI=true`).
 
-mod support;
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -20,7 +19,7 @@ use devinject_installer::activate::{HostControl, System};
 use devinject_installer::options::Policy;
 use devinject_installer::{install, uninstall, EngineChoice, InstallOptions, RestartMode};
 use devinject_tests::skip;
-use support::FakeHost;
+use crate::support::FakeHost;
 
 /// Kills and reaps a child on drop.
 /// A child leading its own process group, killed with the whole group on drop: the supervisor

@@ -3,7 +3,7 @@
 //! (byte-identical restore), k3s, running containers, and a failure injected at every point of
 //! every step (the host is as it was before that step). Restarts go to a recording fake.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 
@@ -14,7 +14,7 @@ use devinject_installer::options::Policy;
 use devinject_installer::{
     install, uninstall, EngineChoice, InstallError, InstallOptions, RestartMode, UninstallOptions,
 };
-use support::{assert_same, FakeHost, Snapshot};
+use crate::support::{assert_same, FakeHost, Snapshot};
 
 fn options(h: &FakeHost, engines: EngineChoice) -> InstallOptions {
     let mut o = InstallOptions::new(&h.root, &h.payload);

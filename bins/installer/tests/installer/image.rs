@@ -13,14 +13,14 @@
 //! the first time); skipped with a reason otherwise, and a
 //! failure under `CI=true`.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;
 
 use devinject_tests::{probe, rootfs, sim, skip};
-use support::engine::Engine;
-use support::{assert_same, FakeHost};
+use crate::support::engine::Engine;
+use crate::support::{assert_same, FakeHost};
 
 const TAG: &str = "devinject-installer-test:latest";
 

@@ -3,7 +3,7 @@
 //! target/manifest-venv by scripts/install-deps.sh; helm from scripts/helm-build.sh). Skipped with a reason when that Python
 //! environment is missing, a failure under `CI=true`.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -3,13 +3,13 @@
 //! job with the same result as an uninterrupted one, and an uninstall after the kill gives back
 //! the original host byte for byte.
 
-mod support;
+use crate::support;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use support::{assert_same, FakeHost, Snapshot};
+use crate::support::{assert_same, FakeHost, Snapshot};
 
 const BIN: &str = env!("CARGO_BIN_EXE_devinject-installer");
 

@@ -10,7 +10,6 @@
 //!
 //! Needs root (mknod); skipped otherwise (fails under `CI=true`).
 
-mod support;
 
 use std::fs;
 use std::os::unix::fs::{symlink, FileTypeExt, MetadataExt};
@@ -23,7 +22,7 @@ use devinject_installer::options::Policy;
 use devinject_installer::{install, uninstall, EngineChoice, InstallOptions, UninstallOptions};
 use devinject_testkit::require_root;
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};
-use support::FakeHost;
+use crate::support::FakeHost;
 
 /// Longer than any run that does not block.
 const BOUND: Duration = Duration::from_secs(30);
