@@ -11,7 +11,7 @@ use devinject_apiserver::pod_events;
 use devinject_device_plugin::metrics::PluginMetrics;
 use devinject_device_plugin::node_refusals::NodeRefusals;
 use devinject_device_plugin::DaemonConfig;
-use devinject_hostfs::root_args::DeviceRootArgs;
+use devinject_discovery::root_args::DeviceRootArgs;
 use devinject_metrics::address::port;
 use devinject_metrics::prometheus_client::registry::Registry;
 use devinject_metrics::{register_build_info, MetricsAddress};

@@ -74,9 +74,9 @@ impl Default for HostConfigSettings {
             policy: Policy::Kubernetes {
                 pod_resources_socket: PathBuf::from(DEFAULT_POD_RESOURCES_SOCKET),
             },
-            dev_root: PathBuf::from(devinject_hostfs::roots::DEV_ROOT),
-            sys_root: PathBuf::from(devinject_hostfs::roots::SYS_ROOT),
-            driver_root: PathBuf::from(devinject_hostfs::roots::DRIVER_ROOT),
+            dev_root: PathBuf::from(devinject_devices::roots::DEV_ROOT),
+            sys_root: PathBuf::from(devinject_devices::roots::SYS_ROOT),
+            driver_root: PathBuf::from(devinject_devices::roots::DRIVER_ROOT),
             ldconfig: None,
             oci_runtime: None,
             log_level: "warn".to_string(),

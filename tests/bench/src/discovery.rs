@@ -1,7 +1,7 @@
 //! Row 5: discovery and planning cost in-process, on a host with many devices.
 //!
 //! The `bench` profile is loaded once; each timed round then runs what the hook and the shim run
-//! per container for it: [`discover`] (glob the dev root, stat every node) and the planner on
+//! per container for it: [`discover()`] (glob the dev root, stat every node) and the planner on
 //! request `all`. Host file resolution is timed on its own, as it depends on the library count,
 //! not on the devices.
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::node_name::{substitute, trailing_number};
 use crate::profile::Profile;
-use devinject_hostfs::HostRoots;
+use crate::roots::HostRoots;
 
 pub use crate::profile::DEFAULT_HEALTH_INTERVAL;
 

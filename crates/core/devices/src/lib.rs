@@ -53,13 +53,12 @@ pub mod prepare_step;
 pub mod profile;
 pub mod profile_set;
 pub mod request;
+pub mod roots;
 
 pub use capability::{Capabilities, CapabilityError, CapabilitySpec};
 pub use capacity::Capacity;
 /// The device-rule vocabulary the plan is written in, shared with the cgroup crate.
 pub use devinject_device_rule::{Access, DeviceKind, DeviceNumber, DeviceRule};
-/// The host roots discovery runs under, defined with the other host-file primitives.
-pub use devinject_hostfs::HostRoots;
 pub use driver_files::DriverFiles;
 pub use env_merge::{env_edits, env_value, merge_env};
 pub use excerpt::Excerpt;
@@ -81,3 +80,4 @@ pub use prepare_step::{prepare_runs, FunctionError, FunctionRequest, PrepareRun}
 pub use profile::{AllocateMode, HealthTaint, LibraryNames, Profile, ProfileError};
 pub use profile_set::ProfileSet;
 pub use request::{Request, RequestError, Resolve, Selection};
+pub use roots::HostRoots;

@@ -21,6 +21,9 @@
 //!   hook's `ldconfig` and `devinject-ctl doctor`.
 //! - [`node`] also reads a node again at the finish step, refusing one that is no longer the
 //!   device decided for the container.
+//! - [`root_args`] (feature `root-args`): the `--dev-root`, `--sys-root`, `--proc-root` and
+//!   `--driver-root` flags, one definition every discovering binary flattens into its command
+//!   line.
 #![warn(missing_docs)]
 
 pub mod alias;
@@ -34,6 +37,8 @@ pub mod node;
 pub mod pci;
 pub mod profile_dir;
 pub mod profile_file;
+#[cfg(feature = "root-args")]
+pub mod root_args;
 pub mod sysfs_attr;
 pub mod sysfs_device;
 pub mod watch;

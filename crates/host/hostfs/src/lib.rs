@@ -5,7 +5,6 @@
 //! The parts:
 //! - [`path_fd`] and [`file_kind`]: the one way a name someone else may control is opened, and
 //!   the words every refusal uses for what it found.
-//! - [`roots`]: the host roots (`/dev`, `/sys`, `/proc`, the driver root) lookups run under.
 //! - [`host_root`]: where a host path is below the root prefix, the host's own links followed
 //!   inside it.
 //! - [`host_dir`]: every host file read, replaced or removed goes through a directory fd
@@ -13,8 +12,6 @@
 //!   its type is known (docs/security.md).
 //! - [`atomic_write`]: the same replacement at a path as this process names it.
 //! - [`change`] and [`diff`]: what a write changed, as a report entry and a unified diff.
-//! - [`root_args`] (feature `root-args`): the `--dev-root`, `--sys-root`, `--proc-root` and `--driver-root` flags,
-//!   one definition every binary flattens into its command line.
 #![warn(missing_docs)]
 
 pub mod atomic_write;
@@ -25,9 +22,5 @@ pub mod file_kind;
 pub mod host_dir;
 pub mod host_root;
 pub mod path_fd;
-#[cfg(feature = "root-args")]
-pub mod root_args;
-pub mod roots;
 
 pub use error::{HostFsError, Result};
-pub use roots::HostRoots;

@@ -7,8 +7,8 @@ use std::time::Duration;
 use clap::Args;
 use devinject_cdi::watch::{self as cdi_watch, WatchOptions};
 use devinject_cdi::{self as cdi, CdiRequest};
+use devinject_discovery::root_args::{DeviceRootArgs, DriverRootArg};
 use devinject_engine_config::request::DEFAULT_HOOK_PATH;
-use devinject_hostfs::root_args::{DeviceRootArgs, DriverRootArg};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 

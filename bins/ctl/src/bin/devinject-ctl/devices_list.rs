@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 use devinject_cdi::DEFAULT_PROFILES_DIR;
 use devinject_ctl::device_list::{self, DeviceListError, DeviceListRequest};
-use devinject_hostfs::root_args::DeviceRootArgs;
+use devinject_discovery::root_args::DeviceRootArgs;
 
 /// Arguments of `devices list`.
 #[derive(Debug, Args)]

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use crate::{roots, HostRoots};
+use devinject_devices::roots::{self, HostRoots};
 
 /// `--dev-root`, `--sys-root`, `--proc-root`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]

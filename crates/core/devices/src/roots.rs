@@ -1,4 +1,9 @@
 //! The host roots every lookup is made under, so tests and installers can point elsewhere.
+//!
+//! Plain data, four paths and how a profile's paths join under them, so it lives with the
+//! profiles rather than with the code that reads below it: the host configuration (a core crate)
+//! builds it from its settings and the health schedule names attributes under it, neither of
+//! which may link the host crates. The devinject-discovery crate reads the host under it.
 
 use std::path::{Path, PathBuf};
 
