@@ -3,8 +3,6 @@
 //! passes the change on sees every file and directory that differs afterwards. The installer's
 //! journal relies on this to save each path before the library changes it.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -14,7 +12,7 @@ use devinject_engine_config::{
     configure_through, unconfigure_through, ConfigureRequest, Engine, HostPaths, Mode,
     UnconfigureRequest,
 };
-use support::tree::{assert_same, snapshot, Snapshot};
+use crate::support::tree::{assert_same, snapshot, Snapshot};
 
 /// Every change asked for, by host path; passed on to the host when `direct` is set.
 struct Recorder<'a> {

@@ -1,8 +1,6 @@
 //! Behaviour beyond the golden round trips: broken input, foreign files, edits made after
 //! configure, switching modes, lost state, and requests that cannot be carried out.
 
-mod support;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -11,7 +9,7 @@ use devinject_engine_config::{
     configure, unconfigure, ConfigureRequest, Engine, HostPaths, Mode, RuntimeConfigError,
     UnconfigureRequest,
 };
-use support::tree::{assert_same, snapshot};
+use crate::support::tree::{assert_same, snapshot};
 
 fn req(engine: Engine, root: &Path) -> ConfigureRequest {
     let mut r = ConfigureRequest::new(engine);

@@ -2,16 +2,14 @@
 //! with a request, compared with `tests/golden/<case>/after`; then configured again (nothing may
 //! change), and unconfigured (everything must be byte-identical to `before`, modes included).
 //!
-//! `UPDATE_GOLDEN=1 cargo test --test golden` rewrites the `after` trees; review them by eye.
-
-mod support;
+//! `UPDATE_GOLDEN=1 cargo test -p devinject-ctl --test ctl -- golden::` rewrites the `after` trees; review them by eye.
 
 use std::path::{Path, PathBuf};
 
 use devinject_engine_config::{
     configure, unconfigure, ConfigureRequest, Engine, HostPaths, Mode, UnconfigureRequest,
 };
-use support::tree::{self, assert_same, is_state_file, snapshot};
+use crate::support::tree::{self, assert_same, is_state_file, snapshot};
 
 struct Case {
     name: &'static str,

@@ -11,8 +11,6 @@
 //! ([`devinject_tests::sim::demo_host`]: mknod'ed nodes and a gcc-built library, so that case
 //! needs root and is skipped otherwise).
 
-mod support;
-
 use std::path::{Path, PathBuf};
 
 use container_device_interface::spec::{parse_spec, read_spec};
@@ -21,7 +19,7 @@ use devinject_cdi::{self as cdi, CdiRequest};
 use devinject_tests::sim;
 use devinject_tests::skip::{require_binary, require_root};
 use serde_json::{json, Value};
-use support::demo_values::{demo_values, DemoValues};
+use crate::support::demo_values::{demo_values, DemoValues};
 
 /// What the library says of the spec `text`: `Err` with its reason when it refuses the spec,
 /// else the lowest version it computes.

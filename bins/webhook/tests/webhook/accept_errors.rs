@@ -2,7 +2,7 @@
 //! allows): a failed accept is logged a bounded number of times, not once per retry, and
 //! reviews are answered again once the flood goes. docs/security.md, the webhook's row.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};

@@ -5,8 +5,6 @@
 //! Needs root (mknod) and gcc; skipped otherwise (fails under `CI=true`).
 //! `UPDATE_GOLDEN=1` rewrites the expected file.
 
-mod support;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,7 +13,7 @@ use devinject_cdi::{self as cdi, CdiRequest};
 use devinject_engine_config::Action;
 use devinject_tests::sim::{mknod, without_partitions};
 use devinject_tests::skip::{require_binary, require_root};
-use support::demo_values::{demo_values, DemoValues};
+use crate::support::demo_values::{demo_values, DemoValues};
 
 fn sim_host(root: &Path) {
     fs::create_dir_all(root.join("dev/demo")).expect("mkdir dev");

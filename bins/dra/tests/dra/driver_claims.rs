@@ -198,7 +198,7 @@ fn claim(name: &str, uid: &str) -> ClaimRef {
 const SLOW_UID: &str = "11111111-1111-4111-8111-111111111111";
 const FAST_UID: &str = "22222222-2222-4222-8222-222222222222";
 
-/// The same concurrency runs on the real cluster (`tests/tests/cluster_dra.rs`,
+/// The same concurrency runs on the real cluster (`tests/tests/cluster/cluster_dra.rs`,
 /// `a_claims_function_is_loaded_into_its_device_before_the_pod_starts`): a pod's claim is
 /// prepared and its pod runs while another claim's program hangs. What the cluster cannot give,
 /// this test checks, calling the driver as the kubelet does but with a deadline of its own:

@@ -2,7 +2,7 @@
 //! handshake, floods of idle connections, bodies held one byte short. docs/security.md, the
 //! webhook's row.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
