@@ -15,8 +15,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use devinject_kubelet::connections;
-use tokio::net::UnixListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::WatchStream;
 use tokio_stream::Stream;
@@ -26,7 +24,7 @@ use tracing::{debug, info};
 
 use crate::advertisement::Advertisement;
 use crate::allocate;
-use crate::api::v1beta1::device_plugin_server::{DevicePlugin, DevicePluginServer};
+use crate::api::v1beta1::device_plugin_server::DevicePlugin;
 use crate::api::v1beta1::{
     AllocateRequest, AllocateResponse, ContainerPreferredAllocationResponse, DevicePluginOptions,
     Empty, ListAndWatchResponse, PreStartContainerRequest, PreStartContainerResponse,
@@ -309,30 +307,17 @@ impl Drop for DeviceStream {
     }
 }
 
-/// Serves `service` on `listener` until `shutdown` is cancelled, then drains open calls. Every
-/// connection is held to the kubelet-facing servers' bounds (a cap, a deadline for the HTTP/2
-/// preface, keepalive: [`devinject_kubelet::connections`]) and passes through the
-/// `:authority` rewriter ([`crate::authority`]): real kubelets before 1.26 name the socket
-/// path there, which our HTTP/2 server would refuse.
-pub async fn serve(
-    listener: UnixListener,
-    service: DevicePluginService,
-    shutdown: CancellationToken,
-) -> Result<(), tonic::transport::Error> {
-    let limits = connections::Limits::default();
-    let (incoming, _connections) = connections::incoming(listener, limits);
-    connections::server(&limits)
-        .add_service(DevicePluginServer::new(service))
-        .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
-        .await
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
+    use devinject_kubelet::connections;
+    use devinject_kubelet::serve::{connect, serve};
+    use tonic::service::Routes;
+
     use super::*;
     use crate::api::v1beta1::device_plugin_client::DevicePluginClient;
+    use crate::api::v1beta1::device_plugin_server::DevicePluginServer;
     use crate::resource::tests::demo;
     use crate::resource::AllocateMode;
 
@@ -345,20 +330,20 @@ mod tests {
         let cap = connections::Limits::default().connections;
         let temp = tempfile::tempdir().unwrap();
         let path = temp.path().join("devinject-demo.sock");
-        let listener = crate::kubelet::socket::bind(&path).unwrap();
         let (_publish, devices) = watch::channel(Arc::new(Advertisement::new(1)));
         let (dropped, _streams) = mpsc::unbounded_channel();
         let resource = Arc::new(demo(AllocateMode::Envvar, 1));
         let service =
             DevicePluginService::new(resource, devices, CancellationToken::new(), dropped);
-        let shutdown = CancellationToken::new();
-        tokio::spawn(serve(listener, service, shutdown.clone()));
+        let served = serve(&path, Routes::new(DevicePluginServer::new(service)))
+            .await
+            .unwrap();
         let mut flood = Vec::new();
         for _ in 0..100 {
             flood.push(tokio::net::UnixStream::connect(&path).await.unwrap());
         }
         let call = async {
-            let channel = crate::kubelet::socket::connect(&path).await.unwrap();
+            let channel = connect(&path).await.unwrap();
             DevicePluginClient::new(channel)
                 .get_device_plugin_options(Empty {})
                 .await
@@ -376,6 +361,6 @@ mod tests {
             flood.len()
         );
         drop(flood);
-        shutdown.cancel();
+        served.shutdown().await.unwrap();
     }
 }

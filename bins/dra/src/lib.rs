@@ -20,4 +20,3 @@ pub mod prepared;
 pub mod registration;
 pub mod serve;
 pub mod slices;
-pub mod socket;

@@ -100,7 +100,7 @@ impl<C: Claims> NodeService<C> {
     }
 
     /// Both versions of the service, as routes to serve on the DRA service socket
-    /// ([`crate::socket::serve`]).
+    /// ([`devinject_kubelet::serve::serve()`]).
     pub fn routes(&self) -> Routes {
         Routes::new(v1::dra_plugin_server::DraPluginServer::new(self.clone())).add_service(
             v1beta1::dra_plugin_server::DraPluginServer::new(self.clone()),
@@ -336,8 +336,9 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
 
+    use devinject_kubelet::serve::{connect, serve, ServedSocket};
+
     use super::*;
-    use crate::socket::{self, ServedSocket};
 
     const UID_A: &str = "0b5e6f4c-2a7d-4f1e-9c3b-1d2e3f4a5b6c";
     const UID_B: &str = "bad-8c1d-4e2f-9a3b-5c6d7e8f9a0b";
@@ -417,7 +418,7 @@ mod tests {
     async fn start(dir: &Path) -> (Arc<FakeClaims>, ServedSocket) {
         let fake = Arc::new(FakeClaims::default());
         let service = NodeService::new(Arc::clone(&fake));
-        let served = socket::serve(&dir.join("dra.sock"), service.routes())
+        let served = serve(&dir.join("dra.sock"), service.routes())
             .await
             .unwrap();
         (fake, served)
@@ -428,7 +429,7 @@ mod tests {
         use v1::dra_plugin_client::DraPluginClient;
         let temp = tempfile::tempdir().unwrap();
         let (fake, served) = start(temp.path()).await;
-        let mut client = DraPluginClient::new(socket::connect(served.path()).await.unwrap());
+        let mut client = DraPluginClient::new(connect(served.path()).await.unwrap());
         let claims = vec![
             v1::Claim {
                 namespace: "ns".into(),
@@ -493,7 +494,7 @@ mod tests {
         use v1beta1::dra_plugin_client::DraPluginClient;
         let temp = tempfile::tempdir().unwrap();
         let (fake, served) = start(temp.path()).await;
-        let mut client = DraPluginClient::new(socket::connect(served.path()).await.unwrap());
+        let mut client = DraPluginClient::new(connect(served.path()).await.unwrap());
         let claims = vec![
             v1beta1::Claim {
                 namespace: "ns".into(),
@@ -552,7 +553,7 @@ mod tests {
         use v1::dra_plugin_client::DraPluginClient;
         let temp = tempfile::tempdir().unwrap();
         let (fake, served) = start(temp.path()).await;
-        let mut client = DraPluginClient::new(socket::connect(served.path()).await.unwrap());
+        let mut client = DraPluginClient::new(connect(served.path()).await.unwrap());
         let v1_claim = |name: &str, uid: &str| v1::Claim {
             namespace: "ns".into(),
             uid: uid.into(),
@@ -636,7 +637,7 @@ mod tests {
         use v1beta1::dra_plugin_client::DraPluginClient;
         let temp = tempfile::tempdir().unwrap();
         let (fake, served) = start(temp.path()).await;
-        let mut client = DraPluginClient::new(socket::connect(served.path()).await.unwrap());
+        let mut client = DraPluginClient::new(connect(served.path()).await.unwrap());
         let claims = (0..=MAX_CLAIMS)
             .map(|i| v1beta1::Claim {
                 namespace: "ns".into(),

@@ -131,7 +131,8 @@ impl RegistrationService {
     }
 
     /// The service as routes to serve on the registration socket
-    /// ([`crate::socket::serve`]). Subscribe before: the service moves into the routes.
+    /// ([`devinject_kubelet::serve::serve()`]). Subscribe before: the service moves into the
+    /// routes.
     pub fn into_routes(self) -> Routes {
         Routes::new(RegistrationServer::new(self))
     }
@@ -194,9 +195,10 @@ impl Registration for RegistrationService {
 
 #[cfg(test)]
 mod tests {
+    use devinject_kubelet::serve::{connect, serve};
+
     use super::*;
     use crate::api::pluginregistration::registration_client::RegistrationClient;
-    use crate::socket;
 
     #[test]
     fn the_endpoint_must_be_absolute_and_the_driver_named() {
@@ -229,11 +231,9 @@ mod tests {
         let mut state = service.subscribe();
         let mut registrations = service.subscribe_registrations();
         assert_eq!(*state.borrow_and_update(), RegistrationState::Waiting);
-        let served = socket::serve(&registry, service.into_routes())
-            .await
-            .unwrap();
+        let served = serve(&registry, service.into_routes()).await.unwrap();
 
-        let mut client = RegistrationClient::new(socket::connect(&registry).await.unwrap());
+        let mut client = RegistrationClient::new(connect(&registry).await.unwrap());
         let info = client.get_info(InfoRequest {}).await.unwrap().into_inner();
         assert_eq!(info.r#type, "DRAPlugin");
         assert_eq!(info.name, "devinject.io");

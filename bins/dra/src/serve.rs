@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use devinject_devices::{HealthSchedule, HostRoots, Inventory, ProfileSet};
 use devinject_discovery::{discover, refresh_health, watch_paths};
+use devinject_kubelet::serve::{ServedSocket, SocketError};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -32,7 +33,6 @@ use crate::registration::RegistrationService;
 use crate::slices::{
     pci_locations, resource_slices, same_content, slice_name, ApiFields, DeviceState,
 };
-use crate::socket::{self, ServedSocket};
 
 /// What the driver logs each time it applies a ResourceSlice: tests look for it.
 pub const PUBLISHED: &str = "published the ResourceSlice";
@@ -68,7 +68,7 @@ pub struct ServeConfig {
 pub enum ServeError {
     /// A socket could not be served, or its server failed.
     #[error(transparent)]
-    Socket(#[from] socket::SocketError),
+    Socket(#[from] SocketError),
     /// The registration service could not be made.
     #[error(transparent)]
     Registration(#[from] crate::registration::RegistrationError),
@@ -97,14 +97,14 @@ pub async fn serve<C: Claims>(
         discovered: watched,
     });
     let routes = service.routes().add_service(health.server());
-    let mut dra = socket::serve(&config.socket, routes).await?;
+    let mut dra = devinject_kubelet::serve::serve(&config.socket, routes).await?;
     let registration = RegistrationService::new(&config.driver, &config.socket)?
         .with_metrics(config.metrics.clone());
     let registrations = registration.subscribe_registrations();
     let reg_path = config
         .registration_dir
         .join(format!("{}-reg.sock", config.driver));
-    let mut reg = socket::serve(&reg_path, registration.into_routes()).await?;
+    let mut reg = devinject_kubelet::serve::serve(&reg_path, registration.into_routes()).await?;
     info!(
         driver = %config.driver,
         node = %config.node,

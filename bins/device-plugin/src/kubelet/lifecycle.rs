@@ -24,20 +24,22 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use devinject_kubelet::serve::{self, ServedSocket, SocketError};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc, watch};
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tonic::service::Routes;
 use tracing::{debug, info, warn};
 
 use crate::advertisement::Advertisement;
+use crate::api::v1beta1::device_plugin_server::DevicePluginServer;
 use crate::api::KUBELET_SOCKET;
 use crate::kubelet::registration;
-use crate::kubelet::socket::{self, SocketError};
+use crate::kubelet::socket;
 use crate::kubelet::watch::DirEvent;
 use crate::metrics::PluginMetrics;
 use crate::resource::ResourceConfig;
-use crate::service::{self, DevicePluginService};
+use crate::service::DevicePluginService;
 
 /// How long open calls may take to finish when an incarnation stops.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -155,7 +157,7 @@ impl Lifecycle {
             last_stamp = now.max(last_stamp + 1);
             let started = Instant::now();
             let mut incarnation =
-                Incarnation::start(&self, &self.resource.socket_name(last_stamp))?;
+                Incarnation::start(&self, &self.resource.socket_name(last_stamp)).await?;
             let outcome = self.drive(&mut incarnation).await;
             match outcome {
                 Ok(Outcome::Shutdown) => {
@@ -201,7 +203,7 @@ impl Lifecycle {
             tokio::select! {
                 biased;
                 () = self.shutdown.cancelled() => return Ok(Outcome::Shutdown),
-                _ = inc.server.join_next() => return Ok(Outcome::Restart(Restart::ServerStopped)),
+                _ = inc.server.stopped() => return Ok(Outcome::Restart(Restart::ServerStopped)),
                 result = register => match result {
                     Ok(()) => break,
                     // The kubelet answered and said no: a real problem, say so every time.
@@ -227,7 +229,7 @@ impl Lifecycle {
                 tokio::select! {
                     biased;
                     () = self.shutdown.cancelled() => return Ok(Outcome::Shutdown),
-                    _ = inc.server.join_next() => return Ok(Outcome::Restart(Restart::ServerStopped)),
+                    _ = inc.server.stopped() => return Ok(Outcome::Restart(Restart::ServerStopped)),
                     event = self.events.recv() => match self.classify(event, inc)? {
                         Some(Happened::KubeletSocketCreated | Happened::Unknown) => break,
                         Some(Happened::OwnSocketRemoved) => return Ok(Outcome::Restart(Restart::SocketRemoved)),
@@ -244,12 +246,12 @@ impl Lifecycle {
             tokio::select! {
                 biased;
                 () = self.shutdown.cancelled() => return Ok(Outcome::Shutdown),
-                _ = inc.server.join_next() => return Ok(Outcome::Restart(Restart::ServerStopped)),
+                _ = inc.server.stopped() => return Ok(Outcome::Restart(Restart::ServerStopped)),
                 Some(()) = inc.stream_dropped.recv() => {
                     return Ok(Outcome::Restart(Restart::StreamLost));
                 }
                 event = self.events.recv() => {
-                    let socket_gone = || !inc.path.exists();
+                    let socket_gone = || !inc.server.path().exists();
                     let kubelet_new = || identity(&kubelet_socket) != registered_kubelet;
                     let reason = match self.classify(event, inc)? {
                         Some(Happened::OwnSocketRemoved) => Some(Restart::SocketRemoved),
@@ -303,23 +305,17 @@ enum Happened {
 /// One socket, one server, one registration.
 struct Incarnation {
     name: String,
-    path: PathBuf,
-    server: JoinSet<Result<(), tonic::transport::Error>>,
-    server_shutdown: CancellationToken,
+    /// The server on our socket: stopping or dropping it removes the socket, if it is still ours.
+    server: ServedSocket,
     stop_streams: CancellationToken,
     stream_dropped: mpsc::UnboundedReceiver<()>,
 }
 
 impl Incarnation {
-    fn start(lifecycle: &Lifecycle, name: &str) -> Result<Self, LifecycleError> {
+    async fn start(lifecycle: &Lifecycle, name: &str) -> Result<Self, LifecycleError> {
         let path = lifecycle.kubelet_dir.join(name);
-        let listener = socket::bind(&path).map_err(|source| LifecycleError::Socket {
-            resource: lifecycle.resource.resource_name.clone(),
-            source,
-        })?;
         let (dropped_tx, stream_dropped) = mpsc::unbounded_channel();
         let stop_streams = CancellationToken::new();
-        let server_shutdown = CancellationToken::new();
         let service = DevicePluginService::new(
             lifecycle.resource.clone(),
             lifecycle.devices.subscribe(),
@@ -327,14 +323,17 @@ impl Incarnation {
             dropped_tx,
         )
         .with_metrics(lifecycle.metrics.clone());
-        let mut server = JoinSet::new();
-        server.spawn(service::serve(listener, service, server_shutdown.clone()));
-        debug!(resource = %lifecycle.resource.resource_name, socket = %path.display(), "serving");
+        let routes = Routes::new(DevicePluginServer::new(service));
+        let server =
+            serve::serve(&path, routes)
+                .await
+                .map_err(|source| LifecycleError::Socket {
+                    resource: lifecycle.resource.resource_name.clone(),
+                    source,
+                })?;
         Ok(Self {
             name: name.to_owned(),
-            path,
             server,
-            server_shutdown,
             stop_streams,
             stream_dropped,
         })
@@ -342,24 +341,25 @@ impl Incarnation {
 
     /// Stops serving and removes the socket. With `withdraw`, open streams first send the
     /// (already published) empty list and end by themselves; otherwise they end at once.
-    async fn stop(mut self, withdraw: bool) {
+    async fn stop(self, withdraw: bool) {
         if !withdraw {
             self.stop_streams.cancel();
         }
-        self.server_shutdown.cancel();
-        match tokio::time::timeout(DRAIN_TIMEOUT, self.server.join_next()).await {
-            Ok(Some(Ok(Err(error)))) => {
-                warn!(socket = %self.path.display(), %error, "gRPC server failed")
+        let path = self.server.path().to_owned();
+        let shutdown = self.server.shutdown();
+        tokio::pin!(shutdown);
+        tokio::select! {
+            outcome = &mut shutdown => {
+                if let Err(error) = outcome {
+                    warn!(socket = %path.display(), %error, "gRPC server failed");
+                }
             }
-            Ok(_) => {}
-            Err(_) => {
-                warn!(socket = %self.path.display(), "open calls did not finish in time");
+            () = tokio::time::sleep(DRAIN_TIMEOUT) => {
+                warn!(socket = %path.display(), "open calls did not finish in time");
+                // Streams end before the server is dropped, which cuts the open calls and
+                // removes the socket.
                 self.stop_streams.cancel();
-                self.server.abort_all();
             }
-        }
-        if let Err(error) = socket::remove(&self.path) {
-            warn!(socket = %self.path.display(), %error, "cannot remove socket");
         }
     }
 }

@@ -6,10 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use devinject_kubelet::serve::{connect, SocketError};
+
 use crate::api::v1beta1::registration_client::RegistrationClient;
 use crate::api::v1beta1::RegisterRequest;
 use crate::api::VERSION;
-use crate::kubelet::socket::{self, SocketError};
 use crate::service;
 
 /// How long the kubelet may take to answer `Register` (it dials back for up to 10 s itself).
@@ -57,13 +58,12 @@ pub async fn register(
     endpoint: &str,
     resource_name: &str,
 ) -> Result<(), RegistrationError> {
-    let channel =
-        socket::connect(kubelet_socket)
-            .await
-            .map_err(|source| RegistrationError::Connect {
-                resource: resource_name.to_owned(),
-                source,
-            })?;
+    let channel = connect(kubelet_socket)
+        .await
+        .map_err(|source| RegistrationError::Connect {
+            resource: resource_name.to_owned(),
+            source,
+        })?;
     let request = RegisterRequest {
         version: VERSION.to_owned(),
         endpoint: endpoint.to_owned(),

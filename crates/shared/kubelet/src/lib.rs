@@ -6,11 +6,12 @@
 //! - [`grpc`] and [`pod_resources`] (feature `client`): one blocking gRPC unary call with no
 //!   async runtime, and the pod-resources client the hook, the shim and the NRI plugin make it
 //!   with; `src/bin/devinject-podresources.rs` is the same call from a shell.
-//! - [`socket`], [`connections`] and [`authority`] (feature `serve`): binding a kubelet-facing
-//!   socket under one rule, bounding the connections served on it (a cap, a deadline for the
-//!   HTTP/2 preface, keepalive), and serving clients that send the socket path as the HTTP/2
-//!   `:authority`, for the device plugin and the DRA driver. Behind a feature so the hook links
-//!   no tokio.
+//! - [`serve`], [`socket`], [`connections`] and [`authority`] (feature `serve`): the device
+//!   plugin's and the DRA driver's gRPC servers. [`serve`] runs one on a kubelet-facing socket
+//!   and removes the socket when it stops; [`socket`] binds it under one rule and removes a
+//!   socket nobody listens on; [`connections`] bounds the connections served on it (a cap, a
+//!   deadline for the HTTP/2 preface, keepalive); [`authority`] serves clients that send the
+//!   socket path as the HTTP/2 `:authority`. Behind a feature so the hook links no tokio.
 #![warn(missing_docs)]
 
 pub mod tool;
@@ -24,5 +25,7 @@ pub mod pod_resources;
 pub mod authority;
 #[cfg(feature = "serve")]
 pub mod connections;
+#[cfg(feature = "serve")]
+pub mod serve;
 #[cfg(feature = "serve")]
 pub mod socket;

@@ -6,10 +6,15 @@
 //! following or deleting it would let whoever put it there make root remove a file or bind
 //! somewhere else. The check is made with `lstat`, never following a link. A directory made for
 //! the socket gets mode [`DIR_MODE`] (less the umask).
+//!
+//! [`remove_unserved`] removes a socket that no process listens on any more (its server was
+//! killed and could not remove it), by the same care: a socket only, never followed, and only
+//! the file that refused the connection.
 
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use tokio::net::UnixListener;
 use tracing::debug;
@@ -137,6 +142,68 @@ fn remove_stale(path: &Path) -> Result<(), BindError> {
     }
 }
 
+/// How long [`remove_unserved`] waits for a connection before it takes the socket as served.
+pub const DIAL_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Why a socket nobody listens on could not be removed.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoveError {
+    /// The socket path could not be inspected.
+    #[error("cannot inspect socket path {path}: {source}")]
+    Inspect {
+        /// The socket path.
+        path: PathBuf,
+        /// The system error.
+        source: io::Error,
+    },
+    /// The socket could not be removed.
+    #[error("cannot remove unserved socket {path}: {source}")]
+    Remove {
+        /// The socket path.
+        path: PathBuf,
+        /// The system error.
+        source: io::Error,
+    },
+}
+
+/// Removes the socket at `path` if no process listens on it: a connection to it is refused.
+/// Returns whether it was removed. A socket that accepts, or does not answer within
+/// [`DIAL_TIMEOUT`], is served and kept; so is anything that is not a socket (a link is not
+/// followed: what it points to is not ours to judge) and a socket that another file replaced
+/// after the connection was refused.
+pub async fn remove_unserved(path: &Path) -> Result<bool, RemoveError> {
+    let inspect = |source| RemoveError::Inspect {
+        path: path.to_owned(),
+        source,
+    };
+    let identity = match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => (meta.dev(), meta.ino()),
+        Ok(_) => return Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(source) => return Err(inspect(source)),
+    };
+    let dial = tokio::time::timeout(DIAL_TIMEOUT, tokio::net::UnixStream::connect(path)).await;
+    let refused = matches!(&dial, Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused);
+    if !refused {
+        return Ok(false);
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() && (meta.dev(), meta.ino()) == identity => {}
+        Ok(_) => return Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(source) => return Err(inspect(source)),
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        // Removed by someone else in between.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(RemoveError::Remove {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,5 +260,43 @@ mod tests {
     fn a_path_without_a_parent_is_an_error() {
         let err = bind(Path::new("/")).unwrap_err();
         assert!(matches!(err, BindError::NoParent { .. }), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn only_a_socket_nobody_listens_on_is_removed() {
+        let temp = tempfile::tempdir().unwrap();
+        let path = |n: &str| temp.path().join(n);
+        // A killed process's socket: bound, never unlinked, nobody listening.
+        drop(std::os::unix::net::UnixListener::bind(path("dead.sock")).unwrap());
+        let _live = std::os::unix::net::UnixListener::bind(path("live.sock")).unwrap();
+        std::fs::write(path("file.sock"), "").unwrap();
+        std::os::unix::fs::symlink(path("dead-target.sock"), path("link.sock")).unwrap();
+        drop(std::os::unix::net::UnixListener::bind(path("dead-target.sock")).unwrap());
+        for (name, removed) in [
+            ("dead.sock", true),
+            ("live.sock", false),
+            ("file.sock", false),
+            ("link.sock", false),
+            ("missing.sock", false),
+        ] {
+            assert_eq!(
+                remove_unserved(&path(name)).await.unwrap(),
+                removed,
+                "{name}"
+            );
+        }
+        for (name, there) in [
+            ("dead.sock", false),
+            ("live.sock", true),
+            ("file.sock", true),
+            ("link.sock", true),
+            ("dead-target.sock", true),
+        ] {
+            assert_eq!(
+                std::fs::symlink_metadata(path(name)).is_ok(),
+                there,
+                "{name}"
+            );
+        }
     }
 }

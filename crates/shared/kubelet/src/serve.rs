@@ -1,41 +1,35 @@
-//! Serving gRPC on a Unix socket the kubelet dials, and dialling one the same way.
+//! Serving gRPC on a Unix socket the kubelet dials, and dialling one the same way: what the
+//! device plugin and the DRA driver both run their servers with.
 //!
-//! [`serve`] prepares the path, binds it and runs a tonic server on it in a task; the returned
-//! [`ServedSocket`] stops the server and removes the socket file when it is shut down or dropped.
+//! [`serve`] binds the path by the one rule ([`crate::socket::bind()`]: a socket left by an
+//! earlier run replaced, anything else at the path refused and left alone, never followed) and
+//! runs a tonic server on it in a task. Every connection is held to the bounds of
+//! [`crate::connections`] (a cap, a deadline for the HTTP/2 preface, keepalive) and passes the
+//! `:authority` rewriter of [`crate::authority`]: the kubelet's plugin watcher and kubelets
+//! before 1.26 name the socket path there, which the HTTP/2 server under tonic refuses.
 //!
-//! # Security
-//!
-//! The socket lives in a directory the kubelet shares with other plugins (`plugins/`,
-//! `plugins_registry/`), and the driver runs as root: it is bound by
-//! [`devinject_kubelet::socket::bind()`], the rule the device plugin binds under too (a leftover
-//! socket replaced, anything else at the path refused and left alone, never followed). Its
-//! connections are held to the bounds of [`devinject_kubelet::connections`], as the device
-//! plugin's are: a cap on open connections, a deadline for the HTTP/2 preface, keepalive.
-//!
-//! # `:authority` rewriting
-//!
-//! The kubelet's plugin watcher (1.36 included) dials the registration socket with its path as
-//! the HTTP/2 `:authority`, which the `h2` crate under tonic answers with
-//! `RST_STREAM(PROTOCOL_ERROR)`: the kubelet then never registers the driver (seen on a real
-//! 1.36 kubelet). Every connection therefore passes `devinject_kubelet::authority`'s rewriter, the one
-//! the device plugin uses, which makes it `localhost`.
+//! The returned [`ServedSocket`] stops the server and removes the socket file when it is shut
+//! down or dropped, but only the file it bound (same device and inode): a server that is replaced
+//! at the same path, and stopped after its successor started, leaves the successor's socket.
+//! [`connect`] dials a socket as today's kubelet does.
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use devinject_kubelet::connections::{self, Connections};
-pub use devinject_kubelet::socket::{BindError, DIR_MODE};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::service::Routes;
 use tonic::transport::Channel;
 use tracing::{debug, info, warn};
 
+use crate::connections::{self, Connections};
+use crate::socket::BindError;
+
 /// Why a socket could not be served or dialled.
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
-    /// The socket could not be bound ([`devinject_kubelet::socket::bind()`]).
+    /// The socket could not be bound ([`crate::socket::bind()`]).
     #[error(transparent)]
     Bind(#[from] BindError),
     /// The socket path could not be inspected once bound.
@@ -44,7 +38,7 @@ pub enum SocketError {
         /// The socket path.
         path: PathBuf,
         /// The system error.
-        source: std::io::Error,
+        source: io::Error,
     },
     /// The gRPC server on the socket failed.
     #[error("gRPC server on {path} failed: {source}")]
@@ -85,8 +79,10 @@ pub type Result<T, E = SocketError> = std::result::Result<T, E>;
 pub struct ServedSocket {
     path: PathBuf,
     /// Device and inode of the socket we bound: only that file is removed, never a socket a
-    /// later server bound at the same path.
-    identity: (u64, u64),
+    /// later server bound at the same path. `None` when the file was removed before it could be
+    /// looked at (the kubelet empties the device-plugins directory when it starts): then there
+    /// is nothing of ours to remove.
+    identity: Option<(u64, u64)>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<()>>>,
     /// The server's open connections: all closed when it gives up on its open calls (dropped),
@@ -94,23 +90,29 @@ pub struct ServedSocket {
     connections: Connections,
 }
 
-/// Serves `routes` on a Unix socket at `path`. A stale socket at `path` is replaced; the parent
-/// directory is created (mode [`DIR_MODE`]) when missing. Must be called within a tokio
-/// runtime, which runs the server task.
+/// Serves `routes` on a Unix socket at `path`, bound by [`crate::socket::bind()`]: a stale
+/// socket at `path` is replaced, anything else refused; the parent directory is created (mode
+/// [`crate::socket::DIR_MODE`]) when missing. Must be called within a tokio runtime, which runs
+/// the server task.
 pub async fn serve(path: &Path, routes: Routes) -> Result<ServedSocket> {
-    let listener = devinject_kubelet::socket::bind(path)?;
-    let identity = std::fs::symlink_metadata(path)
-        .map(|meta| (meta.dev(), meta.ino()))
-        .map_err(|source| SocketError::Inspect {
-            path: path.to_owned(),
-            source,
-        })?;
+    let listener = crate::socket::bind(path)?;
+    let identity = match std::fs::symlink_metadata(path) {
+        Ok(meta) => Some((meta.dev(), meta.ino())),
+        // Removed by someone else since the bind. The server still runs: its owner learns of
+        // the removal as it would later (the device plugin watches its directory).
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            debug!(socket = %path.display(), "socket removed as soon as it was bound");
+            None
+        }
+        Err(source) => {
+            return Err(SocketError::Inspect {
+                path: path.to_owned(),
+                source,
+            })
+        }
+    };
     let (stop, stopped) = oneshot::channel::<()>();
     let task_path = path.to_owned();
-    // The kubelet's plugin watcher (grpc-go) sends the socket path as `:authority`, which the
-    // HTTP/2 server under tonic refuses: every connection passes the rewriter that makes it
-    // `localhost`, within the bounds every kubelet-facing server holds its connections to, as
-    // the device plugin's does.
     let limits = connections::Limits::default();
     let router = connections::server(&limits).add_routes(routes);
     let (incoming, connections) = connections::incoming(listener, limits);
@@ -159,7 +161,7 @@ impl ServedSocket {
 
     /// Stops accepting connections, waits for open calls to finish and removes the socket file.
     /// The wait is unbounded: bound it with `tokio::time::timeout`, whose expiry drops the handle
-    /// as [`Drop`] does (the socket file is removed, the open calls are left to finish).
+    /// as [`Drop`] does (the socket file is removed, the open calls are cut).
     pub async fn shutdown(mut self) -> Result<()> {
         if let Some(stop) = self.stop.take() {
             // The server may already have stopped by itself; the task tells how.
@@ -179,10 +181,11 @@ impl ServedSocket {
 
     /// Removes the socket file if it is still the one we bound.
     fn remove_file(&self) {
+        let Some(identity) = self.identity else {
+            return;
+        };
         match std::fs::symlink_metadata(&self.path) {
-            Ok(meta)
-                if meta.file_type().is_socket() && (meta.dev(), meta.ino()) == self.identity =>
-            {
+            Ok(meta) if meta.file_type().is_socket() && (meta.dev(), meta.ino()) == identity => {
                 match std::fs::remove_file(&self.path) {
                     Ok(()) => debug!(socket = %self.path.display(), "socket removed"),
                     Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -212,10 +215,11 @@ impl Drop for ServedSocket {
     }
 }
 
-/// A gRPC channel over the Unix socket at `path`, as the kubelet dials a plugin: connected once,
-/// with `localhost` as the authority.
+/// A gRPC channel over the Unix socket at `path`, as the kubelet dials a plugin: connected once
+/// (no reconnects: a lost connection is for the caller to handle), with `localhost` as the
+/// authority.
 pub async fn connect(path: &Path) -> Result<Channel> {
-    devinject_kubelet::authority::connect(path)
+    crate::authority::connect(path)
         .await
         .map_err(|source| SocketError::Connect {
             path: path.to_owned(),
@@ -225,55 +229,95 @@ pub async fn connect(path: &Path) -> Result<Channel> {
 
 #[cfg(test)]
 mod tests {
+    use std::convert::Infallible;
+    use std::future::Future;
     use std::os::unix::fs::PermissionsExt;
+    use std::pin::Pin;
     use std::sync::Arc;
+    use std::task::{Context, Poll};
     use std::time::Duration;
 
     use tokio::sync::Notify;
+    use tonic::server::NamedService;
+    use tonic::{Response, Status};
+    use tonic_prost::ProstCodec;
 
     use super::*;
-    use crate::api::pluginregistration::registration_client::RegistrationClient;
-    use crate::api::pluginregistration::registration_server::{Registration, RegistrationServer};
-    use crate::api::pluginregistration::{
-        InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
-    };
-    use tonic::{Request, Response, Status};
+    use crate::socket::DIR_MODE;
 
-    /// A `Registration` service answering a fixed name: enough to see which server answers.
-    struct Named(&'static str);
+    /// A gRPC service with one unary call answering its name, enough to see which server
+    /// answers; a `stuck` one never answers and says when it was called.
+    #[derive(Clone)]
+    struct Named {
+        name: &'static str,
+        stuck: Option<Arc<Notify>>,
+    }
 
-    #[tonic::async_trait]
-    impl Registration for Named {
-        async fn get_info(
-            &self,
-            _: Request<InfoRequest>,
-        ) -> std::result::Result<Response<PluginInfo>, Status> {
-            Ok(Response::new(PluginInfo {
-                name: self.0.into(),
-                ..PluginInfo::default()
-            }))
+    /// The call's path; the message, both ways, is a protobuf string.
+    const NAME_PATH: &str = "/devinject.test.Named/Name";
+
+    type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+    impl NamedService for Named {
+        const NAME: &'static str = "devinject.test.Named";
+    }
+
+    impl tonic::server::UnaryService<String> for Named {
+        type Response = String;
+        type Future = Boxed<std::result::Result<Response<String>, Status>>;
+
+        fn call(&mut self, _: tonic::Request<String>) -> Self::Future {
+            let named = self.clone();
+            Box::pin(async move {
+                if let Some(called) = named.stuck {
+                    called.notify_one();
+                    std::future::pending::<()>().await;
+                }
+                Ok(Response::new(named.name.to_owned()))
+            })
+        }
+    }
+
+    impl tower::Service<http::Request<tonic::body::Body>> for Named {
+        type Response = http::Response<tonic::body::Body>;
+        type Error = Infallible;
+        type Future = Boxed<std::result::Result<Self::Response, Infallible>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<std::result::Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
         }
 
-        async fn notify_registration_status(
-            &self,
-            _: Request<RegistrationStatus>,
-        ) -> std::result::Result<Response<RegistrationStatusResponse>, Status> {
-            Ok(Response::new(RegistrationStatusResponse {}))
+        fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+            let named = self.clone();
+            Box::pin(async move {
+                let mut grpc = tonic::server::Grpc::new(ProstCodec::<String, String>::default());
+                Ok(grpc.unary(named, request).await)
+            })
         }
     }
 
     fn routes(name: &'static str) -> Routes {
-        Routes::new(RegistrationServer::new(Named(name)))
+        Routes::new(Named { name, stuck: None })
+    }
+
+    /// Asks the server on `channel` its name.
+    async fn ask(channel: Channel) -> std::result::Result<String, Status> {
+        let mut grpc = tonic::client::Grpc::new(channel);
+        grpc.ready()
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let answer = grpc
+            .unary(
+                tonic::Request::new(String::new()),
+                http::uri::PathAndQuery::from_static(NAME_PATH),
+                ProstCodec::<String, String>::default(),
+            )
+            .await?;
+        Ok(answer.into_inner())
     }
 
     async fn name_at(path: &Path) -> String {
-        let channel = connect(path).await.unwrap();
-        RegistrationClient::new(channel)
-            .get_info(InfoRequest {})
-            .await
-            .unwrap()
-            .into_inner()
-            .name
+        ask(connect(path).await.unwrap()).await.unwrap()
     }
 
     #[tokio::test]
@@ -297,7 +341,7 @@ mod tests {
     async fn a_stale_socket_is_replaced() {
         let temp = tempfile::tempdir().unwrap();
         let path = temp.path().join("dra.sock");
-        // A socket nobody serves, as a killed driver leaves it.
+        // A socket nobody serves, as a killed server leaves it.
         drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
         assert!(std::fs::symlink_metadata(&path)
             .unwrap()
@@ -375,7 +419,7 @@ mod tests {
         let started = std::time::Instant::now();
         let name = tokio::time::timeout(ANSWER_WITHIN, name_at(&path))
             .await
-            .expect("GetInfo answered within a second beside 100 idle connections");
+            .expect("the call answered within a second beside 100 idle connections");
         let took = started.elapsed();
         assert_eq!(name, "answered");
         let held = devinject_testkit::sockets::held_at_path(&path);
@@ -413,36 +457,18 @@ mod tests {
         served.shutdown().await.unwrap();
     }
 
-    /// A `Registration` service whose `GetInfo` never answers, and says when it was called.
-    struct Stuck(Arc<Notify>);
-
-    #[tonic::async_trait]
-    impl Registration for Stuck {
-        async fn get_info(
-            &self,
-            _: Request<InfoRequest>,
-        ) -> std::result::Result<Response<PluginInfo>, Status> {
-            self.0.notify_one();
-            std::future::pending().await
-        }
-
-        async fn notify_registration_status(
-            &self,
-            _: Request<RegistrationStatus>,
-        ) -> std::result::Result<Response<RegistrationStatusResponse>, Status> {
-            Ok(Response::new(RegistrationStatusResponse {}))
-        }
-    }
-
     #[tokio::test]
     async fn a_shutdown_cut_short_removes_the_socket_and_cuts_the_open_calls() {
         let temp = tempfile::tempdir().unwrap();
         let path = temp.path().join("dra.sock");
         let called = Arc::new(Notify::new());
-        let routes = Routes::new(RegistrationServer::new(Stuck(Arc::clone(&called))));
-        let served = serve(&path, routes).await.unwrap();
-        let mut client = RegistrationClient::new(connect(&path).await.unwrap());
-        let call = tokio::spawn(async move { client.get_info(InfoRequest {}).await });
+        let stuck = Named {
+            name: "stuck",
+            stuck: Some(Arc::clone(&called)),
+        };
+        let served = serve(&path, Routes::new(stuck)).await.unwrap();
+        let channel = connect(&path).await.unwrap();
+        let call = tokio::spawn(ask(channel));
         called.notified().await;
         // The call never ends, so the drain cannot finish: only the timeout ends the wait.
         let cut = tokio::time::timeout(Duration::from_millis(50), served.shutdown()).await;
