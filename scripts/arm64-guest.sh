@@ -10,7 +10,7 @@
 #
 #   scripts/arm64-guest.sh build   fetch and build everything, print the guest dir (vmlinuz,
 #                                  initrd.cpio, and `boot`, which boots it and prints its
-#                                  console); tests/tests/arm64_guest.rs runs that
+#                                  console); tests/tests/arm64/arm64_guest.rs runs that
 #   scripts/arm64-guest.sh run     build, then boot it here and print the guest's console
 #   scripts/arm64-guest.sh bench [ROUNDS]  build, then boot it to run devinject-guest-bench
 #                                  instead of the checks: the hook's and the shim's start cost

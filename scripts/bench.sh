@@ -22,7 +22,7 @@
 # pair, health changes, RSS).
 #
 # `scripts/bench.sh churn [--starts N] [--seed S]` runs only the soak (churn-soak, the churn of
-# tests/tests/cluster_churn.rs run long: >= 1000 pod starts by default, on Kubernetes 1.37 with
+# tests/tests/cluster/cluster_churn.rs run long: >= 1000 pod starts by default, on Kubernetes 1.37 with
 # containerd 2, CRI-O 1.36 and runc 1.4, the shim, NRI and CDI, faults on a schedule) and writes its report
 # (starts, faults of each kind, violations, the daemons' RSS, fds and threads first vs last,
 # the metrics scrapes) to target/churn-report.txt; it exits 1 on any violation.

@@ -21,7 +21,7 @@ export DEVINJECT_KUBE_BIN DEVINJECT_RUNC DEVINJECT_CRIO_BIN DEVINJECT_RUNTIMES D
 # shellcheck source=scripts/lib/tiers.sh
 . scripts/lib/tiers.sh
 check_tiers
-mapfile -t files < <(tier dra | sed 's/ /=/')
+mapfile -t files < <(tier dra | sed 's/ /\//; s/ /=/')
 echo "cluster-1.34: ${files[*]} on $("$DEVINJECT_KUBE_BIN/kubelet" --version)"
 cargo build --workspace --bins --quiet
 tier_test dra "$@"

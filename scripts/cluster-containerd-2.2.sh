@@ -26,7 +26,7 @@ export DEVINJECT_KUBE_BIN DEVINJECT_RUNC DEVINJECT_CNI_BIN DEVINJECT_RUNTIMES DE
 # shellcheck source=scripts/lib/tiers.sh
 . scripts/lib/tiers.sh
 check_tiers
-mapfile -t files < <(tier containerd22 | sed 's/ /=/')
+mapfile -t files < <(tier containerd22 | sed 's/ /\//; s/ /=/')
 echo "cluster-containerd-2.2: ${files[*]} on $("$containerd22/bin/containerd" --version) and $("$DEVINJECT_KUBE_BIN/kubelet" --version)"
 cargo build --workspace --bins --quiet
 tier_test containerd22 "$@"

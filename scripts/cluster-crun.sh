@@ -22,7 +22,7 @@ export DEVINJECT_CRUN DEVINJECT_KUBE_BIN DEVINJECT_RUNC DEVINJECT_CRIO_BIN DEVIN
 # shellcheck source=scripts/lib/tiers.sh
 . scripts/lib/tiers.sh
 check_tiers
-mapfile -t files < <(tier crun | sed 's/ /=/')
+mapfile -t files < <(tier crun | sed 's/ /\//; s/ /=/')
 echo "cluster-crun: ${files[*]} on $("$DEVINJECT_CRUN" --version | sed -n 1p) and $("$DEVINJECT_KUBE_BIN/kubelet" --version)"
 cargo build --workspace --bins --quiet
 tier_test crun "$@"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the grpc-go client of the device plugin's interop test
-# (tests/tests/device_plugin_real_clients.rs) from tests/clients/go/device-plugin-client: a
+# (tests/tests/suite/device_plugin_real_clients.rs) from tests/clients/go/device-plugin-client: a
 # recent grpc-go (>= 1.52, which sends `localhost` as the HTTP/2 :authority for a unix socket,
 # as kubelets from 1.26 do). Debian 12 has only grpc-go 1.33 and Go 1.19, so the Go toolchain
 # and grpc-go with the sources it imports come from Debian 13's packages, through a private apt

@@ -2,7 +2,7 @@
 # Builds helm from its Go module helm.sh/helm/v4 (as its Makefile builds it: static, CGO off,
 # its version stamped in), for the chart's tests: `helm lint`, `helm template` against the
 # kustomize overlays (scripts/check-manifests.py) and `helm install / upgrade / rollback /
-# uninstall` on the cluster tier (tests/tests/cluster_helm.rs).
+# uninstall` on the cluster tier (tests/tests/cluster/cluster_helm.rs).
 #
 # Pinned by version and checksum: scripts/helm-build/go.mod requires the version, its go.sum
 # holds the h1: checksum of helm's module and of every module it is built from, and the build

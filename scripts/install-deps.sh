@@ -23,12 +23,12 @@ if [ "${1:-test}" = test ]; then
   want+=(libseccomp-dev pkg-config)
   # libcap-dev: crun's capability support, built from its source package (scripts/crun-build.sh)
   want+=(libcap-dev)
-  # strace: the hook's lookup count for a fixed request (tests/tests/vendor_nvidia.rs)
+  # strace: the hook's lookup count for a fixed request (tests/tests/suite/vendor_nvidia.rs)
   want+=(strace)
-  # uidmap: newuidmap and newgidmap, for rootless podman (tests/tests/podman_rootless.rs)
+  # uidmap: newuidmap and newgidmap, for rootless podman (tests/tests/suite/podman_rootless.rs)
   want+=(uidmap)
   # docker-registry (the CNCF distribution registry) and skopeo: the multi-arch image pushed to a
-  # real registry and pulled by each engine (tests/tests/image_multiarch.rs)
+  # real registry and pulled by each engine (tests/tests/arm64/image_multiarch.rs)
   want+=(docker-registry skopeo)
   # The grpc-java client of the device plugin's interop test (tests/clients/java, built below):
   # the JDK, grpc-java and its stub generator, protobuf-java, and what grpc-java needs at run time
@@ -106,7 +106,7 @@ if [ "${1:-test}" = test ]; then
   venv "${DEVINJECT_PY_VENV:-$target/manifest-venv}" 'kubernetes_validate, yaml' \
     'kubernetes-validate==1.37.0' 'PyYAML>=6'
   # A real gRPC client that is not built on our HTTP/2 stack, for the device plugin's interop
-  # test (tests/tests/device_plugin_real_clients.rs): Python grpcio (gRPC C-core) sends the
+  # test (tests/tests/suite/device_plugin_real_clients.rs): Python grpcio (gRPC C-core) sends the
   # socket path as the HTTP/2 :authority, as kubelets before 1.26 do.
   venv "${DEVINJECT_GRPC_VENV:-$target/grpc-venv}" 'grpc, grpc_tools' \
     'grpcio==1.66.2' 'grpcio-tools==1.66.2'

@@ -34,15 +34,15 @@ mkdir -p "$logs"
 bg_jobs=()
 trap 'end_background "${bg_jobs[@]}"' EXIT
 # The peers the suite runs beside (nice 5: mostly downloads, needed first, by the unit tests):
-# - the newer containerd releases (1.7 and 2.x, tests/containerd_cdi.rs), unpacked from Debian
+# - the newer containerd releases (1.7 and 2.x, tests/tests/suite/containerd_cdi.rs), unpacked from Debian
 #   13's and unstable's packages into target/runtimes (scripts/runtimes-fetch.sh; seconds);
-# - the grpc-go client (>= 1.52) of tests/device_plugin_real_clients.rs, built with Debian 13's
+# - the grpc-go client (>= 1.52) of tests/tests/suite/device_plugin_real_clients.rs, built with Debian 13's
 #   Go and grpc-go into target/grpc-go (scripts/grpc-go-client.sh; a minute the first time);
 # - vendors' user-space driver stacks (Debian 12's NVIDIA 535, ROCm 5.2, Intel compute
 #   runtime), pinned by scripts/vendor-stacks/packages.lock and unpacked into driver roots in a
 #   cache outside the tree (scripts/vendor-stacks-fetch.sh; a minute the first time);
 # - NVIDIA's Container Toolkit 1.20.2 (nvidia-container-runtime, nvidia-ctk, nvidia-cdi-hook),
-#   the reference tests/vendor_nvidia_toolkit.rs compares the hook and the shim against on the
+#   the reference tests/tests/suite/vendor_nvidia_toolkit.rs compares the hook and the shim against on the
 #   same driver root, built from its Go module into a cache outside the tree
 #   (scripts/nvidia-toolkit-build.sh; about 45 s of 2 cores the first time).
 peers=(runtimes-fetch grpc-go-client vendor-stacks-fetch nvidia-toolkit-build)
@@ -51,7 +51,7 @@ peers_job=$!
 bg_jobs+=("$peers_job")
 # helm (scripts/helm-build.sh; about two minutes of 2 cores the first time, then cached), for the
 # chart's checks in the unit tests (bins/installer/tests/installer/manifests.rs) and the cluster tier's
-# helm install (tests/tests/cluster_helm.rs).
+# helm install (tests/tests/cluster/cluster_helm.rs).
 background 10 "$logs/helm" "$logs/helm.err" scripts/helm-build.sh
 helm_job=$!
 bg_jobs+=("$helm_job")
@@ -76,7 +76,7 @@ fi
 # The stack of today, built from Go modules into caches outside the tree (about 15 minutes of 2
 # cores the first time, then nothing):
 # - CRI-O 1.36 with crictl and the CNI loopback plugin (scripts/crio-build.sh), for
-#   tests/crio_cri.rs: always;
+#   tests/tests/crio/crio_cri.rs: always;
 # - Kubernetes 1.37 and etcd 3.6 (scripts/kube-module-build.sh) and the CNI plugins
 #   (scripts/cni-build.sh) for the cluster tier (docs/testing.md, "The cluster tier"): where the
 #   cluster tier runs.
@@ -95,18 +95,13 @@ export PROFILE=${DEVINJECT_IMAGE_PROFILE:-dev}
 background 5 "$logs/image" "$logs/image.err" env ONLY_BUILD=1 scripts/build-image.sh
 image_job=$!
 bg_jobs+=("$image_job")
-# The arm64 tier's pieces (the files marked arm64 in tests/tiers.txt), at nice 19:
-# - the arm64 guest (scripts/arm64-guest.sh build: Debian 12's arm64 kernel, runc, busybox and
-#   glibc, pinned and unpacked into a cache outside the tree, and the hook and the shim
-#   cross-built for aarch64 in the profile above, into target/image-aarch64);
-# - every shipped binary for aarch64 in the same build, the multi-arch image's arm64 half.
-# The arm64 tier boots the guest and pulls the multi-arch image, assembled from both halves, at
-# the end.
-# shellcheck source=scripts/lib/shipped.sh
-. scripts/lib/shipped.sh
-background 19 "$logs/arm64" "$logs/arm64.err" bash -c "scripts/arm64-guest.sh build && \
-  ARCH=aarch64 TARGET_DIR=target/image-aarch64 scripts/release-build.sh target/image-aarch64/bin \
-  ${packages[*]} >/dev/null"
+# The arm64 tier's piece (the files marked arm64 in tests/tiers.txt), at nice 19: the arm64 guest
+# (scripts/arm64-guest.sh build: Debian 12's arm64 kernel, runc, busybox and glibc, pinned and
+# unpacked into a cache outside the tree, and the hook and the shim cross-built for aarch64 in
+# the profile above). The arm64 tier boots the guest at the end. The multi-arch image, whose
+# arm64 half is every shipped binary cross-built, is scripts/image-multiarch.sh's
+# (docs/testing.md).
+background 19 "$logs/arm64" "$logs/arm64.err" scripts/arm64-guest.sh build
 arm64_job=$!
 bg_jobs+=("$arm64_job")
 # The README's commands on a fresh Debian root (scripts/fresh-root-test.sh), at nice 19: under CI
@@ -144,7 +139,7 @@ cargo build --workspace --bins --quiet
 # source package into a cache outside the tree (scripts/kube-build.sh; about seven minutes of 2
 # cores the first time, all of it before the first test): only with DEVINJECT_KUBE_COMPAT=1.
 # CI leaves it out to stay within its time; what it proved is kept by the real old gRPC
-# clients of tests/device_plugin_real_clients.rs (the dialing) and by the pod-resources tests
+# clients of tests/tests/suite/device_plugin_real_clients.rs (the dialing) and by the pod-resources tests
 # with `Get` switched off (`List`). See docs/testing.md.
 compat_tier=()
 if [ "${DEVINJECT_KUBE_COMPAT:-}" = 1 ]; then
@@ -175,15 +170,17 @@ if wait_job "building helm" "$helm_job" scripts/helm-build.sh "$logs/helm.err"; 
   DEVINJECT_HELM=$(cat "$logs/helm")/helm
   export DEVINJECT_HELM
 fi
-# The files marked suite in tests/tiers.txt, in name order (with DEVINJECT_KUBE_COMPAT=1 also
-# those marked compat, on 1.20: the device plugin as an old kubelet dials and lists it); CRI-O
-# and the whole cluster tier on today's release run below.
-mapfile -t suite < <(tier suite | sort)
 say "the unit tests"
 cargo test --workspace --exclude devinject-tests --no-fail-fast || status=$?
+# The files marked suite in tests/tiers.txt, each in a process of its own, in the order there
+# (with DEVINJECT_KUBE_COMPAT=1 then those marked compat, on 1.20: the device plugin as an old
+# kubelet dials and lists it); CRI-O and the whole cluster tier on today's release run below.
 say "the suite"
-cargo test -p devinject-tests --no-fail-fast --lib --bins "${suite[@]/#/--test=}" \
-  "${compat_tier[@]/#/--test=}" || status=$?
+cargo test -p devinject-tests --no-fail-fast --lib --bins || status=$?
+tier_test suite || status=$?
+if [ ${#compat_tier[@]} -gt 0 ]; then
+  tier_test compat || status=$?
+fi
 # The runc tier (the files marked runc14 in tests/tiers.txt) again on runc 1.4 (docs/testing.md,
 # "runc 1.4"), built from its Go module into a cache outside the tree (scripts/runc-build.sh, in
 # the background above; about two minutes the first time on 2 cores): under CI always; locally
@@ -235,21 +232,13 @@ if wait_job "building the stack of today" "$today_job" \
     echo "test.sh: SKIPPED the cluster tier on Kubernetes 1.37 (runs under CI=true, or with DEVINJECT_CLUSTER=1)"
   fi
 fi
-# The arm64 tier: the guest's kernel under qemu-system-aarch64 (about 20 s here), and the
-# multi-arch image through a registry (pulled by docker, containerd and CRI-O): this machine's
-# image binaries and the aarch64 build in the same profile, both built in the background.
-if wait_job "building this machine's image binaries" "$image_job" "ONLY_BUILD=1 scripts/build-image.sh" "$logs/image.err" &&
-  wait_job "building the arm64 guest or the arm64 binaries" "$arm64_job" \
-    "scripts/arm64-guest.sh build, ARCH=aarch64 scripts/release-build.sh" "$logs/arm64.err"; then
+# The image's binaries, built in the background for the installer's image test and the cluster
+# tier, are waited for here where no test needed them (a run without the cluster tier).
+wait_job "building this machine's image binaries" "$image_job" "ONLY_BUILD=1 scripts/build-image.sh" "$logs/image.err" || true
+# The arm64 tier: the guest's kernel under qemu-system-aarch64 (about 20 s here).
+if wait_job "building the arm64 guest" "$arm64_job" "scripts/arm64-guest.sh build" "$logs/arm64.err"; then
   say "the arm64 tier"
-  if multiarch=$(NO_BUILD=1 PLATFORMS=linux/amd64,linux/arm64 scripts/build-image.sh 2>"$logs/multiarch.err"); then
-    DEVINJECT_ARM64_GUEST=$(cat "$logs/arm64") DEVINJECT_MULTIARCH_IMAGE=$PWD/$multiarch \
-      DEVINJECT_CRIO_BIN=${crio_bin:-} DEVINJECT_RUNC=${runc14:-} tier_test arm64 || status=$?
-  else
-    say "assembling the multi-arch image failed (NO_BUILD=1 PLATFORMS=linux/amd64,linux/arm64 scripts/build-image.sh):" >&2
-    tail -n 40 "$logs/multiarch.err" >&2
-    status=1
-  fi
+  DEVINJECT_ARM64_GUEST=$(cat "$logs/arm64") tier_test arm64 || status=$?
 fi
 if $fresh_root; then
   wait_job "the fresh-root test" "$fresh_root_job" scripts/fresh-root-test.sh "$logs/fresh-root" &&

@@ -1,104 +1,116 @@
 # Which test file runs in which pass: tests/tiers.txt, and nowhere else. Sourced by
 # scripts/test.sh and the scripts/cluster-*.sh scripts from the repository root.
+#
+# The files of tests/tests/ are grouped into a few test binaries, one folder each
+# (tests/tests/<binary>/main.rs declares each file as a module), so that they link once; a pass
+# still runs each file in a process of its own, one after the other, as when every file was a
+# binary: `--test=<binary>` with the name filter `<module>::`. Two files of one binary never
+# run at once, and a file's statics (a lock, a shared cluster) are its own.
 tiers=tests/tiers.txt
-tier_passes=(suite runc14 crio cluster compat dra containerd22 crun arm64)
-# The files marked for pass $1, in the order of tests/tiers.txt: a stem per line, with a name
-# filter after it (`<stem> <filter>`) where the mark is `<pass>=<filter>`.
+tier_passes=(suite runc14 crio cluster compat dra containerd22 crun arm64 multiarch)
+# The files marked for pass $1, in the order of tests/tiers.txt: `<binary> <module>` per line,
+# with the name prefixes after them (`<binary> <module> <prefix>[+<prefix>...]`) where the mark
+# is `<pass>=<prefix>[+<prefix>...]`.
 tier() {
-  local stem passes mark
+  local file passes mark
   local -a marks
-  while read -r stem passes _ || [ -n "$stem" ]; do
-    case $stem in '' | '#'*) continue ;; esac
+  while read -r file passes _ || [ -n "$file" ]; do
+    case $file in '' | '#'*) continue ;; esac
     IFS=, read -ra marks <<<"$passes"
     for mark in "${marks[@]}"; do
       case $mark in
-        "$1") echo "$stem" ;;
-        "$1="*) echo "$stem ${mark#*=}" ;;
+        "$1") echo "${file%%/*} ${file#*/}" ;;
+        "$1="*) echo "${file%%/*} ${file#*/} ${mark#*=}" ;;
       esac
     done
   done <"$tiers"
 }
 # Runs pass $1's files with `cargo test -p devinject-tests --no-fail-fast` and the arguments
-# after $1 (cargo's, then `--` and the test binaries'): the files marked `<pass>` together, each
-# marked `<pass>=<filter>` on its own with only its tests whose names contain the filter. Fails
-# when one of the runs does, or when a filtered run ran no test (cargo exits 0 on a filter that
-# matches nothing: a renamed test would leave its pass empty and green), after all of them.
+# after $1 (cargo's, then `--` and the test binaries'), one file at a time: its binary, with the
+# name filter `<module>::` (where it is marked `<pass>=<prefix>+<prefix>...`, the filters
+# `<module>::<prefix>` ...: only its tests whose names begin with one of the prefixes, in one
+# run). Fails when one of the runs does, or when a run ran no test (cargo exits 0 on a filter
+# that matches nothing: a renamed test or module would leave its pass empty and green), after
+# all of them.
 tier_test() {
-  local pass=$1 stem filter rc=0 status ran log
+  local pass=$1 binary module prefix rc=0 status ran log
   shift
-  local -a cargo_args=() test_args=() whole=() line
+  local -a cargo_args=() test_args=() line filters prefixes
   while [ $# -gt 0 ] && [ "$1" != -- ]; do
     cargo_args+=("$1")
     shift
   done
   [ $# -gt 0 ] && shift
   test_args=("$@")
-  while read -r stem filter; do
-    if [ -z "$filter" ]; then
-      whole+=("--test=$stem")
-    else
-      line=(cargo test -p devinject-tests --no-fail-fast "${cargo_args[@]}" "--test=$stem" --
-        "$filter" "${test_args[@]}")
-      echo "tiers: ${line[*]}"
-      log=$(mktemp)
-      # The run's output goes by as it runs and into $log, its status through a file: the
-      # pipeline's own status is tee's (or, under pipefail, also cargo's, ending a set -e caller).
-      { status=0; "${line[@]}" || status=$?; echo "$status" >"$log.status"; } | tee "$log"
-      status=$(cat "$log.status")
-      # Each test binary's summary: `test result: ok. N passed; M failed; ...`.
-      ran=$(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed;.*/\1 \2/p' \
-        "$log" | awk '{ n += $1 + $2 } END { print n + 0 }')
-      rm -f "$log" "$log.status"
-      [ "$status" -eq 0 ] || rc=$status
-      if [ "$status" -eq 0 ] && [ "$ran" -eq 0 ]; then
-        echo "tiers: the $pass pass ran no test of tests/tests/$stem.rs: $tiers marks it" \
-          "$pass=$filter and none of its tests' names contains '$filter'" >&2
-        rc=1
-      fi
+  while read -r binary module prefix; do
+    filters=("$module::")
+    if [ -n "$prefix" ]; then
+      IFS=+ read -ra prefixes <<<"$prefix"
+      filters=("${prefixes[@]/#/$module::}")
+    fi
+    line=(cargo test -p devinject-tests --no-fail-fast "${cargo_args[@]}" "--test=$binary" --
+      "${filters[@]}" "${test_args[@]}")
+    echo "tiers: ${line[*]}"
+    log=$(mktemp)
+    # The run's output goes by as it runs and into $log, its status through a file: the
+    # pipeline's own status is tee's (or, under pipefail, also cargo's, ending a set -e caller).
+    { status=0; "${line[@]}" </dev/null || status=$?; echo "$status" >"$log.status"; } | tee "$log"
+    status=$(cat "$log.status")
+    # The binary's summary: `test result: ok. N passed; M failed; ...`.
+    ran=$(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed;.*/\1 \2/p' \
+      "$log" | awk '{ n += $1 + $2 } END { print n + 0 }')
+    rm -f "$log" "$log.status"
+    [ "$status" -eq 0 ] || rc=$status
+    if [ "$status" -eq 0 ] && [ "$ran" -eq 0 ]; then
+      echo "tiers: the $pass pass ran no test of tests/tests/$binary/$module.rs: no test's name" \
+        "begins with ${filters[*]}${prefix:+ ($tiers marks it $pass=$prefix)}" >&2
+      rc=1
     fi
   done < <(tier "$pass")
-  if [ ${#whole[@]} -gt 0 ]; then
-    cargo test -p devinject-tests --no-fail-fast "${cargo_args[@]}" "${whole[@]}" -- \
-      "${test_args[@]}" || rc=$?
-  fi
   return "$rc"
 }
-# Before anything is built: every file of tests/tests/ in tests/tiers.txt once, every file there
-# real, every pass one of tier_passes (its filter a part of a test's name), and no pass but
-# compat empty (`cargo test` given no `--test` runs every file).
+# Before anything is built: every file of the binaries' folders in tests/tiers.txt once and
+# declared by its binary's main.rs, every file there real, no file of tests/tests/ outside a
+# binary's folder, no module's filter matching another module of its binary, every pass one of
+# tier_passes (its prefix a part of a test's name), and no pass but compat empty.
 check_tiers() {
-  local stem passes extra pass line=0 ok=true
+  local file passes extra pass binary module other line=0 ok=true
   local -A seen=()
-  local -a marked
-  while read -r stem passes extra || [ -n "$stem" ]; do
+  local -a marked modules
+  while read -r file passes extra || [ -n "$file" ]; do
     line=$((line + 1))
-    case $stem in '' | '#'*) continue ;; esac
-    if [ -z "$passes" ] || [ -n "$extra" ]; then
-      echo "tiers: $tiers:$line: '$stem${passes:+ $passes}${extra:+ $extra}' is not" \
-        "'<file stem> <pass>[,<pass>...]'" >&2
+    case $file in '' | '#'*) continue ;; esac
+    if [ -z "$passes" ] || [ -n "$extra" ] || [[ $file != */* ]]; then
+      echo "tiers: $tiers:$line: '$file${passes:+ $passes}${extra:+ $extra}' is not" \
+        "'<binary>/<file stem> <pass>[,<pass>...]'" >&2
       ok=false
     fi
-    if [ ! -f "tests/tests/$stem.rs" ]; then
-      echo "tiers: $tiers:$line: tests/tests/$stem.rs does not exist" >&2
+    binary=${file%%/*}
+    module=${file#*/}
+    if [ ! -f "tests/tests/$file.rs" ]; then
+      echo "tiers: $tiers:$line: tests/tests/$file.rs does not exist" >&2
+      ok=false
+    elif ! grep -qx "mod $module;" "tests/tests/$binary/main.rs" 2>/dev/null; then
+      echo "tiers: $tiers:$line: tests/tests/$binary/main.rs does not declare \`mod $module;\`" >&2
       ok=false
     fi
-    if [ -n "${seen[$stem]:-}" ]; then
-      echo "tiers: $tiers:$line: tests/tests/$stem.rs again (line ${seen[$stem]})" >&2
+    if [ -n "${seen[$file]:-}" ]; then
+      echo "tiers: $tiers:$line: tests/tests/$file.rs again (line ${seen[$file]})" >&2
       ok=false
     fi
-    seen[$stem]=$line
+    seen[$file]=$line
     IFS=, read -ra marked <<<"$passes"
     for pass in "${marked[@]}"; do
       case $pass in
         *=*)
-          if ! [[ ${pass#*=} =~ ^[a-z0-9_]+$ ]]; then
-            echo "tiers: $tiers:$line: tests/tests/$stem.rs: '$pass' filters by '${pass#*=}'," \
-              "not by a part of a test's name ([a-z0-9_]+)" >&2
+          if ! [[ ${pass#*=} =~ ^[a-z0-9_]+(\+[a-z0-9_]+)*$ ]]; then
+            echo "tiers: $tiers:$line: tests/tests/$file.rs: '$pass' filters by '${pass#*=}'," \
+              "not by beginnings of its tests' names ([a-z0-9_]+, joined by +)" >&2
             ok=false
           fi
           case ${pass%%=*} in
             suite | compat)
-              echo "tiers: $tiers:$line: tests/tests/$stem.rs: the $pass pass runs whole files" \
+              echo "tiers: $tiers:$line: tests/tests/$file.rs: the $pass pass runs whole files" \
                 "(give it no filter)" >&2
               ok=false ;;
           esac
@@ -106,19 +118,42 @@ check_tiers() {
       esac
       case " ${tier_passes[*]} " in
         *" $pass "*) ;;
-        *) echo "tiers: $tiers:$line: tests/tests/$stem.rs: unknown pass '$pass'" \
+        *) echo "tiers: $tiers:$line: tests/tests/$file.rs: unknown pass '$pass'" \
           "(the passes: ${tier_passes[*]})" >&2
           ok=false ;;
       esac
     done
   done <"$tiers"
-  for stem in tests/tests/*.rs; do
-    stem=${stem#tests/tests/}
-    stem=${stem%.rs}
-    if [ -z "${seen[$stem]:-}" ]; then
-      echo "tiers: tests/tests/$stem.rs is not in $tiers: add it with the passes it runs in" >&2
+  for file in tests/tests/*.rs; do
+    [ -e "$file" ] || continue
+    echo "tiers: $file is a test binary of its own: put it in one of the binaries' folders" \
+      "(tests/tests/<binary>/, declared in its main.rs) and in $tiers" >&2
+    ok=false
+  done
+  for file in tests/tests/*/*.rs; do
+    [ -e "$file" ] || continue
+    file=${file#tests/tests/}
+    file=${file%.rs}
+    [ "${file#*/}" = main ] && continue
+    if [ -z "${seen[$file]:-}" ]; then
+      echo "tiers: tests/tests/$file.rs is not in $tiers: add it with the passes it runs in" >&2
       ok=false
     fi
+  done
+  # A module's filter `<module>::` also matches a module whose name ends in `_<module>`.
+  for binary in tests/tests/*/; do
+    binary=${binary%/}
+    binary=${binary#tests/tests/}
+    mapfile -t modules < <(sed -n 's/^mod \([a-z0-9_]*\);$/\1/p' "tests/tests/$binary/main.rs")
+    for module in "${modules[@]}"; do
+      for other in "${modules[@]}"; do
+        if [ "$other" != "$module" ] && [[ $other == *"$module" ]]; then
+          echo "tiers: tests/tests/$binary: the filter '$module::' of one file would also run" \
+            "the file $other: rename one of them" >&2
+          ok=false
+        fi
+      done
+    done
   done
   for pass in "${tier_passes[@]}"; do
     if [ "$pass" != compat ] && [ -z "$(tier "$pass")" ]; then

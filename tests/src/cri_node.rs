@@ -1,5 +1,5 @@
 //! A containerd with the CRI plugin set up as a Kubernetes node's runtime, shared by the CRI
-//! tests (tests/containerd_cri.rs and tests/containerd_cdi.rs, driving it as the kubelet would)
+//! tests (tests/tests/suite/containerd_cri.rs and tests/tests/suite/containerd_cdi.rs, driving it as the kubelet would)
 //! and the cluster tier ([`crate::cluster`], driven by a real kubelet): its configuration, the
 //! `devinject` runtime entry written by `devinject-ctl`, or CDI on with the specs `devinject-ctl
 //! cdi generate` writes, and the test images (busybox with the probe, and a pause image from the

@@ -2,7 +2,7 @@
 //! would, with whichever injection paths a test or benchmark wants on at once: CDI (the specs
 //! `devinject-ctl cdi generate` writes), NRI (the socket `devinject-nri` connects to), and the
 //! `devinject` runtime entry (the shim). Pods run on plain runc unless they name the
-//! `devinject` handler. Used by tests/containerd_cdi.rs, tests/containerd_nri.rs and
+//! `devinject` handler. Used by tests/tests/suite/containerd_cdi.rs, tests/tests/suite/containerd_nri.rs and
 //! `devinject-cri-bench`.
 
 use std::os::unix::fs::PermissionsExt;

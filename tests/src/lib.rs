@@ -17,7 +17,7 @@
 //! - [`probe`]: the in-container probe and the parser for its report.
 //! - [`kubelet`]: a test kubelet that speaks the device plugin API v1beta1 (a `Registration`
 //!   server that dials plugins back like the kubelet), simulated hosts for the plugin, and the
-//!   real `devinject-device-plugin` binary run against them. Used by `tests/tests/device_plugin.rs`
+//!   real `devinject-device-plugin` binary run against them. Used by `tests/tests/suite/device_plugin.rs`
 //!   and by the benchmarks crate (`bench/`).
 //! - [`canary`]: a host canary tree and fingerprints proving the host unchanged.
 //! - [`hostile`]: booby-trapping a rootfs (links out, FIFOs, files for dirs) and a swapper thread.

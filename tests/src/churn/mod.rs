@@ -17,7 +17,7 @@
 //!
 //! The checks ([`pods::probe_problems`], the exclusivity of every device, [`leaks::leaks`],
 //! [`procstat::unbounded`]) collect violations instead of panicking; the caller fails on any.
-//! `tests/tests/cluster_churn.rs` runs the short setting, `churn-soak` (scripts/bench.sh
+//! `tests/tests/cluster/cluster_churn.rs` runs the short setting, `churn-soak` (scripts/bench.sh
 //! churn) the long one; docs/testing.md and docs/benchmarks.md describe both.
 //!
 //! # Why a node per path

@@ -1,6 +1,6 @@
 //! devinject installed on a [`Cluster`] from the shipped manifests and image, as users install
-//! it: the steps and checks the install tests share (tests/cluster_install.rs, through the
-//! runtime shim, and tests/cluster_install_nri.rs, through NRI).
+//! it: the steps and checks the install tests share (tests/tests/cluster/cluster_install.rs, through the
+//! runtime shim, and tests/tests/cluster/cluster_install_nri.rs, through NRI).
 
 use std::path::{Path, PathBuf};
 

@@ -49,6 +49,7 @@ pub mod image;
 pub mod install;
 pub mod kubernetes;
 pub mod node;
+pub mod one_at_a_time;
 pub mod pki;
 pub mod pod_state;
 pub mod userns;
@@ -152,6 +153,8 @@ pub struct Cluster {
     api_port: u16,
     root: PathBuf,
     _dir: tempfile::TempDir,
+    /// Dropped last, after the teardown: the next cluster of this process may start.
+    _one: one_at_a_time::OneAtATime,
 }
 
 /// How many nodes the cluster has, how many demo devices each, and how its scheduler is set up.
@@ -355,6 +358,7 @@ impl Cluster {
             kubernetes.version(),
             kubernetes.binary("").display()
         );
+        let one = one_at_a_time::OneAtATime::take();
         let dir = short_tempdir("k8s")?;
         let root = dir.path().to_owned();
         let mut c = Self {
@@ -369,6 +373,7 @@ impl Cluster {
             api_port: 0,
             root,
             _dir: dir,
+            _one: one,
         };
         c.start_control_plane(shape.scheduler_config.as_deref())?;
         c.start_nodes(setups, shape)?;

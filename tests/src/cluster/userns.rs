@@ -1,6 +1,6 @@
 //! User-namespaced pods (`hostUsers: false`) on the cluster: the manifests, and what every
-//! path that serves them must give them (tests/tests/cluster.rs for the runtime class,
-//! tests/tests/cluster_engine_paths.rs for NRI).
+//! path that serves them must give them (tests/tests/cluster/cluster.rs for the runtime class,
+//! tests/tests/cluster/cluster_engine_paths.rs for NRI).
 
 use crate::probe::Report;
 use crate::sim::assert_demo_granted_exactly;

@@ -32,7 +32,7 @@
 //! other processes too, are never changed.
 //!
 //! Caveat: an extended program lives until something attaches a new one to the cgroup.
-//! Measured with runc 1.1.5 and 1.4.3 (`tests/tests/runc_cgroup_v2.rs`): `runc update` with empty resources
+//! Measured with runc 1.1.5 and 1.4.3 (`tests/tests/runc/runc_cgroup_v2.rs`): `runc update` with empty resources
 //! keeps it. `systemctl daemon-reload` with the systemd cgroup driver re-attaches systemd's
 //! own program without our rules (NVIDIA/nvidia-container-toolkit#48). Devices listed in the
 //! container spec survive that; this crate is the fallback for runtimes that only run hooks.

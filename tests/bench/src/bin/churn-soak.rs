@@ -1,4 +1,4 @@
-//! `churn-soak`: the churn of `tests/tests/cluster_churn.rs` run long, as scripts/bench.sh
+//! `churn-soak`: the churn of `tests/tests/cluster/cluster_churn.rs` run long, as scripts/bench.sh
 //! `churn` runs it ([`devinject_tests::churn`]: three nodes, the shim, NRI and CDI on CRI-O, pods started and
 //! deleted continuously under scheduled faults). Prints the report (starts, faults of each
 //! kind, violations, the daemons' first and last readings, the end-of-run metrics scrapes) and

@@ -1,6 +1,6 @@
 //! `nvidia-toolkit-bench`: devinject against NVIDIA's Container Toolkit on NVIDIA's real 535 user
 //! space (Debian 12's packages, `DEVINJECT_VENDOR_STACKS`) on a simulated node (mknod'ed
-//! `/dev/nvidia*`, no kernel driver), the node of `tests/tests/vendor_nvidia_toolkit.rs`.
+//! `/dev/nvidia*`, no kernel driver), the node of `tests/tests/suite/vendor_nvidia_toolkit.rs`.
 //!
 //! Run as root after `cargo build --release --workspace --bins` (scripts/bench.sh does both,
 //! with `DEVINJECT_VENDOR_STACKS=$(scripts/vendor-stacks-fetch.sh)` and

@@ -1,5 +1,5 @@
 //! `devinject-guest-checks DIR`: the checks the arm64 guest runs on its own kernel
-//! (`scripts/arm64-guest.sh`, `tests/tests/arm64_guest.rs`), with the hook, the shim and the
+//! (`scripts/arm64-guest.sh`, `tests/tests/arm64/arm64_guest.rs`), with the hook, the shim and the
 //! guest's Debian runc, busybox and glibc. `DIR` holds `devinject-hook`, `devinject-runtime`,
 //! `demo-use` (a program linked against the demo library by its soname), `cuda-smoke`,
 //! `nvidia-root`, `libedgetpu.so.1.0` with `tpu-use`, and `libdemo-other.so.1.0.0`.

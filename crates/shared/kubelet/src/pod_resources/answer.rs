@@ -1,6 +1,6 @@
 //! The answer about one container, from the kubelet's entries for its pod: what the policy
 //! checks and the tool prints. Tested against the test kubelet
-//! (`tests/tests/podresources_helper.rs`).
+//! (`tests/tests/suite/podresources_helper.rs`).
 
 use std::collections::BTreeMap;
 

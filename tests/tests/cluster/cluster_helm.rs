@@ -18,7 +18,7 @@
 //!    uninstall one, which restores containerd's configuration byte for byte and removes every
 //!    file of devinject; `helm uninstall` then leaves no object of the chart in the cluster.
 //!
-//! Needs what tests/cluster_install.rs needs and helm (`DEVINJECT_HELM`, set by
+//! Needs what tests/tests/cluster/cluster_install.rs needs and helm (`DEVINJECT_HELM`, set by
 //! scripts/test.sh); skipped otherwise, a failure under CI.
 
 use devinject_tests::cluster::install::{

@@ -1,4 +1,4 @@
-//! DRA on NVIDIA's real 535 user space (tests/tests/vendor_nvidia.rs's node, as the node of a
+//! DRA on NVIDIA's real 535 user space (tests/tests/suite/vendor_nvidia.rs's node, as the node of a
 //! real Kubernetes 1.37 cluster on containerd 2, `devinject-dra` its DRA driver): a pod's claim
 //! of the `nvidia` DeviceClass gets the GPU, every part of the driver (a claim's spec, as a CDI
 //! spec, cannot read the container's env), and the image's newer CUDA compat libcuda first in

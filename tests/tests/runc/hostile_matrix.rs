@@ -26,7 +26,7 @@
 //! such a refusal must still name the path.
 //!
 //! The runtime's `/dev` tmpfs hides the image's `/dev`, so node destinations are not in the
-//! matrix (tests/hostile_rootfs.rs covers images run without that tmpfs).
+//! matrix (tests/tests/runc/hostile_rootfs.rs covers images run without that tmpfs).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};

@@ -19,7 +19,7 @@
 //! From before the install to after the uninstall, containerd's `config.toml` stays byte for
 //! byte the same and containerd is the same process: nothing edited it, nothing restarted it.
 //!
-//! Needs what tests/cluster_install.rs needs, plus the node's containerd (scripts/runtimes-fetch.sh);
+//! Needs what tests/tests/cluster/cluster_install.rs needs, plus the node's containerd (scripts/runtimes-fetch.sh);
 //! skipped otherwise, a failure under CI.
 
 use devinject_nri::session::REGISTERED;

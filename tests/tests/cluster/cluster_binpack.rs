@@ -18,7 +18,7 @@
 //! the test failed on "the two 1-device pods share a node" (checked by hand when this test was
 //! written).
 //!
-//! Needs what tests/cluster.rs needs; skipped otherwise, a failure under CI.
+//! Needs what tests/tests/cluster/cluster.rs needs; skipped otherwise, a failure under CI.
 
 use devinject_tests::cluster::{
     ready, shipped_scheduler_config, Cluster, Kubernetes, Setup, Shape,

@@ -11,7 +11,7 @@
 //! `devinject.io/kvm-vm: 1` is stored asking for `devinject.io/kvm: 1` with `KVM_FUNCTION=vm`,
 //! runs and sees `/dev/kvm`; an unknown name in that domain is refused at creation.
 //!
-//! Needs what tests/cluster_install.rs needs; skipped otherwise, a failure under CI.
+//! Needs what tests/tests/cluster/cluster_install.rs needs; skipped otherwise, a failure under CI.
 
 use devinject_tests::bins::bin;
 use devinject_tests::cluster::install::{

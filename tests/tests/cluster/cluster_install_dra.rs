@@ -24,7 +24,7 @@
 //!    plugins directory too, and its registration socket), and containerd's configuration is
 //!    byte for byte what it was.
 //!
-//! Needs what tests/cluster_install.rs needs, Kubernetes >= 1.34 and containerd 2
+//! Needs what tests/tests/cluster/cluster_install.rs needs, Kubernetes >= 1.34 and containerd 2
 //! (scripts/runtimes-fetch.sh); skipped otherwise, a failure under CI.
 
 use devinject_dra::registration::REGISTERED;

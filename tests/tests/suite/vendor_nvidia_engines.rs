@@ -1,11 +1,11 @@
-//! The nvidia profile on NVIDIA's real 535 user space (tests/tests/vendor_nvidia.rs's node)
+//! The nvidia profile on NVIDIA's real 535 user space (tests/tests/suite/vendor_nvidia.rs's node)
 //! through the engine paths, on real containerd 2 driven through CRI as the kubelet drives it:
 //! the CDI spec `devinject-ctl cdi generate` writes (containerd injects it; every part of the
 //! driver, as a spec cannot read the container's env), and `devinject-nri` (which reads
 //! `NVIDIA_DRIVER_CAPABILITIES` from the container as the hook does). In both, `nvidia-smi` and
 //! `cuInit` run on the injected libraries and stop at the kernel, and the image's newer CUDA
 //! compat libcuda comes first in the linker cache (the finish step's `--forward-compat`).
-//! DRA on the same node: tests/tests/cluster_dra_nvidia.rs.
+//! DRA on the same node: tests/tests/cluster/cluster_dra_nvidia.rs.
 
 use std::collections::HashMap;
 use std::path::Path;

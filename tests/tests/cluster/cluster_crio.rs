@@ -29,7 +29,7 @@
 //! injects them from the specs `devinject-ctl cdi generate` wrote, with nothing of devinject's
 //! in its configuration.
 //!
-//! Needs what tests/cluster_install.rs needs, plus CRI-O and podman; skipped otherwise, a
+//! Needs what tests/tests/cluster/cluster_install.rs needs, plus CRI-O and podman; skipped otherwise, a
 //! failure under CI.
 
 use std::collections::BTreeMap;

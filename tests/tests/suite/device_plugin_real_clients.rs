@@ -14,7 +14,7 @@
 //! and must get the same answers. It reports the grpc-go version it was built with (the test
 //! wants 1.52 or later, so it knows which client it ran) and the `:authority` it wrote, decoded
 //! from its own frames. The kubelet 1.20 itself (grpc-go 1.27, the socket path) is
-//! `tests/tests/cluster.rs` on Kubernetes 1.20 (`DEVINJECT_KUBE_COMPAT=1 scripts/test.sh`).
+//! `tests/tests/cluster/cluster.rs` on Kubernetes 1.20 (`DEVINJECT_KUBE_COMPAT=1 scripts/test.sh`).
 //!
 //! Needs root (mknod), and what `scripts/install-deps.sh test` makes under `target/`: the grpcio
 //! virtualenv `target/grpc-venv` (or `DEVINJECT_GRPC_PYTHON`), the grpc-java client's launcher

@@ -14,7 +14,7 @@
 //! 5. the uninstall of docs/uninstall.md restores containerd's configuration byte for byte and
 //!    leaves no file of devinject on the node.
 //!
-//! Needs what tests/cluster.rs needs, plus dockerd and the real /dev/kvm, /dev/net/tun and
+//! Needs what tests/tests/cluster/cluster.rs needs, plus dockerd and the real /dev/kvm, /dev/net/tun and
 //! /dev/fuse; skipped otherwise, a failure under CI.
 
 use devinject_tests::cluster::install::{
