@@ -94,7 +94,10 @@ fn a_filtered_pass_that_runs_no_test_fails_naming_pass_file_and_filter() {
 
 #[test]
 fn a_failing_filtered_run_fails_the_pass_with_its_status() {
-    let (out, calls) = tier_test(&workdir("cluster/alpha crun=broken\ncluster/beta crun\n"), "crun");
+    let (out, calls) = tier_test(
+        &workdir("cluster/alpha crun=broken\ncluster/beta crun\n"),
+        "crun",
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(101), "{stderr}");
     assert!(!stderr.contains("ran no test"), "{stderr}");
@@ -116,7 +119,10 @@ fn several_prefixes_of_one_file_are_one_run_with_a_filter_each() {
 
 #[test]
 fn a_whole_file_that_runs_no_test_fails_the_pass() {
-    let (out, calls) = tier_test(&workdir("suite/none_match suite\nsuite/beta suite\n"), "suite");
+    let (out, calls) = tier_test(
+        &workdir("suite/none_match suite\nsuite/beta suite\n"),
+        "suite",
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(

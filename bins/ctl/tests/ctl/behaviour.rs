@@ -5,11 +5,11 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use crate::support::tree::{assert_same, snapshot};
 use devinject_engine_config::{
     configure, unconfigure, ConfigureRequest, Engine, HostPaths, Mode, RuntimeConfigError,
     UnconfigureRequest,
 };
-use crate::support::tree::{assert_same, snapshot};
 
 fn req(engine: Engine, root: &Path) -> ConfigureRequest {
     let mut r = ConfigureRequest::new(engine);

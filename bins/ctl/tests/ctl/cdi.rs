@@ -9,11 +9,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::support::demo_values::{demo_values, DemoValues};
 use devinject_cdi::{self as cdi, CdiRequest};
 use devinject_engine_config::Action;
 use devinject_tests::sim::{mknod, without_partitions};
 use devinject_tests::skip::{require_binary, require_root};
-use crate::support::demo_values::{demo_values, DemoValues};
 
 fn sim_host(root: &Path) {
     fs::create_dir_all(root.join("dev/demo")).expect("mkdir dev");

@@ -13,13 +13,13 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::support::demo_values::{demo_values, DemoValues};
 use container_device_interface::spec::{parse_spec, read_spec};
 use container_device_interface::version::minimum_required_version;
 use devinject_cdi::{self as cdi, CdiRequest};
 use devinject_tests::sim;
 use devinject_tests::skip::{require_binary, require_root};
 use serde_json::{json, Value};
-use crate::support::demo_values::{demo_values, DemoValues};
 
 /// What the library says of the spec `text`: `Err` with its reason when it refuses the spec,
 /// else the lowest version it computes.

@@ -6,10 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::support::tree::{self, assert_same, is_state_file, snapshot};
 use devinject_engine_config::{
     configure, unconfigure, ConfigureRequest, Engine, HostPaths, Mode, UnconfigureRequest,
 };
-use crate::support::tree::{self, assert_same, is_state_file, snapshot};
 
 struct Case {
     name: &'static str,

@@ -7,12 +7,12 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::support::tree::{assert_same, snapshot, Snapshot};
 use devinject_engine_config::host_writer::{Direct, HostWriter};
 use devinject_engine_config::{
     configure_through, unconfigure_through, ConfigureRequest, Engine, HostPaths, Mode,
     UnconfigureRequest,
 };
-use crate::support::tree::{assert_same, snapshot, Snapshot};
 
 /// Every change asked for, by host path; passed on to the host when `direct` is set.
 struct Recorder<'a> {

@@ -2,7 +2,6 @@
 //! configuration behaviour and golden files, detection, the host writer and host directories, CDI
 //! generation, its schema and watch, devices list, doctor), sharing `support`.
 
-mod support;
 mod behaviour;
 mod cdi;
 mod cdi_schema;
@@ -15,3 +14,4 @@ mod doctor_cdi;
 mod golden;
 mod host_dirs;
 mod host_writer;
+mod support;

@@ -7,6 +7,7 @@ use crate::support;
 
 use std::path::PathBuf;
 
+use crate::support::{assert_same, FakeHost, Snapshot};
 use devinject_engine_config::Engine;
 use devinject_installer::activate::Recorder;
 use devinject_installer::fault::{Fault, FaultAction};
@@ -14,7 +15,6 @@ use devinject_installer::options::Policy;
 use devinject_installer::{
     install, uninstall, EngineChoice, InstallError, InstallOptions, RestartMode, UninstallOptions,
 };
-use crate::support::{assert_same, FakeHost, Snapshot};
 
 fn options(h: &FakeHost, engines: EngineChoice) -> InstallOptions {
     let mut o = InstallOptions::new(&h.root, &h.payload);

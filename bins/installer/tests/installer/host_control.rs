@@ -8,18 +8,17 @@
 //! Needs root, unshare, containerd and ctr; skipped with a reason otherwise (a failure under
 //! `CI=true`).
 
-
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::FakeHost;
 use devinject_engine_config::Engine;
 use devinject_installer::activate::{HostControl, System};
 use devinject_installer::options::Policy;
 use devinject_installer::{install, uninstall, EngineChoice, InstallOptions, RestartMode};
 use devinject_tests::skip;
-use crate::support::FakeHost;
 
 /// Kills and reaps a child on drop.
 /// A child leading its own process group, killed with the whole group on drop: the supervisor

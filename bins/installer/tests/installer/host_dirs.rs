@@ -10,19 +10,18 @@
 //!
 //! Needs root (mknod); skipped otherwise (fails under `CI=true`).
 
-
 use std::fs;
 use std::os::unix::fs::{symlink, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use crate::support::FakeHost;
 use devinject_installer::activate::Recorder;
 use devinject_installer::options::Policy;
 use devinject_installer::{install, uninstall, EngineChoice, InstallOptions, UninstallOptions};
 use devinject_testkit::require_root;
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};
-use crate::support::FakeHost;
 
 /// Longer than any run that does not block.
 const BOUND: Duration = Duration::from_secs(30);

@@ -18,9 +18,9 @@ use crate::support;
 use std::path::Path;
 use std::process::Command;
 
-use devinject_tests::{probe, rootfs, sim, skip};
 use crate::support::engine::Engine;
 use crate::support::{assert_same, FakeHost};
+use devinject_tests::{probe, rootfs, sim, skip};
 
 const TAG: &str = "devinject-installer-test:latest";
 

@@ -2,10 +2,10 @@
 //! host directories, the image, an interrupted install, the manifests), sharing the fake hosts of
 //! `support`.
 
-mod support;
 mod fake_hosts;
 mod host_control;
 mod host_dirs;
 mod image;
 mod interrupted;
 mod manifests;
+mod support;
