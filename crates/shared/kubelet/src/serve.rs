@@ -14,7 +14,7 @@
 //! [`connect`] dials a socket as today's kubelet does.
 
 use std::io;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use tokio::sync::oneshot;
@@ -82,7 +82,7 @@ pub struct ServedSocket {
     /// later server bound at the same path. `None` when the file was removed before it could be
     /// looked at (the kubelet empties the device-plugins directory when it starts): then there
     /// is nothing of ours to remove.
-    identity: Option<(u64, u64)>,
+    identity: Option<crate::socket::Identity>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<()>>>,
     /// The server's open connections: all closed when it gives up on its open calls (dropped),
@@ -184,19 +184,12 @@ impl ServedSocket {
         let Some(identity) = self.identity else {
             return;
         };
-        match std::fs::symlink_metadata(&self.path) {
-            Ok(meta) if meta.file_type().is_socket() && (meta.dev(), meta.ino()) == identity => {
-                match std::fs::remove_file(&self.path) {
-                    Ok(()) => debug!(socket = %self.path.display(), "socket removed"),
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(error) => {
-                        warn!(socket = %self.path.display(), %error, "cannot remove socket")
-                    }
-                }
+        match crate::socket::remove_if_same(&self.path, identity) {
+            Ok(true) => debug!(socket = %self.path.display(), "socket removed"),
+            Ok(false) => {
+                debug!(socket = %self.path.display(), "socket gone or replaced by another, kept")
             }
-            Ok(_) => debug!(socket = %self.path.display(), "socket replaced by another, kept"),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(error) => warn!(socket = %self.path.display(), %error, "cannot inspect socket"),
+            Err(error) => warn!(%error, "socket not removed"),
         }
     }
 }
@@ -229,6 +222,8 @@ pub async fn connect(path: &Path) -> Result<Channel> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::FileTypeExt;
+
     use std::convert::Infallible;
     use std::future::Future;
     use std::os::unix::fs::PermissionsExt;

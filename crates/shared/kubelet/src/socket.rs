@@ -172,26 +172,42 @@ pub enum RemoveError {
 /// followed: what it points to is not ours to judge) and a socket that another file replaced
 /// after the connection was refused.
 pub async fn remove_unserved(path: &Path) -> Result<bool, RemoveError> {
-    let inspect = |source| RemoveError::Inspect {
-        path: path.to_owned(),
-        source,
-    };
     let identity = match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => (meta.dev(), meta.ino()),
         Ok(_) => return Ok(false),
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-        Err(source) => return Err(inspect(source)),
+        Err(source) => {
+            return Err(RemoveError::Inspect {
+                path: path.to_owned(),
+                source,
+            })
+        }
     };
     let dial = tokio::time::timeout(DIAL_TIMEOUT, tokio::net::UnixStream::connect(path)).await;
     let refused = matches!(&dial, Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused);
     if !refused {
         return Ok(false);
     }
+    remove_if_same(path, identity)
+}
+
+/// A socket file's identity, its device and inode as `lstat` gives them: what a server or a
+/// cleaner checks before it removes the file at a name that someone else may have taken since.
+pub type Identity = (u64, u64);
+
+/// Removes the socket at `path` if it is still the file `identity` names (the name not
+/// followed): `Ok(true)` when removed, `Ok(false)` when it is gone or another file took the name.
+pub fn remove_if_same(path: &Path, identity: Identity) -> Result<bool, RemoveError> {
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() && (meta.dev(), meta.ino()) == identity => {}
         Ok(_) => return Ok(false),
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-        Err(source) => return Err(inspect(source)),
+        Err(source) => {
+            return Err(RemoveError::Inspect {
+                path: path.to_owned(),
+                source,
+            })
+        }
     }
     match std::fs::remove_file(path) {
         Ok(()) => Ok(true),
