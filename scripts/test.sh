@@ -31,6 +31,8 @@ cluster=$ci
 . scripts/lib/runtimes-with.sh
 logs=$PWD/target/background
 mkdir -p "$logs"
+BACKGROUND_COSTS=$logs/costs.tsv
+rm -f "$BACKGROUND_COSTS"
 bg_jobs=()
 trap 'end_background "${bg_jobs[@]}"' EXIT
 # The peers the suite runs beside (nice 5: mostly downloads, needed first, by the unit tests):
@@ -246,6 +248,8 @@ if $fresh_root; then
 else
   echo "test.sh: SKIPPED the fresh-root test (runs under CI=true, or with DEVINJECT_FRESH_ROOT=1)"
 fi
+background_report
+echo "test.sh: the run's own CPU, user and system, and its children's: $(times | tr '\n' ' ')"
 if [ -s "$DEVINJECT_SKIP_LOG" ]; then
   echo "test.sh: $(wc -l <"$DEVINJECT_SKIP_LOG") tests skipped (they passed without running):"
   sort "$DEVINJECT_SKIP_LOG"

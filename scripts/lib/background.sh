@@ -10,16 +10,38 @@
 # its own then takes as much CPU as all the tests together, and a latency-bound test (a cluster
 # starting pods) runs at half speed beside it. So each job sets its group's nice as well.
 
+# Where each job's cost is written when it ends, when set: a line per job, its seconds from the
+# run's start to its end and the CPU (user and system) it and its children took
+# (background_report prints them).
+BACKGROUND_COSTS=${BACKGROUND_COSTS:-}
+BACKGROUND_BEGAN=${BACKGROUND_BEGAN:-$(date +%s)}
+
 # background NICE OUT ERR COMMAND...: runs COMMAND at NICE (0 the tests' own, 19 only what the
 # tests leave idle), its stdout to OUT and its stderr to ERR. $! is the job's session.
 background() {
   local nice=$1 out=$2 err=$3
   shift 3
   # The group's nice is written by the session's leader itself: written from here, before the
-  # child's setsid, it would set this script's group instead.
-  setsid bash -c 'nice=$1; shift
+  # child's setsid, it would set this script's group instead. The leader stays to write the
+  # job's cost (bash's `times`: its children's CPU, waited for) to $BACKGROUND_COSTS.
+  setsid bash -c 'nice=$1 costs=$2 began=$3; shift 3
     echo "$nice" >/proc/self/autogroup 2>/dev/null || true
-    exec nice -n "$nice" "$@"' background "$nice" "$@" >"$out" 2>"$err" &
+    [ -n "$costs" ] || exec nice -n "$nice" "$@"
+    status=0
+    nice -n "$nice" "$@" || status=$?
+    # `times` in this shell: in the subshell of $(...) its children would be none.
+    times >"$costs.$$"
+    printf "%s\t%s\t%s\t%s\n" "$(($(date +%s) - began))" "$(sed -n 2p "$costs.$$")" "$status" "$*" >>"$costs"
+    rm -f "$costs.$$"
+    exit "$status"' background "$nice" "$BACKGROUND_COSTS" "$BACKGROUND_BEGAN" "$@" >"$out" 2>"$err" &
+}
+
+# background_report: the cost of each job that ended, from $BACKGROUND_COSTS: when it ended (in
+# seconds from the run's start), its CPU (user, then system), its status and its command.
+background_report() {
+  [ -s "$BACKGROUND_COSTS" ] || return 0
+  echo "background jobs: ended at (s), CPU user and system, status, command"
+  sort -n "$BACKGROUND_COSTS" | sed 's/^/  /'
 }
 
 # end_background PID...: ends each job's whole session (the EXIT trap of scripts/test.sh).
