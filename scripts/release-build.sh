@@ -99,11 +99,11 @@ RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" build --target "$triple
 # ...), which made the shipped hook 3.38 MB against 2.87 MB built alone and its peak RSS about
 # 0.5 MiB higher (docs/benchmarks.md, section 13).
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" build --target "$triple" -p devinject-oci --bins
-RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" build --target "$triple" -p devinject-kubelet \
-  --features client --bin=devinject-podresources
+RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" build --target "$triple" -p devinject-podresources \
+  --bins
 musl_bins=(devinject-runtime devinject-podresources)
 build --target "$musl" -p devinject-oci --bin=devinject-runtime
-build --target "$musl" -p devinject-kubelet --features client --bin=devinject-podresources
+build --target "$musl" -p devinject-podresources --bins
 
 # One folder with every binary this run built: hard links (cargo replaces its outputs, so a later
 # build never changes what an earlier link points at), the musl builds in place of glibc's, and

@@ -23,7 +23,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use devinject_kubelet::tool::Request;
+use devinject_podresources::Request;
 
 use devinject_tests::runc::Bundle;
 

@@ -1,5 +1,5 @@
 //! The shape of the workspace, kept: every crate links only its layer or below, no crate's
-//! top-level modules import each other in a circle,
+//! top-level modules import each other in a circle, every program has one entry layout,
 //! and the crates that only read the host configuration do not link the hook library for it.
 //!
 //! A module's imports are the `crate::<module>` paths in its code, nested `use` groups
@@ -586,4 +586,134 @@ fn every_crate_links_only_its_layer_or_below() {
             "{from} no longer links {to}: take the pair out of UPWARD_LINKS_LEFT"
         );
     }
+}
+
+/// What is wrong with the layout of the program in `folder` (under `bins/`): its package must be
+/// `devinject-<folder's name>`, and each of its binaries declared with its entry at
+/// `src/bin/<binary>/main.rs`, its private modules beside it; no `src/main.rs`, nothing in
+/// `src/bin/` but the declared binaries' folders. Given the package name, the declared
+/// `(name, path)` of each `[[bin]]`, the names in `src/` and those in `src/bin/`.
+fn layout_faults(
+    folder: &str,
+    package: &str,
+    bins: &[(String, Option<String>)],
+    src_names: &[String],
+    bin_names: &[String],
+) -> Vec<String> {
+    let mut faults = Vec::new();
+    let short = folder
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or("");
+    if package != format!("devinject-{short}") {
+        faults.push(format!(
+            "{folder}: the package is {package}, not devinject-{short}"
+        ));
+    }
+    if bins.is_empty() {
+        faults.push(format!("{folder}: no [[bin]] in its manifest"));
+    }
+    for (name, path) in bins {
+        let entry = format!("src/bin/{name}/main.rs");
+        if path.as_deref() != Some(entry.as_str()) {
+            faults.push(format!(
+                "{folder}: the binary {name} has its entry at {}, not {entry}",
+                path.as_deref().unwrap_or("cargo's default")
+            ));
+        }
+    }
+    if src_names.iter().any(|f| f == "main.rs") {
+        faults.push(format!(
+            "{folder}: src/main.rs; the entry is src/bin/<binary>/main.rs"
+        ));
+    }
+    for name in bin_names {
+        if !bins.iter().any(|(b, _)| b == name) {
+            faults.push(format!(
+                "{folder}: src/bin/{name} is no declared binary's folder"
+            ));
+        }
+    }
+    faults
+}
+
+/// The layout check finds each planted fault and passes a program laid out as the rule says.
+#[test]
+fn the_layout_check_finds_planted_faults() {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let bin = |name: &str, path: Option<&str>| (name.to_string(), path.map(str::to_string));
+    let good = [bin("devinject-x", Some("src/bin/devinject-x/main.rs"))];
+    assert_eq!(
+        layout_faults(
+            "bins/x",
+            "devinject-x",
+            &good,
+            &s(&["lib.rs", "bin"]),
+            &s(&["devinject-x"])
+        ),
+        Vec::<String>::new()
+    );
+    let faults = layout_faults(
+        "bins/x",
+        "devinject-y",
+        &[bin("devinject-x", Some("src/bin/devinject-x.rs"))],
+        &s(&["main.rs"]),
+        &s(&["devinject-x", "stray.rs"]),
+    );
+    assert_eq!(faults.len(), 4, "{faults:#?}");
+    assert!(!layout_faults("bins/x", "devinject-x", &[], &s(&[]), &s(&[])).is_empty());
+}
+
+/// Every program under `bins/` has one layout: folder, package and binary named alike, each
+/// binary's entry at `src/bin/<binary>/main.rs`, so a newcomer finds any program's `main` the
+/// same way.
+#[test]
+fn every_program_has_one_entry_layout() {
+    let names = |dir: &Path| -> Vec<String> {
+        fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let programs: Vec<String> = members()
+        .into_iter()
+        .filter(|m| m.starts_with("bins/"))
+        .collect();
+    assert!(programs.len() >= 8, "bins/ members: {programs:?}");
+    let mut faults = Vec::new();
+    for folder in &programs {
+        let dir = workspace().join(folder);
+        let doc = manifest(&dir);
+        let bins: Vec<(String, Option<String>)> = doc
+            .get("bin")
+            .and_then(|b| b.as_array_of_tables())
+            .map(|tables| {
+                tables
+                    .iter()
+                    .map(|t| {
+                        (
+                            t.get("name")
+                                .and_then(|n| n.as_str())
+                                .unwrap_or("")
+                                .to_string(),
+                            t.get("path").and_then(|p| p.as_str()).map(str::to_string),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        faults.extend(layout_faults(
+            folder,
+            &package_name(&doc),
+            &bins,
+            &names(&dir.join("src")),
+            &names(&dir.join("src/bin")),
+        ));
+    }
+    assert!(faults.is_empty(), "{}", faults.join("\n"));
 }

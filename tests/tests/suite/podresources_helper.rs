@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use devinject_admission::policy::kubelet::PodResources;
 use devinject_admission::policy::GrantSource;
+use devinject_kubelet::answer::{Answer, PodEntry, Rpc};
 use devinject_kubelet::pod_resources::PodResourcesError;
-use devinject_kubelet::tool::{Answer, PodEntry, Request, Rpc, ToolExit};
+use devinject_podresources::{Request, ToolExit};
 use devinject_tests::bins::bin;
 use devinject_tests::podresources::{pod, FakeKubelet};
 

@@ -1,11 +1,11 @@
 //! What devinject's programs share with the kubelet: asking it what a container was granted, and
 //! serving it on a Unix socket.
 //!
-//! - [`tool`]: what the request policy learns about one container, and the command line, exit
-//!   codes and answer of `devinject-podresources` (plain serde, no gRPC). Always built.
+//! - [`answer`]: what the request policy learns about one container, and what
+//!   `devinject-podresources` (bins/podresources) prints (plain serde, no gRPC). Always built.
 //! - [`grpc`] and [`pod_resources`] (feature `client`): one blocking gRPC unary call with no
-//!   async runtime, and the pod-resources client the hook, the shim and the NRI plugin make it
-//!   with; `src/bin/devinject-podresources.rs` is the same call from a shell.
+//!   async runtime, and the pod-resources client the hook, the shim, the NRI plugin and
+//!   `devinject-podresources` make it with.
 //! - [`serve`], [`socket`], [`connections`] and [`authority`] (feature `serve`): the device
 //!   plugin's and the DRA driver's gRPC servers. [`serve`] runs one on a kubelet-facing socket
 //!   and removes the socket when it stops; [`socket`] binds it under one rule and removes a
@@ -14,7 +14,7 @@
 //!   socket path as the HTTP/2 `:authority`. Behind a feature so the hook links no tokio.
 #![warn(missing_docs)]
 
-pub mod tool;
+pub mod answer;
 
 #[cfg(feature = "client")]
 pub mod grpc;

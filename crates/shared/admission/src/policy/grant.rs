@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 
 use devinject_devices::request::split_replica;
 use devinject_devices::Request;
-use devinject_kubelet::tool::PodEntry;
+use devinject_kubelet::answer::PodEntry;
 
 /// What the kubelet says one container got of one resource.
 #[derive(Debug, Clone, PartialEq, Eq)]

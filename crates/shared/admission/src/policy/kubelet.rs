@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use devinject_hostconfig::HostConfig;
+use devinject_kubelet::answer::Answer;
 use devinject_kubelet::pod_resources::{answer, PodResourcesClient, PodResourcesError};
-use devinject_kubelet::tool::Answer;
 
 use super::GrantSource;
 

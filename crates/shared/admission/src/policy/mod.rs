@@ -24,8 +24,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use devinject_devices::{Excerpt, ProfileName, ProfileSet, Request, Resolve};
 use devinject_hostconfig::{NonKubernetes, OnDenied, PolicySettings, RequestPolicy};
+use devinject_kubelet::answer::Answer;
 use devinject_kubelet::pod_resources::PodResourcesError;
-use devinject_kubelet::tool::Answer;
 
 use crate::container_plan::RequestSource;
 use grant::{describe, Grant, Mismatch};
@@ -335,7 +335,7 @@ mod tests {
     use std::path::Path;
 
     use devinject_devices::Profile;
-    use devinject_kubelet::tool::{PodEntry, Rpc};
+    use devinject_kubelet::answer::{PodEntry, Rpc};
 
     use super::identity::{CONTAINERD, CRIO};
     use super::*;

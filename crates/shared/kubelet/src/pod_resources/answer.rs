@@ -1,10 +1,10 @@
 //! The answer about one container, from the kubelet's entries for its pod: what the policy
-//! checks and the tool prints. Tested against the test kubelet
+//! checks and `devinject-podresources` prints. Tested against the test kubelet
 //! (`tests/tests/suite/podresources_helper.rs`).
 
 use std::collections::BTreeMap;
 
-use crate::tool::{Answer, PodEntry};
+use crate::answer::{Answer, PodEntry};
 
 use crate::pod_resources::client::PodLookup;
 use crate::pod_resources::v1::PodResources;

@@ -14,9 +14,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+pub use crate::answer::Rpc;
 pub use crate::grpc::Code;
 use crate::grpc::{Call, CallError};
-pub use crate::tool::Rpc;
 use prost::Message;
 
 use crate::pod_resources::v1::{

@@ -9,9 +9,7 @@
 //!   through `Get`, falling back to `List`, under one deadline, each call a gRPC unary call of
 //!   [`crate::grpc`] (no async runtime, no thread).
 //! - [`answer`]: the client's result reduced to what the policy needs about one container, in
-//!   the shape of [`crate::tool`].
-//! - `src/bin/devinject-podresources.rs`: the tool: arguments in, one call, the answer on
-//!   stdout or a message and an exit code from [`crate::tool`].
+//!   the shape of [`crate::answer`]; `devinject-podresources` (bins/podresources) prints it.
 //!
 //! - `testing` (feature `testing`): pods as the kubelet reports them, built from plain values
 //!   for the tests of code that reads them.

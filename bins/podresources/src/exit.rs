@@ -52,7 +52,7 @@ mod tests {
     #[test]
     fn docs_list_every_code() {
         let documented = devinject_testkit::docs::table_codes(
-            include_str!("../../../../../docs/policy.md"),
+            include_str!("../../../docs/policy.md"),
             "- **Exit codes.**",
         );
         let codes: Vec<u8> = ToolExit::ALL.into_iter().map(ToolExit::code).collect();

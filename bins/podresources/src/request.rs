@@ -49,7 +49,7 @@ pub enum Invocation {
     Version,
 }
 
-/// Why a command line was refused (exit code [`crate::tool::ToolExit::Usage`]).
+/// Why a command line was refused (exit code [`crate::ToolExit::Usage`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UsageError {
     /// Not one of the flags.

@@ -5,15 +5,14 @@
 //! Usage: `devinject-podresources --socket=PATH --timeout-ms=N --namespace=NS --pod=NAME
 //! --container=NAME`. On success the answer is JSON on stdout; on failure stderr holds one
 //! line, the message to show, and the exit code says which kind of failure it was
-//! (`devinject_kubelet::tool::ToolExit`, docs/policy.md). It reads no environment and
+//! ([`ToolExit`], docs/policy.md). It reads no environment and
 //! no stdin and starts no logging, so that stderr carries only that message.
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use devinject_kubelet::pod_resources::{answer, PodResourcesClient, PodResourcesError};
-use devinject_kubelet::tool::request::USAGE;
-use devinject_kubelet::tool::{Invocation, Request, ToolExit};
+use devinject_podresources::{Invocation, Request, ToolExit, USAGE};
 
 fn exit(code: ToolExit) -> ExitCode {
     ExitCode::from(code.code())
