@@ -3,8 +3,8 @@
 # ship it, and the one whose idmapped mounts (crun 1.9 and later) user-namespaced pods need.
 # Debian 12's crun (1.8.1) has none, so crun 1.21 is built from Debian 13's source package
 # (scripts/crun-build.sh, under a minute the first time). Runs the files marked `crun` in
-# tests/tiers.txt on Kubernetes 1.37 and CRI-O 1.36, as scripts/test.sh does after the cluster
-# tier: this runs that pass alone. Needs root, like the tier. Extra arguments go to cargo test
+# tests/tiers.txt `crun_all` on Kubernetes 1.37 and CRI-O 1.36: every CRI-O path on crun, where
+# scripts/test.sh runs the core marked `crun` after the cluster tier. Needs root, like the tier. Extra arguments go to cargo test
 # (e.g. `-- --nocapture`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +22,7 @@ export DEVINJECT_CRUN DEVINJECT_KUBE_BIN DEVINJECT_RUNC DEVINJECT_CRIO_BIN DEVIN
 # shellcheck source=scripts/lib/tiers.sh
 . scripts/lib/tiers.sh
 check_tiers
-mapfile -t files < <(tier crun | sed 's/ /\//; s/ /=/')
+mapfile -t files < <(tier crun_all | sed 's/ /\//; s/ /=/')
 echo "cluster-crun: ${files[*]} on $("$DEVINJECT_CRUN" --version | sed -n 1p) and $("$DEVINJECT_KUBE_BIN/kubelet" --version)"
 cargo build --workspace --bins --quiet
-tier_test crun "$@"
+tier_test crun_all "$@"

@@ -7,7 +7,7 @@
 # binary: `--test=<binary>` with the name filter `<module>::`. Two files of one binary never
 # run at once, and a file's statics (a lock, a shared cluster) are its own.
 tiers=tests/tiers.txt
-tier_passes=(suite runc14 crio cluster compat dra containerd22 crun arm64 multiarch)
+tier_passes=(suite runc14 crio cluster compat dra containerd22 crun crun_all arm64 multiarch)
 # The files marked for pass $1, in the order of tests/tiers.txt: `<binary> <module>` per line,
 # with the name prefixes after them (`<binary> <module> <prefix>[+<prefix>...]`) where the mark
 # is `<pass>=<prefix>[+<prefix>...]`.
@@ -33,9 +33,9 @@ tier() {
 # that matches nothing: a renamed test or module would leave its pass empty and green), after
 # all of them.
 tier_test() {
-  local pass=$1 binary module prefix rc=0 status ran log
+  local pass=$1 binary module prefix rc=0 status ran
   shift
-  local -a cargo_args=() test_args=() line filters prefixes
+  local -a cargo_args=() test_args=() filters prefixes
   while [ $# -gt 0 ] && [ "$1" != -- ]; do
     cargo_args+=("$1")
     shift
@@ -48,18 +48,9 @@ tier_test() {
       IFS=+ read -ra prefixes <<<"$prefix"
       filters=("${prefixes[@]/#/$module::}")
     fi
-    line=(cargo test -p devinject-tests --no-fail-fast "${cargo_args[@]}" "--test=$binary" --
-      "${filters[@]}" "${test_args[@]}")
-    echo "tiers: ${line[*]}"
-    log=$(mktemp)
-    # The run's output goes by as it runs and into $log, its status through a file: the
-    # pipeline's own status is tee's (or, under pipefail, also cargo's, ending a set -e caller).
-    { status=0; "${line[@]}" </dev/null || status=$?; echo "$status" >"$log.status"; } | tee "$log"
-    status=$(cat "$log.status")
-    # The binary's summary: `test result: ok. N passed; M failed; ...`.
-    ran=$(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed;.*/\1 \2/p' \
-      "$log" | awk '{ n += $1 + $2 } END { print n + 0 }')
-    rm -f "$log" "$log.status"
+    status=0
+    test_counted cargo test -p devinject-tests --no-fail-fast "${cargo_args[@]}" "--test=$binary" \
+      -- "${filters[@]}" "${test_args[@]}" || status=$?
     [ "$status" -eq 0 ] || rc=$status
     if [ "$status" -eq 0 ] && [ "$ran" -eq 0 ]; then
       echo "tiers: the $pass pass ran no test of tests/tests/$binary/$module.rs: no test's name" \
@@ -68,6 +59,23 @@ tier_test() {
     fi
   done < <(tier "$pass")
   return "$rc"
+}
+# test_counted COMMAND...: runs a `cargo test` command line, its output going by as it runs;
+# its status is the command's, and `ran` says how many tests it ran (passed or failed), from
+# each binary's summary, `test result: ok. N passed; M failed; ...` (cargo passes a filter that
+# matches nothing: the caller fails a run of none).
+test_counted() {
+  local log status
+  echo "tiers: $*"
+  log=$(mktemp)
+  # The output into $log too, the status through a file: the pipeline's own status is tee's
+  # (or, under pipefail, also cargo's, ending a set -e caller).
+  { status=0; "$@" </dev/null || status=$?; echo "$status" >"$log.status"; } | tee "$log"
+  status=$(cat "$log.status")
+  ran=$(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed;.*/\1 \2/p' \
+    "$log" | awk '{ n += $1 + $2 } END { print n + 0 }')
+  rm -f "$log" "$log.status"
+  return "$status"
 }
 # Before anything is built: every file of the binaries' folders in tests/tiers.txt once and
 # declared by its binary's main.rs, every file there real, no file of tests/tests/ outside a
