@@ -172,8 +172,11 @@ if wait_job "building helm" "$helm_job" scripts/helm-build.sh "$logs/helm.err"; 
   DEVINJECT_HELM=$(cat "$logs/helm")/helm
   export DEVINJECT_HELM
 fi
+# The installer's image test waits for the image's binaries, built in the background: it runs
+# after the suite, before the cluster tier, which takes the same image.
+image_test=image::the_image_installs_on_a_host_root_and_on_a_live_dockerd
 say "the unit tests"
-cargo test --workspace --exclude devinject-tests --no-fail-fast || status=$?
+cargo test --workspace --exclude devinject-tests --no-fail-fast -- --skip "$image_test" || status=$?
 # The files marked suite in tests/tiers.txt, each in a process of its own, in the order there
 # (with DEVINJECT_KUBE_COMPAT=1 then those marked compat, on 1.20: the device plugin as an old
 # kubelet dials and lists it); CRI-O and the whole cluster tier on today's release run below.
@@ -197,6 +200,15 @@ fi
 if [ -n "${runc14:-}" ]; then
   say "the runc tier again on $("$runc14" --version | sed -n 1p) ($runc14)"
   DEVINJECT_RUNC=$runc14 tier_test runc14 -- --skip docker_matrix_with_the_shim || status=$?
+fi
+say "the installer's image test"
+image_status=0
+test_counted cargo test -p devinject-installer --test installer -- --exact "$image_test" || image_status=$?
+if [ "$image_status" -ne 0 ]; then
+  status=$image_status
+elif [ "$ran" -eq 0 ]; then
+  echo "test.sh: no test of bins/installer/tests/installer/ is named $image_test" >&2
+  status=1
 fi
 # CRI-O 1.36 on runc 1.4 (the files marked crio in tests/tiers.txt), and the whole cluster tier
 # (marked cluster) on Kubernetes 1.37, its nodes on containerd 2 and runc 1.4
