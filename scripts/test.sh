@@ -51,9 +51,9 @@ peers=(runtimes-fetch grpc-go-client vendor-stacks-fetch nvidia-toolkit-build)
 background 5 /dev/null "$logs/peers.err" bash -c "for s in ${peers[*]}; do scripts/\$s.sh >'$logs/'\$s || exit; done"
 peers_job=$!
 bg_jobs+=("$peers_job")
-# helm (scripts/helm-build.sh; about two minutes of 2 cores the first time, then cached), for the
-# chart's checks in the unit tests (bins/installer/tests/installer/manifests.rs) and the cluster tier's
-# helm install (tests/tests/cluster/cluster_helm.rs).
+# helm (scripts/helm-build.sh; about six minutes of CPU the first time, then cached), for the
+# chart's checks (bins/installer/tests/installer/manifests.rs, after the runc passes) and the
+# cluster tier's helm install (tests/tests/cluster/cluster_helm.rs).
 background 10 "$logs/helm" "$logs/helm.err" scripts/helm-build.sh
 helm_job=$!
 bg_jobs+=("$helm_job")
@@ -168,15 +168,14 @@ say "the suite's engines: $(first_line runc --version), $(first_line containerd 
 # Every skip is put on the record here (tests/testkit/); under CI=true a skip is a failure.
 export DEVINJECT_SKIP_LOG="$PWD/target/skipped-tests.txt"
 rm -f "$DEVINJECT_SKIP_LOG"
-if wait_job "building helm" "$helm_job" scripts/helm-build.sh "$logs/helm.err"; then
-  DEVINJECT_HELM=$(cat "$logs/helm")/helm
-  export DEVINJECT_HELM
-fi
-# The installer's image test waits for the image's binaries, built in the background: it runs
-# after the suite, before the cluster tier, which takes the same image.
-image_test=image::the_image_installs_on_a_host_root_and_on_a_live_dockerd
+# The installer's tests that need a background job run after the suite, before the cluster
+# tier, so that the unit tests never wait: the image test (the image's binaries; the cluster
+# tier takes the same image) and the manifests' check (helm, which a cold run builds for minutes
+# after the unit tests are ready).
+late_tests=(image::the_image_installs_on_a_host_root_and_on_a_live_dockerd
+  manifests::manifests_match_the_kubernetes_schemas_and_render)
 say "the unit tests"
-cargo test --workspace --exclude devinject-tests --no-fail-fast -- --skip "$image_test" || status=$?
+cargo test --workspace --exclude devinject-tests --no-fail-fast -- "${late_tests[@]/#/--skip=}" || status=$?
 # The files marked suite in tests/tiers.txt, each in a process of its own, in the order there
 # (with DEVINJECT_KUBE_COMPAT=1 then those marked compat, on 1.20: the device plugin as an old
 # kubelet dials and lists it); CRI-O and the whole cluster tier on today's release run below.
@@ -201,13 +200,17 @@ if [ -n "${runc14:-}" ]; then
   say "the runc tier again on $("$runc14" --version | sed -n 1p) ($runc14)"
   DEVINJECT_RUNC=$runc14 tier_test runc14 -- --skip docker_matrix_with_the_shim || status=$?
 fi
-say "the installer's image test"
-image_status=0
-test_counted cargo test -p devinject-installer --test installer -- --exact "$image_test" || image_status=$?
-if [ "$image_status" -ne 0 ]; then
-  status=$image_status
-elif [ "$ran" -eq 0 ]; then
-  echo "test.sh: no test of bins/installer/tests/installer/ is named $image_test" >&2
+if wait_job "building helm" "$helm_job" scripts/helm-build.sh "$logs/helm.err"; then
+  DEVINJECT_HELM=$(cat "$logs/helm")/helm
+  export DEVINJECT_HELM
+fi
+say "the installer's image and manifests tests"
+late_status=0
+test_counted cargo test -p devinject-installer --test installer -- --exact "${late_tests[@]}" || late_status=$?
+if [ "$late_status" -ne 0 ]; then
+  status=$late_status
+elif [ "$ran" -ne ${#late_tests[@]} ]; then
+  echo "test.sh: bins/installer/tests/installer/ ran $ran of ${late_tests[*]}" >&2
   status=1
 fi
 # CRI-O 1.36 on runc 1.4 (the files marked crio in tests/tiers.txt), and the whole cluster tier
