@@ -264,7 +264,9 @@ else
   echo "test.sh: SKIPPED the fresh-root test (runs under CI=true, or with DEVINJECT_FRESH_ROOT=1)"
 fi
 background_report
-echo "test.sh: the run's own CPU, user and system, and its children's: $(times | tr '\n' ' ')"
+# `times` in this shell: in the subshell of $(...) it would count nothing.
+times >"$logs/times"
+echo "test.sh: the run's own CPU, user and system, and its children's: $(tr '\n' ' ' <"$logs/times")"
 if [ -s "$DEVINJECT_SKIP_LOG" ]; then
   echo "test.sh: $(wc -l <"$DEVINJECT_SKIP_LOG") tests skipped (they passed without running):"
   sort "$DEVINJECT_SKIP_LOG"
