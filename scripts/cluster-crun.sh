@@ -4,8 +4,8 @@
 # Debian 12's crun (1.8.1) has none, so crun 1.21 is built from Debian 13's source package
 # (scripts/crun-build.sh, under a minute the first time). Runs the files marked `crun` in
 # tests/tiers.txt `crun_all` on Kubernetes 1.37 and CRI-O 1.36: every CRI-O path on crun, where
-# scripts/test.sh runs the core marked `crun` after the cluster tier. Needs root, like the tier. Extra arguments go to cargo test
-# (e.g. `-- --nocapture`).
+# scripts/test.sh runs the core marked `crun` after the cluster tier. Needs root, like the
+# tier. Extra arguments go to cargo test (e.g. `-- --nocapture`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CI=true
