@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Builds containerd 2.2 (containerd, containerd-shim-runc-v2, ctr) from its Go module
-# github.com/containerd/containerd/v2, static (CGO off; the btrfs, devmapper and zfs snapshotters
-# left out, as a node on overlayfs needs none of them). Debian packages no containerd 2.2 yet,
-# and 2.2 is the first release whose NRI applies device cgroup rules given without nodes, which
-# the NRI plugin needs for user-namespaced pods (docs/nri.md); scripts/cluster-containerd-2.2.sh
-# runs the cluster tests of that on it.
+# Builds containerd 2.3, containerd's long-term release (containerd, containerd-shim-runc-v2,
+# ctr), from its Go module github.com/containerd/containerd/v2, static (CGO off; the btrfs,
+# devmapper and zfs snapshotters left out, as a node on overlayfs needs none of them). Debian
+# packages no containerd newer than 2.1; 2.2 was the first release whose NRI applies device
+# cgroup rules given without nodes, which the NRI plugin needs for user-namespaced pods
+# (docs/nri.md); scripts/cluster-containerd-2.3.sh runs the engine-path cluster tests on it.
 #
 # Pinned by version and checksum: scripts/containerd-build/go.mod requires the version, its
 # go.sum holds the h1: checksum of containerd's module and of every module it is built from, and
@@ -21,7 +21,7 @@
 # proxy serves (after a version change).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-version=2.2.9
+version=2.3.7
 module=scripts/containerd-build
 dir=${XDG_CACHE_HOME:-$HOME/.cache}/devinject/containerd-$version
 bin=$dir/bin
@@ -44,7 +44,7 @@ if go_pinned_current "$dir" "${binaries[@]}"; then echo "$dir"; exit 0; fi
 [ "${1:-}" = --if-built ] && exit 1
 
 # The Go containerd's go.mod asks for. GOTOOLCHAIN=local keeps go from fetching another one.
-go_at_least 1.25.0
+go_at_least 1.26.8
 
 go_pinned_stage "$dir" "$module"
 mkdir -p "$bin"

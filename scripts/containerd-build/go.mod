@@ -1,5 +1,5 @@
 module devinject.io/containerd-build
 
-go 1.25.0
+go 1.26.8
 
-require github.com/containerd/containerd/v2 v2.2.9
+require github.com/containerd/containerd/v2 v2.3.7
