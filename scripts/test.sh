@@ -57,18 +57,20 @@ bg_jobs+=("$peers_job")
 background 10 "$logs/helm" "$logs/helm.err" scripts/helm-build.sh
 helm_job=$!
 bg_jobs+=("$helm_job")
-# runc 1.4 for the runc tier's second pass, the CRI-O tier and the cluster tier, built from its
-# Go module (scripts/runc-build.sh; about two minutes of 2 cores the first time): where those run.
+# runc 1.4 for the CRI-O tier and the cluster tier, and runc 1.5 (with libpathrs) for the runc
+# tier's second pass, built from their Go modules (scripts/runc-build.sh; about two minutes of 2
+# cores each the first time): where those run.
 if $ci || $cluster; then
-  background 10 "$logs/runc" "$logs/runc.err" scripts/runc-build.sh
+  background 10 /dev/null "$logs/runc.err" bash -c "scripts/runc-build.sh >'$logs/runc' && \
+    scripts/runc-build.sh --release 1.5 >'$logs/runc15'"
   runc_job=$!
   bg_jobs+=("$runc_job")
-  # containerd 2.2, for the files marked containerd22 after the cluster tier (Debian packages
+  # containerd 2.3, for the files marked containerd23 after the cluster tier (Debian packages
   # none: scripts/containerd-build.sh, about two minutes of 2 cores the first time), on what
   # the other jobs leave idle.
-  background 19 "$logs/containerd22" "$logs/containerd22.err" scripts/containerd-build.sh
-  containerd22_job=$!
-  bg_jobs+=("$containerd22_job")
+  background 19 "$logs/containerd" "$logs/containerd.err" scripts/containerd-build.sh
+  containerd_job=$!
+  bg_jobs+=("$containerd_job")
   # crun 1.21, for the files marked crun after the cluster tier (Debian 12's 1.8.1 serves no
   # user-namespaced pod: scripts/crun-build.sh, under a minute of 2 cores the first time).
   background 19 "$logs/crun" "$logs/crun.err" scripts/crun-build.sh
@@ -185,20 +187,22 @@ tier_test suite || status=$?
 if [ ${#compat_tier[@]} -gt 0 ]; then
   tier_test compat || status=$?
 fi
-# The runc tier (the files marked runc14 in tests/tiers.txt) again on runc 1.4 (docs/testing.md,
-# "runc 1.4"), built from its Go module into a cache outside the tree (scripts/runc-build.sh, in
-# the background above; about two minutes the first time on 2 cores): under CI always; locally
-# once scripts/runc-build.sh has built it. The docker case of the hostile matrix is left to the
-# docker tier.
+# The runc tier (the files marked runc15 in tests/tiers.txt) again on runc 1.5 (docs/testing.md,
+# "runc 1.5"), built from its Go module into a cache outside the tree (scripts/runc-build.sh
+# --release 1.5, in the background above, with runc 1.4 for the CRI-O and cluster tiers): under
+# CI always; locally once scripts/runc-build.sh has built them. The docker case of the hostile
+# matrix is left to the docker tier.
 if $ci || $cluster; then
-  wait_job "building runc 1.4" "$runc_job" scripts/runc-build.sh "$logs/runc.err" && runc14=$(cat "$logs/runc")
+  wait_job "building runc 1.4 and 1.5" "$runc_job" "scripts/runc-build.sh [--release 1.5]" "$logs/runc.err" &&
+    runc14=$(cat "$logs/runc") && runc15=$(cat "$logs/runc15")
 else
-  runc14=$(scripts/runc-build.sh --if-built) ||
-    echo "test.sh: SKIPPED the runc tier on runc 1.4 (runs under CI=true, or after scripts/runc-build.sh)"
+  runc14=$(scripts/runc-build.sh --if-built) || true
+  runc15=$(scripts/runc-build.sh --release 1.5 --if-built) ||
+    echo "test.sh: SKIPPED the runc tier on runc 1.5 (runs under CI=true, or after scripts/runc-build.sh --release 1.5)"
 fi
-if [ -n "${runc14:-}" ]; then
-  say "the runc tier again on $("$runc14" --version | sed -n 1p) ($runc14)"
-  DEVINJECT_RUNC=$runc14 tier_test runc14 -- --skip docker_matrix_with_the_shim || status=$?
+if [ -n "${runc15:-}" ]; then
+  say "the runc tier again on $("$runc15" --version | sed -n 1p) ($runc15)"
+  DEVINJECT_RUNC=$runc15 tier_test runc15 -- --skip docker_matrix_with_the_shim || status=$?
 fi
 if wait_job "building helm" "$helm_job" scripts/helm-build.sh "$logs/helm.err"; then
   DEVINJECT_HELM=$(cat "$logs/helm")/helm
@@ -227,15 +231,16 @@ if wait_job "building the stack of today" "$today_job" \
     export DEVINJECT_CNI_BIN
     say "the cluster tier on $("$kube137/kubelet" --version) and $("$runc14" --version | sed -n 1p)"
     DEVINJECT_KUBE_BIN=$kube137 DEVINJECT_RUNC=$runc14 DEVINJECT_CRIO_BIN=$crio_bin tier_test cluster || status=$?
-    # The files marked containerd22 again, their nodes on containerd 2.2 (the first whose NRI
-    # applies device rules given without nodes, which user-namespaced pods need: docs/nri.md)
-    # in place of Debian's 2.1; scripts/cluster-containerd-2.2.sh runs this pass alone.
-    if wait_job "building containerd 2.2" "$containerd22_job" scripts/containerd-build.sh "$logs/containerd22.err"; then
-      runtimes22=$(runtimes_with_containerd22 "$DEVINJECT_RUNTIMES" "$(cat "$logs/containerd22")" \
-        "$PWD/target/runtimes-containerd-2.2")
-      say "the containerd 2.2 files on $("$runtimes22/containerd-2/bin/containerd" --version)"
-      DEVINJECT_RUNTIMES=$runtimes22 DEVINJECT_KUBE_BIN=$kube137 DEVINJECT_RUNC=$runc14 DEVINJECT_CRIO_BIN=$crio_bin \
-        tier_test containerd22 || status=$?
+    # The files marked containerd23 again, their nodes on containerd 2.3 (the long-term
+    # release; NRI applies device rules given without nodes, which user-namespaced pods need,
+    # from 2.2 on: docs/nri.md) in place of Debian's 2.1; scripts/cluster-containerd-2.3.sh runs
+    # this pass alone.
+    if wait_job "building containerd 2.3" "$containerd_job" scripts/containerd-build.sh "$logs/containerd.err"; then
+      runtimes_built=$(runtimes_with_containerd "$DEVINJECT_RUNTIMES" "$(cat "$logs/containerd")" \
+        "$PWD/target/runtimes-containerd-built")
+      say "the containerd 2.3 files on $("$runtimes_built/containerd-2/bin/containerd" --version)"
+      DEVINJECT_RUNTIMES=$runtimes_built DEVINJECT_KUBE_BIN=$kube137 DEVINJECT_RUNC=$runc14 DEVINJECT_CRIO_BIN=$crio_bin \
+        tier_test containerd23 || status=$?
     fi
     # The files marked crun again, their CRI-O nodes on crun (CRI-O's default runtime where
     # distributions ship it) in place of runc; scripts/cluster-crun.sh runs this pass alone.

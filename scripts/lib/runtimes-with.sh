@@ -1,9 +1,9 @@
 # shellcheck shell=bash
-# runtimes_with_containerd22 FETCHED BUILT OUT: makes OUT the releases of FETCHED
+# runtimes_with_containerd FETCHED BUILT OUT: makes OUT the releases of FETCHED
 # (scripts/runtimes-fetch.sh's dir), linked, with containerd 2 replaced by the release dir BUILT
 # (scripts/containerd-build.sh's), for a DEVINJECT_RUNTIMES on which the cluster tests' nodes
-# run containerd 2.2; prints OUT.
-runtimes_with_containerd22() {
+# run the built containerd; prints OUT.
+runtimes_with_containerd() {
   local fetched=$1 built=$2 out=$3 release
   rm -rf "$out" && mkdir -p "$out"
   for release in "$fetched"/*/; do

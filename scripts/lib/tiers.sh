@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Which test file runs in which pass: tests/tiers.txt, and nowhere else. Sourced by
 # scripts/test.sh and the scripts/cluster-*.sh scripts from the repository root.
 #
@@ -7,7 +8,7 @@
 # binary: `--test=<binary>` with the name filter `<module>::`. Two files of one binary never
 # run at once, and a file's statics (a lock, a shared cluster) are its own.
 tiers=tests/tiers.txt
-tier_passes=(suite runc14 crio cluster compat dra containerd22 crun crun_all arm64 multiarch)
+tier_passes=(suite runc15 crio cluster compat dra containerd23 crun crun_all arm64 multiarch)
 # The files marked for pass $1, in the order of tests/tiers.txt: `<binary> <module>` per line,
 # with the name prefixes after them (`<binary> <module> <prefix>[+<prefix>...]`) where the mark
 # is `<pass>=<prefix>[+<prefix>...]`.

@@ -8,8 +8,8 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
 /// The variable naming the runc every runc-level test runs (docs/testing.md): unset, `runc` on
-/// `PATH` (Debian's). scripts/test.sh sets it to the runc 1.4 of scripts/runc-build.sh for a
-/// second run of the runc tier.
+/// `PATH` (Debian's). scripts/test.sh sets it to the runc 1.5 of scripts/runc-build.sh for a
+/// second run of the runc tier, and to its runc 1.4 for the CRI-O and cluster tiers.
 pub const RUNC_ENV: &str = "DEVINJECT_RUNC";
 
 /// An OCI bundle: `config.json` plus a busybox rootfs.

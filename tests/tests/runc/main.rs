@@ -1,4 +1,4 @@
-//! The runc tier: the hook and the shim under the real runc (the machine's, then runc 1.4),
+//! The runc tier: the hook and the shim under the real runc (the machine's, then runc 1.5),
 //! and the hostile images, filesystems and node groups they must refuse.
 //!
 //! Each file is a module, run by scripts/test.sh in a process of its own with the filter
