@@ -8,6 +8,7 @@ const PROTOS: &[&str] = &[
     "src/api/pluginregistration.proto",
     "src/api/dra_v1.proto",
     "src/api/dra_v1beta1.proto",
+    "src/api/dra_health_v1.proto",
     "src/api/dra_health_v1alpha1.proto",
 ];
 

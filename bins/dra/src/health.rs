@@ -1,5 +1,5 @@
-//! The resource-health stream (`v1alpha1.DRAResourceHealth`, KEP-4680): the kubelet opens it on
-//! the driver's socket and writes the health of each allocated device into the status of the
+//! The resource-health stream (`v1.DRAResourceHealth`, and `v1alpha1.` for kubelets before 1.37:
+//! KEP-4680): the kubelet opens it on the driver's socket and writes the health of each allocated device into the status of the
 //! pods holding it (`status.containerStatuses[].allocatedResourcesStatus`), so that a pod whose
 //! device failed says so.
 //!
@@ -20,18 +20,21 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use devinject_devices::{Inventory, ProfileSet};
+use prost::Message;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
-use tracing::debug;
+use tracing::{debug, info};
 
-use crate::api::health_v1alpha1::dra_resource_health_server::{
+use crate::api::health_v1::dra_resource_health_server::{
     DraResourceHealth, DraResourceHealthServer,
 };
-use crate::api::health_v1alpha1::{
+use crate::api::health_v1::{
     DeviceHealth, DeviceIdentifier, HealthStatus, NodeWatchResourcesRequest,
     NodeWatchResourcesResponse,
 };
+use crate::api::health_v1alpha1;
 use crate::naming;
 use crate::slices::{device_names, every_published_id};
 
@@ -162,11 +165,17 @@ fn response(changes: Vec<(DeviceKey, Observation)>) -> NodeWatchResourcesRespons
     }
 }
 
-/// The `DRAResourceHealth` service.
+/// The `DRAResourceHealth` service, v1.
 #[derive(Debug, Clone)]
 pub struct HealthService {
     config: Arc<HealthConfig>,
 }
+
+/// The same service under its v1alpha1 name, for kubelets before 1.37 and those that find only
+/// that name advertised: [`HealthService`]'s stream, each message carried across as its bytes
+/// (the two versions' messages are the same fields: `crate::api`'s tests pin both).
+#[derive(Debug, Clone)]
+pub struct HealthServiceV1Alpha1(HealthService);
 
 impl HealthService {
     /// A service reporting the devices of `config`.
@@ -176,20 +185,28 @@ impl HealthService {
         }
     }
 
-    /// The service, to serve beside the node service.
+    /// The v1 service, to serve beside the node service.
     pub fn server(self) -> DraResourceHealthServer<Self> {
         DraResourceHealthServer::new(self)
     }
-}
 
-#[tonic::async_trait]
-impl DraResourceHealth for HealthService {
-    type NodeWatchResourcesStream = ReceiverStream<Result<NodeWatchResourcesResponse, Status>>;
+    /// The v1alpha1 service, to serve beside the v1 one.
+    pub fn server_v1alpha1(
+        self,
+    ) -> health_v1alpha1::dra_resource_health_server::DraResourceHealthServer<HealthServiceV1Alpha1>
+    {
+        health_v1alpha1::dra_resource_health_server::DraResourceHealthServer::new(
+            HealthServiceV1Alpha1(self),
+        )
+    }
 
-    async fn node_watch_resources(
+    /// The stream of one kubelet's watch.
+    fn watch(
         &self,
-        _request: Request<NodeWatchResourcesRequest>,
-    ) -> Result<Response<Self::NodeWatchResourcesStream>, Status> {
+        api: &'static str,
+    ) -> ReceiverStream<Result<NodeWatchResourcesResponse, Status>> {
+        info!(api, "{OPENED}");
+
         let (tx, rx) = mpsc::channel(4);
         let config = Arc::clone(&self.config);
         tokio::spawn(async move {
@@ -225,13 +242,60 @@ impl DraResourceHealth for HealthService {
             }
             debug!("the health stream ended");
         });
-        Ok(Response::new(ReceiverStream::new(rx)))
+        ReceiverStream::new(rx)
+    }
+}
+
+/// What the driver logs when a kubelet opens the health stream, with the API version (`api`):
+/// tests and operators look for it.
+pub const OPENED: &str = "the kubelet opened the device health stream";
+
+#[tonic::async_trait]
+impl DraResourceHealth for HealthService {
+    type NodeWatchResourcesStream = ReceiverStream<Result<NodeWatchResourcesResponse, Status>>;
+
+    async fn node_watch_resources(
+        &self,
+        _request: Request<NodeWatchResourcesRequest>,
+    ) -> Result<Response<Self::NodeWatchResourcesStream>, Status> {
+        Ok(Response::new(self.watch(crate::api::HEALTH_V1)))
+    }
+}
+
+/// A v1 message as its v1alpha1 twin, through its bytes.
+fn to_v1alpha1(
+    message: NodeWatchResourcesResponse,
+) -> Result<health_v1alpha1::NodeWatchResourcesResponse, Status> {
+    health_v1alpha1::NodeWatchResourcesResponse::decode(message.encode_to_vec().as_slice())
+        .map_err(|e| Status::internal(format!("device health as v1alpha1: {e}")))
+}
+
+#[tonic::async_trait]
+impl health_v1alpha1::dra_resource_health_server::DraResourceHealth for HealthServiceV1Alpha1 {
+    type NodeWatchResourcesStream = std::pin::Pin<
+        Box<
+            dyn tokio_stream::Stream<
+                    Item = Result<health_v1alpha1::NodeWatchResourcesResponse, Status>,
+                > + Send,
+        >,
+    >;
+
+    async fn node_watch_resources(
+        &self,
+        _request: Request<health_v1alpha1::NodeWatchResourcesRequest>,
+    ) -> Result<Response<Self::NodeWatchResourcesStream>, Status> {
+        let stream = self
+            .0
+            .watch(crate::api::HEALTH_V1ALPHA1)
+            .map(|item| item.and_then(to_v1alpha1));
+        Ok(Response::new(Box::pin(stream)))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use health_v1alpha1::dra_resource_health_server::DraResourceHealth as _;
 
     fn key(d: &str) -> DeviceKey {
         ("n/demo".into(), d.into())
@@ -251,8 +315,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn every_share_of_a_discovered_device_is_observed_under_its_slice_name() {
+    /// The demo profile with two replicas per device, and discovery's find: device 0 healthy,
+    /// device 1 not.
+    fn demo() -> (ProfileSet, BTreeMap<String, Inventory>) {
         let profiles = ProfileSet::from_profiles(vec![devinject_devices::Profile::parse(
             "name = \"demo\"\nresource = \"devinject.io/demo\"\nreplicas = 2\n[discovery]\nnodes = [\"demo/accel[0-9]*\"]\n",
             std::path::Path::new("demo.toml"),
@@ -277,6 +342,12 @@ mod tests {
                 control_nodes: Vec::new(),
             },
         )]);
+        (profiles, discovered)
+    }
+
+    #[test]
+    fn every_share_of_a_discovered_device_is_observed_under_its_slice_name() {
+        let (profiles, discovered) = demo();
         let seen = observe("n", &profiles, &discovered);
         let names: Vec<_> = seen.keys().map(|(p, d)| format!("{p} {d}")).collect();
         assert_eq!(
@@ -332,5 +403,52 @@ mod tests {
         assert_eq!(d.health_check_timeout_seconds, 60);
         assert!(d.last_updated_time > 1_700_000_000);
         assert_eq!(d.message, "sick");
+    }
+
+    /// Both versions of the service send the same first message: every device, its health and
+    /// why, the v1alpha1 one carried across byte for byte.
+    #[tokio::test]
+    async fn the_v1_and_v1alpha1_streams_say_the_same() {
+        let (profiles, discovered) = demo();
+        let (_publisher, discovered) = watch::channel(Arc::new(discovered));
+        let service = HealthService::new(HealthConfig {
+            node: "n".into(),
+            profiles,
+            discovered,
+        });
+        let mut v1 = DraResourceHealth::node_watch_resources(
+            &service,
+            Request::new(NodeWatchResourcesRequest {}),
+        )
+        .await
+        .unwrap()
+        .into_inner();
+        let first = v1.next().await.unwrap().unwrap();
+        assert_eq!(first.devices.len(), 4, "{first:?}");
+        let sick: Vec<_> = first
+            .devices
+            .iter()
+            .filter(|d| d.health == HealthStatus::Unhealthy as i32)
+            .map(|d| d.device.as_ref().unwrap().device_name.as_str())
+            .collect();
+        assert_eq!(sick, ["demo-1--0", "demo-1--1"]);
+        let alpha = HealthServiceV1Alpha1(service);
+        let mut v1alpha1 = alpha
+            .node_watch_resources(Request::new(health_v1alpha1::NodeWatchResourcesRequest {}))
+            .await
+            .unwrap()
+            .into_inner();
+        let first_alpha = v1alpha1.next().await.unwrap().unwrap();
+        let mut same = first.clone();
+        // Sent a moment apart: the same second or the next.
+        for (d, a) in same.devices.iter_mut().zip(&first_alpha.devices) {
+            assert!((a.last_updated_time - d.last_updated_time).abs() <= 1);
+            d.last_updated_time = a.last_updated_time;
+        }
+        assert_eq!(first_alpha.encode_to_vec(), same.encode_to_vec());
+        assert_eq!(first_alpha.devices[2].message, first.devices[2].message);
+        assert!(first_alpha.devices[2]
+            .message
+            .contains("device 1 of profile demo"));
     }
 }

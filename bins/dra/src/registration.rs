@@ -243,6 +243,7 @@ mod tests {
             [
                 "v1.DRAPlugin",
                 "v1beta1.DRAPlugin",
+                "v1.DRAResourceHealth",
                 "v1alpha1.DRAResourceHealth"
             ]
         );

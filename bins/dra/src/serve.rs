@@ -96,7 +96,10 @@ pub async fn serve<C: Claims>(
         profiles: config.profiles.clone(),
         discovered: watched,
     });
-    let routes = service.routes().add_service(health.server());
+    let routes = service
+        .routes()
+        .add_service(health.clone().server())
+        .add_service(health.server_v1alpha1());
     let mut dra = devinject_kubelet::serve::serve(&config.socket, routes).await?;
     let registration = RegistrationService::new(&config.driver, &config.socket)?
         .with_metrics(config.metrics.clone());

@@ -1164,6 +1164,19 @@ fn sysfs_attributes_reach_the_slice_and_a_health_change_taints_the_device() {
         "the pod's status said so within {:?}: {status}",
         changed.elapsed()
     );
+    // A 1.37 kubelet negotiates the stream's v1, which the driver advertises first; an older one
+    // opens v1alpha1.
+    let api = if c.kubernetes().minor() >= 37 {
+        devinject_dra::api::HEALTH_V1
+    } else {
+        devinject_dra::api::HEALTH_V1ALPHA1
+    };
+    let log = c.dra_log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains(devinject_dra::health::OPENED) && l.contains(&format!("\"{api}\""))),
+        "the kubelet opened the health stream's {api}:\n{log}"
+    );
     assert!(
         pod_running(&c, "chooser"),
         "NoSchedule leaves the holder running"

@@ -5,7 +5,8 @@
 //!   [`crate::registration`] on the socket in the kubelet's `plugins_registry/`.
 //! - [`v1`] and [`v1beta1`]: the `DRAPlugin` node service, both served by one implementation in
 //!   [`crate::node_service`] on the driver's own socket.
-//! - [`health_v1alpha1`]: the resource-health stream, served by [`crate::health`] there too.
+//! - [`health_v1`] and [`health_v1alpha1`]: the resource-health stream, both served by
+//!   [`crate::health`] there too.
 
 /// `Registration` messages, client and server (`pluginregistration.Registration`).
 #[allow(missing_docs, clippy::doc_markdown, clippy::large_enum_variant)]
@@ -26,8 +27,15 @@ pub mod v1beta1 {
     tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1beta1");
 }
 
-/// The resource-health stream (`v1alpha1.DRAResourceHealth`), served by [`crate::health`] on the
-/// driver's own socket beside the node service.
+/// The resource-health stream of Kubernetes 1.37 (`v1.DRAResourceHealth`), served by
+/// [`crate::health`] on the driver's own socket beside the node service.
+#[allow(missing_docs, clippy::doc_markdown, clippy::large_enum_variant)]
+pub mod health_v1 {
+    tonic::include_proto!("v1");
+}
+
+/// The resource-health stream before 1.37 (`v1alpha1.DRAResourceHealth`): [`health_v1`]'s
+/// messages under their first name, which kubelets speak until 1.40.
 #[allow(missing_docs, clippy::doc_markdown, clippy::large_enum_variant)]
 pub mod health_v1alpha1 {
     tonic::include_proto!("v1alpha1");
@@ -42,14 +50,18 @@ pub const V1: &str = "v1.DRAPlugin";
 /// The advertised name of the [`v1beta1`] node service.
 pub const V1BETA1: &str = "v1beta1.DRAPlugin";
 
+/// The advertised name of the [`health_v1`] resource-health stream.
+pub const HEALTH_V1: &str = "v1.DRAResourceHealth";
+
 /// The advertised name of the [`health_v1alpha1`] resource-health stream.
 pub const HEALTH_V1ALPHA1: &str = "v1alpha1.DRAResourceHealth";
 
 /// `PluginInfo.supported_versions`: the node services newest first (the kubelet uses the first
-/// one it knows), then the health stream. A 1.37 kubelet opens the health stream only when the
-/// registration names it (it negotiates `v1.DRAResourceHealth` or `v1alpha1.`, the latter until
-/// 1.40); a 1.34-1.36 kubelet opens `v1alpha1` unasked and skips names it does not know.
-pub const SUPPORTED_VERSIONS: [&str; 3] = [V1, V1BETA1, HEALTH_V1ALPHA1];
+/// one it knows), then the health streams, newest first. A 1.37 kubelet opens the health stream
+/// only when the registration names it, and takes the first of `v1.DRAResourceHealth` and
+/// `v1alpha1.` it finds in its own order, v1 first (v1alpha1 until 1.40); a 1.34-1.36 kubelet
+/// opens `v1alpha1` unasked and skips names it does not know.
+pub const SUPPORTED_VERSIONS: [&str; 4] = [V1, V1BETA1, HEALTH_V1, HEALTH_V1ALPHA1];
 
 #[cfg(test)]
 mod tests {
@@ -236,8 +248,21 @@ mod tests {
         ];
         assert_eq!(response.encode_to_vec(), expected);
         assert_eq!(
-            <dra_resource_health_server::DraResourceHealthServer<crate::health::HealthService> as NamedService>::NAME,
+            <dra_resource_health_server::DraResourceHealthServer<
+                crate::health::HealthServiceV1Alpha1,
+            > as NamedService>::NAME,
             "v1alpha1.DRAResourceHealth"
+        );
+        // v1 is the same contract under another name: the same bytes.
+        let v1 = health_v1::NodeWatchResourcesResponse::decode(expected.as_slice()).unwrap();
+        assert_eq!(v1.encode_to_vec(), expected);
+        assert_eq!(v1.devices[0].message, "m");
+        assert_eq!(v1.devices[0].health_check_timeout_seconds, 6);
+        assert_eq!(
+            <health_v1::dra_resource_health_server::DraResourceHealthServer<
+                crate::health::HealthService,
+            > as NamedService>::NAME,
+            "v1.DRAResourceHealth"
         );
     }
 
@@ -248,6 +273,7 @@ mod tests {
             [
                 "v1.DRAPlugin",
                 "v1beta1.DRAPlugin",
+                "v1.DRAResourceHealth",
                 "v1alpha1.DRAResourceHealth"
             ]
         );
