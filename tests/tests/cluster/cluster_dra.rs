@@ -80,7 +80,7 @@ use devinject_tests::sim::{
     assert_demo_granted_exactly, demo_host_with_accels, demo_probe_args, without_partitions,
     ACCELS, CTL, LIB,
 };
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 
 static ONE_CLUSTER: Mutex<()> = Mutex::new(());
@@ -1108,6 +1108,40 @@ fn sysfs_attributes_reach_the_slice_and_a_health_change_taints_the_device() {
     let ids = allocated_ids(&claim_of(&c, "chooser"));
     assert_eq!(ids, ["2"], "the device whose serial the claim chose");
     assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+    // The claim's device status tells an operator what was prepared (KEP-4817): the device
+    // Ready, its profile, host device and CDI device, and what the prepare step did.
+    let entry = poll(
+        "the chooser's claim tells its device status",
+        devinject_tests::cluster::SLOW,
+        || {
+            let claim = claim_of(&c, "chooser");
+            Ok(claim["status"]["devices"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|d| d["driver"] == DRA_DRIVER && d["device"] == "demo-2")
+                .cloned())
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let ready = &entry["conditions"][0];
+    assert_eq!(
+        (&ready["type"], &ready["status"]),
+        (&json!("Ready"), &json!("True")),
+        "{entry}"
+    );
+    assert_eq!(
+        (&entry["data"]["profile"], &entry["data"]["deviceID"]),
+        (&json!("demo"), &json!("2")),
+        "{entry}"
+    );
+    assert_eq!(entry["data"]["prepareStep"], "none", "{entry}");
+    assert!(
+        entry["data"]["cdiDeviceIDs"][0]
+            .as_str()
+            .is_some_and(|id| id.contains("demo")),
+        "{entry}"
+    );
 
     // The chooser's device turns unhealthy: it stays in the slice with a taint, the pod holding
     // it keeps running and says so in its status (the health stream).

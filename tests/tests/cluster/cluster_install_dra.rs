@@ -201,6 +201,24 @@ fn installed_as_a_dra_driver_it_serves_claims_and_the_examples_and_uninstalls() 
         specs.iter().any(|f| f.contains("kvm")),
         "the claim's spec is in the node's CDI directory: {specs:?}"
     );
+    // Within the manifests' RBAC, the driver tells the claim's device status (KEP-4817).
+    let mut status = String::new();
+    poll("the claim's device status", SLOW, || {
+        let pod = c.pod("kvm-claimant")?;
+        let claim = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        status = c.kubectl(&[
+            "get",
+            "resourceclaim",
+            &claim,
+            "-o",
+            "jsonpath={.status.devices}",
+        ])?;
+        Ok((status.contains("\"Ready\"") && status.contains("\"profile\":\"kvm\"")).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}: {status}"));
     c.kubectl(&["delete", "pod", "kvm-claimant", "--wait=true"])
         .unwrap();
     poll("the claim's spec to go", SLOW, || {

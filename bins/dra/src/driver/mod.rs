@@ -28,6 +28,7 @@
 mod before_binding;
 mod claim_label;
 mod claim_locks;
+mod device_status;
 mod entries;
 #[cfg(test)]
 mod fixtures;

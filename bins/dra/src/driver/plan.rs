@@ -14,6 +14,7 @@ use devinject_devices::{
 };
 use devinject_discovery::{discover, resolve_driver_files};
 
+use super::device_status::{DeviceReport, PrepareStep};
 use super::Driver;
 use crate::claim::{AllocatedDevice, Allocation};
 use crate::claim_spec::{self, ClaimSpec};
@@ -53,6 +54,8 @@ pub(super) struct ProfilePlan {
     pub(super) spec: ClaimSpec,
     /// The devices as the kubelet is told.
     pub(super) answer: Vec<PreparedDevice>,
+    /// The devices as the claim's device status tells them, in [`Self::answer`]'s order.
+    pub(super) reports: Vec<DeviceReport>,
 }
 
 impl Driver {
@@ -86,6 +89,9 @@ impl Driver {
                 .map_err(|e| format!("profile {name}: discovery: {e}"))?;
             let names = device_names(profile, &inventory).map_err(|e| e.to_string())?;
             let mut pairs = Vec::new();
+            // Each device's host id and whether its prepare step ran before binding, for the
+            // claim's device status.
+            let mut hosts = Vec::new();
             // The devices of each chosen function (none: the profile's default), in claim order.
             let mut by_function: BTreeMap<Option<String>, Vec<DeviceId>> = BTreeMap::new();
             for d in &devices {
@@ -156,6 +162,11 @@ impl Driver {
                 // The partition's id: the spec gives its container the units it covers.
                 let spec_id = if partition.is_some() { published } else { id };
                 pairs.push((d.device.clone(), spec_id.to_owned()));
+                hosts.push((
+                    spec_id.to_owned(),
+                    device.id.clone(),
+                    d.prepared_before_binding && !again,
+                ));
                 if again || !d.prepared_before_binding {
                     by_function
                         .entry(allocation.config(&d.request).function)
@@ -169,7 +180,7 @@ impl Driver {
             let spec =
                 claim_spec::build(&self.config.spec, uid, profile, &inventory, &files, &pairs)
                     .map_err(|e| e.to_string())?;
-            let answer = devices
+            let answer: Vec<PreparedDevice> = devices
                 .iter()
                 .map(|d| PreparedDevice {
                     request_names: vec![d.request.clone()],
@@ -184,11 +195,28 @@ impl Driver {
                     share_id: d.share_id.clone(),
                 })
                 .collect();
+            let reports = answer
+                .iter()
+                .zip(hosts)
+                .map(|(device, (host_id, id, before))| DeviceReport {
+                    device: device.clone(),
+                    profile: name.clone(),
+                    host_id,
+                    prepare_step: if before {
+                        PrepareStep::RanBeforeBinding
+                    } else if runs.iter().any(|r| r.device == id) {
+                        PrepareStep::Ran
+                    } else {
+                        PrepareStep::None
+                    },
+                })
+                .collect();
             plans.push(ProfilePlan {
                 profile: name,
                 runs,
                 spec,
                 answer,
+                reports,
             });
         }
         Ok(plans)

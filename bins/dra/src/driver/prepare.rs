@@ -16,6 +16,7 @@ use kube::Api;
 use tracing::{info, warn};
 
 use super::claim_label::label;
+use super::device_status;
 use super::Driver;
 use crate::checkpoint::MetadataMount;
 use crate::claim;
@@ -163,6 +164,10 @@ impl Driver {
                 .map_err(refused("prepare_step"))?;
         }
         let run_us = steps.lap();
+        let reports: Vec<_> = plans
+            .iter()
+            .flat_map(|p| p.reports.iter().cloned())
+            .collect();
         let entry = self
             .write(&claim, plans, metadata)
             .map_err(|e| format!("{what}: {e}"))
@@ -185,6 +190,15 @@ impl Driver {
             save_us,
             "{PREPARED}"
         );
+        // The claim's device status tells what was prepared, once the kubelet has its answer.
+        let status = device_status::patch(
+            &claim.namespace,
+            &claim.name,
+            &uid,
+            self.config.spec.driver.as_str(),
+            &reports,
+        );
+        tokio::spawn(device_status::write(api, claim.name.clone(), what, status));
         Ok((devices, Prepared::Written))
     }
 }

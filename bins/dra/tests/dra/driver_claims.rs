@@ -19,10 +19,12 @@ use tokio::net::TcpListener;
 const NODE: &str = "node-a";
 
 /// A stand-in for the API server: answers `GET .../namespaces/<ns>/resourceclaims/<name>` with
-/// the claim stored under that name, 404 otherwise.
+/// the claim stored under that name, 404 otherwise, and keeps the body of each `PATCH
+/// .../resourceclaims/<name>/status` (the driver's device status), answering with the claim.
 #[derive(Clone, Default)]
 struct ApiServer {
     claims: Arc<Mutex<BTreeMap<String, serde_json::Value>>>,
+    statuses: Arc<Mutex<Vec<(String, serde_json::Value)>>>,
 }
 
 impl ApiServer {
@@ -30,12 +32,14 @@ impl ApiServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let claims = Arc::clone(&self.claims);
+        let statuses = Arc::clone(&self.statuses);
         tokio::spawn(async move {
             loop {
                 let Ok((mut conn, _)) = listener.accept().await else {
                     return;
                 };
                 let claims = Arc::clone(&claims);
+                let statuses = Arc::clone(&statuses);
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
                     loop {
@@ -49,9 +53,28 @@ impl ApiServer {
                         buf.extend_from_slice(&chunk[..n]);
                         while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
                             let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-                            buf.drain(..end + 4);
+                            let length: usize = head
+                                .lines()
+                                .find_map(|l| {
+                                    let (k, v) = l.split_once(':')?;
+                                    k.eq_ignore_ascii_case("content-length")
+                                        .then(|| v.trim().parse().ok())?
+                                })
+                                .unwrap_or(0);
+                            if buf.len() < end + 4 + length {
+                                break; // the rest of the body is still to come
+                            }
+                            let body: Vec<u8> =
+                                buf.drain(..end + 4 + length).skip(end + 4).collect();
                             let path = head.split(' ').nth(1).unwrap_or_default();
-                            let name = path.rsplit('/').next().unwrap_or_default();
+                            let path = path.split('?').next().unwrap_or_default();
+                            let mut segments = path.rsplit('/');
+                            let mut name = segments.next().unwrap_or_default();
+                            if head.starts_with("PATCH ") && name == "status" {
+                                name = segments.next().unwrap_or_default();
+                                let patch = serde_json::from_slice(&body).unwrap_or_default();
+                                statuses.lock().unwrap().push((name.to_owned(), patch));
+                            }
                             let found = claims.lock().unwrap().get(name).cloned();
                             let (status, body) = match found {
                                 Some(claim) => ("200 OK", claim.to_string()),
@@ -312,6 +335,23 @@ async fn a_lost_spec_of_this_boot_is_put_back_and_a_claim_of_an_earlier_boot_is_
     let device = &doc["requests"][0]["devices"][0];
     assert_eq!(device["name"], "demo-1", "{doc}");
     assert_eq!(device["attributes"]["id"]["string"], "1", "{doc}");
+    // The claim's device status tells what was prepared (applied once the kubelet has its
+    // answer): its device, a Ready condition, and the profile, host device, CDI device and
+    // what the prepare step did.
+    let status = wait_status(&api, "fast").await;
+    assert_eq!(status["metadata"]["uid"], FAST_UID, "{status}");
+    let entry = &status["status"]["devices"][0];
+    assert_eq!(entry["device"], "demo-1", "{status}");
+    assert_eq!(entry["conditions"][0]["type"], "Ready", "{status}");
+    assert_eq!(entry["data"]["profile"], "demo", "{status}");
+    assert_eq!(entry["data"]["deviceID"], "1", "{status}");
+    assert_eq!(entry["data"]["prepareStep"], "ran", "{status}");
+    assert!(
+        entry["data"]["cdiDeviceIDs"][0]
+            .as_str()
+            .is_some_and(|id| id.starts_with("k8s.devinject.io/demo=")),
+        "{status}"
+    );
 
     // Removed under the running driver: put back as it was, without a prepare call.
     let keeper = tokio::spawn(Arc::clone(&node.driver).keep_specs());
@@ -370,6 +410,24 @@ async fn a_lost_spec_of_this_boot_is_put_back_and_a_claim_of_an_earlier_boot_is_
         .await
         .unwrap();
     assert!(!spec.exists() && !metadata.exists());
+}
+
+/// The first device status the driver applied to claim `name`, waited for.
+async fn wait_status(api: &ApiServer, name: &str) -> serde_json::Value {
+    for _ in 0..100 {
+        let found = api
+            .statuses
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, patch)| patch.clone());
+        if let Some(patch) = found {
+            return patch;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no device status applied to claim {name}");
 }
 
 /// Prepares the claim `fast` as the kubelet would, with its deadline.

@@ -1,0 +1,213 @@
+//! What the driver tells of each device it prepared, in the claim's device status
+//! (`status.devices`, KEP-4817, GA in Kubernetes 1.37), for `kubectl describe resourceclaim`:
+//! a `Ready` condition and, as the entry's `data`, the profile, the host device the DRA device
+//! stands for, the CDI devices the runtime injects and what the prepare step did.
+//!
+//! Written by server-side apply under a field manager of its own ([`FIELD_MANAGER`]): the
+//! outcome of a prepare before binding ([`crate::binding`]) stays the other manager's, so
+//! neither apply removes what the other wrote. The write runs after the kubelet has its answer
+//! and is only told: a failure (an API server away, RBAC without `resourceclaims/status`) is
+//! logged, and the claim stays prepared.
+
+use std::time::Duration;
+
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
+use kube::Api;
+use serde_json::{json, Value};
+use tracing::{debug, warn};
+
+use crate::prepared::PreparedDevice;
+
+/// The field manager of these applies.
+pub const FIELD_MANAGER: &str = "devinject-dra-prepare";
+
+/// The condition each prepared device carries.
+pub const READY_CONDITION: &str = "Ready";
+
+/// How many times a failed apply is tried, [`RETRY`] apart.
+const TRIES: u32 = 3;
+
+/// The wait between tries.
+const RETRY: Duration = Duration::from_secs(2);
+
+/// What the prepare step did for a device, as its status says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrepareStep {
+    /// The profile has no prepare step.
+    None,
+    /// It ran at this prepare and succeeded.
+    Ran,
+    /// It ran when the scheduler allocated the device, before the pod was bound.
+    RanBeforeBinding,
+}
+
+impl PrepareStep {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Ran => "ran",
+            Self::RanBeforeBinding => "ran before binding",
+        }
+    }
+}
+
+/// One prepared device as its status entry tells it.
+#[derive(Debug, Clone)]
+pub struct DeviceReport {
+    /// The device as the kubelet was told.
+    pub device: PreparedDevice,
+    /// Its profile.
+    pub profile: String,
+    /// The host device it stands for (the profile's device id).
+    pub host_id: String,
+    /// What the prepare step did.
+    pub prepare_step: PrepareStep,
+}
+
+/// The server-side apply of `reports` into the status of the claim `name` in `namespace` with
+/// `uid` (the UID makes it apply to this claim only), for `driver`'s devices.
+pub fn patch(
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    driver: &str,
+    reports: &[DeviceReport],
+) -> Value {
+    let now = serde_json::to_value(Time(jiff::Timestamp::now())).unwrap_or(Value::Null);
+    let entries: Vec<Value> = reports
+        .iter()
+        .map(|r| {
+            let mut entry = json!({
+                "driver": driver,
+                "pool": r.device.pool_name,
+                "device": r.device.device_name,
+                "conditions": [{
+                    "type": READY_CONDITION,
+                    "status": "True",
+                    "reason": "Prepared",
+                    "message": format!(
+                        "device {} of profile {} prepared on the node; the runtime injects {}",
+                        r.host_id,
+                        r.profile,
+                        r.device.cdi_device_ids.join(", ")
+                    ),
+                    "lastTransitionTime": now,
+                }],
+                "data": {
+                    "profile": r.profile,
+                    "deviceID": r.host_id,
+                    "cdiDeviceIDs": r.device.cdi_device_ids,
+                    "prepareStep": r.prepare_step.as_str(),
+                },
+            });
+            if let Some(share) = &r.device.share_id {
+                entry["shareID"] = json!(share);
+            }
+            entry
+        })
+        .collect();
+    json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": { "name": name, "namespace": namespace, "uid": uid },
+        "status": { "devices": entries },
+    })
+}
+
+/// Applies `patch` to the claim's status through `api`, a few times before it gives up with a
+/// warning; `what` names the claim in the log.
+pub async fn write(api: Api<ResourceClaim>, name: String, what: String, patch: Value) {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    for attempt in 1..=TRIES {
+        match api
+            .patch_status(&name, &params, &Patch::Apply(&patch))
+            .await
+        {
+            Ok(_) => {
+                debug!(claim = %what, "the claim's device status tells what was prepared");
+                return;
+            }
+            Err(e) if attempt < TRIES => {
+                debug!(claim = %what, error = %e, attempt, "writing the claim's device status failed; retrying");
+                tokio::time::sleep(RETRY).await;
+            }
+            Err(e) => {
+                warn!(claim = %what, error = %e, "writing the claim's device status failed; the claim stays prepared without it");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(device: &str, share: Option<&str>, step: PrepareStep) -> DeviceReport {
+        DeviceReport {
+            device: PreparedDevice {
+                request_names: vec!["gpu".into()],
+                pool_name: "node-a/demo".into(),
+                device_name: device.into(),
+                cdi_device_ids: vec![format!("devinject.io/demo=claim-{device}")],
+                share_id: share.map(str::to_owned),
+            },
+            profile: "demo".into(),
+            host_id: "2".into(),
+            prepare_step: step,
+        }
+    }
+
+    #[test]
+    fn each_device_gets_a_ready_condition_and_what_an_operator_wants_to_see() {
+        let p = patch(
+            "ns",
+            "claim",
+            "uid-1",
+            "devinject.io",
+            &[
+                report("demo-2", None, PrepareStep::Ran),
+                report("demo-3", Some("share-1"), PrepareStep::RanBeforeBinding),
+            ],
+        );
+        assert_eq!(p["metadata"]["uid"], "uid-1");
+        assert_eq!(p["metadata"]["namespace"], "ns");
+        let devices = p["status"]["devices"].as_array().unwrap();
+        assert_eq!(devices.len(), 2);
+        let first = &devices[0];
+        assert_eq!(
+            (&first["driver"], &first["pool"], &first["device"]),
+            (
+                &json!("devinject.io"),
+                &json!("node-a/demo"),
+                &json!("demo-2")
+            )
+        );
+        assert!(first.get("shareID").is_none());
+        let condition = &first["conditions"][0];
+        assert_eq!(
+            (
+                &condition["type"],
+                &condition["status"],
+                &condition["reason"]
+            ),
+            (&json!("Ready"), &json!("True"), &json!("Prepared"))
+        );
+        assert!(condition["message"]
+            .as_str()
+            .unwrap()
+            .contains("device 2 of profile demo"));
+        assert_eq!(
+            first["data"],
+            json!({
+                "profile": "demo",
+                "deviceID": "2",
+                "cdiDeviceIDs": ["devinject.io/demo=claim-demo-2"],
+                "prepareStep": "ran",
+            })
+        );
+        assert_eq!(devices[1]["shareID"], "share-1");
+        assert_eq!(devices[1]["data"]["prepareStep"], "ran before binding");
+    }
+}
