@@ -20,17 +20,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Api;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 use tracing::{info, warn};
 
 use crate::claim::AllocatedDevice;
+use crate::claim_status;
 use crate::driver::{BeforeBinding, Driver};
 use crate::slices::{PREPARED_CONDITION, PREPARE_FAILED_CONDITION};
 
@@ -269,39 +269,26 @@ pub fn status_patch(
     reason: &str,
     message: &str,
 ) -> Value {
-    let now = serde_json::to_value(Time(jiff::Timestamp::now())).unwrap_or(Value::Null);
     let message: String = message.chars().take(MAX_MESSAGE).collect();
     let entries: Vec<Value> = devices
         .iter()
         .map(|d| {
-            let mut entry = json!({
-                "driver": driver,
-                "pool": d.pool,
-                "device": d.device,
-                "conditions": [{
-                    "type": condition,
-                    "status": "True",
-                    "reason": reason,
-                    "message": message,
-                    "lastTransitionTime": now,
-                }],
-            });
-            if let Some(share) = &d.share_id {
-                entry["shareID"] = json!(share);
-            }
-            entry
+            claim_status::entry(
+                driver,
+                &d.pool,
+                &d.device,
+                d.share_id.as_deref(),
+                claim_status::true_condition(condition, reason, &message),
+            )
         })
         .collect();
-    json!({
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {
-            "name": claim.metadata.name,
-            "namespace": claim.metadata.namespace,
-            "uid": claim.metadata.uid,
-        },
-        "status": { "devices": entries },
-    })
+    let meta = &claim.metadata;
+    claim_status::apply(
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
+        meta.uid.as_deref().unwrap_or_default(),
+        entries,
+    )
 }
 
 #[cfg(test)]
@@ -311,6 +298,7 @@ mod tests {
         AllocatedDeviceStatus, AllocationResult, DeviceAllocationResult,
         DeviceRequestAllocationResult, ResourceClaimStatus,
     };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 
     const DRIVER: &str = "devinject.io";

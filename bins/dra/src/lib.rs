@@ -9,6 +9,7 @@ pub mod binding;
 pub mod checkpoint;
 pub mod claim;
 pub mod claim_spec;
+pub mod claim_status;
 pub mod device_metadata;
 pub mod device_watch;
 pub mod driver;

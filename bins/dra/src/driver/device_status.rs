@@ -12,12 +12,12 @@
 use std::time::Duration;
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::Api;
 use serde_json::{json, Value};
 use tracing::{debug, warn};
 
+use crate::claim_status;
 use crate::prepared::PreparedDevice;
 
 /// The field manager of these applies.
@@ -75,45 +75,32 @@ pub fn patch(
     driver: &str,
     reports: &[DeviceReport],
 ) -> Value {
-    let now = serde_json::to_value(Time(jiff::Timestamp::now())).unwrap_or(Value::Null);
     let entries: Vec<Value> = reports
         .iter()
         .map(|r| {
-            let mut entry = json!({
-                "driver": driver,
-                "pool": r.device.pool_name,
-                "device": r.device.device_name,
-                "conditions": [{
-                    "type": READY_CONDITION,
-                    "status": "True",
-                    "reason": "Prepared",
-                    "message": format!(
-                        "device {} of profile {} prepared on the node; the runtime injects {}",
-                        r.host_id,
-                        r.profile,
-                        r.device.cdi_device_ids.join(", ")
-                    ),
-                    "lastTransitionTime": now,
-                }],
-                "data": {
-                    "profile": r.profile,
-                    "deviceID": r.host_id,
-                    "cdiDeviceIDs": r.device.cdi_device_ids,
-                    "prepareStep": r.prepare_step.as_str(),
-                },
+            let message = format!(
+                "device {} of profile {} prepared on the node; the runtime injects {}",
+                r.host_id,
+                r.profile,
+                r.device.cdi_device_ids.join(", ")
+            );
+            let mut entry = claim_status::entry(
+                driver,
+                &r.device.pool_name,
+                &r.device.device_name,
+                r.device.share_id.as_deref(),
+                claim_status::true_condition(READY_CONDITION, "Prepared", &message),
+            );
+            entry["data"] = json!({
+                "profile": r.profile,
+                "deviceID": r.host_id,
+                "cdiDeviceIDs": r.device.cdi_device_ids,
+                "prepareStep": r.prepare_step.as_str(),
             });
-            if let Some(share) = &r.device.share_id {
-                entry["shareID"] = json!(share);
-            }
             entry
         })
         .collect();
-    json!({
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": { "name": name, "namespace": namespace, "uid": uid },
-        "status": { "devices": entries },
-    })
+    claim_status::apply(namespace, name, uid, entries)
 }
 
 /// Applies `patch` to the claim's status through `api`, a few times before it gives up with a
