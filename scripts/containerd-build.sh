@@ -4,7 +4,7 @@
 # devmapper and zfs snapshotters left out, as a node on overlayfs needs none of them). Debian
 # packages no containerd newer than 2.1; 2.2 was the first release whose NRI applies device
 # cgroup rules given without nodes, which the NRI plugin needs for user-namespaced pods
-# (docs/nri.md); scripts/cluster-containerd-2.3.sh runs the engine-path cluster tests on it.
+# (docs/nri.md); scripts/cluster-containerd.sh runs the engine-path cluster tests on it.
 #
 # Pinned by version and checksum: scripts/containerd-build/go.mod requires the version, its
 # go.sum holds the h1: checksum of containerd's module and of every module it is built from, and
@@ -15,22 +15,30 @@
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/devinject/containerd-<version>/bin/{containerd,containerd-shim-runc-v2,ctr}
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/devinject/containerd-<version>/VERSION
 #
+# With --release 2.4 it builds the newest release instead, pinned the same way by
+# scripts/containerd-build-2.4/ (not in CI: `scripts/cluster-containerd.sh --release 2.4` runs
+# the engine-path cluster tests on it).
+#
 # Rebuilt only when go.mod, go.sum or this script change (about 2 minutes of 2 cores the first
 # time). Prints the release dir. With --if-built it builds nothing: it prints the dir when the
 # binaries are up to date, and fails otherwise. With --refresh-sum it writes go.sum from what the
 # proxy serves (after a version change).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-version=2.3.7
 module=scripts/containerd-build
+if [ "${1:-}" = --release ]; then
+  module=scripts/containerd-build-${2:?usage: scripts/containerd-build.sh [--release 2.4] [--if-built|--refresh-sum]}
+  [ -f "$module/go.mod" ] || { echo "containerd-build: no $module/go.mod: release $2 is not pinned" >&2; exit 1; }
+  shift 2
+fi
+pkg=github.com/containerd/containerd/v2
+version=$(sed -n "s|^require $pkg v||p" "$module/go.mod")
 dir=${XDG_CACHE_HOME:-$HOME/.cache}/devinject/containerd-$version
 bin=$dir/bin
-pkg=github.com/containerd/containerd/v2
 commands=(containerd containerd-shim-runc-v2 ctr)
 fail() { echo "containerd-build: $*" >&2; exit 1; }
 
-grep -qx "require $pkg v$version" "$module/go.mod" ||
-  fail "$module/go.mod does not require $pkg v$version (change both together)"
+[ -n "$version" ] || fail "$module/go.mod requires no $pkg version"
 
 tags="no_btrfs no_devmapper no_zfs urfave_cli_no_docs"
 pkgs=()
@@ -43,8 +51,9 @@ for c in "${commands[@]}"; do binaries+=("$bin/$c"); done
 if go_pinned_current "$dir" "${binaries[@]}"; then echo "$dir"; exit 0; fi
 [ "${1:-}" = --if-built ] && exit 1
 
-# The Go containerd's go.mod asks for. GOTOOLCHAIN=local keeps go from fetching another one.
-go_at_least 1.26.8
+# The Go containerd's go.mod asks for, copied into the pinning module. GOTOOLCHAIN=local keeps go
+# from fetching another one.
+go_at_least "$(sed -n 's/^go //p' "$module/go.mod")"
 
 go_pinned_stage "$dir" "$module"
 mkdir -p "$bin"

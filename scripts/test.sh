@@ -233,7 +233,7 @@ if wait_job "building the stack of today" "$today_job" \
     DEVINJECT_KUBE_BIN=$kube137 DEVINJECT_RUNC=$runc14 DEVINJECT_CRIO_BIN=$crio_bin tier_test cluster || status=$?
     # The files marked containerd23 again, their nodes on containerd 2.3 (the long-term
     # release; NRI applies device rules given without nodes, which user-namespaced pods need,
-    # from 2.2 on: docs/nri.md) in place of Debian's 2.1; scripts/cluster-containerd-2.3.sh runs
+    # from 2.2 on: docs/nri.md) in place of Debian's 2.1; scripts/cluster-containerd.sh runs
     # this pass alone.
     if wait_job "building containerd 2.3" "$containerd_job" scripts/containerd-build.sh "$logs/containerd.err"; then
       runtimes_built=$(runtimes_with_containerd "$DEVINJECT_RUNTIMES" "$(cat "$logs/containerd")" \

@@ -216,7 +216,7 @@ fn with_nri_a_pod_gets_exactly_its_allocated_devices_and_forgers_are_refused() {
 
     // User-namespaced pods (`hostUsers: false`, so off the host network) asking for devices:
     // their nodes must come as copies they own, with device cgroup rules given without nodes.
-    // A runtime whose NRI applies such rules (containerd 2.2 on: scripts/cluster-containerd-2.3.sh)
+    // A runtime whose NRI applies such rules (containerd 2.2 on: scripts/cluster-containerd.sh)
     // serves them, root and non-root, and refuses their forger; on an older one, which drops
     // the rules (containerd 2.1, built with NRI v0.8), the plugin refuses the container, naming
     // the runtime and the way out, rather than let it start without its devices.
