@@ -20,7 +20,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Api;
 use serde_json::Value;
@@ -30,7 +29,7 @@ use tokio_stream::StreamExt;
 use tracing::{info, warn};
 
 use crate::claim::AllocatedDevice;
-use crate::claim_status;
+use crate::claim_status::{self, Applied};
 use crate::driver::{BeforeBinding, Driver};
 use crate::slices::{PREPARED_CONDITION, PREPARE_FAILED_CONDITION};
 
@@ -239,22 +238,13 @@ async fn report(
         }
     };
     let patch = status_patch(claim, driver, &devices, condition, reason, &message);
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    for attempt in 1..=STATUS_TRIES {
-        match api.patch_status(name, &params, &Patch::Apply(&patch)).await {
-            Ok(_) => return,
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {
-                // Deleted, or another claim under the same name now: nothing to tell.
-                info!(claim = name, error = %e, "the claim changed before its prepare was told");
-                return;
-            }
-            Err(e) if attempt < STATUS_TRIES => {
-                warn!(claim = name, error = %e, attempt, "telling the claim's device status failed; retrying");
-                tokio::time::sleep(Duration::from_secs(u64::from(attempt))).await;
-            }
-            Err(e) => {
-                warn!(claim = name, error = %e, "telling the claim's device status failed; the scheduler's binding timeout frees the claim");
-            }
+    match claim_status::apply_with_retries(api, name, FIELD_MANAGER, &patch, STATUS_TRIES).await {
+        Applied::Done => {}
+        Applied::Gone(e) => {
+            info!(claim = name, error = %e, "the claim changed before its prepare was told");
+        }
+        Applied::Failed(e) => {
+            warn!(claim = name, error = %e, "telling the claim's device status failed; the scheduler's binding timeout frees the claim");
         }
     }
 }

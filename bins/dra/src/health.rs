@@ -1,7 +1,8 @@
 //! The resource-health stream (`v1.DRAResourceHealth`, and `v1alpha1.` for kubelets before 1.37:
-//! KEP-4680): the kubelet opens it on the driver's socket and writes the health of each allocated device into the status of the
-//! pods holding it (`status.containerStatuses[].allocatedResourcesStatus`), so that a pod whose
-//! device failed says so.
+//! KEP-4680): the kubelet opens it on the driver's socket and writes the health of each
+//! allocated device into the status of the pods holding it
+//! (`status.containerStatuses[].allocatedResourcesStatus`), so that a pod whose device failed
+//! says so.
 //!
 //! The stream runs no discovery of its own: it reads what the slice publisher discovered
 //! ([`Discovered`], a watch channel the publisher updates after each rescan, or each read of the
@@ -206,7 +207,6 @@ impl HealthService {
         api: &'static str,
     ) -> ReceiverStream<Result<NodeWatchResourcesResponse, Status>> {
         info!(api, "{OPENED}");
-
         let (tx, rx) = mpsc::channel(4);
         let config = Arc::clone(&self.config);
         tokio::spawn(async move {

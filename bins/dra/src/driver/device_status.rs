@@ -9,15 +9,12 @@
 //! and is only told: a failure (an API server away, RBAC without `resourceclaims/status`) is
 //! logged, and the claim stays prepared.
 
-use std::time::Duration;
-
 use k8s_openapi::api::resource::v1::ResourceClaim;
-use kube::api::{Patch, PatchParams};
 use kube::Api;
 use serde_json::{json, Value};
 use tracing::{debug, warn};
 
-use crate::claim_status;
+use crate::claim_status::{self, Applied};
 use crate::prepared::PreparedDevice;
 
 /// The field manager of these applies.
@@ -26,11 +23,8 @@ pub const FIELD_MANAGER: &str = "devinject-dra-prepare";
 /// The condition each prepared device carries.
 pub const READY_CONDITION: &str = "Ready";
 
-/// How many times a failed apply is tried, [`RETRY`] apart.
+/// How many times a failed apply is tried.
 const TRIES: u32 = 3;
-
-/// The wait between tries.
-const RETRY: Duration = Duration::from_secs(2);
 
 /// What the prepare step did for a device, as its status says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,49 +47,45 @@ impl PrepareStep {
     }
 }
 
-/// One prepared device as its status entry tells it.
+/// What the status tells of a prepared device beyond what the kubelet was told of it.
 #[derive(Debug, Clone)]
 pub struct DeviceReport {
-    /// The device as the kubelet was told.
-    pub device: PreparedDevice,
-    /// Its profile.
-    pub profile: String,
     /// The host device it stands for (the profile's device id).
     pub host_id: String,
     /// What the prepare step did.
     pub prepare_step: PrepareStep,
 }
 
-/// The server-side apply of `reports` into the status of the claim `name` in `namespace` with
-/// `uid` (the UID makes it apply to this claim only), for `driver`'s devices.
-pub fn patch(
+/// The server-side apply into the status of the claim `name` in `namespace` with `uid` (the UID
+/// makes it apply to this claim only) of `driver`'s `devices`: each with its profile, the
+/// device as the kubelet was told, and its report.
+pub fn patch<'a>(
     namespace: &str,
     name: &str,
     uid: &str,
     driver: &str,
-    reports: &[DeviceReport],
+    devices: impl IntoIterator<Item = (&'a str, &'a PreparedDevice, &'a DeviceReport)>,
 ) -> Value {
-    let entries: Vec<Value> = reports
-        .iter()
-        .map(|r| {
+    let entries: Vec<Value> = devices
+        .into_iter()
+        .map(|(profile, device, report)| {
             let message = format!(
-                "device {} of profile {} prepared on the node; the runtime injects {}",
-                r.host_id,
-                r.profile,
-                r.device.cdi_device_ids.join(", ")
+                "device {} of profile {profile} prepared on the node; the runtime injects {}",
+                report.host_id,
+                device.cdi_device_ids.join(", ")
             );
             let mut entry = claim_status::entry(
                 driver,
-                &r.device.pool_name,
-                &r.device.device_name,
-                r.device.share_id.as_deref(),
+                &device.pool_name,
+                &device.device_name,
+                device.share_id.as_deref(),
                 claim_status::true_condition(READY_CONDITION, "Prepared", &message),
             );
             entry["data"] = json!({
-                "profile": r.profile,
-                "deviceID": r.host_id,
-                "cdiDeviceIDs": r.device.cdi_device_ids,
-                "prepareStep": r.prepare_step.as_str(),
+                "profile": profile,
+                "deviceID": report.host_id,
+                "cdiDeviceIDs": device.cdi_device_ids,
+                "prepareStep": report.prepare_step.as_str(),
             });
             entry
         })
@@ -103,26 +93,18 @@ pub fn patch(
     claim_status::apply(namespace, name, uid, entries)
 }
 
-/// Applies `patch` to the claim's status through `api`, a few times before it gives up with a
-/// warning; `what` names the claim in the log.
+/// Applies `patch` to the status of claim `name` through `api`, a few times before it gives up
+/// with a warning; `what` names the claim in the log.
 pub async fn write(api: Api<ResourceClaim>, name: String, what: String, patch: Value) {
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    for attempt in 1..=TRIES {
-        match api
-            .patch_status(&name, &params, &Patch::Apply(&patch))
-            .await
-        {
-            Ok(_) => {
-                debug!(claim = %what, "the claim's device status tells what was prepared");
-                return;
-            }
-            Err(e) if attempt < TRIES => {
-                debug!(claim = %what, error = %e, attempt, "writing the claim's device status failed; retrying");
-                tokio::time::sleep(RETRY).await;
-            }
-            Err(e) => {
-                warn!(claim = %what, error = %e, "writing the claim's device status failed; the claim stays prepared without it");
-            }
+    match claim_status::apply_with_retries(&api, &name, FIELD_MANAGER, &patch, TRIES).await {
+        Applied::Done => {
+            debug!(claim = %what, "the claim's device status tells what was prepared");
+        }
+        Applied::Gone(e) => {
+            debug!(claim = %what, error = %e, "the claim changed before its device status was written");
+        }
+        Applied::Failed(e) => {
+            warn!(claim = %what, error = %e, "writing the claim's device status failed; the claim stays prepared without it");
         }
     }
 }
@@ -131,16 +113,18 @@ pub async fn write(api: Api<ResourceClaim>, name: String, what: String, patch: V
 mod tests {
     use super::*;
 
-    fn report(device: &str, share: Option<&str>, step: PrepareStep) -> DeviceReport {
+    fn device(name: &str, share: Option<&str>) -> PreparedDevice {
+        PreparedDevice {
+            request_names: vec!["gpu".into()],
+            pool_name: "node-a/demo".into(),
+            device_name: name.into(),
+            cdi_device_ids: vec![format!("devinject.io/demo=claim-{name}")],
+            share_id: share.map(str::to_owned),
+        }
+    }
+
+    fn report(step: PrepareStep) -> DeviceReport {
         DeviceReport {
-            device: PreparedDevice {
-                request_names: vec!["gpu".into()],
-                pool_name: "node-a/demo".into(),
-                device_name: device.into(),
-                cdi_device_ids: vec![format!("devinject.io/demo=claim-{device}")],
-                share_id: share.map(str::to_owned),
-            },
-            profile: "demo".into(),
             host_id: "2".into(),
             prepare_step: step,
         }
@@ -148,15 +132,17 @@ mod tests {
 
     #[test]
     fn each_device_gets_a_ready_condition_and_what_an_operator_wants_to_see() {
+        let (whole, share) = (device("demo-2", None), device("demo-3", Some("share-1")));
+        let (ran, before) = (
+            report(PrepareStep::Ran),
+            report(PrepareStep::RanBeforeBinding),
+        );
         let p = patch(
             "ns",
             "claim",
             "uid-1",
             "devinject.io",
-            &[
-                report("demo-2", None, PrepareStep::Ran),
-                report("demo-3", Some("share-1"), PrepareStep::RanBeforeBinding),
-            ],
+            [("demo", &whole, &ran), ("demo", &share, &before)],
         );
         assert_eq!(p["metadata"]["uid"], "uid-1");
         assert_eq!(p["metadata"]["namespace"], "ns");

@@ -54,7 +54,7 @@ pub(super) struct ProfilePlan {
     pub(super) spec: ClaimSpec,
     /// The devices as the kubelet is told.
     pub(super) answer: Vec<PreparedDevice>,
-    /// The devices as the claim's device status tells them, in [`Self::answer`]'s order.
+    /// What the claim's device status tells of each device beyond [`Self::answer`], in its order.
     pub(super) reports: Vec<DeviceReport>,
 }
 
@@ -89,9 +89,9 @@ impl Driver {
                 .map_err(|e| format!("profile {name}: discovery: {e}"))?;
             let names = device_names(profile, &inventory).map_err(|e| e.to_string())?;
             let mut pairs = Vec::new();
-            // Each device's host id and whether its prepare step ran before binding, for the
-            // claim's device status.
-            let mut hosts = Vec::new();
+            // Whether each device's prepare step ran before binding, for the claim's device
+            // status (with its host id, the spec's id in `pairs`).
+            let mut before_binding = Vec::new();
             // The devices of each chosen function (none: the profile's default), in claim order.
             let mut by_function: BTreeMap<Option<String>, Vec<DeviceId>> = BTreeMap::new();
             for d in &devices {
@@ -162,11 +162,7 @@ impl Driver {
                 // The partition's id: the spec gives its container the units it covers.
                 let spec_id = if partition.is_some() { published } else { id };
                 pairs.push((d.device.clone(), spec_id.to_owned()));
-                hosts.push((
-                    spec_id.to_owned(),
-                    device.id.clone(),
-                    d.prepared_before_binding && !again,
-                ));
+                before_binding.push((device.id.clone(), d.prepared_before_binding && !again));
                 if again || !d.prepared_before_binding {
                     by_function
                         .entry(allocation.config(&d.request).function)
@@ -180,7 +176,7 @@ impl Driver {
             let spec =
                 claim_spec::build(&self.config.spec, uid, profile, &inventory, &files, &pairs)
                     .map_err(|e| e.to_string())?;
-            let answer: Vec<PreparedDevice> = devices
+            let answer = devices
                 .iter()
                 .map(|d| PreparedDevice {
                     request_names: vec![d.request.clone()],
@@ -195,12 +191,10 @@ impl Driver {
                     share_id: d.share_id.clone(),
                 })
                 .collect();
-            let reports = answer
-                .iter()
-                .zip(hosts)
-                .map(|(device, (host_id, id, before))| DeviceReport {
-                    device: device.clone(),
-                    profile: name.clone(),
+            let reports = pairs
+                .into_iter()
+                .zip(before_binding)
+                .map(|((_, host_id), (id, before))| DeviceReport {
                     host_id,
                     prepare_step: if before {
                         PrepareStep::RanBeforeBinding

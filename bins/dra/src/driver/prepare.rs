@@ -164,10 +164,19 @@ impl Driver {
                 .map_err(refused("prepare_step"))?;
         }
         let run_us = steps.lap();
-        let reports: Vec<_> = plans
-            .iter()
-            .flat_map(|p| p.reports.iter().cloned())
-            .collect();
+        // The claim's device status, told once the kubelet has its answer.
+        let status = device_status::patch(
+            &claim.namespace,
+            &claim.name,
+            &uid,
+            self.config.spec.driver.as_str(),
+            plans.iter().flat_map(|p| {
+                p.answer
+                    .iter()
+                    .zip(&p.reports)
+                    .map(|(device, report)| (p.profile.as_str(), device, report))
+            }),
+        );
         let entry = self
             .write(&claim, plans, metadata)
             .map_err(|e| format!("{what}: {e}"))
@@ -189,14 +198,6 @@ impl Driver {
             write_us,
             save_us,
             "{PREPARED}"
-        );
-        // The claim's device status tells what was prepared, once the kubelet has its answer.
-        let status = device_status::patch(
-            &claim.namespace,
-            &claim.name,
-            &uid,
-            self.config.spec.driver.as_str(),
-            &reports,
         );
         tokio::spawn(device_status::write(api, claim.name.clone(), what, status));
         Ok((devices, Prepared::Written))
