@@ -25,12 +25,10 @@
 # proxy serves (after a version change).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-module=scripts/containerd-build
-if [ "${1:-}" = --release ]; then
-  module=scripts/containerd-build-${2:?usage: scripts/containerd-build.sh [--release 2.4] [--if-built|--refresh-sum]}
-  [ -f "$module/go.mod" ] || { echo "containerd-build: no $module/go.mod: release $2 is not pinned" >&2; exit 1; }
-  shift 2
-fi
+# shellcheck source=scripts/lib/go-build.sh
+. scripts/lib/go-build.sh
+module=$(pinned_module containerd-build scripts/containerd-build "$@") || exit 1
+if [ "${1:-}" = --release ]; then shift 2; fi
 pkg=github.com/containerd/containerd/v2
 version=$(sed -n "s|^require $pkg v||p" "$module/go.mod")
 dir=${XDG_CACHE_HOME:-$HOME/.cache}/devinject/containerd-$version
@@ -43,8 +41,6 @@ fail() { echo "containerd-build: $*" >&2; exit 1; }
 tags="no_btrfs no_devmapper no_zfs urfave_cli_no_docs"
 pkgs=()
 for c in "${commands[@]}"; do pkgs+=("$pkg/cmd/$c"); done
-# shellcheck source=scripts/lib/go-build.sh
-. scripts/lib/go-build.sh
 go_pinned_begin containerd-build "$module" scripts/containerd-build.sh "${1:-}" -- -tags "$tags" "${pkgs[@]}"
 binaries=()
 for c in "${commands[@]}"; do binaries+=("$bin/$c"); done
@@ -53,7 +49,7 @@ if go_pinned_current "$dir" "${binaries[@]}"; then echo "$dir"; exit 0; fi
 
 # The Go containerd's go.mod asks for, copied into the pinning module. GOTOOLCHAIN=local keeps go
 # from fetching another one.
-go_at_least "$(sed -n 's/^go //p' "$module/go.mod")"
+go_at_least_for "$module"
 
 go_pinned_stage "$dir" "$module"
 mkdir -p "$bin"

@@ -22,12 +22,10 @@
 # --refresh-sum it writes the go.sum files from what the proxy serves (after a version change).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-kube_module=scripts/kube-module
-if [ "${1:-}" = --release ]; then
-  kube_module=scripts/kube-module-${2:?usage: scripts/kube-module-build.sh [--release 1.34] [--if-built|--refresh-sum]}
-  [ -f "$kube_module/go.mod" ] || { echo "kube-module-build: no $kube_module/go.mod: release ${2} is not pinned" >&2; exit 1; }
-  shift 2
-fi
+# shellcheck source=scripts/lib/go-build.sh
+. scripts/lib/go-build.sh
+kube_module=$(pinned_module kube-module-build scripts/kube-module "$@") || exit 1
+if [ "${1:-}" = --release ]; then shift 2; fi
 version=$(sed -n 's/^require k8s.io\/kubernetes v//p' "$kube_module/go.mod")
 etcd_version=3.6.16
 etcd_module=scripts/etcd-module
@@ -62,8 +60,6 @@ if complete; then echo "$bin"; exit 0; fi
 [ "${1:-}" = --if-built ] && exit 1
 
 # The Go both go.mod files ask for (`go 1.26.0`). GOTOOLCHAIN=local keeps go from fetching another.
-# shellcheck source=scripts/lib/go-build.sh
-. scripts/lib/go-build.sh
 go_at_least 1.26.0
 
 mkdir -p "$bin" "$dir/kube-module" "$dir/etcd-module"

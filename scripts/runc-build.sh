@@ -27,13 +27,11 @@
 # change).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-module=scripts/runc-build
+# shellcheck source=scripts/lib/go-build.sh
+. scripts/lib/go-build.sh
+module=$(pinned_module runc-build scripts/runc-build "$@") || exit 1
+if [ "${1:-}" = --release ]; then shift 2; fi
 tags="seccomp urfave_cli_no_docs"
-if [ "${1:-}" = --release ]; then
-  module=scripts/runc-build-${2:?usage: scripts/runc-build.sh [--release 1.5] [--if-built|--refresh-sum]}
-  [ -f "$module/go.mod" ] || { echo "runc-build: no $module/go.mod: release $2 is not pinned" >&2; exit 1; }
-  shift 2
-fi
 libpathrs=$module/libpathrs
 [ -d "$libpathrs" ] && tags+=" libpathrs"
 version=$(sed -n 's/^require github.com\/opencontainers\/runc v//p' "$module/go.mod")
@@ -53,9 +51,7 @@ fi
 
 # The Go that runc's go.mod asks for (1.4: `go 1.24.0`, 1.5: `go 1.25.0`; Debian 12's 1.19 is too
 # old), copied into the pinning module. GOTOOLCHAIN=local below keeps go from fetching another.
-# shellcheck source=scripts/lib/go-build.sh
-. scripts/lib/go-build.sh
-go_at_least "$(sed -n 's/^go //p' "$module/go.mod")"
+go_at_least_for "$module"
 # cgo against libseccomp, as runc's seccomp build tag wants (scripts/install-deps.sh test).
 libseccomp_headers
 

@@ -13,6 +13,26 @@ go_at_least() {
     fail "needs Go >= $need, found $(command -v go) at $have (put a newer Go first on PATH)"
 }
 
+# pinned_module NAME BASE [--release R ...]: prints the module dir that pins the build of
+# scripts/NAME.sh: BASE, or BASE-R with `--release R`, a release pinned beside the default (it
+# must have a go.mod). The caller then drops those two arguments.
+pinned_module() {
+  local name=$1 base=$2 module
+  if [ "${3:-}" != --release ]; then
+    echo "$base"
+    return
+  fi
+  module=$base-${4:?usage: scripts/$name.sh [--release R] [--if-built|--refresh-sum]}
+  [ -f "$module/go.mod" ] || { echo "$name: no $module/go.mod: release $4 is not pinned" >&2; return 1; }
+  echo "$module"
+}
+
+# go_at_least_for MODULE: the `go` first on PATH is what MODULE's go.mod asks for, or newer (the
+# pinning modules copy the `go` line of what they build).
+go_at_least_for() {
+  go_at_least "$(sed -n 's/^go //p' "$1/go.mod")"
+}
+
 # libseccomp_headers: cgo can build against libseccomp (runc's and CRI-O's `seccomp` tag).
 libseccomp_headers() {
   pkg-config --exists libseccomp 2>/dev/null ||
