@@ -17,6 +17,7 @@ pub mod health;
 pub mod metrics;
 pub mod naming;
 pub mod node_service;
+pub mod plugin_holds;
 pub mod prepared;
 pub mod registration;
 pub mod serve;

@@ -28,6 +28,7 @@ use crate::health::{Discovered, HealthConfig, HealthService};
 use crate::metrics::DraMetrics;
 use crate::naming;
 use crate::node_service::NodeService;
+use crate::plugin_holds::PluginHolds;
 use crate::prepared::Claims;
 use crate::registration::RegistrationService;
 use crate::slices::{
@@ -61,6 +62,9 @@ pub struct ServeConfig {
     /// The devices whose prepare step failed before binding a short while ago
     /// ([`crate::binding`]), tainted in the slices while they are listed.
     pub prepare_failed: watch::Receiver<PrepareFailures>,
+    /// The devices running containers hold through the device plugin
+    /// ([`crate::plugin_holds`]), tainted in the slices while they are held.
+    pub plugin_holds: watch::Receiver<PluginHolds>,
 }
 
 /// Why the driver stopped.
@@ -180,8 +184,9 @@ async fn publish(
     // are built from.
     let mut found: BTreeMap<String, devinject_devices::Inventory> = Default::default();
     // Where each profile's devices sit on the PCI bus, looked up with each discovery (sysfs
-    // reads), not at every round, and which of them failed a prepare before binding (each
-    // round, from `prepare_failed`).
+    // reads), not at every round, which of them failed a prepare before binding (each round,
+    // from `prepare_failed`) and which containers hold through the device plugin (each round,
+    // from `plugin_holds`).
     let mut states: BTreeMap<String, DeviceState> = Default::default();
     // The fields the slices carry: all until the API server is seen dropping one (its feature
     // gate off), then without it for the driver's life.
@@ -198,6 +203,8 @@ async fn publish(
     let mut events_open = true;
     let mut prepare_failed = config.prepare_failed.clone();
     let mut failures_open = true;
+    let mut plugin_holds = config.plugin_holds.clone();
+    let mut holds_open = true;
     loop {
         // Whether this round runs discovery (a device change) or only reconciles (an event of
         // the API server or the kubelet, or a health change read on schedule).
@@ -225,6 +232,13 @@ async fn publish(
                 changed = prepare_failed.changed(), if failures_open => {
                     if changed.is_err() {
                         failures_open = false;
+                        continue;
+                    }
+                    false
+                }
+                changed = plugin_holds.changed(), if holds_open => {
+                    if changed.is_err() {
+                        holds_open = false;
                         continue;
                     }
                     false
@@ -338,6 +352,11 @@ async fn publish(
             };
             let state = states.entry(name.to_owned()).or_default();
             state.prepare_failed = prepare_failed
+                .borrow_and_update()
+                .get(name)
+                .cloned()
+                .unwrap_or_default();
+            state.plugin_held = plugin_holds
                 .borrow_and_update()
                 .get(name)
                 .cloned()

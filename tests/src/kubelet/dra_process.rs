@@ -48,6 +48,8 @@ impl DraProcess {
             .arg(host.path("plugins_registry"))
             .arg("--cdi-dir")
             .arg(host.path("cdi"))
+            .arg("--pod-resources-socket")
+            .arg(host.path("pod-resources/kubelet.sock"))
             .arg("--metrics-address=off")
             .args(extra);
         let child = logged_daemon(&mut command, log_file)

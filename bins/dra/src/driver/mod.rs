@@ -55,6 +55,7 @@ use crate::checkpoint::Checkpoint;
 use crate::claim_spec::SpecContext;
 use crate::metrics::{DraMetrics, Prepared};
 use crate::naming;
+use crate::plugin_holds::PluginHolds;
 use crate::prepared::{ClaimRef, Claims, Deadline, PreparedDevice};
 use claim_locks::ClaimLocks;
 
@@ -92,6 +93,9 @@ pub struct Driver {
     /// This boot of the node (`<proc>/sys/kernel/random/boot_id`), recorded with each claim.
     boot_id: Option<String>,
     metrics: DraMetrics,
+    /// The devices running containers hold through the device plugin: a claim allocated one
+    /// of them is not prepared until the holder ends ([`crate::plugin_holds`]).
+    plugin_holds: tokio::sync::watch::Receiver<PluginHolds>,
 }
 
 /// Why the driver could not start.
@@ -119,7 +123,15 @@ impl Driver {
             slots: Arc::new(Semaphore::new(MAX_CONCURRENT_PREPARES)),
             boot_id,
             metrics: DraMetrics::default(),
+            plugin_holds: tokio::sync::watch::channel(PluginHolds::default()).1,
         })
+    }
+
+    /// The same driver, refusing to prepare devices that `holds` says the device plugin gave
+    /// a running container.
+    pub fn with_plugin_holds(mut self, holds: tokio::sync::watch::Receiver<PluginHolds>) -> Self {
+        self.plugin_holds = holds;
+        self
     }
 
     /// The same driver, counting its claims into `metrics`.

@@ -21,7 +21,8 @@ use crate::claim_spec::{self, ClaimSpec};
 use crate::device_metadata::{self, MetadataDevice};
 use crate::prepared::PreparedDevice;
 use crate::slices::{
-    device_attributes, device_names, unhealthy_taint, ATTR_PARTITION, ATTR_REPLICA,
+    device_attributes, device_names, plugin_held_taint, unhealthy_taint, ATTR_PARTITION,
+    ATTR_REPLICA,
 };
 
 /// The prepare runs of `profile` for each function's devices in `by_function` (`None`: the
@@ -88,6 +89,12 @@ impl Driver {
             let inventory = discover(profile, &self.config.roots)
                 .map_err(|e| format!("profile {name}: discovery: {e}"))?;
             let names = device_names(profile, &inventory).map_err(|e| e.to_string())?;
+            let held = self
+                .plugin_holds
+                .borrow()
+                .get(name.as_str())
+                .cloned()
+                .unwrap_or_default();
             let mut pairs = Vec::new();
             // Whether each device's prepare step ran before binding, for the claim's device
             // status (with its host id, the spec's id in `pairs`).
@@ -126,6 +133,22 @@ impl Driver {
                             Excerpt(&d.pool)
                         )
                     })?;
+                // A device a running container holds through the device plugin waits for it
+                // to end, unless the claim tolerates the hold (docs/dra.md, "From the device
+                // plugin to DRA"): the kubelet retries the prepare meanwhile.
+                if let Some(holder) = held.get(id) {
+                    let taint = plugin_held_taint(&self.config.spec.driver, holder);
+                    if !d.tolerations.iter().any(|t| t.tolerates(&taint)) {
+                        return Err(format!(
+                            "device {} of pool {} is held by pod {} through the device plugin \
+                             ({}): the claim's pod starts once that pod ends",
+                            Excerpt(&d.device),
+                            Excerpt(&d.pool),
+                            Excerpt(holder),
+                            profile.resource.as_str()
+                        ));
+                    }
+                }
                 // What the containers are told of the device: the attributes of its slice.
                 let listed = requests
                     .entry(device_metadata::base_request(&d.request).to_owned())
@@ -339,6 +362,51 @@ mod tests {
             json!([{"key": "devinject.io/prepare-failed", "operator": "Exists"}]);
         let (plans, _) = plan_of(&node, vec![other], None, false);
         assert!(plans.is_err());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_device_held_through_the_device_plugin_waits_for_its_pod_unless_tolerated() {
+        let mut node = node(&[demo("", "")], 2);
+        let (holds, held) =
+            tokio::sync::watch::channel(crate::plugin_holds::PluginHolds::from([(
+                "demo".to_owned(),
+                BTreeMap::from([("1".to_owned(), "team/trainer".to_owned())]),
+            )]));
+        node.driver.plugin_holds = held;
+        let (plans, _) = plan_of(
+            &node,
+            vec![result("gpu", "node-a/demo", "demo-1")],
+            None,
+            false,
+        );
+        let err = plans.err().unwrap();
+        assert!(
+            err.contains("device demo-1 of pool node-a/demo is held by pod team/trainer through the device plugin (devinject.io/demo)"),
+            "{err}"
+        );
+        // The other device is free.
+        let (plans, _) = plan_of(
+            &node,
+            vec![result("gpu", "node-a/demo", "demo-0")],
+            None,
+            false,
+        );
+        assert_eq!(plans.unwrap()[0].answer[0].device_name, "demo-0");
+        // A claim that tolerates the hold gets it.
+        let mut tolerating = result("gpu", "node-a/demo", "demo-1");
+        tolerating["tolerations"] =
+            json!([{"key": "devinject.io/device-plugin", "operator": "Exists"}]);
+        let (plans, _) = plan_of(&node, vec![tolerating], None, false);
+        assert!(plans.is_ok());
+        // Once the holder ends, the device is prepared.
+        holds.send_replace(Default::default());
+        let (plans, _) = plan_of(
+            &node,
+            vec![result("gpu", "node-a/demo", "demo-1")],
+            None,
+            false,
+        );
+        assert_eq!(plans.unwrap()[0].answer[0].device_name, "demo-1");
     }
 
     #[tokio::test(flavor = "current_thread")]

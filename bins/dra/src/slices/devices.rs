@@ -18,7 +18,7 @@ use super::field_probe::ApiFields;
 use super::limits::MAX_DEVICES_PER_POOL;
 use super::published_ids::{partitioned, published_ids, shared_by_capacity};
 use super::reverse_map::device_names;
-use super::taints::{prepare_failed_taint, unhealthy_taint};
+use super::taints::{plugin_held_taint, prepare_failed_taint, unhealthy_taint};
 use crate::naming;
 
 /// The binding condition of a device whose profile prepares before binding: the driver sets
@@ -36,6 +36,10 @@ pub struct DeviceState {
     /// The devices whose prepare step failed before binding a short while ago: tainted
     /// `<driver>/prepare-failed`, or left out where taints are dropped.
     pub prepare_failed: BTreeSet<String>,
+    /// The devices running containers hold through the device plugin, with the pod holding
+    /// each ([`crate::plugin_holds`]): tainted `<driver>/device-plugin`, or left out where
+    /// taints are dropped.
+    pub plugin_held: BTreeMap<String, String>,
 }
 
 /// The devices `profile`'s pool on `node` publishes of `inventory` (see
@@ -64,16 +68,13 @@ pub(super) fn published_devices(
         None => usize::try_from(profile.replicas.max(1)).unwrap_or(usize::MAX),
     };
     let failed = |d: &devinject_devices::Device| state.prepare_failed.contains(d.id.as_str());
-    let sick = inventory
-        .devices
-        .iter()
-        .filter(|d| !d.healthy || failed(d))
-        .count();
-    let tainted = fields.device_taints && sick > 0;
+    let held = |d: &devinject_devices::Device| state.plugin_held.get(d.id.as_str());
+    let free = |d: &devinject_devices::Device| d.healthy && !failed(d) && held(d).is_none();
+    let tainted = fields.device_taints && inventory.devices.iter().any(|d| !free(d));
     let published: Vec<_> = inventory
         .devices
         .iter()
-        .filter(|d| (d.healthy && !failed(d)) || tainted)
+        .filter(|d| free(d) || tainted)
         .collect();
     let binding =
         fields.binding_conditions && profile.prepare.as_ref().is_some_and(|p| p.before_binding);
@@ -103,6 +104,7 @@ pub(super) fn published_devices(
         let taints: Vec<DeviceTaint> = [
             (!d.healthy).then(|| taint.clone()),
             failed(d).then(|| failed_taint.clone()),
+            held(d).map(|holder| plugin_held_taint(driver, holder)),
         ]
         .into_iter()
         .flatten()
@@ -146,12 +148,11 @@ pub(super) fn published_devices(
             });
         }
     }
-    if sick > 0 && !tainted {
+    let left_out = inventory.devices.len() - published.len();
+    if left_out > 0 {
         debug!(
             profile = pname,
-            node,
-            unhealthy = sick,
-            "unhealthy devices left out of the slice"
+            node, left_out, "unhealthy, failed or held devices left out of the slice"
         );
     }
     Ok(devices)
@@ -447,5 +448,44 @@ mod tests {
             keys(&DeviceState::default()),
             [Vec::<String>::new(), vec![]]
         );
+    }
+
+    #[test]
+    fn a_device_held_through_the_plugin_is_tainted_with_its_pod_or_left_out_until_released() {
+        let inv = inventory(vec![device("0", 0, None, true), device("1", 1, None, true)]);
+        let held = DeviceState {
+            plugin_held: BTreeMap::from([("1".to_owned(), "team/trainer".to_owned())]),
+            ..DeviceState::default()
+        };
+        let taints = |state: &DeviceState, fields| -> Vec<(String, Vec<DeviceTaint>)> {
+            published_devices("devinject.io", "n", &profile(), &inv, fields, state)
+                .unwrap()
+                .into_iter()
+                .map(|d| (d.name, d.taints.unwrap_or_default()))
+                .collect()
+        };
+        let published = taints(&held, ApiFields::ALL);
+        assert_eq!(published.len(), 2, "{published:?}");
+        assert!(published[0].1.is_empty());
+        assert_eq!(
+            published[1].1,
+            [DeviceTaint {
+                key: "devinject.io/device-plugin".into(),
+                value: Some("team.trainer".into()),
+                effect: "NoSchedule".into(),
+                time_added: None,
+            }]
+        );
+        // Where the API server drops taints, the held device is not published at all.
+        let untainted = ApiFields {
+            device_taints: false,
+            ..ApiFields::ALL
+        };
+        let published = taints(&held, untainted);
+        assert_eq!(published.len(), 1, "{published:?}");
+        assert_eq!(published[0].0, naming::device("demo", "0").unwrap());
+        // Released: both free again.
+        let free = taints(&DeviceState::default(), ApiFields::ALL);
+        assert!(free.iter().all(|(_, t)| t.is_empty()), "{free:?}");
     }
 }

@@ -51,6 +51,11 @@
 //!   `<driver>/prepare-failed` (`NoSchedule`) for a while ([`DeviceState`]), so that the pod,
 //!   given back to the scheduler, goes to another device or node. Where the API server drops
 //!   binding conditions, the step runs when the kubelet prepares the claim, as without the key.
+//! - A device of an exclusive profile that a running container holds through devinject's
+//!   device plugin carries the taint `<driver>/device-plugin` (`NoSchedule`, the value names
+//!   the pod; [`crate::plugin_holds`]) until that pod ends, or is left out where taints are
+//!   dropped: one node may serve a profile through both paths while it moves from one to the
+//!   other, and no device goes to two containers.
 //!
 //! The caller sets the slice's owner reference (the node or the plugin's pod), bumps
 //! `pool.generation` on a change, and uses [`same_content`] to skip updates that change nothing
@@ -103,6 +108,6 @@ pub use published_ids::{partitioned, published_ids};
 pub use reverse_map::{device_names, every_published_id};
 pub use slice_names::{counters_slice_name, devices_slice_name, slice_name};
 pub use taints::{
-    prepare_failed_taint, unhealthy_taint, PREPARE_FAILED_TAINT, UNHEALTHY_TAINT,
-    UNHEALTHY_TAINT_VALUE,
+    plugin_held_taint, prepare_failed_taint, unhealthy_taint, PLUGIN_HELD_TAINT,
+    PREPARE_FAILED_TAINT, UNHEALTHY_TAINT, UNHEALTHY_TAINT_VALUE,
 };

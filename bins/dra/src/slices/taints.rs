@@ -1,7 +1,8 @@
 //! The taints the driver puts on a published device (KEP-5055, device taints and tolerations,
 //! the `DRADeviceTaints` feature): `<driver>/unhealthy` on a device its health attribute calls
 //! unhealthy, with the effect the profile names, and `<driver>/prepare-failed` on one whose
-//! prepare step failed before binding. The scheduler allocates a tainted device only to a claim
+//! prepare step failed before binding, and `<driver>/device-plugin` on one a running container
+//! holds through devinject's device plugin ([`crate::plugin_holds`]). The scheduler allocates a tainted device only to a claim
 //! that tolerates the taint, and the driver prepares an unhealthy one only for such a claim
 //! (docs/dra.md, "Health").
 
@@ -15,6 +16,9 @@ pub const UNHEALTHY_TAINT_VALUE: &str = "health_sysfs";
 /// The taint key of a device whose prepare step failed before binding, below the driver's
 /// name: `<driver>/prepare-failed` (effect `NoSchedule`).
 pub const PREPARE_FAILED_TAINT: &str = "prepare-failed";
+/// The taint key of a device a running container holds through the device plugin, below the
+/// driver's name: `<driver>/device-plugin` (effect `NoSchedule`), its value the holding pod.
+pub const PLUGIN_HELD_TAINT: &str = "device-plugin";
 
 /// The taint an unhealthy device of `profile` carries in `driver`'s slices: key
 /// `<driver>/unhealthy`, value `health_sysfs`, the profile's `discovery.health_taint` effect.
@@ -38,6 +42,24 @@ pub fn prepare_failed_taint(driver: &str) -> DeviceTaint {
     DeviceTaint {
         key: format!("{driver}/{PREPARE_FAILED_TAINT}"),
         value: None,
+        effect: "NoSchedule".to_owned(),
+        time_added: None,
+    }
+}
+
+/// The taint a device held through the device plugin by pod `holder` (`<namespace>/<pod>`)
+/// carries in `driver`'s slices: key `<driver>/device-plugin`, effect `NoSchedule` (the pods
+/// holding it through a claim, tolerating it, keep it). The value names the pod, cut to the
+/// 63 characters a taint value may have.
+pub fn plugin_held_taint(driver: &str, holder: &str) -> DeviceTaint {
+    let value: String = holder
+        .chars()
+        .map(|c| if c == '/' { '.' } else { c })
+        .take(63)
+        .collect();
+    DeviceTaint {
+        key: format!("{driver}/{PLUGIN_HELD_TAINT}"),
+        value: Some(value.trim_end_matches(['.', '-', '_']).to_owned()).filter(|v| !v.is_empty()),
         effect: "NoSchedule".to_owned(),
         time_added: None,
     }
@@ -95,5 +117,24 @@ mod tests {
         };
         assert!(tolerates_unhealthy.tolerates(&unhealthy_taint("devinject.io", &profile())));
         assert!(!tolerates_unhealthy.tolerates(&taint));
+    }
+
+    #[test]
+    fn a_held_devices_taint_names_its_pod_as_a_label_value_and_keeps_new_claims_off() {
+        let taint = plugin_held_taint("devinject.io", "team/trainer-0");
+        assert_eq!(taint.key, "devinject.io/device-plugin");
+        assert_eq!(taint.value.as_deref(), Some("team.trainer-0"));
+        assert_eq!(taint.effect, "NoSchedule");
+        let long = format!("{}/{}", "n".repeat(40), "p".repeat(40));
+        let value = plugin_held_taint("d", &long).value.unwrap();
+        assert_eq!(value.len(), 63);
+        assert!(!value.ends_with('.'));
+        let tolerates_any_holder = crate::claim::Toleration {
+            key: Some("devinject.io/device-plugin".into()),
+            operator: Some("Exists".into()),
+            ..Default::default()
+        };
+        assert!(tolerates_any_holder.tolerates(&taint));
+        assert!(!tolerates_any_holder.tolerates(&prepare_failed_taint("devinject.io")));
     }
 }

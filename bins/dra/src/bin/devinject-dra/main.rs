@@ -105,6 +105,11 @@ struct ServeArgs {
     /// `create` on `events.k8s.io` `events` (the manifests' ClusterRole `devinject-events`).
     #[arg(long)]
     pod_events: bool,
+    /// The kubelet's pod-resources socket, a host path: the driver reads which devices running
+    /// containers hold through devinject's device plugin there, and neither publishes nor
+    /// prepares those until they are let go (docs/dra.md, "From the device plugin to DRA").
+    #[arg(long, value_name = "PATH", default_value = devinject_hostconfig::DEFAULT_POD_RESOURCES_SOCKET)]
+    pod_resources_socket: PathBuf,
     /// The node's decision log directory (the host config's `decision_log_dir`), a host path.
     #[arg(long, value_name = "DIR", default_value = devinject_decision_log::DEFAULT_DIR)]
     decision_log_dir: PathBuf,
@@ -223,8 +228,18 @@ fn run(args: ServeArgs) -> Result<()> {
             metadata_dir: driver_dir.join(devinject_dra::device_metadata::HOST_DIR),
         };
         let roots = config.roots.clone();
-        let driver =
-            std::sync::Arc::new(Driver::new(config, client.clone())?.with_metrics(metrics.clone()));
+        // What the device plugin gave running containers, read from the kubelet (docs/dra.md).
+        let (holds, plugin_holds) = tokio::sync::watch::channel(Default::default());
+        tokio::spawn(devinject_dra::plugin_holds::poll(
+            args.pod_resources_socket,
+            profiles.clone(),
+            holds,
+        ));
+        let driver = std::sync::Arc::new(
+            Driver::new(config, client.clone())?
+                .with_metrics(metrics.clone())
+                .with_plugin_holds(plugin_holds.clone()),
+        );
         // Puts back the specs of this boot's claims that go missing (docs/dra.md).
         tokio::spawn(std::sync::Arc::clone(&driver).keep_specs());
         // Prepares before binding, where a profile asks for it (docs/prepare.md).
@@ -250,6 +265,7 @@ fn run(args: ServeArgs) -> Result<()> {
                 registration_dir: args.registry_dir,
                 metrics,
                 prepare_failed,
+                plugin_holds,
             },
             driver,
             client,

@@ -1,0 +1,239 @@
+//! The devices this node's running containers hold through devinject's device plugin, so that
+//! the driver never hands out a device the plugin gave a container: the driver reads the
+//! kubelet's pod-resources `List` on a schedule and, for each profile whose devices are
+//! exclusive, collects the device ids the kubelet records for the profile's extended resource.
+//!
+//! The kubelet keeps a container's device-plugin grants in its own checkpoint for as long as
+//! the pod exists, whether or not the plugin is still registered: while a node moves from the
+//! device plugin to this driver, the pods started before keep their devices and pod-resources
+//! keeps naming them (docs/dra.md, "From the device plugin to DRA"). A held device is published
+//! with the taint `<driver>/device-plugin` (`NoSchedule`), or left out where the API server
+//! drops taints, and a claim the scheduler gave it anyway (allocated before the driver saw the
+//! hold) is not prepared until the holder ends: the kubelet retries the prepare, so the pod
+//! waits.
+//!
+//! A profile whose devices are shared (`replicas` above 1, or a `[capacity]`) is left alone:
+//! both paths may hand out its shares, as either one does by itself.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use devinject_devices::request::split_replica;
+use devinject_devices::{Profile, ProfileSet};
+use devinject_kubelet::pod_resources::v1::PodResources;
+use devinject_kubelet::pod_resources::PodResourcesClient;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+/// The devices held through the device plugin: profile name → device id → who holds it
+/// (`<namespace>/<pod>`, the first such pod the kubelet lists).
+pub type PluginHolds = BTreeMap<String, BTreeMap<String, String>>;
+
+/// How often the kubelet is asked: a new hold is tainted within this time (the scheduler may
+/// allocate the device meanwhile; the prepare check closes that gap).
+pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
+
+/// How long one `List` may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the driver logs when the held devices change: tests look for it.
+pub const HOLDS_CHANGED: &str = "devices held through the device plugin changed";
+
+/// Whether `profile`'s devices go to one container at a time, so a device the plugin gave must
+/// not be allocated here too.
+pub fn exclusive(profile: &Profile) -> bool {
+    profile.replicas <= 1 && profile.capacity.is_none()
+}
+
+/// The devices of `profiles`' exclusive profiles that the containers of `pods` hold through
+/// the device plugin. A replica id (`<id>::<n>`) stands for its device; an id the profile
+/// could not have advertised is kept as it is (it matches no device).
+pub fn holds(pods: &[PodResources], profiles: &ProfileSet) -> PluginHolds {
+    let by_resource: BTreeMap<&str, &Profile> = profiles
+        .iter()
+        .filter(|p| exclusive(p))
+        .map(|p| (p.resource.as_str(), p))
+        .collect();
+    let mut held = PluginHolds::new();
+    for pod in pods {
+        for container in &pod.containers {
+            for grant in &container.devices {
+                let Some(profile) = by_resource.get(grant.resource_name.as_str()) else {
+                    continue;
+                };
+                for id in &grant.device_ids {
+                    let device = split_replica(id).map_or(id.as_str(), |(base, _)| base);
+                    held.entry(profile.name.to_string())
+                        .or_default()
+                        .entry(device.to_owned())
+                        .or_insert_with(|| format!("{}/{}", pod.namespace, pod.name));
+                }
+            }
+        }
+    }
+    held
+}
+
+/// Asks the kubelet at `socket` every [`POLL_INTERVAL`] and sends what `profiles`' exclusive
+/// devices are held by to `out`, until every receiver is gone. A failed call is logged once
+/// (when its message changes) and the last answer kept: the kubelet forgets no grant while it
+/// restarts, and a node without the API (or with no exclusive profile) holds nothing.
+pub async fn poll(socket: PathBuf, profiles: ProfileSet, out: watch::Sender<PluginHolds>) {
+    if !profiles.iter().any(exclusive) {
+        return;
+    }
+    let client = PodResourcesClient::new(socket, CALL_TIMEOUT);
+    let mut failing: Option<String> = None;
+    let mut ticks = tokio::time::interval(POLL_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if out.is_closed() {
+            return;
+        }
+        let asked = client.clone();
+        // The client is blocking and bounded by its own deadline.
+        let answer = tokio::task::spawn_blocking(move || asked.list()).await;
+        let pods = match answer {
+            Ok(Ok(pods)) => pods,
+            Ok(Err(e)) => {
+                let error = e.to_string();
+                if failing.as_ref() != Some(&error) {
+                    warn!(error = %error, "reading the kubelet's pod-resources failed; devices held through the device plugin are as last read");
+                    failing = Some(error);
+                }
+                continue;
+            }
+            Err(e) => {
+                warn!(error = %e, "the pod-resources call did not finish");
+                continue;
+            }
+        };
+        if failing.take().is_some() {
+            info!("reading the kubelet's pod-resources works again");
+        }
+        let now = holds(&pods, &profiles);
+        out.send_if_modified(|known| {
+            let changed = *known != now;
+            if changed {
+                info!(held = ?now, "{HOLDS_CHANGED}");
+                *known = now;
+            }
+            changed
+        });
+    }
+}
+
+/// The held devices of `profile` in `holds`, by id.
+pub fn of_profile<'a>(holds: &'a PluginHolds, profile: &str) -> BTreeSet<&'a str> {
+    holds
+        .get(profile)
+        .map(|ids| ids.keys().map(String::as_str).collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use devinject_kubelet::pod_resources::testing::pod;
+    use std::path::Path;
+
+    fn profiles(extra: &str) -> ProfileSet {
+        let demo = Profile::parse(
+            "name = \"demo\"\nresource = \"devinject.io/demo\"\n[discovery]\nnodes = [\"demo/accel[0-9]*\"]\n",
+            Path::new("demo.toml"),
+        )
+        .unwrap();
+        let shared = Profile::parse(
+            &format!(
+                "name = \"kvm\"\nresource = \"devinject.io/kvm\"\n{extra}\n[discovery]\nnodes = [\"kvm\"]\n"
+            ),
+            Path::new("kvm.toml"),
+        )
+        .unwrap();
+        ProfileSet::from_profiles(vec![demo, shared], Path::new("profiles")).unwrap()
+    }
+
+    #[test]
+    fn an_exclusive_profiles_granted_devices_are_held_by_the_first_pod_listed() {
+        let pods = [
+            pod(
+                "team",
+                "trainer",
+                &[
+                    ("main", &[("devinject.io/demo", &["accel1"])]),
+                    ("side", &[("example.com/gpu", &["accel0"])]),
+                ],
+            ),
+            pod(
+                "team",
+                "other",
+                &[("main", &[("devinject.io/demo", &["accel1", "accel2"])])],
+            ),
+        ];
+        let held = holds(&pods, &profiles("replicas = 1"));
+        assert_eq!(
+            held,
+            PluginHolds::from([(
+                "demo".into(),
+                BTreeMap::from([
+                    ("accel1".into(), "team/trainer".into()),
+                    ("accel2".into(), "team/other".into()),
+                ])
+            )]),
+            "another vendor's resource holds none of ours"
+        );
+        assert_eq!(
+            of_profile(&held, "demo"),
+            BTreeSet::from(["accel1", "accel2"])
+        );
+        assert!(of_profile(&held, "kvm").is_empty());
+    }
+
+    #[test]
+    fn a_replica_stands_for_its_device_and_a_shared_profile_holds_nothing() {
+        let pods = [pod(
+            "ns",
+            "p",
+            &[(
+                "main",
+                &[
+                    ("devinject.io/demo", &["accel0::1"]),
+                    ("devinject.io/kvm", &["kvm::0"]),
+                ],
+            )],
+        )];
+        let held = holds(&pods, &profiles("replicas = 4"));
+        assert_eq!(of_profile(&held, "demo"), BTreeSet::from(["accel0"]));
+        assert!(!held.contains_key("kvm"), "{held:?}");
+        assert!(!exclusive(profiles("replicas = 4").get("kvm").unwrap()));
+        assert!(exclusive(profiles("replicas = 1").get("kvm").unwrap()));
+        // The same grant on an exclusive kvm profile is held.
+        let held = holds(&pods, &profiles("replicas = 1"));
+        assert_eq!(of_profile(&held, "kvm"), BTreeSet::from(["kvm"]));
+    }
+
+    #[tokio::test]
+    async fn a_missing_socket_holds_nothing_and_the_poll_ends_with_its_receivers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, mut rx) = watch::channel(PluginHolds::from([(
+            "demo".into(),
+            BTreeMap::from([("accel0".into(), "a/b".into())]),
+        )]));
+        let polling = tokio::spawn(poll(
+            dir.path().join("kubelet.sock"),
+            profiles("replicas = 1"),
+            tx,
+        ));
+        // The last answer is kept while the kubelet cannot be asked.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!rx.has_changed().unwrap());
+        assert_eq!(of_profile(&rx.borrow_and_update(), "demo").len(), 1);
+        drop(rx);
+        tokio::time::timeout(POLL_INTERVAL * 3, polling)
+            .await
+            .expect("the poll ends once nobody listens")
+            .unwrap();
+    }
+}
