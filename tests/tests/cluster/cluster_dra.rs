@@ -18,7 +18,9 @@
 //! - a pod asking for `devinject.io/demo` in its limits, as for the device plugin, is served
 //!   through DRA unchanged (the DeviceClass's `extendedResourceName`, KEP-5004); on a node where
 //!   the device plugin advertises the resource, the same pod is left to the plugin (no claim,
-//!   nothing prepared) while a claim on that node still goes through DRA;
+//!   nothing prepared), the driver taints the device it holds `<driver>/device-plugin` (read
+//!   from the kubelet's pod-resources), and a claim pinned to that device waits unschedulable
+//!   until the pod ends, then gets it through DRA;
 //! - the shipped kvm, tun and fuse profiles: one pod holding a claim of each opens the machine's
 //!   real `/dev/kvm`, `/dev/net/tun` and `/dev/fuse` (nodes with their numbers) and nothing else;
 //!   user-namespaced pods (`hostUsers: false`), as root and as uid 1000, open each through
@@ -1297,15 +1299,21 @@ fn sysfs_attributes_reach_the_slice_and_a_health_change_taints_the_device() {
 /// Waits until DRA device `device` of the driver's slices carries the driver's unhealthy taint
 /// with `effect` (or, with `None`, no taint); the taint as the API server holds it.
 fn wait_taint(c: &Cluster, device: &str, effect: Option<&str>) -> String {
+    wait_taint_of(c, device, devinject_dra::slices::UNHEALTHY_TAINT, effect)
+}
+
+/// Waits until DRA device `device` carries the taint `<driver>/<key>` with `effect` in its
+/// slice (the taint, as JSON), or, with `None`, no taint at all.
+fn wait_taint_of(c: &Cluster, device: &str, key: &str, effect: Option<&str>) -> String {
     poll(
-        &format!("{device} tainted {effect:?} in its slice"),
+        &format!("{device} tainted {key} {effect:?} in its slice"),
         devinject_tests::cluster::SLOW,
         || {
             let Some(d) = c.resource_slice_device(device)? else {
                 return Ok(None);
             };
             let taints = d["taints"].as_array().cloned().unwrap_or_default();
-            let key = format!("{DRA_DRIVER}/unhealthy");
+            let key = format!("{DRA_DRIVER}/{key}");
             Ok(match effect {
                 Some(effect) => taints
                     .iter()
@@ -2048,13 +2056,33 @@ fn where_the_device_plugin_serves_the_node_a_limits_pod_is_left_to_it() {
         "the DRA driver prepared nothing:\n{}",
         c.dra_log()
     );
-    // A claim on the same node still goes through DRA.
-    delete_pod(&c, "classic");
-    c.apply(&demo_claim_template("one-demo", 1))
+    // The driver sees the plugin's grant in the kubelet's pod-resources and keeps the device
+    // off: tainted in its slice with the holding pod's name (docs/dra.md, "From the device
+    // plugin to DRA").
+    let held = format!("demo-{}", seen[0]);
+    let taint = wait_taint_of(
+        &c,
+        &held,
+        devinject_dra::slices::PLUGIN_HELD_TAINT,
+        Some("NoSchedule"),
+    );
+    assert!(taint.contains("default.classic"), "{taint}");
+    // A claim on the same node for that very device waits while the plugin's pod holds it.
+    c.apply(&pinned_template("held-demo", DEMO_CLASS, &seen[0], None))
         .expect("template");
-    c.apply(&pod("claimant", "one-demo")).expect("create pod");
+    c.apply(&pod("claimant", "held-demo")).expect("create pod");
+    let why = unschedulable(&c, "claimant").unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(!pod_running(&c, "claimant"), "{why}");
+    assert!(
+        pod_running(&c, "classic"),
+        "the plugin's pod keeps its device"
+    );
+    // Once that pod ends, the device is free again and the claim goes through DRA.
+    delete_pod(&c, "classic");
+    wait_taint_of(&c, &held, devinject_dra::slices::PLUGIN_HELD_TAINT, None);
     let out = probe_output(&c, "claimant");
     let ids = allocated_ids(&claim_of(&c, "claimant"));
+    assert_eq!(ids, [seen[0].clone()], "the device the plugin held");
     assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
 }
 
