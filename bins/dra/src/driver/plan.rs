@@ -336,32 +336,35 @@ mod tests {
         assert!(err.contains("delete the pod"), "{err}");
     }
 
+    /// The plan of one claim for demo device `device`, tolerating the taint keys `tolerates`.
+    fn plan_device(
+        node: &Node,
+        device: &str,
+        tolerates: &[&str],
+    ) -> Result<Vec<ProfilePlan>, String> {
+        let mut claimed = result("gpu", "node-a/demo", device);
+        if !tolerates.is_empty() {
+            claimed["tolerations"] = tolerates
+                .iter()
+                .map(|key| json!({"key": key, "operator": "Exists"}))
+                .collect();
+        }
+        plan_of(node, vec![claimed], None, false).0
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn an_unhealthy_device_is_prepared_only_for_a_claim_that_tolerates_its_taint() {
         let node = node(&[demo("", "")], 2);
         set_health(&node.root, "demo", 1, "bad");
-        let (plans, _) = plan_of(
-            &node,
-            vec![result("gpu", "node-a/demo", "demo-1")],
-            None,
-            false,
-        );
-        let err = plans.err().unwrap();
+        let err = plan_device(&node, "demo-1", &[]).err().unwrap();
         assert!(
             err.contains("is unhealthy and the claim does not tolerate its taint"),
             "{err}"
         );
-        let mut tolerating = result("gpu", "node-a/demo", "demo-1");
-        tolerating["tolerations"] =
-            json!([{"key": "devinject.io/unhealthy", "operator": "Exists"}]);
-        let (plans, _) = plan_of(&node, vec![tolerating], None, false);
+        let plans = plan_device(&node, "demo-1", &["devinject.io/unhealthy"]);
         assert_eq!(plans.unwrap()[0].answer[0].device_name, "demo-1");
         // Tolerating another taint is not enough.
-        let mut other = result("gpu", "node-a/demo", "demo-1");
-        other["tolerations"] =
-            json!([{"key": "devinject.io/prepare-failed", "operator": "Exists"}]);
-        let (plans, _) = plan_of(&node, vec![other], None, false);
-        assert!(plans.is_err());
+        assert!(plan_device(&node, "demo-1", &["devinject.io/prepare-failed"]).is_err());
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -373,39 +376,20 @@ mod tests {
                 BTreeMap::from([("1".to_owned(), "team/trainer".to_owned())]),
             )]));
         node.driver.plugin_holds = held;
-        let (plans, _) = plan_of(
-            &node,
-            vec![result("gpu", "node-a/demo", "demo-1")],
-            None,
-            false,
-        );
-        let err = plans.err().unwrap();
+        let err = plan_device(&node, "demo-1", &[]).err().unwrap();
         assert!(
             err.contains("device demo-1 of pool node-a/demo is held by pod team/trainer through the device plugin (devinject.io/demo)"),
             "{err}"
         );
         // The other device is free.
-        let (plans, _) = plan_of(
-            &node,
-            vec![result("gpu", "node-a/demo", "demo-0")],
-            None,
-            false,
-        );
+        let plans = plan_device(&node, "demo-0", &[]);
         assert_eq!(plans.unwrap()[0].answer[0].device_name, "demo-0");
-        // A claim that tolerates the hold gets it.
-        let mut tolerating = result("gpu", "node-a/demo", "demo-1");
-        tolerating["tolerations"] =
-            json!([{"key": "devinject.io/device-plugin", "operator": "Exists"}]);
-        let (plans, _) = plan_of(&node, vec![tolerating], None, false);
-        assert!(plans.is_ok());
+        // A claim that tolerates the hold gets it; tolerating another taint is not enough.
+        assert!(plan_device(&node, "demo-1", &["devinject.io/device-plugin"]).is_ok());
+        assert!(plan_device(&node, "demo-1", &["devinject.io/unhealthy"]).is_err());
         // Once the holder ends, the device is prepared.
         holds.send_replace(Default::default());
-        let (plans, _) = plan_of(
-            &node,
-            vec![result("gpu", "node-a/demo", "demo-1")],
-            None,
-            false,
-        );
+        let plans = plan_device(&node, "demo-1", &[]);
         assert_eq!(plans.unwrap()[0].answer[0].device_name, "demo-1");
     }
 
