@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use devinject_devices::Excerpt;
 
 /// The driver name when none is configured.
-pub const DEFAULT_DRIVER: &str = "devinject.io";
+pub const DEFAULT_DRIVER: &str = devinject_devices::dra_names::DEFAULT_DRA_DRIVER;
 
 /// Why a name could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +41,7 @@ pub enum NamingError {
         /// The device id.
         id: String,
         /// What is wrong.
-        why: &'static str,
+        why: devinject_devices::dra_names::UnusableDraName,
     },
     /// A claim UID that is not one.
     #[error("claim uid {uid} is not a Kubernetes UID (letters, digits and '-', at most 64)")]
@@ -61,35 +61,18 @@ pub enum NamingError {
 
 /// The pool of `profile` on `node`.
 pub fn pool(node: &str, profile: &str) -> String {
-    format!("{node}/{profile}")
+    devinject_devices::dra_names::dra_pool(node, profile)
 }
 
 /// The DRA device name of device `id` of `profile`: a DNS label.
 pub fn device(profile: &str, id: &str) -> Result<String, NamingError> {
-    let unusable = |why| NamingError::Unusable {
-        profile: profile.to_owned(),
-        id: id.chars().take(64).collect(),
-        why,
-    };
-    let mut name = String::with_capacity(profile.len() + 1 + id.len());
-    name.push_str(profile);
-    name.push('-');
-    for c in id.chars() {
-        let c = c.to_ascii_lowercase();
-        name.push(if c.is_ascii_lowercase() || c.is_ascii_digit() {
-            c
-        } else {
-            '-'
-        });
-    }
-    let name = name.trim_end_matches('-').to_owned();
-    if name.len() > 63 {
-        return Err(unusable("over 63 characters"));
-    }
-    if name.len() <= profile.len() {
-        return Err(unusable("the id has no letter or digit"));
-    }
-    Ok(name)
+    devinject_devices::dra_names::dra_device_name(profile, id).map_err(|why| {
+        NamingError::Unusable {
+            profile: profile.to_owned(),
+            id: id.chars().take(64).collect(),
+            why,
+        }
+    })
 }
 
 /// DRA device names of one profile's devices, checked for collisions: device name to id.

@@ -40,19 +40,13 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// What the driver logs when the held devices change: tests look for it.
 pub const HOLDS_CHANGED: &str = "devices held through the device plugin changed";
 
-/// Whether `profile`'s devices go to one container at a time, so a device the plugin gave must
-/// not be allocated here too.
-pub fn exclusive(profile: &Profile) -> bool {
-    profile.replicas <= 1 && profile.capacity.is_none()
-}
-
 /// The devices of `profiles`' exclusive profiles that the containers of `pods` hold through
 /// the device plugin. A replica id (`<id>::<n>`) stands for its device; an id the profile
 /// could not have advertised is kept as it is (it matches no device).
 pub fn holds(pods: &[PodResources], profiles: &ProfileSet) -> PluginHolds {
     let by_resource: BTreeMap<&str, &Profile> = profiles
         .iter()
-        .filter(|p| exclusive(p))
+        .filter(|p| p.exclusive())
         .map(|p| (p.resource.as_str(), p))
         .collect();
     let mut held = PluginHolds::new();
@@ -80,7 +74,7 @@ pub fn holds(pods: &[PodResources], profiles: &ProfileSet) -> PluginHolds {
 /// (when its message changes) and the last answer kept: the kubelet forgets no grant while it
 /// restarts, and a node without the API (or with no exclusive profile) holds nothing.
 pub async fn poll(socket: PathBuf, profiles: ProfileSet, out: watch::Sender<PluginHolds>) {
-    if !profiles.iter().any(exclusive) {
+    if !profiles.iter().any(Profile::exclusive) {
         return;
     }
     let client = PodResourcesClient::new(socket, CALL_TIMEOUT);
@@ -207,8 +201,8 @@ mod tests {
         let held = holds(&pods, &profiles("replicas = 4"));
         assert_eq!(of_profile(&held, "demo"), BTreeSet::from(["accel0"]));
         assert!(!held.contains_key("kvm"), "{held:?}");
-        assert!(!exclusive(profiles("replicas = 4").get("kvm").unwrap()));
-        assert!(exclusive(profiles("replicas = 1").get("kvm").unwrap()));
+        assert!(!profiles("replicas = 4").get("kvm").unwrap().exclusive());
+        assert!(profiles("replicas = 1").get("kvm").unwrap().exclusive());
         // The same grant on an exclusive kvm profile is held.
         let held = holds(&pods, &profiles("replicas = 1"));
         assert_eq!(of_profile(&held, "kvm"), BTreeSet::from(["kvm"]));

@@ -32,6 +32,7 @@ pub mod attribute_name;
 pub mod bus_select;
 pub mod capability;
 pub mod capacity;
+pub mod dra_names;
 pub mod driver_files;
 pub mod elf_machine;
 pub mod env_merge;

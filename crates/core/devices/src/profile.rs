@@ -465,6 +465,13 @@ impl Profile {
         self.resource.as_str()
     }
 
+    /// Whether each device goes to one container at a time (no `replicas` above 1, no
+    /// `[capacity]`): a node serving the profile through both the device plugin and DRA must
+    /// keep what one path gave from the other.
+    pub fn exclusive(&self) -> bool {
+        self.replicas <= 1 && self.capacity.is_none()
+    }
+
     /// How often the long-running components read each device's health attribute again
     /// (`discovery.health_interval_ms`, else [`DEFAULT_HEALTH_INTERVAL`]);
     /// `None` when the profile has no health attribute.
