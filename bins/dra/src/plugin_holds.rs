@@ -16,15 +16,17 @@
 //! both paths may hand out its shares, as either one does by itself.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use devinject_devices::request::split_replica;
 use devinject_devices::{Profile, ProfileSet};
+use devinject_kubelet::pod_resources::poll::poll_list;
 use devinject_kubelet::pod_resources::v1::PodResources;
 use devinject_kubelet::pod_resources::PodResourcesClient;
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::info;
 
 /// The devices held through the device plugin: profile name → device id → who holds it
 /// (`<namespace>/<pod>`, the first such pod the kubelet lists).
@@ -70,44 +72,19 @@ pub fn holds(pods: &[PodResources], profiles: &ProfileSet) -> PluginHolds {
 }
 
 /// Asks the kubelet at `socket` every [`POLL_INTERVAL`] and sends what `profiles`' exclusive
-/// devices are held by to `out`, until every receiver is gone. A failed call is logged once
-/// (when its message changes) and the last answer kept: the kubelet forgets no grant while it
-/// restarts, and a node without the API (or with no exclusive profile) holds nothing.
+/// devices are held by to `out`, until every receiver is gone (noticed at the next answer). A
+/// failed call keeps the last answer; a node without the API (or with no exclusive profile)
+/// holds nothing.
 pub async fn poll(socket: PathBuf, profiles: ProfileSet, out: watch::Sender<PluginHolds>) {
     if !profiles.iter().any(Profile::exclusive) {
         return;
     }
     let client = PodResourcesClient::new(socket, CALL_TIMEOUT);
-    let mut failing: Option<String> = None;
-    let mut ticks = tokio::time::interval(POLL_INTERVAL);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
+    poll_list(client, POLL_INTERVAL, |pods| {
         if out.is_closed() {
-            return;
+            return ControlFlow::Break(());
         }
-        let asked = client.clone();
-        // The client is blocking and bounded by its own deadline.
-        let answer = tokio::task::spawn_blocking(move || asked.list()).await;
-        let pods = match answer {
-            Ok(Ok(pods)) => pods,
-            Ok(Err(e)) => {
-                let error = e.to_string();
-                if failing.as_ref() != Some(&error) {
-                    warn!(error = %error, "reading the kubelet's pod-resources failed; devices held through the device plugin are as last read");
-                    failing = Some(error);
-                }
-                continue;
-            }
-            Err(e) => {
-                warn!(error = %e, "the pod-resources call did not finish");
-                continue;
-            }
-        };
-        if failing.take().is_some() {
-            info!("reading the kubelet's pod-resources works again");
-        }
-        let now = holds(&pods, &profiles);
+        let now = holds(pods, &profiles);
         out.send_if_modified(|known| {
             let changed = *known != now;
             if changed {
@@ -116,7 +93,9 @@ pub async fn poll(socket: PathBuf, profiles: ProfileSet, out: watch::Sender<Plug
             }
             changed
         });
-    }
+        ControlFlow::Continue(())
+    })
+    .await;
 }
 
 /// The held devices of `profile` in `holds`, by id.
@@ -209,7 +188,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_missing_socket_holds_nothing_and_the_poll_ends_with_its_receivers() {
+    async fn while_the_kubelet_cannot_answer_the_last_holds_are_kept() {
         let dir = tempfile::tempdir().unwrap();
         let (tx, mut rx) = watch::channel(PluginHolds::from([(
             "demo".into(),
@@ -220,14 +199,9 @@ mod tests {
             profiles("replicas = 1"),
             tx,
         ));
-        // The last answer is kept while the kubelet cannot be asked.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!rx.has_changed().unwrap());
         assert_eq!(of_profile(&rx.borrow_and_update(), "demo").len(), 1);
-        drop(rx);
-        tokio::time::timeout(POLL_INTERVAL * 3, polling)
-            .await
-            .expect("the poll ends once nobody listens")
-            .unwrap();
+        polling.abort();
     }
 }

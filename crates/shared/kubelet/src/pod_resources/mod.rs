@@ -11,6 +11,9 @@
 //! - [`answer`]: the client's result reduced to what the policy needs about one container, in
 //!   the shape of [`crate::answer`]; `devinject-podresources` (bins/podresources) prints it.
 //!
+//! - `poll` (feature `poll`): `List` read on a schedule off the async thread, each failure
+//!   logged once, for the device plugin and the DRA driver.
+//!
 //! - `testing` (feature `testing`): pods as the kubelet reports them, built from plain values
 //!   for the tests of code that reads them.
 //!
@@ -19,6 +22,8 @@
 
 pub mod answer;
 pub mod client;
+#[cfg(feature = "poll")]
+pub mod poll;
 #[cfg(feature = "testing")]
 pub mod testing;
 

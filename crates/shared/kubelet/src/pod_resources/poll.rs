@@ -1,0 +1,77 @@
+//! The kubelet's pod-resources `List` read on a schedule, for the long-running components that
+//! follow what the kubelet granted (the device plugin and the DRA driver each keep the other's
+//! devices from their own containers): the blocking client runs off the async thread, a failed
+//! call is logged once for each new message and the caller keeps what it last read, since the
+//! kubelet forgets no grant while it restarts.
+
+use std::ops::ControlFlow;
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use super::v1::PodResources;
+use super::PodResourcesClient;
+
+/// Calls `List` through `client` at once and then every `every`, and hands each answer to
+/// `each`, until it says to stop.
+pub async fn poll_list(
+    client: PodResourcesClient,
+    every: Duration,
+    mut each: impl FnMut(&[PodResources]) -> ControlFlow<()>,
+) {
+    let mut failing: Option<String> = None;
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let asked = client.clone();
+        // Blocking, and bounded by the client's own deadline.
+        let pods = match tokio::task::spawn_blocking(move || asked.list()).await {
+            Ok(Ok(pods)) => pods,
+            Ok(Err(e)) => {
+                let error = e.to_string();
+                if failing.as_ref() != Some(&error) {
+                    warn!(error = %error, "reading the kubelet's pod-resources failed; keeping what was last read");
+                    failing = Some(error);
+                }
+                continue;
+            }
+            Err(e) => {
+                warn!(error = %e, "the pod-resources call did not finish");
+                continue;
+            }
+        };
+        if failing.take().is_some() {
+            info!("reading the kubelet's pod-resources works again");
+        }
+        if each(&pods).is_break() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_missing_socket_hands_nothing_on_and_the_caller_is_never_called() {
+        let dir = tempfile::tempdir().unwrap();
+        let client =
+            PodResourcesClient::new(dir.path().join("kubelet.sock"), Duration::from_secs(1));
+        let mut called = false;
+        let polled = tokio::time::timeout(
+            Duration::from_millis(200),
+            poll_list(client, Duration::from_millis(20), |_| {
+                called = true;
+                ControlFlow::Break(())
+            }),
+        )
+        .await;
+        assert!(
+            polled.is_err(),
+            "the poll goes on while the kubelet cannot answer"
+        );
+        assert!(!called);
+    }
+}
