@@ -5,10 +5,12 @@
 //! change and publishes it through a `tokio::sync::watch` channel, which `ListAndWatch`,
 //! `Allocate` and `GetPreferredAllocation` read. A device that disappears stays listed as
 //! unhealthy rather than vanishing: the kubelet keeps pods that hold it running, and only an empty
-//! list withdraws devices (see `shared/reference/kubelet-and-runtimes.md`, section 2).
+//! list withdraws devices (see `shared/reference/kubelet-and-runtimes.md`, section 2). A device
+//! a prepared DRA claim holds ([`crate::claim_holds`]) is listed unhealthy too while it is held,
+//! so the kubelet gives it to no new container.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::api::v1beta1::{Device, ListAndWatchResponse, NumaNode, TopologyInfo};
 use crate::api::{HEALTHY, UNHEALTHY};
@@ -54,6 +56,8 @@ pub struct Advertisement {
     ids: Vec<AdvertisedId>,
     by_id: HashMap<String, usize>,
     closing: bool,
+    /// The devices prepared DRA claims hold, each with the claim (`<namespace>/<name>`).
+    claimed: BTreeMap<String, String>,
 }
 
 impl PartialEq for Advertisement {
@@ -62,6 +66,7 @@ impl PartialEq for Advertisement {
         self.physical == other.physical
             && self.replicas == other.replicas
             && self.closing == other.closing
+            && self.claimed == other.claimed
     }
 }
 
@@ -95,12 +100,36 @@ impl Advertisement {
             }
         }
         physical.sort_by(|a, b| natural_cmp(&a.id, &b.id));
-        Self::build(physical, self.replicas, self.closing)
+        Self {
+            claimed: self.claimed.clone(),
+            ..Self::build(physical, self.replicas, self.closing)
+        }
     }
 
     /// The same devices, marked as withdrawn: `ListAndWatch` then sends an empty list.
     pub fn closed(&self) -> Self {
-        Self::build(self.physical.clone(), self.replicas, true)
+        Self {
+            claimed: self.claimed.clone(),
+            ..Self::build(self.physical.clone(), self.replicas, true)
+        }
+    }
+
+    /// The same devices, with `claimed` (device id → claim) held by prepared DRA claims.
+    pub fn with_claimed(&self, claimed: BTreeMap<String, String>) -> Self {
+        Self {
+            claimed,
+            ..self.clone()
+        }
+    }
+
+    /// The devices prepared DRA claims hold, each with the claim.
+    pub fn claimed(&self) -> &BTreeMap<String, String> {
+        &self.claimed
+    }
+
+    /// The claim that holds physical device `id` through DRA, if one does.
+    pub fn claimed_by(&self, id: &str) -> Option<&str> {
+        self.claimed.get(id).map(String::as_str)
     }
 
     fn build(physical: Vec<PhysicalDevice>, replicas: u32, closing: bool) -> Self {
@@ -129,6 +158,7 @@ impl Advertisement {
             ids,
             by_id,
             closing,
+            claimed: BTreeMap::new(),
         }
     }
 
@@ -173,9 +203,10 @@ impl Advertisement {
             .iter()
             .map(|a| {
                 let device = &self.physical[a.physical];
+                let usable = device.healthy && !self.claimed.contains_key(&device.id);
                 Device {
                     id: a.id.clone(),
-                    health: if device.healthy { HEALTHY } else { UNHEALTHY }.to_owned(),
+                    health: if usable { HEALTHY } else { UNHEALTHY }.to_owned(),
                     topology: device.numa_node.map(|id| TopologyInfo {
                         nodes: vec![NumaNode { id }],
                     }),
@@ -296,5 +327,35 @@ mod tests {
         assert!(ad.to_response().devices.is_empty());
         // A later scan keeps it closed.
         assert!(ad.with_scan(&[scanned("0", None)]).is_closing());
+    }
+
+    #[test]
+    fn a_device_a_claim_holds_is_unhealthy_while_held_across_scans() {
+        let ad = Advertisement::new(2)
+            .with_scan(&[scanned("0", None), scanned("1", None)])
+            .with_claimed(BTreeMap::from([("1".to_owned(), "team/c".to_owned())]));
+        let health = |ad: &Advertisement| -> Vec<(String, String)> {
+            ad.to_response()
+                .devices
+                .into_iter()
+                .map(|d| (d.id, d.health))
+                .collect()
+        };
+        let expected = [
+            ("0::0", HEALTHY),
+            ("0::1", HEALTHY),
+            ("1::0", UNHEALTHY),
+            ("1::1", UNHEALTHY),
+        ]
+        .map(|(id, h)| (id.to_owned(), h.to_owned()));
+        assert_eq!(health(&ad), expected);
+        // A rescan keeps the hold; a change of it is a change to send.
+        let rescanned = ad.with_scan(&[scanned("0", None), scanned("1", None)]);
+        assert_eq!(health(&rescanned), expected);
+        assert_eq!(rescanned.claimed_by("1"), Some("team/c"));
+        assert_eq!(rescanned, ad);
+        let released = ad.with_claimed(BTreeMap::new());
+        assert_ne!(released, ad);
+        assert!(health(&released).iter().all(|(_, h)| h == HEALTHY));
     }
 }

@@ -35,6 +35,14 @@ pub fn container_response(
                 resource: resource.resource_name.clone(),
                 id: id.clone(),
             })?;
+        let device = &advertisement.physical()[advertisement.ids()[position].physical];
+        if let Some(claim) = advertisement.claimed_by(&device.id) {
+            return Err(PluginError::HeldByClaim {
+                resource: resource.resource_name.clone(),
+                id: id.clone(),
+                claim: claim.to_owned(),
+            });
+        }
         positions.push(position);
     }
     positions.sort_unstable();
@@ -192,6 +200,23 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.envs, map(&[("DEMO_VISIBLE_DEVICES", "0::0,1::1")]));
+    }
+
+    #[test]
+    fn a_device_a_dra_claim_holds_is_refused_naming_the_claim() {
+        let resource = demo(AllocateMode::Envvar, 2);
+        let ad = advertisement(2).with_claimed(map(&[("1", "team/c")]));
+        let err = container_response(&resource, &ad, &ids(&["0::0", "1::1"]), 0).unwrap_err();
+        assert_eq!(
+            err,
+            PluginError::HeldByClaim {
+                resource: "devinject.io/demo".into(),
+                id: "1::1".into(),
+                claim: "team/c".into(),
+            }
+        );
+        assert_eq!(err.reason(), "held_by_claim");
+        assert!(container_response(&resource, &ad, &ids(&["0::1"]), 0).is_ok());
     }
 
     #[test]

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::advertisement::Advertisement;
+use crate::claim_holds::{self, ClaimHoldsConfig};
 use crate::health::{HealthError, HealthMonitor, HealthTimer};
 use crate::kubelet::lifecycle::{Lifecycle, LifecycleError};
 use crate::kubelet::watch::{DirWatcher, WatchError};
@@ -41,6 +42,9 @@ pub struct DaemonConfig {
     pub profiles: Vec<String>,
     /// Where the daemon counts what it does (registered for `/metrics` by the binary).
     pub metrics: PluginMetrics,
+    /// Where to learn which devices prepared DRA claims hold, so that no container gets one
+    /// ([`crate::claim_holds`]); `None` without a node name.
+    pub claim_holds: Option<ClaimHoldsConfig>,
 }
 
 /// Why the daemon stopped with an error.
@@ -184,10 +188,12 @@ pub async fn run(config: DaemonConfig) -> Result<(), DaemonError> {
     let mut background: JoinSet<(String, Result<(), DaemonError>)> = JoinSet::new();
     let mut lifecycles: JoinSet<(String, Result<(), DaemonError>)> = JoinSet::new();
     let mut schedules = Vec::new();
+    let mut advertised = Vec::new();
     for (resource, source) in resources {
         let name = resource.resource_name.clone();
         let (sender, _) = watch::channel(Arc::new(Advertisement::new(resource.replicas)));
         let sender = Arc::new(sender);
+        advertised.push((source.profile().clone(), Arc::clone(&sender)));
         let monitor = HealthMonitor::new(name.clone(), source, sender.clone())
             .with_metrics(config.metrics.clone());
         monitor.rescan();
@@ -210,6 +216,17 @@ pub async fn run(config: DaemonConfig) -> Result<(), DaemonError> {
             let task = format!("lifecycle of {name}");
             async move { (task, lifecycle.run().await.map_err(DaemonError::from)) }
         });
+    }
+    match config.claim_holds.clone() {
+        Some(holds) => {
+            background.spawn(async move {
+                claim_holds::poll(holds, advertised).await;
+                ("DRA claims reader".to_owned(), Ok(()))
+            });
+        }
+        None => {
+            info!("no node name: devices DRA claims hold on this node are not kept from containers")
+        }
     }
     let timer = HealthTimer::new(schedules);
     background.spawn(async move {

@@ -42,6 +42,17 @@ pub enum PluginError {
         /// How many devices were offered.
         available: usize,
     },
+    /// A device a prepared DRA claim holds (the kubelet chose it before the plugin listed it
+    /// unhealthy).
+    #[error("resource {resource}: device {id:?} is held by DRA claim {claim}; the container gets it once that claim's pod ends")]
+    HeldByClaim {
+        /// The extended resource.
+        resource: String,
+        /// The id as received.
+        id: String,
+        /// The claim, `<namespace>/<name>`.
+        claim: String,
+    },
     /// The plugin is stopping and no longer hands out devices.
     #[error("resource {resource}: the device plugin is shutting down")]
     ShuttingDown {
@@ -59,6 +70,7 @@ impl PluginError {
             Self::DuplicateDevice { .. } => "duplicate_device",
             Self::EmptyRequest { .. } => "empty_request",
             Self::BadAllocationSize { .. } => "bad_allocation_size",
+            Self::HeldByClaim { .. } => "held_by_claim",
             Self::ShuttingDown { .. } => "shutting_down",
         }
     }
@@ -72,6 +84,7 @@ impl From<PluginError> for Status {
             | PluginError::DuplicateDevice { .. }
             | PluginError::EmptyRequest { .. }
             | PluginError::BadAllocationSize { .. } => Code::InvalidArgument,
+            PluginError::HeldByClaim { .. } => Code::FailedPrecondition,
             PluginError::ShuttingDown { .. } => Code::Unavailable,
         };
         Status::new(code, err.to_string())

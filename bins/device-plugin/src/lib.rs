@@ -18,6 +18,9 @@
 //! - [`service`] answers the kubelet: `ListAndWatch` from the channel, `Allocate` with
 //!   [`allocate`] (env and annotations only, stateless), `GetPreferredAllocation` with
 //!   [`preferred`] (topology-aware, pure);
+//! - [`claim_holds`] reads the kubelet's pod-resources for the devices prepared DRA claims
+//!   hold and marks them on the advertisements, so a node served by both paths never gives a
+//!   device twice;
 //! - [`error`] maps every refusal to a gRPC status in one place;
 //! - [`metrics`] counts what the parts above do, for Prometheus; [`node_refusals`] counts the
 //!   refusals the hook, the shim and the NRI plugin wrote to the node's decision log.
@@ -30,6 +33,7 @@
 pub mod advertisement;
 pub mod allocate;
 pub mod api;
+pub mod claim_holds;
 /// The `:authority` rewriter, in its own crate since the DRA driver serves the same kubelet.
 pub use devinject_kubelet::authority;
 pub mod daemon;

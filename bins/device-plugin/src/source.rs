@@ -47,6 +47,11 @@ impl ProfileSource {
             found: Mutex::new(None),
         }
     }
+
+    /// The profile whose devices this source finds.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
 }
 
 impl DeviceSource for ProfileSource {

@@ -20,7 +20,9 @@
 //!   the device plugin advertises the resource, the same pod is left to the plugin (no claim,
 //!   nothing prepared), the driver taints the device it holds `<driver>/device-plugin` (read
 //!   from the kubelet's pod-resources), and a claim pinned to that device waits unschedulable
-//!   until the pod ends, then gets it through DRA;
+//!   until the pod ends, then gets it through DRA; while that claim holds it, the plugin
+//!   lists it unhealthy, so a pod asking the plugin for every device waits until the claim's
+//!   pod ends, then gets them all;
 //! - the shipped kvm, tun and fuse profiles: one pod holding a claim of each opens the machine's
 //!   real `/dev/kvm`, `/dev/net/tun` and `/dev/fuse` (nodes with their numbers) and nothing else;
 //!   user-namespaced pods (`hostUsers: false`), as root and as uid 1000, open each through
@@ -2096,6 +2098,27 @@ fn where_the_device_plugin_serves_the_node_a_limits_pod_is_left_to_it() {
     let ids = allocated_ids(&claim_of(&c, "claimant"));
     assert_eq!(ids, [seen[0].clone()], "the device the plugin held");
     assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+    // The way back: while the claim holds the device, the plugin lists it unhealthy (read from
+    // the kubelet's pod-resources), so a pod asking the plugin for every device waits...
+    let every = ACCELS.len().to_string();
+    c.wait_allocatable("devinject.io/demo", &(ACCELS.len() - 1).to_string())
+        .unwrap_or_else(|e| panic!("the claimed device withheld by the plugin: {e:#}"));
+    c.apply(&classic_pod("every").replace(
+        "devinject.io/demo: 1",
+        &format!("devinject.io/demo: {every}"),
+    ))
+    .expect("create pod");
+    let why = unschedulable(&c, "every").unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(pod_running(&c, "claimant"), "{why}");
+    // ...and gets them all, through the plugin, once the claim's pod ends.
+    delete_pod(&c, "claimant");
+    let out = probe_output(&c, "every");
+    let all: Vec<String> = (0..ACCELS.len()).map(|i| i.to_string()).collect();
+    assert_demo_granted_exactly(&Report::parse(&out), &all, &out);
+    assert!(
+        claim_owned_by(&c, "every").is_none(),
+        "the device plugin served the pod"
+    );
 }
 
 /// A device-plugin-style pod: the demo resource in its limits, no claim.

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
 use devinject_apiserver::pod_events;
+use devinject_device_plugin::claim_holds::ClaimHoldsConfig;
 use devinject_device_plugin::metrics::PluginMetrics;
 use devinject_device_plugin::node_refusals::NodeRefusals;
 use devinject_device_plugin::DaemonConfig;
@@ -70,6 +71,14 @@ struct Args {
     /// `spec.nodeName`).
     #[arg(long, value_name = "NAME", env = "NODE_NAME")]
     node_name: Option<String>,
+    /// The kubelet's pod-resources socket: the plugin reads there which devices prepared DRA
+    /// claims of `--dra-driver` hold on this node (with `--node-name`), and gives none of them
+    /// to a container (docs/dra.md, "From the device plugin to DRA").
+    #[arg(long, value_name = "PATH", default_value = devinject_hostconfig::DEFAULT_POD_RESOURCES_SOCKET)]
+    pod_resources_socket: PathBuf,
+    /// The name devinject's DRA driver publishes under, for `--pod-resources-socket`.
+    #[arg(long, value_name = "NAME", default_value = devinject_devices::dra_names::DEFAULT_DRA_DRIVER)]
+    dra_driver: String,
     /// The API server's kubeconfig for `--pod-events`. Default: the pod's service account.
     #[arg(long, value_name = "PATH")]
     kubeconfig: Option<PathBuf>,
@@ -94,6 +103,11 @@ fn main() -> ExitCode {
         roots: args.roots.host_roots(),
         profiles: args.profiles,
         metrics: PluginMetrics::default(),
+        claim_holds: args.node_name.clone().map(|node| ClaimHoldsConfig {
+            socket: args.pod_resources_socket.clone(),
+            driver: args.dra_driver.clone(),
+            node,
+        }),
     };
     let mut registry = Registry::default();
     register_build_info(&mut registry, "device-plugin", env!("CARGO_PKG_VERSION"));
