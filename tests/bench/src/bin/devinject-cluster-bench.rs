@@ -16,7 +16,9 @@
 //! - on a second cluster whose node runs `devinject-dra` (CDI on containerd 2, no device
 //!   plugin): pod created -> Ready with one device through a ResourceClaimTemplate, against the
 //!   same pod with no device and against itself (an A/A pair), alternating; and the driver's
-//!   NodePrepareResources time, from its own log.
+//!   NodePrepareResources time, from its own log;
+//! - a pod asking for the demo resource in its limits, through the device plugin and, on a node
+//!   of the driver alone, through DRA (KEP-5004), each with its A/A pair.
 //!
 //! Binaries come from `DEVINJECT_BIN_DIR` (scripts/bench.sh points it at the release build).
 //! Needs root. Figures are wall times: run it on a quiet machine.
@@ -362,6 +364,7 @@ fn run(compare: Option<(String, PathBuf)>) -> Result<()> {
     drop(c);
     dra()?;
     dra_prepare()?;
+    dra_extended()?;
     idle()
 }
 
@@ -431,6 +434,70 @@ fn dra() -> Result<()> {
         }
         emit(&row(&format!("… of which {what}"), &step));
     }
+    Ok(())
+}
+
+/// Section 6e: a pod asking for `devinject.io/demo: 1` in its limits, unchanged, on a node where
+/// the device plugin serves it (the plugin beside the driver) and on one where DRA does (the
+/// driver alone: the scheduler makes the pod a claim of the DeviceClass's
+/// `extendedResourceName`, KEP-5004), each against itself (an A/A pair), and a claim-template
+/// pod on the DRA node; two clusters of the same shape, one after the other, alternating within
+/// each after one untimed start of each variant.
+fn dra_extended() -> Result<()> {
+    let containerd = devinject_tests::runtimes::containerd("2")
+        .context("containerd 2 (scripts/runtimes-fetch.sh)")?;
+    let start = |beside| -> Result<Cluster> {
+        let c = Cluster::start_with(Setup::Dra {
+            containerd: containerd.bin.clone(),
+            beside,
+        })?;
+        c.apply_dra_device_classes()?;
+        c.apply(&demo_claim_template(DRA_TEMPLATE, 1))?;
+        Ok(c)
+    };
+    let limits = |name: &str| plugin_cdi_pod_yaml(name);
+    let (mut plugin, mut plugin_again) = (Samples::default(), Samples::default());
+    let c = start(DraBeside::DevicePlugin)?;
+    let version = c.kubernetes().version().to_string();
+    pod_start_of(&c, "warm", &limits("warm"))?;
+    for i in 0..POD_RUNS {
+        let name = format!("plugin-{i}");
+        plugin.push(pod_start_of(&c, &name, &limits(&name))?);
+        let name = format!("plugin-aa-{i}");
+        plugin_again.push(pod_start_of(&c, &name, &limits(&name))?);
+    }
+    drop(c);
+    let (mut extended, mut extended_again, mut claimed) =
+        (Samples::default(), Samples::default(), Samples::default());
+    let c = start(DraBeside::Nothing)?;
+    pod_start_of(&c, "warm", &limits("warm"))?;
+    pod_start_of(&c, "warm-claim", &dra_pod_yaml("warm-claim"))?;
+    for i in 0..POD_RUNS {
+        let name = format!("extended-{i}");
+        extended.push(pod_start_of(&c, &name, &limits(&name))?);
+        let name = format!("claim-{i}");
+        claimed.push(pod_start_of(&c, &name, &dra_pod_yaml(&name))?);
+        let name = format!("extended-aa-{i}");
+        extended_again.push(pod_start_of(&c, &name, &limits(&name))?);
+    }
+    emit(&format!(
+        "\n### 6e. The extended resource on each path (Kubernetes {version}, one node, containerd 2)\n\n\
+         | figure | runs | median ms | p99 ms | [min–max] ms |\n|---|---|---|---|---|"
+    ));
+    emit(&row(
+        "pod created → Ready, `devinject.io/demo: 1` in limits, device plugin (CDI)",
+        &plugin,
+    ));
+    emit(&row("… A/A: the same again", &plugin_again));
+    emit(&row(
+        "pod created → Ready, `devinject.io/demo: 1` in limits, DRA (extendedResourceName)",
+        &extended,
+    ));
+    emit(&row("… A/A: the same again", &extended_again));
+    emit(&row(
+        "pod created → Ready, a claim from a template, DRA",
+        &claimed,
+    ));
     Ok(())
 }
 
@@ -667,6 +734,9 @@ struct Cli {
     /// Only NodePrepareResources at 1, 8 and 32 devices per claim (section 6d).
     #[arg(long)]
     dra_prepare: bool,
+    /// Only the extended resource through the device plugin and through DRA (section 6e).
+    #[arg(long)]
+    dra_extended: bool,
 }
 
 fn main() -> ExitCode {
@@ -675,6 +745,8 @@ fn main() -> ExitCode {
         idle()
     } else if cli.dra_prepare {
         dra_prepare()
+    } else if cli.dra_extended {
+        dra_extended()
     } else if cli.dra_only {
         dra()
     } else {
