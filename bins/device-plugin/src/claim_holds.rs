@@ -65,8 +65,10 @@ pub fn held_by_claims(
     // Every name the driver may publish a device under: whole, and as each partition.
     let mut names: BTreeMap<String, &str> = BTreeMap::new();
     for &id in ids {
-        let partitions = profile.partitions.iter().flat_map(|p| p.all());
-        let published = std::iter::once(id.to_owned()).chain(partitions.map(|p| p.id(id)));
+        let published = match &profile.partitions {
+            Some(partitions) => partitions.published_ids(id),
+            None => vec![id.to_owned()],
+        };
         for published in published {
             if let Ok(device) = dra_device_name(name, &published) {
                 names.insert(device, id);

@@ -31,9 +31,7 @@ pub(super) fn shared_by_capacity(profile: &Profile, fields: ApiFields) -> bool {
 /// one claim at a time holds.
 pub fn published_ids(profile: &Profile, id: &str, fields: ApiFields) -> Vec<String> {
     if let Some(partitions) = partitioned(profile, fields) {
-        return std::iter::once(id.to_owned())
-            .chain(partitions.all().iter().map(|p| p.id(id)))
-            .collect();
+        return partitions.published_ids(id);
     }
     if profile.replicas <= 1 || shared_by_capacity(profile, fields) {
         return vec![id.to_owned()];

@@ -191,6 +191,14 @@ impl Partitions {
         1 + self.all().len()
     }
 
+    /// The ids device `device` is published under: its own, then each partition's
+    /// ([`Partition::id`]), [`Self::published_per_device`] in all.
+    pub fn published_ids(&self, device: &str) -> Vec<String> {
+        std::iter::once(device.to_owned())
+            .chain(self.all().iter().map(|p| p.id(device)))
+            .collect()
+    }
+
     /// Splits a published id into the device's id and, for a partition's id
     /// (`<id>@<shape><n>`, see [`Partition::id`]), the partition; any other id is a whole
     /// device's.
@@ -247,6 +255,13 @@ mod tests {
             ]
         );
         assert_eq!(p.published_per_device(), 7);
+        let ids = p.published_ids("0");
+        assert_eq!(ids.len(), p.published_per_device());
+        assert_eq!(ids[..2], ["0", "0@half0"]);
+        assert!(
+            ids.iter().skip(1).all(|id| p.split(id).1.is_some()),
+            "{ids:?}"
+        );
     }
 
     #[test]
