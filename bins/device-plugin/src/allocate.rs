@@ -35,8 +35,10 @@ pub fn container_response(
                 resource: resource.resource_name.clone(),
                 id: id.clone(),
             })?;
-        let device = &advertisement.physical()[advertisement.ids()[position].physical];
-        if let Some(claim) = advertisement.claimed_by(&device.id) {
+        let claimed = advertisement
+            .device_of(id)
+            .and_then(|device| advertisement.claimed_by(&device.id));
+        if let Some(claim) = claimed {
             return Err(PluginError::HeldByClaim {
                 resource: resource.resource_name.clone(),
                 id: id.clone(),
