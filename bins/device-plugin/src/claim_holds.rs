@@ -14,27 +14,15 @@ use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use devinject_devices::dra_names::{dra_device_name, dra_pool};
 use devinject_devices::Profile;
 use devinject_kubelet::pod_resources::poll::poll_list;
 use devinject_kubelet::pod_resources::v1::PodResources;
-use devinject_kubelet::pod_resources::PodResourcesClient;
 use tokio::sync::watch;
 use tracing::info;
 
 use crate::advertisement::Advertisement;
-
-/// How often the kubelet is asked: a new claim's device is listed unhealthy within this time
-/// (`Allocate` refuses it meanwhile).
-pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
-
-/// How long one `List` may take.
-const CALL_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// What the plugin logs when the devices claims hold change: tests look for it.
-pub const CLAIMS_CHANGED: &str = "devices held by DRA claims changed";
 
 /// Where to ask and which claims are devinject's on this node.
 #[derive(Debug, Clone)]
@@ -93,7 +81,7 @@ pub fn held_by_claims(
     held
 }
 
-/// Asks the kubelet every [`POLL_INTERVAL`] and marks on each resource's advertisement the
+/// Asks the kubelet every [`poll::INTERVAL`] and marks on each resource's advertisement the
 /// devices claims hold, until the daemon stops. A failed call keeps the last answer.
 pub async fn poll(
     config: ClaimHoldsConfig,
@@ -106,8 +94,7 @@ pub async fn poll(
     if resources.is_empty() {
         return std::future::pending().await;
     }
-    let client = PodResourcesClient::new(config.socket.clone(), CALL_TIMEOUT);
-    poll_list(client, POLL_INTERVAL, |pods| {
+    poll_list(config.socket.clone(), |pods| {
         for (profile, sender) in &resources {
             sender.send_if_modified(|current| {
                 let ids: Vec<&str> = current.physical().iter().map(|d| d.id.as_str()).collect();
@@ -115,7 +102,7 @@ pub async fn poll(
                 if current.claimed() == &held {
                     return false;
                 }
-                info!(resource = %profile.resource_name(), held = ?held, "{CLAIMS_CHANGED}");
+                info!(resource = %profile.resource_name(), held = ?held, "devices held by DRA claims changed");
                 *current = Arc::new(current.with_claimed(held));
                 true
             });

@@ -15,32 +15,20 @@
 //! A profile whose devices are shared (`replicas` above 1, or a `[capacity]`) is left alone:
 //! both paths may hand out its shares, as either one does by itself.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use devinject_devices::request::split_replica;
 use devinject_devices::{Profile, ProfileSet};
 use devinject_kubelet::pod_resources::poll::poll_list;
 use devinject_kubelet::pod_resources::v1::PodResources;
-use devinject_kubelet::pod_resources::PodResourcesClient;
 use tokio::sync::watch;
 use tracing::info;
 
 /// The devices held through the device plugin: profile name → device id → who holds it
 /// (`<namespace>/<pod>`, the first such pod the kubelet lists).
 pub type PluginHolds = BTreeMap<String, BTreeMap<String, String>>;
-
-/// How often the kubelet is asked: a new hold is tainted within this time (the scheduler may
-/// allocate the device meanwhile; the prepare check closes that gap).
-pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
-
-/// How long one `List` may take.
-const CALL_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// What the driver logs when the held devices change: tests look for it.
-pub const HOLDS_CHANGED: &str = "devices held through the device plugin changed";
 
 /// The devices of `profiles`' exclusive profiles that the containers of `pods` hold through
 /// the device plugin. A replica id (`<id>::<n>`) stands for its device; an id the profile
@@ -71,7 +59,7 @@ pub fn holds(pods: &[PodResources], profiles: &ProfileSet) -> PluginHolds {
     held
 }
 
-/// Asks the kubelet at `socket` every [`POLL_INTERVAL`] and sends what `profiles`' exclusive
+/// Asks the kubelet at `socket` every [`poll::INTERVAL`] and sends what `profiles`' exclusive
 /// devices are held by to `out`, until every receiver is gone (noticed at the next answer). A
 /// failed call keeps the last answer; a node without the API (or with no exclusive profile)
 /// holds nothing.
@@ -79,8 +67,7 @@ pub async fn poll(socket: PathBuf, profiles: ProfileSet, out: watch::Sender<Plug
     if !profiles.iter().any(Profile::exclusive) {
         return;
     }
-    let client = PodResourcesClient::new(socket, CALL_TIMEOUT);
-    poll_list(client, POLL_INTERVAL, |pods| {
+    poll_list(socket, |pods| {
         if out.is_closed() {
             return ControlFlow::Break(());
         }
@@ -88,7 +75,7 @@ pub async fn poll(socket: PathBuf, profiles: ProfileSet, out: watch::Sender<Plug
         out.send_if_modified(|known| {
             let changed = *known != now;
             if changed {
-                info!(held = ?now, "{HOLDS_CHANGED}");
+                info!(held = ?now, "devices held through the device plugin changed");
                 *known = now;
             }
             changed
@@ -98,19 +85,21 @@ pub async fn poll(socket: PathBuf, profiles: ProfileSet, out: watch::Sender<Plug
     .await;
 }
 
-/// The held devices of `profile` in `holds`, by id.
-pub fn of_profile<'a>(holds: &'a PluginHolds, profile: &str) -> BTreeSet<&'a str> {
-    holds
-        .get(profile)
-        .map(|ids| ids.keys().map(String::as_str).collect())
-        .unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use devinject_kubelet::pod_resources::testing::pod;
+    use std::collections::BTreeSet;
     use std::path::Path;
+    use std::time::Duration;
+
+    /// The held devices of `profile` in `holds`, by id.
+    fn of_profile<'a>(holds: &'a PluginHolds, profile: &str) -> BTreeSet<&'a str> {
+        holds
+            .get(profile)
+            .map(|ids| ids.keys().map(String::as_str).collect())
+            .unwrap_or_default()
+    }
 
     fn profiles(extra: &str) -> ProfileSet {
         let demo = Profile::parse(

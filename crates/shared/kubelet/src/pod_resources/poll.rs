@@ -5,6 +5,7 @@
 //! kubelet forgets no grant while it restarts.
 
 use std::ops::ControlFlow;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tracing::{info, warn};
@@ -12,9 +13,24 @@ use tracing::{info, warn};
 use super::v1::PodResources;
 use super::PodResourcesClient;
 
-/// Calls `List` through `client` at once and then every `every`, and hands each answer to
-/// `each`, until it says to stop.
-pub async fn poll_list(
+/// How often `List` is called: what a reader learns is at most this old.
+pub const INTERVAL: Duration = Duration::from_secs(2);
+
+/// How long one `List` may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Calls `List` on the kubelet's socket `socket` at once and then every [`INTERVAL`], and hands
+/// each answer to `each`, until it says to stop.
+pub async fn poll_list(socket: PathBuf, each: impl FnMut(&[PodResources]) -> ControlFlow<()>) {
+    poll_every(
+        PodResourcesClient::new(socket, CALL_TIMEOUT),
+        INTERVAL,
+        each,
+    )
+    .await;
+}
+
+async fn poll_every(
     client: PodResourcesClient,
     every: Duration,
     mut each: impl FnMut(&[PodResources]) -> ControlFlow<()>,
@@ -62,7 +78,7 @@ mod tests {
         let mut called = false;
         let polled = tokio::time::timeout(
             Duration::from_millis(200),
-            poll_list(client, Duration::from_millis(20), |_| {
+            poll_every(client, Duration::from_millis(20), |_| {
                 called = true;
                 ControlFlow::Break(())
             }),
