@@ -368,19 +368,26 @@ fn run(compare: Option<(String, PathBuf)>) -> Result<()> {
     idle()
 }
 
+/// A one-node cluster on containerd 2 running `devinject-dra` with `beside`, the shipped
+/// DeviceClasses and the template [`DRA_TEMPLATE`] applied.
+fn dra_cluster(beside: DraBeside) -> Result<Cluster> {
+    let containerd = devinject_tests::runtimes::containerd("2")
+        .context("containerd 2 (scripts/runtimes-fetch.sh)")?;
+    let c = Cluster::start_with(Setup::Dra {
+        containerd: containerd.bin,
+        beside,
+    })?;
+    c.apply_dra_device_classes()?;
+    c.apply(&demo_claim_template(DRA_TEMPLATE, 1))?;
+    Ok(c)
+}
+
 /// The DRA rows: a cluster whose node runs `devinject-dra` and the device plugin (answering
 /// with CDI devices), pods with a claim of one device against pods with none, against pods
 /// asking the device plugin for one, and against themselves, alternating, after one untimed
 /// start of each; then the driver's NodePrepareResources times from its log.
 fn dra() -> Result<()> {
-    let containerd = devinject_tests::runtimes::containerd("2")
-        .context("containerd 2 (scripts/runtimes-fetch.sh)")?;
-    let c = Cluster::start_with(Setup::Dra {
-        containerd: containerd.bin,
-        beside: DraBeside::DevicePlugin,
-    })?;
-    c.apply_dra_device_classes()?;
-    c.apply(&demo_claim_template(DRA_TEMPLATE, 1))?;
+    let c = dra_cluster(DraBeside::DevicePlugin)?;
     pod_start(&c, "warm-plain", false)?;
     pod_start_of(&c, "warm-dra", &dra_pod_yaml("warm-dra"))?;
     pod_start_of(&c, "warm-plugin", &plugin_cdi_pod_yaml("warm-plugin"))?;
@@ -444,20 +451,9 @@ fn dra() -> Result<()> {
 /// pod on the DRA node; two clusters of the same shape, one after the other, alternating within
 /// each after one untimed start of each variant.
 fn dra_extended() -> Result<()> {
-    let containerd = devinject_tests::runtimes::containerd("2")
-        .context("containerd 2 (scripts/runtimes-fetch.sh)")?;
-    let start = |beside| -> Result<Cluster> {
-        let c = Cluster::start_with(Setup::Dra {
-            containerd: containerd.bin.clone(),
-            beside,
-        })?;
-        c.apply_dra_device_classes()?;
-        c.apply(&demo_claim_template(DRA_TEMPLATE, 1))?;
-        Ok(c)
-    };
-    let limits = |name: &str| plugin_cdi_pod_yaml(name);
+    let limits = plugin_cdi_pod_yaml;
     let (mut plugin, mut plugin_again) = (Samples::default(), Samples::default());
-    let c = start(DraBeside::DevicePlugin)?;
+    let c = dra_cluster(DraBeside::DevicePlugin)?;
     let version = c.kubernetes().version().to_string();
     pod_start_of(&c, "warm", &limits("warm"))?;
     for i in 0..POD_RUNS {
@@ -469,7 +465,7 @@ fn dra_extended() -> Result<()> {
     drop(c);
     let (mut extended, mut extended_again, mut claimed) =
         (Samples::default(), Samples::default(), Samples::default());
-    let c = start(DraBeside::Nothing)?;
+    let c = dra_cluster(DraBeside::Nothing)?;
     pod_start_of(&c, "warm", &limits("warm"))?;
     pod_start_of(&c, "warm-claim", &dra_pod_yaml("warm-claim"))?;
     for i in 0..POD_RUNS {
