@@ -81,7 +81,7 @@ pub fn held_by_claims(
     held
 }
 
-/// Asks the kubelet every [`poll::INTERVAL`] and marks on each resource's advertisement the
+/// Asks the kubelet every [`devinject_kubelet::pod_resources::poll::INTERVAL`] and marks on each resource's advertisement the
 /// devices claims hold, until the daemon stops. A failed call keeps the last answer.
 pub async fn poll(
     config: ClaimHoldsConfig,

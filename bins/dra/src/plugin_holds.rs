@@ -59,7 +59,7 @@ pub fn holds(pods: &[PodResources], profiles: &ProfileSet) -> PluginHolds {
     held
 }
 
-/// Asks the kubelet at `socket` every [`poll::INTERVAL`] and sends what `profiles`' exclusive
+/// Asks the kubelet at `socket` every [`devinject_kubelet::pod_resources::poll::INTERVAL`] and sends what `profiles`' exclusive
 /// devices are held by to `out`, until every receiver is gone (noticed at the next answer). A
 /// failed call keeps the last answer; a node without the API (or with no exclusive profile)
 /// holds nothing.
