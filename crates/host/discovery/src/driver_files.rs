@@ -14,6 +14,7 @@ use devinject_devices::names::ProfileName;
 use devinject_devices::profile::{FileSpec, Profile};
 use devinject_devices::{Capabilities, HostRoots};
 
+use crate::driver_glob::DriverGlobs;
 use crate::elf_soname::read_library;
 
 /// Why host files could not be resolved.
@@ -86,6 +87,7 @@ pub fn resolve_driver_parts(
 ) -> Result<DriverFiles, ResolveError> {
     let pname = profile.name.clone();
     let mut real_paths = RealPaths::new(&roots.driver_root, &pname);
+    let mut globs = DriverGlobs::default();
     let mut known: HashSet<PathBuf> = HashSet::new();
     let mut out = DriverFiles::default();
     let asked = |part: &Option<String>| parts.includes(part.as_deref());
@@ -99,7 +101,10 @@ pub fn resolve_driver_parts(
                     .find(|p| p.exists());
                 (soname.clone(), found.into_iter().collect::<Vec<_>>())
             }
-            (None, Some(g)) => (g.clone(), glob_paths(&roots.driver_root, g, &pname)?),
+            (None, Some(g)) => (
+                g.clone(),
+                glob_paths(&mut globs, &roots.driver_root, g, &pname)?,
+            ),
             (None, None) => continue,
         };
         if candidates.is_empty() {
@@ -154,7 +159,7 @@ pub fn resolve_driver_parts(
         .iter()
         .filter(|f| asked(&f.capability))
         .collect();
-    out.binaries = resolve_files(&binaries, roots, &mut real_paths, |matched| {
+    out.binaries = resolve_files(&binaries, roots, &mut real_paths, &mut globs, |matched| {
         PathBuf::from("/usr/bin").join(file_name(matched))
     })?;
     let files: Vec<&FileSpec> = profile
@@ -162,7 +167,7 @@ pub fn resolve_driver_parts(
         .iter()
         .filter(|f| asked(&f.capability))
         .collect();
-    out.files = resolve_files(&files, roots, &mut real_paths, |matched| {
+    out.files = resolve_files(&files, roots, &mut real_paths, &mut globs, |matched| {
         Path::new("/").join(matched.strip_prefix(&roots.driver_root).unwrap_or(matched))
     })?;
     Ok(out)
@@ -172,12 +177,13 @@ fn resolve_files(
     specs: &[&FileSpec],
     roots: &HostRoots,
     real_paths: &mut RealPaths<'_>,
+    globs: &mut DriverGlobs,
     default_dest: impl Fn(&Path) -> PathBuf,
 ) -> Result<Vec<DriverFile>, ResolveError> {
     let profile = real_paths.profile;
     let mut out = Vec::new();
     for spec in specs {
-        let matches = glob_paths(&roots.driver_root, &spec.path, profile)?;
+        let matches = glob_paths(globs, &roots.driver_root, &spec.path, profile)?;
         if matches.is_empty() {
             if spec.optional {
                 continue;
@@ -215,23 +221,18 @@ fn resolve_files(
 }
 
 fn glob_paths(
+    globs: &mut DriverGlobs,
     root: &Path,
     pattern: &str,
     profile: &ProfileName,
 ) -> Result<Vec<PathBuf>, ResolveError> {
-    let full = format!(
-        "{}/{}",
-        glob::Pattern::escape(root.to_string_lossy().trim_end_matches('/')),
-        pattern.trim_start_matches('/')
-    );
-    let paths = glob::glob(&full).map_err(|e| ResolveError::Glob {
-        profile: profile.clone(),
-        pattern: full.clone(),
-        message: e.to_string(),
-    })?;
-    let mut v: Vec<PathBuf> = paths.filter_map(Result::ok).collect();
-    v.sort();
-    Ok(v)
+    globs
+        .matches(root, pattern)
+        .map_err(|e| ResolveError::Glob {
+            profile: profile.clone(),
+            pattern: pattern.to_owned(),
+            message: e.to_string(),
+        })
 }
 
 /// Resolves candidate paths to real files under the driver root.

@@ -30,6 +30,7 @@ pub mod alias;
 pub mod bus_place;
 pub mod discover;
 pub mod driver_files;
+mod driver_glob;
 pub mod elf_linkage;
 pub mod elf_soname;
 pub mod health;
