@@ -6,7 +6,8 @@
 #                                      target/gpu-kit.tar.xz (release binaries, runc 1.4, NVIDIA's
 #                                      toolkit when scripts/nvidia-toolkit-build.sh has built it,
 #                                      and a container image: busybox, glibc and cuda-smoke)
-#   scripts/gpu-check.sh [--rounds N]  on the GPU machine: unpack the kit and check, on the host's
+#   scripts/gpu-check.sh [--rounds N] [--detail]
+#                                      on the GPU machine: unpack the kit and check, on the host's
 #                                      driver (driver root /, or where libcuda.so.1 is), through
 #                                      the hook and through the shim on runc, and through NVIDIA's
 #                                      nvidia-container-runtime (cdi mode, its nvml-mode spec):
@@ -15,6 +16,9 @@
 #                                      kernel JIT-compiled by the driver, checked result); then
 #                                      N interleaved rounds of create/start/wait/delete of each
 #                                      path and of plain runc (two of them, the A/A pair): medians
+#                                      of wall time and CPU; --detail adds the rows that part the
+#                                      hook's cost: runc running a hook that does nothing, the hook
+#                                      with no device asked for, and with each capability group alone
 #   scripts/gpu-check.sh --simulated   here: the same steps on the vendor-stack node (Debian's 535
 #                                      user space, nodes no driver answers), where each GPU step
 #                                      must stop at the kernel instead: a check of the script
@@ -27,12 +31,14 @@ repo=$PWD
 kit_archive=$repo/target/gpu-kit.tar.xz
 mode=real
 rounds=20
+detail=false
 while [ $# -gt 0 ]; do
   case $1 in
     --pack) mode=pack ;;
     --simulated) mode=simulated ;;
     --rounds) rounds=$2; shift ;;
-    *) echo "usage: scripts/gpu-check.sh [--pack | --simulated] [--rounds N]" >&2; exit 2 ;;
+    --detail) detail=true ;;
+    *) echo "usage: scripts/gpu-check.sh [--pack | --simulated] [--rounds N] [--detail]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -309,15 +315,20 @@ if [ -x "$kit/bin/nvidia-container-runtime" ]; then
   fi
 fi
 
-step "start cost: $rounds interleaved rounds of create/start/wait/delete (container: true), create + start timed"
+step "start cost: $rounds interleaved rounds of create, start, the container's end, delete (container: true)"
 # runc: no device, twice (the A/A pair); floor: runc given our CDI spec's device nodes, mounts and
 # environment written into config.json (scripts/gpu-check/floor-bundle.py), nothing run at start.
+# scripts/gpu-check/start-cost.py times create + start and counts the CPU of every process of a
+# start, the container's own included.
 paths=(runc runc-aa)
 $ours && paths+=(floor)
-paths+=(hook shim)
+paths+=(hook)
+groups=(utility compute video graphics display ngx compat32)
+$detail && paths+=(runc-hook hook-none "${groups[@]/#/hook-}")
+paths+=(shim)
 $ours && paths+=(cdi)
 $nvidia && paths+=(nvidia)
-declare -A times
+: >"$work/paths"
 for p in "${paths[@]}"; do
   case $p in
     runc | runc-aa) bundle "t-$p" "" "" "true" >/dev/null ;;
@@ -328,32 +339,25 @@ for p in "${paths[@]}"; do
       ;;
     # Every part, as NVIDIA's spec injects every library of the driver.
     hook) bundle "t-$p" "$hook_json" ', "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"' "true" >/dev/null ;;
+    # What runc pays to run any createRuntime hook: the host's true(1).
+    runc-hook) bundle "t-$p" "\"createRuntime\": [{\"path\": \"$(type -P true)\"}]" "" "true" >/dev/null ;;
+    # The hook's start and its reading of the state and config.json, nothing asked for.
+    hook-none) bundle "t-$p" "$hook_json" "" "true" >/dev/null ;;
+    # One capability group each.
+    hook-*) bundle "t-$p" "$hook_json" ", \"NVIDIA_VISIBLE_DEVICES=0\", \"NVIDIA_DRIVER_CAPABILITIES=${p#hook-}\"" "true" >/dev/null ;;
     shim) bundle "t-$p" "" ', "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"' "true" >/dev/null ;;
     cdi) bundle "t-$p" "" ', "NVIDIA_VISIBLE_DEVICES=devinject.io/nvidia=0", "NVIDIA_DRIVER_CAPABILITIES=all"' "true" >/dev/null ;;
     nvidia) bundle "t-$p" "" ", \"NVIDIA_VISIBLE_DEVICES=$device\"" "true" >/dev/null ;;
   esac
+  case $p in
+    runc | runc-aa | floor | hook | runc-hook | hook-*) rt=("${runc[@]}") ;;
+    shim) rt=("${shim[@]}") ;;
+    cdi) rt=("${cdi_rt[@]}") ;;
+    nvidia) rt=("$kit/bin/nvidia-container-runtime" --root "$work/state") ;;
+  esac
+  echo "$p $work/bundles/t-$p ${rt[*]}" >>"$work/paths"
 done
-for ((r = 0; r < rounds; r++)); do
-  for p in "${paths[@]}"; do
-    case $p in
-      runc | runc-aa | floor | hook) rt=("${runc[@]}") ;;
-      shim) rt=("${shim[@]}") ;;
-      cdi) rt=("${cdi_rt[@]}") ;;
-      nvidia) rt=("$kit/bin/nvidia-container-runtime" --root "$work/state") ;;
-    esac
-    run "t$p" "${rt[@]}" -- "$work/bundles/t-$p" >/dev/null 2>&1 || echo "round $r: $p failed"
-    times[$p]+="$started_us "
-  done
-done
-printf '%-8s %12s %12s %12s\n' path "median ms" "vs runc" "vs floor"
-declare -A medians
-for p in "${paths[@]}"; do
-  medians[$p]=$(tr ' ' '\n' <<<"${times[$p]}" | grep . | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-done
-for p in "${paths[@]}"; do
-  awk -v p="$p" -v m="${medians[$p]}" -v b="${medians[runc]}" -v f="${medians[floor]:-}" \
-    'BEGIN {printf "%-8s %12.2f %12.3f %12s\n", p, m / 1000, m / b, f == "" ? "-" : sprintf("%.3f", m / f)}'
-done
+python3 scripts/gpu-check/start-cost.py "$rounds" "$kit/bin/runc" "$work/state" "$work/paths" || failed=1
 
 echo
 if [ "$failed" = 0 ]; then echo "gpu-check: every step passed (report: $report)"; else echo "gpu-check: a step FAILED (report: $report)"; fi
