@@ -227,10 +227,8 @@ run() {
   b=$2
   n=$((n + 1))
   id=$name-$n
-  local t0=$EPOCHREALTIME
   timeout 60 "${rt[@]}" create --bundle "$b" "$id" </dev/null || return 1
   "${runc[@]}" start "$id" || return 1
-  started_us=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "%d", (b - a) * 1e6}')
   for ((i = 0; i < 6000; i++)); do
     status=$("${runc[@]}" state "$id" 2>/dev/null | grep -o '"status": "[a-z]*"')
     [ "$status" = '"status": "stopped"' ] && break

@@ -4,8 +4,8 @@
 //! (`/usr/lib/x86_64-linux-gnu/libnvidia-glcore.so.*`): a few dozen globs over the same two or
 //! three directories. Matched one by one with the `glob` crate, each glob reads its whole
 //! directory again and looks up every component of its path from the root twice; on a real GPU
-//! host, whose system library directory holds thousands of entries, the graphics group alone
-//! then cost a hook start about 10 ms of CPU (docs/benchmarks.md, "On a real GPU"). Here such a
+//! host with a large system library directory, the graphics group alone then cost a hook start
+//! about 10 ms of CPU (docs/benchmarks.md, section 18b). Here such a
 //! glob is matched against a listing read once; a path without wildcards is one lookup, and a
 //! glob with wildcards in a directory goes to the `glob` crate as before.
 
