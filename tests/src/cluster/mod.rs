@@ -375,8 +375,15 @@ impl Cluster {
             _dir: dir,
             _one: one,
         };
+        let started = std::time::Instant::now();
         c.start_control_plane(shape.scheduler_config.as_deref())?;
+        let control_plane = started.elapsed();
         c.start_nodes(setups, shape)?;
+        // What a cluster costs each test that starts one, in the log.
+        println!(
+            "cluster: up in {:.1?} (the control plane in {control_plane:.1?})",
+            started.elapsed()
+        );
         // The nodes as a user sees them, their runtime and its version included.
         println!(
             "$ kubectl get nodes -o wide\n{}",

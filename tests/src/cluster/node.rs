@@ -401,8 +401,16 @@ impl Node {
                  evictionHard: {{\"nodefs.available\": \"1%\", \"imagefs.available\": \"1%\", \"memory.available\": \"1Mi\"}}\n\
                  imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n\
                  resolvConf: /etc/resolv.conf\nserializeImagePulls: false\n\
+                 nodeStatusUpdateFrequency: {status_every}\nnodeStatusReportFrequency: 5m\n\
                  volumePluginDir: {plugins}\n{today}",
                 cgroup_root = self.cgroup_root(),
+                // The kubelet puts a device plugin's devices (and their health) into the
+                // node's allocatable at its next node status update, every 10 s by default:
+                // each registration (a cluster's start, a plugin or kubelet restart) waited up
+                // to that long. Every second here; the status is still written only when it
+                // changed or after the report period, its default here (a period of update set
+                // alone becomes the report period too: a write a second per node).
+                status_every = "1s",
                 plugins = self.dir.join("volume-plugins").display(),
                 today = if kubernetes.is_legacy() {
                     String::new()
