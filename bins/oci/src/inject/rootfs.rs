@@ -722,12 +722,20 @@ mod tests {
         }
 
         fn dev(&self) -> (u32, u32) {
-            let st = nix::sys::stat::stat(&self.0).unwrap();
-            (
-                devinject_devices::node::major(st.st_dev),
-                devinject_devices::node::minor(st.st_dev),
-            )
+            dev_of(&self.0)
         }
+    }
+
+    /// The device number of the filesystem `path` is on. The filesystem a test's temporary
+    /// directory is on is a host mount, which [`Rootfs::with_host_filesystems`] must list as the
+    /// host's mountinfo would: where it is a tmpfs (as under scripts/test.sh), a directory there
+    /// would otherwise pass for the container's own tmpfs.
+    fn dev_of(path: &Path) -> (u32, u32) {
+        let st = nix::sys::stat::stat(path).unwrap();
+        (
+            devinject_devices::node::major(st.st_dev),
+            devinject_devices::node::minor(st.st_dev),
+        )
     }
 
     impl Drop for TestMount {
@@ -795,7 +803,7 @@ mod tests {
         let _shown = TestMount::bind(&host_tmpfs.0, &dev.0.join("shown"));
 
         // The tmpfs is the container's when no host mount has its device number.
-        let others = vec![host_tmpfs.dev()];
+        let others = vec![host_tmpfs.dev(), dev_of(t.path())];
         let r = Rootfs::open(&root).unwrap().with_host_filesystems(others);
         r.node_dir(Path::new("/dev/demo")).unwrap();
         r.node_dir(Path::new("/image-dev/demo")).unwrap();
@@ -815,7 +823,7 @@ mod tests {
         // The same tmpfs, when the host shows it, is a volume too.
         let r = Rootfs::open(&root)
             .unwrap()
-            .with_host_filesystems(vec![dev.dev()]);
+            .with_host_filesystems(vec![dev.dev(), dev_of(t.path())]);
         let err = r.node_dir(Path::new("/dev/other")).unwrap_err();
         assert_eq!(err.errno, Errno::EXDEV, "{err}");
         assert!(!root.join("dev/other").exists());
@@ -832,7 +840,10 @@ mod tests {
         let root = t.path().join("rootfs");
         std::fs::create_dir_all(root.join("usr/lib")).unwrap();
         let _dev = TestMount::tmpfs(&root.join("dev"));
-        let r = Rootfs::open(&root).unwrap().shared_read_only();
+        let r = Rootfs::open(&root)
+            .unwrap()
+            .with_host_filesystems(vec![dev_of(t.path())])
+            .shared_read_only();
         for dir in ["/usr/lib", "/etc", "/usr/lib/new"] {
             let err = r.writable_dir(Path::new(dir)).unwrap_err();
             assert_eq!(err.errno, Errno::EROFS, "{dir}");
