@@ -1,8 +1,10 @@
 //! OCI bundles run by the real runc, with the devinject hook wired in.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
@@ -57,15 +59,8 @@ impl Bundle {
     pub fn new(dir: &Path, args: &[impl AsRef<str>]) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
         crate::rootfs::busybox(&dir.join("rootfs"))?;
-        let out = Command::new(runc_path())
-            .arg("spec")
-            .current_dir(dir)
-            .output()
-            .context("runc spec (apt-get install runc)")?;
-        if !out.status.success() {
-            bail!("runc spec: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        let spec: Value = serde_json::from_slice(&std::fs::read(dir.join("config.json"))?)?;
+        let spec = default_spec()?;
+        std::fs::write(dir.join("config.json"), serde_json::to_vec_pretty(&spec)?)?;
         let mut b = Self {
             dir: dir.to_owned(),
             spec,
@@ -344,6 +339,30 @@ pub fn runc_path() -> String {
         .expect("runc on PATH (apt-get install runc), or DEVINJECT_RUNC")
         .to_string_lossy()
         .into_owned()
+}
+
+/// The default spec of [`runc_path`] (`runc spec`), asked once per process: a bundle is made
+/// for each of a test file's hundreds of containers (the hostile matrix alone makes over a
+/// thousand), and each `runc spec` costs about 20 ms.
+fn default_spec() -> Result<Value> {
+    static SPECS: Mutex<BTreeMap<String, Value>> = Mutex::new(BTreeMap::new());
+    let runc = runc_path();
+    let mut specs = SPECS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(spec) = specs.get(&runc) {
+        return Ok(spec.clone());
+    }
+    let dir = tempfile::tempdir()?;
+    let out = Command::new(&runc)
+        .arg("spec")
+        .current_dir(dir.path())
+        .output()
+        .context("runc spec (apt-get install runc)")?;
+    if !out.status.success() {
+        bail!("runc spec: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let spec: Value = serde_json::from_slice(&std::fs::read(dir.path().join("config.json"))?)?;
+    specs.insert(runc, spec.clone());
+    Ok(spec)
 }
 
 /// The command line of the shim `devinject-runtime` with host config `config`, handing over to
