@@ -3,6 +3,10 @@
 # docker and containerd. Needs root for the runtime tests; under CI=true nothing may skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The run in a mount namespace of its own, for the tests' tmpfs below.
+# shellcheck source=scripts/lib/tests-tmpfs.sh
+. scripts/lib/tests-tmpfs.sh
+tests_namespace "$PWD/scripts/test.sh" "$@"
 # Which test file runs in which pass (tests/tiers.txt): tier and check_tiers.
 # shellcheck source=scripts/lib/tiers.sh
 . scripts/lib/tiers.sh
@@ -34,7 +38,7 @@ mkdir -p "$logs"
 BACKGROUND_COSTS=$logs/costs.tsv
 rm -f "$BACKGROUND_COSTS"
 bg_jobs=()
-trap 'end_background "${bg_jobs[@]}"' EXIT
+trap 'end_background "${bg_jobs[@]}"; tests_tmpfs_end' EXIT
 # The peers the suite runs beside (nice 5: mostly downloads, needed first, by the unit tests):
 # - the newer containerd releases (1.7 and 2.x, tests/tests/suite/containerd_cdi.rs), unpacked from Debian
 #   13's and unstable's packages into target/runtimes (scripts/runtimes-fetch.sh; seconds);
@@ -118,6 +122,10 @@ if $ci || [ "${DEVINJECT_FRESH_ROOT:-}" = 1 ]; then
   fresh_root_job=$!
   bg_jobs+=("$fresh_root_job")
 fi
+# The tests' temporary files on a tmpfs (scripts/lib/tests-tmpfs.sh: the disk's journal made
+# each container's bundle dear), from here on: the background jobs keep the machine's /tmp (the
+# fresh root's steps run where this one does not exist).
+tests_tmpfs
 # say WORDS...: a line of the run's log, with the minutes and seconds since the start.
 say() { printf 'test.sh: [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 # wait_job NAME PID WHAT LOG...: waits for a background job; when it failed, says which script to
