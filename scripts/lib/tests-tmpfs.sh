@@ -9,7 +9,9 @@
 # the hostile matrix's hook cases ran in 20.6 s there against 9.2 s on a tmpfs. The tmpfs is
 # mounted in a mount namespace of the run's own (`tests_namespace`), so that it goes with the
 # run whatever ends it, under /tmp (the tests plant links to /dev, /etc and /usr paths in their
-# images: a temporary directory under one of those would be resolved through them).
+# images: a temporary directory under one of those would be resolved through them), with a name
+# short enough that the daemons' sockets below it fit in sun_path (tests/src/daemons.rs,
+# short_tempdir).
 
 # tests_namespace "$0" "$@": re-runs the calling script in a new mount namespace (once; as root
 # only). Returns where it cannot (not root, DEVINJECT_TESTS_TMPFS=0, no unshare).
@@ -29,7 +31,7 @@ tests_tmpfs() {
     echo "test.sh: the tests' temporary files stay on ${TMPDIR:-/tmp} (a tmpfs needs root and unshare; DEVINJECT_TESTS_TMPFS=0 asks for none)"
     return 0
   fi
-  tests_tmp=$(mktemp -d /tmp/devinject-tests.XXXXXX)
+  tests_tmp=$(mktemp -d /tmp/devinject.XXXXXX)
   # Half the memory at most, as the kernel's default; pages are only used as files are written.
   mount -t tmpfs -o mode=1777,size=50% devinject-tests "$tests_tmp"
   export TMPDIR=$tests_tmp

@@ -41,13 +41,23 @@ pub const STOP_DEADLINE: Duration = Duration::from_secs(30);
 /// How long one CLI call (`docker`, `ctr`) may take.
 pub const CLI_DEADLINE: Duration = Duration::from_secs(60);
 
-/// A temp dir directly under `/tmp` (short enough for unix socket paths), named
-/// `/tmp/<prefix>XXXXXX`.
+/// The longest temporary directory [`short_tempdir`] makes its directories in: the daemons'
+/// sockets below them must stay within `sun_path`'s 108 bytes.
+const SHORT_TMPDIR_MAX: usize = 24;
+
+/// A temp dir named `<tmp>/<prefix>XXXXXX`, short enough for unix socket paths: `<tmp>` is
+/// `TMPDIR` (scripts/test.sh's tmpfs, `/tmp/devinject.XXXXXX`) where it is at most
+/// [`SHORT_TMPDIR_MAX`] bytes long, `/tmp` otherwise.
 pub fn short_tempdir(prefix: &str) -> Result<tempfile::TempDir> {
+    let tmp = std::env::temp_dir();
+    let tmp = match tmp.as_os_str().len() <= SHORT_TMPDIR_MAX {
+        true => tmp,
+        false => std::path::PathBuf::from("/tmp"),
+    };
     tempfile::Builder::new()
         .prefix(prefix)
-        .tempdir_in("/tmp")
-        .with_context(|| format!("create a /tmp/{prefix}XXXXXX dir"))
+        .tempdir_in(&tmp)
+        .with_context(|| format!("create a {}/{prefix}XXXXXX dir", tmp.display()))
 }
 
 /// Polls `check` until it returns `Some`, with a growing pause (20 ms up to 250 ms), until
