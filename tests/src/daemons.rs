@@ -47,7 +47,7 @@ const SHORT_TMPDIR_MAX: usize = 24;
 
 /// A temp dir named `<tmp>/<prefix>XXXXXX`, short enough for unix socket paths: `<tmp>` is
 /// `TMPDIR` (scripts/test.sh's tmpfs, `/tmp/devinject.XXXXXX`) where it is at most
-/// [`SHORT_TMPDIR_MAX`] bytes long, `/tmp` otherwise.
+/// 24 bytes long, `/tmp` otherwise.
 pub fn short_tempdir(prefix: &str) -> Result<tempfile::TempDir> {
     let tmp = std::env::temp_dir();
     let tmp = match tmp.as_os_str().len() <= SHORT_TMPDIR_MAX {
