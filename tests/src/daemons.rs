@@ -47,17 +47,25 @@ const SHORT_TMPDIR_MAX: usize = 24;
 
 /// A temp dir named `<tmp>/<prefix>XXXXXX`, short enough for unix socket paths: `<tmp>` is
 /// `TMPDIR` (scripts/test.sh's tmpfs, `/tmp/devinject.XXXXXX`) where it is at most
-/// 24 bytes long, `/tmp` otherwise.
+/// 24 bytes long, `/tmp` otherwise ([`slash_tmp_tempdir`]).
 pub fn short_tempdir(prefix: &str) -> Result<tempfile::TempDir> {
     let tmp = std::env::temp_dir();
-    let tmp = match tmp.as_os_str().len() <= SHORT_TMPDIR_MAX {
-        true => tmp,
-        false => std::path::PathBuf::from("/tmp"),
-    };
+    if tmp.as_os_str().len() > SHORT_TMPDIR_MAX {
+        return slash_tmp_tempdir(prefix);
+    }
     tempfile::Builder::new()
         .prefix(prefix)
         .tempdir_in(&tmp)
         .with_context(|| format!("create a {}/{prefix}XXXXXX dir", tmp.display()))
+}
+
+/// A temp dir directly under `/tmp`, named `/tmp/<prefix>XXXXXX`: for trees whose paths must
+/// be shorter still than [`short_tempdir`] allows.
+pub fn slash_tmp_tempdir(prefix: &str) -> Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/tmp")
+        .with_context(|| format!("create a /tmp/{prefix}XXXXXX dir"))
 }
 
 /// Polls `check` until it returns `Some`, with a growing pause (20 ms up to 250 ms), until

@@ -38,7 +38,9 @@ use serde_json::Value;
 
 use crate::cri::Cri;
 use crate::cri_node::HANDLER;
-use crate::daemons::{output_within, poll, run_ok, unmount_below, Containerd, Daemon};
+use crate::daemons::{
+    output_within, poll, run_ok, slash_tmp_tempdir, unmount_below, Containerd, Daemon,
+};
 use crate::sim::{SimHost, ACCELS};
 use crate::skip::{require, require_binary, require_root};
 
@@ -359,10 +361,7 @@ impl Cluster {
         let one = one_at_a_time::OneAtATime::take();
         // Directly under /tmp, not in scripts/test.sh's tmpfs: a CRI-O node's storage run
         // root, four levels below, must stay within containers/storage's 50 bytes.
-        let dir = tempfile::Builder::new()
-            .prefix("k8s")
-            .tempdir_in("/tmp")
-            .context("create a /tmp/k8sXXXXXX dir")?;
+        let dir = slash_tmp_tempdir("k8s")?;
         let root = dir.path().to_owned();
         let mut c = Self {
             nodes: Vec::new(),
