@@ -22,3 +22,4 @@ pub mod prepared;
 pub mod registration;
 pub mod serve;
 pub mod slices;
+pub mod taint_rules;

@@ -57,6 +57,7 @@ use crate::metrics::{DraMetrics, Prepared};
 use crate::naming;
 use crate::plugin_holds::PluginHolds;
 use crate::prepared::{ClaimRef, Claims, Deadline, PreparedDevice};
+use crate::taint_rules::TaintRules;
 use claim_locks::ClaimLocks;
 
 /// The most claims that read the API server and run their prepare programs at the same time.
@@ -96,6 +97,10 @@ pub struct Driver {
     /// The devices running containers hold through the device plugin: a claim allocated one
     /// of them is not prepared until the holder ends ([`crate::plugin_holds`]).
     plugin_holds: tokio::sync::watch::Receiver<PluginHolds>,
+    /// The DeviceTaintRules that can select this driver's devices: a claim allocated a device
+    /// one of them taints is not prepared unless it tolerates the taint
+    /// ([`crate::taint_rules`]).
+    taint_rules: tokio::sync::watch::Receiver<TaintRules>,
 }
 
 /// Why the driver could not start.
@@ -124,6 +129,7 @@ impl Driver {
             boot_id,
             metrics: DraMetrics::default(),
             plugin_holds: tokio::sync::watch::channel(PluginHolds::default()).1,
+            taint_rules: tokio::sync::watch::channel(TaintRules::default()).1,
         })
     }
 
@@ -131,6 +137,13 @@ impl Driver {
     /// a running container.
     pub fn with_plugin_holds(mut self, holds: tokio::sync::watch::Receiver<PluginHolds>) -> Self {
         self.plugin_holds = holds;
+        self
+    }
+
+    /// The same driver, refusing to prepare devices that `rules` taint for a claim that does
+    /// not tolerate the taint.
+    pub fn with_taint_rules(mut self, rules: tokio::sync::watch::Receiver<TaintRules>) -> Self {
+        self.taint_rules = rules;
         self
     }
 

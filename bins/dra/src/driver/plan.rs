@@ -24,6 +24,7 @@ use crate::slices::{
     device_attributes, device_names, plugin_held_taint, unhealthy_taint, ATTR_PARTITION,
     ATTR_REPLICA,
 };
+use crate::taint_rules::{describe, untolerated};
 
 /// The prepare runs of `profile` for each function's devices in `by_function` (`None`: the
 /// profile's default), the function checked against the profile.
@@ -148,6 +149,25 @@ impl Driver {
                             profile.resource.as_str()
                         ));
                     }
+                }
+                // A DeviceTaintRule made after the claim was allocated taints the device as
+                // the driver's own taints do (docs/dra.md, "Taints").
+                if let Some(rule) = untolerated(
+                    &self.taint_rules.borrow(),
+                    &self.config.spec.driver,
+                    &d.pool,
+                    &d.device,
+                    &d.tolerations,
+                ) {
+                    return Err(format!(
+                        "device {} of pool {} is tainted {} by DeviceTaintRule {} and the \
+                         claim does not tolerate it: delete the rule, or delete the pod so \
+                         that the claim is allocated again",
+                        Excerpt(&d.device),
+                        Excerpt(&d.pool),
+                        Excerpt(&describe(&rule.spec.taint)),
+                        Excerpt(&rule.name)
+                    ));
                 }
                 // What the containers are told of the device: the attributes of its slice.
                 let listed = requests
@@ -391,6 +411,38 @@ mod tests {
         holds.send_replace(Default::default());
         let plans = plan_device(&node, "demo-1", &[]);
         assert_eq!(plans.unwrap()[0].answer[0].device_name, "demo-1");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_device_a_taint_rule_taints_is_prepared_only_for_a_claim_that_tolerates_it() {
+        let mut node = node(&[demo("", "")], 2);
+        let rule = |effect: &str| crate::taint_rules::TaintRule {
+            name: "maintenance".to_owned(),
+            spec: serde_json::from_value(json!({
+                "deviceSelector": {"driver": "devinject.io", "device": "demo-1"},
+                "taint": {"key": "example.com/maintenance", "effect": effect},
+            }))
+            .unwrap(),
+        };
+        let (rules, seen) = tokio::sync::watch::channel(crate::taint_rules::TaintRules::from([(
+            "maintenance".to_owned(),
+            rule("NoSchedule"),
+        )]));
+        node.driver.taint_rules = seen;
+        let err = plan_device(&node, "demo-1", &[]).err().unwrap();
+        assert!(
+            err.contains("device demo-1 of pool node-a/demo is tainted example.com/maintenance:NoSchedule by DeviceTaintRule maintenance"),
+            "{err}"
+        );
+        // The other device is not selected; a claim tolerating the taint gets this one.
+        assert!(plan_device(&node, "demo-0", &[]).is_ok());
+        assert!(plan_device(&node, "demo-1", &["example.com/maintenance"]).is_ok());
+        assert!(plan_device(&node, "demo-1", &["devinject.io/unhealthy"]).is_err());
+        // A taint that only informs refuses nothing; a deleted rule neither.
+        rules.send_replace([("maintenance".to_owned(), rule("None"))].into());
+        assert!(plan_device(&node, "demo-1", &[]).is_ok());
+        rules.send_replace(Default::default());
+        assert!(plan_device(&node, "demo-1", &[]).is_ok());
     }
 
     #[tokio::test(flavor = "current_thread")]

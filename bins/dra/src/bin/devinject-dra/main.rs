@@ -235,10 +235,18 @@ fn run(args: ServeArgs) -> Result<()> {
             profiles.clone(),
             holds,
         ));
+        // The administrators' DeviceTaintRules, honoured at prepare (docs/dra.md, "Taints").
+        let (rules, taint_rules) = tokio::sync::watch::channel(Default::default());
+        tokio::spawn(devinject_dra::taint_rules::watch(
+            client.clone(),
+            args.driver.clone(),
+            rules,
+        ));
         let driver = std::sync::Arc::new(
             Driver::new(config, client.clone())?
                 .with_metrics(metrics.clone())
-                .with_plugin_holds(plugin_holds.clone()),
+                .with_plugin_holds(plugin_holds.clone())
+                .with_taint_rules(taint_rules),
         );
         // Puts back the specs of this boot's claims that go missing (docs/dra.md).
         tokio::spawn(std::sync::Arc::clone(&driver).keep_specs());
