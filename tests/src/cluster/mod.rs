@@ -769,6 +769,16 @@ impl Cluster {
         self.node_mut().restart_kubelet()
     }
 
+    /// Stops the first node's kubelet ([`Node::stop_kubelet`]).
+    pub fn stop_kubelet(&mut self) {
+        self.node_mut().stop_kubelet()
+    }
+
+    /// Starts the first node's stopped kubelet again ([`Node::start_kubelet_again`]).
+    pub fn start_kubelet_again(&mut self) -> Result<()> {
+        self.node_mut().start_kubelet_again()
+    }
+
     /// Restarts the first node's CRI-O ([`Node::restart_crio`]).
     pub fn restart_crio(&mut self) -> Result<()> {
         self.node_mut().restart_crio()

@@ -462,9 +462,21 @@ impl Node {
     /// Stops the kubelet and starts it again, as an upgrade or a crash would: it forgets its
     /// plugins (and deletes their sockets) and must take them back when they register again.
     pub fn restart_kubelet(&mut self) -> Result<()> {
+        self.stop_kubelet();
+        self.start_kubelet_again()
+    }
+
+    /// Stops the kubelet, leaving the node's pods, containers and plugins as they are: what the
+    /// scheduler binds to the node meanwhile waits for [`Self::start_kubelet_again`] (the node
+    /// stays Ready until the node controller's grace period, 50 s, runs out).
+    pub fn stop_kubelet(&mut self) {
         if let Some(mut k) = self.kubelet.take() {
             k.stop();
         }
+    }
+
+    /// Starts the kubelet stopped by [`Self::stop_kubelet`] again, on the same command line.
+    pub fn start_kubelet_again(&mut self) -> Result<()> {
         let cmd = copy_command(
             self.kubelet_command
                 .as_ref()

@@ -46,6 +46,9 @@
 //!   turns bad stays in the slice with a `NoSchedule` taint, the pod holding it keeps running and
 //!   shows it Unhealthy in its status (the health stream, KEP-4680), a new claim for a tainted
 //!   device waits unschedulable unless it tolerates the taint, and all follow the recovery;
+//! - a `DeviceTaintRule` made after the scheduler allocated two claims (the kubelet stopped
+//!   meanwhile) keeps its devices from the claim that does not tolerate its taint, the rule
+//!   named in the pod's event, while the tolerating claim's pod runs; deleted, it is let go;
 //! - a profile sharing its one device twice (`replicas = 2`) publishes two devices, two pods'
 //!   claims hold one share each and both see the device, a third pod waits unschedulable;
 //! - a profile cutting its ten devices in halves and quarters (`[partitions]`) publishes them
@@ -681,6 +684,106 @@ fn a_driver_killed_or_a_kubelet_restarted_under_it_keeps_claims_served() {
         )
     });
     assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+}
+
+/// The DeviceTaintRule the taint-rule test makes: `example.com/maintenance=planned:NoSchedule`
+/// on every device of the node's demo pool.
+fn maintenance_rule(pool: &str) -> String {
+    format!(
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceTaintRule\nmetadata:\n  name: maintenance\n\
+         spec:\n  deviceSelector:\n    driver: {DRA_DRIVER}\n    pool: {pool}\n  taint:\n    \
+         key: example.com/maintenance\n    value: planned\n    effect: NoSchedule\n"
+    )
+}
+
+#[test]
+fn a_taint_rule_made_after_allocation_keeps_its_devices_from_claims_that_do_not_tolerate_it() {
+    let Some(release) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = start(&release, None);
+    if c.kubernetes().minor() < 37 {
+        // Before 1.37 no v1 DeviceTaintRule is served: the driver says so and goes on.
+        poll(
+            "the driver to say it honours no DeviceTaintRule",
+            SLOW,
+            || {
+                Ok(c.dra_log()
+                    .contains("serves no resource.k8s.io/v1 DeviceTaintRule")
+                    .then_some(()))
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", c.dra_log()));
+        return;
+    }
+    c.apply(&demo_claim_template("one-demo", 1))
+        .expect("template");
+    let tolerating = demo_claim_template("tolerating-demo", 1)
+        + "          tolerations:\n          - key: example.com/maintenance\n            \
+           operator: Exists\n";
+    c.apply(&tolerating).expect("template");
+    // With the kubelet stopped, the scheduler allocates both claims and binds the pods, and
+    // nothing is prepared: the window in which a rule made now reaches the node only through
+    // the driver (the scheduler itself keeps a tainted device from new allocations).
+    c.stop_kubelet();
+    c.apply(&pod("intolerant", "one-demo")).expect("create pod");
+    c.apply(&pod("tolerant", "tolerating-demo"))
+        .expect("create pod");
+    let allocated = |name: &str| {
+        poll(
+            &format!("the claim of pod {name} to be allocated"),
+            SLOW,
+            || {
+                let made = c.pod(name)?["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+                    .is_string();
+                Ok(made
+                    .then(|| claim_of(&c, name))
+                    .filter(|claim| claim["status"]["allocation"].is_object()))
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()))
+    };
+    let (intolerant, tolerant) = (allocated("intolerant"), allocated("tolerant"));
+    let pool = intolerant["status"]["allocation"]["devices"]["results"][0]["pool"]
+        .as_str()
+        .expect("the allocated pool")
+        .to_owned();
+    c.apply(&maintenance_rule(&pool))
+        .expect("the DeviceTaintRule");
+    poll("the driver to see the DeviceTaintRule", SLOW, || {
+        Ok(c.dra_log()
+            .lines()
+            .any(|l| l.contains("DeviceTaintRules selecting") && l.contains("maintenance"))
+            .then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.dra_log()));
+    c.start_kubelet_again()
+        .unwrap_or_else(|e| panic!("start the kubelet again: {e:#}"));
+
+    // The claim that tolerates the taint is prepared; the other is refused, with the rule named.
+    let out = probe_output(&c, "tolerant");
+    assert_demo_granted_exactly(&Report::parse(&out), &allocated_ids(&tolerant), &out);
+    let refused = c
+        .wait_pod_event("intolerant", "FailedPrepareDynamicResources")
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    assert!(
+        refused.contains("DeviceTaintRule maintenance")
+            && refused.contains("example.com/maintenance=planned:NoSchedule"),
+        "{refused}"
+    );
+    assert!(!pod_running(&c, "intolerant"), "{}", c.logs());
+    // The rule deleted, the driver lets it go: the kubelet's next try prepares the claim (at
+    // its pod resync, a minute or more later: the driver's unit tests show the claim prepared).
+    c.kubectl(&["delete", "devicetaintrule", "maintenance"])
+        .expect("delete the DeviceTaintRule");
+    poll("the driver to let the DeviceTaintRule go", SLOW, || {
+        Ok(c.dra_log()
+            .lines()
+            .any(|l| l.contains("DeviceTaintRules selecting") && l.contains("rules=[]"))
+            .then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.dra_log()));
 }
 
 #[test]
