@@ -45,6 +45,7 @@ use crate::sim::{SimHost, ACCELS};
 use crate::skip::{require, require_binary, require_root};
 
 pub mod dra;
+pub mod fleet;
 pub mod image;
 pub mod install;
 pub mod kubernetes;
@@ -349,6 +350,12 @@ impl Cluster {
         Self::start_nodes_as(setups, shape)
     }
 
+    /// Starts the control plane alone (etcd, API server, controller manager, scheduler), with
+    /// no node: for nodes the test simulates itself ([`fleet`]).
+    pub fn start_control_plane_only() -> Result<Self> {
+        Self::start_nodes_as(&[], &Shape::default())
+    }
+
     fn start_nodes_as(setups: &[Setup], shape: &Shape) -> Result<Self> {
         let kubernetes = Kubernetes::find().context(
             "the Kubernetes binaries (scripts/kube-module-build.sh or scripts/kube-build.sh)",
@@ -570,7 +577,9 @@ impl Cluster {
             let node = self.nodes.last_mut().expect("just pushed");
             node.start(setup, &self.kubernetes, &self.kubeconfig)?;
         }
-        self.wait_node_ready()?;
+        if !setups.is_empty() {
+            self.wait_node_ready()?;
+        }
         let mut plugins = Vec::new();
         for (i, (node, setup)) in self.nodes.iter_mut().zip(setups).enumerate() {
             if matches!(
@@ -864,6 +873,16 @@ impl Cluster {
             .map_err(|e| e.context(self.logs()))?;
         }
         Ok(())
+    }
+
+    /// The API server's process id, while it runs.
+    pub fn apiserver_pid(&self) -> Option<u32> {
+        self.apiserver.as_ref().and_then(Daemon::pid)
+    }
+
+    /// The kubeconfig of the cluster's administrator.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
     }
 
     fn kubectl_command(&self) -> Command {

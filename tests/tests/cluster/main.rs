@@ -11,6 +11,7 @@ mod cluster_crio;
 mod cluster_dra;
 mod cluster_dra_nvidia;
 mod cluster_engine_paths;
+mod cluster_fleet;
 mod cluster_helm;
 mod cluster_install;
 mod cluster_install_dra;
