@@ -43,6 +43,11 @@
 # idle connections, section 22, alone with `--only idle`; loopback only, tens of seconds; no
 # root needed).
 #
+# `scripts/bench.sh fleet [SIZES]` runs only DRA at fleet size (devinject-cluster-bench --fleet,
+# section 6f: simulated nodes on one Kubernetes 1.37 control plane, one devinject-dra each and no
+# kubelet, at each comma-separated node count, 100,300 by default; the plain, partitioned and
+# capacity demo profiles; about 15 minutes at the default sizes on 2 cores). Not in the full run.
+#
 # The binaries are built as they ship, by scripts/release-build.sh (as for the image, in
 # target/image): release profile, static, the runtime shim and devinject-podresources against
 # musl and the rest against glibc.
@@ -79,6 +84,15 @@ if [ "${1:-}" = arm64 ]; then
   echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs" >&2
   PROFILE=release scripts/arm64-guest.sh bench "${1:-30}" | grep -E '^guest'
   exit
+fi
+if [ "${1:-}" = fleet ]; then
+  shift
+  kube=$(scripts/kube-module-build.sh)
+  out=$(scripts/release-build.sh target/image/bin -p devinject-bench -p devinject-dra -p devinject-oci)
+  echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs" >&2
+  # One cluster at a time on this machine, as for the cluster tests.
+  exec flock /tmp/devinject-cluster.lock env DEVINJECT_BIN_DIR="$out" DEVINJECT_KUBE_BIN="$kube" \
+    "$out/devinject-cluster-bench" --fleet "${1:-100,300}"
 fi
 if [ "${1:-}" = servers ]; then
   shift

@@ -19,6 +19,12 @@
 //!   NodePrepareResources time, from its own log;
 //! - a pod asking for the demo resource in its limits, through the device plugin and, on a node
 //!   of the driver alone, through DRA (KEP-5004), each with its A/A pair.
+//! - with `--fleet N,...`, DRA at fleet size: N simulated nodes on one control plane
+//!   ([`devinject_tests::cluster::fleet`]: a Node object and one `devinject-dra` each, no
+//!   kubelet), for the plain, partitioned and capacity demo profiles: the slices' bytes, the
+//!   API server's ResourceSlice writes and watch traffic at start, idle, per health flap and per
+//!   hot-plug, the scheduler's time to allocate 100 claims, and the drivers' and the API
+//!   server's memory.
 //!
 //! Binaries come from `DEVINJECT_BIN_DIR` (scripts/bench.sh points it at the release build).
 //! Needs root. Figures are wall times: run it on a quiet machine.
@@ -38,9 +44,13 @@ use devinject_kubelet::answer::{Answer, PodEntry, Rpc};
 use devinject_podresources::Request;
 use devinject_tests::bins::bin;
 use devinject_tests::cluster::dra::demo_claim_template;
+use devinject_tests::cluster::fleet::{
+    apiserver_metrics, slice_watch_events, slice_write_bytes, slice_writes, Fleet, FleetProfile,
+};
 use devinject_tests::cluster::{Cluster, DraBeside, Setup, SLOW};
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::daemons::poll;
+use devinject_tests::sim::ACCELS;
 
 /// Pod starts per variant.
 const POD_RUNS: usize = 10;
@@ -497,6 +507,181 @@ fn dra_extended() -> Result<()> {
     Ok(())
 }
 
+/// The claims section 6f has the scheduler allocate on each simulated fleet.
+const FLEET_CLAIMS: usize = 100;
+
+/// What one simulated fleet measured (section 6f).
+struct FleetRun {
+    nodes: usize,
+    profile: FleetProfile,
+    slices: usize,
+    slice_bytes: usize,
+    published_in: Duration,
+    start: Traffic,
+    idle: Traffic,
+    flap: Traffic,
+    plug: Traffic,
+    allocated_in: Duration,
+    driver_rss: devinject_bench::stats::Kib,
+    apiserver_rss_kib: u64,
+}
+
+/// The API server's ResourceSlice traffic between two readings of its metrics.
+#[derive(Debug, Clone, Copy, Default)]
+struct Traffic {
+    writes: f64,
+    write_bytes: f64,
+    watch_events: f64,
+    watch_bytes: f64,
+}
+
+impl Traffic {
+    fn read(c: &Cluster) -> Result<Self> {
+        let m = apiserver_metrics(c)?;
+        let (watch_events, watch_bytes) = slice_watch_events(&m);
+        Ok(Self {
+            writes: slice_writes(&m),
+            write_bytes: slice_write_bytes(&m),
+            watch_events,
+            watch_bytes,
+        })
+    }
+
+    fn since(self, before: Self) -> Self {
+        Self {
+            writes: self.writes - before.writes,
+            write_bytes: self.write_bytes - before.write_bytes,
+            watch_events: self.watch_events - before.watch_events,
+            watch_bytes: self.watch_bytes - before.watch_bytes,
+        }
+    }
+
+    /// `writes / KiB written / watch events / KiB sent to watchers`.
+    fn cell(self) -> String {
+        format!(
+            "{:.0} / {:.1} / {:.0} / {:.1}",
+            self.writes,
+            self.write_bytes / 1024.0,
+            self.watch_events,
+            self.watch_bytes / 1024.0
+        )
+    }
+}
+
+/// The resident memory of process `pid` in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// One simulated fleet of `nodes` nodes publishing `profile`, on a control plane of its own.
+fn fleet_run(nodes: usize, profile: FleetProfile) -> Result<FleetRun> {
+    let c = Cluster::start_control_plane_only()?;
+    let before = Traffic::read(&c)?;
+    let started = Instant::now();
+    let fleet = Fleet::start(&c, nodes, profile)?;
+    let published_in = started.elapsed();
+    fleet.apply_device_classes(&c)?;
+    // What the drivers' start wrote, once the last write has been watched.
+    std::thread::sleep(Duration::from_secs(3));
+    let settled = Traffic::read(&c)?;
+    let start = settled.since(before);
+    // Steady state: every health attribute read every second, nothing changing.
+    std::thread::sleep(Duration::from_secs(10));
+    let quiet = Traffic::read(&c)?;
+    let idle = quiet.since(settled);
+    // One device of one node unhealthy, then healthy again.
+    fleet.set_health(0, 1, false)?;
+    fleet.wait_device(&c, 0, "demo-1", Some(true))?;
+    fleet.set_health(0, 1, true)?;
+    fleet.wait_device(&c, 0, "demo-1", Some(false))?;
+    std::thread::sleep(Duration::from_secs(2));
+    let flapped = Traffic::read(&c)?;
+    let flap = flapped.since(quiet);
+    // One device plugged into one node.
+    fleet.plug(0, ACCELS.len())?;
+    fleet.wait_device(&c, 0, &format!("demo-{}", ACCELS.len()), None)?;
+    std::thread::sleep(Duration::from_secs(2));
+    let plug = Traffic::read(&c)?.since(flapped);
+    let slices: serde_json::Value =
+        serde_json::from_str(&c.kubectl(&["get", "resourceslices", "-o", "json"])?)?;
+    let ours: Vec<&serde_json::Value> = slices["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["spec"]["driver"] == devinject_tests::cluster::DRA_DRIVER)
+        .collect();
+    let slice_bytes = ours.iter().map(|s| s.to_string().len()).sum();
+    let allocated_in = fleet.allocate(&c, "fleet", FLEET_CLAIMS.min(nodes * ACCELS.len()))?;
+    let mut driver_rss = devinject_bench::stats::Kib::default();
+    for kib in fleet.driver_rss_kib() {
+        driver_rss.push(kib);
+    }
+    Ok(FleetRun {
+        nodes,
+        profile,
+        slices: ours.len(),
+        slice_bytes,
+        published_in,
+        start,
+        idle,
+        flap,
+        plug,
+        allocated_in,
+        driver_rss,
+        apiserver_rss_kib: c.apiserver_pid().map_or(0, rss_kib),
+    })
+}
+
+/// Section 6f: DRA at fleet size, simulated ([`devinject_tests::cluster::fleet`]): for each
+/// node count of `sizes` and each kind of profile, what publishing costs the API server, what
+/// one health flap and one hot-plug cost, how long the scheduler takes to allocate
+/// [`FLEET_CLAIMS`] claims, and the memory of each driver and of the API server.
+fn fleet(sizes: &[usize]) -> Result<()> {
+    let version = devinject_tests::cluster::kubernetes::Kubernetes::find()
+        .map(|k| k.version().to_owned())
+        .unwrap_or_default();
+    emit(&format!(
+        "\n### 6f. DRA at fleet size, simulated (Kubernetes {version}, one control plane, no kubelet)\n\n\
+         Traffic cells: ResourceSlice writes / KiB of request bodies / watch events sent / KiB sent \
+         to watchers (the scheduler's watch and each driver's watch of its own slices).\n\n\
+         | nodes | profile | slices | slice KiB | published in s | start traffic | idle 10 s | one health flap (down, up) | one hot-plug | {FLEET_CLAIMS} claims allocated in s | driver RSS MiB | API server RSS MiB |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|"
+    ));
+    for &nodes in sizes {
+        for profile in [
+            FleetProfile::Plain,
+            FleetProfile::Partitioned,
+            FleetProfile::Capacity,
+        ] {
+            let r = fleet_run(nodes, profile)
+                .with_context(|| format!("{nodes} simulated nodes, {}", profile.name()))?;
+            emit(&format!(
+                "| {} | {} | {} | {:.1} | {:.1} | {} | {} | {} | {} | {:.2} | {} | {:.0} |",
+                r.nodes,
+                r.profile.name(),
+                r.slices,
+                r.slice_bytes as f64 / 1024.0,
+                r.published_in.as_secs_f64(),
+                r.start.cell(),
+                r.idle.cell(),
+                r.flap.cell(),
+                r.plug.cell(),
+                r.allocated_in.as_secs_f64(),
+                r.driver_rss,
+                r.apiserver_rss_kib as f64 / 1024.0
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The devices per claim of section 6d: one, a few, and the most one claim can be allocated
 /// (`resource.k8s.io/v1`'s `AllocationResultsMaxSize`).
 const CLAIM_SIZES: [usize; 3] = [1, 8, 32];
@@ -733,11 +918,16 @@ struct Cli {
     /// Only the extended resource through the device plugin and through DRA (section 6e).
     #[arg(long)]
     dra_extended: bool,
+    /// Only DRA at fleet size (section 6f), at these numbers of simulated nodes.
+    #[arg(long, value_delimiter = ',')]
+    fleet: Vec<usize>,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = if cli.idle {
+    let result = if !cli.fleet.is_empty() {
+        fleet(&cli.fleet)
+    } else if cli.idle {
         idle()
     } else if cli.dra_prepare {
         dra_prepare()
