@@ -22,12 +22,10 @@ use crate::bins::bin;
 use crate::daemons::{poll, Daemon};
 use crate::sim::{demo_host, mknod, SimHost, ACCELS, CTL};
 
-/// The profiles a fleet's nodes publish.
+/// The profiles a fleet's nodes publish, each device with a sysfs health attribute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FleetProfile {
-    /// The demo profile, its devices whole only, each with a sysfs health attribute read every
-    /// second (the default is 10 s: every second shows that reads which find nothing new write
-    /// nothing).
+    /// The demo profile, its devices whole only.
     Plain,
     /// The demo profile as shipped: each device whole, in halves and in quarters, with the
     /// counters they share.
@@ -36,14 +34,29 @@ pub enum FleetProfile {
     Capacity,
 }
 
+impl std::str::FromStr for FleetProfile {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        [Self::Plain, Self::Partitioned, Self::Capacity]
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| format!("{s:?}: use plain, partitioned or capacity"))
+    }
+}
+
 impl FleetProfile {
-    /// The demo profile's text for this kind, from the shipped one.
-    fn profile(self, shipped: &str) -> String {
+    /// The demo profile's text for this kind, from the shipped one, its health read every
+    /// `health_ms` (`None`: the profile's default, 10 s).
+    fn profile(self, shipped: &str, health_ms: Option<u64>) -> String {
         let whole = crate::sim::without_partitions(shipped);
+        let interval = health_ms
+            .map(|ms| format!("health_interval_ms = {ms}\n"))
+            .unwrap_or_default();
         let health = |text: &str| {
             text.replacen(
                 "[discovery]\n",
-                "[discovery]\nhealth_sysfs = \"class/demo/{name}/health\"\nhealth_interval_ms = 1000\n",
+                &format!("[discovery]\nhealth_sysfs = \"class/demo/{{name}}/health\"\n{interval}"),
                 1,
             )
         };
@@ -72,12 +85,48 @@ struct FleetNode {
 }
 
 /// The simulated nodes of a fleet; their drivers are stopped on drop (the Node objects go with
-/// the cluster).
+/// the cluster), and the machine's inotify limit put back.
 pub struct Fleet {
     nodes: Vec<FleetNode>,
     profile: FleetProfile,
+    _limit: InotifyLimit,
     _shared: SimHost,
     _dir: tempfile::TempDir,
+}
+
+/// The machine's limit of inotify instances per user, where the fleet raised it: one user runs
+/// every simulated node's driver, each with a few instances (its device watch, its CDI
+/// directory's), where real nodes have a limit each. Past the default 128, a driver falls
+/// back to reading its devices every 500 ms, a cost no real node has. Put back on drop.
+struct InotifyLimit {
+    before: Option<String>,
+}
+
+/// Where the kernel keeps it (inotify(7)).
+const INOTIFY_INSTANCES: &str = "/proc/sys/fs/inotify/max_user_instances";
+
+impl InotifyLimit {
+    /// Raises the limit to `at_least` if it is lower.
+    fn raise(at_least: u64) -> Result<Self> {
+        let before = std::fs::read_to_string(INOTIFY_INSTANCES)
+            .with_context(|| format!("read {INOTIFY_INSTANCES}"))?;
+        if before.trim().parse::<u64>().is_ok_and(|n| n >= at_least) {
+            return Ok(Self { before: None });
+        }
+        std::fs::write(INOTIFY_INSTANCES, at_least.to_string())
+            .with_context(|| format!("raise {INOTIFY_INSTANCES} to {at_least}"))?;
+        Ok(Self {
+            before: Some(before),
+        })
+    }
+}
+
+impl Drop for InotifyLimit {
+    fn drop(&mut self) {
+        if let Some(before) = &self.before {
+            let _ = std::fs::write(INOTIFY_INSTANCES, before.trim());
+        }
+    }
 }
 
 /// The name of simulated node `i`.
@@ -97,15 +146,22 @@ fn node_object(name: &str) -> String {
 }
 
 impl Fleet {
-    /// Makes `count` simulated nodes on `c`'s control plane publishing `profile`, and returns
-    /// once the API server holds every node's slices.
-    pub fn start(c: &Cluster, count: usize, profile: FleetProfile) -> Result<Self> {
+    /// Makes `count` simulated nodes on `c`'s control plane publishing `profile`, its health
+    /// read every `health_ms` (`None`: the default), and returns once the API server holds
+    /// every node's slices.
+    pub fn start(
+        c: &Cluster,
+        count: usize,
+        profile: FleetProfile,
+        health_ms: Option<u64>,
+    ) -> Result<Self> {
+        let limit = InotifyLimit::raise(128 + 8 * count as u64)?;
         let dir = crate::daemons::short_tempdir("fleet")?;
         let shared = demo_host(&dir.path().join("shared"), &["demo"])?;
         let shipped = std::fs::read_to_string(shared.profiles_dir.join("demo.toml"))?;
         std::fs::write(
             shared.profiles_dir.join("demo.toml"),
-            profile.profile(&shipped),
+            profile.profile(&shipped, health_ms),
         )?;
         // The Node objects, in batches of one `kubectl create` each.
         for batch in (0..count).collect::<Vec<_>>().chunks(200) {
@@ -128,6 +184,7 @@ impl Fleet {
         let fleet = Self {
             nodes,
             profile,
+            _limit: limit,
             _shared: shared,
             _dir: dir,
         };
@@ -157,7 +214,9 @@ impl Fleet {
             &format!("the slices of {wanted} simulated nodes"),
             SLOW.max(Duration::from_secs(wanted as u64 / 4)),
             || {
-                let pools = complete_pools(c)?;
+                // A listing that fails or times out (thousands of slices on a machine the
+                // starting drivers keep busy) is tried again.
+                let pools = complete_pools(c).unwrap_or(0);
                 Ok((pools >= wanted).then_some(()))
             },
         )
@@ -273,19 +332,9 @@ impl Fleet {
         )
     }
 
-    /// Each driver's resident memory now, in KiB (`VmRSS`).
-    pub fn driver_rss_kib(&self) -> Vec<u64> {
-        self.nodes
-            .iter()
-            .filter_map(|n| n.driver.pid())
-            .filter_map(|pid| {
-                let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-                status
-                    .lines()
-                    .find_map(|l| l.strip_prefix("VmRSS:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            })
-            .collect()
+    /// The drivers' process ids.
+    pub fn driver_pids(&self) -> Vec<u32> {
+        self.nodes.iter().filter_map(|n| n.driver.pid()).collect()
     }
 
     /// Node `i`'s driver log.
@@ -476,13 +525,17 @@ mod tests {
     fn each_profile_kind_is_the_demo_profile_with_its_sharing() {
         let shipped = std::fs::read_to_string(crate::sim::shipped_profiles().join("demo.toml"))
             .expect("the shipped demo profile");
-        let plain = FleetProfile::Plain.profile(&shipped);
+        let plain = FleetProfile::Plain.profile(&shipped, None);
         assert!(plain.contains("health_sysfs") && !plain.contains("[partitions]"));
+        assert!(!plain.contains("health_interval_ms"));
+        assert!(FleetProfile::Plain
+            .profile(&shipped, Some(1000))
+            .contains("health_interval_ms = 1000\n"));
         assert!(FleetProfile::Partitioned
-            .profile(&shipped)
+            .profile(&shipped, None)
             .contains("[partitions]"));
         assert!(FleetProfile::Capacity
-            .profile(&shipped)
+            .profile(&shipped, None)
             .contains("[capacity]\npods = 4"));
     }
 }

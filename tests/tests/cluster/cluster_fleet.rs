@@ -81,7 +81,10 @@ fn twenty_simulated_nodes_publish_once_and_a_health_change_writes_its_slice_alon
         return;
     }
     let c = Cluster::start_control_plane_only().expect("the control plane");
-    let fleet = Fleet::start(&c, NODES, FleetProfile::Plain).expect("the simulated nodes");
+    // Health read every second: a few seconds show that reads finding nothing new write
+    // nothing.
+    let fleet =
+        Fleet::start(&c, NODES, FleetProfile::Plain, Some(1000)).expect("the simulated nodes");
     fleet.apply_device_classes(&c).expect("the DeviceClasses");
 
     // Settled: nothing is written while nothing changes (the health schedule reads, and

@@ -523,6 +523,8 @@ struct FleetRun {
     plug: Traffic,
     allocated_in: Duration,
     driver_rss: devinject_bench::stats::Kib,
+    /// The drivers' CPU while idle, ms per second per driver.
+    idle_cpu_ms: f64,
     apiserver_rss_kib: u64,
 }
 
@@ -568,16 +570,9 @@ impl Traffic {
     }
 }
 
-/// The resident memory of process `pid` in KiB.
+/// The resident memory of process `pid` in KiB (0 once it is gone).
 fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
+    devinject_tests::churn::procstat::sample(pid).map_or(0, |s| s.rss_kib)
 }
 
 /// One simulated fleet of `nodes` nodes publishing `profile`, on a control plane of its own.
@@ -585,16 +580,27 @@ fn fleet_run(nodes: usize, profile: FleetProfile) -> Result<FleetRun> {
     let c = Cluster::start_control_plane_only()?;
     let before = Traffic::read(&c)?;
     let started = Instant::now();
-    let fleet = Fleet::start(&c, nodes, profile)?;
+    let fleet = Fleet::start(&c, nodes, profile, None)?;
     let published_in = started.elapsed();
     fleet.apply_device_classes(&c)?;
     // What the drivers' start wrote, once the last write has been watched.
     std::thread::sleep(Duration::from_secs(3));
     let settled = Traffic::read(&c)?;
     let start = settled.since(before);
-    // Steady state: every health attribute read every second, nothing changing.
+    // Steady state, nothing changing: one health read of every device (every 10 s).
+    let cpu = || -> Duration {
+        fleet
+            .driver_pids()
+            .into_iter()
+            .filter_map(|pid| devinject_bench::idle::process_cpu(pid).ok())
+            .sum()
+    };
+    let (used, idle_for) = (cpu(), Instant::now());
     std::thread::sleep(Duration::from_secs(10));
     let quiet = Traffic::read(&c)?;
+    let idle_cpu_ms = cpu().saturating_sub(used).as_secs_f64() * 1000.0
+        / idle_for.elapsed().as_secs_f64()
+        / nodes as f64;
     let idle = quiet.since(settled);
     // One device of one node unhealthy, then healthy again.
     fleet.set_health(0, 1, false)?;
@@ -620,8 +626,8 @@ fn fleet_run(nodes: usize, profile: FleetProfile) -> Result<FleetRun> {
     let slice_bytes = ours.iter().map(|s| s.to_string().len()).sum();
     let allocated_in = fleet.allocate(&c, "fleet", FLEET_CLAIMS.min(nodes * ACCELS.len()))?;
     let mut driver_rss = devinject_bench::stats::Kib::default();
-    for kib in fleet.driver_rss_kib() {
-        driver_rss.push(kib);
+    for pid in fleet.driver_pids() {
+        driver_rss.push(rss_kib(pid));
     }
     Ok(FleetRun {
         nodes,
@@ -635,6 +641,7 @@ fn fleet_run(nodes: usize, profile: FleetProfile) -> Result<FleetRun> {
         plug,
         allocated_in,
         driver_rss,
+        idle_cpu_ms,
         apiserver_rss_kib: c.apiserver_pid().map_or(0, rss_kib),
     })
 }
@@ -643,7 +650,16 @@ fn fleet_run(nodes: usize, profile: FleetProfile) -> Result<FleetRun> {
 /// node count of `sizes` and each kind of profile, what publishing costs the API server, what
 /// one health flap and one hot-plug cost, how long the scheduler takes to allocate
 /// [`FLEET_CLAIMS`] claims, and the memory of each driver and of the API server.
-fn fleet(sizes: &[usize]) -> Result<()> {
+fn fleet(sizes: &[usize], profiles: &[FleetProfile]) -> Result<()> {
+    let profiles = if profiles.is_empty() {
+        &[
+            FleetProfile::Plain,
+            FleetProfile::Partitioned,
+            FleetProfile::Capacity,
+        ][..]
+    } else {
+        profiles
+    };
     let version = devinject_tests::cluster::kubernetes::Kubernetes::find()
         .map(|k| k.version().to_owned())
         .unwrap_or_default();
@@ -651,19 +667,15 @@ fn fleet(sizes: &[usize]) -> Result<()> {
         "\n### 6f. DRA at fleet size, simulated (Kubernetes {version}, one control plane, no kubelet)\n\n\
          Traffic cells: ResourceSlice writes / KiB of request bodies / watch events sent / KiB sent \
          to watchers (the scheduler's watch and each driver's watch of its own slices).\n\n\
-         | nodes | profile | slices | slice KiB | published in s | start traffic | idle 10 s | one health flap (down, up) | one hot-plug | {FLEET_CLAIMS} claims allocated in s | driver RSS MiB | API server RSS MiB |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|"
+         | nodes | profile | slices | slice KiB | published in s | start traffic | idle 10 s | one health flap (down, up) | one hot-plug | {FLEET_CLAIMS} claims allocated in s | driver RSS MiB | driver CPU idle, ms/s | API server RSS MiB |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|"
     ));
     for &nodes in sizes {
-        for profile in [
-            FleetProfile::Plain,
-            FleetProfile::Partitioned,
-            FleetProfile::Capacity,
-        ] {
+        for &profile in profiles {
             let r = fleet_run(nodes, profile)
                 .with_context(|| format!("{nodes} simulated nodes, {}", profile.name()))?;
             emit(&format!(
-                "| {} | {} | {} | {:.1} | {:.1} | {} | {} | {} | {} | {:.2} | {} | {:.0} |",
+                "| {} | {} | {} | {:.1} | {:.1} | {} | {} | {} | {} | {:.2} | {} | {:.2} | {:.0} |",
                 r.nodes,
                 r.profile.name(),
                 r.slices,
@@ -675,6 +687,7 @@ fn fleet(sizes: &[usize]) -> Result<()> {
                 r.plug.cell(),
                 r.allocated_in.as_secs_f64(),
                 r.driver_rss,
+                r.idle_cpu_ms,
                 r.apiserver_rss_kib as f64 / 1024.0
             ));
         }
@@ -921,12 +934,15 @@ struct Cli {
     /// Only DRA at fleet size (section 6f), at these numbers of simulated nodes.
     #[arg(long, value_delimiter = ',')]
     fleet: Vec<usize>,
+    /// With `--fleet`: only these profiles (plain, partitioned, capacity; all by default).
+    #[arg(long, value_delimiter = ',')]
+    fleet_profiles: Vec<FleetProfile>,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = if !cli.fleet.is_empty() {
-        fleet(&cli.fleet)
+        fleet(&cli.fleet, &cli.fleet_profiles)
     } else if cli.idle {
         idle()
     } else if cli.dra_prepare {
