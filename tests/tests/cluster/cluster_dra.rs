@@ -22,7 +22,8 @@
 //!   from the kubelet's pod-resources), and a claim pinned to that device waits unschedulable
 //!   until the pod ends, then gets it through DRA; while that claim holds it, the plugin
 //!   lists it unhealthy, so a pod asking the plugin for every device waits until the claim's
-//!   pod ends, then gets them all;
+//!   pod ends, then gets them all; the profile then made shared (`[capacity]`), a claim for a
+//!   device that pod holds gets a share of it and runs beside it;
 //! - the shipped kvm, tun and fuse profiles: one pod holding a claim of each opens the machine's
 //!   real `/dev/kvm`, `/dev/net/tun` and `/dev/fuse` (nodes with their numbers) and nothing else;
 //!   user-namespaced pods (`hostUsers: false`), as root and as uid 1000, open each through
@@ -2221,6 +2222,36 @@ fn where_the_device_plugin_serves_the_node_a_limits_pod_is_left_to_it() {
     assert!(
         claim_owned_by(&c, "every").is_none(),
         "the device plugin served the pod"
+    );
+
+    // A shared profile (`[capacity]`) is left alone by both: while the plugin's pod holds every
+    // device, a claim pinned to one of them is allocated a share of it and runs beside it.
+    if !c.dra_beyond_ga() {
+        return;
+    }
+    let mut c = c;
+    edit_demo_profile(&mut c, |text| {
+        without_partitions(&text) + "\n[capacity]\npods = 2\n"
+    });
+    c.restart_plugin()
+        .unwrap_or_else(|e| panic!("restart the device plugin: {e:#}"));
+    c.apply(&pinned_template("shared-demo", DEMO_CLASS, "0", None))
+        .expect("template");
+    c.apply(&pod("sharer", "shared-demo")).expect("create pod");
+    let out = probe_output(&c, "sharer");
+    let ids = allocated_ids(&claim_of(&c, "sharer"));
+    assert_eq!(ids, ["0"], "a share of the device the plugin's pod holds");
+    assert_demo_granted_exactly(&Report::parse(&out), &ids, &out);
+    assert!(
+        pod_running(&c, "every"),
+        "the plugin's pod keeps every device"
+    );
+    assert!(
+        c.resource_slice_device("demo-0")
+            .expect("the slices")
+            .is_some_and(|d| d["taints"].is_null()),
+        "a shared device is not tainted for the plugin's hold:\n{}",
+        c.dra_log()
     );
 }
 
