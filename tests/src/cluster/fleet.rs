@@ -20,6 +20,7 @@ use anyhow::{Context, Result};
 use super::{Cluster, DRA_DRIVER, SLOW};
 use crate::bins::bin;
 use crate::daemons::{poll, Daemon};
+use crate::kubelet::dra_process::node_dir_args;
 use crate::sim::{demo_host, mknod, SimHost, ACCELS, CTL};
 
 /// The profiles a fleet's nodes publish, each device with a sysfs health attribute.
@@ -88,7 +89,6 @@ struct FleetNode {
 /// the cluster), and the machine's inotify limit put back.
 pub struct Fleet {
     nodes: Vec<FleetNode>,
-    profile: FleetProfile,
     _limit: InotifyLimit,
     _shared: SimHost,
     _dir: tempfile::TempDir,
@@ -183,7 +183,6 @@ impl Fleet {
         }
         let fleet = Self {
             nodes,
-            profile,
             _limit: limit,
             _shared: shared,
             _dir: dir,
@@ -192,23 +191,8 @@ impl Fleet {
         Ok(fleet)
     }
 
-    /// How many nodes it has.
-    pub fn len(&self) -> usize {
-        self.nodes.len()
-    }
-
-    /// Whether it has none.
-    pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
-    }
-
-    /// What its nodes publish.
-    pub fn profile(&self) -> FleetProfile {
-        self.profile
-    }
-
     /// Waits until every node's pool is in the API server with all its slices.
-    pub fn wait_published(&self, c: &Cluster) -> Result<()> {
+    fn wait_published(&self, c: &Cluster) -> Result<()> {
         let wanted = self.nodes.len();
         poll(
             &format!("the slices of {wanted} simulated nodes"),
@@ -295,12 +279,6 @@ impl Fleet {
         )
     }
 
-    /// Unplugs demo device `accel` from node `i`.
-    pub fn unplug(&self, i: usize, accel: usize) -> Result<()> {
-        let node = self.nodes[i].dir.join(format!("dev/demo/accel{accel}"));
-        std::fs::remove_file(&node).with_context(|| format!("remove {}", node.display()))
-    }
-
     /// Waits until node `i`'s pool lists device `device`, tainted if `tainted` is `Some(true)`,
     /// untainted if `Some(false)`, either way if `None`.
     pub fn wait_device(
@@ -315,16 +293,11 @@ impl Fleet {
             &format!("device {device} in pool {pool}, tainted: {tainted:?}"),
             SLOW,
             || {
-                let slices: serde_json::Value =
-                    serde_json::from_str(&c.kubectl(&["get", "resourceslices", "-o", "json"])?)?;
-                let found = slices["items"]
-                    .as_array()
+                let found = c
+                    .dra_slice_devices()?
                     .into_iter()
-                    .flatten()
-                    .filter(|s| s["spec"]["pool"]["name"] == pool.as_str())
-                    .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
-                    .find(|d| d["name"] == device)
-                    .map(|d| d["taints"].as_array().is_some_and(|t| !t.is_empty()));
+                    .find(|(p, d)| *p == pool && d["name"] == device)
+                    .map(|(_, d)| d["taints"].as_array().is_some_and(|t| !t.is_empty()));
                 Ok(found
                     .filter(|now| tainted.is_none_or(|want| want == *now))
                     .map(|_| ()))
@@ -391,9 +364,6 @@ fn start_driver(c: &Cluster, shared: &SimHost, name: &str, dir: &Path) -> Result
     }
     let (ctl, major, minor) = CTL;
     mknod(&dir.join("dev/demo").join(ctl), major, minor, "0666")?;
-    for sub in ["plugins", "plugins_registry", "cdi"] {
-        std::fs::create_dir_all(dir.join(sub))?;
-    }
     let mut cmd = Command::new(bin("devinject-dra"));
     cmd.arg(format!("--node-name={name}"))
         .arg("--kubeconfig")
@@ -410,15 +380,7 @@ fn start_driver(c: &Cluster, shared: &SimHost, name: &str, dir: &Path) -> Result
         .arg(bin("devinject-hook"))
         .arg("--hook-config")
         .arg(&shared.config)
-        .arg("--plugins-dir")
-        .arg(dir.join("plugins"))
-        .arg("--registry-dir")
-        .arg(dir.join("plugins_registry"))
-        .arg("--cdi-dir")
-        .arg(dir.join("cdi"))
-        .arg("--pod-resources-socket")
-        .arg(dir.join("pod-resources.sock"))
-        .arg("--metrics-address=off")
+        .args(node_dir_args(dir)?)
         .env("RUST_LOG", "info");
     Daemon::start("devinject-dra", cmd, &dir.join("dra.log"))
 }

@@ -3,7 +3,8 @@
 //! chroot. Found as the other binaries are ([`crate::bins`]), or at `DEVINJECT_DRA` (the
 //! benchmarks measure another build that way).
 
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 
 use tokio::process::{Child, Command};
 
@@ -21,6 +22,28 @@ pub struct DraProcess {
     log: PathBuf,
 }
 
+/// The driver's own places under `dir`, made there, as its arguments: its plugin and
+/// registration sockets (`plugins/`, `plugins_registry/`), its claim specs (`cdi/`), the
+/// kubelet's pod-resources socket where a test may serve one (`pod-resources/kubelet.sock`),
+/// and its metrics off.
+pub fn node_dir_args(dir: &Path) -> std::io::Result<Vec<OsString>> {
+    let mut args = Vec::new();
+    for (flag, sub) in [
+        ("--plugins-dir", "plugins"),
+        ("--registry-dir", "plugins_registry"),
+        ("--cdi-dir", "cdi"),
+    ] {
+        std::fs::create_dir_all(dir.join(sub))?;
+        args.extend([flag.into(), dir.join(sub).into()]);
+    }
+    args.extend([
+        "--pod-resources-socket".into(),
+        dir.join("pod-resources/kubelet.sock").into(),
+        "--metrics-address=off".into(),
+    ]);
+    Ok(args)
+}
+
 impl DraProcess {
     /// Starts the driver on `host`'s profiles and roots against `api`, with `extra` arguments.
     pub fn spawn(host: &TestHost, api: &FakeApiServer, extra: &[&str]) -> Self {
@@ -28,9 +51,7 @@ impl DraProcess {
             .map_or_else(|| crate::bins::bin("devinject-dra"), PathBuf::from);
         let log = host.path("dra.log");
         let log_file = std::fs::File::create(&log).expect("create the driver's log");
-        for dir in ["plugins", "plugins_registry", "cdi"] {
-            std::fs::create_dir_all(host.path(dir)).expect("create a driver directory");
-        }
+        let dirs = node_dir_args(&host.path("")).expect("create the driver's directories");
         let mut command = Command::new(binary);
         command
             .arg(format!("--node-name={NODE}"))
@@ -42,15 +63,7 @@ impl DraProcess {
             .arg(host.dev_root())
             .arg("--sys-root")
             .arg(host.sys_root())
-            .arg("--plugins-dir")
-            .arg(host.path("plugins"))
-            .arg("--registry-dir")
-            .arg(host.path("plugins_registry"))
-            .arg("--cdi-dir")
-            .arg(host.path("cdi"))
-            .arg("--pod-resources-socket")
-            .arg(host.path("pod-resources/kubelet.sock"))
-            .arg("--metrics-address=off")
+            .args(dirs)
             .args(extra);
         let child = logged_daemon(&mut command, log_file)
             .spawn()

@@ -697,6 +697,18 @@ fn maintenance_rule(pool: &str) -> String {
     )
 }
 
+/// Waits, as `what`, until the driver logs a change of the DeviceTaintRules it honours whose
+/// line holds `needle`.
+fn wait_rules_logged(c: &Cluster, what: &str, needle: &str) {
+    poll(what, SLOW, || {
+        Ok(c.dra_log()
+            .lines()
+            .any(|l| l.contains("DeviceTaintRules selecting") && l.contains(needle))
+            .then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.dra_log()));
+}
+
 #[test]
 fn a_taint_rule_made_after_allocation_keeps_its_devices_from_claims_that_do_not_tolerate_it() {
     let Some(release) = ready() else {
@@ -752,13 +764,7 @@ fn a_taint_rule_made_after_allocation_keeps_its_devices_from_claims_that_do_not_
         .to_owned();
     c.apply(&maintenance_rule(&pool))
         .expect("the DeviceTaintRule");
-    poll("the driver to see the DeviceTaintRule", SLOW, || {
-        Ok(c.dra_log()
-            .lines()
-            .any(|l| l.contains("DeviceTaintRules selecting") && l.contains("maintenance"))
-            .then_some(()))
-    })
-    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.dra_log()));
+    wait_rules_logged(&c, "the driver to see the DeviceTaintRule", "maintenance");
     c.start_kubelet_again()
         .unwrap_or_else(|e| panic!("start the kubelet again: {e:#}"));
 
@@ -778,13 +784,7 @@ fn a_taint_rule_made_after_allocation_keeps_its_devices_from_claims_that_do_not_
     // its pod resync, a minute or more later: the driver's unit tests show the claim prepared).
     c.kubectl(&["delete", "devicetaintrule", "maintenance"])
         .expect("delete the DeviceTaintRule");
-    poll("the driver to let the DeviceTaintRule go", SLOW, || {
-        Ok(c.dra_log()
-            .lines()
-            .any(|l| l.contains("DeviceTaintRules selecting") && l.contains("rules=[]"))
-            .then_some(()))
-    })
-    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.dra_log()));
+    wait_rules_logged(&c, "the driver to let the DeviceTaintRule go", "rules=[]");
 }
 
 #[test]
