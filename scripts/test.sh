@@ -36,7 +36,9 @@ cluster=$ci
 logs=$PWD/target/background
 mkdir -p "$logs"
 BACKGROUND_COSTS=$logs/costs.tsv
-rm -f "$BACKGROUND_COSTS"
+BACKGROUND_STATUS=$logs/status
+rm -rf "$BACKGROUND_COSTS" "$BACKGROUND_STATUS"
+mkdir "$BACKGROUND_STATUS"
 bg_jobs=()
 trap 'end_background "${bg_jobs[@]}"; tests_tmpfs_end' EXIT
 # The peers the suite runs beside (nice 5: mostly downloads, needed first, by the unit tests):
@@ -135,7 +137,7 @@ wait_job() {
   local name=$1 pid=$2 what=$3 log
   shift 3
   say "waiting for $name"
-  wait "$pid" && return 0
+  background_wait "$pid" && return 0
   say "$name failed ($what):" >&2
   for log in "$@"; do [ -s "$log" ] && tail -n 40 "$log" >&2; done
   status=1

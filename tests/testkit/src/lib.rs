@@ -22,12 +22,15 @@
 //! names something.
 //!
 //! Its own tests also hold `tier_test` of scripts/lib/tiers.sh, the runner of each pass of
-//! tests/tiers.txt, to failing a filtered pass that runs no test.
+//! tests/tiers.txt, to failing a filtered pass that runs no test, and `background_wait` of
+//! scripts/lib/background.sh to a job's status after its pid is another process's.
 //!
 //! This crate has no dependencies, so that the lowest crates (devices, cgroup) can use it as a
 //! dev-dependency without a cycle.
 #![warn(missing_docs)]
 
+#[cfg(test)]
+mod background_jobs;
 pub mod doc_names;
 pub mod docs;
 pub mod nodes;
