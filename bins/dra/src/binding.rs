@@ -32,6 +32,7 @@ use crate::claim::AllocatedDevice;
 use crate::claim_status::{self, Applied};
 use crate::driver::{BeforeBinding, Driver};
 use crate::slices::{PREPARED_CONDITION, PREPARE_FAILED_CONDITION};
+use crate::watch_log::WatchLog;
 
 /// The devices whose prepare step failed before binding within [`FAILED_HOLD`]: device ids by
 /// profile name.
@@ -112,23 +113,13 @@ pub async fn run(
     let mut claims = std::pin::pin!(watcher(api, watcher::Config::default())
         .default_backoff()
         .applied_objects());
-    let mut watch_error: Option<String> = None;
+    let mut log = WatchLog::new(
+        "the ResourceClaims",
+        "claims waiting for a prepare before binding wait meanwhile",
+    );
     while let Some(event) = claims.next().await {
-        let claim = match event {
-            Ok(claim) => {
-                if watch_error.take().is_some() {
-                    info!("watching the ResourceClaims works again");
-                }
-                claim
-            }
-            Err(e) => {
-                let error = e.to_string();
-                if watch_error.as_ref() != Some(&error) {
-                    warn!(error = %error, "watching the ResourceClaims failed; retrying (claims waiting for a prepare before binding wait meanwhile)");
-                    watch_error = Some(error);
-                }
-                continue;
-            }
+        let Some(claim) = log.event(event) else {
+            continue;
         };
         if waiting(&claim, &driver_name, &pools).is_empty() {
             continue;

@@ -23,3 +23,4 @@ pub mod registration;
 pub mod serve;
 pub mod slices;
 pub mod taint_rules;
+pub mod watch_log;

@@ -34,6 +34,7 @@ use crate::registration::RegistrationService;
 use crate::slices::{
     pci_locations, resource_slices, same_content, slice_name, ApiFields, DeviceState,
 };
+use crate::watch_log::WatchLog;
 
 /// What the driver logs each time it applies a ResourceSlice: tests look for it.
 pub const PUBLISHED: &str = "published the ResourceSlice";
@@ -174,7 +175,10 @@ async fn publish(
     // applied, as it did before it watched).
     let mut server: Option<BTreeMap<String, ResourceSlice>> = None;
     let mut relisted: BTreeMap<String, ResourceSlice> = BTreeMap::new();
-    let mut watch_error: Option<String> = None;
+    let mut watch_log = WatchLog::new(
+        "this node's ResourceSlices",
+        "a deleted slice is re-published only at the next registration meanwhile",
+    );
     // What this driver applied: profile -> its pool's slices (the counters' first, if any).
     let mut published: BTreeMap<String, Vec<ResourceSlice>> = Default::default();
     // The last discovery error of each profile, logged when it first appears or changes, not at
@@ -245,21 +249,13 @@ async fn publish(
                 }
                 event = events.next(), if events_open => {
                     match event {
-                        Some(Ok(event)) => {
-                            if watch_error.take().is_some() {
-                                info!("watching the ResourceSlices works again");
-                            }
+                        Some(step) => {
+                            let Some(event) = watch_log.event(step) else {
+                                continue;
+                            };
                             if !record(&mut server, &mut relisted, event, config) {
                                 continue;
                             }
-                        }
-                        Some(Err(e)) => {
-                            let error = e.to_string();
-                            if watch_error.as_ref() != Some(&error) {
-                                warn!(error = %error, "watching this node's ResourceSlices failed; retrying (a deleted slice is re-published only at the next registration meanwhile)");
-                                watch_error = Some(error);
-                            }
-                            continue;
                         }
                         None => {
                             events_open = false;

@@ -26,6 +26,7 @@ use tokio_stream::StreamExt;
 use tracing::{info, warn};
 
 use crate::claim::Toleration;
+use crate::watch_log::WatchLog;
 
 /// The most rules kept; more are left out, with a warning (each is an administrator's object,
 /// and a prepare checks every device against each kept rule).
@@ -160,7 +161,10 @@ pub async fn watch(client: kube::Client, driver: String, out: watch::Sender<Tain
     }
     let mut events = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
     let mut listing: Option<TaintRules> = None;
-    let mut watch_error: Option<String> = None;
+    let mut log = WatchLog::new(
+        "the DeviceTaintRules",
+        "prepare honours the rules last seen",
+    );
     let keep = |rules: &mut TaintRules, object: &DynamicObject| match rule_of(object, &driver) {
         Ok(Some(rule)) if rules.len() < MAX_RULES || rules.contains_key(&rule.name) => {
             rules.insert(rule.name.clone(), rule);
@@ -177,21 +181,8 @@ pub async fn watch(client: kube::Client, driver: String, out: watch::Sender<Tain
         if out.is_closed() {
             return;
         }
-        let event = match event {
-            Ok(event) => {
-                if watch_error.take().is_some() {
-                    info!("watching the DeviceTaintRules works again");
-                }
-                event
-            }
-            Err(e) => {
-                let error = e.to_string();
-                if watch_error.as_ref() != Some(&error) {
-                    warn!(error = %error, "watching the DeviceTaintRules failed; retrying (prepare honours the rules last seen)");
-                    watch_error = Some(error);
-                }
-                continue;
-            }
+        let Some(event) = log.event(event) else {
+            continue;
         };
         let mut now = out.borrow().clone();
         match event {
