@@ -57,7 +57,7 @@ pub mod request;
 pub mod roots;
 
 pub use capability::{Capabilities, CapabilityError, CapabilitySpec};
-pub use capacity::Capacity;
+pub use capacity::{Amount, Capacity};
 /// The device-rule vocabulary the plan is written in, shared with the cgroup crate.
 pub use devinject_device_rule::{Access, DeviceKind, DeviceNumber, DeviceRule};
 pub use driver_files::DriverFiles;

@@ -374,7 +374,7 @@ struct RawProfile {
     capabilities: Option<CapabilitySpec>,
     forward_compat: Option<ForwardCompatSpec>,
     prepare: Option<PrepareSpec>,
-    capacity: Option<BTreeMap<String, i64>>,
+    capacity: Option<BTreeMap<String, toml::Value>>,
     partitions: Option<crate::partitions::RawPartitions>,
 }
 
@@ -1421,7 +1421,9 @@ DEMO_DRIVER = "1"
             p.capacity,
             Some(Capacity {
                 name: "pods".into(),
-                value: 4
+                value: crate::capacity::Amount(4000),
+                step: crate::capacity::Amount::ONE,
+                default: crate::capacity::Amount::ONE,
             })
         );
         assert_eq!(parse(DEMO).unwrap().capacity, None);
@@ -1429,7 +1431,7 @@ DEMO_DRIVER = "1"
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("`capacity.pods`") && err.contains("use 1 to"),
+            err.contains("`capacity.pods`") && err.contains("use 2 to"),
             "{err}"
         );
         let prepared = format!(
