@@ -185,6 +185,9 @@ pub struct Shape {
     /// [`Shape::node_host`] with more profiles than the demo's, whose demo devices the device
     /// plugins of the other nodes advertise as `devices`); `None`: `devices`.
     pub dra_devices: Option<usize>,
+    /// Feature gates the API server, the controller manager and the scheduler start with
+    /// (`--feature-gates`, e.g. `DRAFractionalCapacityRange=true`); empty: their defaults.
+    pub control_plane_gates: &'static str,
 }
 
 /// A node's simulated host other than the demo's ([`Shape::node_host`]).
@@ -194,6 +197,14 @@ pub struct NodeHost {
     pub make: fn(&Path) -> Result<SimHost>,
     /// Adds to the test image's rootfs what the pods run.
     pub image: fn(&Path) -> Result<()>,
+}
+
+/// `--feature-gates=<gates>` on a control-plane component, where there are any
+/// ([`Shape::control_plane_gates`]).
+fn with_gates(cmd: &mut Command, gates: &str) {
+    if !gates.is_empty() {
+        cmd.arg(format!("--feature-gates={gates}"));
+    }
 }
 
 impl Default for Shape {
@@ -207,6 +218,7 @@ impl Default for Shape {
             crio_nodes: Vec::new(),
             node_host: None,
             dra_devices: None,
+            control_plane_gates: "",
         }
     }
 }
@@ -385,7 +397,7 @@ impl Cluster {
             _one: one,
         };
         let started = std::time::Instant::now();
-        c.start_control_plane(shape.scheduler_config.as_deref())?;
+        c.start_control_plane(shape.scheduler_config.as_deref(), shape.control_plane_gates)?;
         let control_plane = started.elapsed();
         c.start_nodes(setups, shape)?;
         // What a cluster costs each test that starts one, in the log.
@@ -410,7 +422,7 @@ impl Cluster {
         &self.kubernetes
     }
 
-    fn start_control_plane(&mut self, scheduler_config: Option<&Path>) -> Result<()> {
+    fn start_control_plane(&mut self, scheduler_config: Option<&Path>, gates: &str) -> Result<()> {
         let pki = pki::make(&self.root.join("pki"))?;
         let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
         let mut etcd = Command::new(self.kube("etcd"));
@@ -468,6 +480,7 @@ impl Cluster {
             // Off by default since 1.20's successors, removed in 1.24.
             api.arg("--insecure-port=0");
         }
+        with_gates(&mut api, gates);
         self.apiserver = Some(Daemon::start(
             "kube-apiserver",
             api,
@@ -503,20 +516,22 @@ impl Cluster {
             // The insecure port, removed in 1.24.
             cm.arg("--port=0");
         }
+        with_gates(&mut cm, gates);
         self.controller_manager = Some(Daemon::start(
             "kube-controller-manager",
             cm,
             &self.root.join("controller-manager.log"),
         )?);
-        self.start_scheduler(scheduler_config)
+        self.start_scheduler(scheduler_config, gates)
     }
 
     /// Starts kube-scheduler, with `config` (see [`Shape::scheduler_config`]) or its defaults.
     /// With a file, 1.20 takes the insecure serving addresses from it and ignores `--port`
     /// (`ApplyToFromLoadedConfig`), and it elects a leader unless the file says otherwise.
-    fn start_scheduler(&mut self, config: Option<&Path>) -> Result<()> {
+    fn start_scheduler(&mut self, config: Option<&Path>, gates: &str) -> Result<()> {
         let mut sched = Command::new(self.kube("kube-scheduler"));
         sched.arg("--bind-address=127.0.0.1").arg("--secure-port=0");
+        with_gates(&mut sched, gates);
         match config {
             Some(shipped) => {
                 let text = std::fs::read_to_string(shipped)

@@ -51,7 +51,10 @@
 //!   meanwhile) keeps its devices from the claim that does not tolerate its taint, the rule
 //!   named in the pod's event, while the tolerating claim's pod runs; deleted, it is let go;
 //! - a profile sharing its one device twice (`replicas = 2`) publishes two devices, two pods'
-//!   claims hold one share each and both see the device, a third pod waits unschedulable;
+//!   claims hold one share each and both see the device, a third pod waits unschedulable; the
+//!   profile then sharing it by a fractional capacity (`value = 1`, `step = 0.25`) publishes it
+//!   once in thousandths, and claims of a half and two quarters (the default) hold it at once
+//!   while a fourth waits, each consuming what it asked for;
 //! - a profile cutting its ten devices in halves and quarters (`[partitions]`) publishes them
 //!   whole and in parts with their shared counters, a pool of four slices (two of counters, two
 //!   of devices: more than one slice holds of each); claims that would overlap are never both
@@ -76,8 +79,8 @@ use devinject_tests::cluster::dra::{
 };
 use devinject_tests::cluster::userns::{assert_user_namespaced, machine_node, WHO_AM_I};
 use devinject_tests::cluster::{
-    user_namespaced, user_namespaced_pods_ready, Cluster, DraBeside, NodeHost, Setup, Shape,
-    DRA_DRIVER, SLOW,
+    user_namespaced, user_namespaced_pods_ready, Cluster, DraBeside, Kubernetes, NodeHost, Setup,
+    Shape, DRA_DRIVER, SLOW,
 };
 use devinject_tests::cri_node::BUSYBOX;
 use devinject_tests::daemons::poll;
@@ -831,16 +834,20 @@ fn an_unplugged_device_leaves_the_slice_and_no_claim_is_allocated_to_it() {
 }
 
 #[test]
-fn a_shared_profile_lets_one_claim_per_replica_hold_the_same_device() {
+fn a_shared_profile_lets_claims_hold_one_device_by_replicas_or_by_a_fractional_capacity() {
     let Some(release) = ready() else {
         return;
     };
     let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    // Fractional ranges are beta in 1.37 but on only with the control plane's
+    // `--min-compatibility-version` at 1.37 (pkg/features/kube_features.go): turned on here.
+    let fractional = Kubernetes::find().is_some_and(|k| k.minor() >= 37);
     let mut c = start_beside(
         &release,
         DraBeside::Nothing,
         Shape {
             devices: 1,
+            control_plane_gates: if fractional { FRACTIONAL_GATE } else { "" },
             ..Shape::default()
         },
     );
@@ -876,6 +883,90 @@ fn a_shared_profile_lets_one_claim_per_replica_hold_the_same_device() {
     c.apply(&pod("share-c", "one-demo")).expect("create pod");
     let why = unschedulable(&c, "share-c").expect("the third pod stays unschedulable");
     eprintln!("share-c: {why}");
+    for name in ["share-a", "share-b", "share-c"] {
+        delete_pod(&c, name);
+    }
+    if fractional {
+        the_device_is_shared_by_a_fractional_capacity(&mut c);
+    }
+}
+
+/// The feature gate of fractional capacity ranges (KEP-5075), for the API server and the
+/// scheduler.
+const FRACTIONAL_GATE: &str = "DRAFractionalCapacityRange=true";
+
+/// The one demo device shared by a capacity of one unit in quarters (Kubernetes 1.37's
+/// fractional ranges, [`FRACTIONAL_GATE`] on; without it the scheduler rounds each amount up to
+/// a whole unit, and the half claim alone fills the device): published once, the amounts in
+/// thousandths as the API server keeps them and the slice not applied again; a claim asking
+/// for half and two asking for nothing (a quarter each) hold it at once and see it, each
+/// consuming what it took, and a fourth waits.
+fn the_device_is_shared_by_a_fractional_capacity(c: &mut Cluster) {
+    edit_demo_profile(c, |text| {
+        without_partitions(&text).replace("replicas = 2\n", "")
+            + "\n[capacity.share]\nvalue = 1\nstep = 0.25\n"
+    });
+    c.wait_resource_slices(1)
+        .unwrap_or_else(|e| panic!("the device once: {e:#}"));
+    let device = c
+        .resource_slice_device("demo-0")
+        .expect("the slices")
+        .expect("demo-0 in a slice");
+    assert_eq!(device["allowMultipleAllocations"], true, "{device}");
+    let share = &device["capacity"]["share"];
+    assert_eq!(share["value"], "1", "{device}");
+    assert_eq!(share["requestPolicy"]["default"], "250m", "{device}");
+    assert_eq!(
+        share["requestPolicy"]["validRange"]["min"], "250m",
+        "{device}"
+    );
+    assert_eq!(
+        share["requestPolicy"]["validRange"]["step"], "250m",
+        "{device}"
+    );
+    // What the server wrote back compares equal to what the driver applied: no write loop.
+    let resource_version = |c: &Cluster| {
+        let list = c.kubectl(&["get", "resourceslices", "-o", "json"]).unwrap();
+        let list: Value = serde_json::from_str(&list).unwrap();
+        list["items"][0]["metadata"]["resourceVersion"].clone()
+    };
+    let before = resource_version(c);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(
+        resource_version(c),
+        before,
+        "the slice is applied again:\n{}",
+        c.dra_log()
+    );
+
+    let half = demo_claim_template("half-demo", 1).replace(
+        "          count: 1\n",
+        "          count: 1\n          capacity:\n            requests:\n              share: \"0.5\"\n",
+    );
+    c.apply(&half).expect("template");
+    c.apply(&demo_claim_template("quarter-demo", 1))
+        .expect("template");
+    let mut consumed = Vec::new();
+    for (name, template) in [
+        ("half", "half-demo"),
+        ("quarter-a", "quarter-demo"),
+        ("quarter-b", "quarter-demo"),
+    ] {
+        c.apply(&pod(name, template)).expect("create pod");
+        let out = probe_output(c, name);
+        assert_demo_granted_exactly(&Report::parse(&out), &["0".to_owned()], &out);
+        let claim = claim_of(c, name);
+        let result = &claim["status"]["allocation"]["devices"]["results"][0];
+        assert_eq!(result["device"], "demo-0", "{claim}");
+        assert!(result["shareID"].is_string(), "{claim}");
+        consumed.push(result["consumedCapacity"]["share"].clone());
+    }
+    assert_eq!(consumed, ["500m", "250m", "250m"], "what each claim took");
+    // The device is used up: a fourth quarter waits.
+    c.apply(&pod("quarter-c", "quarter-demo"))
+        .expect("create pod");
+    let why = unschedulable(c, "quarter-c").expect("the fourth claim waits");
+    eprintln!("quarter-c: {why}");
 }
 
 /// The demo devices of the partitions test's node: more than one counters' slice holds
