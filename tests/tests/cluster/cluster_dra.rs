@@ -924,13 +924,18 @@ fn the_device_is_shared_by_a_fractional_capacity(c: &mut Cluster) {
         share["requestPolicy"]["validRange"]["step"], "250m",
         "{device}"
     );
-    // What the server wrote back compares equal to what the driver applied: no write loop.
+    // What the server wrote back compares equal to what the driver applied: a round of
+    // discovery (an entry made beside the device nodes, which it reads on the directory's
+    // event) finds nothing changed and writes nothing. Amounts written otherwise than the
+    // server writes them back (`1000m` for `1`) would be applied again at every round.
     let resource_version = |c: &Cluster| {
         let list = c.kubectl(&["get", "resourceslices", "-o", "json"]).unwrap();
         let list: Value = serde_json::from_str(&list).unwrap();
         list["items"][0]["metadata"]["resourceVersion"].clone()
     };
+    std::thread::sleep(std::time::Duration::from_millis(1500));
     let before = resource_version(c);
+    std::fs::write(c.host().dev_root.join("demo/README"), "not a device\n").unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1500));
     assert_eq!(
         resource_version(c),
