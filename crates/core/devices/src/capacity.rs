@@ -65,7 +65,7 @@ impl fmt::Display for Amount {
             return write!(f, "{}m", self.0);
         }
         let mut units = self.0 / 1000;
-        let mut suffixes = ["", "k", "M", "G"].iter().peekable();
+        let mut suffixes = ["", "k", "M", "G"].iter();
         while units != 0 && units.is_multiple_of(1000) && suffixes.len() > 1 {
             units /= 1000;
             suffixes.next();
@@ -116,9 +116,7 @@ impl Capacity {
         let (value, step, default) = match entry {
             toml::Value::Integer(_) => {
                 let value = Amount::from_toml(entry)
-                    .ok()
-                    .filter(|v| v.0.is_multiple_of(1000))
-                    .ok_or_else(|| (key.clone(), format!("is {entry}: use 2 to {MAX_CAPACITY}")))?;
+                    .map_err(|_| (key.clone(), format!("is {entry}: use 2 to {MAX_CAPACITY}")))?;
                 (value, Amount::ONE, Amount::ONE)
             }
             toml::Value::Table(fields) => {
@@ -164,13 +162,16 @@ impl Capacity {
             }
         };
         if step.0 * 2 > value.0 {
-            let fix = if entry.is_integer() {
-                format!("use 2 to {MAX_CAPACITY}")
+            let (key, fix) = if entry.is_integer() {
+                (key, format!("use 2 to {MAX_CAPACITY}"))
             } else {
-                format!("use a step of at most half the value ({value})")
+                (
+                    at("step"),
+                    format!("use a step of at most half the value ({value})"),
+                )
             };
             return Err((
-                if entry.is_integer() { key } else { at("step") },
+                key,
                 format!("leaves room for one claim only (value {value}, step {step}): {fix}, or remove `[capacity]` for a device one claim holds"),
             ));
         }
