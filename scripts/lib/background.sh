@@ -16,9 +16,9 @@
 # (background_report prints them).
 BACKGROUND_COSTS=${BACKGROUND_COSTS:-}
 BACKGROUND_BEGAN=${BACKGROUND_BEGAN:-$(date +%s)}
-# Where each job's exit status is written when it ends, in a file named by its session (its
-# pid), for background_wait.
-BACKGROUND_STATUS=${BACKGROUND_STATUS:-$(mktemp -d)}
+# Where each job's exit status is written when it ends, when set: a file named by its session
+# (its pid), for background_wait.
+BACKGROUND_STATUS=${BACKGROUND_STATUS:-}
 
 # background NICE OUT ERR COMMAND...: runs COMMAND at NICE (0 the tests' own, 19 only what the
 # tests leave idle), its stdout to OUT and its stderr to ERR. $! is the job's session.
@@ -39,7 +39,9 @@ background() {
       printf "%s\t%s\t%s\t%s\n" "$(($(date +%s) - began))" "$(sed -n 2p "$costs.$$")" "$status" "$*" >>"$costs"
       rm -f "$costs.$$"
     fi
-    echo "$status" >"$statuses/$$.new" && mv "$statuses/$$.new" "$statuses/$$"
+    if [ -n "$statuses" ]; then
+      echo "$status" >"$statuses/$$.new" && mv "$statuses/$$.new" "$statuses/$$"
+    fi
     exit "$status"' background "$nice" "$BACKGROUND_COSTS" "$BACKGROUND_BEGAN" "$BACKGROUND_STATUS" "$@" >"$out" 2>"$err" &
 }
 
@@ -51,7 +53,9 @@ background() {
 background_wait() {
   local pid=$1 status=0
   wait "$pid" 2>/dev/null || status=$?
-  if [ -s "$BACKGROUND_STATUS/$pid" ]; then status=$(cat "$BACKGROUND_STATUS/$pid"); fi
+  if [ -n "$BACKGROUND_STATUS" ] && [ -s "$BACKGROUND_STATUS/$pid" ]; then
+    status=$(cat "$BACKGROUND_STATUS/$pid")
+  fi
   return "$status"
 }
 
