@@ -4,7 +4,7 @@
 //! It behaves like the kubelet where the hook can tell the difference: `Get` of an unknown pod
 //! fails with `Unknown`, `Get` can be switched off as with the `KubeletPodResourcesGet` gate,
 //! calls can be rate-limited with `RESOURCE_EXHAUSTED` or refused outright, and a call can be
-//! left unanswered. The
+//! answered late or left unanswered. The
 //! socket is bound before [`FakeKubelet::start`] returns, so clients never race its startup.
 
 use std::path::{Path, PathBuf};
@@ -29,6 +29,7 @@ struct State {
     rate_limited: u32,
     failing: bool,
     stall: bool,
+    delay: std::time::Duration,
     calls: Vec<&'static str>,
 }
 
@@ -45,7 +46,7 @@ impl Service {
 
     /// Records the call and applies rate limiting and stalling.
     async fn enter(&self, rpc: &'static str) -> Result<(), Status> {
-        let stall = {
+        let (stall, delay) = {
             let mut s = self.state();
             s.calls.push(rpc);
             if s.rate_limited > 0 {
@@ -55,12 +56,13 @@ impl Service {
             if s.failing {
                 return Err(Status::internal("test kubelet failure"));
             }
-            s.stall
+            (s.stall, s.delay)
         };
         if stall {
             self.release.notified().await;
             return Err(Status::unavailable("test kubelet stopped"));
         }
+        tokio::time::sleep(delay).await;
         Ok(())
     }
 }
@@ -200,6 +202,12 @@ impl FakeKubelet {
     /// Leaves every later call unanswered until the kubelet is dropped.
     pub fn stall(&self) -> &Self {
         self.service.state().stall = true;
+        self
+    }
+
+    /// Answers every later call only after `delay`, as a kubelet busy elsewhere does.
+    pub fn delay(&self, delay: std::time::Duration) -> &Self {
+        self.service.state().delay = delay;
         self
     }
 

@@ -19,7 +19,7 @@ use devinject_devices::dra_names::{dra_device_name, dra_pool};
 use devinject_devices::Profile;
 use devinject_kubelet::pod_resources::poll::poll_list;
 use devinject_kubelet::pod_resources::v1::PodResources;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tracing::info;
 
 use crate::advertisement::Advertisement;
@@ -81,20 +81,25 @@ pub fn held_by_claims(
     held
 }
 
-/// Asks the kubelet every [`devinject_kubelet::pod_resources::poll::INTERVAL`] and marks on each resource's advertisement the
-/// devices claims hold, until the daemon stops. A failed call keeps the last answer.
+/// Asks the kubelet every [`devinject_kubelet::pod_resources::poll::INTERVAL`] and marks on
+/// each resource's advertisement the devices claims hold, until the daemon stops. A failed call
+/// keeps the last answer. `first_call` is told (or dropped) once the first answer is marked or
+/// the first call failed: the plugin registers only then, so that a plugin started on a node
+/// whose claims hold its devices never offers them to the kubelet.
 pub async fn poll(
     config: ClaimHoldsConfig,
     resources: Vec<(Profile, Arc<watch::Sender<Arc<Advertisement>>>)>,
+    first_call: oneshot::Sender<()>,
 ) {
     let resources: Vec<_> = resources
         .into_iter()
         .filter(|(profile, _)| profile.exclusive())
         .collect();
     if resources.is_empty() {
+        drop(first_call);
         return std::future::pending().await;
     }
-    poll_list(config.socket.clone(), |pods| {
+    poll_list(config.socket.clone(), first_call, |pods| {
         for (profile, sender) in &resources {
             sender.send_if_modified(|current| {
                 let ids: Vec<&str> = current.physical().iter().map(|d| d.id.as_str()).collect();

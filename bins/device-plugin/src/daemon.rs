@@ -189,6 +189,8 @@ pub async fn run(config: DaemonConfig) -> Result<(), DaemonError> {
     let mut lifecycles: JoinSet<(String, Result<(), DaemonError>)> = JoinSet::new();
     let mut schedules = Vec::new();
     let mut advertised = Vec::new();
+    // Each resource's registration with the kubelet, started once its devices are known.
+    let mut registering = Vec::new();
     for (resource, source) in resources {
         let name = resource.resource_name.clone();
         let (sender, _) = watch::channel(Arc::new(Advertisement::new(resource.replicas)));
@@ -212,21 +214,28 @@ pub async fn run(config: DaemonConfig) -> Result<(), DaemonError> {
             shutdown.clone(),
             config.metrics.clone(),
         );
-        lifecycles.spawn({
-            let task = format!("lifecycle of {name}");
-            async move { (task, lifecycle.run().await.map_err(DaemonError::from)) }
-        });
+        registering.push((name, lifecycle));
     }
     match config.claim_holds.clone() {
         Some(holds) => {
+            let (first_call, read) = tokio::sync::oneshot::channel();
             background.spawn(async move {
-                claim_holds::poll(holds, advertised).await;
+                claim_holds::poll(holds, advertised, first_call).await;
                 ("DRA claims reader".to_owned(), Ok(()))
             });
+            // No resource registers before the claims are read once (or the read failed): a
+            // device a prepared claim holds is never offered to the kubelet.
+            let _ = read.await;
         }
         None => {
             info!("no node name: devices DRA claims hold on this node are not kept from containers")
         }
+    }
+    for (name, lifecycle) in registering {
+        lifecycles.spawn({
+            let task = format!("lifecycle of {name}");
+            async move { (task, lifecycle.run().await.map_err(DaemonError::from)) }
+        });
     }
     let timer = HealthTimer::new(schedules);
     background.spawn(async move {

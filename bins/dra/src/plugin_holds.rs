@@ -23,7 +23,7 @@ use devinject_devices::request::split_replica;
 use devinject_devices::{Profile, ProfileSet};
 use devinject_kubelet::pod_resources::poll::poll_list;
 use devinject_kubelet::pod_resources::v1::PodResources;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tracing::info;
 
 /// The devices held through the device plugin: profile name → device id → who holds it
@@ -59,15 +59,22 @@ pub fn holds(pods: &[PodResources], profiles: &ProfileSet) -> PluginHolds {
     held
 }
 
-/// Asks the kubelet at `socket` every [`devinject_kubelet::pod_resources::poll::INTERVAL`] and sends what `profiles`' exclusive
-/// devices are held by to `out`, until every receiver is gone (noticed at the next answer). A
-/// failed call keeps the last answer; a node without the API (or with no exclusive profile)
-/// holds nothing.
-pub async fn poll(socket: PathBuf, profiles: ProfileSet, out: watch::Sender<PluginHolds>) {
+/// Asks the kubelet at `socket` every [`devinject_kubelet::pod_resources::poll::INTERVAL`] and
+/// sends what `profiles`' exclusive devices are held by to `out`, until every receiver is gone
+/// (noticed at the next answer). A failed call keeps the last answer; a node without the API
+/// (or with no exclusive profile) holds nothing. `first_call` is told (or dropped) once the
+/// first answer is in `out` or the first call failed: the driver publishes only then, so that a
+/// driver started on a node whose pods hold the plugin's devices never offers them.
+pub async fn poll(
+    socket: PathBuf,
+    profiles: ProfileSet,
+    out: watch::Sender<PluginHolds>,
+    first_call: oneshot::Sender<()>,
+) {
     if !profiles.iter().any(Profile::exclusive) {
         return;
     }
-    poll_list(socket, |pods| {
+    poll_list(socket, first_call, |pods| {
         if out.is_closed() {
             return ControlFlow::Break(());
         }
@@ -91,7 +98,6 @@ mod tests {
     use devinject_kubelet::pod_resources::testing::pod;
     use std::collections::BTreeSet;
     use std::path::Path;
-    use std::time::Duration;
 
     /// The held devices of `profile` in `holds`, by id.
     fn of_profile<'a>(holds: &'a PluginHolds, profile: &str) -> BTreeSet<&'a str> {
@@ -183,12 +189,15 @@ mod tests {
             "demo".into(),
             BTreeMap::from([("accel0".into(), "a/b".into())]),
         )]));
+        let (first_call, read) = oneshot::channel();
         let polling = tokio::spawn(poll(
             dir.path().join("kubelet.sock"),
             profiles("replicas = 1"),
             tx,
+            first_call,
         ));
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The driver goes on serving what it had once the first call failed.
+        read.await.expect("the failed first call is told");
         assert!(!rx.has_changed().unwrap());
         assert_eq!(of_profile(&rx.borrow_and_update(), "demo").len(), 1);
         polling.abort();

@@ -9,12 +9,16 @@ use std::time::{Duration, Instant};
 use devinject_device_plugin::api::v1beta1::{
     ContainerPreferredAllocationRequest, PreferredAllocationRequest,
 };
+use devinject_kubelet::pod_resources::v1::{
+    ClaimResource, ContainerResources, DynamicResource, PodResources,
+};
 use devinject_tests::cprog::SharedMapWriter;
 use devinject_tests::kubelet::fake_kubelet::{
     allocate_request, health, string_map, DeviceList, FakeKubelet, Registration,
 };
 use devinject_tests::kubelet::host::TestHost;
 use devinject_tests::kubelet::plugin_process::PluginProcess;
+use devinject_tests::podresources::FakeKubelet as PodResourcesKubelet;
 use devinject_tests::scrape::{self, ANY_LOOPBACK_PORT};
 use devinject_tests::skip::require_root;
 use nix::sys::signal::Signal;
@@ -88,6 +92,56 @@ async fn registers_and_lists_devices_with_topology() {
             ("accel2".to_owned(), "Healthy".to_owned(), vec![1]),
         ]
     );
+}
+
+/// The way back from DRA: a plugin started while a prepared claim of devinject's DRA driver holds
+/// one of its devices reads the kubelet's pod-resources before it registers, so its first
+/// `ListAndWatch` already lists that device unhealthy, though the kubelet answers late; the
+/// kubelet never offers the device to a container. The pod-resources service is a test double
+/// here (the real kubelet cannot be made slow); the cluster tier runs the move on the real one.
+#[tokio::test]
+async fn a_device_a_claim_holds_is_unhealthy_in_the_first_list_though_the_kubelet_answers_late() {
+    if !require_root() {
+        return;
+    }
+    let host = demo_host("", 2);
+    let socket = host.path("pod-resources.sock");
+    let pool = devinject_devices::dra_names::dra_pool("node-a", "demo");
+    let device = devinject_devices::dra_names::dra_device_name("demo", "accel0").unwrap();
+    let claimed = PodResources {
+        name: "trainer".into(),
+        namespace: "team".into(),
+        containers: vec![ContainerResources {
+            name: "main".into(),
+            dynamic_resources: vec![DynamicResource {
+                claim_name: "trainer-gpu".into(),
+                claim_namespace: "team".into(),
+                claim_resources: vec![ClaimResource {
+                    driver_name: devinject_devices::dra_names::DEFAULT_DRA_DRIVER.into(),
+                    pool_name: pool,
+                    device_name: device,
+                    ..Default::default()
+                }],
+            }],
+            ..Default::default()
+        }],
+    };
+    let pod_resources = PodResourcesKubelet::start(&socket, vec![claimed]).unwrap();
+    pod_resources.delay(Duration::from_millis(500));
+    let socket = socket.to_str().unwrap();
+    let (_kubelet, plugin, mut reg) = start(
+        &host,
+        &["--node-name", "node-a", "--pod-resources-socket", socket],
+    )
+    .await;
+    let list = reg.next_list(SLOW).await.expect("first list");
+    assert_eq!(
+        health(&list),
+        [("accel0", "Unhealthy"), ("accel1", "Healthy")],
+        "{}",
+        plugin.log()
+    );
+    assert_eq!(pod_resources.calls().first(), Some(&"List"));
 }
 
 /// A fault the plugin must report as a health change and take back when it is undone.

@@ -16,6 +16,7 @@ mod device_plugin_runc;
 mod docker_shim;
 mod docker_userns_remap;
 mod dockerd_config;
+mod dra_driver;
 mod hostile_concurrency;
 mod hostile_env;
 mod hostile_input;

@@ -230,10 +230,12 @@ fn run(args: ServeArgs) -> Result<()> {
         let roots = config.roots.clone();
         // What the device plugin gave running containers, read from the kubelet (docs/dra.md).
         let (holds, plugin_holds) = tokio::sync::watch::channel(Default::default());
+        let (first_call, holds_read) = tokio::sync::oneshot::channel();
         tokio::spawn(devinject_dra::plugin_holds::poll(
             args.pod_resources_socket,
             profiles.clone(),
             holds,
+            first_call,
         ));
         // The administrators' DeviceTaintRules, honoured at prepare (docs/dra.md, "Taints").
         let (rules, taint_rules) = tokio::sync::watch::channel(Default::default());
@@ -263,6 +265,9 @@ fn run(args: ServeArgs) -> Result<()> {
                 failures,
             ));
         }
+        // Nothing is published before the kubelet's grants are read once (or the read failed):
+        // a device a running pod got from the device plugin is never offered.
+        let _ = holds_read.await;
         serve(
             ServeConfig {
                 driver: args.driver,
