@@ -746,6 +746,11 @@ impl Cluster {
         self.node_mut().restart_plugin()
     }
 
+    /// Stops the first node's device plugin ([`Node::stop_plugin`]).
+    pub fn stop_plugin(&mut self) {
+        self.node_mut().stop_plugin()
+    }
+
     /// The node named `name`.
     pub fn node_named(&self, name: &str) -> Result<&Node> {
         self.nodes
@@ -786,6 +791,11 @@ impl Cluster {
     /// SIGKILLs the first node's DRA driver and starts it again ([`Node::restart_dra_plugin`]).
     pub fn restart_dra_plugin(&mut self) -> Result<()> {
         self.node_mut().restart_dra_plugin()
+    }
+
+    /// Stops the first node's DRA driver ([`Node::stop_dra_plugin`]).
+    pub fn stop_dra_plugin(&mut self) {
+        self.node_mut().stop_dra_plugin()
     }
 
     /// Restarts the first node's kubelet ([`Node::restart_kubelet`]).

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result};
+use devinject_device_plugin::kubelet::lifecycle::REGISTERED as PLUGIN_REGISTERED;
 use devinject_nri::session::REGISTERED;
 use serde_json::Value;
 
@@ -539,6 +540,15 @@ impl Node {
         .map_err(|e| e.context(self.logs()))
     }
 
+    /// Stops the device plugin as its DaemonSet's pod deletion does (SIGTERM: it withdraws its
+    /// devices and removes its socket), so that the kubelet sees it gone;
+    /// [`Self::restart_plugin`] starts it again.
+    pub fn stop_plugin(&mut self) {
+        if let Some(mut d) = self.plugin.take() {
+            d.stop();
+        }
+    }
+
     /// The device plugin's pid, while it runs (it is exec'ed by `nsenter`, so this is the
     /// plugin itself).
     pub fn plugin_pid(&self) -> Option<u32> {
@@ -837,6 +847,13 @@ impl Node {
         .map_err(|e| e.context(self.logs()))
     }
 
+    /// Stops `devinject-dra` as its DaemonSet's pod deletion does (SIGTERM).
+    pub fn stop_dra_plugin(&mut self) {
+        if let Some(mut d) = self.dra_plugin.take() {
+            d.stop();
+        }
+    }
+
     /// Kills `devinject-dra` (SIGKILL: no cleanup of its own) and starts it again, as a crash
     /// and the DaemonSet's restart would; returns once the kubelet has registered it again.
     pub fn restart_dra_plugin(&mut self) -> Result<()> {
@@ -906,10 +923,12 @@ impl Node {
 
     /// How many times the device plugin has registered with the kubelet (its log).
     pub fn plugin_registrations(&self) -> usize {
-        std::fs::read_to_string(self.dir.join("plugin.log"))
-            .unwrap_or_default()
-            .matches("registered with the kubelet")
-            .count()
+        self.plugin_log().matches(PLUGIN_REGISTERED).count()
+    }
+
+    /// The device plugin's log since it last started (empty when it never ran).
+    fn plugin_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("plugin.log")).unwrap_or_default()
     }
 
     /// The last lines of the node's logs, headed by its name, for failure messages.

@@ -2351,6 +2351,197 @@ fn where_the_device_plugin_serves_the_node_a_limits_pod_is_left_to_it() {
     );
 }
 
+#[test]
+fn a_node_moved_from_the_device_plugin_to_dra_and_back_never_gives_its_device_twice() {
+    let Some(release) = ready() else {
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    // One exclusive device, served by the device plugin (the driver beside it, as while a
+    // DaemonSet rolls): every pod below wants that one device.
+    let mut c = start_beside(
+        &release,
+        DraBeside::DevicePlugin,
+        Shape {
+            devices: 1,
+            node_host: Some(NodeHost {
+                make: one_device_host,
+                image: |_| Ok(()),
+            }),
+            ..Shape::default()
+        },
+    );
+    if !c.dra_beyond_ga() {
+        // Before 1.36 a DeviceClass serves no extended resource: the move is a drain.
+        return;
+    }
+    let holds = c.host().dir.join("holds");
+    std::fs::create_dir_all(&holds).unwrap();
+    let log = holds.join(HOLDS_LOG);
+    c.apply(&keeps_opening(&classic_pod("first"), &holds))
+        .expect("create pod");
+    let out = probe_output(&c, "first");
+    assert_demo_granted_exactly(&Report::parse(&out), &["0".to_owned()], &out);
+    assert!(
+        claim_owned_by(&c, "first").is_none(),
+        "the device plugin served the first pod"
+    );
+
+    // The move: the plugin goes and the driver starts anew, with `first` running. The kubelet
+    // marks a gone plugin's devices unhealthy at once, so the node's allocatable is 0 and the
+    // scheduler hands pods asking for the resource to DRA; the driver, reading the kubelet's
+    // grants, publishes the device tainted by the pod that holds it.
+    c.stop_plugin();
+    c.restart_dra_plugin()
+        .unwrap_or_else(|e| panic!("start the driver again: {e:#}"));
+    c.wait_allocatable("devinject.io/demo", "0")
+        .unwrap_or_else(|e| panic!("the gone plugin's device unallocatable: {e:#}"));
+    let taint = wait_taint_of(
+        &c,
+        "demo-0",
+        devinject_dra::slices::PLUGIN_HELD_TAINT,
+        Some("NoSchedule"),
+    );
+    assert!(taint.contains("default.first"), "{taint}");
+    // A pod written for the plugin and a claim for the same device both wait for `first`.
+    c.apply(&keeps_opening(&classic_pod("limits"), &holds))
+        .expect("create pod");
+    c.apply(&pinned_template("the-device", DEMO_CLASS, "0", None))
+        .expect("template");
+    c.apply(&keeps_opening(&pod("claimant", "the-device"), &holds))
+        .expect("create pod");
+    for name in ["limits", "claimant"] {
+        let why = unschedulable(&c, name).unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(pod_running(&c, "first"), "{name}: {why}");
+    }
+    // `first` ends: one of them gets the device through DRA, the other waits until it ends.
+    delete_pod(&c, "first");
+    let (next, last) = poll("one of the waiting pods to run", SLOW, || {
+        Ok(if pod_running(&c, "limits") {
+            Some(("limits", "claimant"))
+        } else if pod_running(&c, "claimant") {
+            Some(("claimant", "limits"))
+        } else {
+            None
+        })
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", c.logs()));
+    assert_holds_the_device_through_dra(&c, next);
+    let why = unschedulable(&c, last).unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(
+        !pod_running(&c, last),
+        "{last} waits while {next} holds the device: {why}"
+    );
+    delete_pod(&c, next);
+    assert_holds_the_device_through_dra(&c, last);
+
+    // The way back: the plugin starts again while `last`'s claim holds the device. It reads
+    // the claim from the kubelet before it registers, so it never offers that device: a pod
+    // asking for the resource waits whichever path serves it.
+    c.restart_plugin()
+        .unwrap_or_else(|e| panic!("start the device plugin again: {e:#}"));
+    c.apply(&keeps_opening(&classic_pod("back"), &holds))
+        .expect("create pod");
+    let why = unschedulable(&c, "back").unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(pod_running(&c, last), "{why}");
+    delete_pod(&c, last);
+    let out = probe_output(&c, "back");
+    assert_demo_granted_exactly(&Report::parse(&out), &["0".to_owned()], &out);
+    delete_pod(&c, "back");
+    // The driver goes once no claim is prepared; the plugin alone serves the node again.
+    c.stop_dra_plugin();
+    c.wait_allocatable("devinject.io/demo", "1")
+        .unwrap_or_else(|e| panic!("the plugin's device allocatable again: {e:#}"));
+    c.apply(&keeps_opening(&classic_pod("after"), &holds))
+        .expect("create pod");
+    let out = probe_output(&c, "after");
+    assert_demo_granted_exactly(&Report::parse(&out), &["0".to_owned()], &out);
+    assert!(
+        claim_owned_by(&c, "after").is_none(),
+        "the device plugin served the last pod"
+    );
+    // Every pod opened the device every 100 ms while it ran: their turns never interleaved.
+    let turns = holders_in_turn(&std::fs::read_to_string(&log).unwrap());
+    assert_eq!(turns, ["first", next, last, "back", "after"]);
+}
+
+/// Asserts that pod `name` runs with the one demo device, allocated to its claim (the
+/// scheduler's for a pod asking for the extended resource).
+fn assert_holds_the_device_through_dra(c: &Cluster, name: &str) {
+    let out = probe_output(c, name);
+    let claim = claim_owned_by(c, name).unwrap_or_else(|| panic!("{name}'s claim\n{}", c.logs()));
+    assert_eq!(allocated_ids(&claim), ["0"], "{name} through DRA: {claim}");
+    assert_demo_granted_exactly(&Report::parse(&out), &["0".to_owned()], &out);
+}
+
+/// The file under a [`keeps_opening`] pod's host directory it appends its name to.
+const HOLDS_LOG: &str = "opened";
+
+/// The demo host with one accelerator, `accel0`.
+fn one_device_host(dir: &std::path::Path) -> anyhow::Result<devinject_tests::sim::SimHost> {
+    let host = devinject_tests::sim::demo_host(dir, &["demo"])?;
+    for (name, _, _) in &ACCELS[1..] {
+        std::fs::remove_file(host.dev_root.join("demo").join(name))?;
+    }
+    Ok(host)
+}
+
+/// `pod` (one of this file's pods, named `name` in its YAML) made to use its device the whole
+/// time it runs: after the probe its container opens `/dev/demo/accel0` every 100 ms and, each
+/// time the open succeeds, appends its name to [`HOLDS_LOG`] in the node's directory `dir`.
+///
+/// It ends on SIGTERM within the grace period, as a well-behaved workload does: a pod deleted
+/// with a grace period of 0 is removed from the API server at once, before the kubelet has
+/// stopped its containers, and its devices go to the next pod while they still run (seen
+/// here: two such pods opened the device at once for 1.5 s, through either path). That is
+/// Kubernetes' force deletion, which no device path can make safe.
+fn keeps_opening(pod: &str, dir: &std::path::Path) -> String {
+    let name = pod
+        .lines()
+        .find_map(|l| l.strip_prefix("  name: "))
+        .expect("the pod's name");
+    let opening = format!(
+        "trap 'exit 0' TERM; while :; do : < /dev/demo/accel0 && echo {name} >> \
+         /holds/{HOLDS_LOG}; sleep 0.1; done"
+    );
+    let with_volume = pod
+        .replacen("exec sleep 3600", &opening, 1)
+        .replacen(
+            "  terminationGracePeriodSeconds: 0\n",
+            &format!(
+                "  terminationGracePeriodSeconds: 10\n  volumes:\n  - name: holds\n    hostPath: \
+                 {{path: {}, type: Directory}}\n",
+                dir.display()
+            ),
+            1,
+        )
+        .replacen(
+            "    resources:\n",
+            "    volumeMounts:\n    - {name: holds, mountPath: /holds}\n    resources:\n",
+            1,
+        );
+    assert!(with_volume.contains(&opening) && with_volume.contains("mountPath: /holds"));
+    with_volume
+}
+
+/// The pods of a [`HOLDS_LOG`] in the order they used the device. A name that comes back
+/// after another's means two containers used it at once: it fails. An overlap shorter than
+/// the 100 ms between opens can go unseen.
+fn holders_in_turn(log: &str) -> Vec<String> {
+    let mut turns: Vec<String> = Vec::new();
+    for name in log.lines() {
+        if turns.last().is_some_and(|last| last == name) {
+            continue;
+        }
+        assert!(
+            !turns.iter().any(|t| t == name),
+            "{name} used the device again after another pod did, so both held it:\n{log}"
+        );
+        turns.push(name.to_owned());
+    }
+    turns
+}
+
 /// A device-plugin-style pod: the demo resource in its limits, no claim.
 fn classic_pod(name: &str) -> String {
     pod(name, "unused")

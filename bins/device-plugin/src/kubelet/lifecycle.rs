@@ -41,6 +41,9 @@ use crate::metrics::PluginMetrics;
 use crate::resource::ResourceConfig;
 use crate::service::DevicePluginService;
 
+/// Logged each time a resource has registered with the kubelet.
+pub const REGISTERED: &str = "registered with the kubelet";
+
 /// How long open calls may take to finish when an incarnation stops.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// First and last delay between `Register` attempts while `kubelet.sock` exists.
@@ -241,7 +244,7 @@ impl Lifecycle {
         }
         let registered_kubelet = identity(&kubelet_socket);
         self.metrics.registered(&self.resource.resource_name);
-        info!(resource = %self.resource.resource_name, endpoint = %inc.name, "registered with the kubelet");
+        info!(resource = %self.resource.resource_name, endpoint = %inc.name, "{REGISTERED}");
         loop {
             tokio::select! {
                 biased;
