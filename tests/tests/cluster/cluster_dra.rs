@@ -24,6 +24,10 @@
 //!   lists it unhealthy, so a pod asking the plugin for every device waits until the claim's
 //!   pod ends, then gets them all; the profile then made shared (`[capacity]`), a claim for a
 //!   device that pod holds gets a share of it and runs beside it;
+//! - a node with one device moved from the device plugin to DRA and back while its pods run:
+//!   the plugin's pod keeps the device, a limits pod and a claim wait for it and get it in
+//!   turn, the plugin back beside a claim offers it to no one, and the pods, each opening the
+//!   device every 100 ms, never hold it at once;
 //! - the shipped kvm, tun and fuse profiles: one pod holding a claim of each opens the machine's
 //!   real `/dev/kvm`, `/dev/net/tun` and `/dev/fuse` (nodes with their numbers) and nothing else;
 //!   user-namespaced pods (`hostUsers: false`), as root and as uid 1000, open each through
