@@ -2,7 +2,7 @@
 //!
 //! Engines call `<shim> [runtimeArgs...] [runtime global flags] <command> [command flags] <id>`
 //! (docker puts daemon.json `runtimeArgs` first). We need the command, the bundle of
-//! `create`/`run`, and where the runtime logs, so errors reach the engine's user.
+//! `create`, `run` and `restore`, and where the runtime logs, so errors reach the engine's user.
 //!
 //! The bundle decides which `config.json` we edit, so we must read it exactly as the runtime
 //! will. runc parses with urfave/cli v1 over Go's `flag` package: a flag has one dash or two
@@ -66,6 +66,30 @@ const CREATE_FLAGS: &[Flag] = &[
     boolean(&["help", "h"]),
 ];
 
+/// The flags of runc's `restore` (1.4 and 1.5 have the same), which makes a container from its
+/// bundle as `create` does and then has CRIU put a checkpoint's processes into it.
+const RESTORE_FLAGS: &[Flag] = &[
+    value(&["console-socket"]),
+    value(&["image-path"]),
+    value(&["work-path"]),
+    boolean(&["tcp-established"]),
+    boolean(&["ext-unix-sk"]),
+    boolean(&["shell-job"]),
+    boolean(&["file-locks"]),
+    value(&["manage-cgroups-mode"]),
+    value(&["bundle", "b"]),
+    boolean(&["detach", "d"]),
+    value(&["pid-file"]),
+    boolean(&["no-subreaper"]),
+    boolean(&["no-pivot"]),
+    value(&["empty-ns"]),
+    boolean(&["auto-dedup"]),
+    boolean(&["lazy-pages"]),
+    value(&["lsm-profile"]),
+    value(&["lsm-mount-context"]),
+    boolean(&["help", "h"]),
+];
+
 /// The parsed command line.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ShimArgs {
@@ -77,9 +101,9 @@ pub struct ShimArgs {
     pub runtime_args: Vec<OsString>,
     /// The runtime subcommand (`create`, `start`, `delete`, ...), if any.
     pub command: Option<String>,
-    /// The bundle of `create`/`run` (`--bundle`/`-b`; the current directory when absent).
+    /// The bundle of `create`, `run` or `restore` (`--bundle`/`-b`; the current directory when absent).
     pub bundle: Option<PathBuf>,
-    /// The container id of `create`/`run`.
+    /// The container id of `create`, `run` or `restore`.
     pub container_id: Option<String>,
     /// The runtime's `--log` file.
     pub log: Option<PathBuf>,
@@ -278,13 +302,15 @@ impl ShimArgs {
             return Ok(());
         };
         self.command = Some(command.to_string_lossy().into_owned());
-        if !self.edits_bundle() {
-            return Ok(());
-        }
-        let rest = reorder_args(&args[i + 1..], CREATE_FLAGS);
+        let (flags, place) = match command.to_str() {
+            Some("create" | "run") => (CREATE_FLAGS, "of create/run"),
+            Some("restore") => (RESTORE_FLAGS, "of restore"),
+            _ => return Ok(()),
+        };
+        let rest = reorder_args(&args[i + 1..], flags);
         let mut j = 0;
         while j < rest.len() {
-            let (parsed, used) = parse_one(&rest, j, CREATE_FLAGS, "of create/run")?;
+            let (parsed, used) = parse_one(&rest, j, flags, place)?;
             match parsed {
                 Parsed::NotFlag => break,
                 Parsed::End => {
@@ -312,9 +338,13 @@ impl ShimArgs {
         Ok(())
     }
 
-    /// True for the commands whose bundle the shim edits.
+    /// True for the commands whose bundle the shim edits: those that make a container from it.
+    /// A restored container is made from the engine's new spec, not the checkpoint's (containerd
+    /// builds it from the create request and drops the archive's CDI annotations), so it is
+    /// admitted as a created one is: its granted devices bound again where CRIU expects them,
+    /// and nothing an archive or a request names without a grant.
     pub fn edits_bundle(&self) -> bool {
-        matches!(self.command.as_deref(), Some("create" | "run"))
+        matches!(self.command.as_deref(), Some("create" | "run" | "restore"))
     }
 }
 
@@ -532,6 +562,42 @@ mod tests {
             Err(ArgsError::MissingValue("--config"))
         );
     }
+
+    #[test]
+    fn restore_is_read_with_its_own_flags_and_edits_its_bundle() {
+        // As containerd's runc shim calls it to restore a checkpoint.
+        let a = ShimArgs::parse(os_args(&[
+            "--root",
+            "/run/containerd/runc/k8s.io",
+            "restore",
+            "--image-path",
+            "/var/lib/ckpt/checkpoint",
+            "--work-path",
+            "/var/lib/ckpt/work",
+            "--tcp-established",
+            "--detach",
+            "--empty-ns",
+            "network",
+            "--bundle",
+            "/b",
+            "--pid-file",
+            "/b/init.pid",
+            "id",
+        ]))
+        .unwrap();
+        assert_eq!(a.command.as_deref(), Some("restore"));
+        assert_eq!(a.bundle.as_deref(), Some("/b".as_ref()));
+        assert_eq!(a.container_id.as_deref(), Some("id"));
+        assert!(a.edits_bundle());
+        // A create flag restore does not take is not guessed at.
+        assert!(matches!(
+            ShimArgs::parse(os_args(&["restore", "--preserve-fds", "3", "id"])),
+            Err(ArgsError::UnknownFlag {
+                place: "of restore",
+                ..
+            })
+        ));
+    }
 }
 
 #[cfg(test)]
@@ -550,7 +616,7 @@ mod props {
         prop_oneof![
             3 => prop_oneof![
                 Just("--root"), Just("--log"), Just("--log-format"), Just("-log"), Just("--debug"),
-                Just("--systemd-cgroup"), Just("create"), Just("run"), Just("start"),
+                Just("--systemd-cgroup"), Just("create"), Just("run"), Just("restore"), Just("start"),
                 Just("--bundle"), Just("-b"), Just("--pid-file"), Just("--config"), Just("--runtime"),
             ]
             .prop_map(OsString::from),
@@ -575,6 +641,7 @@ mod props {
             prop_oneof![
                 Just("create"),
                 Just("run"),
+                Just("restore"),
                 Just("start"),
                 Just("delete"),
                 Just("state")
@@ -636,7 +703,7 @@ mod props {
             let line_os: Vec<OsString> = line.iter().map(OsString::from).collect();
             prop_assert_eq!(&a.runtime_args, &line_os);
             prop_assert_eq!(a.command.as_deref(), Some(cmd.as_str()));
-            let edits = matches!(cmd.as_str(), "create" | "run");
+            let edits = matches!(cmd.as_str(), "create" | "run" | "restore");
             prop_assert_eq!(a.edits_bundle(), edits);
             if edits {
                 prop_assert_eq!(a.bundle, bundle.map(PathBuf::from));
