@@ -6,7 +6,8 @@
 # benchmark, the device plugin's and the DRA driver's idle cost on a simulated node (idle-bench),
 # the CDI watcher's refresh latency (cdi-watch-bench), the cost of parsing config.json
 # (oci-parse-bench), each injection path on
-# containerd 1.7 (devinject-cri-bench) when scripts/runtimes-fetch.sh has fetched it, and the
+# containerd 1.7 (devinject-cri-bench) when scripts/runtimes-fetch.sh has fetched it, and on
+# containerd 2.3 when scripts/containerd-build.sh has built it too, and the
 # real cluster's (devinject-cluster-bench, on Kubernetes 1.37 with containerd 2 and runc 1.4)
 # when scripts/kube-module-build.sh and scripts/runc-build.sh have built them. Run
 # it on a quiet machine: figures are wall times.
@@ -169,10 +170,22 @@ echo
 "$out/oci-parse-bench"
 
 echo
-if scripts/runtimes-fetch.sh --if-fetched >/dev/null; then
+if fetched=$(scripts/runtimes-fetch.sh --if-fetched); then
   DEVINJECT_BIN_DIR="$out" "$out/devinject-cri-bench"
+  # The same paths on containerd 2.3, the long-term release, where scripts/containerd-build.sh
+  # has built it: the fetched releases with containerd 2 replaced by the built one.
+  if containerd23=$(scripts/containerd-build.sh --if-built); then
+    # shellcheck source=scripts/lib/runtimes-with.sh
+    . scripts/lib/runtimes-with.sh
+    echo
+    DEVINJECT_BIN_DIR="$out" \
+      DEVINJECT_RUNTIMES=$(runtimes_with_containerd "$fetched" "$containerd23" "$PWD/target/runtimes-containerd-built") \
+      "$out/devinject-cri-bench" --containerd 2
+  else
+    echo "not measured: the injection paths on containerd 2.3 (build it with scripts/containerd-build.sh)"
+  fi
 else
-  echo "not measured: the injection paths on containerd 1.7 (fetch it with scripts/runtimes-fetch.sh)"
+  echo "not measured: the injection paths on containerd 1.7 and 2.3 (fetch them with scripts/runtimes-fetch.sh)"
 fi
 
 echo

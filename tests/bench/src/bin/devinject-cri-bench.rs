@@ -1,5 +1,7 @@
 //! `devinject-cri-bench`: what each injection path costs a container start on containerd 1.7
-//! (Debian 13's, from scripts/runtimes-fetch.sh), driven through CRI as the kubelet drives it.
+//! (Debian 13's, from scripts/runtimes-fetch.sh), or on the containerd 2 a `DEVINJECT_RUNTIMES`
+//! names (`--containerd 2`: Debian's 2.1, or 2.3/2.4 built by scripts/containerd-build.sh and
+//! linked in by scripts/lib/runtimes-with.sh), driven through CRI as the kubelet drives it.
 //! One containerd with every path on: CDI, NRI and the `devinject` runtime entry. The same
 //! container (`/bin/true`, the demo devices 0 and 1 and the demo library) is created, started,
 //! waited for and removed, in rounds that alternate the paths:
@@ -13,8 +15,8 @@
 //!   asking for nothing too);
 //! - NRI: the request variable, plain runc, with `devinject-nri` connected.
 //!
-//! The plugin is started before and stopped after the paths that want it, untimed, so that all
-//! six are taken in the same rounds. Each exit is seen on containerd's container event, not by
+//! The plugin is started before and stopped after the paths that want it, untimed and followed
+//! by one untimed start, so that all six are taken in the same rounds. Each exit is seen on containerd's container event, not by
 //! polling (`--poll`, the earlier method, quantises it to the poll's steps). Every call is timed
 //! on its own, and each ratio comes with a 95% interval from resampling the rounds.
 //!
@@ -130,8 +132,8 @@ struct Column {
 
 /// Runs `rounds` rounds of `paths`, alternating, each round starting one path later than the
 /// one before (the first start of a round is the slower one), connecting `devinject-nri` for
-/// the paths that want it and stopping it for the others (untimed); the timings per path,
-/// sample `i` of each from round `i`.
+/// the paths that want it and stopping it for the others, each change followed by one start
+/// (all untimed); the timings per path, sample `i` of each from round `i`.
 fn block(node: &mut ReleaseNode, paths: &[Column], rounds: usize) -> Result<Vec<Timings>> {
     let mut pods = Vec::new();
     for p in paths {
@@ -143,6 +145,7 @@ fn block(node: &mut ReleaseNode, paths: &[Column], rounds: usize) -> Result<Vec<
     for round in 0..WARMUP + rounds {
         for k in 0..paths.len() {
             let i = (round + k) % paths.len();
+            let ((pod, config), spec) = (&pods[i], &specs[i]);
             if paths[i].nri != nri {
                 if paths[i].nri {
                     node.start_nri_plugin()?;
@@ -150,8 +153,11 @@ fn block(node: &mut ReleaseNode, paths: &[Column], rounds: usize) -> Result<Vec<
                     node.stop_nri_plugin();
                 }
                 nri = paths[i].nri;
+                // One start untimed after the change: containerd 2.3 makes the first container
+                // after a plugin left about 5 ms slower to start (seen as an A/A pair of 0.91
+                // when the native path always came right after the plugin stopped).
+                timed_run(node, pod, config, spec).with_context(|| node.containerd.log_tail())?;
             }
-            let ((pod, config), spec) = (&pods[i], &specs[i]);
             let phases =
                 timed_run(node, pod, config, spec).with_context(|| node.containerd.log_tail())?;
             if round >= WARMUP {
@@ -181,9 +187,10 @@ fn interval(a: &Samples, base: &Samples) -> String {
     }
 }
 
-fn run(rounds: usize, poll: bool) -> Result<()> {
-    let release = runtimes::containerd("1.7")
-        .context("containerd 1.7 is not fetched (scripts/runtimes-fetch.sh)")?;
+fn run(series: &str, rounds: usize, poll: bool) -> Result<()> {
+    let release = runtimes::containerd(series).with_context(|| {
+        format!("containerd {series} is not fetched (scripts/runtimes-fetch.sh)")
+    })?;
     let paths = Paths {
         cdi: true,
         nri: true,
@@ -227,7 +234,8 @@ fn run(rounds: usize, poll: bool) -> Result<()> {
         "Create, start, exit and removal of one container (`/bin/true`, demo devices 0 and 1 \
          and the demo library) through CRI, {wait}; {rounds} rounds after {WARMUP} not counted, \
          paths alternating, each round starting with the next (`devinject-nri` connected for \
-         the two paths that name it, stopped for the others, untimed). Milliseconds: median \
+         the two paths that name it, stopped for the others, each change followed by one \
+         start, all untimed). Milliseconds: median \
          [min–max]; ratio of medians to the native column, with its 95% interval from \
          {RESAMPLES} resamples of the rounds."
     );
@@ -270,17 +278,20 @@ fn run(rounds: usize, poll: bool) -> Result<()> {
 }
 
 /// Benchmark: what each injection path (CDI, NRI, the devinject runtime) costs a container start
-/// on containerd 1.7, driven through CRI as the kubelet drives it, against the native path.
+/// on containerd, driven through CRI as the kubelet drives it, against the native path.
 ///
 /// Prints a Markdown section on stdout; the figures are in docs/benchmarks.md. Binaries come
-/// from DEVINJECT_BIN_DIR. Needs root and containerd 1.7 from scripts/runtimes-fetch.sh; run it
-/// on a quiet machine, through scripts/bench.sh.
+/// from DEVINJECT_BIN_DIR. Needs root and the containerd of `--containerd` from
+/// scripts/runtimes-fetch.sh; run it on a quiet machine, through scripts/bench.sh.
 #[derive(Parser, Debug)]
 #[command(name = "devinject-cri-bench")]
 struct Cli {
     /// Rounds per block (each path once per round).
     #[arg(long, default_value_t = ROUNDS)]
     rounds: usize,
+    /// The containerd series under `DEVINJECT_RUNTIMES` (`1.7`, `2`).
+    #[arg(long, value_name = "SERIES", default_value = "1.7")]
+    containerd: String,
     /// See each exit by polling `ContainerStatus` (20, 40, 80 ms apart), as the benchmark did
     /// before it followed containerd's container events: to compare the two methods.
     #[arg(long)]
@@ -297,7 +308,7 @@ fn main() -> ExitCode {
         eprintln!("devinject-cri-bench: needs root");
         return ExitCode::FAILURE;
     }
-    match run(cli.rounds, cli.poll) {
+    match run(&cli.containerd, cli.rounds, cli.poll) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("devinject-cri-bench: {e:#}");
