@@ -23,6 +23,11 @@ if [ "${1:-test}" = test ]; then
   want+=(libseccomp-dev pkg-config)
   # libcap-dev: crun's capability support, built from its source package (scripts/crun-build.sh)
   want+=(libcap-dev)
+  # CRIU 4.2's build, from its source package (scripts/criu-build.sh), for the runc tier's
+  # checkpoint test: protobuf-c and its compiler, netlink, libnet, libaio, nftables, libbsd,
+  # gnutls and libuuid headers
+  want+=(libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler libnl-3-dev libnet1-dev libaio-dev
+    libnftables-dev libbsd-dev libgnutls28-dev uuid-dev)
   # strace: the hook's lookup count for a fixed request (tests/tests/suite/vendor_nvidia.rs)
   want+=(strace)
   # uidmap: newuidmap and newgidmap, for rootless podman (tests/tests/suite/podman_rootless.rs)

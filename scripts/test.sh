@@ -63,6 +63,11 @@ bg_jobs+=("$peers_job")
 background 10 "$logs/helm" "$logs/helm.err" scripts/helm-build.sh
 helm_job=$!
 bg_jobs+=("$helm_job")
+# CRIU 4.2.1, for the runc tier's checkpoint test (Debian 12's 3.17 cannot dump on today's
+# kernels: scripts/criu-build.sh, under a minute of 2 cores the first time).
+background 10 "$logs/criu" "$logs/criu.err" scripts/criu-build.sh
+criu_job=$!
+bg_jobs+=("$criu_job")
 # runc 1.4 for the CRI-O tier and the cluster tier, and runc 1.5 (with libpathrs) for the runc
 # tier's second pass, built from their Go modules (scripts/runc-build.sh; about two minutes of 2
 # cores each the first time): where those run.
@@ -191,6 +196,10 @@ cargo test --workspace --exclude devinject-tests --no-fail-fast -- "${late_tests
 # The files marked suite in tests/tiers.txt, each in a process of its own, in the order there
 # (with DEVINJECT_KUBE_COMPAT=1 then those marked compat, on 1.20: the device plugin as an old
 # kubelet dials and lists it); CRI-O and the whole cluster tier on today's release run below.
+if wait_job "building CRIU" "$criu_job" scripts/criu-build.sh "$logs/criu.err"; then
+  DEVINJECT_CRIU=$(cat "$logs/criu")
+  export DEVINJECT_CRIU
+fi
 say "the suite"
 cargo test -p devinject-tests --no-fail-fast --lib --bins || status=$?
 tier_test suite || status=$?
