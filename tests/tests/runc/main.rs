@@ -11,6 +11,7 @@ mod hostile_node_group;
 mod hostile_rootfs;
 mod library_names;
 mod runc_cgroup_v2;
+mod runc_checkpoint;
 mod runc_hook;
 mod runc_non_root;
 mod runc_prepare;
