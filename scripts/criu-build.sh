@@ -38,16 +38,11 @@ done
 
 # shellcheck source=scripts/lib/private-apt.sh
 . scripts/lib/private-apt.sh
-private_apt "$dir/apt" deb-src forky >/dev/null
 work=$dir/work
 rm -rf "$work" && mkdir -p "$work"
 orig=criu_$version.orig.tar.xz
-# The orig tarball's address in the source package's pool, on this machine's own mirror.
-uri=$(apt-get -qq source --print-uris criu 2>/dev/null | awk -v f="$orig" '$2 == f { gsub("\047", "", $1); print $1 }')
-[ -n "$uri" ] || fail "the source package criu of forky has no $orig (its version moved past $version: change version and orig_sha256 together)"
 echo "criu-build: fetching $orig, building CRIU $version (under a minute)" >&2
-/usr/lib/apt/apt-helper -qq -o APT::Sandbox::User=root download-file "$uri" "$work/$orig" "SHA256:$orig_sha256" >&2 ||
-  fail "fetching $uri failed, or its SHA-256 is not $orig_sha256"
+debian_orig "$dir/apt" forky criu "$orig" "$orig_sha256" "$work"
 tar -C "$work" -xJf "$work/$orig"
 src=$work/criu-$version
 make -C "$src" -j"$(nproc)" criu >"$work/make.log" 2>&1 ||

@@ -38,16 +38,11 @@ command -v make >/dev/null && command -v gcc >/dev/null || fail "needs gcc and m
 
 # shellcheck source=scripts/lib/private-apt.sh
 . scripts/lib/private-apt.sh
-private_apt "$dir/apt" deb-src trixie >/dev/null
 work=$dir/work
 rm -rf "$work" && mkdir -p "$work"
 orig=crun_$version.orig.tar.gz
-# The orig tarball's address in the source package's pool, on this machine's own mirror.
-uri=$(apt-get -qq source --print-uris "crun" 2>/dev/null | awk -v f="$orig" '$2 == f { gsub("\047", "", $1); print $1 }')
-[ -n "$uri" ] || fail "the source package crun of trixie has no $orig (its version moved past $version: change version and orig_sha256 together)"
 echo "crun-build: fetching $orig, building crun $version (under a minute)" >&2
-/usr/lib/apt/apt-helper -qq -o APT::Sandbox::User=root download-file "$uri" "$work/$orig" "SHA256:$orig_sha256" >&2 ||
-  fail "fetching $uri failed, or its SHA-256 is not $orig_sha256"
+debian_orig "$dir/apt" trixie crun "$orig" "$orig_sha256" "$work"
 tar -C "$work" -xzf "$work/$orig"
 src=$work/crun-$version
 (

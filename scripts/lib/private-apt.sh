@@ -76,3 +76,18 @@ CONF
   export APT_CONFIG=$dir/apt.conf
   apt-get -qq -o APT::Sandbox::User=root update
 }
+
+#   debian_orig DIR SUITE PACKAGE ORIG SHA256 TO
+#
+# fetches ORIG, the orig tarball of Debian's source package PACKAGE in SUITE, into TO/ORIG
+# through a private deb-src configuration in DIR (above), and checks its SHA-256; on a miss it
+# calls the caller's `fail` with the reason (the suite moved on, the download failed or differs).
+debian_orig() {
+  local dir=$1 suite=$2 package=$3 orig=$4 sha256=$5 to=$6 uri
+  private_apt "$dir" deb-src "$suite" >/dev/null
+  # The tarball's address in the source package's pool, on this machine's own mirror.
+  uri=$(apt-get -qq source --print-uris "$package" 2>/dev/null | awk -v f="$orig" '$2 == f { gsub("\047", "", $1); print $1 }')
+  [ -n "$uri" ] || fail "the source package $package of $suite has no $orig (its version moved on: change version and orig_sha256 together)"
+  /usr/lib/apt/apt-helper -qq -o APT::Sandbox::User=root download-file "$uri" "$to/$orig" "SHA256:$sha256" >&2 ||
+    fail "fetching $uri failed, or its SHA-256 is not $sha256"
+}
