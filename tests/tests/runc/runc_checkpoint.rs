@@ -38,37 +38,71 @@ fn path_with(criu: &Path) -> OsString {
     path
 }
 
-/// Runs the shim in front of runc with `args`, the container's stdio on `/dev/null` (CRIU dumps
-/// no descriptor of a file outside the container's mounts) and runc's messages in `log`; its
-/// error, with that log, when it fails.
-fn shim(host_config: &Path, criu: &Path, log: &Path, args: &[&dyn AsRef<std::ffi::OsStr>]) {
-    let args: Vec<OsString> = args.iter().map(|a| a.as_ref().to_owned()).collect();
-    let cmd = shim_command(host_config, &runc_path());
-    let status = Command::new(&cmd[0])
-        .args(&cmd[1..])
-        .arg("--log")
-        .arg(log)
-        .args(&args)
-        .env("PATH", path_with(criu))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
-    if !status.success() {
-        // CRIU's own logs, in the work directory beside runc's.
-        let criu_log = |name: &str| {
-            let path = log.with_file_name("work").join(name);
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
-            let tail: Vec<&str> = text.lines().rev().take(30).collect();
-            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+/// The shim in front of runc, its containers' state under one `--root`, every container it
+/// made force-deleted when dropped (a failing test leaves none running).
+struct Shim<'a> {
+    /// The host configuration the shim reads.
+    config: &'a Path,
+    /// The directory of the `criu` runc runs.
+    criu: PathBuf,
+    /// runc's `--root`.
+    state: PathBuf,
+    /// runc's own messages (`--log`).
+    log: PathBuf,
+    /// CRIU's work directory (`--work-path`), where its logs are.
+    work: PathBuf,
+}
+
+impl Shim<'_> {
+    /// Runs `<shim> --log <log> --root <state> <args>`, the container's stdio on `/dev/null`
+    /// (CRIU dumps no descriptor of a file outside the container's mounts); its error, with
+    /// runc's and CRIU's logs, when it fails.
+    fn run(&self, args: &[&dyn AsRef<std::ffi::OsStr>]) {
+        let args: Vec<OsString> = args.iter().map(|a| a.as_ref().to_owned()).collect();
+        let cmd = shim_command(self.config, &runc_path());
+        let status = Command::new(&cmd[0])
+            .args(&cmd[1..])
+            .arg("--log")
+            .arg(&self.log)
+            .arg("--root")
+            .arg(&self.state)
+            .args(&args)
+            .env("PATH", path_with(&self.criu))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        if !status.success() {
+            let criu_log = |name: &str| {
+                let text = std::fs::read_to_string(self.work.join(name)).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(30).collect();
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            };
+            panic!(
+                "{args:?}: {status}\n{}\n--- dump.log\n{}\n--- restore.log\n{}",
+                std::fs::read_to_string(&self.log).unwrap_or_default(),
+                criu_log("dump.log"),
+                criu_log("restore.log")
+            );
+        }
+    }
+}
+
+impl Drop for Shim<'_> {
+    fn drop(&mut self) {
+        let runc = |args: &[&str]| {
+            Command::new(runc_path())
+                .arg("--root")
+                .arg(&self.state)
+                .args(args)
+                .output()
         };
-        panic!(
-            "{args:?}: {status}\n{}\n--- dump.log\n{}\n--- restore.log\n{}",
-            std::fs::read_to_string(log).unwrap_or_default(),
-            criu_log("dump.log"),
-            criu_log("restore.log")
-        );
+        if let Ok(list) = runc(&["list", "--quiet"]) {
+            for id in String::from_utf8_lossy(&list.stdout).split_whitespace() {
+                let _ = runc(&["delete", "--force", id]);
+            }
+        }
     }
 }
 
@@ -127,41 +161,25 @@ fn a_container_restored_through_the_shim_opens_its_granted_device_again() {
     b.write().unwrap();
     // The spec the engine writes: the restored container's is made anew in the same way.
     let spec = std::fs::read(b.dir.join("config.json")).unwrap();
-    let state = t.path().join("state");
-    let log = t.path().join("runc.log");
-    let (images, work) = (t.path().join("images"), t.path().join("work"));
+    let shim = Shim {
+        config: &host.config,
+        criu,
+        state: t.path().join("state"),
+        log: t.path().join("runc.log"),
+        work: t.path().join("work"),
+    };
+    let images = t.path().join("images");
     let first = container_id("checkpointed");
-    let root: [&dyn AsRef<std::ffi::OsStr>; 2] = [&"--root", &state];
-    shim(
-        &host.config,
-        &criu,
-        &log,
-        &[
-            root[0],
-            root[1],
-            &"run",
-            &"--detach",
-            &"--bundle",
-            &b.dir,
-            &first,
-        ],
-    );
+    shim.run(&[&"run", &"--detach", &"--bundle", &b.dir, &first]);
     let before = count_above(&b.rootfs(), 2);
-    shim(
-        &host.config,
-        &criu,
-        &log,
-        &[
-            root[0],
-            root[1],
-            &"checkpoint",
-            &"--image-path",
-            &images,
-            &"--work-path",
-            &work,
-            &first,
-        ],
-    );
+    shim.run(&[
+        &"checkpoint",
+        &"--image-path",
+        &images,
+        &"--work-path",
+        &shim.work,
+        &first,
+    ]);
     let checkpointed = count_above(&b.rootfs(), 0);
     assert!(checkpointed >= before);
     std::thread::sleep(Duration::from_millis(500));
@@ -171,31 +189,18 @@ fn a_container_restored_through_the_shim_opens_its_granted_device_again() {
         "the checkpoint stopped the container"
     );
     std::fs::write(b.dir.join("config.json"), &spec).unwrap();
-    let restored = container_id("restored");
-    shim(
-        &host.config,
-        &criu,
-        &log,
-        &[
-            root[0],
-            root[1],
-            &"restore",
-            &"--detach",
-            &"--image-path",
-            &images,
-            &"--work-path",
-            &work,
-            &"--bundle",
-            &b.dir,
-            &restored,
-        ],
-    );
+    shim.run(&[
+        &"restore",
+        &"--detach",
+        &"--image-path",
+        &images,
+        &"--work-path",
+        &shim.work,
+        &"--bundle",
+        &b.dir,
+        &container_id("restored"),
+    ]);
     // The restored loop goes on from where it stopped, opening its device again.
     let after = count_above(&b.rootfs(), checkpointed + 2);
     assert!(after > checkpointed + 2);
-    let _ = Command::new(runc_path())
-        .arg("--root")
-        .arg(&state)
-        .args(["delete", "--force", &restored])
-        .status();
 }
