@@ -120,9 +120,6 @@ pub async fn poll(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use devinject_kubelet::pod_resources::v1::{
-        ClaimResource, ContainerResources, DynamicResource,
-    };
     use std::path::Path;
 
     fn config() -> ClaimHoldsConfig {
@@ -133,28 +130,9 @@ mod tests {
         }
     }
 
+    /// A pod of the namespace `team` holding the prepared claim `claim`.
     fn claim_pod(claim: &str, held: &[(&str, &str, &str)]) -> PodResources {
-        PodResources {
-            name: format!("{claim}-pod"),
-            namespace: "team".into(),
-            containers: vec![ContainerResources {
-                name: "main".into(),
-                dynamic_resources: vec![DynamicResource {
-                    claim_name: claim.into(),
-                    claim_namespace: "team".into(),
-                    claim_resources: held
-                        .iter()
-                        .map(|(driver, pool, device)| ClaimResource {
-                            driver_name: (*driver).into(),
-                            pool_name: (*pool).into(),
-                            device_name: (*device).into(),
-                            ..Default::default()
-                        })
-                        .collect(),
-                }],
-                ..Default::default()
-            }],
-        }
+        devinject_kubelet::pod_resources::testing::claim_pod("team", claim, held)
     }
 
     fn profile(top: &str, tables: &str) -> Profile {

@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 use devinject_device_plugin::api::v1beta1::{
     ContainerPreferredAllocationRequest, PreferredAllocationRequest,
 };
-use devinject_kubelet::pod_resources::v1::{
-    ClaimResource, ContainerResources, DynamicResource, PodResources,
-};
+use devinject_kubelet::pod_resources::testing::claim_pod;
 use devinject_tests::cprog::SharedMapWriter;
 use devinject_tests::kubelet::fake_kubelet::{
     allocate_request, health, string_map, DeviceList, FakeKubelet, Registration,
@@ -108,24 +106,15 @@ async fn a_device_a_claim_holds_is_unhealthy_in_the_first_list_though_the_kubele
     let socket = host.path("pod-resources.sock");
     let pool = devinject_devices::dra_names::dra_pool("node-a", "demo");
     let device = devinject_devices::dra_names::dra_device_name("demo", "accel0").unwrap();
-    let claimed = PodResources {
-        name: "trainer".into(),
-        namespace: "team".into(),
-        containers: vec![ContainerResources {
-            name: "main".into(),
-            dynamic_resources: vec![DynamicResource {
-                claim_name: "trainer-gpu".into(),
-                claim_namespace: "team".into(),
-                claim_resources: vec![ClaimResource {
-                    driver_name: devinject_devices::dra_names::DEFAULT_DRA_DRIVER.into(),
-                    pool_name: pool,
-                    device_name: device,
-                    ..Default::default()
-                }],
-            }],
-            ..Default::default()
-        }],
-    };
+    let claimed = claim_pod(
+        "team",
+        "trainer-gpu",
+        &[(
+            devinject_devices::dra_names::DEFAULT_DRA_DRIVER,
+            &pool,
+            &device,
+        )],
+    );
     let pod_resources = PodResourcesKubelet::start(&socket, vec![claimed]).unwrap();
     pod_resources.delay(Duration::from_millis(500));
     let socket = socket.to_str().unwrap();
