@@ -923,12 +923,10 @@ impl Node {
 
     /// How many times the device plugin has registered with the kubelet (its log).
     pub fn plugin_registrations(&self) -> usize {
-        self.plugin_log().matches(PLUGIN_REGISTERED).count()
-    }
-
-    /// The device plugin's log since it last started (empty when it never ran).
-    fn plugin_log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("plugin.log")).unwrap_or_default()
+        std::fs::read_to_string(self.dir.join("plugin.log"))
+            .unwrap_or_default()
+            .matches(PLUGIN_REGISTERED)
+            .count()
     }
 
     /// The last lines of the node's logs, headed by its name, for failure messages.
